@@ -1,0 +1,53 @@
+# strata_add_core_lib(NAME DIR <dir under core/> DEPS <targets>)
+#   A static library of every .cpp in core/<dir> (CONFIGURE_DEPENDS: new files are
+#   picked up on the next build). Shares the LibTorch precompiled header.
+# strata_add_test(NAME SOURCES ... LIBS ... LABELS ...)
+#   One GoogleTest executable; every test in it carries LABELS.
+
+set(STRATA_PCH_HEADER ${CMAKE_SOURCE_DIR}/core/common/Pch.h)
+
+function(strata_add_core_lib name)
+  cmake_parse_arguments(A "" "DIR" "DEPS" ${ARGN})
+  file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/${A_DIR}/*.cpp)
+  if(NOT _srcs)
+    # Header-only (or not written yet): still a target, so dependants link.
+    add_library(${name} INTERFACE)
+    add_library(strata::${name} ALIAS ${name})
+    target_include_directories(${name} INTERFACE ${CMAKE_SOURCE_DIR}/core)
+    target_link_libraries(${name} INTERFACE strata::torch ${A_DEPS})
+    return()
+  endif()
+  add_library(${name} STATIC ${_srcs})
+  add_library(strata::${name} ALIAS ${name})
+  target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR}/core)
+  target_link_libraries(${name} PUBLIC strata::torch ${A_DEPS})
+  target_compile_options(${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(TARGET strata_pch)
+    target_precompile_headers(${name} REUSE_FROM strata_pch)
+  endif()
+endfunction()
+
+function(strata_add_test name)
+  cmake_parse_arguments(A "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_LIBS} strata_test_support GTest::gtest GTest::gtest_main)
+  if(TARGET strata_pch)
+    target_precompile_headers(${name} REUSE_FROM strata_pch)
+  endif()
+  gtest_discover_tests(${name}
+    DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${A_LABELS}"
+               SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+               ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()
+
+# strata_add_test_dir(AREA LIBS ... LABELS ...): one test executable
+# strata_tests_<area> from every .cpp in tests/<area>/ (skipped while empty).
+function(strata_add_test_dir area)
+  cmake_parse_arguments(A "" "" "LIBS;LABELS" ${ARGN})
+  file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${area}/*.cpp)
+  if(_srcs)
+    strata_add_test(strata_tests_${area} SOURCES ${_srcs} LIBS ${A_LIBS} LABELS ${A_LABELS})
+  endif()
+endfunction()
