@@ -1,0 +1,66 @@
+#include "config/RunConfig.h"
+
+#include <tuple>
+
+namespace strata::config {
+
+// Member-wise equality (C++17 has no defaulted operator==). A member added to a
+// section must be added to its tie() here; the YAML round-trip test catches a miss
+// only for keys the schema knows.
+bool JobConfig::operator==(const JobConfig& o) const {
+  return std::tie(name, trainingFolder) == std::tie(o.name, o.trainingFolder);
+}
+
+bool ModelConfig::operator==(const ModelConfig& o) const {
+  return std::tie(nameOrPath, isFlux, preset, numLayers, numSingleLayers, numAttentionHeads, attentionHeadDim,
+                  inChannels, jointAttentionDim, pooledProjectionDim, axesDimsRope, guidanceEmbeds, randomWeights,
+                  quantize, quantizeTe, qtype, lowVram, device, splitModelOverGpus,
+                  splitModelOtherModuleParamCountScale, gpuIds, placement, gpuMemoryLimitGb, memoryReserveGb) ==
+         std::tie(o.nameOrPath, o.isFlux, o.preset, o.numLayers, o.numSingleLayers, o.numAttentionHeads,
+                  o.attentionHeadDim, o.inChannels, o.jointAttentionDim, o.pooledProjectionDim, o.axesDimsRope,
+                  o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.lowVram, o.device,
+                  o.splitModelOverGpus, o.splitModelOtherModuleParamCountScale, o.gpuIds, o.placement,
+                  o.gpuMemoryLimitGb, o.memoryReserveGb);
+}
+
+bool NetworkConfig::operator==(const NetworkConfig& o) const {
+  return std::tie(type, linear, linearAlpha, dropout, targetModules) ==
+         std::tie(o.type, o.linear, o.linearAlpha, o.dropout, o.targetModules);
+}
+
+bool EmaConfig::operator==(const EmaConfig& o) const {
+  return std::tie(useEma, emaDecay, updateEvery) == std::tie(o.useEma, o.emaDecay, o.updateEvery);
+}
+
+bool TrainConfig::operator==(const TrainConfig& o) const {
+  return std::tie(steps, batchSize, gradientAccumulationSteps, lr, lrScheduler, lrWarmupSteps, optimizer,
+                  weightDecay, betas, eps, maxGradNorm, dtype, gradientCheckpointing, timestepType, guidance,
+                  captionDropoutRate, seed, ema) ==
+         std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler, o.lrWarmupSteps,
+                  o.optimizer, o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype, o.gradientCheckpointing,
+                  o.timestepType, o.guidance, o.captionDropoutRate, o.seed, o.ema);
+}
+
+bool DatasetConfig::operator==(const DatasetConfig& o) const {
+  return std::tie(type, folderPath, captionExt, defaultCaption, resolution, numItems, cacheLatentsToDisk) ==
+         std::tie(o.type, o.folderPath, o.captionExt, o.defaultCaption, o.resolution, o.numItems,
+                  o.cacheLatentsToDisk);
+}
+
+bool SampleConfig::operator==(const SampleConfig& o) const {
+  return std::tie(sampleEvery, prompts, seed, walkSeed, width, height, sampleSteps, guidanceScale) ==
+         std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps,
+                  o.guidanceScale);
+}
+
+bool SaveConfig::operator==(const SaveConfig& o) const {
+  return std::tie(saveEvery, maxStepSavesToKeep, dtype, exportFormats) ==
+         std::tie(o.saveEvery, o.maxStepSavesToKeep, o.dtype, o.exportFormats);
+}
+
+bool RunConfig::operator==(const RunConfig& o) const {
+  return std::tie(job, model, network, train, datasets, sample, save) ==
+         std::tie(o.job, o.model, o.network, o.train, o.datasets, o.sample, o.save);
+}
+
+}  // namespace strata::config
