@@ -1,0 +1,130 @@
+#pragma once
+// Plain event structs the Trainer reports through (DESIGN §1 events/). They hold
+// no tensor and no Qt type, so the CLI prints them and ui/TrainerBridge copies
+// them into queued Qt signals as they are.
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace strata::events {
+
+// Memory of one device at the time of the event.
+struct DeviceMemory {
+  std::string device;          // "cuda:0", "cpu"
+  int64_t allocatedBytes = 0;  // held by live tensors (caching allocator)
+  int64_t reservedBytes = 0;   // held by the caching allocator
+  int64_t capBytes = 0;        // per-device cap; 0 = none
+};
+
+struct StartedEvent {
+  std::string runDir;
+  std::string jobName;
+  int64_t startStep = 0;  // 0 for a new run, the checkpoint's step on resume
+  int64_t totalSteps = 0;
+  bool resumed = false;
+};
+
+struct StepEvent {
+  int64_t step = 0;          // 1-based: the optimizer step just finished
+  int64_t totalSteps = 0;
+  double loss = 0.0;         // this step's mean loss over its micro-batches
+  double lossSmoothed = 0.0; // exponential moving average (bias corrected)
+  double lr = 0.0;
+  double gradNorm = 0.0;     // total norm before clipping
+  double stepTimeMs = 0.0;
+  double imagesPerSec = 0.0;
+  double etaSeconds = 0.0;
+  std::vector<DeviceMemory> memory;
+};
+
+// One placement unit (stem, block, head) and where it lives.
+struct PlacedBlock {
+  std::string id;      // "transformer_blocks.3", "stem", "head"
+  std::string kind;    // "stem", "double", "single", "head"
+  std::string device;  // "cuda:1"
+  int64_t paramBytes = 0;
+  int64_t attachmentBytes = 0;  // LoRA, EMA shadows, optimizer state
+};
+
+struct AuditIssue {
+  std::string path;      // module/parameter/attachment path
+  std::string expected;  // device of its block
+  std::string actual;
+};
+
+// Sent before step 1 and whenever the placement changes.
+struct PlacementEvent {
+  std::string reason;  // the planner's reason, "single device", ...
+  std::vector<PlacedBlock> blocks;
+  std::vector<DeviceMemory> memory;
+  std::vector<AuditIssue> audit;  // empty = clean audit
+  int64_t checkedTensors = 0;     // how many tensors the audit looked at
+};
+
+struct SampleEvent {
+  std::string path;  // PNG file
+  int64_t step = 0;
+  int64_t promptIndex = 0;
+  std::string prompt;
+  int64_t seed = 0;
+};
+
+struct CheckpointEvent {
+  std::string path;  // checkpoint folder
+  int64_t step = 0;
+  std::vector<std::string> removed;  // older checkpoints deleted to keep the last N
+};
+
+struct ExportEvent {
+  std::string path;    // LoRA file written
+  std::string format;  // "diffusers", "kohya", "comfy"
+  int64_t step = 0;
+};
+
+struct WarningEvent {
+  std::string message;
+  int64_t step = 0;
+};
+
+// Preflight found problems: the run does not start. Each entry is one problem.
+struct PreflightFailedEvent {
+  std::vector<std::string> problems;
+};
+
+struct PausedEvent {
+  int64_t step = 0;
+};
+
+struct ResumedEvent {
+  int64_t step = 0;
+};
+
+// Stopped on request (stop(), Ctrl-C); a checkpoint of `step` was kept.
+struct StoppedEvent {
+  int64_t step = 0;
+  std::string checkpoint;
+};
+
+struct FinishedEvent {
+  int64_t step = 0;
+  double finalLoss = 0.0;
+  double wallSeconds = 0.0;
+  std::vector<std::string> exports;
+  int64_t skippedItems = 0;  // unreadable dataset items
+};
+
+struct FailedEvent {
+  std::string message;
+  int64_t step = 0;                // step at which it failed; 0 = before step 1
+  std::string lastGoodCheckpoint;  // empty when none was written
+};
+
+using Event = std::variant<StartedEvent, StepEvent, PlacementEvent, SampleEvent, CheckpointEvent, ExportEvent,
+                           WarningEvent, PreflightFailedEvent, PausedEvent, ResumedEvent, StoppedEvent,
+                           FinishedEvent, FailedEvent>;
+
+// "step", "placement", ... (for logs and tests).
+const char* eventName(const Event& event);
+
+}  // namespace strata::events
