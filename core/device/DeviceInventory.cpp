@@ -1,0 +1,295 @@
+#include "device/DeviceInventory.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+#include <c10/util/Exception.h>
+
+#include "common/Error.h"
+
+#ifdef STRATA_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace strata::device {
+
+namespace {
+
+std::mutex gCapMutex;
+std::map<int, int64_t> gCaps;  // device index -> cap set by setMemoryCap
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+int64_t parseByteSize(const std::string& text) {
+  const std::string t = lower(trim(text));
+  size_t pos = 0;
+  while (pos < t.size() && (std::isdigit(static_cast<unsigned char>(t[pos])) || t[pos] == '.')) ++pos;
+  if (pos == 0) throw ConfigError("size '" + text + "': expected a number with a unit, e.g. 16GB");
+  double value = 0;
+  try {
+    value = std::stod(t.substr(0, pos));
+  } catch (const std::exception&) {
+    throw ConfigError("size '" + text + "': '" + t.substr(0, pos) + "' is not a number");
+  }
+  const std::string unit = trim(t.substr(pos));
+  static const std::map<std::string, double> kUnits = {
+      {"b", 1.0},         {"kb", 1e3},          {"mb", 1e6},          {"gb", 1e9},
+      {"tb", 1e12},       {"kib", 1024.0},      {"mib", 1048576.0},   {"gib", 1073741824.0},
+      {"tib", 1099511627776.0}, {"g", 1e9},     {"m", 1e6}};
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end()) {
+    throw ConfigError("size '" + text + "': unknown unit '" + unit +
+                      "' (use GB, GiB, MB, MiB, TB)");
+  }
+  if (!(value > 0)) throw ConfigError("size '" + text + "': must be positive");
+  return static_cast<int64_t>(std::llround(value * it->second));
+}
+
+std::string formatBytes(int64_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (std::llabs(bytes) >= 1000000000LL) {
+    std::snprintf(buf, sizeof buf, "%.1f GB", b / 1e9);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  }
+  return buf;
+}
+
+DeviceInfo cpuDevice() {
+  DeviceInfo d;
+  d.index = -1;
+  d.name = "cpu";
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long pageSize = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && pageSize > 0) d.totalBytes = static_cast<int64_t>(pages) * pageSize;
+  return d;
+}
+
+std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec) {
+  std::vector<DeviceInfo> out;
+  if (trim(spec).empty()) {
+    throw ConfigError("--devices: empty device list (examples: 4x16GB, 24GB,16GB, cpu,2x80GB)");
+  }
+  int nextGpu = 0;
+  bool haveCpu = false;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const std::string raw = trim(item);
+    const std::string it = lower(raw);
+    if (it.empty()) throw ConfigError("--devices '" + spec + "': empty item between commas");
+    if (it == "cpu" || it.rfind("cpu:", 0) == 0) {
+      if (haveCpu) throw ConfigError("--devices '" + spec + "': cpu listed twice");
+      haveCpu = true;
+      DeviceInfo d = cpuDevice();
+      d.simulated = true;
+      if (it.size() > 4) d.totalBytes = parseByteSize(raw.substr(4));
+      out.push_back(d);
+      continue;
+    }
+    int64_t count = 1;
+    std::string sizeText = raw;
+    const size_t x = it.find('x');
+    if (x != std::string::npos) {
+      const std::string countText = trim(it.substr(0, x));
+      if (countText.empty() ||
+          countText.find_first_not_of("0123456789") != std::string::npos) {
+        throw ConfigError("--devices '" + spec + "': item '" + raw +
+                          "' should be COUNTxSIZE, e.g. 4x16GB");
+      }
+      count = std::stoll(countText);
+      if (count < 1 || count > 64) {
+        throw ConfigError("--devices '" + spec + "': item '" + raw + "': count must be 1..64");
+      }
+      sizeText = raw.substr(x + 1);
+    }
+    int64_t bytes = 0;
+    try {
+      bytes = parseByteSize(sizeText);
+    } catch (const ConfigError& e) {
+      throw ConfigError("--devices '" + spec + "': " + e.what());
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      DeviceInfo d;
+      d.index = nextGpu++;
+      d.name = "simulated " + formatBytes(bytes);
+      d.ccMajor = 8;  // assume a bf16-capable card; the spec has no architecture
+      d.ccMinor = 0;
+      d.totalBytes = bytes;
+      d.simulated = true;
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+std::vector<DeviceInfo> listDevices() {
+  std::vector<DeviceInfo> out;
+#ifdef STRATA_HAS_CUDA
+  const int n = static_cast<int>(c10::cuda::device_count());
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      throw PlacementError("cudaGetDeviceProperties failed for cuda:" + std::to_string(i));
+    }
+    DeviceInfo d;
+    d.index = i;
+    d.name = prop.name;
+    d.ccMajor = prop.major;
+    d.ccMinor = prop.minor;
+    d.totalBytes = static_cast<int64_t>(prop.totalGlobalMem);
+    out.push_back(d);
+  }
+#endif
+  return out;
+}
+
+MemoryFigures memoryFigures(int index) {
+  MemoryFigures f;
+  if (index < 0) return f;
+  f.capBytes = memoryCap(index);
+#ifdef STRATA_HAS_CUDA
+  if (index >= static_cast<int>(c10::cuda::device_count())) return f;
+  // Stat index 0 is the aggregate over pool types in every LibTorch version.
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+      static_cast<c10::DeviceIndex>(index));
+  f.allocatedBytes = stats.allocated_bytes[0].current;
+  f.reservedBytes = stats.reserved_bytes[0].current;
+  size_t freeB = 0, totalB = 0;
+  {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+    if (cudaMemGetInfo(&freeB, &totalB) == cudaSuccess) {
+      f.freeBytes = static_cast<int64_t>(freeB);
+      f.totalBytes = static_cast<int64_t>(totalB);
+      f.known = true;
+    } else {
+      (void)cudaGetLastError();  // clear the sticky-free error state
+    }
+  }
+#endif
+  return f;
+}
+
+void setMemoryCap(int index, int64_t capBytes) {
+#ifdef STRATA_HAS_CUDA
+  if (index < 0 || index >= static_cast<int>(c10::cuda::device_count())) {
+    throw PlacementError("memory cap for cuda:" + std::to_string(index) +
+                         ": no such device (this machine has " +
+                         std::to_string(c10::cuda::device_count()) + ")");
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, index);
+  const auto total = static_cast<int64_t>(prop.totalGlobalMem);
+  if (capBytes > total) {
+    throw PlacementError("memory cap " + formatBytes(capBytes) + " for cuda:" +
+                         std::to_string(index) + " exceeds its memory " + formatBytes(total));
+  }
+  const double fraction = capBytes > 0 ? static_cast<double>(capBytes) / static_cast<double>(total) : 1.0;
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
+                                                     static_cast<c10::DeviceIndex>(index));
+  std::lock_guard<std::mutex> lock(gCapMutex);
+  if (capBytes > 0) gCaps[index] = capBytes; else gCaps.erase(index);
+#else
+  (void)capBytes;
+  throw PlacementError("memory cap for cuda:" + std::to_string(index) +
+                       ": this build of Strata has no CUDA");
+#endif
+}
+
+int64_t memoryCap(int index) {
+  std::lock_guard<std::mutex> lock(gCapMutex);
+  auto it = gCaps.find(index);
+  return it == gCaps.end() ? 0 : it->second;
+}
+
+void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>& limitGb) {
+  if (limitGb.empty()) return;
+  if (limitGb.size() != 1 && limitGb.size() != indices.size()) {
+    throw ConfigError("model.gpu_memory_limit_gb: " + std::to_string(limitGb.size()) +
+                      " values for " + std::to_string(indices.size()) +
+                      " devices (give one for all, or one per device)");
+  }
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const double gb = limitGb.size() == 1 ? limitGb[0] : limitGb[i];
+    if (gb < 0) throw ConfigError("model.gpu_memory_limit_gb: negative value");
+    setMemoryCap(indices[i], static_cast<int64_t>(std::llround(gb * 1e9)));
+  }
+}
+
+bool isOutOfMemory(const std::exception& e) {
+  const std::string what = e.what();
+  return what.find("out of memory") != std::string::npos ||
+         what.find("Out of memory") != std::string::npos ||
+         what.find("OutOfMemory") != std::string::npos;
+}
+
+void rethrowWithCapContext(const std::string& where) {
+  std::exception_ptr current = std::current_exception();
+  try {
+    std::rethrow_exception(current);
+  } catch (const PlacementError&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!isOutOfMemory(e)) throw;
+    const std::string what = e.what();
+    // The allocator names the device ("GPU 1") and the request ("Tried to allocate 2.00 GiB").
+    int index = -1;
+    std::smatch m;
+    if (std::regex_search(what, m, std::regex("GPU ([0-9]+)"))) index = std::stoi(m[1].str());
+    std::string request = "an unknown amount";
+    if (std::regex_search(what, m, std::regex("Tried to allocate ([0-9.]+ ?[KMGT]?i?B)"))) {
+      request = m[1].str();
+    }
+    std::ostringstream msg;
+    msg << where << ": out of memory on "
+        << (index >= 0 ? "cuda:" + std::to_string(index) : std::string("a CUDA device"))
+        << " while allocating " << request;
+    auto describe = [&](int i) {
+      const MemoryFigures f = memoryFigures(i);
+      msg << "; cuda:" << i << " cap "
+          << (f.capBytes > 0 ? formatBytes(f.capBytes) : std::string("none"))
+          << ", in use " << formatBytes(f.allocatedBytes) << " allocated / "
+          << formatBytes(f.reservedBytes) << " reserved, device total "
+          << formatBytes(f.totalBytes);
+    };
+    if (index >= 0) {
+      describe(index);
+    } else {
+      std::vector<int> capped;
+      {
+        std::lock_guard<std::mutex> lock(gCapMutex);
+        for (const auto& kv : gCaps) capped.push_back(kv.first);
+      }
+      for (int i : capped) describe(i);
+    }
+    const std::string first = what.substr(0, what.find('\n'));
+    msg << " (allocator: " << first << ")";
+    throw PlacementError(msg.str());
+  }
+}
+
+}  // namespace strata::device

@@ -1,0 +1,79 @@
+#pragma once
+// The compute devices of this machine (or simulated ones from a --devices spec),
+// their memory figures, and per-device memory caps (DESIGN §2.8).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "device/DeviceInfo.h"
+
+namespace strata::device {
+
+// The CUDA devices LibTorch sees, in ordinal order; empty on a CPU build or a
+// machine without a GPU. The CPU is not listed (see cpuDevice()).
+std::vector<DeviceInfo> listDevices();
+
+// The host as a device: index -1, totalBytes = physical RAM.
+DeviceInfo cpuDevice();
+
+// Simulated devices from a spec, for planning without the hardware:
+//   "4x16GB"        four 16 GB GPUs
+//   "24GB,16GB"     two GPUs of different size
+//   "cpu,2x80GB"    the host (its RAM; "cpu:64GB" sets a size) and two 80 GB GPUs
+// Sizes take GB / GiB / MB / MiB / TB (GB = 1e9 bytes, GiB = 2^30). GPUs are numbered
+// cuda:0, cuda:1, ... in spec order. Throws ConfigError naming the bad item.
+std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec);
+
+// "16GB" -> 16e9, "1.5GiB" -> 1.5 * 2^30. Throws ConfigError.
+int64_t parseByteSize(const std::string& text);
+
+// "15.3 GB" (decimal GB with one digit; MB below 1 GB).
+std::string formatBytes(int64_t bytes);
+
+// What a device's memory looks like now, as this process sees it.
+struct MemoryFigures {
+  int64_t allocatedBytes = 0;  // held by live tensors (caching allocator)
+  int64_t reservedBytes = 0;   // held by the caching allocator (allocated + cached)
+  int64_t capBytes = 0;        // this process's cap; 0 = none
+  int64_t totalBytes = 0;      // physical memory
+  int64_t freeBytes = 0;       // free on the device (all processes), 0 when unknown
+  bool known = false;          // false for simulated devices and the CPU
+};
+
+// Figures for CUDA device `index` (zeros with known = false on a CPU build, or
+// for index < 0).
+MemoryFigures memoryFigures(int index);
+
+// Caps this process's use of CUDA device `index` at `capBytes` through the caching
+// allocator's memory fraction (capBytes / total). capBytes <= 0 removes the cap.
+// Throws PlacementError on a CPU build or a device that does not exist, and when
+// the cap exceeds the device's memory.
+void setMemoryCap(int index, int64_t capBytes);
+// The cap last set for `index` by setMemoryCap, 0 if none.
+int64_t memoryCap(int index);
+
+// Applies `gpu_memory_limit_gb` (one value = every device, else one per device in
+// `indices` order) to the devices in `indices`. Throws ConfigError when the count
+// matches neither.
+void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>& limitGb);
+
+// True when `what` is an allocator out-of-memory message.
+bool isOutOfMemory(const std::exception& e);
+
+// Rethrows the exception in flight. An out-of-memory becomes a PlacementError
+// naming the device, its cap, what was in use and what was being allocated;
+// anything else is rethrown unchanged. Call it only inside a catch block.
+[[noreturn]] void rethrowWithCapContext(const std::string& where);
+
+// Runs `fn`; an out-of-memory inside it becomes the PlacementError above.
+template <class Fn>
+auto withCapContext(const std::string& where, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (...) {
+    rethrowWithCapContext(where);
+  }
+}
+
+}  // namespace strata::device

@@ -1,0 +1,85 @@
+#include "placement/OptimizerStateAttachment.h"
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+#include <type_traits>
+
+#include "common/Error.h"
+
+namespace strata::placement {
+
+namespace {
+
+// LibTorch 1.13 keys the state map by the TensorImpl address as a string, 2.x by
+// the address itself; the map's key type tells which.
+template <class StateMap>
+typename StateMap::iterator findState(StateMap& map, const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return map.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  } else {
+    return map.find(static_cast<Key>(param.unsafeGetTensorImpl()));
+  }
+}
+
+at::Tensor movedTo(const at::Tensor& t, const c10::Device& device) {
+  return t.defined() && t.device() != device ? t.to(device) : t;
+}
+
+}  // namespace
+
+OptimizerStateAttachment::OptimizerStateAttachment(std::string paramPath,
+                                                   std::shared_ptr<torch::optim::Optimizer> optimizer,
+                                                   at::Tensor param)
+    : paramPath_(std::move(paramPath)), optimizer_(std::move(optimizer)), param_(std::move(param)) {
+  if (!optimizer_) throw PlacementError("optimizer state for '" + paramPath_ + "': null optimizer");
+}
+
+torch::optim::OptimizerParamState* OptimizerStateAttachment::state() const {
+  auto& map = optimizer_->state();
+  auto it = findState(map, param_);
+  return it == map.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> OptimizerStateAttachment::tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto* s = state();
+  if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(s)) {
+    out = {{"exp_avg", w->exp_avg()}, {"exp_avg_sq", w->exp_avg_sq()}};
+    if (w->max_exp_avg_sq().defined()) out.emplace_back("max_exp_avg_sq", w->max_exp_avg_sq());
+  } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(s)) {
+    out = {{"exp_avg", a->exp_avg()}, {"exp_avg_sq", a->exp_avg_sq()}};
+    if (a->max_exp_avg_sq().defined()) out.emplace_back("max_exp_avg_sq", a->max_exp_avg_sq());
+  } else if (s != nullptr) {
+    throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam and AdamW are supported");
+  }
+  return out;
+}
+
+void OptimizerStateAttachment::moveTo(const c10::Device& device) {
+  auto* s = state();
+  if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(s)) {
+    w->exp_avg(movedTo(w->exp_avg(), device));
+    w->exp_avg_sq(movedTo(w->exp_avg_sq(), device));
+    if (w->max_exp_avg_sq().defined()) w->max_exp_avg_sq(movedTo(w->max_exp_avg_sq(), device));
+  } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(s)) {
+    a->exp_avg(movedTo(a->exp_avg(), device));
+    a->exp_avg_sq(movedTo(a->exp_avg_sq(), device));
+    if (a->max_exp_avg_sq().defined()) a->max_exp_avg_sq(movedTo(a->max_exp_avg_sq(), device));
+  } else if (s != nullptr) {
+    throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam and AdamW are supported");
+  }
+}
+
+std::vector<std::shared_ptr<Attachment>> OptimizerStateAttachment::forParameters(
+    const std::shared_ptr<torch::optim::Optimizer>& optimizer,
+    const std::vector<std::pair<std::string, at::Tensor>>& namedParams) {
+  std::vector<std::shared_ptr<Attachment>> out;
+  for (const auto& np : namedParams) {
+    out.push_back(std::make_shared<OptimizerStateAttachment>(np.first, optimizer, np.second));
+  }
+  return out;
+}
+
+}  // namespace strata::placement

@@ -1,0 +1,42 @@
+#pragma once
+// The Adam/AdamW state of one parameter as a placement attachment, so the state
+// follows its parameter when Placement moves the block (DESIGN §2.2). LibTorch
+// keys optimizer state by the parameter's TensorImpl; Module::to keeps that impl
+// (it sets the data in place), so the key stays valid across moves. Until the
+// first step there is no state and the attachment holds no tensors.
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "placement/Attachment.h"
+
+namespace strata::placement {
+
+class OptimizerStateAttachment final : public Attachment {
+ public:
+  // `paramPath`: the parameter's path ("transformer_blocks.3.attn.to_q.lora_A.weight");
+  // decides the owning block. The optimizer is kept alive by the attachment.
+  OptimizerStateAttachment(std::string paramPath, std::shared_ptr<torch::optim::Optimizer> optimizer,
+                           at::Tensor param);
+
+  AttachmentKind kind() const override { return AttachmentKind::OptimizerState; }
+  std::string hostPath() const override { return paramPath_; }
+  // exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) once the state exists.
+  std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
+  void moveTo(const c10::Device& device) override;
+
+  // One attachment per named parameter.
+  static std::vector<std::shared_ptr<Attachment>> forParameters(
+      const std::shared_ptr<torch::optim::Optimizer>& optimizer,
+      const std::vector<std::pair<std::string, at::Tensor>>& namedParams);
+
+ private:
+  torch::optim::OptimizerParamState* state() const;
+  std::string paramPath_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  at::Tensor param_;
+};
+
+}  // namespace strata::placement

@@ -1,0 +1,131 @@
+#pragma once
+// Placement: the one owner of device moves (DESIGN §2.1). It holds a model's
+// stem, blocks and head with a device each, and every attachment registered to
+// them (LoRA adapters, EMA shadows, optimizer state, quantization scales).
+// Moving a block moves its attachments in the same call; the block runner relays
+// the whole BlockIO to each block's device and to the head's; the audit lists
+// every tensor that is not where its block is. Nothing else moves modules.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/DeviceInventory.h"
+#include "nn/Block.h"
+#include "placement/Attachment.h"
+#include "placement/Planner.h"
+
+namespace strata::placement {
+
+// One block in a snapshot.
+struct BlockInfo {
+  std::string id;    // "transformer_blocks.3", "stem", "head"
+  std::string kind;  // "double", "single", "stem", "head", ...
+};
+
+// What lives on one device: plain values, no tensors (the GUI's GPU map reads it).
+struct DeviceSnapshot {
+  std::string device;  // "cuda:1", "cpu"
+  std::vector<BlockInfo> blocks;  // forward order, stem/head included
+  int64_t weightBytes = 0;        // parameters and buffers of the blocks' modules
+  int64_t adapterCount = 0;
+  int64_t adapterBytes = 0;
+  int64_t emaCount = 0;
+  int64_t emaBytes = 0;
+  int64_t optimizerStateCount = 0;  // attachments (one per parameter)
+  int64_t optimizerStateBytes = 0;
+  int64_t quantScaleCount = 0;
+  int64_t quantScaleBytes = 0;
+  device::MemoryFigures memory;     // allocated / reserved / cap / total (CUDA only)
+};
+
+struct PlacementSnapshot {
+  std::vector<DeviceSnapshot> devices;  // in the order blocks use them
+};
+
+// One tensor that is not on its block's device.
+struct AuditIssue {
+  std::string path;      // "transformer_blocks.3.attn.to_q.weight", "transformer_blocks.3.attn.to_q [lora_adapter] lora_A.weight"
+  std::string blockId;   // owning block
+  std::string expected;  // "cuda:1"
+  std::string actual;    // "cuda:0"
+};
+
+// "cuda:1 expected, cuda:0 found: <path>" one per line.
+std::string formatAudit(const std::vector<AuditIssue>& issues);
+
+// "cuda:0" -> c10::Device; throws PlacementError naming the text.
+c10::Device parseDevice(const std::string& text);
+
+class Placement final : public nn::BlockRunner {
+ public:
+  // `blocks` from BlockModel::blockList(); `plan` from planPlacement over the same
+  // block ids in the same order. Throws PlacementError when they differ. Moves
+  // nothing until apply().
+  Placement(nn::BlockList blocks, const Plan& plan);
+  // Explicit devices: one per block, plus stem and head.
+  Placement(nn::BlockList blocks, std::vector<c10::Device> blockDevices, c10::Device stemDevice,
+            c10::Device headDevice);
+  // Everything on one device.
+  static std::unique_ptr<Placement> singleDevice(nn::BlockList blocks, c10::Device device);
+
+  // Moves every module of the stem, the blocks and the head, and every registered
+  // attachment, to its device.
+  void apply();
+  bool applied() const { return applied_; }
+
+  // Registers an attachment with the block that owns its host path (the longest
+  // block id that is a prefix at a '.' boundary; else the stem's or head's module
+  // paths) and moves it to that block's device now. Throws PlacementError when no
+  // block owns the path.
+  void attach(std::shared_ptr<Attachment> attachment);
+  void attachAll(const std::vector<std::shared_ptr<Attachment>>& attachments);
+  // Unregisters (by identity); the attachment stays where it is.
+  void detach(const Attachment* attachment);
+  // Unregisters every attachment of `kind`.
+  void detachAll(AttachmentKind kind);
+  std::vector<std::shared_ptr<Attachment>> attachments() const;
+
+  // Re-placement: moves one block ("stem", "head" or a block id) and its
+  // attachments to `device`.
+  void moveBlock(const std::string& blockId, const c10::Device& device);
+
+  // The block that owns a module or parameter path, and its device.
+  std::string ownerOf(const std::string& path) const;
+  c10::Device deviceOf(const std::string& path) const;
+  c10::Device blockDevice(size_t blockIndex) const;
+  c10::Device stemDevice() const { return units_.front().device; }
+  c10::Device headDevice() const { return units_.back().device; }
+  size_t blockCount() const { return units_.size() - 2; }
+  // Distinct devices, in the order the forward pass uses them.
+  std::vector<c10::Device> devices() const;
+
+  // nn::BlockRunner: the whole BlockIO goes to the block's device, then the block runs.
+  nn::BlockIO run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) override;
+  nn::BlockIO toHead(const nn::BlockIO& io) override;
+
+  PlacementSnapshot snapshot() const;
+
+  // Every parameter (and its gradient), buffer and attachment tensor that is not
+  // on its block's device. Empty when all is well.
+  std::vector<AuditIssue> audit() const;
+  // Throws PlacementError listing the issues (`when`: "before step 1").
+  void auditOrThrow(const std::string& when) const;
+
+ private:
+  struct Unit {
+    nn::BlockSlot slot;
+    c10::Device device{c10::kCPU};
+    std::vector<std::shared_ptr<Attachment>> attachments;
+  };
+  size_t unitOf(const std::string& path) const;  // index into units_
+  void moveUnit(Unit& unit);
+
+  std::vector<Unit> units_;               // stem, blocks..., head
+  std::map<std::string, size_t> byId_;    // block id -> unit index
+  bool applied_ = false;
+};
+
+}  // namespace strata::placement

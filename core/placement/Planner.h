@@ -1,0 +1,179 @@
+#pragma once
+// The placement planner (DESIGN §2.7): a pure, deterministic function from
+// per-block costs and per-device budgets to a device per block (contiguous
+// ranges) and the reason. No tensors, no GPU: `strata-train plan` and the unit
+// tests run it on any machine.
+//
+// Modes
+//   param_count  ai-toolkit's rule (add_model_gpu_splitter_to_flux): the first
+//                device is charged the modules outside the transformer
+//                (other_module_params x split_model_other_module_param_count_scale,
+//                5e9 x 0.3 by default) and the parameter total is shared evenly.
+//                Where Strata differs from ai-toolkit:
+//                  - the devices are the configured list (gpu_ids / --devices), not
+//                    every visible GPU, and `cpu` may be one of them;
+//                  - a block goes to the device whose share its midpoint falls in
+//                    (cumulative count), so no device runs over by a whole block and
+//                    rounding does not drift; ai-toolkit keeps the block that crosses
+//                    the share on the current GPU and restarts its count at zero, so
+//                    every GPU but the last is over its share and the last is short;
+//                  - the stem and head (embedders, norm_out, proj_out) are counted on
+//                    the first device, where they live; ai-toolkit counts them in the
+//                    total only;
+//                  - the budgets are still checked and reported (fits / missing).
+//   memory       every device gets a budget (cap or free memory, minus a reserve);
+//                the blocks are split so that each device is filled to the same,
+//                smallest possible fraction of its budget. When the model cannot fit,
+//                the plan says how much is missing on which device.
+// In both modes the stem, the head and the other modules sit on the first device.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "device/DeviceInfo.h"
+
+namespace strata::placement {
+
+enum class PlanMode { ParamCount, Memory };
+const char* toString(PlanMode mode);
+
+// What one placement unit (stem, a block, head) costs on its device, in bytes.
+struct BlockCost {
+  std::string id;    // "transformer_blocks.3", "stem", "head" (= nn::BlockSlot::id)
+  std::string kind;  // "stem", "head", "double", "single", "layer", ...
+  int64_t paramCount = 0;       // base parameters (param_count mode)
+  int64_t weightBytes = 0;      // base parameters and buffers as stored (dtype, quantized)
+  int64_t adapterBytes = 0;     // LoRA weights (float32)
+  int64_t gradBytes = 0;        // gradients of the trainable weights
+  int64_t emaBytes = 0;         // EMA shadows
+  int64_t optimizerBytes = 0;   // optimizer state (AdamW: 2 x the trainable weights)
+  int64_t activationBytes = 0;  // kept for the backward pass (summed over blocks)
+  int64_t workspaceBytes = 0;   // transient while the block runs (max over a device's blocks)
+
+  int64_t residentBytes() const {
+    return weightBytes + adapterBytes + gradBytes + emaBytes + optimizerBytes + activationBytes;
+  }
+};
+
+struct DeviceBudget {
+  std::string device;       // "cuda:0" or "cpu"
+  std::string name;         // "NVIDIA H200", "simulated 16.0 GB"
+  int64_t budgetBytes = 0;  // what the plan may use; 0 = unknown (param_count only)
+};
+
+struct PlannerInput {
+  PlanMode mode = PlanMode::ParamCount;
+  BlockCost stem;
+  std::vector<BlockCost> blocks;  // in forward order
+  BlockCost head;
+  // Modules outside the transformer that share the first device (text encoders, VAE).
+  int64_t otherModuleParamCount = 5000000000LL;  // ai-toolkit's fixed 5e9
+  double otherModuleParamCountScale = 0.3;       // split_model_other_module_param_count_scale
+  int64_t otherModuleBytes = 0;                   // memory mode: resident bytes on the first device
+  std::vector<DeviceBudget> devices;              // in the order blocks fill them
+};
+
+// One device in a plan.
+struct DevicePlan {
+  std::string device;
+  std::string name;
+  int64_t budgetBytes = 0;
+  bool hasStem = false;
+  bool hasHead = false;
+  size_t firstBlock = 0;  // blocks [firstBlock, endBlock) of the input; empty when equal
+  size_t endBlock = 0;
+  std::vector<std::string> blockIds;
+  int64_t paramCount = 0;  // base params of its blocks (+ stem/head/other share on the first)
+  int64_t weightBytes = 0;
+  int64_t adapterBytes = 0;
+  int64_t gradBytes = 0;
+  int64_t emaBytes = 0;
+  int64_t optimizerBytes = 0;
+  int64_t activationBytes = 0;
+  int64_t workspaceBytes = 0;
+  int64_t otherBytes = 0;  // other modules (first device)
+  int64_t totalBytes = 0;  // everything above; workspace counted once (its max)
+  int64_t missingBytes = 0;  // totalBytes - budgetBytes when over a known budget, else 0
+};
+
+struct Plan {
+  PlanMode mode = PlanMode::ParamCount;
+  std::vector<std::string> blockDevice;  // device of input block i
+  std::string stemDevice;
+  std::string headDevice;
+  std::vector<DevicePlan> devices;  // one per input device, input order
+  bool fits = true;                 // every device within its known budget
+  std::string reason;               // one paragraph: the rule, the split, what is missing
+
+  // Device of a block id ("stem" and "head" included); throws PlacementError when unknown.
+  const std::string& deviceOf(const std::string& blockId) const;
+};
+
+// Plans `input`. Throws PlacementError when there are no devices or a budget is
+// negative, and in memory mode when a budget is unknown (0).
+Plan planPlacement(const PlannerInput& input);
+
+// Throws PlacementError with plan.reason when !plan.fits.
+void requireFits(const Plan& plan);
+
+// For `strata-train plan`: a table per device, and the same as JSON.
+std::string formatPlan(const Plan& plan);
+nlohmann::json planToJson(const Plan& plan);
+
+// Budgets for `devices`: each is its cap (gpu_memory_limit_gb: one value for all or
+// one per device, 0 = none) or else its free memory when `freeBytes` has an entry > 0
+// for it, or else its total, minus `reserveGb`. Throws ConfigError when the cap
+// count matches neither, or a cap exceeds the device's memory.
+std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices,
+                                      const std::vector<double>& capGb, double reserveGb,
+                                      const std::vector<int64_t>& freeBytes = {});
+
+// ---- costs from shapes (model-agnostic) -----------------------------------
+
+// One Linear that gets a LoRA adapter.
+struct LinearShape {
+  int64_t inFeatures = 0;
+  int64_t outFeatures = 0;
+};
+
+// A placement unit described by shapes only: no weights needed.
+struct UnitShape {
+  std::string id;
+  std::string kind;
+  int64_t paramCount = 0;
+  std::vector<LinearShape> loraLinears;  // the Linears that carry an adapter
+  bool isBlock = true;                   // false for stem and head (no block activations)
+};
+
+struct CostOptions {
+  int64_t weightElementBytes = 2;   // bf16/fp16 = 2, fp8 (quantized) = 1, fp32 = 4
+  int64_t loraRank = 0;             // 0 = no adapters
+  int64_t loraElementBytes = 4;     // LoRA weights are float32
+  bool ema = false;                 // one shadow per trainable weight
+  int64_t optimizerStatesPerParam = 2;  // AdamW: exp_avg, exp_avg_sq
+  int64_t batchSize = 1;
+  int64_t tokens = 4608;            // tokens through every block (FLUX 1024px: 4096 image + 512 text)
+  int64_t hiddenSize = 3072;
+  int64_t activationElementBytes = 2;
+  bool gradientCheckpointing = true;
+  // Elements of activation kept per token, per hidden unit, by one block when it is
+  // not checkpointed (q, k, v, attention, MLP hidden, norms, residuals). 18 matches
+  // a FLUX.1-dev step measured with PyTorch: 49.1 GiB peak without checkpointing,
+  // 22.2 GiB of it bf16 weights, 57 blocks, 4608 tokens.
+  double activationElementsPerTokenPerHidden = 18.0;
+};
+
+// Per-unit costs: weights = paramCount x weight bytes; LoRA r(in+out) per Linear in
+// float32, its gradient the same, the optimizer state `optimizerStatesPerParam` x,
+// EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
+// and needs one block's full activations as workspace while it is recomputed,
+// without it keeps the full activations.
+BlockCost estimateCost(const UnitShape& unit, const CostOptions& options);
+
+// The whole input, devices and mode left for the caller.
+PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& blocks,
+                           const UnitShape& head, const CostOptions& options);
+
+}  // namespace strata::placement
