@@ -1,0 +1,388 @@
+#include "ui/SampleBrowser.h"
+
+#include <QComboBox>
+#include <QDialog>
+#include <QDir>
+#include <QEvent>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMouseEvent>
+#include <QPixmap>
+#include <QRegularExpression>
+#include <QScrollArea>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+namespace strata::ui {
+
+namespace {
+
+constexpr int kGridThumbPx = 128;
+constexpr int kCompareThumbPx = 256;
+constexpr int kEnlargedPx = 640;
+
+// Small demo samples are scaled up without smoothing so their pixels stay crisp.
+QPixmap scaledImage(const QString& path, int px) {
+  QPixmap image(path);
+  if (image.isNull()) return image;
+  const bool upscale = image.width() < px && image.height() < px;
+  return image.scaled(px, px, Qt::KeepAspectRatio, upscale ? Qt::FastTransformation : Qt::SmoothTransformation);
+}
+
+}  // namespace
+
+// ---- SampleStrip -----------------------------------------------------------
+
+SampleStrip::SampleStrip(QWidget* parent, int thumbPx) : QWidget(parent), thumbPx_(thumbPx) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  title_ = new QLabel(tr("No samples yet"), this);
+  title_->setObjectName("sampleStripTitle");
+  layout->addWidget(title_);
+  auto* holder = new QWidget(this);
+  row_ = new QHBoxLayout(holder);
+  row_->setContentsMargins(0, 0, 0, 0);
+  row_->addStretch(1);
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidget(holder);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setMinimumHeight(thumbPx_ + 50);
+  layout->addWidget(scroll, 1);
+}
+
+void SampleStrip::setSamples(const QVector<SampleInfo>& samples) {
+  for (QLabel* l : labels_) l->deleteLater();
+  labels_.clear();
+  shown_ = samples;
+  if (samples.isEmpty()) {
+    title_->setText(tr("No samples yet"));
+    return;
+  }
+  title_->setText(tr("Samples at step %1 (click to enlarge)").arg(samples.front().step));
+  for (int i = 0; i < samples.size(); ++i) {
+    const SampleInfo& s = samples[i];
+    auto* label = new QLabel(this);
+    label->setObjectName(QString("sampleThumb%1").arg(i));
+    label->setPixmap(scaledImage(s.path, thumbPx_));
+    label->setToolTip(QString("step %1, prompt %2\n%3\n%4").arg(s.step).arg(s.promptIndex).arg(s.prompt, s.path));
+    label->setCursor(Qt::PointingHandCursor);
+    label->setProperty("sampleIndex", i);
+    label->installEventFilter(this);
+    label->setFrameShape(QFrame::StyledPanel);
+    row_->insertWidget(row_->count() - 1, label);
+    labels_ << label;
+  }
+}
+
+bool SampleStrip::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() == QEvent::MouseButtonRelease) {
+    const int i = watched->property("sampleIndex").toInt();
+    if (i >= 0 && i < shown_.size()) {
+      // The browser owns the viewer; find it up the parent chain, else open a plain one.
+      for (QWidget* w = parentWidget(); w; w = w->parentWidget()) {
+        if (auto* browser = qobject_cast<SampleBrowser*>(w)) {
+          browser->showEnlarged(shown_[i]);
+          return true;
+        }
+      }
+      auto* dialog = new QDialog(window());
+      dialog->setObjectName("sampleViewer");
+      dialog->setAttribute(Qt::WA_DeleteOnClose);
+      auto* l = new QLabel(dialog);
+      l->setPixmap(scaledImage(shown_[i].path, kEnlargedPx));
+      (new QVBoxLayout(dialog))->addWidget(l);
+      dialog->show();
+      return true;
+    }
+  }
+  return QWidget::eventFilter(watched, event);
+}
+
+// ---- SampleBrowser ---------------------------------------------------------
+
+SampleBrowser::SampleBrowser(QWidget* parent) : QWidget(parent) {
+  setObjectName("sampleBrowser");
+  tabs_ = new QTabWidget(this);
+  tabs_->setObjectName("sampleTabs");
+
+  latest_ = new SampleStrip(this, 256);
+  latest_->setObjectName("latestSamples");
+  tabs_->addTab(latest_, tr("Latest"));
+
+  grid_ = new QTableWidget(this);
+  grid_->setObjectName("sampleGrid");
+  grid_->setIconSize(QSize(kGridThumbPx, kGridThumbPx));
+  grid_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  grid_->setSelectionMode(QAbstractItemView::SingleSelection);
+  grid_->horizontalHeader()->setDefaultSectionSize(kGridThumbPx + 12);
+  grid_->verticalHeader()->setDefaultSectionSize(kGridThumbPx + 12);
+  grid_->setToolTip(tr("Rows: prompts, columns: steps. Click an image to enlarge it."));
+  connect(grid_, &QTableWidget::cellClicked, this, [this](int row, int column) {
+    const QTableWidgetItem* item = grid_->item(row, column);
+    if (!item) return;
+    const qint64 step = item->data(Qt::UserRole).toLongLong();
+    const int prompt = item->data(Qt::UserRole + 1).toInt();
+    if (bySteps_.contains(step) && bySteps_[step].contains(prompt)) showEnlarged(bySteps_[step][prompt]);
+  });
+  tabs_->addTab(grid_, tr("Grid"));
+
+  auto* comparePage = new QWidget(this);
+  auto* compareLayout = new QVBoxLayout(comparePage);
+  auto* pick = new QHBoxLayout;
+  stepA_ = new QComboBox(comparePage);
+  stepA_->setObjectName("compareStepA");
+  stepB_ = new QComboBox(comparePage);
+  stepB_->setObjectName("compareStepB");
+  pick->addWidget(new QLabel(tr("Compare step"), comparePage));
+  pick->addWidget(stepA_);
+  pick->addWidget(new QLabel(tr("with step"), comparePage));
+  pick->addWidget(stepB_);
+  pick->addStretch(1);
+  compareLayout->addLayout(pick);
+  compare_ = new QTableWidget(comparePage);
+  compare_->setObjectName("compareTable");
+  compare_->setIconSize(QSize(kCompareThumbPx, kCompareThumbPx));
+  compare_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  compare_->horizontalHeader()->setDefaultSectionSize(kCompareThumbPx + 16);
+  compare_->verticalHeader()->setDefaultSectionSize(kCompareThumbPx + 16);
+  compareLayout->addWidget(compare_, 1);
+  connect(stepA_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] { rebuildCompare(); });
+  connect(stepB_, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] { rebuildCompare(); });
+  connect(compare_, &QTableWidget::cellClicked, this, [this](int row, int column) {
+    const QTableWidgetItem* item = compare_->item(row, column);
+    if (!item) return;
+    const qint64 step = item->data(Qt::UserRole).toLongLong();
+    const int prompt = item->data(Qt::UserRole + 1).toInt();
+    if (bySteps_.contains(step) && bySteps_[step].contains(prompt)) showEnlarged(bySteps_[step][prompt]);
+  });
+  tabs_->addTab(comparePage, tr("Compare"));
+
+  status_ = new QLabel(tr("No run folder"), this);
+  status_->setObjectName("sampleStatus");
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(status_);
+  layout->addWidget(tabs_, 1);
+}
+
+bool SampleBrowser::parseFileName(const QString& fileName, qint64* step, int* promptIndex) {
+  const QString base = QFileInfo(fileName).completeBaseName();
+  // Named parts first ("step_250", "prompt_1" / "p1"), then bare numbers in order.
+  static const QRegularExpression stepRe(R"((?:step|s)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
+  static const QRegularExpression promptRe(R"((?:prompt|p)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
+  static const QRegularExpression numberRe(R"((\d+))");
+  QVector<qint64> numbers;
+  for (auto it = numberRe.globalMatch(base); it.hasNext();) numbers << it.next().captured(1).toLongLong();
+  if (numbers.isEmpty()) return false;
+  const auto sm = stepRe.match(base);
+  const auto pm = promptRe.match(base);
+  qint64 s = sm.hasMatch() ? sm.captured(1).toLongLong() : numbers[0];
+  int p = 0;
+  if (pm.hasMatch()) {
+    p = pm.captured(1).toInt();
+  } else {
+    for (qint64 n : numbers)
+      if (n != s) {
+        p = int(n);
+        break;
+      }
+  }
+  if (step) *step = s;
+  if (promptIndex) *promptIndex = p;
+  return true;
+}
+
+void SampleBrowser::setRunDir(const QString& runDir) {
+  runDir_ = runDir;
+  rescan();
+}
+
+void SampleBrowser::rescan() {
+  bySteps_.clear();
+  const QDir dir(QDir(runDir_).filePath("samples"));
+  if (!runDir_.isEmpty() && dir.exists()) {
+    const QStringList files = dir.entryList({"*.png", "*.jpg"}, QDir::Files, QDir::Name);
+    for (const QString& f : files) {
+      SampleInfo s;
+      if (!parseFileName(f, &s.step, &s.promptIndex)) continue;
+      s.path = dir.filePath(f);
+      s.prompt = promptText(s.promptIndex);
+      bySteps_[s.step][s.promptIndex] = s;
+    }
+  }
+  rebuild();
+}
+
+void SampleBrowser::setPrompts(const QStringList& prompts) {
+  prompts_ = prompts;
+  for (auto& step : bySteps_)
+    for (auto& s : step)
+      if (s.prompt.isEmpty()) s.prompt = promptText(s.promptIndex);
+  rebuild();
+}
+
+void SampleBrowser::addSample(const SampleInfo& sample) {
+  SampleInfo s = sample;
+  if (s.prompt.isEmpty()) s.prompt = promptText(s.promptIndex);
+  if (s.promptIndex >= 0 && s.promptIndex < 4096 && !s.prompt.isEmpty()) {
+    while (prompts_.size() <= s.promptIndex) prompts_ << QString();
+    if (prompts_[s.promptIndex].isEmpty()) prompts_[s.promptIndex] = s.prompt;
+  }
+  bySteps_[s.step][s.promptIndex] = s;
+  rebuild();
+}
+
+void SampleBrowser::clear() {
+  bySteps_.clear();
+  runDir_.clear();
+  rebuild();
+}
+
+QVector<SampleInfo> SampleBrowser::samples() const {
+  QVector<SampleInfo> out;
+  for (const auto& step : bySteps_)
+    for (const auto& s : step) out << s;
+  return out;
+}
+
+QVector<SampleInfo> SampleBrowser::latestSamples() const {
+  QVector<SampleInfo> out;
+  if (bySteps_.isEmpty()) return out;
+  for (const auto& s : bySteps_.last()) out << s;
+  return out;
+}
+
+int SampleBrowser::promptCount() const {
+  int n = 0;
+  for (const auto& step : bySteps_)
+    if (!step.isEmpty()) n = std::max(n, step.lastKey() + 1);
+  return n;
+}
+
+QString SampleBrowser::promptText(int index) const {
+  return index >= 0 && index < prompts_.size() ? prompts_[index] : QString();
+}
+
+void SampleBrowser::rebuild() {
+  const int prompts = promptCount();
+  const QList<qint64> stepList = bySteps_.keys();
+  int total = 0;
+  for (const auto& step : bySteps_) total += step.size();
+  status_->setText(total == 0 ? (runDir_.isEmpty() ? tr("No samples yet") : tr("No samples in %1").arg(runDir_))
+                              : tr("%1 samples, %2 steps x %3 prompts%4")
+                                    .arg(total)
+                                    .arg(stepList.size())
+                                    .arg(prompts)
+                                    .arg(runDir_.isEmpty() ? QString() : "   " + runDir_));
+  latest_->setSamples(latestSamples());
+
+  grid_->clear();
+  grid_->setRowCount(prompts);
+  grid_->setColumnCount(stepList.size());
+  for (int c = 0; c < stepList.size(); ++c)
+    grid_->setHorizontalHeaderItem(c, new QTableWidgetItem(tr("step %1").arg(stepList[c])));
+  for (int r = 0; r < prompts; ++r) {
+    QString text = promptText(r);
+    auto* header = new QTableWidgetItem(QString("%1  %2").arg(r).arg(text.left(28)));
+    header->setToolTip(text);
+    grid_->setVerticalHeaderItem(r, header);
+  }
+  for (int c = 0; c < stepList.size(); ++c) {
+    for (const SampleInfo& s : bySteps_[stepList[c]]) {
+      if (s.promptIndex < 0 || s.promptIndex >= prompts) continue;
+      auto* item = new QTableWidgetItem(QIcon(scaledImage(s.path, kGridThumbPx)), QString());
+      item->setData(Qt::UserRole, s.step);
+      item->setData(Qt::UserRole + 1, s.promptIndex);
+      item->setToolTip(QString("step %1, prompt %2: %3").arg(s.step).arg(s.promptIndex).arg(s.prompt));
+      grid_->setItem(s.promptIndex, c, item);
+    }
+  }
+
+  // Keep the chosen steps where they still exist; default to first vs. latest.
+  const qint64 a = stepA_->currentData().isValid() ? stepA_->currentData().toLongLong() : -1;
+  const qint64 b = stepB_->currentData().isValid() ? stepB_->currentData().toLongLong() : -1;
+  const bool hadChoice = stepA_->count() > 0;
+  const qint64 previousLast = stepB_->count() > 0 ? stepB_->itemData(stepB_->count() - 1).toLongLong() : -1;
+  QSignalBlocker blockA(stepA_), blockB(stepB_);
+  stepA_->clear();
+  stepB_->clear();
+  for (qint64 s : stepList) {
+    stepA_->addItem(tr("step %1").arg(s), s);
+    stepB_->addItem(tr("step %1").arg(s), s);
+  }
+  if (!stepList.isEmpty()) {
+    const int ia = hadChoice ? stepA_->findData(a) : 0;
+    // B follows the newest step unless the user picked an older one.
+    const int ib = (hadChoice && b != previousLast) ? stepB_->findData(b) : stepB_->count() - 1;
+    stepA_->setCurrentIndex(ia >= 0 ? ia : 0);
+    stepB_->setCurrentIndex(ib >= 0 ? ib : stepB_->count() - 1);
+  }
+  rebuildCompare();
+  emit samplesChanged();
+}
+
+void SampleBrowser::compare(qint64 stepA, qint64 stepB) {
+  const int ia = stepA_->findData(stepA), ib = stepB_->findData(stepB);
+  if (ia >= 0) stepA_->setCurrentIndex(ia);
+  if (ib >= 0) stepB_->setCurrentIndex(ib);
+  tabs_->setCurrentIndex(2);
+  rebuildCompare();
+}
+
+void SampleBrowser::rebuildCompare() {
+  compare_->clear();
+  const int prompts = promptCount();
+  compare_->setRowCount(prompts);
+  compare_->setColumnCount(2);
+  const qint64 steps[2] = {stepA_->currentData().toLongLong(), stepB_->currentData().toLongLong()};
+  for (int c = 0; c < 2; ++c) compare_->setHorizontalHeaderItem(c, new QTableWidgetItem(tr("step %1").arg(steps[c])));
+  for (int r = 0; r < prompts; ++r) {
+    auto* header = new QTableWidgetItem(QString("%1  %2").arg(r).arg(promptText(r).left(28)));
+    header->setToolTip(promptText(r));
+    compare_->setVerticalHeaderItem(r, header);
+  }
+  if (stepA_->count() == 0) return;
+  for (int c = 0; c < 2; ++c) {
+    if (!bySteps_.contains(steps[c])) continue;
+    for (const SampleInfo& s : bySteps_[steps[c]]) {
+      if (s.promptIndex < 0 || s.promptIndex >= prompts) continue;
+      auto* item = new QTableWidgetItem(QIcon(scaledImage(s.path, kCompareThumbPx)), QString());
+      item->setData(Qt::UserRole, s.step);
+      item->setData(Qt::UserRole + 1, s.promptIndex);
+      compare_->setItem(s.promptIndex, c, item);
+    }
+  }
+}
+
+QWidget* SampleBrowser::showEnlarged(const SampleInfo& sample) {
+  auto* dialog = findChild<QDialog*>("sampleViewer", Qt::FindDirectChildrenOnly);
+  if (!dialog) {
+    dialog = new QDialog(this);
+    dialog->setObjectName("sampleViewer");
+    auto* layout = new QVBoxLayout(dialog);
+    auto* image = new QLabel(dialog);
+    image->setObjectName("sampleViewerImage");
+    image->setAlignment(Qt::AlignCenter);
+    auto* caption = new QLabel(dialog);
+    caption->setObjectName("sampleViewerCaption");
+    caption->setWordWrap(true);
+    layout->addWidget(image, 1);
+    layout->addWidget(caption);
+  }
+  dialog->setWindowTitle(tr("Sample: step %1, prompt %2").arg(sample.step).arg(sample.promptIndex));
+  dialog->findChild<QLabel*>("sampleViewerImage")->setPixmap(scaledImage(sample.path, kEnlargedPx));
+  dialog->findChild<QLabel*>("sampleViewerCaption")
+      ->setText(QString("<b>step %1</b> &nbsp; prompt %2: %3<br><small>%4</small>")
+                    .arg(sample.step)
+                    .arg(sample.promptIndex)
+                    .arg(sample.prompt.toHtmlEscaped(), sample.path.toHtmlEscaped()));
+  dialog->show();
+  dialog->raise();
+  return dialog;
+}
+
+}  // namespace strata::ui

@@ -1,0 +1,100 @@
+#pragma once
+// Plain data the widgets draw. The bridge (ui/CoreAdapters.cpp) fills these from
+// the core's plain structs, so no widget header sees LibTorch or the core.
+#include <QMetaType>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+
+namespace strata::ui {
+
+enum class BlockKind { Stem, Double, Single, Head, Other };
+
+BlockKind blockKindFromString(const QString& kind);
+QString blockKindName(BlockKind kind);
+
+// One placement unit on a device.
+struct BlockView {
+  QString id;  // "transformer_blocks.3", "stem", "head"
+  BlockKind kind = BlockKind::Other;
+  qint64 weightBytes = 0;
+  qint64 adapterBytes = 0;    // LoRA weights (and their gradients when known)
+  int adapterCount = 0;       // LoRA adapters attached to the block
+  qint64 emaBytes = 0;        // EMA shadows
+  qint64 optimizerBytes = 0;  // optimizer state
+  qint64 activationBytes = 0;  // planned activations (planner only)
+};
+
+// A tensor that is not where its block is (audit).
+struct MismatchView {
+  QString path;
+  QString expected;
+  QString actual;
+};
+
+// One device column of the GPU map.
+struct DeviceView {
+  QString label;  // "cuda:0", "cpu"
+  QString name;   // "NVIDIA H200", "simulated 16.0 GB"
+  bool simulated = false;
+  qint64 totalBytes = 0;      // physical memory; 0 = unknown
+  qint64 capBytes = 0;        // per-process cap; 0 = none
+  qint64 allocatedBytes = 0;  // live (run) figures
+  qint64 reservedBytes = 0;
+  qint64 plannedBytes = 0;    // planner's estimate for this device
+  qint64 budgetBytes = 0;     // planner's budget; 0 = unknown
+  qint64 missingBytes = 0;    // planner: over budget by
+  QVector<BlockView> blocks;  // in forward order
+  QVector<MismatchView> mismatches;
+};
+
+struct PlacementView {
+  bool planned = true;  // planner estimate (no weights) vs. live placement
+  QString reason;
+  QString error;        // why no plan could be made (shown instead of the columns)
+  bool fits = true;
+  QVector<DeviceView> devices;
+};
+
+// Live memory of one device (from a step event).
+struct MemoryView {
+  QString device;
+  qint64 allocatedBytes = 0;
+  qint64 reservedBytes = 0;
+  qint64 capBytes = 0;
+};
+
+// One optimizer step for the loss plot.
+struct MetricPoint {
+  qint64 step = 0;
+  double loss = 0.0;
+  double lossSmoothed = 0.0;
+  double lr = 0.0;
+};
+
+// One sample image.
+struct SampleInfo {
+  QString path;
+  qint64 step = 0;
+  int promptIndex = 0;
+  QString prompt;
+};
+
+// A validation problem of the config being edited.
+struct ProblemView {
+  bool error = true;  // false = warning
+  QString key;        // "model.low_vram"
+  int line = 0;       // 1-based YAML line, 0 = unknown
+  int column = 0;
+  QString message;
+  QString hint;
+};
+
+// "15.3 GB", "812 MB": decimal units, like the core's formatBytes.
+QString formatBytes(qint64 bytes);
+
+}  // namespace strata::ui
+
+Q_DECLARE_METATYPE(strata::ui::PlacementView)
+Q_DECLARE_METATYPE(strata::ui::MetricPoint)
+Q_DECLARE_METATYPE(strata::ui::SampleInfo)
