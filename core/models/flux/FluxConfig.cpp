@@ -1,0 +1,302 @@
+#include "models/flux/FluxConfig.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <set>
+
+#include "common/Error.h"
+
+namespace strata::flux {
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Rotary axes when the weights do not say: FLUX's split for head dim 128,
+// otherwise 1/8 for the first axis and the rest halved, all even.
+std::vector<int64_t> defaultAxes(int64_t headDim) {
+  if (headDim == 128) return {16, 56, 56};
+  int64_t a0 = 2 * std::max<int64_t>(1, headDim / 16);
+  const int64_t rest = headDim - a0;
+  const int64_t a1 = 2 * (rest / 4);
+  return {a0, a1, rest - a1};
+}
+
+}  // namespace
+
+void FluxConfig::validate() const {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError("FluxConfig: " + what);
+  };
+  require(patchSize == 1, "patch_size must be 1 (latents are packed 2x2 outside the model), got " +
+                              std::to_string(patchSize));
+  require(inChannels > 0, "in_channels must be positive");
+  require(outChannels > 0, "out_channels must be positive");
+  require(numLayers >= 0 && numSingleLayers >= 0, "num_layers / num_single_layers must be >= 0");
+  require(numLayers + numSingleLayers > 0, "the model needs at least one block");
+  require(attentionHeadDim > 0 && attentionHeadDim % 2 == 0, "attention_head_dim must be even and positive");
+  require(numAttentionHeads > 0, "num_attention_heads must be positive");
+  require(jointAttentionDim > 0, "joint_attention_dim must be positive");
+  require(pooledProjectionDim > 0, "pooled_projection_dim must be positive");
+  require(mlpRatio > 0, "mlp ratio must be positive");
+  require(!axesDimsRope.empty(), "axes_dims_rope is empty");
+  int64_t sum = 0;
+  for (auto a : axesDimsRope) {
+    require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive");
+    sum += a;
+  }
+  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " +
+                                       std::to_string(sum) + ", attention_head_dim is " +
+                                       std::to_string(attentionHeadDim));
+}
+
+FluxConfig FluxConfig::fluxDev() { return FluxConfig{}; }
+
+FluxConfig FluxConfig::tiny() {
+  FluxConfig c;
+  c.inChannels = 64;
+  c.outChannels = 64;
+  c.numLayers = 2;
+  c.numSingleLayers = 4;
+  c.attentionHeadDim = 32;
+  c.numAttentionHeads = 4;
+  c.jointAttentionDim = 64;
+  c.pooledProjectionDim = 32;
+  c.guidanceEmbeds = true;
+  c.axesDimsRope = {8, 12, 12};
+  return c;
+}
+
+FluxConfig FluxConfig::preset(const std::string& name) {
+  if (name == "flux-dev" || name == "flux1-dev" || name == "dev") return fluxDev();
+  if (name == "tiny") return tiny();
+  throw ConfigError("FluxConfig: unknown preset '" + name + "' (known: flux-dev, tiny)");
+}
+
+FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("FluxConfig: diffusers config is not a JSON object");
+  FluxConfig c;
+  c.guidanceEmbeds = false;  // diffusers' default; FLUX.1-dev's config sets it
+  auto get = [&](const char* key, auto& field) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    try {
+      it->get_to(field);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("FluxConfig: diffusers config key '") + key + "': " + e.what());
+    }
+    return true;
+  };
+  get("patch_size", c.patchSize);
+  get("in_channels", c.inChannels);
+  if (!get("out_channels", c.outChannels)) c.outChannels = c.inChannels;
+  get("num_layers", c.numLayers);
+  get("num_single_layers", c.numSingleLayers);
+  get("attention_head_dim", c.attentionHeadDim);
+  get("num_attention_heads", c.numAttentionHeads);
+  get("joint_attention_dim", c.jointAttentionDim);
+  get("pooled_projection_dim", c.pooledProjectionDim);
+  get("guidance_embeds", c.guidanceEmbeds);
+  get("axes_dims_rope", c.axesDimsRope);
+  c.validate();
+  return c;
+}
+
+FluxConfig FluxConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("FluxConfig: cannot open " + path.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw IoError("FluxConfig: " + path.string() + " is not valid JSON: " + e.what());
+  }
+  try {
+    return fromDiffusersJson(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path.string() + ": " + e.what());
+  }
+}
+
+nlohmann::json FluxConfig::toDiffusersJson() const {
+  nlohmann::json j;
+  j["_class_name"] = "FluxTransformer2DModel";
+  j["patch_size"] = patchSize;
+  j["in_channels"] = inChannels;
+  j["out_channels"] = outChannels;
+  j["num_layers"] = numLayers;
+  j["num_single_layers"] = numSingleLayers;
+  j["attention_head_dim"] = attentionHeadDim;
+  j["num_attention_heads"] = numAttentionHeads;
+  j["joint_attention_dim"] = jointAttentionDim;
+  j["pooled_projection_dim"] = pooledProjectionDim;
+  j["guidance_embeds"] = guidanceEmbeds;
+  j["axes_dims_rope"] = axesDimsRope;
+  return j;
+}
+
+FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                  const std::vector<int64_t>& axesDimsRope) {
+  const bool bfl = shapes.count("img_in.weight") > 0 || shapes.count("double_blocks.0.img_attn.qkv.weight") > 0;
+  auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
+    auto it = shapes.find(key);
+    if (it == shapes.end())
+      throw LoadError("FluxConfig: the checkpoint has no '" + key + "' (needed to detect the architecture)");
+    if (it->second.size() != rank)
+      throw LoadError("FluxConfig: '" + key + "' has shape " + shapeText(it->second) + ", expected rank " +
+                      std::to_string(rank));
+    return it->second;
+  };
+  // Highest block index + 1 from keys "<prefix>.<N>.".
+  auto countBlocks = [&](const std::string& prefix) {
+    const std::regex re("^" + prefix + "\\.([0-9]+)\\.");
+    int64_t n = 0;
+    std::smatch m;
+    for (const auto& [key, _] : shapes)
+      if (std::regex_search(key, m, re)) n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
+    return n;
+  };
+
+  FluxConfig c;
+  if (bfl) {
+    const auto& xIn = shapeOf("img_in.weight", 2);
+    c.inChannels = xIn[1];
+    const int64_t hidden = xIn[0];
+    c.outChannels = shapeOf("final_layer.linear.weight", 2)[0];
+    c.jointAttentionDim = shapeOf("txt_in.weight", 2)[1];
+    c.pooledProjectionDim = shapeOf("vector_in.in_layer.weight", 2)[1];
+    c.guidanceEmbeds = shapes.count("guidance_in.in_layer.weight") > 0;
+    c.numLayers = countBlocks("double_blocks");
+    c.numSingleLayers = countBlocks("single_blocks");
+    const std::string normKey = c.numLayers > 0 ? "double_blocks.0.img_attn.norm.query_norm.scale"
+                                                : "single_blocks.0.norm.query_norm.scale";
+    c.attentionHeadDim = shapeOf(normKey, 1)[0];
+    c.numAttentionHeads = hidden / c.attentionHeadDim;
+    const int64_t mlp = c.numLayers > 0 ? shapeOf("double_blocks.0.img_mlp.0.weight", 2)[0]
+                                        : shapeOf("single_blocks.0.linear1.weight", 2)[0] - 3 * hidden;
+    c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
+  } else {
+    const auto& xIn = shapeOf("x_embedder.weight", 2);
+    c.inChannels = xIn[1];
+    const int64_t hidden = xIn[0];
+    c.outChannels = shapeOf("proj_out.weight", 2)[0];
+    c.jointAttentionDim = shapeOf("context_embedder.weight", 2)[1];
+    c.pooledProjectionDim = shapeOf("time_text_embed.text_embedder.linear_1.weight", 2)[1];
+    c.guidanceEmbeds = shapes.count("time_text_embed.guidance_embedder.linear_1.weight") > 0;
+    c.numLayers = countBlocks("transformer_blocks");
+    c.numSingleLayers = countBlocks("single_transformer_blocks");
+    const std::string normKey = c.numLayers > 0 ? "transformer_blocks.0.attn.norm_q.weight"
+                                                : "single_transformer_blocks.0.attn.norm_q.weight";
+    c.attentionHeadDim = shapeOf(normKey, 1)[0];
+    c.numAttentionHeads = hidden / c.attentionHeadDim;
+    const int64_t mlp = c.numLayers > 0 ? shapeOf("transformer_blocks.0.ff.net.0.proj.weight", 2)[0]
+                                        : shapeOf("single_transformer_blocks.0.proj_mlp.weight", 2)[0];
+    c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
+  }
+  if (c.attentionHeadDim <= 0 || c.hiddenSize() != c.numAttentionHeads * c.attentionHeadDim)
+    throw LoadError("FluxConfig: hidden size is not a multiple of the head dim " +
+                    std::to_string(c.attentionHeadDim));
+  c.axesDimsRope = axesDimsRope.empty() ? defaultAxes(c.attentionHeadDim) : axesDimsRope;
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw LoadError(std::string("detected architecture is not valid: ") + e.what());
+  }
+  return c;
+}
+
+// FluxConfig::fromCheckpoint lives in FluxCheckpoint.cpp, next to the header reader.
+
+bool FluxConfig::operator==(const FluxConfig& o) const {
+  return patchSize == o.patchSize && inChannels == o.inChannels && outChannels == o.outChannels &&
+         numLayers == o.numLayers && numSingleLayers == o.numSingleLayers &&
+         attentionHeadDim == o.attentionHeadDim && numAttentionHeads == o.numAttentionHeads &&
+         jointAttentionDim == o.jointAttentionDim && pooledProjectionDim == o.pooledProjectionDim &&
+         guidanceEmbeds == o.guidanceEmbeds && axesDimsRope == o.axesDimsRope && ropeTheta == o.ropeTheta &&
+         mlpRatio == o.mlpRatio;
+}
+
+// ---- parameter plan ----------------------------------------------------------
+
+int64_t FluxParamPlan::totalParams() const {
+  int64_t n = stem.paramCount + head.paramCount;
+  for (const auto& b : blocks) n += b.paramCount;
+  return n;
+}
+
+namespace {
+
+struct PlanBuilder {
+  FluxBlockParams b;
+  void linear(const std::string& path, int64_t in, int64_t out, bool bias = true) {
+    b.linears.push_back({path, in, out, bias});
+    b.paramCount += in * out + (bias ? out : 0);
+  }
+  void vector(int64_t n) { b.paramCount += n; }
+};
+
+}  // namespace
+
+FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
+  cfg.validate();
+  const int64_t d = cfg.hiddenSize();
+  const int64_t mlp = cfg.mlpHiddenSize();
+  const int64_t hd = cfg.attentionHeadDim;
+  const int64_t tc = FluxConfig::kTimestepChannels;
+  FluxParamPlan plan;
+
+  PlanBuilder stem{{"stem", "stem", 0, {}}};
+  stem.linear("x_embedder", cfg.inChannels, d);
+  stem.linear("context_embedder", cfg.jointAttentionDim, d);
+  stem.linear("time_text_embed.timestep_embedder.linear_1", tc, d);
+  stem.linear("time_text_embed.timestep_embedder.linear_2", d, d);
+  if (cfg.guidanceEmbeds) {
+    stem.linear("time_text_embed.guidance_embedder.linear_1", tc, d);
+    stem.linear("time_text_embed.guidance_embedder.linear_2", d, d);
+  }
+  stem.linear("time_text_embed.text_embedder.linear_1", cfg.pooledProjectionDim, d);
+  stem.linear("time_text_embed.text_embedder.linear_2", d, d);
+  plan.stem = std::move(stem.b);
+
+  for (int64_t i = 0; i < cfg.numLayers; ++i) {
+    const std::string p = "transformer_blocks." + std::to_string(i) + ".";
+    PlanBuilder b{{p.substr(0, p.size() - 1), "double", 0, {}}};
+    b.linear(p + "norm1.linear", d, 6 * d);
+    b.linear(p + "norm1_context.linear", d, 6 * d);
+    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v"}) b.linear(p + n, d, d);
+    for (const char* n : {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}) b.linear(p + n, d, d);
+    b.vector(4 * hd);  // norm_q, norm_k, norm_added_q, norm_added_k
+    b.linear(p + "attn.to_out.0", d, d);
+    b.linear(p + "attn.to_add_out", d, d);
+    b.linear(p + "ff.net.0.proj", d, mlp);
+    b.linear(p + "ff.net.2", mlp, d);
+    b.linear(p + "ff_context.net.0.proj", d, mlp);
+    b.linear(p + "ff_context.net.2", mlp, d);
+    plan.blocks.push_back(std::move(b.b));
+  }
+  for (int64_t i = 0; i < cfg.numSingleLayers; ++i) {
+    const std::string p = "single_transformer_blocks." + std::to_string(i) + ".";
+    PlanBuilder b{{p.substr(0, p.size() - 1), "single", 0, {}}};
+    b.linear(p + "norm.linear", d, 3 * d);
+    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v"}) b.linear(p + n, d, d);
+    b.vector(2 * hd);  // norm_q, norm_k
+    b.linear(p + "proj_mlp", d, mlp);
+    b.linear(p + "proj_out", d + mlp, d);
+    plan.blocks.push_back(std::move(b.b));
+  }
+
+  PlanBuilder head{{"head", "head", 0, {}}};
+  head.linear("norm_out.linear", d, 2 * d);
+  head.linear("proj_out", d, cfg.outChannels);
+  plan.head = std::move(head.b);
+  return plan;
+}
+
+}  // namespace strata::flux

@@ -1,0 +1,95 @@
+#pragma once
+// FluxConfig: the shape of a FLUX transformer (diffusers FluxTransformer2DModel).
+// Comes from a diffusers config.json, from a checkpoint's tensor shapes (header
+// only, no tensor data) or from a preset; the parameter plan below gives the
+// placement planner per-block sizes without building the model.
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace strata::flux {
+
+struct FluxConfig {
+  int64_t patchSize = 1;             // patch_size (diffusers keeps 1: packing is done outside)
+  int64_t inChannels = 64;           // in_channels: packed latent channels (16 x 2 x 2)
+  int64_t outChannels = 64;          // out_channels (diffusers: null = in_channels)
+  int64_t numLayers = 19;            // num_layers: double blocks
+  int64_t numSingleLayers = 38;      // num_single_layers
+  int64_t attentionHeadDim = 128;    // attention_head_dim
+  int64_t numAttentionHeads = 24;    // num_attention_heads
+  int64_t jointAttentionDim = 4096;  // joint_attention_dim (T5 width)
+  int64_t pooledProjectionDim = 768; // pooled_projection_dim (CLIP pooled width)
+  bool guidanceEmbeds = true;        // guidance_embeds (dev: true, schnell: false)
+  std::vector<int64_t> axesDimsRope{16, 56, 56};  // axes_dims_rope, sums to attentionHeadDim
+  double ropeTheta = 10000.0;
+  double mlpRatio = 4.0;
+
+  static constexpr int64_t kTimestepChannels = 256;  // sinusoidal embedding width
+  static constexpr double kNormEps = 1e-6;           // LayerNorm and RMSNorm eps
+
+  int64_t hiddenSize() const { return numAttentionHeads * attentionHeadDim; }
+  int64_t mlpHiddenSize() const { return static_cast<int64_t>(hiddenSize() * mlpRatio); }
+  int64_t latentChannels() const { return inChannels / 4; }  // before 2x2 packing
+
+  // Throws ConfigError naming the field when the shape is inconsistent.
+  void validate() const;
+
+  // Presets: "flux-dev" (FLUX.1-dev, ~11.9 B parameters) and "tiny" (a few M
+  // parameters, same structure, for demos and CPU tests).
+  static FluxConfig fluxDev();
+  static FluxConfig tiny();
+  static FluxConfig preset(const std::string& name);  // throws ConfigError on an unknown name
+
+  // From a diffusers config.json object; absent keys take diffusers' defaults.
+  static FluxConfig fromDiffusersJson(const nlohmann::json& j);
+  static FluxConfig fromDiffusersJsonFile(const std::filesystem::path& path);
+  // diffusers config.json object for this config (round-trips with fromDiffusersJson).
+  nlohmann::json toDiffusersJson() const;
+
+  // From tensor names and shapes, diffusers or BFL naming (detected). The rotary
+  // axes are not in the weights: `axesDimsRope` if given, else (16, 56, 56) for
+  // head dim 128, else an even split. Throws LoadError naming a missing key.
+  static FluxConfig fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
+                               const std::vector<int64_t>& axesDimsRope = {});
+  // From a checkpoint on disk (diffusers folder, one diffusers file, one BFL
+  // file); reads only the safetensors headers (and config.json when present).
+  static FluxConfig fromCheckpoint(const std::filesystem::path& path,
+                                   const std::vector<int64_t>& axesDimsRope = {});
+
+  bool operator==(const FluxConfig& o) const;
+  bool operator!=(const FluxConfig& o) const { return !(*this == o); }
+};
+
+// One Linear of the model, by its diffusers module path.
+struct FluxLinearShape {
+  std::string path;  // "transformer_blocks.0.attn.to_q"
+  int64_t inFeatures = 0;
+  int64_t outFeatures = 0;
+  bool bias = true;
+};
+
+// One placement unit's parameters: "stem", "transformer_blocks.N",
+// "single_transformer_blocks.N" or "head" (ids equal nn::BlockSlot::id).
+struct FluxBlockParams {
+  std::string id;
+  std::string kind;  // "stem", "double", "single", "head"
+  int64_t paramCount = 0;
+  std::vector<FluxLinearShape> linears;  // every Linear in it, forward order
+};
+
+struct FluxParamPlan {
+  FluxBlockParams stem;
+  std::vector<FluxBlockParams> blocks;  // double blocks, then single blocks
+  FluxBlockParams head;
+  int64_t totalParams() const;
+};
+
+// Per-block parameter counts and Linear shapes from the config alone (pure; no
+// model is built). Equals the built model's named_parameters() exactly.
+FluxParamPlan fluxParamPlan(const FluxConfig& cfg);
+
+}  // namespace strata::flux
