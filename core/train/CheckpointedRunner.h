@@ -1,0 +1,36 @@
+#pragma once
+// Activation checkpointing per block, as a BlockRunner decorator. LibTorch's C++
+// API has no torch.utils.checkpoint, so this is a custom autograd Function: the
+// forward runs the block (through the wrapped runner, e.g. Placement's relay)
+// without recording a graph and saves only the block's input tensors; the
+// backward runs the block again with grad enabled and backpropagates through it
+// re-entrantly, which accumulates the gradients of every trainable tensor the
+// block used (LoRA adapters are not children of the block and need no listing)
+// and returns the gradients of the inputs. RNG states (CPU and the block's CUDA
+// device) are restored for the recompute, so dropout draws the same masks.
+#include "nn/Block.h"
+
+namespace strata::train {
+
+class CheckpointedRunner final : public nn::BlockRunner {
+ public:
+  // `inner` must outlive this runner and every graph built through it.
+  explicit CheckpointedRunner(nn::BlockRunner& inner);
+
+  // Without grad mode (sampling) the block simply runs through `inner`.
+  nn::BlockIO run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) override;
+  nn::BlockIO toHead(const nn::BlockIO& io) override { return inner_.toHead(io); }
+
+  // How many blocks have been recomputed in backward passes so far (tests).
+  int64_t recomputeCount() const { return recomputes_; }
+
+ private:
+  nn::BlockRunner& inner_;
+  // A leaf that requires grad: it puts the Function in the graph even when no
+  // block input requires grad (the first block's input comes from a frozen stem).
+  at::Tensor anchor_;
+  int64_t recomputes_ = 0;
+  friend struct CheckpointFunction;
+};
+
+}  // namespace strata::train
