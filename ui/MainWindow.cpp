@@ -1,0 +1,637 @@
+#include "ui/MainWindow.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCheckBox>
+#include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDir>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolBar>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "config/RunConfig.h"
+#include "ui/ConfigEditor.h"
+#include "ui/GpuMapView.h"
+#include "ui/LossPlot.h"
+#include "ui/PlanBackend.h"
+#include "ui/SampleBrowser.h"
+
+// Resources of a static library are registered by hand, outside any namespace.
+static void initStrataResources() { Q_INIT_RESOURCE(strata); }
+
+namespace strata::ui {
+
+namespace {
+const char* kRecentConfigs = "recent/configs";
+const char* kRecentRuns = "recent/runs";
+
+QString stateText(TrainerBridge::State s) {
+  switch (s) {
+    case TrainerBridge::State::Idle: return QObject::tr("idle");
+    case TrainerBridge::State::Running: return QObject::tr("training");
+    case TrainerBridge::State::Paused: return QObject::tr("paused");
+    case TrainerBridge::State::Stopping: return QObject::tr("stopping (saving a checkpoint)");
+    case TrainerBridge::State::Exporting: return QObject::tr("exporting");
+  }
+  return QString();
+}
+
+QString formatEta(double seconds) {
+  if (seconds <= 0) return QString();
+  const int s = int(seconds + 0.5);
+  if (s >= 3600) return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
+  if (s >= 60) return QString("%1 min %2 s").arg(s / 60).arg(s % 60);
+  return QString("%1 s").arg(s);
+}
+}  // namespace
+
+MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
+    : QMainWindow(parent),
+      settings_(settingsPath.isEmpty() ? std::make_unique<QSettings>("Strata", "strata")
+                                       : std::make_unique<QSettings>(settingsPath, QSettings::IniFormat)) {
+  initStrataResources();
+  setObjectName("mainWindow");
+  QFile qss(":/strata/strata.qss");
+  if (qss.open(QIODevice::ReadOnly)) setStyleSheet(QString::fromUtf8(qss.readAll()));
+
+  bridge_ = new TrainerBridge(this);
+  tabs_ = new QTabWidget(this);
+  tabs_->setObjectName("mainTabs");
+  tabs_->setDocumentMode(true);
+  setCentralWidget(tabs_);
+
+  buildActions();
+  buildSetupTab();
+  buildRunTab();
+  samples_ = new SampleBrowser(this);
+  tabs_->addTab(samples_, tr("Samples"));
+  buildMenus();
+
+  deviceLabel_ = new QLabel(deviceSummary(), this);
+  deviceLabel_->setObjectName("deviceSummary");
+  deviceLabel_->setToolTip(tr("Compute devices of this machine"));
+  stateLabel_ = new QLabel(this);
+  stateLabel_->setObjectName("runStateLabel");
+  statusBar()->addWidget(deviceLabel_, 1);
+  statusBar()->addPermanentWidget(stateLabel_);
+
+  connectBridge();
+  connect(editor_, &ConfigEditor::validityChanged, this, &MainWindow::updateRunControls);
+  connect(editor_, &ConfigEditor::problemsChanged, this, &MainWindow::updateRunControls);
+  connect(editor_, &ConfigEditor::configChanged, this, [this] { replanTimer_->start(); });
+  connect(editor_, &ConfigEditor::filePathChanged, this, &MainWindow::updateTitle);
+  restoreState();
+  updateRunControls();
+  updateTitle();
+  replan();
+}
+
+MainWindow::~MainWindow() = default;
+
+// ---- construction -----------------------------------------------------------
+
+void MainWindow::buildActions() {
+  auto* st = style();
+  startAction_ = new QAction(st->standardIcon(QStyle::SP_MediaPlay), tr("&Start"), this);
+  startAction_->setObjectName("startAction");
+  startAction_->setShortcut(QKeySequence("Ctrl+R"));
+  connect(startAction_, &QAction::triggered, this, &MainWindow::startRun);
+  pauseAction_ = new QAction(st->standardIcon(QStyle::SP_MediaPause), tr("&Pause"), this);
+  pauseAction_->setObjectName("pauseAction");
+  connect(pauseAction_, &QAction::triggered, this, &MainWindow::togglePause);
+  stopAction_ = new QAction(st->standardIcon(QStyle::SP_MediaStop), tr("S&top"), this);
+  stopAction_->setObjectName("stopAction");
+  connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
+  sampleAction_ = new QAction(tr("Sample &now"), this);
+  sampleAction_->setObjectName("sampleNowAction");
+  connect(sampleAction_, &QAction::triggered, bridge_, &TrainerBridge::sampleNow);
+  saveNowAction_ = new QAction(st->standardIcon(QStyle::SP_DialogSaveButton), tr("Save &checkpoint now"), this);
+  saveNowAction_->setObjectName("saveNowAction");
+  connect(saveNowAction_, &QAction::triggered, bridge_, &TrainerBridge::saveNow);
+  exportAction_ = new QAction(tr("&Export LoRA..."), this);
+  exportAction_->setObjectName("exportAction");
+  connect(exportAction_, &QAction::triggered, this, &MainWindow::showExportDialog);
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->setObjectName("fileMenu");
+  QAction* a = file->addAction(tr("&New config"), this, [this] { editor_->newConfig(); });
+  a->setObjectName("newConfigAction");
+  a->setShortcut(QKeySequence::New);
+  a = file->addAction(tr("&Open config..."), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open run config"), QString(),
+                                                      tr("YAML (*.yaml *.yml);;All files (*)"));
+    if (!path.isEmpty()) openConfig(path);
+  });
+  a->setObjectName("openConfigAction");
+  a->setShortcut(QKeySequence::Open);
+  recentConfigMenu_ = file->addMenu(tr("Recent configs"));
+  recentConfigMenu_->setObjectName("recentConfigMenu");
+  a = file->addAction(tr("&Save config"), this, [this] {
+    if (editor_->filePath().isEmpty()) {
+      const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), "run.yaml", tr("YAML (*.yaml)"));
+      if (!path.isEmpty()) saveConfig(path);
+    } else {
+      saveConfig(editor_->filePath());
+    }
+  });
+  a->setObjectName("saveConfigAction");
+  a->setShortcut(QKeySequence::Save);
+  a = file->addAction(tr("Save config &as..."), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), editor_->filePath(),
+                                                      tr("YAML (*.yaml)"));
+    if (!path.isEmpty()) saveConfig(path);
+  });
+  a->setObjectName("saveConfigAsAction");
+  a = file->addAction(tr("&Import ai-toolkit job..."), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Import an ai-toolkit job file"), QString(),
+                                                      tr("YAML (*.yaml *.yml);;All files (*)"));
+    if (!path.isEmpty()) importAiToolkit(path);
+  });
+  a->setObjectName("importAiToolkitAction");
+  file->addSeparator();
+  a = file->addAction(tr("Open run &folder..."), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a run folder"), lastRunDir_);
+    if (!dir.isEmpty()) openRunFolder(dir);
+  });
+  a->setObjectName("openRunFolderAction");
+  recentRunMenu_ = file->addMenu(tr("Recent run folders"));
+  recentRunMenu_->setObjectName("recentRunMenu");
+  file->addSeparator();
+  a = file->addAction(tr("&Quit"), this, &QWidget::close);
+  a->setObjectName("quitAction");
+  a->setShortcut(QKeySequence::Quit);
+
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  run->setObjectName("runMenu");
+  run->addAction(startAction_);
+  run->addAction(pauseAction_);
+  run->addAction(stopAction_);
+  run->addSeparator();
+  run->addAction(sampleAction_);
+  run->addAction(saveNowAction_);
+  run->addSeparator();
+  a = run->addAction(tr("&Resume run from folder..."), this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Resume a run"), lastRunDir_);
+    if (!dir.isEmpty()) resumeRunFolder(dir);
+  });
+  a->setObjectName("resumeRunAction");
+  run->addAction(exportAction_);
+  rebuildRecentMenus();
+}
+
+void MainWindow::buildSetupTab() {
+  editor_ = new ConfigEditor(this);
+  auto* right = new QWidget(this);
+  right->setObjectName("planPanel");
+  auto* rl = new QVBoxLayout(right);
+  rl->setContentsMargins(6, 0, 0, 0);
+  auto* specRow = new QHBoxLayout;
+  auto* specLabel = new QLabel(tr("Plan for devices:"), right);
+  deviceSpec_ = new QLineEdit(right);
+  deviceSpec_->setObjectName("deviceSpec");
+  deviceSpec_->setPlaceholderText(tr("this machine (or e.g. 4x16GB, 24GB,16GB, cpu,2x80GB)"));
+  deviceSpec_->setToolTip(tr("Simulated devices to plan for: see the split before you have the cards. "
+                             "Empty = the devices of this machine."));
+  deviceSpec_->setClearButtonEnabled(true);
+  specRow->addWidget(specLabel);
+  specRow->addWidget(deviceSpec_, 1);
+  rl->addLayout(specRow);
+  plannedMap_ = new GpuMapView(right);
+  plannedMap_->setObjectName("plannedMap");
+  rl->addWidget(plannedMap_, 1);
+  replanTimer_ = new QTimer(this);
+  replanTimer_->setSingleShot(true);
+  replanTimer_->setInterval(200);
+  connect(replanTimer_, &QTimer::timeout, this, &MainWindow::replan);
+  connect(deviceSpec_, &QLineEdit::textChanged, this, [this] { replanTimer_->start(); });
+
+  auto* startRow = new QHBoxLayout;
+  startButton_ = new QPushButton(style()->standardIcon(QStyle::SP_MediaPlay), tr("Start training"), this);
+  startButton_->setObjectName("startButton");
+  startButton_->setMinimumHeight(34);
+  connect(startButton_, &QPushButton::clicked, this, &MainWindow::startRun);
+  startRow->addStretch(1);
+  startRow->addWidget(startButton_);
+  rl->addLayout(startRow);
+
+  setupSplit_ = new QSplitter(Qt::Horizontal, this);
+  setupSplit_->setObjectName("setupSplitter");
+  setupSplit_->addWidget(editor_);
+  setupSplit_->addWidget(right);
+  setupSplit_->setStretchFactor(0, 3);
+  setupSplit_->setStretchFactor(1, 2);
+  tabs_->addTab(setupSplit_, tr("Setup"));
+}
+
+void MainWindow::buildRunTab() {
+  auto* page = new QWidget(this);
+  page->setObjectName("runPage");
+  auto* layout = new QVBoxLayout(page);
+
+  auto* controls = new QHBoxLayout;
+  auto makeButton = [&](const QString& name, QAction* action) {
+    auto* b = new QPushButton(action->icon(), action->text().remove('&'), page);
+    b->setObjectName(name);
+    connect(b, &QPushButton::clicked, action, &QAction::trigger);
+    controls->addWidget(b);
+    return b;
+  };
+  pauseButton_ = makeButton("pauseButton", pauseAction_);
+  stopButton_ = makeButton("stopButton", stopAction_);
+  sampleButton_ = makeButton("sampleNowButton", sampleAction_);
+  saveButton_ = makeButton("saveNowButton", saveNowAction_);
+  exportButton_ = makeButton("exportButton", exportAction_);
+  controls->addSpacing(12);
+  progress_ = new QProgressBar(page);
+  progress_->setObjectName("runProgress");
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  progress_->setFormat(tr("step %v / %m"));
+  controls->addWidget(progress_, 1);
+  layout->addLayout(controls);
+  runStatus_ = new QLabel(tr("No run yet: set up a config and press Start."), page);
+  runStatus_->setObjectName("runStatus");
+  runStatus_->setWordWrap(true);
+  layout->addWidget(runStatus_);
+
+  lossPlot_ = new LossPlot(page);
+  liveMap_ = new GpuMapView(page);
+  liveMap_->setObjectName("liveMap");
+  latestStrip_ = new SampleStrip(page, 128);
+  latestStrip_->setObjectName("runLatestSamples");
+  runBottomSplit_ = new QSplitter(Qt::Horizontal, page);
+  runBottomSplit_->setObjectName("runBottomSplitter");
+  runBottomSplit_->addWidget(liveMap_);
+  runBottomSplit_->addWidget(latestStrip_);
+  runBottomSplit_->setStretchFactor(0, 3);
+  runBottomSplit_->setStretchFactor(1, 2);
+  runSplit_ = new QSplitter(Qt::Vertical, page);
+  runSplit_->setObjectName("runSplitter");
+  runSplit_->addWidget(lossPlot_);
+  runSplit_->addWidget(runBottomSplit_);
+  runSplit_->setStretchFactor(0, 1);
+  runSplit_->setStretchFactor(1, 1);
+  layout->addWidget(runSplit_, 1);
+  tabs_->addTab(page, tr("Run"));
+}
+
+void MainWindow::connectBridge() {
+  connect(bridge_, &TrainerBridge::stateChanged, this, &MainWindow::updateRunControls);
+  connect(bridge_, &TrainerBridge::started, this,
+          [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
+            lastRunDir_ = runDir;
+            addRecent(kRecentRuns, runDir);
+            if (!resumed) lossPlot_->clear();
+            QStringList prompts;
+            for (const std::string& p : editor_->config().sample.prompts) prompts << QString::fromStdString(p);
+            samples_->setPrompts(prompts);
+            samples_->setRunDir(runDir);
+            latestStrip_->setSamples(samples_->latestSamples());
+            progress_->setRange(0, int(std::max<qint64>(1, totalSteps)));
+            progress_->setValue(int(startStep));
+            runStatus_->setText(tr("%1 run in %2 (step %3 of %4)")
+                                    .arg(resumed ? tr("Resumed") : tr("Started"), runDir)
+                                    .arg(startStep)
+                                    .arg(totalSteps));
+            tabs_->setCurrentIndex(1);
+          });
+  connect(bridge_, &TrainerBridge::metricsReady, lossPlot_, &LossPlot::appendPoints);
+  connect(bridge_, &TrainerBridge::progress, this,
+          [this](qint64 step, qint64 total, double stepTimeMs, double etaSeconds) {
+            progress_->setRange(0, int(std::max<qint64>(1, total)));
+            progress_->setValue(int(step));
+            runStatus_->setText(tr("Training in %1: step %2 of %3, %4 ms/step%5")
+                                    .arg(lastRunDir_)
+                                    .arg(step)
+                                    .arg(total)
+                                    .arg(stepTimeMs, 0, 'f', 0)
+                                    .arg(etaSeconds > 0 ? tr(", %1 left").arg(formatEta(etaSeconds)) : QString()));
+          });
+  connect(bridge_, &TrainerBridge::memoryUpdated, liveMap_, &GpuMapView::updateMemory);
+  connect(bridge_, &TrainerBridge::placementChanged, liveMap_, &GpuMapView::setPlacement);
+  connect(bridge_, &TrainerBridge::sampleReady, this, [this](const SampleInfo& s) {
+    samples_->addSample(s);
+    latestStrip_->setSamples(samples_->latestSamples());
+  });
+  connect(bridge_, &TrainerBridge::checkpointSaved, this, [this](const QString& path, qint64 step) {
+    statusBar()->showMessage(tr("Checkpoint of step %1 saved: %2").arg(step).arg(path), 8000);
+  });
+  connect(bridge_, &TrainerBridge::loraExported, this, [this](const QString& path, const QString& format) {
+    statusBar()->showMessage(tr("LoRA (%1) written: %2").arg(format, path), 8000);
+  });
+  connect(bridge_, &TrainerBridge::warning, this,
+          [this](const QString& m) { statusBar()->showMessage(tr("Warning: %1").arg(m), 10000); });
+  connect(bridge_, &TrainerBridge::paused, this,
+          [this](qint64 step) { runStatus_->setText(tr("Paused at step %1.").arg(step)); });
+  connect(bridge_, &TrainerBridge::stopped, this, [this](qint64 step, const QString& checkpoint) {
+    runStatus_->setText(tr("Stopped at step %1; checkpoint kept: %2. Resume it from Run > Resume, or export the "
+                           "LoRA.")
+                            .arg(step)
+                            .arg(checkpoint.isEmpty() ? tr("(none)") : checkpoint));
+  });
+  connect(bridge_, &TrainerBridge::finished, this,
+          [this](qint64 step, double finalLoss, const QStringList& exports) {
+            progress_->setValue(progress_->maximum());
+            runStatus_->setText(tr("Finished at step %1, final loss %2.%3")
+                                    .arg(step)
+                                    .arg(finalLoss, 0, 'f', 4)
+                                    .arg(exports.isEmpty() ? QString() : tr(" LoRA: %1").arg(exports.join(", "))));
+          });
+  connect(bridge_, &TrainerBridge::failed, this,
+          [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
+            QString text = message;
+            if (step > 0) text += tr("\n\nFailed at step %1.").arg(step);
+            if (!lastCheckpoint.isEmpty()) text += tr("\nLast good checkpoint: %1").arg(lastCheckpoint);
+            runStatus_->setText(tr("The run failed: %1").arg(message.section('\n', 0, 0)));
+            showError(tr("Training failed"), text);
+          });
+  connect(bridge_, &TrainerBridge::exportFinished, this,
+          [this](bool ok, const QString& message, const QStringList& files) {
+            if (!ok) {
+              showError(tr("Export failed"), message);
+              return;
+            }
+            runStatus_->setText(tr("Exported %1 file(s): %2").arg(files.size()).arg(files.join(", ")));
+            statusBar()->showMessage(tr("LoRA exported: %1").arg(files.join(", ")), 10000);
+          });
+}
+
+// ---- files ---------------------------------------------------------------------
+
+bool MainWindow::openConfig(const QString& path) {
+  QString error;
+  if (!editor_->loadFile(path, &error)) {
+    showError(tr("Cannot open config"), error);
+    return false;
+  }
+  addRecent(kRecentConfigs, QFileInfo(path).absoluteFilePath());
+  tabs_->setCurrentIndex(0);
+  replan();
+  return true;
+}
+
+bool MainWindow::saveConfig(const QString& path) {
+  QString error;
+  if (!editor_->saveFile(path, &error)) {
+    showError(tr("Cannot save config"), error);
+    return false;
+  }
+  addRecent(kRecentConfigs, QFileInfo(path).absoluteFilePath());
+  statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+  return true;
+}
+
+bool MainWindow::importAiToolkit(const QString& path) {
+  QString notes;
+  if (!editor_->importAiToolkit(path, &notes)) {
+    showError(tr("Cannot import the ai-toolkit job"), notes);
+    return false;
+  }
+  statusBar()->showMessage(tr("Imported %1; save it as a Strata config to keep it.").arg(path), 10000);
+  tabs_->setCurrentIndex(0);
+  return true;
+}
+
+bool MainWindow::openRunFolder(const QString& runDir) {
+  if (!QFileInfo(runDir).isDir()) {
+    showError(tr("Cannot open run folder"), tr("%1 is not a folder.").arg(runDir));
+    return false;
+  }
+  lastRunDir_ = QFileInfo(runDir).absoluteFilePath();
+  addRecent(kRecentRuns, lastRunDir_);
+  samples_->setRunDir(lastRunDir_);
+  latestStrip_->setSamples(samples_->latestSamples());
+  runStatus_->setText(tr("Run folder %1: resume it (Run > Resume) or export its LoRA.").arg(lastRunDir_));
+  tabs_->setCurrentWidget(samples_);
+  updateRunControls();
+  return true;
+}
+
+void MainWindow::addRecent(const QString& key, const QString& path) {
+  QStringList list = settings_->value(key).toStringList();
+  list.removeAll(path);
+  list.prepend(path);
+  while (list.size() > kMaxRecent) list.removeLast();
+  settings_->setValue(key, list);
+  rebuildRecentMenus();
+}
+
+QStringList MainWindow::recentConfigs() const { return settings_->value(kRecentConfigs).toStringList(); }
+QStringList MainWindow::recentRunFolders() const { return settings_->value(kRecentRuns).toStringList(); }
+
+void MainWindow::rebuildRecentMenus() {
+  if (!recentConfigMenu_) return;
+  recentConfigMenu_->clear();
+  for (const QString& p : recentConfigs())
+    recentConfigMenu_->addAction(p, this, [this, p] { openConfig(p); });
+  recentConfigMenu_->setEnabled(!recentConfigMenu_->isEmpty());
+  recentRunMenu_->clear();
+  for (const QString& p : recentRunFolders()) {
+    QMenu* m = recentRunMenu_->addMenu(p);
+    m->addAction(tr("Open (samples, export)"), this, [this, p] { openRunFolder(p); });
+    m->addAction(tr("Resume training"), this, [this, p] { resumeRunFolder(p); });
+  }
+  recentRunMenu_->setEnabled(!recentRunMenu_->isEmpty());
+}
+
+// ---- run control ---------------------------------------------------------------
+
+void MainWindow::startRun() {
+  if (editor_->hasErrors()) {
+    showError(tr("Cannot start"), tr("The config has errors; they are listed under the editor."));
+    return;
+  }
+  config::RunConfig cfg = editor_->config();
+  if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+  QString error;
+  if (!bridge_->start(cfg, &error)) showError(tr("Cannot start"), error);
+  updateRunControls();
+}
+
+void MainWindow::togglePause() {
+  if (bridge_->state() == TrainerBridge::State::Paused)
+    bridge_->resumeRun();
+  else
+    bridge_->pause();
+}
+
+void MainWindow::stopRun() { bridge_->stop(); }
+
+void MainWindow::resumeRunFolder(const QString& runDir) {
+  QString error;
+  if (!bridge_->resume(runDir, &error)) {
+    showError(tr("Cannot resume"), error);
+    return;
+  }
+  lastRunDir_ = runDir;
+  addRecent(kRecentRuns, runDir);
+}
+
+void MainWindow::showExportDialog() {
+  QString runDir = bridge_->isActive() ? bridge_->runDir() : lastRunDir_;
+  if (runDir.isEmpty()) {
+    runDir = QFileDialog::getExistingDirectory(this, tr("Export the LoRA of which run folder?"));
+    if (runDir.isEmpty()) return;
+    lastRunDir_ = runDir;
+  }
+  auto* dialog = new QDialog(this);
+  dialog->setObjectName("exportDialog");
+  dialog->setWindowTitle(tr("Export LoRA"));
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  auto* layout = new QVBoxLayout(dialog);
+  layout->addWidget(new QLabel(tr("From the last checkpoint of <b>%1</b>").arg(runDir.toHtmlEscaped()), dialog));
+  auto* formats = new QGroupBox(tr("Formats"), dialog);
+  auto* fl = new QVBoxLayout(formats);
+  const QStringList names = {"diffusers", "kohya", "comfy"};
+  const QStringList labels = {tr("diffusers / peft (diffusers, sd.cpp)"), tr("kohya (ComfyUI, A1111, Forge)"),
+                              tr("ComfyUI (diffusion_model.* BFL names)")};
+  QStringList chosen;
+  for (auto f : editor_->config().save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
+  for (int i = 0; i < names.size(); ++i) {
+    auto* box = new QCheckBox(labels[i], formats);
+    box->setObjectName("exportFormat_" + names[i]);
+    box->setChecked(chosen.contains(names[i]));
+    fl->addWidget(box);
+  }
+  layout->addWidget(formats);
+  auto* row = new QHBoxLayout;
+  auto* dir = new QLineEdit(QDir(runDir).filePath("export"), dialog);
+  dir->setObjectName("exportDir");
+  auto* browse = new QToolButton(dialog);
+  browse->setObjectName("exportBrowse");
+  browse->setText("...");
+  connect(browse, &QToolButton::clicked, dialog, [dialog, dir] {
+    const QString d = QFileDialog::getExistingDirectory(dialog, QObject::tr("Export into"), dir->text());
+    if (!d.isEmpty()) dir->setText(d);
+  });
+  row->addWidget(new QLabel(tr("Into folder:"), dialog));
+  row->addWidget(dir, 1);
+  row->addWidget(browse);
+  layout->addLayout(row);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, dialog);
+  buttons->button(QDialogButtonBox::Ok)->setObjectName("exportOk");
+  buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
+  buttons->button(QDialogButtonBox::Cancel)->setObjectName("exportCancel");
+  layout->addWidget(buttons);
+  connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
+  connect(buttons, &QDialogButtonBox::accepted, dialog, [this, dialog, dir, names, runDir] {
+    QStringList picked;
+    for (const QString& n : names)
+      if (dialog->findChild<QCheckBox*>("exportFormat_" + n)->isChecked()) picked << n;
+    if (picked.isEmpty()) {
+      showError(tr("Export"), tr("Choose at least one format."));
+      return;
+    }
+    QString error;
+    if (!bridge_->exportLora(runDir, dir->text(), picked, &error)) {
+      showError(tr("Export failed"), error);
+      return;
+    }
+    dialog->accept();
+  });
+  dialog->open();
+}
+
+void MainWindow::updateRunControls() {
+  const auto s = bridge_->state();
+  const bool idle = s == TrainerBridge::State::Idle;
+  const bool running = s == TrainerBridge::State::Running || s == TrainerBridge::State::Paused;
+  const bool canStart = idle && !editor_->hasErrors();
+  startButton_->setEnabled(canStart);
+  startAction_->setEnabled(canStart);
+  startButton_->setToolTip(editor_->hasErrors() ? tr("Fix the config's errors first")
+                                                : idle ? tr("Start a new run of this config")
+                                                       : tr("A run is active"));
+  pauseAction_->setEnabled(running);
+  pauseButton_->setEnabled(running);
+  const bool paused = s == TrainerBridge::State::Paused;
+  pauseAction_->setText(paused ? tr("&Resume") : tr("&Pause"));
+  pauseAction_->setIcon(style()->standardIcon(paused ? QStyle::SP_MediaPlay : QStyle::SP_MediaPause));
+  pauseButton_->setText(paused ? tr("Resume") : tr("Pause"));
+  pauseButton_->setIcon(pauseAction_->icon());
+  stopAction_->setEnabled(running);
+  stopButton_->setEnabled(running);
+  sampleAction_->setEnabled(running);
+  sampleButton_->setEnabled(running);
+  saveNowAction_->setEnabled(running);
+  saveButton_->setEnabled(running);
+  const bool canExport = idle && !lastRunDir_.isEmpty();
+  exportAction_->setEnabled(idle);
+  exportButton_->setEnabled(canExport);
+  stateLabel_->setText(stateText(s));
+}
+
+void MainWindow::replan() {
+  replanTimer_->stop();
+  plannedMap_->setPlacement(planPlacementView(editor_->config(), deviceSpec_->text()));
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  // Non-modal to the event loop (open(), not exec()): the run keeps reporting behind it.
+  auto* box = new QMessageBox(QMessageBox::Critical, title, message.section('\n', 0, 0), QMessageBox::Ok, this);
+  box->setObjectName("errorDialog");
+  if (message.contains('\n')) box->setDetailedText(message);
+  box->setInformativeText(message.count('\n') > 0 ? message.section('\n', 1, 6) : QString());
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+void MainWindow::updateTitle() {
+  const QString file = editor_->filePath().isEmpty() ? tr("untitled") : QFileInfo(editor_->filePath()).fileName();
+  setWindowTitle(tr("%1 - Strata").arg(file));
+}
+
+// ---- window state ---------------------------------------------------------------
+
+void MainWindow::restoreState() {
+  if (!restoreGeometry(settings_->value("window/geometry").toByteArray())) resize(1400, 900);
+  QMainWindow::restoreState(settings_->value("window/state").toByteArray());
+  setupSplit_->restoreState(settings_->value("window/setupSplit").toByteArray());
+  runSplit_->restoreState(settings_->value("window/runSplit").toByteArray());
+  runBottomSplit_->restoreState(settings_->value("window/runBottomSplit").toByteArray());
+  tabs_->setCurrentIndex(settings_->value("window/tab", 0).toInt());
+  deviceSpec_->setText(settings_->value("plan/deviceSpec").toString());
+  const QStringList runs = recentRunFolders();
+  if (!runs.isEmpty() && QFileInfo(runs.front()).isDir()) lastRunDir_ = runs.front();
+}
+
+void MainWindow::saveState() {
+  settings_->setValue("window/geometry", saveGeometry());
+  settings_->setValue("window/state", QMainWindow::saveState());
+  settings_->setValue("window/setupSplit", setupSplit_->saveState());
+  settings_->setValue("window/runSplit", runSplit_->saveState());
+  settings_->setValue("window/runBottomSplit", runBottomSplit_->saveState());
+  settings_->setValue("window/tab", tabs_->currentIndex());
+  settings_->setValue("plan/deviceSpec", deviceSpec_->text());
+  settings_->sync();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  saveState();
+  if (bridge_->isActive()) bridge_->stop();  // the bridge waits for the checkpoint when it is destroyed
+  event->accept();
+}
+
+}  // namespace strata::ui

@@ -1,0 +1,119 @@
+#pragma once
+// The Strata window: run setup (config editor + planned GPU map), the live run
+// (loss plot, live GPU map, latest samples, run control) and the sample browser.
+// Recent configs and run folders, window geometry and splitters are kept in
+// QSettings (a file path given by the caller; tests pass a temp file).
+#include <QMainWindow>
+#include <QSettings>
+#include <memory>
+
+#include "ui/TrainerBridge.h"
+
+class QAction;
+class QLabel;
+class QLineEdit;
+class QMenu;
+class QProgressBar;
+class QPushButton;
+class QSplitter;
+class QTabWidget;
+class QTimer;
+
+namespace strata::ui {
+
+class ConfigEditor;
+class GpuMapView;
+class LossPlot;
+class SampleBrowser;
+class SampleStrip;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  static constexpr int kMaxRecent = 8;
+
+  // `settingsPath`: an INI file for QSettings; empty = the user's default location.
+  explicit MainWindow(const QString& settingsPath = QString(), QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  bool openConfig(const QString& path);
+  bool saveConfig(const QString& path);
+  bool importAiToolkit(const QString& path);
+  // Shows a finished or stopped run: its samples (and metrics when the core writes them).
+  bool openRunFolder(const QString& runDir);
+  // Overrides train.steps of the next start (0 = the config's); for tests and quick demos.
+  void setStepLimit(qint64 steps) { stepLimit_ = steps; }
+
+  ConfigEditor* configEditor() const { return editor_; }
+  GpuMapView* plannedMap() const { return plannedMap_; }
+  GpuMapView* liveMap() const { return liveMap_; }
+  LossPlot* lossPlot() const { return lossPlot_; }
+  SampleBrowser* sampleBrowser() const { return samples_; }
+  TrainerBridge* bridge() const { return bridge_; }
+  QTabWidget* tabs() const { return tabs_; }
+  QStringList recentConfigs() const;
+  QStringList recentRunFolders() const;
+
+ public slots:
+  void startRun();
+  void togglePause();
+  void stopRun();
+  void resumeRunFolder(const QString& runDir);
+  void showExportDialog();
+  void replan();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void buildActions();
+  void buildMenus();
+  void buildSetupTab();
+  void buildRunTab();
+  void connectBridge();
+  void updateRunControls();
+  void updateTitle();
+  void showError(const QString& title, const QString& message);
+  void addRecent(const QString& key, const QString& path);
+  void rebuildRecentMenus();
+  void restoreState();
+  void saveState();
+  void exportTo(const QString& outDir, const QStringList& formats);
+
+  std::unique_ptr<QSettings> settings_;
+  TrainerBridge* bridge_ = nullptr;
+  ConfigEditor* editor_ = nullptr;
+  GpuMapView* plannedMap_ = nullptr;
+  GpuMapView* liveMap_ = nullptr;
+  LossPlot* lossPlot_ = nullptr;
+  SampleBrowser* samples_ = nullptr;
+  SampleStrip* latestStrip_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  QSplitter* setupSplit_ = nullptr;
+  QSplitter* runSplit_ = nullptr;
+  QSplitter* runBottomSplit_ = nullptr;
+  QLineEdit* deviceSpec_ = nullptr;
+  QTimer* replanTimer_ = nullptr;
+  QLabel* runStatus_ = nullptr;
+  QLabel* deviceLabel_ = nullptr;
+  QLabel* stateLabel_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QPushButton* startButton_ = nullptr;
+  QPushButton* pauseButton_ = nullptr;
+  QPushButton* stopButton_ = nullptr;
+  QPushButton* sampleButton_ = nullptr;
+  QPushButton* saveButton_ = nullptr;
+  QPushButton* exportButton_ = nullptr;
+  QAction* startAction_ = nullptr;
+  QAction* pauseAction_ = nullptr;
+  QAction* stopAction_ = nullptr;
+  QAction* sampleAction_ = nullptr;
+  QAction* saveNowAction_ = nullptr;
+  QAction* exportAction_ = nullptr;
+  QMenu* recentConfigMenu_ = nullptr;
+  QMenu* recentRunMenu_ = nullptr;
+  QString lastRunDir_;
+  qint64 stepLimit_ = 0;
+};
+
+}  // namespace strata::ui
