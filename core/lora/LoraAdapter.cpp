@@ -1,0 +1,83 @@
+#include "lora/LoraAdapter.h"
+
+#include <torch/autograd.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "common/Error.h"
+
+namespace strata::lora {
+
+at::Tensor LoraMultiplier::apply(const at::Tensor& delta) const {
+  at::Tensor out = scalar == 1.0 ? delta : delta * scalar;
+  if (!perSample.defined()) return out;
+  if (perSample.dim() != 1 || delta.dim() < 1 || perSample.size(0) != delta.size(0)) {
+    std::ostringstream os;
+    os << "LoRA multiplier: per-sample multiplier of shape " << perSample.sizes()
+       << " does not match the batch of an adapter output of shape " << delta.sizes();
+    throw Error(os.str());
+  }
+  // Moved here, at the point of use, to the output's device (seed bug 3).
+  std::vector<int64_t> shape(static_cast<size_t>(delta.dim()), 1);
+  shape[0] = delta.size(0);
+  return out * perSample.to(delta.device(), delta.scalar_type()).reshape(shape);  // [B, 1, ...]
+}
+
+LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank,
+                         double alpha, double dropout, std::shared_ptr<const LoraMultiplier> multiplier)
+    : hostPath_(std::move(hostPath)),
+      host_(std::move(host)),
+      rank_(rank),
+      alpha_(alpha),
+      dropout_(dropout),
+      multiplier_(std::move(multiplier)) {
+  if (!host_) throw Error("LoRA adapter for '" + hostPath_ + "': no host Linear");
+  if (rank_ <= 0) throw Error("LoRA adapter for '" + hostPath_ + "': rank must be positive");
+  if (!multiplier_) multiplier_ = std::make_shared<LoraMultiplier>();
+  // Created on the host's device, never on a default device (seed bug 1).
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(host_->weight.device());
+  down = register_parameter("lora_A", at::empty({rank_, host_->inFeatures()}, options));
+  up = register_parameter("lora_B", at::zeros({host_->outFeatures(), rank_}, options));
+  torch::NoGradGuard noGrad;
+  torch::nn::init::kaiming_uniform_(down, std::sqrt(5.0));
+}
+
+at::Tensor LoraAdapter::delta(const at::Tensor& input, const at::Tensor& /*baseOutput*/) {
+  const at::Tensor x = (dropout_ > 0.0 && is_training()) ? at::dropout(input, dropout_, true) : input;
+  // Float32 master weights, computed in the activation dtype.
+  const auto dtype = input.scalar_type();
+  const at::Tensor h = at::linear(x, down.to(dtype));  // [..., r]
+  at::Tensor y = at::linear(h, up.to(dtype));          // [..., out]
+  return multiplier_->apply(y * scale());
+}
+
+at::Tensor LoraAdapter::deltaWeight() const {
+  return at::matmul(up, down) * scale();  // [out, in]
+}
+
+void LoraAdapter::setWeights(const at::Tensor& newDown, const at::Tensor& newUp) {
+  if (newDown.sizes() != down.sizes() || newUp.sizes() != up.sizes()) {
+    std::ostringstream os;
+    os << "LoRA adapter for '" << hostPath_ << "': expected down " << down.sizes() << " and up "
+       << up.sizes() << ", got " << newDown.sizes() << " and " << newUp.sizes();
+    throw LoadError(os.str());
+  }
+  torch::NoGradGuard noGrad;
+  down.copy_(newDown.to(down.device(), at::kFloat));
+  up.copy_(newUp.to(up.device(), at::kFloat));
+}
+
+void LoraAdapter::moveTo(const c10::Device& device) {
+  if (down.device() == device && up.device() == device) return;
+  // Module::to swaps the data of the registered parameters, so `down`/`up`
+  // (the same tensors) and an optimizer holding them see the new device.
+  to(device);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LoraAttachment::tensors() const {
+  return {{"lora_A.weight", adapter_->down}, {"lora_B.weight", adapter_->up}};
+}
+
+}  // namespace strata::lora

@@ -1,0 +1,86 @@
+#pragma once
+// One LoRA adapter on one nn::Linear: y = W x + b + m * (alpha / r) * B A dropout(x).
+// It is a torch::nn::Module (so train()/eval() and parameters() work) but never a
+// child of its host Linear: the model's named_parameters() stays the checkpoint's
+// key set, and Placement moves the adapter through its Attachment (DESIGN §2.2).
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+
+#include "nn/Linear.h"
+#include "placement/Attachment.h"
+
+namespace strata::lora {
+
+// The network-level strength of every adapter: a scalar, or one value per sample
+// of the batch. The per-sample tensor stays on the CPU and is moved to each
+// adapter's output device where it is used (seed bug 3), never cached on a device.
+struct LoraMultiplier {
+  double scalar = 1.0;
+  at::Tensor perSample;  // [B] (any device, any float dtype) or undefined
+
+  bool isPerSample() const { return perSample.defined(); }
+  // `delta` scaled by the multiplier; delta: [B, ...]. Throws strata::Error when
+  // the per-sample count does not match delta's batch size.
+  at::Tensor apply(const at::Tensor& delta) const;
+};
+
+class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
+ public:
+  // New adapter for `host`: down kaiming-uniform(a = sqrt 5), up zeros, both
+  // float32 on the host weight's device (seed bug 1).
+  LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha,
+              double dropout, std::shared_ptr<const LoraMultiplier> multiplier);
+
+  // y-delta for input x: [..., in] -> [..., out], in x's dtype. Used by the host's forward.
+  at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) override;
+
+  // scale * up @ down in float32: [out, in] (without the multiplier).
+  at::Tensor deltaWeight() const;
+
+  // Replaces down/up in place (keeps the parameter objects, so an optimizer that
+  // holds them stays valid). down: [r, in], up: [out, r]; converted to float32 on
+  // the adapter's device. Throws strata::LoadError naming the host on a shape mismatch.
+  void setWeights(const at::Tensor& down, const at::Tensor& up);
+
+  // Called by Placement (through the attachment) and by the network: moves down/up.
+  void moveTo(const c10::Device& device);
+
+  const std::string& hostPath() const { return hostPath_; }
+  const std::shared_ptr<nn::LinearImpl>& host() const { return host_; }
+  int64_t rank() const { return rank_; }
+  double alpha() const { return alpha_; }
+  double scale() const { return alpha_ / static_cast<double>(rank_); }
+  double dropout() const { return dropout_; }
+  c10::Device device() const { return down.device(); }
+
+  at::Tensor down;  // lora_A.weight [r, in], float32
+  at::Tensor up;    // lora_B.weight [out, r], float32
+
+ private:
+  std::string hostPath_;
+  std::shared_ptr<nn::LinearImpl> host_;
+  int64_t rank_;
+  double alpha_;
+  double dropout_;
+  std::shared_ptr<const LoraMultiplier> multiplier_;
+};
+
+// The placement view of one adapter: kind LoraAdapter, hostPath = the host
+// Linear's module path, tensors lora_A.weight / lora_B.weight.
+class LoraAttachment final : public placement::Attachment {
+ public:
+  explicit LoraAttachment(std::shared_ptr<LoraAdapter> adapter) : adapter_(std::move(adapter)) {}
+  placement::AttachmentKind kind() const override { return placement::AttachmentKind::LoraAdapter; }
+  std::string hostPath() const override { return adapter_->hostPath(); }
+  std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
+  void moveTo(const c10::Device& device) override { adapter_->moveTo(device); }
+  const std::shared_ptr<LoraAdapter>& adapter() const { return adapter_; }
+
+ private:
+  std::shared_ptr<LoraAdapter> adapter_;
+};
+
+}  // namespace strata::lora

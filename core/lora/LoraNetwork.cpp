@@ -1,0 +1,235 @@
+#include "lora/LoraNetwork.h"
+
+#include <torch/autograd.h>
+
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "common/Error.h"
+
+namespace strata::lora {
+
+namespace {
+
+// Every nn::Linear of the model by module path, in named_modules() order.
+std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> linearModules(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (auto linear = std::dynamic_pointer_cast<nn::LinearImpl>(item.value())) out.emplace_back(item.key(), linear);
+  }
+  return out;
+}
+
+std::string shapeText(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes();
+  return os.str();
+}
+
+}  // namespace
+
+std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const LoraConfig& config) {
+  if (config.rank <= 0) throw ConfigError("network.linear: LoRA rank must be positive, got " + std::to_string(config.rank));
+  if (config.dropout < 0.0 || config.dropout >= 1.0)
+    throw ConfigError("network.dropout: must be in [0, 1), got " + std::to_string(config.dropout));
+  const LoraTargets targets = config.targetModules.empty()
+                                  ? LoraTargets(LoraTargets::fluxDefault().include(), config.excludeModules)
+                                  : LoraTargets(config.targetModules, config.excludeModules);
+  std::shared_ptr<LoraNetwork> net(new LoraNetwork());
+  for (const auto& [path, linear] : linearModules(model)) {
+    if (!targets.matches(path)) continue;
+    net->adapters_.push_back(
+        std::make_shared<LoraAdapter>(path, linear, config.rank, config.alpha, config.dropout, net->multiplier_));
+  }
+  if (net->adapters_.empty()) {
+    std::string patterns;
+    for (const auto& p : targets.include()) patterns += (patterns.empty() ? "" : ", ") + p;
+    throw ConfigError("network.target_modules: no Linear layer of the model matches [" + patterns + "]");
+  }
+  net->attach();
+  return net;
+}
+
+std::shared_ptr<LoraNetwork> LoraNetwork::fromWeights(torch::nn::Module& model,
+                                                      const std::vector<LoraModuleWeights>& weights,
+                                                      double dropout) {
+  std::unordered_map<std::string, const LoraModuleWeights*> byPath;
+  for (const auto& w : weights) {
+    if (!byPath.emplace(w.modulePath, &w).second)
+      throw LoadError("LoRA: two adapters for module '" + w.modulePath + "'");
+  }
+  std::shared_ptr<LoraNetwork> net(new LoraNetwork());
+  size_t used = 0;
+  for (const auto& [path, linear] : linearModules(model)) {
+    const auto it = byPath.find(path);
+    if (it == byPath.end()) continue;
+    const LoraModuleWeights& w = *it->second;
+    if (w.down.dim() != 2 || w.up.dim() != 2 || w.down.size(1) != linear->inFeatures() ||
+        w.up.size(0) != linear->outFeatures() || w.up.size(1) != w.down.size(0)) {
+      throw LoadError("LoRA for module '" + path + "': down " + shapeText(w.down) + " and up " + shapeText(w.up) +
+                      " do not fit its Linear [" + std::to_string(linear->outFeatures()) + ", " +
+                      std::to_string(linear->inFeatures()) + "]");
+    }
+    auto adapter = std::make_shared<LoraAdapter>(path, linear, w.down.size(0), w.alpha, dropout, net->multiplier_);
+    adapter->setWeights(w.down, w.up);
+    net->adapters_.push_back(std::move(adapter));
+    ++used;
+  }
+  if (used != byPath.size()) {
+    for (const auto& w : weights) {
+      if (!net->adapter(w.modulePath))
+        throw LoadError("LoRA: '" + w.modulePath + "' is not a Linear layer of the model");
+    }
+  }
+  net->attach();
+  return net;
+}
+
+LoraNetwork::~LoraNetwork() {
+  try {
+    if (merged_) unmerge();
+    detach();
+  } catch (...) {
+    // A destructor must not throw; the model keeps whatever state it reached.
+  }
+}
+
+void LoraNetwork::attach() {
+  if (attached_ || merged_) {
+    attached_ = true;
+    return;
+  }
+  for (const auto& a : adapters_) a->host()->addAdapter(a);
+  attached_ = true;
+}
+
+void LoraNetwork::detach() {
+  if (!attached_) return;
+  if (!merged_)
+    for (const auto& a : adapters_) a->host()->removeAdapter(a.get());
+  attached_ = false;
+}
+
+void LoraNetwork::merge() {
+  if (merged_) return;
+  if (multiplier_->isPerSample())
+    throw Error("LoRA merge: a per-sample multiplier cannot be folded into the base weights");
+  torch::NoGradGuard noGrad;
+  mergedMultiplier_ = multiplier_->scalar;
+  for (const auto& a : adapters_) {
+    auto& w = a->host()->weight;
+    w.add_((a->deltaWeight() * mergedMultiplier_).to(w.device(), w.scalar_type()));
+    if (attached_) a->host()->removeAdapter(a.get());
+  }
+  merged_ = true;
+}
+
+void LoraNetwork::unmerge() {
+  if (!merged_) return;
+  torch::NoGradGuard noGrad;
+  for (const auto& a : adapters_) {
+    auto& w = a->host()->weight;
+    w.sub_((a->deltaWeight() * mergedMultiplier_).to(w.device(), w.scalar_type()));
+  }
+  merged_ = false;
+  if (attached_)
+    for (const auto& a : adapters_) a->host()->addAdapter(a);
+}
+
+void LoraNetwork::setMultiplier(double value) {
+  multiplier_->scalar = value;
+  multiplier_->perSample = at::Tensor();
+}
+
+void LoraNetwork::setMultiplier(const at::Tensor& perSample) {
+  if (!perSample.defined() || perSample.dim() != 1)
+    throw Error("LoRA multiplier: a per-sample multiplier must be a 1-d tensor [B]");
+  multiplier_->scalar = 1.0;
+  multiplier_->perSample = perSample.detach();
+}
+
+void LoraNetwork::train(bool on) {
+  for (const auto& a : adapters_) a->train(on);
+}
+
+std::vector<at::Tensor> LoraNetwork::parameters() const {
+  std::vector<at::Tensor> out;
+  out.reserve(adapters_.size() * 2);
+  for (const auto& a : adapters_) {
+    out.push_back(a->down);
+    out.push_back(a->up);
+  }
+  return out;
+}
+
+int64_t LoraNetwork::numParameters() const {
+  int64_t n = 0;
+  for (const auto& a : adapters_) n += a->down.numel() + a->up.numel();
+  return n;
+}
+
+std::shared_ptr<LoraAdapter> LoraNetwork::adapter(const std::string& modulePath) const {
+  for (const auto& a : adapters_)
+    if (a->hostPath() == modulePath) return a;
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LoraNetwork::stateDict(const std::string& prefix) const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.reserve(adapters_.size() * 2);
+  for (const auto& a : adapters_) {
+    out.emplace_back(prefix + a->hostPath() + ".lora_A.weight", a->down);
+    out.emplace_back(prefix + a->hostPath() + ".lora_B.weight", a->up);
+  }
+  return out;
+}
+
+void LoraNetwork::loadStateDict(const std::map<std::string, at::Tensor>& tensors, const std::string& prefix) {
+  std::vector<std::string> missing, misShaped, unexpected;
+  std::set<std::string> known;
+  for (const auto& [key, param] : stateDict(prefix)) {
+    known.insert(key);
+    const auto it = tensors.find(key);
+    if (it == tensors.end())
+      missing.push_back(key);
+    else if (it->second.sizes() != param.sizes())
+      misShaped.push_back(key + " (expected " + shapeText(param) + ", got " + shapeText(it->second) + ")");
+  }
+  for (const auto& [key, t] : tensors)
+    if (!known.count(key)) unexpected.push_back(key);
+  if (!missing.empty() || !misShaped.empty() || !unexpected.empty()) {
+    std::string msg = "LoRA state dict does not match the network:";
+    auto list = [&](const char* what, const std::vector<std::string>& keys) {
+      if (keys.empty()) return;
+      msg += std::string(" ") + what + ":";
+      for (const auto& k : keys) msg += " " + k;
+      msg += ";";
+    };
+    list("missing", missing);
+    list("unexpected", unexpected);
+    list("mis-shaped", misShaped);
+    throw LoadError(msg);
+  }
+  for (const auto& a : adapters_)
+    a->setWeights(tensors.at(prefix + a->hostPath() + ".lora_A.weight"),
+                  tensors.at(prefix + a->hostPath() + ".lora_B.weight"));
+}
+
+std::vector<LoraModuleWeights> LoraNetwork::moduleWeights() const {
+  std::vector<LoraModuleWeights> out;
+  out.reserve(adapters_.size());
+  for (const auto& a : adapters_)
+    out.push_back({a->hostPath(), a->down.detach().to(at::kFloat).clone(), a->up.detach().to(at::kFloat).clone(),
+                   a->alpha()});
+  return out;
+}
+
+std::vector<std::shared_ptr<placement::Attachment>> LoraNetwork::attachments() const {
+  std::vector<std::shared_ptr<placement::Attachment>> out;
+  out.reserve(adapters_.size());
+  for (const auto& a : adapters_) out.push_back(std::make_shared<LoraAttachment>(a));
+  return out;
+}
+
+}  // namespace strata::lora
