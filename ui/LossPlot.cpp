@@ -3,6 +3,9 @@
 #include <qcustomplot.h>
 
 #include <QCheckBox>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
@@ -178,6 +181,28 @@ bool LossPlot::eventFilter(QObject* watched, QEvent* event) {
   if (watched == plot_ && (event->type() == QEvent::Wheel || event->type() == QEvent::MouseButtonPress))
     follow_ = false;  // the user took the view; "Fit" gives it back
   return QWidget::eventFilter(watched, event);
+}
+
+int LossPlot::loadMetricsFile(const QString& path) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return 0;
+  clear();
+  QVector<MetricPoint> points;
+  while (!f.atEnd()) {
+    const QJsonObject o = QJsonDocument::fromJson(f.readLine()).object();
+    if (!o.contains("step") || !o.contains("loss")) continue;
+    MetricPoint p;
+    p.step = o.value("step").toVariant().toLongLong();
+    p.loss = o.value("loss").toDouble();
+    p.lossSmoothed = o.contains("loss_smoothed") ? o.value("loss_smoothed").toDouble()
+                                                 : o.value("lossSmoothed").toDouble();
+    p.lr = o.value("lr").toDouble();
+    points << p;
+  }
+  appendPoints(points);
+  flush();
+  resetView();
+  return points.size();
 }
 
 bool LossPlot::savePng(const QString& path, int width, int height) {

@@ -37,6 +37,10 @@ class LossPlot : public QWidget {
   qint64 lastStep() const { return lastStep_; }
   QCustomPlot* plot() const { return plot_; }
 
+  // Replaces the plot with a run folder's metrics.jsonl (one JSON object per step:
+  // step, loss, loss_smoothed, lr). Returns the number of points read.
+  int loadMetricsFile(const QString& path);
+
   // Writes the plot as a PNG (screenshots, reports).
   bool savePng(const QString& path, int width, int height);
 

@@ -303,7 +303,10 @@ void MainWindow::connectBridge() {
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
             lastRunDir_ = runDir;
             addRecent(kRecentRuns, runDir);
-            if (!resumed) lossPlot_->clear();
+            if (resumed)
+              lossPlot_->loadMetricsFile(QDir(runDir).filePath("metrics.jsonl"));
+            else
+              lossPlot_->clear();
             QStringList prompts;
             for (const std::string& p : editor_->config().sample.prompts) prompts << QString::fromStdString(p);
             samples_->setPrompts(prompts);
@@ -423,6 +426,7 @@ bool MainWindow::openRunFolder(const QString& runDir) {
   addRecent(kRecentRuns, lastRunDir_);
   samples_->setRunDir(lastRunDir_);
   latestStrip_->setSamples(samples_->latestSamples());
+  lossPlot_->loadMetricsFile(QDir(lastRunDir_).filePath("metrics.jsonl"));
   runStatus_->setText(tr("Run folder %1: resume it (Run > Resume) or export its LoRA.").arg(lastRunDir_));
   tabs_->setCurrentWidget(samples_);
   updateRunControls();

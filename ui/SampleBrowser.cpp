@@ -4,7 +4,10 @@
 #include <QDialog>
 #include <QDir>
 #include <QEvent>
+#include <QFile>
 #include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -172,8 +175,8 @@ SampleBrowser::SampleBrowser(QWidget* parent) : QWidget(parent) {
 bool SampleBrowser::parseFileName(const QString& fileName, qint64* step, int* promptIndex) {
   const QString base = QFileInfo(fileName).completeBaseName();
   // Named parts first ("step_250", "prompt_1" / "p1"), then bare numbers in order.
-  static const QRegularExpression stepRe(R"((?:step|s)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
-  static const QRegularExpression promptRe(R"((?:prompt|p)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
+  static const QRegularExpression stepRe(R"((?:^|[_-])(?:step|s)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
+  static const QRegularExpression promptRe(R"((?:^|[_-])(?:prompt|p)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
   static const QRegularExpression numberRe(R"((\d+))");
   QVector<qint64> numbers;
   for (auto it = numberRe.globalMatch(base); it.hasNext();) numbers << it.next().captured(1).toLongLong();
@@ -213,8 +216,34 @@ void SampleBrowser::rescan() {
       s.prompt = promptText(s.promptIndex);
       bySteps_[s.step][s.promptIndex] = s;
     }
+    readIndex(dir.filePath("index.jsonl"));
   }
   rebuild();
+}
+
+// samples/index.jsonl: one JSON object per sample (file, step, prompt index, prompt).
+// Gives the prompt texts; files not on disk are left out.
+void SampleBrowser::readIndex(const QString& path) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return;
+  while (!f.atEnd()) {
+    const QJsonObject o = QJsonDocument::fromJson(f.readLine()).object();
+    if (o.isEmpty()) continue;
+    QString file = o.value("file").toString(o.value("path").toString());
+    const qint64 step = o.value("step").toVariant().toLongLong();
+    const int prompt = o.contains("prompt_index") ? o.value("prompt_index").toInt() : o.value("promptIndex").toInt();
+    const QString text = o.value("prompt").toString();
+    if (!text.isEmpty() && prompt >= 0 && prompt < 4096) {
+      while (prompts_.size() <= prompt) prompts_ << QString();
+      if (prompts_[prompt].isEmpty()) prompts_[prompt] = text;
+    }
+    if (bySteps_.contains(step) && bySteps_[step].contains(prompt) && bySteps_[step][prompt].prompt.isEmpty())
+      bySteps_[step][prompt].prompt = text;
+    Q_UNUSED(file);
+  }
+  for (auto& step : bySteps_)
+    for (auto& s : step)
+      if (s.prompt.isEmpty()) s.prompt = promptText(s.promptIndex);
 }
 
 void SampleBrowser::setPrompts(const QStringList& prompts) {

@@ -67,6 +67,7 @@ class SampleBrowser : public QWidget {
 
  private:
   void rebuild();
+  void readIndex(const QString& path);
   void rebuildCompare();
   QString promptText(int index) const;
 

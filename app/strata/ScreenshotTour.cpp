@@ -1,0 +1,115 @@
+#include "ScreenshotTour.h"
+
+#include <QApplication>
+#include <QDir>
+#include <QLineEdit>
+#include <QPixmap>
+#include <QTabWidget>
+#include <QTextStream>
+#include <QTimer>
+#include <cstdio>
+
+#include "ui/ConfigEditor.h"
+#include "ui/GpuMapView.h"
+#include "ui/LossPlot.h"
+#include "ui/MainWindow.h"
+#include "ui/SampleBrowser.h"
+
+namespace strata::app {
+
+namespace {
+constexpr int kPollMs = 200;
+constexpr int kRunTimeoutMs = 8 * 60 * 1000;
+}  // namespace
+
+ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir) : window_(window), dir_(std::move(dir)) {
+  QDir().mkpath(dir_);
+  timer_ = new QTimer;
+  timer_->setInterval(kPollMs);
+  QObject::connect(timer_, &QTimer::timeout, [this] { next(); });
+
+  auto always = [] { return true; };
+  ui::ConfigEditor* editor = window_->configEditor();
+  auto* tabs = window_->tabs();
+  auto* spec = window_->findChild<QLineEdit*>("deviceSpec");
+
+  // 1. Setup: the loaded config and its planned placement on this machine.
+  steps_.push_back({always, [=] {
+                      originalYaml_ = editor->yamlText();
+                      tabs->setCurrentIndex(0);
+                    },
+                    0});
+  steps_.push_back({always, [=] { shoot("setup"); }, 0});
+  // 2. The same run planned for FLUX.1-dev on four simulated 16 GB cards.
+  steps_.push_back({always, [=] {
+                      editor->setValueText("model.preset", "flux-dev");
+                      editor->setValueText("model.split_model_over_gpus", "true");
+                      editor->setValueText("model.placement", "memory");
+                      editor->setValueText("model.gpu_memory_limit_gb", "[16]");
+                      editor->setValueText("model.quantize", "true");
+                      spec->setText("4x16GB");
+                      window_->replan();
+                    },
+                    0});
+  steps_.push_back({always, [=] { shoot("plan-4x16GB"); }, 0});
+  // 3. A config error: low_vram with the split on.
+  steps_.push_back({always, [=] { editor->setValueText("model.low_vram", "true"); }, 0});
+  steps_.push_back({always, [=] { shoot("config-error"); }, 0});
+  // 4. Back to the demo config and the machine's devices; start a short run.
+  steps_.push_back({always, [=] {
+                      spec->clear();
+                      editor->setYamlText(originalYaml_);
+                      window_->replan();
+                    },
+                    0});
+  steps_.push_back({[=] { return !editor->hasErrors(); }, [=] { window_->startRun(); }, 10000});
+  // 5. Mid-run: the live view once a sample exists.
+  steps_.push_back({[=] { return !window_->sampleBrowser()->samples().isEmpty() && window_->lossPlot()->plottedPointCount() > 3; },
+                    [=] { shoot("run-live"); }, kRunTimeoutMs});
+  // 6. After the run: loss, live map and samples.
+  steps_.push_back({[=] { return !window_->bridge()->isActive(); }, [=] { tabs->setCurrentIndex(1); },
+                    kRunTimeoutMs});
+  steps_.push_back({always, [=] { shoot("run"); }, 0});
+  steps_.push_back({always, [=] { tabs->setCurrentWidget(window_->sampleBrowser()); 
+                      window_->sampleBrowser()->findChild<QTabWidget*>("sampleTabs")->setCurrentIndex(1); }, 0});
+  steps_.push_back({always, [=] { shoot("samples-grid"); }, 0});
+  steps_.push_back({always, [=] {
+                      const auto steps = window_->sampleBrowser()->steps();
+                      if (!steps.isEmpty()) window_->sampleBrowser()->compare(steps.front(), steps.back());
+                    },
+                    0});
+  steps_.push_back({always, [=] { shoot("samples-compare"); }, 0});
+  steps_.push_back({always, [=] { QApplication::quit(); }, 0});
+}
+
+ScreenshotTour::~ScreenshotTour() { delete timer_; }
+
+void ScreenshotTour::begin() {
+  current_ = 0;
+  waitedMs_ = 0;
+  timer_->start();
+}
+
+void ScreenshotTour::next() {
+  if (current_ >= steps_.size()) return;
+  Step& s = steps_[current_];
+  if (!s.ready()) {
+    waitedMs_ += kPollMs;
+    if (waitedMs_ < s.timeoutMs) return;
+    std::fprintf(stderr, "screenshots: step %zu timed out, going on\n", current_);
+  }
+  waitedMs_ = 0;
+  ++current_;
+  s.act();
+}
+
+void ScreenshotTour::shoot(const QString& name) {
+  QApplication::processEvents();
+  const QString path = QDir(dir_).filePath(name + ".png");
+  if (window_->grab().save(path))
+    std::fprintf(stderr, "screenshots: %s\n", qPrintable(path));
+  else
+    std::fprintf(stderr, "screenshots: cannot write %s\n", qPrintable(path));
+}
+
+}  // namespace strata::app

@@ -1,0 +1,80 @@
+// No Qt in this file: it is the seam between the bridge and core/train.
+#include "ui/TrainerRunner.h"
+
+#include <exception>
+#include <memory>
+
+#include "common/Error.h"
+#include "config/RunConfig.h"
+#include "train/Trainer.h"
+
+namespace strata::ui::runner {
+
+namespace {
+
+class TrainerControl final : public Control {
+ public:
+  explicit TrainerControl(train::Trainer& t) : trainer_(t) {}
+  void stop() override { trainer_.requestStop(); }
+  void pause(bool paused) override { trainer_.setPaused(paused); }
+  void sampleNow() override { trainer_.requestSample(); }
+  void saveNow() override { trainer_.requestSave(); }
+
+ private:
+  train::Trainer& trainer_;
+};
+
+bool runTrainer(train::Trainer& trainer, const ControlSink& sink) {
+  TrainerControl control(trainer);
+  sink(&control);
+  const train::RunOutcome outcome = trainer.run();  // never throws
+  sink(nullptr);
+  return outcome == train::RunOutcome::Finished || outcome == train::RunOutcome::Stopped;
+}
+
+void reportFailure(events::EventBus& bus, const std::string& message) {
+  events::FailedEvent failed;
+  failed.message = message;
+  bus.emit(failed);
+}
+
+}  // namespace
+
+bool runNew(const config::RunConfig& cfg, events::EventBus& bus, const ControlSink& control) {
+  try {
+    train::Trainer trainer(cfg, bus);
+    return runTrainer(trainer, control);
+  } catch (const std::exception& e) {
+    reportFailure(bus, e.what());
+  } catch (...) {
+    reportFailure(bus, "unknown error");
+  }
+  return false;
+}
+
+bool runResume(const std::string& runDir, events::EventBus& bus, const ControlSink& control) {
+  try {
+    std::unique_ptr<train::Trainer> trainer = train::Trainer::resumeFrom(runDir, bus);
+    return runTrainer(*trainer, control);
+  } catch (const std::exception& e) {
+    reportFailure(bus, std::string("cannot resume ") + runDir + ": " + e.what());
+  } catch (...) {
+    reportFailure(bus, "cannot resume " + runDir + ": unknown error");
+  }
+  return false;
+}
+
+std::vector<std::string> exportLora(const std::string& runDir, const std::string& outDir,
+                                    const std::vector<std::string>& formats) {
+  std::vector<config::ExportFormat> fmts;
+  for (const std::string& f : formats) {
+    const auto parsed = config::parseEnum<config::ExportFormat>(f);
+    if (!parsed) throw ConfigError("unknown export format '" + f + "' (diffusers, kohya, comfy)");
+    fmts.push_back(*parsed);
+  }
+  std::vector<std::string> out;
+  for (const auto& p : train::exportRun(runDir, fmts, outDir)) out.push_back(p.string());
+  return out;
+}
+
+}  // namespace strata::ui::runner
