@@ -1,0 +1,296 @@
+#include "config/AiToolkitImporter.h"
+
+#include "common/Error.h"
+#include "config/ConfigSchema.h"
+#include "config/YamlValue.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace strata::config {
+namespace {
+
+// ai-toolkit keys whose Strata key has another name (patterns under process[0]).
+const std::map<std::string, std::string>& renames() {
+  static const std::map<std::string, std::string> k = {
+      {"training_folder", "job.training_folder"},
+      {"train.optimizer_params.weight_decay", "train.weight_decay"},
+      {"train.optimizer_params.betas", "train.betas"},
+      {"train.optimizer_params.eps", "train.eps"},
+      {"train.gradient_accumulation", "train.gradient_accumulation_steps"},
+      {"datasets[].caption_dropout_rate", "train.caption_dropout_rate"},
+  };
+  return k;
+}
+
+// Why a known ai-toolkit key has no Strata counterpart.
+const std::map<std::string, std::string>& reasons() {
+  static const std::map<std::string, std::string> k = {
+      {"trigger_word", "Strata does not rewrite captions; put the trigger word into the captions"},
+      {"performance_log_every", "Strata logs timings every step"},
+      {"save.push_to_hub", "Strata does not upload"},
+      {"save.hf_repo_id", "Strata does not upload"},
+      {"save.hf_private", "Strata does not upload"},
+      {"sample.neg", "FLUX.1-dev samples without a negative prompt"},
+      {"sample.sampler", "Strata samples with the flow-matching Euler sampler"},
+      {"train.noise_scheduler", "Strata always trains with flow matching"},
+      {"train.train_unet", "Strata always trains the transformer"},
+      {"train.train_text_encoder", "Strata does not train the text encoders"},
+      {"train.skip_first_sample", "Strata samples at step 0 when sample_every > 0"},
+      {"train.disable_sampling", "set sample.sample_every: 0 instead"},
+      {"train.lr_scheduler_params", "Strata's schedules take only lr_warmup_steps"},
+      {"train.linear_timesteps", "use train.timestep_type"},
+      {"train.content_or_style", "use train.timestep_type"},
+      {"train.noise_offset", "not used for flow matching"},
+      {"datasets[].shuffle_tokens", "captions are used as written"},
+      {"model.assistant_lora_path", "no assistant LoRA support"},
+  };
+  return k;
+}
+
+class Importer {
+ public:
+  Importer(LoadedConfig& out, std::vector<UnusedKey>& unused) : out_(out), unused_(unused), reader_(out) {}
+
+  void run(const YAML::Node& root) {
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (key == "job") continue;
+      if (key == "config") {
+        readConfig(it->second);
+      } else {
+        drop(key, posOf(it->first), key == "meta" ? "job metadata for ai-toolkit's UI" : "");
+      }
+    }
+  }
+
+ private:
+  void drop(const std::string& aiPath, const SourcePos& pos, std::string reason) {
+    if (reason.empty()) reason = "no Strata setting for this";
+    unused_.push_back({aiPath, pos, reason});
+    reader_.problem(Severity::Warning, aiPath, pos, "ai-toolkit key not used by Strata: " + reason);
+  }
+
+  void readConfig(const YAML::Node& config) {
+    if (!config.IsMap()) {
+      reader_.problem(Severity::Error, "config", posOf(config), "expected a mapping with name and process");
+      return;
+    }
+    bool sawProcess = false;
+    for (auto it = config.begin(); it != config.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      const SourcePos pos = posOf(it->first);
+      if (key == "name") {
+        out_.where.set("job.name", pos);
+        reader_.apply(*findKey("job.name"), 0, "job.name", it->second, pos);
+      } else if (key == "process") {
+        sawProcess = true;
+        const YAML::Node list = it->second;
+        if (!list.IsSequence() || list.size() == 0 || !list[0].IsMap()) {
+          reader_.problem(Severity::Error, "config.process", pos, "expected a list with one trainer process");
+          continue;
+        }
+        for (size_t i = 1; i < list.size(); ++i)
+          drop("config.process[" + std::to_string(i) + "]", posOf(list[i]), "Strata runs one process per job");
+        readProcess(list[0]);
+      } else {
+        drop("config." + key, pos, "");
+      }
+    }
+    if (!sawProcess)
+      reader_.problem(Severity::Error, "config.process", posOf(config), "the job has no process to import");
+  }
+
+  void readProcess(const YAML::Node& process) {
+    out_.config.datasets.clear();  // ai-toolkit has no default dataset
+    const std::string aiPrefix = "config.process[0].";
+    for (auto it = process.begin(); it != process.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      const YAML::Node value = it->second;
+      const SourcePos pos = posOf(it->first);
+      if (key == "type") {
+        const std::string t = value.IsScalar() ? value.Scalar() : "";
+        if (t != "sd_trainer" && t != "ui_trainer")
+          drop(aiPrefix + key, pos, "only trainer processes (sd_trainer) are imported");
+      } else if (key == "device") {
+        readDevice(value, pos);
+      } else if (key == "datasets") {
+        if (!value.IsSequence()) {
+          reader_.problem(Severity::Error, aiPrefix + key, pos, "expected a list of datasets");
+          continue;
+        }
+        out_.where.set("datasets", pos);
+        out_.config.datasets.assign(value.size(), DatasetConfig{});
+        for (size_t i = 0; i < value.size(); ++i) {
+          const std::string concrete = "datasets[" + std::to_string(i) + "]";
+          out_.where.set(concrete, posOf(value[i]));
+          if (!value[i].IsMap()) {
+            reader_.problem(Severity::Error, aiPrefix + concrete, posOf(value[i]), "expected a mapping");
+            continue;
+          }
+          readMap(value[i], "datasets[].", concrete + ".", aiPrefix + concrete + ".", i);
+        }
+      } else if (value.IsMap() && isSection(key)) {
+        readMap(value, key + ".", key + ".", aiPrefix + key + ".", 0);
+      } else {
+        readKey(key, "", aiPrefix, value, pos, 0);
+      }
+    }
+  }
+
+  static bool isSection(const std::string& pattern) {
+    for (const auto& k : schema())
+      if (k.path.rfind(pattern + ".", 0) == 0) return true;
+    for (const auto& r : renames())
+      if (r.first.rfind(pattern + ".", 0) == 0) return true;
+    return false;
+  }
+
+  void readDevice(const YAML::Node& value, const SourcePos& pos) {
+    const std::string d = value.IsScalar() ? value.Scalar() : "";
+    out_.where.set("model.device", pos);
+    if (d == "cpu") {
+      out_.config.model.device = ComputeDevice::Cpu;
+    } else if (d.rfind("cuda", 0) == 0) {
+      out_.config.model.device = ComputeDevice::Cuda;
+      // "cuda:2" picks one GPU; model.gpu_ids (read later) wins for a split.
+      if (d.size() > 5 && d[4] == ':' && out_.config.model.gpuIds.empty()) {
+        try {
+          out_.config.model.gpuIds = {std::stoi(d.substr(5))};
+          out_.where.set("model.gpu_ids", pos);
+        } catch (const std::exception&) {
+          reader_.problem(Severity::Error, "config.process[0].device", pos, "cannot read the device '" + d + "'",
+                          "cpu, cuda or cuda:N");
+        }
+      }
+    } else {
+      reader_.problem(Severity::Error, "config.process[0].device", pos, "cannot read the device '" + d + "'",
+                      "cpu, cuda or cuda:N");
+    }
+  }
+
+  // Keys of one mapping; `pattern` prefixes are ai-toolkit patterns ("train.",
+  // "datasets[]."), `strataPrefix` the concrete Strata prefix for positions.
+  void readMap(const YAML::Node& map, const std::string& patternPrefix, const std::string& strataPrefix,
+               const std::string& aiPrefix, size_t datasetIndex) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      readKey(patternPrefix + key, strataPrefix + key, aiPrefix + key, it->second, posOf(it->first), datasetIndex);
+    }
+  }
+
+  void readKey(const std::string& pattern, std::string strataConcrete, const std::string& aiPrefixOrPath,
+               const YAML::Node& value, const SourcePos& pos, size_t datasetIndex) {
+    // At the process level readKey gets (key, "", "config.process[0].").
+    std::string aiPath = aiPrefixOrPath;
+    if (strataConcrete.empty()) aiPath += pattern;
+    const std::string scalar = value.IsScalar() ? value.Scalar() : "";
+
+    // Values that match what Strata always does are used, not reported.
+    if ((pattern == "train.noise_scheduler" && scalar == "flowmatch") ||
+        (pattern == "sample.sampler" && scalar == "flowmatch") ||
+        (pattern == "train.train_unet" && (scalar == "true" || scalar == "True")) ||
+        (pattern == "train.train_text_encoder" && (scalar == "false" || scalar == "False")))
+      return;
+    if (pattern == "train.optimizer") {
+      out_.where.set("train.optimizer", pos);
+      std::string lower = scalar;
+      for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (lower != "adamw")
+        reader_.problem(Severity::Warning, "train.optimizer", pos,
+                        "ai-toolkit optimizer '" + scalar + "' is not available in Strata; imported as adamw",
+                        lower.find("8bit") != std::string::npos
+                            ? "AdamW with fp32 state: the LoRA optimizer state is small, 8-bit saves little"
+                            : "");
+      out_.config.train.optimizer = OptimizerType::AdamW;
+      return;
+    }
+    if (pattern == "model.arch") {
+      out_.where.set("model.is_flux", pos);
+      out_.config.model.isFlux = scalar.rfind("flux", 0) == 0;
+      return;
+    }
+
+    std::string target;
+    if (auto r = renames().find(pattern); r != renames().end()) {
+      target = r->second;
+      if (pattern == "datasets[].caption_dropout_rate" && datasetIndex > 0) {
+        drop(aiPath, pos, "Strata has one caption_dropout_rate (train.caption_dropout_rate), taken from datasets[0]");
+        return;
+      }
+    } else if (findKey(pattern)) {
+      target = pattern;
+    }
+    if (!target.empty()) {
+      const KeySpec* spec = findKey(target);
+      std::string concrete = target;
+      if (spec->isDatasetKey()) concrete = "datasets[" + std::to_string(datasetIndex) + "]" + target.substr(10);
+      out_.where.set(concrete, pos);
+      reader_.apply(*spec, datasetIndex, concrete, value, pos);
+      return;
+    }
+    if (value.IsMap() && isSection(pattern)) {
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        const std::string key = it->first.Scalar();
+        readKey(pattern + "." + key, (strataConcrete.empty() ? pattern : strataConcrete) + "." + key,
+                aiPath + "." + key, it->second, posOf(it->first), datasetIndex);
+      }
+      return;
+    }
+    auto why = reasons().find(pattern);
+    drop(aiPath, pos, why == reasons().end() ? "" : why->second);
+  }
+
+  LoadedConfig& out_;
+  std::vector<UnusedKey>& unused_;
+  YamlReader reader_;
+};
+
+}  // namespace
+
+bool isAiToolkitJob(const YAML::Node& root) {
+  return root.IsMap() && root["job"] && root["job"].IsScalar() && root["config"] && root["config"].IsMap();
+}
+
+void importAiToolkitRoot(const YAML::Node& root, LoadedConfig& out, std::vector<UnusedKey>& unused) {
+  out.fromAiToolkit = true;
+  Importer(out, unused).run(root);
+}
+
+ImportResult importAiToolkit(const std::string& yamlText, const std::string& fileName) {
+  ImportResult result;
+  result.loaded.where.file = fileName;
+  YamlReader reader(result.loaded);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yamlText);
+  } catch (const YAML::ParserException& e) {
+    reader.problem(Severity::Error, "", SourcePos{e.mark.line + 1, e.mark.column + 1, ""},
+                   "YAML syntax error: " + e.msg);
+    return result;
+  }
+  if (!isAiToolkitJob(root)) {
+    reader.problem(Severity::Error, "", {}, "not an ai-toolkit job file (expected `job: extension` and `config:`)");
+    return result;
+  }
+  try {
+    importAiToolkitRoot(root, result.loaded, result.unused);
+  } catch (const YAML::Exception& e) {
+    reader.problem(Severity::Error, "", SourcePos{e.mark.line + 1, e.mark.column + 1, ""},
+                   std::string("YAML error: ") + e.msg);
+  }
+  return result;
+}
+
+ImportResult importAiToolkitFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path.string() + ": cannot open for reading");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return importAiToolkit(buf.str(), path.string());
+}
+
+}  // namespace strata::config

@@ -1,0 +1,538 @@
+#include "config/ConfigSchema.h"
+
+#include "common/Error.h"
+#include "config/YamlValue.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+
+namespace strata::config {
+namespace {
+
+// ---- conversion between a member type and Value -----------------------------
+
+template <class T, class = void>
+struct Conv;
+
+[[noreturn]] void wrongType(const char* expected) {
+  throw ConfigError(std::string("expected ") + expected);
+}
+
+template <>
+struct Conv<bool> {
+  static constexpr KeyType kType = KeyType::Bool;
+  static Value to(bool v) { return v; }
+  static bool from(const Value& v) {
+    if (auto* b = std::get_if<bool>(&v)) return *b;
+    wrongType("a bool");
+  }
+};
+
+template <>
+struct Conv<int64_t> {
+  static constexpr KeyType kType = KeyType::Int;
+  static Value to(int64_t v) { return v; }
+  static int64_t from(const Value& v) {
+    if (auto* i = std::get_if<int64_t>(&v)) return *i;
+    wrongType("an integer");
+  }
+};
+
+template <>
+struct Conv<double> {
+  static constexpr KeyType kType = KeyType::Float;
+  static Value to(double v) { return v; }
+  static double from(const Value& v) {
+    if (auto* d = std::get_if<double>(&v)) return *d;
+    if (auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+    wrongType("a number");
+  }
+};
+
+template <>
+struct Conv<std::string> {
+  static constexpr KeyType kType = KeyType::String;
+  static Value to(const std::string& v) { return v; }
+  static std::string from(const Value& v) {
+    if (auto* s = std::get_if<std::string>(&v)) return *s;
+    wrongType("a string");
+  }
+};
+
+template <class E>
+struct Conv<E, std::enable_if_t<std::is_enum_v<E>>> {
+  static constexpr KeyType kType = KeyType::Choice;
+  static Value to(E v) { return enumName(v); }
+  static E from(const Value& v) {
+    auto* s = std::get_if<std::string>(&v);
+    if (!s) wrongType("a string");
+    if (auto e = parseEnum<E>(*s)) return *e;
+    std::string msg = "expected one of:";
+    for (const auto& c : enumChoices<E>()) msg += " " + (c.empty() ? std::string("\"\"") : c);
+    throw ConfigError(msg);
+  }
+};
+
+template <class T>
+struct Conv<std::optional<T>> {
+  static constexpr KeyType kType = Conv<T>::kType;
+  static Value to(const std::optional<T>& v) { return v ? Conv<T>::to(*v) : Value{}; }
+  static std::optional<T> from(const Value& v) {
+    if (std::holds_alternative<std::monostate>(v)) return std::nullopt;
+    return Conv<T>::from(v);
+  }
+};
+
+template <class I>
+struct IntListConv {
+  static constexpr KeyType kType = KeyType::IntList;
+  static Value to(const std::vector<I>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
+  static std::vector<I> from(const Value& v) {
+    if (auto* l = std::get_if<std::vector<int64_t>>(&v)) {
+      std::vector<I> out;
+      for (int64_t x : *l) {
+        if (x < std::numeric_limits<I>::min() || x > std::numeric_limits<I>::max()) wrongType("smaller integers");
+        out.push_back(static_cast<I>(x));
+      }
+      return out;
+    }
+    wrongType("a list of integers");
+  }
+};
+template <>
+struct Conv<std::vector<int64_t>> : IntListConv<int64_t> {};
+template <>
+struct Conv<std::vector<int>> : IntListConv<int> {};
+
+template <>
+struct Conv<std::vector<double>> {
+  static constexpr KeyType kType = KeyType::FloatList;
+  static Value to(const std::vector<double>& v) { return v; }
+  static std::vector<double> from(const Value& v) {
+    if (auto* l = std::get_if<std::vector<double>>(&v)) return *l;
+    if (auto* l = std::get_if<std::vector<int64_t>>(&v)) return std::vector<double>(l->begin(), l->end());
+    wrongType("a list of numbers");
+  }
+};
+
+template <>
+struct Conv<std::vector<std::string>> {
+  static constexpr KeyType kType = KeyType::StringList;
+  static Value to(const std::vector<std::string>& v) { return v; }
+  static std::vector<std::string> from(const Value& v) {
+    if (auto* l = std::get_if<std::vector<std::string>>(&v)) return *l;
+    wrongType("a list of strings");
+  }
+};
+
+template <class E>
+struct Conv<std::vector<E>, std::enable_if_t<std::is_enum_v<E>>> {
+  static constexpr KeyType kType = KeyType::ChoiceList;
+  static Value to(const std::vector<E>& v) {
+    std::vector<std::string> out;
+    for (E e : v) out.push_back(enumName(e));
+    return out;
+  }
+  static std::vector<E> from(const Value& v) {
+    auto* l = std::get_if<std::vector<std::string>>(&v);
+    if (!l) wrongType("a list of strings");
+    std::vector<E> out;
+    for (const auto& s : *l) out.push_back(Conv<E>::from(Value{s}));
+    return out;
+  }
+};
+
+template <class E>
+std::vector<std::string> choicesFor() {
+  if constexpr (std::is_enum_v<E>) {
+    return enumChoices<E>();
+  } else {
+    return {};
+  }
+}
+template <class T>
+struct ElementOf {
+  using type = T;
+};
+template <class T>
+struct ElementOf<std::vector<T>> {
+  using type = T;
+};
+
+// ---- building the table -----------------------------------------------------
+
+// Options of one entry beyond path/accessor/doc.
+struct Opt {
+  std::string unit_;
+  std::optional<double> min_;
+  std::optional<double> max_;
+  bool minExclusive_ = false;
+  bool path_ = false;          // a String that names a file or folder
+  bool scalarAsList_ = false;
+  bool commaString_ = false;
+  std::optional<size_t> listSize_;
+
+  Opt& unit(std::string u) { unit_ = std::move(u); return *this; }
+  Opt& min(double v) { min_ = v; return *this; }
+  Opt& max(double v) { max_ = v; return *this; }
+  Opt& minExclusive(bool v) { minExclusive_ = v; return *this; }
+  Opt& path(bool v) { path_ = v; return *this; }
+  Opt& scalarAsList(bool v) { scalarAsList_ = v; return *this; }
+  Opt& commaString(bool v) { commaString_ = v; return *this; }
+  Opt& listSize(size_t v) { listSize_ = v; return *this; }
+};
+
+template <class T>
+using Accessor = T& (*)(RunConfig&, size_t);
+
+class Builder {
+ public:
+  template <class T>
+  Builder& add(std::string path, Accessor<T> ref, std::string doc, Opt opt = {}) {
+    KeySpec k;
+    k.path = std::move(path);
+    k.type = Conv<T>::kType;
+    if (opt.path_ && k.type == KeyType::String) k.type = KeyType::Path;
+    k.unit = std::move(opt.unit_);
+    k.doc = std::move(doc);
+    k.min = opt.min_;
+    k.max = opt.max_;
+    k.minExclusive = opt.minExclusive_;
+    k.choices = choicesFor<typename ElementOf<T>::type>();
+    k.nullable = isOptional<T>();
+    k.scalarAsList = opt.scalarAsList_;
+    k.commaString = opt.commaString_;
+    k.listSize = opt.listSize_;
+    k.get = [ref](const RunConfig& c, size_t i) { return Conv<T>::to(ref(const_cast<RunConfig&>(c), i)); };
+    k.set = [ref](RunConfig& c, size_t i, const Value& v) { ref(c, i) = Conv<T>::from(v); };
+    RunConfig defaults;
+    defaults.datasets.resize(1);
+    k.defaultValue = k.get(defaults, 0);
+    keys_.push_back(std::move(k));
+    return *this;
+  }
+  std::vector<KeySpec> take() { return std::move(keys_); }
+
+ private:
+  template <class T>
+  static constexpr bool isOptional() {
+    if constexpr (std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<bool>>) {
+      return true;
+    } else {
+      return false;
+    }
+  }
+  std::vector<KeySpec> keys_;
+};
+
+#define M(member) +[](RunConfig& c, size_t) -> auto& { return c.member; }
+#define D(member) +[](RunConfig& c, size_t i) -> auto& { return c.datasets.at(i).member; }
+
+std::vector<KeySpec> buildSchema() {
+  Builder b;
+  const double kInf = std::numeric_limits<double>::infinity();
+  (void)kInf;
+  // job
+  b.add("job.name", M(job.name), "Name of the run: run folder and LoRA file stem")
+      .add("job.training_folder", M(job.trainingFolder), "Folder that receives one sub-folder per run",
+           Opt().path(true));
+  // model
+  b.add("model.name_or_path", M(model.nameOrPath),
+        "FLUX checkpoint: a diffusers folder or a BFL .safetensors file (local; ignored with random_weights)",
+        Opt().path(true))
+      .add("model.is_flux", M(model.isFlux), "The model is a FLUX.1 transformer (the only family Strata trains)")
+      .add("model.preset", M(model.preset),
+           "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")
+      .add("model.num_layers", M(model.numLayers), "Override: number of double (joint) blocks",
+           Opt().min(1).max(1000))
+      .add("model.num_single_layers", M(model.numSingleLayers), "Override: number of single blocks",
+           Opt().min(0).max(1000))
+      .add("model.num_attention_heads", M(model.numAttentionHeads), "Override: attention heads",
+           Opt().min(1).max(1024))
+      .add("model.attention_head_dim", M(model.attentionHeadDim),
+           "Override: width of one head (must equal the sum of axes_dims_rope)", Opt().min(2).max(4096))
+      .add("model.in_channels", M(model.inChannels), "Override: packed latent channels (64 = 16 x 2 x 2)",
+           Opt().min(1).max(4096))
+      .add("model.joint_attention_dim", M(model.jointAttentionDim), "Override: T5 embedding width",
+           Opt().min(1).max(65536))
+      .add("model.pooled_projection_dim", M(model.pooledProjectionDim), "Override: CLIP pooled embedding width",
+           Opt().min(1).max(65536))
+      .add("model.axes_dims_rope", M(model.axesDimsRope),
+           "Override: rotary dims per position axis (empty = preset's, flux-dev: [16, 56, 56])",
+           Opt().min(0).max(4096))
+      .add("model.guidance_embeds", M(model.guidanceEmbeds), "Override: the model takes a guidance input (dev)")
+      .add("model.random_weights", M(model.randomWeights),
+           "Start from random weights instead of a checkpoint (demos and benchmarks)")
+      .add("model.quantize", M(model.quantize), "Quantize the base transformer weights (not implemented yet)")
+      .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet)")
+      .add("model.qtype", M(model.qtype), "Quantization type (ai-toolkit's qfloat8 = float8 e4m3)")
+      .add("model.low_vram", M(model.lowVram),
+           "Keep idle weights in CPU memory (one GPU only; not with split_model_over_gpus)")
+      .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
+      .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
+           "Split the transformer's blocks over the GPUs in gpu_ids")
+      .add("model.split_model_other_module_param_count_scale", M(model.splitModelOtherModuleParamCountScale),
+           "param_count placement: weight of the non-block modules when balancing", Opt().min(0).max(100))
+      .add("model.gpu_ids", M(model.gpuIds), "CUDA devices to use: \"0,1,2,3\" or [0, 1, 2, 3]; empty = all",
+           Opt().min(0).max(1023).scalarAsList(true).commaString(true))
+      .add("model.placement", M(model.placement),
+           "How blocks are assigned to GPUs: param_count (ai-toolkit) or memory (per-device budgets)")
+      .add("model.gpu_memory_limit_gb", M(model.gpuMemoryLimitGb),
+           "Memory cap per GPU: one value for all or one per gpu_ids entry; empty = no cap",
+           Opt().unit("GB").min(0).max(100000).minExclusive(true).scalarAsList(true))
+      .add("model.memory_reserve_gb", M(model.memoryReserveGb),
+           "Memory kept free on each GPU for the CUDA context and workspaces", Opt().unit("GB").min(0).max(1000));
+  // network
+  b.add("network.type", M(network.type), "Adapter type")
+      .add("network.linear", M(network.linear), "LoRA rank", Opt().min(1).max(1024))
+      .add("network.linear_alpha", M(network.linearAlpha), "LoRA alpha: the update is scaled by alpha / rank",
+           Opt().min(0).max(100000).minExclusive(true))
+      .add("network.dropout", M(network.dropout), "Dropout on the LoRA input", Opt().min(0).max(1))
+      .add("network.target_modules", M(network.targetModules),
+           "Module path patterns (* and ?) to adapt; empty = every Linear in the blocks", Opt().scalarAsList(true));
+  // train
+  b.add("train.steps", M(train.steps), "Optimizer steps to train", Opt().unit("steps").min(1).max(1e8))
+      .add("train.batch_size", M(train.batchSize), "Images per forward pass", Opt().min(1).max(1024))
+      .add("train.gradient_accumulation_steps", M(train.gradientAccumulationSteps),
+           "Forward/backward passes per optimizer step", Opt().min(1).max(1024))
+      .add("train.lr", M(train.lr), "Learning rate", Opt().min(0).max(1).minExclusive(true))
+      .add("train.lr_scheduler", M(train.lrScheduler), "Learning-rate schedule")
+      .add("train.lr_warmup_steps", M(train.lrWarmupSteps), "Linear warm-up length (warmup, cosine, linear)",
+           Opt().unit("steps").min(0).max(1e8))
+      .add("train.optimizer", M(train.optimizer), "Optimizer")
+      .add("train.weight_decay", M(train.weightDecay), "AdamW decoupled weight decay", Opt().min(0).max(1))
+      .add("train.betas", M(train.betas), "AdamW beta1, beta2", Opt().min(0).max(1).listSize(2))
+      .add("train.eps", M(train.eps), "AdamW epsilon", Opt().min(0).max(1).minExclusive(true))
+      .add("train.max_grad_norm", M(train.maxGradNorm), "Clip the gradient norm to this; 0 = no clipping",
+           Opt().min(0).max(1e6))
+      .add("train.dtype", M(train.dtype), "Base weights and activations (bf16 needs compute capability 8.0+)")
+      .add("train.gradient_checkpointing", M(train.gradientCheckpointing),
+           "Recompute block activations in the backward pass (less memory, ~30% slower)")
+      .add("train.timestep_type", M(train.timestepType),
+           "Noise-level draw: sigmoid (logit-normal), uniform, shift (resolution-shifted sigmoid)")
+      .add("train.guidance", M(train.guidance), "Guidance input while training a guidance-distilled model",
+           Opt().min(0).max(100))
+      .add("train.caption_dropout_rate", M(train.captionDropoutRate),
+           "Probability of training a sample with an empty caption", Opt().min(0).max(1))
+      .add("train.seed", M(train.seed), "Random seed (noise, timesteps, LoRA init, data order)",
+           Opt().min(0).max(9.2e18))
+      .add("train.ema_config.use_ema", M(train.ema.useEma), "Keep an exponential moving average of the LoRA weights")
+      .add("train.ema_config.ema_decay", M(train.ema.emaDecay), "EMA decay per update",
+           Opt().min(0).max(1).minExclusive(true))
+      .add("train.ema_config.update_every", M(train.ema.updateEvery), "Update the EMA every N steps",
+           Opt().unit("steps").min(1).max(1e6));
+  // datasets
+  b.add("datasets[].type", D(type),
+        "images (folder of images + captions), latents (cached), synthetic or shapes (drawn by the trainer)")
+      .add("datasets[].folder_path", D(folderPath), "Folder of the images or cached latents", Opt().path(true))
+      .add("datasets[].caption_ext", D(captionExt), "Caption file extension next to each image")
+      .add("datasets[].default_caption", D(defaultCaption), "Caption for images without a caption file")
+      .add("datasets[].resolution", D(resolution), "Training sizes (square, bucketed; multiples of 16)",
+           Opt().unit("pixels").min(16).max(8192).scalarAsList(true))
+      .add("datasets[].num_items", D(numItems), "Items drawn by a synthetic or shapes dataset",
+           Opt().min(1).max(1e7))
+      .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk), "Cache VAE latents next to the images");
+  // sample
+  b.add("sample.sample_every", M(sample.sampleEvery), "Sample images every N steps; 0 = never",
+        Opt().unit("steps").min(0).max(1e8))
+      .add("sample.prompts", M(sample.prompts), "Prompts to sample", Opt().scalarAsList(true))
+      .add("sample.seed", M(sample.seed), "Sampling seed", Opt().min(0).max(9.2e18))
+      .add("sample.walk_seed", M(sample.walkSeed), "Prompt i uses seed + i")
+      .add("sample.width", M(sample.width), "Sample width (multiple of 16)", Opt().unit("pixels").min(16).max(8192))
+      .add("sample.height", M(sample.height), "Sample height (multiple of 16)",
+           Opt().unit("pixels").min(16).max(8192))
+      .add("sample.sample_steps", M(sample.sampleSteps), "Denoising steps per sample", Opt().min(1).max(1000))
+      .add("sample.guidance_scale", M(sample.guidanceScale), "Guidance input while sampling (3.5 typical)",
+           Opt().min(0).max(100));
+  // save
+  b.add("save.save_every", M(save.saveEvery), "Save a checkpoint every N steps; 0 = only at the end",
+        Opt().unit("steps").min(0).max(1e8))
+      .add("save.max_step_saves_to_keep", M(save.maxStepSavesToKeep), "Older step checkpoints are deleted",
+           Opt().min(1).max(100000))
+      .add("save.dtype", M(save.dtype), "dtype of the saved LoRA weights")
+      .add("save.export_formats", M(save.exportFormats), "LoRA files written at each save",
+           Opt().scalarAsList(true));
+  return b.take();
+}
+
+#undef M
+#undef D
+
+}  // namespace
+
+std::string keyTypeName(KeyType type) {
+  switch (type) {
+    case KeyType::Bool: return "bool";
+    case KeyType::Int: return "int";
+    case KeyType::Float: return "float";
+    case KeyType::String: return "string";
+    case KeyType::Path: return "path";
+    case KeyType::Choice: return "choice";
+    case KeyType::IntList: return "int list";
+    case KeyType::FloatList: return "float list";
+    case KeyType::StringList: return "string list";
+    case KeyType::ChoiceList: return "choice list";
+  }
+  return "?";
+}
+
+std::string KeySpec::rangeText() const {
+  if (!choices.empty()) {
+    std::string s = "one of:";
+    for (const auto& c : choices) s += " " + (c.empty() ? std::string("\"\"") : c);
+    return s;
+  }
+  if (!min && !max) return "";
+  std::string s = minExclusive ? "(" : "[";
+  s += min ? formatDouble(*min) : "-inf";
+  s += ", ";
+  s += max ? formatDouble(*max) : "inf";
+  s += "]";
+  return s;
+}
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> kSchema = buildSchema();
+  return kSchema;
+}
+
+std::pair<std::string, size_t> splitDatasetPath(std::string_view path) {
+  const std::string_view prefix = "datasets[";
+  if (path.substr(0, prefix.size()) != prefix) return {std::string(path), 0};
+  const size_t close = path.find(']');
+  if (close == std::string_view::npos) return {std::string(path), 0};
+  const std::string_view digits = path.substr(prefix.size(), close - prefix.size());
+  size_t index = 0;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9') return {std::string(path), 0};
+    index = index * 10 + static_cast<size_t>(ch - '0');
+    if (index > 1000000) return {std::string(path), 0};
+  }
+  return {"datasets[]" + std::string(path.substr(close + 1)), index};
+}
+
+const KeySpec* findKey(std::string_view path) {
+  const std::string pattern = splitDatasetPath(path).first;
+  for (const auto& k : schema())
+    if (k.path == pattern) return &k;
+  return nullptr;
+}
+
+namespace {
+const KeySpec& requireKey(std::string_view path) {
+  const KeySpec* k = findKey(path);
+  if (!k) throw ConfigError("unknown config key '" + std::string(path) + "'");
+  return *k;
+}
+}  // namespace
+
+Value getValue(const RunConfig& cfg, std::string_view path) {
+  const KeySpec& k = requireKey(path);
+  const size_t index = splitDatasetPath(path).second;
+  if (k.isDatasetKey() && index >= cfg.datasets.size())
+    throw ConfigError(std::string(path) + ": there are only " + std::to_string(cfg.datasets.size()) + " datasets");
+  return k.get(cfg, index);
+}
+
+void setValue(RunConfig& cfg, std::string_view path, const Value& value) {
+  const KeySpec& k = requireKey(path);
+  const size_t index = splitDatasetPath(path).second;
+  if (k.isDatasetKey()) {
+    if (index > cfg.datasets.size())
+      throw ConfigError(std::string(path) + ": datasets can only grow by one entry at a time (there are " +
+                        std::to_string(cfg.datasets.size()) + ")");
+    if (index == cfg.datasets.size()) cfg.datasets.emplace_back();
+  }
+  if (std::holds_alternative<std::monostate>(value) && !k.nullable)
+    throw ConfigError(std::string(path) + ": a value is required");
+  try {
+    k.set(cfg, index, value);
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(path) + ": " + e.what());
+  }
+}
+
+std::string getValueText(const RunConfig& cfg, std::string_view path) {
+  return formatValue(getValue(cfg, path));
+}
+
+void setValueText(RunConfig& cfg, std::string_view path, const std::string& text) {
+  const KeySpec& k = requireKey(path);
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    // Not valid YAML on its own (e.g. "a: b"): take it as a plain string.
+    node = YAML::Node(text);
+  }
+  std::string error;
+  std::optional<Value> v = valueFromYaml(k, node, error);
+  if (!v) throw ConfigError(std::string(path) + ": " + error);
+  setValue(cfg, path, *v);
+}
+
+std::string formatDouble(double v) {
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  // Keep a float looking like a float in YAML ("1" -> "1.0").
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+namespace {
+std::string scalarText(const std::string& s) {
+  YAML::Emitter out;
+  out << s;
+  return out.c_str();
+}
+}  // namespace
+
+namespace {
+struct FormatVisitor {
+  std::string operator()(std::monostate) const { return ""; }
+  std::string operator()(bool b) const { return b ? "true" : "false"; }
+  std::string operator()(int64_t i) const { return std::to_string(i); }
+  std::string operator()(double d) const { return formatDouble(d); }
+  std::string operator()(const std::string& s) const { return scalarText(s); }
+  template <class T>
+  std::string operator()(const std::vector<T>& l) const {
+    std::string s = "[";
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (i) s += ", ";
+      s += (*this)(l[i]);
+    }
+    return s + "]";
+  }
+};
+}  // namespace
+
+std::string formatValue(const Value& value) { return std::visit(FormatVisitor{}, value); }
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace strata::config

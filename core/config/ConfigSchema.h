@@ -1,0 +1,97 @@
+#pragma once
+// The schema of RunConfig: one entry per YAML key with its type, default, unit,
+// one-line doc, range or choices, and accessors into the struct. The loader, the
+// saver, the validator's range checks and the UI's form all iterate this one
+// table, so a key cannot exist in one of them and not in the others.
+//
+// Key paths: "train.lr", "train.ema_config.use_ema", and for dataset entries the
+// pattern "datasets[].folder_path" (schema) or a concrete "datasets[0].folder_path"
+// (getValue / setValue).
+#include "config/RunConfig.h"
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace strata::config {
+
+enum class KeyType {
+  Bool,
+  Int,
+  Float,
+  String,
+  Path,        // a string naming a file or folder
+  Choice,      // a string from `choices`
+  IntList,
+  FloatList,
+  StringList,
+  ChoiceList,  // strings, each from `choices`
+};
+
+// "bool", "int", "float", "string", "path", "choice", "int list", ...
+std::string keyTypeName(KeyType type);
+
+// A key's value in a type-neutral form: monostate = unset (optional keys only),
+// Int keys hold int64_t, Float keys double, Choice keys their spelling.
+using Value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
+                           std::vector<double>, std::vector<std::string>>;
+
+struct KeySpec {
+  std::string path;               // "train.lr", "datasets[].folder_path"
+  KeyType type = KeyType::String;
+  Value defaultValue;             // from a default-constructed RunConfig / DatasetConfig
+  std::string unit;               // "steps", "GB", "pixels", ... or empty
+  std::string doc;                // one line for a tooltip
+  std::optional<double> min;      // numbers and number lists (each element)
+  std::optional<double> max;
+  bool minExclusive = false;      // (min, ...] rather than [min, ...]
+  std::vector<std::string> choices;  // Choice / ChoiceList
+  bool nullable = false;          // may be unset (architecture overrides)
+  bool scalarAsList = false;      // a list key that also accepts one scalar ("16" -> [16])
+  bool commaString = false;       // a list key that also accepts "0,1,2,3" (gpu_ids)
+  std::optional<size_t> listSize; // fixed element count (betas: 2)
+
+  std::function<Value(const RunConfig&, size_t datasetIndex)> get;
+  // Throws ConfigError when `value` does not hold this key's type.
+  std::function<void(RunConfig&, size_t datasetIndex, const Value&)> set;
+
+  bool isDatasetKey() const { return path.rfind("datasets[].", 0) == 0; }
+  // "[1e-06, 1]" / "(0, 1]" / "one of: a, b" / "" for the UI and hints.
+  std::string rangeText() const;
+};
+
+// Every key, in the order the saver writes them.
+const std::vector<KeySpec>& schema();
+
+// The entry for "train.lr", "datasets[].x" or "datasets[3].x"; nullptr if unknown.
+const KeySpec* findKey(std::string_view path);
+
+// Splits "datasets[3].folder_path" into the pattern "datasets[].folder_path" and
+// index 3; other paths come back unchanged with index 0.
+std::pair<std::string, size_t> splitDatasetPath(std::string_view path);
+
+// Generic access by concrete path. Throw ConfigError for an unknown key, a wrong
+// value type or a dataset index out of range (setValue may append: index == size).
+Value getValue(const RunConfig& cfg, std::string_view path);
+void setValue(RunConfig& cfg, std::string_view path, const Value& value);
+
+// The same as YAML text: "0.0001", "true", "[0, 1]", "flux-dev", "" for unset.
+std::string getValueText(const RunConfig& cfg, std::string_view path);
+// Parses `text` as YAML for that key's type ("1e-4", "[0,1]", "0,1,2,3", "bf16")
+// and sets it; throws ConfigError naming the key and what was expected.
+void setValueText(RunConfig& cfg, std::string_view path, const std::string& text);
+
+// A value as YAML flow text (the form getValueText returns).
+std::string formatValue(const Value& value);
+
+// The shortest decimal text that reads back as exactly `v` ("0.0001", "1e-08").
+std::string formatDouble(double v);
+
+// Levenshtein distance, for "did you mean" hints.
+size_t editDistance(std::string_view a, std::string_view b);
+
+}  // namespace strata::config

@@ -1,0 +1,43 @@
+#pragma once
+// Reading and writing RunConfig as YAML. Reading never throws for bad content:
+// every problem (syntax, wrong type, unknown key) comes back with its line, and
+// the config holds the defaults where a key could not be read. Only a file that
+// cannot be read at all throws.
+#include "config/Problem.h"
+#include "config/RunConfig.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace strata::config {
+
+struct LoadedConfig {
+  RunConfig config;
+  SourceMap where;                  // line/column of every key that was written
+  std::vector<Problem> problems;    // from reading only; run validate() for the rules
+  bool fromAiToolkit = false;       // the file was an ai-toolkit job (`job: extension`)
+  bool ok() const { return !hasErrors(problems); }
+};
+
+// Parses YAML text. `fileName` goes into SourceMap::file and each Problem. An
+// ai-toolkit job file is recognised and imported (see AiToolkitImporter.h).
+LoadedConfig parseRunConfig(const std::string& yamlText, const std::string& fileName = "<string>");
+
+// Reads and parses a file. Throws strata::IoError (naming the path) when the file
+// is missing or unreadable; everything else is reported in `problems`.
+LoadedConfig loadRunConfig(const std::filesystem::path& path);
+
+// The whole config as YAML (every key, schema order; unset optional keys left
+// out). parseRunConfig(toYaml(c)).config == c.
+std::string toYaml(const RunConfig& cfg);
+
+// Writes toYaml(cfg) atomically (temp file + rename). Throws strata::IoError.
+void saveRunConfig(const RunConfig& cfg, const std::filesystem::path& path);
+
+// Applies "key=value" overrides (the CLI's --set) on top of a loaded config. Each
+// bad override (unknown key, wrong type, no '=') becomes an error Problem whose
+// file is "--set <text>"; overridden keys get that origin in `loaded.where`.
+void applyOverrides(LoadedConfig& loaded, const std::vector<std::string>& assignments);
+
+}  // namespace strata::config

@@ -1,0 +1,67 @@
+#pragma once
+// Conversion of one YAML node to a schema Value (internal to core/config; it
+// exposes yaml-cpp, which the public config headers do not).
+#include "config/ConfigSchema.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <optional>
+#include <string>
+
+namespace strata::config {
+
+// The node as `key`'s type, or nullopt with `error` set to "expected an integer,
+// got 'abc'". Accepts what the key allows beyond its type (a scalar for a list
+// with scalarAsList, "0,1,2,3" with commaString, null for nullable keys). Choice
+// spellings are checked later by KeySpec::set.
+std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, std::string& error);
+
+// "a mapping", "a list", "'abc'" for messages.
+std::string describeNode(const YAML::Node& node);
+
+}  // namespace strata::config
+
+// ---- the key walker shared by the Strata loader and the ai-toolkit importer ----
+#include "config/RunConfigYaml.h"
+
+namespace strata::config {
+
+SourcePos posOf(const YAML::Node& node);  // 1-based from the node's Mark()
+
+class YamlReader {
+ public:
+  explicit YamlReader(LoadedConfig& out) : out_(out) {}
+
+  void problem(Severity severity, const std::string& key, const SourcePos& pos, const std::string& message,
+               const std::string& hint = "");
+
+  // Converts `value` for `spec` and stores it; a wrong type or choice becomes an
+  // error at `pos`. `concretePath` is "train.lr" or "datasets[2].folder_path".
+  void apply(const KeySpec& spec, size_t datasetIndex, const std::string& concretePath, const YAML::Node& value,
+             const SourcePos& pos);
+
+  // Reads a mapping whose keys are under `patternPrefix` ("", "train.",
+  // "datasets[].") / `concretePrefix` ("", "train.", "datasets[0]."). Unknown keys
+  // become warnings with the nearest known key.
+  void readMap(const YAML::Node& map, const std::string& patternPrefix, const std::string& concretePrefix,
+               size_t datasetIndex);
+
+  // Reads the `datasets` list.
+  void readDatasets(const YAML::Node& list, const SourcePos& pos);
+
+  // "did you mean 'train.lr'?" for an unknown concrete path, or "".
+  static std::string suggestKey(const std::string& patternPath);
+
+ private:
+  LoadedConfig& out_;
+};
+
+}  // namespace strata::config
+
+namespace strata::config {
+struct UnusedKey;
+// True for an ai-toolkit job file: `job:` is a plain string and `config:` a mapping.
+bool isAiToolkitJob(const YAML::Node& root);
+// Imports an ai-toolkit job's root into `out` (AiToolkitImporter.cpp).
+void importAiToolkitRoot(const YAML::Node& root, LoadedConfig& out, std::vector<UnusedKey>& unused);
+}  // namespace strata::config
