@@ -5,7 +5,10 @@
 
 #include "common/Error.h"
 #include "config/Problem.h"
+#include "config/AiToolkitImporter.h"
 #include "config/RunConfigYaml.h"
+#include "config/Validator.h"
+#include "device/DeviceInventory.h"
 #include "io/AtomicFile.h"
 
 namespace strata::ui::backend {
@@ -41,16 +44,33 @@ ParseResult parseYaml(const std::string& text, const std::string& fileName) {
 
 QVector<ProblemView> validate(const config::RunConfig& cfg, const std::string& yamlSource,
                               const std::vector<device::DeviceInfo>* devices) {
+  // The devices that will train: this machine's CUDA devices (asked once), unless given.
+  static const std::vector<device::DeviceInfo> kLocal = [] {
+    try {
+      return device::listDevices();
+    } catch (const std::exception&) {
+      return std::vector<device::DeviceInfo>{};
+    }
+  }();
+  const std::vector<device::DeviceInfo>& devs = devices ? *devices : kLocal;
   QVector<ProblemView> out;
   config::LoadedConfig loaded = config::parseRunConfig(yamlSource, "<editor>");
-  // Reading problems (unknown keys, ...) of the text still apply when the text is the config's.
-  if (loaded.config == cfg)
-    for (const config::Problem& p : loaded.problems) out << toView(p);
+  std::vector<config::Problem> problems;
+  if (loaded.config == cfg) {
+    // The text is this config: reading problems count too, and lines are known.
+    problems = config::validateLoaded(loaded, devs);
+  } else {
+    config::ValidateOptions options;
+    options.devices = devs;
+    problems = config::validate(cfg, options);
+  }
+  for (const config::Problem& p : problems) out << toView(p);
   return out;
 }
 
 config::RunConfig importAiToolkit(const std::string& path, QStringList* notes) {
-  config::LoadedConfig loaded = config::loadRunConfig(path);
+  config::ImportResult imported = config::importAiToolkitFile(path);
+  config::LoadedConfig& loaded = imported.loaded;
   if (!loaded.ok()) {
     std::string message = "cannot import " + path + ":";
     for (const config::Problem& p : loaded.problems)

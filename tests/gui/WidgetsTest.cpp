@@ -1,0 +1,222 @@
+// The widgets that need no trainer: loss plot batching, sample browser over a
+// run folder, GPU map tooltips, and the planner's view of simulated devices.
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDialog>
+#include <QDir>
+#include <QImage>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "config/RunConfig.h"
+#include "ui/GpuMapView.h"
+#include "ui/LossPlot.h"
+#include "ui/PlanBackend.h"
+#include "ui/SampleBrowser.h"
+
+using namespace strata::ui;
+
+class WidgetsTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void lossPlotDrawsBatchesOnItsTimer();
+  void lossPlotLogScaleToggle();
+  void sampleFileNames();
+  void sampleBrowserReadsRunFolder();
+  void gpuMapTooltipsAndMismatches();
+  void plannedPlacementOnSimulatedDevices();
+  void plannedPlacementReportsBadSpec();
+};
+
+void WidgetsTest::lossPlotDrawsBatchesOnItsTimer() {
+  LossPlot plot;
+  plot.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&plot));
+  const int replotsBefore = plot.replotCount();
+  // 1000 steps arrive in 20 batches, faster than the timer ticks.
+  for (int b = 0; b < 20; ++b) {
+    QVector<MetricPoint> batch;
+    for (int i = 0; i < 50; ++i) {
+      const int step = b * 50 + i + 1;
+      batch << MetricPoint{step, 1.0 / step, 1.0 / step, 1e-4};
+    }
+    plot.appendPoints(batch);
+  }
+  QCOMPARE(plot.plottedPointCount(), 0);  // nothing drawn until the tick
+  QTRY_COMPARE_WITH_TIMEOUT(plot.plottedPointCount(), 1000, 3000);
+  QCOMPARE(plot.lastStep(), 1000);
+  // One replot for all 1000 points, not one per step.
+  QVERIFY2(plot.replotCount() - replotsBefore <= 2, qPrintable(QString::number(plot.replotCount())));
+  // A resend of old steps (resume) is dropped.
+  plot.appendPoints({MetricPoint{500, 9.0, 9.0, 1e-4}});
+  QTest::qWait(2 * LossPlot::kFlushIntervalMs);
+  QCOMPARE(plot.plottedPointCount(), 1000);
+}
+
+void WidgetsTest::lossPlotLogScaleToggle() {
+  LossPlot plot;
+  auto* check = plot.findChild<QCheckBox*>("lossLogScale");
+  QVERIFY(check);
+  QVERIFY(!plot.logScale());
+  check->click();
+  QVERIFY(plot.logScale());
+  check->click();
+  QVERIFY(!plot.logScale());
+}
+
+void WidgetsTest::sampleFileNames() {
+  qint64 step = -1;
+  int prompt = -1;
+  QVERIFY(SampleBrowser::parseFileName("step_00000010_p03.png", &step, &prompt));
+  QCOMPARE(step, 10);
+  QCOMPARE(prompt, 3);
+  QVERIFY(SampleBrowser::parseFileName("000250_1.png", &step, &prompt));
+  QCOMPARE(step, 250);
+  QCOMPARE(prompt, 1);
+  QVERIFY(SampleBrowser::parseFileName("step_00000200_p00.png", &step, &prompt));
+  QCOMPARE(step, 200);
+  QCOMPARE(prompt, 0);
+  QVERIFY(!SampleBrowser::parseFileName("preview.png", &step, &prompt));
+}
+
+void WidgetsTest::sampleBrowserReadsRunFolder() {
+  QTemporaryDir run;
+  QVERIFY(run.isValid());
+  QDir(run.path()).mkpath("samples");
+  for (int step : {10, 20, 30})
+    for (int p : {0, 1}) {
+      QImage img(32, 32, QImage::Format_RGB32);
+      img.fill(QColor(step * 8, p * 120, 90));
+      QVERIFY(img.save(QDir(run.path()).filePath(QString("samples/step_%1_p%2.png").arg(step, 8, 10, QChar('0')).arg(p, 2, 10, QChar('0')))));
+    }
+  QFile index(QDir(run.path()).filePath("samples/index.jsonl"));
+  QVERIFY(index.open(QIODevice::WriteOnly));
+  index.write("{\"file\":\"step_00000010_p00.png\",\"step\":10,\"prompt_index\":0,\"prompt\":\"a red circle\"}\n");
+  index.close();
+
+  SampleBrowser browser;
+  browser.resize(900, 600);
+  browser.show();
+  browser.setRunDir(run.path());
+  QCOMPARE(browser.steps(), (QList<qint64>{10, 20, 30}));
+  QCOMPARE(browser.promptCount(), 2);
+  QCOMPARE(browser.latestSamples().size(), 2);
+  QCOMPARE(browser.latestSamples().front().step, 30);
+  QCOMPARE(browser.samples().front().prompt, QString("a red circle"));
+
+  auto* grid = browser.findChild<QTableWidget*>("sampleGrid");
+  QVERIFY(grid);
+  QCOMPARE(grid->rowCount(), 2);
+  QCOMPARE(grid->columnCount(), 3);
+  QVERIFY(grid->item(1, 2));
+  // Click to enlarge.
+  emit grid->cellClicked(1, 2);
+  auto* viewer = browser.findChild<QDialog*>("sampleViewer");
+  QVERIFY(viewer);
+  QVERIFY(viewer->isVisible());
+  QVERIFY(viewer->windowTitle().contains("step 30"));
+  viewer->close();
+
+  // Compare two steps side by side.
+  browser.compare(10, 30);
+  auto* a = browser.findChild<QComboBox*>("compareStepA");
+  auto* b = browser.findChild<QComboBox*>("compareStepB");
+  QCOMPARE(a->currentData().toLongLong(), 10);
+  QCOMPARE(b->currentData().toLongLong(), 30);
+  auto* table = browser.findChild<QTableWidget*>("compareTable");
+  QCOMPARE(table->columnCount(), 2);
+  QVERIFY(table->item(0, 0) && table->item(0, 1));
+  QCOMPARE(table->item(0, 0)->data(Qt::UserRole).toLongLong(), 10);
+  QCOMPARE(table->item(0, 1)->data(Qt::UserRole).toLongLong(), 30);
+
+  // A new sample from the trainer becomes the latest.
+  SampleInfo s;
+  s.step = 40;
+  s.promptIndex = 0;
+  s.path = QDir(run.path()).filePath("samples/step_00000030_p00.png");
+  browser.addSample(s);
+  QCOMPARE(browser.latestSamples().front().step, 40);
+  QCOMPARE(grid->columnCount(), 4);
+}
+
+void WidgetsTest::gpuMapTooltipsAndMismatches() {
+  PlacementView v;
+  v.planned = false;
+  DeviceView d0;
+  d0.label = "cuda:0";
+  d0.name = "NVIDIA H200";
+  d0.totalBytes = 141'000'000'000;
+  d0.capBytes = 16'000'000'000;
+  d0.allocatedBytes = 9'000'000'000;
+  d0.reservedBytes = 10'000'000'000;
+  BlockView stem{"stem", BlockKind::Stem, 100'000'000};
+  BlockView b0{"transformer_blocks.0", BlockKind::Double, 340'000'000, 12'000'000, 18, 6'000'000, 24'000'000};
+  d0.blocks << stem << b0;
+  DeviceView d1 = d0;
+  d1.label = "cuda:1";
+  d1.blocks = {BlockView{"single_transformer_blocks.0", BlockKind::Single, 140'000'000}};
+  d1.mismatches << MismatchView{"single_transformer_blocks.0.attn.to_q [lora_adapter] lora_A.weight", "cuda:1",
+                                "cuda:0"};
+  v.devices << d0 << d1;
+
+  GpuMapView map;
+  map.resize(800, 600);
+  map.setPlacement(v);
+  const QRect r = map.blockRect("transformer_blocks.0");
+  QVERIFY(!r.isEmpty());
+  const QString tip = map.toolTipAt(r.center());
+  QVERIFY2(tip.contains("transformer_blocks.0") && tip.contains("LoRA adapters: 18") && tip.contains("EMA") &&
+               tip.contains("optimizer state: 24.0 MB"),
+           qPrintable(tip));
+  // The mismatch sits below cuda:1's blocks and names the module path.
+  const QRect s = map.blockRect("single_transformer_blocks.0");
+  QString mismatchTip;
+  for (int y = s.bottom(); y < s.bottom() + 120 && mismatchTip.isEmpty(); y += 4) {
+    const QString t = map.toolTipAt(QPoint(s.center().x(), y));
+    if (t.contains("audit mismatch")) mismatchTip = t;
+  }
+  QVERIFY2(mismatchTip.contains("single_transformer_blocks.0.attn.to_q"), qPrintable(mismatchTip));
+
+  // Live memory updates reach the device.
+  map.updateMemory({MemoryView{"cuda:1", 5'000'000'000, 6'000'000'000, 16'000'000'000}});
+  QCOMPARE(map.placement().devices[1].allocatedBytes, 5'000'000'000LL);
+}
+
+void WidgetsTest::plannedPlacementOnSimulatedDevices() {
+  strata::config::RunConfig cfg;
+  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.splitModelOverGpus = true;
+  const PlacementView v = planPlacementView(cfg, "4x16GB");
+  QVERIFY2(v.error.isEmpty(), qPrintable(v.error));
+  QCOMPARE(v.devices.size(), 4);
+  int blocks = 0;
+  for (const DeviceView& d : v.devices) {
+    QVERIFY(d.simulated);
+    QCOMPARE(d.totalBytes, 16'000'000'000LL);
+    QVERIFY(!d.blocks.isEmpty());
+    blocks += d.blocks.size();
+  }
+  QCOMPARE(blocks, 19 + 38 + 2);  // double + single blocks, stem, head
+  QCOMPARE(v.devices.front().blocks.front().kind, BlockKind::Stem);
+  QCOMPARE(v.devices.back().blocks.back().kind, BlockKind::Head);
+  // Every transformer block carries its adapters in the plan.
+  QVERIFY(v.devices[1].blocks.front().adapterCount > 0);
+  QVERIFY(v.devices[1].blocks.front().optimizerBytes > 0);
+  QVERIFY(!v.reason.isEmpty());
+
+  // Without the split only the first device is used.
+  cfg.model.splitModelOverGpus = false;
+  QCOMPARE(planPlacementView(cfg, "4x16GB").devices.size(), 1);
+}
+
+void WidgetsTest::plannedPlacementReportsBadSpec() {
+  strata::config::RunConfig cfg;
+  cfg.model.splitModelOverGpus = true;
+  const PlacementView v = planPlacementView(cfg, "4xbanana");
+  QVERIFY(!v.error.isEmpty());
+  QVERIFY(v.devices.isEmpty());
+}
+
+QTEST_MAIN(WidgetsTest)
+#include "WidgetsTest.moc"
