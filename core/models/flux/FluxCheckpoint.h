@@ -1,0 +1,79 @@
+#pragma once
+// FLUX transformer weights on disk, and the one strict loader.
+// A checkpoint is a diffusers folder (sharded *.safetensors + index JSON, or the
+// model root holding transformer/), one diffusers file, or one BFL file
+// (flux1-dev.safetensors; ComfyUI's "model.diffusion_model." prefix is stripped).
+// Loading verifies every key and shape before any tensor is copied, so a bad
+// checkpoint never leaves a half-loaded model.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/flux/FluxConfig.h"
+
+namespace strata::io {
+class SafetensorsFile;
+}
+
+namespace strata::flux {
+
+class FluxTransformer;
+struct FluxBuildOptions;
+
+enum class FluxWeightFormat { Diffusers, Bfl };
+const char* toString(FluxWeightFormat format);
+
+class FluxCheckpoint {
+ public:
+  // Reads the headers only (files are memory-mapped). Throws IoError / LoadError.
+  static FluxCheckpoint open(const std::filesystem::path& path);
+
+  FluxWeightFormat format() const { return format_; }
+  // Tensor name (prefix stripped) -> shape.
+  const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
+  bool contains(const std::string& name) const { return shapes_.count(name) > 0; }
+  // CPU tensor in the file's dtype, over the mapping (no copy). Throws LoadError if absent.
+  at::Tensor tensor(const std::string& name) const;
+  // config.json next to the weights (diffusers folder), empty when there is none.
+  const std::filesystem::path& configJsonPath() const { return configJson_; }
+  const std::filesystem::path& path() const { return path_; }
+  std::vector<std::filesystem::path> files() const;
+
+ private:
+  struct Entry {
+    size_t file = 0;
+    std::string nameInFile;
+  };
+  std::filesystem::path path_;
+  std::filesystem::path configJson_;
+  FluxWeightFormat format_ = FluxWeightFormat::Diffusers;
+  std::vector<std::shared_ptr<io::SafetensorsFile>> files_;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+};
+
+// Copies every parameter of `model` from `ckpt` (diffusers or BFL names),
+// converting to each parameter's dtype and device. Strict: throws LoadError
+// listing every missing, unexpected and mis-shaped key (expected vs actual
+// shape) before anything is copied.
+void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt);
+void loadFluxWeights(FluxTransformer& model, const std::filesystem::path& path);
+
+// Detects the config from the checkpoint (FluxConfig::fromCheckpoint), builds the
+// model with `options` and loads it.
+std::shared_ptr<FluxTransformer> loadFluxTransformer(const std::filesystem::path& path,
+                                                     const FluxBuildOptions& options,
+                                                     const std::vector<int64_t>& axesDimsRope = {});
+
+// The model's weights in BFL single-file naming (fused qkv / linear1, final
+// modulation halves swapped), CPU tensors in the model's dtype.
+std::vector<std::pair<std::string, at::Tensor>> bflStateDict(FluxTransformer& model);
+// The model's weights in diffusers naming (named_parameters), CPU tensors.
+std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(FluxTransformer& model);
+
+}  // namespace strata::flux
