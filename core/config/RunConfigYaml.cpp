@@ -179,18 +179,22 @@ LoadedConfig parseRunConfig(const std::string& yamlText, const std::string& file
   } catch (const YAML::ParserException& e) {
     reader.problem(Severity::Error, "", SourcePos{e.mark.line + 1, e.mark.column + 1, ""},
                    "YAML syntax error: " + e.msg);
+    out.readable = false;
     return out;
   } catch (const YAML::Exception& e) {
     reader.problem(Severity::Error, "", {}, std::string("YAML error: ") + e.what());
+    out.readable = false;
     return out;
   }
   if (!root.IsDefined() || root.IsNull()) {
     reader.problem(Severity::Error, "", {}, "the file is empty (expected a mapping with model:, train:, ...)");
+    out.readable = false;
     return out;
   }
   if (!root.IsMap()) {
     reader.problem(Severity::Error, "", posOf(root),
                    "expected a mapping with model:, train:, ... at the top, got " + describeNode(root));
+    out.readable = false;
     return out;
   }
   try {

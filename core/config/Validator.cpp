@@ -1,0 +1,382 @@
+#include "config/Validator.h"
+
+#include "common/TorchCompat.h"
+#include "config/ConfigSchema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+namespace strata::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Checker {
+ public:
+  Checker(const RunConfig& cfg, const ValidateOptions& opt) : cfg_(cfg), opt_(opt) {}
+
+  void add(Severity s, const std::string& key, std::string message, std::string hint = "") {
+    Problem p;
+    p.severity = s;
+    p.key = key;
+    p.message = std::move(message);
+    p.hint = std::move(hint);
+    if (opt_.where) {
+      p.file = opt_.where->file;
+      const SourcePos pos = opt_.where->find(key);
+      if (!pos.origin.empty()) {
+        p.file = pos.origin;
+      } else {
+        p.line = pos.line;
+        p.column = pos.column;
+      }
+    }
+    problems_.push_back(std::move(p));
+  }
+  void error(const std::string& key, std::string message, std::string hint = "") {
+    add(Severity::Error, key, std::move(message), std::move(hint));
+  }
+  void warning(const std::string& key, std::string message, std::string hint = "") {
+    add(Severity::Warning, key, std::move(message), std::move(hint));
+  }
+
+  // " (line 12)" when the key was written in the file.
+  std::string lineOf(const std::string& key) const {
+    if (!opt_.where || !opt_.where->has(key)) return "";
+    const SourcePos pos = opt_.where->find(key);
+    if (!pos.origin.empty()) return " (" + pos.origin + ")";
+    return pos.line > 0 ? " (line " + std::to_string(pos.line) + ")" : "";
+  }
+
+  std::vector<Problem> run() {
+    ranges();
+    model();
+    devices();
+    quantization();
+    paths();
+    training();
+    datasets();
+    sampling();
+    saving();
+    return std::move(problems_);
+  }
+
+ private:
+  // Every number against the schema's range; lists element by element.
+  void ranges() {
+    for (const KeySpec& spec : schema()) {
+      const size_t count = spec.isDatasetKey() ? cfg_.datasets.size() : 1;
+      for (size_t i = 0; i < count; ++i) {
+        const std::string key =
+            spec.isDatasetKey() ? "datasets[" + std::to_string(i) + "]" + spec.path.substr(10) : spec.path;
+        const Value v = spec.get(cfg_, i);
+        std::vector<double> numbers;
+        if (auto* x = std::get_if<int64_t>(&v)) numbers.push_back(static_cast<double>(*x));
+        if (auto* x = std::get_if<double>(&v)) numbers.push_back(*x);
+        if (auto* l = std::get_if<std::vector<int64_t>>(&v)) numbers.assign(l->begin(), l->end());
+        if (auto* l = std::get_if<std::vector<double>>(&v)) numbers = *l;
+        if (spec.listSize) {
+          size_t n = numbers.size();
+          if (auto* l = std::get_if<std::vector<std::string>>(&v)) n = l->size();
+          if (n != *spec.listSize) {
+            error(key, "expected " + std::to_string(*spec.listSize) + " values, got " + std::to_string(n),
+                  "e.g. " + formatValue(spec.defaultValue));
+            continue;
+          }
+        }
+        for (double x : numbers) {
+          const bool low = spec.min && (spec.minExclusive ? !(x > *spec.min) : !(x >= *spec.min));
+          const bool high = spec.max && !(x <= *spec.max);
+          if (low || high || std::isnan(x)) {
+            error(key, formatDouble(x) + " is out of range", "allowed: " + spec.rangeText() +
+                                                                 (spec.unit.empty() ? "" : " " + spec.unit));
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  void model() {
+    const ModelConfig& m = cfg_.model;
+    if (!m.isFlux)
+      error("model.is_flux", "Strata trains FLUX.1 transformers only", "set is_flux: true with a FLUX checkpoint");
+    if (m.attentionHeadDim && !m.axesDimsRope.empty()) {
+      int64_t sum = 0;
+      for (int64_t a : m.axesDimsRope) sum += a;
+      if (sum != *m.attentionHeadDim)
+        error("model.axes_dims_rope",
+              "the rotary axes add up to " + std::to_string(sum) + " but attention_head_dim is " +
+                  std::to_string(*m.attentionHeadDim) + lineOf("model.attention_head_dim"),
+              "their sum must equal the head width (flux-dev: 16 + 56 + 56 = 128)");
+    }
+    for (int64_t a : m.axesDimsRope)
+      if (a % 2 != 0) {
+        error("model.axes_dims_rope", "rotary dims must be even, got " + std::to_string(a));
+        break;
+      }
+    if (m.randomWeights && !m.nameOrPath.empty())
+      warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
+              "set random_weights: false to train on these weights");
+  }
+
+  // The CUDA devices the run will use; empty when on the CPU or when unknown.
+  std::vector<device::DeviceInfo> gpus() const {
+    std::vector<device::DeviceInfo> out;
+    if (opt_.devices)
+      for (const auto& d : *opt_.devices)
+        if (!d.isCpu()) out.push_back(d);
+    return out;
+  }
+
+  void devices() {
+    const ModelConfig& m = cfg_.model;
+    const bool onCpu = m.device == ComputeDevice::Cpu;
+
+    if (m.lowVram && m.splitModelOverGpus)
+      error("model.low_vram",
+            "low_vram cannot be combined with split_model_over_gpus" + lineOf("model.split_model_over_gpus"),
+            "set low_vram: false; the split already spreads the weights over the GPUs");
+
+    // Duplicates make no sense in any mode.
+    std::set<int> seen;
+    for (int id : m.gpuIds)
+      if (!seen.insert(id).second) {
+        error("model.gpu_ids", "gpu id " + std::to_string(id) + " is listed twice");
+        break;
+      }
+
+    if (onCpu && !m.gpuIds.empty())
+      warning("model.gpu_ids", "ignored: model.device is cpu" + lineOf("model.device"));
+
+    if (m.splitModelOverGpus) {
+      if (onCpu) {
+        error("model.split_model_over_gpus", "a split needs CUDA devices, but model.device is cpu" +
+                                                 lineOf("model.device"),
+              "set device: auto or cuda, or split_model_over_gpus: false");
+      } else if (seen.size() == 1) {
+        error("model.gpu_ids", "split_model_over_gpus needs at least two GPUs, gpu_ids lists one",
+              "list two or more devices, e.g. gpu_ids: \"0,1\", or set split_model_over_gpus: false");
+      } else if (m.gpuIds.empty() && opt_.devices && gpus().size() < 2) {
+        error("model.split_model_over_gpus",
+              "a split needs at least two GPUs, this machine has " + std::to_string(gpus().size()),
+              "set split_model_over_gpus: false");
+      }
+    }
+
+    if (!opt_.devices || onCpu) return;
+    const std::vector<device::DeviceInfo> all = gpus();
+    std::string have;
+    for (const auto& d : all) have += (have.empty() ? "" : ", ") + d.label();
+    if (have.empty()) have = "none";
+
+    if (all.empty() && m.device == ComputeDevice::Cuda) {
+      error("model.device", "device is cuda but this machine has no CUDA device", "set device: cpu or auto");
+      return;
+    }
+    std::vector<device::DeviceInfo> used;
+    for (int id : m.gpuIds) {
+      auto it = std::find_if(all.begin(), all.end(), [&](const device::DeviceInfo& d) { return d.index == id; });
+      if (it == all.end()) {
+        error("model.gpu_ids", "gpu id " + std::to_string(id) + " does not exist on this machine (CUDA devices: " +
+                                   have + ")",
+              all.empty() ? "this machine has no GPU: set device: cpu" : "use ids between 0 and " +
+                                                                              std::to_string(all.size() - 1));
+      } else {
+        used.push_back(*it);
+      }
+    }
+    if (m.gpuIds.empty() && !all.empty()) {
+      if (m.splitModelOverGpus) used = all;
+      else used.push_back(all.front());
+    }
+
+    if (cfg_.train.dtype == DType::BF16) {
+      for (const auto& d : used)
+        if (d.ccMajor > 0 && !d.supportsBf16()) {  // ccMajor 0: architecture unknown
+          error("train.dtype",
+                "bf16 needs compute capability 8.0 or newer; " + d.label() + " (" + d.name + ") is " +
+                    std::to_string(d.ccMajor) + "." + std::to_string(d.ccMinor),
+                "use dtype: fp16 on this card");
+          break;
+        }
+    }
+
+    // Caps: one value, or one per device used.
+    const auto& caps = m.gpuMemoryLimitGb;
+    if (caps.size() > 1 && !used.empty() && caps.size() != used.size())
+      error("model.gpu_memory_limit_gb",
+            std::to_string(caps.size()) + " caps for " + std::to_string(used.size()) + " devices",
+            "give one value for all devices or one per gpu_ids entry");
+    for (size_t i = 0; i < used.size() && !caps.empty(); ++i) {
+      const double capGb = caps.size() == 1 ? caps[0] : (i < caps.size() ? caps[i] : caps.back());
+      const double totalGb = static_cast<double>(used[i].totalBytes) / 1e9;
+      if (used[i].totalBytes > 0 && capGb > totalGb) {
+        warning("model.gpu_memory_limit_gb",
+                "cap " + formatDouble(capGb) + " GB is above " + used[i].label() + "'s " +
+                    formatDouble(std::round(totalGb * 10) / 10) + " GB; the device's memory is the limit");
+        break;
+      }
+    }
+  }
+
+  void quantization() {
+    const ModelConfig& m = cfg_.model;
+    if (!m.quantize && !m.quantizeTe) return;
+    const std::string key = m.quantize ? "model.quantize" : "model.quantize_te";
+    const auto& known = knownQtypes();
+    if (std::find(known.begin(), known.end(), m.qtype) == known.end()) {
+      std::string list;
+      for (const auto& q : known) list += (list.empty() ? "" : ", ") + q;
+      error("model.qtype", "quantization type '" + m.qtype + "' is not supported by Strata",
+            "Strata knows only: " + list);
+      return;
+    }
+    if (!qtypeAvailable(m.qtype)) {
+      error("model.qtype",
+            "'" + m.qtype + "' needs float8 tensors, which this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) +
+                "." + std::to_string(TORCH_VERSION_MINOR) + ") does not have (they exist from 2.1 on)",
+            "set quantize: false and quantize_te: false");
+      return;
+    }
+    // Honest: there is no quantization code yet. The run works, unquantized.
+    const char* which = m.quantize ? "the transformer" : "the text encoders";
+    warning(key, std::string("Strata does not quantize weights yet: ") + which + " stay in " +
+                     enumName(cfg_.train.dtype) + " (FLUX.1-dev's transformer is about 24 GB in bf16)",
+            "set it to false to silence this; split_model_over_gpus spreads the weights instead");
+    if (m.quantize && m.quantizeTe)
+      warning("model.quantize_te", "Strata does not quantize weights yet: the text encoders stay unquantized");
+  }
+
+  void paths() {
+    if (!opt_.checkPaths) return;
+    const ModelConfig& m = cfg_.model;
+    if (!m.randomWeights) {
+      if (m.nameOrPath.empty()) {
+        error("model.name_or_path", "no model given",
+              "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true");
+      } else {
+        std::error_code ec;
+        if (!fs::exists(m.nameOrPath, ec)) {
+          const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos &&
+                                     m.nameOrPath.front() != '/' && m.nameOrPath.front() != '.' &&
+                                     std::count(m.nameOrPath.begin(), m.nameOrPath.end(), '/') == 1;
+          error("model.name_or_path", "not found: " + m.nameOrPath,
+                looksLikeRepo ? "Strata reads local files only: download the repository first and give its folder"
+                              : "give a diffusers folder or a .safetensors file");
+        }
+      }
+    }
+    for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
+      const DatasetConfig& d = cfg_.datasets[i];
+      if (d.type != DatasetType::Images && d.type != DatasetType::Latents) continue;
+      const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
+      std::error_code ec;
+      if (d.folderPath.empty()) {
+        error(key, "a " + enumName(d.type) + " dataset needs a folder", "set folder_path to the folder of the " +
+                                                                             std::string(d.type == DatasetType::Images
+                                                                                             ? "images and captions"
+                                                                                             : "cached latents"));
+      } else if (!fs::exists(d.folderPath, ec)) {
+        error(key, "folder not found: " + d.folderPath);
+      } else if (!fs::is_directory(d.folderPath, ec)) {
+        error(key, "not a folder: " + d.folderPath);
+      }
+    }
+  }
+
+  void training() {
+    const TrainConfig& t = cfg_.train;
+    if (t.lr > 1e-2 && t.lr <= 1)
+      warning("train.lr", "a learning rate of " + formatDouble(t.lr) + " is very high for LoRA",
+              "1e-4 is the usual FLUX LoRA rate");
+    if (t.lrScheduler != LrScheduler::Constant && t.lrWarmupSteps >= t.steps)
+      warning("train.lr_warmup_steps", "the warm-up (" + std::to_string(t.lrWarmupSteps) +
+                                           " steps) is not shorter than the run (" + std::to_string(t.steps) + ")");
+    if (t.lrScheduler == LrScheduler::Constant && t.lrWarmupSteps > 0)
+      warning("train.lr_warmup_steps", "ignored: lr_scheduler is constant" + lineOf("train.lr_scheduler"),
+              "use lr_scheduler: warmup");
+    if (t.ema.useEma && t.ema.updateEvery > t.steps)
+      warning("train.ema_config.update_every", "the EMA is never updated: update_every is above train.steps");
+  }
+
+  void datasets() {
+    if (cfg_.datasets.empty())
+      error("datasets", "no dataset", "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]");
+    for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
+      const DatasetConfig& d = cfg_.datasets[i];
+      const std::string key = "datasets[" + std::to_string(i) + "].resolution";
+      if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
+      for (int64_t r : d.resolution)
+        if (r > 0 && r % 16 != 0) {
+          error(key, std::to_string(r) + " is not a multiple of 16",
+                "FLUX packs 8x-downsampled latents in 2x2 patches: use " + std::to_string((r + 8) / 16 * 16));
+          break;
+        }
+    }
+  }
+
+  void sampling() {
+    const SampleConfig& s = cfg_.sample;
+    if (s.sampleEvery > 0 && s.prompts.empty())
+      error("sample.sample_every", "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
+            "add sample.prompts, or set sample_every: 0");
+    for (const char* key : {"sample.width", "sample.height"}) {
+      const int64_t v = key == std::string("sample.width") ? s.width : s.height;
+      if (v > 0 && v % 16 != 0)
+        error(key, std::to_string(v) + " is not a multiple of 16", "use " + std::to_string((v + 8) / 16 * 16));
+    }
+  }
+
+  void saving() {
+    if (cfg_.save.exportFormats.empty())
+      warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
+              "add diffusers, kohya or comfy");
+    std::set<ExportFormat> seen;
+    for (ExportFormat f : cfg_.save.exportFormats)
+      if (!seen.insert(f).second) {
+        warning("save.export_formats", enumName(f) + " is listed twice");
+        break;
+      }
+  }
+
+  const RunConfig& cfg_;
+  const ValidateOptions& opt_;
+  std::vector<Problem> problems_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& knownQtypes() {
+  // ai-toolkit's default name (optimum-quanto's float8 e4m3) and the plain dtype name.
+  static const std::vector<std::string> k = {"qfloat8", "float8", "float8_e4m3fn"};
+  return k;
+}
+
+bool qtypeAvailable(const std::string& qtype) {
+  const auto& k = knownQtypes();
+  if (std::find(k.begin(), k.end(), qtype) == k.end()) return false;
+  return compat::kHasFloat8;
+}
+
+std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& options) {
+  return Checker(cfg, options).run();
+}
+
+std::vector<Problem> validateLoaded(const LoadedConfig& loaded, std::optional<std::vector<device::DeviceInfo>> devices,
+                                   bool checkPaths) {
+  std::vector<Problem> out = loaded.problems;
+  if (!loaded.readable) return out;  // the rules would only complain about defaults
+  ValidateOptions opt;
+  opt.where = &loaded.where;
+  opt.devices = std::move(devices);
+  opt.checkPaths = checkPaths;
+  std::vector<Problem> more = validate(loaded.config, opt);
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+}  // namespace strata::config

@@ -1,0 +1,39 @@
+#pragma once
+// The rules a run config must pass before anything is loaded: every problem at
+// once, each with severity, key, line/column (from the SourceMap) and a hint.
+// Pure: the caller passes the devices (the CLI from device::listDevices(), tests
+// a hand-made list); nothing here queries CUDA or the clock.
+#include "config/Problem.h"
+#include "config/RunConfig.h"
+#include "config/RunConfigYaml.h"
+#include "device/DeviceInfo.h"
+
+#include <optional>
+#include <vector>
+
+namespace strata::config {
+
+struct ValidateOptions {
+  const SourceMap* where = nullptr;  // positions for the problems; nullptr = none
+  // The CUDA devices of the machine that will train (CPU entries are ignored).
+  // nullopt = unknown: the gpu-id and bf16 checks are skipped. An empty list
+  // means "this machine has no GPU".
+  std::optional<std::vector<device::DeviceInfo>> devices;
+  bool checkPaths = true;  // model and dataset paths must exist (relative to the working directory)
+};
+
+// Every rule's problems, errors and warnings, in key order of the schema.
+std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& options = {});
+
+// loaded.problems (reading) followed by validate(loaded.config) with loaded.where.
+std::vector<Problem> validateLoaded(const LoadedConfig& loaded,
+                                   std::optional<std::vector<device::DeviceInfo>> devices = std::nullopt,
+                                   bool checkPaths = true);
+
+// The quantization types Strata can name, and whether this build can do `qtype`
+// (float8 needs LibTorch >= 2.1). Strata does not quantize weights yet; see
+// validate() for how `quantize: true` is reported.
+const std::vector<std::string>& knownQtypes();
+bool qtypeAvailable(const std::string& qtype);
+
+}  // namespace strata::config
