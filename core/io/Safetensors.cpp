@@ -134,8 +134,10 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
   bool null() override { return unexpected("null"); }
   bool boolean(bool) override { return unexpected("a boolean"); }
   bool number_integer(number_integer_t v) override {
-    if (state_ == State::ShapeArray) return fail(entryWhere() + "shape has a negative dimension " + std::to_string(v));
-    if (state_ == State::OffsetsArray) return fail(entryWhere() + "data_offsets has a negative value " + std::to_string(v));
+    // Only negative numbers (and "-0") arrive here; the rest are number_unsigned.
+    const std::string text = v == 0 ? "-0" : std::to_string(v);
+    if (state_ == State::ShapeArray) return fail(entryWhere() + "shape has a negative dimension " + text);
+    if (state_ == State::OffsetsArray) return fail(entryWhere() + "data_offsets has a negative value " + text);
     return unexpected("a number");
   }
   bool number_unsigned(number_unsigned_t v) override {
