@@ -1,0 +1,174 @@
+// Parity of the LoRA network with the reference fixtures of kind "flux_transformer"
+// (diffusers + peft, float32, CPU): forward with the LoRA file, the loss, the
+// LoRA gradients and one AdamW step. Config, rank, alpha and tolerance come from
+// each folder's manifest.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/optim/adamw.h>
+
+#include <regex>
+#include <set>
+
+#include "common/TestSupport.h"
+#include "io/Safetensors.h"
+#include "lora/LoraFormats.h"
+#include "lora/LoraNetwork.h"
+#include "models/flux/FluxCheckpoint.h"
+#include "models/flux/FluxConfig.h"
+#include "models/flux/FluxTransformer.h"
+#include "parity/ParityRegistry.h"
+
+namespace fs = std::filesystem;
+using namespace strata;
+
+namespace {
+
+struct Tolerance {
+  double atol = 1e-4;
+  double rtol = 1e-3;
+};
+
+Tolerance toleranceOf(const nlohmann::json& manifest) {
+  Tolerance t;
+  if (manifest.contains("tolerance")) {
+    t.atol = manifest["tolerance"].value("atol", t.atol);
+    t.rtol = manifest["tolerance"].value("rtol", t.rtol);
+  }
+  return t;
+}
+
+flux::FluxInputs inputsOf(const std::map<std::string, at::Tensor>& in) {
+  flux::FluxInputs x;
+  x.img = in.at("hidden_states");
+  x.txt = in.at("encoder_hidden_states");
+  x.pooled = in.at("pooled_projections");
+  x.timestep = in.at("timestep");
+  x.guidance = in.at("guidance");
+  x.imgIds = in.at("img_ids");
+  x.txtIds = in.at("txt_ids");
+  return x;
+}
+
+// AdamW settings: a manifest "optimizer" object if there is one, else the numbers
+// in the description of lora_after_adamw.safetensors, else torch's defaults with
+// the reference's lr 1e-3 and weight decay 0.01.
+torch::optim::AdamWOptions adamwOptionsOf(const nlohmann::json& manifest) {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 0.01;
+  std::string text;
+  if (manifest.contains("files") && manifest["files"].contains("lora_after_adamw.safetensors"))
+    text = manifest["files"]["lora_after_adamw.safetensors"].get<std::string>();
+  const std::string num = "([0-9.]+(?:e-?[0-9]+)?)";
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex("lr " + num))) lr = std::stod(m[1]);
+  if (std::regex_search(text, m, std::regex("betas " + num + "/" + num))) {
+    beta1 = std::stod(m[1]);
+    beta2 = std::stod(m[2]);
+  }
+  if (std::regex_search(text, m, std::regex("eps " + num))) eps = std::stod(m[1]);
+  if (std::regex_search(text, m, std::regex("weight_decay " + num))) wd = std::stod(m[1]);
+  if (manifest.contains("optimizer")) {
+    const auto& o = manifest["optimizer"];
+    lr = o.value("lr", lr);
+    eps = o.value("eps", eps);
+    wd = o.value("weight_decay", wd);
+    if (o.contains("betas")) {
+      beta1 = o["betas"].at(0).get<double>();
+      beta2 = o["betas"].at(1).get<double>();
+    }
+  }
+  return torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(wd);
+}
+
+// The base model of the folder with the folder's LoRA file applied at alpha/r.
+struct LoraFixture {
+  flux::FluxConfig cfg;
+  std::unique_ptr<flux::FluxTransformer> model;
+  std::shared_ptr<lora::LoraNetwork> net;
+  std::map<std::string, at::Tensor> inputs;
+  std::map<std::string, at::Tensor> outputs;
+  Tolerance tol;
+
+  LoraFixture(const fs::path& dir, const nlohmann::json& manifest) {
+    cfg = flux::FluxConfig::fromDiffusersJson(manifest.at("config"));
+    tol = toleranceOf(manifest);
+    model = std::make_unique<flux::FluxTransformer>(cfg);
+    flux::loadFluxWeights(*model, dir / "transformer.safetensors");
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    lora::LoraLoadOptions options;
+    options.alpha = manifest.at("lora").at("alpha").get<double>();
+    net = lora::loadLoraNetwork(*model, cfg, dir / "lora.safetensors", options);
+    net->train(true);  // the reference has no dropout; training mode must not change anything
+    inputs = io::loadSafetensors(dir / "inputs.safetensors");
+    outputs = io::loadSafetensors(dir / "outputs.safetensors");
+  }
+
+  at::Tensor forward() { return model->forward(inputsOf(inputs)); }
+  at::Tensor loss(const at::Tensor& out) { return (out - inputs.at("target")).pow(2).mean(); }
+};
+
+void checkLoraTargets(const fs::path& dir, const nlohmann::json& manifest) {
+  LoraFixture f(dir, manifest);
+  const auto& l = manifest.at("lora");
+  const int64_t rank = l.at("rank").get<int64_t>();
+  std::set<std::string> fromFile;
+  for (const auto& a : f.net->adapters()) {
+    fromFile.insert(a->hostPath());
+    EXPECT_EQ(a->rank(), rank) << a->hostPath();
+    EXPECT_DOUBLE_EQ(a->scale(), l.at("alpha").get<double>() / static_cast<double>(rank)) << a->hostPath();
+  }
+  EXPECT_TRUE(fromFile.count("proj_out")) << "the file's top-level proj_out LoRA must be applied";
+  // The manifest's target_modules, matched with peft's rule, pick the same modules.
+  flux::FluxTransformer fresh(f.cfg);
+  lora::LoraConfig c;
+  c.rank = rank;
+  c.alpha = l.at("alpha").get<double>();
+  c.targetModules = l.at("target_modules").get<std::vector<std::string>>();
+  const auto created = lora::LoraNetwork::create(fresh, c);
+  std::set<std::string> fromTargets;
+  for (const auto& a : created->adapters()) fromTargets.insert(a->hostPath());
+  EXPECT_EQ(fromTargets, fromFile);
+}
+
+void checkLoraForwardAndLoss(const fs::path& dir, const nlohmann::json& manifest) {
+  LoraFixture f(dir, manifest);
+  at::NoGradGuard noGrad;
+  const auto out = f.forward();
+  EXPECT_TRUE(test::allClose(out, f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol)) << "output_lora";
+  const auto& refLoss = f.outputs.at("loss");
+  EXPECT_TRUE(test::allClose(f.loss(out).reshape(refLoss.sizes()), refLoss, f.tol.atol, f.tol.rtol)) << "loss";
+  // The same file merged into the base weights gives the same output.
+  f.net->merge();
+  EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol)) << "merged";
+  f.net->unmerge();
+  f.net->detach();
+  EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output"), f.tol.atol, f.tol.rtol)) << "detached = base";
+}
+
+void checkLoraGradsAndAdamW(const fs::path& dir, const nlohmann::json& manifest) {
+  LoraFixture f(dir, manifest);
+  f.loss(f.forward()).backward();
+  const auto grads = io::loadSafetensors(dir / "lora_grads.safetensors");
+  const auto after = io::loadSafetensors(dir / "lora_after_adamw.safetensors");
+  const auto sd = f.net->stateDict("transformer.");
+  std::set<std::string> ours, theirs;
+  for (const auto& [k, v] : sd) ours.insert(k);
+  for (const auto& [k, v] : grads) theirs.insert(k);
+  EXPECT_EQ(ours, theirs) << "LoRA state dict keys differ from lora_grads.safetensors";
+  for (const auto& [key, param] : sd) {
+    if (!grads.count(key)) continue;
+    ASSERT_TRUE(param.grad().defined()) << key;
+    EXPECT_TRUE(test::allClose(param.grad(), grads.at(key), f.tol.atol, f.tol.rtol)) << "grad " << key;
+  }
+  torch::optim::AdamW optimizer(f.net->parameters(), adamwOptionsOf(manifest));
+  optimizer.step();
+  for (const auto& [key, param] : sd) {
+    if (!after.count(key)) continue;
+    EXPECT_TRUE(test::allClose(param, after.at(key), f.tol.atol, f.tol.rtol)) << "after AdamW " << key;
+  }
+}
+
+}  // namespace
+
+STRATA_PARITY_CHECK("flux_transformer", "LoRA file targets = manifest target_modules (peft rule)", checkLoraTargets);
+STRATA_PARITY_CHECK("flux_transformer", "forward with LoRA (alpha/r), loss, merge, detach", checkLoraForwardAndLoss);
+STRATA_PARITY_CHECK("flux_transformer", "LoRA gradients and one AdamW step", checkLoraGradsAndAdamW);
