@@ -38,7 +38,7 @@ function(strata_add_test name)
     DISCOVERY_MODE PRE_TEST
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${A_LABELS}"
-               SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+               SKIP_REGULAR_EXPRESSION "  SKIPPED "
                ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endfunction()
 

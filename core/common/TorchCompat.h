@@ -1,7 +1,12 @@
 #pragma once
 // The one place where LibTorch 1.13 (Debian 12, CPU) and 2.x (GPU machine) differ.
 #include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
+
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #define STRATA_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||         \
@@ -24,5 +29,42 @@ inline at::Tensor scaledDotProductAttention(const at::Tensor& q, const at::Tenso
 
 // float8 dtypes exist from 2.1 on.
 constexpr bool kHasFloat8 = STRATA_TORCH_AT_LEAST(2, 1);
+
+// ---- attention backend (added by the flux model) ----------------------------
+// The cuDNN scaled-dot-product backend fails in the backward pass of FLUX-sized
+// attention with LibTorch 2.11 (DESIGN §4); flash handles it. Process-wide and
+// idempotent; returns false where this LibTorch has no cuDNN backend switch.
+inline bool disableCudnnAttention() {
+#if STRATA_TORCH_AT_LEAST(2, 4)
+  at::globalContext().setSDPUseCuDNN(false);
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Whether the flash backend of scaled-dot-product attention is enabled (2.x).
+inline bool flashAttentionEnabled() {
+#if STRATA_TORCH_AT_LEAST(2, 0)
+  return at::globalContext().userEnabledFlashSDP();
+#else
+  return false;
+#endif
+}
+
+// The key of a parameter in torch::optim::Optimizer::state(): the TensorImpl
+// address printed as text in 1.13, the address itself in 2.x.
+using OptimizerStateKey =
+    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+inline OptimizerStateKey optimizerStateKey(const at::Tensor& param) {
+  if constexpr (std::is_same_v<OptimizerStateKey, std::string>) {
+    std::ostringstream os;
+    os << param.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return OptimizerStateKey(param.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace strata::compat

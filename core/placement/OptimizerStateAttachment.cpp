@@ -6,21 +6,16 @@
 #include <type_traits>
 
 #include "common/Error.h"
+#include "common/TorchCompat.h"
 
 namespace strata::placement {
 
 namespace {
 
-// LibTorch 1.13 keys the state map by the TensorImpl address as a string, 2.x by
-// the address itself; the map's key type tells which.
+// The key differs between LibTorch versions: see compat::optimizerStateKey.
 template <class StateMap>
 typename StateMap::iterator findState(StateMap& map, const at::Tensor& param) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    return map.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
-  } else {
-    return map.find(static_cast<Key>(param.unsafeGetTensorImpl()));
-  }
+  return map.find(compat::optimizerStateKey(param));
 }
 
 at::Tensor movedTo(const at::Tensor& t, const c10::Device& device) {
