@@ -5,7 +5,7 @@
 #include "nn/Block.h"
 #include "nn/Linear.h"
 #include "train/CheckpointedRunner.h"
-#include "tests/common/TestSupport.h"
+#include "common/TestSupport.h"
 
 using namespace strata;
 

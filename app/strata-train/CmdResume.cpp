@@ -1,0 +1,52 @@
+// `strata-train resume RUN_DIR`: continues a run from its latest checkpoint with
+// the config it was started with; the loss curve, the LR schedule, the data
+// order and the random draws continue as if it had never stopped. Exit codes
+// as `run`.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <memory>
+
+#include "events/EventBus.h"
+#include "train/Trainer.h"
+
+namespace strata::cli {
+
+int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus);  // CmdRun.cpp
+
+namespace {
+
+struct ResumeArgs {
+  std::string runDir;
+  int64_t stopAfter = 0;
+};
+
+int runResume(const ResumeArgs& args) {
+  events::EventBus bus;
+  std::unique_ptr<train::Trainer> trainer;
+  try {
+    train::TrainerOptions opts;
+    opts.stopAfterStep = args.stopAfter;
+#ifdef STRATA_VERSION
+    opts.softwareVersion = STRATA_VERSION;
+#endif
+    trainer = train::Trainer::resumeFrom(args.runDir, bus, opts);
+  } catch (const std::exception& e) {
+    std::cerr << "strata-train resume: " << e.what() << std::endl;
+    return train::kExitBadInput;
+  }
+  return runTrainerWithProgress(*trainer, bus);
+}
+
+}  // namespace
+
+void addResumeCommand(CLI::App& app, int& exitCode) {
+  auto args = std::make_shared<ResumeArgs>();
+  CLI::App* cmd = app.add_subcommand("resume", "Continue a run from its latest checkpoint");
+  cmd->add_option("run_dir", args->runDir, "Run folder")->required();
+  cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step");
+  cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
+  cmd->callback([args, &exitCode] { exitCode = runResume(*args); });
+}
+
+}  // namespace strata::cli

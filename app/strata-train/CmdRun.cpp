@@ -1,0 +1,213 @@
+// `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N]`:
+// trains a LoRA from a run config, printing a progress bar (step/total, loss,
+// s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C saves a checkpoint
+// and stops (a second Ctrl-C ends the process at once).
+//
+// Exit codes: 0 finished; 1 failed during training (NaN/Inf loss, I/O, out of
+// memory; the last good checkpoint is kept); 2 bad command line, config or
+// preflight problem (nothing trained); 130 interrupted (Ctrl-C), checkpoint kept.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "common/Error.h"
+#include "config/RunConfigYaml.h"
+#include "events/EventBus.h"
+#include "train/Trainer.h"
+
+namespace strata::cli {
+
+namespace {
+
+std::atomic<train::Trainer*> gTrainer{nullptr};
+std::atomic<bool> gInterrupted{false};
+
+extern "C" void onSigint(int) {
+  gInterrupted.store(true);
+  if (auto* t = gTrainer.load()) t->requestStop();  // an atomic store only
+  std::signal(SIGINT, SIG_DFL);                     // a second Ctrl-C ends the process
+}
+
+std::string clock(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e7) return "--:--";
+  const long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%02ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+// Prints the trainer's events: a bar redrawn in place on a TTY, otherwise one
+// line per step (at most one a second, always the last).
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : tty_(::isatty(STDOUT_FILENO) == 1) {}
+
+  void operator()(const events::Event& event) {
+    std::visit([this](const auto& e) { on(e); }, event);
+  }
+
+ private:
+  void endBar() {
+    if (barShown_) {
+      std::cout << "\n";
+      barShown_ = false;
+    }
+  }
+  void line(const std::string& text, bool error = false) {
+    endBar();
+    (error ? std::cerr : std::cout) << text << std::endl;
+  }
+
+  void on(const events::StartedEvent& e) {
+    line(std::string(e.resumed ? "resuming " : "training ") + e.jobName + " in " + e.runDir + " (step " +
+         std::to_string(e.startStep) + " of " + std::to_string(e.totalSteps) + ")");
+  }
+  void on(const events::StepEvent& e) {
+    const double sPerIt = e.stepTimeMs / 1000.0;
+    char stats[160];
+    std::snprintf(stats, sizeof stats, "%lld/%lld  loss %.4f (avg %.4f)  lr %.2e  %.2f s/it  ETA %s",
+                  static_cast<long long>(e.step), static_cast<long long>(e.totalSteps), e.loss, e.lossSmoothed,
+                  e.lr, sPerIt, clock(e.etaSeconds).c_str());
+    if (tty_) {
+      const int width = 24;
+      const int filled = e.totalSteps > 0 ? static_cast<int>(width * e.step / e.totalSteps) : 0;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::cout << "\r[" << bar << "] " << stats << "   " << std::flush;
+      barShown_ = true;
+    } else {
+      const auto now = std::chrono::steady_clock::now();
+      if (e.step == e.totalSteps || now - lastPlain_ >= std::chrono::seconds(1)) {
+        std::cout << "step " << stats << std::endl;
+        lastPlain_ = now;
+      }
+    }
+  }
+  void on(const events::PlacementEvent& e) {
+    std::ostringstream s;
+    s << "placement: " << e.reason;
+    std::string dev;
+    for (const auto& b : e.blocks) {
+      if (b.device != dev) {
+        dev = b.device;
+        s << "\n  " << dev << ":";
+      }
+      s << " " << b.id;
+    }
+    s << "\naudit: " << (e.audit.empty() ? "clean" : std::to_string(e.audit.size()) + " mismatch(es)") << " ("
+      << e.checkedTensors << " attachment tensors checked)";
+    for (const auto& a : e.audit) s << "\n  " << a.path << ": expected " << a.expected << ", found " << a.actual;
+    line(s.str());
+  }
+  void on(const events::SampleEvent& e) { line("sample: " + e.path + "  \"" + e.prompt + "\""); }
+  void on(const events::CheckpointEvent& e) {
+    line("checkpoint: " + e.path + (e.removed.empty() ? "" : " (" + std::to_string(e.removed.size()) +
+                                                                 " older removed)"));
+  }
+  void on(const events::ExportEvent& e) { line("lora (" + e.format + "): " + e.path); }
+  void on(const events::WarningEvent& e) { line("warning: " + e.message, true); }
+  void on(const events::PreflightFailedEvent& e) {
+    std::string s = "preflight failed, nothing was trained:";
+    for (const auto& p : e.problems) s += "\n  " + p;
+    line(s, true);
+  }
+  void on(const events::PausedEvent& e) { line("paused at step " + std::to_string(e.step)); }
+  void on(const events::ResumedEvent& e) { line("resumed at step " + std::to_string(e.step)); }
+  void on(const events::StoppedEvent& e) {
+    line("stopped at step " + std::to_string(e.step) +
+         (e.checkpoint.empty() ? " (no checkpoint)" : "; checkpoint: " + e.checkpoint));
+  }
+  void on(const events::FinishedEvent& e) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "finished: %lld steps, final loss %.4f, %.1f s", static_cast<long long>(e.step),
+                  e.finalLoss, e.wallSeconds);
+    std::string s = buf;
+    if (e.skippedItems > 0) s += ", " + std::to_string(e.skippedItems) + " unreadable dataset item(s) skipped";
+    line(s);
+  }
+  void on(const events::FailedEvent& e) {
+    line("failed at step " + std::to_string(e.step) + ": " + e.message, true);
+  }
+
+  bool tty_;
+  bool barShown_ = false;
+  std::chrono::steady_clock::time_point lastPlain_{};
+};
+
+struct RunArgs {
+  std::string configPath;
+  std::vector<std::string> sets;
+  std::string runDir;
+  int64_t stopAfter = 0;
+};
+
+}  // namespace
+
+// Runs `trainer` on this thread with the progress printer and the Ctrl-C
+// handler; returns the exit code. Shared with `resume` (CmdResume.cpp).
+int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus) {
+  ProgressPrinter printer;
+  auto sub = bus.subscribe([&printer](const events::Event& e) { printer(e); });
+  gInterrupted = false;
+  gTrainer = &trainer;
+  auto previous = std::signal(SIGINT, onSigint);
+  const auto outcome = trainer.run();
+  std::signal(SIGINT, previous);
+  gTrainer = nullptr;
+  return train::exitCodeOf(outcome);
+}
+
+namespace {
+
+int runRun(const RunArgs& args) {
+  config::LoadedConfig loaded;
+  try {
+    loaded = config::loadRunConfig(args.configPath);
+  } catch (const std::exception& e) {
+    std::cerr << "strata-train run: " << e.what() << std::endl;
+    return train::kExitBadInput;
+  }
+  if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
+  bool bad = false;
+  for (const auto& p : loaded.problems) {
+    std::cerr << p.format() << std::endl;
+    bad = bad || p.isError();
+  }
+  if (bad) return train::kExitBadInput;
+  events::EventBus bus;
+  train::TrainerOptions opts;
+  opts.runDir = args.runDir;
+  opts.stopAfterStep = args.stopAfter;
+  opts.configYaml = config::toYaml(loaded.config);
+#ifdef STRATA_VERSION
+  opts.softwareVersion = STRATA_VERSION;
+#endif
+  train::Trainer trainer(loaded.config, bus, opts);
+  return runTrainerWithProgress(trainer, bus);
+}
+
+}  // namespace
+
+// Registers `run`; `exitCode` receives its result.
+void addRunCommand(CLI::App& app, int& exitCode) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Train a LoRA from a run config (Ctrl-C: checkpoint and stop)");
+  cmd->add_option("config", args->configPath, "Run config (YAML)")->required();
+  cmd->add_option("--set", args->sets, "Override a key, e.g. --set train.steps=100 (repeatable)");
+  cmd->add_option("--run-dir", args->runDir, "Run folder (default: <job.training_folder>/<job.name>)");
+  cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step (as Ctrl-C would)");
+  cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
+  cmd->callback([args, &exitCode] { exitCode = runRun(*args); });
+}
+
+}  // namespace strata::cli

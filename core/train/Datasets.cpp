@@ -1,0 +1,304 @@
+#include "train/Datasets.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <random>
+
+#include "common/Error.h"
+#include "io/Safetensors.h"
+
+namespace strata::train {
+
+namespace fs = std::filesystem;
+
+// ---- pixel code ----------------------------------------------------------------
+
+at::Tensor rgbToLatents(const at::Tensor& rgb) {
+  if (rgb.dim() != 3 || rgb.size(0) != 3 || rgb.size(1) % 2 || rgb.size(2) % 2)
+    throw Error("rgbToLatents: expected [3, H, W] with even H and W");
+  const int64_t h = rgb.size(1) / 2, w = rgb.size(2) / 2;
+  auto x = rgb.to(at::kFloat) * 2 - 1;
+  // [3, h, 2, w, 2] -> [3, 2, 2, h, w] -> [12, h, w]
+  auto patches = x.view({3, h, 2, w, 2}).permute({0, 2, 4, 1, 3}).reshape({12, h, w});
+  auto luma = (0.299 * patches.slice(0, 0, 4).mean(0) + 0.587 * patches.slice(0, 4, 8).mean(0) +
+               0.114 * patches.slice(0, 8, 12).mean(0));  // [h, w]
+  return at::cat({patches, luma.unsqueeze(0).expand({4, h, w})}, 0).contiguous();  // [16, h, w]
+}
+
+at::Tensor latentsToRgb(const at::Tensor& latents) {
+  if (latents.dim() != 3 || latents.size(0) < 12) throw Error("latentsToRgb: expected [C >= 12, h, w]");
+  const int64_t h = latents.size(1), w = latents.size(2);
+  auto p = latents.slice(0, 0, 12).to(at::kFloat).view({3, 2, 2, h, w});
+  auto rgb = p.permute({0, 3, 1, 4, 2}).reshape({3, 2 * h, 2 * w});  // [3, 2h, 2w]
+  return ((rgb + 1) * 0.5).clamp(0, 1);
+}
+
+ShapeImage drawShape(int64_t size, uint64_t seed) {
+  struct Colour {
+    const char* name;
+    float r, g, b;
+  };
+  static const Colour kColours[] = {{"red", 0.9f, 0.1f, 0.1f},    {"green", 0.1f, 0.8f, 0.2f},
+                                    {"blue", 0.15f, 0.3f, 0.95f}, {"yellow", 0.95f, 0.9f, 0.1f},
+                                    {"magenta", 0.9f, 0.2f, 0.85f}, {"cyan", 0.1f, 0.85f, 0.9f}};
+  static const char* kShapes[] = {"circle", "square", "triangle", "ring"};
+  std::mt19937_64 rng(seed);
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  const auto& c = kColours[rng() % 6];
+  const char* shape = kShapes[rng() % 4];
+  const bool dark = rng() % 2 == 0;
+  const double s = static_cast<double>(size);
+  const double radius = uni(0.2, 0.32) * s;
+  const double cx = uni(radius, s - radius), cy = uni(radius, s - radius);
+
+  auto coords = at::arange(size, at::kFloat) + 0.5f;
+  auto ys = coords.view({size, 1}).expand({size, size});
+  auto xs = coords.view({1, size}).expand({size, size});
+  auto dx = xs - cx, dy = ys - cy;
+  at::Tensor mask;
+  const std::string name = shape;
+  if (name == "circle") {
+    mask = (dx * dx + dy * dy) <= radius * radius;
+  } else if (name == "square") {
+    const double half = radius * 0.85;
+    mask = (dx.abs() <= half) & (dy.abs() <= half);
+  } else if (name == "triangle") {
+    // Apex up: inside when below the two slanted edges and above the base.
+    const double top = cy - radius, base = cy + radius * 0.8;
+    auto t = (ys - top) / (base - top);  // 0 at apex, 1 at the base
+    mask = (t >= 0) & (t <= 1) & (dx.abs() <= t * radius);
+  } else {
+    auto d2 = dx * dx + dy * dy;
+    mask = (d2 <= radius * radius) & (d2 >= 0.36 * radius * radius);
+  }
+  const float bg = dark ? 0.1f : 0.85f;
+  auto rgb = at::full({3, size, size}, bg, at::kFloat);
+  const float col[3] = {c.r, c.g, c.b};
+  for (int i = 0; i < 3; ++i) rgb[i].masked_fill_(mask, col[i]);
+  ShapeImage out;
+  out.rgb = rgb;
+  out.caption = std::string("a ") + c.name + " " + shape + " on a " + (dark ? "dark" : "light") + " background";
+  return out;
+}
+
+int64_t defaultTextTokens(int64_t jointAttentionDim) { return jointAttentionDim >= 4096 ? 512 : 16; }
+
+namespace {
+
+std::string key(size_t index, const std::string& k) {
+  return "datasets[" + std::to_string(index) + "]." + k;
+}
+
+int64_t firstResolution(const config::DatasetConfig& cfg, size_t index) {
+  if (cfg.resolution.empty()) throw ConfigError(key(index, "resolution") + ": needs at least one size");
+  return cfg.resolution.front();
+}
+
+class ShapesDataset final : public Dataset {
+ public:
+  ShapesDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index)
+      : embedder_(ctx.textTokens, ctx.textDim, ctx.pooledDim), seed_(static_cast<uint64_t>(ctx.seed)) {
+    size_ = firstResolution(cfg, index);
+    if (size_ % (2 * kPixelCodeScale) != 0 || size_ < 8)
+      throw ConfigError(key(index, "resolution") + ": shapes needs a multiple of 4 of at least 8, got " +
+                        std::to_string(size_));
+    if (ctx.latentChannels != kPixelCodeChannels)
+      throw ConfigError(key(index, "type") + ": shapes needs a model with 16 latent channels (in_channels 64)");
+    if (cfg.numItems < 1) throw ConfigError(key(index, "num_items") + ": must be at least 1");
+    count_ = static_cast<size_t>(cfg.numItems);
+  }
+  size_t size() const override { return count_; }
+  TrainItem item(size_t i) const override {
+    const auto img = drawShape(size_, seed_ * 1000003ull + i);
+    TrainItem it;
+    it.latents = rgbToLatents(img.rgb);
+    auto e = embedder_.embed(img.caption);
+    it.txt = e.txt;
+    it.pooled = e.pooled;
+    it.caption = img.caption;
+    return it;
+  }
+  TextEmbedding emptyPrompt() const override { return embedder_.embed(""); }
+  std::string describe() const override {
+    return "shapes: " + std::to_string(count_) + " items, " + std::to_string(size_) + " px";
+  }
+
+ private:
+  WordEmbedder embedder_;
+  uint64_t seed_;
+  int64_t size_ = 32;
+  size_t count_ = 64;
+};
+
+class SyntheticDataset final : public Dataset {
+ public:
+  SyntheticDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index) : ctx_(ctx) {
+    const int64_t px = firstResolution(cfg, index);
+    if (px % 16 != 0)
+      throw ConfigError(key(index, "resolution") + ": synthetic needs a multiple of 16 px, got " +
+                        std::to_string(px));
+    latentSize_ = px / 8;  // the VAE's factor: 1024 px -> 128 latent -> 4096 tokens
+    if (cfg.numItems < 1) throw ConfigError(key(index, "num_items") + ": must be at least 1");
+    count_ = static_cast<size_t>(cfg.numItems);
+  }
+  size_t size() const override { return count_; }
+  TrainItem item(size_t i) const override {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(ctx_.seed) * 7919ull + i);
+    TrainItem it;
+    it.latents = at::randn({ctx_.latentChannels, latentSize_, latentSize_}, gen, at::kFloat);
+    it.txt = at::randn({ctx_.textTokens, ctx_.textDim}, gen, at::kFloat);
+    it.pooled = at::randn({ctx_.pooledDim}, gen, at::kFloat);
+    it.caption = "synthetic " + std::to_string(i);
+    return it;
+  }
+  TextEmbedding emptyPrompt() const override {
+    return {at::zeros({ctx_.textTokens, ctx_.textDim}), at::zeros({ctx_.pooledDim})};
+  }
+  std::string describe() const override {
+    return "synthetic: " + std::to_string(count_) + " items, latents " + std::to_string(latentSize_) + "x" +
+           std::to_string(latentSize_);
+  }
+
+ private:
+  DatasetContext ctx_;
+  int64_t latentSize_ = 64;
+  size_t count_ = 64;
+};
+
+at::Tensor firstOf(const std::map<std::string, at::Tensor>& t, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    auto it = t.find(n);
+    if (it != t.end()) return it->second;
+  }
+  return {};
+}
+
+class LatentsDataset final : public Dataset {
+ public:
+  LatentsDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index) : ctx_(ctx) {
+    folder_ = cfg.folderPath;
+    if (folder_.empty()) throw ConfigError(key(index, "folder_path") + ": the latents dataset needs a folder");
+    std::error_code ec;
+    if (!fs::is_directory(folder_, ec))
+      throw IoError(key(index, "folder_path") + ": no such folder: " + folder_.string());
+    for (const auto& e : fs::directory_iterator(folder_)) {
+      if (e.path().extension() == ".safetensors" && e.path().filename() != "empty_prompt.safetensors")
+        files_.push_back(e.path());
+    }
+    std::sort(files_.begin(), files_.end());
+    if (files_.empty())
+      throw IoError(key(index, "folder_path") + ": no .safetensors files in " + folder_.string());
+  }
+  size_t size() const override { return files_.size(); }
+  TrainItem item(size_t i) const override {
+    const auto& path = files_.at(i);
+    std::map<std::string, at::Tensor> t;
+    std::map<std::string, std::string> meta;
+    try {
+      auto f = io::SafetensorsFile::open(path);
+      for (const auto& n : f.names()) t[n] = f.tensorCopy(n);
+      meta = f.metadata();
+    } catch (const std::exception& e) {
+      throw IoError(path.string() + ": unreadable: " + e.what());
+    }
+    TrainItem it;
+    it.latents = firstOf(t, {"latents", "latent"});
+    it.txt = firstOf(t, {"txt", "prompt_embeds", "encoder_hidden_states"});
+    it.pooled = firstOf(t, {"pooled", "pooled_prompt_embeds", "pooled_projections"});
+    if (!it.latents.defined() || !it.txt.defined() || !it.pooled.defined())
+      throw IoError(path.string() + ": needs tensors 'latents', 'txt' and 'pooled'");
+    if (it.latents.dim() == 4 && it.latents.size(0) == 1) it.latents = it.latents[0];
+    if (it.txt.dim() == 3 && it.txt.size(0) == 1) it.txt = it.txt[0];
+    if (it.pooled.dim() == 2 && it.pooled.size(0) == 1) it.pooled = it.pooled[0];
+    if (it.latents.dim() != 3 || it.latents.size(0) != ctx_.latentChannels || it.latents.size(1) % 2 ||
+        it.latents.size(2) % 2)
+      throw IoError(path.string() + ": 'latents' must be [" + std::to_string(ctx_.latentChannels) +
+                    ", H, W] with even H, W");
+    if (it.txt.dim() != 2 || it.txt.size(1) != ctx_.textDim)
+      throw IoError(path.string() + ": 'txt' must be [N, " + std::to_string(ctx_.textDim) + "]");
+    if (it.pooled.dim() != 1 || it.pooled.size(0) != ctx_.pooledDim)
+      throw IoError(path.string() + ": 'pooled' must be [" + std::to_string(ctx_.pooledDim) + "]");
+    it.latents = it.latents.to(at::kFloat);
+    it.txt = it.txt.to(at::kFloat);
+    it.pooled = it.pooled.to(at::kFloat);
+    auto c = meta.find("caption");
+    it.caption = c != meta.end() ? c->second : path.stem().string();
+    return it;
+  }
+  TextEmbedding emptyPrompt() const override {
+    const auto p = folder_ / "empty_prompt.safetensors";
+    std::error_code ec;
+    if (fs::exists(p, ec)) {
+      auto t = io::loadSafetensors(p);
+      auto txt = firstOf(t, {"txt", "prompt_embeds"});
+      auto pooled = firstOf(t, {"pooled", "pooled_prompt_embeds"});
+      if (txt.defined() && pooled.defined())
+        return {txt.reshape({-1, ctx_.textDim}).to(at::kFloat).clone(),
+                pooled.reshape({ctx_.pooledDim}).to(at::kFloat).clone()};
+    }
+    return {at::zeros({ctx_.textTokens, ctx_.textDim}), at::zeros({ctx_.pooledDim})};
+  }
+  std::string describe() const override {
+    return "latents: " + std::to_string(files_.size()) + " files in " + folder_.string();
+  }
+
+ private:
+  DatasetContext ctx_;
+  fs::path folder_;
+  std::vector<fs::path> files_;
+};
+
+class ConcatDataset final : public Dataset {
+ public:
+  explicit ConcatDataset(std::vector<std::shared_ptr<Dataset>> parts) : parts_(std::move(parts)) {}
+  size_t size() const override {
+    size_t n = 0;
+    for (const auto& p : parts_) n += p->size();
+    return n;
+  }
+  TrainItem item(size_t i) const override {
+    for (const auto& p : parts_) {
+      if (i < p->size()) return p->item(i);
+      i -= p->size();
+    }
+    throw Error("dataset index out of range");
+  }
+  TextEmbedding emptyPrompt() const override { return parts_.front()->emptyPrompt(); }
+  std::string describe() const override {
+    std::string s;
+    for (const auto& p : parts_) s += (s.empty() ? "" : "; ") + p->describe();
+    return s;
+  }
+
+ private:
+  std::vector<std::shared_ptr<Dataset>> parts_;
+};
+
+}  // namespace
+
+std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index) {
+  switch (cfg.type) {
+    case config::DatasetType::Shapes:
+      return std::make_shared<ShapesDataset>(cfg, ctx, index);
+    case config::DatasetType::Synthetic:
+      return std::make_shared<SyntheticDataset>(cfg, ctx, index);
+    case config::DatasetType::Latents:
+      return std::make_shared<LatentsDataset>(cfg, ctx, index);
+    case config::DatasetType::Images:
+      throw ConfigError(key(index, "type") +
+                        ": 'images' needs the VAE and text encoders, which the trainer does not have yet; "
+                        "use 'latents' (precomputed), 'shapes' or 'synthetic'");
+  }
+  throw ConfigError(key(index, "type") + ": unknown dataset type");
+}
+
+std::shared_ptr<Dataset> makeDatasets(const std::vector<config::DatasetConfig>& cfgs, const DatasetContext& ctx) {
+  if (cfgs.empty()) throw ConfigError("datasets: at least one dataset is needed");
+  std::vector<std::shared_ptr<Dataset>> parts;
+  for (size_t i = 0; i < cfgs.size(); ++i) parts.push_back(makeDataset(cfgs[i], ctx, i));
+  if (parts.size() == 1) return parts.front();
+  return std::make_shared<ConcatDataset>(std::move(parts));
+}
+
+}  // namespace strata::train

@@ -1,0 +1,85 @@
+#pragma once
+// Training data as latents + text embeddings (the trainer has no VAE or text
+// encoder yet). Three kinds (datasets[].type):
+//   shapes     the demo: procedurally drawn coloured shapes with captions; the
+//              image is turned into latents by a reversible pixel code (below),
+//              the caption by WordEmbedder.
+//   synthetic  random latents and text embeddings of the model's shapes, for
+//              benchmarks and GPU tests without data.
+//   latents    a folder of precomputed .safetensors, one per item: "latents"
+//              [C, H, W] (or [1, C, H, W]), "txt" [N, D] and "pooled" [D]
+//              (diffusers names "prompt_embeds" / "pooled_prompt_embeds" too),
+//              optional metadata "caption". An optional "empty_prompt.safetensors"
+//              gives the caption-dropout embedding (else zeros).
+// Items are produced on demand by index; an unreadable item throws IoError and
+// the loader skips it.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/RunConfig.h"
+#include "train/TextEmbedder.h"
+
+namespace strata::train {
+
+struct TrainItem {
+  at::Tensor latents;  // [C, H, W] float32
+  at::Tensor txt;      // [N_txt, D] float32
+  at::Tensor pooled;   // [D_pooled] float32
+  std::string caption;
+};
+
+// ---- the demo's pixel code -------------------------------------------------
+// The demo model works in a "latent space" that is the image itself: RGB in
+// [0, 1] is mapped to [-1, 1] and every 2x2 pixel patch becomes 12 channels
+// (space-to-depth: channel = colour * 4 + dy * 2 + dx); channels 12..15 carry the
+// patch's mean luminance (4 copies). Decoding reads channels 0..11 only, so the
+// code is exactly invertible. Pixel size = 2 x latent size.
+constexpr int64_t kPixelCodeChannels = 16;
+constexpr int64_t kPixelCodeScale = 2;
+// rgb [3, H, W] in [0, 1] (H, W even) -> latents [16, H/2, W/2].
+at::Tensor rgbToLatents(const at::Tensor& rgb);
+// latents [C >= 12, h, w] -> rgb [3, 2h, 2w] in [0, 1] (clamped).
+at::Tensor latentsToRgb(const at::Tensor& latents);
+
+// A procedurally drawn shapes image: rgb [3, size, size] in [0, 1] and its caption.
+struct ShapeImage {
+  at::Tensor rgb;
+  std::string caption;
+};
+ShapeImage drawShape(int64_t size, uint64_t seed);
+
+// What the datasets need to know about the model.
+struct DatasetContext {
+  int64_t latentChannels = 16;  // FluxConfig::latentChannels()
+  int64_t textTokens = 32;
+  int64_t textDim = 4096;       // joint_attention_dim
+  int64_t pooledDim = 768;
+  int64_t seed = 42;            // train.seed
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual size_t size() const = 0;
+  // Throws IoError when the item cannot be read.
+  virtual TrainItem item(size_t index) const = 0;
+  // The caption-dropout embedding.
+  virtual TextEmbedding emptyPrompt() const = 0;
+  // "shapes: 64 items, 32 px"
+  virtual std::string describe() const = 0;
+};
+
+// One dataset from its config; several are concatenated. Throws ConfigError
+// (naming datasets[i].key) for an unusable config, IoError for a missing folder.
+std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index);
+std::shared_ptr<Dataset> makeDatasets(const std::vector<config::DatasetConfig>& cfgs, const DatasetContext& ctx);
+
+// Text tokens of the built-in datasets: 512 (T5's length) for a FLUX.1-dev-wide
+// text input (4096), else 16.
+int64_t defaultTextTokens(int64_t jointAttentionDim);
+
+}  // namespace strata::train

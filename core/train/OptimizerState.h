@@ -1,0 +1,26 @@
+#pragma once
+// AdamW state to and from named tensors, for checkpoints. Keys follow the
+// parameter paths: "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step".
+#include <torch/optim/adamw.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace strata::train {
+
+using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
+
+std::vector<std::pair<std::string, at::Tensor>> saveAdamWState(torch::optim::AdamW& optimizer,
+                                                               const NamedParams& params);
+
+// Restores the state of every parameter found in `tensors`, on the parameter's
+// device. Throws LoadError naming a parameter whose state is missing or
+// mis-shaped (a checkpoint of another network), listing all of them.
+void loadAdamWState(torch::optim::AdamW& optimizer, const NamedParams& params,
+                    const std::map<std::string, at::Tensor>& tensors);
+
+void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace strata::train

@@ -1,0 +1,90 @@
+#pragma once
+// The run folder: everything one training run writes.
+//   config.yaml                 the config as run (after --set overrides)
+//   metrics.jsonl               one JSON object per optimizer step
+//   samples/step_00000010_p00.png  samples by step and prompt index (prompt in the PNG text chunk)
+//   samples/index.jsonl         one line per sample: file, step, prompt index, prompt, seed
+//   checkpoints/step_00000010/  lora, optimizer, ema, rng (.safetensors) and state.json
+//   exports/<job>_<format>.safetensors  the LoRA in the formats the config lists
+// Checkpoints are written into a hidden partial folder and renamed into place,
+// so a crash or a failed write never leaves a half checkpoint, and the previous
+// one stays as it was. The last N are kept.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace strata::train {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct CheckpointRef {
+  int64_t step = 0;
+  std::filesystem::path path;
+};
+
+// What one checkpoint holds. Tensors are written as given (CPU copies are made
+// one at a time by the writer).
+struct CheckpointData {
+  int64_t step = 0;
+  NamedTensors lora;       // LoraNetwork::stateDict (unscaled float32)
+  NamedTensors optimizer;  // "<param>.exp_avg", ".exp_avg_sq", ".step"
+  NamedTensors ema;        // "<param>" -> shadow; empty without EMA
+  NamedTensors rng;        // captureRngStates
+  nlohmann::json state;    // step, schedule, data cursor, loss smoothing, ...
+};
+
+class RunFolder {
+ public:
+  explicit RunFolder(std::filesystem::path root);
+
+  const std::filesystem::path& root() const { return root_; }
+  std::filesystem::path configPath() const { return root_ / "config.yaml"; }
+  std::filesystem::path metricsPath() const { return root_ / "metrics.jsonl"; }
+  std::filesystem::path samplesDir() const { return root_ / "samples"; }
+  std::filesystem::path samplesIndexPath() const { return samplesDir() / "index.jsonl"; }
+  std::filesystem::path checkpointsDir() const { return root_ / "checkpoints"; }
+  std::filesystem::path exportsDir() const { return root_ / "exports"; }
+
+  // Creates the folders. Throws IoError.
+  void create() const;
+
+  // samples/step_00000010_p00.png
+  std::filesystem::path samplePath(int64_t step, int64_t promptIndex) const;
+  static std::string checkpointName(int64_t step);  // "step_00000010"
+
+  // Complete checkpoints (state.json present), oldest first.
+  std::vector<CheckpointRef> checkpoints() const;
+  std::optional<CheckpointRef> latestCheckpoint() const;
+
+  // Appends one line (one write call, so a line is never torn by a crash mid-run).
+  void appendMetrics(const nlohmann::json& line) const;
+  void appendSampleIndex(const nlohmann::json& line) const;
+  // Drops lines whose "step" is greater than `step` (a resume continues after
+  // the checkpoint); rewritten atomically.
+  void truncateLogsAfter(int64_t step) const;
+  // Every metrics line, in order.
+  std::vector<nlohmann::json> readMetrics() const;
+
+ private:
+  std::filesystem::path root_;
+};
+
+// Writes `data` as checkpoints/step_N atomically (partial folder + rename).
+// Throws IoError naming what failed; the folder of a previous checkpoint is
+// untouched then.
+std::filesystem::path writeCheckpoint(const RunFolder& folder, const CheckpointData& data);
+
+// Reads a checkpoint folder. Throws IoError.
+CheckpointData readCheckpoint(const std::filesystem::path& dir);
+
+// Deletes all but the newest `keep` checkpoints (keep < 1 keeps all); returns
+// the folders removed.
+std::vector<std::filesystem::path> pruneCheckpoints(const RunFolder& folder, int64_t keep);
+
+}  // namespace strata::train

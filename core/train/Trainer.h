@@ -1,0 +1,117 @@
+#pragma once
+// The training loop on its own thread-safe control surface. One Trainer is one
+// run: construct it with a config (new run) or with resumeFrom (a run folder),
+// call run() on the thread that is to own the training state (the GUI's worker
+// QThread, the CLI's main thread), or start()/wait() to let it make one. It
+// reports only through the EventBus it is given; control requests (stop,
+// pause, sample now, save now, export now) are atomics read at every step, so
+// they are safe from any thread, including a signal handler (requestStop).
+//
+// Order of a run (DESIGN §2): preflight (validation, model, plan, placement,
+// LoRA, optimizer and EMA after placement, audit; any problem ends the run with
+// the full list), then the steps, samples and checkpoints, then the export, and
+// at the end everything the run allocated is released (CUDA cache emptied).
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/RunConfig.h"
+#include "events/EventBus.h"
+
+namespace strata::train {
+
+enum class RunOutcome { Finished, Stopped, Failed, PreflightFailed };
+const char* toString(RunOutcome outcome);
+
+// The CLI's exit codes (strata-train run/resume).
+constexpr int kExitOk = 0;           // finished
+constexpr int kExitFailed = 1;       // failed during training (NaN loss, I/O, out of memory, ...)
+constexpr int kExitBadInput = 2;     // bad command line, config or preflight problem
+constexpr int kExitInterrupted = 130;  // stopped by Ctrl-C / stop(): checkpoint kept
+int exitCodeOf(RunOutcome outcome);
+
+struct TrainerOptions {
+  // Run folder; empty = <job.training_folder>/<job.name>.
+  std::filesystem::path runDir;
+  // Continue from the run folder's latest checkpoint (same curve).
+  bool resume = false;
+  // Stop after this optimizer step (checkpoint kept, outcome Stopped) as if
+  // stop() had been called then; 0 = run to train.steps. For tests and the CLI's
+  // --stop-after.
+  int64_t stopAfterStep = 0;
+  std::string softwareVersion = "0.1.0";
+  // The config's YAML as run; empty = written from the config.
+  std::string configYaml;
+};
+
+class Trainer {
+ public:
+  Trainer(config::RunConfig cfg, events::EventBus& bus, TrainerOptions options = {});
+  // Reads <runDir>/config.yaml and continues from its latest checkpoint. Throws
+  // IoError / ConfigError when the folder is not a run folder.
+  static std::unique_ptr<Trainer> resumeFrom(const std::filesystem::path& runDir, events::EventBus& bus,
+                                             TrainerOptions options = {});
+  ~Trainer();  // stops and joins a thread started by start()
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Runs the whole run on the calling thread; never throws (a failure is a
+  // FailedEvent and the outcome). Call once.
+  RunOutcome run();
+  // run() on a thread of its own; wait() joins it and returns the outcome.
+  void start();
+  RunOutcome wait();
+
+  // ---- thread-safe requests --------------------------------------------
+  void requestStop();              // checkpoint, then Stopped (async-signal-safe)
+  void setPaused(bool paused);     // holds between steps
+  void requestSample();            // samples after the current step
+  void requestSave();              // checkpoint after the current step
+  void requestExport();            // LoRA export after the current step
+
+  bool running() const { return running_.load(); }
+  bool paused() const { return paused_.load(); }
+  int64_t currentStep() const { return step_.load(); }  // optimizer steps done
+  const std::filesystem::path& runDir() const { return runDir_; }
+  const config::RunConfig& config() const { return cfg_; }
+
+  struct State;  // the training state (model, placement, optimizer, ...), training thread only
+
+ private:
+  RunOutcome runImpl();
+  void waitWhilePaused();
+
+  config::RunConfig cfg_;
+  events::EventBus& bus_;
+  TrainerOptions options_;
+  std::filesystem::path runDir_;
+
+  std::atomic<bool> stopRequested_{false};
+  std::atomic<bool> paused_{false};
+  std::atomic<bool> sampleRequested_{false};
+  std::atomic<bool> saveRequested_{false};
+  std::atomic<bool> exportRequested_{false};
+  std::atomic<bool> running_{false};
+  std::atomic<bool> ran_{false};
+  std::atomic<int64_t> step_{0};
+  std::mutex pauseMutex_;
+  std::condition_variable pauseCv_;
+
+  std::thread thread_;
+  RunOutcome threadOutcome_ = RunOutcome::Failed;
+};
+
+// Writes the LoRA of `runDir`'s latest checkpoint (EMA weights when the run had
+// EMA) in each format to `outDir` (empty = <runDir>/exports). Returns the files.
+// Throws strata::Error with the reason.
+std::vector<std::filesystem::path> exportRun(const std::filesystem::path& runDir,
+                                             const std::vector<config::ExportFormat>& formats,
+                                             const std::filesystem::path& outDir = {},
+                                             const std::string& softwareVersion = "0.1.0");
+
+}  // namespace strata::train

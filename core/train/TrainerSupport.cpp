@@ -1,0 +1,374 @@
+#include "train/TrainerSupport.h"
+
+#include <ATen/Context.h>
+#ifdef STRATA_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include <algorithm>
+#include <set>
+
+#include "common/TorchCompat.h"
+#include "config/Validator.h"
+#include "device/DeviceInventory.h"
+#include "models/flux/FluxCheckpoint.h"
+#include "models/flux/FluxSampling.h"
+#include "placement/Planner.h"
+#include "train/FlowMatching.h"
+#include "train/RngState.h"
+#include "train/SamplePng.h"
+
+namespace strata::train {
+
+namespace fs = std::filesystem;
+
+Trainer::State::~State() {
+  ema.reset();
+  if (placement) placement->detachAll(placement::AttachmentKind::OptimizerState);
+  optimizer.reset();
+  if (network) network->detach();
+  if (placement) placement->detachAll(placement::AttachmentKind::LoraAdapter);
+  network.reset();
+  namedParams.clear();
+  checkpointed.reset();
+  placement.reset();
+  model.reset();
+}
+
+at::ScalarType scalarTypeOf(config::DType d) {
+  switch (d) {
+    case config::DType::BF16: return at::kBFloat16;
+    case config::DType::FP16: return at::kHalf;
+    case config::DType::FP32: return at::kFloat;
+  }
+  return at::kFloat;
+}
+
+lora::LoraFileFormat fileFormatOf(config::ExportFormat f) {
+  switch (f) {
+    case config::ExportFormat::Diffusers: return lora::LoraFileFormat::Diffusers;
+    case config::ExportFormat::Kohya: return lora::LoraFileFormat::Kohya;
+    case config::ExportFormat::Comfy: return lora::LoraFileFormat::Comfy;
+  }
+  return lora::LoraFileFormat::Diffusers;
+}
+
+std::vector<std::string> validateForTraining(const config::RunConfig& cfg, std::vector<std::string>* warnings) {
+  std::vector<std::string> p;
+  std::set<std::string> reported;  // keys the validator already named
+  config::ValidateOptions vo;
+  vo.devices = device::listDevices();
+  for (const auto& problem : config::validate(cfg, vo)) {
+    if (problem.isError()) {
+      p.push_back(problem.format());
+      reported.insert(problem.key);
+    } else if (warnings) {
+      warnings->push_back(problem.format());
+    }
+  }
+  // The trainer's own rules, for keys the validator did not already report.
+  auto rule = [&](bool bad, const std::string& key, const std::string& message) {
+    if (bad && !reported.count(key)) p.push_back(key + ": " + message);
+  };
+  const auto& t = cfg.train;
+  rule(t.steps < 1, "train.steps", "must be at least 1");
+  rule(t.batchSize < 1, "train.batch_size", "must be at least 1");
+  rule(t.gradientAccumulationSteps < 1, "train.gradient_accumulation_steps", "must be at least 1");
+  rule(!(t.lr > 0), "train.lr", "must be > 0");
+  rule(t.lrWarmupSteps < 0, "train.lr_warmup_steps", "must be >= 0");
+  rule(t.captionDropoutRate < 0 || t.captionDropoutRate > 1, "train.caption_dropout_rate", "must be in [0, 1]");
+  rule(t.ema.useEma && (t.ema.emaDecay < 0 || t.ema.emaDecay >= 1), "train.ema_config.ema_decay",
+       "must be in [0, 1)");
+  rule(cfg.network.linear < 1, "network.linear", "the LoRA rank must be at least 1");
+  rule(cfg.datasets.empty(), "datasets", "at least one dataset is needed");
+  rule(cfg.sample.sampleEvery < 0, "sample.sample_every", "must be >= 0");
+  rule(cfg.sample.sampleSteps < 1, "sample.sample_steps", "must be at least 1");
+  rule(cfg.save.saveEvery < 0, "save.save_every", "must be >= 0");
+  rule(cfg.job.name.empty(), "job.name", "must not be empty");
+  return p;
+}
+
+fs::path freeRunDir(const fs::path& dir) {
+  auto used = [](const fs::path& d) {
+    std::error_code ec;
+    if (fs::exists(d / "metrics.jsonl", ec)) return true;
+    return fs::is_directory(d / "checkpoints", ec) && !fs::is_empty(d / "checkpoints", ec);
+  };
+  if (!used(dir)) return dir;
+  for (int i = 2;; ++i) {
+    fs::path cand = dir.string() + "_" + std::to_string(i);
+    if (!used(cand)) return cand;
+  }
+}
+
+flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m) {
+  flux::FluxConfig c;
+  if (!m.nameOrPath.empty() && !m.randomWeights) {
+    c = flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope);
+  } else {
+    c = m.preset == config::ModelPreset::Tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev();
+  }
+  if (m.numLayers) c.numLayers = *m.numLayers;
+  if (m.numSingleLayers) c.numSingleLayers = *m.numSingleLayers;
+  if (m.numAttentionHeads) c.numAttentionHeads = *m.numAttentionHeads;
+  if (m.attentionHeadDim) c.attentionHeadDim = *m.attentionHeadDim;
+  if (m.inChannels) {
+    c.inChannels = *m.inChannels;
+    c.outChannels = *m.inChannels;
+  }
+  if (m.jointAttentionDim) c.jointAttentionDim = *m.jointAttentionDim;
+  if (m.pooledProjectionDim) c.pooledProjectionDim = *m.pooledProjectionDim;
+  if (!m.axesDimsRope.empty()) c.axesDimsRope = m.axesDimsRope;
+  if (m.guidanceEmbeds) c.guidanceEmbeds = *m.guidanceEmbeds;
+  c.validate();
+  return c;
+}
+
+int64_t sampleTokens(const config::RunConfig& cfg, int64_t textTokens) {
+  int64_t px = 512;
+  bool pixelCode = false;
+  if (!cfg.datasets.empty()) {
+    if (!cfg.datasets.front().resolution.empty()) px = cfg.datasets.front().resolution.front();
+    pixelCode = cfg.datasets.front().type == config::DatasetType::Shapes;
+  }
+  const int64_t latent = px / (pixelCode ? kPixelCodeScale : 8);
+  return (latent / 2) * (latent / 2) + textTokens;
+}
+
+namespace {
+
+placement::UnitShape unitOf(const flux::FluxBlockParams& bp, bool isBlock) {
+  placement::UnitShape u;
+  u.id = bp.id;
+  u.kind = bp.kind;
+  u.paramCount = bp.paramCount;
+  u.isBlock = isBlock;
+  if (isBlock)
+    for (const auto& l : bp.linears) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
+  return u;
+}
+
+
+}  // namespace
+
+BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig& fcfg, int64_t tokens) {
+  const auto& m = cfg.model;
+  const int visible = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+  bool useCuda = false;
+  switch (m.device) {
+    case config::ComputeDevice::Cpu: useCuda = false; break;
+    case config::ComputeDevice::Cuda:
+      if (visible == 0) throw ConfigError("model.device: cuda requested, but LibTorch sees no CUDA device");
+      useCuda = true;
+      break;
+    case config::ComputeDevice::Auto: useCuda = visible > 0; break;
+  }
+  if (m.splitModelOverGpus && !useCuda)
+    throw ConfigError("model.split_model_over_gpus: needs CUDA devices (model.device is cpu or none is visible)");
+  std::vector<int> ids = m.gpuIds;
+  if (useCuda && ids.empty()) {
+    if (m.splitModelOverGpus)
+      for (int i = 0; i < visible; ++i) ids.push_back(i);
+    else
+      ids.push_back(0);
+  }
+  for (int id : ids)
+    if (useCuda && (id < 0 || id >= visible))
+      throw ConfigError("model.gpu_ids: cuda:" + std::to_string(id) + " does not exist (this machine has " +
+                        std::to_string(visible) + ")");
+  if (useCuda && !m.splitModelOverGpus) ids.resize(1);
+  if (m.splitModelOverGpus && ids.size() < 2)
+    throw ConfigError("model.split_model_over_gpus: needs at least two devices in model.gpu_ids");
+  if (useCuda && !m.gpuMemoryLimitGb.empty()) device::applyMemoryCaps(ids, m.gpuMemoryLimitGb);
+  // cuDNN attention fails in the backward pass of FLUX-sized models (DESIGN §4).
+  if (useCuda) compat::disableCudnnAttention();
+
+  const auto dtype = scalarTypeOf(cfg.train.dtype);
+  BuiltModel b;
+  std::optional<placement::Plan> plan;
+  c10::Device buildDevice = useCuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ids[0]))
+                                    : c10::Device(c10::kCPU);
+  if (m.splitModelOverGpus) {
+    const auto fp = flux::fluxParamPlan(fcfg);
+    std::vector<placement::UnitShape> blocks;
+    for (const auto& bp : fp.blocks) blocks.push_back(unitOf(bp, true));
+    placement::CostOptions co;
+    co.weightElementBytes = static_cast<int64_t>(c10::elementSize(dtype));
+    co.loraRank = cfg.network.linear;
+    co.ema = cfg.train.ema.useEma;
+    co.batchSize = cfg.train.batchSize;
+    co.tokens = tokens;
+    co.hiddenSize = fcfg.hiddenSize();
+    co.activationElementBytes = static_cast<int64_t>(c10::elementSize(dtype));
+    co.gradientCheckpointing = cfg.train.gradientCheckpointing;
+    auto input = placement::estimateInput(unitOf(fp.stem, false), blocks, unitOf(fp.head, false), co);
+    input.mode = m.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
+                                                               : placement::PlanMode::ParamCount;
+    input.otherModuleParamCountScale = m.splitModelOtherModuleParamCountScale;
+    const auto all = device::listDevices();
+    std::vector<device::DeviceInfo> infos;
+    std::vector<int64_t> freeBytes;
+    for (int id : ids) {
+      auto it = std::find_if(all.begin(), all.end(), [&](const device::DeviceInfo& d) { return d.index == id; });
+      if (it == all.end()) throw ConfigError("model.gpu_ids: cuda:" + std::to_string(id) + " is not listed");
+      infos.push_back(*it);
+      freeBytes.push_back(device::memoryFigures(id).freeBytes);
+    }
+    input.devices = placement::makeBudgets(infos, m.gpuMemoryLimitGb, m.memoryReserveGb, freeBytes);
+    plan = placement::planPlacement(input);
+    if (!plan->fits) throw PlacementError("the model does not fit: " + plan->reason);
+    b.reason = plan->reason;
+    // Under caps the whole model may not fit the first device: build on the CPU.
+    if (!m.gpuMemoryLimitGb.empty()) buildDevice = c10::Device(c10::kCPU);
+  }
+  at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
+  flux::FluxBuildOptions bo;
+  bo.device = buildDevice;
+  bo.dtype = dtype;
+  b.model = std::make_shared<flux::FluxTransformer>(fcfg, bo);
+  if (!m.nameOrPath.empty() && !m.randomWeights) flux::loadFluxWeights(*b.model, m.nameOrPath);
+  for (auto& p : b.model->parameters()) p.requires_grad_(false);
+  if (plan) {
+    b.placement = std::make_unique<placement::Placement>(b.model->blockList(), *plan);
+  } else {
+    b.placement = placement::Placement::singleDevice(b.model->blockList(), buildDevice);
+    b.reason = "single device " + buildDevice.str();
+  }
+  b.placement->apply();
+  b.devices = b.placement->devices();
+  return b;
+}
+
+namespace {
+
+TrainItem nextItem(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus, int64_t step) {
+  const int64_t n = static_cast<int64_t>(st.dataset->size());
+  for (int64_t attempt = 0; attempt <= n; ++attempt) {
+    const int64_t epoch = st.drawCursor / n;
+    const int64_t pos = st.drawCursor % n;
+    ++st.drawCursor;
+    if (epoch != st.permEpoch) {
+      // The order of an epoch depends only on the seed and the epoch: a resumed
+      // run needs only the cursor to draw the same items.
+      auto g = makeCpuGenerator(static_cast<uint64_t>(cfg.train.seed) * 1000003ull + static_cast<uint64_t>(epoch));
+      auto p = at::randperm(n, g, at::kLong);
+      st.perm.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n);
+      st.permEpoch = epoch;
+    }
+    try {
+      return st.dataset->item(static_cast<size_t>(st.perm[static_cast<size_t>(pos)]));
+    } catch (const std::exception& e) {
+      ++st.skippedItems;
+      bus.emit(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
+                                        std::to_string(st.skippedItems) + " skipped so far)",
+                                    step});
+    }
+  }
+  throw IoError("no readable dataset item: all " + std::to_string(n) + " failed to load");
+}
+
+// txt [N, D] to exactly `tokens` rows (zero padding or truncation).
+at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
+  if (txt.size(0) == tokens) return txt;
+  if (txt.size(0) > tokens) return txt.slice(0, 0, tokens);
+  return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
+}
+
+}  // namespace
+
+at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
+                     int64_t step) {
+  std::vector<TrainItem> items;
+  for (int64_t i = 0; i < batch; ++i) items.push_back(nextItem(st, cfg, bus, step));
+  const int64_t tokens = items.front().txt.size(0);
+  std::vector<at::Tensor> lat, txt, pooled;
+  for (const auto& it : items) {
+    if (!it.latents.sizes().equals(items.front().latents.sizes()))
+      throw Error("a batch needs latents of one size: '" + it.caption + "' differs from '" +
+                  items.front().caption + "' (use batch_size 1 or one resolution)");
+    lat.push_back(it.latents);
+    txt.push_back(fitTokens(it.txt, tokens));
+    pooled.push_back(it.pooled);
+  }
+  auto latents = at::stack(lat);  // [B, C, H, W]
+  auto text = at::stack(txt);     // [B, N_txt, D]
+  auto pool = at::stack(pooled);  // [B, D_pooled]
+  const double p = cfg.train.captionDropoutRate;
+  if (p > 0) {
+    auto drop = at::rand({batch}, st.gen) < p;  // [B] bool
+    const auto emptyTxt = fitTokens(st.emptyPrompt.txt, tokens);
+    for (int64_t b = 0; b < batch; ++b) {
+      if (drop[b].item<bool>()) {
+        text[b].copy_(emptyTxt);
+        pool[b].copy_(st.emptyPrompt.pooled);
+      }
+    }
+  }
+  const int64_t h = latents.size(2), w = latents.size(3);
+  const double mu = flux::shiftMu((h / 2) * (w / 2));
+  auto noise = at::randn(latents.sizes(), st.gen, at::kFloat);
+  auto sigmas = sampleSigmas(cfg.train.timestepType, batch, mu, st.gen);
+  auto noised = addNoise(latents, noise, sigmas);
+
+  const auto dev = st.placement->stemDevice();
+  flux::FluxInputs in;
+  in.img = flux::packLatents(noised.noisy).to(dev);  // [B, HW/4, 4C]
+  in.txt = text.to(dev);
+  in.pooled = pool.to(dev);
+  in.timestep = sigmas.to(dev);
+  in.guidance = at::full({batch}, cfg.train.guidance, at::kFloat).to(dev);
+  in.imgIds = flux::imageIds(h, w).to(dev);
+  in.txtIds = flux::textIds(tokens).to(dev);
+  auto prediction = st.model->forward(in, st.runner);  // [B, HW/4, 4C]
+  return flowMatchingLoss(prediction, flux::packLatents(noised.target));
+}
+
+void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder& folder, int64_t step,
+               events::EventBus& bus) {
+  at::NoGradGuard noGrad;
+  struct TrainModeBack {
+    lora::LoraNetwork& n;
+    ~TrainModeBack() { n.train(true); }
+  } back{*st.network};
+  st.network->train(false);
+  std::unique_ptr<Ema::SwapGuard> swap;
+  if (st.ema) swap = std::make_unique<Ema::SwapGuard>(*st.ema);
+  const int64_t scale = st.pixelCode ? kPixelCodeScale : 8;
+  auto even = [](int64_t v) { return std::max<int64_t>(2, v - v % 2); };
+  const int64_t h = even(cfg.sample.height / scale), w = even(cfg.sample.width / scale);
+  const auto dev = st.placement->stemDevice();
+  for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
+    const auto& prompt = cfg.sample.prompts[i];
+    const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
+    try {
+      auto g = makeCpuGenerator(static_cast<uint64_t>(seed));
+      auto noise = at::randn({1, st.fluxConfig.latentChannels(), h, w}, g, at::kFloat);  // [1, C, h, w]
+      const auto e = prompt.empty() ? st.emptyPrompt : st.promptEmbedder->embed(prompt);
+      auto out = flux::sample(*st.model, noise.to(dev), e.txt.unsqueeze(0).to(dev), e.pooled.unsqueeze(0).to(dev),
+                              cfg.sample.guidanceScale, cfg.sample.sampleSteps, st.placement.get());
+      const auto rgb = latentsToRgb(out[0].to(at::kCPU, at::kFloat));  // [3, 2h or 8h, ...]
+      const auto path = folder.samplePath(step, static_cast<int64_t>(i));
+      writeSamplePng(path, rgb,
+                     {{"prompt", prompt}, {"step", std::to_string(step)}, {"seed", std::to_string(seed)},
+                      {"Software", "Strata"}});
+      folder.appendSampleIndex({{"file", path.filename().string()},
+                                {"step", step},
+                                {"prompt_index", i},
+                                {"prompt", prompt},
+                                {"seed", seed}});
+      bus.emit(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
+    } catch (const std::exception& ex) {
+      bus.emit(events::WarningEvent{"sample " + std::to_string(i) + " at step " + std::to_string(step) +
+                                        " failed: " + ex.what(),
+                                    step});
+    }
+  }
+}
+
+void releaseDeviceCaches() {
+#ifdef STRATA_HAS_CUDA
+  if (at::hasCUDA()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+}  // namespace strata::train

@@ -1,0 +1,118 @@
+#pragma once
+// Internals of the Trainer, split out so the loop in Trainer.cpp stays readable
+// and the pieces can be tested: the training state, preflight checks, model
+// building and placement, one micro-step, sampling, device cache release.
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/Error.h"
+#include "config/RunConfig.h"
+#include "events/EventBus.h"
+#include "lora/LoraFormats.h"
+#include "lora/LoraNetwork.h"
+#include "models/flux/FluxConfig.h"
+#include "models/flux/FluxTransformer.h"
+#include "placement/Placement.h"
+#include "train/CheckpointedRunner.h"
+#include "train/Datasets.h"
+#include "train/Ema.h"
+#include "train/LrSchedule.h"
+#include "train/OptimizerState.h"
+#include "train/RunFolder.h"
+#include "train/TextEmbedder.h"
+#include "train/Trainer.h"
+
+namespace strata::train {
+
+// A NaN or Inf loss or gradient norm: the run stops, naming the step.
+class NonFiniteLoss : public Error {
+ public:
+  using Error::Error;
+};
+
+// Everything a run allocates; destroyed at the end of the run, attachments and
+// the optimizer before the model, so nothing is left on any device.
+struct Trainer::State {
+  flux::FluxConfig fluxConfig;
+  std::shared_ptr<flux::FluxTransformer> model;
+  std::unique_ptr<placement::Placement> placement;
+  std::unique_ptr<CheckpointedRunner> checkpointed;
+  nn::BlockRunner* runner = nullptr;  // placement, or checkpointing over it
+  std::shared_ptr<lora::LoraNetwork> network;
+  NamedParams namedParams;  // "<module>.lora_A.weight" -> live parameter
+  std::shared_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<Ema> ema;
+  std::shared_ptr<Dataset> dataset;
+  std::unique_ptr<WordEmbedder> promptEmbedder;
+  TextEmbedding emptyPrompt;
+  std::unique_ptr<LrSchedule> schedule;
+  at::Generator gen;
+  std::vector<c10::Device> devices;
+  bool pixelCode = false;  // the shapes demo: latents are the pixel code
+  int64_t textTokens = 16;
+
+  // Data cursor and counters (checkpointed).
+  int64_t drawCursor = 0;
+  int64_t skippedItems = 0;
+  double lossEmaRaw = 0.0;
+  int64_t lossCount = 0;
+  int64_t permEpoch = -1;
+  std::vector<int64_t> perm;
+
+  std::string lastCheckpoint;
+  int64_t lastCheckpointStep = -1;
+  int64_t lastSampleStep = -1;
+
+  ~State();
+};
+
+at::ScalarType scalarTypeOf(config::DType d);
+lora::LoraFileFormat fileFormatOf(config::ExportFormat f);
+
+// Problems that stop a run before the model is built: the config validator's
+// errors plus the trainer's own rules. Empty = fine.
+// Warnings go to `warnings` when given.
+std::vector<std::string> validateForTraining(const config::RunConfig& cfg,
+                                             std::vector<std::string>* warnings = nullptr);
+
+// `dir` if it holds no earlier run, else dir_2, dir_3, ...
+std::filesystem::path freeRunDir(const std::filesystem::path& dir);
+
+// The model's shape: a checkpoint's header when name_or_path is given (and
+// random_weights is off), else the preset; then model.* overrides. Throws.
+flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m);
+
+// Tokens per sample through the blocks (image + text), for the planner's costs.
+int64_t sampleTokens(const config::RunConfig& cfg, int64_t textTokens);
+
+struct BuiltModel {
+  std::shared_ptr<flux::FluxTransformer> model;
+  std::unique_ptr<placement::Placement> placement;  // applied
+  std::vector<c10::Device> devices;
+  std::string reason;  // the planner's reason, or "single device cpu"
+};
+// Devices, memory caps, plan, build (seeded), weights, placement applied. The
+// base model is frozen. Throws ConfigError / PlacementError / LoadError.
+BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig& fcfg, int64_t tokens);
+
+// One micro-batch: draws `batch` items (skipping unreadable ones, with a
+// warning each), caption dropout, noise and timesteps from the trainer's
+// generator, forward through the runner. Returns the float32 loss (graph kept).
+at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
+                     int64_t step);
+
+// Samples every prompt with the EMA weights swapped in, writes the PNGs and
+// the samples index, emits SampleEvents. A failing prompt is a warning.
+void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder& folder, int64_t step,
+               events::EventBus& bus);
+
+// Empties the CUDA caching allocator (no-op on a CPU build).
+void releaseDeviceCaches();
+
+}  // namespace strata::train

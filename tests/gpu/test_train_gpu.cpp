@@ -1,0 +1,87 @@
+// GPU checks of the trainer (label gpu; they skip without CUDA): everything a
+// run allocates is released at its end; a split over two GPUs with EMA passes
+// the audit and trains.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "device/DeviceInventory.h"
+#include "events/EventBus.h"
+#include "common/TestSupport.h"
+#include "train/Trainer.h"
+
+using namespace strata;
+using namespace strata::train;
+
+namespace {
+
+config::RunConfig gpuTiny(const std::filesystem::path& folder) {
+  config::RunConfig c;
+  c.job.name = "gpu_tiny";
+  c.job.trainingFolder = folder.string();
+  c.model.preset = config::ModelPreset::Tiny;
+  c.model.randomWeights = true;
+  c.model.device = config::ComputeDevice::Cuda;
+  c.model.gpuIds = {0};
+  c.network.linear = 8;
+  c.train.steps = 6;
+  c.train.lr = 1e-3;
+  c.train.dtype = config::DType::BF16;
+  c.train.ema.useEma = true;
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Synthetic;
+  d.resolution = {128};
+  d.numItems = 4;
+  c.datasets = {d};
+  c.sample.sampleEvery = 3;
+  c.sample.prompts = {"a test"};
+  c.sample.width = 128;
+  c.sample.height = 128;
+  c.sample.sampleSteps = 2;
+  c.save.saveEvery = 3;
+  return c;
+}
+
+int64_t allocated(int index) { return device::memoryFigures(index).allocatedBytes; }
+
+}  // namespace
+
+TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  test::TempDir tmp;
+  const int64_t before = allocated(0);
+  events::EventBus bus;
+  int64_t peak = 0;
+  auto sub = bus.subscribe([&](const events::Event& e) {
+    if (auto* s = std::get_if<events::StepEvent>(&e))
+      for (const auto& m : s->memory) peak = std::max(peak, m.allocatedBytes);
+  });
+  Trainer t(gpuTiny(tmp.path()), bus);
+  ASSERT_EQ(t.run(), RunOutcome::Finished);
+  EXPECT_GT(peak, before);  // the run did use the GPU
+  EXPECT_EQ(allocated(0), before) << "bytes left allocated on cuda:0 after the run";
+  EXPECT_EQ(before, 0);
+  EXPECT_EQ(device::memoryFigures(0).reservedBytes, 0) << "the CUDA cache was not emptied";
+}
+
+TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
+  STRATA_REQUIRE_CUDA_DEVICES(2);
+  test::TempDir tmp;
+  auto cfg = gpuTiny(tmp.path());
+  cfg.model.splitModelOverGpus = true;
+  cfg.model.gpuIds = {0, 1};
+  events::EventBus bus;
+  std::vector<events::PlacementEvent> placements;
+  auto sub = bus.subscribe([&](const events::Event& e) {
+    if (auto* p = std::get_if<events::PlacementEvent>(&e)) placements.push_back(*p);
+  });
+  Trainer t(cfg, bus);
+  ASSERT_EQ(t.run(), RunOutcome::Finished);
+  ASSERT_EQ(placements.size(), 1u);
+  EXPECT_TRUE(placements[0].audit.empty());
+  std::set<std::string> devices;
+  for (const auto& b : placements[0].blocks) devices.insert(b.device);
+  EXPECT_EQ(devices, (std::set<std::string>{"cuda:0", "cuda:1"}));
+  EXPECT_EQ(allocated(0), 0);
+  EXPECT_EQ(allocated(1), 0);
+}

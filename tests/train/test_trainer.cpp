@@ -1,0 +1,257 @@
+// The Trainer end to end on CPU with the tiny FLUX-architecture model: the demo
+// (loss falls, samples and a LoRA that loads back), resume equals straight,
+// stop/pause, NaN loss, unreadable items, preflight problems.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "config/RunConfigYaml.h"
+#include "events/EventBus.h"
+#include "io/Safetensors.h"
+#include "lora/LoraFormats.h"
+#include "models/flux/FluxConfig.h"
+#include "common/TestSupport.h"
+#include "train/RunFolder.h"
+#include "train/SamplePng.h"
+#include "train/Trainer.h"
+
+using namespace strata;
+using namespace strata::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
+  config::RunConfig c;
+  c.job.name = "tiny";
+  c.job.trainingFolder = folder.string();
+  c.model.preset = config::ModelPreset::Tiny;
+  c.model.randomWeights = true;
+  c.model.device = config::ComputeDevice::Cpu;
+  c.network.linear = 4;
+  c.network.linearAlpha = 4;
+  c.train.steps = steps;
+  c.train.lr = 2e-3;
+  c.train.dtype = config::DType::FP32;
+  c.train.gradientCheckpointing = true;
+  c.train.captionDropoutRate = 0.2;
+  c.train.seed = 5;
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Shapes;
+  d.resolution = {16};
+  d.numItems = 8;
+  c.datasets = {d};
+  c.sample.sampleEvery = 0;
+  c.sample.prompts = {};
+  c.save.saveEvery = 5;
+  c.save.maxStepSavesToKeep = 10;
+  c.save.exportFormats = {config::ExportFormat::Diffusers};
+  return c;
+}
+
+struct Recorder {
+  std::vector<events::Event> all;
+  template <class T>
+  std::vector<T> of() const {
+    std::vector<T> out;
+    for (const auto& e : all)
+      if (auto* p = std::get_if<T>(&e)) out.push_back(*p);
+    return out;
+  }
+};
+
+std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) { return io::loadSafetensors(ckpt / "lora.safetensors"); }
+
+}  // namespace
+
+TEST(Trainer, ResumeContinuesTheSameCurve) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 20);
+  cfg.train.ema.useEma = true;
+  cfg.train.ema.emaDecay = 0.9;
+  cfg.train.lrScheduler = config::LrScheduler::Cosine;
+  cfg.train.lrWarmupSteps = 3;
+  cfg.train.gradientAccumulationSteps = 2;
+
+  events::EventBus busA;
+  TrainerOptions a;
+  a.runDir = tmp / "straight";
+  ASSERT_EQ(Trainer(cfg, busA, a).run(), RunOutcome::Finished);
+
+  events::EventBus busB;
+  Recorder rec;
+  auto sub = busB.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  TrainerOptions b;
+  b.runDir = tmp / "split";
+  b.stopAfterStep = 10;
+  ASSERT_EQ(Trainer(cfg, busB, b).run(), RunOutcome::Stopped);
+  ASSERT_EQ(rec.of<events::StoppedEvent>().size(), 1u);
+  EXPECT_EQ(rec.of<events::StoppedEvent>()[0].step, 10);
+  auto resumed = Trainer::resumeFrom(tmp / "split", busB);
+  ASSERT_EQ(resumed->run(), RunOutcome::Finished);
+
+  RunFolder fa(tmp / "straight"), fb(tmp / "split");
+  ASSERT_EQ(fa.latestCheckpoint()->step, 20);
+  ASSERT_EQ(fb.latestCheckpoint()->step, 20);
+  const auto la = loraOf(fa.latestCheckpoint()->path), lb = loraOf(fb.latestCheckpoint()->path);
+  ASSERT_EQ(la.size(), lb.size());
+  double moved = 0;
+  for (const auto& [k, t] : la) {
+    EXPECT_TRUE(test::allClose(lb.at(k), t, 1e-6, 1e-5)) << k;
+    if (k.find("lora_B") != std::string::npos) moved += t.abs().sum().item<double>();
+  }
+  EXPECT_GT(moved, 0.0);  // the LoRA did train
+  const auto ea = io::loadSafetensors(fa.latestCheckpoint()->path / "ema.safetensors");
+  const auto eb = io::loadSafetensors(fb.latestCheckpoint()->path / "ema.safetensors");
+  for (const auto& [k, t] : ea) EXPECT_TRUE(test::allClose(eb.at(k), t, 1e-6, 1e-5)) << k;
+  // The metrics log has one line per step, and the same losses.
+  const auto ma = fa.readMetrics(), mb = fb.readMetrics();
+  ASSERT_EQ(ma.size(), 20u);
+  ASSERT_EQ(mb.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>(), 1e-5) << i;
+}
+
+TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
+  test::TempDir tmp;
+  const auto data = tmp / "latents";
+  fs::create_directories(data);
+  for (int i = 0; i < 4; ++i) {
+    auto lat = at::randn({16, 4, 4});
+    if (i == 3) lat[0][0][0] = NAN;
+    io::writeSafetensors(data / ("item" + std::to_string(i) + ".safetensors"),
+                         {{"latents", lat}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+  }
+  auto cfg = tinyConfig(tmp.path(), 12);
+  cfg.datasets[0].type = config::DatasetType::Latents;
+  cfg.datasets[0].folderPath = data.string();
+  cfg.save.saveEvery = 1;
+  events::EventBus bus;
+  Recorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Failed);
+  const auto failed = rec.of<events::FailedEvent>();
+  ASSERT_EQ(failed.size(), 1u);
+  const int64_t step = failed[0].step;
+  EXPECT_NE(failed[0].message.find("NaN at step " + std::to_string(step)), std::string::npos) << failed[0].message;
+  RunFolder f(tmp / "run");
+  if (step > 1) {
+    ASSERT_TRUE(f.latestCheckpoint());
+    EXPECT_EQ(f.latestCheckpoint()->step, step - 1);
+    EXPECT_EQ(failed[0].lastGoodCheckpoint, f.latestCheckpoint()->path.string());
+  }
+}
+
+TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
+  test::TempDir tmp;
+  const auto data = tmp / "latents";
+  fs::create_directories(data);
+  for (int i = 0; i < 3; ++i)
+    io::writeSafetensors(data / ("item" + std::to_string(i) + ".safetensors"),
+                         {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+  std::ofstream(data / "broken.safetensors") << "garbage";
+  auto cfg = tinyConfig(tmp.path(), 6);
+  cfg.datasets[0].type = config::DatasetType::Latents;
+  cfg.datasets[0].folderPath = data.string();
+  events::EventBus bus;
+  Recorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished);
+  const auto fin = rec.of<events::FinishedEvent>();
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_GE(fin[0].skippedItems, 1);
+  bool warned = false;
+  for (const auto& w : rec.of<events::WarningEvent>()) warned |= w.message.find("broken.safetensors") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+TEST(Trainer, PreflightListsEveryProblem) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 0);
+  cfg.network.linear = 0;
+  events::EventBus bus;
+  Recorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  ASSERT_EQ(Trainer(cfg, bus).run(), RunOutcome::PreflightFailed);
+  const auto pf = rec.of<events::PreflightFailedEvent>();
+  ASSERT_EQ(pf.size(), 1u);
+  EXPECT_GE(pf[0].problems.size(), 2u);
+  EXPECT_EQ(exitCodeOf(RunOutcome::PreflightFailed), 2);
+}
+
+TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 100000);
+  cfg.save.saveEvery = 0;
+  events::EventBus bus;
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  Trainer t(cfg, bus, o);
+  std::atomic<int> steps{0};
+  std::atomic<bool> sawPause{false};
+  auto sub = bus.subscribe([&](const events::Event& e) {
+    if (std::holds_alternative<events::StepEvent>(e)) ++steps;
+    if (std::holds_alternative<events::PausedEvent>(e)) sawPause = true;
+  });
+  t.start();
+  while (steps < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  t.setPaused(true);
+  while (!sawPause) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const int atPause = steps.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(steps.load(), atPause);  // paused: no steps
+  t.requestSave();
+  t.requestStop();
+  EXPECT_EQ(t.wait(), RunOutcome::Stopped);
+  RunFolder f(tmp / "run");
+  ASSERT_TRUE(f.latestCheckpoint());
+  EXPECT_EQ(f.latestCheckpoint()->step, t.currentStep());
+  EXPECT_FALSE(t.running());
+}
+
+// The demo config, shortened: the CI check of issue 5's demo.
+TEST(Demo, ShortRunLossFallsSamplesAndLoraExist) {
+  const auto demo = test::sourceDir() / "configs" / "demo.yaml";
+  if (!fs::exists(demo)) GTEST_SKIP() << "configs/demo.yaml not found";
+  test::TempDir tmp;
+  auto loaded = config::loadRunConfig(demo);
+  config::applyOverrides(loaded, {"train.steps=60", "sample.sample_every=30", "save.save_every=30",
+                                  "job.training_folder=" + tmp.path().string()});
+  for (const auto& p : loaded.problems) ASSERT_FALSE(p.isError()) << p.format();
+  events::EventBus bus;
+  Recorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  const auto t0 = std::chrono::steady_clock::now();
+  Trainer trainer(loaded.config, bus);
+  ASSERT_EQ(trainer.run(), RunOutcome::Finished);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  RecordProperty("seconds", std::to_string(secs));
+  const auto steps = rec.of<events::StepEvent>();
+  ASSERT_EQ(steps.size(), 60u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) {
+    first += steps[static_cast<size_t>(i)].loss / 10;
+    last += steps[steps.size() - 1 - static_cast<size_t>(i)].loss / 10;
+  }
+  EXPECT_LT(last, first * 0.8) << "first 10 steps " << first << ", last 10 " << last;
+  const auto samples = rec.of<events::SampleEvent>();
+  ASSERT_FALSE(samples.empty());
+  for (const auto& s : samples) {
+    ASSERT_TRUE(fs::exists(s.path)) << s.path;
+    EXPECT_EQ(readPngText(s.path).at("prompt"), s.prompt);
+  }
+  const auto exports = rec.of<events::ExportEvent>();
+  ASSERT_FALSE(exports.empty());
+  const auto fcfg = flux::FluxConfig::tiny();
+  for (const auto& e : exports) {
+    const auto content = lora::readLoraFile(e.path, fcfg);
+    EXPECT_FALSE(content.modules.empty()) << e.path;
+    double up = 0;
+    for (const auto& m : content.modules) up += m.up.abs().sum().item<double>();
+    EXPECT_GT(up, 0.0) << e.path;
+  }
+}
