@@ -57,13 +57,16 @@ inline bool flashAttentionEnabled() {
 using OptimizerStateKey =
     typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 
-inline OptimizerStateKey optimizerStateKey(const at::Tensor& param) {
-  if constexpr (std::is_same_v<OptimizerStateKey, std::string>) {
+// A template so that the branch of the other version is discarded (an
+// `if constexpr` outside a template still compiles both).
+template <class Key = OptimizerStateKey>
+inline Key optimizerStateKey(const at::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
     std::ostringstream os;
     os << param.unsafeGetTensorImpl();
     return os.str();
   } else {
-    return OptimizerStateKey(param.unsafeGetTensorImpl());
+    return static_cast<Key>(param.unsafeGetTensorImpl());
   }
 }
 
