@@ -86,21 +86,18 @@ std::string missingText(const Plan& plan) {
   return os.str();
 }
 
-// Contiguous greedy fill where device d may hold `fraction` of its budget; the
-// fixed cost (stem, head, other) sits on device 0. Returns false when blocks are
-// left after the last device; `out` then holds the fill with the rest on the last.
-bool greedyFill(const PlannerInput& in, double fraction, std::vector<size_t>& out) {
+// Contiguous greedy fill where device d may hold capacity[d] bytes; the fixed
+// cost (stem, head, other) sits on device 0. Returns false when something does
+// not fit; `out` then holds the fill with the rest on the last device.
+bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std::vector<size_t>& out) {
   const size_t n = in.devices.size();
   out.assign(in.blocks.size(), n - 1);
   size_t d = 0;
-  auto capacity = [&](size_t dev) {
-    return fraction * static_cast<double>(in.devices[dev].budgetBytes);
-  };
   double used = static_cast<double>(in.stem.residentBytes() + in.head.residentBytes() +
                                     in.otherModuleBytes);
   int64_t workspace = std::max(in.stem.workspaceBytes, in.head.workspaceBytes);
   bool ok = true;
-  if (used + static_cast<double>(workspace) > capacity(0)) {
+  if (used + static_cast<double>(workspace) > capacity[0]) {
     ok = false;  // not even the stem fits: fill the blocks from the next device on
     if (n > 1) {
       d = 1;
@@ -113,7 +110,7 @@ bool greedyFill(const PlannerInput& in, double fraction, std::vector<size_t>& ou
     for (;;) {
       const double need = used + static_cast<double>(c.residentBytes()) +
                           static_cast<double>(std::max(workspace, c.workspaceBytes));
-      if (need <= capacity(d)) {
+      if (need <= capacity[d]) {
         out[b] = d;
         used += static_cast<double>(c.residentBytes());
         workspace = std::max(workspace, c.workspaceBytes);
@@ -128,27 +125,54 @@ bool greedyFill(const PlannerInput& in, double fraction, std::vector<size_t>& ou
   return ok;
 }
 
+// Capacities: accelerators at `gpuFraction` of their budget, the cpu at `cpuFraction`.
+std::vector<double> capacities(const PlannerInput& in, double gpuFraction, double cpuFraction) {
+  std::vector<double> cap;
+  for (const auto& d : in.devices) {
+    const double f = d.device == "cpu" ? cpuFraction : gpuFraction;
+    cap.push_back(f * static_cast<double>(d.budgetBytes));
+  }
+  return cap;
+}
+
+// Smallest fraction in [0, 1] for which fill(fraction) succeeds (fill(1) must).
+template <class Fill>
+double smallestFraction(Fill&& fill) {
+  double lo = 0.0, hi = 1.0;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (fill(mid)) hi = mid; else lo = mid;
+  }
+  return hi;
+}
+
 Plan planMemory(const PlannerInput& in) {
   Plan plan;
   plan.mode = PlanMode::Memory;
-  std::vector<size_t> assign;
-  const bool fits = greedyFill(in, 1.0, assign);
-  if (fits) {
-    // Smallest common fill fraction that still fits: balances the devices.
-    double lo = 0.0, hi = 1.0;
-    for (int it = 0; it < 60; ++it) {
-      const double mid = 0.5 * (lo + hi);
-      std::vector<size_t> tmp;
-      if (greedyFill(in, mid, tmp)) hi = mid; else lo = mid;
-    }
-    greedyFill(in, hi, assign);
+  std::vector<size_t> assign, tmp;
+  bool hasCpu = false, hasGpu = false;
+  for (const auto& d : in.devices) (d.device == "cpu" ? hasCpu : hasGpu) = true;
+  // The cpu is the last resort (offload): first try the accelerators alone,
+  // each filled to the same, smallest share of its budget.
+  if (hasGpu && greedyFill(in, capacities(in, 1.0, 0.0), assign)) {
+    const double u = smallestFraction([&](double f) { return greedyFill(in, capacities(in, f, 0.0), tmp); });
+    greedyFill(in, capacities(in, u, 0.0), assign);
+  } else if (greedyFill(in, capacities(in, 1.0, 1.0), assign)) {
+    // Accelerators full, the cpu takes as little as it can.
+    const double gpuFraction = hasGpu ? 1.0 : 0.0;
+    const double v = smallestFraction([&](double f) { return greedyFill(in, capacities(in, gpuFraction, f), tmp); });
+    greedyFill(in, capacities(in, gpuFraction, v), assign);
+  } else {
+    greedyFill(in, capacities(in, 1.0, 1.0), assign);
   }
   for (size_t b = 0; b < in.blocks.size(); ++b) plan.blockDevice.push_back(in.devices[assign[b]].device);
   summarise(in, plan);
   std::ostringstream os;
   os << "memory: " << in.blocks.size() << " blocks over " << in.devices.size()
      << " device(s), each filled to the same share of its budget (cap or free memory minus "
-        "the reserve); stem, head";
+        "the reserve)";
+  if (hasCpu) os << ", the cpu only for what the GPUs cannot hold";
+  os << "; stem, head";
   if (in.otherModuleBytes > 0) os << " and other modules (" << gb(in.otherModuleBytes) << ")";
   os << " on " << in.devices.front().device << ".";
   if (!plan.fits) {

@@ -23,8 +23,9 @@
 //                  - the budgets are still checked and reported (fits / missing).
 //   memory       every device gets a budget (cap or free memory, minus a reserve);
 //                the blocks are split so that each device is filled to the same,
-//                smallest possible fraction of its budget. When the model cannot fit,
-//                the plan says how much is missing on which device.
+//                smallest possible fraction of its budget. A `cpu` device (offload)
+//                takes only what the accelerators cannot hold. When the model cannot
+//                fit, the plan says how much is missing on which device.
 // In both modes the stem, the head and the other modules sit on the first device.
 #include <cstdint>
 #include <string>

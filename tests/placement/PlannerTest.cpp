@@ -1,0 +1,378 @@
+// The planner is pure: every case here runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "common/Error.h"
+#include "device/DeviceInventory.h"
+#include "placement/Planner.h"
+
+using namespace strata;
+using namespace strata::placement;
+
+namespace {
+
+constexpr int64_t kGB = 1000000000LL;
+
+PlannerInput uniformInput(size_t numBlocks, int64_t paramsPerBlock, int64_t bytesPerBlock) {
+  PlannerInput in;
+  in.stem = BlockCost{"stem", "stem", 0, 0};
+  in.head = BlockCost{"head", "head", 0, 0};
+  for (size_t i = 0; i < numBlocks; ++i) {
+    BlockCost c;
+    c.id = "blocks." + std::to_string(i);
+    c.kind = "layer";
+    c.paramCount = paramsPerBlock;
+    c.weightBytes = bytesPerBlock;
+    in.blocks.push_back(c);
+  }
+  in.otherModuleParamCount = 0;
+  return in;
+}
+
+std::vector<DeviceBudget> gpus(const std::vector<int64_t>& budgets) {
+  std::vector<DeviceBudget> out;
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    out.push_back(DeviceBudget{"cuda:" + std::to_string(i), "test", budgets[i]});
+  }
+  return out;
+}
+
+// Blocks of one device form one contiguous range, and devices are used in order.
+void expectContiguous(const Plan& plan, const PlannerInput& in) {
+  ASSERT_EQ(plan.blockDevice.size(), in.blocks.size());
+  std::vector<std::string> order;
+  for (const auto& d : plan.blockDevice) {
+    if (order.empty() || order.back() != d) {
+      for (const auto& seen : order) ASSERT_NE(seen, d) << "device " << d << " used twice";
+      order.push_back(d);
+    }
+  }
+  size_t last = 0;
+  for (const auto& d : order) {
+    size_t idx = 0;
+    while (in.devices[idx].device != d) ++idx;
+    EXPECT_GE(idx, last) << "devices out of input order";
+    last = idx;
+  }
+}
+
+}  // namespace
+
+TEST(Planner, ParamCountSplitsEvenlyFrom1To8Devices) {
+  for (int n = 1; n <= 8; ++n) {
+    PlannerInput in = uniformInput(64, 100, 200);
+    in.devices = gpus(std::vector<int64_t>(n, 0));
+    const Plan plan = planPlacement(in);
+    expectContiguous(plan, in);
+    ASSERT_EQ(plan.devices.size(), static_cast<size_t>(n));
+    for (const auto& dp : plan.devices) {
+      // 64 equal blocks: every device within one block of 64 / n.
+      EXPECT_NEAR(static_cast<double>(dp.blockIds.size()), 64.0 / n, 1.0) << "n=" << n << " " << dp.device;
+    }
+    EXPECT_EQ(plan.stemDevice, "cuda:0");
+    EXPECT_EQ(plan.headDevice, "cuda:0");
+    EXPECT_TRUE(plan.fits);  // budgets unknown: nothing to exceed
+  }
+}
+
+TEST(Planner, ParamCountChargesOtherModulesToFirstDevice) {
+  PlannerInput in = uniformInput(10, 100, 0);
+  in.otherModuleParamCount = 1000;
+  in.otherModuleParamCountScale = 0.3;  // 300 params of other modules on cuda:0
+  in.devices = gpus({0, 0});
+  const Plan plan = planPlacement(in);
+  // total 1300, share 650: cuda:0 gets 300 + blocks whose midpoint is below 650: 0..2 (mid 550),
+  // block 3 has its midpoint at 650 -> cuda:1.
+  EXPECT_EQ(plan.devices[0].blockIds.size(), 3u);
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 7u);
+  EXPECT_NE(plan.reason.find("param_count"), std::string::npos);
+  EXPECT_NE(plan.reason.find("0.3"), std::string::npos);
+}
+
+TEST(Planner, FluxDevLikeSplitOverFourStaysWithinHalfABlockOfTheShare) {
+  // FLUX.1-dev block sizes (19 double of 339.8M, 38 single of 141.6M), ai-toolkit's
+  // other-module charge (5e9 x 0.3 on the first GPU).
+  PlannerInput in;
+  in.stem = BlockCost{"stem", "stem", 0};
+  in.head = BlockCost{"head", "head", 0};
+  for (int i = 0; i < 19; ++i) in.blocks.push_back(BlockCost{"transformer_blocks." + std::to_string(i), "double", 339831296});
+  for (int i = 0; i < 38; ++i) in.blocks.push_back(BlockCost{"single_transformer_blocks." + std::to_string(i), "single", 141591808});
+  in.devices = gpus({0, 0, 0, 0});
+  const Plan plan = planPlacement(in);
+  expectContiguous(plan, in);
+  const double other = 5e9 * 0.3;
+  double total = other;
+  for (const auto& b : in.blocks) total += static_cast<double>(b.paramCount);
+  const double share = total / 4;
+  // Strata: each device within half of the largest block of the share.
+  for (size_t d = 0; d < 4; ++d) {
+    const double params = static_cast<double>(plan.devices[d].paramCount) + (d == 0 ? other : 0.0);
+    EXPECT_LE(std::abs(params - share), 339831296.0 * 0.5) << plan.devices[d].device;
+  }
+  // ai-toolkit's published rule, for the record of where Strata differs: it moves on
+  // after the block that crosses the share and restarts its count at 0, so the first
+  // three GPUs are over their share and the last one is short by the sum of the overruns.
+  std::vector<double> ai(4, 0.0);
+  ai[0] = other;
+  int gpu = 0;
+  double cur = other;
+  for (const auto& b : in.blocks) {
+    ai[gpu] += static_cast<double>(b.paramCount);
+    cur += static_cast<double>(b.paramCount);
+    if (cur > share) { gpu = std::min(gpu + 1, 3); cur = 0; }
+  }
+  for (int d = 0; d < 3; ++d) EXPECT_GT(ai[d], share);
+  EXPECT_LT(ai[3], share);
+  const double aiWorst = std::max({std::abs(ai[0] - share), std::abs(ai[1] - share),
+                                   std::abs(ai[2] - share), std::abs(ai[3] - share)});
+  EXPECT_GT(aiWorst, 339831296.0 * 0.5);
+}
+
+TEST(Planner, MemoryModeFitsUnevenBudgetsAtTheSmallestCommonShare) {
+  PlannerInput in = uniformInput(40, 1, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.devices = gpus({24 * kGB, 16 * kGB, 8 * kGB});
+  const Plan plan = planPlacement(in);
+  expectContiguous(plan, in);
+  ASSERT_TRUE(plan.fits) << plan.reason;
+  // 40 blocks of 1 GB: at a share of 0.85 at most 20 + 13 + 6 = 39 fit; at 0.875,
+  // 21 + 14 + 7 = 42. So the fullest device sits at 87.5%, which this fill reaches.
+  double worst = 0;
+  for (const auto& dp : plan.devices) {
+    EXPECT_LE(dp.totalBytes, dp.budgetBytes) << dp.device;
+    EXPECT_EQ(dp.missingBytes, 0);
+    worst = std::max(worst, static_cast<double>(dp.totalBytes) / static_cast<double>(dp.budgetBytes));
+  }
+  EXPECT_DOUBLE_EQ(worst, 0.875);
+  EXPECT_EQ(plan.devices[0].blockIds.size(), 21u);
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 14u);
+  EXPECT_EQ(plan.devices[2].blockIds.size(), 5u);
+}
+
+TEST(Planner, MemoryModeFrom1To8Devices) {
+  for (int n = 1; n <= 8; ++n) {
+    PlannerInput in = uniformInput(57, 1, 400000000LL);  // 22.8 GB of blocks
+    in.mode = PlanMode::Memory;
+    in.stem.weightBytes = 100000000LL;
+    in.devices = gpus(std::vector<int64_t>(n, 30 * kGB));
+    const Plan plan = planPlacement(in);
+    expectContiguous(plan, in);
+    EXPECT_TRUE(plan.fits) << "n=" << n << ": " << plan.reason;
+    int64_t sum = 0;
+    for (const auto& dp : plan.devices) {
+      EXPECT_LE(dp.totalBytes, dp.budgetBytes);
+      sum += dp.totalBytes;
+      // Balanced: no device holds more than its fair part plus one block and the stem.
+      EXPECT_LE(dp.totalBytes, 22900000000LL / n + 400000000LL + 100000000LL) << "n=" << n;
+    }
+    EXPECT_EQ(sum, 57 * 400000000LL + 100000000LL);
+  }
+}
+
+TEST(Planner, MemoryModeSaysWhatIsMissingWhere) {
+  PlannerInput in = uniformInput(20, 1, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.devices = gpus({8 * kGB, 8 * kGB});  // 20 GB into 16 GB
+  const Plan plan = planPlacement(in);
+  EXPECT_FALSE(plan.fits);
+  int64_t missing = 0;
+  for (const auto& dp : plan.devices) missing += dp.missingBytes;
+  EXPECT_EQ(missing, 4 * kGB);
+  EXPECT_GT(plan.devices[1].missingBytes, 0);
+  EXPECT_NE(plan.reason.find("cuda:1 needs 12.0 GB but its budget is 8.0 GB: 4.0 GB missing"),
+            std::string::npos)
+      << plan.reason;
+  EXPECT_THROW(requireFits(plan), PlacementError);
+}
+
+TEST(Planner, MemoryModeStemTooLargeForFirstDevice) {
+  PlannerInput in = uniformInput(4, 1, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.stem.weightBytes = 10 * kGB;
+  in.devices = gpus({8 * kGB, 8 * kGB});
+  const Plan plan = planPlacement(in);
+  EXPECT_FALSE(plan.fits);
+  EXPECT_EQ(plan.devices[0].missingBytes, 2 * kGB);
+  EXPECT_EQ(plan.devices[0].blockIds.size(), 0u);  // the blocks go to cuda:1
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 4u);
+}
+
+TEST(Planner, ABlockLargerThanEveryDeviceDoesNotFit) {
+  PlannerInput in = uniformInput(3, 1, 1 * kGB);
+  in.blocks[1].weightBytes = 9 * kGB;
+  in.mode = PlanMode::Memory;
+  in.devices = gpus({8 * kGB, 8 * kGB, 8 * kGB});
+  const Plan plan = planPlacement(in);
+  EXPECT_FALSE(plan.fits);
+  EXPECT_NE(plan.reason.find("missing"), std::string::npos);
+}
+
+TEST(Planner, WorkspaceCountsOncePerDevice) {
+  PlannerInput in = uniformInput(4, 1, 1 * kGB);
+  for (auto& b : in.blocks) b.workspaceBytes = 3 * kGB;
+  in.mode = PlanMode::Memory;
+  in.devices = gpus({7 * kGB});  // 4 GB resident + 3 GB workspace (once) = 7 GB
+  const Plan plan = planPlacement(in);
+  EXPECT_TRUE(plan.fits) << plan.reason;
+  EXPECT_EQ(plan.devices[0].totalBytes, 7 * kGB);
+}
+
+TEST(Planner, CpuIsAValidOffloadDeviceUsedLast) {
+  PlannerInput in = uniformInput(10, 1, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.devices = gpus({4 * kGB});
+  in.devices.push_back(DeviceBudget{"cpu", "host", 64 * kGB});
+  Plan plan = planPlacement(in);
+  EXPECT_TRUE(plan.fits);
+  EXPECT_EQ(plan.devices[0].blockIds.size(), 4u);  // the GPU is filled first
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 6u);  // the cpu takes the rest
+  EXPECT_EQ(plan.deviceOf("blocks.9"), "cpu");
+  EXPECT_EQ(plan.deviceOf("stem"), "cuda:0");
+  EXPECT_THROW(plan.deviceOf("blocks.99"), PlacementError);
+  EXPECT_NE(plan.reason.find("cpu only for what the GPUs cannot hold"), std::string::npos);
+  // When the GPUs hold everything, the cpu gets nothing.
+  in.devices[0].budgetBytes = 16 * kGB;
+  plan = planPlacement(in);
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 0u);
+  // The cpu alone works too; listed first it also holds the stem.
+  in.devices = {DeviceBudget{"cpu", "host", 64 * kGB}, DeviceBudget{"cuda:0", "gpu", 4 * kGB}};
+  plan = planPlacement(in);
+  EXPECT_TRUE(plan.fits);
+  EXPECT_EQ(plan.stemDevice, "cpu");
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 4u);  // the GPU's part at the end, still full
+}
+
+TEST(Planner, IsDeterministic) {
+  PlannerInput in = uniformInput(57, 123457, 987654321);
+  in.blocks[7].weightBytes *= 3;
+  in.mode = PlanMode::Memory;
+  in.devices = gpus({20 * kGB, 17 * kGB, 19 * kGB});
+  const auto a = planToJson(planPlacement(in)).dump();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(planToJson(planPlacement(in)).dump(), a);
+}
+
+TEST(Planner, RejectsBadInput) {
+  PlannerInput in = uniformInput(3, 1, 1);
+  EXPECT_THROW(planPlacement(in), PlacementError);  // no devices
+  in.devices = gpus({0});
+  in.mode = PlanMode::Memory;
+  EXPECT_THROW(planPlacement(in), PlacementError);  // memory mode without a budget
+  in.devices = gpus({5, 5});
+  in.devices[1].device = "cuda:0";
+  EXPECT_THROW(planPlacement(in), PlacementError);  // listed twice
+}
+
+TEST(Planner, ReportCarriesEveryCostColumn) {
+  UnitShape stem{"stem", "stem", 1000, {}, false};
+  UnitShape head{"head", "head", 500, {}, false};
+  std::vector<UnitShape> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {128, 64}}, true});
+  CostOptions o;
+  o.loraRank = 4;
+  o.ema = true;
+  o.tokens = 16;
+  o.hiddenSize = 64;
+  o.gradientCheckpointing = true;
+  PlannerInput in = estimateInput(stem, blocks, head, o);
+  // LoRA: 4 * (64 + 128) * 2 linears = 1536 params = 6144 bytes fp32.
+  EXPECT_EQ(in.blocks[0].adapterBytes, 6144);
+  EXPECT_EQ(in.blocks[0].gradBytes, 6144);
+  EXPECT_EQ(in.blocks[0].optimizerBytes, 2 * 6144);
+  EXPECT_EQ(in.blocks[0].emaBytes, 6144);
+  EXPECT_EQ(in.blocks[0].weightBytes, 20000);
+  EXPECT_EQ(in.blocks[0].activationBytes, 16 * 64 * 2);            // the block input, bf16
+  EXPECT_EQ(in.blocks[0].workspaceBytes, static_cast<int64_t>(16 * 64 * 2 * 18.0));
+  EXPECT_EQ(in.stem.activationBytes, 0);
+  in.devices = gpus({1 * kGB, 1 * kGB});
+  in.mode = PlanMode::Memory;
+  const Plan plan = planPlacement(in);
+  const auto j = planToJson(plan);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  for (const char* key : {"weight_bytes", "adapter_bytes", "ema_bytes", "optimizer_bytes",
+                          "activation_bytes", "total_bytes", "budget_bytes", "blocks"}) {
+    EXPECT_TRUE(j["devices"][0].contains(key)) << key;
+  }
+  const std::string text = formatPlan(plan);
+  EXPECT_NE(text.find("optimizer"), std::string::npos);
+  EXPECT_NE(text.find("budget"), std::string::npos);
+}
+
+TEST(DeviceSpec, ParsesCountsSizesAndCpu) {
+  auto d = device::parseDeviceSpec("4x16GB");
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[3].label(), "cuda:3");
+  EXPECT_EQ(d[0].totalBytes, 16 * kGB);
+  EXPECT_TRUE(d[0].simulated);
+  d = device::parseDeviceSpec("24GB,16GB");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].totalBytes, 24 * kGB);
+  EXPECT_EQ(d[1].totalBytes, 16 * kGB);
+  d = device::parseDeviceSpec("cpu,2x80GB");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_TRUE(d[0].isCpu());
+  EXPECT_EQ(d[1].label(), "cuda:0");
+  EXPECT_EQ(d[2].label(), "cuda:1");
+  d = device::parseDeviceSpec(" 2 x 1.5GiB , cpu:64GB ");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].totalBytes, 1610612736LL);
+  EXPECT_EQ(d[2].totalBytes, 64 * kGB);
+}
+
+TEST(DeviceSpec, RejectsBadSpecsWithTheItem) {
+  for (const char* bad : {"", "4x", "x16GB", "16", "16XB", "4x16GB,,8GB", "cpu,cpu", "0x16GB", "ax16GB"}) {
+    try {
+      device::parseDeviceSpec(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--devices"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DeviceSpec, BudgetsUseCapsAndReserve) {
+  const auto devs = device::parseDeviceSpec("2x80GB");
+  auto b = makeBudgets(devs, {20.0}, 1.0);
+  EXPECT_EQ(b[0].budgetBytes, 19 * kGB);
+  EXPECT_EQ(b[1].budgetBytes, 19 * kGB);
+  b = makeBudgets(devs, {20.0, 30.0}, 0.5);
+  EXPECT_EQ(b[1].budgetBytes, 29500000000LL);
+  b = makeBudgets(devs, {}, 1.0, {50 * kGB, 0});  // free memory where known, else total
+  EXPECT_EQ(b[0].budgetBytes, 49 * kGB);
+  EXPECT_EQ(b[1].budgetBytes, 79 * kGB);
+  EXPECT_THROW(makeBudgets(devs, {1, 2, 3}, 1.0), ConfigError);
+  EXPECT_THROW(makeBudgets(devs, {100}, 1.0), ConfigError);
+  EXPECT_THROW(makeBudgets(devs, {}, 90.0), ConfigError);
+}
+
+TEST(DeviceInventory, CapsNeedCudaOrARealDevice) {
+  // On a CPU build there is nothing to cap; on CUDA, a device that does not exist.
+  EXPECT_THROW(device::setMemoryCap(99, 1 * kGB), PlacementError);
+  EXPECT_EQ(device::memoryCap(99), 0);
+  EXPECT_THROW(device::applyMemoryCaps({0, 1}, {1, 2, 3}), ConfigError);
+  EXPECT_EQ(device::parseByteSize("16GB"), 16 * kGB);
+  EXPECT_EQ(device::formatBytes(15300000000LL), "15.3 GB");
+}
+
+TEST(DeviceInventory, OutOfMemoryBecomesPlacementErrorWithContext) {
+  try {
+    device::withCapContext("step 3 forward", []() -> int {
+      throw std::runtime_error(
+          "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 139.8 GiB");
+    });
+    ADD_FAILURE() << "no throw";
+  } catch (const PlacementError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("step 3 forward"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cuda:1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("2.00 GiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cap"), std::string::npos) << msg;
+  }
+  // Other errors pass through unchanged.
+  EXPECT_THROW(device::withCapContext("x", []() -> int { throw std::logic_error("nope"); }),
+               std::logic_error);
+  EXPECT_EQ(device::withCapContext("x", [] { return 7; }), 7);
+}
