@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
@@ -80,6 +81,10 @@ at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
 }
 
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (q.is_cuda()) {
+    static std::once_flag cudnnOff;
+    std::call_once(cudnnOff, [] { compat::disableCudnnAttention(); });
+  }
   // [B, N, H, Dh] -> [B, H, N, Dh] for the fused kernel, and back.
   const auto out = compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
@@ -282,11 +287,13 @@ nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
   nn::BlockIO io;
   io.img = xEmbedder->forward(in.img.to(dt));           // [B, Ni, D]
   io.txt = contextEmbedder->forward(in.txt.to(dt));     // [B, Nt, D]
-  // Conditioning: timestep and guidance x1000 in the model dtype, sinusoid in fp32.
-  const auto t = perSample(in.timestep).to(dt) * 1000;
+  // Conditioning: timestep and guidance x1000 and their sinusoids in float32.
+  // diffusers rounds t to the model dtype first; in bf16 that moves t = 0.37 to
+  // 368, a different embedding, so Strata keeps float32 here (equal in fp32).
+  const auto t = perSample(in.timestep).to(at::kFloat) * 1000;
   auto temb = timeLinear2->forward(at::silu(timeLinear1->forward(timestepSinusoid(t).to(dt))));  // [B, D]
   if (cfg_.guidanceEmbeds) {
-    const auto g = perSample(in.guidance).to(dt) * 1000;
+    const auto g = perSample(in.guidance).to(at::kFloat) * 1000;
     temb = temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(timestepSinusoid(g).to(dt))));
   }
   io.temb = temb + textLinear2->forward(at::silu(textLinear1->forward(in.pooled.to(dt))));
