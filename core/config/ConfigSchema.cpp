@@ -334,8 +334,8 @@ std::vector<KeySpec> buildSchema() {
       .add("datasets[].folder_path", D(folderPath), "Folder of the images or cached latents", Opt().path(true))
       .add("datasets[].caption_ext", D(captionExt), "Caption file extension next to each image")
       .add("datasets[].default_caption", D(defaultCaption), "Caption for images without a caption file")
-      .add("datasets[].resolution", D(resolution), "Training sizes (square, bucketed; multiples of 16)",
-           Opt().unit("pixels").min(16).max(8192).scalarAsList(true))
+      .add("datasets[].resolution", D(resolution), "Training sizes (square, bucketed; multiples of 16, of 4 for shapes)",
+           Opt().unit("pixels").min(8).max(8192).scalarAsList(true))
       .add("datasets[].num_items", D(numItems), "Items drawn by a synthetic or shapes dataset",
            Opt().min(1).max(1e7))
       .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk), "Cache VAE latents next to the images");
@@ -345,8 +345,8 @@ std::vector<KeySpec> buildSchema() {
       .add("sample.prompts", M(sample.prompts), "Prompts to sample", Opt().scalarAsList(true))
       .add("sample.seed", M(sample.seed), "Sampling seed", Opt().min(0).max(9.2e18))
       .add("sample.walk_seed", M(sample.walkSeed), "Prompt i uses seed + i")
-      .add("sample.width", M(sample.width), "Sample width (multiple of 16)", Opt().unit("pixels").min(16).max(8192))
-      .add("sample.height", M(sample.height), "Sample height (multiple of 16)",
+      .add("sample.width", M(sample.width), "Sample width (multiple of 16; of 4 with a shapes dataset)", Opt().unit("pixels").min(16).max(8192))
+      .add("sample.height", M(sample.height), "Sample height (multiple of 16; of 4 with a shapes dataset)",
            Opt().unit("pixels").min(16).max(8192))
       .add("sample.sample_steps", M(sample.sampleSteps), "Denoising steps per sample", Opt().min(1).max(1000))
       .add("sample.guidance_scale", M(sample.guidanceScale), "Guidance input while sampling (3.5 typical)",
@@ -391,9 +391,9 @@ std::string KeySpec::rangeText() const {
   }
   if (!min && !max) return "";
   std::string s = minExclusive ? "(" : "[";
-  s += min ? formatDouble(*min) : "-inf";
+  s += min ? formatNumber(*min) : "-inf";
   s += ", ";
-  s += max ? formatDouble(*max) : "inf";
+  s += max ? formatNumber(*max) : "inf";
   s += "]";
   return s;
 }
@@ -489,6 +489,17 @@ std::string formatDouble(double v) {
   std::string s = buf;
   // Keep a float looking like a float in YAML ("1" -> "1.0").
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string formatNumber(double v) {
+  if (std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 1e15) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  std::string s = formatDouble(v);
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
   return s;
 }
 

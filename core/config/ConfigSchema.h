@@ -91,6 +91,9 @@ std::string formatValue(const Value& value);
 // The shortest decimal text that reads back as exactly `v` ("0.0001", "1e-08").
 std::string formatDouble(double v);
 
+// A number for messages: "1024", "0.0001" (integers without ".0").
+std::string formatNumber(double v);
+
 // Levenshtein distance, for "did you mean" hints.
 size_t editDistance(std::string_view a, std::string_view b);
 

@@ -105,6 +105,7 @@ std::string YamlReader::suggestKey(const std::string& patternPath) {
 
 void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix, const std::string& concretePrefix,
                          size_t datasetIndex) {
+  std::map<std::string, SourcePos> seen;  // YAML forbids a key twice in one mapping; readers disagree on which wins
   for (auto it = map.begin(); it != map.end(); ++it) {
     const YAML::Node keyNode = it->first;
     const YAML::Node value = it->second;
@@ -117,6 +118,12 @@ void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix
     const std::string name = keyNode.Scalar();
     const std::string pattern = patternPrefix + name;
     const std::string concrete = concretePrefix + name;
+    if (auto first = seen.find(name); first != seen.end()) {
+      problem(Severity::Error, concrete, pos,
+              "written twice (first at line " + std::to_string(first->second.line) + "); the last one is used",
+              "keep one " + name + " line");
+    }
+    seen[name] = pos;
     out_.where.set(concrete, pos);
 
     if (pattern == "datasets") {

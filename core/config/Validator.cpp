@@ -91,7 +91,7 @@ class Checker {
           const bool low = spec.min && (spec.minExclusive ? !(x > *spec.min) : !(x >= *spec.min));
           const bool high = spec.max && !(x <= *spec.max);
           if (low || high || std::isnan(x)) {
-            error(key, formatDouble(x) + " is out of range", "allowed: " + spec.rangeText() +
+            error(key, formatNumber(x) + " is out of range", "allowed: " + spec.rangeText() +
                                                                  (spec.unit.empty() ? "" : " " + spec.unit));
             break;
           }
@@ -216,8 +216,8 @@ class Checker {
       const double totalGb = static_cast<double>(used[i].totalBytes) / 1e9;
       if (used[i].totalBytes > 0 && capGb > totalGb) {
         warning("model.gpu_memory_limit_gb",
-                "cap " + formatDouble(capGb) + " GB is above " + used[i].label() + "'s " +
-                    formatDouble(std::round(totalGb * 10) / 10) + " GB; the device's memory is the limit");
+                "cap " + formatNumber(capGb) + " GB is above " + used[i].label() + "'s " +
+                    formatNumber(std::round(totalGb * 10) / 10) + " GB; the device's memory is the limit");
         break;
       }
     }
@@ -291,7 +291,7 @@ class Checker {
   void training() {
     const TrainConfig& t = cfg_.train;
     if (t.lr > 1e-2 && t.lr <= 1)
-      warning("train.lr", "a learning rate of " + formatDouble(t.lr) + " is very high for LoRA",
+      warning("train.lr", "a learning rate of " + formatNumber(t.lr) + " is very high for LoRA",
               "1e-4 is the usual FLUX LoRA rate");
     if (t.lrScheduler != LrScheduler::Constant && t.lrWarmupSteps >= t.steps)
       warning("train.lr_warmup_steps", "the warm-up (" + std::to_string(t.lrWarmupSteps) +
@@ -310,10 +310,13 @@ class Checker {
       const DatasetConfig& d = cfg_.datasets[i];
       const std::string key = "datasets[" + std::to_string(i) + "].resolution";
       if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
+      // Shapes are drawn at pixel size and packed 2x2 twice (multiple of 4);
+      // real images go through the 8x VAE and 2x2 packing (multiple of 16).
+      const int64_t multiple = d.type == DatasetType::Shapes ? 4 : 16;
       for (int64_t r : d.resolution)
-        if (r > 0 && r % 16 != 0) {
-          error(key, std::to_string(r) + " is not a multiple of 16",
-                "FLUX packs 8x-downsampled latents in 2x2 patches: use " + std::to_string((r + 8) / 16 * 16));
+        if (r > 0 && r % multiple != 0) {
+          error(key, std::to_string(r) + " is not a multiple of " + std::to_string(multiple),
+                "use " + std::to_string((r + multiple / 2) / multiple * multiple));
           break;
         }
     }
@@ -324,10 +327,13 @@ class Checker {
     if (s.sampleEvery > 0 && s.prompts.empty())
       error("sample.sample_every", "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
             "add sample.prompts, or set sample_every: 0");
+    const bool shapes = !cfg_.datasets.empty() && cfg_.datasets.front().type == DatasetType::Shapes;
+    const int64_t multiple = shapes ? 4 : 16;
     for (const char* key : {"sample.width", "sample.height"}) {
       const int64_t v = key == std::string("sample.width") ? s.width : s.height;
-      if (v > 0 && v % 16 != 0)
-        error(key, std::to_string(v) + " is not a multiple of 16", "use " + std::to_string((v + 8) / 16 * 16));
+      if (v > 0 && v % multiple != 0)
+        error(key, std::to_string(v) + " is not a multiple of " + std::to_string(multiple),
+              "use " + std::to_string((v + multiple / 2) / multiple * multiple));
     }
   }
 

@@ -1,0 +1,201 @@
+// Runs the built strata-train binary: exit codes and compiler-style output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/TestSupport.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The binary sits in <build>/app/, this test in <build>/tests/.
+fs::path strataTrain() {
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  return self.parent_path().parent_path() / "app" / "strata-train";
+}
+
+struct Result {
+  int exitCode = -1;
+  std::string output;  // stdout and stderr together
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Result run(const std::string& args) {
+  Result r;
+  const std::string cmd = quote(strataTrain().string()) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return r;
+}
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void writeFile(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+fs::path config(const char* name) { return strata::test::sourceDir() / "configs" / name; }
+
+// No crash, no trace: every line is a diagnostic, a hint, a note or the summary.
+void expectCleanLines(const Result& r) {
+  EXPECT_LT(r.exitCode, 128) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const bool ok = line.find(": error: ") != std::string::npos || line.find(": warning: ") != std::string::npos ||
+                    line.rfind("  hint: ", 0) == 0 || line.rfind("note: ", 0) == 0 ||
+                    line.find(": ok (") != std::string::npos || line.find(": invalid (") != std::string::npos ||
+                    line.rfind("strata-train: error: ", 0) == 0;
+    EXPECT_TRUE(ok) << "unexpected line: " << line << "\nin:\n" << r.output;
+  }
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(strataTrain())) GTEST_FAIL() << "strata-train not built at " << strataTrain();
+  }
+};
+
+TEST_F(Cli, HelpAndVersion) {
+  const Result help = run("--help");
+  EXPECT_EQ(help.exitCode, 0) << help.output;
+  for (const char* cmd : {"validate", "plan", "run", "resume", "export"})
+    EXPECT_NE(help.output.find(cmd), std::string::npos) << cmd << "\n" << help.output;
+  const Result version = run("--version");
+  EXPECT_EQ(version.exitCode, 0);
+  EXPECT_EQ(version.output.rfind("strata-train ", 0), 0u) << version.output;
+  EXPECT_EQ(run("validate --help").exitCode, 0);
+  EXPECT_EQ(run("").exitCode, 2);
+  EXPECT_EQ(run("--no-such-option").exitCode, 2);
+  EXPECT_EQ(run("validate").exitCode, 2);
+}
+
+TEST_F(Cli, ShippedConfigsValidate) {
+  for (const char* name : {"demo.yaml", "flux-dev-split-4x16gb.yaml", "flux-dev-1gpu.yaml"}) {
+    const Result r = run("validate " + quote(config(name).string()));
+    EXPECT_EQ(r.exitCode, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find(": ok (0 errors"), std::string::npos) << r.output;
+    expectCleanLines(r);
+  }
+  const Result planned = run("validate " + quote(config("flux-dev-split-4x16gb.yaml").string()) + " --devices 4x16GB");
+  EXPECT_EQ(planned.exitCode, 0) << planned.output;
+}
+
+// The done-criterion of issue 2: the seed's split config with low_vram: true added.
+TEST_F(Cli, SplitConfigWithLowVramReportsTheConflictWithItsLine) {
+  strata::test::TempDir tmp;
+  std::string text = readFile(config("flux-dev-split-4x16gb.yaml"));
+  const size_t model = text.find("\nmodel:\n");
+  ASSERT_NE(model, std::string::npos);
+  const size_t insertAt = model + std::string("\nmodel:\n").size();
+  text.insert(insertAt, "  low_vram: true\n");
+  const int line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(insertAt), '\n')) + 1;
+  const fs::path file = tmp / "split-low-vram.yaml";
+  writeFile(file, text);
+
+  const Result r = run("validate " + quote(file.string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  const std::string expected = file.string() + ":" + std::to_string(line) + ":3: error: model.low_vram: ";
+  EXPECT_NE(r.output.find(expected), std::string::npos) << "missing '" << expected << "' in:\n" << r.output;
+  EXPECT_NE(r.output.find("split_model_over_gpus"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  hint: "), std::string::npos) << r.output;
+  expectCleanLines(r);
+}
+
+TEST_F(Cli, OverridesAreCheckedToo) {
+  const Result r = run("validate " + quote(config("flux-dev-split-4x16gb.yaml").string()) +
+                       " --set model.low_vram=true --set train.lr=2e-4");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("--set model.low_vram=true: error: model.low_vram: "), std::string::npos) << r.output;
+  const Result bad = run("validate " + quote(config("demo.yaml").string()) + " --set train.stesp=3");
+  EXPECT_EQ(bad.exitCode, 2) << bad.output;
+  EXPECT_NE(bad.output.find("did you mean 'train.steps'"), std::string::npos) << bad.output;
+}
+
+TEST_F(Cli, GpuChecksAgainstPlannedDevices) {
+  const Result r = run("validate " + quote(config("flux-dev-split-4x16gb.yaml").string()) + " --devices 2x16GB");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("gpu id 3 does not exist"), std::string::npos) << r.output;
+  const Result badSpec = run("validate " + quote(config("demo.yaml").string()) + " --devices 4xlots");
+  EXPECT_EQ(badSpec.exitCode, 2) << badSpec.output;
+  expectCleanLines(badSpec);
+}
+
+TEST_F(Cli, BadInputIsOneClearLineAndExitTwo) {
+  strata::test::TempDir tmp;
+  // Missing file.
+  Result r = run("validate " + quote((tmp / "nope.yaml").string()));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.output.find("no such file"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  // A folder.
+  r = run("validate " + quote(tmp.path().string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  // YAML syntax error: one diagnostic with its line.
+  writeFile(tmp / "syntax.yaml", "model:\n  random_weights: true\ntrain:\n  lr: [0.1\n  steps: 3\n");
+  r = run("validate " + quote((tmp / "syntax.yaml").string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find((tmp / "syntax.yaml").string() + ":"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("YAML syntax error"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 2) << r.output;  // + summary
+  expectCleanLines(r);
+  // A binary file.
+  writeFile(tmp / "bin.yaml", std::string("\x93NUMPY\0\0\x01", 9));
+  r = run("validate " + quote((tmp / "bin.yaml").string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  // Truncated at many points: never a crash, clean lines, exit 0 or 2.
+  const std::string full = readFile(config("flux-dev-split-4x16gb.yaml"));
+  for (size_t n : {size_t{0}, full.size() / 5, full.size() / 3, full.size() / 2, full.size() * 4 / 5}) {
+    writeFile(tmp / "cut.yaml", full.substr(0, n));
+    r = run("validate " + quote((tmp / "cut.yaml").string()));
+    EXPECT_EQ(r.exitCode, 2) << "cut at " << n << "\n" << r.output;
+    expectCleanLines(r);
+  }
+}
+
+TEST_F(Cli, AiToolkitJobFilesAreImported) {
+  strata::test::TempDir tmp;
+  writeFile(tmp / "job.yaml",
+            "job: extension\n"
+            "config:\n"
+            "  name: t\n"
+            "  process:\n"
+            "    - type: sd_trainer\n"
+            "      trigger_word: xyz\n"
+            "      model: {random_weights: true, low_vram: true, split_model_over_gpus: true, gpu_ids: \"0,1\"}\n"
+            "      datasets: [{type: synthetic}]\n"
+            "      sample: {sample_every: 0}\n");
+  const Result r = run("validate " + quote((tmp / "job.yaml").string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find(":6:7: warning: config.process[0].trigger_word: ai-toolkit key not used"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(":7:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("imported from an ai-toolkit job"), std::string::npos) << r.output;
+  expectCleanLines(r);
+}
+
+}  // namespace

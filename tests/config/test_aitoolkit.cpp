@@ -1,0 +1,175 @@
+// Import of ai-toolkit job files.
+#include <gtest/gtest.h>
+
+#include "ConfigTestSupport.h"
+#include "config/AiToolkitImporter.h"
+#include "config/Validator.h"
+
+namespace strata::config {
+namespace {
+
+// Shaped like ai-toolkit's train_lora_flux_24gb example plus the seed's split keys.
+const char* kJob =
+    "job: extension\n"                                   // 1
+    "config:\n"                                          // 2
+    "  name: \"my_flux_lora\"\n"                         // 3
+    "  process:\n"                                       // 4
+    "    - type: 'sd_trainer'\n"                         // 5
+    "      training_folder: \"output\"\n"                // 6
+    "      device: cuda:0\n"                             // 7
+    "      trigger_word: \"p3r5on\"\n"                   // 8
+    "      network:\n"                                   // 9
+    "        type: \"lora\"\n"                           // 10
+    "        linear: 16\n"                               // 11
+    "        linear_alpha: 16\n"                         // 12
+    "      save:\n"                                      // 13
+    "        dtype: float16\n"                           // 14
+    "        save_every: 250\n"                          // 15
+    "        max_step_saves_to_keep: 4\n"                // 16
+    "        push_to_hub: false\n"                       // 17
+    "      datasets:\n"                                  // 18
+    "        - folder_path: \"/nonexistent/images\"\n"   // 19
+    "          caption_ext: \"txt\"\n"                   // 20
+    "          caption_dropout_rate: 0.1\n"              // 21
+    "          shuffle_tokens: false\n"                  // 22
+    "          cache_latents_to_disk: true\n"            // 23
+    "          resolution: [ 512, 768, 1024 ]\n"         // 24
+    "      train:\n"                                     // 25
+    "        batch_size: 1\n"                            // 26
+    "        steps: 2000\n"                              // 27
+    "        gradient_accumulation_steps: 1\n"           // 28
+    "        train_unet: true\n"                         // 29
+    "        train_text_encoder: false\n"                // 30
+    "        gradient_checkpointing: true\n"             // 31
+    "        noise_scheduler: \"flowmatch\"\n"           // 32
+    "        optimizer: \"adamw8bit\"\n"                 // 33
+    "        lr: 1e-4\n"                                 // 34
+    "        optimizer_params:\n"                        // 35
+    "          weight_decay: 0.01\n"                     // 36
+    "        ema_config:\n"                              // 37
+    "          use_ema: true\n"                          // 38
+    "          ema_decay: 0.99\n"                        // 39
+    "        dtype: bf16\n"                              // 40
+    "        skip_first_sample: true\n"                  // 41
+    "      model:\n"                                     // 42
+    "        name_or_path: \"black-forest-labs/FLUX.1-dev\"\n"  // 43
+    "        is_flux: true\n"                            // 44
+    "        quantize: true\n"                           // 45
+    "        low_vram: true\n"                           // 46
+    "        split_model_over_gpus: true\n"              // 47
+    "        split_model_other_module_param_count_scale: 0.3\n"  // 48
+    "        gpu_ids: \"0,1,2,3\"\n"                     // 49
+    "      sample:\n"                                    // 50
+    "        sampler: \"flowmatch\"\n"                   // 51
+    "        sample_every: 250\n"                        // 52
+    "        width: 1024\n"                              // 53
+    "        height: 1024\n"                             // 54
+    "        prompts:\n"                                 // 55
+    "          - \"[trigger] holding a sign\"\n"         // 56
+    "          - \"a cat\"\n"                            // 57
+    "        neg: \"\"\n"                                // 58
+    "        seed: 42\n"                                 // 59
+    "        walk_seed: true\n"                          // 60
+    "        guidance_scale: 4\n"                        // 61
+    "        sample_steps: 20\n"                         // 62
+    "meta:\n"                                            // 63
+    "  name: \"[name]\"\n"                               // 64
+    "  version: '1.0'\n";                                // 65
+
+TEST(AiToolkit, ImportsTheJobAndReportsUnusedKeys) {
+  const ImportResult r = importAiToolkit(kJob, "job.yaml");
+  const RunConfig& c = r.loaded.config;
+  EXPECT_TRUE(r.loaded.fromAiToolkit);
+  EXPECT_FALSE(hasErrors(r.loaded.problems)) << test::dump(r.loaded.problems);
+  EXPECT_EQ(c.job.name, "my_flux_lora");
+  EXPECT_EQ(c.job.trainingFolder, "output");
+  EXPECT_EQ(c.network.linear, 16);
+  EXPECT_EQ(c.save.dtype, DType::FP16);
+  ASSERT_EQ(c.datasets.size(), 1u);
+  EXPECT_EQ(c.datasets[0].type, DatasetType::Images);
+  EXPECT_EQ(c.datasets[0].resolution, (std::vector<int64_t>{512, 768, 1024}));
+  EXPECT_DOUBLE_EQ(c.train.captionDropoutRate, 0.1);
+  EXPECT_DOUBLE_EQ(c.train.weightDecay, 0.01);
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-4);
+  EXPECT_TRUE(c.train.ema.useEma);
+  EXPECT_EQ(c.train.optimizer, OptimizerType::AdamW);
+  EXPECT_TRUE(c.model.quantize);
+  EXPECT_TRUE(c.model.splitModelOverGpus);
+  EXPECT_EQ(c.model.gpuIds, (std::vector<int>{0, 1, 2, 3}));  // gpu_ids wins over device: cuda:0
+  EXPECT_EQ(c.model.device, ComputeDevice::Cuda);
+  EXPECT_EQ(c.sample.prompts.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.sample.guidanceScale, 4.0);
+
+  std::map<std::string, int> unused;
+  for (const auto& u : r.unused) {
+    unused[u.key] = u.pos.line;
+    EXPECT_FALSE(u.reason.empty()) << u.key;
+  }
+  const std::map<std::string, int> expected = {
+      {"config.process[0].trigger_word", 8},
+      {"config.process[0].save.push_to_hub", 17},
+      {"config.process[0].datasets[0].shuffle_tokens", 22},
+      {"config.process[0].train.skip_first_sample", 41},
+      {"config.process[0].sample.neg", 58},
+      {"meta", 63},
+  };
+  EXPECT_EQ(unused, expected);
+  // Each also shows as a warning with its line; the optimizer swap is a warning too.
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].sample.neg", 58));
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "train.optimizer", 33, "adamw8bit"));
+}
+
+TEST(AiToolkit, ValidationPointsAtTheJobFileLines) {
+  const ImportResult r = importAiToolkit(kJob, "job.yaml");
+  const auto problems = validateLoaded(r.loaded);
+  EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "model.low_vram", 46, "line 47"));
+  EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "model.name_or_path", 43, "local files only"));
+  EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "datasets[0].folder_path", 19));
+}
+
+TEST(AiToolkit, LoadRunConfigRecognisesJobFiles) {
+  const LoadedConfig l = parseRunConfig(kJob, "job.yaml");
+  EXPECT_TRUE(l.fromAiToolkit);
+  EXPECT_EQ(l.config.job.name, "my_flux_lora");
+  EXPECT_EQ(l.where.find("train.lr").line, 34);
+}
+
+TEST(AiToolkit, WrongValuesAndShapesAreErrors) {
+  const char* bad =
+      "job: extension\n"
+      "config:\n"
+      "  name: x\n"
+      "  process:\n"
+      "    - type: sd_trainer\n"
+      "      device: tpu\n"          // 6
+      "      train:\n"
+      "        steps: lots\n"        // 8
+      "        optimizer: prodigy\n" // 9
+      "      datasets: 5\n";         // 10
+  const ImportResult r = importAiToolkit(bad, "bad.yaml");
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Error, "config.process[0].device", 6));
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Error, "train.steps", 8));
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "train.optimizer", 9, "prodigy"));
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Error, "config.process[0].datasets", 10));
+
+  EXPECT_TRUE(hasErrors(importAiToolkit("model: {}\n").loaded.problems));
+  EXPECT_TRUE(hasErrors(importAiToolkit("job: extension\nconfig: {name: x}\n").loaded.problems));
+  EXPECT_TRUE(hasErrors(importAiToolkit("job: extension\nconfig: {process: []}\n").loaded.problems));
+  EXPECT_TRUE(hasErrors(importAiToolkit("job: extension\nconfig: [\n").loaded.problems));
+}
+
+TEST(AiToolkit, ExtraProcessesAreReported) {
+  const char* two =
+      "job: extension\n"
+      "config:\n"
+      "  process:\n"
+      "    - type: sd_trainer\n"
+      "    - type: sd_trainer\n";  // 5
+  const ImportResult r = importAiToolkit(two);
+  ASSERT_EQ(r.unused.size(), 1u);
+  EXPECT_EQ(r.unused[0].key, "config.process[1]");
+  EXPECT_EQ(r.unused[0].pos.line, 5);
+}
+
+}  // namespace
+}  // namespace strata::config

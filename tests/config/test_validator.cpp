@@ -1,0 +1,409 @@
+// One test per validation rule: a small bad YAML, the problem's key and line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ConfigTestSupport.h"
+#include "common/TestSupport.h"
+#include "common/TorchCompat.h"
+#include "config/RunConfigYaml.h"
+#include "config/Validator.h"
+
+namespace strata::config {
+namespace {
+
+using test::hasKey;
+using test::hasProblem;
+
+// A valid base: random tiny model on CPU with a shapes dataset (no paths needed).
+// Tests append or replace lines; keep the line numbers in mind (1-based).
+const char* kBase =
+    "model:\n"                       // 1
+    "  preset: tiny\n"               // 2
+    "  random_weights: true\n"       // 3
+    "  device: cpu\n"                // 4
+    "datasets:\n"                    // 5
+    "  - type: shapes\n"             // 6
+    "    resolution: [32]\n"         // 7
+    "sample:\n"                      // 8
+    "  sample_every: 0\n";           // 9
+
+std::vector<Problem> check(const std::string& yaml,
+                           std::optional<std::vector<device::DeviceInfo>> devices = std::nullopt,
+                           bool checkPaths = true) {
+  return validateLoaded(parseRunConfig(yaml, "bad.yaml"), std::move(devices), checkPaths);
+}
+
+device::DeviceInfo gpu(int index, int ccMajor, int64_t gb = 16, const std::string& name = "test gpu") {
+  device::DeviceInfo d;
+  d.index = index;
+  d.name = name;
+  d.ccMajor = ccMajor;
+  d.totalBytes = gb * 1000000000LL;
+  return d;
+}
+
+TEST(Validator, BaseIsClean) {
+  const auto problems = check(kBase);
+  EXPECT_TRUE(problems.empty()) << test::dump(problems);
+}
+
+TEST(Validator, LowVramWithSplitIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  split_model_over_gpus: true\n"   // 3
+      "  gpu_ids: \"0,1\"\n"
+      "  low_vram: true\n"                // 5
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  const auto problems = check(yaml);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.low_vram", 5, "split_model_over_gpus (line 3)"));
+  EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
+}
+
+TEST(Validator, SplitOverOneGpuIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  split_model_over_gpus: true\n"
+      "  gpu_ids: [2]\n"                  // 4
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.gpu_ids", 4, "at least two"));
+}
+
+TEST(Validator, SplitOnAMachineWithOneGpuIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  split_model_over_gpus: true\n"   // 3
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml, std::vector{gpu(0, 9)}), Severity::Error, "model.split_model_over_gpus", 3,
+                         "this machine has 1"));
+  // Unknown devices: no verdict on the count.
+  EXPECT_FALSE(hasKey(check(yaml), "model.split_model_over_gpus"));
+}
+
+TEST(Validator, SplitOnCpuIsAnError) {
+  const std::string bad =
+      "model:\n"
+      "  random_weights: true\n"
+      "  device: cpu\n"
+      "  split_model_over_gpus: true\n"  // 4
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(bad), Severity::Error, "model.split_model_over_gpus", 4, "device is cpu"));
+}
+
+TEST(Validator, GpuIdsThatDoNotExistAreErrors) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  split_model_over_gpus: true\n"
+      "  gpu_ids: \"0,1,2,3\"\n"          // 4
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  const auto twoGpus = std::vector{gpu(0, 9), gpu(1, 9)};
+  const auto problems = check(yaml, twoGpus);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.gpu_ids", 4, "gpu id 2 does not exist"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.gpu_ids", 4, "gpu id 3 does not exist"));
+  // With four devices it is clean; unknown devices are not judged.
+  EXPECT_FALSE(hasProblem(check(yaml, std::vector{gpu(0, 9), gpu(1, 9), gpu(2, 9), gpu(3, 9)}), Severity::Error,
+                          "model.gpu_ids", 4));
+  EXPECT_FALSE(hasKey(check(yaml), "model.gpu_ids"));
+}
+
+TEST(Validator, DuplicateGpuIdIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  gpu_ids: [0, 0]\n"               // 3
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.gpu_ids", 3, "listed twice"));
+}
+
+TEST(Validator, Bf16OnAPreAmpereCardSuggestsFp16) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  gpu_ids: \"0,1\"\n"
+      "  split_model_over_gpus: true\n"
+      "train:\n"
+      "  dtype: bf16\n"                   // 6
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  const auto v100s = std::vector{gpu(0, 7, 16, "Tesla V100"), gpu(1, 7, 16, "Tesla V100")};
+  EXPECT_TRUE(hasProblem(check(yaml, v100s), Severity::Error, "train.dtype", 6, "fp16"));
+  EXPECT_FALSE(hasKey(check(yaml, std::vector{gpu(0, 8), gpu(1, 8)}), "train.dtype"));
+  // Default dtype (bf16, not written): the problem points at the train section or nowhere.
+  const std::string noDtype =
+      "model: {random_weights: true, gpu_ids: [0]}\n"
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasKey(check(noDtype, std::vector{gpu(0, 7)}), "train.dtype"));
+}
+
+TEST(Validator, WrongTypesAreErrorsWithTheirLine) {
+  const std::string yaml = std::string(kBase) +
+                           "train:\n"            // 10
+                           "  steps: many\n"     // 11
+                           "  lr: [1]\n"         // 12
+                           "  gradient_checkpointing: maybe\n"  // 13
+                           "  dtype: bf17\n";    // 14
+  const auto problems = check(yaml);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.steps", 11, "expected an integer"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.lr", 12, "expected a number"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.gradient_checkpointing", 13, "true or false"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.dtype", 14, "did you mean 'bf16'"));
+}
+
+TEST(Validator, OutOfRangeNumbersAreErrors) {
+  const std::string yaml = std::string(kBase) +
+                           "network:\n"                 // 10
+                           "  linear: 0\n"              // 11
+                           "  linear_alpha: -1\n"       // 12
+                           "train:\n"                   // 13
+                           "  lr: 0\n"                  // 14
+                           "  steps: -5\n"              // 15
+                           "  batch_size: 0\n"          // 16
+                           "  ema_config:\n"            // 17
+                           "    ema_decay: 1.5\n"       // 18
+                           "  betas: [0.9]\n";          // 19
+  const auto problems = check(yaml);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "network.linear", 11, "[1, 1024]"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "network.linear_alpha", 12, "out of range"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.lr", 14, "(0, 1]"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.steps", 15, "out of range"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.batch_size", 16, "out of range"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.ema_config.ema_decay", 18, "out of range"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.betas", 19, "expected 2 values"));
+}
+
+TEST(Validator, MemoryCapsOutOfRangeOrMiscountedAreErrors) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  split_model_over_gpus: true\n"
+      "  gpu_ids: [0, 1, 2]\n"
+      "  gpu_memory_limit_gb: [16, 0]\n"  // 5
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  const auto devices = std::vector{gpu(0, 9, 141), gpu(1, 9, 141), gpu(2, 9, 141)};
+  const auto problems = check(yaml, devices);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.gpu_memory_limit_gb", 5, "out of range"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.gpu_memory_limit_gb", 5, "2 caps for 3 devices"));
+}
+
+TEST(Validator, UnknownKeysAreWarningsWithTheNearestKey) {
+  const std::string yaml = std::string(kBase) +
+                           "train:\n"                   // 10
+                           "  learnig_rate: 1\n"        // 11
+                           "  stesp: 10\n"              // 12
+                           "  rank: 16\n"               // 13
+                           "netwrok:\n"                 // 14
+                           "  linear: 4\n";             // 15
+  const auto problems = check(yaml);
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "train.stesp", 12, "train.steps"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "train.rank", 13, "network.linear"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "netwrok", 14, "network"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "train.learnig_rate", 11));
+  EXPECT_FALSE(hasErrors(problems)) << test::dump(problems);
+}
+
+TEST(Validator, MissingModelPathIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  name_or_path: /nonexistent/FLUX.1-dev\n"    // 2
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.name_or_path", 2, "not found"));
+  const std::string repoId =
+      "model:\n"
+      "  name_or_path: black-forest-labs/FLUX.1-dev\n"  // 2
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(repoId), Severity::Error, "model.name_or_path", 2, "local files only"));
+  // random_weights needs no checkpoint; a path next to it is only a warning.
+  const std::string random =
+      "model:\n"
+      "  name_or_path: /nonexistent/FLUX.1-dev\n"    // 2
+      "  random_weights: true\n"
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  const auto problems = check(random);
+  EXPECT_FALSE(hasErrors(problems)) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "model.name_or_path", 2, "random_weights"));
+}
+
+TEST(Validator, NoModelAtAllIsAnError) {
+  const std::string yaml = "datasets: [{type: synthetic}]\nsample: {sample_every: 0}\n";
+  const auto problems = check(yaml);
+  ASSERT_TRUE(hasKey(problems, "model.name_or_path")) << test::dump(problems);
+}
+
+TEST(Validator, MissingDatasetFolderIsAnError) {
+  strata::test::TempDir tmp;
+  std::ofstream(tmp / "a_file.txt") << "x";
+  const std::string bad =
+      "model: {random_weights: true}\n"
+      "datasets:\n"
+      "  - type: images\n"
+      "    folder_path: /nonexistent/images\n"          // 4
+      "  - type: latents\n"                             // 5
+      "  - type: images\n"
+      "    folder_path: " + (tmp / "a_file.txt").string() + "\n"  // 7
+      "  - type: images\n"
+      "    folder_path: " + tmp.path().string() + "\n"  // 9: exists
+      "sample: {sample_every: 0}\n";
+  const auto problems = check(bad);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].folder_path", 4, "folder not found"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[1].folder_path", 5, "needs a folder"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[2].folder_path", 7, "not a folder"));
+  EXPECT_FALSE(hasKey(problems, "datasets[3].folder_path")) << test::dump(problems);
+  // --no-path-check
+  EXPECT_FALSE(hasErrors(check(bad, std::nullopt, false))) << test::dump(check(bad, std::nullopt, false));
+}
+
+TEST(Validator, NoDatasetIsAnError) {
+  const std::string yaml = "model: {random_weights: true}\ndatasets: []\nsample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "datasets", 2, "no dataset"));
+}
+
+TEST(Validator, SamplingWithoutPromptsIsAnError) {
+  const std::string yaml =
+      "model: {random_weights: true}\n"
+      "datasets: [{type: synthetic}]\n"
+      "sample:\n"
+      "  sample_every: 100\n"   // 4
+      "  prompts: []\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "sample.sample_every", 4, "no prompts"));
+}
+
+TEST(Validator, QuantizationIsReportedHonestly) {
+  const std::string q =
+      "model:\n"
+      "  random_weights: true\n"
+      "  quantize: true\n"      // 3
+      "  qtype: qfloat8\n"      // 4
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  const auto problems = check(q);
+  if (compat::kHasFloat8) {
+    // Strata has no quantization code: it says so, and the run goes on unquantized.
+    EXPECT_TRUE(hasProblem(problems, Severity::Warning, "model.quantize", 3, "does not quantize"));
+    EXPECT_FALSE(hasErrors(problems)) << test::dump(problems);
+  } else {
+    EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.qtype", 4, "float8"));
+  }
+  const std::string int4 =
+      "model:\n"
+      "  random_weights: true\n"
+      "  quantize: true\n"
+      "  qtype: uint4\n"        // 4
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(int4), Severity::Error, "model.qtype", 4, "not supported"));
+  EXPECT_EQ(qtypeAvailable("qfloat8"), compat::kHasFloat8);
+  EXPECT_FALSE(qtypeAvailable("uint4"));
+}
+
+TEST(Validator, ResolutionMustPackIntoLatentPatches) {
+  const std::string yaml =
+      "model: {random_weights: true}\n"
+      "datasets:\n"
+      "  - type: synthetic\n"
+      "    resolution: [512, 500]\n"   // 4
+      "  - type: shapes\n"
+      "    resolution: 30\n"           // 6
+      "sample: {sample_every: 0, width: 1000}\n";  // 7
+  const auto problems = check(yaml);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].resolution", 4, "multiple of 16"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[1].resolution", 6, "multiple of 4"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "sample.width", 7, "multiple of 16"));
+}
+
+TEST(Validator, RopeAxesMustMatchHeadWidth) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  attention_head_dim: 32\n"
+      "  axes_dims_rope: [8, 12, 10]\n"  // 4
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.axes_dims_rope", 4, "add up to 30"));
+}
+
+TEST(Validator, NotFluxIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  is_flux: false\n"  // 3
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.is_flux", 3));
+}
+
+TEST(Validator, CudaOnAMachineWithoutGpuIsAnError) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "  device: cuda\n"  // 3
+      "datasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(yaml, std::vector<device::DeviceInfo>{}), Severity::Error, "model.device", 3));
+}
+
+TEST(Validator, EveryProblemAtOnce) {
+  const std::string yaml =
+      "model:\n"
+      "  split_model_over_gpus: true\n"
+      "  low_vram: true\n"
+      "  gpu_ids: [0]\n"
+      "network: {linear: 0}\n"
+      "train: {lr: -1, stepz: 3}\n"
+      "datasets: []\n"
+      "sample: {sample_every: 10}\n";
+  const auto problems = check(yaml);
+  for (const char* key : {"model.low_vram", "model.gpu_ids", "network.linear", "train.lr", "train.stepz",
+                          "datasets", "sample.sample_every", "model.name_or_path"})
+    EXPECT_TRUE(hasKey(problems, key)) << key << "\n" << test::dump(problems);
+}
+
+TEST(Validator, SyntaxErrorIsOneProblemWithItsLine) {
+  const std::string yaml =
+      "model:\n"
+      "  random_weights: true\n"
+      "train:\n"
+      "  lr: [1e-4\n"
+      "  steps: 10\n";
+  const auto loaded = parseRunConfig(yaml, "bad.yaml");
+  EXPECT_FALSE(loaded.readable);
+  const auto problems = validateLoaded(loaded);
+  ASSERT_EQ(problems.size(), 1u) << test::dump(problems);
+  EXPECT_GT(problems[0].line, 0);
+  EXPECT_NE(problems[0].format().find("bad.yaml:"), std::string::npos);
+  EXPECT_NE(problems[0].message.find("YAML syntax error"), std::string::npos);
+}
+
+TEST(Validator, ShippedConfigsHaveNoErrors) {
+  const auto dir = strata::test::sourceDir() / "configs";
+  for (const char* name : {"demo.yaml", "flux-dev-split-4x16gb.yaml", "flux-dev-1gpu.yaml"}) {
+    const auto loaded = loadRunConfig(dir / name);
+    const auto problems = validateLoaded(loaded, std::nullopt);
+    EXPECT_FALSE(hasErrors(problems)) << name << "\n" << test::dump(problems);
+    EXPECT_TRUE(problems.empty()) << name << " has warnings\n" << test::dump(problems);
+  }
+  // The split config on the machine it was written for.
+  const auto split = loadRunConfig(dir / "flux-dev-split-4x16gb.yaml");
+  const auto fourAda = std::vector{gpu(0, 8, 16), gpu(1, 8, 16), gpu(2, 8, 16), gpu(3, 8, 16)};
+  EXPECT_FALSE(hasErrors(validateLoaded(split, fourAda))) << test::dump(validateLoaded(split, fourAda));
+  const auto fourV100 = std::vector{gpu(0, 7, 16), gpu(1, 7, 16), gpu(2, 7, 16), gpu(3, 7, 16)};
+  EXPECT_TRUE(hasKey(validateLoaded(split, fourV100), "train.dtype"));
+}
+
+}  // namespace
+}  // namespace strata::config
