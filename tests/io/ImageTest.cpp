@@ -1,5 +1,6 @@
 #include "io/Image.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
