@@ -222,8 +222,11 @@ void ConfigEditor::buildDatasetGroups() {
     parentForm->insertRow(int(i), box);
     datasetGroups_ << box;
   }
+  const bool wasUpdating = updating_;
+  updating_ = true;  // filling the new fields is not an edit
   for (const Field& f : fields_)
     if (f.key.startsWith("datasets[")) refreshField(f);
+  updating_ = wasUpdating;
 }
 
 void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QString& key, QWidget* parent) {

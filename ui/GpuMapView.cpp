@@ -254,12 +254,14 @@ class GpuMapCanvas : public QWidget {
     p.drawRect(bar);
     p.setPen(Qt::NoPen);
     QString figures;
-    if (placement.planned) {
+    const bool noAllocator = !placement.planned && d.allocatedBytes == 0 && d.reservedBytes == 0;
+    if (placement.planned || noAllocator) {
       const qint64 budget = d.budgetBytes ? d.budgetBytes : (d.capBytes ? d.capBytes : d.totalBytes);
       const bool over = d.missingBytes > 0 || (budget > 0 && d.plannedBytes > budget);
       p.setBrush(over ? kOverColor : kPlannedColor);
       p.drawRect(QRect(bar.left() + 1, bar.top() + 1, std::max(0, span(d.plannedBytes) - 1), bar.height() - 1));
-      figures = tr("planned %1").arg(formatBytes(d.plannedBytes));
+      figures = noAllocator ? tr("weights + attachments %1").arg(formatBytes(d.plannedBytes))
+                            : tr("planned %1").arg(formatBytes(d.plannedBytes));
       if (d.budgetBytes) figures += tr(" of %1 budget").arg(formatBytes(d.budgetBytes));
       if (over && d.missingBytes) figures += tr(", %1 over").arg(formatBytes(d.missingBytes));
     } else {

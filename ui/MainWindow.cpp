@@ -30,6 +30,7 @@
 #include <QVBoxLayout>
 
 #include "config/RunConfig.h"
+#include "ui/ConfigBackend.h"
 #include "ui/ConfigEditor.h"
 #include "ui/GpuMapView.h"
 #include "ui/LossPlot.h"
@@ -333,7 +334,11 @@ void MainWindow::connectBridge() {
                                     .arg(etaSeconds > 0 ? tr(", %1 left").arg(formatEta(etaSeconds)) : QString()));
           });
   connect(bridge_, &TrainerBridge::memoryUpdated, liveMap_, &GpuMapView::updateMemory);
-  connect(bridge_, &TrainerBridge::placementChanged, liveMap_, &GpuMapView::setPlacement);
+  connect(bridge_, &TrainerBridge::placementChanged, this, [this](const PlacementView& placement) {
+    PlacementView v = placement;
+    applyBlockSizes(v, runBlockSizes_);
+    liveMap_->setPlacement(v);
+  });
   connect(bridge_, &TrainerBridge::sampleReady, this, [this](const SampleInfo& s) {
     samples_->addSample(s);
     latestStrip_->setSamples(samples_->latestSamples());
@@ -469,6 +474,7 @@ void MainWindow::startRun() {
   }
   config::RunConfig cfg = editor_->config();
   if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+  runBlockSizes_ = blockSizes(cfg);
   QString error;
   if (!bridge_->start(cfg, &error)) showError(tr("Cannot start"), error);
   updateRunControls();
@@ -484,6 +490,13 @@ void MainWindow::togglePause() {
 void MainWindow::stopRun() { bridge_->stop(); }
 
 void MainWindow::resumeRunFolder(const QString& runDir) {
+  // Block sizes for the live map from the run's own config.
+  runBlockSizes_.clear();
+  QFile f(QDir(runDir).filePath("config.yaml"));
+  if (f.open(QIODevice::ReadOnly)) {
+    const backend::ParseResult parsed = backend::parseYaml(f.readAll().toStdString(), "config.yaml");
+    if (parsed.ok) runBlockSizes_ = blockSizes(parsed.config);
+  }
   QString error;
   if (!bridge_->resume(runDir, &error)) {
     showError(tr("Cannot resume"), error);

@@ -4,6 +4,7 @@
 // Recent configs and run folders, window geometry and splitters are kept in
 // QSettings (a file path given by the caller; tests pass a temp file).
 #include <QMainWindow>
+#include <QMap>
 #include <QSettings>
 #include <memory>
 
@@ -113,6 +114,7 @@ class MainWindow : public QMainWindow {
   QMenu* recentConfigMenu_ = nullptr;
   QMenu* recentRunMenu_ = nullptr;
   QString lastRunDir_;
+  QMap<QString, BlockView> runBlockSizes_;  // per-block sizes of the running config
   qint64 stepLimit_ = 0;
 };
 

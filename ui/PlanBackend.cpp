@@ -169,6 +169,33 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
   return view;
 }
 
+QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg) {
+  // Sizes do not depend on the devices: plan on the host alone.
+  config::RunConfig one = cfg;
+  one.model.device = config::ComputeDevice::Cpu;
+  one.model.splitModelOverGpus = false;
+  one.model.placement = config::PlacementMode::ParamCount;
+  one.model.gpuMemoryLimitGb.clear();
+  one.model.memoryReserveGb = 0;
+  QMap<QString, BlockView> out;
+  const PlacementView v = planPlacementView(one, "cpu");
+  for (const DeviceView& d : v.devices)
+    for (const BlockView& b : d.blocks) out[b.id] = b;
+  return out;
+}
+
+void applyBlockSizes(PlacementView& live, const QMap<QString, BlockView>& sizes) {
+  for (DeviceView& d : live.devices)
+    for (BlockView& b : d.blocks) {
+      auto it = sizes.find(b.id);
+      if (it == sizes.end()) continue;
+      const BlockKind kind = b.kind;
+      b = *it;
+      b.kind = kind;
+      b.activationBytes = 0;  // planned figure only
+    }
+}
+
 QString deviceSummary() {
   QStringList parts;
   try {

@@ -41,9 +41,11 @@ PlacementView placementOf(const events::PlacementEvent& e) {
     BlockView bv;
     bv.id = qs(b.id);
     bv.kind = blockKindFromString(qs(b.kind));
-    bv.weightBytes = b.paramBytes;
-    bv.adapterBytes = b.attachmentBytes;  // the event reports attachments as one figure
-    v.devices[deviceIndex(qs(b.device))].blocks << bv;
+    DeviceView& d = v.devices[deviceIndex(qs(b.device))];
+    // The event may carry a device's totals on one of its blocks; the per-block
+    // sizes come from the block shapes (applyBlockSizes), the totals go to the device.
+    d.plannedBytes += b.paramBytes + b.attachmentBytes;
+    d.blocks << bv;
   }
   for (const auto& m : e.memory) {
     DeviceView& d = v.devices[deviceIndex(qs(m.device))];
