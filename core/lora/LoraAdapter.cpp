@@ -10,19 +10,40 @@
 
 namespace strata::lora {
 
+void LoraMultiplier::set(double value) {
+  scalar_ = value;
+  perSample_ = at::Tensor();
+  copies_.clear();
+}
+
+void LoraMultiplier::set(const at::Tensor& perSample) {
+  if (!perSample.defined() || perSample.dim() != 1)
+    throw Error("LoRA multiplier: a per-sample multiplier must be a 1-d tensor [B]");
+  scalar_ = 1.0;
+  perSample_ = perSample.detach();
+  copies_.clear();
+}
+
 at::Tensor LoraMultiplier::apply(const at::Tensor& delta) const {
-  at::Tensor out = scalar == 1.0 ? delta : delta * scalar;
-  if (!perSample.defined()) return out;
-  if (perSample.dim() != 1 || delta.dim() < 1 || perSample.size(0) != delta.size(0)) {
+  at::Tensor out = scalar_ == 1.0 ? delta : delta * scalar_;
+  if (!perSample_.defined()) return out;
+  if (delta.dim() < 1 || perSample_.size(0) != delta.size(0)) {
     std::ostringstream os;
-    os << "LoRA multiplier: per-sample multiplier of shape " << perSample.sizes()
+    os << "LoRA multiplier: per-sample multiplier of shape " << perSample_.sizes()
        << " does not match the batch of an adapter output of shape " << delta.sizes();
     throw Error(os.str());
   }
   // Moved here, at the point of use, to the output's device (seed bug 3).
+  at::Tensor m;
+  for (const auto& c : copies_)
+    if (c.device() == delta.device() && c.scalar_type() == delta.scalar_type()) m = c;
+  if (!m.defined()) {
+    m = perSample_.to(delta.device(), delta.scalar_type());
+    copies_.push_back(m);
+  }
   std::vector<int64_t> shape(static_cast<size_t>(delta.dim()), 1);
   shape[0] = delta.size(0);
-  return out * perSample.to(delta.device(), delta.scalar_type()).reshape(shape);  // [B, 1, ...]
+  return out * m.reshape(shape);  // [B, 1, ...]
 }
 
 LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank,
@@ -74,6 +95,9 @@ void LoraAdapter::moveTo(const c10::Device& device) {
   // Module::to swaps the data of the registered parameters, so `down`/`up`
   // (the same tensors) and an optimizer holding them see the new device.
   to(device);
+  // Module::to leaves gradients behind; a re-placement between backward and step must not.
+  for (at::Tensor* p : {&down, &up})
+    if (p->grad().defined() && p->grad().device() != device) p->mutable_grad() = p->grad().to(device);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> LoraAttachment::tensors() const {

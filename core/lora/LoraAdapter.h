@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nn/Linear.h"
 #include "placement/Attachment.h"
@@ -17,14 +18,23 @@ namespace strata::lora {
 // The network-level strength of every adapter: a scalar, or one value per sample
 // of the batch. The per-sample tensor stays on the CPU and is moved to each
 // adapter's output device where it is used (seed bug 3), never cached on a device.
-struct LoraMultiplier {
-  double scalar = 1.0;
-  at::Tensor perSample;  // [B] (any device, any float dtype) or undefined
-
-  bool isPerSample() const { return perSample.defined(); }
+class LoraMultiplier {
+ public:
+  void set(double value);
+  void set(const at::Tensor& perSample);  // [B]
+  double scalar() const { return scalar_; }
+  const at::Tensor& perSample() const { return perSample_; }
+  bool isPerSample() const { return perSample_.defined(); }
   // `delta` scaled by the multiplier; delta: [B, ...]. Throws strata::Error when
   // the per-sample count does not match delta's batch size.
   at::Tensor apply(const at::Tensor& delta) const;
+
+ private:
+  double scalar_ = 1.0;
+  at::Tensor perSample_;  // [B] as given (CPU) or undefined
+  // Copies of perSample_ per (device, dtype), made at first use by an adapter
+  // there and dropped by set(): one copy per device instead of one per adapter.
+  mutable std::vector<at::Tensor> copies_;
 };
 
 class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {

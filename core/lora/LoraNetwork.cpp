@@ -116,7 +116,7 @@ void LoraNetwork::merge() {
   if (multiplier_->isPerSample())
     throw Error("LoRA merge: a per-sample multiplier cannot be folded into the base weights");
   torch::NoGradGuard noGrad;
-  mergedMultiplier_ = multiplier_->scalar;
+  mergedMultiplier_ = multiplier_->scalar();
   for (const auto& a : adapters_) {
     auto& w = a->host()->weight;
     w.add_((a->deltaWeight() * mergedMultiplier_).to(w.device(), w.scalar_type()));
@@ -138,15 +138,11 @@ void LoraNetwork::unmerge() {
 }
 
 void LoraNetwork::setMultiplier(double value) {
-  multiplier_->scalar = value;
-  multiplier_->perSample = at::Tensor();
+  multiplier_->set(value);
 }
 
 void LoraNetwork::setMultiplier(const at::Tensor& perSample) {
-  if (!perSample.defined() || perSample.dim() != 1)
-    throw Error("LoRA multiplier: a per-sample multiplier must be a 1-d tensor [B]");
-  multiplier_->scalar = 1.0;
-  multiplier_->perSample = perSample.detach();
+  multiplier_->set(perSample);
 }
 
 void LoraNetwork::train(bool on) {
