@@ -19,7 +19,10 @@
 
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
+#include "config/Validator.h"
+#include "device/DeviceInventory.h"
 #include "events/EventBus.h"
+#include "Commands.h"
 #include "train/Trainer.h"
 
 namespace strata::cli {
@@ -178,8 +181,9 @@ int runRun(const RunArgs& args) {
     return train::kExitBadInput;
   }
   if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
+  // Reading and validation problems with their lines, before anything is built.
   bool bad = false;
-  for (const auto& p : loaded.problems) {
+  for (const auto& p : config::validateLoaded(loaded, device::listDevices())) {
     std::cerr << p.format() << std::endl;
     bad = bad || p.isError();
   }

@@ -34,7 +34,6 @@
 #include "train/OptimizerState.h"
 #include "train/RngState.h"
 #include "train/RunFolder.h"
-#include "train/SamplePng.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::train {

@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #ifdef STRATA_HAS_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -11,12 +12,12 @@
 #include "common/TorchCompat.h"
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
+#include "io/Image.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
 #include "placement/Planner.h"
 #include "train/FlowMatching.h"
 #include "train/RngState.h"
-#include "train/SamplePng.h"
 
 namespace strata::train {
 
@@ -179,6 +180,10 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig
   if (useCuda && !m.splitModelOverGpus) ids.resize(1);
   if (m.splitModelOverGpus && ids.size() < 2)
     throw ConfigError("model.split_model_over_gpus: needs at least two devices in model.gpu_ids");
+  // Initialise the allocator of each device: device::memoryFigures (free
+  // bytes, stats) refuses a device LibTorch has not touched yet.
+  if (useCuda)
+    for (int id : ids) (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(id)));
   if (useCuda && !m.gpuMemoryLimitGb.empty()) device::applyMemoryCaps(ids, m.gpuMemoryLimitGb);
   // cuDNN attention fails in the backward pass of FLUX-sized models (DESIGN §4).
   if (useCuda) compat::disableCudnnAttention();
@@ -348,7 +353,7 @@ void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder
                               cfg.sample.guidanceScale, cfg.sample.sampleSteps, st.placement.get());
       const auto rgb = latentsToRgb(out[0].to(at::kCPU, at::kFloat));  // [3, 2h or 8h, ...]
       const auto path = folder.samplePath(step, static_cast<int64_t>(i));
-      writeSamplePng(path, rgb,
+      io::writePng(path, rgb,
                      {{"prompt", prompt}, {"step", std::to_string(step)}, {"seed", std::to_string(seed)},
                       {"Software", "Strata"}});
       folder.appendSampleIndex({{"file", path.filename().string()},
@@ -367,7 +372,13 @@ void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder
 
 void releaseDeviceCaches() {
 #ifdef STRATA_HAS_CUDA
-  if (at::hasCUDA()) c10::cuda::CUDACachingAllocator::emptyCache();
+  if (!at::hasCUDA()) return;
+#if STRATA_TORCH_AT_LEAST(2, 1)
+  // cuBLAS keeps its workspaces in the caching allocator (allocated bytes) per
+  // handle and stream; they would outlive the run.
+  at::cuda::clearCublasWorkspaces();
+#endif
+  c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
 

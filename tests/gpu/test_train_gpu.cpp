@@ -8,7 +8,9 @@
 #include "device/DeviceInventory.h"
 #include "events/EventBus.h"
 #include "common/TestSupport.h"
+#include "train/ScratchDir.h"
 #include "train/Trainer.h"
+#include "train/TrainerSupport.h"
 
 using namespace strata;
 using namespace strata::train;
@@ -44,11 +46,18 @@ config::RunConfig gpuTiny(const std::filesystem::path& folder) {
 
 int64_t allocated(int index) { return device::memoryFigures(index).allocatedBytes; }
 
+// The allocator's statistics exist once a device has been used.
+void touch(int index) {
+  { auto t = at::empty({1}, at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(index))); }
+  releaseDeviceCaches();
+}
+
 }  // namespace
 
 TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
-  test::TempDir tmp;
+  test::ScratchDir tmp;
+  touch(0);
   const int64_t before = allocated(0);
   events::EventBus bus;
   int64_t peak = 0;
@@ -66,7 +75,9 @@ TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
 
 TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
-  test::TempDir tmp;
+  test::ScratchDir tmp;
+  touch(0);
+  touch(1);
   auto cfg = gpuTiny(tmp.path());
   cfg.model.splitModelOverGpus = true;
   cfg.model.gpuIds = {0, 1};

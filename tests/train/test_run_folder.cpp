@@ -6,9 +6,9 @@
 #include "common/Error.h"
 #include "io/Safetensors.h"
 #include "common/TestSupport.h"
+#include "train/ScratchDir.h"
 #include "train/Datasets.h"
 #include "train/RunFolder.h"
-#include "train/SamplePng.h"
 #include "train/TextEmbedder.h"
 
 using namespace strata;
@@ -28,7 +28,7 @@ CheckpointData fakeCheckpoint(int64_t step) {
 }  // namespace
 
 TEST(RunFolder, CheckpointsAreWrittenReadAndPruned) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   for (int64_t s : {10, 20, 30}) writeCheckpoint(f, fakeCheckpoint(s));
@@ -46,7 +46,7 @@ TEST(RunFolder, CheckpointsAreWrittenReadAndPruned) {
 }
 
 TEST(RunFolder, FailedCheckpointLeavesThePreviousIntact) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   writeCheckpoint(f, fakeCheckpoint(10));
@@ -64,7 +64,7 @@ TEST(RunFolder, FailedCheckpointLeavesThePreviousIntact) {
 }
 
 TEST(RunFolder, ResaveOfTheSameStepReplacesIt) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   writeCheckpoint(f, fakeCheckpoint(10));
@@ -76,7 +76,7 @@ TEST(RunFolder, ResaveOfTheSameStepReplacesIt) {
 }
 
 TEST(RunFolder, MetricsAppendAndTruncateForResume) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   for (int s = 1; s <= 5; ++s) f.appendMetrics({{"step", s}, {"loss", 1.0 / s}});
@@ -134,7 +134,7 @@ TEST(WordEmbedder, SharedWordsShareVectors) {
 }
 
 TEST(LatentsDataset, ReadsItemsAndThrowsForBrokenOnes) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   io::writeSafetensors(tmp / "a.safetensors", {{"latents", at::randn({16, 4, 6})},
                                                {"txt", at::randn({5, 24})},
                                                {"pooled", at::randn({12})}},
@@ -152,13 +152,4 @@ TEST(LatentsDataset, ReadsItemsAndThrowsForBrokenOnes) {
   ASSERT_EQ(ds->size(), 2u);
   EXPECT_EQ(ds->item(0).caption, "hello");
   EXPECT_THROW(ds->item(1), IoError);
-}
-
-TEST(SamplePng, StoresThePromptInATextChunk) {
-  test::TempDir tmp;
-  const auto p = tmp / "s.png";
-  writeSamplePng(p, at::rand({3, 8, 10}), {{"prompt", "a blue ring, ümlaut"}, {"step", "7"}});
-  const auto text = readPngText(p);
-  EXPECT_EQ(text.at("prompt"), "a blue ring, ümlaut");
-  EXPECT_EQ(text.at("step"), "7");
 }

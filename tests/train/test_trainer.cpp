@@ -12,8 +12,9 @@
 #include "lora/LoraFormats.h"
 #include "models/flux/FluxConfig.h"
 #include "common/TestSupport.h"
+#include "train/ScratchDir.h"
 #include "train/RunFolder.h"
-#include "train/SamplePng.h"
+#include "io/Image.h"
 #include "train/Trainer.h"
 
 using namespace strata;
@@ -66,7 +67,7 @@ std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) { return io::load
 }  // namespace
 
 TEST(Trainer, ResumeContinuesTheSameCurve) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   auto cfg = tinyConfig(tmp.path(), 20);
   cfg.train.ema.useEma = true;
   cfg.train.ema.emaDecay = 0.9;
@@ -113,7 +114,7 @@ TEST(Trainer, ResumeContinuesTheSameCurve) {
 }
 
 TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   const auto data = tmp / "latents";
   fs::create_directories(data);
   for (int i = 0; i < 4; ++i) {
@@ -145,7 +146,7 @@ TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
 }
 
 TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   const auto data = tmp / "latents";
   fs::create_directories(data);
   for (int i = 0; i < 3; ++i)
@@ -170,7 +171,7 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
 }
 
 TEST(Trainer, PreflightListsEveryProblem) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   auto cfg = tinyConfig(tmp.path(), 0);
   cfg.network.linear = 0;
   events::EventBus bus;
@@ -184,7 +185,7 @@ TEST(Trainer, PreflightListsEveryProblem) {
 }
 
 TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   auto cfg = tinyConfig(tmp.path(), 100000);
   cfg.save.saveEvery = 0;
   events::EventBus bus;
@@ -217,7 +218,7 @@ TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
 TEST(Demo, ShortRunLossFallsSamplesAndLoraExist) {
   const auto demo = test::sourceDir() / "configs" / "demo.yaml";
   if (!fs::exists(demo)) GTEST_SKIP() << "configs/demo.yaml not found";
-  test::TempDir tmp;
+  test::ScratchDir tmp;
   auto loaded = config::loadRunConfig(demo);
   config::applyOverrides(loaded, {"train.steps=60", "sample.sample_every=30", "save.save_every=30",
                                   "job.training_folder=" + tmp.path().string()});
@@ -242,7 +243,7 @@ TEST(Demo, ShortRunLossFallsSamplesAndLoraExist) {
   ASSERT_FALSE(samples.empty());
   for (const auto& s : samples) {
     ASSERT_TRUE(fs::exists(s.path)) << s.path;
-    EXPECT_EQ(readPngText(s.path).at("prompt"), s.prompt);
+    EXPECT_EQ(io::readImage(s.path).text.at("prompt"), s.prompt);
   }
   const auto exports = rec.of<events::ExportEvent>();
   ASSERT_FALSE(exports.empty());
