@@ -33,5 +33,5 @@ mkdir -p "$OUT"
 cd "$WORK"
 xvfb-run -a -s "-screen 0 1600x1000x24" \
   "$BUILD/app/strata" "$WORK/demo.yaml" --settings "$WORK/settings.ini" --steps "$STEPS" \
-  --screenshot-dir "$OUT"
+  --screenshot-dir "$OUT" --screenshot-plan-config "$ROOT/configs/flux-dev-split-4x16gb.yaml"
 ls -l "$OUT"/*.png

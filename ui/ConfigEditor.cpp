@@ -371,6 +371,11 @@ void ConfigEditor::refreshField(const Field& f) {
       for (const std::string& s : *list) lines << QString::fromStdString(s);
     if (plain->toPlainText() != lines.join('\n')) plain->setPlainText(lines.join('\n'));
   } else if (auto* line = qobject_cast<QLineEdit*>(f.editor)) {
+    // Strings show their value, not its YAML spelling ("" for empty, quotes).
+    if (f.spec->type == KeyType::String || f.spec->type == KeyType::Path) {
+      const config::Value v = config::getValue(*config_, f.key.toStdString());
+      if (auto* str = std::get_if<std::string>(&v)) text = QString::fromStdString(*str);
+    }
     if (line->text() != text) line->setText(text);
   }
 }
@@ -400,7 +405,10 @@ void ConfigEditor::onFieldEdited(const QString& key) {
         if (!l.trimmed().isEmpty()) items.push_back(l.trimmed().toStdString());
       config::setValue(next, key.toStdString(), config::Value(items));
     } else if (auto* line = qobject_cast<QLineEdit*>(f.editor)) {
-      config::setValueText(next, key.toStdString(), line->text().toStdString());
+      if (f.spec->type == KeyType::String || f.spec->type == KeyType::Path)
+        config::setValue(next, key.toStdString(), config::Value(line->text().toStdString()));
+      else
+        config::setValueText(next, key.toStdString(), line->text().toStdString());
     }
   } catch (const std::exception& e) {
     // Not a value of this key's type: keep the last good config, show why.

@@ -24,6 +24,7 @@ constexpr int kRowHeight = 20;
 constexpr int kRowGap = 2;
 constexpr int kMismatchHeight = 34;
 constexpr int kLegendHeight = 26;
+constexpr int kLegendWidth = 820;
 
 QColor kindColor(BlockKind kind) {
   switch (kind) {
@@ -87,7 +88,8 @@ class GpuMapCanvas : public QWidget {
     int rows = 0;
     for (const DeviceView& d : placement.devices) rows = std::max(rows, columnHeight(d));
     const int columns = std::max<int>(1, placement.devices.size());
-    return QSize(2 * kMargin + columns * kColumnWidth + (columns - 1) * kColumnGap,
+    // At least as wide as the legend.
+    return QSize(std::max(kLegendWidth, 2 * kMargin + columns * kColumnWidth + (columns - 1) * kColumnGap),
                  2 * kMargin + kLegendHeight + rows);
   }
 

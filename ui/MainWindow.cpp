@@ -286,14 +286,16 @@ void MainWindow::buildRunTab() {
   runBottomSplit_->setObjectName("runBottomSplitter");
   runBottomSplit_->addWidget(liveMap_);
   runBottomSplit_->addWidget(latestStrip_);
-  runBottomSplit_->setStretchFactor(0, 3);
-  runBottomSplit_->setStretchFactor(1, 2);
+  runBottomSplit_->setStretchFactor(0, 2);
+  runBottomSplit_->setStretchFactor(1, 3);
+  runBottomSplit_->setSizes({560, 840});
   runSplit_ = new QSplitter(Qt::Vertical, page);
   runSplit_->setObjectName("runSplitter");
   runSplit_->addWidget(lossPlot_);
   runSplit_->addWidget(runBottomSplit_);
   runSplit_->setStretchFactor(0, 1);
   runSplit_->setStretchFactor(1, 1);
+  runSplit_->setSizes({460, 400});
   layout->addWidget(runSplit_, 1);
   tabs_->addTab(page, tr("Run"));
 }

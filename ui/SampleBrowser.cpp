@@ -316,7 +316,7 @@ void SampleBrowser::rebuild() {
     grid_->setHorizontalHeaderItem(c, new QTableWidgetItem(tr("step %1").arg(stepList[c])));
   for (int r = 0; r < prompts; ++r) {
     QString text = promptText(r);
-    auto* header = new QTableWidgetItem(QString("%1  %2").arg(r).arg(text.left(28)));
+    auto* header = new QTableWidgetItem(QString("%1  %2").arg(r).arg(text.left(44)));
     header->setToolTip(text);
     grid_->setVerticalHeaderItem(r, header);
   }
@@ -370,7 +370,7 @@ void SampleBrowser::rebuildCompare() {
   const qint64 steps[2] = {stepA_->currentData().toLongLong(), stepB_->currentData().toLongLong()};
   for (int c = 0; c < 2; ++c) compare_->setHorizontalHeaderItem(c, new QTableWidgetItem(tr("step %1").arg(steps[c])));
   for (int r = 0; r < prompts; ++r) {
-    auto* header = new QTableWidgetItem(QString("%1  %2").arg(r).arg(promptText(r).left(28)));
+    auto* header = new QTableWidgetItem(QString("%1  %2").arg(r).arg(promptText(r).left(44)));
     header->setToolTip(promptText(r));
     compare_->setVerticalHeaderItem(r, header);
   }

@@ -22,7 +22,8 @@ constexpr int kPollMs = 200;
 constexpr int kRunTimeoutMs = 8 * 60 * 1000;
 }  // namespace
 
-ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir) : window_(window), dir_(std::move(dir)) {
+ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString planConfig)
+    : window_(window), dir_(std::move(dir)), planConfig_(std::move(planConfig)) {
   QDir().mkpath(dir_);
   timer_ = new QTimer;
   timer_->setInterval(kPollMs);
@@ -36,29 +37,42 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir) : window_(wi
   // 1. Setup: the loaded config and its planned placement on this machine.
   steps_.push_back({always, [=] {
                       originalYaml_ = editor->yamlText();
+                      originalPath_ = editor->filePath();
                       tabs->setCurrentIndex(0);
                     },
                     0});
   steps_.push_back({always, [=] { shoot("setup"); }, 0});
-  // 2. The same run planned for FLUX.1-dev on four simulated 16 GB cards.
+  // 2. FLUX.1-dev planned on four simulated 16 GB cards (this machine need not have them).
   steps_.push_back({always, [=] {
-                      editor->setValueText("model.preset", "flux-dev");
-                      editor->setValueText("model.split_model_over_gpus", "true");
-                      editor->setValueText("model.placement", "memory");
-                      editor->setValueText("model.gpu_memory_limit_gb", "[16]");
-                      editor->setValueText("model.quantize", "true");
-                      spec->setText("4x16GB");
+                      if (!planConfig_.isEmpty() && window_->openConfig(planConfig_)) {
+                        spec->setText("4x16GB");
+                      } else {
+                        editor->setValueText("model.preset", "flux-dev");
+                        editor->setValueText("model.device", "cuda");
+                        editor->setValueText("model.split_model_over_gpus", "true");
+                        editor->setValueText("model.placement", "memory");
+                        editor->setValueText("model.gpu_memory_limit_gb", "[16]");
+                        editor->setValueText("train.dtype", "bf16");
+                        spec->setText("4x16GB");
+                      }
                       window_->replan();
                     },
                     0});
   steps_.push_back({always, [=] { shoot("plan-4x16GB"); }, 0});
-  // 3. A config error: low_vram with the split on.
-  steps_.push_back({always, [=] { editor->setValueText("model.low_vram", "true"); }, 0});
-  steps_.push_back({always, [=] { shoot("config-error"); }, 0});
-  // 4. Back to the demo config and the machine's devices; start a short run.
+  // 3. A config error on the demo: low_vram with the split on.
   steps_.push_back({always, [=] {
                       spec->clear();
-                      editor->setYamlText(originalYaml_);
+                      if (!originalPath_.isEmpty()) window_->openConfig(originalPath_);
+                      else editor->setYamlText(originalYaml_);
+                      editor->setValueText("model.split_model_over_gpus", "true");
+                      editor->setValueText("model.low_vram", "true");
+                    },
+                    0});
+  steps_.push_back({always, [=] { shoot("config-error"); }, 0});
+  // 4. Back to the demo config; start a short run.
+  steps_.push_back({always, [=] {
+                      if (!originalPath_.isEmpty()) window_->openConfig(originalPath_);
+                      else editor->setYamlText(originalYaml_);
                       window_->replan();
                     },
                     0});

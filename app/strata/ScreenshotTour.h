@@ -16,7 +16,9 @@ namespace strata::app {
 
 class ScreenshotTour {
  public:
-  ScreenshotTour(ui::MainWindow* window, QString dir);
+  // `planConfig`: a config to show planned on simulated cards (e.g.
+  // configs/flux-dev-split-4x16gb.yaml); empty = the loaded config made FLUX.1-dev sized.
+  ScreenshotTour(ui::MainWindow* window, QString dir, QString planConfig = QString());
   ~ScreenshotTour();
   void begin();
 
@@ -32,6 +34,8 @@ class ScreenshotTour {
   ui::MainWindow* window_;
   QString dir_;
   QString originalYaml_;
+  QString originalPath_;
+  QString planConfig_;
   std::vector<Step> steps_;
   size_t current_ = 0;
   int waitedMs_ = 0;

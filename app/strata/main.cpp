@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
   QCommandLineOption runDirOpt("run-folder", "Open a run folder (samples, metrics, export).", "dir");
   QCommandLineOption shotsOpt("screenshot-dir",
                               "Start the config, grab every view into this folder as PNG files, then quit.", "dir");
-  cli.addOptions({settingsOpt, stepsOpt, devicesOpt, runDirOpt, shotsOpt});
+  QCommandLineOption planConfigOpt("screenshot-plan-config",
+                                   "With --screenshot-dir: the config shown planned on 4x16GB.", "yaml");
+  cli.addOptions({settingsOpt, stepsOpt, devicesOpt, runDirOpt, shotsOpt, planConfigOpt});
   cli.process(app);
 
   strata::ui::MainWindow window(cli.value(settingsOpt));
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<strata::app::ScreenshotTour> tour;
   if (cli.isSet(shotsOpt)) {
-    tour = std::make_unique<strata::app::ScreenshotTour>(&window, cli.value(shotsOpt));
+    tour = std::make_unique<strata::app::ScreenshotTour>(&window, cli.value(shotsOpt),
+                                                         cli.value(planConfigOpt));
     QTimer::singleShot(300, [&] { tour->begin(); });
   }
   return app.exec();
