@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <fstream>
+#include <sys/stat.h>
 
 #include "common/Error.h"
 
@@ -26,8 +27,8 @@ std::optional<std::string> unsafeCheckpointReason(const std::filesystem::path& p
   for (const char* bad : kPickleExtensions)
     if (ext == bad) return advice(path, "is a pickle checkpoint (" + ext + ")");
 
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   std::array<unsigned char, 9> head{};
   in.read(reinterpret_cast<char*>(head.data()), head.size());

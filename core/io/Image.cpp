@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
@@ -409,8 +410,8 @@ DecodedImage decodeImage(const std::string& bytes, const std::string& sourceName
 DecodedImage readImage(const std::filesystem::path& path, ImageChannels channels) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open: " + std::strerror(errno));
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw IoError(path.string() + ": is a folder, not an image");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw IoError(path.string() + ": is a folder, not an image");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) throw IoError(path.string() + ": read failed");
