@@ -210,8 +210,11 @@ RunOutcome Trainer::runImpl() {
   for (const auto& w : warnings) bus_.emit(events::WarningEvent{w, 0});
   if (!options_.resume && options_.runDir.empty()) {
     // A derived folder that holds an earlier run: pick the next free name.
+    const auto wanted = runDir_;
     runDir_ = freeRunDir(runDir_);
     folder = RunFolder(runDir_);
+    if (runDir_ != wanted)
+      bus_.emit(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
   } else if (!options_.resume && !folder.checkpoints().empty()) {
     problems.push_back("run folder " + runDir_.string() +
                        " already has checkpoints: resume it (strata-train resume) or choose another folder");

@@ -256,3 +256,32 @@ TEST(Demo, ShortRunLossFallsSamplesAndLoraExist) {
     EXPECT_GT(up, 0.0) << e.path;
   }
 }
+
+TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
+  test::ScratchDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 4);
+  cfg.train.ema.useEma = true;
+  cfg.train.ema.emaDecay = 0.5;
+  cfg.save.dtype = config::DType::FP32;
+  events::EventBus bus;
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished);
+  const auto files = exportRun(tmp / "run",
+                               {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy},
+                               tmp / "out");
+  ASSERT_EQ(files.size(), 3u);
+  const auto fcfg = flux::FluxConfig::tiny();
+  const auto ema = io::loadSafetensors(RunFolder(tmp / "run").latestCheckpoint()->path / "ema.safetensors");
+  const auto diffusers = lora::readLoraFile(files[0], fcfg);
+  ASSERT_FALSE(diffusers.modules.empty());
+  for (const auto& m : diffusers.modules) {
+    // alpha = rank, so the diffusers file holds the EMA weights unscaled.
+    EXPECT_TRUE(test::allClose(m.up * (m.alpha / m.down.size(0)), ema.at(m.modulePath + ".lora_B.weight"), 1e-6, 1e-5))
+        << m.modulePath;
+  }
+  for (size_t i = 1; i < files.size(); ++i) {
+    const auto content = lora::readLoraFile(files[i], fcfg);
+    EXPECT_FALSE(content.modules.empty()) << files[i];
+  }
+}
