@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "common/Error.h"
+
 #include "models/flux/FluxConfig.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
@@ -116,4 +118,50 @@ TEST(FluxNames, KohyaAndComfyBothWays) {
   EXPECT_FALSE(bflModuleFromKohya("lora_unet_double_blocks_a_img_attn_qkv"));
   EXPECT_FALSE(bflModuleFromComfy("diffusion_model.double_blocks.0.nothing"));
   EXPECT_FALSE(bflModuleFromComfy("double_blocks.0.img_attn.qkv"));
+}
+
+TEST(FluxConfig, DetectsFluxDevFromDiffusersAndBflShapesWithoutData) {
+  const auto dev = FluxConfig::fluxDev();
+  // The diffusers key shapes of FLUX.1-dev, from the parameter plan plus the RMSNorm weights.
+  std::map<std::string, std::vector<int64_t>> diffusers;
+  const auto plan = fluxParamPlan(dev);
+  auto addLinears = [&](const FluxBlockParams& b) {
+    for (const auto& l : b.linears) {
+      diffusers[l.path + ".weight"] = {l.outFeatures, l.inFeatures};
+      diffusers[l.path + ".bias"] = {l.outFeatures};
+    }
+  };
+  addLinears(plan.stem);
+  addLinears(plan.head);
+  for (const auto& b : plan.blocks) {
+    addLinears(b);
+    const std::vector<std::string> norms =
+        b.kind == "double" ? std::vector<std::string>{"norm_q", "norm_k", "norm_added_q", "norm_added_k"}
+                           : std::vector<std::string>{"norm_q", "norm_k"};
+    for (const auto& n : norms) diffusers[b.id + ".attn." + n + ".weight"] = {dev.attentionHeadDim};
+  }
+  EXPECT_EQ(FluxConfig::fromShapes(diffusers), dev);
+
+  // The same in BFL naming: fused rows add up.
+  std::map<std::string, std::vector<int64_t>> bfl;
+  for (const auto& [key, shape] : diffusers) {
+    auto ref = bflParamForKey(key, dev);
+    ASSERT_TRUE(ref) << key;
+    auto s = shape;
+    s[0] = ref->slot.totalRows;
+    bfl[ref->key] = s;
+  }
+  EXPECT_EQ(bfl.at("double_blocks.18.img_attn.qkv.weight"), (std::vector<int64_t>{9216, 3072}));
+  EXPECT_EQ(bfl.at("single_blocks.37.linear1.weight"), (std::vector<int64_t>{21504, 3072}));
+  EXPECT_EQ(bfl.at("single_blocks.37.linear2.weight"), (std::vector<int64_t>{3072, 15360}));
+  EXPECT_EQ(bfl.at("final_layer.adaLN_modulation.1.weight"), (std::vector<int64_t>{6144, 3072}));
+  EXPECT_EQ(FluxConfig::fromShapes(bfl), dev);
+
+  // schnell: no guidance embedder.
+  for (auto it = bfl.begin(); it != bfl.end();) it = it->first.rfind("guidance_in.", 0) == 0 ? bfl.erase(it) : std::next(it);
+  auto schnell = dev;
+  schnell.guidanceEmbeds = false;
+  EXPECT_EQ(FluxConfig::fromShapes(bfl), schnell);
+  bfl.erase("img_in.weight");
+  EXPECT_THROW(FluxConfig::fromShapes(bfl), strata::LoadError);
 }
