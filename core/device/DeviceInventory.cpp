@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include "common/Error.h"
@@ -168,12 +169,25 @@ std::vector<DeviceInfo> listDevices() {
   return out;
 }
 
+#ifdef STRATA_HAS_CUDA
+namespace {
+// LibTorch sets its CUDA caching allocator up lazily, on the first CUDA tensor;
+// before that its statistics crash and setMemoryFraction throws "Allocator not
+// initialized". Creating one tiny tensor runs that set-up for every device.
+void ensureCudaAllocatorReady() {
+  static std::once_flag once;
+  std::call_once(once, [] { (void)at::empty({1}, at::TensorOptions().device(at::kCUDA)); });
+}
+}  // namespace
+#endif
+
 MemoryFigures memoryFigures(int index) {
   MemoryFigures f;
   if (index < 0) return f;
   f.capBytes = memoryCap(index);
 #ifdef STRATA_HAS_CUDA
   if (index >= static_cast<int>(c10::cuda::device_count())) return f;
+  ensureCudaAllocatorReady();
   // Stat index 0 is the aggregate over pool types in every LibTorch version.
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
       static_cast<c10::DeviceIndex>(index));
@@ -201,6 +215,7 @@ void setMemoryCap(int index, int64_t capBytes) {
                          ": no such device (this machine has " +
                          std::to_string(c10::cuda::device_count()) + ")");
   }
+  ensureCudaAllocatorReady();
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, index);
   const auto total = static_cast<int64_t>(prop.totalGlobalMem);
