@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <fstream>
+#include <cstring>
 #include <sys/stat.h>
 
 #include "common/Error.h"
+#include "io/FileBytes.h"
 
 namespace strata::io {
 namespace {
@@ -29,10 +30,15 @@ std::optional<std::string> unsafeCheckpointReason(const std::filesystem::path& p
 
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
+  std::string bytes;
+  try {
+    bytes = readFileBytes(path, 9);
+  } catch (const IoError&) {
+    return std::nullopt;  // unreadable: the opener reports that itself
+  }
   std::array<unsigned char, 9> head{};
-  in.read(reinterpret_cast<char*>(head.data()), head.size());
-  const std::streamsize got = in.gcount();
+  std::memcpy(head.data(), bytes.data(), bytes.size());
+  const std::size_t got = bytes.size();
   // A safetensors header always starts with '{' right after the length; this
   // keeps a length like 0x0280 (which begins 0x80 0x02) from looking like pickle.
   if (got == 9 && head[8] == '{') return std::nullopt;

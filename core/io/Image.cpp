@@ -5,9 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
@@ -15,6 +13,7 @@
 
 #include "common/Error.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 
 namespace strata::io {
 namespace {
@@ -408,14 +407,7 @@ DecodedImage decodeImage(const std::string& bytes, const std::string& sourceName
 }
 
 DecodedImage readImage(const std::filesystem::path& path, ImageChannels channels) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path.string() + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw IoError(path.string() + ": is a folder, not an image");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw IoError(path.string() + ": read failed");
-  return decodeImage(buffer.str(), path.string(), channels);
+  return decodeImage(readFileBytes(path), path.string(), channels);
 }
 
 at::Tensor imageToFloatChw(const at::Tensor& hwc) {

@@ -4,11 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "io/FileBytes.h"
 
 namespace fs = std::filesystem;
 using strata::IoError;
@@ -18,12 +17,7 @@ using strata::io::writeFileAtomicStream;
 
 namespace {
 
-std::string readAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string readAll(const fs::path& path) { return strata::io::readFileBytes(path); }
 
 // Files in `folder` other than `keep` (left-over temp files).
 int strayFiles(const fs::path& folder, const std::string& keep) {
@@ -110,7 +104,7 @@ TEST(AtomicFile, FailedRenameKeepsTargetAndRemovesTemp) {
   strata::test::TempDir dir;
   const fs::path target = dir / "target";
   fs::create_directory(target);
-  std::ofstream(target / "inside.txt") << "keep";
+  writeFileAtomic(target / "inside.txt", "keep");
   EXPECT_THROW(writeFileAtomic(target, "new"), IoError);
   EXPECT_TRUE(fs::is_directory(target));
   EXPECT_EQ(readAll(target / "inside.txt"), "keep");

@@ -2,8 +2,10 @@
 // Helpers shared by the safetensors tests: raw files built byte by byte.
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
+
+#include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 
 namespace strata::test {
 
@@ -15,14 +17,11 @@ inline std::string safetensorsBytes(const std::string& header, const std::string
   return out + header + data;
 }
 
+// Through the io helpers rather than fstream: plain POSIX calls underneath.
 inline void writeRaw(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  io::writeFileAtomic(path, bytes);
 }
 
-inline std::string readRaw(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+inline std::string readRaw(const std::filesystem::path& path) { return io::readFileBytes(path); }
 
 }  // namespace strata::test
