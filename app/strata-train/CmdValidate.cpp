@@ -66,7 +66,9 @@ int runValidate(const ValidateArgs& args) {
     else ++warnings;
     if (p.isError() || !args.quiet) std::cerr << p.format() << "\n";
   }
-  if (!deviceNote.empty() && !args.quiet) std::cerr << deviceNote << "\n";
+  // The note matters only for a readable config that would train on a GPU.
+  if (!deviceNote.empty() && !args.quiet && loaded.readable && loaded.config.model.device != config::ComputeDevice::Cpu)
+    std::cerr << deviceNote << "\n";
   std::cout << args.configPath << ": " << (errors ? "invalid" : "ok") << " (" << errors
             << (errors == 1 ? " error, " : " errors, ") << warnings << (warnings == 1 ? " warning" : " warnings")
             << (loaded.fromAiToolkit ? ", imported from an ai-toolkit job" : "") << ")\n";
