@@ -257,6 +257,9 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
       format = LoraFileFormat::Comfy;
       bfl = names::bflModuleFromComfy(name);
       if (!bfl) throw LoadError(sourceName + ": key '" + g.upKey + "' names no module of the FLUX model");
+    } else if (names::isBflModule(name)) {
+      format = LoraFileFormat::Comfy;  // BFL names without ComfyUI's prefix
+      bfl = name;
     }
     if (first) {
       content.format = format;

@@ -13,7 +13,7 @@
 //  - kohya: "lora_unet_<BFL path, '.' -> '_'>.lora_down.weight" / ".lora_up.weight"
 //    / ".alpha" (scale = alpha / rank of the tensor).
 //  - ComfyUI: "diffusion_model.<BFL path>.lora_A.weight" / ".lora_B.weight" /
-//    ".alpha" (lora_down / lora_up and "model.diffusion_model." read too).
+//    ".alpha" (lora_down / lora_up, "model.diffusion_model." and bare BFL paths read too).
 //
 // Fused BFL modules (double_blocks.N.{img,txt}_attn.qkv = q,k,v; single_blocks.N.
 // linear1 = q,k,v,proj_mlp). Decision: Strata keeps one adapter per projection

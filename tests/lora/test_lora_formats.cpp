@@ -328,3 +328,34 @@ TEST(LoraFormats, PerSampleMultiplierOnALoadedNetwork) {
   EXPECT_TRUE(strata::test::allClose(out[0], full[0], 1e-5, 1e-4));
   EXPECT_TRUE(strata::test::allClose(out[1], base[1], 1e-5, 1e-4));
 }
+
+TEST(LoraFormats, ComfyKeysWithDownUpOrWithoutPrefixLoadTheSame) {
+  TinyFlux f;
+  auto net = LoraNetwork::create(*f.model, allLinearsConfig(2, 4));
+  randomizeUps(*net);
+  const auto exported = loraTensorsForExport(net->moduleWeights(), LoraFileFormat::Comfy, f.cfg);
+  std::map<std::string, at::Tensor> downUp, bare;
+  const std::string prefix = "diffusion_model.";
+  for (const auto& [k, v] : exported) {
+    std::string key = k;
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{".lora_A.weight", ".lora_down.weight"},
+                                   {".lora_B.weight", ".lora_up.weight"}})
+      if (key.size() > from.size() && key.compare(key.size() - from.size(), from.size(), from) == 0)
+        key = key.substr(0, key.size() - from.size()) + to;
+    downUp["model." + key] = v;
+    bare[k.substr(prefix.size())] = v;
+  }
+  const auto reference = net->moduleWeights();
+  for (const auto* t : {&downUp, &bare}) {
+    const auto content = convertLoraTensors(*t, {}, f.cfg);
+    EXPECT_EQ(content.format, LoraFileFormat::Comfy);
+    ASSERT_EQ(content.modules.size(), reference.size());
+    for (const auto& m : content.modules) {
+      const auto a = net->adapter(m.modulePath);
+      ASSERT_NE(a, nullptr) << m.modulePath;
+      EXPECT_TRUE(strata::test::allClose(at::matmul(m.up, m.down) * (m.alpha / m.down.size(0)), a->deltaWeight(), 1e-6,
+                                         1e-5))
+          << m.modulePath;
+    }
+  }
+}

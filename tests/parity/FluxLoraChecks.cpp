@@ -167,8 +167,26 @@ void checkLoraGradsAndAdamW(const fs::path& dir, const nlohmann::json& manifest)
   }
 }
 
+// The folder's LoRA through the kohya and ComfyUI forms (fused q/k/v and
+// linear1, swapped final modulation) and back gives the same output.
+void checkLoraFormsRoundTrip(const fs::path& dir, const nlohmann::json& manifest) {
+  LoraFixture f(dir, manifest);
+  const auto weights = f.net->moduleWeights();
+  f.net.reset();
+  for (const auto format : {lora::LoraFileFormat::Diffusers, lora::LoraFileFormat::Kohya, lora::LoraFileFormat::Comfy}) {
+    const auto exported = lora::loraTensorsForExport(weights, format, f.cfg);
+    const std::map<std::string, at::Tensor> tensors(exported.begin(), exported.end());
+    auto net = lora::LoraNetwork::fromWeights(*f.model, lora::convertLoraTensors(tensors, {}, f.cfg).modules);
+    at::NoGradGuard noGrad;
+    EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol))
+        << "through " << lora::toString(format);
+  }
+}
+
 }  // namespace
 
+STRATA_PARITY_CHECK("flux_transformer", "LoRA through diffusers, kohya and ComfyUI forms and back",
+                    checkLoraFormsRoundTrip);
 STRATA_PARITY_CHECK("flux_transformer", "LoRA file targets = manifest target_modules (peft rule)", checkLoraTargets);
 STRATA_PARITY_CHECK("flux_transformer", "forward with LoRA (alpha/r), loss, merge, detach", checkLoraForwardAndLoss);
 STRATA_PARITY_CHECK("flux_transformer", "LoRA gradients and one AdamW step", checkLoraGradsAndAdamW);
