@@ -7,14 +7,16 @@
 
 namespace strata::nn {
 
-LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias)
+LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias,
+                       const at::TensorOptions& options)
     : inFeatures_(inFeatures), outFeatures_(outFeatures) {
-  weight = register_parameter("weight", at::empty({outFeatures, inFeatures}));
+  at::NoGradGuard noGrad;
+  weight = register_parameter("weight", at::empty({outFeatures, inFeatures}, options));
   // Same init as torch.nn.Linear, so randomly built models behave like PyTorch's.
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (withBias) {
     const double bound = inFeatures > 0 ? 1.0 / std::sqrt(static_cast<double>(inFeatures)) : 0.0;
-    bias = register_parameter("bias", at::empty({outFeatures}).uniform_(-bound, bound));
+    bias = register_parameter("bias", at::empty({outFeatures}, options).uniform_(-bound, bound));
   }
 }
 

@@ -21,7 +21,10 @@ class LinearAdapter {
 
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias = true);
+  // Parameters are created and initialised directly with `options` (device,
+  // dtype): a 12B-parameter model must not be initialised on the CPU first.
+  LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias = true,
+             const at::TensorOptions& options = at::TensorOptions());
 
   at::Tensor forward(const at::Tensor& x);
   // The frozen base projection only, without adapters.

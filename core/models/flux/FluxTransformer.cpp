@@ -16,13 +16,7 @@ constexpr double kEps = FluxConfig::kNormEps;
 
 // An nn::Linear with its parameters in the build dtype on the build device.
 nn::Linear makeLinear(int64_t in, int64_t out, const FluxBuildOptions& o) {
-  nn::Linear l(in, out, /*withBias=*/true);
-  if (o.device != at::Device(at::kCPU) || o.dtype != at::kFloat) {
-    at::NoGradGuard noGrad;
-    l->weight.set_data(l->weight.to(o.device, o.dtype));
-    l->bias.set_data(l->bias.to(o.device, o.dtype));
-  }
-  return l;
+  return nn::Linear(in, out, /*withBias=*/true, at::TensorOptions().device(o.device).dtype(o.dtype));
 }
 
 // A plain container so that children get the diffusers path ("attn.to_q").
