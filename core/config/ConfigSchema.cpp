@@ -465,6 +465,11 @@ std::string getValueText(const RunConfig& cfg, std::string_view path) {
 
 void setValueText(RunConfig& cfg, std::string_view path, const std::string& text) {
   const KeySpec& k = requireKey(path);
+  // Strings are taken as typed: "a photo: sunset" is a prompt, not a mapping.
+  if (k.type == KeyType::String || k.type == KeyType::Path || k.type == KeyType::Choice) {
+    setValue(cfg, path, Value{text});
+    return;
+  }
   YAML::Node node;
   try {
     node = YAML::Load(text);

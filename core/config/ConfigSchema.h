@@ -81,8 +81,9 @@ void setValue(RunConfig& cfg, std::string_view path, const Value& value);
 
 // The same as YAML text: "0.0001", "true", "[0, 1]", "flux-dev", "" for unset.
 std::string getValueText(const RunConfig& cfg, std::string_view path);
-// Parses `text` as YAML for that key's type ("1e-4", "[0,1]", "0,1,2,3", "bf16")
-// and sets it; throws ConfigError naming the key and what was expected.
+// Parses `text` as YAML for that key's type ("1e-4", "[0,1]", "0,1,2,3") and sets
+// it; string, path and choice keys take `text` verbatim ("bf16", "a: b").
+// Throws ConfigError naming the key and what was expected.
 void setValueText(RunConfig& cfg, std::string_view path, const std::string& text);
 
 // A value as YAML flow text (the form getValueText returns).

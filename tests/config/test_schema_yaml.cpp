@@ -54,6 +54,12 @@ TEST(Schema, GenericGetAndSet) {
   setValueText(c, "train.dtype", "float16");  // ai-toolkit's spelling
   EXPECT_EQ(c.train.dtype, DType::FP16);
   EXPECT_EQ(getValueText(c, "train.dtype"), "fp16");
+  setValueText(c, "job.name", "a: b # not a comment");
+  EXPECT_EQ(c.job.name, "a: b # not a comment");
+  setValueText(c, "sample.prompts", "[\"a cat\", \"a dog\"]");
+  EXPECT_EQ(c.sample.prompts, (std::vector<std::string>{"a cat", "a dog"}));
+  setValueText(c, "sample.prompts", "one prompt");
+  EXPECT_EQ(c.sample.prompts, (std::vector<std::string>{"one prompt"}));
   setValue(c, "train.ema_config.use_ema", Value{true});
   EXPECT_TRUE(c.train.ema.useEma);
   setValueText(c, "model.num_layers", "3");
