@@ -10,7 +10,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${STRATA_BUILD_DIR:-$ROOT/build}"
 OUT="$ROOT/docs/screenshots"
-STEPS=60
+STEPS=120
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;

@@ -14,7 +14,8 @@ namespace strata::ui {
 
 namespace {
 
-constexpr int kColumnWidth = 250;
+constexpr int kWideColumn = 250;   // one or two devices
+constexpr int kNarrowColumn = 206; // three or more: keep four cards on screen
 constexpr int kColumnGap = 14;
 constexpr int kMargin = 10;
 constexpr int kHeaderHeight = 44;
@@ -76,6 +77,8 @@ class GpuMapCanvas : public QWidget {
 
   PlacementView placement;
 
+  int columnWidth() const { return placement.devices.size() > 2 ? kNarrowColumn : kWideColumn; }
+
   struct Hit {
     QRect rect;
     QString tip;
@@ -89,7 +92,7 @@ class GpuMapCanvas : public QWidget {
     for (const DeviceView& d : placement.devices) rows = std::max(rows, columnHeight(d));
     const int columns = std::max<int>(1, placement.devices.size());
     // At least as wide as the legend.
-    return QSize(std::max(kLegendWidth, 2 * kMargin + columns * kColumnWidth + (columns - 1) * kColumnGap),
+    return QSize(std::max(kLegendWidth, 2 * kMargin + columns * columnWidth() + (columns - 1) * kColumnGap),
                  2 * kMargin + kLegendHeight + rows);
   }
 
@@ -103,25 +106,25 @@ class GpuMapCanvas : public QWidget {
     int x = kMargin;
     const int top = kMargin + kLegendHeight;
     for (const DeviceView& d : placement.devices) {
-      hits.push_back({QRect(x, top, kColumnWidth, kHeaderHeight), deviceTip(d), QString()});
-      hits.push_back({QRect(x, top + kHeaderHeight, kColumnWidth, kBarHeight + kBarTextHeight), memoryTip(d),
+      hits.push_back({QRect(x, top, columnWidth(), kHeaderHeight), deviceTip(d), QString()});
+      hits.push_back({QRect(x, top + kHeaderHeight, columnWidth(), kBarHeight + kBarTextHeight), memoryTip(d),
                       QString()});
       int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
       for (const BlockView& b : d.blocks) {
-        hits.push_back({QRect(x, y, kColumnWidth, kRowHeight), blockTip(b, d.label), b.id});
+        hits.push_back({QRect(x, y, columnWidth(), kRowHeight), blockTip(b, d.label), b.id});
         y += kRowHeight + kRowGap;
       }
       if (!d.mismatches.isEmpty()) {
         y += 22;
         for (const MismatchView& m : d.mismatches) {
-          hits.push_back({QRect(x, y, kColumnWidth, kMismatchHeight - 2),
+          hits.push_back({QRect(x, y, columnWidth(), kMismatchHeight - 2),
                           QString("<b>audit mismatch</b><br>%1<br>expected on %2, found on %3")
                               .arg(m.path.toHtmlEscaped(), m.expected, m.actual),
                           QString()});
           y += kMismatchHeight;
         }
       }
-      x += kColumnWidth + kColumnGap;
+      x += columnWidth() + kColumnGap;
     }
     updateGeometry();
     resize(minimumSizeHint().expandedTo(parentWidget() ? parentWidget()->size() : QSize()));
@@ -175,7 +178,7 @@ class GpuMapCanvas : public QWidget {
     const int top = kMargin + kLegendHeight;
     for (const DeviceView& d : placement.devices) {
       drawColumn(p, d, x, top);
-      x += kColumnWidth + kColumnGap;
+      x += columnWidth() + kColumnGap;
     }
     if (placement.devices.isEmpty()) {
       p.setPen(palette().color(QPalette::PlaceholderText));
@@ -232,20 +235,20 @@ class GpuMapCanvas : public QWidget {
     // Header.
     p.setPen(Qt::NoPen);
     p.setBrush(palette().color(QPalette::AlternateBase));
-    p.drawRoundedRect(QRect(x, top, kColumnWidth, kHeaderHeight - 4), 5, 5);
+    p.drawRoundedRect(QRect(x, top, columnWidth(), kHeaderHeight - 4), 5, 5);
     p.setPen(text);
     p.setFont(bold);
-    p.drawText(QRect(x + 8, top + 2, kColumnWidth - 16, 20), Qt::AlignVCenter | Qt::AlignLeft, d.label);
+    p.drawText(QRect(x + 8, top + 2, columnWidth() - 16, 20), Qt::AlignVCenter | Qt::AlignLeft, d.label);
     p.setFont(small);
     const QString total = d.totalBytes ? formatBytes(d.totalBytes) : QString();
-    p.drawText(QRect(x + 8, top + 2, kColumnWidth - 16, 20), Qt::AlignVCenter | Qt::AlignRight, total);
+    p.drawText(QRect(x + 8, top + 2, columnWidth() - 16, 20), Qt::AlignVCenter | Qt::AlignRight, total);
     QString sub = d.name + (d.simulated ? tr("  (simulated)") : QString());
     p.setPen(d.simulated ? QColor(0x9a, 0x6b, 0x00) : palette().color(QPalette::PlaceholderText));
-    p.drawText(QRect(x + 8, top + 20, kColumnWidth - 16, 18), Qt::AlignVCenter | Qt::AlignLeft,
-               p.fontMetrics().elidedText(sub, Qt::ElideRight, kColumnWidth - 16));
+    p.drawText(QRect(x + 8, top + 20, columnWidth() - 16, 18), Qt::AlignVCenter | Qt::AlignLeft,
+               p.fontMetrics().elidedText(sub, Qt::ElideRight, columnWidth() - 16));
 
     // Memory bar: full width = total (or the largest figure when the total is unknown).
-    const QRect bar(x, top + kHeaderHeight, kColumnWidth, kBarHeight);
+    const QRect bar(x, top + kHeaderHeight, columnWidth(), kBarHeight);
     qint64 scale = d.totalBytes;
     for (qint64 v : {d.capBytes, d.reservedBytes, d.allocatedBytes, d.plannedBytes, d.budgetBytes})
       scale = std::max(scale, v);
@@ -282,15 +285,15 @@ class GpuMapCanvas : public QWidget {
                      (d.totalBytes ? tr(", total %1").arg(formatBytes(d.totalBytes)) : QString());
     p.setPen(text);
     p.setFont(small);
-    p.drawText(QRect(x, bar.bottom() + 2, kColumnWidth, 16), Qt::AlignVCenter | Qt::AlignLeft,
-               p.fontMetrics().elidedText(figures, Qt::ElideRight, kColumnWidth));
+    p.drawText(QRect(x, bar.bottom() + 2, columnWidth(), 16), Qt::AlignVCenter | Qt::AlignLeft,
+               p.fontMetrics().elidedText(figures, Qt::ElideRight, columnWidth()));
     p.setPen(palette().color(QPalette::PlaceholderText));
-    p.drawText(QRect(x, bar.bottom() + 17, kColumnWidth, 16), Qt::AlignVCenter | Qt::AlignLeft, limits);
+    p.drawText(QRect(x, bar.bottom() + 17, columnWidth(), 16), Qt::AlignVCenter | Qt::AlignLeft, limits);
 
     // Blocks.
     int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
     for (const BlockView& b : d.blocks) {
-      const QRect row(x, y, kColumnWidth, kRowHeight);
+      const QRect row(x, y, columnWidth(), kRowHeight);
       const QColor c = kindColor(b.kind);
       p.setPen(Qt::NoPen);
       p.setBrush(c);
@@ -324,12 +327,12 @@ class GpuMapCanvas : public QWidget {
     if (!d.mismatches.isEmpty()) {
       p.setFont(bold);
       p.setPen(kMismatchColor);
-      p.drawText(QRect(x, y + 2, kColumnWidth, 18), Qt::AlignVCenter | Qt::AlignLeft,
+      p.drawText(QRect(x, y + 2, columnWidth(), 18), Qt::AlignVCenter | Qt::AlignLeft,
                  tr("%1 audit mismatch(es)").arg(d.mismatches.size()));
       y += 22;
       p.setFont(small);
       for (const MismatchView& m : d.mismatches) {
-        const QRect r(x, y, kColumnWidth, kMismatchHeight - 2);
+        const QRect r(x, y, columnWidth(), kMismatchHeight - 2);
         p.setPen(QPen(kMismatchColor, 1.5));
         p.setBrush(QColor(0xfd, 0xec, 0xea));
         p.drawRoundedRect(r, 3, 3);

@@ -339,6 +339,13 @@ void MainWindow::connectBridge() {
   connect(bridge_, &TrainerBridge::placementChanged, this, [this](const PlacementView& placement) {
     PlacementView v = placement;
     applyBlockSizes(v, runBlockSizes_);
+    // Names and sizes of this machine's devices, from the plan of the same machine.
+    for (DeviceView& d : v.devices)
+      for (const DeviceView& p : plannedMap_->placement().devices)
+        if (p.label == d.label && !p.simulated) {
+          if (d.name.isEmpty() || d.label == "cpu") d.name = p.name;
+          if (!d.totalBytes) d.totalBytes = p.totalBytes;
+        }
     liveMap_->setPlacement(v);
   });
   connect(bridge_, &TrainerBridge::sampleReady, this, [this](const SampleInfo& s) {

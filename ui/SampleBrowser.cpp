@@ -48,6 +48,7 @@ SampleStrip::SampleStrip(QWidget* parent, int thumbPx) : QWidget(parent), thumbP
   auto* holder = new QWidget(this);
   row_ = new QHBoxLayout(holder);
   row_->setContentsMargins(0, 0, 0, 0);
+  row_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
   row_->addStretch(1);
   auto* scroll = new QScrollArea(this);
   scroll->setWidget(holder);
@@ -76,6 +77,8 @@ void SampleStrip::setSamples(const QVector<SampleInfo>& samples) {
     label->setProperty("sampleIndex", i);
     label->installEventFilter(this);
     label->setFrameShape(QFrame::StyledPanel);
+    label->setFixedSize(thumbPx_ + 6, thumbPx_ + 6);
+    label->setAlignment(Qt::AlignCenter);
     row_->insertWidget(row_->count() - 1, label);
     labels_ << label;
   }

@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QLineEdit>
 #include <QPixmap>
+#include <QSplitter>
 #include <QTabWidget>
 #include <QTextStream>
 #include <QTimer>
@@ -19,7 +20,7 @@ namespace strata::app {
 
 namespace {
 constexpr int kPollMs = 200;
-constexpr int kRunTimeoutMs = 8 * 60 * 1000;
+constexpr int kRunTimeoutMs = 15 * 60 * 1000;
 }  // namespace
 
 ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString planConfig)
@@ -36,6 +37,8 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
 
   // 1. Setup: the loaded config and its planned placement on this machine.
   steps_.push_back({always, [=] {
+                      window_->resize(1560, 960);
+                      if (auto* split = window_->findChild<QSplitter*>("setupSplitter")) split->setSizes({600, 960});
                       originalYaml_ = editor->yamlText();
                       originalPath_ = editor->filePath();
                       tabs->setCurrentIndex(0);
@@ -78,7 +81,7 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                     0});
   steps_.push_back({[=] { return !editor->hasErrors(); }, [=] { window_->startRun(); }, 10000});
   // 5. Mid-run: the live view once a sample exists.
-  steps_.push_back({[=] { return !window_->sampleBrowser()->samples().isEmpty() && window_->lossPlot()->plottedPointCount() > 3; },
+  steps_.push_back({[=] { return !window_->sampleBrowser()->samples().isEmpty() && window_->lossPlot()->plottedPointCount() >= 25; },
                     [=] { shoot("run-live"); }, kRunTimeoutMs});
   // 6. After the run: loss, live map and samples.
   steps_.push_back({[=] { return !window_->bridge()->isActive(); }, [=] { tabs->setCurrentIndex(1); },
