@@ -278,7 +278,9 @@ std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& dev
       const double cap = capGb.size() == 1 ? capGb[0] : capGb[std::min(gpu, capGb.size() - 1)];
       const auto capBytes = static_cast<int64_t>(std::llround(cap * 1e9));
       if (capBytes > 0) {
-        if (dev.totalBytes > 0 && capBytes > dev.totalBytes) {
+        // A simulated card smaller than the cap is just that card (plan --devices 2x8GB
+        // with a 16 GB cap in the config); a real one is a config error.
+        if (dev.totalBytes > 0 && capBytes > dev.totalBytes && !dev.simulated) {
           throw ConfigError("model.gpu_memory_limit_gb: " + gb(capBytes) + " for " + b.device +
                             " exceeds its memory " + gb(dev.totalBytes));
         }

@@ -344,7 +344,11 @@ TEST(DeviceSpec, BudgetsUseCapsAndReserve) {
   EXPECT_EQ(b[0].budgetBytes, 49 * kGB);
   EXPECT_EQ(b[1].budgetBytes, 79 * kGB);
   EXPECT_THROW(makeBudgets(devs, {1, 2, 3}, 1.0), ConfigError);
-  EXPECT_THROW(makeBudgets(devs, {100}, 1.0), ConfigError);
+  b = makeBudgets(devs, {100}, 1.0);  // simulated 80 GB cards under a 100 GB cap: 80 GB
+  EXPECT_EQ(b[0].budgetBytes, 79 * kGB);
+  auto real = devs;
+  for (auto& d : real) d.simulated = false;
+  EXPECT_THROW(makeBudgets(real, {100}, 1.0), ConfigError);
   EXPECT_THROW(makeBudgets(devs, {}, 90.0), ConfigError);
 }
 
