@@ -4,12 +4,15 @@
 #include <QComboBox>
 #include <QDialog>
 #include <QDir>
+#include <QFile>
 #include <QImage>
+#include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include "config/RunConfig.h"
+#include "ui/ConfigEditor.h"
 #include "ui/GpuMapView.h"
 #include "ui/LossPlot.h"
 #include "ui/PlanBackend.h"
@@ -27,6 +30,7 @@ class WidgetsTest : public QObject {
   void gpuMapTooltipsAndMismatches();
   void plannedPlacementOnSimulatedDevices();
   void plannedPlacementReportsBadSpec();
+  void configEditorImportsAnAiToolkitJob();
 };
 
 void WidgetsTest::lossPlotDrawsBatchesOnItsTimer() {
@@ -217,6 +221,51 @@ void WidgetsTest::plannedPlacementReportsBadSpec() {
   const PlacementView v = planPlacementView(cfg, "4xbanana");
   QVERIFY(!v.error.isEmpty());
   QVERIFY(v.devices.isEmpty());
+}
+
+void WidgetsTest::configEditorImportsAnAiToolkitJob() {
+  QTemporaryDir dir;
+  const QString job = dir.filePath("job.yaml");
+  QFile f(job);
+  QVERIFY(f.open(QIODevice::WriteOnly));
+  f.write("job: extension\n"
+          "config:\n"
+          "  name: my_flux_lora\n"
+          "  process:\n"
+          "    - type: sd_trainer\n"
+          "      training_folder: output\n"
+          "      network:\n"
+          "        type: lora\n"
+          "        linear: 32\n"
+          "        linear_alpha: 16\n"
+          "      train:\n"
+          "        steps: 1234\n"
+          "        lr: 2e-4\n"
+          "        noise_scheduler: flowmatch\n"
+          "      model:\n"
+          "        name_or_path: black-forest-labs/FLUX.1-dev\n"
+          "        is_flux: true\n"
+          "        low_vram: true\n");
+  f.close();
+  ConfigEditor editor;
+  QString notes;
+  QVERIFY2(editor.importAiToolkit(job, &notes), qPrintable(notes));
+  QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
+  QCOMPARE(editor.valueText("network.linear"), QString("32"));
+  QCOMPARE(qobject_cast<QSpinBox*>(editor.fieldFor("train.steps"))->value(), 1234);
+  QVERIFY(editor.yamlText().contains("my_flux_lora"));
+  QVERIFY(editor.filePath().isEmpty());  // a new Strata config until saved
+  QVERIFY(editor.isModified());
+  // Not a job file: refused with the reason, nothing changes.
+  const QString bad = dir.filePath("bad.yaml");
+  QFile b(bad);
+  QVERIFY(b.open(QIODevice::WriteOnly));
+  b.write("model: {}\n");
+  b.close();
+  QString error;
+  QVERIFY(!editor.importAiToolkit(bad, &error));
+  QVERIFY(!error.isEmpty());
+  QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
 }
 
 QTEST_MAIN(WidgetsTest)
