@@ -57,12 +57,16 @@ LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> h
   if (!host_) throw Error("LoRA adapter for '" + hostPath_ + "': no host Linear");
   if (rank_ <= 0) throw Error("LoRA adapter for '" + hostPath_ + "': rank must be positive");
   if (!multiplier_) multiplier_ = std::make_shared<LoraMultiplier>();
-  // Created on the host's device, never on a default device (seed bug 1).
-  const auto options = at::TensorOptions().dtype(at::kFloat).device(host_->weight.device());
-  down = register_parameter("lora_A", at::empty({rank_, host_->inFeatures()}, options));
-  up = register_parameter("lora_B", at::zeros({host_->outFeatures(), rank_}, options));
-  torch::NoGradGuard noGrad;
-  torch::nn::init::kaiming_uniform_(down, std::sqrt(5.0));
+  // Drawn by the CPU generator, so the same seed gives the same adapters however
+  // the model is placed; then put on the host's device, never on a default one (seed bug 1).
+  at::Tensor downInit = at::empty({rank_, host_->inFeatures()}, at::kFloat);
+  {
+    torch::NoGradGuard noGrad;
+    torch::nn::init::kaiming_uniform_(downInit, std::sqrt(5.0));
+  }
+  const auto device = host_->weight.device();
+  down = register_parameter("lora_A", downInit.to(device));
+  up = register_parameter("lora_B", at::zeros({host_->outFeatures(), rank_}, at::TensorOptions(at::kFloat).device(device)));
 }
 
 at::Tensor LoraAdapter::delta(const at::Tensor& input, const at::Tensor& /*baseOutput*/) {

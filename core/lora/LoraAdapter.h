@@ -39,8 +39,9 @@ class LoraMultiplier {
 
 class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
  public:
-  // New adapter for `host`: down kaiming-uniform(a = sqrt 5), up zeros, both
-  // float32 on the host weight's device (seed bug 1).
+  // New adapter for `host`: down kaiming-uniform(a = sqrt 5) drawn on the CPU
+  // (placement-independent for a seed), up zeros, both float32 on the host
+  // weight's device (seed bug 1).
   LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha,
               double dropout, std::shared_ptr<const LoraMultiplier> multiplier);
 
