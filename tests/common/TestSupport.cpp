@@ -2,9 +2,13 @@
 
 #include <torch/cuda.h>
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cstdlib>
-#include <random>
+#include <cstring>
 #include <sstream>
+#include <vector>
 
 namespace strata::test {
 
@@ -19,16 +23,19 @@ std::filesystem::path referenceDir() {
 }
 
 TempDir::TempDir() {
-  std::random_device rd;
-  const auto base = std::filesystem::temp_directory_path();
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    auto candidate = base / ("strata-test-" + std::to_string(rd()));
-    if (std::filesystem::create_directory(candidate)) {
-      path_ = candidate;
-      return;
-    }
+  // mkdtemp, not std::random_device: on the GPU machine (LibTorch 2.11 wheel)
+  // every test that made a TempDir crashed through a null function pointer;
+  // std::random_device is the suspect (not confirmed there yet), and mkdtemp is
+  // the simpler tool for a unique folder anyway.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/strata-test-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (::mkdtemp(buffer.data()) == nullptr) {
+    throw std::runtime_error("TempDir: could not create a folder from " + pattern + ": " +
+                             std::strerror(errno));
   }
-  throw std::runtime_error("TempDir: could not create a folder under " + base.string());
+  path_ = buffer.data();
 }
 
 TempDir::~TempDir() {
