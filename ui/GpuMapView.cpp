@@ -242,7 +242,7 @@ class GpuMapCanvas : public QWidget {
     p.setFont(small);
     const QString total = d.totalBytes ? formatBytes(d.totalBytes) : QString();
     p.drawText(QRect(x + 8, top + 2, columnWidth() - 16, 20), Qt::AlignVCenter | Qt::AlignRight, total);
-    QString sub = d.name + (d.simulated ? tr("  (simulated)") : QString());
+    QString sub = d.name + (d.simulated && !d.name.contains("simulated") ? tr("  (simulated)") : QString());
     p.setPen(d.simulated ? QColor(0x9a, 0x6b, 0x00) : palette().color(QPalette::PlaceholderText));
     p.drawText(QRect(x + 8, top + 20, columnWidth() - 16, 18), Qt::AlignVCenter | Qt::AlignLeft,
                p.fontMetrics().elidedText(sub, Qt::ElideRight, columnWidth() - 16));
