@@ -193,6 +193,7 @@ int runRun(const RunArgs& args) {
   opts.runDir = args.runDir;
   opts.stopAfterStep = args.stopAfter;
   opts.configYaml = config::toYaml(loaded.config);
+  opts.reportConfigWarnings = false;  // printed above, with their lines
 #ifdef STRATA_VERSION
   opts.softwareVersion = STRATA_VERSION;
 #endif

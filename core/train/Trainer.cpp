@@ -207,7 +207,8 @@ RunOutcome Trainer::runImpl() {
   // ---- preflight -----------------------------------------------------------
   std::vector<std::string> warnings;
   std::vector<std::string> problems = validateForTraining(cfg_, &warnings);
-  for (const auto& w : warnings) bus_.emit(events::WarningEvent{w, 0});
+  if (options_.reportConfigWarnings)
+    for (const auto& w : warnings) bus_.emit(events::WarningEvent{w, 0});
   if (!options_.resume && options_.runDir.empty()) {
     // A derived folder that holds an earlier run: pick the next free name.
     const auto wanted = runDir_;

@@ -45,6 +45,9 @@ struct TrainerOptions {
   // --stop-after.
   int64_t stopAfterStep = 0;
   std::string softwareVersion = "0.1.0";
+  // Send the config validator's warnings as WarningEvents (the CLI prints them
+  // itself, with their YAML lines, and turns this off).
+  bool reportConfigWarnings = true;
   // The config's YAML as run; empty = written from the config.
   std::string configYaml;
 };

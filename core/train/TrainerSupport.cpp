@@ -64,7 +64,7 @@ std::vector<std::string> validateForTraining(const config::RunConfig& cfg, std::
       p.push_back(problem.format());
       reported.insert(problem.key);
     } else if (warnings) {
-      warnings->push_back(problem.format());
+      warnings->push_back(problem.key + ": " + problem.message);
     }
   }
   // The trainer's own rules, for keys the validator did not already report.
