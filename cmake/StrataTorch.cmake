@@ -19,6 +19,12 @@ message(STATUS "Strata: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
 
 add_library(strata_torch INTERFACE)
 add_library(strata::torch ALIAS strata_torch)
+# The PyTorch wheel's libtorch exports its own copies of std::filesystem symbols;
+# binaries that bind to them crashed on the GPU machine (seen with LD_DEBUG).
+# Naming libstdc++ before LibTorch makes the loader find the system's first.
+if(TORCH_INSTALL_PREFIX MATCHES "site-packages" OR Torch_DIR MATCHES "site-packages")
+  target_link_libraries(strata_torch INTERFACE stdc++)
+endif()
 target_link_libraries(strata_torch INTERFACE ${TORCH_LIBRARIES})
 # TorchConfig puts its flags in TORCH_CXX_FLAGS (the ABI flag among them).
 separate_arguments(_strata_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
