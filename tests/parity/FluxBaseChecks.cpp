@@ -13,6 +13,7 @@
 #include "models/flux/FluxConfig.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
+#include "parity/FluxFixture.h"
 #include "parity/ParityRegistry.h"
 
 namespace fs = std::filesystem;
@@ -20,31 +21,9 @@ using namespace strata;
 
 namespace {
 
-struct Tolerance {
-  double atol = 1e-4;
-  double rtol = 1e-3;
-};
-
-Tolerance toleranceOf(const nlohmann::json& manifest) {
-  Tolerance t;
-  if (manifest.contains("tolerance")) {
-    t.atol = manifest["tolerance"].value("atol", t.atol);
-    t.rtol = manifest["tolerance"].value("rtol", t.rtol);
-  }
-  return t;
-}
-
-flux::FluxInputs inputsOf(const std::map<std::string, at::Tensor>& in) {
-  flux::FluxInputs x;
-  x.img = in.at("hidden_states");
-  x.txt = in.at("encoder_hidden_states");
-  x.pooled = in.at("pooled_projections");
-  x.timestep = in.at("timestep");
-  x.guidance = in.at("guidance");
-  x.imgIds = in.at("img_ids");
-  x.txtIds = in.at("txt_ids");
-  return x;
-}
+using parity::inputsOf;
+using parity::Tolerance;
+using parity::toleranceOf;
 
 void checkForward(const fs::path& dir, const nlohmann::json& manifest, const std::string& weightsFile) {
   const auto cfg = flux::FluxConfig::fromDiffusersJson(manifest.at("config"));

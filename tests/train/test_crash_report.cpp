@@ -1,26 +1,2 @@
-// Prints a stack trace when a test of this executable crashes (SIGSEGV,
-// SIGABRT), so a crash on a machine without a debugger still says where.
-#include <execinfo.h>
-#include <unistd.h>
-
-#include <csignal>
-
-namespace {
-
-extern "C" void strataTrainCrashHandler(int sig) {
-  void* frames[64];
-  const int n = backtrace(frames, 64);
-  const char msg[] = "\n*** crash: stack trace (addr2line -e <binary> for lines) ***\n";
-  (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
-  backtrace_symbols_fd(frames, n, STDERR_FILENO);
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
-const bool kInstalled = [] {
-  std::signal(SIGSEGV, strataTrainCrashHandler);
-  std::signal(SIGBUS, strataTrainCrashHandler);
-  return true;
-}();
-
-}  // namespace
+// Stack traces for crashes in the train tests.
+#include "common/CrashReport.h"
