@@ -25,6 +25,7 @@
 
 using namespace strata;
 using namespace strata::placement;
+using strata::test::RecordingBlock;
 using strata::test::ToyModel;
 
 namespace {
@@ -127,18 +128,6 @@ TEST(PlacementGpuSeedBug3, MultiplierWorksFromAnyDevice) {
   EXPECT_NO_THROW(model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0),
                                 at::randn({2, 32}, kGpu0), *p));
 }
-
-namespace {
-class RecordingBlock : public nn::Block {
- public:
-  nn::BlockIO forward(const nn::BlockIO& io) override {
-    seen.clear();
-    for (const auto& f : io.fields()) seen.push_back(f.defined() ? f.device().str() : "undefined");
-    return io;
-  }
-  std::vector<std::string> seen;
-};
-}  // namespace
 
 TEST(PlacementGpuSeedBug4, RelayCarriesEveryFieldAcrossCards) {
   STRATA_REQUIRE_CUDA_DEVICES(2);

@@ -22,6 +22,7 @@
 
 using namespace strata;
 using namespace strata::placement;
+using strata::test::RecordingBlock;
 using strata::test::ToyModel;
 
 namespace {
@@ -225,19 +226,6 @@ TEST(PlacementSeedBug3, MultiplierWorksFromAnyDevice) {
   EXPECT_TRUE(at::allclose(scaled[0], plain[0] * 0.5));
   EXPECT_TRUE(at::allclose(scaled[1], plain[1] * 2.0));
 }
-
-namespace {
-// Records the device of every BlockIO field it receives.
-class RecordingBlock : public nn::Block {
- public:
-  nn::BlockIO forward(const nn::BlockIO& io) override {
-    seen.clear();
-    for (const auto& f : io.fields()) seen.push_back(f.defined() ? f.device().str() : "undefined");
-    return io;
-  }
-  std::vector<std::string> seen;
-};
-}  // namespace
 
 TEST(PlacementSeedBug4, RelayAndBlocksShareOneIoType) {
   // Compile time: the relay's and every block's signature are the one BlockIO -> BlockIO,

@@ -87,6 +87,17 @@ class ToyModel : public torch::nn::Module, public nn::BlockModel {
   std::vector<std::shared_ptr<ToyBlock>> blocks;
 };
 
+// Records the device of every BlockIO field it receives.
+class RecordingBlock : public nn::Block {
+ public:
+  nn::BlockIO forward(const nn::BlockIO& io) override {
+    seen.clear();
+    for (const auto& f : io.fields()) seen.push_back(f.defined() ? f.device().str() : "undefined");
+    return io;
+  }
+  std::vector<std::string> seen;
+};
+
 // Copies every parameter and buffer of `from` into `to` (same architecture).
 inline void copyWeights(torch::nn::Module& from, torch::nn::Module& to) {
   at::NoGradGuard noGrad;

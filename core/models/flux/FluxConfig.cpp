@@ -164,42 +164,52 @@ FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_
     return n;
   };
 
+  // The keys that carry the dimensions, in each naming; one detection below.
+  struct ShapeKeys {
+    const char* xIn;
+    const char* out;
+    const char* txtIn;
+    const char* pooledIn;
+    const char* guidance;
+    const char* doubleBlocks;
+    const char* singleBlocks;
+    const char* doubleNormQ;
+    const char* singleNormQ;
+    const char* doubleMlp;
+    const char* singleMlp;
+    int64_t singleMlpQkvRows;  // rows of q, k, v fused before the MLP rows, in units of hidden
+  };
+  static const ShapeKeys kBfl{"img_in.weight", "final_layer.linear.weight", "txt_in.weight",
+                              "vector_in.in_layer.weight", "guidance_in.in_layer.weight",
+                              "double_blocks", "single_blocks",
+                              "double_blocks.0.img_attn.norm.query_norm.scale",
+                              "single_blocks.0.norm.query_norm.scale",
+                              "double_blocks.0.img_mlp.0.weight", "single_blocks.0.linear1.weight", 3};
+  static const ShapeKeys kDiffusers{
+      "x_embedder.weight", "proj_out.weight", "context_embedder.weight",
+      "time_text_embed.text_embedder.linear_1.weight",
+      "time_text_embed.guidance_embedder.linear_1.weight", "transformer_blocks",
+      "single_transformer_blocks", "transformer_blocks.0.attn.norm_q.weight",
+      "single_transformer_blocks.0.attn.norm_q.weight", "transformer_blocks.0.ff.net.0.proj.weight",
+      "single_transformer_blocks.0.proj_mlp.weight", 0};
+  const ShapeKeys& k = bfl ? kBfl : kDiffusers;
+
   FluxConfig c;
-  if (bfl) {
-    const auto& xIn = shapeOf("img_in.weight", 2);
-    c.inChannels = xIn[1];
-    const int64_t hidden = xIn[0];
-    c.outChannels = shapeOf("final_layer.linear.weight", 2)[0];
-    c.jointAttentionDim = shapeOf("txt_in.weight", 2)[1];
-    c.pooledProjectionDim = shapeOf("vector_in.in_layer.weight", 2)[1];
-    c.guidanceEmbeds = shapes.count("guidance_in.in_layer.weight") > 0;
-    c.numLayers = countBlocks("double_blocks");
-    c.numSingleLayers = countBlocks("single_blocks");
-    const std::string normKey = c.numLayers > 0 ? "double_blocks.0.img_attn.norm.query_norm.scale"
-                                                : "single_blocks.0.norm.query_norm.scale";
-    c.attentionHeadDim = shapeOf(normKey, 1)[0];
-    c.numAttentionHeads = hidden / c.attentionHeadDim;
-    const int64_t mlp = c.numLayers > 0 ? shapeOf("double_blocks.0.img_mlp.0.weight", 2)[0]
-                                        : shapeOf("single_blocks.0.linear1.weight", 2)[0] - 3 * hidden;
-    c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
-  } else {
-    const auto& xIn = shapeOf("x_embedder.weight", 2);
-    c.inChannels = xIn[1];
-    const int64_t hidden = xIn[0];
-    c.outChannels = shapeOf("proj_out.weight", 2)[0];
-    c.jointAttentionDim = shapeOf("context_embedder.weight", 2)[1];
-    c.pooledProjectionDim = shapeOf("time_text_embed.text_embedder.linear_1.weight", 2)[1];
-    c.guidanceEmbeds = shapes.count("time_text_embed.guidance_embedder.linear_1.weight") > 0;
-    c.numLayers = countBlocks("transformer_blocks");
-    c.numSingleLayers = countBlocks("single_transformer_blocks");
-    const std::string normKey = c.numLayers > 0 ? "transformer_blocks.0.attn.norm_q.weight"
-                                                : "single_transformer_blocks.0.attn.norm_q.weight";
-    c.attentionHeadDim = shapeOf(normKey, 1)[0];
-    c.numAttentionHeads = hidden / c.attentionHeadDim;
-    const int64_t mlp = c.numLayers > 0 ? shapeOf("transformer_blocks.0.ff.net.0.proj.weight", 2)[0]
-                                        : shapeOf("single_transformer_blocks.0.proj_mlp.weight", 2)[0];
-    c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
-  }
+  const auto& xIn = shapeOf(k.xIn, 2);
+  c.inChannels = xIn[1];
+  const int64_t hidden = xIn[0];
+  c.outChannels = shapeOf(k.out, 2)[0];
+  c.jointAttentionDim = shapeOf(k.txtIn, 2)[1];
+  c.pooledProjectionDim = shapeOf(k.pooledIn, 2)[1];
+  c.guidanceEmbeds = shapes.count(k.guidance) > 0;
+  c.numLayers = countBlocks(k.doubleBlocks);
+  c.numSingleLayers = countBlocks(k.singleBlocks);
+  c.attentionHeadDim = shapeOf(c.numLayers > 0 ? k.doubleNormQ : k.singleNormQ, 1)[0];
+  c.numAttentionHeads = hidden / c.attentionHeadDim;
+  const int64_t mlp = c.numLayers > 0
+                          ? shapeOf(k.doubleMlp, 2)[0]
+                          : shapeOf(k.singleMlp, 2)[0] - k.singleMlpQkvRows * hidden;
+  c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
   if (c.attentionHeadDim <= 0 || c.hiddenSize() != c.numAttentionHeads * c.attentionHeadDim)
     throw LoadError("FluxConfig: hidden size is not a multiple of the head dim " +
                     std::to_string(c.attentionHeadDim));
