@@ -36,6 +36,10 @@ std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const
   const LoraTargets targets = config.targetModules.empty()
                                   ? LoraTargets(LoraTargets::fluxDefault().include(), config.excludeModules)
                                   : LoraTargets(config.targetModules, config.excludeModules);
+  // Training an adapter freezes the model it adapts (before the adapters exist,
+  // so only the base is touched): base-weight gradients would double the memory
+  // of every card, which is what the 20 GB-capped proof ran into.
+  for (auto& p : model.parameters()) p.requires_grad_(false);
   std::shared_ptr<LoraNetwork> net(new LoraNetwork());
   for (const auto& [path, linear] : linearModules(model)) {
     if (!targets.matches(path)) continue;

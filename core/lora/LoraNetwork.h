@@ -37,7 +37,8 @@ struct LoraModuleWeights {
 class LoraNetwork {
  public:
   // New adapters (down kaiming-uniform, up zeros) on every nn::Linear of `model`
-  // that the targets match, attached. Throws strata::ConfigError when nothing matches.
+  // that the targets match, attached; every parameter `model` had before is frozen
+  // (requires_grad false). Throws strata::ConfigError when nothing matches.
   static std::shared_ptr<LoraNetwork> create(torch::nn::Module& model, const LoraConfig& config);
   // Adapters with the given weights, attached. Throws strata::LoadError naming a
   // module path that is not an nn::Linear of the model, a duplicate, or a

@@ -18,8 +18,7 @@ struct TinyFlux {
 
   explicit TinyFlux(int64_t batch = 2, uint64_t seed = 7) {
     at::manual_seed(seed);
-    model = std::make_shared<flux::FluxTransformer>(cfg);
-    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    model = std::make_shared<flux::FluxTransformer>(cfg);  // LoraNetwork::create freezes it
     const int64_t h = 4, w = 4, nTxt = 6;
     inputs.img = at::randn({batch, h * w / 4, cfg.inChannels});
     inputs.txt = at::randn({batch, nTxt, cfg.jointAttentionDim});

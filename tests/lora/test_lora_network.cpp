@@ -119,6 +119,30 @@ TEST(LoraAdapter, InitShapesDtypeAndZeroDelta) {
   EXPECT_EQ(a->down.scalar_type(), at::kFloat);
 }
 
+// The base must be frozen by the network itself: a caller that forgets to freeze
+// it would otherwise get base-weight gradients (the model's size again per card).
+TEST(LoraNetwork, CreateFreezesTheBaseAndOnlyAdaptersGetGradients) {
+  TinyFlux f;
+  for (auto& p : f.model->parameters()) p.set_requires_grad(true);  // as a fresh model comes
+  auto net = LoraNetwork::create(*f.model, config(4, 8));
+  randomizeUps(*net);
+  size_t adapterTensors = 0;
+  for (const auto& p : net->parameters()) {
+    EXPECT_TRUE(p.requires_grad());
+    ++adapterTensors;
+  }
+  auto out = f.model->forward(f.inputs);
+  out.square().mean().backward();
+  size_t withGrad = 0;
+  for (const auto& kv : f.model->named_parameters()) {
+    const bool isAdapter = kv.key().find("lora") != std::string::npos;
+    if (kv.value().grad().defined()) ++withGrad;
+    if (!isAdapter) EXPECT_FALSE(kv.value().grad().defined()) << kv.key() << " (base) got a gradient";
+  }
+  for (const auto& p : net->parameters()) EXPECT_TRUE(p.grad().defined());
+  EXPECT_LE(withGrad, adapterTensors);
+}
+
 TEST(LoraAdapter, DeltaIsScaleTimesUpDownX) {
   TinyFlux f;
   auto net = LoraNetwork::create(*f.model, config(3, 6, {"proj_out"}));
