@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "config/RunConfigYaml.h"
@@ -214,15 +215,31 @@ TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
   EXPECT_FALSE(t.running());
 }
 
-// The demo config, shortened: the CI check of issue 5's demo.
-TEST(Demo, ShortRunLossFallsSamplesAndLoraExist) {
+// Mean brightness (0..1) of a sample PNG.
+double meanBrightness(const fs::path& png) {
+  return io::readImage(png).pixels.to(at::kFloat).mean().item<double>() / 255.0;
+}
+
+// The demo config as shipped (about 2.5 minutes on two cores): the CI check of
+// issue 5's demo. Besides a falling loss, the samples must learn the prompt: the
+// "light background" prompt's sample must come out much brighter than the two
+// "dark background" ones, which it is not at step 0. Measured here: the gap is
+// about 0 at step 0, still mixed at 400 steps, and 0.6 from step 1000 on.
+// Fewer steps would not test what the README promises.
+TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
   const auto demo = test::sourceDir() / "configs" / "demo.yaml";
   if (!fs::exists(demo)) GTEST_SKIP() << "configs/demo.yaml not found";
   test::ScratchDir tmp;
   auto loaded = config::loadRunConfig(demo);
-  config::applyOverrides(loaded, {"train.steps=60", "sample.sample_every=30", "save.save_every=30",
-                                  "job.training_folder=" + tmp.path().string()});
+  config::applyOverrides(loaded, {"job.training_folder=" + tmp.path().string()});
+  const int64_t totalSteps = loaded.config.train.steps;
+  ASSERT_GE(totalSteps, 1000);
+  loaded.config.sample.sampleEvery = totalSteps;  // samples at step 0 and at the end only
   for (const auto& p : loaded.problems) ASSERT_FALSE(p.isError()) << p.format();
+  ASSERT_EQ(loaded.config.sample.prompts.size(), 3u);
+  ASSERT_NE(loaded.config.sample.prompts[1].find("light background"), std::string::npos);
+  ASSERT_NE(loaded.config.sample.prompts[0].find("dark background"), std::string::npos);
+  ASSERT_NE(loaded.config.sample.prompts[2].find("dark background"), std::string::npos);
   events::EventBus bus;
   Recorder rec;
   auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
@@ -232,19 +249,31 @@ TEST(Demo, ShortRunLossFallsSamplesAndLoraExist) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RecordProperty("seconds", std::to_string(secs));
   const auto steps = rec.of<events::StepEvent>();
-  ASSERT_EQ(steps.size(), 60u);
+  ASSERT_EQ(static_cast<int64_t>(steps.size()), totalSteps);
   double first = 0, last = 0;
-  for (int i = 0; i < 10; ++i) {
-    first += steps[static_cast<size_t>(i)].loss / 10;
-    last += steps[steps.size() - 1 - static_cast<size_t>(i)].loss / 10;
+  for (int i = 0; i < 20; ++i) {
+    first += steps[static_cast<size_t>(i)].loss / 20;
+    last += steps[steps.size() - 1 - static_cast<size_t>(i)].loss / 20;
   }
-  EXPECT_LT(last, first * 0.8) << "first 10 steps " << first << ", last 10 " << last;
+  EXPECT_LT(last, first * 0.5) << "first 20 steps " << first << ", last 20 " << last;
+
   const auto samples = rec.of<events::SampleEvent>();
-  ASSERT_FALSE(samples.empty());
+  ASSERT_EQ(samples.size(), 6u);  // 3 prompts at step 0 and at the end
+  std::map<int64_t, std::vector<double>> brightness;  // step -> per prompt
   for (const auto& s : samples) {
     ASSERT_TRUE(fs::exists(s.path)) << s.path;
     EXPECT_EQ(io::readImage(s.path).text.at("prompt"), s.prompt);
+    brightness[s.step].push_back(meanBrightness(s.path));
   }
+  auto gap = [&](int64_t step) {
+    const auto& b = brightness.at(step);
+    return b.at(1) - std::max(b.at(0), b.at(2));  // light minus the brighter dark one
+  };
+  std::cout << "[demo] " << secs << " s; loss " << first << " -> " << last << "; brightness light - dark: step 0 "
+            << gap(0) << ", step " << totalSteps << " " << gap(totalSteps) << "\n";
+  EXPECT_LT(std::abs(gap(0)), 0.1) << "at step 0 the prompts should not matter yet";
+  EXPECT_GT(gap(totalSteps), 0.3) << "at the end the light-background prompt should give a much brighter sample";
+
   const auto exports = rec.of<events::ExportEvent>();
   ASSERT_FALSE(exports.empty());
   const auto fcfg = flux::FluxConfig::tiny();
