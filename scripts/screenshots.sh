@@ -10,7 +10,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${STRATA_BUILD_DIR:-$ROOT/build}"
 OUT="$ROOT/docs/screenshots"
-STEPS=120
+STEPS=1500  # the whole demo: the sample grid shows noise turning into the prompts
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
