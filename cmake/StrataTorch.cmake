@@ -19,11 +19,19 @@ message(STATUS "Strata: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
 
 add_library(strata_torch INTERFACE)
 add_library(strata::torch ALIAS strata_torch)
-# The PyTorch wheel's libtorch exports its own copies of std::filesystem symbols;
-# binaries that bind to them crashed on the GPU machine (seen with LD_DEBUG).
-# Naming libstdc++ before LibTorch makes the loader find the system's first.
+# With the PyTorch wheel's LibTorch, binaries crashed in std::filesystem code
+# (seen with LD_DEBUG on the GPU machine): its toolchain linked libstdc++
+# statically into them, so two copies met in one process (ours and the shared
+# one LibTorch loads). Linking the shared libstdc++.so.6 first, in the link
+# options (which precede the objects) and with --no-as-needed, leaves one copy.
+set(_strata_wheel_torch OFF)
 if(TORCH_INSTALL_PREFIX MATCHES "site-packages" OR Torch_DIR MATCHES "site-packages")
-  target_link_libraries(strata_torch INTERFACE stdc++)
+  set(_strata_wheel_torch ON)
+endif()
+option(STRATA_LIBSTDCXX_FIRST "Link the shared libstdc++ first (needed with the PyTorch wheel's LibTorch)"
+       ${_strata_wheel_torch})
+if(STRATA_LIBSTDCXX_FIRST)
+  target_link_options(strata_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed -l:libstdc++.so.6 -Wl,--pop-state")
 endif()
 target_link_libraries(strata_torch INTERFACE ${TORCH_LIBRARIES})
 # TorchConfig puts its flags in TORCH_CXX_FLAGS (the ABI flag among them).

@@ -6,11 +6,6 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$ROOT/gpu-logs}"; mkdir -p "$OUT"
 BUILD="${STRATA_BUILD_DIR:-/tmp/strata-build}"
-# Verified workaround for the wheel's exported std::filesystem copies (see
-# cmake/StrataTorch.cmake, whose link-order fix is not yet confirmed there).
-if [ -e /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
-  export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}
-fi
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv | tee "$OUT/gpus.txt"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_UI=OFF \

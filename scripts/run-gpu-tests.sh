@@ -5,11 +5,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${STRATA_BUILD_DIR:-$ROOT/build-gpu}"
-# Verified workaround for the wheel's exported std::filesystem copies (see
-# cmake/StrataTorch.cmake, whose link-order fix is not yet confirmed there).
-if [ -e /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
-  export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}
-fi
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_UI=OFF \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX"
