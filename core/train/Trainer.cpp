@@ -7,6 +7,7 @@
 #include <cmath>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -297,6 +298,7 @@ RunOutcome Trainer::runImpl() {
         st->ema->registerWith(*st->placement);
       }
       st->schedule = std::make_unique<LrSchedule>(tc.lrScheduler, tc.lr, tc.steps, tc.lrWarmupSteps);
+      if (tc.dtype == config::DType::FP16) st->scaler = LossScaler(LossScalerOptions{});
       if (tc.gradientCheckpointing) {
         st->checkpointed = std::make_unique<CheckpointedRunner>(*st->placement);
         st->runner = st->checkpointed.get();
@@ -359,6 +361,8 @@ RunOutcome Trainer::runImpl() {
     st->skippedItems = s.value("skipped_items", int64_t{0});
     st->lossEmaRaw = s.value("loss_ema_raw", 0.0);
     st->lossCount = s.value("loss_count", int64_t{0});
+    if (st->scaler.enabled() && s.contains("loss_scale"))
+      st->scaler.restore(s.value("loss_scale", 1.0), s.value("loss_scale_clean_steps", int64_t{0}));
     st->lastCheckpoint = folder.latestCheckpoint()->path.string();
     st->lastCheckpointStep = startStep;
     folder.truncateLogsAfter(startStep);
@@ -386,6 +390,10 @@ RunOutcome Trainer::runImpl() {
                {"lora_alpha", cfg_.network.linearAlpha},
                {"ema", st->ema != nullptr},
                {"ema_updates", st->ema ? st->ema->numUpdates() : 0}};
+    if (st->scaler.enabled()) {
+      d.state["loss_scale"] = st->scaler.scale();
+      d.state["loss_scale_clean_steps"] = st->scaler.cleanSteps();
+    }
     try {
       const auto path = writeCheckpoint(folder, d);
       st->lastCheckpoint = path.string();
@@ -469,16 +477,33 @@ RunOutcome Trainer::runImpl() {
           throw NonFiniteLoss("loss is " + std::string(std::isnan(v) ? "NaN" : "Inf") + " at step " +
                               std::to_string(step + 1));
         }
-        (loss / static_cast<double>(microBatches)).backward();
+        st->scaler.scaled(loss / static_cast<double>(microBatches)).backward();
         lossSum += v;
       }
-      const double gradNormValue = clipGradNorm(st->network->parameters(), tc.maxGradNorm);
-      if (!std::isfinite(gradNormValue))
-        throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
-      st->optimizer->step();
+      const auto params = st->network->parameters();
+      // fp16: gradients that overflowed at this loss scale skip the step (and
+      // halve the scale); everywhere else a non-finite gradient stops the run.
+      const double scaleUsed = st->scaler.scale();
+      const bool finiteGrads = st->scaler.unscale(params);
+      st->scaler.update(finiteGrads);
+      double gradNormValue = std::numeric_limits<double>::quiet_NaN();
+      if (finiteGrads) {
+        gradNormValue = clipGradNorm(params, tc.maxGradNorm);
+        if (!std::isfinite(gradNormValue))
+          throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
+        st->optimizer->step();
+      } else if (st->scaler.exhausted()) {
+        throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) +
+                            " even at fp16 loss scale " + std::to_string(scaleUsed));
+      } else {
+        bus_.emit(events::WarningEvent{"step " + std::to_string(step + 1) + ": fp16 gradients overflowed at loss scale " +
+                                           std::to_string(scaleUsed) + "; step skipped, scale now " +
+                                           std::to_string(st->scaler.scale()),
+                                       step + 1});
+      }
       ++step;
       step_ = step;
-      if (st->ema) st->ema->update(step);
+      if (st->ema && finiteGrads) st->ema->update(step);
 
       const double loss = lossSum / static_cast<double>(microBatches);
       lastLoss = loss;
@@ -506,6 +531,8 @@ RunOutcome Trainer::runImpl() {
                              {"images_per_sec", se.imagesPerSec}};
       for (const auto& m : se.memory)
         if (m.allocatedBytes > 0) line["allocated_bytes"][m.device] = m.allocatedBytes;
+      if (st->scaler.enabled()) line["loss_scale"] = scaleUsed;
+      if (!finiteGrads) line["skipped"] = true;
       folder.appendMetrics(line);
       bus_.emit(se);
 

@@ -23,6 +23,7 @@
 #include "train/Datasets.h"
 #include "train/Ema.h"
 #include "train/LrSchedule.h"
+#include "train/LossScaler.h"
 #include "train/OptimizerState.h"
 #include "train/RunFolder.h"
 #include "train/TextEmbedder.h"
@@ -52,6 +53,7 @@ struct Trainer::State {
   std::unique_ptr<WordEmbedder> promptEmbedder;
   TextEmbedding emptyPrompt;
   std::unique_ptr<LrSchedule> schedule;
+  LossScaler scaler;  // enabled for fp16 compute only
   at::Generator gen;
   std::vector<c10::Device> devices;
   bool pixelCode = false;  // the shapes demo: latents are the pixel code

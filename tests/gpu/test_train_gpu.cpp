@@ -1,13 +1,19 @@
 // GPU checks of the trainer (label gpu; they skip without CUDA): everything a
 // run allocates is released at its end; a split over two GPUs with EMA passes
-// the audit and trains.
+// the audit and trains; fp16 runs through the loss scaler.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
+#include <iostream>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "device/DeviceInventory.h"
 #include "events/EventBus.h"
 #include "common/TestSupport.h"
+#include "train/RunFolder.h"
 #include "train/ScratchDir.h"
 #include "train/Trainer.h"
 #include "train/TrainerSupport.h"
@@ -95,4 +101,50 @@ TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
   EXPECT_EQ(devices, (std::set<std::string>{"cuda:0", "cuda:1"}));
   EXPECT_EQ(allocated(0), 0);
   EXPECT_EQ(allocated(1), 0);
+}
+
+// fp16 compute goes through the loss scaler: every step logs the scale it used,
+// the loss stays finite, and the checkpoint keeps the scale for a resume.
+TEST(TrainGpu, Fp16RunScalesTheLossAndCheckpointsTheScale) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  test::ScratchDir tmp;
+  auto cfg = gpuTiny(tmp.path());
+  cfg.train.dtype = config::DType::FP16;
+  cfg.train.steps = 8;
+  cfg.save.saveEvery = 4;
+  events::EventBus bus;
+  std::vector<events::StepEvent> steps;
+  std::vector<std::string> warnings;
+  auto sub = bus.subscribe([&](const events::Event& e) {
+    if (auto* s = std::get_if<events::StepEvent>(&e)) steps.push_back(*s);
+    if (auto* w = std::get_if<events::WarningEvent>(&e)) warnings.push_back(w->message);
+  });
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  Trainer t(cfg, bus, o);
+  ASSERT_EQ(t.run(), RunOutcome::Finished);
+  ASSERT_EQ(steps.size(), 8u);
+  for (const auto& s : steps) EXPECT_TRUE(std::isfinite(s.loss)) << "step " << s.step;
+  for (const auto& w : warnings) std::cout << "[fp16] warning: " << w << "\n";
+
+  RunFolder folder(tmp / "run");
+  std::ifstream metrics(folder.metricsPath());
+  std::string line;
+  int lines = 0, skipped = 0;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("loss_scale")) << line;
+    EXPECT_GE(j["loss_scale"].get<double>(), 1.0);
+    if (j.value("skipped", false)) ++skipped;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 8);
+  EXPECT_LT(skipped, 8) << "every step overflowed";
+  const auto latest = folder.latestCheckpoint();
+  ASSERT_TRUE(latest);
+  const auto data = readCheckpoint(latest->path);
+  ASSERT_TRUE(data.state.contains("loss_scale"));
+  std::cout << "[fp16] 8 steps, " << skipped << " skipped; checkpointed loss scale "
+            << data.state["loss_scale"].get<double>() << "\n";
+  EXPECT_EQ(allocated(0), 0);
 }

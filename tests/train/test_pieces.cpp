@@ -6,6 +6,7 @@
 #include "common/Error.h"
 #include "train/FlowMatching.h"
 #include "train/GradClip.h"
+#include "train/LossScaler.h"
 #include "train/LrSchedule.h"
 #include "train/RngState.h"
 
@@ -115,6 +116,72 @@ TEST(GradClip, NonFiniteNormIsReportedNotApplied) {
   a.mutable_grad() = at::tensor({NAN, 1.0f});
   EXPECT_TRUE(std::isnan(clipGradNorm({a}, 1.0)));
   EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 1.0f);
+}
+
+TEST(LossScaler, DisabledChangesNothing) {
+  LossScaler off;
+  EXPECT_FALSE(off.enabled());
+  auto a = at::zeros({2}).requires_grad_(true);
+  a.mutable_grad() = at::tensor({NAN, 2.0f});
+  const auto loss = at::tensor(3.0f);
+  EXPECT_FLOAT_EQ(off.scaled(loss).item<float>(), 3.0f);
+  EXPECT_TRUE(off.unscale({a}));  // disabled: the caller's own checks decide
+  EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 2.0f);
+  off.update(false);
+  EXPECT_DOUBLE_EQ(off.scale(), 1.0);
+  EXPECT_FALSE(off.exhausted());
+}
+
+TEST(LossScaler, ScaledBackwardThenUnscaleGivesTheTrueGradients) {
+  LossScaler scaler{LossScalerOptions{}};
+  ASSERT_TRUE(scaler.enabled());
+  EXPECT_DOUBLE_EQ(scaler.scale(), 65536.0);
+  auto w = at::tensor({0.5f, -1.5f}).requires_grad_(true);
+  const auto x = at::tensor({2.0f, 4.0f});
+  scaler.scaled((w * x).sum()).backward();
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), 2.0f * 65536.0f);
+  ASSERT_TRUE(scaler.unscale({w}));
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), 2.0f);
+  EXPECT_FLOAT_EQ(w.grad()[1].item<float>(), 4.0f);
+}
+
+TEST(LossScaler, OverflowSkipsAndHalvesCleanStepsGrowTheScale) {
+  LossScalerOptions o;
+  o.initScale = 8.0;
+  o.growthInterval = 3;
+  o.minScale = 1.0;
+  LossScaler scaler(o);
+  auto a = at::zeros({2}).requires_grad_(true);
+  a.mutable_grad() = at::tensor({INFINITY, 1.0f});
+  EXPECT_FALSE(scaler.unscale({a}));
+  EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 1.0f);  // left as they were
+  scaler.update(false);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 4.0);
+  for (int i = 0; i < 2; ++i) scaler.update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 4.0);
+  EXPECT_EQ(scaler.cleanSteps(), 2);
+  scaler.update(false);  // an overflow restarts the count
+  EXPECT_EQ(scaler.cleanSteps(), 0);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 2.0);
+  for (int i = 0; i < 3; ++i) scaler.update(true);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 4.0);
+  EXPECT_EQ(scaler.cleanSteps(), 0);
+  EXPECT_FALSE(scaler.exhausted());
+  for (int i = 0; i < 3; ++i) scaler.update(false);  // 4 -> 0.5: below minScale
+  EXPECT_TRUE(scaler.exhausted());
+}
+
+TEST(LossScaler, RestoreTakesACheckpointedStateAndRefusesBadOnes) {
+  LossScaler scaler{LossScalerOptions{}};
+  scaler.restore(1024.0, 17);
+  EXPECT_DOUBLE_EQ(scaler.scale(), 1024.0);
+  EXPECT_EQ(scaler.cleanSteps(), 17);
+  EXPECT_THROW(scaler.restore(0.0, 0), Error);
+  EXPECT_THROW(scaler.restore(NAN, 0), Error);
+  EXPECT_THROW(scaler.restore(2.0, -1), Error);
+  LossScalerOptions bad;
+  bad.backoffFactor = 1.5;
+  EXPECT_THROW(LossScaler{bad}, Error);
 }
 
 TEST(RngState, CaptureAndRestoreRepeatsDraws) {
