@@ -496,9 +496,9 @@ RunOutcome Trainer::runImpl() {
         throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) +
                             " even at fp16 loss scale " + std::to_string(scaleUsed));
       } else {
-        bus_.emit(events::WarningEvent{"step " + std::to_string(step + 1) + ": fp16 gradients overflowed at loss scale " +
-                                           std::to_string(scaleUsed) + "; step skipped, scale now " +
-                                           std::to_string(st->scaler.scale()),
+        bus_.emit(events::WarningEvent{"step " + std::to_string(step + 1) +
+                                           ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
+                                           "; step skipped, scale now " + std::to_string(st->scaler.scale()),
                                        step + 1});
       }
       ++step;
