@@ -16,10 +16,12 @@
 #include "common/TestSupport.h"
 #include "common/TorchCompat.h"
 #include "io/Safetensors.h"
+#include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
+#include "parity/FluxFixture.h"
 
 #ifdef STRATA_HAS_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -49,18 +51,6 @@ std::vector<std::pair<fs::path, nlohmann::json>> fluxFixtures() {
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
-}
-
-FluxInputs fixtureInputs(const std::map<std::string, at::Tensor>& in, const at::Device& device) {
-  FluxInputs x;
-  x.img = in.at("hidden_states").to(device);
-  x.txt = in.at("encoder_hidden_states").to(device);
-  x.pooled = in.at("pooled_projections").to(device);
-  x.timestep = in.at("timestep").to(device);
-  x.guidance = in.at("guidance").to(device);
-  x.imgIds = in.at("img_ids").to(device);
-  x.txtIds = in.at("txt_ids").to(device);
-  return x;
 }
 
 double relL2(const at::Tensor& a, const at::Tensor& ref) {
@@ -119,13 +109,13 @@ TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
     for (const char* weights : {"transformer.safetensors", "transformer_bfl.safetensors"}) {
       FluxTransformer f32(cfg, {cuda, at::kFloat});
       loadFluxWeights(f32, dir / weights);
-      const auto out32 = f32.forward(fixtureInputs(inputs, cuda));
+      const auto out32 = f32.forward(parity::inputsOf(inputs, cuda));
       EXPECT_TRUE(out32.is_cuda());
       EXPECT_TRUE(test::allClose(out32, ref, atol, rtol)) << weights << " float32 on CUDA";
 
       FluxTransformer bf16(cfg, {cuda, at::kBFloat16});
       loadFluxWeights(bf16, dir / weights);
-      const auto out16 = bf16.forward(fixtureInputs(inputs, cuda));
+      const auto out16 = bf16.forward(parity::inputsOf(inputs, cuda));
       EXPECT_EQ(out16.scalar_type(), at::kBFloat16);
       const double rel = relL2(out16, ref);
       std::cout << "[flux gpu]   " << weights << ": bf16 relative L2 error " << rel << ", max abs error "
@@ -144,6 +134,53 @@ TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
                                     inputs.at("pooled_projections").to(cuda), sampling.at("guidance").get<double>(),
                                     sigmas);
     EXPECT_TRUE(test::allClose(final, outputs.at("sample_final"), atol, rtol)) << "sample on CUDA";
+  }
+}
+
+// The fixture's LoRA on CUDA in float32: forward, loss, the LoRA gradients and
+// one AdamW step equal the peft reference (the CPU versions are in tests/parity).
+TEST(FluxGpu, LoraForwardGradientsAndAdamWOnCudaEqualTheReference) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const at::Device cuda(at::kCUDA, 0);
+  const auto fixtures = fluxFixtures();
+  ASSERT_FALSE(fixtures.empty()) << "no flux_transformer fixture under " << test::referenceDir();
+  for (const auto& [dir, manifest] : fixtures) {
+    SCOPED_TRACE(dir.string());
+    const auto cfg = FluxConfig::fromDiffusersJson(manifest.at("config"));
+    const auto tol = parity::toleranceOf(manifest);
+    const auto inputs = io::loadSafetensors(dir / "inputs.safetensors");
+    const auto outputs = io::loadSafetensors(dir / "outputs.safetensors");
+    FluxTransformer model(cfg, {cuda, at::kFloat});
+    loadFluxWeights(model, dir / "transformer.safetensors");
+    for (auto& p : model.parameters()) p.set_requires_grad(false);
+    lora::LoraLoadOptions options;
+    options.alpha = manifest.at("lora").at("alpha").get<double>();
+    auto net = lora::loadLoraNetwork(model, cfg, dir / "lora.safetensors", options);
+    for (const auto& p : net->parameters()) ASSERT_TRUE(p.is_cuda());
+
+    const auto out = model.forward(parity::inputsOf(inputs, cuda));
+    EXPECT_TRUE(test::allClose(out, outputs.at("output_lora"), tol.atol, tol.rtol)) << "output_lora on CUDA";
+    const auto loss = (out - inputs.at("target").to(cuda)).pow(2).mean();
+    const auto& refLoss = outputs.at("loss");
+    EXPECT_TRUE(test::allClose(loss.reshape(refLoss.sizes()), refLoss, tol.atol, tol.rtol)) << "loss on CUDA";
+    loss.backward();
+
+    const auto grads = io::loadSafetensors(dir / "lora_grads.safetensors");
+    const auto after = io::loadSafetensors(dir / "lora_after_adamw.safetensors");
+    const auto sd = net->stateDict("transformer.");
+    size_t compared = 0;
+    for (const auto& [key, param] : sd) {
+      ASSERT_TRUE(grads.count(key)) << key << " has no reference gradient";
+      ASSERT_TRUE(param.grad().defined()) << key;
+      EXPECT_TRUE(test::allClose(param.grad(), grads.at(key), tol.atol, tol.rtol)) << "grad " << key;
+      ++compared;
+    }
+    torch::optim::AdamW optimizer(net->parameters(), parity::adamwOptionsOf(manifest));
+    optimizer.step();
+    for (const auto& [key, param] : sd)
+      EXPECT_TRUE(test::allClose(param, after.at(key), tol.atol, tol.rtol)) << "after AdamW " << key;
+    std::cout << "[flux gpu] LoRA on CUDA: output, loss, " << compared << " gradients and AdamW compared" << std::endl;
+    EXPECT_GT(compared, 0u);
   }
 }
 

@@ -1,10 +1,13 @@
 #pragma once
-// Helpers shared by the FLUX transformer parity checks: the manifest's
-// tolerance and the fixture inputs as model inputs.
+// Helpers shared by the FLUX transformer parity checks (CPU, label parity) and
+// their CUDA versions (label gpu): the manifest's tolerance, the fixture inputs
+// as model inputs, the reference's AdamW settings.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <torch/optim/adamw.h>
 
 #include <map>
+#include <regex>
 #include <string>
 
 #include "models/flux/FluxTransformer.h"
@@ -26,16 +29,47 @@ inline Tolerance toleranceOf(const nlohmann::json& manifest) {
 }
 
 // inputs.safetensors of a flux_transformer fixture, as the model takes them.
-inline flux::FluxInputs inputsOf(const std::map<std::string, at::Tensor>& in) {
+inline flux::FluxInputs inputsOf(const std::map<std::string, at::Tensor>& in,
+                                 const at::Device& device = at::kCPU) {
   flux::FluxInputs x;
-  x.img = in.at("hidden_states");
-  x.txt = in.at("encoder_hidden_states");
-  x.pooled = in.at("pooled_projections");
-  x.timestep = in.at("timestep");
-  x.guidance = in.at("guidance");
-  x.imgIds = in.at("img_ids");
-  x.txtIds = in.at("txt_ids");
+  x.img = in.at("hidden_states").to(device);
+  x.txt = in.at("encoder_hidden_states").to(device);
+  x.pooled = in.at("pooled_projections").to(device);
+  x.timestep = in.at("timestep").to(device);
+  x.guidance = in.at("guidance").to(device);
+  x.imgIds = in.at("img_ids").to(device);
+  x.txtIds = in.at("txt_ids").to(device);
   return x;
+}
+
+// AdamW settings: a manifest "optimizer" object if there is one, else the numbers
+// in the description of lora_after_adamw.safetensors, else torch's defaults with
+// the reference's lr 1e-3 and weight decay 0.01.
+inline torch::optim::AdamWOptions adamwOptionsOf(const nlohmann::json& manifest) {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 0.01;
+  std::string text;
+  if (manifest.contains("files") && manifest["files"].contains("lora_after_adamw.safetensors"))
+    text = manifest["files"]["lora_after_adamw.safetensors"].get<std::string>();
+  const std::string num = "([0-9.]+(?:e-?[0-9]+)?)";
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex("lr " + num))) lr = std::stod(m[1]);
+  if (std::regex_search(text, m, std::regex("betas " + num + "/" + num))) {
+    beta1 = std::stod(m[1]);
+    beta2 = std::stod(m[2]);
+  }
+  if (std::regex_search(text, m, std::regex("eps " + num))) eps = std::stod(m[1]);
+  if (std::regex_search(text, m, std::regex("weight_decay " + num))) wd = std::stod(m[1]);
+  if (manifest.contains("optimizer")) {
+    const auto& o = manifest["optimizer"];
+    lr = o.value("lr", lr);
+    eps = o.value("eps", eps);
+    wd = o.value("weight_decay", wd);
+    if (o.contains("betas")) {
+      beta1 = o["betas"].at(0).get<double>();
+      beta2 = o["betas"].at(1).get<double>();
+    }
+  }
+  return torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(wd);
 }
 
 }  // namespace strata::parity

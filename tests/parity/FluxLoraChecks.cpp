@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
 
-#include <regex>
 #include <set>
 
 #include "common/TestSupport.h"
@@ -24,39 +23,10 @@ using namespace strata;
 
 namespace {
 
+using parity::adamwOptionsOf;
 using parity::inputsOf;
 using parity::Tolerance;
 using parity::toleranceOf;
-
-// AdamW settings: a manifest "optimizer" object if there is one, else the numbers
-// in the description of lora_after_adamw.safetensors, else torch's defaults with
-// the reference's lr 1e-3 and weight decay 0.01.
-torch::optim::AdamWOptions adamwOptionsOf(const nlohmann::json& manifest) {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, wd = 0.01;
-  std::string text;
-  if (manifest.contains("files") && manifest["files"].contains("lora_after_adamw.safetensors"))
-    text = manifest["files"]["lora_after_adamw.safetensors"].get<std::string>();
-  const std::string num = "([0-9.]+(?:e-?[0-9]+)?)";
-  std::smatch m;
-  if (std::regex_search(text, m, std::regex("lr " + num))) lr = std::stod(m[1]);
-  if (std::regex_search(text, m, std::regex("betas " + num + "/" + num))) {
-    beta1 = std::stod(m[1]);
-    beta2 = std::stod(m[2]);
-  }
-  if (std::regex_search(text, m, std::regex("eps " + num))) eps = std::stod(m[1]);
-  if (std::regex_search(text, m, std::regex("weight_decay " + num))) wd = std::stod(m[1]);
-  if (manifest.contains("optimizer")) {
-    const auto& o = manifest["optimizer"];
-    lr = o.value("lr", lr);
-    eps = o.value("eps", eps);
-    wd = o.value("weight_decay", wd);
-    if (o.contains("betas")) {
-      beta1 = o["betas"].at(0).get<double>();
-      beta2 = o["betas"].at(1).get<double>();
-    }
-  }
-  return torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(wd);
-}
 
 // The base model of the folder with the folder's LoRA file applied at alpha/r.
 struct LoraFixture {
