@@ -1,5 +1,7 @@
 #include "config/Validator.h"
 
+#include "device/DeviceInventory.h"
+
 #include "common/TorchCompat.h"
 #include "config/ConfigSchema.h"
 
@@ -151,6 +153,16 @@ class Checker {
 
     if (onCpu && !m.gpuIds.empty())
       warning("model.gpu_ids", "ignored: model.device is cpu" + lineOf("model.device"));
+
+    // On the CPU, fp16 needs a LibTorch with fp16 CPU kernels (a property of this
+    // build, not of the config); without them step 1 would fail in the first Linear.
+    const bool cpuRun = onCpu || (m.device == ComputeDevice::Auto && opt_.devices && gpus().empty());
+    if (cpuRun && cfg_.train.dtype == DType::FP16 && !device::cpuHasHalfMatmul())
+      error("train.dtype",
+            "fp16 on the CPU: this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) + "." +
+                std::to_string(TORCH_VERSION_MINOR) + ") has no fp16 matrix multiply on the CPU" +
+                lineOf(onCpu ? "model.device" : ""),
+            "use dtype: fp32 (or bf16) on the CPU");
 
     if (m.splitModelOverGpus) {
       if (onCpu) {

@@ -1,8 +1,9 @@
 #pragma once
 // The rules a run config must pass before anything is loaded: every problem at
 // once, each with severity, key, line/column (from the SourceMap) and a hint.
-// Pure: the caller passes the devices (the CLI from device::listDevices(), tests
-// a hand-made list); nothing here queries CUDA or the clock.
+// Pure but for one build probe: the caller passes the devices (the CLI from
+// device::listDevices(), tests a hand-made list); nothing here queries CUDA or
+// the clock. The probe is device::cpuHasHalfMatmul (fp16 on the CPU).
 #include "config/Problem.h"
 #include "config/RunConfig.h"
 #include "config/RunConfigYaml.h"

@@ -255,6 +255,20 @@ void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>&
   }
 }
 
+bool cpuHasHalfMatmul() {
+  static const bool has = [] {
+    try {
+      const auto a = at::ones({2, 2}, at::TensorOptions().dtype(at::kHalf));
+      (void)at::mm(a, a);
+      (void)at::addmm(a, a, a);  // what nn::Linear runs
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 bool isOutOfMemory(const std::exception& e) {
   const std::string what = e.what();
   return what.find("out of memory") != std::string::npos ||

@@ -61,6 +61,10 @@ void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>&
 // True when `what` is an allocator out-of-memory message.
 bool isOutOfMemory(const std::exception& e);
 
+// Whether this LibTorch can multiply fp16 matrices on the CPU (1.13 cannot:
+// "addmm_impl_cpu_ not implemented for 'Half'"). Probed once with a 2x2 product.
+bool cpuHasHalfMatmul();
+
 // Rethrows the exception in flight. An out-of-memory becomes a PlacementError
 // naming the device, its cap, what was in use and what was being allocated;
 // anything else is rethrown unchanged. Call it only inside a catch block.

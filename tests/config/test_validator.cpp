@@ -9,6 +9,7 @@
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
+#include "device/DeviceInventory.h"
 
 namespace strata::config {
 namespace {
@@ -145,6 +146,24 @@ TEST(Validator, Bf16OnAPreAmpereCardSuggestsFp16) {
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasKey(check(noDtype, std::vector{gpu(0, 7)}), "train.dtype"));
+}
+
+// fp16 on the CPU depends on the LibTorch build (1.13 has no fp16 CPU matmul):
+// where the build lacks it, the config is refused before anything runs, naming
+// train.dtype and its line; where it has it, the config is clean.
+TEST(Validator, Fp16OnTheCpuFollowsWhatThisLibTorchCanDo) {
+  const std::string yaml = std::string(kBase) + "train:\n  dtype: fp16\n";  // dtype on line 11
+  const auto problems = check(yaml);
+  if (device::cpuHasHalfMatmul()) {
+    EXPECT_TRUE(problems.empty()) << test::dump(problems);
+  } else {
+    EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.dtype", 11, "no fp16 matrix multiply on the CPU"))
+        << test::dump(problems);
+  }
+  // On a GPU the rule does not apply.
+  const std::string onGpu = std::string(yaml).replace(yaml.find("device: cpu"), 11, "device: cuda");
+  for (const auto& p : check(onGpu, std::vector{gpu(0, 9, 141)}))
+    EXPECT_NE(p.key, "train.dtype") << p.format();
 }
 
 TEST(Validator, WrongTypesAreErrorsWithTheirLine) {
