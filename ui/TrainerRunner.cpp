@@ -35,7 +35,7 @@ bool runTrainer(train::Trainer& trainer, const ControlSink& sink) {
 void reportFailure(events::EventBus& bus, const std::string& message) {
   events::FailedEvent failed;
   failed.message = message;
-  bus.emit(failed);
+  bus.publish(failed);
 }
 
 }  // namespace

@@ -5,11 +5,7 @@
 #include <string>
 #include <vector>
 
-// Qt defines `emit` as a macro; EventBus has a member of that name.
-#pragma push_macro("emit")
-#undef emit
 #include "events/EventBus.h"
-#pragma pop_macro("emit")
 
 namespace strata::config {
 struct RunConfig;

@@ -64,7 +64,7 @@ Subscription EventBus::subscribe(Listener listener) {
   return Subscription(registry_, slot);
 }
 
-void EventBus::emit(const Event& event) const {
+void EventBus::publish(const Event& event) const {
   std::vector<std::shared_ptr<Subscription::Slot>> snapshot;
   {
     std::lock_guard<std::mutex> lock(registry_->mutex);

@@ -1,6 +1,6 @@
 #pragma once
 // A thread-safe listener registry. subscribe() returns an RAII Subscription
-// that unsubscribes in its destructor. Dispatch runs on the emitting thread
+// that unsubscribes in its destructor. Dispatch runs on the publishing thread
 // (the training thread); a listener that needs another thread hops itself
 // (ui/TrainerBridge queues into the Qt thread).
 //
@@ -55,7 +55,7 @@ class EventBus {
   // Calls every active listener in subscription order. A listener that throws
   // is not allowed to stop the others: the exception is swallowed (events are
   // reports, never control flow).
-  void emit(const Event& event) const;
+  void publish(const Event& event) const;
 
   size_t listenerCount() const;
 

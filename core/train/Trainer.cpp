@@ -181,7 +181,7 @@ void Trainer::waitWhilePaused() {
 
 RunOutcome Trainer::run() {
   if (ran_.exchange(true)) {
-    bus_.emit(events::FailedEvent{"Trainer::run: a trainer runs once", 0, ""});
+    bus_.publish(events::FailedEvent{"Trainer::run: a trainer runs once", 0, ""});
     return RunOutcome::Failed;
   }
   running_ = true;
@@ -189,10 +189,10 @@ RunOutcome Trainer::run() {
   try {
     outcome = runImpl();
   } catch (const std::exception& e) {
-    bus_.emit(events::FailedEvent{e.what(), step_.load(), ""});
+    bus_.publish(events::FailedEvent{e.what(), step_.load(), ""});
     outcome = RunOutcome::Failed;
   } catch (...) {
-    bus_.emit(events::FailedEvent{"unknown error", step_.load(), ""});
+    bus_.publish(events::FailedEvent{"unknown error", step_.load(), ""});
   }
   releaseDeviceCaches();
   running_ = false;
@@ -209,14 +209,14 @@ RunOutcome Trainer::runImpl() {
   std::vector<std::string> warnings;
   std::vector<std::string> problems = validateForTraining(cfg_, &warnings);
   if (options_.reportConfigWarnings)
-    for (const auto& w : warnings) bus_.emit(events::WarningEvent{w, 0});
+    for (const auto& w : warnings) bus_.publish(events::WarningEvent{w, 0});
   if (!options_.resume && options_.runDir.empty()) {
     // A derived folder that holds an earlier run: pick the next free name.
     const auto wanted = runDir_;
     runDir_ = freeRunDir(runDir_);
     folder = RunFolder(runDir_);
     if (runDir_ != wanted)
-      bus_.emit(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
+      bus_.publish(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
   } else if (!options_.resume && !folder.checkpoints().empty()) {
     problems.push_back("run folder " + runDir_.string() +
                        " already has checkpoints: resume it (strata-train resume) or choose another folder");
@@ -332,7 +332,7 @@ RunOutcome Trainer::runImpl() {
     for (const auto& i : issues)
       problems.push_back("audit: " + i.path + " is on " + i.actual + ", its block " + i.blockId + " is on " +
                          i.expected);
-    bus_.emit(placementEventOf(*st->placement, planReason));
+    bus_.publish(placementEventOf(*st->placement, planReason));
   }
   if (problems.empty()) {
     try {
@@ -346,7 +346,7 @@ RunOutcome Trainer::runImpl() {
     }
   }
   if (!problems.empty()) {
-    bus_.emit(events::PreflightFailedEvent{problems});
+    bus_.publish(events::PreflightFailedEvent{problems});
     return RunOutcome::PreflightFailed;
   }
 
@@ -368,7 +368,7 @@ RunOutcome Trainer::runImpl() {
     folder.truncateLogsAfter(startStep);
   }
   step_ = startStep;
-  bus_.emit(events::StartedEvent{runDir_.string(), cfg_.job.name, startStep, tc.steps, options_.resume});
+  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, startStep, tc.steps, options_.resume});
 
   // ---- helpers over the state ---------------------------------------------
   auto checkpoint = [&](int64_t step) -> bool {
@@ -400,10 +400,10 @@ RunOutcome Trainer::runImpl() {
       st->lastCheckpointStep = step;
       events::CheckpointEvent ce{path.string(), step, {}};
       for (const auto& r : pruneCheckpoints(folder, cfg_.save.maxStepSavesToKeep)) ce.removed.push_back(r.string());
-      bus_.emit(ce);
+      bus_.publish(ce);
       return true;
     } catch (const std::exception& e) {
-      bus_.emit(events::WarningEvent{std::string(e.what()) + "; " +
+      bus_.publish(events::WarningEvent{std::string(e.what()) + "; " +
                                          (st->lastCheckpoint.empty()
                                               ? std::string("there is no earlier checkpoint")
                                               : "the previous checkpoint " + st->lastCheckpoint + " is intact"),
@@ -440,7 +440,7 @@ RunOutcome Trainer::runImpl() {
       eo.runYaml = options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml;
       lora::writeLoraFile(path, *st->network, st->fluxConfig, eo);
       written.push_back(path.string());
-      bus_.emit(events::ExportEvent{path.string(), config::enumName(f), step});
+      bus_.publish(events::ExportEvent{path.string(), config::enumName(f), step});
     }
     return written;
   };
@@ -455,13 +455,13 @@ RunOutcome Trainer::runImpl() {
     if (startStep == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {
       if (paused_.load()) {
-        bus_.emit(events::PausedEvent{step});
+        bus_.publish(events::PausedEvent{step});
         waitWhilePaused();
-        if (!stopRequested_.load()) bus_.emit(events::ResumedEvent{step});
+        if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
       if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
         if (st->lastCheckpointStep != step) checkpoint(step);
-        bus_.emit(events::StoppedEvent{step, st->lastCheckpoint});
+        bus_.publish(events::StoppedEvent{step, st->lastCheckpoint});
         return RunOutcome::Stopped;
       }
 
@@ -496,7 +496,7 @@ RunOutcome Trainer::runImpl() {
         throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) +
                             " even at fp16 loss scale " + std::to_string(scaleUsed));
       } else {
-        bus_.emit(events::WarningEvent{"step " + std::to_string(step + 1) +
+        bus_.publish(events::WarningEvent{"step " + std::to_string(step + 1) +
                                            ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
                                            "; step skipped, scale now " + std::to_string(st->scaler.scale()),
                                        step + 1});
@@ -534,7 +534,7 @@ RunOutcome Trainer::runImpl() {
       if (st->scaler.enabled()) line["loss_scale"] = scaleUsed;
       if (!finiteGrads) line["skipped"] = true;
       folder.appendMetrics(line);
-      bus_.emit(se);
+      bus_.publish(se);
 
       const bool last = step == tc.steps;
       if (sampleRequested_.exchange(false) ||
@@ -545,7 +545,7 @@ RunOutcome Trainer::runImpl() {
       if (exportRequested_.exchange(false) && !last) exportLora(step, false);
     }
   } catch (const NonFiniteLoss& e) {
-    bus_.emit(events::FailedEvent{std::string(e.what()) + (st->lastCheckpoint.empty()
+    bus_.publish(events::FailedEvent{std::string(e.what()) + (st->lastCheckpoint.empty()
                                                                 ? "; no checkpoint was written before it"
                                                                 : "; last good checkpoint: " + st->lastCheckpoint),
                                   step + 1, st->lastCheckpoint});
@@ -553,7 +553,7 @@ RunOutcome Trainer::runImpl() {
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (device::isOutOfMemory(e)) msg = "out of memory at step " + std::to_string(step + 1) + ": " + msg;
-    bus_.emit(events::FailedEvent{msg, step + 1, st->lastCheckpoint});
+    bus_.publish(events::FailedEvent{msg, step + 1, st->lastCheckpoint});
     return RunOutcome::Failed;
   }
 
@@ -561,7 +561,7 @@ RunOutcome Trainer::runImpl() {
   try {
     exports = exportLora(step, true);
   } catch (const std::exception& e) {
-    bus_.emit(events::FailedEvent{std::string("LoRA export failed: ") + e.what() +
+    bus_.publish(events::FailedEvent{std::string("LoRA export failed: ") + e.what() +
                                       (st->lastCheckpoint.empty() ? "" : "; checkpoint kept: " + st->lastCheckpoint),
                                   step, st->lastCheckpoint});
     return RunOutcome::Failed;
@@ -572,7 +572,7 @@ RunOutcome Trainer::runImpl() {
   fe.wallSeconds = std::chrono::duration<double>(Clock::now() - wallStart).count();
   fe.exports = exports;
   fe.skippedItems = st->skippedItems;
-  bus_.emit(fe);
+  bus_.publish(fe);
   return RunOutcome::Finished;
 }
 

@@ -264,7 +264,7 @@ TrainItem nextItem(Trainer::State& st, const config::RunConfig& cfg, events::Eve
       return st.dataset->item(static_cast<size_t>(st.perm[static_cast<size_t>(pos)]));
     } catch (const std::exception& e) {
       ++st.skippedItems;
-      bus.emit(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
+      bus.publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
                                         std::to_string(st.skippedItems) + " skipped so far)",
                                     step});
     }
@@ -361,9 +361,9 @@ void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder
                                 {"prompt_index", i},
                                 {"prompt", prompt},
                                 {"seed", seed}});
-      bus.emit(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
+      bus.publish(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
     } catch (const std::exception& ex) {
-      bus.emit(events::WarningEvent{"sample " + std::to_string(i) + " at step " + std::to_string(step) +
+      bus.publish(events::WarningEvent{"sample " + std::to_string(i) + " at step " + std::to_string(step) +
                                         " failed: " + ex.what(),
                                     step});
     }

@@ -17,8 +17,8 @@ TEST(EventBus, DeliversToEveryListenerInOrder) {
   });
   StepEvent step;
   step.step = 7;
-  bus.emit(step);
-  bus.emit(WarningEvent{"careful", 3});
+  bus.publish(step);
+  bus.publish(WarningEvent{"careful", 3});
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0], "a:step");
   EXPECT_EQ(seen[1], "b:7");
@@ -30,10 +30,10 @@ TEST(EventBus, SubscriptionUnsubscribesInDestructor) {
   int calls = 0;
   {
     auto sub = bus.subscribe([&](const Event&) { ++calls; });
-    bus.emit(PausedEvent{1});
+    bus.publish(PausedEvent{1});
     EXPECT_EQ(bus.listenerCount(), 1u);
   }
-  bus.emit(PausedEvent{2});
+  bus.publish(PausedEvent{2});
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(bus.listenerCount(), 0u);
 }
@@ -46,12 +46,12 @@ TEST(EventBus, MovedSubscriptionStaysActive) {
     auto sub = bus.subscribe([&](const Event&) { ++calls; });
     kept = std::move(sub);
   }
-  bus.emit(PausedEvent{1});
+  bus.publish(PausedEvent{1});
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(kept.active());
   kept.reset();
   EXPECT_FALSE(kept.active());
-  bus.emit(PausedEvent{1});
+  bus.publish(PausedEvent{1});
   EXPECT_EQ(calls, 1);
 }
 
@@ -65,8 +65,8 @@ TEST(EventBus, ListenerMayUnsubscribeItselfAndOthersDuringDispatch) {
     b.reset();  // the next one: must not be called any more
   });
   b = bus.subscribe([&](const Event&) { ++bCalls; });
-  bus.emit(PausedEvent{1});
-  bus.emit(PausedEvent{2});
+  bus.publish(PausedEvent{1});
+  bus.publish(PausedEvent{2});
   EXPECT_EQ(aCalls, 1);
   EXPECT_EQ(bCalls, 0);
   EXPECT_EQ(bus.listenerCount(), 0u);
@@ -79,9 +79,9 @@ TEST(EventBus, ListenerMaySubscribeDuringDispatch) {
   auto outer = bus.subscribe([&](const Event&) {
     if (!later.active()) later = bus.subscribe([&](const Event&) { ++inner; });
   });
-  bus.emit(PausedEvent{1});
+  bus.publish(PausedEvent{1});
   EXPECT_EQ(inner, 0);  // not part of the dispatch that added it
-  bus.emit(PausedEvent{2});
+  bus.publish(PausedEvent{2});
   EXPECT_EQ(inner, 1);
 }
 
@@ -90,7 +90,7 @@ TEST(EventBus, ThrowingListenerDoesNotStopOthers) {
   int calls = 0;
   auto a = bus.subscribe([&](const Event&) { throw std::runtime_error("listener bug"); });
   auto b = bus.subscribe([&](const Event&) { ++calls; });
-  EXPECT_NO_THROW(bus.emit(PausedEvent{1}));
+  EXPECT_NO_THROW(bus.publish(PausedEvent{1}));
   EXPECT_EQ(calls, 1);
 }
 
@@ -111,7 +111,7 @@ TEST(EventBus, UnsubscribeWaitsForCallInFlightOnAnotherThread) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     finished = true;
   });
-  std::thread emitter([&] { bus.emit(PausedEvent{1}); });
+  std::thread emitter([&] { bus.publish(PausedEvent{1}); });
   while (!entered) std::this_thread::yield();
   sub.reset();  // must block until the callback has returned
   EXPECT_TRUE(finished.load());
@@ -123,7 +123,7 @@ TEST(EventBus, ConcurrentEmitAndSubscribe) {
   std::atomic<int> calls{0};
   std::atomic<bool> stop{false};
   std::thread emitter([&] {
-    while (!stop) bus.emit(StepEvent{});
+    while (!stop) bus.publish(StepEvent{});
   });
   for (int i = 0; i < 200; ++i) {
     auto s = bus.subscribe([&](const Event&) { ++calls; });
