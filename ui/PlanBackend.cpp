@@ -8,37 +8,13 @@
 
 #include "config/RunConfig.h"
 #include "device/DeviceInventory.h"
-#include "lora/LoraTargets.h"
 #include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
+#include "train/RunPlanning.h"
 
 namespace strata::ui {
 
 namespace {
-
-flux::FluxConfig fluxConfigOf(const config::ModelConfig& m) {
-  flux::FluxConfig fc;
-  switch (m.preset) {
-    case config::ModelPreset::Tiny: fc = flux::FluxConfig::tiny(); break;
-    case config::ModelPreset::FluxDev: fc = flux::FluxConfig::fluxDev(); break;
-    case config::ModelPreset::Auto:
-      // Detect from the checkpoint's header (no tensor data); random weights are flux-dev sized.
-      fc = (!m.randomWeights && !m.nameOrPath.empty()) ? flux::FluxConfig::fromCheckpoint(m.nameOrPath)
-                                                        : flux::FluxConfig::fluxDev();
-      break;
-  }
-  if (m.numLayers) fc.numLayers = *m.numLayers;
-  if (m.numSingleLayers) fc.numSingleLayers = *m.numSingleLayers;
-  if (m.numAttentionHeads) fc.numAttentionHeads = *m.numAttentionHeads;
-  if (m.attentionHeadDim) fc.attentionHeadDim = *m.attentionHeadDim;
-  if (m.inChannels) fc.inChannels = fc.outChannels = *m.inChannels;
-  if (m.jointAttentionDim) fc.jointAttentionDim = *m.jointAttentionDim;
-  if (m.pooledProjectionDim) fc.pooledProjectionDim = *m.pooledProjectionDim;
-  if (!m.axesDimsRope.empty()) fc.axesDimsRope = m.axesDimsRope;
-  if (m.guidanceEmbeds) fc.guidanceEmbeds = *m.guidanceEmbeds;
-  fc.validate();
-  return fc;
-}
 
 // The devices the run would use: the spec's (simulated) or this machine's, then
 // gpu_ids and the split setting applied as the trainer applies them.
@@ -74,8 +50,6 @@ std::vector<device::DeviceInfo> devicesFor(const config::ModelConfig& m, const Q
   return out;
 }
 
-int64_t dtypeBytes(config::DType t) { return t == config::DType::FP32 ? 4 : 2; }
-
 BlockView blockViewOf(const placement::BlockCost& c, int adapters) {
   BlockView b;
   b.id = QString::fromStdString(c.id);
@@ -95,43 +69,11 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
   PlacementView view;
   view.planned = true;
   try {
-    const flux::FluxConfig fc = fluxConfigOf(cfg.model);
-    const flux::FluxParamPlan params = flux::fluxParamPlan(fc);
-    const lora::LoraTargets targets = cfg.network.targetModules.empty()
-                                          ? lora::LoraTargets::fluxDefault()
-                                          : lora::LoraTargets(cfg.network.targetModules);
-    std::map<std::string, int> adapterCount;
-    auto shapeOf = [&](const flux::FluxBlockParams& b) {
-      placement::UnitShape u;
-      u.id = b.id;
-      u.kind = b.kind;
-      u.paramCount = b.paramCount;
-      u.isBlock = b.kind != "stem" && b.kind != "head";
-      for (const auto& l : b.linears)
-        if (targets.matches(l.path)) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
-      adapterCount[b.id] = int(u.loraLinears.size());
-      return u;
-    };
-    std::vector<placement::UnitShape> blocks;
-    for (const auto& b : params.blocks) blocks.push_back(shapeOf(b));
-
-    placement::CostOptions opt;
-    opt.weightElementBytes = cfg.model.quantize ? 1 : dtypeBytes(cfg.train.dtype);
-    opt.loraRank = cfg.network.linear;
-    opt.ema = cfg.train.ema.useEma;
-    opt.batchSize = cfg.train.batchSize;
-    int64_t resolution = 512;
-    for (const auto& d : cfg.datasets)
-      for (int64_t r : d.resolution) resolution = std::max(resolution, r);
-    // Image tokens after the VAE (8x) and 2x2 packing, plus T5's 512 text tokens.
-    opt.tokens = (resolution / 16) * (resolution / 16) + 512;
-    opt.hiddenSize = fc.hiddenSize();
-    opt.activationElementBytes = dtypeBytes(cfg.train.dtype);
-    opt.gradientCheckpointing = cfg.train.gradientCheckpointing;
-    placement::PlannerInput input = placement::estimateInput(shapeOf(params.stem), blocks, shapeOf(params.head), opt);
-    input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
-                                                                      : placement::PlanMode::ParamCount;
-    input.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
+    const flux::FluxConfig fc = train::planFluxConfig(cfg.model);
+    const int64_t tokens = train::planTokens(cfg, fc);
+    const train::RunPlanInput run = train::runPlanInput(cfg, fc, tokens);
+    placement::PlannerInput input = run.input;
+    const std::map<std::string, int>& adapterCount = run.adapters;
 
     const std::vector<device::DeviceInfo> devices = devicesFor(cfg.model, deviceSpec);
     input.devices = placement::makeBudgets(devices, cfg.model.gpuMemoryLimitGb, cfg.model.memoryReserveGb);
@@ -156,10 +98,10 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
       d.plannedBytes = dp.totalBytes;
       d.budgetBytes = dp.budgetBytes;
       d.missingBytes = dp.missingBytes;
-      if (dp.hasStem) d.blocks << blockViewOf(input.stem, adapterCount[input.stem.id]);
+      if (dp.hasStem) d.blocks << blockViewOf(input.stem, adapterCount.at(input.stem.id));
       for (size_t b = dp.firstBlock; b < dp.endBlock; ++b)
-        d.blocks << blockViewOf(input.blocks[b], adapterCount[input.blocks[b].id]);
-      if (dp.hasHead) d.blocks << blockViewOf(input.head, adapterCount[input.head.id]);
+        d.blocks << blockViewOf(input.blocks[b], adapterCount.at(input.blocks[b].id));
+      if (dp.hasHead) d.blocks << blockViewOf(input.head, adapterCount.at(input.head.id));
       view.devices << d;
     }
   } catch (const std::exception& e) {

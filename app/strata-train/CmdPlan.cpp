@@ -16,9 +16,9 @@
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
-#include "lora/LoraTargets.h"
 #include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
+#include "train/RunPlanning.h"
 
 namespace strata::cli {
 
@@ -32,47 +32,6 @@ struct PlanArgs {
   double otherGb = 0.0;  // text encoders / VAE resident on the first device (memory mode)
 };
 
-flux::FluxConfig fluxConfigFor(const config::ModelConfig& m, std::string& source) {
-  flux::FluxConfig c;
-  if (m.preset == config::ModelPreset::Tiny) {
-    c = flux::FluxConfig::tiny();
-    source = "preset tiny";
-  } else if (m.preset == config::ModelPreset::FluxDev || m.randomWeights || m.nameOrPath.empty()) {
-    c = flux::FluxConfig::fluxDev();
-    source = "preset flux-dev";
-  } else if (std::filesystem::exists(m.nameOrPath)) {
-    c = flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope);
-    source = "shapes of " + m.nameOrPath + " (headers only)";
-  } else {
-    c = flux::FluxConfig::fluxDev();
-    source = "preset flux-dev (" + m.nameOrPath + " not found here)";
-  }
-  if (m.numLayers) c.numLayers = *m.numLayers;
-  if (m.numSingleLayers) c.numSingleLayers = *m.numSingleLayers;
-  if (m.numAttentionHeads) c.numAttentionHeads = *m.numAttentionHeads;
-  if (m.attentionHeadDim) c.attentionHeadDim = *m.attentionHeadDim;
-  if (m.inChannels) c.inChannels = *m.inChannels;
-  if (m.jointAttentionDim) c.jointAttentionDim = *m.jointAttentionDim;
-  if (m.pooledProjectionDim) c.pooledProjectionDim = *m.pooledProjectionDim;
-  if (!m.axesDimsRope.empty()) c.axesDimsRope = m.axesDimsRope;
-  if (m.guidanceEmbeds) c.guidanceEmbeds = *m.guidanceEmbeds;
-  c.validate();
-  return c;
-}
-
-placement::UnitShape unitFrom(const flux::FluxBlockParams& b, const lora::LoraTargets& targets,
-                              bool isBlock) {
-  placement::UnitShape u;
-  u.id = b.id;
-  u.kind = b.kind;
-  u.paramCount = b.paramCount;
-  u.isBlock = isBlock;
-  for (const auto& l : b.linears) {
-    if (targets.matches(l.path)) u.loraLinears.push_back(placement::LinearShape{l.inFeatures, l.outFeatures});
-  }
-  return u;
-}
-
 int runPlan(const PlanArgs& args) {
   config::LoadedConfig loaded = config::loadRunConfig(args.configPath);
   if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
@@ -81,36 +40,10 @@ int runPlan(const PlanArgs& args) {
   }
   const config::RunConfig& cfg = loaded.config;
   std::string modelSource;
-  const flux::FluxConfig fc = fluxConfigFor(cfg.model, modelSource);
+  const flux::FluxConfig fc = train::planFluxConfig(cfg.model, &modelSource);
   const flux::FluxParamPlan pp = flux::fluxParamPlan(fc);
-  const lora::LoraTargets targets = cfg.network.targetModules.empty()
-                                        ? lora::LoraTargets::fluxDefault()
-                                        : lora::LoraTargets(cfg.network.targetModules);
-
-  placement::CostOptions o;
-  const bool fp32 = cfg.train.dtype == config::DType::FP32;
-  o.weightElementBytes = cfg.model.quantize ? 1 : (fp32 ? 4 : 2);
-  o.activationElementBytes = fp32 ? 4 : 2;
-  o.loraRank = cfg.network.linear;
-  o.ema = cfg.train.ema.useEma;
-  o.batchSize = cfg.train.batchSize;
-  int64_t resolution = 512;
-  for (const auto& d : cfg.datasets) {
-    for (int64_t r : d.resolution) resolution = std::max(resolution, r);
-  }
-  const int64_t imageTokens = (resolution / 16) * (resolution / 16);  // 8x VAE, 2x2 packing
-  const int64_t textTokens = 512;                                      // T5 sequence (dev)
-  o.tokens = imageTokens + textTokens;
-  o.hiddenSize = fc.hiddenSize();
-  o.gradientCheckpointing = cfg.train.gradientCheckpointing;
-
-  std::vector<placement::UnitShape> blocks;
-  for (const auto& b : pp.blocks) blocks.push_back(unitFrom(b, targets, true));
-  placement::PlannerInput in = placement::estimateInput(unitFrom(pp.stem, targets, false), blocks,
-                                                        unitFrom(pp.head, targets, false), o);
-  in.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
-                                                                  : placement::PlanMode::ParamCount;
-  in.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
+  const int64_t tokens = train::planTokens(cfg, fc);
+  placement::PlannerInput in = train::runPlanInput(cfg, fc, tokens).input;
   in.otherModuleBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
 
   // Devices: simulated from --devices, else this machine's (model.gpu_ids).
@@ -148,18 +81,18 @@ int runPlan(const PlanArgs& args) {
     j["config"] = args.configPath;
     j["model"] = modelSource;
     j["devices_source"] = deviceSource;
-    j["tokens"] = o.tokens;
-    j["lora_rank"] = o.loraRank;
-    j["ema"] = o.ema;
+    j["tokens"] = tokens;
+    j["lora_rank"] = cfg.network.linear;
+    j["ema"] = cfg.train.ema.useEma;
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "config   " << args.configPath << "\n"
               << "model    FLUX " << modelSource << ", " << fc.numLayers << " double + "
               << fc.numSingleLayers << " single blocks, "
               << std::llround(static_cast<double>(pp.totalParams()) / 1e8) / 10.0 << "B parameters\n"
-              << "training LoRA rank " << o.loraRank << ", EMA " << (o.ema ? "on" : "off") << ", "
-              << o.tokens << " tokens x batch " << o.batchSize << ", checkpointing "
-              << (o.gradientCheckpointing ? "on" : "off") << "\n"
+              << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off") << ", "
+              << tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
+              << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
               << "devices  " << deviceSource;
     if (!cfg.model.splitModelOverGpus) std::cout << " (split_model_over_gpus is off: first device only)";
     std::cout << "\n";

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 #include "common/TorchCompat.h"
 #include "io/AtomicFile.h"
 #include "io/CheckpointGuard.h"
@@ -45,12 +46,6 @@ const DtypeRow& row(SafetensorsDtype dtype) {
   for (const auto& r : kDtypes)
     if (r.dtype == dtype) return r;
   throw IoError("unknown safetensors dtype enum value");
-}
-
-std::string shapeString(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 }  // namespace
@@ -302,10 +297,10 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
     std::uint64_t bytes = 0;
     overflow |= __builtin_mul_overflow(count, static_cast<std::uint64_t>(dtypeSizeBytes(entry_.dtype)), &bytes);
     if (overflow || count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-      return fail(entryWhere() + "shape " + shapeString(entry_.shape) + " is too large");
+      return fail(entryWhere() + "shape " + shapeText(entry_.shape) + " is too large");
     if (bytes != entry_.sizeBytes())
       return fail(entryWhere() + "dtype " + std::string(dtypeName(entry_.dtype)) + " with shape " +
-                  shapeString(entry_.shape) + " needs " + std::to_string(bytes) + " bytes but data_offsets " + span +
+                  shapeText(entry_.shape) + " needs " + std::to_string(bytes) + " bytes but data_offsets " + span +
                   " span " + std::to_string(entry_.sizeBytes()));
     out_.tensors.emplace(entry_.name, std::move(entry_));
     return true;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxNames.h"
 
@@ -36,12 +37,6 @@ constexpr const char* kPeftMetadataKey = "lora_adapter_metadata";
 bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string shapeText(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sizes();
-  return os.str();
 }
 
 std::string numberText(double v) {
@@ -164,7 +159,7 @@ void convertBflGroup(const RawGroup& g, const std::string& bflModule, double alp
   }
   const int64_t totalRows = parts.front().second.totalRows;
   if (g.up.size(0) != totalRows) {
-    throw LoadError(sourceName + ": key '" + g.upKey + "' has shape " + shapeText(g.up) + ", expected " +
+    throw LoadError(sourceName + ": key '" + g.upKey + "' has shape " + shapeText(g.up.sizes()) + ", expected " +
                     std::to_string(totalRows) + " rows for '" + bflModule + "'");
   }
   if (parts.size() == 1) {
@@ -242,8 +237,8 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
                       (g.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)") + " weight");
     }
     if (g.down.dim() != 2 || g.up.dim() != 2 || g.up.size(1) != g.down.size(0)) {
-      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down) + " and '" + g.upKey + "' " +
-                      shapeText(g.up) + " are not a LoRA pair ([r, in] and [out, r])");
+      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down.sizes()) + " and '" +
+                      g.upKey + "' " + shapeText(g.up.sizes()) + " are not a LoRA pair ([r, in] and [out, r])");
     }
     const int64_t rank = g.down.size(0);
 
@@ -276,9 +271,9 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
     if (shape == shapes.end())
       throw LoadError(sourceName + ": key '" + g.upKey + "' names no Linear module of the FLUX model");
     if (g.down.size(1) != shape->second.in || g.up.size(0) != shape->second.out) {
-      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down) + " and '" + g.upKey + "' " +
-                      shapeText(g.up) + " do not fit Linear '" + path + "' [" + std::to_string(shape->second.out) +
-                      ", " + std::to_string(shape->second.in) + "]");
+      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down.sizes()) + " and '" +
+                      g.upKey + "' " + shapeText(g.up.sizes()) + " do not fit Linear '" + path + "' [" +
+                      std::to_string(shape->second.out) + ", " + std::to_string(shape->second.in) + "]");
     }
     double alpha = static_cast<double>(rank);
     if (options.alpha)

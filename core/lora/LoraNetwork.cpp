@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 
 namespace strata::lora {
 
@@ -19,12 +20,6 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> linearModul
     if (auto linear = std::dynamic_pointer_cast<nn::LinearImpl>(item.value())) out.emplace_back(item.key(), linear);
   }
   return out;
-}
-
-std::string shapeText(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sizes();
-  return os.str();
 }
 
 }  // namespace
@@ -71,9 +66,9 @@ std::shared_ptr<LoraNetwork> LoraNetwork::fromWeights(torch::nn::Module& model,
     const LoraModuleWeights& w = *it->second;
     if (w.down.dim() != 2 || w.up.dim() != 2 || w.down.size(1) != linear->inFeatures() ||
         w.up.size(0) != linear->outFeatures() || w.up.size(1) != w.down.size(0)) {
-      throw LoadError("LoRA for module '" + path + "': down " + shapeText(w.down) + " and up " + shapeText(w.up) +
-                      " do not fit its Linear [" + std::to_string(linear->outFeatures()) + ", " +
-                      std::to_string(linear->inFeatures()) + "]");
+      throw LoadError("LoRA for module '" + path + "': down " + shapeText(w.down.sizes()) + " and up " +
+                      shapeText(w.up.sizes()) + " do not fit its Linear [" + std::to_string(linear->outFeatures()) +
+                      ", " + std::to_string(linear->inFeatures()) + "]");
     }
     auto adapter = std::make_shared<LoraAdapter>(path, linear, w.down.size(0), w.alpha, dropout, net->multiplier_);
     adapter->setWeights(w.down, w.up);
@@ -194,7 +189,8 @@ void LoraNetwork::loadStateDict(const std::map<std::string, at::Tensor>& tensors
     if (it == tensors.end())
       missing.push_back(key);
     else if (it->second.sizes() != param.sizes())
-      misShaped.push_back(key + " (expected " + shapeText(param) + ", got " + shapeText(it->second) + ")");
+      misShaped.push_back(key + " (expected " + shapeText(param.sizes()) + ", got " +
+                          shapeText(it->second.sizes()) + ")");
   }
   for (const auto& [key, t] : tensors)
     if (!known.count(key)) unexpected.push_back(key);

@@ -261,7 +261,7 @@ RunOutcome Trainer::runImpl() {
   std::string planReason;
   if (problems.empty()) {
     try {
-      auto built = buildPlacedModel(cfg_, st->fluxConfig, sampleTokens(cfg_, st->textTokens));
+      auto built = buildPlacedModel(cfg_, st->fluxConfig, planTokens(cfg_, st->fluxConfig));
       st->model = std::move(built.model);
       st->placement = std::move(built.placement);
       st->devices = built.devices;

@@ -103,54 +103,11 @@ fs::path freeRunDir(const fs::path& dir) {
 }
 
 flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m) {
-  flux::FluxConfig c;
-  if (!m.nameOrPath.empty() && !m.randomWeights) {
-    c = flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope);
-  } else {
-    c = m.preset == config::ModelPreset::Tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev();
-  }
-  if (m.numLayers) c.numLayers = *m.numLayers;
-  if (m.numSingleLayers) c.numSingleLayers = *m.numSingleLayers;
-  if (m.numAttentionHeads) c.numAttentionHeads = *m.numAttentionHeads;
-  if (m.attentionHeadDim) c.attentionHeadDim = *m.attentionHeadDim;
-  if (m.inChannels) {
-    c.inChannels = *m.inChannels;
-    c.outChannels = *m.inChannels;
-  }
-  if (m.jointAttentionDim) c.jointAttentionDim = *m.jointAttentionDim;
-  if (m.pooledProjectionDim) c.pooledProjectionDim = *m.pooledProjectionDim;
-  if (!m.axesDimsRope.empty()) c.axesDimsRope = m.axesDimsRope;
-  if (m.guidanceEmbeds) c.guidanceEmbeds = *m.guidanceEmbeds;
-  c.validate();
-  return c;
+  if (!m.nameOrPath.empty() && !m.randomWeights)
+    return withShapeOverrides(flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope), m);
+  return withShapeOverrides(
+      m.preset == config::ModelPreset::Tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev(), m);
 }
-
-int64_t sampleTokens(const config::RunConfig& cfg, int64_t textTokens) {
-  int64_t px = 512;
-  bool pixelCode = false;
-  if (!cfg.datasets.empty()) {
-    if (!cfg.datasets.front().resolution.empty()) px = cfg.datasets.front().resolution.front();
-    pixelCode = cfg.datasets.front().type == config::DatasetType::Shapes;
-  }
-  const int64_t latent = px / (pixelCode ? kPixelCodeScale : 8);
-  return (latent / 2) * (latent / 2) + textTokens;
-}
-
-namespace {
-
-placement::UnitShape unitOf(const flux::FluxBlockParams& bp, bool isBlock) {
-  placement::UnitShape u;
-  u.id = bp.id;
-  u.kind = bp.kind;
-  u.paramCount = bp.paramCount;
-  u.isBlock = isBlock;
-  if (isBlock)
-    for (const auto& l : bp.linears) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
-  return u;
-}
-
-
-}  // namespace
 
 BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig& fcfg, int64_t tokens) {
   const auto& m = cfg.model;
@@ -194,22 +151,7 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig
   c10::Device buildDevice = useCuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ids[0]))
                                     : c10::Device(c10::kCPU);
   if (m.splitModelOverGpus) {
-    const auto fp = flux::fluxParamPlan(fcfg);
-    std::vector<placement::UnitShape> blocks;
-    for (const auto& bp : fp.blocks) blocks.push_back(unitOf(bp, true));
-    placement::CostOptions co;
-    co.weightElementBytes = static_cast<int64_t>(c10::elementSize(dtype));
-    co.loraRank = cfg.network.linear;
-    co.ema = cfg.train.ema.useEma;
-    co.batchSize = cfg.train.batchSize;
-    co.tokens = tokens;
-    co.hiddenSize = fcfg.hiddenSize();
-    co.activationElementBytes = static_cast<int64_t>(c10::elementSize(dtype));
-    co.gradientCheckpointing = cfg.train.gradientCheckpointing;
-    auto input = placement::estimateInput(unitOf(fp.stem, false), blocks, unitOf(fp.head, false), co);
-    input.mode = m.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
-                                                               : placement::PlanMode::ParamCount;
-    input.otherModuleParamCountScale = m.splitModelOtherModuleParamCountScale;
+    auto input = runPlanInput(cfg, fcfg, tokens).input;
     const auto all = device::listDevices();
     std::vector<device::DeviceInfo> infos;
     std::vector<int64_t> freeBytes;

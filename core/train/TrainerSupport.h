@@ -26,6 +26,7 @@
 #include "train/LossScaler.h"
 #include "train/OptimizerState.h"
 #include "train/RunFolder.h"
+#include "train/RunPlanning.h"
 #include "train/TextEmbedder.h"
 #include "train/Trainer.h"
 
@@ -89,9 +90,6 @@ std::filesystem::path freeRunDir(const std::filesystem::path& dir);
 // The model's shape: a checkpoint's header when name_or_path is given (and
 // random_weights is off), else the preset; then model.* overrides. Throws.
 flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m);
-
-// Tokens per sample through the blocks (image + text), for the planner's costs.
-int64_t sampleTokens(const config::RunConfig& cfg, int64_t textTokens);
 
 struct BuiltModel {
   std::shared_ptr<flux::FluxTransformer> model;

@@ -23,10 +23,8 @@ std::filesystem::path referenceDir() {
 }
 
 TempDir::TempDir() {
-  // mkdtemp, not std::random_device: on the GPU machine (LibTorch 2.11 wheel)
-  // every test that made a TempDir crashed through a null function pointer;
-  // std::random_device is the suspect (not confirmed there yet), and mkdtemp is
-  // the simpler tool for a unique folder anyway.
+  // mkdtemp: the simplest way to a unique folder. (The crashes once seen here on
+  // the GPU machine came from two libstdc++ copies; see cmake/StrataTorch.cmake.)
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/strata-test-XXXXXX";
   std::vector<char> buffer(pattern.begin(), pattern.end());

@@ -26,36 +26,14 @@
 using namespace strata;
 using namespace strata::placement;
 using strata::test::RecordingBlock;
+using strata::test::addToyAdapters;
+using strata::test::ToyAdapters;
 using strata::test::ToyModel;
 
 namespace {
 
 const c10::Device kGpu0(c10::kCUDA, 0);
 const c10::Device kGpu1(c10::kCUDA, 1);
-
-struct ToyLora {
-  std::vector<std::shared_ptr<lora::LoraAdapter>> adapters;
-  std::vector<std::shared_ptr<Attachment>> attachments;
-  std::vector<std::pair<std::string, at::Tensor>> namedParams() const {
-    std::vector<std::pair<std::string, at::Tensor>> out;
-    for (const auto& a : adapters) {
-      out.emplace_back(a->hostPath() + ".lora_A.weight", a->down);
-      out.emplace_back(a->hostPath() + ".lora_B.weight", a->up);
-    }
-    return out;
-  }
-};
-
-ToyLora addToyLora(ToyModel& model, int64_t rank, std::shared_ptr<const lora::LoraMultiplier> mult = nullptr) {
-  ToyLora out;
-  for (auto& [path, lin] : model.blockLinears()) {
-    auto a = std::make_shared<lora::LoraAdapter>(path, lin, rank, static_cast<double>(rank), 0.0, mult);
-    lin->addAdapter(a);
-    out.adapters.push_back(a);
-    out.attachments.push_back(std::make_shared<lora::LoraAttachment>(a));
-  }
-  return out;
-}
 
 // First half of the blocks on cuda:0, the rest on cuda:1; stem and head on cuda:0.
 std::unique_ptr<Placement> twoGpuPlacement(nn::BlockList list) {
@@ -71,7 +49,7 @@ TEST(PlacementGpuSeedBug1, AdaptersCreatedBeforeTheSplitEndUpWithTheirHost) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
   ToyModel model(8, 32, 4);
   model.to(kGpu0);  // everything on the default device, as before the split
-  ToyLora lora = addToyLora(model, 4);
+  ToyAdapters lora = addToyAdapters(model, 4);
   auto p = twoGpuPlacement(model.blockList());
   p->attachAll(lora.attachments);
   p->apply();
@@ -87,7 +65,7 @@ TEST(PlacementGpuSeedBug1, AdaptersCreatedBeforeTheSplitEndUpWithTheirHost) {
 TEST(PlacementGpuSeedBug2, AdaptersFollowEveryLaterMove) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
   ToyModel model(8, 32, 4);
-  ToyLora lora = addToyLora(model, 4);
+  ToyAdapters lora = addToyAdapters(model, 4);
   auto p = twoGpuPlacement(model.blockList());
   p->attachAll(lora.attachments);
   p->apply();
@@ -109,7 +87,7 @@ TEST(PlacementGpuSeedBug3, MultiplierWorksFromAnyDevice) {
   auto mult = std::make_shared<lora::LoraMultiplier>();
   mult->set(at::tensor({0.5f, 2.0f}));  // network-level, on the cpu
   ToyModel model(8, 32, 4);
-  ToyLora lora = addToyLora(model, 4, mult);
+  ToyAdapters lora = addToyAdapters(model, 4, mult);
   for (auto& a : lora.adapters) {
     at::NoGradGuard g;
     a->up.normal_();
@@ -150,7 +128,7 @@ TEST(PlacementGpuSeedBug5, EmaShadowsSitOnTheirParametersDevice) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
   ToyModel model(8, 32, 4);
   model.to(kGpu0);
-  ToyLora lora = addToyLora(model, 4);
+  ToyAdapters lora = addToyAdapters(model, 4);
   auto p = twoGpuPlacement(model.blockList());
   p->attachAll(lora.attachments);
   p->apply();
@@ -174,7 +152,7 @@ TEST(PlacementGpuEquality, ToySplitEqualsOneDevice) {
   ToyModel a(8, 64, 6), b(8, 64, 6);
   test::copyWeights(a, b);
   a.to(kGpu0);
-  ToyLora la = addToyLora(a, 8), lb = addToyLora(b, 8);
+  ToyAdapters la = addToyAdapters(a, 8), lb = addToyAdapters(b, 8);
   for (size_t i = 0; i < la.adapters.size(); ++i) {
     at::NoGradGuard g;
     la.adapters[i]->up.normal_(0, 0.1);

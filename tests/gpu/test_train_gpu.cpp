@@ -14,7 +14,6 @@
 #include "events/EventBus.h"
 #include "common/TestSupport.h"
 #include "train/RunFolder.h"
-#include "train/ScratchDir.h"
 #include "train/Trainer.h"
 #include "train/TrainerSupport.h"
 
@@ -62,7 +61,7 @@ void touch(int index) {
 
 TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   touch(0);
   const int64_t before = allocated(0);
   events::EventBus bus;
@@ -81,7 +80,7 @@ TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
 
 TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   touch(0);
   touch(1);
   auto cfg = gpuTiny(tmp.path());
@@ -107,7 +106,7 @@ TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
 // the loss stays finite, and the checkpoint keeps the scale for a resume.
 TEST(TrainGpu, Fp16RunScalesTheLossAndCheckpointsTheScale) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   auto cfg = gpuTiny(tmp.path());
   cfg.train.dtype = config::DType::FP16;
   cfg.train.steps = 8;

@@ -23,38 +23,14 @@
 using namespace strata;
 using namespace strata::placement;
 using strata::test::RecordingBlock;
+using strata::test::addToyAdapters;
+using strata::test::ToyAdapters;
 using strata::test::ToyModel;
 
 namespace {
 
 const c10::Device kCpu(c10::kCPU);
 const c10::Device kMeta(c10::kMeta);
-
-struct Adapters {
-  std::vector<std::shared_ptr<lora::LoraAdapter>> adapters;
-  std::vector<std::shared_ptr<Attachment>> attachments;
-  std::vector<std::pair<std::string, at::Tensor>> namedParams() const {
-    std::vector<std::pair<std::string, at::Tensor>> out;
-    for (const auto& a : adapters) {
-      out.emplace_back(a->hostPath() + ".lora_A.weight", a->down);
-      out.emplace_back(a->hostPath() + ".lora_B.weight", a->up);
-    }
-    return out;
-  }
-};
-
-// A real LoRA adapter on every Linear of the blocks, on its host's device.
-Adapters addAdapters(ToyModel& model, int64_t rank,
-                     std::shared_ptr<const lora::LoraMultiplier> mult = nullptr) {
-  Adapters out;
-  for (auto& [path, lin] : model.blockLinears()) {
-    auto a = std::make_shared<lora::LoraAdapter>(path, lin, rank, static_cast<double>(rank), 0.0, mult);
-    lin->addAdapter(a);
-    out.adapters.push_back(a);
-    out.attachments.push_back(std::make_shared<lora::LoraAttachment>(a));
-  }
-  return out;
-}
 
 // An attachment that holds one tensor and records every move it is given.
 class ProbeAttachment final : public Attachment {
@@ -148,7 +124,7 @@ TEST(PlacementRegistry, BuildsFromAPlanWithTheModelsBlockIds) {
 
 TEST(PlacementSeedBug1, AdaptersCreatedBeforeTheSplitAreRegisteredWithTheirHostsBlock) {
   ToyModel model(4, 8, 4);
-  Adapters lora = addAdapters(model, 2);  // created before any placement, on the cpu
+  ToyAdapters lora = addToyAdapters(model, 2);  // created before any placement, on the cpu
   auto p = planned(model.blockList(), 2);
   // Registration is by host path: each adapter lands in its host's block.
   std::vector<std::shared_ptr<ProbeAttachment>> probes;
@@ -213,7 +189,7 @@ TEST(PlacementSeedBug3, MultiplierWorksFromAnyDevice) {
   // Through a real adapter (cpu): values are the multiplier times the plain delta.
   auto shared = std::make_shared<lora::LoraMultiplier>();
   ToyModel model(4, 8, 1);
-  Adapters lora = addAdapters(model, 2, shared);
+  ToyAdapters lora = addToyAdapters(model, 2, shared);
   auto& c = lora.adapters.front();
   {
     at::NoGradGuard g;
@@ -366,7 +342,7 @@ TEST(PlacementAudit, CatchesMisplacedParametersBuffersAndAttachments) {
 
 TEST(PlacementOptimizerState, FollowsItsParameter) {
   ToyModel model(4, 8, 2);
-  Adapters lora = addAdapters(model, 2);
+  ToyAdapters lora = addToyAdapters(model, 2);
   std::vector<at::Tensor> params;
   for (const auto& np : lora.namedParams()) params.push_back(np.second);
   auto opt = std::make_shared<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3));
@@ -392,10 +368,10 @@ TEST(PlacementOptimizerState, FollowsItsParameter) {
 
 TEST(PlacementSnapshot, CountsPerDevice) {
   ToyModel model(4, 8, 4);
-  Adapters lora = addAdapters(model, 2);
+  ToyAdapters lora = addToyAdapters(model, 2);
   auto p = planned(model.blockList(), 2);
   p->attachAll(std::vector<std::shared_ptr<Attachment>>(lora.attachments.begin(), lora.attachments.begin() + 6));
-  // Adapters of blocks.2/3 stay on the cpu (their hosts cannot move to meta on this
+  // ToyAdapters of blocks.2/3 stay on the cpu (their hosts cannot move to meta on this
   // machine); probes of the same size stand for them on the meta device.
   for (size_t i = 6; i < lora.adapters.size(); ++i) {
     const auto& a = lora.adapters[i];
@@ -437,7 +413,7 @@ TEST(PlacementEquality, SplitOutputAndLoraGradsEqualOneDeviceOnCpu) {
   torch::manual_seed(3);
   ToyModel a(4, 16, 6), b(4, 16, 6);
   test::copyWeights(a, b);
-  Adapters la = addAdapters(a, 4), lb = addAdapters(b, 4);
+  ToyAdapters la = addToyAdapters(a, 4), lb = addToyAdapters(b, 4);
   for (size_t i = 0; i < la.adapters.size(); ++i) {
     at::NoGradGuard g;
     la.adapters[i]->up.normal_(0, 0.1);

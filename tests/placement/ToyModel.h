@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lora/LoraAdapter.h"
 #include "nn/Block.h"
 #include "nn/Linear.h"
 
@@ -105,6 +106,33 @@ inline void copyWeights(torch::nn::Module& from, torch::nn::Module& to) {
   for (auto& p : to.named_parameters(true)) p.value().copy_(src[p.key()]);
   auto srcB = from.named_buffers(true);
   for (auto& b : to.named_buffers(true)) b.value().copy_(srcB[b.key()]);
+}
+
+// A real LoRA adapter on every Linear of the model's blocks, on its host's
+// device, with the attachment Placement registers for it.
+struct ToyAdapters {
+  std::vector<std::shared_ptr<lora::LoraAdapter>> adapters;
+  std::vector<std::shared_ptr<placement::Attachment>> attachments;
+  std::vector<std::pair<std::string, at::Tensor>> namedParams() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& a : adapters) {
+      out.emplace_back(a->hostPath() + ".lora_A.weight", a->down);
+      out.emplace_back(a->hostPath() + ".lora_B.weight", a->up);
+    }
+    return out;
+  }
+};
+
+inline ToyAdapters addToyAdapters(ToyModel& model, int64_t rank,
+                                  std::shared_ptr<const lora::LoraMultiplier> mult = nullptr) {
+  ToyAdapters out;
+  for (auto& [path, lin] : model.blockLinears()) {
+    auto a = std::make_shared<lora::LoraAdapter>(path, lin, rank, static_cast<double>(rank), 0.0, mult);
+    lin->addAdapter(a);
+    out.adapters.push_back(a);
+    out.attachments.push_back(std::make_shared<lora::LoraAttachment>(a));
+  }
+  return out;
 }
 
 }  // namespace strata::test

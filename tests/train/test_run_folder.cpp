@@ -6,7 +6,6 @@
 #include "common/Error.h"
 #include "io/Safetensors.h"
 #include "common/TestSupport.h"
-#include "train/ScratchDir.h"
 #include "train/Datasets.h"
 #include "train/RunFolder.h"
 #include "train/TextEmbedder.h"
@@ -28,7 +27,7 @@ CheckpointData fakeCheckpoint(int64_t step) {
 }  // namespace
 
 TEST(RunFolder, CheckpointsAreWrittenReadAndPruned) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   for (int64_t s : {10, 20, 30}) writeCheckpoint(f, fakeCheckpoint(s));
@@ -46,7 +45,7 @@ TEST(RunFolder, CheckpointsAreWrittenReadAndPruned) {
 }
 
 TEST(RunFolder, FailedCheckpointLeavesThePreviousIntact) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   writeCheckpoint(f, fakeCheckpoint(10));
@@ -64,7 +63,7 @@ TEST(RunFolder, FailedCheckpointLeavesThePreviousIntact) {
 }
 
 TEST(RunFolder, ResaveOfTheSameStepReplacesIt) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   writeCheckpoint(f, fakeCheckpoint(10));
@@ -76,7 +75,7 @@ TEST(RunFolder, ResaveOfTheSameStepReplacesIt) {
 }
 
 TEST(RunFolder, MetricsAppendAndTruncateForResume) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   RunFolder f(tmp.path() / "run");
   f.create();
   for (int s = 1; s <= 5; ++s) f.appendMetrics({{"step", s}, {"loss", 1.0 / s}});
@@ -134,7 +133,7 @@ TEST(WordEmbedder, SharedWordsShareVectors) {
 }
 
 TEST(LatentsDataset, ReadsItemsAndThrowsForBrokenOnes) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   io::writeSafetensors(tmp / "a.safetensors", {{"latents", at::randn({16, 4, 6})},
                                                {"txt", at::randn({5, 24})},
                                                {"pooled", at::randn({12})}},

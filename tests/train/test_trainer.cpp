@@ -13,7 +13,6 @@
 #include "lora/LoraFormats.h"
 #include "models/flux/FluxConfig.h"
 #include "common/TestSupport.h"
-#include "train/ScratchDir.h"
 #include "train/RunFolder.h"
 #include "io/Image.h"
 #include "train/Trainer.h"
@@ -68,7 +67,7 @@ std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) { return io::load
 }  // namespace
 
 TEST(Trainer, ResumeContinuesTheSameCurve) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 20);
   cfg.train.ema.useEma = true;
   cfg.train.ema.emaDecay = 0.9;
@@ -115,7 +114,7 @@ TEST(Trainer, ResumeContinuesTheSameCurve) {
 }
 
 TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   const auto data = tmp / "latents";
   fs::create_directories(data);
   for (int i = 0; i < 4; ++i) {
@@ -147,7 +146,7 @@ TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
 }
 
 TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   const auto data = tmp / "latents";
   fs::create_directories(data);
   for (int i = 0; i < 3; ++i)
@@ -172,7 +171,7 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
 }
 
 TEST(Trainer, PreflightListsEveryProblem) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 0);
   cfg.network.linear = 0;
   events::EventBus bus;
@@ -186,7 +185,7 @@ TEST(Trainer, PreflightListsEveryProblem) {
 }
 
 TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 100000);
   cfg.save.saveEvery = 0;
   events::EventBus bus;
@@ -229,7 +228,7 @@ double meanBrightness(const fs::path& png) {
 TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
   const auto demo = test::sourceDir() / "configs" / "demo.yaml";
   if (!fs::exists(demo)) GTEST_SKIP() << "configs/demo.yaml not found";
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   auto loaded = config::loadRunConfig(demo);
   config::applyOverrides(loaded, {"job.training_folder=" + tmp.path().string()});
   const int64_t totalSteps = loaded.config.train.steps;
@@ -287,7 +286,7 @@ TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
 }
 
 TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
-  test::ScratchDir tmp;
+  test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 4);
   cfg.train.ema.useEma = true;
   cfg.train.ema.emaDecay = 0.5;

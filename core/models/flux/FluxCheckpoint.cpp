@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
@@ -18,12 +19,6 @@ namespace fs = std::filesystem;
 namespace strata::flux {
 
 namespace {
-
-std::string shapeText(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 

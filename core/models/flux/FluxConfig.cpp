@@ -8,16 +8,11 @@
 #include <set>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 
 namespace strata::flux {
 
 namespace {
-
-std::string shapeText(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // Rotary axes when the weights do not say: FLUX's split for head dim 128,
 // otherwise 1/8 for the first axis and the rest halved, all even.
