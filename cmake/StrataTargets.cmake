@@ -6,6 +6,21 @@
 
 set(STRATA_PCH_HEADER ${CMAKE_SOURCE_DIR}/core/common/Pch.h)
 
+# Each library exposes only its own folder: core/<dir> is reachable as "<dir>/..."
+# through a link in the build tree (include/<name>/<dir> -> core/<dir>), and a
+# library sees another's headers only by linking it. So a forbidden include
+# (lora -> a model family, a model -> placement, core -> ui) fails to compile;
+# tests/layers proves it.
+function(strata_expose_headers name visibility src_dir rel_dir)
+  set(_root ${CMAKE_BINARY_DIR}/include/${name})
+  get_filename_component(_parent ${_root}/${rel_dir} DIRECTORY)
+  file(MAKE_DIRECTORY ${_parent})
+  if(NOT EXISTS ${_root}/${rel_dir})
+    file(CREATE_LINK ${src_dir} ${_root}/${rel_dir} SYMBOLIC)
+  endif()
+  target_include_directories(${name} ${visibility} ${_root})
+endfunction()
+
 function(strata_add_core_lib name)
   cmake_parse_arguments(A "" "DIR" "DEPS" ${ARGN})
   file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/${A_DIR}/*.cpp)
@@ -13,13 +28,13 @@ function(strata_add_core_lib name)
     # Header-only (or not written yet): still a target, so dependants link.
     add_library(${name} INTERFACE)
     add_library(strata::${name} ALIAS ${name})
-    target_include_directories(${name} INTERFACE ${CMAKE_SOURCE_DIR}/core)
+    strata_expose_headers(${name} INTERFACE ${CMAKE_SOURCE_DIR}/core/${A_DIR} ${A_DIR})
     target_link_libraries(${name} INTERFACE strata::torch ${A_DEPS})
     return()
   endif()
   add_library(${name} STATIC ${_srcs})
   add_library(strata::${name} ALIAS ${name})
-  target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR}/core)
+  strata_expose_headers(${name} PUBLIC ${CMAKE_SOURCE_DIR}/core/${A_DIR} ${A_DIR})
   target_link_libraries(${name} PUBLIC strata::torch ${A_DEPS})
   target_compile_options(${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   if(TARGET strata_pch)

@@ -32,12 +32,7 @@ int runExport(const ExportArgs& args) {
   }
   if (formats.empty()) formats.push_back(config::ExportFormat::Diffusers);
   try {
-#ifdef STRATA_VERSION
-    const std::string version = STRATA_VERSION;
-#else
-    const std::string version = "0.1.0";
-#endif
-    for (const auto& p : train::exportRun(args.runDir, formats, args.outDir, version)) std::cout << p.string() << "\n";
+    for (const auto& p : train::exportRun(args.runDir, formats, args.outDir)) std::cout << p.string() << "\n";
   } catch (const ConfigError& e) {
     std::cerr << "strata-train export: " << e.what() << std::endl;
     return train::kExitBadInput;

@@ -27,9 +27,6 @@ int runResume(const ResumeArgs& args) {
   try {
     train::TrainerOptions opts;
     opts.stopAfterStep = args.stopAfter;
-#ifdef STRATA_VERSION
-    opts.softwareVersion = STRATA_VERSION;
-#endif
     trainer = train::Trainer::resumeFrom(args.runDir, bus, opts);
   } catch (const std::exception& e) {
     std::cerr << "strata-train resume: " << e.what() << std::endl;

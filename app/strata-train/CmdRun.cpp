@@ -194,9 +194,6 @@ int runRun(const RunArgs& args) {
   opts.stopAfterStep = args.stopAfter;
   opts.configYaml = config::toYaml(loaded.config);
   opts.reportConfigWarnings = false;  // printed above, with their lines
-#ifdef STRATA_VERSION
-  opts.softwareVersion = STRATA_VERSION;
-#endif
   train::Trainer trainer(loaded.config, bus, opts);
   return runTrainerWithProgress(trainer, bus);
 }

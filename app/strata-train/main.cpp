@@ -5,10 +5,8 @@
 #include <iostream>
 
 #include "Commands.h"
+#include "common/Version.h"
 
-#ifndef STRATA_VERSION
-#define STRATA_VERSION "unknown"
-#endif
 
 namespace {
 
@@ -25,7 +23,7 @@ constexpr strata::cli::AddCommandFn kCommands[] = {
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata: LoRA training for FLUX.1 split over several GPUs (headless)", "strata-train"};
-  app.set_version_flag("--version", std::string("strata-train ") + STRATA_VERSION);
+  app.set_version_flag("--version", std::string("strata-train ") + strata::kVersion);
   app.require_subcommand(1);
   app.fallthrough(false);
 

@@ -6,13 +6,14 @@
 #include <QTimer>
 
 #include "ScreenshotTour.h"
+#include "common/Version.h"
 #include "ui/MainWindow.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
   QApplication::setApplicationName("Strata");
   QApplication::setOrganizationName("Strata");
-  QApplication::setApplicationVersion(STRATA_VERSION);
+  QApplication::setApplicationVersion(strata::kVersion);
   QApplication::setStyle(QStyleFactory::create("Fusion"));
 
   QCommandLineParser cli;

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/Version.h"
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxConfig.h"
 
@@ -80,7 +81,7 @@ std::shared_ptr<LoraNetwork> loadLoraNetwork(torch::nn::Module& model, const flu
 struct LoraExportOptions {
   LoraFileFormat format = LoraFileFormat::Diffusers;
   at::ScalarType dtype = at::kFloat;  // of the written tensors
-  std::string softwareVersion;        // Strata's version, e.g. "0.1.0" (the caller knows it)
+  std::string softwareVersion = kVersion;  // written as the file's "software" entry
   std::string baseModel;              // "black-forest-labs/FLUX.1-dev" or a checkpoint path
   std::string title;                  // modelspec.title and ss_output_name
   int64_t rank = 0;                   // nominal rank for ss_network_dim (0: most common adapter rank)

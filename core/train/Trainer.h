@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/Version.h"
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
 
@@ -44,7 +45,7 @@ struct TrainerOptions {
   // stop() had been called then; 0 = run to train.steps. For tests and the CLI's
   // --stop-after.
   int64_t stopAfterStep = 0;
-  std::string softwareVersion = "0.1.0";
+  std::string softwareVersion = kVersion;
   // Send the config validator's warnings as WarningEvents (the CLI prints them
   // itself, with their YAML lines, and turns this off).
   bool reportConfigWarnings = true;
@@ -115,6 +116,6 @@ class Trainer {
 std::vector<std::filesystem::path> exportRun(const std::filesystem::path& runDir,
                                              const std::vector<config::ExportFormat>& formats,
                                              const std::filesystem::path& outDir = {},
-                                             const std::string& softwareVersion = "0.1.0");
+                                             const std::string& softwareVersion = kVersion);
 
 }  // namespace strata::train
