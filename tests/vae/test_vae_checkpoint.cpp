@@ -207,7 +207,8 @@ TEST_F(VaeCheckpointTest, DiffusersFoldersAndPipelineFolders) {
   fs::create_directories(dir / "pipe" / "vae");
   io::writeSafetensors(dir / "pipe" / "vae" / "diffusion_pytorch_model.safetensors", vaeStateDict(source));
   std::ofstream(dir / "pipe" / "vae" / "config.json") << cfg.toDiffusersJson().dump(2);
-  for (const fs::path& p : {dir / "pipe", dir / "pipe" / "vae", dir / "pipe" / "vae" / "diffusion_pytorch_model.safetensors"}) {
+  const fs::path weights = dir / "pipe" / "vae" / "diffusion_pytorch_model.safetensors";
+  for (const fs::path& p : {dir / "pipe", dir / "pipe" / "vae", weights}) {
     SCOPED_TRACE(p.string());
     const auto ckpt = VaeCheckpoint::open(p);
     EXPECT_EQ(ckpt.configJsonPath(), dir / "pipe" / "vae" / "config.json");

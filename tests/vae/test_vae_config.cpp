@@ -65,7 +65,8 @@ TEST(VaeConfig, AbsentKeysTakeDiffusersDefaults) {
   EXPECT_DOUBLE_EQ(c.scalingFactor, 0.18215);
   EXPECT_DOUBLE_EQ(c.shiftFactor, 0.0);
   // shift_factor null is 0; sample_size may be [h, w].
-  const auto sd = VaeConfig::fromDiffusersJson(nlohmann::json::parse(R"({"shift_factor": null, "sample_size": [768, 768]})"));
+  const auto sd =
+      VaeConfig::fromDiffusersJson(nlohmann::json::parse(R"({"shift_factor": null, "sample_size": [768, 768]})"));
   EXPECT_DOUBLE_EQ(sd.shiftFactor, 0.0);
   EXPECT_EQ(sd.sampleSize, 768);
 }
