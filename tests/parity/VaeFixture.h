@@ -71,8 +71,12 @@ inline void expectPipelineVaeMatches(vae::AutoencoderKL& model, const std::files
   EXPECT_TRUE(test::allClose(flux::packLatents(train), out.at("train_latents_packed"), tol.atol, tol.rtol))
       << "train_latents_packed";
 
-  const int64_t h = manifest.at("latent_hw").at(0).get<int64_t>();
-  const int64_t w = manifest.at("latent_hw").at(1).get<int64_t>();
+  // Latent size: the manifest's latent_hw, else the pipeline's rule 2 * (H // (2 * vae_scale_factor)).
+  const int64_t f = manifest.value("vae_scale_factor", model.config().downscaleFactor());
+  const int64_t h = manifest.contains("latent_hw") ? manifest["latent_hw"].at(0).get<int64_t>()
+                                                   : 2 * (manifest.at("height").get<int64_t>() / (2 * f));
+  const int64_t w = manifest.contains("latent_hw") ? manifest["latent_hw"].at(1).get<int64_t>()
+                                                   : 2 * (manifest.at("width").get<int64_t>() / (2 * f));
   for (const auto& [latents, image] : {std::pair<std::string, std::string>{"latents_final", "image"},
                                        {"latents_final_lora", "image_lora"}}) {
     const auto unpacked = flux::unpackLatents(out.at(latents), h, w);  // [B, C, h, w] training latents

@@ -108,7 +108,8 @@ VaeResnetBlockImpl::VaeResnetBlockImpl(int64_t in, int64_t out, int64_t groups, 
 at::Tensor VaeResnetBlockImpl::forward(const at::Tensor& x) {
   auto h = conv1->forward(siluInPlace(norm1->forward(x)));
   h = conv2->forward(siluInPlace(norm2->forward(h)));
-  return (convShortcut ? convShortcut->forward(x) : x) + h;
+  // In place on the fresh conv output (a conv's backward needs its input, not its output).
+  return h.add_(convShortcut ? convShortcut->forward(x) : x);
 }
 
 VaeAttentionImpl::VaeAttentionImpl(int64_t channels, int64_t groups, const at::TensorOptions& options) {
@@ -128,8 +129,8 @@ at::Tensor VaeAttentionImpl::forward(const at::Tensor& x) {
   const auto k = toK->forward(tokens).unsqueeze(1);
   const auto v = toV->forward(tokens).unsqueeze(1);
   const auto attended = vaeAttention(q, k, v).squeeze(1);                        // [B, HW, C]
-  const auto out = toOut->forward(attended).transpose(1, 2).reshape({b, c, h, w});  // [B, C, H, W]
-  return out + x;
+  auto out = toOut->forward(attended).transpose(1, 2).reshape({b, c, h, w});  // [B, C, H, W]
+  return out.add_(x);
 }
 
 VaeMidBlockImpl::VaeMidBlockImpl(int64_t channels, int64_t groups, bool withAttention,

@@ -134,7 +134,8 @@ void loadVaeWeights(AutoencoderKL& model, const VaeCheckpoint& ckpt) {
       continue;
     }
     // ldm projections are 1x1 convs; a file that already squeezed them is fine too.
-    const bool squeezed = ldm && names::isAttentionProjectionWeight(p.diffusersKey) && it->second == p.param.sizes().vec();
+    const bool squeezed =
+        ldm && names::isAttentionProjectionWeight(p.diffusersKey) && it->second == p.param.sizes().vec();
     if (it->second != expected && !squeezed)
       problems.push_back("mis-shaped: " + ckpt.prefix() + key + " expected " + shapeText(expected) + ", got " +
                          shapeText(it->second));

@@ -50,7 +50,8 @@ std::vector<int64_t> fileShape(const std::string& diffusersKey, const std::vecto
 
 // A whole key -> shape map converted to diffusers names (shapes of 1x1 conv
 // projections squeezed). Keys no rule covers are kept as they are.
-std::map<std::string, std::vector<int64_t>> toDiffusersShapes(const std::map<std::string, std::vector<int64_t>>& shapes);
+std::map<std::string, std::vector<int64_t>> toDiffusersShapes(
+    const std::map<std::string, std::vector<int64_t>>& shapes);
 
 }  // namespace names
 }  // namespace strata::vae
