@@ -3,6 +3,7 @@
 // every "vae" folder and the VAE of every "flux_pipeline" folder, and the
 // FLUX.1 VAE (random bf16 weights) at 1024 px: encode and decode images/s and
 // peak memory, whole and in 512 px tiles, printed (no timing assertion).
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>

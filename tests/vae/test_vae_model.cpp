@@ -1,6 +1,7 @@
 // AutoencoderKL module layout, shapes and the behaviours the fixtures do not pin
 // down on their own: quant convs, asymmetric downsample padding, logvar clamp,
 // sampling, tiled encoding, chunked attention, the training-latent rule.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 

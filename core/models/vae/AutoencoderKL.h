@@ -139,7 +139,8 @@ TORCH_MODULE(VaeDecoder);
 struct VaeLatentDist {
   at::Tensor mean;    // [B, latent, H/f, W/f]
   at::Tensor logvar;  // same shape, clamped to [-30, 20] as diffusers does
-  // mean + exp(logvar / 2) * noise (what ai-toolkit caches); mean is the mode.
+  // mean + exp(logvar / 2) * noise (what ai-toolkit caches); mean is the mode. A
+  // generator must be of the latents' device (a CPU generator for CPU latents).
   at::Tensor sample(c10::optional<at::Generator> generator = c10::nullopt) const;
 };
 
