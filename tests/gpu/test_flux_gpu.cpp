@@ -13,8 +13,10 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
 #include "common/TorchCompat.h"
+#include "gpu/GpuStats.h"
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
@@ -23,13 +25,10 @@
 #include "models/flux/FluxTransformer.h"
 #include "parity/FluxFixture.h"
 
-#ifdef STRATA_HAS_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-
 namespace fs = std::filesystem;
 using namespace strata;
 using namespace strata::flux;
+using namespace strata::test::gpu;
 
 namespace {
 
@@ -39,62 +38,12 @@ constexpr double kBf16Atol = 5e-2;
 constexpr double kBf16Rtol = 5e-2;
 constexpr double kBf16MaxRelL2 = 2e-2;  // ||out - ref|| / ||ref||
 
-std::vector<std::pair<fs::path, nlohmann::json>> fluxFixtures() {
-  std::vector<std::pair<fs::path, nlohmann::json>> out;
-  const fs::path root = test::referenceDir();
-  if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (!e.is_regular_file() || e.path().filename() != "manifest.json") continue;
-    std::ifstream in(e.path());
-    auto j = nlohmann::json::parse(in);
-    if (j.value("kind", "") == "flux_transformer") out.emplace_back(e.path().parent_path(), j);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  return out;
-}
-
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  const auto r = ref.to(at::kDouble).cpu();
-  return (a.to(at::kDouble).cpu() - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
-}
-
-double medianMs(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-void synchronize() { torch::cuda::synchronize(); }
-
-int64_t peakAllocatedBytes() {
-#ifdef STRATA_HAS_CUDA
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak;
-#else
-  return 0;
-#endif
-}
-
-int64_t peakReservedBytes() {
-#ifdef STRATA_HAS_CUDA
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak;
-#else
-  return 0;
-#endif
-}
-
-void resetPeak() {
-#ifdef STRATA_HAS_CUDA
-  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-#endif
-}
-
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
-
 }  // namespace
 
 TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const at::Device cuda(at::kCUDA, 0);
-  const auto fixtures = fluxFixtures();
+  const auto fixtures = test::fixturesOfKind("flux_transformer");
   ASSERT_FALSE(fixtures.empty()) << "no flux_transformer fixture under " << test::referenceDir();
   for (const auto& [dir, manifest] : fixtures) {
     std::cout << "[flux gpu] " << dir.string() << std::endl;
@@ -142,7 +91,7 @@ TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
 TEST(FluxGpu, LoraForwardGradientsAndAdamWOnCudaEqualTheReference) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const at::Device cuda(at::kCUDA, 0);
-  const auto fixtures = fluxFixtures();
+  const auto fixtures = test::fixturesOfKind("flux_transformer");
   ASSERT_FALSE(fixtures.empty()) << "no flux_transformer fixture under " << test::referenceDir();
   for (const auto& [dir, manifest] : fixtures) {
     SCOPED_TRACE(dir.string());

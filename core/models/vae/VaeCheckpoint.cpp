@@ -1,0 +1,183 @@
+#include "models/vae/VaeCheckpoint.h"
+
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/Error.h"
+#include "common/ShapeText.h"
+#include "io/Safetensors.h"
+#include "models/vae/AutoencoderKL.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::vae {
+
+namespace {
+
+constexpr const char* kDiffusersWeights = "diffusion_pytorch_model.safetensors";
+
+bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// The weights file of a diffusers VAE folder: diffusers' own file name, else the
+// only .safetensors file there.
+fs::path weightsInFolder(const fs::path& dir) {
+  if (fs::is_regular_file(dir / kDiffusersWeights)) return dir / kDiffusersWeights;
+  std::vector<fs::path> found;
+  bool index = false;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".safetensors") found.push_back(e.path());
+    if (name.size() > 23 && name.substr(name.size() - 23) == ".safetensors.index.json") index = true;
+  }
+  if (found.size() == 1 && !index) return found[0];
+  if (found.empty()) throw LoadError(dir.string() + ": no .safetensors file in this VAE folder");
+  std::sort(found.begin(), found.end());
+  std::string list;
+  for (const auto& f : found) list += (list.empty() ? "" : ", ") + f.filename().string();
+  throw LoadError(dir.string() + ": several weight files (" + list + ") and no " + kDiffusersWeights +
+                  "; name the file to load");
+}
+
+std::string describe(const VaeCheckpoint& ckpt) {
+  std::string s = ckpt.path().string() + " (" + toString(ckpt.format()) + " names";
+  if (!ckpt.prefix().empty()) s += ", under '" + ckpt.prefix() + "'";
+  return s + ")";
+}
+
+[[noreturn]] void throwProblems(const std::string& where, const std::vector<std::string>& problems) {
+  std::ostringstream os;
+  os << where << ": " << problems.size() << " problem(s), nothing loaded";
+  for (const auto& p : problems) os << "\n  " << p;
+  throw LoadError(os.str());
+}
+
+}  // namespace
+
+VaeCheckpoint VaeCheckpoint::open(const fs::path& path) {
+  VaeCheckpoint ckpt;
+  fs::path weights;
+  if (fs::is_directory(path)) {
+    const fs::path dir = fs::is_directory(path / "vae") ? path / "vae" : path;
+    weights = weightsInFolder(dir);
+    if (fs::is_regular_file(dir / "config.json")) ckpt.configJson_ = dir / "config.json";
+  } else if (fs::is_regular_file(path)) {
+    weights = path;
+    // A diffusers weights file named directly still has its config.json beside it.
+    const fs::path beside = path.parent_path() / "config.json";
+    if (startsWith(path.filename().string(), "diffusion_pytorch_model") && fs::is_regular_file(beside))
+      ckpt.configJson_ = beside;
+  } else {
+    throw IoError(path.string() + ": no such file or folder");
+  }
+  ckpt.file_ = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(weights));
+
+  const auto names = ckpt.file_->names();
+  for (const char* prefix : {"first_stage_model.", "vae."}) {
+    if (std::any_of(names.begin(), names.end(), [&](const std::string& n) { return startsWith(n, prefix); })) {
+      ckpt.prefix_ = prefix;
+      break;
+    }
+  }
+  std::vector<std::string> keys;
+  for (const auto& name : names) {
+    if (!startsWith(name, ckpt.prefix_)) continue;  // another component of a full checkpoint
+    const std::string key = name.substr(ckpt.prefix_.size());
+    ckpt.shapes_[key] = ckpt.file_->info(name).shape;
+    keys.push_back(key);
+  }
+  if (keys.empty()) throw LoadError(weights.string() + ": no tensors");
+  ckpt.format_ = names::detectFormat(keys);
+  return ckpt;
+}
+
+const fs::path& VaeCheckpoint::path() const { return file_->path(); }
+
+at::Tensor VaeCheckpoint::tensor(const std::string& name) const {
+  if (!shapes_.count(name)) throw LoadError(path().string() + ": no tensor '" + prefix_ + name + "'");
+  return file_->tensor(prefix_ + name);
+}
+
+VaeConfig VaeCheckpoint::config(const VaeHints& hints) const {
+  if (!configJson_.empty()) return VaeConfig::fromDiffusersJsonFile(configJson_);
+  try {
+    return vaeConfigFromShapes(shapes_, hints);
+  } catch (const Error& e) {
+    throw LoadError(path().string() + ": " + e.what());
+  }
+}
+
+void loadVaeWeights(AutoencoderKL& model, const VaeCheckpoint& ckpt) {
+  const VaeConfig& cfg = model.config();
+  const VaeWeightFormat format = ckpt.format();
+  const bool ldm = format == VaeWeightFormat::Ldm;
+
+  struct Planned {
+    at::Tensor param;
+    std::string diffusersKey;
+  };
+  std::map<std::string, Planned> plan;  // file key -> parameter
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const auto fileKey = names::fileKey(item.key(), format, cfg.numBlocks());
+    if (!fileKey) throw Error("loadVaeWeights: no " + std::string(toString(format)) + " name for '" + item.key() + "'");
+    plan[*fileKey] = {item.value(), item.key()};
+  }
+
+  std::vector<std::string> problems;
+  for (const auto& [key, p] : plan) {
+    const auto expected = names::fileShape(p.diffusersKey, p.param.sizes().vec(), format);
+    auto it = ckpt.shapes().find(key);
+    if (it == ckpt.shapes().end()) {
+      problems.push_back("missing: " + ckpt.prefix() + key + " " + shapeText(expected));
+      continue;
+    }
+    // ldm projections are 1x1 convs; a file that already squeezed them is fine too.
+    const bool squeezed =
+        ldm && names::isAttentionProjectionWeight(p.diffusersKey) && it->second == p.param.sizes().vec();
+    if (it->second != expected && !squeezed)
+      problems.push_back("mis-shaped: " + ckpt.prefix() + key + " expected " + shapeText(expected) + ", got " +
+                         shapeText(it->second));
+  }
+  for (const auto& [key, shape] : ckpt.shapes())
+    if (!plan.count(key)) problems.push_back("unexpected: " + ckpt.prefix() + key + " " + shapeText(shape));
+  if (!problems.empty()) throwProblems(describe(ckpt), problems);
+  for (const auto& [key, _] : plan) {
+    const auto type = ckpt.tensor(key).scalar_type();
+    if (!at::isFloatingType(type))
+      problems.push_back("not floating point: " + ckpt.prefix() + key + " (" + std::string(c10::toString(type)) + ")");
+  }
+  if (!problems.empty()) throwProblems(describe(ckpt), problems);
+
+  // Verified: copy, converting dtype and device into each parameter.
+  at::NoGradGuard noGrad;
+  for (auto& [key, p] : plan) p.param.copy_(ckpt.tensor(key).reshape(p.param.sizes()));
+}
+
+void loadVaeWeights(AutoencoderKL& model, const fs::path& path) { loadVaeWeights(model, VaeCheckpoint::open(path)); }
+
+std::shared_ptr<AutoencoderKL> loadAutoencoderKL(const fs::path& path, const VaeBuildOptions& options,
+                                                 const VaeHints& hints) {
+  const VaeCheckpoint ckpt = VaeCheckpoint::open(path);
+  const VaeConfig cfg = ckpt.config(hints);
+  VaeBuildOptions o = options;
+  o.dtype = vaeComputeDtype(cfg, options.dtype);
+  auto model = std::make_shared<AutoencoderKL>(cfg, o);
+  loadVaeWeights(*model, ckpt);
+  return model;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> vaeStateDict(AutoencoderKL& model, VaeWeightFormat format) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters(true)) {
+    const auto key = names::fileKey(item.key(), format, model.config().numBlocks());
+    if (!key) throw Error("vaeStateDict: no " + std::string(toString(format)) + " name for '" + item.key() + "'");
+    const auto shape = names::fileShape(item.key(), item.value().sizes().vec(), format);
+    out.emplace_back(*key, item.value().detach().cpu().reshape(shape));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+}  // namespace strata::vae

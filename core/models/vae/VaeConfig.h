@@ -1,0 +1,85 @@
+#pragma once
+// VaeConfig: the shape of an AutoencoderKL (diffusers AutoencoderKL with
+// DownEncoderBlock2D / UpDecoderBlock2D blocks, as FLUX.1 and SD use it).
+// Comes from a diffusers vae/config.json, from tensor shapes (diffusers or ldm
+// names, header only) or from a preset. vaeParamShapes() lists every parameter
+// the config implies, so shapes -> config -> shapes round-trips without a model.
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::vae {
+
+struct VaeConfig {
+  int64_t inChannels = 3;                               // in_channels (image)
+  int64_t outChannels = 3;                              // out_channels (image)
+  std::vector<int64_t> blockOutChannels{128, 256, 512, 512};  // block_out_channels, one per level
+  int64_t layersPerBlock = 2;                           // layers_per_block (decoder: one more per level)
+  int64_t latentChannels = 16;                          // latent_channels
+  int64_t normNumGroups = 32;                           // norm_num_groups (GroupNorm everywhere)
+  int64_t sampleSize = 1024;                            // sample_size (diffusers' default tile size)
+  double scalingFactor = 0.3611;                        // scaling_factor
+  double shiftFactor = 0.1159;                          // shift_factor (diffusers: null = 0)
+  bool useQuantConv = false;                            // use_quant_conv (SD: true, FLUX.1: false)
+  bool usePostQuantConv = false;                        // use_post_quant_conv
+  bool midBlockAddAttention = true;                     // mid_block_add_attention
+  bool forceUpcast = true;                              // force_upcast: fp16 is run in float32
+
+  static constexpr double kNormEps = 1e-6;     // GroupNorm eps in every block
+  static constexpr double kLogvarMin = -30.0;  // DiagonalGaussianDistribution clamps logvar
+  static constexpr double kLogvarMax = 20.0;
+
+  int64_t numBlocks() const { return static_cast<int64_t>(blockOutChannels.size()); }
+  // Image pixels per latent pixel along one side (8 for four levels).
+  int64_t downscaleFactor() const { return int64_t{1} << (numBlocks() - 1); }
+
+  // Throws ConfigError naming the field when the shape is inconsistent.
+  void validate() const;
+
+  // Presets: "flux1" (FLUX.1's ae: 16 latent channels, no quant convs, ~84 M
+  // parameters) and "sd" (SD 1.x: 4 latent channels, quant convs).
+  static VaeConfig flux1();
+  static VaeConfig sd1();
+  static VaeConfig preset(const std::string& name);  // throws ConfigError on an unknown name
+
+  // From a diffusers config.json object; absent keys take diffusers' defaults
+  // (which are SD's, not FLUX's). Refuses other block types, activations and
+  // latents_mean/std normalisation with a ConfigError naming the key.
+  static VaeConfig fromDiffusersJson(const nlohmann::json& j);
+  static VaeConfig fromDiffusersJsonFile(const std::filesystem::path& path);
+  nlohmann::json toDiffusersJson() const;  // round-trips with fromDiffusersJson
+
+  bool operator==(const VaeConfig& o) const;
+  bool operator!=(const VaeConfig& o) const { return !(*this == o); }
+};
+
+// What tensor shapes cannot tell: GroupNorm's group count, the latent
+// scale/shift and diffusers' bookkeeping keys. Unset: 32 groups (every released
+// SD/FLUX VAE), FLUX.1's 0.3611/0.1159 for 16 latent channels (SD3's VAE has
+// the same shapes with other factors: pass them), SD's 0.18215/0 otherwise.
+struct VaeHints {
+  std::optional<int64_t> normNumGroups;
+  std::optional<double> scalingFactor;
+  std::optional<double> shiftFactor;
+  std::optional<int64_t> sampleSize;
+  std::optional<bool> forceUpcast;
+
+  // The hints that give back `cfg` from its own shapes.
+  static VaeHints of(const VaeConfig& cfg);
+};
+
+// From tensor names and shapes in diffusers, legacy diffusers (query/key/value)
+// or ldm naming (detected). Throws LoadError naming a missing key.
+VaeConfig vaeConfigFromShapes(const std::map<std::string, std::vector<int64_t>>& shapes, const VaeHints& hints = {});
+
+// Every parameter of the model `cfg` describes: diffusers key -> shape (pure; the
+// built model's named_parameters() equals it, a unit test checks that).
+std::map<std::string, std::vector<int64_t>> vaeParamShapes(const VaeConfig& cfg);
+int64_t vaeParamCount(const VaeConfig& cfg);
+
+}  // namespace strata::vae

@@ -1,0 +1,62 @@
+#pragma once
+// Figures the GPU tests print: median times, the caching allocator's memory
+// counters on device 0, relative L2 errors. Without CUDA the memory figures are 0.
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#ifdef STRATA_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace strata::test::gpu {
+
+// ||a - ref|| / ||ref|| in double on the CPU.
+inline double relL2(const at::Tensor& a, const at::Tensor& ref) {
+  const auto r = ref.to(at::kDouble).cpu();
+  return (a.to(at::kDouble).cpu() - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
+}
+
+inline double medianMs(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+inline void synchronize() { torch::cuda::synchronize(); }
+
+inline int64_t currentAllocatedBytes() {
+#ifdef STRATA_HAS_CUDA
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+#else
+  return 0;
+#endif
+}
+
+inline int64_t peakAllocatedBytes() {
+#ifdef STRATA_HAS_CUDA
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak;
+#else
+  return 0;
+#endif
+}
+
+inline int64_t peakReservedBytes() {
+#ifdef STRATA_HAS_CUDA
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak;
+#else
+  return 0;
+#endif
+}
+
+inline void resetPeak() {
+#ifdef STRATA_HAS_CUDA
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+#endif
+}
+
+inline double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+}  // namespace strata::test::gpu
