@@ -138,53 +138,55 @@ TEST(TextEncodersGpu, ReferenceParityOnCudaFloat32) {
   }
 }
 
-TEST(TextEncodersGpu, T5XxlAndClipLAtFluxShapesBf16) {
+TEST(TextEncodersGpu, T5XxlAtFluxShapesBf16) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const at::Device cuda(at::kCUDA, 0);
   at::NoGradGuard noGrad;
   constexpr int64_t kT5Tokens = 512;  // FLUX.1-dev's max_sequence_length
-  const auto t5Cfg = t5::T5Config::t5Xxl();
-  const auto clipCfg = clip::ClipTextConfig::clipL();
-
-  {  // T5 first, freed before CLIP so each peak is its own
+  const auto cfg = t5::T5Config::t5Xxl();
   resetPeak();
   const int64_t base = allocatedBytes();
-  t5::T5Encoder t5(t5Cfg, {cuda, at::kBFloat16});
-  const int64_t t5Weights = allocatedBytes() - base;
+  t5::T5Encoder t5(cfg, {cuda, at::kBFloat16});
+  const int64_t weights = allocatedBytes() - base;
   int64_t params = 0;
   for (const auto& p : t5.parameters()) params += p.numel();
-  EXPECT_EQ(params, t5::t5ParamPlan(t5Cfg).totalParams());
-  std::cout << "[text gpu] T5-XXL: " << params << " parameters, weights " << gib(t5Weights) << " GiB (bf16)"
-            << std::endl;
+  EXPECT_EQ(params, t5::t5ParamPlan(cfg).totalParams());
+  std::cout << "[text gpu] T5-XXL: " << params << " parameters, weights " << gib(weights) << " GiB (bf16)" << std::endl;
   for (const int64_t batch : {1, 4}) {
-    const auto ids = at::randint(0, t5Cfg.vocabSize, {batch, kT5Tokens}, at::TensorOptions().device(cuda).dtype(at::kLong));
+    const auto ids =
+        at::randint(0, cfg.vocabSize, {batch, kT5Tokens}, at::TensorOptions().device(cuda).dtype(at::kLong));
     resetPeak();
     at::Tensor out;
     const double s = medianSeconds([&] { out = t5.forward(ids); }, 2, 10);
-    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{batch, kT5Tokens, t5Cfg.dModel}));
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{batch, kT5Tokens, cfg.dModel}));
     EXPECT_TRUE(at::isfinite(out).all().item<bool>()) << "T5-XXL bf16 output has inf/nan";
     std::cout << "[text gpu] T5-XXL bf16, batch " << batch << " x " << kT5Tokens << " tokens: " << s * 1000.0
-              << " ms per call, " << batch / s << " prompts/s, peak " << gib(peakAllocatedBytes()) << " GiB ("
-              << gib(peakAllocatedBytes() - base - t5Weights) << " GiB above the weights)" << std::endl;
+              << " ms per call, " << batch / s << " prompts/s, peak " << gib(peakAllocatedBytes() - base)
+              << " GiB (" << gib(peakAllocatedBytes() - base - weights) << " GiB above the weights)" << std::endl;
   }
-  }
+}
 
+TEST(TextEncodersGpu, ClipLAtFluxShapesBf16) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const at::Device cuda(at::kCUDA, 0);
+  at::NoGradGuard noGrad;
+  const auto cfg = clip::ClipTextConfig::clipL();
   resetPeak();
-  const int64_t base2 = allocatedBytes();
-  clip::ClipTextModel clipModel(clipCfg, {cuda, at::kBFloat16});
-  const int64_t clipWeights = allocatedBytes() - base2;
-  std::cout << "[text gpu] CLIP-L: weights " << gib(clipWeights) << " GiB (bf16)" << std::endl;
+  const int64_t base = allocatedBytes();
+  clip::ClipTextModel model(cfg, {cuda, at::kBFloat16});
+  const int64_t weights = allocatedBytes() - base;
+  std::cout << "[text gpu] CLIP-L: weights " << gib(weights) << " GiB (bf16)" << std::endl;
   for (const int64_t batch : {1, 4}) {
-    auto ids = at::randint(0, clipCfg.vocabSize - 1, {batch, clipCfg.maxPositionEmbeddings},
+    auto ids = at::randint(0, cfg.vocabSize - 1, {batch, cfg.maxPositionEmbeddings},
                            at::TensorOptions().device(cuda).dtype(at::kLong));
-    ids.select(1, clipCfg.maxPositionEmbeddings - 1).fill_(clipCfg.vocabSize - 1);  // end-of-text last
+    ids.select(1, cfg.maxPositionEmbeddings - 1).fill_(cfg.vocabSize - 1);  // end-of-text last
     resetPeak();
     clip::ClipTextOutput out;
-    const double s = medianSeconds([&] { out = clipModel.forward(ids); }, 2, 10);
-    EXPECT_EQ(out.pooled.sizes(), (std::vector<int64_t>{batch, clipCfg.hiddenSize}));
+    const double s = medianSeconds([&] { out = model.forward(ids); }, 2, 10);
+    EXPECT_EQ(out.pooled.sizes(), (std::vector<int64_t>{batch, cfg.hiddenSize}));
     EXPECT_TRUE(at::isfinite(out.pooled).all().item<bool>()) << "CLIP-L bf16 pooled output has inf/nan";
-    std::cout << "[text gpu] CLIP-L bf16, batch " << batch << " x " << clipCfg.maxPositionEmbeddings
+    std::cout << "[text gpu] CLIP-L bf16, batch " << batch << " x " << cfg.maxPositionEmbeddings
               << " tokens: " << s * 1000.0 << " ms per call, " << batch / s << " prompts/s, peak "
-              << gib(peakAllocatedBytes()) << " GiB" << std::endl;
+              << gib(peakAllocatedBytes() - base) << " GiB" << std::endl;
   }
 }
