@@ -58,8 +58,10 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
     for (const auto& e : fs::directory_iterator(path)) {
       const std::string name = e.path().filename().string();
       if (!e.is_regular_file()) continue;
-      if (endsWith(name, ".safetensors.index.json")) indexes.push_back(e.path());
-      else if (e.path().extension() == ".safetensors") files.push_back(e.path());
+      if (endsWith(name, ".safetensors.index.json"))
+        indexes.push_back(e.path());
+      else if (e.path().extension() == ".safetensors")
+        files.push_back(e.path());
     }
     std::sort(indexes.begin(), indexes.end());
     std::sort(files.begin(), files.end());

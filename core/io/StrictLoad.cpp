@@ -23,7 +23,8 @@ namespace {
 
 }  // namespace
 
-std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan, const std::string& label) {
+std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
+                                    const std::string& label) {
   std::vector<std::string> problems;
   std::set<std::string> wanted;
   for (const auto& slot : plan.slots) {
@@ -49,8 +50,10 @@ std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const Wei
   for (const auto& [key, shape] : ckpt.shapes()) {
     if (wanted.count(key)) continue;
     auto why = plan.ignored.find(key);
-    if (why != plan.ignored.end()) ignored.push_back(key + ": " + why->second);
-    else problems.push_back("unexpected: " + key + " " + shapeText(shape));
+    if (why != plan.ignored.end())
+      ignored.push_back(key + ": " + why->second);
+    else
+      problems.push_back("unexpected: " + key + " " + shapeText(shape));
   }
   if (!problems.empty()) fail(ckpt, label, problems);
 

@@ -31,6 +31,7 @@ struct WeightPlan {
 // Throws LoadError "<file(s)> (<label>): N problem(s), nothing loaded" followed by
 // one line per missing, mis-shaped, unexpected or non-floating key.
 // Returns "key: why" for every ignored key that the checkpoint holds.
-std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan, const std::string& label);
+std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
+                                    const std::string& label);
 
 }  // namespace strata::io

@@ -161,8 +161,8 @@ TEST(TextEncodersGpu, T5XxlAtFluxShapesBf16) {
     EXPECT_EQ(out.sizes(), (std::vector<int64_t>{batch, kT5Tokens, cfg.dModel}));
     EXPECT_TRUE(at::isfinite(out).all().item<bool>()) << "T5-XXL bf16 output has inf/nan";
     std::cout << "[text gpu] T5-XXL bf16, batch " << batch << " x " << kT5Tokens << " tokens: " << s * 1000.0
-              << " ms per call, " << batch / s << " prompts/s, peak " << gib(peakAllocatedBytes() - base)
-              << " GiB (" << gib(peakAllocatedBytes() - base - weights) << " GiB above the weights)" << std::endl;
+              << " ms per call, " << batch / s << " prompts/s, peak " << gib(peakAllocatedBytes() - base) << " GiB ("
+              << gib(peakAllocatedBytes() - base - weights) << " GiB above the weights)" << std::endl;
   }
 }
 

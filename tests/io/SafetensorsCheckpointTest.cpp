@@ -83,8 +83,8 @@ TEST(SafetensorsCheckpoint, IndexProblemsAreNamed) {
   auto msg = loadErrorOf([&] { SafetensorsCheckpoint::open(dir.path()); });
   EXPECT_NE(msg.find("holds 'extra', which model.safetensors.index.json does not list"), std::string::npos) << msg;
 
-  writeIndex(dir / "model.safetensors.index.json", {{"a", "s1.safetensors"}, {"extra", "s1.safetensors"},
-                                                    {"b", "s2.safetensors"}});
+  writeIndex(dir / "model.safetensors.index.json",
+             {{"a", "s1.safetensors"}, {"extra", "s1.safetensors"}, {"b", "s2.safetensors"}});
   msg = loadErrorOf([&] { SafetensorsCheckpoint::open(dir.path()); });
   EXPECT_NE(msg.find("names the shard s2.safetensors"), std::string::npos) << msg;
 
@@ -116,9 +116,11 @@ TEST(SafetensorsCheckpoint, AbsentOrEmpty) {
 
 TEST(StrictLoad, ChecksEverythingBeforeCopying) {
   test::TempDir dir;
-  io::writeSafetensors(dir / "w.safetensors",
-                       Tensors{{"a", at::full({2}, 3.0)}, {"b", at::ones({3})}, {"ids", at::ones({2}, at::kLong)},
-                               {"old", at::ones({1})}, {"junk", at::ones({5})}});
+  io::writeSafetensors(dir / "w.safetensors", Tensors{{"a", at::full({2}, 3.0)},
+                                                      {"b", at::ones({3})},
+                                                      {"ids", at::ones({2}, at::kLong)},
+                                                      {"old", at::ones({1})},
+                                                      {"junk", at::ones({5})}});
   const auto ckpt = SafetensorsCheckpoint::open(dir / "w.safetensors");
   at::Tensor a = at::zeros({2}), b = at::zeros({4}), ids = at::zeros({2}), c = at::zeros({1});
   io::WeightPlan plan;

@@ -102,7 +102,8 @@ void checkClipKeys(const fs::path& dir, const nlohmann::json& manifest) {
   EXPECT_EQ(shapesOf(model), ckpt.shapes()) << "named_parameters() differs from the transformers key set";
   EXPECT_EQ(clip::clipParamPlan(cfg).totalParams(), countOf(model));
   // The head count is in no tensor: shapes give it only for CLIP's head width 64.
-  if (cfg.headDim() == 64) EXPECT_EQ(clip::ClipTextConfig::fromShapes(ckpt.shapes()).numAttentionHeads, cfg.numAttentionHeads);
+  if (cfg.headDim() == 64)
+    EXPECT_EQ(clip::ClipTextConfig::fromShapes(ckpt.shapes()).numAttentionHeads, cfg.numAttentionHeads);
 }
 
 void checkClipForward(const fs::path& dir, const nlohmann::json& manifest, at::ScalarType dtype) {

@@ -18,7 +18,8 @@ inline std::string weightsFileOf(const nlohmann::json& manifest) {
     if (safetensors && what.is_string() && what.get<std::string>().rfind("weights", 0) == 0) found.push_back(name);
   }
   if (found.size() != 1)
-    throw std::runtime_error("manifest: expected one 'weights' file in \"files\", found " + std::to_string(found.size()));
+    throw std::runtime_error("manifest: expected one 'weights' file in \"files\", found " +
+                             std::to_string(found.size()));
   return found[0];
 }
 
@@ -27,7 +28,8 @@ inline std::string weightsFileOf(const nlohmann::json& manifest) {
 inline std::string singleFileOf(const nlohmann::json& manifest, const std::string& className) {
   std::vector<std::string> found;
   for (const auto& [name, what] : manifest.at("files").items()) {
-    if (name.rfind("singles/", 0) == 0 && what.is_string() && what.get<std::string>().find(className) != std::string::npos)
+    if (name.rfind("singles/", 0) == 0 && what.is_string() &&
+        what.get<std::string>().find(className) != std::string::npos)
       found.push_back(name);
   }
   if (found.size() != 1)

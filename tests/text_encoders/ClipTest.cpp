@@ -189,8 +189,8 @@ TEST(ClipCheckpoint, EveryNameFormLoadsToTheSameNumbers) {
   EXPECT_TRUE(test::allClose(model->forward(ids).pooled, expected.pooled, 0, 0));
   // A single file of a width without 64-wide heads needs the config given.
   EXPECT_THROW(loadClipTextModel(dir / "v5.safetensors"), LoadError);
-  EXPECT_TRUE(test::allClose(loadClipTextModel(dir / "v5.safetensors", {}, cfg)->forward(ids).pooled, expected.pooled,
-                             0, 0));
+  EXPECT_TRUE(
+      test::allClose(loadClipTextModel(dir / "v5.safetensors", {}, cfg)->forward(ids).pooled, expected.pooled, 0, 0));
 }
 
 TEST(ClipCheckpoint, StrictListsEveryProblemNamesTheFileAndLoadsNothing) {
@@ -198,12 +198,12 @@ TEST(ClipCheckpoint, StrictListsEveryProblemNamesTheFileAndLoadsNothing) {
   ClipTextModel src(cfg);
   Tensors broken;
   for (auto& [k, t] : stateDict(src, "text_model.")) {
-    if (k == "text_model.encoder.layers.1.mlp.fc2.bias") continue;                         // missing
+    if (k == "text_model.encoder.layers.1.mlp.fc2.bias") continue;                        // missing
     if (k == "text_model.embeddings.position_embedding.weight") t = at::zeros({77, 16});  // mis-shaped
     broken.emplace_back(k, t);
   }
   broken.emplace_back("text_model.encoder.layers.2.mlp.fc1.weight", at::zeros({32, 16}));  // a third layer
-  broken.emplace_back("vision_model.post_layernorm.weight", at::zeros({16}));             // the full CLIP
+  broken.emplace_back("vision_model.post_layernorm.weight", at::zeros({16}));              // the full CLIP
   test::TempDir dir;
   io::writeSafetensors(dir / "clip_l.safetensors", broken);
 

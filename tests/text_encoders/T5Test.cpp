@@ -119,12 +119,12 @@ TEST(T5Encoder, NamesAreTransformersAndOnlyBlockZeroHoldsTheBiasTable) {
   T5Encoder model(T5Config::tiny());
   std::set<std::string> names;
   for (const auto& p : model.named_parameters(true)) names.insert(p.key());
-  for (const char* key : {"shared.weight", "encoder.block.0.layer.0.SelfAttention.q.weight",
-                          "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                          "encoder.block.1.layer.1.DenseReluDense.wi_0.weight",
-                          "encoder.block.1.layer.1.DenseReluDense.wi_1.weight",
-                          "encoder.block.1.layer.1.DenseReluDense.wo.weight", "encoder.block.1.layer.1.layer_norm.weight",
-                          "encoder.final_layer_norm.weight"})
+  for (const char* key :
+       {"shared.weight", "encoder.block.0.layer.0.SelfAttention.q.weight",
+        "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+        "encoder.block.1.layer.1.DenseReluDense.wi_0.weight", "encoder.block.1.layer.1.DenseReluDense.wi_1.weight",
+        "encoder.block.1.layer.1.DenseReluDense.wo.weight", "encoder.block.1.layer.1.layer_norm.weight",
+        "encoder.final_layer_norm.weight"})
     EXPECT_TRUE(names.count(key)) << key;
   EXPECT_FALSE(names.count("encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"));
   EXPECT_FALSE(model.block(1)->hasRelativeAttentionBias());
@@ -193,7 +193,7 @@ TEST(T5Checkpoint, StrictListsEveryProblemNamesTheFileAndLoadsNothing) {
   T5Encoder src(cfg);
   Tensors broken;
   for (auto& [k, t] : stateDict(src)) {
-    if (k == "encoder.block.1.layer.0.SelfAttention.k.weight") continue;         // missing
+    if (k == "encoder.block.1.layer.0.SelfAttention.k.weight") continue;                   // missing
     if (k == "encoder.block.0.layer.1.DenseReluDense.wo.weight") t = at::zeros({16, 31});  // mis-shaped
     broken.emplace_back(k, t);
   }
@@ -240,8 +240,9 @@ TEST(T5Checkpoint, StrictListsEveryProblemNamesTheFileAndLoadsNothing) {
   auto badCopy = stateDict(src);
   badCopy.emplace_back("encoder.embed_tokens.weight", at::zeros({3, 16}));
   io::writeSafetensors(dir / "badcopy.safetensors", badCopy);
-  EXPECT_NE(loadErrorOf([&] { loadT5Encoder(dir / "badcopy.safetensors"); })
-                .find("unexpected: encoder.embed_tokens.weight [3, 16]"),
+  EXPECT_NE(loadErrorOf([&] {
+              loadT5Encoder(dir / "badcopy.safetensors");
+            }).find("unexpected: encoder.embed_tokens.weight [3, 16]"),
             std::string::npos);
 }
 

@@ -62,14 +62,17 @@ ClipTextConfig ClipCheckpoint::config() const {
 std::vector<std::string> loadClipTextWeights(ClipTextModel& model, const ClipCheckpoint& ckpt) {
   io::WeightPlan plan;
   const std::string& p = ckpt.prefix();
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) plan.slots.push_back({p + item.key(), item.value()});
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    plan.slots.push_back({p + item.key(), item.value()});
   // The full CLIP model's heads sit next to text_model.
-  const std::string outer = endsWith(p, kTextModel) ? p.substr(0, p.size() - std::char_traits<char>::length(kTextModel)) : p;
+  const std::string outer =
+      endsWith(p, kTextModel) ? p.substr(0, p.size() - std::char_traits<char>::length(kTextModel)) : p;
   plan.ignored[p + "embeddings.position_ids"] = "a buffer older transformers saved; positions are 0..L-1";
-  plan.ignored[outer + "text_projection.weight"] = "the projection of CLIPTextModelWithProjection; FLUX pools without it";
+  plan.ignored[outer + "text_projection.weight"] =
+      "the projection of CLIPTextModelWithProjection; FLUX pools without it";
   plan.ignored[outer + "logit_scale"] = "the image-text logit scale of the full CLIP model";
-  return io::loadStrict(ckpt.files(), plan, "CLIP text encoder, transformers names" +
-                                                (p.empty() ? std::string() : " under '" + p + "'"));
+  return io::loadStrict(ckpt.files(), plan,
+                        "CLIP text encoder, transformers names" + (p.empty() ? std::string() : " under '" + p + "'"));
 }
 
 std::shared_ptr<ClipTextModel> loadClipTextModel(const fs::path& path, const ClipBuildOptions& options,

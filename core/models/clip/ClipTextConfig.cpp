@@ -92,10 +92,14 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
   get("eos_token_id", c.eosTokenId);
   std::string act;
   if (get("hidden_act", act)) {
-    if (act == "quick_gelu") c.hiddenAct = ClipActivation::QuickGelu;
-    else if (act == "gelu") c.hiddenAct = ClipActivation::Gelu;
-    else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.hiddenAct = ClipActivation::GeluTanh;
-    else throw ConfigError("ClipTextConfig: hidden_act '" + act + "' is not supported (quick_gelu, gelu, gelu_new)");
+    if (act == "quick_gelu")
+      c.hiddenAct = ClipActivation::QuickGelu;
+    else if (act == "gelu")
+      c.hiddenAct = ClipActivation::Gelu;
+    else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
+      c.hiddenAct = ClipActivation::GeluTanh;
+    else
+      throw ConfigError("ClipTextConfig: hidden_act '" + act + "' is not supported (quick_gelu, gelu, gelu_new)");
   }
   c.validate();
   return c;
@@ -150,7 +154,8 @@ ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vecto
   c.numHiddenLayers = 0;
   while (shapes.count("encoder.layers." + std::to_string(c.numHiddenLayers) + ".self_attn.q_proj.weight"))
     ++c.numHiddenLayers;
-  if (c.numHiddenLayers == 0) throw LoadError("ClipTextConfig: the weights have no 'encoder.layers.0.self_attn.q_proj.weight'");
+  if (c.numHiddenLayers == 0)
+    throw LoadError("ClipTextConfig: the weights have no 'encoder.layers.0.self_attn.q_proj.weight'");
   c.intermediateSize = shapeOf("encoder.layers.0.mlp.fc1.weight", 2)[0];
   if (c.hiddenSize % kClipHeadDim != 0)
     throw LoadError("ClipTextConfig: the head count is not in the weights and hidden size " +
@@ -177,8 +182,8 @@ ClipParamPlan clipParamPlan(const ClipTextConfig& cfg) {
   ClipParamPlan plan;
   const int64_t d = cfg.hiddenSize, f = cfg.intermediateSize;
   plan.stem = {"stem", "stem", (cfg.vocabSize + cfg.maxPositionEmbeddings) * d};
-  const int64_t perLayer = 4 * (d * d + d)  // q, k, v, out projections with biases
-                           + 2 * 2 * d      // layer_norm1, layer_norm2
+  const int64_t perLayer = 4 * (d * d + d)               // q, k, v, out projections with biases
+                           + 2 * 2 * d                   // layer_norm1, layer_norm2
                            + (d * f + f) + (f * d + d);  // fc1, fc2
   for (int64_t i = 0; i < cfg.numHiddenLayers; ++i)
     plan.blocks.push_back({"encoder.layers." + std::to_string(i), "layer", perLayer});

@@ -16,14 +16,14 @@ enum class ClipActivation { QuickGelu, Gelu, GeluTanh };
 const char* toString(ClipActivation act);  // "quick_gelu", "gelu", "gelu_new"
 
 struct ClipTextConfig {
-  int64_t vocabSize = 49408;            // vocab_size
-  int64_t hiddenSize = 768;             // hidden_size
-  int64_t intermediateSize = 3072;      // intermediate_size
-  int64_t numHiddenLayers = 12;         // num_hidden_layers
-  int64_t numAttentionHeads = 12;       // num_attention_heads
-  int64_t maxPositionEmbeddings = 77;   // max_position_embeddings
+  int64_t vocabSize = 49408;                             // vocab_size
+  int64_t hiddenSize = 768;                              // hidden_size
+  int64_t intermediateSize = 3072;                       // intermediate_size
+  int64_t numHiddenLayers = 12;                          // num_hidden_layers
+  int64_t numAttentionHeads = 12;                        // num_attention_heads
+  int64_t maxPositionEmbeddings = 77;                    // max_position_embeddings
   ClipActivation hiddenAct = ClipActivation::QuickGelu;  // hidden_act
-  double layerNormEps = 1e-5;           // layer_norm_eps
+  double layerNormEps = 1e-5;                            // layer_norm_eps
   // eos_token_id decides the pooled position, as in transformers: 2 (the legacy
   // value in CLIP-L's config, FLUX's) -> argmax(input_ids), which is the
   // end-of-text token where it has the highest id; anything else -> the first

@@ -96,11 +96,13 @@ ClipTextModel::ClipTextModel(const ClipTextConfig& cfg, const ClipBuildOptions& 
     at::NoGradGuard noGrad;
     embeddings_ = register_module("embeddings", node());
     // transformers' init: N(0, 0.02) tokens, N(0, 0.01) positions.
-    tokenEmbedding = embeddings_->register_module("token_embedding", node())
-                         ->register_parameter("weight", at::randn({cfg.vocabSize, cfg.hiddenSize}, optionsOf(options)) * 0.02);
+    tokenEmbedding =
+        embeddings_->register_module("token_embedding", node())
+            ->register_parameter("weight", at::randn({cfg.vocabSize, cfg.hiddenSize}, optionsOf(options)) * 0.02);
     positionEmbedding =
         embeddings_->register_module("position_embedding", node())
-            ->register_parameter("weight", at::randn({cfg.maxPositionEmbeddings, cfg.hiddenSize}, optionsOf(options)) * 0.01);
+            ->register_parameter("weight",
+                                 at::randn({cfg.maxPositionEmbeddings, cfg.hiddenSize}, optionsOf(options)) * 0.01);
   }
   auto encoder = register_module("encoder", node());
   layerList_ = encoder->register_module("layers", torch::nn::ModuleList());
@@ -132,13 +134,13 @@ nn::BlockIO ClipTextModel::stem(const at::Tensor& inputIds, const at::Tensor& at
 
   // Key j is visible from query i when j <= i (and j is not padding).
   auto allowed = at::ones({length, length}, at::TensorOptions().device(device).dtype(at::kBool)).tril();  // [L, L]
-  allowed = allowed.unsqueeze(0).unsqueeze(0);                                                            // [1, 1, L, L]
+  allowed = allowed.unsqueeze(0).unsqueeze(0);  // [1, 1, L, L]
   if (attentionMask.defined()) {
     if (attentionMask.sizes() != inputIds.sizes())
       throw Error("ClipTextModel: attention_mask " + shapeText(attentionMask.sizes()) + " must match input_ids " +
                   shapeText(inputIds.sizes()));
     const auto keys = attentionMask.to(device).ne(0).unsqueeze(1).unsqueeze(1);  // [B, 1, 1, L]
-    allowed = at::logical_and(allowed, keys);                                   // [B, 1, L, L]
+    allowed = at::logical_and(allowed, keys);                                    // [B, 1, L, L]
   }
   io.mask = at::zeros(allowed.sizes(), io.img.options()).masked_fill(allowed.logical_not(), lowestOf(dtype()));
   return io;
@@ -156,9 +158,9 @@ ClipTextOutput ClipTextModel::head(const nn::BlockIO& io, const at::Tensor& inpu
   ClipTextOutput out;
   out.lastHiddenState = finalLayerNorm->forward(io.img);  // [B, L, D]
   const auto& h = out.lastHiddenState;
-  const auto positions = pooledPositions(inputIds).to(h.device()).to(at::kLong);              // [B]
+  const auto positions = pooledPositions(inputIds).to(h.device()).to(at::kLong);           // [B]
   const auto index = positions.view({h.size(0), 1, 1}).expand({h.size(0), 1, h.size(2)});  // [B, 1, D]
-  out.pooled = h.gather(1, index).squeeze(1);                                                // [B, D]
+  out.pooled = h.gather(1, index).squeeze(1);                                              // [B, D]
   return out;
 }
 

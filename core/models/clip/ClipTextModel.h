@@ -46,7 +46,7 @@ class ClipEncoderLayer : public nn::Block {
 
   ClipLayerNorm layerNorm1{nullptr}, layerNorm2{nullptr};
   nn::Linear qProj{nullptr}, kProj{nullptr}, vProj{nullptr}, outProj{nullptr};  // self_attn.*
-  nn::Linear fc1{nullptr}, fc2{nullptr};                                       // mlp.*
+  nn::Linear fc1{nullptr}, fc2{nullptr};                                        // mlp.*
 
  private:
   ClipTextConfig cfg_;

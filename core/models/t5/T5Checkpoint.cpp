@@ -47,8 +47,10 @@ T5Checkpoint T5Checkpoint::open(const fs::path& path) {
   ckpt.prefix_ = prefixes[0];
 
   const std::string& p = ckpt.prefix_;
-  if (raw.count(p + kShared)) ckpt.embeddingKey_ = p + kShared;
-  else if (raw.count(p + kEmbedTokens)) ckpt.embeddingKey_ = p + kEmbedTokens;
+  if (raw.count(p + kShared))
+    ckpt.embeddingKey_ = p + kShared;
+  else if (raw.count(p + kEmbedTokens))
+    ckpt.embeddingKey_ = p + kEmbedTokens;
   else
     throw LoadError(ckpt.files_->describe() + ": no token embedding ('" + p + kShared + "' or '" + p + kEmbedTokens +
                     "')");
@@ -82,8 +84,9 @@ std::vector<std::string> loadT5Weights(T5Encoder& model, const T5Checkpoint& ckp
   const auto& raw = ckpt.files().shapes();
   if (ckpt.embeddingKey() != copy && raw.count(copy) && raw.at(copy) == raw.at(ckpt.embeddingKey()))
     plan.ignored[copy] = "the tied copy of " + ckpt.embeddingKey() + " (not loaded twice)";
-  return io::loadStrict(ckpt.files(), plan, "T5 encoder, transformers names" +
-                                                (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
+  return io::loadStrict(
+      ckpt.files(), plan,
+      "T5 encoder, transformers names" + (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
 }
 
 std::shared_ptr<T5Encoder> loadT5Encoder(const fs::path& path, const T5BuildOptions& options,

@@ -173,8 +173,10 @@ T5Config T5Config::fromShapes(const std::map<std::string, std::vector<int64_t>>&
   c.vocabSize = e[0];
   c.dModel = e[1];
   c.numLayers = 0;
-  while (shapes.count("encoder.block." + std::to_string(c.numLayers) + ".layer.0.SelfAttention.q.weight")) ++c.numLayers;
-  if (c.numLayers == 0) throw LoadError("T5Config: the weights have no 'encoder.block.0.layer.0.SelfAttention.q.weight'");
+  while (shapes.count("encoder.block." + std::to_string(c.numLayers) + ".layer.0.SelfAttention.q.weight"))
+    ++c.numLayers;
+  if (c.numLayers == 0)
+    throw LoadError("T5Config: the weights have no 'encoder.block.0.layer.0.SelfAttention.q.weight'");
   const auto& bias = shapeOf("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2);
   c.relativeAttentionNumBuckets = bias[0];
   c.numHeads = bias[1];
@@ -192,9 +194,8 @@ T5Config T5Config::fromShapes(const std::map<std::string, std::vector<int64_t>>&
 }
 
 bool T5Config::operator==(const T5Config& o) const {
-  return vocabSize == o.vocabSize && dModel == o.dModel && dKv == o.dKv && dFf == o.dFf &&
-         numLayers == o.numLayers && numHeads == o.numHeads &&
-         relativeAttentionNumBuckets == o.relativeAttentionNumBuckets &&
+  return vocabSize == o.vocabSize && dModel == o.dModel && dKv == o.dKv && dFf == o.dFf && numLayers == o.numLayers &&
+         numHeads == o.numHeads && relativeAttentionNumBuckets == o.relativeAttentionNumBuckets &&
          relativeAttentionMaxDistance == o.relativeAttentionMaxDistance && layerNormEpsilon == o.layerNormEpsilon &&
          gatedAct == o.gatedAct && activation == o.activation;
 }
@@ -211,8 +212,8 @@ T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   const int64_t inner = cfg.innerDim();
   plan.stem = {"stem", "stem", cfg.vocabSize * d};
   for (int64_t i = 0; i < cfg.numLayers; ++i) {
-    int64_t n = 4 * d * inner + d;                        // q, k, v, o (no biases) + layer_norm
-    n += (cfg.gatedAct ? 2 : 1) * cfg.dFf * d + d * cfg.dFf + d;  // wi_0/wi_1 (or wi), wo + layer_norm
+    int64_t n = 4 * d * inner + d;                                    // q, k, v, o (no biases) + layer_norm
+    n += (cfg.gatedAct ? 2 : 1) * cfg.dFf * d + d * cfg.dFf + d;      // wi_0/wi_1 (or wi), wo + layer_norm
     if (i == 0) n += cfg.relativeAttentionNumBuckets * cfg.numHeads;  // only block 0 holds the bias table
     plan.blocks.push_back({"encoder.block." + std::to_string(i), "layer", n});
   }

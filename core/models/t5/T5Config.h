@@ -18,12 +18,12 @@ enum class T5Activation { Relu, GeluTanh, Gelu, Silu };
 const char* toString(T5Activation act);  // "relu", "gelu_new", "gelu", "silu"
 
 struct T5Config {
-  int64_t vocabSize = 32128;  // vocab_size
-  int64_t dModel = 4096;      // d_model
-  int64_t dKv = 64;           // d_kv: width of one head
-  int64_t dFf = 10240;        // d_ff
-  int64_t numLayers = 24;     // num_layers (encoder blocks)
-  int64_t numHeads = 64;      // num_heads
+  int64_t vocabSize = 32128;                   // vocab_size
+  int64_t dModel = 4096;                       // d_model
+  int64_t dKv = 64;                            // d_kv: width of one head
+  int64_t dFf = 10240;                         // d_ff
+  int64_t numLayers = 24;                      // num_layers (encoder blocks)
+  int64_t numHeads = 64;                       // num_heads
   int64_t relativeAttentionNumBuckets = 32;    // relative_attention_num_buckets
   int64_t relativeAttentionMaxDistance = 128;  // relative_attention_max_distance
   double layerNormEpsilon = 1e-6;              // layer_norm_epsilon

@@ -74,7 +74,7 @@ at::Tensor relativePositionBucket(const at::Tensor& relativePosition, int64_t nu
   const auto isSmall = distance < maxExact;
   // Same op order and dtypes as transformers, so every bucket boundary agrees.
   auto large = at::log(distance.to(at::kFloat) / maxExact) /
-                   std::log(static_cast<double>(maxDistance) / static_cast<double>(maxExact)) * (half - maxExact);
+               std::log(static_cast<double>(maxDistance) / static_cast<double>(maxExact)) * (half - maxExact);
   large = large.to(at::kLong) + maxExact;
   large = at::clamp_max(large, half - 1);
   return buckets + at::where(isSmall, distance, large);
@@ -95,9 +95,10 @@ T5Block::T5Block(const T5Config& cfg, bool hasRelativeAttentionBias, const T5Bui
   if (hasRelativeAttentionBias) {
     at::NoGradGuard noGrad;
     // nn.Embedding's init: N(0, 1).
-    relativeAttentionBias = attn->register_module("relative_attention_bias", node())
-                                ->register_parameter("weight", at::randn({cfg.relativeAttentionNumBuckets, cfg.numHeads},
-                                                                         optionsOf(bo, bo.dtype)));
+    relativeAttentionBias =
+        attn->register_module("relative_attention_bias", node())
+            ->register_parameter("weight",
+                                 at::randn({cfg.relativeAttentionNumBuckets, cfg.numHeads}, optionsOf(bo, bo.dtype)));
   }
   attnNorm = attnLayer->register_module("layer_norm", T5LayerNorm(d, cfg.layerNormEpsilon, bo));
 
@@ -121,8 +122,8 @@ at::Tensor T5Block::positionBias(int64_t length) const {
   const auto memoryPos = at::arange(length, options).unsqueeze(0);  // [1, L]
   const auto buckets = relativePositionBucket(memoryPos - queryPos, cfg_.relativeAttentionNumBuckets,
                                               cfg_.relativeAttentionMaxDistance);  // [L, L]
-  const auto values = at::embedding(relativeAttentionBias, buckets);                // [L, L, H]
-  return values.permute({2, 0, 1}).unsqueeze(0);                                    // [1, H, L, L]
+  const auto values = at::embedding(relativeAttentionBias, buckets);               // [L, L, H]
+  return values.permute({2, 0, 1}).unsqueeze(0);                                   // [1, H, L, L]
 }
 
 nn::BlockIO T5Block::forward(const nn::BlockIO& io) {
@@ -166,8 +167,8 @@ T5Encoder::T5Encoder(const T5Config& cfg, const T5BuildOptions& options) : cfg_(
   {
     at::NoGradGuard noGrad;
     sharedNode_ = register_module("shared", node());
-    shared = sharedNode_->register_parameter("weight", at::randn({cfg.vocabSize, cfg.dModel},
-                                                                 optionsOf(options, options.dtype)));
+    shared = sharedNode_->register_parameter("weight",
+                                             at::randn({cfg.vocabSize, cfg.dModel}, optionsOf(options, options.dtype)));
   }
   auto encoder = register_module("encoder", node());
   blockList_ = encoder->register_module("block", torch::nn::ModuleList());
@@ -181,8 +182,8 @@ T5Encoder::T5Encoder(const T5Config& cfg, const T5BuildOptions& options) : cfg_(
 
 nn::BlockIO T5Encoder::stem(const at::Tensor& inputIds, const at::Tensor& attentionMask) {
   if (inputIds.dim() != 2 || at::isFloatingType(inputIds.scalar_type()) || inputIds.scalar_type() == at::kBool)
-    throw Error("T5Encoder: input_ids must be integer [B, L], got " + std::string(c10::toString(inputIds.scalar_type())) +
-                " " + shapeText(inputIds.sizes()));
+    throw Error("T5Encoder: input_ids must be integer [B, L], got " +
+                std::string(c10::toString(inputIds.scalar_type())) + " " + shapeText(inputIds.sizes()));
   if (inputIds.size(1) == 0) throw Error("T5Encoder: input_ids has no tokens");
   const int64_t lo = inputIds.min().item<int64_t>(), hi = inputIds.max().item<int64_t>();
   if (lo < 0 || hi >= cfg_.vocabSize)
@@ -196,7 +197,7 @@ nn::BlockIO T5Encoder::stem(const at::Tensor& inputIds, const at::Tensor& attent
       throw Error("T5Encoder: attention_mask " + shapeText(attentionMask.sizes()) + " must match input_ids " +
                   shapeText(inputIds.sizes()));
     // 1 -> 0, 0 -> the dtype's lowest value (transformers' extended mask): [B, 1, 1, L].
-    const double lowest = dtype() == at::kFloat       ? std::numeric_limits<float>::lowest()
+    const double lowest = dtype() == at::kFloat      ? std::numeric_limits<float>::lowest()
                           : dtype() == at::kBFloat16 ? -3.3895313892515355e38
                           : dtype() == at::kHalf     ? -65504.0
                                                      : std::numeric_limits<double>::lowest();

@@ -62,12 +62,12 @@ class T5Block : public nn::Block {
   bool hasRelativeAttentionBias() const { return relativeAttentionBias.defined(); }
 
   nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};  // layer.0.SelfAttention.*
-  at::Tensor relativeAttentionBias;                          // layer.0.SelfAttention.relative_attention_bias.weight [buckets, H]
-  T5LayerNorm attnNorm{nullptr};                             // layer.0.layer_norm
-  nn::Linear wi0{nullptr}, wi1{nullptr};                     // layer.1.DenseReluDense.wi_0 / wi_1 (gated)
-  nn::Linear wi{nullptr};                                    // layer.1.DenseReluDense.wi (not gated)
-  nn::Linear wo{nullptr};                                    // layer.1.DenseReluDense.wo
-  T5LayerNorm ffNorm{nullptr};                               // layer.1.layer_norm
+  at::Tensor relativeAttentionBias;       // layer.0.SelfAttention.relative_attention_bias.weight [buckets, H]
+  T5LayerNorm attnNorm{nullptr};          // layer.0.layer_norm
+  nn::Linear wi0{nullptr}, wi1{nullptr};  // layer.1.DenseReluDense.wi_0 / wi_1 (gated)
+  nn::Linear wi{nullptr};                 // layer.1.DenseReluDense.wi (not gated)
+  nn::Linear wo{nullptr};                 // layer.1.DenseReluDense.wo
+  T5LayerNorm ffNorm{nullptr};            // layer.1.layer_norm
 
  private:
   T5Config cfg_;
@@ -94,7 +94,7 @@ class T5Encoder : public torch::nn::Module, public nn::BlockModel {
   std::shared_ptr<T5Block> block(size_t i) const { return blocks_.at(i); }
   at::ScalarType dtype() const { return shared.scalar_type(); }
 
-  at::Tensor shared;  // shared.weight [vocab, d_model] (encoder.embed_tokens is the same tensor)
+  at::Tensor shared;                    // shared.weight [vocab, d_model] (encoder.embed_tokens is the same tensor)
   T5LayerNorm finalLayerNorm{nullptr};  // encoder.final_layer_norm
 
  private:
