@@ -1,0 +1,50 @@
+#include "io/DiffusersFolder.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+#include "common/Error.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::io {
+
+bool isDiffusersPipelineFolder(const fs::path& dir) {
+  return fs::is_directory(dir) && fs::is_regular_file(dir / "model_index.json");
+}
+
+fs::path diffusersComponentFolder(const fs::path& root, const std::vector<std::string>& classNames) {
+  const fs::path indexPath = root / "model_index.json";
+  nlohmann::json j;
+  try {
+    std::ifstream in(indexPath);
+    if (!in) throw IoError(indexPath.string() + ": cannot be read");
+    j = nlohmann::json::parse(in);
+  } catch (const IoError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw IoError(indexPath.string() + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw IoError(indexPath.string() + ": not a JSON object");
+  std::vector<std::string> found;
+  for (const auto& [name, value] : j.items()) {
+    if (!value.is_array() || value.size() != 2 || !value[1].is_string()) continue;  // _class_name, nulls, ...
+    const std::string cls = value[1].get<std::string>();
+    if (std::find(classNames.begin(), classNames.end(), cls) != classNames.end()) found.push_back(name);
+  }
+  std::string wanted;
+  for (const auto& c : classNames) wanted += (wanted.empty() ? "" : " or ") + c;
+  if (found.empty()) throw IoError(indexPath.string() + ": no component of class " + wanted);
+  if (found.size() > 1)
+    throw IoError(indexPath.string() + ": more than one component of class " + wanted + " (" + found[0] + ", " +
+                  found[1] + ")");
+  const fs::path folder = root / found[0];
+  if (!fs::is_directory(folder))
+    throw IoError(indexPath.string() + ": names the component " + found[0] + ", but " + folder.string() +
+                  " is not a folder");
+  return folder;
+}
+
+}  // namespace strata::io

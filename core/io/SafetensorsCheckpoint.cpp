@@ -1,0 +1,150 @@
+#include "io/SafetensorsCheckpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include "common/Error.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::io {
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// tensor -> shard file name, from an index JSON.
+std::map<std::string, std::string> readIndex(const fs::path& index) {
+  nlohmann::json j;
+  try {
+    std::ifstream in(index);
+    if (!in) throw IoError(index.string() + ": cannot be read");
+    j = nlohmann::json::parse(in);
+  } catch (const IoError&) {
+    throw;
+  } catch (const std::exception& ex) {
+    throw IoError(index.string() + ": not valid JSON: " + ex.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw IoError(index.string() + ": no 'weight_map' object");
+  std::map<std::string, std::string> map;
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string()) throw IoError(index.string() + ": weight_map['" + tensor + "'] is not a file name");
+    const std::string name = file.get<std::string>();
+    // A shard is a file next to the index, never a path that leaves the folder.
+    if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos || name == "..")
+      throw IoError(index.string() + ": weight_map['" + tensor + "'] = '" + name + "' is not a file in this folder");
+    map[tensor] = name;
+  }
+  if (map.empty()) throw IoError(index.string() + ": 'weight_map' is empty");
+  return map;
+}
+
+}  // namespace
+
+SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
+  SafetensorsCheckpoint ckpt;
+  ckpt.path_ = path;
+  std::vector<fs::path> files;
+  std::map<std::string, std::string> indexMap;
+  if (fs::is_directory(path)) {
+    ckpt.folder_ = path;
+    std::vector<fs::path> indexes;
+    for (const auto& e : fs::directory_iterator(path)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file()) continue;
+      if (endsWith(name, ".safetensors.index.json"))
+        indexes.push_back(e.path());
+      else if (e.path().extension() == ".safetensors")
+        files.push_back(e.path());
+    }
+    std::sort(indexes.begin(), indexes.end());
+    std::sort(files.begin(), files.end());
+    if (indexes.size() > 1)
+      throw LoadError(path.string() + ": more than one index (" + indexes[0].filename().string() + ", " +
+                      indexes[1].filename().string() + "): which weights to load is ambiguous");
+    if (!indexes.empty()) {
+      ckpt.index_ = indexes[0];
+      indexMap = readIndex(ckpt.index_);
+      std::set<std::string> shards;
+      for (const auto& [_, file] : indexMap) shards.insert(file);
+      files.clear();
+      for (const auto& s : shards) {
+        if (!fs::is_regular_file(path / s))
+          throw LoadError(ckpt.index_.string() + ": names the shard " + s + ", which is not in " + path.string());
+        files.push_back(path / s);
+      }
+    }
+    if (files.empty()) throw LoadError(path.string() + ": no .safetensors file in this folder");
+  } else if (fs::is_regular_file(path)) {
+    ckpt.folder_ = path.parent_path();
+    files.push_back(path);
+  } else {
+    throw IoError(path.string() + ": no such file or folder");
+  }
+
+  for (size_t i = 0; i < files.size(); ++i) {
+    auto file = std::make_shared<SafetensorsFile>(SafetensorsFile::open(files[i]));
+    const std::string fileName = files[i].filename().string();
+    for (const auto& name : file->names()) {
+      if (!indexMap.empty()) {
+        auto it = indexMap.find(name);
+        if (it == indexMap.end())
+          throw LoadError(files[i].string() + ": holds '" + name + "', which " + ckpt.index_.filename().string() +
+                          " does not list");
+        if (it->second != fileName)
+          throw LoadError(files[i].string() + ": holds '" + name + "', which " + ckpt.index_.filename().string() +
+                          " places in " + it->second);
+      }
+      auto seen = ckpt.fileOf_.find(name);
+      if (seen != ckpt.fileOf_.end())
+        throw LoadError(files[i].string() + ": tensor '" + name + "' is also in " +
+                        ckpt.files_[seen->second]->path().string());
+      ckpt.fileOf_[name] = i;
+      ckpt.shapes_[name] = file->info(name).shape;
+    }
+    ckpt.files_.push_back(std::move(file));
+  }
+  for (const auto& [tensor, file] : indexMap)
+    if (!ckpt.fileOf_.count(tensor))
+      throw LoadError(ckpt.index_.string() + ": names '" + tensor + "' in " + file + ", which does not hold it");
+  return ckpt;
+}
+
+std::vector<fs::path> SafetensorsCheckpoint::files() const {
+  std::vector<fs::path> out;
+  for (const auto& f : files_) out.push_back(f->path());
+  return out;
+}
+
+const TensorInfo& SafetensorsCheckpoint::info(const std::string& name) const {
+  auto it = fileOf_.find(name);
+  if (it == fileOf_.end()) throw LoadError(describe() + ": no tensor '" + name + "'");
+  return files_[it->second]->info(name);
+}
+
+const fs::path& SafetensorsCheckpoint::fileOf(const std::string& name) const {
+  auto it = fileOf_.find(name);
+  if (it == fileOf_.end()) throw LoadError(describe() + ": no tensor '" + name + "'");
+  return files_[it->second]->path();
+}
+
+at::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {
+  auto it = fileOf_.find(name);
+  if (it == fileOf_.end()) throw LoadError(describe() + ": no tensor '" + name + "'");
+  return files_[it->second]->tensor(name);
+}
+
+std::string SafetensorsCheckpoint::describe() const {
+  if (files_.size() == 1 && index_.empty()) return files_[0]->path().string();
+  std::string out = folder_.string() + " (" + std::to_string(files_.size()) + " file" + (files_.size() == 1 ? "" : "s");
+  if (!index_.empty()) out += " + " + index_.filename().string();
+  return out + ")";
+}
+
+}  // namespace strata::io

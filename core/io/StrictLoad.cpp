@@ -1,0 +1,69 @@
+#include "io/StrictLoad.h"
+
+#include <torch/autograd.h>
+
+#include <set>
+#include <sstream>
+
+#include "common/Error.h"
+#include "common/ShapeText.h"
+#include "common/TorchCompat.h"
+
+namespace strata::io {
+
+namespace {
+
+[[noreturn]] void fail(const SafetensorsCheckpoint& ckpt, const std::string& label,
+                       const std::vector<std::string>& problems) {
+  std::ostringstream os;
+  os << ckpt.describe() << " (" << label << "): " << problems.size() << " problem(s), nothing loaded";
+  for (const auto& p : problems) os << "\n  " << p;
+  throw LoadError(os.str());
+}
+
+}  // namespace
+
+std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
+                                    const std::string& label) {
+  std::vector<std::string> problems;
+  std::set<std::string> wanted;
+  for (const auto& slot : plan.slots) {
+    if (!wanted.insert(slot.key).second) throw Error("loadStrict: the plan names '" + slot.key + "' twice");
+    const auto shape = slot.target.sizes().vec();
+    auto it = ckpt.shapes().find(slot.key);
+    if (it == ckpt.shapes().end()) {
+      problems.push_back("missing: " + slot.key + " " + shapeText(shape));
+    } else if (it->second != shape) {
+      problems.push_back("mis-shaped: " + slot.key + " expected " + shapeText(shape) + ", got " +
+                         shapeText(it->second));
+    } else {
+      const auto dtype = ckpt.info(slot.key).dtype;
+      if (dtype != SafetensorsDtype::F64 && dtype != SafetensorsDtype::F32 && dtype != SafetensorsDtype::F16 &&
+          dtype != SafetensorsDtype::BF16 && dtype != SafetensorsDtype::F8_E4M3 && dtype != SafetensorsDtype::F8_E5M2)
+        problems.push_back("not floating point: " + slot.key + " (" + std::string(dtypeName(dtype)) + ")");
+      else if ((dtype == SafetensorsDtype::F8_E4M3 || dtype == SafetensorsDtype::F8_E5M2) && !compat::kHasFloat8)
+        problems.push_back("float8 needs LibTorch 2.1 or newer: " + slot.key + " (" + std::string(dtypeName(dtype)) +
+                           ")");
+    }
+  }
+  std::vector<std::string> ignored;
+  for (const auto& [key, shape] : ckpt.shapes()) {
+    if (wanted.count(key)) continue;
+    auto why = plan.ignored.find(key);
+    if (why != plan.ignored.end())
+      ignored.push_back(key + ": " + why->second);
+    else
+      problems.push_back("unexpected: " + key + " " + shapeText(shape));
+  }
+  if (!problems.empty()) fail(ckpt, label, problems);
+
+  // Verified: copy, converting dtype and device into each target.
+  at::NoGradGuard noGrad;
+  for (const auto& slot : plan.slots) {
+    at::Tensor target = slot.target;
+    target.copy_(ckpt.tensor(slot.key));
+  }
+  return ignored;
+}
+
+}  // namespace strata::io

@@ -1,0 +1,37 @@
+#pragma once
+// The strict copy of checkpoint tensors into a model, shared by the model
+// families: every expected key present with its shape, no key left over that the
+// family did not name as known-and-unused, floating-point data only; all of it
+// checked before the first tensor is copied, so a bad file never leaves a
+// half-loaded model.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/SafetensorsCheckpoint.h"
+
+namespace strata::io {
+
+// The checkpoint tensor `key` goes into `target` (a parameter or buffer).
+struct WeightSlot {
+  std::string key;
+  at::Tensor target;
+};
+
+struct WeightPlan {
+  std::vector<WeightSlot> slots;
+  // Checkpoint keys that are known and deliberately not loaded -> why
+  // (e.g. "the tied copy of shared.weight"). Anything else not in `slots` is unexpected.
+  std::map<std::string, std::string> ignored;
+};
+
+// Checks, then copies every slot, converting to the target's dtype and device.
+// Throws LoadError "<file(s)> (<label>): N problem(s), nothing loaded" followed by
+// one line per missing, mis-shaped, unexpected or non-floating key.
+// Returns "key: why" for every ignored key that the checkpoint holds.
+std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
+                                    const std::string& label);
+
+}  // namespace strata::io

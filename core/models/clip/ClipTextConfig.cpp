@@ -1,0 +1,194 @@
+#include "models/clip/ClipTextConfig.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "common/Error.h"
+#include "common/ShapeText.h"
+
+namespace strata::clip {
+
+namespace {
+
+// CLIP's head width in every released text tower (ViT-B/L/H/G).
+constexpr int64_t kClipHeadDim = 64;
+
+}  // namespace
+
+const char* toString(ClipActivation act) {
+  switch (act) {
+    case ClipActivation::QuickGelu: return "quick_gelu";
+    case ClipActivation::Gelu: return "gelu";
+    case ClipActivation::GeluTanh: return "gelu_new";
+  }
+  return "?";
+}
+
+void ClipTextConfig::validate() const {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError("ClipTextConfig: " + what);
+  };
+  require(vocabSize > 0, "vocab_size must be positive");
+  require(hiddenSize > 0, "hidden_size must be positive");
+  require(intermediateSize > 0, "intermediate_size must be positive");
+  require(numHiddenLayers > 0, "num_hidden_layers must be positive");
+  require(numAttentionHeads > 0 && hiddenSize % numAttentionHeads == 0,
+          "hidden_size " + std::to_string(hiddenSize) + " is not a multiple of num_attention_heads " +
+              std::to_string(numAttentionHeads));
+  require(maxPositionEmbeddings > 0, "max_position_embeddings must be positive");
+  require(layerNormEps > 0, "layer_norm_eps must be positive");
+}
+
+ClipTextConfig ClipTextConfig::clipL() { return ClipTextConfig{}; }
+
+ClipTextConfig ClipTextConfig::tiny() {
+  ClipTextConfig c;
+  c.vocabSize = 64;
+  c.hiddenSize = 16;
+  c.intermediateSize = 32;
+  c.numHiddenLayers = 2;
+  c.numAttentionHeads = 4;
+  c.maxPositionEmbeddings = 12;
+  return c;
+}
+
+ClipTextConfig ClipTextConfig::preset(const std::string& name) {
+  if (name == "clip-l" || name == "clip_l" || name == "clip-vit-large-patch14") return clipL();
+  if (name == "tiny") return tiny();
+  throw ConfigError("ClipTextConfig: unknown preset '" + name + "' (known: clip-l, tiny)");
+}
+
+ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
+  if (!jIn.is_object()) throw ConfigError("ClipTextConfig: transformers config is not a JSON object");
+  // A full CLIPConfig nests the text tower's settings.
+  const nlohmann::json& j = jIn.contains("text_config") && jIn["text_config"].is_object() ? jIn["text_config"] : jIn;
+  auto get = [&](const char* key, auto& field) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    try {
+      it->get_to(field);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("ClipTextConfig: config key '") + key + "': " + e.what());
+    }
+    return true;
+  };
+  std::string modelType;
+  if (get("model_type", modelType) && modelType != "clip_text_model" && modelType != "clip")
+    throw ConfigError("ClipTextConfig: model_type is '" + modelType + "', not 'clip_text_model'");
+  // transformers' CLIPTextConfig defaults, for keys a file leaves out.
+  ClipTextConfig c;
+  c.hiddenSize = 512;
+  c.intermediateSize = 2048;
+  c.numAttentionHeads = 8;
+  c.eosTokenId = 49407;
+  get("vocab_size", c.vocabSize);
+  get("hidden_size", c.hiddenSize);
+  get("intermediate_size", c.intermediateSize);
+  get("num_hidden_layers", c.numHiddenLayers);
+  get("num_attention_heads", c.numAttentionHeads);
+  get("max_position_embeddings", c.maxPositionEmbeddings);
+  get("layer_norm_eps", c.layerNormEps);
+  get("eos_token_id", c.eosTokenId);
+  std::string act;
+  if (get("hidden_act", act)) {
+    if (act == "quick_gelu")
+      c.hiddenAct = ClipActivation::QuickGelu;
+    else if (act == "gelu")
+      c.hiddenAct = ClipActivation::Gelu;
+    else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
+      c.hiddenAct = ClipActivation::GeluTanh;
+    else
+      throw ConfigError("ClipTextConfig: hidden_act '" + act + "' is not supported (quick_gelu, gelu, gelu_new)");
+  }
+  c.validate();
+  return c;
+}
+
+ClipTextConfig ClipTextConfig::fromTransformersJsonFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("ClipTextConfig: cannot open " + path.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw IoError("ClipTextConfig: " + path.string() + " is not valid JSON: " + e.what());
+  }
+  try {
+    return fromTransformersJson(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path.string() + ": " + e.what());
+  }
+}
+
+nlohmann::json ClipTextConfig::toTransformersJson() const {
+  nlohmann::json j;
+  j["architectures"] = {"CLIPTextModel"};
+  j["model_type"] = "clip_text_model";
+  j["vocab_size"] = vocabSize;
+  j["hidden_size"] = hiddenSize;
+  j["intermediate_size"] = intermediateSize;
+  j["num_hidden_layers"] = numHiddenLayers;
+  j["num_attention_heads"] = numAttentionHeads;
+  j["max_position_embeddings"] = maxPositionEmbeddings;
+  j["hidden_act"] = toString(hiddenAct);
+  j["layer_norm_eps"] = layerNormEps;
+  j["eos_token_id"] = eosTokenId;
+  return j;
+}
+
+ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes) {
+  auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
+    auto it = shapes.find(key);
+    if (it == shapes.end()) throw LoadError("ClipTextConfig: the weights have no '" + key + "'");
+    if (it->second.size() != rank)
+      throw LoadError("ClipTextConfig: '" + key + "' has shape " + shapeText(it->second) + ", expected " +
+                      std::to_string(rank) + " dimensions");
+    return it->second;
+  };
+  ClipTextConfig c;
+  const auto& tok = shapeOf("embeddings.token_embedding.weight", 2);
+  c.vocabSize = tok[0];
+  c.hiddenSize = tok[1];
+  c.maxPositionEmbeddings = shapeOf("embeddings.position_embedding.weight", 2)[0];
+  c.numHiddenLayers = 0;
+  while (shapes.count("encoder.layers." + std::to_string(c.numHiddenLayers) + ".self_attn.q_proj.weight"))
+    ++c.numHiddenLayers;
+  if (c.numHiddenLayers == 0)
+    throw LoadError("ClipTextConfig: the weights have no 'encoder.layers.0.self_attn.q_proj.weight'");
+  c.intermediateSize = shapeOf("encoder.layers.0.mlp.fc1.weight", 2)[0];
+  if (c.hiddenSize % kClipHeadDim != 0)
+    throw LoadError("ClipTextConfig: the head count is not in the weights and hidden size " +
+                    std::to_string(c.hiddenSize) + " is no multiple of CLIP's head width 64: give a config.json");
+  c.numAttentionHeads = c.hiddenSize / kClipHeadDim;
+  c.validate();
+  return c;
+}
+
+bool ClipTextConfig::operator==(const ClipTextConfig& o) const {
+  return vocabSize == o.vocabSize && hiddenSize == o.hiddenSize && intermediateSize == o.intermediateSize &&
+         numHiddenLayers == o.numHiddenLayers && numAttentionHeads == o.numAttentionHeads &&
+         maxPositionEmbeddings == o.maxPositionEmbeddings && hiddenAct == o.hiddenAct &&
+         layerNormEps == o.layerNormEps && eosTokenId == o.eosTokenId;
+}
+
+int64_t ClipParamPlan::totalParams() const {
+  int64_t n = stem.paramCount + head.paramCount;
+  for (const auto& b : blocks) n += b.paramCount;
+  return n;
+}
+
+ClipParamPlan clipParamPlan(const ClipTextConfig& cfg) {
+  ClipParamPlan plan;
+  const int64_t d = cfg.hiddenSize, f = cfg.intermediateSize;
+  plan.stem = {"stem", "stem", (cfg.vocabSize + cfg.maxPositionEmbeddings) * d};
+  const int64_t perLayer = 4 * (d * d + d)               // q, k, v, out projections with biases
+                           + 2 * 2 * d                   // layer_norm1, layer_norm2
+                           + (d * f + f) + (f * d + d);  // fc1, fc2
+  for (int64_t i = 0; i < cfg.numHiddenLayers; ++i)
+    plan.blocks.push_back({"encoder.layers." + std::to_string(i), "layer", perLayer});
+  plan.head = {"head", "head", 2 * d};
+  return plan;
+}
+
+}  // namespace strata::clip

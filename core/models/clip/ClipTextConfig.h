@@ -1,0 +1,78 @@
+#pragma once
+// ClipTextConfig: the shape of a CLIP text encoder (transformers CLIPTextModel;
+// FLUX.1's text_encoder is OpenAI's CLIP ViT-L/14 text tower). Comes from a
+// transformers config.json, from a checkpoint's tensor shapes or from a preset.
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace strata::clip {
+
+enum class ClipActivation { QuickGelu, Gelu, GeluTanh };
+const char* toString(ClipActivation act);  // "quick_gelu", "gelu", "gelu_new"
+
+struct ClipTextConfig {
+  int64_t vocabSize = 49408;                             // vocab_size
+  int64_t hiddenSize = 768;                              // hidden_size
+  int64_t intermediateSize = 3072;                       // intermediate_size
+  int64_t numHiddenLayers = 12;                          // num_hidden_layers
+  int64_t numAttentionHeads = 12;                        // num_attention_heads
+  int64_t maxPositionEmbeddings = 77;                    // max_position_embeddings
+  ClipActivation hiddenAct = ClipActivation::QuickGelu;  // hidden_act
+  double layerNormEps = 1e-5;                            // layer_norm_eps
+  // eos_token_id decides the pooled position, as in transformers: 2 (the legacy
+  // value in CLIP-L's config, FLUX's) -> argmax(input_ids), which is the
+  // end-of-text token where it has the highest id; anything else -> the first
+  // position holding eos_token_id.
+  int64_t eosTokenId = 2;
+
+  int64_t headDim() const { return hiddenSize / numAttentionHeads; }
+  bool legacyArgmaxPooling() const { return eosTokenId == 2; }
+
+  // Throws ConfigError naming the field when the shape is inconsistent.
+  void validate() const;
+
+  // Presets: "clip-l" (CLIP ViT-L/14 text, FLUX.1's text_encoder: 123 M parameters)
+  // and "tiny" (same structure, for CPU tests).
+  static ClipTextConfig clipL();
+  static ClipTextConfig tiny();
+  static ClipTextConfig preset(const std::string& name);  // throws ConfigError on an unknown name
+
+  // From a transformers config.json object (a CLIPTextConfig, or a CLIPConfig whose
+  // "text_config" is used); absent keys take transformers' defaults.
+  static ClipTextConfig fromTransformersJson(const nlohmann::json& j);
+  static ClipTextConfig fromTransformersJsonFile(const std::filesystem::path& path);
+  nlohmann::json toTransformersJson() const;
+
+  // From tensor names and shapes (transformers names, no prefix). The head count
+  // is not in the weights: CLIP's head width 64 gives it (hidden 768 -> 12); a
+  // hidden size that is no multiple of 64 needs a config.json. The activation and
+  // eos id are CLIP-L's (quick_gelu, 2). Throws LoadError naming the key.
+  static ClipTextConfig fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes);
+
+  bool operator==(const ClipTextConfig& o) const;
+  bool operator!=(const ClipTextConfig& o) const { return !(*this == o); }
+};
+
+// Per-unit parameter counts: "stem" (token + position embeddings),
+// "encoder.layers.N", "head" (final_layer_norm). Pure; equals the built model.
+struct ClipBlockParams {
+  std::string id;
+  std::string kind;  // "stem", "layer", "head"
+  int64_t paramCount = 0;
+};
+
+struct ClipParamPlan {
+  ClipBlockParams stem;
+  std::vector<ClipBlockParams> blocks;
+  ClipBlockParams head;
+  int64_t totalParams() const;
+};
+
+ClipParamPlan clipParamPlan(const ClipTextConfig& cfg);
+
+}  // namespace strata::clip

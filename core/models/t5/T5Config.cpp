@@ -1,0 +1,224 @@
+#include "models/t5/T5Config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "common/Error.h"
+#include "common/ShapeText.h"
+
+namespace strata::t5 {
+
+namespace {
+
+T5Activation activationFromName(const std::string& name, const std::string& where) {
+  if (name == "relu") return T5Activation::Relu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return T5Activation::GeluTanh;
+  if (name == "gelu") return T5Activation::Gelu;
+  if (name == "silu" || name == "swish") return T5Activation::Silu;
+  throw ConfigError("T5Config: " + where + ": activation '" + name + "' is not supported (relu, gelu_new, gelu, silu)");
+}
+
+}  // namespace
+
+const char* toString(T5Activation act) {
+  switch (act) {
+    case T5Activation::Relu: return "relu";
+    case T5Activation::GeluTanh: return "gelu_new";
+    case T5Activation::Gelu: return "gelu";
+    case T5Activation::Silu: return "silu";
+  }
+  return "?";
+}
+
+std::string T5Config::feedForwardProj() const {
+  // transformers spells v1.1's "gated-gelu" and maps it to gelu_new.
+  if (gatedAct && activation == T5Activation::GeluTanh) return "gated-gelu";
+  return std::string(gatedAct ? "gated-" : "") + toString(activation);
+}
+
+void T5Config::validate() const {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError("T5Config: " + what);
+  };
+  require(vocabSize > 0, "vocab_size must be positive");
+  require(dModel > 0, "d_model must be positive");
+  require(dKv > 0, "d_kv must be positive");
+  require(dFf > 0, "d_ff must be positive");
+  require(numLayers > 0, "num_layers must be positive");
+  require(numHeads > 0, "num_heads must be positive");
+  require(relativeAttentionNumBuckets >= 4, "relative_attention_num_buckets must be at least 4");
+  require(relativeAttentionMaxDistance > relativeAttentionNumBuckets / 4,
+          "relative_attention_max_distance must exceed a quarter of the buckets (the exact range)");
+  require(layerNormEpsilon > 0, "layer_norm_epsilon must be positive");
+}
+
+T5Config T5Config::t5Xxl() { return T5Config{}; }
+
+T5Config T5Config::tiny() {
+  T5Config c;
+  c.vocabSize = 64;
+  c.dModel = 16;
+  c.dKv = 4;
+  c.dFf = 32;
+  c.numLayers = 2;
+  c.numHeads = 4;
+  c.relativeAttentionNumBuckets = 8;
+  c.relativeAttentionMaxDistance = 16;
+  return c;
+}
+
+T5Config T5Config::preset(const std::string& name) {
+  if (name == "t5-xxl" || name == "t5xxl" || name == "t5-v1_1-xxl") return t5Xxl();
+  if (name == "tiny") return tiny();
+  throw ConfigError("T5Config: unknown preset '" + name + "' (known: t5-xxl, tiny)");
+}
+
+T5Config T5Config::fromTransformersJson(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("T5Config: transformers config is not a JSON object");
+  auto get = [&](const char* key, auto& field) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return false;
+    try {
+      it->get_to(field);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("T5Config: config key '") + key + "': " + e.what());
+    }
+    return true;
+  };
+  std::string modelType;
+  if (get("model_type", modelType) && modelType != "t5")
+    throw ConfigError("T5Config: model_type is '" + modelType + "', not 't5'");
+  bool isDecoder = false;
+  if (get("is_decoder", isDecoder) && isDecoder) throw ConfigError("T5Config: is_decoder is true; this is an encoder");
+  // transformers' T5Config defaults (T5 v1.0 small), for keys a file leaves out.
+  T5Config c;
+  c.vocabSize = 32128;
+  c.dModel = 512;
+  c.dKv = 64;
+  c.dFf = 2048;
+  c.numLayers = 6;
+  c.numHeads = 8;
+  get("vocab_size", c.vocabSize);
+  get("d_model", c.dModel);
+  get("d_kv", c.dKv);
+  get("d_ff", c.dFf);
+  get("num_layers", c.numLayers);
+  get("num_heads", c.numHeads);
+  get("relative_attention_num_buckets", c.relativeAttentionNumBuckets);
+  get("relative_attention_max_distance", c.relativeAttentionMaxDistance);
+  get("layer_norm_epsilon", c.layerNormEpsilon);
+  std::string proj = "relu";
+  get("feed_forward_proj", proj);
+  // transformers: "gated-X" or "X"; dense_act_fn is derived from it, "gated-gelu" -> gelu_new.
+  const auto dash = proj.find('-');
+  const std::string head = dash == std::string::npos ? "" : proj.substr(0, dash);
+  const std::string act = dash == std::string::npos ? proj : proj.substr(dash + 1);
+  if ((dash != std::string::npos && head != "gated") || act.empty() || act.find('-') != std::string::npos)
+    throw ConfigError("T5Config: feed_forward_proj '" + proj + "' is not 'gated-{ACT}' or '{ACT}'");
+  c.gatedAct = head == "gated";
+  c.activation = proj == "gated-gelu" ? T5Activation::GeluTanh : activationFromName(act, "feed_forward_proj");
+  c.validate();
+  return c;
+}
+
+T5Config T5Config::fromTransformersJsonFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("T5Config: cannot open " + path.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw IoError("T5Config: " + path.string() + " is not valid JSON: " + e.what());
+  }
+  try {
+    return fromTransformersJson(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path.string() + ": " + e.what());
+  }
+}
+
+nlohmann::json T5Config::toTransformersJson() const {
+  nlohmann::json j;
+  j["architectures"] = {"T5EncoderModel"};
+  j["model_type"] = "t5";
+  j["vocab_size"] = vocabSize;
+  j["d_model"] = dModel;
+  j["d_kv"] = dKv;
+  j["d_ff"] = dFf;
+  j["num_layers"] = numLayers;
+  j["num_heads"] = numHeads;
+  j["relative_attention_num_buckets"] = relativeAttentionNumBuckets;
+  j["relative_attention_max_distance"] = relativeAttentionMaxDistance;
+  j["layer_norm_epsilon"] = layerNormEpsilon;
+  j["feed_forward_proj"] = feedForwardProj();
+  j["dense_act_fn"] = toString(activation);
+  j["is_gated_act"] = gatedAct;
+  return j;
+}
+
+T5Config T5Config::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes) {
+  auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
+    auto it = shapes.find(key);
+    if (it == shapes.end()) throw LoadError("T5Config: the weights have no '" + key + "'");
+    if (it->second.size() != rank)
+      throw LoadError("T5Config: '" + key + "' has shape " + shapeText(it->second) + ", expected " +
+                      std::to_string(rank) + " dimensions");
+    return it->second;
+  };
+  T5Config c;
+  // The tied embedding is stored as shared.weight or as encoder.embed_tokens.weight.
+  const std::string embed = shapes.count("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+  const auto& e = shapeOf(embed, 2);
+  c.vocabSize = e[0];
+  c.dModel = e[1];
+  c.numLayers = 0;
+  while (shapes.count("encoder.block." + std::to_string(c.numLayers) + ".layer.0.SelfAttention.q.weight"))
+    ++c.numLayers;
+  if (c.numLayers == 0)
+    throw LoadError("T5Config: the weights have no 'encoder.block.0.layer.0.SelfAttention.q.weight'");
+  const auto& bias = shapeOf("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2);
+  c.relativeAttentionNumBuckets = bias[0];
+  c.numHeads = bias[1];
+  const auto& q = shapeOf("encoder.block.0.layer.0.SelfAttention.q.weight", 2);
+  if (q[0] % c.numHeads != 0)
+    throw LoadError("T5Config: q.weight rows " + std::to_string(q[0]) + " are not a multiple of the " +
+                    std::to_string(c.numHeads) + " heads of relative_attention_bias.weight");
+  c.dKv = q[0] / c.numHeads;
+  const std::string ff = "encoder.block.0.layer.1.DenseReluDense.";
+  c.gatedAct = shapes.count(ff + "wi_0.weight") > 0;
+  c.activation = c.gatedAct ? T5Activation::GeluTanh : T5Activation::Relu;
+  c.dFf = shapeOf(ff + (c.gatedAct ? "wi_0.weight" : "wi.weight"), 2)[0];
+  c.validate();
+  return c;
+}
+
+bool T5Config::operator==(const T5Config& o) const {
+  return vocabSize == o.vocabSize && dModel == o.dModel && dKv == o.dKv && dFf == o.dFf && numLayers == o.numLayers &&
+         numHeads == o.numHeads && relativeAttentionNumBuckets == o.relativeAttentionNumBuckets &&
+         relativeAttentionMaxDistance == o.relativeAttentionMaxDistance && layerNormEpsilon == o.layerNormEpsilon &&
+         gatedAct == o.gatedAct && activation == o.activation;
+}
+
+int64_t T5ParamPlan::totalParams() const {
+  int64_t n = stem.paramCount + head.paramCount;
+  for (const auto& b : blocks) n += b.paramCount;
+  return n;
+}
+
+T5ParamPlan t5ParamPlan(const T5Config& cfg) {
+  T5ParamPlan plan;
+  const int64_t d = cfg.dModel;
+  const int64_t inner = cfg.innerDim();
+  plan.stem = {"stem", "stem", cfg.vocabSize * d};
+  for (int64_t i = 0; i < cfg.numLayers; ++i) {
+    int64_t n = 4 * d * inner + d;                                    // q, k, v, o (no biases) + layer_norm
+    n += (cfg.gatedAct ? 2 : 1) * cfg.dFf * d + d * cfg.dFf + d;      // wi_0/wi_1 (or wi), wo + layer_norm
+    if (i == 0) n += cfg.relativeAttentionNumBuckets * cfg.numHeads;  // only block 0 holds the bias table
+    plan.blocks.push_back({"encoder.block." + std::to_string(i), "layer", n});
+  }
+  plan.head = {"head", "head", d};
+  return plan;
+}
+
+}  // namespace strata::t5

@@ -1,0 +1,83 @@
+#pragma once
+// T5Config: the shape of a T5 encoder (transformers T5EncoderModel; FLUX.1's
+// text_encoder_2 is T5 v1.1 XXL). Comes from a transformers config.json, from a
+// checkpoint's tensor shapes (header only) or from a preset; the parameter plan
+// gives the planner per-block sizes without building the model.
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace strata::t5 {
+
+// The feed-forward activation (transformers' dense_act_fn).
+enum class T5Activation { Relu, GeluTanh, Gelu, Silu };
+const char* toString(T5Activation act);  // "relu", "gelu_new", "gelu", "silu"
+
+struct T5Config {
+  int64_t vocabSize = 32128;                   // vocab_size
+  int64_t dModel = 4096;                       // d_model
+  int64_t dKv = 64;                            // d_kv: width of one head
+  int64_t dFf = 10240;                         // d_ff
+  int64_t numLayers = 24;                      // num_layers (encoder blocks)
+  int64_t numHeads = 64;                       // num_heads
+  int64_t relativeAttentionNumBuckets = 32;    // relative_attention_num_buckets
+  int64_t relativeAttentionMaxDistance = 128;  // relative_attention_max_distance
+  double layerNormEpsilon = 1e-6;              // layer_norm_epsilon
+  // feed_forward_proj "gated-gelu" (v1.1): gated, gelu with the tanh approximation
+  // ("gelu_new"); "relu" (original T5): one wi, relu.
+  bool gatedAct = true;
+  T5Activation activation = T5Activation::GeluTanh;
+
+  int64_t innerDim() const { return numHeads * dKv; }
+  // The feed_forward_proj text this config round-trips to ("gated-gelu", "relu", ...).
+  std::string feedForwardProj() const;
+
+  // Throws ConfigError naming the field when the shape is inconsistent.
+  void validate() const;
+
+  // Presets: "t5-xxl" (T5 v1.1 XXL, FLUX.1's text_encoder_2: 4.76 B parameters)
+  // and "tiny" (same structure, a few thousand parameters, for CPU tests).
+  static T5Config t5Xxl();
+  static T5Config tiny();
+  static T5Config preset(const std::string& name);  // throws ConfigError on an unknown name
+
+  // From a transformers config.json object; absent keys take transformers' defaults
+  // (which are T5 v1.0's: relu, d_ff 2048, ...). Throws ConfigError naming the key.
+  static T5Config fromTransformersJson(const nlohmann::json& j);
+  static T5Config fromTransformersJsonFile(const std::filesystem::path& path);
+  nlohmann::json toTransformersJson() const;
+
+  // From tensor names and shapes, transformers naming with no prefix (see
+  // T5Checkpoint for prefixes). The max distance and the activation are not in
+  // the weights: 128 and gelu_new (gated) / relu (not gated), T5's values.
+  // Throws LoadError naming a missing or inconsistent key.
+  static T5Config fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes);
+
+  bool operator==(const T5Config& o) const;
+  bool operator!=(const T5Config& o) const { return !(*this == o); }
+};
+
+// One placement unit's parameters: "stem" (shared embedding), "encoder.block.N",
+// "head" (final_layer_norm). Ids equal nn::BlockSlot::id of T5Encoder::blockList().
+struct T5BlockParams {
+  std::string id;
+  std::string kind;  // "stem", "layer", "head"
+  int64_t paramCount = 0;
+};
+
+struct T5ParamPlan {
+  T5BlockParams stem;
+  std::vector<T5BlockParams> blocks;
+  T5BlockParams head;
+  int64_t totalParams() const;
+};
+
+// From the config alone (pure; nothing is built). Equals the built model's
+// named_parameters() exactly.
+T5ParamPlan t5ParamPlan(const T5Config& cfg);
+
+}  // namespace strata::t5
