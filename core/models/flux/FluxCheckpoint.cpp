@@ -4,12 +4,13 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "common/Text.h"
+#include "io/FileBytes.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
@@ -19,8 +20,6 @@ namespace fs = std::filesystem;
 namespace strata::flux {
 
 namespace {
-
-bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 // A folder that holds the transformer's safetensors: `dir` itself or dir/transformer.
 fs::path transformerFolder(const fs::path& dir) {
@@ -49,10 +48,10 @@ FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
         index = e.path();
     }
     if (!index.empty()) {
+      const std::string text = io::readFileBytes(index);  // IoError naming the file
       nlohmann::json j;
       try {
-        std::ifstream in(index);
-        j = nlohmann::json::parse(in);
+        j = nlohmann::json::parse(text);
       } catch (const std::exception& ex) {
         throw IoError(index.string() + ": not valid JSON: " + ex.what());
       }
