@@ -337,6 +337,7 @@ class Checker {
   }
 
   void saving() {
+    if (cfg_.job.name.empty()) error("job.name", "must not be empty", "it names the run folder and the LoRA files");
     if (cfg_.save.exportFormats.empty())
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
               "add diffusers, kohya or comfy");

@@ -1,6 +1,6 @@
 #pragma once
 // The compute devices of this machine (or simulated ones from a --devices spec),
-// their memory figures, and per-device memory caps (DESIGN §2.8).
+// their memory figures, and per-device memory caps (docs/design.md §2.8).
 #include <cstdint>
 #include <functional>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// The placement planner (DESIGN §2.7): a pure, deterministic function from
+// The placement planner (docs/design.md §2.7): a pure, deterministic function from
 // per-block costs and per-device budgets to a device per block (contiguous
 // ranges) and the reason. No tensors, no GPU: `strata-train plan` and the unit
 // tests run it on any machine.

@@ -291,7 +291,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     opts.betas(std::make_tuple(tc.betas.size() > 0 ? tc.betas[0] : 0.9, tc.betas.size() > 1 ? tc.betas[1] : 0.999));
     opts.eps(tc.eps);
     opts.weight_decay(tc.weightDecay);
-    // After placement: its state is created on each parameter's device (DESIGN §2.2).
+    // After placement: its state is created on each parameter's device (docs/design.md §2.2).
     st.optimizer = std::make_shared<torch::optim::AdamW>(params, opts);
     st.placement->attachAll(placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams));
     if (tc.ema.useEma) {

@@ -7,7 +7,7 @@
 // pause, sample now, save now, export now) are atomics read at every step, so
 // they are safe from any thread, including a signal handler (requestStop).
 //
-// Order of a run (DESIGN §2), one function each: preflight (validation and plan
+// Order of a run (docs/design.md §2), one function each: preflight (validation and plan
 // through train::prepareRun, run folder, datasets), build and place (model,
 // placement, LoRA, optimizer and EMA after placement), restore (a resumed run's
 // tensors and counters, then the audit); any problem so far ends the run with

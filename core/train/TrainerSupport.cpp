@@ -80,7 +80,7 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
   if (!m.gpuMemoryLimitGb.empty())
     for (size_t i = 0; i < run.devices.size(); ++i)
       if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
-  // cuDNN attention fails in the backward pass of FLUX-sized models (DESIGN §4).
+  // cuDNN attention fails in the backward pass of FLUX-sized models (docs/design.md §4).
   if (useCuda) compat::disableCudnnAttention();
 
   const auto dtype = scalarTypeOf(cfg.train.dtype);
