@@ -495,9 +495,9 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
 RunOutcome Trainer::loop(State& st) {
   const auto& tc = cfg_.train;
   int64_t step = st.startStep;
-  auto doSamples = [&](int64_t at) {
-    st.lastSampleStep = at;
-    if (!cfg_.sample.prompts.empty()) sampleAll(st, cfg_, RunFolder(runDir_), at, bus_);
+  auto doSamples = [&](int64_t sampleStep) {
+    st.lastSampleStep = sampleStep;
+    if (!cfg_.sample.prompts.empty()) sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
   };
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
