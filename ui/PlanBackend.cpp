@@ -6,8 +6,10 @@
 #include <QObject>
 #include <QStringList>
 
+#include "common/Error.h"
 #include "config/RunConfig.h"
 #include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
 #include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
@@ -15,40 +17,6 @@
 namespace strata::ui {
 
 namespace {
-
-// The devices the run would use: the spec's (simulated) or this machine's, then
-// gpu_ids and the split setting applied as the trainer applies them.
-std::vector<device::DeviceInfo> devicesFor(const config::ModelConfig& m, const QString& spec) {
-  std::vector<device::DeviceInfo> all;
-  if (!spec.trimmed().isEmpty()) {
-    all = device::parseDeviceSpec(spec.trimmed().toStdString());
-  } else {
-    if (m.device != config::ComputeDevice::Cpu) all = device::listDevices();
-    if (all.empty()) all.push_back(device::cpuDevice());
-  }
-  std::vector<device::DeviceInfo> gpus, out;
-  for (const auto& d : all)
-    if (!d.isCpu()) gpus.push_back(d);
-  if (m.device == config::ComputeDevice::Cpu || gpus.empty()) {
-    for (const auto& d : all)
-      if (d.isCpu()) return {d};
-    return {device::cpuDevice()};
-  }
-  if (!m.gpuIds.empty()) {
-    for (int id : m.gpuIds)
-      for (const auto& d : gpus)
-        if (d.index == id) out.push_back(d);
-  } else {
-    out = gpus;
-  }
-  if (out.empty()) out = gpus;  // the validator names the bad ids
-  if (!m.splitModelOverGpus) out.resize(1);
-  // A spec may list the cpu as a placement target too ("cpu,2x16GB").
-  if (m.splitModelOverGpus && !spec.trimmed().isEmpty())
-    for (const auto& d : all)
-      if (d.isCpu()) out.push_back(d);
-  return out;
-}
 
 BlockView blockViewOf(const placement::BlockCost& c, int adapters) {
   BlockView b;
@@ -69,32 +37,29 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
   PlacementView view;
   view.planned = true;
   try {
-    const flux::FluxConfig fc = train::planFluxConfig(cfg.model);
-    const int64_t tokens = train::planTokens(cfg, fc);
-    const train::RunPlanInput run = train::runPlanInput(cfg, fc, tokens);
-    placement::PlannerInput input = run.input;
-    const std::map<std::string, int>& adapterCount = run.adapters;
-
-    const std::vector<device::DeviceInfo> devices = devicesFor(cfg.model, deviceSpec);
-    input.devices = placement::makeBudgets(devices, cfg.model.gpuMemoryLimitGb, cfg.model.memoryReserveGb);
-    const placement::Plan plan = placement::planPlacement(input);
+    const QString spec = deviceSpec.trimmed();
+    const device::Inventory inventory =
+        spec.isEmpty() ? device::thisMachine() : device::simulatedInventory(spec.toStdString());
+    train::PrepareOptions po;
+    po.preview = true;  // the model and data may live elsewhere
+    const train::PreparedRun run = train::prepareRun(cfg, inventory, po);
+    for (const config::Problem& p : run.problems)
+      if (p.isError()) throw Error(p.key.empty() ? p.message : p.key + ": " + p.message);
+    const placement::PlannerInput& input = run.input.input;
+    const std::map<std::string, int>& adapterCount = run.input.adapters;
+    const placement::Plan& plan = run.plan;
 
     view.reason = QString::fromStdString(plan.reason);
     view.fits = plan.fits;
-    size_t gpu = 0;
     for (size_t i = 0; i < plan.devices.size(); ++i) {
       const placement::DevicePlan& dp = plan.devices[i];
-      const device::DeviceInfo& info = devices[i];
+      const device::DeviceInfo& info = run.devices[i];
       DeviceView d;
       d.label = QString::fromStdString(dp.device);
       d.name = QString::fromStdString(info.name);
       d.simulated = info.simulated;
       d.totalBytes = info.totalBytes;
-      if (!info.isCpu() && !cfg.model.gpuMemoryLimitGb.empty()) {
-        const auto& caps = cfg.model.gpuMemoryLimitGb;
-        d.capBytes = int64_t(1e9 * (caps.size() == 1 ? caps[0] : caps[std::min(gpu, caps.size() - 1)]));
-      }
-      if (!info.isCpu()) ++gpu;
+      d.capBytes = run.capBytes[i];
       d.plannedBytes = dp.totalBytes;
       d.budgetBytes = dp.budgetBytes;
       d.missingBytes = dp.missingBytes;
@@ -112,15 +77,16 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
 }
 
 QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg) {
-  // Sizes do not depend on the devices: plan on the host alone.
+  // Sizes do not depend on the devices: plan on one simulated device (the cpu
+  // for a CPU run, else one large GPU).
   config::RunConfig one = cfg;
-  one.model.device = config::ComputeDevice::Cpu;
+  one.model.gpuIds.clear();
   one.model.splitModelOverGpus = false;
   one.model.placement = config::PlacementMode::ParamCount;
   one.model.gpuMemoryLimitGb.clear();
   one.model.memoryReserveGb = 0;
   QMap<QString, BlockView> out;
-  const PlacementView v = planPlacementView(one, "cpu");
+  const PlacementView v = planPlacementView(one, "cpu,1x100TB");
   for (const DeviceView& d : v.devices)
     for (const BlockView& b : d.blocks) out[b.id] = b;
   return out;

@@ -1,5 +1,5 @@
 #pragma once
-// The one bridge between the core trainer and the GUI thread (DESIGN §1,
+// The one bridge between the core trainer and the GUI thread (docs/design.md §1,
 // STYLE: OBS's queued invocations). The trainer runs on a QThread the bridge
 // owns; its events arrive on that thread and are copied into plain view values:
 // steps go into a buffer the bridge drains on a GUI-thread timer (one batch per

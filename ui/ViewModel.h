@@ -1,5 +1,5 @@
 #pragma once
-// Plain data the widgets draw. The bridge (ui/CoreAdapters.cpp) fills these from
+// Plain data the widgets draw. ConfigBackend, PlanBackend and TrainerBridge fill these from
 // the core's plain structs, so no widget header sees LibTorch or the core.
 #include <QMetaType>
 #include <QString>

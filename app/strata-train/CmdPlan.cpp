@@ -2,6 +2,7 @@
 // the placement the planner would make, per device, from the config and the
 // model's shapes alone (no weights are read; a checkpoint's headers at most), on
 // real devices or on simulated ones, so it works on a machine without a GPU.
+// train::prepareRun does the work, as it does for the trainer and the app.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -15,7 +16,7 @@
 #include "Commands.h"
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
-#include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
 #include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
@@ -26,7 +27,7 @@ namespace {
 
 struct PlanArgs {
   std::string configPath;
-  std::string devices;  // empty: this machine's GPUs (model.gpu_ids)
+  std::string devices;  // empty: this machine's devices
   bool json = false;
   std::vector<std::string> sets;
   double otherGb = 0.0;  // text encoders / VAE resident on the first device (memory mode)
@@ -39,64 +40,47 @@ int runPlan(const PlanArgs& args) {
     if (p.isError()) throw ConfigError(p.format());
   }
   const config::RunConfig& cfg = loaded.config;
-  std::string modelSource;
-  const flux::FluxConfig fc = train::planFluxConfig(cfg.model, &modelSource);
-  const flux::FluxParamPlan pp = flux::fluxParamPlan(fc);
-  const int64_t tokens = train::planTokens(cfg, fc);
-  placement::PlannerInput in = train::runPlanInput(cfg, fc, tokens).input;
-  in.otherModuleBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
-
-  // Devices: simulated from --devices, else this machine's (model.gpu_ids).
-  std::vector<device::DeviceInfo> devices;
-  std::vector<int64_t> freeBytes;
-  std::string deviceSource;
-  if (!args.devices.empty()) {
-    devices = device::parseDeviceSpec(args.devices);
-    deviceSource = "simulated (--devices " + args.devices + ")";
-  } else {
-    const auto all = device::listDevices();
-    if (all.empty()) {
-      throw ConfigError("plan: this machine has no CUDA device; simulate some with --devices, e.g. --devices 4x16GB");
-    }
-    if (cfg.model.gpuIds.empty()) {
-      devices = all;
-    } else {
-      for (int id : cfg.model.gpuIds) {
-        if (id < 0 || id >= static_cast<int>(all.size())) {
-          throw ConfigError("model.gpu_ids: GPU " + std::to_string(id) + " does not exist (this machine has " +
-                            std::to_string(all.size()) + ")");
-        }
-        devices.push_back(all[static_cast<size_t>(id)]);
-      }
-    }
-    for (const auto& d : devices) freeBytes.push_back(device::memoryFigures(d.index).freeBytes);
-    deviceSource = "this machine";
+  // Devices: simulated from --devices, else this machine's. A preview may be for
+  // another machine: paths are not required to exist here.
+  const device::Inventory inventory =
+      args.devices.empty() ? device::thisMachine() : device::simulatedInventory(args.devices);
+  train::PrepareOptions po;
+  po.where = &loaded.where;
+  po.preview = true;
+  po.otherModuleBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
+  const train::PreparedRun run = train::prepareRun(cfg, inventory, po);
+  if (!run.ok()) {
+    for (const auto& p : run.problems)
+      if (p.isError()) std::cerr << p.format() << "\n";
+    if (args.devices.empty() && inventory.devices.empty())
+      std::cerr << "note: this machine has no CUDA device; simulate some with --devices, e.g. --devices 4x16GB\n";
+    return kExitBadInput;
   }
-  if (!cfg.model.splitModelOverGpus && devices.size() > 1) devices.resize(1);
-  in.devices = placement::makeBudgets(devices, cfg.model.gpuMemoryLimitGb, cfg.model.memoryReserveGb, freeBytes);
-
-  const placement::Plan plan = placement::planPlacement(in);
+  const placement::Plan& plan = run.plan;
   if (args.json) {
     nlohmann::json j = placement::planToJson(plan);
     j["config"] = args.configPath;
-    j["model"] = modelSource;
-    j["devices_source"] = deviceSource;
-    j["tokens"] = tokens;
+    j["model"] = run.modelSource;
+    j["devices_source"] = run.devicesSource;
+    j["tokens"] = run.tokens;
     j["lora_rank"] = cfg.network.linear;
     j["ema"] = cfg.train.ema.useEma;
     std::cout << j.dump(2) << "\n";
   } else {
+    const flux::FluxParamPlan pp = flux::fluxParamPlan(run.model);
+    const bool onCpu = run.devices.size() == 1 && run.devices[0].isCpu();
     std::cout << "config   " << args.configPath << "\n"
-              << "model    FLUX " << modelSource << ", " << fc.numLayers << " double + "
-              << fc.numSingleLayers << " single blocks, "
+              << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
+              << run.model.numSingleLayers << " single blocks, "
               << std::llround(static_cast<double>(pp.totalParams()) / 1e8) / 10.0 << "B parameters\n"
               << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off") << ", "
-              << tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
+              << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
               << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
-              << "devices  " << deviceSource;
-    if (!cfg.model.splitModelOverGpus) std::cout << " (split_model_over_gpus is off: first device only)";
+              << "devices  " << run.devicesSource;
+    if (onCpu) std::cout << " (the run uses the cpu: model.device is " << config::enumName(cfg.model.device) << ")";
+    else if (!cfg.model.splitModelOverGpus) std::cout << " (split_model_over_gpus is off: first device only)";
     std::cout << "\n";
-    if (in.otherModuleBytes == 0) {
+    if (po.otherModuleBytes == 0) {
       std::cout << "         text encoders and VAE not counted (embeddings cached; --other-gb adds them)\n";
     }
     std::cout << "\n" << placement::formatPlan(plan);

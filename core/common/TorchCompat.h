@@ -32,7 +32,7 @@ constexpr bool kHasFloat8 = STRATA_TORCH_AT_LEAST(2, 1);
 
 // ---- attention backend (added by the flux model) ----------------------------
 // The cuDNN scaled-dot-product backend fails in the backward pass of FLUX-sized
-// attention with LibTorch 2.11 (DESIGN §4); flash handles it. Process-wide and
+// attention with LibTorch 2.11 (docs/design.md §4); flash handles it. Process-wide and
 // idempotent; returns false where this LibTorch has no cuDNN backend switch.
 inline bool disableCudnnAttention() {
 #if STRATA_TORCH_AT_LEAST(2, 4)

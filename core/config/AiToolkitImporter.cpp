@@ -3,10 +3,10 @@
 #include "common/Error.h"
 #include "config/ConfigSchema.h"
 #include "config/YamlValue.h"
+#include "io/FileBytes.h"
 
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -286,11 +286,7 @@ ImportResult importAiToolkit(const std::string& yamlText, const std::string& fil
 }
 
 ImportResult importAiToolkitFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path.string() + ": cannot open for reading");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return importAiToolkit(buf.str(), path.string());
+  return importAiToolkit(io::readFileBytes(path), path.string());
 }
 
 }  // namespace strata::config

@@ -3,11 +3,16 @@
 // network / train / model / datasets / sample / save) into a RunConfig. Keys that
 // mean the same thing in Strata are taken over (with their line numbers); every
 // key Strata does not use is reported with the reason, none is dropped silently.
-#include "config/RunConfigYaml.h"
+#include "config/LoadedConfig.h"
+#include "config/Problem.h"
 
 #include <filesystem>
 #include <string>
 #include <vector>
+
+namespace YAML {
+class Node;  // yaml-cpp, for the two calls of RunConfigYaml.cpp below
+}
 
 namespace strata::config {
 
@@ -27,5 +32,11 @@ struct ImportResult {
 ImportResult importAiToolkit(const std::string& yamlText, const std::string& fileName = "<string>");
 // Throws strata::IoError when the file cannot be read.
 ImportResult importAiToolkitFile(const std::filesystem::path& path);
+
+// For parseRunConfig, which has parsed the document already: true for an
+// ai-toolkit job (`job:` a plain string, `config:` a mapping), and its import
+// into `out`.
+bool isAiToolkitJob(const YAML::Node& root);
+void importAiToolkitRoot(const YAML::Node& root, LoadedConfig& out, std::vector<UnusedKey>& unused);
 
 }  // namespace strata::config

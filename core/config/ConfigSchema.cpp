@@ -274,7 +274,7 @@ std::vector<KeySpec> buildSchema() {
       .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet)")
       .add("model.qtype", M(model.qtype), "Quantization type (ai-toolkit's qfloat8 = float8 e4m3)")
       .add("model.low_vram", M(model.lowVram),
-           "Keep idle weights in CPU memory (one GPU only; not with split_model_over_gpus)")
+           "ai-toolkit's low-memory quantizing; refused when true (Strata does not quantize)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")

@@ -38,6 +38,26 @@ std::string Problem::format() const {
   return s;
 }
 
+Problem problemAt(Severity severity, const std::string& key, std::string message, std::string hint,
+                  const SourceMap* where) {
+  Problem p;
+  p.severity = severity;
+  p.key = key;
+  p.message = std::move(message);
+  p.hint = std::move(hint);
+  if (where) {
+    p.file = where->file;
+    const SourcePos pos = where->find(key);
+    if (!pos.origin.empty()) {
+      p.file = pos.origin;
+    } else {
+      p.line = pos.line;
+      p.column = pos.column;
+    }
+  }
+  return p;
+}
+
 bool hasErrors(const std::vector<Problem>& problems) {
   return std::any_of(problems.begin(), problems.end(), [](const Problem& p) { return p.isError(); });
 }

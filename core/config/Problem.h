@@ -48,6 +48,11 @@ struct Problem {
   std::string format() const;
 };
 
+// A problem about `key`, placed where `where` (optional) says the key was written:
+// its file and line, or the origin of a --set.
+Problem problemAt(Severity severity, const std::string& key, std::string message, std::string hint = "",
+                  const SourceMap* where = nullptr);
+
 bool hasErrors(const std::vector<Problem>& problems);
 size_t countErrors(const std::vector<Problem>& problems);
 

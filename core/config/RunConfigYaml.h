@@ -3,6 +3,7 @@
 // every problem (syntax, wrong type, unknown key) comes back with its line, and
 // the config holds the defaults where a key could not be read. Only a file that
 // cannot be read at all throws.
+#include "config/LoadedConfig.h"
 #include "config/Problem.h"
 #include "config/RunConfig.h"
 
@@ -11,15 +12,6 @@
 #include <vector>
 
 namespace strata::config {
-
-struct LoadedConfig {
-  RunConfig config;
-  SourceMap where;                  // line/column of every key that was written
-  std::vector<Problem> problems;    // from reading only; run validate() for the rules
-  bool fromAiToolkit = false;       // the file was an ai-toolkit job (`job: extension`)
-  bool readable = true;             // false: syntax error, empty or not a mapping (config = defaults)
-  bool ok() const { return !hasErrors(problems); }
-};
 
 // Parses YAML text. `fileName` goes into SourceMap::file and each Problem. An
 // ai-toolkit job file is recognised and imported (see AiToolkitImporter.h).

@@ -1,6 +1,7 @@
 #include "config/Validator.h"
 
 #include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
 
 #include "common/TorchCompat.h"
 #include "config/ConfigSchema.h"
@@ -21,22 +22,7 @@ class Checker {
   Checker(const RunConfig& cfg, const ValidateOptions& opt) : cfg_(cfg), opt_(opt) {}
 
   void add(Severity s, const std::string& key, std::string message, std::string hint = "") {
-    Problem p;
-    p.severity = s;
-    p.key = key;
-    p.message = std::move(message);
-    p.hint = std::move(hint);
-    if (opt_.where) {
-      p.file = opt_.where->file;
-      const SourcePos pos = opt_.where->find(key);
-      if (!pos.origin.empty()) {
-        p.file = pos.origin;
-      } else {
-        p.line = pos.line;
-        p.column = pos.column;
-      }
-    }
-    problems_.push_back(std::move(p));
+    problems_.push_back(problemAt(s, key, std::move(message), std::move(hint), opt_.where));
   }
   void error(const std::string& key, std::string message, std::string hint = "") {
     add(Severity::Error, key, std::move(message), std::move(hint));
@@ -57,6 +43,7 @@ class Checker {
     ranges();
     model();
     devices();
+    if (opt_.placementOnly) return std::move(problems_);
     quantization();
     paths();
     training();
@@ -138,10 +125,17 @@ class Checker {
     const ModelConfig& m = cfg_.model;
     const bool onCpu = m.device == ComputeDevice::Cpu;
 
+    // Accepted for ai-toolkit's files, but refused: its low_vram saves GPU memory
+    // while the model is quantized, and Strata does not quantize (docs/training.md).
     if (m.lowVram && m.splitModelOverGpus)
       error("model.low_vram",
             "low_vram cannot be combined with split_model_over_gpus" + lineOf("model.split_model_over_gpus"),
             "set low_vram: false; the split already spreads the weights over the GPUs");
+    else if (m.lowVram)
+      error("model.low_vram",
+            "Strata has no low-VRAM mode (ai-toolkit's low_vram saves memory while quantizing, and Strata does "
+            "not quantize)",
+            "set low_vram: false; gradient_checkpointing and split_model_over_gpus are how Strata saves GPU memory");
 
     // Duplicates make no sense in any mode.
     std::set<int> seen;
@@ -172,43 +166,32 @@ class Checker {
       } else if (seen.size() == 1) {
         error("model.gpu_ids", "split_model_over_gpus needs at least two GPUs, gpu_ids lists one",
               "list two or more devices, e.g. gpu_ids: \"0,1\", or set split_model_over_gpus: false");
-      } else if (m.gpuIds.empty() && opt_.devices && gpus().size() < 2) {
-        error("model.split_model_over_gpus",
-              "a split needs at least two GPUs, this machine has " + std::to_string(gpus().size()),
-              "set split_model_over_gpus: false");
       }
     }
 
     if (!opt_.devices || onCpu) return;
-    const std::vector<device::DeviceInfo> all = gpus();
-    std::string have;
-    for (const auto& d : all) have += (have.empty() ? "" : ", ") + d.label();
-    if (have.empty()) have = "none";
-
-    if (all.empty() && m.device == ComputeDevice::Cuda) {
-      error("model.device", "device is cuda but this machine has no CUDA device", "set device: cpu or auto");
-      return;
-    }
-    std::vector<device::DeviceInfo> used;
-    for (int id : m.gpuIds) {
-      auto it = std::find_if(all.begin(), all.end(), [&](const device::DeviceInfo& d) { return d.index == id; });
-      if (it == all.end()) {
-        error("model.gpu_ids", "gpu id " + std::to_string(id) + " does not exist on this machine (CUDA devices: " +
-                                   have + ")",
-              all.empty() ? "this machine has no GPU: set device: cpu" : "use ids between 0 and " +
-                                                                              std::to_string(all.size() - 1));
-      } else {
-        used.push_back(*it);
+    const device::DeviceSelection sel = device::selectDevices(deviceRequestOf(m), *opt_.devices);
+    for (const auto& p : sel.problems) {
+      switch (p.issue) {
+        case device::SelectionIssue::NoCuda:
+          error("model.device", p.message, "set device: cpu or auto");
+          break;
+        case device::SelectionIssue::UnknownGpu:
+          error("model.gpu_ids", p.message,
+                gpus().empty() ? "this machine has no GPU: set device: cpu"
+                               : "use ids between 0 and " + std::to_string(gpus().size() - 1));
+          break;
+        case device::SelectionIssue::TooFewForSplit:
+          // One listed id is the rule above; here the machine has too few.
+          if (m.gpuIds.empty()) error("model.split_model_over_gpus", p.message, "set split_model_over_gpus: false");
+          break;
       }
     }
-    if (m.gpuIds.empty() && !all.empty()) {
-      if (m.splitModelOverGpus) used = all;
-      else used.push_back(all.front());
-    }
+    if (!sel.ok()) return;
 
     if (cfg_.train.dtype == DType::BF16) {
-      for (const auto& d : used)
-        if (d.ccMajor > 0 && !d.supportsBf16()) {  // ccMajor 0: architecture unknown
+      for (const auto& d : sel.devices)
+        if (d.ccMajor > 0 && !d.supportsBf16()) {  // ccMajor 0: architecture unknown (and the cpu)
           error("train.dtype",
                 "bf16 needs compute capability 8.0 or newer; " + d.label() + " (" + d.name + ") is " +
                     std::to_string(d.ccMajor) + "." + std::to_string(d.ccMinor),
@@ -217,19 +200,17 @@ class Checker {
         }
     }
 
-    // Caps: one value, or one per device used.
-    const auto& caps = m.gpuMemoryLimitGb;
-    if (caps.size() > 1 && !used.empty() && caps.size() != used.size())
-      error("model.gpu_memory_limit_gb",
-            std::to_string(caps.size()) + " caps for " + std::to_string(used.size()) + " devices",
-            "give one value for all devices or one per gpu_ids entry");
-    for (size_t i = 0; i < used.size() && !caps.empty(); ++i) {
-      const double capGb = caps.size() == 1 ? caps[0] : (i < caps.size() ? caps[i] : caps.back());
-      const double totalGb = static_cast<double>(used[i].totalBytes) / 1e9;
-      if (used[i].totalBytes > 0 && capGb > totalGb) {
+    const device::DeviceCaps caps = device::resolveCaps(sel.devices, m.gpuMemoryLimitGb);
+    if (!caps.ok()) {
+      error("model.gpu_memory_limit_gb", caps.problem, "give one value for all devices or one per gpu_ids entry");
+      return;
+    }
+    for (size_t i = 0; i < sel.devices.size(); ++i) {
+      const auto& d = sel.devices[i];
+      if (d.simulated && d.totalBytes > 0 && caps.capBytes[i] > d.totalBytes) {
         warning("model.gpu_memory_limit_gb",
-                "cap " + formatNumber(capGb) + " GB is above " + used[i].label() + "'s " +
-                    formatNumber(std::round(totalGb * 10) / 10) + " GB; the device's memory is the limit");
+                "cap " + device::formatBytes(caps.capBytes[i]) + " is above " + d.label() + "'s " +
+                    device::formatBytes(d.totalBytes) + "; the device's memory is the limit");
         break;
       }
     }
@@ -320,6 +301,12 @@ class Checker {
       error("datasets", "no dataset", "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
+      // The default type, and what ai-toolkit jobs mean: refused until Strata has
+      // the VAE and text encoders to turn images and captions into latents.
+      if (d.type == DatasetType::Images)
+        error("datasets[" + std::to_string(i) + "].type",
+              "'images' needs the VAE and text encoders, which the trainer does not have yet",
+              "use latents (precomputed: see docs/training.md), shapes or synthetic");
       const std::string key = "datasets[" + std::to_string(i) + "].resolution";
       if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
       // Shapes are drawn at pixel size and packed 2x2 twice (multiple of 4);
@@ -350,6 +337,7 @@ class Checker {
   }
 
   void saving() {
+    if (cfg_.job.name.empty()) error("job.name", "must not be empty", "it names the run folder and the LoRA files");
     if (cfg_.save.exportFormats.empty())
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
               "add diffusers, kohya or comfy");
@@ -367,6 +355,16 @@ class Checker {
 };
 
 }  // namespace
+
+device::DeviceRequest deviceRequestOf(const ModelConfig& m) {
+  device::DeviceRequest r;
+  r.kind = m.device == ComputeDevice::Cpu    ? device::ComputeKind::Cpu
+           : m.device == ComputeDevice::Cuda ? device::ComputeKind::Cuda
+                                             : device::ComputeKind::Auto;
+  r.gpuIds = m.gpuIds;
+  r.split = m.splitModelOverGpus;
+  return r;
+}
 
 const std::vector<std::string>& knownQtypes() {
   // ai-toolkit's default name (optimum-quanto's float8 e4m3) and the plain dtype name.

@@ -8,6 +8,7 @@
 #include "config/RunConfig.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInfo.h"
+#include "device/DeviceSelection.h"
 
 #include <optional>
 #include <vector>
@@ -21,6 +22,9 @@ struct ValidateOptions {
   // means "this machine has no GPU".
   std::optional<std::vector<device::DeviceInfo>> devices;
   bool checkPaths = true;  // model and dataset paths must exist (relative to the working directory)
+  // Only what a placement preview needs: the schema's ranges and the model and
+  // device rules (no paths, datasets, sampling or saving).
+  bool placementOnly = false;
 };
 
 // Every rule's problems, errors and warnings, in key order of the schema.
@@ -30,6 +34,10 @@ std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& optio
 std::vector<Problem> validateLoaded(const LoadedConfig& loaded,
                                    std::optional<std::vector<device::DeviceInfo>> devices = std::nullopt,
                                    bool checkPaths = true);
+
+// model.device, model.gpu_ids and model.split_model_over_gpus as a device
+// request: what device::selectDevices resolves for the validator and prepareRun.
+device::DeviceRequest deviceRequestOf(const ModelConfig& m);
 
 // The quantization types Strata can name, and whether this build can do `qtype`
 // (float8 needs LibTorch >= 2.1). Strata does not quantize weights yet; see

@@ -1,8 +1,13 @@
 #include "config/YamlValue.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <map>
+
+#include "common/Error.h"
 
 namespace strata::config {
 namespace {
@@ -172,6 +177,171 @@ std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, s
   if (t == KeyType::IntList) return Value{ints};
   if (t == KeyType::FloatList) return Value{doubles};
   return Value{strings};
+}
+
+// ---- the key walker ----------------------------------------------------------
+
+SourcePos posOf(const YAML::Node& node) {
+  const YAML::Mark m = node.Mark();
+  if (m.is_null()) return {};
+  return SourcePos{m.line + 1, m.column + 1, ""};
+}
+
+void YamlReader::problem(Severity severity, const std::string& key, const SourcePos& pos,
+                         const std::string& message, const std::string& hint) {
+  Problem p;
+  p.severity = severity;
+  p.key = key;
+  p.file = pos.origin.empty() ? out_.where.file : pos.origin;
+  p.line = pos.origin.empty() ? pos.line : 0;
+  p.column = pos.origin.empty() ? pos.column : 0;
+  p.message = message;
+  p.hint = hint;
+  out_.problems.push_back(std::move(p));
+}
+
+namespace {
+std::string nearestChoice(const KeySpec& spec, const YAML::Node& value) {
+  if (!value.IsScalar() || spec.choices.empty()) return "";
+  std::string best;
+  size_t bestD = 3;
+  for (const auto& c : spec.choices) {
+    const size_t d = editDistance(value.Scalar(), c);
+    if (d < bestD) bestD = d, best = c;
+  }
+  return best;
+}
+}  // namespace
+
+void YamlReader::apply(const KeySpec& spec, size_t datasetIndex, const std::string& concretePath,
+                       const YAML::Node& value, const SourcePos& pos) {
+  std::string error;
+  std::optional<Value> v = valueFromYaml(spec, value, error);
+  if (!v) {
+    problem(Severity::Error, concretePath, pos, error, "type: " + keyTypeName(spec.type) +
+                                                            (spec.rangeText().empty() ? "" : ", " + spec.rangeText()));
+    return;
+  }
+  try {
+    spec.set(out_.config, datasetIndex, *v);
+  } catch (const ConfigError& e) {
+    const std::string near = nearestChoice(spec, value);
+    problem(Severity::Error, concretePath, pos, std::string(e.what()) + ", got " + describeNode(value),
+            near.empty() ? "" : "did you mean '" + near + "'?");
+  }
+}
+
+std::string YamlReader::suggestKey(const std::string& patternPath) {
+  // Keys that live elsewhere in Strata than where people (and the seed report) write them.
+  static const std::map<std::string, std::string> kMoved = {
+      {"train.rank", "network.linear"},        {"train.alpha", "network.linear_alpha"},
+      {"network.rank", "network.linear"},      {"network.alpha", "network.linear_alpha"},
+      {"train.gpu_ids", "model.gpu_ids"},      {"gpu_ids", "model.gpu_ids"},
+      {"train.low_vram", "model.low_vram"},    {"train.use_ema", "train.ema_config.use_ema"},
+      {"train.ema_decay", "train.ema_config.ema_decay"},
+      {"datasets[].caption_dropout_rate", "train.caption_dropout_rate"},
+      {"train.learning_rate", "train.lr"},
+  };
+  if (auto it = kMoved.find(patternPath); it != kMoved.end()) return it->second;
+
+  const auto lastOf = [](const std::string& p) {
+    const size_t dot = p.find_last_of('.');
+    return dot == std::string::npos ? p : p.substr(dot + 1);
+  };
+  const auto parentOf = [](const std::string& p) {
+    const size_t dot = p.find_last_of('.');
+    return dot == std::string::npos ? std::string() : p.substr(0, dot);
+  };
+  const std::string last = lastOf(patternPath);
+  const std::string parent = parentOf(patternPath);
+  std::string best;
+  size_t bestScore = SIZE_MAX;
+  // Same name in another section (model.lr -> train.lr) or a near spelling.
+  std::vector<std::string> candidates;
+  for (const auto& k : schema()) {
+    candidates.push_back(k.path);
+    for (std::string p = parentOf(k.path); !p.empty(); p = parentOf(p)) candidates.push_back(p);
+  }
+  for (const auto& c : candidates) {
+    const size_t d = editDistance(last, lastOf(c));
+    const size_t score = d * 2 + (parentOf(c) == parent ? 0 : 1);
+    if (score < bestScore) bestScore = score, best = c;
+  }
+  const size_t allowed = std::max<size_t>(2, last.size() / 3);
+  return bestScore / 2 <= allowed ? best : "";
+}
+
+void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix, const std::string& concretePrefix,
+                         size_t datasetIndex) {
+  std::map<std::string, SourcePos> seen;  // YAML forbids a key twice in one mapping; readers disagree on which wins
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const YAML::Node keyNode = it->first;
+    const YAML::Node value = it->second;
+    const SourcePos pos = posOf(keyNode);
+    if (!keyNode.IsScalar()) {
+      problem(Severity::Error, concretePrefix.empty() ? "" : concretePrefix.substr(0, concretePrefix.size() - 1),
+              pos, "a key must be a plain name, got " + describeNode(keyNode));
+      continue;
+    }
+    const std::string name = keyNode.Scalar();
+    const std::string pattern = patternPrefix + name;
+    const std::string concrete = concretePrefix + name;
+    if (auto first = seen.find(name); first != seen.end()) {
+      problem(Severity::Error, concrete, pos,
+              "written twice (first at line " + std::to_string(first->second.line) + "); the last one is used",
+              "keep one " + name + " line");
+    }
+    seen[name] = pos;
+    out_.where.set(concrete, pos);
+
+    if (pattern == "datasets") {
+      readDatasets(value, pos);
+      continue;
+    }
+    if (const KeySpec* spec = findKey(pattern)) {
+      apply(*spec, datasetIndex, concrete, value, pos);
+      continue;
+    }
+    bool isSection = false;
+    for (const auto& k : schema())
+      if (k.path.rfind(pattern + ".", 0) == 0) isSection = true;
+    if (isSection) {
+      if (value.IsMap()) {
+        readMap(value, pattern + ".", concrete + ".", datasetIndex);
+      } else if (!value.IsNull()) {
+        problem(Severity::Error, concrete, pos, "expected a mapping of keys, got " + describeNode(value));
+      }
+      continue;
+    }
+    const std::string near = suggestKey(pattern);
+    problem(Severity::Warning, concrete, pos, "unknown key (ignored)",
+            near.empty() ? "" : "did you mean '" + near + "'?");
+  }
+}
+
+void YamlReader::readDatasets(const YAML::Node& list, const SourcePos& pos) {
+  if (list.IsNull()) {
+    out_.config.datasets.clear();
+    return;
+  }
+  if (!list.IsSequence()) {
+    problem(Severity::Error, "datasets", pos, "expected a list of datasets, got " + describeNode(list),
+            "datasets:\n    - type: images\n      folder_path: ...");
+    return;
+  }
+  out_.config.datasets.assign(list.size(), DatasetConfig{});
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node entry = list[i];
+    const std::string concrete = "datasets[" + std::to_string(i) + "]";
+    const SourcePos entryPos = posOf(entry);
+    out_.where.set(concrete, entryPos);
+    if (!entry.IsMap()) {
+      problem(Severity::Error, concrete, entryPos, "expected a mapping (type, folder_path, ...), got " +
+                                                       describeNode(entry));
+      continue;
+    }
+    readMap(entry, "datasets[].", concrete + ".", i);
+  }
 }
 
 }  // namespace strata::config

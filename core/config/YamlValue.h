@@ -1,7 +1,11 @@
 #pragma once
-// Conversion of one YAML node to a schema Value (internal to core/config; it
-// exposes yaml-cpp, which the public config headers do not).
+// The YAML reader of core/config (internal; it exposes yaml-cpp, which the public
+// config headers do not): one node to a schema Value, and the key walker that
+// fills a LoadedConfig. The first layer of the one-way order
+//   YamlValue  <-  AiToolkitImporter  <-  RunConfigYaml
+// (the run-config YAML recognises and hands over ai-toolkit job files).
 #include "config/ConfigSchema.h"
+#include "config/LoadedConfig.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -22,7 +26,6 @@ std::string describeNode(const YAML::Node& node);
 }  // namespace strata::config
 
 // ---- the key walker shared by the Strata loader and the ai-toolkit importer ----
-#include "config/RunConfigYaml.h"
 
 namespace strata::config {
 
@@ -56,12 +59,4 @@ class YamlReader {
   LoadedConfig& out_;
 };
 
-}  // namespace strata::config
-
-namespace strata::config {
-struct UnusedKey;
-// True for an ai-toolkit job file: `job:` is a plain string and `config:` a mapping.
-bool isAiToolkitJob(const YAML::Node& root);
-// Imports an ai-toolkit job's root into `out` (AiToolkitImporter.cpp).
-void importAiToolkitRoot(const YAML::Node& root, LoadedConfig& out, std::vector<UnusedKey>& unused);
 }  // namespace strata::config

@@ -15,6 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include "common/Error.h"
+#include "device/DeviceSelection.h"
 
 #ifdef STRATA_HAS_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -69,17 +70,6 @@ int64_t parseByteSize(const std::string& text) {
   return static_cast<int64_t>(std::llround(value * it->second));
 }
 
-std::string formatBytes(int64_t bytes) {
-  char buf[64];
-  const double b = static_cast<double>(bytes);
-  if (std::llabs(bytes) >= 1000000000LL) {
-    std::snprintf(buf, sizeof buf, "%.1f GB", b / 1e9);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
-  }
-  return buf;
-}
-
 DeviceInfo cpuDevice() {
   DeviceInfo d;
   d.index = -1;
@@ -103,7 +93,7 @@ std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec) {
     const std::string raw = trim(item);
     const std::string it = lower(raw);
     if (it.empty()) throw ConfigError("--devices '" + spec + "': empty item between commas");
-    if (it == "cpu" || it.rfind("cpu:", 0) == 0) {
+    if (it == "cpu" || startsWith(it, "cpu:")) {
       if (haveCpu) throw ConfigError("--devices '" + spec + "': cpu listed twice");
       haveCpu = true;
       DeviceInfo d = cpuDevice();
@@ -242,17 +232,25 @@ int64_t memoryCap(int index) {
 }
 
 void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>& limitGb) {
-  if (limitGb.empty()) return;
-  if (limitGb.size() != 1 && limitGb.size() != indices.size()) {
-    throw ConfigError("model.gpu_memory_limit_gb: " + std::to_string(limitGb.size()) +
-                      " values for " + std::to_string(indices.size()) +
-                      " devices (give one for all, or one per device)");
+  std::vector<DeviceInfo> devices;
+  for (int i : indices) {
+    DeviceInfo d;
+    d.index = i;  // memory unknown here: setMemoryCap checks it against the device
+    devices.push_back(d);
   }
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const double gb = limitGb.size() == 1 ? limitGb[0] : limitGb[i];
-    if (gb < 0) throw ConfigError("model.gpu_memory_limit_gb: negative value");
-    setMemoryCap(indices[i], static_cast<int64_t>(std::llround(gb * 1e9)));
-  }
+  const DeviceCaps caps = resolveCaps(devices, limitGb);
+  if (!caps.ok()) throw ConfigError("memory caps: " + caps.problem);
+  for (size_t i = 0; i < indices.size() && !limitGb.empty(); ++i) setMemoryCap(indices[i], caps.capBytes[i]);
+}
+
+int64_t freeBytesOf(int index) {
+  if (index < 0) return 0;
+#ifdef STRATA_HAS_CUDA
+  if (index >= static_cast<int>(c10::cuda::device_count())) return 0;
+  // The allocator's figures need the device touched once.
+  (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
+#endif
+  return memoryFigures(index).freeBytes;
 }
 
 bool cpuHasHalfMatmul() {

@@ -1,11 +1,12 @@
 #pragma once
 // The compute devices of this machine (or simulated ones from a --devices spec),
-// their memory figures, and per-device memory caps (DESIGN §2.8).
+// their memory figures, and per-device memory caps (docs/design.md §2.8).
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "common/Text.h"
 #include "device/DeviceInfo.h"
 
 namespace strata::device {
@@ -28,8 +29,8 @@ std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec);
 // "16GB" -> 16e9, "1.5GiB" -> 1.5 * 2^30. Throws ConfigError.
 int64_t parseByteSize(const std::string& text);
 
-// "15.3 GB" (decimal GB with one digit; MB below 1 GB).
-std::string formatBytes(int64_t bytes);
+// "15.3 GB" (common/Text.h; here too, as the device layer's figures use it).
+using strata::formatBytes;
 
 // What a device's memory looks like now, as this process sees it.
 struct MemoryFigures {
@@ -53,10 +54,14 @@ void setMemoryCap(int index, int64_t capBytes);
 // The cap last set for `index` by setMemoryCap, 0 if none.
 int64_t memoryCap(int index);
 
-// Applies `gpu_memory_limit_gb` (one value = every device, else one per device in
-// `indices` order) to the devices in `indices`. Throws ConfigError when the count
-// matches neither.
+// Caps the CUDA devices `indices` at `limitGb` (one value for all, else one per
+// device, as resolveCaps reads them). Throws ConfigError when the count matches
+// neither.
 void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>& limitGb);
+
+// Free bytes on CUDA device `index` (all processes), touching it first so its
+// allocator is set up; 0 on a CPU build, for the cpu (index < 0) or when unknown.
+int64_t freeBytesOf(int index);
 
 // True when `what` is an allocator out-of-memory message.
 bool isOutOfMemory(const std::exception& e);

@@ -1,5 +1,5 @@
 #pragma once
-// Plain event structs the Trainer reports through (DESIGN §1 events/). They hold
+// Plain event structs the Trainer reports through (docs/design.md §1, events/). They hold
 // no tensor and no Qt type, so the CLI prints them and ui/TrainerBridge copies
 // them into queued Qt signals as they are.
 #include <cstdint>

@@ -2,7 +2,7 @@
 // One LoRA adapter on one nn::Linear: y = W x + b + m * (alpha / r) * B A dropout(x).
 // It is a torch::nn::Module (so train()/eval() and parameters() work) but never a
 // child of its host Linear: the model's named_parameters() stays the checkpoint's
-// key set, and Placement moves the adapter through its Attachment (DESIGN §2.2).
+// key set, and Placement moves the adapter through its Attachment (docs/design.md §2.2).
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 

@@ -11,6 +11,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "common/Text.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxNames.h"
 
@@ -33,11 +34,6 @@ constexpr Suffix kSuffixes[] = {
 };
 
 constexpr const char* kPeftMetadataKey = "lora_adapter_metadata";
-
-bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string numberText(double v) {
   std::ostringstream os;

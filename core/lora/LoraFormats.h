@@ -1,5 +1,5 @@
 #pragma once
-// LoRA files in the three forms users expect (DESIGN §3), read into and written
+// LoRA files in the three forms users expect (docs/design.md §3), read into and written
 // from the model's own (diffusers) module naming. Every name rule comes from
 // models/flux/FluxNames.h.
 //
@@ -91,7 +91,7 @@ struct LoraExportOptions {
   std::map<std::string, std::string> extraMetadata;  // written last (overrides)
 };
 
-// The tensors of `modules` in `format` (keys and shapes of DESIGN §3), in `dtype`.
+// The tensors of `modules` in `format` (keys and shapes of docs/design.md §3), in `dtype`.
 // Throws strata::Error for a module with no BFL name (kohya, Comfy).
 std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::vector<LoraModuleWeights>& modules,
                                                                      LoraFileFormat format,

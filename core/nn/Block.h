@@ -1,5 +1,5 @@
 #pragma once
-// The neutral block interface shared by models and placement (DESIGN §2.0).
+// The neutral block interface shared by models and placement (docs/design.md §2.0).
 // To placement a model is a stem, an ordered list of blocks and a head; it never
 // includes a model family, and a model never moves itself.
 #include <torch/nn/module.h>

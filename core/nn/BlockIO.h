@@ -1,5 +1,5 @@
 #pragma once
-// The one input/output type of every block (DESIGN §2.3). Double and single
+// The one input/output type of every block (docs/design.md §2.3). Double and single
 // blocks, and the blocks of other families, share it, so a relay or wrapper can
 // never drift from the block it wraps (seed bug 4), and `to()` carries every
 // field across devices, the text tokens included.

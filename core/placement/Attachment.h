@@ -1,6 +1,6 @@
 #pragma once
 // Something that hangs off a block and must live on that block's device: a LoRA
-// adapter, an EMA shadow, optimizer state, quantization scales (DESIGN §2.2).
+// adapter, an EMA shadow, optimizer state, quantization scales (docs/design.md §2.2).
 // Attachments are registered with Placement by the module path of their host;
 // Placement moves them with their block and the audit checks them.
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
 #pragma once
 // The Adam/AdamW state of one parameter as a placement attachment, so the state
-// follows its parameter when Placement moves the block (DESIGN §2.2). LibTorch
+// follows its parameter when Placement moves the block (docs/design.md §2.2). LibTorch
 // keys optimizer state by the parameter's TensorImpl; Module::to keeps that impl
 // (it sets the data in place), so the key stays valid across moves. Until the
 // first step there is no state and the attachment holds no tensors.

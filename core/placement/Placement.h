@@ -1,5 +1,5 @@
 #pragma once
-// Placement: the one owner of device moves (DESIGN §2.1). It holds a model's
+// Placement: the one owner of device moves (docs/design.md §2.1). It holds a model's
 // stem, blocks and head with a device each, and every attachment registered to
 // them (LoRA adapters, EMA shadows, optimizer state, quantization scales).
 // Moving a block moves its attachments in the same call; the block runner relays

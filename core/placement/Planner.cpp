@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
 
 namespace strata::placement {
 
@@ -17,8 +19,6 @@ const char* toString(PlanMode mode) {
 }
 
 namespace {
-
-std::string gb(int64_t bytes) { return device::formatBytes(bytes); }
 
 std::string billions(int64_t count) {
   char buf[32];
@@ -78,11 +78,11 @@ std::string missingText(const Plan& plan) {
   int64_t total = 0;
   for (const auto& dp : plan.devices) {
     if (dp.missingBytes <= 0) continue;
-    os << " " << dp.device << " needs " << gb(dp.totalBytes) << " but its budget is "
-       << gb(dp.budgetBytes) << ": " << gb(dp.missingBytes) << " missing.";
+    os << " " << dp.device << " needs " << formatBytes(dp.totalBytes) << " but its budget is "
+       << formatBytes(dp.budgetBytes) << ": " << formatBytes(dp.missingBytes) << " missing.";
     total += dp.missingBytes;
   }
-  if (total > 0) os << " In all " << gb(total) << " missing.";
+  if (total > 0) os << " In all " << formatBytes(total) << " missing.";
   return os.str();
 }
 
@@ -173,7 +173,7 @@ Plan planMemory(const PlannerInput& in) {
         "the reserve)";
   if (hasCpu) os << ", the cpu only for what the GPUs cannot hold";
   os << "; stem, head";
-  if (in.otherModuleBytes > 0) os << " and other modules (" << gb(in.otherModuleBytes) << ")";
+  if (in.otherModuleBytes > 0) os << " and other modules (" << formatBytes(in.otherModuleBytes) << ")";
   os << " on " << in.devices.front().device << ".";
   if (!plan.fits) {
     os << " Does not fit:" << missingText(plan);
@@ -260,13 +260,9 @@ void requireFits(const Plan& plan) {
 std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices,
                                       const std::vector<double>& capGb, double reserveGb,
                                       const std::vector<int64_t>& freeBytes) {
-  if (!capGb.empty() && capGb.size() != 1 && capGb.size() != devices.size()) {
-    throw ConfigError("model.gpu_memory_limit_gb: " + std::to_string(capGb.size()) +
-                      " values for " + std::to_string(devices.size()) +
-                      " devices (give one for all, or one per device)");
-  }
+  const device::DeviceCaps caps = device::resolveCaps(devices, capGb);
+  if (!caps.ok()) throw ConfigError("memory caps: " + caps.problem);
   std::vector<DeviceBudget> out;
-  size_t gpu = 0;
   for (size_t i = 0; i < devices.size(); ++i) {
     const auto& dev = devices[i];
     DeviceBudget b;
@@ -274,24 +270,11 @@ std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& dev
     b.name = dev.name;
     int64_t base = dev.totalBytes;
     if (i < freeBytes.size() && freeBytes[i] > 0) base = freeBytes[i];
-    if (!dev.isCpu() && !capGb.empty()) {
-      const double cap = capGb.size() == 1 ? capGb[0] : capGb[std::min(gpu, capGb.size() - 1)];
-      const auto capBytes = static_cast<int64_t>(std::llround(cap * 1e9));
-      if (capBytes > 0) {
-        // A simulated card smaller than the cap is just that card (plan --devices 2x8GB
-        // with a 16 GB cap in the config); a real one is a config error.
-        if (dev.totalBytes > 0 && capBytes > dev.totalBytes && !dev.simulated) {
-          throw ConfigError("model.gpu_memory_limit_gb: " + gb(capBytes) + " for " + b.device +
-                            " exceeds its memory " + gb(dev.totalBytes));
-        }
-        base = std::min(base, capBytes);
-      }
-    }
-    if (!dev.isCpu()) ++gpu;
+    if (caps.capBytes[i] > 0) base = std::min(base, caps.capBytes[i]);
     b.budgetBytes = base - static_cast<int64_t>(std::llround(reserveGb * 1e9));
     if (b.budgetBytes <= 0) {
-      throw ConfigError("model.memory_reserve_gb: " + std::to_string(reserveGb) +
-                        " GB leaves nothing of " + b.device + "'s " + gb(base));
+      throw ConfigError("a reserve of " + formatBytes(static_cast<int64_t>(std::llround(reserveGb * 1e9))) +
+                        " leaves nothing of " + b.device + "'s " + formatBytes(base));
     }
     out.push_back(b);
   }
@@ -351,16 +334,16 @@ std::string formatPlan(const Plan& plan) {
     }
     if (dp.hasStem) os << "  (+ stem, head)";
     os << "\n";
-    os << "  weights     " << gb(dp.weightBytes) << "  (" << billions(dp.paramCount) << " params)\n";
-    os << "  adapters    " << gb(dp.adapterBytes) << "  + grads " << gb(dp.gradBytes) << "\n";
-    os << "  EMA         " << gb(dp.emaBytes) << "\n";
-    os << "  optimizer   " << gb(dp.optimizerBytes) << "\n";
-    os << "  activations " << gb(dp.activationBytes) << "  + workspace " << gb(dp.workspaceBytes)
+    os << "  weights     " << formatBytes(dp.weightBytes) << "  (" << billions(dp.paramCount) << " params)\n";
+    os << "  adapters    " << formatBytes(dp.adapterBytes) << "  + grads " << formatBytes(dp.gradBytes) << "\n";
+    os << "  EMA         " << formatBytes(dp.emaBytes) << "\n";
+    os << "  optimizer   " << formatBytes(dp.optimizerBytes) << "\n";
+    os << "  activations " << formatBytes(dp.activationBytes) << "  + workspace " << formatBytes(dp.workspaceBytes)
        << "\n";
-    if (dp.otherBytes > 0) os << "  other       " << gb(dp.otherBytes) << "\n";
-    os << "  total       " << gb(dp.totalBytes) << " / budget "
-       << (dp.budgetBytes > 0 ? gb(dp.budgetBytes) : std::string("unknown"));
-    if (dp.missingBytes > 0) os << "  OVER by " << gb(dp.missingBytes);
+    if (dp.otherBytes > 0) os << "  other       " << formatBytes(dp.otherBytes) << "\n";
+    os << "  total       " << formatBytes(dp.totalBytes) << " / budget "
+       << (dp.budgetBytes > 0 ? formatBytes(dp.budgetBytes) : std::string("unknown"));
+    if (dp.missingBytes > 0) os << "  OVER by " << formatBytes(dp.missingBytes);
     os << "\n";
   }
   os << "\n" << plan.reason << "\n";

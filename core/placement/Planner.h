@@ -1,5 +1,5 @@
 #pragma once
-// The placement planner (DESIGN §2.7): a pure, deterministic function from
+// The placement planner (docs/design.md §2.7): a pure, deterministic function from
 // per-block costs and per-device budgets to a device per block (contiguous
 // ranges) and the reason. No tensors, no GPU: `strata-train plan` and the unit
 // tests run it on any machine.
@@ -123,11 +123,10 @@ void requireFits(const Plan& plan);
 std::string formatPlan(const Plan& plan);
 nlohmann::json planToJson(const Plan& plan);
 
-// Budgets for `devices`: each is its cap (gpu_memory_limit_gb: one value for all or
-// one per device, 0 = none) or else its free memory when `freeBytes` has an entry > 0
-// for it, or else its total, minus `reserveGb`. Throws ConfigError when the cap
-// count matches neither, or a cap exceeds a real device's memory (a simulated
-// device smaller than the cap is taken as it is).
+// Budgets for `devices`: each is its cap (device::resolveCaps: one value for all
+// GPUs or one per GPU, 0 = none) or else its free memory when `freeBytes` has an
+// entry > 0 for it, or else its total, minus `reserveGb`. Throws ConfigError (in
+// device terms) when the caps do not resolve or the reserve leaves nothing.
 std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices,
                                       const std::vector<double>& capGb, double reserveGb,
                                       const std::vector<int64_t>& freeBytes = {});

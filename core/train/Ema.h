@@ -1,5 +1,5 @@
 #pragma once
-// Exponential moving average of the trainable parameters (DESIGN §2.5).
+// Exponential moving average of the trainable parameters (docs/design.md §2.5).
 // Shadows are cloned AFTER placement, each from its live parameter on that
 // parameter's own device (seed bug 5), and registered with Placement as
 // attachments (kind EmaShadow, host path = the parameter's path), so they move

@@ -1,5 +1,5 @@
 #pragma once
-// Rectified-flow training objective of FLUX (DESIGN §3):
+// Rectified-flow training objective of FLUX (docs/design.md §3):
 //   x_t = (1 - s) x0 + s e,  target = e - x0,  loss = MSE(pred, target)
 // with s drawn per sample. All random draws come from the caller's generator
 // (CPU), so a run is reproducible on any device and resumable.

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "config/Validator.h"
+#include "device/DeviceInventory.h"
 #include "lora/LoraTargets.h"
 #include "train/Datasets.h"
 
@@ -24,20 +26,18 @@ flux::FluxConfig withShapeOverrides(flux::FluxConfig c, const config::ModelConfi
 }
 
 flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* source) {
+  const bool tiny = m.preset == config::ModelPreset::Tiny;
+  const std::string preset = tiny ? "preset tiny" : "preset flux-dev";
   std::string from;
   flux::FluxConfig c;
-  if (m.preset == config::ModelPreset::Tiny) {
-    c = flux::FluxConfig::tiny();
-    from = "preset tiny";
-  } else if (m.preset == config::ModelPreset::FluxDev || m.randomWeights || m.nameOrPath.empty()) {
-    c = flux::FluxConfig::fluxDev();
-    from = "preset flux-dev";
-  } else if (std::filesystem::exists(m.nameOrPath)) {
+  std::error_code ec;
+  if (!m.randomWeights && !m.nameOrPath.empty() && std::filesystem::exists(m.nameOrPath, ec)) {
     c = flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope);
     from = "shapes of " + m.nameOrPath + " (headers only)";
   } else {
-    c = flux::FluxConfig::fluxDev();
-    from = "preset flux-dev (" + m.nameOrPath + " not found here)";
+    c = tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev();
+    from = preset;
+    if (!m.randomWeights && !m.nameOrPath.empty()) from += " (" + m.nameOrPath + " not found here)";
   }
   if (source) *source = from;
   return withShapeOverrides(c, m);
@@ -89,6 +89,52 @@ RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& 
                                                                          : placement::PlanMode::ParamCount;
   out.input.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
   return out;
+}
+
+PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
+                       const PrepareOptions& options) {
+  PreparedRun run;
+  run.devicesSource = inventory.source;
+  config::ValidateOptions vo;
+  vo.where = options.where;
+  vo.devices = inventory.devices;
+  vo.checkPaths = !options.preview;
+  vo.placementOnly = options.preview;
+  run.problems = config::validate(cfg, vo);
+  if (!run.ok()) return run;
+  auto fail = [&](const std::string& key, const std::string& message) {
+    run.problems.push_back(config::problemAt(config::Severity::Error, key, message, "", options.where));
+    return run;
+  };
+
+  try {
+    run.model = planFluxConfig(cfg.model, &run.modelSource);
+  } catch (const std::exception& e) {
+    return fail(cfg.model.randomWeights || cfg.model.nameOrPath.empty() ? "model" : "model.name_or_path", e.what());
+  }
+  run.tokens = planTokens(cfg, run.model);
+  run.input = runPlanInput(cfg, run.model, run.tokens);
+  run.input.input.otherModuleBytes = options.otherModuleBytes;
+
+  // The validator has judged the request against this inventory and the caps
+  // against these devices: what is left is to read them.
+  const device::DeviceSelection selection = device::selectDevices(config::deviceRequestOf(cfg.model), inventory.devices);
+  if (!selection.ok()) return fail("model", selection.problems.front().message);
+  run.devices = selection.devices;
+  run.capBytes = device::resolveCaps(run.devices, cfg.model.gpuMemoryLimitGb).capBytes;
+  for (const auto& d : run.devices) run.freeBytes.push_back(d.simulated ? 0 : device::freeBytesOf(d.index));
+  try {
+    run.input.input.devices =
+        placement::makeBudgets(run.devices, cfg.model.gpuMemoryLimitGb, cfg.model.memoryReserveGb, run.freeBytes);
+  } catch (const std::exception& e) {
+    return fail("model.memory_reserve_gb", e.what());
+  }
+  try {
+    run.plan = placement::planPlacement(run.input.input);
+  } catch (const std::exception& e) {
+    return fail("model.placement", e.what());
+  }
+  return run;
 }
 
 }  // namespace strata::train

@@ -1,14 +1,19 @@
 #pragma once
-// What the trainer, `strata-train plan` and the app's planned GPU map share, so
-// the plan a user previews is the plan a run makes: the FLUX shape a run config
-// describes, the tokens of one sample, and the planner's input, all from shapes
-// alone (no weights are read). Light to include (no ATen), as the UI needs. Devices are left to each caller: the trainer's
-// real, capped ones; the CLI's and the app's real or simulated ones.
+// Preparing a run, once for the trainer, `strata-train plan` and the app's planned
+// GPU map, so the plan a user previews is the plan a run makes: prepareRun turns a
+// config and a device inventory (this machine's or simulated) into the problems
+// (the validator's, with key and line), the model's shape, the devices and their
+// caps and budgets, and the plan, from shapes alone (no weights are read). Light
+// to include (no ATen), as the UI needs.
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "config/Problem.h"
 #include "config/RunConfig.h"
+#include "device/DeviceInfo.h"
+#include "device/DeviceSelection.h"
 #include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
 
@@ -18,10 +23,10 @@ namespace strata::train {
 // keys applied (model.num_layers, in_channels, ...), then validated.
 flux::FluxConfig withShapeOverrides(flux::FluxConfig base, const config::ModelConfig& m);
 
-// The shape to plan with, from the config alone: the preset, or the checkpoint's
-// headers when model.name_or_path exists here (random_weights off), else
-// flux-dev (a plan may be made on a machine that lacks the file); then the
-// overrides. `source` (optional) says which, for the user.
+// The model's shape: the checkpoint's headers when weights are read (random_weights
+// off, model.name_or_path given and present here), else the preset (tiny, or
+// flux-dev; a preview may be made on a machine that lacks the file); then the
+// overrides. `source` (optional) says which, for the user. Throws on a bad header.
 flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* source = nullptr);
 
 // Image plus text tokens of one training sample at the largest dataset
@@ -38,5 +43,36 @@ struct RunPlanInput {
 // cost options of the config (dtype, rank, EMA, batch, checkpointing), the
 // placement mode and ai-toolkit's other-module scale.
 RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens);
+
+struct PrepareOptions {
+  const config::SourceMap* where = nullptr;  // lines for the problems (a loaded file)
+  // A preview (`strata-train plan`, the app's map), maybe for another machine:
+  // only the rules a plan needs (ranges, model, devices), no paths. A run: all.
+  bool preview = false;
+  int64_t otherModuleBytes = 0;              // text encoders / VAE resident on the first device
+};
+
+struct PreparedRun {
+  // The validator's errors and warnings, then the preparation's own; when there
+  // are errors the rest may be empty.
+  std::vector<config::Problem> problems;
+  bool ok() const { return !config::hasErrors(problems); }
+
+  flux::FluxConfig model;
+  std::string modelSource;  // "preset tiny", "shapes of /models/x (headers only)", ...
+  int64_t tokens = 0;
+  std::string devicesSource;                // the inventory's source
+  std::vector<device::DeviceInfo> devices;  // the run's, in fill order (the cpu alone for a CPU run)
+  std::vector<int64_t> capBytes;            // per device; 0 = no cap
+  std::vector<int64_t> freeBytes;           // per device; 0 = unknown (simulated, the cpu)
+  RunPlanInput input;                       // with the devices' budgets
+  placement::Plan plan;
+};
+
+// Validates `cfg` against `inventory` (every rule, or a preview's), then, without
+// errors, sizes the model and plans it over the devices the config means. Never throws for a bad config or device: every
+// problem is in `problems`, with its key and, given options.where, its line.
+PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
+                       const PrepareOptions& options = {});
 
 }  // namespace strata::train

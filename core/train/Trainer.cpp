@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -15,6 +14,7 @@
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
 #include "io/AtomicFile.h"
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
@@ -129,21 +129,10 @@ Trainer::Trainer(config::RunConfig cfg, events::EventBus& bus, TrainerOptions op
 }
 
 std::unique_ptr<Trainer> Trainer::resumeFrom(const fs::path& runDir, events::EventBus& bus, TrainerOptions options) {
-  RunFolder folder(runDir);
-  std::error_code ec;
-  if (!fs::exists(folder.configPath(), ec))
-    throw IoError(runDir.string() + ": not a run folder (no config.yaml)");
-  auto loaded = config::loadRunConfig(folder.configPath());
-  if (!loaded.ok()) {
-    std::string msg = folder.configPath().string() + ": the run's config has errors:";
-    for (const auto& p : loaded.problems)
-      if (p.isError()) msg += "\n  " + p.format();
-    throw ConfigError(msg);
-  }
-  if (!folder.latestCheckpoint()) throw IoError(runDir.string() + ": no checkpoint to resume from");
+  OpenedRun run = openRunFolder(runDir, "resume from");
   options.runDir = runDir;
   options.resume = true;
-  return std::make_unique<Trainer>(loaded.config, bus, std::move(options));
+  return std::make_unique<Trainer>(std::move(run.config), bus, std::move(options));
 }
 
 Trainer::~Trainer() {
@@ -200,147 +189,17 @@ RunOutcome Trainer::run() {
 }
 
 RunOutcome Trainer::runImpl() {
-  const auto wallStart = Clock::now();
   auto st = std::make_unique<State>();
-  RunFolder folder(runDir_);
-  const auto& tc = cfg_.train;
-
-  // ---- preflight -----------------------------------------------------------
-  std::vector<std::string> warnings;
-  std::vector<std::string> problems = validateForTraining(cfg_, &warnings);
-  if (options_.reportConfigWarnings)
-    for (const auto& w : warnings) bus_.publish(events::WarningEvent{w, 0});
-  if (!options_.resume && options_.runDir.empty()) {
-    // A derived folder that holds an earlier run: pick the next free name.
-    const auto wanted = runDir_;
-    runDir_ = freeRunDir(runDir_);
-    folder = RunFolder(runDir_);
-    if (runDir_ != wanted)
-      bus_.publish(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
-  } else if (!options_.resume && !folder.checkpoints().empty()) {
-    problems.push_back("run folder " + runDir_.string() +
-                       " already has checkpoints: resume it (strata-train resume) or choose another folder");
-  }
-  std::optional<CheckpointData> resumeData;
-  if (options_.resume) {
-    auto latest = folder.latestCheckpoint();
-    if (!latest) {
-      problems.push_back(runDir_.string() + ": no checkpoint to resume from");
-    } else {
-      try {
-        resumeData = readCheckpoint(latest->path);
-      } catch (const std::exception& e) {
-        problems.push_back(e.what());
-      }
-    }
-  }
+  std::vector<std::string> problems;
+  preflight(*st, problems);
+  if (problems.empty()) buildAndPlace(*st, problems);
+  if (problems.empty()) restore(*st, problems);
   if (problems.empty()) {
     try {
-      st->fluxConfig = resolveFluxConfig(cfg_.model);
-    } catch (const std::exception& e) {
-      problems.push_back(std::string("model: ") + e.what());
-    }
-  }
-  if (problems.empty()) {
-    DatasetContext ctx;
-    ctx.latentChannels = st->fluxConfig.latentChannels();
-    ctx.textTokens = defaultTextTokens(st->fluxConfig.jointAttentionDim);
-    ctx.textDim = st->fluxConfig.jointAttentionDim;
-    ctx.pooledDim = st->fluxConfig.pooledProjectionDim;
-    ctx.seed = tc.seed;
-    st->textTokens = ctx.textTokens;
-    try {
-      st->dataset = makeDatasets(cfg_.datasets, ctx);
-      st->emptyPrompt = st->dataset->emptyPrompt();
-      st->pixelCode = cfg_.datasets.front().type == config::DatasetType::Shapes;
-    } catch (const std::exception& e) {
-      problems.push_back(e.what());
-    }
-    st->promptEmbedder = std::make_unique<WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
-  }
-  std::string planReason;
-  if (problems.empty()) {
-    try {
-      auto built = buildPlacedModel(cfg_, st->fluxConfig, planTokens(cfg_, st->fluxConfig));
-      st->model = std::move(built.model);
-      st->placement = std::move(built.placement);
-      st->devices = built.devices;
-      planReason = built.reason;
-    } catch (const std::exception& e) {
-      problems.push_back(e.what());
-    }
-  }
-  if (problems.empty()) {
-    try {
-      lora::LoraConfig lc;
-      lc.rank = cfg_.network.linear;
-      lc.alpha = cfg_.network.linearAlpha;
-      lc.dropout = cfg_.network.dropout;
-      lc.targetModules = cfg_.network.targetModules;
-      at::manual_seed(static_cast<uint64_t>(tc.seed) + 1);  // LoRA init, the same on resume
-      st->network = lora::LoraNetwork::create(*st->model, lc);
-      st->placement->attachAll(st->network->attachments());
-      st->network->train(true);
-      for (const auto& [name, p] : st->network->stateDict("")) st->namedParams.emplace_back(name, p);
-      std::vector<at::Tensor> params = st->network->parameters();
-      torch::optim::AdamWOptions opts(tc.lr);
-      opts.betas(std::make_tuple(tc.betas.size() > 0 ? tc.betas[0] : 0.9, tc.betas.size() > 1 ? tc.betas[1] : 0.999));
-      opts.eps(tc.eps);
-      opts.weight_decay(tc.weightDecay);
-      // After placement: its state is created on each parameter's device (DESIGN §2.2).
-      st->optimizer = std::make_shared<torch::optim::AdamW>(params, opts);
-      st->placement->attachAll(placement::OptimizerStateAttachment::forParameters(st->optimizer, st->namedParams));
-      if (tc.ema.useEma) {
-        EmaOptions eo;
-        eo.decay = tc.ema.emaDecay;
-        eo.updateEvery = tc.ema.updateEvery;
-        st->ema = std::make_unique<Ema>(st->namedParams, eo);
-        st->ema->registerWith(*st->placement);
-      }
-      st->schedule = std::make_unique<LrSchedule>(tc.lrScheduler, tc.lr, tc.steps, tc.lrWarmupSteps);
-      if (tc.dtype == config::DType::FP16) st->scaler = LossScaler(LossScalerOptions{});
-      if (tc.gradientCheckpointing) {
-        st->checkpointed = std::make_unique<CheckpointedRunner>(*st->placement);
-        st->runner = st->checkpointed.get();
-      } else {
-        st->runner = st->placement.get();
-      }
-    } catch (const std::exception& e) {
-      problems.push_back(e.what());
-    }
-  }
-  if (problems.empty() && resumeData) {
-    try {
-      st->network->loadStateDict(toMap(resumeData->lora), "transformer.");
-      loadAdamWState(*st->optimizer, st->namedParams, toMap(resumeData->optimizer));
-      if (st->ema) {
-        const auto shadows = toMap(resumeData->ema);
-        for (size_t i = 0; i < st->ema->size(); ++i) {
-          auto it = shadows.find(st->ema->path(i));
-          if (it == shadows.end()) throw LoadError("checkpoint has no EMA shadow for " + st->ema->path(i));
-          at::NoGradGuard ng;
-          st->ema->shadow(i).copy_(it->second);
-        }
-      }
-    } catch (const std::exception& e) {
-      problems.push_back(std::string("resume: ") + e.what());
-    }
-  }
-  if (problems.empty()) {
-    // The audit: every parameter, buffer and attachment where its block is.
-    const auto issues = st->placement->audit();
-    for (const auto& i : issues)
-      problems.push_back("audit: " + i.path + " is on " + i.actual + ", its block " + i.blockId + " is on " +
-                         i.expected);
-    bus_.publish(placementEventOf(*st->placement, planReason));
-  }
-  if (problems.empty()) {
-    try {
+      RunFolder folder(runDir_);
       folder.create();
-      if (!options_.resume) {
-        io::writeFileAtomic(folder.configPath(),
-                            options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
-      }
+      if (!options_.resume)
+        io::writeFileAtomic(folder.configPath(), options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }
@@ -349,110 +208,299 @@ RunOutcome Trainer::runImpl() {
     bus_.publish(events::PreflightFailedEvent{problems});
     return RunOutcome::PreflightFailed;
   }
+  if (st->resumeData) RunFolder(runDir_).truncateLogsAfter(st->startStep);
+  step_ = st->startStep;
+  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume});
+  const RunOutcome outcome = loop(*st);
+  return outcome == RunOutcome::Finished ? finish(*st) : outcome;
+}
 
-  // ---- state of a new or resumed run --------------------------------------
-  int64_t startStep = 0;
-  st->gen = makeCpuGenerator(static_cast<uint64_t>(tc.seed));
-  if (resumeData) {
-    startStep = resumeData->step;
-    restoreRngStates(st->gen, resumeData->rng);
-    const auto& s = resumeData->state;
-    st->drawCursor = s.value("draw_cursor", int64_t{0});
-    st->skippedItems = s.value("skipped_items", int64_t{0});
-    st->lossEmaRaw = s.value("loss_ema_raw", 0.0);
-    st->lossCount = s.value("loss_count", int64_t{0});
-    if (st->scaler.enabled() && s.contains("loss_scale"))
-      st->scaler.restore(s.value("loss_scale", 1.0), s.value("loss_scale_clean_steps", int64_t{0}));
-    st->lastCheckpoint = folder.latestCheckpoint()->path.string();
-    st->lastCheckpointStep = startStep;
-    folder.truncateLogsAfter(startStep);
+void Trainer::preflight(State& st, std::vector<std::string>& problems) {
+  // The config's rules and the plan, on this machine's devices.
+  st.prepared = prepareRun(cfg_, device::thisMachine());
+  for (const auto& p : st.prepared.problems) {
+    if (p.isError()) problems.push_back(p.format());
+    else if (options_.reportConfigWarnings) bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
   }
-  step_ = startStep;
-  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, startStep, tc.steps, options_.resume});
-
-  // ---- helpers over the state ---------------------------------------------
-  auto checkpoint = [&](int64_t step) -> bool {
-    CheckpointData d;
-    d.step = step;
-    for (const auto& [k, t] : st->network->stateDict("transformer.")) d.lora.emplace_back(k, t.detach());
-    d.optimizer = saveAdamWState(*st->optimizer, st->namedParams);
-    if (st->ema)
-      for (size_t i = 0; i < st->ema->size(); ++i) d.ema.emplace_back(st->ema->path(i), st->ema->shadow(i));
-    d.rng = captureRngStates(st->gen, st->devices);
-    d.state = {{"draw_cursor", st->drawCursor},
-               {"skipped_items", st->skippedItems},
-               {"loss_ema_raw", st->lossEmaRaw},
-               {"loss_count", st->lossCount},
-               {"lr_scheduler", config::enumName(tc.lrScheduler)},
-               {"lr", tc.lr},
-               {"total_steps", tc.steps},
-               {"lora_rank", cfg_.network.linear},
-               {"lora_alpha", cfg_.network.linearAlpha},
-               {"ema", st->ema != nullptr},
-               {"ema_updates", st->ema ? st->ema->numUpdates() : 0}};
-    if (st->scaler.enabled()) {
-      d.state["loss_scale"] = st->scaler.scale();
-      d.state["loss_scale_clean_steps"] = st->scaler.cleanSteps();
+  // The run folder: a derived one that holds an earlier run gets the next free name.
+  if (!options_.resume && options_.runDir.empty()) {
+    const auto wanted = runDir_;
+    runDir_ = freeRunDir(runDir_);
+    if (runDir_ != wanted)
+      bus_.publish(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
+  } else if (!options_.resume && !RunFolder(runDir_).checkpoints().empty()) {
+    problems.push_back("run folder " + runDir_.string() +
+                       " already has checkpoints: resume it (strata-train resume) or choose another folder");
+  }
+  if (options_.resume) {
+    const auto latest = RunFolder(runDir_).latestCheckpoint();
+    if (!latest) {
+      problems.push_back(runDir_.string() + ": no checkpoint to resume from");
+    } else {
+      try {
+        st.resumeData = readCheckpoint(latest->path);
+      } catch (const std::exception& e) {
+        problems.push_back(e.what());
+      }
     }
+  }
+  if (!problems.empty()) return;
+  st.fluxConfig = st.prepared.model;
+  DatasetContext ctx;
+  ctx.latentChannels = st.fluxConfig.latentChannels();
+  ctx.textTokens = defaultTextTokens(st.fluxConfig.jointAttentionDim);
+  ctx.textDim = st.fluxConfig.jointAttentionDim;
+  ctx.pooledDim = st.fluxConfig.pooledProjectionDim;
+  ctx.seed = cfg_.train.seed;
+  st.textTokens = ctx.textTokens;
+  try {
+    st.dataset = makeDatasets(cfg_.datasets, ctx);
+    st.emptyPrompt = st.dataset->emptyPrompt();
+    st.pixelCode = cfg_.datasets.front().type == config::DatasetType::Shapes;
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+  }
+  st.promptEmbedder = std::make_unique<WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
+}
+
+void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
+  const auto& tc = cfg_.train;
+  try {
+    auto built = buildPlacedModel(cfg_, st.prepared);
+    st.model = std::move(built.model);
+    st.placement = std::move(built.placement);
+    st.devices = built.devices;
+    st.planReason = built.reason;
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+    return;
+  }
+  try {
+    lora::LoraConfig lc;
+    lc.rank = cfg_.network.linear;
+    lc.alpha = cfg_.network.linearAlpha;
+    lc.dropout = cfg_.network.dropout;
+    lc.targetModules = cfg_.network.targetModules;
+    at::manual_seed(static_cast<uint64_t>(tc.seed) + 1);  // LoRA init, the same on resume
+    st.network = lora::LoraNetwork::create(*st.model, lc);
+    st.placement->attachAll(st.network->attachments());
+    st.network->train(true);
+    for (const auto& [name, p] : st.network->stateDict("")) st.namedParams.emplace_back(name, p);
+    std::vector<at::Tensor> params = st.network->parameters();
+    torch::optim::AdamWOptions opts(tc.lr);
+    opts.betas(std::make_tuple(tc.betas.size() > 0 ? tc.betas[0] : 0.9, tc.betas.size() > 1 ? tc.betas[1] : 0.999));
+    opts.eps(tc.eps);
+    opts.weight_decay(tc.weightDecay);
+    // After placement: its state is created on each parameter's device (docs/design.md §2.2).
+    st.optimizer = std::make_shared<torch::optim::AdamW>(params, opts);
+    st.placement->attachAll(placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams));
+    if (tc.ema.useEma) {
+      EmaOptions eo;
+      eo.decay = tc.ema.emaDecay;
+      eo.updateEvery = tc.ema.updateEvery;
+      st.ema = std::make_unique<Ema>(st.namedParams, eo);
+      st.ema->registerWith(*st.placement);
+    }
+    st.schedule = std::make_unique<LrSchedule>(tc.lrScheduler, tc.lr, tc.steps, tc.lrWarmupSteps);
+    if (tc.dtype == config::DType::FP16) st.scaler = LossScaler(LossScalerOptions{});
+    if (tc.gradientCheckpointing) {
+      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement);
+      st.runner = st.checkpointed.get();
+    } else {
+      st.runner = st.placement.get();
+    }
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+  }
+}
+
+void Trainer::restore(State& st, std::vector<std::string>& problems) {
+  if (st.resumeData) {
     try {
-      const auto path = writeCheckpoint(folder, d);
-      st->lastCheckpoint = path.string();
-      st->lastCheckpointStep = step;
-      events::CheckpointEvent ce{path.string(), step, {}};
-      for (const auto& r : pruneCheckpoints(folder, cfg_.save.maxStepSavesToKeep)) ce.removed.push_back(r.string());
-      bus_.publish(ce);
-      return true;
+      st.network->loadStateDict(toMap(st.resumeData->lora), "transformer.");
+      loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer));
+      if (st.ema) {
+        const auto shadows = toMap(st.resumeData->ema);
+        for (size_t i = 0; i < st.ema->size(); ++i) {
+          auto it = shadows.find(st.ema->path(i));
+          if (it == shadows.end()) throw LoadError("checkpoint has no EMA shadow for " + st.ema->path(i));
+          at::NoGradGuard ng;
+          st.ema->shadow(i).copy_(it->second);
+        }
+      }
     } catch (const std::exception& e) {
-      bus_.publish(events::WarningEvent{std::string(e.what()) + "; " +
-                                         (st->lastCheckpoint.empty()
-                                              ? std::string("there is no earlier checkpoint")
-                                              : "the previous checkpoint " + st->lastCheckpoint + " is intact"),
-                                     step});
-      return false;
+      problems.push_back(std::string("resume: ") + e.what());
+      return;
     }
-  };
+  }
+  // The audit: every parameter, buffer and attachment where its block is.
+  for (const auto& i : st.placement->audit())
+    problems.push_back("audit: " + i.path + " is on " + i.actual + ", its block " + i.blockId + " is on " +
+                       i.expected);
+  bus_.publish(placementEventOf(*st.placement, st.planReason));
+  if (!problems.empty()) return;
 
-  auto doSamples = [&](int64_t step) {
-    st->lastSampleStep = step;
-    if (cfg_.sample.prompts.empty()) return;
-    sampleAll(*st, cfg_, folder, step, bus_);
-  };
+  // Counters and random states: a new run starts from the seed, a resumed one
+  // where its checkpoint stopped.
+  st.gen = makeCpuGenerator(static_cast<uint64_t>(cfg_.train.seed));
+  if (!st.resumeData) return;
+  st.startStep = st.resumeData->step;
+  restoreRngStates(st.gen, st.resumeData->rng);
+  const auto& s = st.resumeData->state;
+  st.drawCursor = s.value("draw_cursor", int64_t{0});
+  st.skippedItems = s.value("skipped_items", int64_t{0});
+  st.lossEmaRaw = s.value("loss_ema_raw", 0.0);
+  st.lossCount = s.value("loss_count", int64_t{0});
+  if (st.scaler.enabled() && s.contains("loss_scale"))
+    st.scaler.restore(s.value("loss_scale", 1.0), s.value("loss_scale_clean_steps", int64_t{0}));
+  st.lastCheckpoint = RunFolder(runDir_).latestCheckpoint()->path.string();
+  st.lastCheckpointStep = st.startStep;
+}
 
-  auto exportLora = [&](int64_t step, bool final) -> std::vector<std::string> {
-    std::vector<std::string> written;
-    std::unique_ptr<Ema::SwapGuard> swap;
-    if (st->ema) swap = std::make_unique<Ema::SwapGuard>(*st->ema);
-    for (auto f : cfg_.save.exportFormats) {
-      const std::string name = cfg_.job.name + (final ? "" : "_step" + std::to_string(step)) + "_" +
-                               config::enumName(f) + ".safetensors";
-      const auto path = folder.exportsDir() / name;
-      lora::LoraExportOptions eo;
-      eo.format = fileFormatOf(f);
-      eo.dtype = scalarTypeOf(cfg_.save.dtype);
-      eo.softwareVersion = options_.softwareVersion;
-      eo.baseModel = cfg_.model.nameOrPath.empty() ? "random FLUX-architecture model (" +
-                                                         config::enumName(cfg_.model.preset) + ")"
-                                                   : cfg_.model.nameOrPath;
-      eo.title = cfg_.job.name;
-      eo.rank = cfg_.network.linear;
-      eo.alpha = cfg_.network.linearAlpha;
-      eo.steps = step;
-      eo.runYaml = options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml;
-      lora::writeLoraFile(path, *st->network, st->fluxConfig, eo);
-      written.push_back(path.string());
-      bus_.publish(events::ExportEvent{path.string(), config::enumName(f), step});
-    }
-    return written;
-  };
+bool Trainer::checkpoint(State& st, int64_t step) {
+  const auto& tc = cfg_.train;
+  CheckpointData d;
+  d.step = step;
+  for (const auto& [k, t] : st.network->stateDict("transformer.")) d.lora.emplace_back(k, t.detach());
+  d.optimizer = saveAdamWState(*st.optimizer, st.namedParams);
+  if (st.ema)
+    for (size_t i = 0; i < st.ema->size(); ++i) d.ema.emplace_back(st.ema->path(i), st.ema->shadow(i));
+  d.rng = captureRngStates(st.gen, st.devices);
+  d.state = {{"draw_cursor", st.drawCursor},
+             {"skipped_items", st.skippedItems},
+             {"loss_ema_raw", st.lossEmaRaw},
+             {"loss_count", st.lossCount},
+             {"lr_scheduler", config::enumName(tc.lrScheduler)},
+             {"lr", tc.lr},
+             {"total_steps", tc.steps},
+             {"lora_rank", cfg_.network.linear},
+             {"lora_alpha", cfg_.network.linearAlpha},
+             {"ema", st.ema != nullptr},
+             {"ema_updates", st.ema ? st.ema->numUpdates() : 0}};
+  if (st.scaler.enabled()) {
+    d.state["loss_scale"] = st.scaler.scale();
+    d.state["loss_scale_clean_steps"] = st.scaler.cleanSteps();
+  }
+  const RunFolder folder(runDir_);
+  try {
+    const auto path = writeCheckpoint(folder, d);
+    st.lastCheckpoint = path.string();
+    st.lastCheckpointStep = step;
+    events::CheckpointEvent ce{path.string(), step, {}};
+    for (const auto& r : pruneCheckpoints(folder, cfg_.save.maxStepSavesToKeep)) ce.removed.push_back(r.string());
+    bus_.publish(ce);
+    return true;
+  } catch (const std::exception& e) {
+    bus_.publish(events::WarningEvent{std::string(e.what()) + "; " +
+                                       (st.lastCheckpoint.empty()
+                                            ? std::string("there is no earlier checkpoint")
+                                            : "the previous checkpoint " + st.lastCheckpoint + " is intact"),
+                                   step});
+    return false;
+  }
+}
 
-  // ---- the loop ------------------------------------------------------------
-  int64_t step = startStep;
-  double lastLoss = 0.0;
-  std::deque<double> recentStepMs;
+std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final) {
+  std::vector<std::string> written;
+  std::unique_ptr<Ema::SwapGuard> swap;
+  if (st.ema) swap = std::make_unique<Ema::SwapGuard>(*st.ema);
+  const RunFolder folder(runDir_);
+  for (auto f : cfg_.save.exportFormats) {
+    const auto path = exportPath(folder, cfg_, f, final ? std::nullopt : std::optional<int64_t>(step));
+    lora::writeLoraFile(path, *st.network, st.fluxConfig,
+                        exportOptionsOf(cfg_, f, step, cfg_.network.linearAlpha, options_.configYaml,
+                                        options_.softwareVersion));
+    written.push_back(path.string());
+    bus_.publish(events::ExportEvent{path.string(), config::enumName(f), step});
+  }
+  return written;
+}
+
+bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed) {
+  const auto& tc = cfg_.train;
+  const int64_t step = step_.load();
   const int64_t microBatches = std::max<int64_t>(tc.gradientAccumulationSteps, 1);
   const int64_t batch = std::max<int64_t>(tc.batchSize, 1);
+  st.optimizer->zero_grad();
+  double lossSum = 0.0;
+  for (int64_t m = 0; m < microBatches; ++m) {
+    auto l = microStep(st, cfg_, batch, bus_, step + 1);
+    const double v = l.item<double>();
+    if (!std::isfinite(v)) {
+      throw NonFiniteLoss("loss is " + std::string(std::isnan(v) ? "NaN" : "Inf") + " at step " +
+                          std::to_string(step + 1));
+    }
+    st.scaler.scaled(l / static_cast<double>(microBatches)).backward();
+    lossSum += v;
+  }
+  loss = lossSum / static_cast<double>(microBatches);
+  const auto params = st.network->parameters();
+  // fp16: gradients that overflowed at this loss scale skip the step (and
+  // halve the scale); everywhere else a non-finite gradient stops the run.
+  scaleUsed = st.scaler.scale();
+  const bool finiteGrads = st.scaler.unscale(params);
+  st.scaler.update(finiteGrads);
+  gradNorm = std::numeric_limits<double>::quiet_NaN();
+  if (finiteGrads) {
+    gradNorm = clipGradNorm(params, tc.maxGradNorm);
+    if (!std::isfinite(gradNorm)) throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
+    st.optimizer->step();
+  } else if (st.scaler.exhausted()) {
+    throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) +
+                        " even at fp16 loss scale " + std::to_string(scaleUsed));
+  } else {
+    bus_.publish(events::WarningEvent{"step " + std::to_string(step + 1) +
+                                       ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
+                                       "; step skipped, scale now " + std::to_string(st.scaler.scale()),
+                                   step + 1});
+  }
+  return finiteGrads;
+}
+
+void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads,
+                         double ms) {
+  const auto& tc = cfg_.train;
+  const int64_t step = step_.load();
+  const int64_t images = std::max<int64_t>(tc.batchSize, 1) * std::max<int64_t>(tc.gradientAccumulationSteps, 1);
+  st.lastLoss = loss;
+  st.lossEmaRaw = 0.9 * st.lossEmaRaw + 0.1 * loss;
+  ++st.lossCount;
+  const double smoothed = st.lossEmaRaw / (1.0 - std::pow(0.9, static_cast<double>(st.lossCount)));
+  st.recentStepMs.push_back(ms);
+  if (st.recentStepMs.size() > 20) st.recentStepMs.pop_front();
+  const double avgMs = std::accumulate(st.recentStepMs.begin(), st.recentStepMs.end(), 0.0) /
+                       static_cast<double>(st.recentStepMs.size());
+  events::StepEvent se;
+  se.step = step;
+  se.totalSteps = tc.steps;
+  se.loss = loss;
+  se.lossSmoothed = smoothed;
+  se.lr = lr;
+  se.gradNorm = gradNorm;
+  se.stepTimeMs = ms;
+  se.imagesPerSec = ms > 0 ? 1000.0 * static_cast<double>(images) / ms : 0.0;
+  se.etaSeconds = avgMs * static_cast<double>(tc.steps - step) / 1000.0;
+  se.memory = memoryOf(st.devices);
+  nlohmann::json line = {{"step", step},      {"loss", loss},          {"loss_smoothed", smoothed},
+                         {"lr", lr},          {"grad_norm", gradNorm}, {"step_time_ms", ms},
+                         {"images_per_sec", se.imagesPerSec}};
+  for (const auto& m : se.memory)
+    if (m.allocatedBytes > 0) line["allocated_bytes"][m.device] = m.allocatedBytes;
+  if (st.scaler.enabled()) line["loss_scale"] = scaleUsed;
+  if (!finiteGrads) line["skipped"] = true;
+  RunFolder(runDir_).appendMetrics(line);
+  bus_.publish(se);
+}
+
+RunOutcome Trainer::loop(State& st) {
+  const auto& tc = cfg_.train;
+  int64_t step = st.startStep;
+  auto doSamples = [&](int64_t sampleStep) {
+    st.lastSampleStep = sampleStep;
+    if (!cfg_.sample.prompts.empty()) sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
+  };
   try {
-    if (startStep == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
+    if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {
       if (paused_.load()) {
         bus_.publish(events::PausedEvent{step});
@@ -460,134 +508,74 @@ RunOutcome Trainer::runImpl() {
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
       if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
-        if (st->lastCheckpointStep != step) checkpoint(step);
-        bus_.publish(events::StoppedEvent{step, st->lastCheckpoint});
+        if (st.lastCheckpointStep != step) checkpoint(st, step);
+        bus_.publish(events::StoppedEvent{step, st.lastCheckpoint});
         return RunOutcome::Stopped;
       }
 
       const auto t0 = Clock::now();
-      const double lr = st->schedule->lrAt(step);
-      setLearningRate(*st->optimizer, lr);
-      st->optimizer->zero_grad();
-      double lossSum = 0.0;
-      for (int64_t m = 0; m < microBatches; ++m) {
-        auto loss = microStep(*st, cfg_, batch, bus_, step + 1);
-        const double v = loss.item<double>();
-        if (!std::isfinite(v)) {
-          throw NonFiniteLoss("loss is " + std::string(std::isnan(v) ? "NaN" : "Inf") + " at step " +
-                              std::to_string(step + 1));
-        }
-        st->scaler.scaled(loss / static_cast<double>(microBatches)).backward();
-        lossSum += v;
-      }
-      const auto params = st->network->parameters();
-      // fp16: gradients that overflowed at this loss scale skip the step (and
-      // halve the scale); everywhere else a non-finite gradient stops the run.
-      const double scaleUsed = st->scaler.scale();
-      const bool finiteGrads = st->scaler.unscale(params);
-      st->scaler.update(finiteGrads);
-      double gradNormValue = std::numeric_limits<double>::quiet_NaN();
-      if (finiteGrads) {
-        gradNormValue = clipGradNorm(params, tc.maxGradNorm);
-        if (!std::isfinite(gradNormValue))
-          throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
-        st->optimizer->step();
-      } else if (st->scaler.exhausted()) {
-        throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) +
-                            " even at fp16 loss scale " + std::to_string(scaleUsed));
-      } else {
-        bus_.publish(events::WarningEvent{"step " + std::to_string(step + 1) +
-                                           ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
-                                           "; step skipped, scale now " + std::to_string(st->scaler.scale()),
-                                       step + 1});
-      }
+      const double lr = st.schedule->lrAt(step);
+      setLearningRate(*st.optimizer, lr);
+      double loss = 0.0, gradNorm = 0.0, scaleUsed = 1.0;
+      const bool finiteGrads = trainStep(st, loss, gradNorm, scaleUsed);
       ++step;
       step_ = step;
-      if (st->ema && finiteGrads) st->ema->update(step);
-
-      const double loss = lossSum / static_cast<double>(microBatches);
-      lastLoss = loss;
-      st->lossEmaRaw = 0.9 * st->lossEmaRaw + 0.1 * loss;
-      ++st->lossCount;
-      const double smoothed = st->lossEmaRaw / (1.0 - std::pow(0.9, static_cast<double>(st->lossCount)));
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      recentStepMs.push_back(ms);
-      if (recentStepMs.size() > 20) recentStepMs.pop_front();
-      const double avgMs = std::accumulate(recentStepMs.begin(), recentStepMs.end(), 0.0) /
-                           static_cast<double>(recentStepMs.size());
-      events::StepEvent se;
-      se.step = step;
-      se.totalSteps = tc.steps;
-      se.loss = loss;
-      se.lossSmoothed = smoothed;
-      se.lr = lr;
-      se.gradNorm = gradNormValue;
-      se.stepTimeMs = ms;
-      se.imagesPerSec = ms > 0 ? 1000.0 * static_cast<double>(batch * microBatches) / ms : 0.0;
-      se.etaSeconds = avgMs * static_cast<double>(tc.steps - step) / 1000.0;
-      se.memory = memoryOf(st->devices);
-      nlohmann::json line = {{"step", step},      {"loss", loss},          {"loss_smoothed", smoothed},
-                             {"lr", lr},          {"grad_norm", gradNormValue}, {"step_time_ms", ms},
-                             {"images_per_sec", se.imagesPerSec}};
-      for (const auto& m : se.memory)
-        if (m.allocatedBytes > 0) line["allocated_bytes"][m.device] = m.allocatedBytes;
-      if (st->scaler.enabled()) line["loss_scale"] = scaleUsed;
-      if (!finiteGrads) line["skipped"] = true;
-      folder.appendMetrics(line);
-      bus_.publish(se);
+      if (st.ema && finiteGrads) st.ema->update(step);
+      reportStep(st, loss, lr, gradNorm, scaleUsed, finiteGrads,
+                 std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 
       const bool last = step == tc.steps;
       if (sampleRequested_.exchange(false) ||
           (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last)))
         doSamples(step);
       if (saveRequested_.exchange(false) || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
-        checkpoint(step);
-      if (exportRequested_.exchange(false) && !last) exportLora(step, false);
+        checkpoint(st, step);
+      if (exportRequested_.exchange(false) && !last) exportLora(st, step, false);
     }
   } catch (const NonFiniteLoss& e) {
-    bus_.publish(events::FailedEvent{std::string(e.what()) + (st->lastCheckpoint.empty()
+    bus_.publish(events::FailedEvent{std::string(e.what()) + (st.lastCheckpoint.empty()
                                                                 ? "; no checkpoint was written before it"
-                                                                : "; last good checkpoint: " + st->lastCheckpoint),
-                                  step + 1, st->lastCheckpoint});
+                                                                : "; last good checkpoint: " + st.lastCheckpoint),
+                                  step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (device::isOutOfMemory(e)) msg = "out of memory at step " + std::to_string(step + 1) + ": " + msg;
-    bus_.publish(events::FailedEvent{msg, step + 1, st->lastCheckpoint});
+    bus_.publish(events::FailedEvent{msg, step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   }
+  return RunOutcome::Finished;
+}
 
+RunOutcome Trainer::finish(State& st) {
+  const int64_t step = step_.load();
   std::vector<std::string> exports;
   try {
-    exports = exportLora(step, true);
+    exports = exportLora(st, step, true);
   } catch (const std::exception& e) {
     bus_.publish(events::FailedEvent{std::string("LoRA export failed: ") + e.what() +
-                                      (st->lastCheckpoint.empty() ? "" : "; checkpoint kept: " + st->lastCheckpoint),
-                                  step, st->lastCheckpoint});
+                                      (st.lastCheckpoint.empty() ? "" : "; checkpoint kept: " + st.lastCheckpoint),
+                                  step, st.lastCheckpoint});
     return RunOutcome::Failed;
   }
   events::FinishedEvent fe;
   fe.step = step;
-  fe.finalLoss = lastLoss;
-  fe.wallSeconds = std::chrono::duration<double>(Clock::now() - wallStart).count();
+  fe.finalLoss = st.lastLoss;
+  fe.wallSeconds = std::chrono::duration<double>(Clock::now() - st.wallStart).count();
   fe.exports = exports;
-  fe.skippedItems = st->skippedItems;
+  fe.skippedItems = st.skippedItems;
   bus_.publish(fe);
   return RunOutcome::Finished;
 }
 
 std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config::ExportFormat>& formats,
                                 const fs::path& outDir, const std::string& softwareVersion) {
-  RunFolder folder(runDir);
-  std::error_code ec;
-  if (!fs::exists(folder.configPath(), ec)) throw IoError(runDir.string() + ": not a run folder (no config.yaml)");
-  auto loaded = config::loadRunConfig(folder.configPath());
-  if (!loaded.ok()) throw ConfigError(folder.configPath().string() + ": the run's config has errors");
-  const auto& cfg = loaded.config;
-  const auto latest = folder.latestCheckpoint();
-  if (!latest) throw IoError(runDir.string() + ": no checkpoint to export");
+  const OpenedRun run = openRunFolder(runDir, "export");
+  const auto& folder = run.folder;
+  const auto& cfg = run.config;
+  const auto* latest = &run.latest;
   const auto data = readCheckpoint(latest->path);
-  const auto fcfg = resolveFluxConfig(cfg.model);
+  const auto fcfg = planFluxConfig(cfg.model);
   const double alpha = data.state.value("lora_alpha", cfg.network.linearAlpha);
   const auto ema = toMap(data.ema);
   const std::string prefix = "transformer.";
@@ -613,21 +601,12 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
     modules.push_back(std::move(w));
   }
   const fs::path dir = outDir.empty() ? folder.exportsDir() : outDir;
+  std::error_code ec;
   fs::create_directories(dir, ec);
   std::vector<fs::path> written;
   for (auto f : formats) {
-    const auto path = dir / (cfg.job.name + "_" + config::enumName(f) + ".safetensors");
-    lora::LoraExportOptions eo;
-    eo.format = fileFormatOf(f);
-    eo.dtype = scalarTypeOf(cfg.save.dtype);
-    eo.softwareVersion = softwareVersion;
-    eo.baseModel = cfg.model.nameOrPath.empty() ? "random FLUX-architecture model" : cfg.model.nameOrPath;
-    eo.title = cfg.job.name;
-    eo.rank = cfg.network.linear;
-    eo.alpha = alpha;
-    eo.steps = data.step;
-    eo.runYaml = config::toYaml(cfg);
-    lora::writeLoraFile(path, modules, fcfg, eo);
+    const auto path = exportPath(folder, cfg, f, std::nullopt, dir);
+    lora::writeLoraFile(path, modules, fcfg, exportOptionsOf(cfg, f, data.step, alpha, "", softwareVersion));
     written.push_back(path);
   }
   return written;

@@ -7,10 +7,12 @@
 // pause, sample now, save now, export now) are atomics read at every step, so
 // they are safe from any thread, including a signal handler (requestStop).
 //
-// Order of a run (DESIGN §2): preflight (validation, model, plan, placement,
-// LoRA, optimizer and EMA after placement, audit; any problem ends the run with
-// the full list), then the steps, samples and checkpoints, then the export, and
-// at the end everything the run allocated is released (CUDA cache emptied).
+// Order of a run (docs/design.md §2), one function each: preflight (validation and plan
+// through train::prepareRun, run folder, datasets), build and place (model,
+// placement, LoRA, optimizer and EMA after placement), restore (a resumed run's
+// tensors and counters, then the audit); any problem so far ends the run with
+// the full list. Then the loop (steps, samples, checkpoints) and the finish (the
+// export); at the end everything the run allocated is released (CUDA cache emptied).
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -88,6 +90,20 @@ class Trainer {
 
  private:
   RunOutcome runImpl();
+  // The stages of a run, in order. The first three add what stops the run to
+  // `problems` (the next runs only when there is none); nothing is written to
+  // the run folder before they all pass.
+  void preflight(State& st, std::vector<std::string>& problems);      // validation, plan, run folder, data
+  void buildAndPlace(State& st, std::vector<std::string>& problems);  // model, placement, LoRA, optimizer, EMA
+  void restore(State& st, std::vector<std::string>& problems);        // a resumed run's state; the audit
+  RunOutcome loop(State& st);                                         // the steps, samples, checkpoints
+  RunOutcome finish(State& st);                                       // the final export
+
+  // Pieces of the loop.
+  bool trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed);  // false: fp16 step skipped
+  void reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads, double ms);
+  bool checkpoint(State& st, int64_t step);
+  std::vector<std::string> exportLora(State& st, int64_t step, bool final);
   void waitWhilePaused();
 
   config::RunConfig cfg_;

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "common/TorchCompat.h"
-#include "config/Validator.h"
+#include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
 #include "io/Image.h"
 #include "models/flux/FluxCheckpoint.h"
@@ -54,41 +54,6 @@ lora::LoraFileFormat fileFormatOf(config::ExportFormat f) {
   return lora::LoraFileFormat::Diffusers;
 }
 
-std::vector<std::string> validateForTraining(const config::RunConfig& cfg, std::vector<std::string>* warnings) {
-  std::vector<std::string> p;
-  std::set<std::string> reported;  // keys the validator already named
-  config::ValidateOptions vo;
-  vo.devices = device::listDevices();
-  for (const auto& problem : config::validate(cfg, vo)) {
-    if (problem.isError()) {
-      p.push_back(problem.format());
-      reported.insert(problem.key);
-    } else if (warnings) {
-      warnings->push_back(problem.key + ": " + problem.message);
-    }
-  }
-  // The trainer's own rules, for keys the validator did not already report.
-  auto rule = [&](bool bad, const std::string& key, const std::string& message) {
-    if (bad && !reported.count(key)) p.push_back(key + ": " + message);
-  };
-  const auto& t = cfg.train;
-  rule(t.steps < 1, "train.steps", "must be at least 1");
-  rule(t.batchSize < 1, "train.batch_size", "must be at least 1");
-  rule(t.gradientAccumulationSteps < 1, "train.gradient_accumulation_steps", "must be at least 1");
-  rule(!(t.lr > 0), "train.lr", "must be > 0");
-  rule(t.lrWarmupSteps < 0, "train.lr_warmup_steps", "must be >= 0");
-  rule(t.captionDropoutRate < 0 || t.captionDropoutRate > 1, "train.caption_dropout_rate", "must be in [0, 1]");
-  rule(t.ema.useEma && (t.ema.emaDecay < 0 || t.ema.emaDecay >= 1), "train.ema_config.ema_decay",
-       "must be in [0, 1)");
-  rule(cfg.network.linear < 1, "network.linear", "the LoRA rank must be at least 1");
-  rule(cfg.datasets.empty(), "datasets", "at least one dataset is needed");
-  rule(cfg.sample.sampleEvery < 0, "sample.sample_every", "must be >= 0");
-  rule(cfg.sample.sampleSteps < 1, "sample.sample_steps", "must be at least 1");
-  rule(cfg.save.saveEvery < 0, "save.save_every", "must be >= 0");
-  rule(cfg.job.name.empty(), "job.name", "must not be empty");
-  return p;
-}
-
 fs::path freeRunDir(const fs::path& dir) {
   auto used = [](const fs::path& d) {
     std::error_code ec;
@@ -102,47 +67,20 @@ fs::path freeRunDir(const fs::path& dir) {
   }
 }
 
-flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m) {
-  if (!m.nameOrPath.empty() && !m.randomWeights)
-    return withShapeOverrides(flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope), m);
-  return withShapeOverrides(
-      m.preset == config::ModelPreset::Tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev(), m);
-}
-
-BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig& fcfg, int64_t tokens) {
+BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run) {
   const auto& m = cfg.model;
-  const int visible = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
-  bool useCuda = false;
-  switch (m.device) {
-    case config::ComputeDevice::Cpu: useCuda = false; break;
-    case config::ComputeDevice::Cuda:
-      if (visible == 0) throw ConfigError("model.device: cuda requested, but LibTorch sees no CUDA device");
-      useCuda = true;
-      break;
-    case config::ComputeDevice::Auto: useCuda = visible > 0; break;
-  }
-  if (m.splitModelOverGpus && !useCuda)
-    throw ConfigError("model.split_model_over_gpus: needs CUDA devices (model.device is cpu or none is visible)");
-  std::vector<int> ids = m.gpuIds;
-  if (useCuda && ids.empty()) {
-    if (m.splitModelOverGpus)
-      for (int i = 0; i < visible; ++i) ids.push_back(i);
-    else
-      ids.push_back(0);
-  }
-  for (int id : ids)
-    if (useCuda && (id < 0 || id >= visible))
-      throw ConfigError("model.gpu_ids: cuda:" + std::to_string(id) + " does not exist (this machine has " +
-                        std::to_string(visible) + ")");
-  if (useCuda && !m.splitModelOverGpus) ids.resize(1);
-  if (m.splitModelOverGpus && ids.size() < 2)
-    throw ConfigError("model.split_model_over_gpus: needs at least two devices in model.gpu_ids");
+  std::vector<int> ids;  // the CUDA devices of the run, in fill order
+  for (const auto& d : run.devices)
+    if (!d.isCpu()) ids.push_back(d.index);
+  const bool useCuda = !ids.empty();
   // Initialise the allocator of each device: device::memoryFigures (free
   // bytes, stats) refuses a device LibTorch has not touched yet.
   if (useCuda)
     for (int id : ids) (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(id)));
-  if (useCuda && !m.gpuMemoryLimitGb.empty()) device::applyMemoryCaps(ids, m.gpuMemoryLimitGb);
-  // cuDNN attention fails in the backward pass of FLUX-sized models (DESIGN §4).
+  if (!m.gpuMemoryLimitGb.empty())
+    for (size_t i = 0; i < run.devices.size(); ++i)
+      if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
+  // cuDNN attention fails in the backward pass of FLUX-sized models (docs/design.md §4).
   if (useCuda) compat::disableCudnnAttention();
 
   const auto dtype = scalarTypeOf(cfg.train.dtype);
@@ -151,19 +89,8 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig
   c10::Device buildDevice = useCuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ids[0]))
                                     : c10::Device(c10::kCPU);
   if (m.splitModelOverGpus) {
-    auto input = runPlanInput(cfg, fcfg, tokens).input;
-    const auto all = device::listDevices();
-    std::vector<device::DeviceInfo> infos;
-    std::vector<int64_t> freeBytes;
-    for (int id : ids) {
-      auto it = std::find_if(all.begin(), all.end(), [&](const device::DeviceInfo& d) { return d.index == id; });
-      if (it == all.end()) throw ConfigError("model.gpu_ids: cuda:" + std::to_string(id) + " is not listed");
-      infos.push_back(*it);
-      freeBytes.push_back(device::memoryFigures(id).freeBytes);
-    }
-    input.devices = placement::makeBudgets(infos, m.gpuMemoryLimitGb, m.memoryReserveGb, freeBytes);
-    plan = placement::planPlacement(input);
-    if (!plan->fits) throw PlacementError("the model does not fit: " + plan->reason);
+    if (!run.plan.fits) throw PlacementError("the model does not fit: " + run.plan.reason);
+    plan = run.plan;
     b.reason = plan->reason;
     // Under caps the whole model may not fit the first device: build on the CPU.
     if (!m.gpuMemoryLimitGb.empty()) buildDevice = c10::Device(c10::kCPU);
@@ -172,7 +99,7 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig
   flux::FluxBuildOptions bo;
   bo.device = buildDevice;
   bo.dtype = dtype;
-  b.model = std::make_shared<flux::FluxTransformer>(fcfg, bo);
+  b.model = std::make_shared<flux::FluxTransformer>(run.model, bo);
   if (!m.nameOrPath.empty() && !m.randomWeights) flux::loadFluxWeights(*b.model, m.nameOrPath);
   for (auto& p : b.model->parameters()) p.requires_grad_(false);
   if (plan) {
@@ -184,6 +111,48 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig
   b.placement->apply();
   b.devices = b.placement->devices();
   return b;
+}
+
+OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
+  OpenedRun run{RunFolder(runDir), {}, {}};
+  std::error_code ec;
+  if (!fs::exists(run.folder.configPath(), ec)) throw IoError(runDir.string() + ": not a run folder (no config.yaml)");
+  const auto loaded = config::loadRunConfig(run.folder.configPath());
+  if (!loaded.ok()) {
+    std::string msg = run.folder.configPath().string() + ": the run's config has errors:";
+    for (const auto& p : loaded.problems)
+      if (p.isError()) msg += "\n  " + p.format();
+    throw ConfigError(msg);
+  }
+  run.config = loaded.config;
+  const auto latest = run.folder.latestCheckpoint();
+  if (!latest) throw IoError(runDir.string() + ": no checkpoint to " + purpose);
+  run.latest = *latest;
+  return run;
+}
+
+fs::path exportPath(const RunFolder& folder, const config::RunConfig& cfg, config::ExportFormat format,
+                    std::optional<int64_t> step, const fs::path& outDir) {
+  const std::string name = cfg.job.name + (step ? "_step" + std::to_string(*step) : "") + "_" +
+                           config::enumName(format) + ".safetensors";
+  return (outDir.empty() ? folder.exportsDir() : outDir) / name;
+}
+
+lora::LoraExportOptions exportOptionsOf(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
+                                        double alpha, const std::string& runYaml, const std::string& softwareVersion) {
+  lora::LoraExportOptions eo;
+  eo.format = fileFormatOf(format);
+  eo.dtype = scalarTypeOf(cfg.save.dtype);
+  eo.softwareVersion = softwareVersion;
+  eo.baseModel = cfg.model.nameOrPath.empty()
+                     ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
+                     : cfg.model.nameOrPath;
+  eo.title = cfg.job.name;
+  eo.rank = cfg.network.linear;
+  eo.alpha = alpha;
+  eo.steps = steps;
+  eo.runYaml = runYaml.empty() ? config::toYaml(cfg) : runYaml;
+  return eo;
 }
 
 namespace {

@@ -5,9 +5,12 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
+#include <chrono>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,24 +75,23 @@ struct Trainer::State {
   int64_t lastCheckpointStep = -1;
   int64_t lastSampleStep = -1;
 
+  // The run as a whole (set by the stages, read by the ones after).
+  PreparedRun prepared;                      // preflight: validation, shape, devices, plan
+  std::optional<CheckpointData> resumeData;  // preflight: the checkpoint a resume continues from
+  std::string planReason;                    // build and place
+  int64_t startStep = 0;                     // restore
+  double lastLoss = 0.0;                     // loop
+  std::deque<double> recentStepMs;           // loop: the last 20 step times, for the ETA
+  std::chrono::steady_clock::time_point wallStart = std::chrono::steady_clock::now();
+
   ~State();
 };
 
 at::ScalarType scalarTypeOf(config::DType d);
 lora::LoraFileFormat fileFormatOf(config::ExportFormat f);
 
-// Problems that stop a run before the model is built: the config validator's
-// errors plus the trainer's own rules. Empty = fine.
-// Warnings go to `warnings` when given.
-std::vector<std::string> validateForTraining(const config::RunConfig& cfg,
-                                             std::vector<std::string>* warnings = nullptr);
-
 // `dir` if it holds no earlier run, else dir_2, dir_3, ...
 std::filesystem::path freeRunDir(const std::filesystem::path& dir);
-
-// The model's shape: a checkpoint's header when name_or_path is given (and
-// random_weights is off), else the preset; then model.* overrides. Throws.
-flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m);
 
 struct BuiltModel {
   std::shared_ptr<flux::FluxTransformer> model;
@@ -97,9 +99,27 @@ struct BuiltModel {
   std::vector<c10::Device> devices;
   std::string reason;  // the planner's reason, or "single device cpu"
 };
-// Devices, memory caps, plan, build (seeded), weights, placement applied. The
-// base model is frozen. Throws ConfigError / PlacementError / LoadError.
-BuiltModel buildPlacedModel(const config::RunConfig& cfg, const flux::FluxConfig& fcfg, int64_t tokens);
+// On the prepared devices: memory caps, then the model built (seeded), its
+// weights read, frozen and placed (the prepared plan for a split, else the one
+// device). Throws PlacementError / LoadError.
+BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run);
+
+// A run folder with its config and latest checkpoint, for resume and export.
+struct OpenedRun {
+  RunFolder folder;
+  config::RunConfig config;
+  CheckpointRef latest;
+};
+// Throws IoError when `runDir` is not a run folder or has no checkpoint (`purpose`:
+// "resume from", "export"), ConfigError when its config.yaml has errors.
+OpenedRun openRunFolder(const std::filesystem::path& runDir, const std::string& purpose);
+
+// <outDir or exports/>/<job>[_step<N>]_<format>.safetensors
+std::filesystem::path exportPath(const RunFolder& folder, const config::RunConfig& cfg, config::ExportFormat format,
+                                 std::optional<int64_t> step, const std::filesystem::path& outDir = {});
+// The LoRA file's options and metadata for a run (`runYaml` empty: written from cfg).
+lora::LoraExportOptions exportOptionsOf(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
+                                        double alpha, const std::string& runYaml, const std::string& softwareVersion);
 
 // One micro-batch: draws `batch` items (skipping unreadable ones, with a
 // warning each), caption dropout, noise and timesteps from the trainer's

@@ -102,7 +102,7 @@ TEST_F(Cli, ShippedConfigsValidate) {
   EXPECT_EQ(planned.exitCode, 0) << planned.output;
 }
 
-// The done-criterion of issue 2: the seed's split config with low_vram: true added.
+// The bug report's case: the split config with low_vram: true added.
 TEST_F(Cli, SplitConfigWithLowVramReportsTheConflictWithItsLine) {
   strata::test::TempDir tmp;
   std::string text = readFile(config("flux-dev-split-4x16gb.yaml"));

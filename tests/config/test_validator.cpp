@@ -64,6 +64,34 @@ TEST(Validator, LowVramWithSplitIsAnError) {
   EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
 }
 
+TEST(Validator, LowVramIsRefusedWithTheReason) {
+  const auto problems = check(
+      "model:\n"
+      "  preset: tiny\n"
+      "  random_weights: true\n"
+      "  device: cpu\n"
+      "  low_vram: true\n"              // 5
+      "datasets: [{type: shapes, resolution: [32]}]\n"
+      "sample: {sample_every: 0}\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.low_vram", 5, "does not quantize")) << test::dump(problems);
+  EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
+}
+
+TEST(Validator, ImagesDatasetsAreRefusedUntilThereIsAVae) {
+  const auto problems = check(
+      "model: {preset: tiny, random_weights: true, device: cpu}\n"
+      "datasets:\n"
+      "  - type: shapes\n"
+      "  - type: images\n"             // 4
+      "    folder_path: /nonexistent\n"
+      "  - folder_path: /nonexistent\n"  // 6: the default type
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[1].type", 4, "VAE")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[2].type", 6, "VAE")) << test::dump(problems);
+  EXPECT_FALSE(hasKey(problems, "datasets[0].type"));
+}
+
 TEST(Validator, SplitOverOneGpuIsAnError) {
   const std::string yaml =
       "model:\n"
@@ -270,12 +298,12 @@ TEST(Validator, MissingDatasetFolderIsAnError) {
   const std::string bad =
       "model: {random_weights: true}\n"
       "datasets:\n"
-      "  - type: images\n"
-      "    folder_path: /nonexistent/images\n"          // 4
+      "  - type: latents\n"
+      "    folder_path: /nonexistent/latents\n"         // 4
       "  - type: latents\n"                             // 5
-      "  - type: images\n"
+      "  - type: latents\n"
       "    folder_path: " + (tmp / "a_file.txt").string() + "\n"  // 7
-      "  - type: images\n"
+      "  - type: latents\n"
       "    folder_path: " + tmp.path().string() + "\n"  // 9: exists
       "sample: {sample_every: 0}\n";
   const auto problems = check(bad);

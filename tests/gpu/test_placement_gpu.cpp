@@ -1,7 +1,7 @@
 // Placement on real GPUs: tensors move between cuda:0 and cuda:1, the split
 // model computes what the one-device model computes, caps turn an OOM into a
 // PlacementError, and (with STRATA_RUN_PROOF=1) a FLUX.1-dev-sized LoRA run with
-// EMA trains split over two GPUs capped at 20 GB each (issue 4, item 9).
+// EMA trains split over two GPUs capped at 20 GB each (the 16 GB setup of the bug report, on bigger cards).
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
@@ -279,7 +279,7 @@ void printSnapshot(const PlacementSnapshot& snap) {
 TEST(PlacementGpuProof, FluxDevSizedLoraEmaSplitOverTwoCappedGpus) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
   if (std::getenv("STRATA_RUN_PROOF") == nullptr) GTEST_SKIP() << "set STRATA_RUN_PROOF=1 to run the proof";
-  compat::disableCudnnAttention();  // cuDNN SDPA backward fails on FLUX-sized inputs (DESIGN §4)
+  compat::disableCudnnAttention();  // cuDNN SDPA backward fails on FLUX-sized inputs (docs/design.md §4)
   const int64_t kCapBytes = 20000000000LL;
   const int steps = std::getenv("STRATA_PROOF_STEPS") ? std::atoi(std::getenv("STRATA_PROOF_STEPS")) : 20;
   const int64_t side = std::getenv("STRATA_PROOF_SIDE") ? std::atoll(std::getenv("STRATA_PROOF_SIDE")) : 32;

@@ -1,5 +1,5 @@
 // LoRA files: export in each form, read back, same outputs; key names and shapes
-// of DESIGN §3; kohya fusing of q/k/v (rank 3r) and linear1 (4r); exact splits of
+// of docs/design.md §3; kohya fusing of q/k/v (rank 3r) and linear1 (4r); exact splits of
 // general fused LoRAs; errors that name the key.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -220,7 +220,7 @@ double meanBrightness(const fs::path& png) {
 }
 
 // The demo config as shipped (about 2.5 minutes on two cores): the CI check of
-// issue 5's demo. Besides a falling loss, the samples must learn the prompt: the
+// the README's demo. Besides a falling loss, the samples must learn the prompt: the
 // "light background" prompt's sample must come out much brighter than the two
 // "dark background" ones, which it is not at step 0. Measured here: the gap is
 // about 0 at step 0, still mixed at 400 steps, and 0.6 from step 1000 on.

@@ -8,6 +8,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "common/Text.h"
 #include "io/Safetensors.h"
 #include "io/SafetensorsCheckpoint.h"
 #include "models/flux/FluxNames.h"
@@ -18,8 +19,6 @@ namespace fs = std::filesystem;
 namespace strata::flux {
 
 namespace {
-
-bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 // A folder that holds the transformer's safetensors: `dir` itself or dir/transformer.
 fs::path transformerFolder(const fs::path& dir) {

@@ -2,13 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <numeric>
 #include <regex>
 #include <set>
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "io/FileBytes.h"
 
 namespace strata::flux {
 
@@ -105,11 +105,10 @@ FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 FluxConfig FluxConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("FluxConfig: cannot open " + path.string());
+  const std::string text = io::readFileBytes(path);  // IoError naming the file
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw IoError("FluxConfig: " + path.string() + " is not valid JSON: " + e.what());
   }
