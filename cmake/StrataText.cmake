@@ -52,8 +52,9 @@ set_target_properties(strata_sentencepiece PROPERTIES
   VISIBILITY_INLINES_HIDDEN ON
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
 
+option(STRATA_USE_PCRE2 "Use PCRE2 for tokenizer.json regex patterns when it is found" ON)
 set(STRATA_HAS_PCRE2 OFF)
-if(NOT TARGET strata::pcre2)
+if(STRATA_USE_PCRE2 AND NOT TARGET strata::pcre2)
   if(PkgConfig_FOUND)
     pkg_check_modules(STRATA_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
     if(STRATA_PCRE2_FOUND)

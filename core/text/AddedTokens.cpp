@@ -65,8 +65,8 @@ std::vector<TextPiece> AddedTokens::split(const std::string& text, bool normaliz
     for (const AddedToken& t : tokens_) {
       if (t.normalized != normalizedPass) continue;
       if (text.compare(pos, t.content.size(), t.content) != 0) continue;
-      if (t.singleWord && (isWordChar(codePointBefore(text, pos)) ||
-                           isWordChar(codePointAt(text, pos + t.content.size()))))
+      if (t.singleWord &&
+          (isWordChar(codePointBefore(text, pos)) || isWordChar(codePointAt(text, pos + t.content.size()))))
         continue;
       found = &t;
       break;  // longest first

@@ -15,8 +15,8 @@ std::uint64_t pairKey(int a, int b) {
 
 }  // namespace
 
-BpeModel::BpeModel(std::unordered_map<std::string, int> vocab, const std::vector<BpeMerge>& merges,
-                   BpeOptions options, const std::string& source)
+BpeModel::BpeModel(std::unordered_map<std::string, int> vocab, const std::vector<BpeMerge>& merges, BpeOptions options,
+                   const std::string& source)
     : vocab_(std::move(vocab)), options_(std::move(options)) {
   int maxId = -1;
   for (const auto& [token, id] : vocab_) {

@@ -46,8 +46,8 @@ std::vector<BpeMerge> readMerges(const std::filesystem::path& path) {
     const std::size_t space = line.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 >= line.size() ||
         line.find(' ', space + 1) != std::string::npos)
-      throw IoError(path.string() + ":" + std::to_string(lineNo) + ": expected two tokens separated by one space, got \"" +
-                    line + "\"");
+      throw IoError(path.string() + ":" + std::to_string(lineNo) +
+                    ": expected two tokens separated by one space, got \"" + line + "\"");
     merges.push_back({line.substr(0, space), line.substr(space + 1), path.string() + ":" + std::to_string(lineNo)});
   }
   if (merges.empty()) throw IoError(path.string() + ": no merges in the file");
@@ -237,6 +237,8 @@ std::string ClipTokenizer::decode(const std::vector<int>& ids, bool skipSpecialT
   return out;
 }
 
-std::string ClipTokenizer::description() const { return "CLIP BPE (vocab.json + merges.txt in " + source().string() + ")"; }
+std::string ClipTokenizer::description() const {
+  return "CLIP BPE (vocab.json + merges.txt in " + source().string() + ")";
+}
 
 }  // namespace strata::text

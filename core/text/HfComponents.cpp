@@ -233,7 +233,8 @@ const Regex& gpt2Regex() {
 class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(const Json& j, const std::string& where)
-      : addPrefixSpace_(boolField(j, "add_prefix_space", where, true)), useRegex_(boolField(j, "use_regex", where, true)) {
+      : addPrefixSpace_(boolField(j, "add_prefix_space", where, true)),
+        useRegex_(boolField(j, "use_regex", where, true)) {
     if (useRegex_) gpt2Regex();  // compile now, so a build without PCRE2 refuses the file at load
   }
   void apply(std::vector<Piece>& pieces) const override {
@@ -379,8 +380,7 @@ class SequencePostProcessor : public PostProcessor {
 
 int tokenPairId(const Json& j, const std::string& where) {
   // ["<s>", 0]
-  if (!j.is_array() || j.size() != 2 || !j[1].is_number_integer())
-    throw IoError(where + ": expected [token, id]");
+  if (!j.is_array() || j.size() != 2 || !j[1].is_number_integer()) throw IoError(where + ": expected [token, id]");
   return j[1].get<int>();
 }
 
@@ -457,8 +457,8 @@ class ByteFallbackDecoder : public Decoder {
       count = 0;
     };
     for (const std::string& t : tokens) {
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-          std::isxdigit(static_cast<unsigned char>(t[4]))) {
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
         bytes.push_back(static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
         ++count;
         continue;
@@ -656,7 +656,8 @@ std::unique_ptr<Decoder> makeDecoder(const Json& j, const std::string& where) {
     const std::u32string content = u::decodeUtf8(stringField(j, "content", where));
     if (content.size() != 1) throw IoError(where + ".content: expected one character");
     auto count = [&](const char* key) {
-      if (!j.contains(key) || !j.at(key).is_number_unsigned()) throw IoError(where + "." + key + ": expected a count");
+      if (!j.contains(key) || !j.at(key).is_number_integer() || j.at(key).get<std::int64_t>() < 0)
+        throw IoError(where + "." + key + ": expected a count");
       return j.at(key).get<std::size_t>();
     };
     return std::make_unique<StripDecoder>(content[0], count("start"), count("stop"));
@@ -665,7 +666,8 @@ std::unique_ptr<Decoder> makeDecoder(const Json& j, const std::string& where) {
     auto seq = std::make_unique<SequenceDecoder>();
     const Json& list = arrayField(j, "decoders", where);
     for (std::size_t i = 0; i < list.size(); ++i)
-      if (auto d = makeDecoder(list[i], where + ".decoders[" + std::to_string(i) + "]")) seq->steps.push_back(std::move(d));
+      if (auto d = makeDecoder(list[i], where + ".decoders[" + std::to_string(i) + "]"))
+        seq->steps.push_back(std::move(d));
     return seq;
   }
   unsupported(where, type);

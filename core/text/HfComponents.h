@@ -4,11 +4,10 @@
 // implement are refused at load with the file, key and type named.
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace strata::text::hf {
 

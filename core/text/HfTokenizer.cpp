@@ -26,7 +26,8 @@ std::vector<BpeMerge> readMerges(const Json& model, const std::string& where) {
       // "a b": exactly one space between the two tokens.
       const std::string s = m.get<std::string>();
       const std::size_t space = s.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 >= s.size() || s.find(' ', space + 1) != std::string::npos)
+      if (space == std::string::npos || space == 0 || space + 1 >= s.size() ||
+          s.find(' ', space + 1) != std::string::npos)
         throw IoError(at + ": expected \"left right\" (two tokens, one space), got \"" + s + "\"");
       merges.push_back({s.substr(0, space), s.substr(space + 1), at});
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
@@ -72,7 +73,8 @@ HfTokenizer::HfTokenizer(const Json& json, const std::filesystem::path& path, co
   const std::string modelWhere = file + ": model";
   const std::string type = model.contains("type") ? hf::stringField(model, "type", modelWhere) : "BPE";
   if (type != "BPE")
-    throw IoError(modelWhere + ".type: \"" + type + "\" is not a BPE model (this reader handles BPE; Unigram goes "
+    throw IoError(modelWhere + ".type: \"" + type +
+                  "\" is not a BPE model (this reader handles BPE; Unigram goes "
                   "through sentencepiece, WordPiece and WordLevel are not supported)");
 
   if (!model.contains("vocab") || !model.at("vocab").is_object())

@@ -6,9 +6,8 @@
 // ["a", "b"], ignore_merges, byte_fallback), post-processor, decoder. Llama 3,
 // Qwen2, Mistral (Tekken-style), GPT-2 and CLIP files are this form.
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "text/AddedTokens.h"
 #include "text/BpeModel.h"

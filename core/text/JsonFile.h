@@ -2,7 +2,6 @@
 // Reads a JSON file for the tokenizers, with IoError naming the file on a missing
 // file or a parse error (with the byte where it failed).
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 namespace strata::text {

@@ -76,7 +76,8 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::findAll(std::string_view
 struct Regex::Impl {};
 
 Regex::Regex(const std::string& pattern, const std::string& where) {
-  throw Error(where + ": this tokenizer needs a regex pattern, and Strata was built without PCRE2 "
+  throw Error(where +
+              ": this tokenizer needs a regex pattern, and Strata was built without PCRE2 "
               "(install libpcre2-dev and configure again)");
 }
 

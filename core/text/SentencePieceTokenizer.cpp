@@ -17,8 +17,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::filesystem::path& mode
   setUp();
 }
 
-SentencePieceTokenizer::SentencePieceTokenizer(const std::string& serializedProto,
-                                               const std::filesystem::path& source, SentencePieceRule rule)
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& serializedProto, const std::filesystem::path& source,
+                                               SentencePieceRule rule)
     : Tokenizer(source), sp_(createSentencePieceBackend()), rule_(std::move(rule)) {
   const std::string status = sp_->loadSerialized(serializedProto);
   if (!status.empty())

@@ -19,7 +19,7 @@ namespace strata::text {
 struct SentencePieceRule {
   bool addBos = false;
   bool addEos = true;
-  int extraIds = 0;  // T5: 100
+  int extraIds = 0;                     // T5: 100
   std::optional<std::string> padToken;  // a piece name; unset: the model's pad id, if any
 
   static SentencePieceRule t5() { return {false, true, 100, std::string("<pad>")}; }

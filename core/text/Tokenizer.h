@@ -13,10 +13,10 @@ namespace strata::text {
 
 // A fixed-length encoding, as a text encoder takes it.
 struct TokenizedText {
-  std::vector<std::int64_t> ids;       // [maxLength]: specials included, padding last
-  std::vector<std::int64_t> mask;      // [maxLength]: 1 for tokens, 0 for padding
-  std::int64_t length = 0;             // tokens before padding (specials included)
-  std::int64_t droppedTokens = 0;      // tokens cut by truncation (0: nothing cut)
+  std::vector<std::int64_t> ids;   // [maxLength]: specials included, padding last
+  std::vector<std::int64_t> mask;  // [maxLength]: 1 for tokens, 0 for padding
+  std::int64_t length = 0;         // tokens before padding (specials included)
+  std::int64_t droppedTokens = 0;  // tokens cut by truncation (0: nothing cut)
   bool truncated() const { return droppedTokens > 0; }
 };
 

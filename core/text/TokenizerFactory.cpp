@@ -109,7 +109,8 @@ OpenedTokenizer openTokenizer(const fs::path& folder, TokenizerKind kind) {
   const bool clipFiles = hasFile(folder, "vocab.json") && hasFile(folder, "merges.txt");
   const bool wantClip = kind == TokenizerKind::kClip ||
                         (kind == TokenizerKind::kAuto && clipFiles && looksLikeClip(c, folder / "vocab.json"));
-  const bool wantT5 = kind == TokenizerKind::kT5 || (kind == TokenizerKind::kAuto && c.tokenizerClass.rfind("T5", 0) == 0);
+  const bool wantT5 =
+      kind == TokenizerKind::kT5 || (kind == TokenizerKind::kAuto && c.tokenizerClass.rfind("T5", 0) == 0);
 
   if (wantClip && clipFiles) {
     ClipTokenizerOptions o;
@@ -139,15 +140,19 @@ OpenedTokenizer openTokenizer(const fs::path& folder, TokenizerKind kind) {
   }
   if (wantClip) {
     const char* missing = hasFile(folder, "vocab.json") ? "merges.txt" : "vocab.json";
-    throw IoError((folder / missing).string() + ": missing; a CLIP tokenizer needs vocab.json and merges.txt "
+    throw IoError((folder / missing).string() +
+                  ": missing; a CLIP tokenizer needs vocab.json and merges.txt "
                   "(or a tokenizer.json)");
   }
   if (wantT5)
-    throw IoError((folder / "spiece.model").string() + ": missing; a T5 tokenizer needs spiece.model (or a tokenizer.json)");
+    throw IoError((folder / "spiece.model").string() +
+                  ": missing; a T5 tokenizer needs spiece.model (or a tokenizer.json)");
   if (hasFile(folder, "vocab.json") || hasFile(folder, "merges.txt"))
-    throw IoError(folder.string() + ": has vocab.json/merges.txt but no tokenizer.json; outside CLIP, Strata needs "
+    throw IoError(folder.string() +
+                  ": has vocab.json/merges.txt but no tokenizer.json; outside CLIP, Strata needs "
                   "the tokenizer.json that says how to pre-tokenize");
-  throw IoError(folder.string() + ": no tokenizer files; expected tokenizer.json, spiece.model or tokenizer.model "
+  throw IoError(folder.string() +
+                ": no tokenizer files; expected tokenizer.json, spiece.model or tokenizer.model "
                 "(sentencepiece), or vocab.json + merges.txt (CLIP)");
 }
 

@@ -19,8 +19,8 @@ enum class TokenizerKind { kAuto, kT5, kClip, kCausalLm };
 
 struct OpenedTokenizer {
   std::unique_ptr<Tokenizer> tokenizer;
-  std::filesystem::path file;              // the file it was built from
-  std::optional<int> modelMaxLength;       // tokenizer_config.json's model_max_length, when a real limit
+  std::filesystem::path file;         // the file it was built from
+  std::optional<int> modelMaxLength;  // tokenizer_config.json's model_max_length, when a real limit
 };
 
 OpenedTokenizer openTokenizer(const std::filesystem::path& folder, TokenizerKind kind = TokenizerKind::kAuto);

@@ -173,8 +173,8 @@ std::u32string toLower(const std::u32string& s) {
       continue;
     }
     const auto* end = std::end(kLowerMap);
-    const auto* it = std::lower_bound(std::begin(kLowerMap), end, cp,
-                                      [](const LowerEntry& e, char32_t c) { return e.cp < c; });
+    const auto* it =
+        std::lower_bound(std::begin(kLowerMap), end, cp, [](const LowerEntry& e, char32_t c) { return e.cp < c; });
     if (it == end || it->cp != cp) {
       out.push_back(cp);
       continue;

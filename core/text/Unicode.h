@@ -10,14 +10,14 @@
 namespace strata::text::unicode {
 
 enum class CharClass : std::uint8_t {
-  kLetter = 0,     // L*
-  kNumber = 1,     // N*
-  kSpaceSep = 2,   // Zs
-  kOther = 3,      // C* (controls, format, unassigned, surrogates, private use)
-  kMark = 4,       // M*
-  kPunct = 5,      // P*
-  kSymbol = 6,     // S*
-  kLineSep = 7,    // Zl, Zp
+  kLetter = 0,    // L*
+  kNumber = 1,    // N*
+  kSpaceSep = 2,  // Zs
+  kOther = 3,     // C* (controls, format, unassigned, surrogates, private use)
+  kMark = 4,      // M*
+  kPunct = 5,     // P*
+  kSymbol = 6,    // S*
+  kLineSep = 7,   // Zl, Zp
 };
 
 CharClass charClass(char32_t cp);

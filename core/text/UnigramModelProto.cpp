@@ -82,7 +82,7 @@ void readPreTokenizer(const Json& p, const std::string& where, WhitespaceRules& 
       throw IoError(where + ".replacement: sentencepiece models use U+2581 only");
     const std::string scheme = p.contains("prepend_scheme") ? hf::stringField(p, "prepend_scheme", where)
                                : hf::boolField(p, "add_prefix_space", where, true) ? "always"
-                                                                                    : "never";
+                                                                                   : "never";
     rules.addDummyPrefix = scheme != "never";
   } else if (type == "Sequence") {
     const Json& list = p.at("pretokenizers");
@@ -174,7 +174,8 @@ UnigramConversion unigramToSentencePiece(const Json& json, const std::string& fi
     const std::vector<int> before(ids.begin(), mark), after(mark + 1, ids.end());
     if (!(before.empty() || (bos && before == std::vector<int>{*bos})) ||
         !(after.empty() || (eos && after == std::vector<int>{*eos})))
-      throw IoError(file + ": post_processor: only \"<s>\" before and \"</s>\" after the text are supported with a "
+      throw IoError(file +
+                    ": post_processor: only \"<s>\" before and \"</s>\" after the text are supported with a "
                     "Unigram model");
     out.rule.addBos = !before.empty();
     out.rule.addEos = !after.empty();

@@ -4,9 +4,8 @@
 // ModelProto from it (pieces, scores, the precompiled normalizer, the whitespace
 // rules), so libsentencepiece runs it exactly as it runs spiece.model. Files whose
 // normalizer or pre-tokenizer a sentencepiece model cannot express are refused.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "text/SentencePieceTokenizer.h"
 

@@ -4,8 +4,8 @@
 // with and without specials, tokens, decodes). Every case of the manifest is
 // checked; max_length comes from the manifest.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -40,7 +40,8 @@ void checkFixedLength(const fs::path& dir, const nlohmann::json& manifest, text:
     // The mask covers the tokens up to the padding.
     ASSERT_EQ(got.mask.size(), got.ids.size());
     for (std::size_t i = 0; i < got.mask.size(); ++i)
-      EXPECT_EQ(got.mask[i], static_cast<std::int64_t>(i) < got.length ? 1 : 0) << "text: \"" << textIn << "\" at " << i;
+      EXPECT_EQ(got.mask[i], static_cast<std::int64_t>(i) < got.length ? 1 : 0)
+          << "text: \"" << textIn << "\" at " << i;
   }
 }
 
@@ -85,7 +86,6 @@ STRATA_PARITY_CHECK("clip_tokenizer", "CLIP BPE ids (start/end, truncation, padd
                     [](const fs::path& dir, const nlohmann::json& m) {
                       checkFixedLength(dir, m, text::TokenizerKind::kClip);
                     });
-STRATA_PARITY_CHECK("lm_tokenizer", "tokenizer.json BPE: ids with/without specials, tokens, decodes",
-                    checkLmTokenizer);
+STRATA_PARITY_CHECK("lm_tokenizer", "tokenizer.json BPE: ids with/without specials, tokens, decodes", checkLmTokenizer);
 
 }  // namespace

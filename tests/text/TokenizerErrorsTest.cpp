@@ -1,9 +1,9 @@
 // Bad tokenizer files fail with a typed error naming the file (and the key or
 // line): missing files, truncated JSON, unknown model types, bad merges.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/Error.h"
 #include "common/TestSupport.h"

@@ -5,11 +5,11 @@
 // does not use (Split regex, ignore_merges, pair merges, Metaspace + byte
 // fallback decoders), threads, and a speed line.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/Error.h"
@@ -33,7 +33,8 @@ std::vector<std::string> sampleTexts() {
                                     "a small house near the river at night",
                                     "A Photo of the CAT, wearing a hat!",
                                     "  red   house near river  ",
-                                    "zebra \xC3\xBCn\xC3\xAF" "code 123",
+                                    "zebra \xC3\xBCn\xC3\xAF"
+                                    "code 123",
                                     "The River's  NIGHT-light... \xF0\x9F\x98\x80 caf\xC3\xA9",
                                     "cafe\xCC\x81 (decomposed)",
                                     "tabs\tand\nnewlines",
@@ -41,8 +42,8 @@ std::vector<std::string> sampleTexts() {
   return texts;
 }
 
-#define STRATA_REQUIRE_PCRE2()                                                                  \
-  do {                                                                                          \
+#define STRATA_REQUIRE_PCRE2()                                                                               \
+  do {                                                                                                       \
     if (!text::hasPcre2()) GTEST_SKIP() << "Strata was built without PCRE2 (tokenizer.json regex patterns)"; \
   } while (0)
 
@@ -140,7 +141,8 @@ std::string llama2StyleModel() {
     piece(name, 0, 6);
   }
   const std::string sp = "\xE2\x96\x81";
-  const std::vector<std::string> pieces = {sp + "h", sp + "he", "ll", sp + "hell", sp + "hello", sp, "h", "e", "l", "o"};
+  const std::vector<std::string> pieces = {sp + "h", sp + "he", "ll", sp + "hell", sp + "hello",
+                                           sp,       "h",       "e",  "l",         "o"};
   for (std::size_t i = 0; i < pieces.size(); ++i) piece(pieces[i], -static_cast<float>(i), 1);
   text::ProtoWriter trainer;
   trainer.intField(3, 2);  // BPE
@@ -173,8 +175,8 @@ TEST(Tokenizer, Llama2StyleSentencePieceBosNoEosByteFallback) {
   std::vector<std::string> pieces;
   for (int id : ids) pieces.push_back(tok.idToToken(id).value_or("?"));
   // bos first, no eos; the emoji is not a piece: its four UTF-8 bytes.
-  EXPECT_EQ(pieces, (std::vector<std::string>{"<s>", "\xE2\x96\x81hello", "\xE2\x96\x81", "<0xF0>", "<0x9F>",
-                                              "<0x98>", "<0x80>"}));
+  EXPECT_EQ(pieces, (std::vector<std::string>{"<s>", "\xE2\x96\x81hello", "\xE2\x96\x81", "<0xF0>", "<0x9F>", "<0x98>",
+                                              "<0x80>"}));
   EXPECT_EQ(tok.decode(ids, true), textIn);
   EXPECT_EQ(tok.decode(ids, false), "<s>" + textIn);
   EXPECT_EQ(tok.encode("<s>hello", false).front(), 1);  // a control piece in the text is split out
@@ -255,7 +257,8 @@ TEST(Tokenizer, TokenizerJsonPossessivePatternCompiles) {
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
       R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)";
   const text::HfTokenizer tok(j, "tekken.json");
-  EXPECT_EQ(tok.tokens("it's 1234!!"), (std::vector<std::string>{"i", "t", "'", "s", "\xC4\xA0", "123", "4", "!", "!"}));
+  EXPECT_EQ(tok.tokens("it's 1234!!"),
+            (std::vector<std::string>{"i", "t", "'", "s", "\xC4\xA0", "123", "4", "!", "!"}));
 }
 
 TEST(Tokenizer, TokenizerJsonLlama2StyleMetaspaceByteFallback) {
@@ -283,9 +286,13 @@ TEST(Tokenizer, TokenizerJsonLlama2StyleMetaspaceByteFallback) {
                       {{{"type", "Prepend"}, {"prepend", sp}},
                        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}};
   j["pre_tokenizer"] = nullptr;
-  j["model"] = {{"type", "BPE"},  {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true},
-                {"vocab", vocab}, {"merges", nlohmann::json::array({nlohmann::json::array({sp, "a"}), nlohmann::json::array({"a", "b"}),
-                                                   nlohmann::json::array({sp + "a", "b"})})}};
+  j["model"] = {{"type", "BPE"},
+                {"unk_token", "<unk>"},
+                {"byte_fallback", true},
+                {"fuse_unk", true},
+                {"vocab", vocab},
+                {"merges", nlohmann::json::array({nlohmann::json::array({sp, "a"}), nlohmann::json::array({"a", "b"}),
+                                                  nlohmann::json::array({sp + "a", "b"})})}};
   j["post_processor"] = {{"type", "TemplateProcessing"},
                          {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
                          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}}}}}};
@@ -309,14 +316,16 @@ TEST(Tokenizer, ThreadsGiveTheSameIds) {
   const auto clip = text::openTokenizer(test::referenceDir() / "clip_tokenizer_a", TokenizerKind::kClip);
   const auto t5 = text::openTokenizer(test::referenceDir() / "t5_tokenizer_a", TokenizerKind::kT5);
   std::vector<std::string> texts;
-  for (int i = 0; i < 200; ++i) texts.push_back(sampleTexts()[static_cast<std::size_t>(i) % sampleTexts().size()] + " " + std::to_string(i));
+  for (int i = 0; i < 200; ++i)
+    texts.push_back(sampleTexts()[static_cast<std::size_t>(i) % sampleTexts().size()] + " " + std::to_string(i));
   std::vector<std::vector<int>> serial;
   for (const auto& t : texts) serial.push_back(clip.tokenizer->encode(t)), serial.push_back(t5.tokenizer->encode(t));
   std::vector<std::vector<std::vector<int>>> parallel(4);
   std::vector<std::thread> threads;
   for (int k = 0; k < 4; ++k)
     threads.emplace_back([&, k] {
-      for (const auto& t : texts) parallel[k].push_back(clip.tokenizer->encode(t)), parallel[k].push_back(t5.tokenizer->encode(t));
+      for (const auto& t : texts)
+        parallel[k].push_back(clip.tokenizer->encode(t)), parallel[k].push_back(t5.tokenizer->encode(t));
     });
   for (auto& th : threads) th.join();
   for (const auto& p : parallel) EXPECT_EQ(p, serial);
@@ -325,7 +334,8 @@ TEST(Tokenizer, ThreadsGiveTheSameIds) {
 TEST(Tokenizer, EncodeSpeed) {
   // Not an assertion: a line for the log (caching encodes thousands of captions).
   std::vector<std::string> captions;
-  const char* words[] = {"a", "photo", "of", "sks", "person", "wearing", "red", "hat", "river", "night", "small", "house"};
+  const char* words[] = {"a",   "photo", "of",    "sks",   "person", "wearing",
+                         "red", "hat",   "river", "night", "small",  "house"};
   for (int i = 0; i < 2000; ++i) {
     std::string c;
     for (int w = 0; w < 12; ++w) c += std::string(words[(i * 7 + w * 3) % 12]) + (w % 5 == 4 ? ", " : " ");
@@ -340,8 +350,10 @@ TEST(Tokenizer, EncodeSpeed) {
               << 1000.0 * ms / static_cast<double>(captions.size()) << " us each)" << std::endl;
     EXPECT_EQ(n, captions.size() * 77);
   };
-  time("clip (vocab.json)", *text::openTokenizer(test::referenceDir() / "clip_tokenizer_a", TokenizerKind::kClip).tokenizer);
-  time("t5 (spiece.model)", *text::openTokenizer(test::referenceDir() / "t5_tokenizer_a", TokenizerKind::kT5).tokenizer);
+  time("clip (vocab.json)",
+       *text::openTokenizer(test::referenceDir() / "clip_tokenizer_a", TokenizerKind::kClip).tokenizer);
+  time("t5 (spiece.model)",
+       *text::openTokenizer(test::referenceDir() / "t5_tokenizer_a", TokenizerKind::kT5).tokenizer);
   if (text::hasPcre2()) {
     // The lm fixture has a pad token; pad with it.
     time("lm (tokenizer.json)", *text::openTokenizer(test::referenceDir() / "lm_tokenizer_a").tokenizer);

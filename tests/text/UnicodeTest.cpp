@@ -7,7 +7,7 @@
 using namespace strata::text;
 
 TEST(Unicode, NfcComposesDecomposedAccentsAndHangul) {
-  EXPECT_EQ(unicode::nfc(std::string("cafe\xCC\x81")), "caf\xC3\xA9");  // e + U+0301 -> é
+  EXPECT_EQ(unicode::nfc(std::string("cafe\xCC\x81")), "caf\xC3\xA9");                           // e + U+0301 -> é
   EXPECT_EQ(unicode::nfc(std::string("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB")), "\xED\x95\x9C");  // 한 from jamo
   // Canonical order: dot below (220) goes before acute (230), then q stays uncomposed.
   EXPECT_EQ(unicode::nfc(std::u32string{U'q', 0x301, 0x323}), (std::u32string{U'q', 0x323, 0x301}));
@@ -28,7 +28,7 @@ TEST(Unicode, ClassesAndSpaces) {
   EXPECT_EQ(unicode::charClass(U'a'), CharClass::kLetter);
   EXPECT_EQ(unicode::charClass(0x4E2D), CharClass::kLetter);  // 中
   EXPECT_EQ(unicode::charClass(U'7'), CharClass::kNumber);
-  EXPECT_EQ(unicode::charClass(0x2153), CharClass::kNumber);  // ⅓
+  EXPECT_EQ(unicode::charClass(0x2153), CharClass::kNumber);   // ⅓
   EXPECT_EQ(unicode::charClass(0x1F600), CharClass::kSymbol);  // 😀
   EXPECT_EQ(unicode::charClass(0x301), CharClass::kMark);
   EXPECT_EQ(unicode::charClass(0x7), CharClass::kOther);
@@ -41,7 +41,9 @@ TEST(Unicode, ClassesAndSpaces) {
 TEST(Unicode, Utf8RoundTripAndInvalidBytes) {
   const std::string s = "a\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80";
   EXPECT_EQ(unicode::encodeUtf8(unicode::decodeUtf8(s)), s);
-  EXPECT_EQ(unicode::decodeUtf8("\xFF" "a"), (std::u32string{0xFFFD, U'a'}));
+  EXPECT_EQ(unicode::decodeUtf8("\xFF"
+                                "a"),
+            (std::u32string{0xFFFD, U'a'}));
   EXPECT_EQ(unicode::decodeUtf8("\xC0\xAF"), (std::u32string{0xFFFD, 0xFFFD}));  // overlong
 }
 

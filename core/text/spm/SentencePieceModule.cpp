@@ -36,6 +36,7 @@ class Backend final : public strata::text::SentencePieceBackend {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) strata::text::SentencePieceBackend* strata_create_sentencepiece_backend() {
+extern "C" __attribute__((visibility("default"))) strata::text::SentencePieceBackend*
+strata_create_sentencepiece_backend() {
   return new Backend();
 }
