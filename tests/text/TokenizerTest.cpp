@@ -359,3 +359,24 @@ TEST(Tokenizer, EncodeSpeed) {
     time("lm (tokenizer.json)", *text::openTokenizer(test::referenceDir() / "lm_tokenizer_a").tokenizer);
   }
 }
+
+TEST(Tokenizer, FluxPipelinePromptsTruncateAsTheReference) {
+  // The pipeline fixture lists which prompts its CLIP and T5 tokenizers cut.
+  const fs::path root = test::referenceDir() / "flux_pipeline_a";
+  const auto manifest = nlohmann::json::parse(std::ifstream(root / "manifest.json"));
+  const auto prompts = manifest.at("prompts").get<std::vector<std::string>>();
+  const auto clip = text::openTokenizer(root / "model" / "tokenizer");
+  const auto t5 = text::openTokenizer(root / "model" / "tokenizer_2");
+  const int clipLength = manifest.at("clip_max_length").get<int>();
+  const int t5Length = manifest.at("max_sequence_length").get<int>();
+  auto truncatedIndices = [&](const text::Tokenizer& tok, int length) {
+    std::vector<int> out;
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+      if (tok.encodeFixed(prompts[i], length).truncated()) out.push_back(static_cast<int>(i));
+    return out;
+  };
+  EXPECT_EQ(truncatedIndices(*clip.tokenizer, clipLength),
+            manifest.at("truncated_prompts").at("clip").get<std::vector<int>>());
+  EXPECT_EQ(truncatedIndices(*t5.tokenizer, t5Length),
+            manifest.at("truncated_prompts").at("t5").get<std::vector<int>>());
+}
