@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -183,7 +184,8 @@ TEST(FluxNames, RowsFollowTheLayoutNotTheLeafName) {
     EXPECT_EQ(slot->rows, linear->outFeatures()) << path;
     byBfl[slot->module].push_back(*slot);
   }
-  for (const auto& [bfl, slots] : byBfl) {
+  for (auto& [bfl, slots] : byBfl) {
+    std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) { return a.part < b.part; });
     int64_t rows = 0;
     for (const auto& s : slots) {
       EXPECT_EQ(s.parts, static_cast<int>(slots.size())) << bfl;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "LoraTestSupport.h"
@@ -405,14 +406,15 @@ TEST(LoraFormats, FusedSplitAndFuseRoundTripExactly) {
   ASSERT_EQ(out.size(), 3u);
   std::map<std::string, at::Tensor> t(out.begin(), out.end());
   EXPECT_EQ(t.at("lora_unet_single_blocks_1_linear1.lora_up.weight").sizes(), (std::vector<int64_t>{3 * h + mlp, 8}));
-  const auto back = convertLoraTensors(t, {}, f.rules).modules;
+  const auto back = convertLoraTensors(t, {}, f.rules).modules;  // in the model's order
   ASSERT_EQ(back.size(), w.size());
-  for (size_t i = 0; i < w.size(); ++i) {
-    EXPECT_EQ(back[i].modulePath, w[i].modulePath);
-    EXPECT_EQ(back[i].down.size(0), w[i].down.size(0)) << w[i].modulePath;
-    EXPECT_TRUE(strata::test::allClose(at::matmul(back[i].up, back[i].down) * (back[i].alpha / back[i].down.size(0)),
-                                       at::matmul(w[i].up, w[i].down) * (w[i].alpha / w[i].down.size(0)), 1e-6, 1e-5))
-        << w[i].modulePath;
+  for (const auto& m : w) {
+    const auto it = std::find_if(back.begin(), back.end(), [&](const auto& b) { return b.modulePath == m.modulePath; });
+    ASSERT_NE(it, back.end()) << m.modulePath;
+    EXPECT_EQ(it->down.size(0), m.down.size(0)) << m.modulePath;
+    EXPECT_TRUE(strata::test::allClose(at::matmul(it->up, it->down) * (it->alpha / it->down.size(0)),
+                                       at::matmul(m.up, m.down) * (m.alpha / m.down.size(0)), 1e-6, 1e-5))
+        << m.modulePath;
   }
   // And fused again: the same file tensors.
   const auto again = loraTensorsForExport(back, LoraFileFormat::Kohya, f.rules);

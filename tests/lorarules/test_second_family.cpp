@@ -42,7 +42,7 @@ class TinyLm : public torch::nn::Module {
     register_module("lm_head", nn::Linear(kWidth, 16, false));
   }
   std::shared_ptr<nn::LinearImpl> linear(const std::string& path) {
-    return std::dynamic_pointer_cast<nn::LinearImpl>(named_modules()[path]);
+    return std::dynamic_pointer_cast<nn::LinearImpl>(named_modules("", /*include_self=*/false)[path]);
   }
 };
 
