@@ -27,8 +27,21 @@ inline double medianMs(std::vector<double> v) {
 
 inline void synchronize() { torch::cuda::synchronize(); }
 
+#ifdef STRATA_HAS_CUDA
+// The caching allocator of a device exists only after its first allocation; its
+// counters throw "Invalid device argument" before that.
+inline void initAllocator() {
+  static const bool done = [] {
+    (void)at::empty({1}, at::TensorOptions().device(at::kCUDA, 0));
+    return true;
+  }();
+  (void)done;
+}
+#endif
+
 inline int64_t currentAllocatedBytes() {
 #ifdef STRATA_HAS_CUDA
+  initAllocator();
   return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
 #else
   return 0;
@@ -37,6 +50,7 @@ inline int64_t currentAllocatedBytes() {
 
 inline int64_t peakAllocatedBytes() {
 #ifdef STRATA_HAS_CUDA
+  initAllocator();
   return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak;
 #else
   return 0;
@@ -45,6 +59,7 @@ inline int64_t peakAllocatedBytes() {
 
 inline int64_t peakReservedBytes() {
 #ifdef STRATA_HAS_CUDA
+  initAllocator();
   return c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak;
 #else
   return 0;
@@ -53,6 +68,7 @@ inline int64_t peakReservedBytes() {
 
 inline void resetPeak() {
 #ifdef STRATA_HAS_CUDA
+  initAllocator();
   c10::cuda::CUDACachingAllocator::resetPeakStats(0);
 #endif
 }

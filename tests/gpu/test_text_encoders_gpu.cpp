@@ -12,7 +12,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
+#include "gpu/GpuStats.h"
 #include "io/Safetensors.h"
 #include "models/clip/ClipCheckpoint.h"
 #include "models/clip/ClipTextModel.h"
@@ -21,56 +23,12 @@
 #include "parity/FluxFixture.h"
 #include "parity/TextEncoderFixture.h"
 
-#ifdef STRATA_HAS_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-
 namespace fs = std::filesystem;
 using namespace strata;
+using strata::test::fixturesOfKind;
+using namespace strata::test::gpu;
 
 namespace {
-
-std::vector<std::pair<fs::path, nlohmann::json>> fixturesOfKind(const std::string& kind) {
-  std::vector<std::pair<fs::path, nlohmann::json>> out;
-  const fs::path root = test::referenceDir();
-  if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (!e.is_regular_file() || e.path().filename() != "manifest.json") continue;
-    std::ifstream in(e.path());
-    auto j = nlohmann::json::parse(in);
-    if (j.value("kind", "") == kind) out.emplace_back(e.path().parent_path(), j);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  return out;
-}
-
-int64_t peakAllocatedBytes() {
-#ifdef STRATA_HAS_CUDA
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak;
-#else
-  return 0;
-#endif
-}
-
-int64_t allocatedBytes() {
-#ifdef STRATA_HAS_CUDA
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
-#else
-  return 0;
-#endif
-}
-
-void resetPeak() {
-#ifdef STRATA_HAS_CUDA
-  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-#endif
-}
-
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
-
-at::Tensor maskOf(const std::map<std::string, at::Tensor>& in, const at::Device& device) {
-  return in.count("attention_mask") ? in.at("attention_mask").to(device) : at::Tensor();
-}
 
 // Median seconds of `fn` over `runs` after `warmup` calls, synchronised.
 template <class Fn>
@@ -145,9 +103,9 @@ TEST(TextEncodersGpu, T5XxlAtFluxShapesBf16) {
   constexpr int64_t kT5Tokens = 512;  // FLUX.1-dev's max_sequence_length
   const auto cfg = t5::T5Config::t5Xxl();
   resetPeak();
-  const int64_t base = allocatedBytes();
+  const int64_t base = currentAllocatedBytes();
   t5::T5Encoder t5(cfg, {cuda, at::kBFloat16});
-  const int64_t weights = allocatedBytes() - base;
+  const int64_t weights = currentAllocatedBytes() - base;
   int64_t params = 0;
   for (const auto& p : t5.parameters()) params += p.numel();
   EXPECT_EQ(params, t5::t5ParamPlan(cfg).totalParams());
@@ -172,9 +130,9 @@ TEST(TextEncodersGpu, ClipLAtFluxShapesBf16) {
   at::NoGradGuard noGrad;
   const auto cfg = clip::ClipTextConfig::clipL();
   resetPeak();
-  const int64_t base = allocatedBytes();
+  const int64_t base = currentAllocatedBytes();
   clip::ClipTextModel model(cfg, {cuda, at::kBFloat16});
-  const int64_t weights = allocatedBytes() - base;
+  const int64_t weights = currentAllocatedBytes() - base;
   std::cout << "[text gpu] CLIP-L: weights " << gib(weights) << " GiB (bf16)" << std::endl;
   for (const int64_t batch : {1, 4}) {
     auto ids = at::randint(0, cfg.vocabSize - 1, {batch, cfg.maxPositionEmbeddings},
