@@ -1,16 +1,14 @@
 #include "models/flux/FluxCheckpoint.h"
 
-#include <nlohmann/json.hpp>
 #include <torch/autograd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
-#include "io/Safetensors.h"
+#include "io/ShardedSafetensors.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
 
@@ -38,78 +36,29 @@ const char* toString(FluxWeightFormat format) {
 FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
   FluxCheckpoint ckpt;
   ckpt.path_ = path;
-  std::vector<fs::path> files;
-  std::map<std::string, std::string> indexMap;  // tensor -> file name, from the index JSON
   if (fs::is_directory(path)) {
     const fs::path dir = transformerFolder(path);
-    fs::path index;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && name.size() > 17 && name.substr(name.size() - 17) == ".safetensors.index.json")
-        index = e.path();
-    }
-    if (!index.empty()) {
-      nlohmann::json j;
-      try {
-        std::ifstream in(index);
-        j = nlohmann::json::parse(in);
-      } catch (const std::exception& ex) {
-        throw IoError(index.string() + ": not valid JSON: " + ex.what());
-      }
-      if (!j.contains("weight_map") || !j["weight_map"].is_object())
-        throw IoError(index.string() + ": no 'weight_map' object");
-      std::set<std::string> shardNames;
-      for (const auto& [tensor, file] : j["weight_map"].items()) {
-        if (!file.is_string()) throw IoError(index.string() + ": weight_map['" + tensor + "'] is not a file name");
-        indexMap[tensor] = file.get<std::string>();
-        shardNames.insert(file.get<std::string>());
-      }
-      for (const auto& s : shardNames) files.push_back(dir / s);
-    } else {
-      for (const auto& e : fs::directory_iterator(dir))
-        if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
-      std::sort(files.begin(), files.end());
-    }
-    if (files.empty()) throw LoadError(dir.string() + ": no .safetensors file in this folder");
+    ckpt.shards_ = std::make_shared<io::ShardedSafetensors>(io::ShardedSafetensors::openFolder(dir));
     if (fs::is_regular_file(dir / "config.json")) ckpt.configJson_ = dir / "config.json";
   } else if (fs::is_regular_file(path)) {
-    files.push_back(path);
+    ckpt.shards_ = std::make_shared<io::ShardedSafetensors>(io::ShardedSafetensors::openFile(path));
   } else {
     throw IoError(path.string() + ": no such file or folder");
   }
 
   // Names as stored, then with a common ComfyUI prefix removed.
-  std::map<std::string, Entry> raw;
-  for (size_t i = 0; i < files.size(); ++i) {
-    auto file = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(files[i]));
-    const std::string fileName = files[i].filename().string();
-    for (const auto& name : file->names()) {
-      if (!indexMap.empty()) {
-        auto it = indexMap.find(name);
-        if (it == indexMap.end() || it->second != fileName) continue;  // the index decides
-      }
-      if (raw.count(name))
-        throw LoadError(files[i].string() + ": tensor '" + name + "' is also in " +
-                        ckpt.files_[raw[name].file]->path().string());
-      raw[name] = {i, name};
-    }
-    ckpt.files_.push_back(std::move(file));
-  }
-  for (const auto& [tensor, file] : indexMap)
-    if (!raw.count(tensor))
-      throw LoadError(path.string() + ": the index names '" + tensor + "' in " + file + ", which does not hold it");
-
+  const std::vector<std::string> raw = ckpt.shards_->names();
   std::string strip;
   for (const char* prefix : {"model.diffusion_model.", "diffusion_model."}) {
-    if (!raw.empty() && std::all_of(raw.begin(), raw.end(), [&](const auto& kv) { return startsWith(kv.first, prefix); })) {
+    if (!raw.empty() && std::all_of(raw.begin(), raw.end(), [&](const auto& n) { return startsWith(n, prefix); })) {
       strip = prefix;
       break;
     }
   }
-  for (auto& [name, entry] : raw) {
+  for (const auto& name : raw) {
     const std::string key = name.substr(strip.size());
-    ckpt.shapes_[key] = ckpt.files_[entry.file]->info(name).shape;
-    ckpt.entries_[key] = entry;
+    ckpt.shapes_[key] = ckpt.shards_->info(name).shape;
+    ckpt.entries_[key] = name;
   }
   const bool bfl = std::any_of(ckpt.shapes_.begin(), ckpt.shapes_.end(), [](const auto& kv) {
     return startsWith(kv.first, "double_blocks.") || startsWith(kv.first, "single_blocks.") ||
@@ -122,14 +71,10 @@ FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
 at::Tensor FluxCheckpoint::tensor(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) throw LoadError(path_.string() + ": no tensor '" + name + "'");
-  return files_[it->second.file]->tensor(it->second.nameInFile);
+  return shards_->tensor(it->second);
 }
 
-std::vector<fs::path> FluxCheckpoint::files() const {
-  std::vector<fs::path> out;
-  for (const auto& f : files_) out.push_back(f->path());
-  return out;
-}
+std::vector<fs::path> FluxCheckpoint::files() const { return shards_->files(); }
 
 FluxConfig FluxConfig::fromCheckpoint(const fs::path& path, const std::vector<int64_t>& axesDimsRope) {
   const FluxCheckpoint ckpt = FluxCheckpoint::open(path);

@@ -17,7 +17,7 @@
 #include "models/flux/FluxConfig.h"
 
 namespace strata::io {
-class SafetensorsFile;
+class ShardedSafetensors;
 }
 
 namespace strata::flux {
@@ -45,15 +45,11 @@ class FluxCheckpoint {
   std::vector<std::filesystem::path> files() const;
 
  private:
-  struct Entry {
-    size_t file = 0;
-    std::string nameInFile;
-  };
   std::filesystem::path path_;
   std::filesystem::path configJson_;
   FluxWeightFormat format_ = FluxWeightFormat::Diffusers;
-  std::vector<std::shared_ptr<io::SafetensorsFile>> files_;
-  std::map<std::string, Entry> entries_;
+  std::shared_ptr<const io::ShardedSafetensors> shards_;
+  std::map<std::string, std::string> entries_;  // key (prefix stripped) -> name in the files
   std::map<std::string, std::vector<int64_t>> shapes_;
 };
 
