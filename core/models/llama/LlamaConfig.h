@@ -101,7 +101,7 @@ LlamaParamPlan llamaParamPlan(const LlamaConfig& cfg);
 // Elements kept for the backward pass by one decoder layer per token, when it
 // is not checkpointed, with a frozen base (LoRA training), fused attention (no
 // [L, L] scores kept) and the float32 RMSNorm copies; divided by hidden_size.
-// For the 8B shape: 30.25.
+// For the 8B shape: 27.75.
 double llamaActivationElementsPerTokenPerHidden(const LlamaConfig& cfg);
 
 }  // namespace strata::llama
