@@ -27,6 +27,20 @@ inline at::Tensor scaledDotProductAttention(const at::Tensor& q, const at::Tenso
 #endif
 }
 
+// The same with an additive mask broadcastable to [B, H, N, N] in q's dtype (0
+// where a query sees a key, a large negative value elsewhere). The 1.13 path
+// takes the softmax in float32, as transformers' eager attention does.
+inline at::Tensor scaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& additiveMask) {
+#if STRATA_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, additiveMask);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale + additiveMask;  // [B, H, N, N]
+  return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+#endif
+}
+
 // float8 dtypes exist from 2.1 on.
 constexpr bool kHasFloat8 = STRATA_TORCH_AT_LEAST(2, 1);
 

@@ -1,0 +1,35 @@
+#pragma once
+// The planner's input for a Llama-family model from its config alone (no weights
+// read): per-unit parameters from llama::llamaParamPlan (the description the
+// modules are built from), the LoRA-targeted Linears, and the memory-mode
+// activation estimate of a KV-free training step at `seqLen` tokens. For
+// `strata-train plan` and the trainer once they run this family; devices are
+// the caller's to fill, as with runPlanInput.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/llama/LlamaConfig.h"
+#include "placement/Planner.h"
+
+namespace strata::train {
+
+struct LlamaPlanOptions {
+  int64_t weightElementBytes = 2;      // fp16 / bf16 base weights; fp32 = 4, fp8 (quantized) = 1
+  int64_t activationElementBytes = 2;  // the compute dtype
+  int64_t loraRank = 8;                // 0 = no adapters
+  std::vector<std::string> loraTargets;  // LoraTargets patterns; empty = peft's seven projections
+  bool ema = false;
+  int64_t batchSize = 1;
+  int64_t seqLen = 512;  // max_seq_len: every sample padded or cut to it
+  bool gradientCheckpointing = true;
+};
+
+// Memory mode. Layers: weights, adapters (+ grads, AdamW state, EMA) and the
+// activations of llamaActivationElementsPerTokenPerHidden; the head also keeps
+// the float32 log-softmax of the logits [B, L, vocab] for the loss (4 bytes an
+// element) and needs the logits and their float32 copy while the loss is formed
+// (6 bytes an element, workspace).
+placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const LlamaPlanOptions& options);
+
+}  // namespace strata::train
