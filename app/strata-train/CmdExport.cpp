@@ -1,6 +1,8 @@
 // `strata-train export RUN_DIR --format diffusers|kohya|comfy [--out DIR]`:
-// writes the LoRA of a run's latest checkpoint (EMA weights when the run used
-// EMA) in the given formats. Exit codes: 0 written, 1 export failed, 2 bad input.
+// writes the LoRA of a run's latest intact checkpoint (EMA weights when the run
+// used EMA) in the given formats; a damaged newer one is passed over with a
+// warning. Exit codes: 0 written, 1 export failed (a LoRA with NaN/Inf values, a
+// write error), 2 bad input (not a run folder, no intact checkpoint).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -37,7 +39,10 @@ int runExport(const ExportArgs& args) {
 #else
     const std::string version = "0.1.0";
 #endif
-    for (const auto& p : train::exportRun(args.runDir, formats, args.outDir, version)) std::cout << p.string() << "\n";
+    std::vector<std::string> notes;
+    const auto files = train::exportRun(args.runDir, formats, args.outDir, version, &notes);
+    for (const auto& n : notes) std::cerr << "strata-train export: warning: " << n << std::endl;
+    for (const auto& p : files) std::cout << p.string() << "\n";
   } catch (const ConfigError& e) {
     std::cerr << "strata-train export: " << e.what() << std::endl;
     return train::kExitBadInput;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 
+#include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
@@ -53,10 +54,17 @@ int runPlan(const PlanArgs& args) {
   if (!args.devices.empty()) {
     devices = device::parseDeviceSpec(args.devices);
     deviceSource = "simulated (--devices " + args.devices + ")";
+  } else if (cfg.model.device == config::ComputeDevice::Cpu ||
+             (cfg.model.device == config::ComputeDevice::Auto && device::listDevices().empty())) {
+    // Where the trainer would run it: on the CPU (model.device: cpu, or auto here without a GPU).
+    devices = {device::cpuDevice()};
+    deviceSource = cfg.model.device == config::ComputeDevice::Cpu ? "this machine's CPU (model.device: cpu)"
+                                                                   : "this machine's CPU (no CUDA device here)";
   } else {
     const auto all = device::listDevices();
     if (all.empty()) {
-      throw ConfigError("plan: this machine has no CUDA device; simulate some with --devices, e.g. --devices 4x16GB");
+      throw ConfigError("plan: model.device is cuda but this machine has no CUDA device; simulate some with "
+                        "--devices, e.g. --devices 4x16GB");
     }
     if (cfg.model.gpuIds.empty()) {
       devices = all;
@@ -116,7 +124,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                   "Simulate devices: 4x16GB, 24GB,16GB or cpu,2x80GB (default: this machine's GPUs)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--set", args->sets, "Override a key: model.placement=memory");
-  cmd->add_option("--other-gb", args->otherGb, "GB of text encoders / VAE kept on the first device");
+  cmd->add_option("--other-gb", args->otherGb, "GB of text encoders / VAE kept on the first device")
+      ->check(gigabytesCheck());
   cmd->callback([args, &exitCode] {
     try {
       exitCode = runPlan(*args);

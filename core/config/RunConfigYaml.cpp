@@ -5,10 +5,11 @@
 #include "config/ConfigSchema.h"
 #include "config/YamlValue.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <sstream>
 
 namespace strata::config {
@@ -94,13 +95,17 @@ std::string YamlReader::suggestKey(const std::string& patternPath) {
     candidates.push_back(k.path);
     for (std::string p = parentOf(k.path); !p.empty(); p = parentOf(p)) candidates.push_back(p);
   }
+  // A near spelling only within the key's own section; from another section
+  // only the same name (train.foo must not suggest the section 'job').
+  const size_t allowed = std::max<size_t>(2, last.size() / 3);
   for (const auto& c : candidates) {
+    const bool sameSection = parentOf(c) == parent;
     const size_t d = editDistance(last, lastOf(c));
-    const size_t score = d * 2 + (parentOf(c) == parent ? 0 : 1);
+    if (d > (sameSection ? allowed : 0)) continue;
+    const size_t score = d * 2 + (sameSection ? 0 : 1);
     if (score < bestScore) bestScore = score, best = c;
   }
-  const size_t allowed = std::max<size_t>(2, last.size() / 3);
-  return bestScore / 2 <= allowed ? best : "";
+  return best;
 }
 
 void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix, const std::string& concretePrefix,
@@ -116,6 +121,12 @@ void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix
       continue;
     }
     const std::string name = keyNode.Scalar();
+    if (name.size() > 64 || excerpt(name, name.size()) != name) {
+      // No schema key looks like this (a binary or generated file): quoted short, not whole.
+      if (++unknownKeys_ <= kListedUnknownKeys)
+        problem(Severity::Warning, concretePrefix + excerpt(name), pos, "unknown key (ignored)");
+      continue;
+    }
     const std::string pattern = patternPrefix + name;
     const std::string concrete = concretePrefix + name;
     if (auto first = seen.find(name); first != seen.end()) {
@@ -145,6 +156,7 @@ void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix
       }
       continue;
     }
+    if (++unknownKeys_ > kListedUnknownKeys) continue;  // counted; one summary line at the end
     const std::string near = suggestKey(pattern);
     problem(Severity::Warning, concrete, pos, "unknown key (ignored)",
             near.empty() ? "" : "did you mean '" + near + "'?");
@@ -216,19 +228,28 @@ LoadedConfig parseRunConfig(const std::string& yamlText, const std::string& file
     reader.problem(Severity::Error, "", SourcePos{e.mark.line + 1, e.mark.column + 1, ""},
                    std::string("YAML error: ") + e.msg);
   }
+  if (reader.unknownKeysLeftOut() > 0)
+    reader.problem(Severity::Warning, "", {}, std::to_string(reader.unknownKeysLeftOut()) +
+                                                  " more unknown keys (ignored) not listed");
   return out;
 }
 
 LoadedConfig loadRunConfig(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file");
-  if (std::filesystem::is_directory(path, ec)) throw IoError(path.string() + ": is a folder, not a config file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path.string() + ": cannot open for reading");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw IoError(path.string() + ": read error");
-  const std::string text = buf.str();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const std::string why = io::pathProblem(path);
+    throw IoError(path.string() + ": " + (why == "no such file or folder" ? "no such file" : why));
+  }
+  if (S_ISDIR(st.st_mode)) throw IoError(path.string() + ": is a folder, not a config file");
+  // A run config is a few KB; yaml-cpp's node tree takes ~20x a file's size, so
+  // a huge file is refused before it is read.
+  if (st.st_size > static_cast<off_t>(kMaxConfigBytes))
+    throw IoError(path.string() + ": " + std::to_string(st.st_size) + " bytes is too large for a run config (at most " +
+                  std::to_string(kMaxConfigBytes) + ")");
+  const std::string text = io::readFileBytes(path, kMaxConfigBytes + 1);
+  if (text.size() > kMaxConfigBytes)
+    throw IoError(path.string() + ": too large for a run config (at most " + std::to_string(kMaxConfigBytes) +
+                  " bytes)");
   // YAML is text; a NUL byte means a binary file given by mistake.
   if (text.find('\0') != std::string::npos)
     throw IoError(path.string() + ": not a text file (contains NUL bytes); expected a YAML run config");

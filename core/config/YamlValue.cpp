@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace strata::config {
@@ -101,7 +102,24 @@ std::string describeNode(const YAML::Node& node) {
   if (isNull(node)) return "nothing";
   if (node.IsMap()) return "a mapping";
   if (node.IsSequence()) return "a list";
-  return "'" + node.Scalar() + "'";
+  return "'" + excerpt(node.Scalar()) + "'";
+}
+
+std::string excerpt(const std::string& text, size_t maxChars) {
+  std::string out;
+  size_t i = 0;
+  for (; i < text.size() && i < maxChars; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
 }
 
 std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, std::string& error) {

@@ -100,7 +100,8 @@ std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::
 // the diffusers form lora_adapter_metadata (peft LoraConfig, alpha = r).
 std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraModuleWeights>& modules,
                                                          const LoraExportOptions& options);
-// Writes `network`'s adapters to `path` atomically.
+// Writes `network`'s adapters to `path` atomically. Refuses (strata::Error,
+// naming the first such tensor) a LoRA with NaN or Inf values.
 void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const flux::FluxConfig& cfg,
                    const LoraExportOptions& options);
 void writeLoraFile(const std::filesystem::path& path, const std::vector<LoraModuleWeights>& modules,

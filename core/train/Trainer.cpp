@@ -16,6 +16,7 @@
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
@@ -35,6 +36,7 @@
 #include "train/OptimizerState.h"
 #include "train/RngState.h"
 #include "train/RunFolder.h"
+#include "train/RunFolderLock.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::train {
@@ -131,6 +133,7 @@ Trainer::Trainer(config::RunConfig cfg, events::EventBus& bus, TrainerOptions op
 std::unique_ptr<Trainer> Trainer::resumeFrom(const fs::path& runDir, events::EventBus& bus, TrainerOptions options) {
   RunFolder folder(runDir);
   std::error_code ec;
+  if (const auto why = io::pathProblem(runDir); !why.empty()) throw IoError(runDir.string() + ": " + why);
   if (!fs::exists(folder.configPath(), ec))
     throw IoError(runDir.string() + ": not a run folder (no config.yaml)");
   auto loaded = config::loadRunConfig(folder.configPath());
@@ -210,28 +213,45 @@ RunOutcome Trainer::runImpl() {
   std::vector<std::string> problems = validateForTraining(cfg_, &warnings);
   if (options_.reportConfigWarnings)
     for (const auto& w : warnings) bus_.publish(events::WarningEvent{w, 0});
-  if (!options_.resume && options_.runDir.empty()) {
-    // A derived folder that holds an earlier run: pick the next free name.
-    const auto wanted = runDir_;
-    runDir_ = freeRunDir(runDir_);
-    folder = RunFolder(runDir_);
-    if (runDir_ != wanted)
-      bus_.publish(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
-  } else if (!options_.resume && !folder.checkpoints().empty()) {
+  RunFolderLock lock;  // one process per run folder, held to the end of the run
+  if (problems.empty()) {
+    try {
+      auto opened = openRunFolder(runDir_, !options_.resume && options_.runDir.empty());
+      runDir_ = opened.dir;
+      folder = RunFolder(runDir_);
+      lock = std::move(opened.lock);
+      for (const auto& n : opened.notes) bus_.publish(events::WarningEvent{n, 0});
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+  }
+  if (lock.held() && !options_.resume && !folder.checkpoints().empty()) {
     problems.push_back("run folder " + runDir_.string() +
                        " already has checkpoints: resume it (strata-train resume) or choose another folder");
   }
   std::optional<CheckpointData> resumeData;
-  if (options_.resume) {
-    auto latest = folder.latestCheckpoint();
-    if (!latest) {
-      problems.push_back(runDir_.string() + ": no checkpoint to resume from");
-    } else {
-      try {
-        resumeData = readCheckpoint(latest->path);
-      } catch (const std::exception& e) {
-        problems.push_back(e.what());
-      }
+  std::string resumePath;
+  if (options_.resume && lock.held()) {
+    try {
+      auto intact = readLatestIntactCheckpoint(folder);
+      for (const auto& d : intact.damaged)
+        bus_.publish(events::WarningEvent{"damaged checkpoint: " + d, 0});
+      // Damaged newer ones are set aside, so the run goes on from the intact one.
+      for (const auto& c : folder.checkpoints())
+        if (c.step > intact.ref.step) {
+          const auto aside = setAsideDamagedCheckpoint(c);
+          bus_.publish(events::WarningEvent{"resuming from " + intact.ref.path.string() + " (step " +
+                                                std::to_string(intact.ref.step) + "); the damaged " +
+                                                c.path.filename().string() + " is kept as " + aside.string(),
+                                            0});
+        }
+      if (intact.data.step > tc.steps)
+        throw IoError(intact.ref.path.string() + ": its step " + std::to_string(intact.data.step) +
+                      " is past train.steps " + std::to_string(tc.steps) + " of the run's config");
+      resumePath = intact.ref.path.string();
+      resumeData = std::move(intact.data);
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("resume: ") + e.what());
     }
   }
   if (problems.empty()) {
@@ -346,6 +366,7 @@ RunOutcome Trainer::runImpl() {
     }
   }
   if (!problems.empty()) {
+    if (!options_.resume) lock.releaseAndRemoveIfEmpty();
     bus_.publish(events::PreflightFailedEvent{problems});
     return RunOutcome::PreflightFailed;
   }
@@ -363,9 +384,11 @@ RunOutcome Trainer::runImpl() {
     st->lossCount = s.value("loss_count", int64_t{0});
     if (st->scaler.enabled() && s.contains("loss_scale"))
       st->scaler.restore(s.value("loss_scale", 1.0), s.value("loss_scale_clean_steps", int64_t{0}));
-    st->lastCheckpoint = folder.latestCheckpoint()->path.string();
+    st->lastCheckpoint = resumePath;
     st->lastCheckpointStep = startStep;
     folder.truncateLogsAfter(startStep);
+  } else {
+    folder.truncateLogsAfter(-1);  // lines of an earlier attempt here that left no checkpoint
   }
   step_ = startStep;
   bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, startStep, tc.steps, options_.resume});
@@ -460,7 +483,16 @@ RunOutcome Trainer::runImpl() {
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
       if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
-        if (st->lastCheckpointStep != step) checkpoint(step);
+        if (st->lastCheckpointStep != step && !checkpoint(step)) {
+          // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
+          bus_.publish(events::FailedEvent{
+              "stopped at step " + std::to_string(step) + " but its checkpoint could not be written" +
+                  (st->lastCheckpoint.empty() ? "; there is no checkpoint"
+                                              : "; the last good checkpoint is " + st->lastCheckpoint + " (step " +
+                                                    std::to_string(st->lastCheckpointStep) + ")"),
+              step, st->lastCheckpoint});
+          return RunOutcome::Failed;
+        }
         bus_.publish(events::StoppedEvent{step, st->lastCheckpoint});
         return RunOutcome::Stopped;
       }
@@ -577,16 +609,24 @@ RunOutcome Trainer::runImpl() {
 }
 
 std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config::ExportFormat>& formats,
-                                const fs::path& outDir, const std::string& softwareVersion) {
+                                const fs::path& outDir, const std::string& softwareVersion,
+                                std::vector<std::string>* notes) {
   RunFolder folder(runDir);
   std::error_code ec;
+  if (const auto why = io::pathProblem(runDir); !why.empty()) throw IoError(runDir.string() + ": " + why);
   if (!fs::exists(folder.configPath(), ec)) throw IoError(runDir.string() + ": not a run folder (no config.yaml)");
   auto loaded = config::loadRunConfig(folder.configPath());
   if (!loaded.ok()) throw ConfigError(folder.configPath().string() + ": the run's config has errors");
   const auto& cfg = loaded.config;
-  const auto latest = folder.latestCheckpoint();
-  if (!latest) throw IoError(runDir.string() + ": no checkpoint to export");
-  const auto data = readCheckpoint(latest->path);
+  if (!folder.latestCheckpoint()) throw IoError(runDir.string() + ": no checkpoint to export");
+  auto intact = readLatestIntactCheckpoint(folder);
+  for (const auto& d : intact.damaged)
+    if (notes) notes->push_back("damaged checkpoint: " + d);
+  if (!intact.damaged.empty() && notes)
+    notes->push_back("exporting " + intact.ref.path.string() + " (step " + std::to_string(intact.ref.step) +
+                     "), the newest intact checkpoint");
+  const auto* latest = &intact.ref;
+  const auto& data = intact.data;
   const auto fcfg = resolveFluxConfig(cfg.model);
   const double alpha = data.state.value("lora_alpha", cfg.network.linearAlpha);
   const auto ema = toMap(data.ema);
@@ -627,7 +667,11 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
     eo.alpha = alpha;
     eo.steps = data.step;
     eo.runYaml = config::toYaml(cfg);
-    lora::writeLoraFile(path, modules, fcfg, eo);
+    try {
+      lora::writeLoraFile(path, modules, fcfg, eo);
+    } catch (const std::exception& e) {
+      throw Error(e.what());  // the checkpoint was read: a failure now is the export's, not bad input
+    }
     written.push_back(path);
   }
   return written;

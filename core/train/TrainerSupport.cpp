@@ -89,17 +89,51 @@ std::vector<std::string> validateForTraining(const config::RunConfig& cfg, std::
   return p;
 }
 
+namespace {
+
+bool holdsRun(const fs::path& d) {
+  std::error_code ec;
+  if (fs::exists(d / "metrics.jsonl", ec)) return true;
+  return fs::is_directory(d / "checkpoints", ec) && !fs::is_empty(d / "checkpoints", ec);
+}
+
+fs::path numbered(const fs::path& dir, int i) { return i < 2 ? dir : fs::path(dir.string() + "_" + std::to_string(i)); }
+
+}  // namespace
+
 fs::path freeRunDir(const fs::path& dir) {
-  auto used = [](const fs::path& d) {
-    std::error_code ec;
-    if (fs::exists(d / "metrics.jsonl", ec)) return true;
-    return fs::is_directory(d / "checkpoints", ec) && !fs::is_empty(d / "checkpoints", ec);
-  };
-  if (!used(dir)) return dir;
-  for (int i = 2;; ++i) {
-    fs::path cand = dir.string() + "_" + std::to_string(i);
-    if (!used(cand)) return cand;
+  for (int i = 1;; ++i)
+    if (!holdsRun(numbered(dir, i))) return numbered(dir, i);
+}
+
+OpenedRunFolder openRunFolder(const fs::path& dir, bool derivedNewRun) {
+  OpenedRunFolder out;
+  if (!derivedNewRun) {
+    out.lock = RunFolderLock(dir);
+    out.dir = dir;
+  } else {
+    for (int i = 1; !out.lock.held(); ++i) {
+      const fs::path cand = numbered(dir, i);
+      if (holdsRun(cand)) continue;
+      try {
+        out.lock = RunFolderLock(cand);
+      } catch (const RunFolderBusy& busy) {
+        out.notes.push_back(cand.string() + " is in use by process " + std::to_string(busy.holder()) +
+                            "; this run takes the next free name");
+        continue;
+      }
+      // Checked again under the lock: a run may have ended there meanwhile.
+      if (holdsRun(cand)) {
+        out.lock = RunFolderLock();
+        continue;
+      }
+      out.dir = cand;
+    }
+    if (out.dir != dir) out.notes.push_back("this run writes to " + out.dir.string() + " (" + dir.string() +
+                                            " holds an earlier run or is in use)");
   }
+  for (auto& n : RunFolder(out.dir).recover()) out.notes.push_back(std::move(n));
+  return out;
 }
 
 flux::FluxConfig resolveFluxConfig(const config::ModelConfig& m) {

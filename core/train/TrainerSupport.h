@@ -26,6 +26,7 @@
 #include "train/LossScaler.h"
 #include "train/OptimizerState.h"
 #include "train/RunFolder.h"
+#include "train/RunFolderLock.h"
 #include "train/RunPlanning.h"
 #include "train/TextEmbedder.h"
 #include "train/Trainer.h"
@@ -86,6 +87,19 @@ std::vector<std::string> validateForTraining(const config::RunConfig& cfg,
 
 // `dir` if it holds no earlier run, else dir_2, dir_3, ...
 std::filesystem::path freeRunDir(const std::filesystem::path& dir);
+
+// The run folder, locked (one process per folder) and cleaned of what a killed
+// run left behind (RunFolder::recover). A new run in a derived folder
+// (`derivedNewRun`: no --run-dir) takes the first of dir, dir_2, ... that holds
+// no earlier run and is not locked by a live process; otherwise `dir` itself, or
+// RunFolderBusy naming the holder's pid. `notes` say which folder was taken
+// instead and what was repaired.
+struct OpenedRunFolder {
+  std::filesystem::path dir;
+  RunFolderLock lock;
+  std::vector<std::string> notes;
+};
+OpenedRunFolder openRunFolder(const std::filesystem::path& dir, bool derivedNewRun);
 
 // The model's shape: a checkpoint's header when name_or_path is given (and
 // random_weights is off), else the preset; then model.* overrides. Throws.

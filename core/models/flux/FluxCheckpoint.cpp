@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "io/FileBytes.h"
 #include "common/ShapeText.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxNames.h"
@@ -75,7 +76,8 @@ FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
   } else if (fs::is_regular_file(path)) {
     files.push_back(path);
   } else {
-    throw IoError(path.string() + ": no such file or folder");
+    const std::string why = io::pathProblem(path);
+    throw IoError(path.string() + ": " + (why.empty() ? "not a file or folder" : why));
   }
 
   // Names as stored, then with a common ComfyUI prefix removed.
