@@ -5,12 +5,16 @@
 // until it finishes, must end with the LoRA of a run that was never killed and
 // a metrics log with every step exactly once.
 //
-// Bounded: the tiny model, 24 steps, a checkpoint every 2 (kept: 2); each kill
+// Bounded: the tiny model, 16 steps, a checkpoint every 2 (kept: 2); each kill
 // lands within one straight run's wall time, so the test takes about
-// kMinKills x (startup + half a run). STRATA_FAULT_SEED picks another seed.
+// kMinKills x (startup + half a run). STRATA_FAULT_SEED picks another seed;
+// STRATA_FAULT_KILLS another count.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
 #include <random>
 #include <string>
 
@@ -29,8 +33,8 @@ using strata::test::cli::tinyRunYaml;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMinKills = 60;
-constexpr int64_t kSteps = 24;
-constexpr auto kBudget = std::chrono::seconds(240);  // the whole test; CI's limit is far above
+constexpr int64_t kSteps = 16;
+constexpr auto kBudget = std::chrono::seconds(420);  // a bound, not the expected time (about 2 minutes)
 
 std::map<std::string, at::Tensor> exported(const fs::path& runDir) {
   return strata::io::loadSafetensors(runDir / "exports" / "tiny_diffusers.safetensors");
@@ -61,9 +65,12 @@ TEST(FaultInjection, KillsAnywhereInRunAndResumeNeverBreakTheLatestCheckpointOrT
   std::uniform_int_distribution<int64_t> delayMs(0, std::max<int64_t>(runMs, 200));
   SCOPED_TRACE("STRATA_FAULT_SEED=" + std::to_string(seed) + ", straight run " + std::to_string(runMs) + " ms");
 
+  // STRATA_FAULT_KILLS lowers the count for a quick local check; CI uses kMinKills.
+  const char* killsEnv = std::getenv("STRATA_FAULT_KILLS");
+  const int minKills = killsEnv ? std::max(1, std::atoi(killsEnv)) : kMinKills;
   int kills = 0, rounds = 0, killsInResume = 0;
   const auto deadline = Clock::now() + kBudget;
-  while (kills < kMinKills) {
+  while (kills < minKills) {
     ASSERT_LT(Clock::now(), deadline) << kills << " kills in the time budget";
     const fs::path dir = tmp / ("faulted" + std::to_string(rounds++));
     for (int attempt = 0;; ++attempt) {
@@ -77,7 +84,7 @@ TEST(FaultInjection, KillsAnywhereInRunAndResumeNeverBreakTheLatestCheckpointOrT
       ASSERT_TRUE(child.started());
       // Kill at a random moment unless enough kills are done for this round
       // (then let it finish, so that every round also checks the result).
-      const bool kill = kills < kMinKills && attempt < 12;
+      const bool kill = kills < minKills && attempt < 12;
       if (kill && !child.waitFor(std::chrono::milliseconds(delayMs(rng)))) {
         child.signal(SIGKILL);
         child.wait();
@@ -107,7 +114,7 @@ TEST(FaultInjection, KillsAnywhereInRunAndResumeNeverBreakTheLatestCheckpointOrT
     ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps)) << dir;
     for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
   }
-  EXPECT_GE(kills, kMinKills);
+  EXPECT_GE(kills, minKills);
   EXPECT_GT(killsInResume, 0);
   std::cout << "[ fault    ] " << kills << " kills (" << killsInResume << " during resume) over " << rounds
             << " runs, seed " << seed << ", straight run " << runMs << " ms\n";

@@ -43,12 +43,14 @@ bool hasError(const std::vector<Problem>& problems, const std::string& key) {
 }  // namespace
 
 TEST(RunName, MustBeOnePrintableFolderNameInValidateAndTheSchema) {
-  for (const std::string bad : {"\"a/b\"", "\"../../escape\"", "\"\"", "\"..\"", "\"\\x01bell\"",
-                                std::string("\"caf\xff\xfe\""), std::string("\"\xc0\xaf\"")}) {
+  const std::vector<std::string> bads = {"\"a/b\"", "\"../../escape\"", "\"\"", "\"..\"", "\"\\x01bell\"",
+                                        "\"caf\xff\xfe\"", "\"\xc0\xaf\""};
+  for (const std::string& bad : bads) {
     const auto problems = problemsOf(withName(bad));
     EXPECT_TRUE(hasError(problems, "job.name")) << bad << "\n" << dump(problems);
   }
-  for (const std::string good : {"my_lora", "\"run 2\"", "\"caf\xc3\xa9\"", "\"\xe6\x97\xa5\xe6\x9c\xac\""}) {
+  const std::vector<std::string> goods = {"my_lora", "\"run 2\"", "\"caf\xc3\xa9\"", "\"\xe6\x97\xa5\xe6\x9c\xac\""};
+  for (const std::string& good : goods) {
     const auto problems = problemsOf(withName(good));
     EXPECT_FALSE(hasKey(problems, "job.name")) << good << "\n" << dump(problems);
   }
