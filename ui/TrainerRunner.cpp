@@ -6,6 +6,7 @@
 
 #include "common/Error.h"
 #include "config/RunConfig.h"
+#include "train/StopSignals.h"
 #include "train/Trainer.h"
 
 namespace strata::ui::runner {
@@ -27,6 +28,7 @@ class TrainerControl final : public Control {
 bool runTrainer(train::Trainer& trainer, const ControlSink& sink) {
   TrainerControl control(trainer);
   sink(&control);
+  const train::StopOnSignals signals(trainer, "strata");  // SIGINT/SIGTERM/SIGHUP: checkpoint and stop
   const train::RunOutcome outcome = trainer.run();  // never throws
   sink(nullptr);
   return outcome == train::RunOutcome::Finished || outcome == train::RunOutcome::Stopped;

@@ -1,6 +1,8 @@
 // `strata-train export RUN_DIR --format diffusers|kohya|comfy [--out DIR]`:
-// writes the LoRA of a run's latest checkpoint (EMA weights when the run used
-// EMA) in the given formats. Exit codes: 0 written, 1 export failed, 2 bad input.
+// writes the LoRA of a run's latest intact checkpoint (EMA weights when the run
+// used EMA) in the given formats; a damaged newer one is passed over with a
+// warning. Exit codes: 0 written, 1 export failed (a LoRA with NaN/Inf values, a
+// write error), 2 bad input (not a run folder, no intact checkpoint).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -32,7 +34,10 @@ int runExport(const ExportArgs& args) {
   }
   if (formats.empty()) formats.push_back(config::ExportFormat::Diffusers);
   try {
-    for (const auto& p : train::exportRun(args.runDir, formats, args.outDir)) std::cout << p.string() << "\n";
+    std::vector<std::string> notes;
+    const auto files = train::exportRun(args.runDir, formats, args.outDir, kVersion, &notes);
+    for (const auto& n : notes) std::cerr << "strata-train export: warning: " << n << std::endl;
+    for (const auto& p : files) std::cout << p.string() << "\n";
   } catch (const ConfigError& e) {
     std::cerr << "strata-train export: " << e.what() << std::endl;
     return train::kExitBadInput;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 
+#include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
@@ -100,7 +101,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                   "Simulate devices: 4x16GB, 24GB,16GB or cpu,2x80GB (default: this machine's GPUs)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--set", args->sets, "Override a key: model.placement=memory");
-  cmd->add_option("--other-gb", args->otherGb, "GB of text encoders / VAE kept on the first device");
+  cmd->add_option("--other-gb", args->otherGb, "GB of text encoders / VAE kept on the first device")
+      ->check(gigabytesCheck());
   cmd->callback([args, &exitCode] {
     try {
       exitCode = runPlan(*args);

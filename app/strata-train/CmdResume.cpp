@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 
+#include "CliChecks.h"
 #include "events/EventBus.h"
 #include "train/Trainer.h"
 
@@ -41,7 +42,7 @@ void addResumeCommand(CLI::App& app, int& exitCode) {
   auto args = std::make_shared<ResumeArgs>();
   CLI::App* cmd = app.add_subcommand("resume", "Continue a run from its latest checkpoint");
   cmd->add_option("run_dir", args->runDir, "Run folder")->required();
-  cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step");
+  cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step")->check(stopAfterCheck());
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runResume(*args); });
 }

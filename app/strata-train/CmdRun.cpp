@@ -1,17 +1,16 @@
 // `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N]`:
 // trains a LoRA from a run config, printing a progress bar (step/total, loss,
-// s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C saves a checkpoint
-// and stops (a second Ctrl-C ends the process at once).
+// s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C, SIGTERM and SIGHUP
+// save a checkpoint and stop (a second one ends the process at once).
 //
 // Exit codes: 0 finished; 1 failed during training (NaN/Inf loss, I/O, out of
 // memory; the last good checkpoint is kept); 2 bad command line, config or
-// preflight problem (nothing trained); 130 interrupted (Ctrl-C), checkpoint kept.
+// preflight problem (nothing trained); 130 stopped (Ctrl-C, SIGTERM, SIGHUP,
+// --stop-after) with a checkpoint of that step written.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -22,21 +21,14 @@
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
 #include "events/EventBus.h"
+#include "CliChecks.h"
 #include "Commands.h"
+#include "train/StopSignals.h"
 #include "train/Trainer.h"
 
 namespace strata::cli {
 
 namespace {
-
-std::atomic<train::Trainer*> gTrainer{nullptr};
-std::atomic<bool> gInterrupted{false};
-
-extern "C" void onSigint(int) {
-  gInterrupted.store(true);
-  if (auto* t = gTrainer.load()) t->requestStop();  // an atomic store only
-  std::signal(SIGINT, SIG_DFL);                     // a second Ctrl-C ends the process
-}
 
 std::string clock(double seconds) {
   if (!(seconds >= 0) || seconds > 1e7) return "--:--";
@@ -156,18 +148,13 @@ struct RunArgs {
 
 }  // namespace
 
-// Runs `trainer` on this thread with the progress printer and the Ctrl-C
-// handler; returns the exit code. Shared with `resume` (CmdResume.cpp).
+// Runs `trainer` on this thread with the progress printer and the stop
+// signals (core/train/StopSignals); returns the exit code. Shared with `resume` (CmdResume.cpp).
 int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus) {
   ProgressPrinter printer;
   auto sub = bus.subscribe([&printer](const events::Event& e) { printer(e); });
-  gInterrupted = false;
-  gTrainer = &trainer;
-  auto previous = std::signal(SIGINT, onSigint);
-  const auto outcome = trainer.run();
-  std::signal(SIGINT, previous);
-  gTrainer = nullptr;
-  return train::exitCodeOf(outcome);
+  const train::StopOnSignals signals(trainer, "strata-train");  // Ctrl-C, SIGTERM, SIGHUP: checkpoint and stop
+  return train::exitCodeOf(trainer.run());
 }
 
 namespace {
@@ -207,7 +194,8 @@ void addRunCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("config", args->configPath, "Run config (YAML)")->required();
   cmd->add_option("--set", args->sets, "Override a key, e.g. --set train.steps=100 (repeatable)");
   cmd->add_option("--run-dir", args->runDir, "Run folder (default: <job.training_folder>/<job.name>)");
-  cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step (as Ctrl-C would)");
+  cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step (as Ctrl-C would)")
+      ->check(stopAfterCheck());
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runRun(*args); });
 }

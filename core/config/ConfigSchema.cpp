@@ -178,8 +178,10 @@ struct Opt {
   bool scalarAsList_ = false;
   bool commaString_ = false;
   std::optional<size_t> listSize_;
+  std::function<std::string(const Value&)> check_;
 
   Opt& unit(std::string u) { unit_ = std::move(u); return *this; }
+  Opt& check(std::function<std::string(const Value&)> f) { check_ = std::move(f); return *this; }
   Opt& min(double v) { min_ = v; return *this; }
   Opt& max(double v) { max_ = v; return *this; }
   Opt& minExclusive(bool v) { minExclusive_ = v; return *this; }
@@ -210,6 +212,7 @@ class Builder {
     k.scalarAsList = opt.scalarAsList_;
     k.commaString = opt.commaString_;
     k.listSize = opt.listSize_;
+    k.check = std::move(opt.check_);
     k.get = [ref](const RunConfig& c, size_t i) { return Conv<T>::to(ref(const_cast<RunConfig&>(c), i)); };
     k.set = [ref](RunConfig& c, size_t i, const Value& v) { ref(c, i) = Conv<T>::from(v); };
     RunConfig defaults;
@@ -240,7 +243,11 @@ std::vector<KeySpec> buildSchema() {
   const double kInf = std::numeric_limits<double>::infinity();
   (void)kInf;
   // job
-  b.add("job.name", M(job.name), "Name of the run: run folder and LoRA file stem")
+  b.add("job.name", M(job.name), "Name of the run: run folder and LoRA file stem (a plain folder name)",
+        Opt().check([](const Value& v) {
+          const auto* s = std::get_if<std::string>(&v);
+          return s ? runNameProblem(*s) : std::string();
+        }))
       .add("job.training_folder", M(job.trainingFolder), "Folder that receives one sub-folder per run",
            Opt().path(true));
   // model
@@ -549,6 +556,52 @@ size_t editDistance(std::string_view a, std::string_view b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+namespace {
+
+// Length of the UTF-8 sequence at `s[i]` and its code point; 0 when malformed
+// (bad lead or continuation byte, overlong form, surrogate, beyond U+10FFFF).
+size_t utf8At(const std::string& s, size_t i, uint32_t& cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  size_t n = 0;
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  static const uint32_t kMinOf[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMinOf[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string runNameProblem(const std::string& name) {
+  if (name.empty()) return "must not be empty: it names the run's folder and its LoRA files";
+  if (name == "." || name == "..") return "'" + name + "' is not a folder name";
+  if (name.find('/') != std::string::npos)
+    return "must be one folder name, without '/' (put folders in job.training_folder)";
+  if (name.size() > kMaxRunNameBytes)
+    return "is " + std::to_string(name.size()) + " bytes long; at most " + std::to_string(kMaxRunNameBytes);
+  for (size_t i = 0; i < name.size();) {
+    uint32_t cp = 0;
+    const size_t n = utf8At(name, i, cp);
+    if (n == 0) return "is not valid UTF-8 (byte " + std::to_string(i) + ")";
+    if (cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp < 0xA0))
+      return "holds a control character (byte " + std::to_string(i) + ")";
+    i += n;
+  }
+  return "";
 }
 
 }  // namespace strata::config

@@ -54,6 +54,8 @@ struct KeySpec {
   bool scalarAsList = false;      // a list key that also accepts one scalar ("16" -> [16])
   bool commaString = false;       // a list key that also accepts "0,1,2,3" (gpu_ids)
   std::optional<size_t> listSize; // fixed element count (betas: 2)
+  // A further rule on the value (job.name: a folder name); the problem, or "".
+  std::function<std::string(const Value&)> check;
 
   std::function<Value(const RunConfig&, size_t datasetIndex)> get;
   // Throws ConfigError when `value` does not hold this key's type.
@@ -94,6 +96,12 @@ std::string formatDouble(double v);
 
 // A number for messages: "1024", "0.0001" (integers without ".0").
 std::string formatNumber(double v);
+
+// Why `name` cannot name a run (its folder and its LoRA files), or "" when it
+// can: not empty, one path component (no '/', not "." or ".."), valid UTF-8
+// with no control characters, at most kMaxRunNameBytes bytes.
+constexpr size_t kMaxRunNameBytes = 200;
+std::string runNameProblem(const std::string& name);
 
 // Levenshtein distance, for "did you mean" hints.
 size_t editDistance(std::string_view a, std::string_view b);

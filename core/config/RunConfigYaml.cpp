@@ -7,6 +7,7 @@
 #include "io/AtomicFile.h"
 #include "io/FileBytes.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <sstream>
@@ -53,14 +54,28 @@ LoadedConfig parseRunConfig(const std::string& yamlText, const std::string& file
     reader.problem(Severity::Error, "", SourcePos{e.mark.line + 1, e.mark.column + 1, ""},
                    std::string("YAML error: ") + e.msg);
   }
+  if (reader.unknownKeysLeftOut() > 0)
+    reader.problem(Severity::Warning, "", {}, std::to_string(reader.unknownKeysLeftOut()) +
+                                                  " more unknown keys (ignored) not listed");
   return out;
 }
 
 LoadedConfig loadRunConfig(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file");
-  if (std::filesystem::is_directory(path, ec)) throw IoError(path.string() + ": is a folder, not a config file");
-  const std::string text = io::readFileBytes(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const std::string why = io::pathProblem(path);
+    throw IoError(path.string() + ": " + (why == "no such file or folder" ? "no such file" : why));
+  }
+  if (S_ISDIR(st.st_mode)) throw IoError(path.string() + ": is a folder, not a config file");
+  // A run config is a few KB; yaml-cpp's node tree takes ~20x a file's size, so
+  // a huge file is refused before it is read.
+  if (st.st_size > static_cast<off_t>(kMaxConfigBytes))
+    throw IoError(path.string() + ": " + std::to_string(st.st_size) + " bytes is too large for a run config (at most " +
+                  std::to_string(kMaxConfigBytes) + ")");
+  const std::string text = io::readFileBytes(path, kMaxConfigBytes + 1);
+  if (text.size() > kMaxConfigBytes)
+    throw IoError(path.string() + ": too large for a run config (at most " + std::to_string(kMaxConfigBytes) +
+                  " bytes)");
   // YAML is text; a NUL byte means a binary file given by mistake.
   if (text.find('\0') != std::string::npos)
     throw IoError(path.string() + ": not a text file (contains NUL bytes); expected a YAML run config");

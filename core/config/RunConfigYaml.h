@@ -7,6 +7,7 @@
 #include "config/Problem.h"
 #include "config/RunConfig.h"
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -17,8 +18,10 @@ namespace strata::config {
 // ai-toolkit job file is recognised and imported (see AiToolkitImporter.h).
 LoadedConfig parseRunConfig(const std::string& yamlText, const std::string& fileName = "<string>");
 
-// Reads and parses a file. Throws strata::IoError (naming the path) when the file
-// is missing or unreadable; everything else is reported in `problems`.
+// Reads and parses a file. Throws strata::IoError (naming the path and the OS
+// reason: missing, a symlink loop, ...) when the file is missing, unreadable or
+// larger than kMaxConfigBytes; everything else is reported in `problems`.
+constexpr size_t kMaxConfigBytes = 1 << 20;
 LoadedConfig loadRunConfig(const std::filesystem::path& path);
 
 // The whole config as YAML (every key, schema order; unset optional keys left

@@ -5,6 +5,7 @@
 
 #include "common/TorchCompat.h"
 #include "config/ConfigSchema.h"
+#include "io/FileBytes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,6 +74,13 @@ class Checker {
           if (n != *spec.listSize) {
             error(key, "expected " + std::to_string(*spec.listSize) + " values, got " + std::to_string(n),
                   "e.g. " + formatValue(spec.defaultValue));
+            continue;
+          }
+        }
+        if (spec.check) {
+          const std::string why = spec.check(v);
+          if (!why.empty()) {
+            error(key, why, "e.g. " + formatValue(spec.defaultValue));
             continue;
           }
         }
@@ -252,8 +260,10 @@ class Checker {
         error("model.name_or_path", "no model given",
               "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true");
       } else {
-        std::error_code ec;
-        if (!fs::exists(m.nameOrPath, ec)) {
+        const std::string why = io::pathProblem(m.nameOrPath);
+        if (!why.empty() && why != "no such file or folder") {
+          error("model.name_or_path", m.nameOrPath + ": " + why);
+        } else if (!why.empty()) {
           const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos &&
                                      m.nameOrPath.front() != '/' && m.nameOrPath.front() != '.' &&
                                      std::count(m.nameOrPath.begin(), m.nameOrPath.end(), '/') == 1;
@@ -273,8 +283,8 @@ class Checker {
                                                                              std::string(d.type == DatasetType::Images
                                                                                              ? "images and captions"
                                                                                              : "cached latents"));
-      } else if (!fs::exists(d.folderPath, ec)) {
-        error(key, "folder not found: " + d.folderPath);
+      } else if (const std::string why = io::pathProblem(d.folderPath); !why.empty()) {
+        error(key, why == "no such file or folder" ? "folder not found: " + d.folderPath : d.folderPath + ": " + why);
       } else if (!fs::is_directory(d.folderPath, ec)) {
         error(key, "not a folder: " + d.folderPath);
       }

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 
@@ -106,7 +107,24 @@ std::string describeNode(const YAML::Node& node) {
   if (isNull(node)) return "nothing";
   if (node.IsMap()) return "a mapping";
   if (node.IsSequence()) return "a list";
-  return "'" + node.Scalar() + "'";
+  return "'" + excerpt(node.Scalar()) + "'";
+}
+
+std::string excerpt(const std::string& text, size_t maxChars) {
+  std::string out;
+  size_t i = 0;
+  for (; i < text.size() && i < maxChars; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
 }
 
 std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, std::string& error) {
@@ -262,13 +280,17 @@ std::string YamlReader::suggestKey(const std::string& patternPath) {
     candidates.push_back(k.path);
     for (std::string p = parentOf(k.path); !p.empty(); p = parentOf(p)) candidates.push_back(p);
   }
+  // A near spelling only within the key's own section; from another section
+  // only the same name (train.foo must not suggest the section 'job').
+  const size_t allowed = std::max<size_t>(2, last.size() / 3);
   for (const auto& c : candidates) {
+    const bool sameSection = parentOf(c) == parent;
     const size_t d = editDistance(last, lastOf(c));
-    const size_t score = d * 2 + (parentOf(c) == parent ? 0 : 1);
+    if (d > (sameSection ? allowed : 0)) continue;
+    const size_t score = d * 2 + (sameSection ? 0 : 1);
     if (score < bestScore) bestScore = score, best = c;
   }
-  const size_t allowed = std::max<size_t>(2, last.size() / 3);
-  return bestScore / 2 <= allowed ? best : "";
+  return best;
 }
 
 void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix, const std::string& concretePrefix,
@@ -284,6 +306,12 @@ void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix
       continue;
     }
     const std::string name = keyNode.Scalar();
+    if (name.size() > 64 || excerpt(name, name.size()) != name) {
+      // No schema key looks like this (a binary or generated file): quoted short, not whole.
+      if (++unknownKeys_ <= kListedUnknownKeys)
+        problem(Severity::Warning, concretePrefix + excerpt(name), pos, "unknown key (ignored)");
+      continue;
+    }
     const std::string pattern = patternPrefix + name;
     const std::string concrete = concretePrefix + name;
     if (auto first = seen.find(name); first != seen.end()) {
@@ -313,6 +341,7 @@ void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix
       }
       continue;
     }
+    if (++unknownKeys_ > kListedUnknownKeys) continue;  // counted; one summary line at the end
     const std::string near = suggestKey(pattern);
     problem(Severity::Warning, concrete, pos, "unknown key (ignored)",
             near.empty() ? "" : "did you mean '" + near + "'?");

@@ -20,8 +20,13 @@ namespace strata::config {
 // spellings are checked later by KeySpec::set.
 std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, std::string& error);
 
-// "a mapping", "a list", "'abc'" for messages.
+// "a mapping", "a list", "'abc'" for messages; a long or binary scalar is
+// quoted as a short excerpt with its length, never whole.
 std::string describeNode(const YAML::Node& node);
+
+// At most `maxChars` characters of `text` for a message, bytes outside
+// printable ASCII as \xNN, with "... (N bytes)" when cut.
+std::string excerpt(const std::string& text, size_t maxChars = 40);
 
 }  // namespace strata::config
 
@@ -55,8 +60,14 @@ class YamlReader {
   // "did you mean 'train.lr'?" for an unknown concrete path, or "".
   static std::string suggestKey(const std::string& patternPath);
 
+  // Unknown keys beyond the first kListedUnknownKeys get no warning each;
+  // this many were left out (one summary warning says so).
+  static constexpr size_t kListedUnknownKeys = 20;
+  size_t unknownKeysLeftOut() const { return unknownKeys_ > kListedUnknownKeys ? unknownKeys_ - kListedUnknownKeys : 0; }
+
  private:
   LoadedConfig& out_;
+  size_t unknownKeys_ = 0;
 };
 
 }  // namespace strata::config

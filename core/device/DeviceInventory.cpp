@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -50,12 +52,12 @@ int64_t parseByteSize(const std::string& text) {
   size_t pos = 0;
   while (pos < t.size() && (std::isdigit(static_cast<unsigned char>(t[pos])) || t[pos] == '.')) ++pos;
   if (pos == 0) throw ConfigError("size '" + text + "': expected a number with a unit, e.g. 16GB");
-  double value = 0;
-  try {
-    value = std::stod(t.substr(0, pos));
-  } catch (const std::exception&) {
-    throw ConfigError("size '" + text + "': '" + t.substr(0, pos) + "' is not a number");
-  }
+  const std::string number = t.substr(0, pos);
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (*end != '\0' || errno == ERANGE || !std::isfinite(value))
+    throw ConfigError("size '" + text + "': '" + number + "' is not a number");
   const std::string unit = trim(t.substr(pos));
   static const std::map<std::string, double> kUnits = {
       {"b", 1.0},         {"kb", 1e3},          {"mb", 1e6},          {"gb", 1e9},
@@ -67,7 +69,12 @@ int64_t parseByteSize(const std::string& text) {
                       "' (use GB, GiB, MB, MiB, TB)");
   }
   if (!(value > 0)) throw ConfigError("size '" + text + "': must be positive");
-  return static_cast<int64_t>(std::llround(value * it->second));
+  // Checked before the conversion: beyond int64 a size would wrap to a negative one.
+  const double bytes = value * it->second;
+  if (!(bytes <= static_cast<double>(kMaxDeviceBytes)))
+    throw ConfigError("size '" + text + "': more than " + formatBytes(kMaxDeviceBytes) + " is not a device");
+  if (bytes < 1) throw ConfigError("size '" + text + "': less than a byte");
+  return static_cast<int64_t>(std::llround(bytes));
 }
 
 DeviceInfo cpuDevice() {
@@ -112,8 +119,9 @@ std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec) {
         throw ConfigError("--devices '" + spec + "': item '" + raw +
                           "' should be COUNTxSIZE, e.g. 4x16GB");
       }
-      count = std::stoll(countText);
-      if (count < 1 || count > 64) {
+      // At most two digits matter (1..64); a longer text would overflow stoll.
+      count = countText.size() > 3 ? 0 : std::stoll(countText);
+      if (count < 1 || count > kMaxSimulatedDevices) {
         throw ConfigError("--devices '" + spec + "': item '" + raw + "': count must be 1..64");
       }
       sizeText = raw.substr(x + 1);

@@ -26,7 +26,10 @@ DeviceInfo cpuDevice();
 // cuda:0, cuda:1, ... in spec order. Throws ConfigError naming the bad item.
 std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec);
 
-// "16GB" -> 16e9, "1.5GiB" -> 1.5 * 2^30. Throws ConfigError.
+// "16GB" -> 16e9, "1.5GiB" -> 1.5 * 2^30. Throws ConfigError, also for sizes
+// over kMaxDeviceBytes (so no size wraps around int64).
+constexpr int64_t kMaxDeviceBytes = 1000000000000000;  // 1 PB
+constexpr int64_t kMaxSimulatedDevices = 64;           // per COUNTxSIZE item
 int64_t parseByteSize(const std::string& text);
 
 // "15.3 GB" (common/Text.h; here too, as the device layer's figures use it).

@@ -13,4 +13,9 @@ namespace strata::io {
 std::string readFileBytes(const std::filesystem::path& path,
                           std::size_t maxBytes = std::numeric_limits<std::size_t>::max());
 
+// Why `path` cannot be reached, from the OS: "no such file or folder", "a loop
+// of symbolic links", "permission denied", ...; "" when it can (stat works).
+// std::filesystem::exists() says false for all of these alike.
+std::string pathProblem(const std::filesystem::path& path);
+
 }  // namespace strata::io

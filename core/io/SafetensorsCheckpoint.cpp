@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "io/FileBytes.h"
 
 namespace fs = std::filesystem;
 
@@ -85,7 +86,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& path) {
     ckpt.folder_ = path.parent_path();
     files.push_back(path);
   } else {
-    throw IoError(path.string() + ": no such file or folder");
+    const std::string why = pathProblem(path);  // a loop or a permission, not only "absent"
+    throw IoError(path.string() + ": " + (why.empty() ? "not a file or folder" : why));
   }
 
   for (size_t i = 0; i < files.size(); ++i) {

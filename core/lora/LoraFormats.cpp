@@ -463,8 +463,19 @@ std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraM
 void writeLoraFile(const std::filesystem::path& path, const std::vector<LoraModuleWeights>& modules,
                    const nn::LoraNameRules& rules, const LoraExportOptions& options) {
   if (modules.empty()) throw Error("LoRA export to " + path.string() + ": no adapters");
-  io::writeSafetensors(path, loraTensorsForExport(modules, options.format, rules, options.dtype),
-                       loraMetadataForExport(modules, rules, options));
+  const auto tensors = loraTensorsForExport(modules, options.format, rules, options.dtype);
+  // A LoRA with NaN or Inf (a diverged run, a damaged checkpoint, or values
+  // beyond the export dtype) would load and then ruin every image: refused.
+  for (const auto& [name, t] : tensors) {
+    if (!t.is_floating_point()) continue;
+    const int64_t bad = t.numel() - at::isfinite(t).sum().item<int64_t>();
+    if (bad == 0) continue;
+    const bool nan = at::isnan(t).any().item<bool>();
+    throw Error("LoRA export to " + path.string() + " refused: tensor " + name + " holds " +
+                (nan ? "NaN" : "Inf") + " (" + std::to_string(bad) + " of " + std::to_string(t.numel()) +
+                " values not finite); the run diverged or its checkpoint is damaged");
+  }
+  io::writeSafetensors(path, tensors, loraMetadataForExport(modules, rules, options));
 }
 
 void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const nn::LoraNameRules& rules,

@@ -106,7 +106,8 @@ std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::
 std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraModuleWeights>& modules,
                                                          const nn::LoraNameRules& rules,
                                                          const LoraExportOptions& options);
-// Writes `network`'s adapters to `path` atomically.
+// Writes `network`'s adapters to `path` atomically. Refuses (strata::Error,
+// naming the first such tensor) a LoRA with NaN or Inf values.
 void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const nn::LoraNameRules& rules,
                    const LoraExportOptions& options);
 void writeLoraFile(const std::filesystem::path& path, const std::vector<LoraModuleWeights>& modules,

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/Error.h"
+#include "io/FileBytes.h"
 #include "io/Safetensors.h"
 
 namespace strata::train {
@@ -180,8 +181,10 @@ class LatentsDataset final : public Dataset {
     folder_ = cfg.folderPath;
     if (folder_.empty()) throw ConfigError(key(index, "folder_path") + ": the latents dataset needs a folder");
     std::error_code ec;
-    if (!fs::is_directory(folder_, ec))
-      throw IoError(key(index, "folder_path") + ": no such folder: " + folder_.string());
+    if (!fs::is_directory(folder_, ec)) {
+      const std::string why = io::pathProblem(folder_);
+      throw IoError(key(index, "folder_path") + ": " + folder_.string() + ": " + (why.empty() ? "not a folder" : why));
+    }
     for (const auto& e : fs::directory_iterator(folder_)) {
       if (e.path().extension() == ".safetensors" && e.path().filename() != "empty_prompt.safetensors")
         files_.push_back(e.path());

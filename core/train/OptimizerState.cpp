@@ -24,9 +24,16 @@ std::vector<std::pair<std::string, at::Tensor>> saveAdamWState(torch::optim::Ada
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& [name, p] : params) {
     auto it = map.find(stateKey<Map>(p));
-    if (it == map.end()) continue;  // before the first step
-    auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
-    if (!s) continue;
+    auto* s = it == map.end() ? nullptr : dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
+    if (!s) {
+      // No step has touched it yet (a stop before step 1, or fp16 steps all
+      // skipped). AdamW starts such a parameter from zero moments at step 0, so
+      // writing exactly that keeps the checkpoint whole and resumable.
+      out.emplace_back(name + ".exp_avg", at::zeros_like(p));
+      out.emplace_back(name + ".exp_avg_sq", at::zeros_like(p));
+      out.emplace_back(name + ".step", at::zeros({1}, at::kLong));
+      continue;
+    }
     out.emplace_back(name + ".exp_avg", s->exp_avg());
     out.emplace_back(name + ".exp_avg_sq", s->exp_avg_sq());
     out.emplace_back(name + ".step", at::full({1}, s->step(), at::kLong));

@@ -12,6 +12,8 @@ namespace strata::train {
 
 using NamedParams = std::vector<std::pair<std::string, at::Tensor>>;
 
+// Every parameter's state, also of those no step has touched yet (zero moments,
+// step 0: what AdamW would start them from), so a checkpoint is always whole.
 std::vector<std::pair<std::string, at::Tensor>> saveAdamWState(torch::optim::AdamW& optimizer,
                                                                const NamedParams& params);
 

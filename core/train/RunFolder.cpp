@@ -1,16 +1,19 @@
 #include "train/RunFolder.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/Error.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 #include "io/Safetensors.h"
 
 namespace strata::train {
@@ -23,11 +26,31 @@ void appendLine(const fs::path& path, const nlohmann::json& line) {
   const std::string text = line.dump() + "\n";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError(path.string() + ": cannot open for appending: " + std::strerror(errno));
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = errno;
+  struct stat before {};
+  if (::fstat(fd, &before) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw IoError(path.string() + ": cannot append: " + std::strerror(err));
+  }
+  // A short write (the disk filled up midway) is followed by a write that
+  // returns the real error; on any failure the file is cut back to its old
+  // length, so no torn line is left behind.
+  size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (err != 0 && done > 0 && ::ftruncate(fd, before.st_size) != 0) {
+    // Cannot cut it back: recover() drops the torn line at the next open.
+  }
   ::close(fd);
-  if (n != static_cast<ssize_t>(text.size()))
-    throw IoError(path.string() + ": append failed: " + std::strerror(err));
+  if (err != 0) throw IoError(path.string() + ": cannot append a line: " + std::strerror(err));
 }
 
 std::vector<nlohmann::json> readLines(const fs::path& path) {
@@ -63,6 +86,36 @@ std::optional<int64_t> stepOfName(const std::string& name) {
   return std::stoll(digits);
 }
 
+bool startsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// ".<name>.tmp.XXXXXX": a temp file of io::writeFileAtomic whose process died.
+bool isAtomicTemp(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  return name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 && name.size() - at == 11;
+}
+
+void removeTempFiles(const fs::path& dir, std::vector<std::string>& notes) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!isAtomicTemp(e.path().filename().string()) || !fs::is_regular_file(e.path(), ec)) continue;
+    fs::remove(e.path(), ec);
+    if (!ec) notes.push_back("removed the unfinished file " + e.path().string());
+  }
+}
+
+// Cuts the log back to its last whole line.
+void dropTornTail(const fs::path& path, std::vector<std::string>& notes) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;
+  const std::string text = io::readFileBytes(path);
+  if (text.empty() || text.back() == '\n') return;
+  const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  fs::resize_file(path, keep, ec);
+  if (ec) throw IoError(path.string() + ": cannot cut off its torn last line: " + ec.message());
+  notes.push_back(path.string() + ": cut off a torn last line");
+}
+
 }  // namespace
 
 RunFolder::RunFolder(fs::path root) : root_(std::move(root)) {}
@@ -73,6 +126,39 @@ void RunFolder::create() const {
     fs::create_directories(d, ec);
     if (ec) throw IoError(d.string() + ": cannot create folder: " + ec.message());
   }
+}
+
+std::vector<std::string> RunFolder::recover() const {
+  std::vector<std::string> notes;
+  std::error_code ec;
+  const fs::path ck = checkpointsDir();
+  if (fs::is_directory(ck, ec)) {
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(ck, ec)) entries.push_back(e.path());
+    for (const auto& p : entries) {
+      const std::string name = p.filename().string();
+      if (startsWith(name, ".old-")) {
+        // A re-save cut between "step_N -> .old-step_N" and ".partial -> step_N".
+        const fs::path target = ck / name.substr(5);
+        if (!fs::exists(target, ec) && fs::exists(p / "state.json", ec)) {
+          fs::rename(p, target, ec);
+          if (ec) throw IoError(p.string() + ": cannot put back as " + target.string() + ": " + ec.message());
+          notes.push_back("put back " + target.string() + " (its re-save was interrupted)");
+        } else {
+          fs::remove_all(p, ec);
+        }
+      } else if (startsWith(name, ".partial-") || startsWith(name, ".trash-")) {
+        fs::remove_all(p, ec);
+        if (ec) throw IoError(p.string() + ": cannot remove a leftover of an interrupted run: " + ec.message());
+        notes.push_back("removed " + p.string() + (startsWith(name, ".trash-") ? " (an interrupted prune)"
+                                                                               : " (an unfinished checkpoint)"));
+      }
+    }
+  }
+  for (const auto& d : {root_, samplesDir(), exportsDir()}) removeTempFiles(d, notes);
+  dropTornTail(metricsPath(), notes);
+  dropTornTail(samplesIndexPath(), notes);
+  return notes;
 }
 
 fs::path RunFolder::samplePath(int64_t step, int64_t promptIndex) const {
@@ -172,11 +258,61 @@ CheckpointData readCheckpoint(const fs::path& dir) {
     auto f = io::SafetensorsFile::open(p);
     for (const auto& n : f.names()) into.emplace_back(n, f.tensorCopy(n));
   };
-  load("lora.safetensors", d.lora, true);
-  load("optimizer.safetensors", d.optimizer, true);
-  load("ema.safetensors", d.ema, false);
-  load("rng.safetensors", d.rng, false);
+  try {
+    load("lora.safetensors", d.lora, true);
+    load("optimizer.safetensors", d.optimizer, true);
+    load("ema.safetensors", d.ema, false);
+    load("rng.safetensors", d.rng, false);
+  } catch (const IoError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw IoError(dir.string() + ": " + e.what());
+  }
+  // Whole: every LoRA weight has its optimizer state (a checkpoint must resume).
+  if (d.lora.empty()) throw IoError((dir / "lora.safetensors").string() + ": holds no LoRA weights");
+  std::set<std::string> opt;
+  for (const auto& [k, t] : d.optimizer) opt.insert(k);
+  const std::string prefix = "transformer.";
+  size_t missing = 0;
+  std::string first;
+  for (const auto& [k, t] : d.lora) {
+    const std::string param = k.rfind(prefix, 0) == 0 ? k.substr(prefix.size()) : k;
+    for (const char* sfx : {".exp_avg", ".exp_avg_sq", ".step"})
+      if (!opt.count(param + sfx)) {
+        if (missing++ == 0) first = param + sfx;
+      }
+  }
+  if (missing > 0)
+    throw IoError((dir / "optimizer.safetensors").string() + ": incomplete, " + std::to_string(missing) +
+                  " optimizer tensor(s) missing (first: " + first + ")");
   return d;
+}
+
+IntactCheckpoint readLatestIntactCheckpoint(const RunFolder& folder) {
+  auto all = folder.checkpoints();
+  if (all.empty()) throw IoError(folder.root().string() + ": no checkpoint");
+  IntactCheckpoint out;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      out.data = readCheckpoint(it->path);
+      out.ref = *it;
+      return out;
+    } catch (const std::exception& e) {
+      out.damaged.push_back(e.what());
+    }
+  }
+  std::string msg = folder.root().string() + ": no intact checkpoint:";
+  for (const auto& d : out.damaged) msg += "\n  " + d;
+  throw IoError(msg);
+}
+
+fs::path setAsideDamagedCheckpoint(const CheckpointRef& ref) {
+  const fs::path dest = ref.path.parent_path() / ("damaged-" + ref.path.filename().string());
+  std::error_code ec;
+  fs::remove_all(dest, ec);
+  fs::rename(ref.path, dest, ec);
+  if (ec) throw IoError(ref.path.string() + ": cannot move the damaged checkpoint aside: " + ec.message());
+  return dest;
 }
 
 std::vector<fs::path> pruneCheckpoints(const RunFolder& folder, int64_t keep) {
@@ -185,8 +321,14 @@ std::vector<fs::path> pruneCheckpoints(const RunFolder& folder, int64_t keep) {
   auto all = folder.checkpoints();
   std::error_code ec;
   while (static_cast<int64_t>(all.size()) > keep) {
-    fs::remove_all(all.front().path, ec);
-    if (!ec) removed.push_back(all.front().path);
+    const fs::path dir = all.front().path;
+    const fs::path trash = dir.parent_path() / (".trash-" + dir.filename().string());
+    fs::remove_all(trash, ec);
+    fs::rename(dir, trash, ec);  // step_N is gone in one step; the rest may be cut by a kill
+    if (!ec) {
+      fs::remove_all(trash, ec);
+      removed.push_back(dir);
+    }
     all.erase(all.begin());
   }
   return removed;

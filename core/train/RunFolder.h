@@ -53,6 +53,12 @@ class RunFolder {
 
   // Creates the folders. Throws IoError.
   void create() const;
+  // Cleans what a killed process left behind; call it holding the folder's lock
+  // (RunFolderLock), since a live run's partial files look the same. Removes
+  // partial and trash checkpoint folders and temp files, puts back a checkpoint
+  // whose re-save was cut between its two renames, and cuts a torn last line off
+  // the logs. Returns one note per repair.
+  std::vector<std::string> recover() const;
 
   // samples/step_00000010_p00.png
   std::filesystem::path samplePath(int64_t step, int64_t promptIndex) const;
@@ -62,7 +68,9 @@ class RunFolder {
   std::vector<CheckpointRef> checkpoints() const;
   std::optional<CheckpointRef> latestCheckpoint() const;
 
-  // Appends one line (one write call, so a line is never torn by a crash mid-run).
+  // Appends one whole line: on a failed or short write (disk full) the file is
+  // cut back to its old length, so a line is never torn; IoError names the OS
+  // error (ENOSPC, EFBIG, ...).
   void appendMetrics(const nlohmann::json& line) const;
   void appendSampleIndex(const nlohmann::json& line) const;
   // Drops lines whose "step" is greater than `step` (a resume continues after
@@ -80,11 +88,27 @@ class RunFolder {
 // untouched then.
 std::filesystem::path writeCheckpoint(const RunFolder& folder, const CheckpointData& data);
 
-// Reads a checkpoint folder. Throws IoError.
+// Reads a checkpoint folder and checks it is whole: every LoRA weight has its
+// optimizer state. Throws IoError naming what is wrong.
 CheckpointData readCheckpoint(const std::filesystem::path& dir);
 
+// The newest checkpoint that reads back whole; the newer ones that do not are
+// listed in `damaged` ("<path>: <reason>"). Throws IoError when there is no
+// checkpoint, or none is intact (every reason listed).
+struct IntactCheckpoint {
+  CheckpointRef ref;
+  CheckpointData data;
+  std::vector<std::string> damaged;
+};
+IntactCheckpoint readLatestIntactCheckpoint(const RunFolder& folder);
+
+// Renames a damaged checkpoint to checkpoints/damaged-step_N (kept for a look,
+// no longer a checkpoint); returns the new path.
+std::filesystem::path setAsideDamagedCheckpoint(const CheckpointRef& ref);
+
 // Deletes all but the newest `keep` checkpoints (keep < 1 keeps all); returns
-// the folders removed.
+// the folders removed. Each is renamed to a trash name first, so a kill midway
+// never leaves a half-deleted step_N (RunFolder::recover empties the trash).
 std::vector<std::filesystem::path> pruneCheckpoints(const RunFolder& folder, int64_t keep);
 
 }  // namespace strata::train

@@ -16,6 +16,7 @@
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
@@ -36,6 +37,7 @@
 #include "train/OptimizerState.h"
 #include "train/RngState.h"
 #include "train/RunFolder.h"
+#include "train/RunFolderLock.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::train {
@@ -202,10 +204,12 @@ RunOutcome Trainer::runImpl() {
     }
   }
   if (!problems.empty()) {
+    if (!options_.resume) st->lock.releaseAndRemoveIfEmpty();
     bus_.publish(events::PreflightFailedEvent{problems});
     return RunOutcome::PreflightFailed;
   }
-  if (st->resumeData) RunFolder(runDir_).truncateLogsAfter(st->startStep);
+  // Log lines past the resumed step, or of an earlier attempt here that left no checkpoint.
+  RunFolder(runDir_).truncateLogsAfter(st->resumeData ? st->startStep : -1);
   step_ = st->startStep;
   bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume});
   const RunOutcome outcome = loop(*st);
@@ -219,26 +223,42 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
     if (p.isError()) problems.push_back(p.format());
     else if (options_.reportConfigWarnings) bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
   }
-  // The run folder: a derived one that holds an earlier run gets the next free name.
-  if (!options_.resume && options_.runDir.empty()) {
-    const auto wanted = runDir_;
-    runDir_ = freeRunDir(runDir_);
-    if (runDir_ != wanted)
-      bus_.publish(events::WarningEvent{wanted.string() + " holds an earlier run; this run writes to " + runDir_.string(), 0});
-  } else if (!options_.resume && !RunFolder(runDir_).checkpoints().empty()) {
+  // The run folder, locked for this process (a derived one that holds an earlier
+  // run or is in use gets the next free name), cleaned of what a killed run left.
+  try {
+    auto opened = lockRunFolder(runDir_, !options_.resume && options_.runDir.empty());
+    runDir_ = opened.dir;
+    st.lock = std::move(opened.lock);
+    for (const auto& n : opened.notes) bus_.publish(events::WarningEvent{n, 0});
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+    return;
+  }
+  const RunFolder folder(runDir_);
+  if (!options_.resume && !folder.checkpoints().empty()) {
     problems.push_back("run folder " + runDir_.string() +
                        " already has checkpoints: resume it (strata-train resume) or choose another folder");
   }
   if (options_.resume) {
-    const auto latest = RunFolder(runDir_).latestCheckpoint();
-    if (!latest) {
-      problems.push_back(runDir_.string() + ": no checkpoint to resume from");
-    } else {
-      try {
-        st.resumeData = readCheckpoint(latest->path);
-      } catch (const std::exception& e) {
-        problems.push_back(e.what());
-      }
+    try {
+      auto intact = readLatestIntactCheckpoint(folder);
+      for (const auto& d : intact.damaged) bus_.publish(events::WarningEvent{"damaged checkpoint: " + d, 0});
+      // Damaged newer ones are set aside, so the run goes on from the intact one.
+      for (const auto& c : folder.checkpoints())
+        if (c.step > intact.ref.step) {
+          const auto aside = setAsideDamagedCheckpoint(c);
+          bus_.publish(events::WarningEvent{"resuming from " + intact.ref.path.string() + " (step " +
+                                                std::to_string(intact.ref.step) + "); the damaged " +
+                                                c.path.filename().string() + " is kept as " + aside.string(),
+                                            0});
+        }
+      if (intact.data.step > cfg_.train.steps)
+        throw IoError(intact.ref.path.string() + ": its step " + std::to_string(intact.data.step) +
+                      " is past train.steps " + std::to_string(cfg_.train.steps) + " of the run's config");
+      st.resumePath = intact.ref.path.string();
+      st.resumeData = std::move(intact.data);
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("resume: ") + e.what());
     }
   }
   if (!problems.empty()) return;
@@ -350,7 +370,7 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   st.lossCount = s.value("loss_count", int64_t{0});
   if (st.scaler.enabled() && s.contains("loss_scale"))
     st.scaler.restore(s.value("loss_scale", 1.0), s.value("loss_scale_clean_steps", int64_t{0}));
-  st.lastCheckpoint = RunFolder(runDir_).latestCheckpoint()->path.string();
+  st.lastCheckpoint = st.resumePath;
   st.lastCheckpointStep = st.startStep;
 }
 
@@ -505,7 +525,16 @@ RunOutcome Trainer::loop(State& st) {
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
       if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
-        if (st.lastCheckpointStep != step) checkpoint(st, step);
+        if (st.lastCheckpointStep != step && !checkpoint(st, step)) {
+          // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
+          bus_.publish(events::FailedEvent{
+              "stopped at step " + std::to_string(step) + " but its checkpoint could not be written" +
+                  (st.lastCheckpoint.empty() ? "; there is no checkpoint"
+                                             : "; the last good checkpoint is " + st.lastCheckpoint + " (step " +
+                                                   std::to_string(st.lastCheckpointStep) + ")"),
+              step, st.lastCheckpoint});
+          return RunOutcome::Failed;
+        }
         bus_.publish(events::StoppedEvent{step, st.lastCheckpoint});
         return RunOutcome::Stopped;
       }
@@ -566,12 +595,19 @@ RunOutcome Trainer::finish(State& st) {
 }
 
 std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config::ExportFormat>& formats,
-                                const fs::path& outDir, const std::string& softwareVersion) {
+                                const fs::path& outDir, const std::string& softwareVersion,
+                                std::vector<std::string>* notes) {
   const OpenedRun run = openRunFolder(runDir, "export");
   const auto& folder = run.folder;
   const auto& cfg = run.config;
-  const auto* latest = &run.latest;
-  const auto data = readCheckpoint(latest->path);
+  auto intact = readLatestIntactCheckpoint(folder);
+  for (const auto& d : intact.damaged)
+    if (notes) notes->push_back("damaged checkpoint: " + d);
+  if (!intact.damaged.empty() && notes)
+    notes->push_back("exporting " + intact.ref.path.string() + " (step " + std::to_string(intact.ref.step) +
+                     "), the newest intact checkpoint");
+  const auto* latest = &intact.ref;
+  const auto& data = intact.data;
   const auto fcfg = planFluxConfig(cfg.model);
   const double alpha = data.state.value("lora_alpha", cfg.network.linearAlpha);
   const auto ema = toMap(data.ema);
@@ -590,7 +626,11 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
   std::vector<fs::path> written;
   for (auto f : formats) {
     const auto path = exportPath(folder, cfg, f, std::nullopt, dir);
-    lora::writeLoraFile(path, modules, rules, exportOptionsOf(cfg, f, data.step, alpha, "", softwareVersion));
+    try {
+      lora::writeLoraFile(path, modules, rules, exportOptionsOf(cfg, f, data.step, alpha, "", softwareVersion));
+    } catch (const std::exception& e) {
+      throw Error(e.what());  // the checkpoint was read: a failure now is the export's, not bad input
+    }
     written.push_back(path);
   }
   return written;

@@ -126,12 +126,14 @@ class Trainer {
   RunOutcome threadOutcome_ = RunOutcome::Failed;
 };
 
-// Writes the LoRA of `runDir`'s latest checkpoint (EMA weights when the run had
-// EMA) in each format to `outDir` (empty = <runDir>/exports). Returns the files.
-// Throws strata::Error with the reason.
+// Writes the LoRA of `runDir`'s latest intact checkpoint (EMA weights when the
+// run had EMA) in each format to `outDir` (empty = <runDir>/exports). Returns the
+// files. A damaged newer checkpoint is passed over and said so in `notes`.
+// Throws strata::Error with the reason (a LoRA with NaN/Inf is refused).
 std::vector<std::filesystem::path> exportRun(const std::filesystem::path& runDir,
                                              const std::vector<config::ExportFormat>& formats,
                                              const std::filesystem::path& outDir = {},
-                                             const std::string& softwareVersion = kVersion);
+                                             const std::string& softwareVersion = kVersion,
+                                             std::vector<std::string>* notes = nullptr);
 
 }  // namespace strata::train

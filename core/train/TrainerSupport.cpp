@@ -12,6 +12,7 @@
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
+#include "io/FileBytes.h"
 #include "io/Image.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
@@ -55,17 +56,51 @@ lora::LoraFileFormat fileFormatOf(config::ExportFormat f) {
   return lora::LoraFileFormat::Diffusers;
 }
 
+namespace {
+
+bool holdsRun(const fs::path& d) {
+  std::error_code ec;
+  if (fs::exists(d / "metrics.jsonl", ec)) return true;
+  return fs::is_directory(d / "checkpoints", ec) && !fs::is_empty(d / "checkpoints", ec);
+}
+
+fs::path numbered(const fs::path& dir, int i) { return i < 2 ? dir : fs::path(dir.string() + "_" + std::to_string(i)); }
+
+}  // namespace
+
 fs::path freeRunDir(const fs::path& dir) {
-  auto used = [](const fs::path& d) {
-    std::error_code ec;
-    if (fs::exists(d / "metrics.jsonl", ec)) return true;
-    return fs::is_directory(d / "checkpoints", ec) && !fs::is_empty(d / "checkpoints", ec);
-  };
-  if (!used(dir)) return dir;
-  for (int i = 2;; ++i) {
-    fs::path cand = dir.string() + "_" + std::to_string(i);
-    if (!used(cand)) return cand;
+  for (int i = 1;; ++i)
+    if (!holdsRun(numbered(dir, i))) return numbered(dir, i);
+}
+
+OpenedRunFolder lockRunFolder(const fs::path& dir, bool derivedNewRun) {
+  OpenedRunFolder out;
+  if (!derivedNewRun) {
+    out.lock = RunFolderLock(dir);
+    out.dir = dir;
+  } else {
+    for (int i = 1; !out.lock.held(); ++i) {
+      const fs::path cand = numbered(dir, i);
+      if (holdsRun(cand)) continue;
+      try {
+        out.lock = RunFolderLock(cand);
+      } catch (const RunFolderBusy& busy) {
+        out.notes.push_back(cand.string() + " is in use by process " + std::to_string(busy.holder()) +
+                            "; this run takes the next free name");
+        continue;
+      }
+      // Checked again under the lock: a run may have ended there meanwhile.
+      if (holdsRun(cand)) {
+        out.lock = RunFolderLock();
+        continue;
+      }
+      out.dir = cand;
+    }
+    if (out.dir != dir) out.notes.push_back("this run writes to " + out.dir.string() + " (" + dir.string() +
+                                            " holds an earlier run or is in use)");
   }
+  for (auto& n : RunFolder(out.dir).recover()) out.notes.push_back(std::move(n));
+  return out;
 }
 
 BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run) {
@@ -117,6 +152,7 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
 OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
   OpenedRun run{RunFolder(runDir), {}, {}};
   std::error_code ec;
+  if (const auto why = io::pathProblem(runDir); !why.empty()) throw IoError(runDir.string() + ": " + why);
   if (!fs::exists(run.folder.configPath(), ec)) throw IoError(runDir.string() + ": not a run folder (no config.yaml)");
   const auto loaded = config::loadRunConfig(run.folder.configPath());
   if (!loaded.ok()) {

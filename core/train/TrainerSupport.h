@@ -29,6 +29,7 @@
 #include "train/LossScaler.h"
 #include "train/OptimizerState.h"
 #include "train/RunFolder.h"
+#include "train/RunFolderLock.h"
 #include "train/RunPlanning.h"
 #include "train/TextEmbedder.h"
 #include "train/Trainer.h"
@@ -78,6 +79,8 @@ struct Trainer::State {
   // The run as a whole (set by the stages, read by the ones after).
   PreparedRun prepared;                      // preflight: validation, shape, devices, plan
   std::optional<CheckpointData> resumeData;  // preflight: the checkpoint a resume continues from
+  std::string resumePath;                    // its folder (the newest intact one)
+  RunFolderLock lock;                        // preflight: this process's hold on the run folder
   std::string planReason;                    // build and place
   int64_t startStep = 0;                     // restore
   double lastLoss = 0.0;                     // loop
@@ -92,6 +95,19 @@ lora::LoraFileFormat fileFormatOf(config::ExportFormat f);
 
 // `dir` if it holds no earlier run, else dir_2, dir_3, ...
 std::filesystem::path freeRunDir(const std::filesystem::path& dir);
+
+// The run folder, locked (one process per folder) and cleaned of what a killed
+// run left behind (RunFolder::recover). A new run in a derived folder
+// (`derivedNewRun`: no --run-dir) takes the first of dir, dir_2, ... that holds
+// no earlier run and is not locked by a live process; otherwise `dir` itself, or
+// RunFolderBusy naming the holder's pid. `notes` say which folder was taken
+// instead and what was repaired.
+struct OpenedRunFolder {
+  std::filesystem::path dir;
+  RunFolderLock lock;
+  std::vector<std::string> notes;
+};
+OpenedRunFolder lockRunFolder(const std::filesystem::path& dir, bool derivedNewRun);
 
 struct BuiltModel {
   std::shared_ptr<flux::FluxTransformer> model;

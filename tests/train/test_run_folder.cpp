@@ -19,7 +19,9 @@ CheckpointData fakeCheckpoint(int64_t step) {
   CheckpointData d;
   d.step = step;
   d.lora = {{"transformer.a.lora_A.weight", at::full({2, 3}, static_cast<float>(step))}};
-  d.optimizer = {{"a.lora_A.weight.exp_avg", at::zeros({2, 3})}};
+  d.optimizer = {{"a.lora_A.weight.exp_avg", at::zeros({2, 3})},
+                 {"a.lora_A.weight.exp_avg_sq", at::zeros({2, 3})},
+                 {"a.lora_A.weight.step", at::full({1}, step, at::kLong)}};
   d.rng = {{"rng.trainer", at::zeros({8}, at::kByte)}};
   d.state = {{"draw_cursor", step * 2}};
   return d;

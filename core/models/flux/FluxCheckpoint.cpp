@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "io/FileBytes.h"
 #include "common/ShapeText.h"
 #include "common/Text.h"
 #include "io/Safetensors.h"

@@ -1,0 +1,41 @@
+#pragma once
+// Range checks for numbers the user types on the command line, shared by the
+// sub-commands: a bad number is exit code 2 with one line saying what is allowed,
+// never a silently ignored or wrapped-around value.
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+namespace strata::cli {
+
+// --stop-after: a step number, 1 .. 10^12 (0 or less would never stop).
+inline CLI::Validator stopAfterCheck() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || v < 1 || v > 1000000000000LL)
+          return "'" + text + "' is not a step to stop after: give a step number of at least 1";
+        return "";
+      },
+      "STEP>=1");
+}
+
+// A size in GB: finite, 0 .. 10^6.
+inline CLI::Validator gigabytesCheck() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || errno == ERANGE || !(v >= 0 && v <= 1e6))
+          return "'" + text + "' is not a size in GB from 0 to 1000000";
+        return "";
+      },
+      "GB");
+}
+
+}  // namespace strata::cli

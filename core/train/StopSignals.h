@@ -1,0 +1,36 @@
+#pragma once
+// What SIGINT (Ctrl-C), SIGTERM (kill, systemd, docker, SLURM) and SIGHUP (a
+// closed terminal or ssh session) do while a trainer runs, for the CLI and the
+// app alike: the first asks the trainer to write a checkpoint and stop (an
+// atomic store, safe in a handler) and says so on stderr; a second one ends the
+// process at once with that signal's default action (the previous checkpoint
+// stays intact, checkpoints being written aside and renamed into place).
+// SIGPIPE is ignored meanwhile, so a vanished reader of the output cannot end
+// the run without its checkpoint.
+#include <csignal>
+
+namespace strata::train {
+
+class Trainer;
+
+class StopOnSignals {
+ public:
+  // Installs the handlers for `trainer` until destroyed (the previous handlers
+  // come back then). `who` prefixes the stderr line ("strata-train", "strata").
+  explicit StopOnSignals(Trainer& trainer, const char* who = "strata");
+  ~StopOnSignals();
+  StopOnSignals(const StopOnSignals&) = delete;
+  StopOnSignals& operator=(const StopOnSignals&) = delete;
+
+  // The signal that asked for the stop while this guard was installed, 0 if none.
+  int signalReceived() const;
+
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+ private:
+  Trainer* previousTarget_ = nullptr;
+  struct sigaction previous_[3] = {};
+  struct sigaction previousPipe_ = {};
+};
+
+}  // namespace strata::train
