@@ -63,6 +63,18 @@ std::optional<int64_t> stepOfName(const std::string& name) {
   return std::stoll(digits);
 }
 
+// A checkpoint's state.json says "manual": true when the user asked for it. An
+// unreadable one counts as rolling: pruning may then drop it, as before.
+bool isManual(const fs::path& statePath) {
+  std::ifstream in(statePath);
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    return j.is_object() && j.value("manual", false);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 RunFolder::RunFolder(fs::path root) : root_(std::move(root)) {}
@@ -95,7 +107,7 @@ std::vector<CheckpointRef> RunFolder::checkpoints() const {
   for (const auto& e : fs::directory_iterator(checkpointsDir(), ec)) {
     const auto step = stepOfName(e.path().filename().string());
     if (!step || !fs::exists(e.path() / "state.json", ec)) continue;
-    out.push_back({*step, e.path()});
+    out.push_back({*step, e.path(), isManual(e.path() / "state.json")});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;
@@ -131,6 +143,7 @@ fs::path writeCheckpoint(const RunFolder& folder, const CheckpointData& data) {
     io::writeSafetensors(partial / "rng.safetensors", data.rng);
     nlohmann::json state = data.state;
     state["step"] = data.step;
+    if (data.manual) state["manual"] = true;
     // state.json last: its presence marks a complete checkpoint.
     io::writeFileAtomic(partial / "state.json", state.dump(2) + "\n");
     if (fs::exists(finalDir)) {
@@ -162,6 +175,7 @@ CheckpointData readCheckpoint(const fs::path& dir) {
   }
   if (!d.state.contains("step")) throw IoError(statePath.string() + ": no 'step'");
   d.step = d.state["step"].get<int64_t>();
+  d.manual = d.state.value("manual", false);
   auto load = [&](const char* file, NamedTensors& into, bool required) {
     const auto p = dir / file;
     std::error_code ec;
@@ -183,6 +197,7 @@ std::vector<fs::path> pruneCheckpoints(const RunFolder& folder, int64_t keep) {
   std::vector<fs::path> removed;
   if (keep < 1) return removed;
   auto all = folder.checkpoints();
+  all.erase(std::remove_if(all.begin(), all.end(), [](const CheckpointRef& c) { return c.manual; }), all.end());
   std::error_code ec;
   while (static_cast<int64_t>(all.size()) > keep) {
     fs::remove_all(all.front().path, ec);

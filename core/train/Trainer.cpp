@@ -371,9 +371,10 @@ RunOutcome Trainer::runImpl() {
   bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, startStep, tc.steps, options_.resume});
 
   // ---- helpers over the state ---------------------------------------------
-  auto checkpoint = [&](int64_t step) -> bool {
+  auto checkpoint = [&](int64_t step, bool manual = false) -> bool {
     CheckpointData d;
     d.step = step;
+    d.manual = manual;  // "save now": kept apart from the rolling keep-N checkpoints
     for (const auto& [k, t] : st->network->stateDict("transformer.")) d.lora.emplace_back(k, t.detach());
     d.optimizer = saveAdamWState(*st->optimizer, st->namedParams);
     if (st->ema)
@@ -540,8 +541,9 @@ RunOutcome Trainer::runImpl() {
       if (sampleRequested_.exchange(false) ||
           (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last)))
         doSamples(step);
-      if (saveRequested_.exchange(false) || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
-        checkpoint(step);
+      const bool manualSave = saveRequested_.exchange(false);
+      if (manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
+        checkpoint(step, manualSave);
       if (exportRequested_.exchange(false) && !last) exportLora(step, false);
     }
   } catch (const NonFiniteLoss& e) {
