@@ -120,6 +120,19 @@ void WidgetsTest::sampleBrowserReadsRunFolder() {
   QVERIFY(viewer);
   QVERIFY(viewer->isVisible());
   QVERIFY(viewer->windowTitle().contains("step 30"));
+  // Arrow keys: left / right move through the steps of this prompt, up / down through the prompts.
+  QVERIFY(viewer->windowTitle().contains("prompt 1"));
+  QTest::keyClick(viewer, Qt::Key_Left);
+  QVERIFY2(viewer->windowTitle().contains("step 20"), qPrintable(viewer->windowTitle()));
+  QTest::keyClick(viewer, Qt::Key_Left);
+  QTest::keyClick(viewer, Qt::Key_Left);  // at the first step it stays there
+  QVERIFY(viewer->windowTitle().contains("step 10"));
+  QTest::keyClick(viewer, Qt::Key_Up);
+  QVERIFY(viewer->windowTitle().contains("prompt 0"));
+  QTest::keyClick(viewer, Qt::Key_Right);
+  QVERIFY(viewer->windowTitle().contains("step 20") && viewer->windowTitle().contains("prompt 0"));
+  QTest::keyClick(viewer, Qt::Key_Down);
+  QVERIFY(viewer->windowTitle().contains("prompt 1"));
   viewer->close();
 
   // Compare two steps side by side.
@@ -256,6 +269,11 @@ void WidgetsTest::configEditorImportsAnAiToolkitJob() {
   QVERIFY(editor.yamlText().contains("my_flux_lora"));
   QVERIFY(editor.filePath().isEmpty());  // a new Strata config until saved
   QVERIFY(editor.isModified());
+  // What was not carried over is listed with the config's problems, as warnings.
+  bool listed = false;
+  for (const ProblemView& p : editor.problems()) listed |= !p.error && p.key.contains("noise_scheduler");
+  QVERIFY(listed);
+  QVERIFY(!editor.importNotes().isEmpty());
   // Not a job file: refused with the reason, nothing changes.
   const QString bad = dir.filePath("bad.yaml");
   QFile b(bad);
