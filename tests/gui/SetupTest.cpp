@@ -21,6 +21,7 @@
 #include <QtTest>
 
 #include "GuiTestSupport.h"
+#include "config/RunConfig.h"
 #include "ui/ConfigEditor.h"
 #include "ui/ListEditors.h"
 #include "ui/MainWindow.h"
@@ -100,6 +101,8 @@ void SetupTest::wheelChangesAFieldOnlyWithFocus() {
   QCOMPARE(placement->focusPolicy(), Qt::StrongFocus);
   // With focus the wheel is an edit like any other.
   e->showPage("basic");
+  w.activateWindow();
+  QVERIFY(QTest::qWaitForWindowActive(&w));
   rank->setFocus();
   QTRY_VERIFY(rank->hasFocus());
   wheel(rank, 3);

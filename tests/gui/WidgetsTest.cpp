@@ -247,6 +247,7 @@ void WidgetsTest::configEditorImportsAnAiToolkitJob() {
           "  process:\n"
           "    - type: sd_trainer\n"
           "      training_folder: output\n"
+          "      trigger_word: ohwx\n"
           "      network:\n"
           "        type: lora\n"
           "        linear: 32\n"
@@ -271,7 +272,7 @@ void WidgetsTest::configEditorImportsAnAiToolkitJob() {
   QVERIFY(editor.isModified());
   // What was not carried over is listed with the config's problems, as warnings.
   bool listed = false;
-  for (const ProblemView& p : editor.problems()) listed |= !p.error && p.key.contains("noise_scheduler");
+  for (const ProblemView& p : editor.problems()) listed |= !p.error && p.key.contains("trigger_word");
   QVERIFY(listed);
   QVERIFY(!editor.importNotes().isEmpty());
   // Not a job file: refused with the reason, nothing changes.
