@@ -15,10 +15,10 @@ const QVector<ConfigTemplate>& configTemplates() {
        QObject::tr("A few-MB model with the FLUX architecture learns coloured shapes on the CPU in minutes. "
                    "Shows the whole loop: loss, samples, checkpoints, LoRA export."),
        ":/strata/templates/demo.yaml"},
-      {"flux-dev-1gpu", QObject::tr("FLUX.1-dev on one GPU (24 GB and up)"),
-       QObject::tr("The whole model on one card. On a 24 GB card turn on \"Save memory (recompute activations)\" "
-                   "and train at 512 pixels; the plan on the right shows whether it fits. Starts from random "
-                   "weights: set the base model and an image folder for a real LoRA."),
+      {"flux-dev-1gpu", QObject::tr("FLUX.1-dev on one large GPU (40 GB and up)"),
+       QObject::tr("The whole model on one card. A 24 GB card falls about 4 GB short until Strata quantizes "
+                   "the model (plan it for \"24GB\" on the right to see); split over two cards instead. Starts "
+                   "from random weights: set the base model and an image folder for a real LoRA."),
        ":/strata/templates/flux-dev-1gpu.yaml"},
       {"flux-dev-split-4x16gb", QObject::tr("FLUX.1-dev split over four 16 GB GPUs"),
        QObject::tr("The blocks are shared out over four cards, each capped at 16 GB. Starts from random "

@@ -6,6 +6,8 @@
 #include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -30,6 +32,7 @@ class WidgetsTest : public QObject {
   void gpuMapTooltipsAndMismatches();
   void plannedPlacementOnSimulatedDevices();
   void plannedPlacementReportsBadSpec();
+  void gpuMapFitsOrScrolls();
   void configEditorImportsAnAiToolkitJob();
 };
 
@@ -198,6 +201,35 @@ void WidgetsTest::gpuMapTooltipsAndMismatches() {
   // Live memory updates reach the device.
   map.updateMemory({MemoryView{"cuda:1", 5'000'000'000, 6'000'000'000, 16'000'000'000}});
   QCOMPARE(map.placement().devices[1].allocatedBytes, 5'000'000'000LL);
+}
+
+// Four cards in the plan panel of a 1400 px and of a 1000 px window: the columns
+// share the width (the fourth is not cut off); narrower than four minimum columns
+// the map scrolls sideways, and a scroll reaches the last card.
+void WidgetsTest::gpuMapFitsOrScrolls() {
+  strata::config::RunConfig cfg;
+  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.splitModelOverGpus = true;
+  GpuMapView map;
+  map.setPlacement(planPlacementView(cfg, "4x16GB"));
+  QCOMPARE(map.placement().devices.size(), 4);
+  map.show();
+  auto* scroll = map.findChild<QScrollArea*>("gpuMapScroll");
+  QVERIFY(scroll);
+  const QString last = map.placement().devices.back().blocks.back().id;
+  for (int width : {560, 700}) {  // the plan panel's share of 1400 px; a wider panel
+    map.resize(width, 700);
+    QTRY_COMPARE(map.canvas()->width(), scroll->viewport()->width());
+    QVERIFY2(map.blockRect(last).right() < scroll->viewport()->width(), qPrintable(QString::number(width)));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible() || scroll->horizontalScrollBar()->maximum() == 0);
+  }
+  map.resize(400, 700);  // 1000 px window: four columns do not fit at their least width
+  QTRY_VERIFY(map.canvas()->width() > scroll->viewport()->width());
+  QVERIFY(scroll->horizontalScrollBar()->maximum() > 0);
+  scroll->horizontalScrollBar()->setValue(scroll->horizontalScrollBar()->maximum());
+  const QRect r = map.blockRect(last);
+  const QPoint inView = map.canvas()->mapTo(scroll->viewport(), r.topRight());
+  QVERIFY2(inView.x() <= scroll->viewport()->width(), qPrintable(QString::number(inView.x())));
 }
 
 void WidgetsTest::plannedPlacementOnSimulatedDevices() {
