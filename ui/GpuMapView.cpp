@@ -365,9 +365,13 @@ class GpuMapCanvas : public QWidget {
       badge("O", b.optimizerBytes > 0);
       badge("E", b.emaBytes > 0);
       badge(b.adapterCount > 0 ? QString("L%1").arg(b.adapterCount) : QString("L"), b.adapterBytes > 0 || b.adapterCount > 0);
-      p.setPen(QColor(255, 255, 255, 220));
-      p.drawText(QRect(row.left(), row.top(), bx - row.left() - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
-                 formatBytes(b.weightBytes));
+      // The size where a narrow column has room for it beside the name (the tooltip always has it).
+      const QString size = formatBytes(b.weightBytes);
+      if (p.fontMetrics().horizontalAdvance(shortId(b) + "  " + size) + 10 <= bx - row.left()) {
+        p.setPen(QColor(255, 255, 255, 220));
+        p.drawText(QRect(row.left(), row.top(), bx - row.left() - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
+                   size);
+      }
       y += kRowHeight + kRowGap;
     }
 

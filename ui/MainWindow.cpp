@@ -271,8 +271,9 @@ void MainWindow::buildSetupTab() {
   setupSplit_->setObjectName("setupSplitter");
   setupSplit_->addWidget(editor_);
   setupSplit_->addWidget(right);
-  setupSplit_->setStretchFactor(0, 3);
-  setupSplit_->setStretchFactor(1, 2);
+  setupSplit_->setStretchFactor(0, 1);
+  setupSplit_->setStretchFactor(1, 1);
+  setupSplit_->setSizes({700, 700});  // four 16 GB cards fit the plan side of a 1400 px window
   tabs_->addTab(setupSplit_, tr("Setup"));
 }
 

@@ -54,7 +54,9 @@ bool RunViewTest::openDemo(MainWindow& w, const QString& runs, int sampleEvery) 
   return e->setValueText("job.training_folder", runs) &&
          e->setValueText("sample.sample_every", QString::number(sampleEvery)) &&
          e->setValueText("save.save_every", "0") && e->setValueText("train.lr_warmup_steps", "0") &&
-         !e->hasErrors();
+         // One prompt, few denoising steps: samples are quick, the test is about the window.
+         e->setValueText("sample.prompts", "[a red circle on a dark background]") &&
+         e->setValueText("sample.sample_steps", "4") && !e->hasErrors();
 }
 
 void RunViewTest::tabsAndRunControlsHaveShortcuts() {

@@ -23,6 +23,7 @@
 #include "GuiTestSupport.h"
 #include "config/RunConfig.h"
 #include "ui/ConfigEditor.h"
+#include "ui/GpuMapView.h"
 #include "ui/ListEditors.h"
 #include "ui/MainWindow.h"
 #include "ui/NewConfigDialog.h"
@@ -61,6 +62,7 @@ class SetupTest : public QObject {
   void pathKeysOfferTheirKindOfChooser();
   void modelShapeOnlyForACustomModel();
   void newConfigStartsFromAValidTemplate();
+  void planFitsAt1400AndScrollsAt1000();
 
  private:
   QTemporaryDir tmp_;
@@ -365,6 +367,27 @@ void SetupTest::newConfigStartsFromAValidTemplate() {
   QVERIFY2(!e->hasErrors(), qPrintable(e->problems().isEmpty() ? QString() : e->problems().front().message));
   QVERIFY(child<QPushButton>(&w, "startButton")->isEnabled());
   QVERIFY(w.windowTitle().startsWith("untitled"));
+}
+
+void SetupTest::planFitsAt1400AndScrollsAt1000() {
+  MainWindow w(settings_);
+  w.resize(1400, 900);
+  w.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&w));
+  QVERIFY(w.openConfig(sourceFile("configs/flux-dev-split-4x16gb.yaml")));
+  child<QLineEdit>(&w, "deviceSpec")->setText("4x16GB");
+  w.replan();
+  GpuMapView* map = w.plannedMap();
+  QCOMPARE(map->placement().devices.size(), 4);
+  auto* scroll = child<QScrollArea>(map, "gpuMapScroll");
+  const QString last = map->placement().devices.back().blocks.back().id;
+  QTRY_VERIFY(map->canvas()->width() == scroll->viewport()->width());
+  QVERIFY2(map->blockRect(last).right() < scroll->viewport()->width(),
+           qPrintable(QString("%1 of %2").arg(map->blockRect(last).right()).arg(scroll->viewport()->width())));
+  // At 1000 px the fourth card is reached by scrolling, not cut off.
+  w.resize(1000, 800);
+  QTRY_VERIFY(map->canvas()->width() > scroll->viewport()->width());
+  QVERIFY(scroll->horizontalScrollBar()->maximum() >= map->blockRect(last).right() - scroll->viewport()->width());
 }
 
 QTEST_MAIN(SetupTest)
