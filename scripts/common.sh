@@ -12,6 +12,7 @@ STRATA_PACKAGES=(
   libtorch-dev libopenblas0-pthread libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   libpng-dev libjpeg-dev libsentencepiece-dev libpcre2-dev
   qt6-base-dev libqcustomplot-dev libgl-dev xvfb xauth
+  dpkg-dev file lintian desktop-file-utils   # the .deb test (tests/packaging)
 )
 
 strata_install_packages() {

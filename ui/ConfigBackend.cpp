@@ -1,5 +1,6 @@
 #include "ui/ConfigBackend.h"
 
+#include <QObject>
 #include <fstream>
 #include <sstream>
 
@@ -68,7 +69,7 @@ QVector<ProblemView> validate(const config::RunConfig& cfg, const std::string& y
   return out;
 }
 
-config::RunConfig importAiToolkit(const std::string& path, QStringList* notes) {
+config::RunConfig importAiToolkit(const std::string& path, QVector<ProblemView>* notes) {
   config::ImportResult imported = config::importAiToolkitFile(path);
   config::LoadedConfig& loaded = imported.loaded;
   if (!loaded.ok()) {
@@ -78,7 +79,15 @@ config::RunConfig importAiToolkit(const std::string& path, QStringList* notes) {
     throw ConfigError(message);
   }
   if (notes)
-    for (const config::Problem& p : loaded.problems) *notes << QString::fromStdString(p.format());
+    for (const config::Problem& p : loaded.problems) {
+      ProblemView v = toView(p);
+      v.error = false;
+      v.line = v.column = 0;
+      v.message = QObject::tr("import: %1").arg(v.message);
+      if (p.line > 0) v.hint = QObject::tr("%1 line %2%3").arg(QString::fromStdString(path)).arg(p.line)
+                                   .arg(v.hint.isEmpty() ? QString() : "; " + v.hint);
+      *notes << v;
+    }
   return loaded.config;
 }
 

@@ -30,8 +30,10 @@ ParseResult parseYaml(const std::string& text, const std::string& fileName);
 // `devices`: the devices to check against (gpu ids, bf16 support); empty = this machine.
 QVector<ProblemView> validate(const config::RunConfig& cfg, const std::string& yamlSource,
                               const std::vector<device::DeviceInfo>* devices = nullptr);
-// An ai-toolkit job file as a Strata config; `notes` gets what was not carried over.
-config::RunConfig importAiToolkit(const std::string& path, QStringList* notes);
+// An ai-toolkit job file as a Strata config; `notes` gets every key that was
+// dropped or changed, as warnings (their lines are the job file's, so they are
+// named in the message, not as a line of the Strata YAML).
+config::RunConfig importAiToolkit(const std::string& path, QVector<ProblemView>* notes);
 std::string readText(const std::string& path);
 void writeText(const std::string& path, const std::string& text);  // atomic
 

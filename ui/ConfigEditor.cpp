@@ -1,7 +1,9 @@
 #include "ui/ConfigEditor.h"
 
+#include <QAbstractSpinBox>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QEvent>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -29,6 +31,7 @@
 #include "config/ConfigSchema.h"
 #include "config/RunConfig.h"
 #include "ui/ConfigBackend.h"
+#include "ui/ListEditors.h"
 
 namespace strata::ui {
 
@@ -37,33 +40,18 @@ using config::KeyType;
 
 namespace {
 
-QString sectionOf(const QString& path) {
-  const int dot = path.indexOf('.');
-  QString s = dot < 0 ? path : path.left(dot);
-  if (s.startsWith("datasets")) return "datasets";
-  return s;
-}
-
-QString labelOf(const QString& path) {
-  QString rest = path.mid(path.indexOf('.') + 1);
-  rest.replace("ema_config.", "ema ");
-  rest.replace('_', ' ');
-  return rest;
-}
-
-QString sectionTitle(const QString& section) {
-  static const QMap<QString, QString> titles = {
-      {"job", "Job"},         {"model", "Model and placement"}, {"network", "LoRA network"},
-      {"train", "Training"},  {"sample", "Samples"},            {"save", "Saving and export"},
-      {"datasets", "Datasets"}};
-  return titles.value(section, section);
-}
-
 // A dataset key pattern "datasets[].x" made concrete for entry i.
 QString concreteKey(const KeySpec& spec, int datasetIndex) {
   QString p = QString::fromStdString(spec.path);
   if (spec.isDatasetKey()) p.replace("datasets[]", QString("datasets[%1]").arg(datasetIndex));
   return p;
+}
+
+QString slug(const QString& group) {
+  QString s = group.toLower();
+  for (QChar& c : s)
+    if (!c.isLetterOrNumber()) c = '_';
+  return s;
 }
 
 QString toolTipOf(const KeySpec& spec) {
@@ -79,6 +67,44 @@ QString toolTipOf(const KeySpec& spec) {
   return tip;
 }
 
+// A wheel over a spin box or combo box that does not have focus scrolls the form
+// instead of changing the value (one notch flipped a setting while scrolling).
+class WheelGuard : public QObject {
+ public:
+  using QObject::QObject;
+  bool eventFilter(QObject* watched, QEvent* event) override {
+    if (event->type() == QEvent::Wheel) {
+      auto* w = qobject_cast<QWidget*>(watched);
+      if (w && !w->hasFocus()) {
+        event->ignore();  // ignored and filtered: Qt hands the wheel to the parents (the scroll area)
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+void guardWheel(QWidget* root, QObject* guard) {
+  QList<QWidget*> widgets = root->findChildren<QWidget*>();
+  widgets << root;
+  for (QWidget* w : widgets)
+    if (qobject_cast<QAbstractSpinBox*>(w) || qobject_cast<QComboBox*>(w)) {
+      w->setFocusPolicy(Qt::StrongFocus);  // a wheel does not give focus either
+      w->installEventFilter(guard);
+    }
+}
+
+QStringList listItems(const config::Value& v) {
+  QStringList out;
+  if (auto* l = std::get_if<std::vector<int64_t>>(&v))
+    for (int64_t x : *l) out << QString::number(x);
+  else if (auto* l = std::get_if<std::vector<double>>(&v))
+    for (double x : *l) out << QString::fromStdString(config::formatNumber(x));
+  else if (auto* l = std::get_if<std::vector<std::string>>(&v))
+    for (const std::string& x : *l) out << QString::fromStdString(x);
+  return out;
+}
+
 void repolish(QWidget* w) {
   w->style()->unpolish(w);
   w->style()->polish(w);
@@ -92,14 +118,30 @@ ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), config_(std::make
   tabs_ = new QTabWidget(this);
   tabs_->setObjectName("configTabs");
 
-  auto* scroll = new QScrollArea(this);
-  scroll->setObjectName("configFormScroll");
-  scroll->setWidgetResizable(true);
-  formPage_ = new QWidget(scroll);
-  formPage_->setObjectName("configForm");
-  formLayout_ = new QVBoxLayout(formPage_);
-  scroll->setWidget(formPage_);
-  tabs_->addTab(scroll, tr("Form"));
+  wheelGuard_ = new WheelGuard(this);
+  auto makePage = [this](const QString& name, const QString& title) {
+    auto* scroll = new QScrollArea(this);
+    scroll->setObjectName(name + "Scroll");
+    scroll->setWidgetResizable(true);
+    auto* page = new QWidget(scroll);
+    page->setObjectName(name + "Page");
+    auto* layout = new QVBoxLayout(page);
+    // One group box per schema group, in the schema's order; empty ones stay hidden.
+    for (const std::string& g : config::keyGroups()) {
+      auto* box = new QGroupBox(tr(g.c_str()), page);
+      box->setObjectName(name + "_" + slug(QString::fromStdString(g)));
+      new QFormLayout(box);
+      box->setVisible(false);
+      layout->addWidget(box);
+      groups_[name + "/" + QString::fromStdString(g)] = box;
+    }
+    layout->addStretch(1);
+    scroll->setWidget(page);
+    tabs_->addTab(scroll, title);
+    return page;
+  };
+  basicPage_ = makePage("basic", tr("Basic"));
+  advancedPage_ = makePage("advanced", tr("Advanced"));
 
   yaml_ = new QPlainTextEdit(this);
   yaml_->setObjectName("yamlEdit");
@@ -153,25 +195,46 @@ ConfigEditor::~ConfigEditor() = default;
 
 // ---- form ------------------------------------------------------------------
 
-QGroupBox* ConfigEditor::groupFor(const QString& section) {
-  if (QGroupBox* g = groups_.value(section)) return g;
-  auto* box = new QGroupBox(sectionTitle(section), formPage_);
-  box->setObjectName("section_" + section);
-  new QFormLayout(box);
-  formLayout_->addWidget(box);
-  groups_[section] = box;
-  return box;
+QGroupBox* ConfigEditor::groupFor(bool basic, const QString& group) {
+  return groups_.value((basic ? "basic/" : "advanced/") + group);
+}
+
+QFormLayout* ConfigEditor::formFor(const KeySpec& spec) {
+  if (spec.modelShape) return static_cast<QFormLayout*>(shapeFields_->layout());
+  QGroupBox* box = groupFor(spec.basic, QString::fromStdString(spec.group));
+  box->setVisible(true);
+  return static_cast<QFormLayout*>(box->layout());
 }
 
 void ConfigEditor::buildForm() {
+  // Model shape: the architecture overrides, behind one switch (only a custom model needs them).
+  QGroupBox* shapeBox = groupFor(false, "Model shape");
+  shapeBox->setVisible(true);
+  auto* shapeForm = static_cast<QFormLayout*>(shapeBox->layout());
+  customShape_ = new QCheckBox(tr("Custom model shape (override the architecture)"), shapeBox);
+  customShape_->setObjectName("customModelShape");
+  customShape_->setToolTip(tr("Only for a model whose shape differs from its preset. Turning this off sets "
+                              "every override back to the preset's value."));
+  shapeForm->addRow(customShape_);
+  shapeFields_ = new QWidget(shapeBox);
+  shapeFields_->setObjectName("modelShapeFields");
+  auto* inner = new QFormLayout(shapeFields_);
+  inner->setContentsMargins(0, 0, 0, 0);
+  shapeForm->addRow(shapeFields_);
+  shapeFields_->setVisible(false);
+  connect(customShape_, &QCheckBox::clicked, this, &ConfigEditor::onCustomShapeToggled);
+
   for (const KeySpec& spec : config::schema()) {
     if (spec.isDatasetKey()) continue;
-    const QString path = QString::fromStdString(spec.path);
-    QGroupBox* box = groupFor(sectionOf(path));
-    addField(static_cast<QFormLayout*>(box->layout()), spec, path, box);
+    QFormLayout* form = formFor(spec);
+    addField(form, spec, QString::fromStdString(spec.path), form->parentWidget());
   }
-  // Datasets: one group per entry, rebuilt when the count changes.
-  auto* box = groupFor("datasets");
+  // Datasets: one group per entry on each page, rebuilt when the count changes.
+  QGroupBox* box = groupFor(true, "Dataset");
+  box->setVisible(true);
+  box->setTitle(tr("Datasets"));
+  groupFor(false, "Dataset")->setTitle(tr("Datasets"));
+  datasetButtonsForm_ = static_cast<QFormLayout*>(box->layout());
   auto* buttons = new QHBoxLayout;
   auto* add = new QPushButton(tr("Add dataset"), box);
   add->setObjectName("addDataset");
@@ -180,47 +243,47 @@ void ConfigEditor::buildForm() {
   buttons->addWidget(add);
   buttons->addWidget(remove);
   buttons->addStretch(1);
-  static_cast<QFormLayout*>(box->layout())->addRow(buttons);
-  connect(add, &QPushButton::clicked, this, [this] {
-    config_->datasets.emplace_back();
-    modified_ = true;
+  datasetButtonsForm_->addRow(buttons);
+  auto changeDatasets = [this](bool grow) {
+    if (!grow && config_->datasets.empty()) return;
+    if (grow)
+      config_->datasets.emplace_back();
+    else
+      config_->datasets.pop_back();
+    setModified(true);
     buildDatasetGroups();
     refreshYaml();
     validate();
     emit configChanged();
-  });
-  connect(remove, &QPushButton::clicked, this, [this] {
-    if (config_->datasets.empty()) return;
-    config_->datasets.pop_back();
-    modified_ = true;
-    buildDatasetGroups();
-    refreshYaml();
-    validate();
-    emit configChanged();
-  });
-  formLayout_->addStretch(1);
+  };
+  connect(add, &QPushButton::clicked, this, [changeDatasets] { changeDatasets(true); });
+  connect(remove, &QPushButton::clicked, this, [changeDatasets] { changeDatasets(false); });
 }
 
 void ConfigEditor::buildDatasetGroups() {
-  if (int(config_->datasets.size()) == datasetGroups_.size()) return;
+  if (int(config_->datasets.size()) * 2 == datasetGroups_.size()) return;
+  for (auto it = fields_.begin(); it != fields_.end();) {
+    if (it->key.startsWith("datasets[")) it = fields_.erase(it);
+    else ++it;
+  }
   for (QGroupBox* g : datasetGroups_) {
-    for (auto it = fields_.begin(); it != fields_.end();) {
-      if (it->key.startsWith("datasets[")) it = fields_.erase(it);
-      else ++it;
-    }
+    g->hide();
     g->deleteLater();
   }
   datasetGroups_.clear();
-  QGroupBox* parentBox = groups_.value("datasets");
-  auto* parentForm = static_cast<QFormLayout*>(parentBox->layout());
+  QGroupBox* advancedBox = groupFor(false, "Dataset");
+  advancedBox->setVisible(!config_->datasets.empty());
   for (size_t i = 0; i < config_->datasets.size(); ++i) {
-    auto* box = new QGroupBox(tr("datasets[%1]").arg(i), parentBox);
-    box->setObjectName(QString("section_datasets_%1").arg(i));
-    auto* form = new QFormLayout(box);
-    for (const KeySpec& spec : config::schema())
-      if (spec.isDatasetKey()) addField(form, spec, concreteKey(spec, int(i)), box);
-    parentForm->insertRow(int(i), box);
-    datasetGroups_ << box;
+    for (bool basic : {true, false}) {
+      QGroupBox* parentBox = groupFor(basic, "Dataset");
+      auto* box = new QGroupBox(tr("Dataset %1").arg(i + 1), parentBox);
+      box->setObjectName(QString("%1_dataset_%2").arg(basic ? "basic" : "advanced").arg(i));
+      auto* form = new QFormLayout(box);
+      for (const KeySpec& spec : config::schema())
+        if (spec.isDatasetKey() && spec.basic == basic) addField(form, spec, concreteKey(spec, int(i)), box);
+      static_cast<QFormLayout*>(parentBox->layout())->insertRow(int(i), box);
+      datasetGroups_ << box;
+    }
   }
   const bool wasUpdating = updating_;
   updating_ = true;  // filling the new fields is not an edit
@@ -229,26 +292,21 @@ void ConfigEditor::buildDatasetGroups() {
   updating_ = wasUpdating;
 }
 
-void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QString& key, QWidget* parent) {
-  Field field;
-  field.spec = &spec;
-  field.key = key;
-  const QString tip = toolTipOf(spec);
-  QWidget* editor = nullptr;
+// The editor for one key, chosen by the key's type (and for a path, its kind).
+QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidget* parent) {
+  auto edited = [this, key] { onFieldEdited(key); };
   switch (spec.type) {
     case KeyType::Bool: {
       auto* check = new QCheckBox(parent);
-      connect(check, &QCheckBox::toggled, this, [this, key] { onFieldEdited(key); });
-      editor = check;
-      break;
+      connect(check, &QCheckBox::clicked, this, edited);
+      return check;
     }
     case KeyType::Int: {
       if (spec.nullable) {
         auto* line = new QLineEdit(parent);
         line->setPlaceholderText(tr("(from the preset)"));
-        connect(line, &QLineEdit::textEdited, this, [this, key] { onFieldEdited(key); });
-        editor = line;
-        break;
+        connect(line, &QLineEdit::textEdited, this, edited);
+        return line;
       }
       auto* spin = new QSpinBox(parent);
       const int lo = spec.min ? int(std::max<double>(*spec.min + (spec.minExclusive ? 1 : 0),
@@ -258,80 +316,108 @@ void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QStrin
                               : std::numeric_limits<int>::max();
       spin->setRange(lo, hi);
       spin->setKeyboardTracking(true);
-      connect(spin, qOverload<int>(&QSpinBox::valueChanged), this, [this, key] { onFieldEdited(key); });
-      editor = spin;
-      break;
+      connect(spin, qOverload<int>(&QSpinBox::valueChanged), this, edited);
+      return spin;
+    }
+    case KeyType::Float:
+    case KeyType::String: {
+      auto* line = new QLineEdit(parent);
+      if (spec.nullable) line->setPlaceholderText(tr("(unset)"));
+      connect(line, &QLineEdit::textEdited, this, edited);
+      return line;
     }
     case KeyType::Choice: {
       auto* combo = new QComboBox(parent);
       for (const std::string& c : spec.choices)
         combo->addItem(c.empty() ? tr("(auto)") : QString::fromStdString(c), QString::fromStdString(c));
-      connect(combo, qOverload<int>(&QComboBox::currentIndexChanged), this, [this, key] { onFieldEdited(key); });
-      editor = combo;
-      break;
+      connect(combo, qOverload<int>(&QComboBox::currentIndexChanged), this, edited);
+      return combo;
     }
     case KeyType::StringList: {
       auto* text = new QPlainTextEdit(parent);
       text->setPlaceholderText(tr("one per line"));
       text->setTabChangesFocus(true);
       text->setMaximumHeight(90);
-      connect(text, &QPlainTextEdit::textChanged, this, [this, key] { onFieldEdited(key); });
-      editor = text;
-      break;
+      connect(text, &QPlainTextEdit::textChanged, this, edited);
+      return text;
+    }
+    case KeyType::IntList:
+    case KeyType::FloatList: {
+      auto* list = new NumberListEdit(spec.type == KeyType::IntList, spec.listSize ? int(*spec.listSize) : 0, parent);
+      connect(list, &NumberListEdit::edited, this, edited);
+      return list;
+    }
+    case KeyType::ChoiceList: {
+      QStringList choices;
+      for (const std::string& c : spec.choices) choices << QString::fromStdString(c);
+      auto* list = new ChoiceListEdit(choices, parent);
+      connect(list, &ChoiceListEdit::edited, this, edited);
+      return list;
     }
     case KeyType::Path: {
       auto* holder = new QWidget(parent);
       auto* row = new QHBoxLayout(holder);
       row->setContentsMargins(0, 0, 0, 0);
       auto* line = new QLineEdit(holder);
-      line->setObjectName("cfg_" + key);
-      connect(line, &QLineEdit::textEdited, this, [this, key] { onFieldEdited(key); });
-      auto* browse = new QToolButton(holder);
-      browse->setObjectName("browse_" + key);
-      browse->setText("...");
-      browse->setToolTip(tr("Choose a file or folder"));
-      const bool folder = key.contains("folder");
-      connect(browse, &QToolButton::clicked, this, [this, line, key, folder] {
-        const QString chosen = folder ? QFileDialog::getExistingDirectory(this, key, line->text())
-                                      : QFileDialog::getOpenFileName(this, key, line->text());
-        if (chosen.isEmpty()) return;
-        line->setText(chosen);
-        onFieldEdited(key);
-      });
+      line->setObjectName("pathText");
+      connect(line, &QLineEdit::textEdited, this, edited);
       row->addWidget(line, 1);
-      row->addWidget(browse);
-      line->setToolTip(tip);
-      field.editor = line;
-      auto* label = new QLabel(labelOf(key), parent);
-      label->setToolTip(tip);
-      field.label = label;
-      QWidget* shown = holder;
-      if (!spec.unit.empty()) row->addWidget(new QLabel(QString::fromStdString(spec.unit), holder));
-      form->addRow(label, shown);
-      fields_[key] = field;
-      return;
-    }
-    default: {
-      auto* line = new QLineEdit(parent);
-      if (spec.type == KeyType::IntList || spec.type == KeyType::FloatList || spec.type == KeyType::ChoiceList)
-        line->setPlaceholderText(spec.type == KeyType::ChoiceList
-                                     ? QString::fromStdString(spec.rangeText())
-                                     : tr("[a, b, ...]"));
-      else if (spec.nullable)
-        line->setPlaceholderText(tr("(unset)"));
-      connect(line, &QLineEdit::textEdited, this, [this, key] { onFieldEdited(key); });
-      editor = line;
-      break;
+      const QString title = QString::fromStdString(spec.label);
+      // One chooser per kind the key's spec names (a FLUX model is a folder or one file).
+      auto addBrowse = [&](const QString& name, const QString& text, const QString& tip, config::PathKind kind) {
+        auto* browse = new QToolButton(holder);
+        browse->setObjectName(name);
+        browse->setText(text);
+        browse->setToolTip(tip);
+        connect(browse, &QToolButton::clicked, this, [this, line, title, kind, edited] {
+          QString chosen;
+          switch (kind) {
+            case config::PathKind::Folder: chosen = QFileDialog::getExistingDirectory(this, title, line->text()); break;
+            case config::PathKind::SaveFile: chosen = QFileDialog::getSaveFileName(this, title, line->text()); break;
+            default: chosen = QFileDialog::getOpenFileName(this, title, line->text()); break;
+          }
+          if (chosen.isEmpty()) return;
+          line->setText(chosen);
+          edited();
+        });
+        row->addWidget(browse);
+      };
+      switch (spec.pathKind) {
+        case config::PathKind::Folder:
+          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), config::PathKind::Folder);
+          break;
+        case config::PathKind::FileOrFolder:
+          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), config::PathKind::Folder);
+          addBrowse("browseFile", tr("File..."), tr("Choose a file"), config::PathKind::File);
+          break;
+        case config::PathKind::SaveFile:
+          addBrowse("browseFile", tr("File..."), tr("Choose where to write"), config::PathKind::SaveFile);
+          break;
+        case config::PathKind::File:
+        case config::PathKind::None:
+          addBrowse("browseFile", tr("File..."), tr("Choose a file"), config::PathKind::File);
+          break;
+      }
+      return holder;
     }
   }
+  return new QWidget(parent);
+}
+
+void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QString& key, QWidget* parent) {
+  Field field;
+  field.spec = &spec;
+  field.key = key;
+  QWidget* editor = makeEditor(spec, key, parent);
   editor->setObjectName("cfg_" + key);
-  editor->setToolTip(tip);
+  guardWheel(editor, wheelGuard_);
   field.editor = editor;
-  auto* label = new QLabel(labelOf(key), parent);
-  label->setToolTip(tip);
-  field.label = label;
+  const QString labelText = spec.label.empty() ? key : tr(spec.label.c_str());
+  field.label = new QLabel(labelText, parent);
+  field.label->setObjectName("label_" + key);
+  field.label->setBuddy(editor);
   if (spec.unit.empty()) {
-    form->addRow(label, editor);
+    form->addRow(field.label, editor);
   } else {
     auto* holder = new QWidget(parent);
     auto* row = new QHBoxLayout(holder);
@@ -340,9 +426,43 @@ void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QStrin
     auto* unit = new QLabel(QString::fromStdString(spec.unit), holder);
     unit->setMinimumWidth(44);
     row->addWidget(unit);
-    form->addRow(label, holder);
+    form->addRow(field.label, holder);
   }
   fields_[key] = field;
+  const QString tip = toolTipOf(spec);
+  editor->setToolTip(tip);
+  field.label->setToolTip(tip);
+}
+
+void ConfigEditor::onCustomShapeToggled(bool on) {
+  shapeFields_->setVisible(on);
+  if (on) return;
+  // Off: the model takes its preset's shape again. An explicit edit, so it is marked and shown in the YAML.
+  config::RunConfig next = *config_;
+  bool changed = false;
+  for (const KeySpec& spec : config::schema())
+    if (spec.modelShape && !(spec.get(next, 0) == spec.defaultValue)) {
+      spec.set(next, 0, spec.defaultValue);
+      changed = true;
+    }
+  if (!changed) return;
+  setConfig(next);
+  setModified(true);
+}
+
+void ConfigEditor::updateCustomShape() {
+  bool custom = false;
+  for (const KeySpec& spec : config::schema())
+    if (spec.modelShape && !(spec.get(*config_, 0) == spec.defaultValue)) custom = true;
+  // A config with overrides always shows them; without, the user's switch stays as it is.
+  if (custom && !customShape_->isChecked()) customShape_->setChecked(true);
+  shapeFields_->setVisible(customShape_->isChecked());
+}
+
+void ConfigEditor::showPage(const QString& name) {
+  if (name == "basic") tabs_->setCurrentIndex(0);
+  else if (name == "advanced") tabs_->setCurrentIndex(1);
+  else if (name == "yaml") tabs_->setCurrentWidget(yaml_);
 }
 
 QWidget* ConfigEditor::fieldFor(const QString& key) const {
@@ -351,32 +471,55 @@ QWidget* ConfigEditor::fieldFor(const QString& key) const {
 }
 
 void ConfigEditor::refreshField(const Field& f) {
-  QString text;
+  config::Value v;
   try {
-    text = QString::fromStdString(config::getValueText(*config_, f.key.toStdString()));
+    v = config::getValue(*config_, f.key.toStdString());
   } catch (const std::exception&) {
     return;  // a dataset entry that no longer exists
   }
-  if (auto* check = qobject_cast<QCheckBox*>(f.editor)) {
-    check->setChecked(text == "true");
-  } else if (auto* spin = qobject_cast<QSpinBox*>(f.editor)) {
-    spin->setValue(text.toInt());
-  } else if (auto* combo = qobject_cast<QComboBox*>(f.editor)) {
-    const int i = combo->findData(text);
-    combo->setCurrentIndex(i >= 0 ? i : 0);
-  } else if (auto* plain = qobject_cast<QPlainTextEdit*>(f.editor)) {
-    const config::Value v = config::getValue(*config_, f.key.toStdString());
-    QStringList lines;
-    if (auto* list = std::get_if<std::vector<std::string>>(&v))
-      for (const std::string& s : *list) lines << QString::fromStdString(s);
-    if (plain->toPlainText() != lines.join('\n')) plain->setPlainText(lines.join('\n'));
-  } else if (auto* line = qobject_cast<QLineEdit*>(f.editor)) {
-    // Strings show their value, not its YAML spelling ("" for empty, quotes).
-    if (f.spec->type == KeyType::String || f.spec->type == KeyType::Path) {
-      const config::Value v = config::getValue(*config_, f.key.toStdString());
-      if (auto* str = std::get_if<std::string>(&v)) text = QString::fromStdString(*str);
+  const QString text = QString::fromStdString(config::formatValue(v));
+  auto* str = std::get_if<std::string>(&v);
+  switch (f.spec->type) {
+    case KeyType::Bool:
+      static_cast<QCheckBox*>(f.editor)->setChecked(text == "true");
+      break;
+    case KeyType::Int:
+      if (auto* spin = qobject_cast<QSpinBox*>(f.editor)) spin->setValue(text.toInt());
+      else if (auto* line = static_cast<QLineEdit*>(f.editor); line->text() != text) line->setText(text);
+      break;
+    case KeyType::Float: {
+      auto* line = static_cast<QLineEdit*>(f.editor);
+      if (line->text() != text) line->setText(text);
+      break;
     }
-    if (line->text() != text) line->setText(text);
+    case KeyType::String:
+    case KeyType::Path: {
+      // Strings show their value, not its YAML spelling ("" for empty, quotes).
+      auto* line = f.spec->type == KeyType::Path ? f.editor->findChild<QLineEdit*>("pathText")
+                                                 : static_cast<QLineEdit*>(f.editor);
+      const QString value = str ? QString::fromStdString(*str) : QString();
+      if (line->text() != value) line->setText(value);
+      break;
+    }
+    case KeyType::Choice: {
+      auto* combo = static_cast<QComboBox*>(f.editor);
+      const int i = combo->findData(str ? QString::fromStdString(*str) : text);
+      combo->setCurrentIndex(i >= 0 ? i : 0);
+      break;
+    }
+    case KeyType::StringList: {
+      auto* plain = static_cast<QPlainTextEdit*>(f.editor);
+      const QString joined = listItems(v).join('\n');
+      if (plain->toPlainText() != joined) plain->setPlainText(joined);
+      break;
+    }
+    case KeyType::IntList:
+    case KeyType::FloatList:
+      static_cast<NumberListEdit*>(f.editor)->setValues(listItems(v));
+      break;
+    case KeyType::ChoiceList:
+      static_cast<ChoiceListEdit*>(f.editor)->setChosen(listItems(v));
+      break;
   }
 }
 
@@ -384,6 +527,7 @@ void ConfigEditor::refreshForm() {
   updating_ = true;
   buildDatasetGroups();
   for (const Field& f : fields_) refreshField(f);
+  updateCustomShape();
   updating_ = false;
 }
 
@@ -392,23 +536,45 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   const Field f = fields_.value(key);
   if (!f.editor) return;
   config::RunConfig next = *config_;
+  const std::string k = key.toStdString();
   try {
-    if (auto* check = qobject_cast<QCheckBox*>(f.editor)) {
-      config::setValueText(next, key.toStdString(), check->isChecked() ? "true" : "false");
-    } else if (auto* spin = qobject_cast<QSpinBox*>(f.editor)) {
-      config::setValueText(next, key.toStdString(), std::to_string(spin->value()));
-    } else if (auto* combo = qobject_cast<QComboBox*>(f.editor)) {
-      config::setValue(next, key.toStdString(), config::Value(combo->currentData().toString().toStdString()));
-    } else if (auto* plain = qobject_cast<QPlainTextEdit*>(f.editor)) {
-      std::vector<std::string> items;
-      for (const QString& l : plain->toPlainText().split('\n'))
-        if (!l.trimmed().isEmpty()) items.push_back(l.trimmed().toStdString());
-      config::setValue(next, key.toStdString(), config::Value(items));
-    } else if (auto* line = qobject_cast<QLineEdit*>(f.editor)) {
-      if (f.spec->type == KeyType::String || f.spec->type == KeyType::Path)
-        config::setValue(next, key.toStdString(), config::Value(line->text().toStdString()));
-      else
-        config::setValueText(next, key.toStdString(), line->text().toStdString());
+    switch (f.spec->type) {
+      case KeyType::Bool:
+        config::setValue(next, k, config::Value(static_cast<QCheckBox*>(f.editor)->isChecked()));
+        break;
+      case KeyType::Int:
+        if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
+          config::setValue(next, k, config::Value(int64_t(spin->value())));
+        else
+          config::setValueText(next, k, static_cast<QLineEdit*>(f.editor)->text().toStdString());
+        break;
+      case KeyType::Float:
+        config::setValueText(next, k, static_cast<QLineEdit*>(f.editor)->text().toStdString());
+        break;
+      case KeyType::String:
+        config::setValue(next, k, config::Value(static_cast<QLineEdit*>(f.editor)->text().toStdString()));
+        break;
+      case KeyType::Path:
+        config::setValue(next, k, config::Value(f.editor->findChild<QLineEdit*>("pathText")->text().toStdString()));
+        break;
+      case KeyType::Choice:
+        config::setValue(next, k,
+                         config::Value(static_cast<QComboBox*>(f.editor)->currentData().toString().toStdString()));
+        break;
+      case KeyType::StringList: {
+        std::vector<std::string> items;
+        for (const QString& l : static_cast<QPlainTextEdit*>(f.editor)->toPlainText().split('\n'))
+          if (!l.trimmed().isEmpty()) items.push_back(l.trimmed().toStdString());
+        config::setValue(next, k, config::Value(items));
+        break;
+      }
+      case KeyType::IntList:
+      case KeyType::FloatList:
+        config::setValueText(next, k, static_cast<NumberListEdit*>(f.editor)->yamlText().toStdString());
+        break;
+      case KeyType::ChoiceList:
+        config::setValueText(next, k, static_cast<ChoiceListEdit*>(f.editor)->yamlText().toStdString());
+        break;
     }
   } catch (const std::exception& e) {
     // Not a value of this key's type: keep the last good config, show why.
@@ -420,10 +586,16 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   fieldError_.clear();
   fieldErrorKey_.clear();
   *config_ = std::move(next);
-  modified_ = true;
+  setModified(true);
   refreshYaml();
   validate();
   emit configChanged();
+}
+
+void ConfigEditor::setModified(bool modified) {
+  if (modified_ == modified) return;
+  modified_ = modified;
+  emit modifiedChanged(modified);
 }
 
 // ---- YAML ------------------------------------------------------------------
@@ -441,7 +613,7 @@ void ConfigEditor::refreshYaml() {
 
 void ConfigEditor::onYamlEdited() {
   if (updating_) return;
-  modified_ = true;
+  setModified(true);
   yamlTimer_->start();
 }
 
@@ -482,7 +654,7 @@ bool ConfigEditor::setValueText(const QString& key, const QString& text, QString
     return false;
   }
   *config_ = std::move(next);
-  modified_ = true;
+  setModified(true);
   refreshForm();
   refreshYaml();
   validate();
@@ -513,9 +685,36 @@ void ConfigEditor::setConfig(const config::RunConfig& cfg) {
 // ---- files -----------------------------------------------------------------
 
 void ConfigEditor::newConfig() {
+  importNotes_.clear();
   setFilePath(QString());
   setConfig(backend::defaultConfig());
-  modified_ = false;
+  setModified(false);
+}
+
+bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QString* error) {
+  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), sourceName.toStdString());
+  if (!parsed.ok) {
+    if (error) {
+      QStringList lines;
+      for (const auto& p : parsed.problems)
+        lines << (p.line ? QString("%1:%2: %3").arg(sourceName).arg(p.line).arg(p.message) : p.message);
+      *error = lines.join('\n');
+    }
+    return false;
+  }
+  importNotes_.clear();
+  *config_ = parsed.config;
+  updating_ = true;
+  yaml_->setPlainText(text);
+  updating_ = false;
+  yamlSource_ = text;
+  fieldError_.clear();
+  fieldErrorKey_.clear();
+  refreshForm();
+  validate();
+  setModified(false);
+  emit configChanged();
+  return true;
 }
 
 bool ConfigEditor::loadFile(const QString& path, QString* error) {
@@ -526,28 +725,8 @@ bool ConfigEditor::loadFile(const QString& path, QString* error) {
     if (error) *error = QString::fromUtf8(e.what());
     return false;
   }
-  backend::ParseResult parsed = backend::parseYaml(text, path.toStdString());
-  if (!parsed.ok) {
-    if (error) {
-      QStringList lines;
-      for (const auto& p : parsed.problems)
-        lines << (p.line ? QString("%1:%2: %3").arg(path).arg(p.line).arg(p.message) : p.message);
-      *error = lines.join('\n');
-    }
-    return false;
-  }
+  if (!loadText(QString::fromStdString(text), path, error)) return false;
   setFilePath(path);
-  *config_ = parsed.config;
-  updating_ = true;
-  yaml_->setPlainText(QString::fromStdString(text));
-  updating_ = false;
-  yamlSource_ = QString::fromStdString(text);
-  fieldError_.clear();
-  fieldErrorKey_.clear();
-  refreshForm();
-  validate();
-  modified_ = false;
-  emit configChanged();
   return true;
 }
 
@@ -560,23 +739,23 @@ bool ConfigEditor::saveFile(const QString& path, QString* error) {
     return false;
   }
   setFilePath(path);
-  modified_ = false;
+  setModified(false);
   return true;
 }
 
 bool ConfigEditor::importAiToolkit(const QString& path, QString* error) {
   config::RunConfig cfg;
-  QStringList notes;
+  QVector<ProblemView> notes;
   try {
     cfg = backend::importAiToolkit(path.toStdString(), &notes);
   } catch (const std::exception& e) {
     if (error) *error = QString::fromUtf8(e.what());
     return false;
   }
+  importNotes_ = notes;  // validate() lists them with the config's own problems
   setFilePath(QString());  // an import is a new Strata config until saved
   setConfig(cfg);
-  modified_ = true;
-  if (error) *error = notes.join('\n');
+  setModified(true);
   return true;
 }
 
@@ -590,6 +769,7 @@ void ConfigEditor::setFilePath(const QString& path) {
 
 void ConfigEditor::validate() {
   QVector<ProblemView> problems = backend::validate(*config_, yamlSource_.toStdString());
+  problems += importNotes_;
   if (!fieldError_.isEmpty()) {
     ProblemView p;
     p.error = true;
@@ -674,8 +854,15 @@ void ConfigEditor::goToProblem(int index) {
     return;
   }
   if (QWidget* w = fieldFor(p.key)) {
-    tabs_->setCurrentIndex(0);
-    if (auto* scroll = qobject_cast<QScrollArea*>(tabs_->widget(0))) scroll->ensureWidgetVisible(w);
+    // The page the field is on (a shape override also opens its switch).
+    const Field f = fields_.value(p.key);
+    const int page = f.spec->basic ? 0 : 1;
+    if (f.spec->modelShape && !customShape_->isChecked()) {
+      customShape_->setChecked(true);
+      shapeFields_->setVisible(true);
+    }
+    tabs_->setCurrentIndex(page);
+    if (auto* scroll = qobject_cast<QScrollArea*>(tabs_->widget(page))) scroll->ensureWidgetVisible(w);
     w->setFocus();
   } else if (p.line > 0) {
     tabs_->setCurrentWidget(yaml_);

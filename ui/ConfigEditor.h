@@ -1,6 +1,10 @@
 #pragma once
-// The run-config editor: a form built from the config schema (a group per
-// section, tooltips from the doc strings, units) and a YAML tab, kept in sync.
+// The run-config editor: a Basic page (the few settings most runs change), an
+// Advanced page (everything else) and a YAML tab, kept in sync. The form is built
+// from the config schema: labels in plain words, the YAML key and doc string in
+// the tooltip, the editor chosen by the key's type (a list gets a list editor, a
+// path key the chooser its spec names). Model shape overrides show only for a
+// custom model. A mouse wheel changes a field only when it has focus.
 // Every edit is validated at once: the problems are listed (severity, key, line,
 // hint), the offending field is marked, and hasErrors() gates Start.
 #include <QMap>
@@ -11,6 +15,7 @@
 
 #include "ui/ViewModel.h"
 
+class QCheckBox;
 class QLabel;
 class QPlainTextEdit;
 class QTabWidget;
@@ -38,9 +43,14 @@ class ConfigEditor : public QWidget {
   // Writes the YAML tab's text (atomically). Sets filePath().
   bool saveFile(const QString& path, QString* error = nullptr);
   // An ai-toolkit job file (config: process: [...]) converted to a Strata config.
+  // What was dropped or changed stays listed as warnings (importNotes()) until the
+  // next open or new config.
   bool importAiToolkit(const QString& path, QString* error = nullptr);
+  QVector<ProblemView> importNotes() const { return importNotes_; }
   // A new config with the schema's defaults.
   void newConfig();
+  // A new, untitled config from YAML text (a template); unmodified until edited.
+  bool loadText(const QString& text, const QString& sourceName, QString* error = nullptr);
 
   // As if typed into the YAML tab: parsed, the form updated, validated now.
   void setYamlText(const QString& text);
@@ -56,6 +66,8 @@ class ConfigEditor : public QWidget {
   bool hasErrors() const;
   QString filePath() const { return filePath_; }
   bool isModified() const { return modified_; }
+  // Shows the Basic or the Advanced page (or the YAML tab).
+  void showPage(const QString& name);  // "basic", "advanced", "yaml"
   // The editor widget of a key ("model.low_vram", "datasets[0].folder_path"); null if none.
   QWidget* fieldFor(const QString& key) const;
 
@@ -64,6 +76,7 @@ class ConfigEditor : public QWidget {
   void problemsChanged();         // after every validation
   void validityChanged(bool ok);  // ok = no errors
   void filePathChanged(const QString& path);
+  void modifiedChanged(bool modified);
 
  private:
   struct Field {
@@ -75,8 +88,13 @@ class ConfigEditor : public QWidget {
 
   void buildForm();
   void buildDatasetGroups();
-  QGroupBox* groupFor(const QString& section);
+  QGroupBox* groupFor(bool basic, const QString& group);
+  QFormLayout* formFor(const config::KeySpec& spec);
   void addField(QFormLayout* form, const config::KeySpec& spec, const QString& key, QWidget* parent);
+  QWidget* makeEditor(const config::KeySpec& spec, const QString& key, QWidget* parent);
+  void setModified(bool modified);
+  void onCustomShapeToggled(bool on);
+  void updateCustomShape();
   void refreshForm();
   void refreshField(const Field& field);
   void refreshYaml();
@@ -95,15 +113,20 @@ class ConfigEditor : public QWidget {
   QString fieldError_;     // a form value that could not be parsed
   QString fieldErrorKey_;
   QString filePath_;
+  QVector<ProblemView> importNotes_;
   bool modified_ = false;
   bool updating_ = false;  // set while the editor writes into its own widgets
   bool lastOk_ = true;
 
   QTabWidget* tabs_ = nullptr;
-  QWidget* formPage_ = nullptr;
-  QVBoxLayout* formLayout_ = nullptr;
-  QMap<QString, QGroupBox*> groups_;
+  QWidget* basicPage_ = nullptr;
+  QWidget* advancedPage_ = nullptr;
+  QMap<QString, QGroupBox*> groups_;  // "basic/Model", "advanced/GPUs"
   QVector<QGroupBox*> datasetGroups_;
+  QFormLayout* datasetButtonsForm_ = nullptr;
+  QCheckBox* customShape_ = nullptr;
+  QWidget* shapeFields_ = nullptr;
+  QObject* wheelGuard_ = nullptr;
   QMap<QString, Field> fields_;  // concrete key -> field
   QPlainTextEdit* yaml_ = nullptr;
   QTimer* yamlTimer_ = nullptr;

@@ -14,8 +14,8 @@ namespace strata::ui {
 
 namespace {
 
-constexpr int kWideColumn = 250;   // one or two devices
-constexpr int kNarrowColumn = 206; // three or more: keep four cards on screen
+constexpr int kWideColumn = 250;   // the widest a column gets
+constexpr int kMinColumn = 150;    // below this the map scrolls sideways instead of squeezing
 constexpr int kColumnGap = 14;
 constexpr int kMargin = 10;
 constexpr int kHeaderHeight = 44;
@@ -24,8 +24,7 @@ constexpr int kBarTextHeight = 34;
 constexpr int kRowHeight = 20;
 constexpr int kRowGap = 2;
 constexpr int kMismatchHeight = 34;
-constexpr int kLegendHeight = 26;
-constexpr int kLegendWidth = 820;
+constexpr int kLegendLine = 20;    // the legend flows over as many lines as the width needs
 
 QColor kindColor(BlockKind kind) {
   switch (kind) {
@@ -81,8 +80,17 @@ class GpuMapCanvas : public QWidget {
   }
 
   PlacementView placement;
+  int availableWidth = 0;  // the scroll area's viewport: columns share it (0 = not shown yet)
 
-  int columnWidth() const { return placement.devices.size() > 2 ? kNarrowColumn : kWideColumn; }
+  // Columns share the visible width, between kMinColumn and kWideColumn each; with
+  // more cards than fit at kMinColumn the canvas gets wider and scrolls.
+  int columnWidth() const {
+    const int n = std::max<int>(1, placement.devices.size());
+    if (availableWidth <= 0) return n > 2 ? kMinColumn + 40 : kWideColumn;
+    const int share = (availableWidth - 2 * kMargin - (n - 1) * kColumnGap) / n;
+    return std::clamp(share, kMinColumn, kWideColumn);
+  }
+  int legendHeight() const { return legendLines() * kLegendLine + 6; }
 
   struct Hit {
     QRect rect;
@@ -96,9 +104,8 @@ class GpuMapCanvas : public QWidget {
     int rows = 0;
     for (const DeviceView& d : placement.devices) rows = std::max(rows, columnHeight(d));
     const int columns = std::max<int>(1, placement.devices.size());
-    // At least as wide as the legend.
-    return QSize(std::max(kLegendWidth, 2 * kMargin + columns * columnWidth() + (columns - 1) * kColumnGap),
-                 2 * kMargin + kLegendHeight + rows);
+    return QSize(2 * kMargin + columns * columnWidth() + (columns - 1) * kColumnGap,
+                 2 * kMargin + legendHeight() + rows);
   }
 
   static int columnHeight(const DeviceView& d) {
@@ -109,7 +116,7 @@ class GpuMapCanvas : public QWidget {
   void relayout() {
     hits.clear();
     int x = kMargin;
-    const int top = kMargin + kLegendHeight;
+    const int top = kMargin + legendHeight();
     for (const DeviceView& d : placement.devices) {
       hits.push_back({QRect(x, top, columnWidth(), kHeaderHeight), deviceTip(d), QString()});
       hits.push_back({QRect(x, top + kHeaderHeight, columnWidth(), kBarHeight + kBarTextHeight), memoryTip(d),
@@ -132,7 +139,9 @@ class GpuMapCanvas : public QWidget {
       x += columnWidth() + kColumnGap;
     }
     updateGeometry();
-    resize(minimumSizeHint().expandedTo(parentWidget() ? parentWidget()->size() : QSize()));
+    // As wide as the viewport when the columns fit in it (no sideways scrolling), wider when not.
+    const QSize least = minimumSizeHint();
+    resize(std::max(least.width(), availableWidth), std::max(least.height(), parentWidget() ? parentWidget()->height() : 0));
     update();
   }
 
@@ -180,14 +189,15 @@ class GpuMapCanvas : public QWidget {
     p.fillRect(rect(), palette().base());
     drawLegend(p);
     int x = kMargin;
-    const int top = kMargin + kLegendHeight;
+    const int top = kMargin + legendHeight();
     for (const DeviceView& d : placement.devices) {
       drawColumn(p, d, x, top);
       x += columnWidth() + kColumnGap;
     }
     if (placement.devices.isEmpty()) {
       p.setPen(palette().color(QPalette::PlaceholderText));
-      p.drawText(rect().adjusted(kMargin, kMargin + kLegendHeight, -kMargin, -kMargin), Qt::AlignTop | Qt::AlignLeft,
+      p.drawText(rect().adjusted(kMargin, kMargin + legendHeight(), -kMargin, -kMargin),
+                 Qt::AlignTop | Qt::AlignLeft | Qt::TextWordWrap,
                  placement.error.isEmpty() ? tr("No placement yet.") : placement.error);
     }
   }
@@ -200,34 +210,72 @@ class GpuMapCanvas : public QWidget {
   }
 
  private:
-  void drawLegend(QPainter& p) {
-    int x = kMargin;
-    const int y = kMargin;
+  struct LegendItem {
+    QColor color;  // invalid: text only
+    QString text;
+  };
+  QVector<LegendItem> legendItems() const {
+    QVector<LegendItem> items = {{kindColor(BlockKind::Stem), tr("stem")},
+                                 {kindColor(BlockKind::Double), tr("double block")},
+                                 {kindColor(BlockKind::Single), tr("single block")},
+                                 {kindColor(BlockKind::Head), tr("head")}};
+    if (placement.planned) {
+      items.push_back({kPlannedColor, tr("planned bytes")});
+    } else {
+      items.push_back({kAllocatedColor, tr("allocated")});
+      items.push_back({kReservedColor, tr("reserved")});
+    }
+    items.push_back({kCapColor, tr("cap")});
+    items.push_back({QColor(), tr("L = LoRA adapters  E = EMA  O = optimizer")});
+    return items;
+  }
+  QFont legendFont() const {
     QFont f = font();
     f.setPointSizeF(f.pointSizeF() * 0.9);
-    p.setFont(f);
-    auto swatch = [&](const QColor& c, const QString& text) {
-      p.setPen(Qt::NoPen);
-      p.setBrush(c);
-      p.drawRoundedRect(QRect(x, y + 3, 12, 12), 2, 2);
-      p.setPen(palette().color(QPalette::Text));
-      const int w = p.fontMetrics().horizontalAdvance(text);
-      p.drawText(QRect(x + 16, y, w + 4, 18), Qt::AlignVCenter, text);
-      x += 16 + w + 14;
-    };
-    swatch(kindColor(BlockKind::Stem), tr("stem"));
-    swatch(kindColor(BlockKind::Double), tr("double block"));
-    swatch(kindColor(BlockKind::Single), tr("single block"));
-    swatch(kindColor(BlockKind::Head), tr("head"));
-    if (placement.planned) {
-      swatch(kPlannedColor, tr("planned bytes"));
-    } else {
-      swatch(kAllocatedColor, tr("allocated"));
-      swatch(kReservedColor, tr("reserved"));
+    return f;
+  }
+  int legendWidth() const {
+    const int columns = std::max<int>(1, placement.devices.size());
+    return std::max(availableWidth, 2 * kMargin + columns * columnWidth() + (columns - 1) * kColumnGap) - 2 * kMargin;
+  }
+  static int itemWidth(const QFontMetrics& fm, const LegendItem& item) {
+    return (item.color.isValid() ? 16 : 0) + fm.horizontalAdvance(item.text) + 14;
+  }
+  // Items flow left to right and onto the next line when the width runs out.
+  int legendLines() const {
+    const QFontMetrics fm(legendFont());
+    int lines = 1, x = 0;
+    for (const LegendItem& item : legendItems()) {
+      const int w = itemWidth(fm, item);
+      if (x > 0 && x + w > legendWidth()) {
+        ++lines;
+        x = 0;
+      }
+      x += w;
     }
-    swatch(kCapColor, tr("cap"));
-    p.setPen(palette().color(QPalette::Text));
-    p.drawText(QRect(x, y, 400, 18), Qt::AlignVCenter, tr("L = LoRA adapters  E = EMA  O = optimizer"));
+    return lines;
+  }
+  void drawLegend(QPainter& p) {
+    p.setFont(legendFont());
+    int x = 0, y = kMargin;
+    for (const LegendItem& item : legendItems()) {
+      const int w = itemWidth(p.fontMetrics(), item);
+      if (x > 0 && x + w > legendWidth()) {
+        x = 0;
+        y += kLegendLine;
+      }
+      int tx = kMargin + x;
+      if (item.color.isValid()) {
+        p.setPen(Qt::NoPen);
+        p.setBrush(item.color);
+        p.drawRoundedRect(QRect(tx, y + 3, 12, 12), 2, 2);
+        tx += 16;
+      }
+      p.setPen(palette().color(QPalette::Text));
+      p.drawText(QRect(tx, y, w, 18), Qt::AlignVCenter, item.text);
+      x += w;
+    }
+    p.setFont(font());
   }
 
   void drawColumn(QPainter& p, const DeviceView& d, int x, int top) {
@@ -322,9 +370,13 @@ class GpuMapCanvas : public QWidget {
       badge("O", b.optimizerBytes > 0);
       badge("E", b.emaBytes > 0);
       badge(b.adapterCount > 0 ? QString("L%1").arg(b.adapterCount) : QString("L"), b.adapterBytes > 0 || b.adapterCount > 0);
-      p.setPen(QColor(255, 255, 255, 220));
-      p.drawText(QRect(row.left(), row.top(), bx - row.left() - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
-                 formatBytes(b.weightBytes));
+      // The size where a narrow column has room for it beside the name (the tooltip always has it).
+      const QString size = formatBytes(b.weightBytes);
+      if (p.fontMetrics().horizontalAdvance(shortId(b) + "  " + size) + 10 <= bx - row.left()) {
+        p.setPen(QColor(255, 255, 255, 220));
+        p.drawText(QRect(row.left(), row.top(), bx - row.left() - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
+                   size);
+      }
       y += kRowHeight + kRowGap;
     }
 
@@ -374,7 +426,19 @@ GpuMapView::GpuMapView(QWidget* parent) : QWidget(parent) {
   layout->addWidget(title_);
   layout->addWidget(reason_);
   layout->addWidget(scroll_, 1);
+  scroll_->viewport()->installEventFilter(this);  // columns follow the visible width
   setPlacement(PlacementView{});
+}
+
+bool GpuMapView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == scroll_->viewport() && event->type() == QEvent::Resize) {
+    const int width = scroll_->viewport()->width();
+    if (width != canvas_->availableWidth) {
+      canvas_->availableWidth = width;
+      canvas_->relayout();
+    }
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 void GpuMapView::setPlacement(const PlacementView& placement) {

@@ -4,7 +4,8 @@
 // its blocks in forward order styled by kind, what hangs off each block (LoRA
 // adapters, EMA shadows, optimizer state), and audit mismatches in red. Hover
 // shows sizes. Before a run it draws the planner's placement; during a run the
-// trainer's, with memory updated live.
+// trainer's, with memory updated live. The columns share the visible width (the
+// legend wraps); with more cards than fit, the map scrolls sideways.
 #include <QVector>
 #include <QWidget>
 
@@ -32,6 +33,9 @@ class GpuMapView : public QWidget {
   // Canvas rectangle of a block ("transformer_blocks.3"), empty when not shown.
   QRect blockRect(const QString& blockId) const;
   QWidget* canvas() const;
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   QLabel* title_ = nullptr;

@@ -19,23 +19,29 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QRegularExpression>
 #include <QPushButton>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QStyle>
+#include <QSystemTrayIcon>
 #include <QTabWidget>
 #include <QTimer>
 #include <QToolBar>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "config/RunConfig.h"
 #include "ui/ConfigBackend.h"
 #include "ui/ConfigEditor.h"
+#include "ui/ExportDialog.h"
 #include "ui/GpuMapView.h"
 #include "ui/LossPlot.h"
+#include "ui/NewConfigDialog.h"
 #include "ui/PlanBackend.h"
 #include "ui/SampleBrowser.h"
+#include "ui/TrainerRunner.h"
 
 // Resources of a static library are registered by hand, outside any namespace.
 static void initStrataResources() { Q_INIT_RESOURCE(strata); }
@@ -57,13 +63,23 @@ QString stateText(TrainerBridge::State s) {
   return QString();
 }
 
+// Over a minute the time left is shown in steps of 5 s, so a smoothed estimate does not flicker.
 QString formatEta(double seconds) {
   if (seconds <= 0) return QString();
-  const int s = int(seconds + 0.5);
+  int s = int(seconds + 0.5);
+  if (s >= 60) s = (s + 2) / 5 * 5;
   if (s >= 3600) return QString("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
   if (s >= 60) return QString("%1 min %2 s").arg(s / 60).arg(s % 60);
   return QString("%1 s").arg(s);
 }
+QString absolute(const QString& path) { return path.isEmpty() ? path : QFileInfo(path).absoluteFilePath(); }
+
+QString runFile(const QString& runDir, std::string runner::RunFolderFiles::*member) {
+  return QString::fromStdString(runner::runFolderFiles(runDir.toStdString()).*member);
+}
+
+// Weight of the newest progress tick in the time-left estimate (ticks come every 150 ms).
+constexpr double kEtaSmoothing = 0.1;
 }  // namespace
 
 MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
@@ -72,6 +88,7 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
                                        : std::make_unique<QSettings>(settingsPath, QSettings::IniFormat)) {
   initStrataResources();
   setObjectName("mainWindow");
+  setWindowIcon(QIcon(":/strata/strata.svg"));
   QFile qss(":/strata/strata.qss");
   if (qss.open(QIODevice::ReadOnly)) setStyleSheet(QString::fromUtf8(qss.readAll()));
 
@@ -101,6 +118,7 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
   connect(editor_, &ConfigEditor::problemsChanged, this, &MainWindow::updateRunControls);
   connect(editor_, &ConfigEditor::configChanged, this, [this] { replanTimer_->start(); });
   connect(editor_, &ConfigEditor::filePathChanged, this, &MainWindow::updateTitle);
+  connect(editor_, &ConfigEditor::modifiedChanged, this, &MainWindow::updateTitle);
   restoreState();
   updateRunControls();
   updateTitle();
@@ -119,16 +137,24 @@ void MainWindow::buildActions() {
   connect(startAction_, &QAction::triggered, this, &MainWindow::startRun);
   pauseAction_ = new QAction(st->standardIcon(QStyle::SP_MediaPause), tr("&Pause"), this);
   pauseAction_->setObjectName("pauseAction");
+  pauseAction_->setShortcut(QKeySequence("Ctrl+P"));
   connect(pauseAction_, &QAction::triggered, this, &MainWindow::togglePause);
   stopAction_ = new QAction(st->standardIcon(QStyle::SP_MediaStop), tr("S&top"), this);
   stopAction_->setObjectName("stopAction");
+  stopAction_->setShortcut(QKeySequence("Ctrl+."));
   connect(stopAction_, &QAction::triggered, this, &MainWindow::stopRun);
   sampleAction_ = new QAction(tr("Sample &now"), this);
   sampleAction_->setObjectName("sampleNowAction");
-  connect(sampleAction_, &QAction::triggered, bridge_, &TrainerBridge::sampleNow);
+  connect(sampleAction_, &QAction::triggered, this, [this] {
+    bridge_->sampleNow();
+    queueRequest(tr("a sample"));
+  });
   saveNowAction_ = new QAction(st->standardIcon(QStyle::SP_DialogSaveButton), tr("Save &checkpoint now"), this);
   saveNowAction_->setObjectName("saveNowAction");
-  connect(saveNowAction_, &QAction::triggered, bridge_, &TrainerBridge::saveNow);
+  connect(saveNowAction_, &QAction::triggered, this, [this] {
+    bridge_->saveNow();
+    queueRequest(tr("a checkpoint"));
+  });
   exportAction_ = new QAction(tr("&Export LoRA..."), this);
   exportAction_->setObjectName("exportAction");
   connect(exportAction_, &QAction::triggered, this, &MainWindow::showExportDialog);
@@ -137,26 +163,20 @@ void MainWindow::buildActions() {
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->setObjectName("fileMenu");
-  QAction* a = file->addAction(tr("&New config"), this, [this] { editor_->newConfig(); });
+  QAction* a = file->addAction(tr("&New config..."), this, &MainWindow::showNewConfigDialog);
   a->setObjectName("newConfigAction");
   a->setShortcut(QKeySequence::New);
   a = file->addAction(tr("&Open config..."), this, [this] {
+    if (!maybeSave()) return;
     const QString path = QFileDialog::getOpenFileName(this, tr("Open run config"), QString(),
                                                       tr("YAML (*.yaml *.yml);;All files (*)"));
-    if (!path.isEmpty()) openConfig(path);
+    if (!path.isEmpty()) loadConfigFile(path);
   });
   a->setObjectName("openConfigAction");
   a->setShortcut(QKeySequence::Open);
   recentConfigMenu_ = file->addMenu(tr("Recent configs"));
   recentConfigMenu_->setObjectName("recentConfigMenu");
-  a = file->addAction(tr("&Save config"), this, [this] {
-    if (editor_->filePath().isEmpty()) {
-      const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), "run.yaml", tr("YAML (*.yaml)"));
-      if (!path.isEmpty()) saveConfig(path);
-    } else {
-      saveConfig(editor_->filePath());
-    }
-  });
+  a = file->addAction(tr("&Save config"), this, &MainWindow::saveCurrent);
   a->setObjectName("saveConfigAction");
   a->setShortcut(QKeySequence::Save);
   a = file->addAction(tr("Save config &as..."), this, [this] {
@@ -166,9 +186,10 @@ void MainWindow::buildMenus() {
   });
   a->setObjectName("saveConfigAsAction");
   a = file->addAction(tr("&Import ai-toolkit job..."), this, [this] {
+    if (!maybeSave()) return;
     const QString path = QFileDialog::getOpenFileName(this, tr("Import an ai-toolkit job file"), QString(),
                                                       tr("YAML (*.yaml *.yml);;All files (*)"));
-    if (!path.isEmpty()) importAiToolkit(path);
+    if (!path.isEmpty()) importJob(path);
   });
   a->setObjectName("importAiToolkitAction");
   file->addSeparator();
@@ -183,6 +204,15 @@ void MainWindow::buildMenus() {
   a = file->addAction(tr("&Quit"), this, &QWidget::close);
   a->setObjectName("quitAction");
   a->setShortcut(QKeySequence::Quit);
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->setObjectName("viewMenu");
+  const QStringList tabNames = {tr("&Setup"), tr("&Run"), tr("S&amples")};
+  for (int i = 0; i < tabNames.size(); ++i) {
+    a = view->addAction(tabNames[i], this, [this, i] { tabs_->setCurrentIndex(i); });
+    a->setObjectName(QString("showTab%1Action").arg(i));
+    a->setShortcut(QKeySequence(QString("Ctrl+%1").arg(i + 1)));
+  }
 
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   run->setObjectName("runMenu");
@@ -241,8 +271,9 @@ void MainWindow::buildSetupTab() {
   setupSplit_->setObjectName("setupSplitter");
   setupSplit_->addWidget(editor_);
   setupSplit_->addWidget(right);
-  setupSplit_->setStretchFactor(0, 3);
-  setupSplit_->setStretchFactor(1, 2);
+  setupSplit_->setStretchFactor(0, 1);
+  setupSplit_->setStretchFactor(1, 1);
+  setupSplit_->setSizes({700, 700});  // four 16 GB cards fit the plan side of a 1400 px window
   tabs_->addTab(setupSplit_, tr("Setup"));
 }
 
@@ -301,26 +332,35 @@ void MainWindow::buildRunTab() {
 }
 
 void MainWindow::connectBridge() {
-  connect(bridge_, &TrainerBridge::stateChanged, this, &MainWindow::updateRunControls);
+  connect(bridge_, &TrainerBridge::stateChanged, this, [this](TrainerBridge::State state) {
+    updateRunControls();
+    if (state == TrainerBridge::State::Stopping) updateRunHeader();
+    // Closing was asked for during the run: the checkpoint is written, now close.
+    if (state == TrainerBridge::State::Idle && closeAfterStop_) close();
+  });
   connect(bridge_, &TrainerBridge::started, this,
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
-            lastRunDir_ = runDir;
-            addRecent(kRecentRuns, runDir);
+            lastRunDir_ = absolute(runDir);  // a relative training_folder is relative to where the app started
+            addRecent(kRecentRuns, lastRunDir_);
             if (resumed)
-              lossPlot_->loadMetricsFile(QDir(runDir).filePath("metrics.jsonl"));
+              lossPlot_->loadMetricsFile(runFile(lastRunDir_, &runner::RunFolderFiles::metrics));
             else
               lossPlot_->clear();
             QStringList prompts;
             for (const std::string& p : editor_->config().sample.prompts) prompts << QString::fromStdString(p);
             samples_->setPrompts(prompts);
-            samples_->setRunDir(runDir);
+            samples_->setRunDir(lastRunDir_);
             latestStrip_->setSamples(samples_->latestSamples());
+            step_ = startStep;
+            totalSteps_ = totalSteps;
+            stepTimeMs_ = etaSmoothed_ = 0;
+            queued_.clear();
             progress_->setRange(0, int(std::max<qint64>(1, totalSteps)));
             progress_->setValue(int(startStep));
-            runStatus_->setText(tr("%1 run in %2 (step %3 of %4)")
-                                    .arg(resumed ? tr("Resumed") : tr("Started"), runDir)
-                                    .arg(startStep)
-                                    .arg(totalSteps));
+            setRunHeader(tr("%1 run in %2 (step %3 of %4)")
+                             .arg(resumed ? tr("Resumed") : tr("Started"), lastRunDir_)
+                             .arg(startStep)
+                             .arg(totalSteps));
             tabs_->setCurrentIndex(1);
           });
   connect(bridge_, &TrainerBridge::metricsReady, lossPlot_, &LossPlot::appendPoints);
@@ -328,12 +368,16 @@ void MainWindow::connectBridge() {
           [this](qint64 step, qint64 total, double stepTimeMs, double etaSeconds) {
             progress_->setRange(0, int(std::max<qint64>(1, total)));
             progress_->setValue(int(step));
-            runStatus_->setText(tr("Training in %1: step %2 of %3, %4 ms/step%5")
-                                    .arg(lastRunDir_)
-                                    .arg(step)
-                                    .arg(total)
-                                    .arg(stepTimeMs, 0, 'f', 0)
-                                    .arg(etaSeconds > 0 ? tr(", %1 left").arg(formatEta(etaSeconds)) : QString()));
+            step_ = step;
+            totalSteps_ = total;
+            stepTimeMs_ = stepTimeMs;
+            // The trainer's estimate follows the last steps; smoothed here so it does not jump.
+            etaSmoothed_ = etaSmoothed_ <= 0 || etaSeconds <= 0
+                               ? etaSeconds
+                               : (1 - kEtaSmoothing) * etaSmoothed_ + kEtaSmoothing * etaSeconds;
+            // A request is served after the step that follows it.
+            if (!queued_.isEmpty() && step > queuedAtStep_ + 1) queued_.clear();
+            updateRunHeader();
           });
   connect(bridge_, &TrainerBridge::memoryUpdated, liveMap_, &GpuMapView::updateMemory);
   connect(bridge_, &TrainerBridge::placementChanged, this, [this](const PlacementView& placement) {
@@ -349,10 +393,12 @@ void MainWindow::connectBridge() {
     liveMap_->setPlacement(v);
   });
   connect(bridge_, &TrainerBridge::sampleReady, this, [this](const SampleInfo& s) {
+    if (queued_.removeAll(tr("a sample"))) updateRunHeader();
     samples_->addSample(s);
     latestStrip_->setSamples(samples_->latestSamples());
   });
   connect(bridge_, &TrainerBridge::checkpointSaved, this, [this](const QString& path, qint64 step) {
+    if (queued_.removeAll(tr("a checkpoint"))) updateRunHeader();
     statusBar()->showMessage(tr("Checkpoint of step %1 saved: %2").arg(step).arg(path), 8000);
   });
   connect(bridge_, &TrainerBridge::loraExported, this, [this](const QString& path, const QString& format) {
@@ -360,28 +406,38 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::warning, this,
           [this](const QString& m) { statusBar()->showMessage(tr("Warning: %1").arg(m), 10000); });
-  connect(bridge_, &TrainerBridge::paused, this,
-          [this](qint64 step) { runStatus_->setText(tr("Paused at step %1.").arg(step)); });
+  connect(bridge_, &TrainerBridge::paused, this, [this](qint64 step) {
+    step_ = step;
+    updateRunHeader();
+  });
+  connect(bridge_, &TrainerBridge::resumed, this, [this](qint64) { updateRunHeader(); });
   connect(bridge_, &TrainerBridge::stopped, this, [this](qint64 step, const QString& checkpoint) {
-    runStatus_->setText(tr("Stopped at step %1; checkpoint kept: %2. Resume it from Run > Resume, or export the "
-                           "LoRA.")
-                            .arg(step)
-                            .arg(checkpoint.isEmpty() ? tr("(none)") : checkpoint));
+    queued_.clear();
+    setRunHeader(tr("Stopped at step %1; checkpoint kept: %2. Resume it from Run > Resume, or export the LoRA.")
+                     .arg(step)
+                     .arg(checkpoint.isEmpty() ? tr("(none)") : checkpoint));
   });
   connect(bridge_, &TrainerBridge::finished, this,
           [this](qint64 step, double finalLoss, const QStringList& exports) {
+            queued_.clear();
             progress_->setValue(progress_->maximum());
-            runStatus_->setText(tr("Finished at step %1, final loss %2.%3")
-                                    .arg(step)
-                                    .arg(finalLoss, 0, 'f', 4)
-                                    .arg(exports.isEmpty() ? QString() : tr(" LoRA: %1").arg(exports.join(", "))));
+            setRunHeader(tr("Finished at step %1, final loss %2.%3")
+                             .arg(step)
+                             .arg(finalLoss, 0, 'f', 4)
+                             .arg(exports.isEmpty() ? QString() : tr(" LoRA: %1").arg(exports.join(", "))));
+            notify(tr("Training finished"),
+                   tr("%1: step %2, final loss %3").arg(QFileInfo(lastRunDir_).fileName()).arg(step)
+                       .arg(finalLoss, 0, 'f', 4),
+                   false);
           });
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
+            queued_.clear();
             QString text = message;
             if (step > 0) text += tr("\n\nFailed at step %1.").arg(step);
             if (!lastCheckpoint.isEmpty()) text += tr("\nLast good checkpoint: %1").arg(lastCheckpoint);
-            runStatus_->setText(tr("The run failed: %1").arg(message.section('\n', 0, 0)));
+            setRunHeader(tr("The run failed: %1").arg(message.section('\n', 0, 0)));
+            notify(tr("Training failed"), message.section('\n', 0, 0), true);
             showError(tr("Training failed"), text);
           });
   connect(bridge_, &TrainerBridge::exportFinished, this,
@@ -390,20 +446,87 @@ void MainWindow::connectBridge() {
               showError(tr("Export failed"), message);
               return;
             }
-            runStatus_->setText(tr("Exported %1 file(s): %2").arg(files.size()).arg(files.join(", ")));
+            setRunHeader(tr("Exported %1 file(s): %2").arg(files.size()).arg(files.join(", ")));
             statusBar()->showMessage(tr("LoRA exported: %1").arg(files.join(", ")), 10000);
           });
 }
 
+// ---- the run header --------------------------------------------------------------
+
+void MainWindow::setRunHeader(const QString& text) { runStatus_->setText(text); }
+
+QString MainWindow::runHeader() const { return runStatus_->text(); }
+
+void MainWindow::updateRunHeader() {
+  const auto s = bridge_->state();
+  const QString where = QFileInfo(lastRunDir_).fileName().isEmpty() ? lastRunDir_ : QFileInfo(lastRunDir_).fileName();
+  QString text;
+  if (s == TrainerBridge::State::Paused) {
+    text = tr("Paused at step %1 of %2 (%3). Press Resume to go on.").arg(step_).arg(totalSteps_).arg(where);
+  } else if (s == TrainerBridge::State::Stopping) {
+    text = tr("Stopping after step %1: saving a checkpoint.").arg(step_);
+  } else if (s == TrainerBridge::State::Running) {
+    text = tr("Training %1: step %2 of %3, %4 ms per step").arg(where).arg(step_).arg(totalSteps_)
+               .arg(stepTimeMs_, 0, 'f', 0);
+    if (etaSmoothed_ > 0) text += tr(", about %1 left").arg(formatEta(etaSmoothed_));
+  } else {
+    return;
+  }
+  if (!queued_.isEmpty())
+    text += " " + tr("Waiting to be done after the next step%1: %2.")
+                      .arg(s == TrainerBridge::State::Paused ? tr(" once training goes on") : QString())
+                      .arg(queued_.join(tr(", ")));
+  setRunHeader(text);
+}
+
+void MainWindow::queueRequest(const QString& what) {
+  if (!bridge_->isActive()) return;
+  if (!queued_.contains(what)) queued_ << what;
+  queuedAtStep_ = step_;
+  updateRunHeader();
+}
+
 // ---- files ---------------------------------------------------------------------
 
-bool MainWindow::openConfig(const QString& path) {
+bool MainWindow::maybeSave() {
+  if (!editor_->isModified()) return true;
+  QMessageBox box(QMessageBox::Warning, tr("Unsaved changes"),
+                  tr("The run config \"%1\" has changes that are not saved.")
+                      .arg(editor_->filePath().isEmpty() ? tr("untitled") : QFileInfo(editor_->filePath()).fileName()),
+                  QMessageBox::NoButton, this);
+  box.setObjectName("saveChangesDialog");
+  box.setInformativeText(tr("Save them first?"));
+  QPushButton* save = box.addButton(tr("Save"), QMessageBox::AcceptRole);
+  save->setObjectName("saveChangesSave");
+  QPushButton* discard = box.addButton(tr("Discard changes"), QMessageBox::DestructiveRole);
+  discard->setObjectName("saveChangesDiscard");
+  QPushButton* cancel = box.addButton(tr("Cancel"), QMessageBox::RejectRole);
+  cancel->setObjectName("saveChangesCancel");
+  box.setDefaultButton(save);
+  box.setEscapeButton(cancel);
+  box.exec();
+  if (box.clickedButton() == save) return saveCurrent();
+  return box.clickedButton() == discard;
+}
+
+bool MainWindow::saveCurrent() {
+  QString path = editor_->filePath();
+  if (path.isEmpty()) {
+    path = QFileDialog::getSaveFileName(this, tr("Save run config"), "run.yaml", tr("YAML (*.yaml)"));
+    if (path.isEmpty()) return false;
+  }
+  return saveConfig(path);
+}
+
+bool MainWindow::openConfig(const QString& path) { return maybeSave() && loadConfigFile(path); }
+
+bool MainWindow::loadConfigFile(const QString& path) {
   QString error;
   if (!editor_->loadFile(path, &error)) {
     showError(tr("Cannot open config"), error);
     return false;
   }
-  addRecent(kRecentConfigs, QFileInfo(path).absoluteFilePath());
+  addRecent(kRecentConfigs, absolute(path));
   tabs_->setCurrentIndex(0);
   replan();
   return true;
@@ -415,19 +538,73 @@ bool MainWindow::saveConfig(const QString& path) {
     showError(tr("Cannot save config"), error);
     return false;
   }
-  addRecent(kRecentConfigs, QFileInfo(path).absoluteFilePath());
+  addRecent(kRecentConfigs, absolute(path));
   statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
   return true;
 }
 
-bool MainWindow::importAiToolkit(const QString& path) {
-  QString notes;
-  if (!editor_->importAiToolkit(path, &notes)) {
-    showError(tr("Cannot import the ai-toolkit job"), notes);
+bool MainWindow::importAiToolkit(const QString& path) { return maybeSave() && importJob(path); }
+
+bool MainWindow::importJob(const QString& path) {
+  QString error;
+  if (!editor_->importAiToolkit(path, &error)) {
+    showError(tr("Cannot import the ai-toolkit job"), error);
     return false;
   }
-  statusBar()->showMessage(tr("Imported %1; save it as a Strata config to keep it.").arg(path), 10000);
   tabs_->setCurrentIndex(0);
+  replan();
+  showImportReport(path, editor_->importNotes());
+  return true;
+}
+
+// What an import dropped or changed, in a message the user sees (and in the
+// problem list, where it stays until the next open or new config).
+void MainWindow::showImportReport(const QString& path, const QVector<ProblemView>& notes) {
+  auto* box = new QMessageBox(notes.isEmpty() ? QMessageBox::Information : QMessageBox::Warning,
+                              tr("ai-toolkit job imported"), QString(), QMessageBox::Ok, this);
+  box->setObjectName("importReport");
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  if (notes.isEmpty()) {
+    box->setText(tr("Every setting of %1 was carried over.").arg(QFileInfo(path).fileName()));
+  } else {
+    box->setText(tr("%1 setting(s) of %2 were dropped or changed:").arg(notes.size()).arg(QFileInfo(path).fileName()));
+    QStringList lines;
+    for (const ProblemView& n : notes)
+      lines << "- " + (n.key.isEmpty() ? QString() : n.key + ": ") + QString(n.message).remove(QRegularExpression("^import: "));
+    box->setInformativeText(lines.mid(0, 8).join('\n') + (lines.size() > 8 ? tr("\n... (all in the details)") : ""));
+    box->setDetailedText(lines.join('\n'));
+  }
+  box->setInformativeText(box->informativeText() + tr("\n\nThe config is not saved yet: save it to keep it."));
+  box->open();
+  statusBar()->showMessage(tr("Imported %1 (%2 setting(s) dropped or changed)").arg(path).arg(notes.size()), 10000);
+}
+
+void MainWindow::showNewConfigDialog() {
+  if (!maybeSave()) return;
+  auto* dialog = new NewConfigDialog(this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &QDialog::accepted, this, [this, dialog] { loadTemplate(dialog->chosen()); });
+  dialog->open();
+}
+
+bool MainWindow::newFromTemplate(const QString& templateId) {
+  if (!maybeSave()) return false;
+  for (const ConfigTemplate& t : configTemplates())
+    if (t.id == templateId) return loadTemplate(t);
+  return false;
+}
+
+bool MainWindow::loadTemplate(const ConfigTemplate& t) {
+  const QString text = templateText(t);
+  QString error;
+  if (text.isEmpty() || !editor_->loadText(text, t.id + ".yaml", &error)) {
+    showError(tr("Cannot create the config"), error.isEmpty() ? tr("The template %1 is missing.").arg(t.id) : error);
+    return false;
+  }
+  editor_->showPage("basic");
+  tabs_->setCurrentIndex(0);
+  replan();
+  statusBar()->showMessage(tr("New config from \"%1\"; save it to keep it.").arg(t.title), 8000);
   return true;
 }
 
@@ -436,13 +613,34 @@ bool MainWindow::openRunFolder(const QString& runDir) {
     showError(tr("Cannot open run folder"), tr("%1 is not a folder.").arg(runDir));
     return false;
   }
-  lastRunDir_ = QFileInfo(runDir).absoluteFilePath();
+  lastRunDir_ = absolute(runDir);
   addRecent(kRecentRuns, lastRunDir_);
   samples_->setRunDir(lastRunDir_);
   latestStrip_->setSamples(samples_->latestSamples());
-  lossPlot_->loadMetricsFile(QDir(lastRunDir_).filePath("metrics.jsonl"));
-  runStatus_->setText(tr("Run folder %1: resume it (Run > Resume) or export its LoRA.").arg(lastRunDir_));
-  tabs_->setCurrentWidget(samples_);
+  lossPlot_->loadMetricsFile(runFile(lastRunDir_, &runner::RunFolderFiles::metrics));
+  // Where it got to: the last logged step of the steps its config asked for.
+  qint64 total = 0;
+  QFile f(runFile(lastRunDir_, &runner::RunFolderFiles::config));
+  if (f.open(QIODevice::ReadOnly)) {
+    const backend::ParseResult parsed = backend::parseYaml(f.readAll().toStdString(), f.fileName().toStdString());
+    if (parsed.ok) {
+      total = parsed.config.train.steps;
+      // The map shows the run's own config planned on this machine (the trainer reports the live
+      // placement only while it runs).
+      runBlockSizes_ = blockSizes(parsed.config);
+      liveMap_->setPlacement(planPlacementView(parsed.config, QString()));
+    }
+  }
+  const qint64 last = lossPlot_->lastStep();
+  step_ = last;
+  totalSteps_ = total;
+  progress_->setRange(0, int(std::max<qint64>(1, total)));
+  progress_->setValue(int(std::min(last, std::max<qint64>(1, total))));
+  setRunHeader(total > 0 && last >= total
+                   ? tr("Run %1 finished: %2 of %3 steps. Export its LoRA (Run > Export).").arg(lastRunDir_).arg(last).arg(total)
+                   : tr("Run %1 stopped at step %2 of %3: resume it (Run > Resume) or export its LoRA.")
+                         .arg(lastRunDir_).arg(last).arg(total));
+  tabs_->setCurrentIndex(1);
   updateRunControls();
   return true;
 }
@@ -462,12 +660,15 @@ QStringList MainWindow::recentRunFolders() const { return settings_->value(kRece
 void MainWindow::rebuildRecentMenus() {
   if (!recentConfigMenu_) return;
   recentConfigMenu_->clear();
-  for (const QString& p : recentConfigs())
-    recentConfigMenu_->addAction(p, this, [this, p] { openConfig(p); });
+  for (const QString& p : recentConfigs()) {
+    QAction* a = recentConfigMenu_->addAction(p, this, [this, p] { openConfig(p); });
+    a->setEnabled(QFileInfo(p).isAbsolute() && QFileInfo::exists(p));
+  }
   recentConfigMenu_->setEnabled(!recentConfigMenu_->isEmpty());
   recentRunMenu_->clear();
   for (const QString& p : recentRunFolders()) {
     QMenu* m = recentRunMenu_->addMenu(p);
+    m->setEnabled(QFileInfo(p).isAbsolute() && QFileInfo(p).isDir());
     m->addAction(tr("Open (samples, export)"), this, [this, p] { openRunFolder(p); });
     m->addAction(tr("Resume training"), this, [this, p] { resumeRunFolder(p); });
   }
@@ -498,12 +699,13 @@ void MainWindow::togglePause() {
 
 void MainWindow::stopRun() { bridge_->stop(); }
 
-void MainWindow::resumeRunFolder(const QString& runDir) {
+void MainWindow::resumeRunFolder(const QString& dir) {
+  const QString runDir = absolute(dir);
   // Block sizes for the live map from the run's own config.
   runBlockSizes_.clear();
-  QFile f(QDir(runDir).filePath("config.yaml"));
+  QFile f(runFile(runDir, &runner::RunFolderFiles::config));
   if (f.open(QIODevice::ReadOnly)) {
-    const backend::ParseResult parsed = backend::parseYaml(f.readAll().toStdString(), "config.yaml");
+    const backend::ParseResult parsed = backend::parseYaml(f.readAll().toStdString(), f.fileName().toStdString());
     if (parsed.ok) runBlockSizes_ = blockSizes(parsed.config);
   }
   QString error;
@@ -520,62 +722,18 @@ void MainWindow::showExportDialog() {
   if (runDir.isEmpty()) {
     runDir = QFileDialog::getExistingDirectory(this, tr("Export the LoRA of which run folder?"));
     if (runDir.isEmpty()) return;
-    lastRunDir_ = runDir;
+    lastRunDir_ = absolute(runDir);
+    runDir = lastRunDir_;
   }
-  auto* dialog = new QDialog(this);
-  dialog->setObjectName("exportDialog");
-  dialog->setWindowTitle(tr("Export LoRA"));
-  dialog->setAttribute(Qt::WA_DeleteOnClose);
-  auto* layout = new QVBoxLayout(dialog);
-  layout->addWidget(new QLabel(tr("From the last checkpoint of <b>%1</b>").arg(runDir.toHtmlEscaped()), dialog));
-  auto* formats = new QGroupBox(tr("Formats"), dialog);
-  auto* fl = new QVBoxLayout(formats);
-  const QStringList names = {"diffusers", "kohya", "comfy"};
-  const QStringList labels = {tr("diffusers / peft (diffusers, sd.cpp)"), tr("kohya (ComfyUI, A1111, Forge)"),
-                              tr("ComfyUI (diffusion_model.* BFL names)")};
   QStringList chosen;
   for (auto f : editor_->config().save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
-  for (int i = 0; i < names.size(); ++i) {
-    auto* box = new QCheckBox(labels[i], formats);
-    box->setObjectName("exportFormat_" + names[i]);
-    box->setChecked(chosen.contains(names[i]));
-    fl->addWidget(box);
-  }
-  layout->addWidget(formats);
-  auto* row = new QHBoxLayout;
-  auto* dir = new QLineEdit(QDir(runDir).filePath("export"), dialog);
-  dir->setObjectName("exportDir");
-  auto* browse = new QToolButton(dialog);
-  browse->setObjectName("exportBrowse");
-  browse->setText("...");
-  connect(browse, &QToolButton::clicked, dialog, [dialog, dir] {
-    const QString d = QFileDialog::getExistingDirectory(dialog, QObject::tr("Export into"), dir->text());
-    if (!d.isEmpty()) dir->setText(d);
-  });
-  row->addWidget(new QLabel(tr("Into folder:"), dialog));
-  row->addWidget(dir, 1);
-  row->addWidget(browse);
-  layout->addLayout(row);
-  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, dialog);
-  buttons->button(QDialogButtonBox::Ok)->setObjectName("exportOk");
-  buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
-  buttons->button(QDialogButtonBox::Cancel)->setObjectName("exportCancel");
-  layout->addWidget(buttons);
-  connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
-  connect(buttons, &QDialogButtonBox::accepted, dialog, [this, dialog, dir, names, runDir] {
-    QStringList picked;
-    for (const QString& n : names)
-      if (dialog->findChild<QCheckBox*>("exportFormat_" + n)->isChecked()) picked << n;
-    if (picked.isEmpty()) {
-      showError(tr("Export"), tr("Choose at least one format."));
-      return;
-    }
+  // The folder the trainer writes its own exports to: one exports folder per run.
+  auto* dialog = new ExportDialog(runDir, chosen, runFile(runDir, &runner::RunFolderFiles::exportsDir), this);
+  dialog->setAttribute(Qt::WA_DeleteOnClose);
+  connect(dialog, &QDialog::accepted, this, [this, dialog] {
     QString error;
-    if (!bridge_->exportLora(runDir, dir->text(), picked, &error)) {
+    if (!bridge_->exportLora(dialog->runDir(), dialog->outDir(), dialog->formats(), &error))
       showError(tr("Export failed"), error);
-      return;
-    }
-    dialog->accept();
   });
   dialog->open();
 }
@@ -588,7 +746,7 @@ void MainWindow::updateRunControls() {
   startButton_->setEnabled(canStart);
   startAction_->setEnabled(canStart);
   startButton_->setToolTip(editor_->hasErrors() ? tr("Fix the config's errors first")
-                                                : idle ? tr("Start a new run of this config")
+                                                : idle ? tr("Start a new run of this config (Ctrl+R)")
                                                        : tr("A run is active"));
   pauseAction_->setEnabled(running);
   pauseButton_->setEnabled(running);
@@ -597,8 +755,10 @@ void MainWindow::updateRunControls() {
   pauseAction_->setIcon(style()->standardIcon(paused ? QStyle::SP_MediaPlay : QStyle::SP_MediaPause));
   pauseButton_->setText(paused ? tr("Resume") : tr("Pause"));
   pauseButton_->setIcon(pauseAction_->icon());
+  pauseButton_->setToolTip(tr("%1 (Ctrl+P)").arg(pauseButton_->text()));
   stopAction_->setEnabled(running);
   stopButton_->setEnabled(running);
+  stopButton_->setToolTip(tr("Stop after this step and keep a checkpoint (Ctrl+.)"));
   sampleAction_->setEnabled(running);
   sampleButton_->setEnabled(running);
   saveNowAction_->setEnabled(running);
@@ -624,9 +784,29 @@ void MainWindow::showError(const QString& title, const QString& message) {
   box->open();
 }
 
+// A tray message where the desktop has a tray; otherwise the taskbar entry asks
+// for attention. Either way the status bar says it too.
+void MainWindow::notify(const QString& title, const QString& message, bool failure) {
+  if (QSystemTrayIcon::isSystemTrayAvailable()) {
+    if (!tray_) {
+      tray_ = new QSystemTrayIcon(windowIcon(), this);
+      tray_->setObjectName("trayIcon");
+      tray_->setToolTip(tr("Strata"));
+    }
+    tray_->show();
+    tray_->showMessage(title, message, failure ? QSystemTrayIcon::Critical : QSystemTrayIcon::Information, 10000);
+  } else {
+    QApplication::alert(this);
+  }
+  statusBar()->showMessage(title + ": " + message, 15000);
+  emit notified(title, message);
+}
+
 void MainWindow::updateTitle() {
   const QString file = editor_->filePath().isEmpty() ? tr("untitled") : QFileInfo(editor_->filePath()).fileName();
-  setWindowTitle(tr("%1 - Strata").arg(file));
+  // [*] is where Qt puts the modified mark.
+  setWindowTitle(tr("%1[*] - Strata").arg(file));
+  setWindowModified(editor_->isModified());
 }
 
 // ---- window state ---------------------------------------------------------------
@@ -639,6 +819,14 @@ void MainWindow::restoreState() {
   runBottomSplit_->restoreState(settings_->value("window/runBottomSplit").toByteArray());
   tabs_->setCurrentIndex(settings_->value("window/tab", 0).toInt());
   deviceSpec_->setText(settings_->value("plan/deviceSpec").toString());
+  // Entries from before paths were stored absolute cannot be found again: dropped.
+  for (const char* key : {kRecentConfigs, kRecentRuns}) {
+    QStringList list = settings_->value(key).toStringList();
+    list.erase(std::remove_if(list.begin(), list.end(), [](const QString& p) { return !QFileInfo(p).isAbsolute(); }),
+               list.end());
+    settings_->setValue(key, list);
+  }
+  rebuildRecentMenus();
   const QStringList runs = recentRunFolders();
   if (!runs.isEmpty() && QFileInfo(runs.front()).isDir()) lastRunDir_ = runs.front();
 }
@@ -655,8 +843,43 @@ void MainWindow::saveState() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+  if (bridge_->isActive()) {
+    if (closeAfterStop_) {  // already stopping; the window closes when the checkpoint is written
+      event->ignore();
+      return;
+    }
+    QMessageBox box(QMessageBox::Question, tr("A run is training"),
+                    tr("Training is still running (step %1 of %2).").arg(step_).arg(totalSteps_),
+                    QMessageBox::NoButton, this);
+    box.setObjectName("closeDuringRunDialog");
+    box.setInformativeText(tr("Stop it now? A checkpoint is saved first, and you can resume it later."));
+    QPushButton* stop = box.addButton(tr("Stop (save a checkpoint) and close"), QMessageBox::AcceptRole);
+    stop->setObjectName("stopAndClose");
+    QPushButton* keep = box.addButton(tr("Keep training"), QMessageBox::RejectRole);
+    keep->setObjectName("keepTraining");
+    box.setDefaultButton(keep);
+    box.setEscapeButton(keep);
+    box.exec();
+    if (box.clickedButton() != stop) {
+      event->ignore();
+      return;
+    }
+    if (!maybeSave()) {
+      event->ignore();
+      return;
+    }
+    saveState();
+    closeAfterStop_ = true;
+    bridge_->stop();
+    statusBar()->showMessage(tr("Saving a checkpoint, then closing..."));
+    event->ignore();  // closed from stateChanged once the trainer is idle
+    return;
+  }
+  if (!closeAfterStop_ && !maybeSave()) {
+    event->ignore();
+    return;
+  }
   saveState();
-  if (bridge_->isActive()) bridge_->stop();  // the bridge waits for the checkpoint when it is destroyed
   event->accept();
 }
 

@@ -1,14 +1,18 @@
 #pragma once
 // The Strata window: run setup (config editor + planned GPU map), the live run
 // (loss plot, live GPU map, latest samples, run control) and the sample browser.
-// Recent configs and run folders, window geometry and splitters are kept in
-// QSettings (a file path given by the caller; tests pass a temp file).
+// Recent configs and run folders (absolute paths), window geometry and splitters
+// are kept in QSettings (a file path given by the caller; tests pass a temp file).
+// Nothing is lost silently: the title marks unsaved edits, and opening another
+// config, New, Quit and closing ask to save them; closing during a run asks
+// whether to stop it (with a checkpoint) or keep training.
 #include <QMainWindow>
 #include <QMap>
 #include <QSettings>
 #include <memory>
 
 #include "ui/TrainerBridge.h"
+#include "ui/ViewModel.h"
 
 class QAction;
 class QLabel;
@@ -17,6 +21,7 @@ class QMenu;
 class QProgressBar;
 class QPushButton;
 class QSplitter;
+class QSystemTrayIcon;
 class QTabWidget;
 class QTimer;
 
@@ -27,6 +32,7 @@ class GpuMapView;
 class LossPlot;
 class SampleBrowser;
 class SampleStrip;
+struct ConfigTemplate;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -37,9 +43,11 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(const QString& settingsPath = QString(), QWidget* parent = nullptr);
   ~MainWindow() override;
 
+  // Each asks to save unsaved edits first (false when the user cancels).
   bool openConfig(const QString& path);
   bool saveConfig(const QString& path);
   bool importAiToolkit(const QString& path);
+  bool newFromTemplate(const QString& templateId);
   // Shows a finished or stopped run: its samples (and metrics when the core writes them).
   bool openRunFolder(const QString& runDir);
   // Overrides train.steps of the next start (0 = the config's); for tests and quick demos.
@@ -54,6 +62,14 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs() const { return tabs_; }
   QStringList recentConfigs() const;
   QStringList recentRunFolders() const;
+  // The header line over the run view ("Paused at step 12 of 100 ...").
+  QString runHeader() const;
+  // The time left the header shows (smoothed over steps), in seconds; 0 = unknown.
+  double shownEtaSeconds() const { return etaSmoothed_; }
+
+ signals:
+  // A run finished or failed: shown as a tray / desktop message where there is one.
+  void notified(const QString& title, const QString& message);
 
  public slots:
   void startRun();
@@ -61,6 +77,7 @@ class MainWindow : public QMainWindow {
   void stopRun();
   void resumeRunFolder(const QString& runDir);
   void showExportDialog();
+  void showNewConfigDialog();
   void replan();
 
  protected:
@@ -79,7 +96,17 @@ class MainWindow : public QMainWindow {
   void rebuildRecentMenus();
   void restoreState();
   void saveState();
-  void exportTo(const QString& outDir, const QStringList& formats);
+  bool loadConfigFile(const QString& path);  // without asking to save
+  bool importJob(const QString& path);
+  bool loadTemplate(const ConfigTemplate& t);
+  // Unsaved edits: asks Save / Discard / Cancel; true when it is fine to go on.
+  bool maybeSave();
+  bool saveCurrent();  // to its file, or asks for one
+  void showImportReport(const QString& path, const QVector<ProblemView>& notes);
+  void notify(const QString& title, const QString& message, bool failure);
+  void updateRunHeader();
+  void setRunHeader(const QString& text);
+  void queueRequest(const QString& what);
 
   std::unique_ptr<QSettings> settings_;
   TrainerBridge* bridge_ = nullptr;
@@ -116,6 +143,13 @@ class MainWindow : public QMainWindow {
   QString lastRunDir_;
   QMap<QString, BlockView> runBlockSizes_;  // per-block sizes of the running config
   qint64 stepLimit_ = 0;
+  // The run header's figures (from the last progress tick).
+  qint64 step_ = 0, totalSteps_ = 0;
+  double stepTimeMs_ = 0, etaSmoothed_ = 0;
+  QStringList queued_;  // requests not done yet (sample, checkpoint): done after the next step
+  qint64 queuedAtStep_ = 0;
+  bool closeAfterStop_ = false;
+  QSystemTrayIcon* tray_ = nullptr;
 };
 
 }  // namespace strata::ui

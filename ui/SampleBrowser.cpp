@@ -17,7 +17,10 @@
 #include <QScrollArea>
 #include <QTabWidget>
 #include <QTableWidget>
+#include <QKeyEvent>
 #include <QVBoxLayout>
+
+#include "ui/TrainerRunner.h"
 
 namespace strata::ui {
 
@@ -209,17 +212,18 @@ void SampleBrowser::setRunDir(const QString& runDir) {
 
 void SampleBrowser::rescan() {
   bySteps_.clear();
-  const QDir dir(QDir(runDir_).filePath("samples"));
+  const runner::RunFolderFiles files = runner::runFolderFiles(runDir_.toStdString());
+  const QDir dir(QString::fromStdString(files.samplesDir));
   if (!runDir_.isEmpty() && dir.exists()) {
-    const QStringList files = dir.entryList({"*.png", "*.jpg"}, QDir::Files, QDir::Name);
-    for (const QString& f : files) {
+    const QStringList images = dir.entryList({"*.png", "*.jpg"}, QDir::Files, QDir::Name);
+    for (const QString& f : images) {
       SampleInfo s;
       if (!parseFileName(f, &s.step, &s.promptIndex)) continue;
       s.path = dir.filePath(f);
       s.prompt = promptText(s.promptIndex);
       bySteps_[s.step][s.promptIndex] = s;
     }
-    readIndex(dir.filePath("index.jsonl"));
+    readIndex(QString::fromStdString(files.samplesIndex));
   }
   rebuild();
 }
@@ -404,7 +408,14 @@ QWidget* SampleBrowser::showEnlarged(const SampleInfo& sample) {
     caption->setWordWrap(true);
     layout->addWidget(image, 1);
     layout->addWidget(caption);
+    auto* keys = new QLabel(tr("Left / Right: earlier / later step. Up / Down: other prompt."), dialog);
+    keys->setObjectName("sampleViewerKeys");
+    keys->setEnabled(false);
+    layout->addWidget(keys);
+    dialog->installEventFilter(this);
   }
+  dialog->setProperty("step", sample.step);
+  dialog->setProperty("prompt", sample.promptIndex);
   dialog->setWindowTitle(tr("Sample: step %1, prompt %2").arg(sample.step).arg(sample.promptIndex));
   dialog->findChild<QLabel*>("sampleViewerImage")->setPixmap(scaledImage(sample.path, kEnlargedPx));
   dialog->findChild<QLabel*>("sampleViewerCaption")
@@ -415,6 +426,44 @@ QWidget* SampleBrowser::showEnlarged(const SampleInfo& sample) {
   dialog->show();
   dialog->raise();
   return dialog;
+}
+
+bool SampleBrowser::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() == QEvent::KeyPress && watched->objectName() == "sampleViewer") {
+    switch (static_cast<QKeyEvent*>(event)->key()) {
+      case Qt::Key_Left: return moveViewer(-1, 0);
+      case Qt::Key_Right: return moveViewer(1, 0);
+      case Qt::Key_Up: return moveViewer(0, -1);
+      case Qt::Key_Down: return moveViewer(0, 1);
+      default: break;
+    }
+  }
+  return QWidget::eventFilter(watched, event);
+}
+
+// The enlarged view moves to the neighbouring step (same prompt) or prompt (same
+// step); at the ends it stays where it is.
+bool SampleBrowser::moveViewer(int stepDelta, int promptDelta) {
+  auto* dialog = findChild<QDialog*>("sampleViewer", Qt::FindDirectChildrenOnly);
+  if (!dialog || bySteps_.isEmpty()) return false;
+  const qint64 step = dialog->property("step").toLongLong();
+  const int prompt = dialog->property("prompt").toInt();
+  const QList<qint64> steps = bySteps_.keys();
+  int si = int(steps.indexOf(step));
+  if (si < 0) return false;
+  if (stepDelta != 0) {
+    // The next step that has this prompt.
+    for (int i = si + stepDelta; i >= 0 && i < steps.size(); i += stepDelta)
+      if (bySteps_[steps[i]].contains(prompt)) {
+        showEnlarged(bySteps_[steps[i]][prompt]);
+        return true;
+      }
+    return true;
+  }
+  const QList<int> prompts = bySteps_[steps[si]].keys();
+  const int pi = int(prompts.indexOf(prompt)) + promptDelta;
+  if (pi >= 0 && pi < prompts.size()) showEnlarged(bySteps_[steps[si]][prompts[pi]]);
+  return true;
 }
 
 }  // namespace strata::ui

@@ -55,7 +55,8 @@ class SampleBrowser : public QWidget {
   int promptCount() const;
   // Shows steps a and b side by side on the compare tab.
   void compare(qint64 stepA, qint64 stepB);
-  // Opens one image enlarged (non-modal; objectName "sampleViewer").
+  // Opens one image enlarged (non-modal; objectName "sampleViewer"); the arrow
+  // keys move to the previous / next step (left, right) or prompt (up, down).
   QWidget* showEnlarged(const SampleInfo& sample);
 
   // Step and prompt index from a file name: "step_000250_prompt_1.png",
@@ -65,7 +66,11 @@ class SampleBrowser : public QWidget {
  signals:
   void samplesChanged();
 
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;  // arrow keys in the enlarged view
+
  private:
+  bool moveViewer(int stepDelta, int promptDelta);
   void rebuild();
   void readIndex(const QString& path);
   void rebuildCompare();

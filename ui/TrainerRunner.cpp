@@ -7,26 +7,26 @@
 #include "common/Error.h"
 #include "config/RunConfig.h"
 #include "train/StopSignals.h"
+#include "train/RunFolder.h"
 #include "train/Trainer.h"
 
 namespace strata::ui::runner {
 
+void Control::stop() { trainer_.requestStop(); }
+void Control::pause(bool paused) { trainer_.setPaused(paused); }
+void Control::sampleNow() { trainer_.requestSample(); }
+void Control::saveNow() { trainer_.requestSave(); }
+
+RunFolderFiles runFolderFiles(const std::string& runDir) {
+  const train::RunFolder folder(runDir);
+  return {folder.configPath().string(), folder.metricsPath().string(), folder.samplesDir().string(),
+          folder.samplesIndexPath().string(), folder.exportsDir().string()};
+}
+
 namespace {
 
-class TrainerControl final : public Control {
- public:
-  explicit TrainerControl(train::Trainer& t) : trainer_(t) {}
-  void stop() override { trainer_.requestStop(); }
-  void pause(bool paused) override { trainer_.setPaused(paused); }
-  void sampleNow() override { trainer_.requestSample(); }
-  void saveNow() override { trainer_.requestSave(); }
-
- private:
-  train::Trainer& trainer_;
-};
-
 bool runTrainer(train::Trainer& trainer, const ControlSink& sink) {
-  TrainerControl control(trainer);
+  Control control(trainer);
   sink(&control);
   const train::StopOnSignals signals(trainer, "strata");  // SIGINT/SIGTERM/SIGHUP: checkpoint and stop
   const train::RunOutcome outcome = trainer.run();  // never throws

@@ -10,18 +10,35 @@
 namespace strata::config {
 struct RunConfig;
 }
+namespace strata::train {
+class Trainer;
+}
 
 namespace strata::ui::runner {
 
 // The running trainer's controls; thread-safe (the trainer's atomics).
 class Control {
  public:
-  virtual ~Control() = default;
-  virtual void stop() = 0;
-  virtual void pause(bool paused) = 0;
-  virtual void sampleNow() = 0;
-  virtual void saveNow() = 0;
+  explicit Control(train::Trainer& trainer) : trainer_(trainer) {}
+  void stop();
+  void pause(bool paused);
+  void sampleNow();
+  void saveNow();
+
+ private:
+  train::Trainer& trainer_;
 };
+
+// Where a run folder keeps its files (core/train/RunFolder names them; the UI
+// does not spell them again).
+struct RunFolderFiles {
+  std::string config;      // config.yaml: the config as run
+  std::string metrics;     // metrics.jsonl
+  std::string samplesDir;  // samples/
+  std::string samplesIndex;
+  std::string exportsDir;  // exports/: the trainer's LoRA files, and the app's export default
+};
+RunFolderFiles runFolderFiles(const std::string& runDir);
 
 using ControlSink = std::function<void(Control*)>;  // called with the control, then with nullptr at the end
 

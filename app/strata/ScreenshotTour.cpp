@@ -45,9 +45,13 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                     },
                     0});
   steps_.push_back({always, [=] { shoot("setup"); }, 0});
+  steps_.push_back({always, [=] { editor->showPage("advanced"); }, 0});
+  steps_.push_back({always, [=] { shoot("setup-advanced"); }, 0});
+  steps_.push_back({always, [=] { editor->showPage("basic"); }, 0});
   // 2. FLUX.1-dev planned on four simulated 16 GB cards (this machine need not have them).
   steps_.push_back({always, [=] {
-                      if (!planConfig_.isEmpty() && window_->openConfig(planConfig_)) {
+                      // The editor's own load: the tour's edits are not the user's, nothing to ask about.
+                      if (!planConfig_.isEmpty() && editor->loadFile(planConfig_)) {
                         spec->setText("4x16GB");
                       } else {
                         editor->setValueText("model.preset", "flux-dev");
@@ -65,7 +69,7 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
   // 3. A config error on the demo: low_vram with the split on.
   steps_.push_back({always, [=] {
                       spec->clear();
-                      if (!originalPath_.isEmpty()) window_->openConfig(originalPath_);
+                      if (!originalPath_.isEmpty()) editor->loadFile(originalPath_);
                       else editor->setYamlText(originalYaml_);
                       editor->setValueText("model.split_model_over_gpus", "true");
                       editor->setValueText("model.low_vram", "true");
@@ -74,7 +78,7 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
   steps_.push_back({always, [=] { shoot("config-error"); }, 0});
   // 4. Back to the demo config; start a short run.
   steps_.push_back({always, [=] {
-                      if (!originalPath_.isEmpty()) window_->openConfig(originalPath_);
+                      if (!originalPath_.isEmpty()) editor->loadFile(originalPath_);
                       else editor->setYamlText(originalYaml_);
                       window_->replan();
                     },

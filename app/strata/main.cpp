@@ -1,15 +1,65 @@
 // strata: the desktop app. Everything is in ui/; this only parses the command
 // line, sets the look and opens the window.
+#include <unistd.h>
+
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QStyleFactory>
 #include <QTimer>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 #include "ScreenshotTour.h"
 #include "common/Version.h"
 #include "ui/MainWindow.h"
 
+namespace {
+
+bool isSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+// Without a display Qt would stop with "no Qt platform plugin could be
+// initialized. Reinstalling the application may fix this problem", which is
+// wrong advice. Say what is missing and what works instead. --help and
+// --version need no window: they run on the offscreen platform.
+bool reportMissingDisplay(int argc, char** argv) {
+  if (isSet("QT_QPA_PLATFORM") || isSet("DISPLAY") || isSet("WAYLAND_DISPLAY")) return false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-platform") == 0) return false;
+    for (const char* info : {"-h", "--help", "--help-all", "-v", "--version"})
+      if (std::strcmp(argv[i], info) == 0) {
+        setenv("QT_QPA_PLATFORM", "offscreen", 1);
+        return false;
+      }
+  }
+  char host[256] = "localhost";
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
+  std::string config;
+  for (int i = 1; i < argc && config.empty(); ++i) {
+    const std::string a = argv[i];
+    const auto ends = [&a](const std::string& ext) {
+      return a.size() > ext.size() && a.compare(a.size() - ext.size(), ext.size(), ext) == 0;
+    };
+    if (ends(".yaml") || ends(".yml")) config = a;
+  }
+  if (config.empty()) config = "CONFIG.yaml";
+  std::fprintf(stderr,
+               "strata: no display to open a window on (DISPLAY and WAYLAND_DISPLAY are not set).\n"
+               "  Train without a window:   strata-train run %s\n"
+               "  Or show the app over VNC: QT_QPA_PLATFORM=vnc strata %s, then connect a VNC viewer to %s:5900\n",
+               config.c_str(), config.c_str(), host);
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (reportMissingDisplay(argc, argv)) return 2;
   QApplication app(argc, argv);
   QApplication::setApplicationName("Strata");
   QApplication::setOrganizationName("Strata");

@@ -174,7 +174,7 @@ struct Opt {
   std::optional<double> min_;
   std::optional<double> max_;
   bool minExclusive_ = false;
-  bool path_ = false;          // a String that names a file or folder
+  PathKind pathKind_ = PathKind::None;  // a String that names a file or folder
   bool scalarAsList_ = false;
   bool commaString_ = false;
   std::optional<size_t> listSize_;
@@ -185,7 +185,10 @@ struct Opt {
   Opt& min(double v) { min_ = v; return *this; }
   Opt& max(double v) { max_ = v; return *this; }
   Opt& minExclusive(bool v) { minExclusive_ = v; return *this; }
-  Opt& path(bool v) { path_ = v; return *this; }
+  Opt& file() { pathKind_ = PathKind::File; return *this; }
+  Opt& folder() { pathKind_ = PathKind::Folder; return *this; }
+  Opt& fileOrFolder() { pathKind_ = PathKind::FileOrFolder; return *this; }
+  Opt& saveFile() { pathKind_ = PathKind::SaveFile; return *this; }
   Opt& scalarAsList(bool v) { scalarAsList_ = v; return *this; }
   Opt& commaString(bool v) { commaString_ = v; return *this; }
   Opt& listSize(size_t v) { listSize_ = v; return *this; }
@@ -201,7 +204,10 @@ class Builder {
     KeySpec k;
     k.path = std::move(path);
     k.type = Conv<T>::kType;
-    if (opt.path_ && k.type == KeyType::String) k.type = KeyType::Path;
+    if (opt.pathKind_ != PathKind::None && k.type == KeyType::String) {
+      k.type = KeyType::Path;
+      k.pathKind = opt.pathKind_;
+    }
     k.unit = std::move(opt.unit_);
     k.doc = std::move(doc);
     k.min = opt.min_;
@@ -249,11 +255,11 @@ std::vector<KeySpec> buildSchema() {
           return s ? runNameProblem(*s) : std::string();
         }))
       .add("job.training_folder", M(job.trainingFolder), "Folder that receives one sub-folder per run",
-           Opt().path(true));
+           Opt().folder());
   // model
   b.add("model.name_or_path", M(model.nameOrPath),
         "FLUX checkpoint: a diffusers folder or a BFL .safetensors file (local; ignored with random_weights)",
-        Opt().path(true))
+        Opt().fileOrFolder())
       .add("model.is_flux", M(model.isFlux), "The model is a FLUX.1 transformer (the only family Strata trains)")
       .add("model.preset", M(model.preset),
            "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")
@@ -338,7 +344,7 @@ std::vector<KeySpec> buildSchema() {
   // datasets
   b.add("datasets[].type", D(type),
         "images (folder of images + captions), latents (cached), synthetic or shapes (drawn by the trainer)")
-      .add("datasets[].folder_path", D(folderPath), "Folder of the images or cached latents", Opt().path(true))
+      .add("datasets[].folder_path", D(folderPath), "Folder of the images or cached latents", Opt().folder())
       .add("datasets[].caption_ext", D(captionExt), "Caption file extension next to each image")
       .add("datasets[].default_caption", D(defaultCaption), "Caption for images without a caption file")
       .add("datasets[].resolution", D(resolution), "Training sizes (square, bucketed; multiples of 16, of 4 for shapes)",
@@ -372,7 +378,107 @@ std::vector<KeySpec> buildSchema() {
 #undef M
 #undef D
 
+// ---- how a form shows each key ------------------------------------------------
+
+const std::vector<std::string> kGroups = {"Run",     "Model",     "Model shape",    "Dataset", "LoRA", "Training",
+                                          "Optimizer", "Averaging (EMA)", "GPUs", "Samples", "Saving"};
+
+struct Look {
+  const char* path;
+  const char* label;  // user words; the YAML key goes in the tooltip
+  const char* group;
+  bool basic;
+};
+
+// Kept apart from the table above so the words a user reads sit together. Every
+// key has one entry (tests/config checks it).
+const Look kLooks[] = {
+    {"job.name", "Run name", "Run", true},
+    {"job.training_folder", "Output folder", "Run", true},
+    {"model.name_or_path", "Base model", "Model", true},
+    {"model.is_flux", "FLUX.1 model", "Model", false},
+    {"model.preset", "Architecture", "Model", false},
+    {"model.num_layers", "Double blocks", "Model shape", false},
+    {"model.num_single_layers", "Single blocks", "Model shape", false},
+    {"model.num_attention_heads", "Attention heads", "Model shape", false},
+    {"model.attention_head_dim", "Width of one head", "Model shape", false},
+    {"model.in_channels", "Latent channels (packed)", "Model shape", false},
+    {"model.joint_attention_dim", "Text embedding width", "Model shape", false},
+    {"model.pooled_projection_dim", "Pooled text embedding width", "Model shape", false},
+    {"model.axes_dims_rope", "Rotary sizes per axis", "Model shape", false},
+    {"model.guidance_embeds", "Takes a guidance input", "Model shape", false},
+    {"model.random_weights", "Random weights (no download)", "Model", false},
+    {"model.quantize", "Quantize the model", "Model", false},
+    {"model.quantize_te", "Quantize the text encoders", "Model", false},
+    {"model.qtype", "Quantization type", "Model", false},
+    {"model.low_vram", "Keep idle weights in CPU memory", "GPUs", false},
+    {"model.device", "Train on", "GPUs", true},
+    {"model.split_model_over_gpus", "Split the model over the GPUs", "GPUs", true},
+    {"model.split_model_other_module_param_count_scale", "Weight of the other modules when splitting", "GPUs", false},
+    {"model.gpu_ids", "GPUs to use", "GPUs", true},
+    {"model.placement", "How to split", "GPUs", false},
+    {"model.gpu_memory_limit_gb", "Memory cap per GPU", "GPUs", false},
+    {"model.memory_reserve_gb", "Memory kept free per GPU", "GPUs", false},
+    {"network.type", "Adapter type", "LoRA", false},
+    {"network.linear", "Rank", "LoRA", true},
+    {"network.linear_alpha", "Alpha", "LoRA", false},
+    {"network.dropout", "Dropout", "LoRA", false},
+    {"network.target_modules", "Layers to adapt", "LoRA", false},
+    {"train.steps", "Steps", "Training", true},
+    {"train.batch_size", "Batch size", "Training", false},
+    {"train.gradient_accumulation_steps", "Passes per step (accumulation)", "Training", false},
+    {"train.lr", "Learning rate", "Training", true},
+    {"train.lr_scheduler", "Learning-rate schedule", "Optimizer", false},
+    {"train.lr_warmup_steps", "Warm-up", "Optimizer", false},
+    {"train.optimizer", "Optimizer", "Optimizer", false},
+    {"train.weight_decay", "Weight decay", "Optimizer", false},
+    {"train.betas", "Adam betas", "Optimizer", false},
+    {"train.eps", "Adam epsilon", "Optimizer", false},
+    {"train.max_grad_norm", "Gradient clipping", "Optimizer", false},
+    {"train.dtype", "Precision", "Training", false},
+    {"train.gradient_checkpointing", "Save memory (recompute activations)", "Training", false},
+    {"train.timestep_type", "Noise levels", "Training", false},
+    {"train.guidance", "Guidance while training", "Training", false},
+    {"train.caption_dropout_rate", "Train without caption (share)", "Training", false},
+    {"train.seed", "Seed", "Training", false},
+    {"train.ema_config.use_ema", "Keep an average of the weights", "Averaging (EMA)", false},
+    {"train.ema_config.ema_decay", "Decay", "Averaging (EMA)", false},
+    {"train.ema_config.update_every", "Update every", "Averaging (EMA)", false},
+    {"datasets[].type", "Kind of dataset", "Dataset", true},
+    {"datasets[].folder_path", "Image folder", "Dataset", true},
+    {"datasets[].caption_ext", "Caption file extension", "Dataset", false},
+    {"datasets[].default_caption", "Caption for images without one", "Dataset", false},
+    {"datasets[].resolution", "Resolution", "Dataset", true},
+    {"datasets[].num_items", "Items to draw", "Dataset", false},
+    {"datasets[].cache_latents_to_disk", "Cache encoded images on disk", "Dataset", false},
+    {"sample.sample_every", "Sample every", "Samples", true},
+    {"sample.prompts", "Sample prompts", "Samples", true},
+    {"sample.seed", "Sample seed", "Samples", false},
+    {"sample.walk_seed", "A new seed per prompt", "Samples", false},
+    {"sample.width", "Sample width", "Samples", false},
+    {"sample.height", "Sample height", "Samples", false},
+    {"sample.sample_steps", "Denoising steps", "Samples", false},
+    {"sample.guidance_scale", "Guidance scale", "Samples", false},
+    {"save.save_every", "Save a checkpoint every", "Saving", false},
+    {"save.max_step_saves_to_keep", "Checkpoints to keep", "Saving", false},
+    {"save.dtype", "LoRA file precision", "Saving", false},
+    {"save.export_formats", "LoRA file formats", "Saving", false},
+};
+
+void applyLooks(std::vector<KeySpec>& keys) {
+  for (KeySpec& k : keys)
+    for (const Look& l : kLooks)
+      if (k.path == l.path) {
+        k.label = l.label;
+        k.group = l.group;
+        k.basic = l.basic;
+        k.modelShape = k.group == "Model shape";
+      }
+}
+
 }  // namespace
+
+const std::vector<std::string>& keyGroups() { return kGroups; }
 
 std::string keyTypeName(KeyType type) {
   switch (type) {
@@ -406,7 +512,11 @@ std::string KeySpec::rangeText() const {
 }
 
 const std::vector<KeySpec>& schema() {
-  static const std::vector<KeySpec> kSchema = buildSchema();
+  static const std::vector<KeySpec> kSchema = [] {
+    std::vector<KeySpec> keys = buildSchema();
+    applyLooks(keys);
+    return keys;
+  }();
   return kSchema;
 }
 

@@ -35,6 +35,15 @@ enum class KeyType {
 // "bool", "int", "float", "string", "path", "choice", "int list", ...
 std::string keyTypeName(KeyType type);
 
+// What a Path key names, so a form offers the right chooser.
+enum class PathKind {
+  None,          // not a path key
+  File,          // an existing file
+  Folder,        // a folder (created when missing where the key says so)
+  FileOrFolder,  // either (a diffusers folder or one .safetensors file)
+  SaveFile,      // a file to be written
+};
+
 // A key's value in a type-neutral form: monostate = unset (optional keys only),
 // Int keys hold int64_t, Float keys double, Choice keys their spelling.
 using Value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
@@ -57,6 +66,17 @@ struct KeySpec {
   // A further rule on the value (job.name: a folder name); the problem, or "".
   std::function<std::string(const Value&)> check;
 
+  PathKind pathKind = PathKind::None;  // Path keys: a file, a folder, either, or a file to write
+
+  // How a form shows the key: user words for its label (the path goes in the
+  // tooltip), the group it sits in, and whether it is one of the few settings
+  // on the Basic page (the rest are Advanced). `modelShape`: an architecture
+  // override, only of interest for a custom model.
+  std::string label;              // "Rank"
+  std::string group;              // "LoRA"
+  bool basic = false;
+  bool modelShape = false;
+
   std::function<Value(const RunConfig&, size_t datasetIndex)> get;
   // Throws ConfigError when `value` does not hold this key's type.
   std::function<void(RunConfig&, size_t datasetIndex, const Value&)> set;
@@ -68,6 +88,9 @@ struct KeySpec {
 
 // Every key, in the order the saver writes them.
 const std::vector<KeySpec>& schema();
+
+// Form groups in display order ("Run", "Model", ...); every key's group is one of them.
+const std::vector<std::string>& keyGroups();
 
 // The entry for "train.lr", "datasets[].x" or "datasets[3].x"; nullptr if unknown.
 const KeySpec* findKey(std::string_view path);

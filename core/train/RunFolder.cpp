@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "io/AtomicFile.h"
 #include "io/FileBytes.h"
 #include "io/Safetensors.h"
@@ -86,8 +87,6 @@ std::optional<int64_t> stepOfName(const std::string& name) {
   return std::stoll(digits);
 }
 
-bool startsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
 // ".<name>.tmp.XXXXXX": a temp file of io::writeFileAtomic whose process died.
 bool isAtomicTemp(const std::string& name) {
   const size_t at = name.rfind(".tmp.");
@@ -114,6 +113,18 @@ void dropTornTail(const fs::path& path, std::vector<std::string>& notes) {
   fs::resize_file(path, keep, ec);
   if (ec) throw IoError(path.string() + ": cannot cut off its torn last line: " + ec.message());
   notes.push_back(path.string() + ": cut off a torn last line");
+}
+
+// A checkpoint's state.json says "manual": true when the user asked for it. An
+// unreadable one counts as rolling: pruning may then drop it, as before.
+bool isManual(const fs::path& statePath) {
+  std::ifstream in(statePath);
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    return j.is_object() && j.value("manual", false);
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -181,7 +192,7 @@ std::vector<CheckpointRef> RunFolder::checkpoints() const {
   for (const auto& e : fs::directory_iterator(checkpointsDir(), ec)) {
     const auto step = stepOfName(e.path().filename().string());
     if (!step || !fs::exists(e.path() / "state.json", ec)) continue;
-    out.push_back({*step, e.path()});
+    out.push_back({*step, e.path(), isManual(e.path() / "state.json")});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;
@@ -217,6 +228,7 @@ fs::path writeCheckpoint(const RunFolder& folder, const CheckpointData& data) {
     io::writeSafetensors(partial / "rng.safetensors", data.rng);
     nlohmann::json state = data.state;
     state["step"] = data.step;
+    if (data.manual) state["manual"] = true;
     // state.json last: its presence marks a complete checkpoint.
     io::writeFileAtomic(partial / "state.json", state.dump(2) + "\n");
     if (fs::exists(finalDir)) {
@@ -248,6 +260,7 @@ CheckpointData readCheckpoint(const fs::path& dir) {
   }
   if (!d.state.contains("step")) throw IoError(statePath.string() + ": no 'step'");
   d.step = d.state["step"].get<int64_t>();
+  d.manual = d.state.value("manual", false);
   auto load = [&](const char* file, NamedTensors& into, bool required) {
     const auto p = dir / file;
     std::error_code ec;
@@ -319,6 +332,7 @@ std::vector<fs::path> pruneCheckpoints(const RunFolder& folder, int64_t keep) {
   std::vector<fs::path> removed;
   if (keep < 1) return removed;
   auto all = folder.checkpoints();
+  all.erase(std::remove_if(all.begin(), all.end(), [](const CheckpointRef& c) { return c.manual; }), all.end());
   std::error_code ec;
   while (static_cast<int64_t>(all.size()) > keep) {
     const fs::path dir = all.front().path;

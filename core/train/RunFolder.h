@@ -8,7 +8,8 @@
 //   exports/<job>_<format>.safetensors  the LoRA in the formats the config lists
 // Checkpoints are written into a hidden partial folder and renamed into place,
 // so a crash or a failed write never leaves a half checkpoint, and the previous
-// one stays as it was. The last N are kept.
+// one stays as it was. The last N rolling checkpoints are kept; one the user asked
+// for ("save now", state.json "manual": true) is never pruned.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 struct CheckpointRef {
   int64_t step = 0;
   std::filesystem::path path;
+  bool manual = false;  // asked for by the user; kept apart from the rolling ones
 };
 
 // What one checkpoint holds. Tensors are written as given (CPU copies are made
@@ -37,6 +39,7 @@ struct CheckpointData {
   NamedTensors ema;        // "<param>" -> shadow; empty without EMA
   NamedTensors rng;        // captureRngStates
   nlohmann::json state;    // step, schedule, data cursor, loss smoothing, ...
+  bool manual = false;     // written as state.json "manual": true
 };
 
 class RunFolder {
@@ -106,8 +109,8 @@ IntactCheckpoint readLatestIntactCheckpoint(const RunFolder& folder);
 // no longer a checkpoint); returns the new path.
 std::filesystem::path setAsideDamagedCheckpoint(const CheckpointRef& ref);
 
-// Deletes all but the newest `keep` checkpoints (keep < 1 keeps all); returns
-// the folders removed. Each is renamed to a trash name first, so a kill midway
+// Deletes all but the newest `keep` rolling checkpoints (keep < 1 keeps all);
+// manual ones are neither deleted nor counted. Returns the folders removed. Each is renamed to a trash name first, so a kill midway
 // never leaves a half-deleted step_N (RunFolder::recover empties the trash).
 std::vector<std::filesystem::path> pruneCheckpoints(const RunFolder& folder, int64_t keep);
 

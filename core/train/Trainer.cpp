@@ -374,10 +374,11 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   st.lastCheckpointStep = st.startStep;
 }
 
-bool Trainer::checkpoint(State& st, int64_t step) {
+bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
   const auto& tc = cfg_.train;
   CheckpointData d;
   d.step = step;
+  d.manual = manual;  // "save now": kept apart from the rolling keep-N checkpoints
   for (const auto& [k, t] : st.network->stateDict("transformer.")) d.lora.emplace_back(k, t.detach());
   d.optimizer = saveAdamWState(*st.optimizer, st.namedParams);
   if (st.ema)
@@ -554,8 +555,9 @@ RunOutcome Trainer::loop(State& st) {
       if (sampleRequested_.exchange(false) ||
           (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last)))
         doSamples(step);
-      if (saveRequested_.exchange(false) || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
-        checkpoint(st, step);
+      const bool manualSave = saveRequested_.exchange(false);
+      if (manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
+        checkpoint(st, step, manualSave);
       if (exportRequested_.exchange(false) && !last) exportLora(st, step, false);
     }
   } catch (const NonFiniteLoss& e) {

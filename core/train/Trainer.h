@@ -102,7 +102,7 @@ class Trainer {
   // Pieces of the loop.
   bool trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed);  // false: fp16 step skipped
   void reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads, double ms);
-  bool checkpoint(State& st, int64_t step);
+  bool checkpoint(State& st, int64_t step, bool manual = false);
   std::vector<std::string> exportLora(State& st, int64_t step, bool final);
   void waitWhilePaused();
 

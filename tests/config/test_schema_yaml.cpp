@@ -1,6 +1,7 @@
 // The schema table, generic get/set, YAML round trip and atomic save.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -38,6 +39,28 @@ TEST(Schema, EveryKeyHasTypeDocDefaultAndAccessors) {
   EXPECT_EQ(findKey("network.linear")->rangeText(), "[1, 1024]");
   EXPECT_EQ(findKey("datasets[7].folder_path"), findKey("datasets[].folder_path"));
   EXPECT_EQ(findKey("train.nope"), nullptr);
+}
+
+// The form reads its labels, groups and choosers from the spec, so every key
+// must carry them (a key added without them would show up as a bare path).
+TEST(Schema, EveryKeyHasFormLabelGroupAndPathKind) {
+  const std::vector<std::string>& groups = keyGroups();
+  int basic = 0;
+  for (const KeySpec& k : schema()) {
+    EXPECT_FALSE(k.label.empty()) << k.path << " has no label";
+    EXPECT_NE(std::find(groups.begin(), groups.end(), k.group), groups.end()) << k.path << ": " << k.group;
+    EXPECT_EQ(k.type == KeyType::Path, k.pathKind != PathKind::None) << k.path;
+    EXPECT_EQ(k.modelShape, k.group == "Model shape") << k.path;
+    if (k.modelShape) EXPECT_FALSE(k.basic) << k.path;
+    basic += k.basic ? 1 : 0;
+  }
+  EXPECT_GE(basic, 8);
+  EXPECT_LT(basic, int(schema().size()) / 2);  // Basic is the short list
+  EXPECT_EQ(findKey("model.name_or_path")->pathKind, PathKind::FileOrFolder);
+  EXPECT_EQ(findKey("datasets[0].folder_path")->pathKind, PathKind::Folder);
+  EXPECT_EQ(findKey("job.training_folder")->pathKind, PathKind::Folder);
+  EXPECT_EQ(findKey("network.linear")->label, "Rank");
+  EXPECT_TRUE(findKey("model.num_layers")->modelShape);
 }
 
 TEST(Schema, GenericGetAndSet) {

@@ -6,6 +6,8 @@
 #include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -33,6 +35,7 @@ class WidgetsTest : public QObject {
   void gpuMapShowsTheRunsMeasuredBlockFigures();
   void plannedPlacementOnSimulatedDevices();
   void plannedPlacementReportsBadSpec();
+  void gpuMapFitsOrScrolls();
   void configEditorImportsAnAiToolkitJob();
 };
 
@@ -123,6 +126,19 @@ void WidgetsTest::sampleBrowserReadsRunFolder() {
   QVERIFY(viewer);
   QVERIFY(viewer->isVisible());
   QVERIFY(viewer->windowTitle().contains("step 30"));
+  // Arrow keys: left / right move through the steps of this prompt, up / down through the prompts.
+  QVERIFY(viewer->windowTitle().contains("prompt 1"));
+  QTest::keyClick(viewer, Qt::Key_Left);
+  QVERIFY2(viewer->windowTitle().contains("step 20"), qPrintable(viewer->windowTitle()));
+  QTest::keyClick(viewer, Qt::Key_Left);
+  QTest::keyClick(viewer, Qt::Key_Left);  // at the first step it stays there
+  QVERIFY(viewer->windowTitle().contains("step 10"));
+  QTest::keyClick(viewer, Qt::Key_Up);
+  QVERIFY(viewer->windowTitle().contains("prompt 0"));
+  QTest::keyClick(viewer, Qt::Key_Right);
+  QVERIFY(viewer->windowTitle().contains("step 20") && viewer->windowTitle().contains("prompt 0"));
+  QTest::keyClick(viewer, Qt::Key_Down);
+  QVERIFY(viewer->windowTitle().contains("prompt 1"));
   viewer->close();
 
   // Compare two steps side by side.
@@ -229,6 +245,33 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("measured in the run") &&
                tip.contains("LoRA adapters: 14"),
            qPrintable(tip));
+// Four cards in the plan panel of a 1400 px and of a 1000 px window: the columns
+// share the width (the fourth is not cut off); narrower than four minimum columns
+// the map scrolls sideways, and a scroll reaches the last card.
+void WidgetsTest::gpuMapFitsOrScrolls() {
+  strata::config::RunConfig cfg;
+  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.splitModelOverGpus = true;
+  GpuMapView map;
+  map.setPlacement(planPlacementView(cfg, "4x16GB"));
+  QCOMPARE(map.placement().devices.size(), 4);
+  map.show();
+  auto* scroll = map.findChild<QScrollArea*>("gpuMapScroll");
+  QVERIFY(scroll);
+  const QString last = map.placement().devices.back().blocks.back().id;
+  for (int width : {700, 900}) {  // the plan side of a 1400 px window; a wider one
+    map.resize(width, 700);
+    QTRY_COMPARE(map.canvas()->width(), scroll->viewport()->width());
+    QVERIFY2(map.blockRect(last).right() < scroll->viewport()->width(), qPrintable(QString::number(width)));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible() || scroll->horizontalScrollBar()->maximum() == 0);
+  }
+  map.resize(400, 700);  // 1000 px window: four columns do not fit at their least width
+  QTRY_VERIFY(map.canvas()->width() > scroll->viewport()->width());
+  QVERIFY(scroll->horizontalScrollBar()->maximum() > 0);
+  scroll->horizontalScrollBar()->setValue(scroll->horizontalScrollBar()->maximum());
+  const QRect r = map.blockRect(last);
+  const QPoint inView = map.canvas()->mapTo(scroll->viewport(), r.topRight());
+  QVERIFY2(inView.x() <= scroll->viewport()->width(), qPrintable(QString::number(inView.x())));
 }
 
 void WidgetsTest::plannedPlacementOnSimulatedDevices() {
@@ -278,6 +321,7 @@ void WidgetsTest::configEditorImportsAnAiToolkitJob() {
           "  process:\n"
           "    - type: sd_trainer\n"
           "      training_folder: output\n"
+          "      trigger_word: ohwx\n"
           "      network:\n"
           "        type: lora\n"
           "        linear: 32\n"
@@ -300,6 +344,11 @@ void WidgetsTest::configEditorImportsAnAiToolkitJob() {
   QVERIFY(editor.yamlText().contains("my_flux_lora"));
   QVERIFY(editor.filePath().isEmpty());  // a new Strata config until saved
   QVERIFY(editor.isModified());
+  // What was not carried over is listed with the config's problems, as warnings.
+  bool listed = false;
+  for (const ProblemView& p : editor.problems()) listed |= !p.error && p.key.contains("trigger_word");
+  QVERIFY(listed);
+  QVERIFY(!editor.importNotes().isEmpty());
   // Not a job file: refused with the reason, nothing changes.
   const QString bad = dir.filePath("bad.yaml");
   QFile b(bad);

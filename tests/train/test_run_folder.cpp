@@ -46,6 +46,27 @@ TEST(RunFolder, CheckpointsAreWrittenReadAndPruned) {
   EXPECT_EQ(f.latestCheckpoint()->step, 30);
 }
 
+// "Save now" checkpoints are the user's: the keep-N rule prunes only the rolling ones.
+TEST(RunFolder, ManualCheckpointsAreNotPruned) {
+  test::TempDir tmp;
+  RunFolder f(tmp.path() / "run");
+  f.create();
+  writeCheckpoint(f, fakeCheckpoint(10));
+  auto manual = fakeCheckpoint(15);
+  manual.manual = true;
+  writeCheckpoint(f, manual);
+  for (int64_t s : {20, 30, 40}) writeCheckpoint(f, fakeCheckpoint(s));
+  const auto removed = pruneCheckpoints(f, 2);
+  ASSERT_EQ(removed.size(), 2u);  // steps 10 and 20; 15 is manual and does not count
+  std::vector<int64_t> steps;
+  for (const auto& c : f.checkpoints()) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{15, 30, 40}));
+  EXPECT_TRUE(f.checkpoints().front().manual);
+  EXPECT_FALSE(f.checkpoints().back().manual);
+  EXPECT_TRUE(readCheckpoint(f.checkpoints().front().path).manual);
+  EXPECT_EQ(f.latestCheckpoint()->step, 40);
+}
+
 TEST(RunFolder, FailedCheckpointLeavesThePreviousIntact) {
   test::TempDir tmp;
   RunFolder f(tmp.path() / "run");

@@ -1,0 +1,61 @@
+#pragma once
+// Helpers shared by the GUI tests: the demo config's path, a child found by
+// objectName (with a warning naming it when missing), and an answer to the next
+// modal question the window asks (a test cannot click into exec() otherwise).
+#include <QAbstractButton>
+#include <QApplication>
+#include <QDir>
+#include <QMessageBox>
+#include <QTimer>
+#include <QWidget>
+#include <memory>
+
+namespace strata::ui::test {
+
+inline QString sourceFile(const QString& relative) {
+  const QByteArray root = qgetenv("STRATA_SOURCE_DIR");
+  return QDir(root.isEmpty() ? QString(STRATA_TEST_SOURCE_DIR) : QString::fromLocal8Bit(root)).filePath(relative);
+}
+
+inline QString demoConfig() { return sourceFile("configs/demo.yaml"); }
+
+template <class T>
+T* child(QObject* w, const QString& name) {
+  T* c = w->findChild<T*>(name);
+  if (!c) qWarning("no child %s", qPrintable(name));
+  return c;
+}
+
+// What the answered dialog showed, filled in when it has been answered.
+struct Answer {
+  bool answered = false;
+  QString text;
+};
+
+// Clicks the button `buttonName` of the modal dialog `dialogName` as soon as it
+// is up (polling for 5 s). The returned Answer says whether it came.
+inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QString& buttonName) {
+  auto answer = std::make_shared<Answer>();
+  auto* timer = new QTimer;
+  timer->setInterval(20);
+  auto tries = std::make_shared<int>(0);
+  QObject::connect(timer, &QTimer::timeout, [=] {
+    QWidget* modal = QApplication::activeModalWidget();
+    if (modal && modal->objectName() == dialogName) {
+      if (auto* box = qobject_cast<QMessageBox*>(modal)) answer->text = box->text() + "\n" + box->informativeText();
+      if (auto* b = modal->findChild<QAbstractButton*>(buttonName)) {
+        answer->answered = true;
+        b->click();
+      }
+      timer->stop();
+      timer->deleteLater();
+    } else if (++*tries > 250) {
+      timer->stop();
+      timer->deleteLater();
+    }
+  });
+  timer->start();
+  return answer;
+}
+
+}  // namespace strata::ui::test

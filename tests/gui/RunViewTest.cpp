@@ -1,0 +1,198 @@
+// The run view tells the truth, on the real window driven by objectName,
+// offscreen, with the demo training on the CPU: the header while paused,
+// requests made while paused say they wait, the time left is smoothed, closing
+// during a run asks stop-or-keep, a finished run notifies, a reopened run shows
+// its last step, loss history and placement, recent run folders are absolute,
+// the export offers the run's one exports folder, and the tabs have shortcuts.
+#include <QAction>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "GuiTestSupport.h"
+#include "ui/ConfigEditor.h"
+#include "ui/ExportDialog.h"
+#include "ui/GpuMapView.h"
+#include "ui/LossPlot.h"
+#include "ui/MainWindow.h"
+#include "ui/TrainerBridge.h"
+
+using namespace strata::ui;
+using namespace strata::ui::test;
+
+class RunViewTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase();
+  void tabsAndRunControlsHaveShortcuts();
+  void etaIsSmoothed();
+  void pausedRunSaysSoAndQueuedRequestsWait();
+  void closingDuringARunAsksStopOrKeep();
+  void finishedRunNotifiesAndReopensWithItsHistory();
+
+ private:
+  // The demo, writing under `runs` (relative: the tests start in the temp folder), sampling every 2 steps.
+  bool openDemo(MainWindow& w, const QString& runs, int sampleEvery = 2);
+  QTemporaryDir tmp_;
+  QString settings_;
+};
+
+void RunViewTest::initTestCase() {
+  QVERIFY(tmp_.isValid());
+  settings_ = tmp_.filePath("run-test.ini");
+  QVERIFY(QDir::setCurrent(tmp_.path()));
+}
+
+bool RunViewTest::openDemo(MainWindow& w, const QString& runs, int sampleEvery) {
+  if (!w.openConfig(demoConfig())) return false;
+  ConfigEditor* e = w.configEditor();
+  return e->setValueText("job.training_folder", runs) &&
+         e->setValueText("sample.sample_every", QString::number(sampleEvery)) &&
+         e->setValueText("save.save_every", "0") && e->setValueText("train.lr_warmup_steps", "0") &&
+         // One prompt, few denoising steps: samples are quick, the test is about the window.
+         e->setValueText("sample.prompts", "[a red circle on a dark background]") &&
+         e->setValueText("sample.sample_steps", "4") && !e->hasErrors();
+}
+
+void RunViewTest::tabsAndRunControlsHaveShortcuts() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&w));
+  w.activateWindow();
+  QVERIFY(QTest::qWaitForWindowActive(&w));
+  for (int i : {1, 2, 0}) {
+    QTest::keyClick(&w, Qt::Key(Qt::Key_1 + i), Qt::ControlModifier);
+    QTRY_COMPARE(w.tabs()->currentIndex(), i);
+  }
+  QCOMPARE(w.findChild<QAction*>("startAction")->shortcut(), QKeySequence("Ctrl+R"));
+  QCOMPARE(w.findChild<QAction*>("pauseAction")->shortcut(), QKeySequence("Ctrl+P"));
+  QCOMPARE(w.findChild<QAction*>("stopAction")->shortcut(), QKeySequence("Ctrl+."));
+}
+
+void RunViewTest::etaIsSmoothed() {
+  MainWindow w(settings_);
+  // The trainer's estimates as the issue measured them: 4:15, 2:43, 3:57.
+  emit w.bridge()->progress(10, 1000, 100, 255);
+  QCOMPARE(w.shownEtaSeconds(), 255.0);
+  emit w.bridge()->progress(11, 1000, 100, 163);
+  const double second = w.shownEtaSeconds();
+  emit w.bridge()->progress(12, 1000, 100, 237);
+  const double third = w.shownEtaSeconds();
+  QVERIFY2(255 - second < 20, qPrintable(QString::number(second)));
+  QVERIFY2(std::abs(third - second) < 10, qPrintable(QString::number(third)));
+  QVERIFY(third < 255 && third > 163);
+}
+
+void RunViewTest::pausedRunSaysSoAndQueuedRequestsWait() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-pause", 1000));
+  w.setStepLimit(2000);
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  child<QPushButton>(&w, "startButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 1, 60000);
+  QTRY_VERIFY_WITH_TIMEOUT(w.lossPlot()->plottedPointCount() >= 3, 90000);
+  QVERIFY(w.runHeader().startsWith("Training"));
+
+  child<QPushButton>(&w, "pauseButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(w.bridge()->state() == TrainerBridge::State::Paused, 30000);
+  QVERIFY2(w.runHeader().startsWith("Paused at step"), qPrintable(w.runHeader()));
+  QVERIFY(!w.runHeader().contains("left"));
+  // Later progress ticks do not turn it back into "Training ... left".
+  QTest::qWait(2 * TrainerBridge::kDrainIntervalMs + 50);
+  QVERIFY2(w.runHeader().startsWith("Paused"), qPrintable(w.runHeader()));
+  // A sample asked for while paused says it waits.
+  QSignalSpy samples(w.bridge(), &TrainerBridge::sampleReady);
+  child<QPushButton>(&w, "sampleNowButton")->click();
+  QVERIFY2(w.runHeader().contains("a sample") && w.runHeader().contains("once training goes on"),
+           qPrintable(w.runHeader()));
+  QTest::qWait(500);
+  QCOMPARE(samples.count(), 0);
+
+  child<QPushButton>(&w, "pauseButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(samples.count() >= 1, 60000);
+  QTRY_VERIFY(!w.runHeader().contains("a sample"));
+  QTRY_VERIFY(w.runHeader().startsWith("Training"));
+  child<QPushButton>(&w, "stopButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!w.bridge()->isActive(), 60000);
+}
+
+void RunViewTest::closingDuringARunAsksStopOrKeep() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-close", 1000));
+  QVERIFY(w.saveConfig(tmp_.filePath("close.yaml")));  // nothing unsaved: only the run is asked about
+  w.setStepLimit(2000);
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  child<QPushButton>(&w, "startButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 1, 60000);
+  // Keep training: the window stays, the run goes on.
+  auto a = answerNext("closeDuringRunDialog", "keepTraining");
+  QVERIFY(!w.close());
+  QVERIFY(a->answered);
+  QVERIFY2(a->text.contains("Training is still running"), qPrintable(a->text));
+  QVERIFY(w.isVisible());
+  QVERIFY(w.bridge()->isActive());
+  // Stop: a checkpoint is saved, then the window closes by itself.
+  QSignalSpy stopped(w.bridge(), &TrainerBridge::stopped);
+  a = answerNext("closeDuringRunDialog", "stopAndClose");
+  w.close();
+  QVERIFY(a->answered);
+  QTRY_VERIFY_WITH_TIMEOUT(stopped.count() == 1, 60000);
+  QVERIFY(!stopped.front().at(1).toString().isEmpty());  // the checkpoint kept
+  QTRY_VERIFY_WITH_TIMEOUT(!w.isVisible(), 30000);
+}
+
+void RunViewTest::finishedRunNotifiesAndReopensWithItsHistory() {
+  QString runDir;
+  qint64 lastStep = 0;
+  {
+    MainWindow w(settings_);
+    w.show();
+    QVERIFY(openDemo(w, "runs-finish", 3));
+    w.setStepLimit(6);
+    QSignalSpy notified(&w, &MainWindow::notified);
+    QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
+    child<QPushButton>(&w, "startButton")->click();
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    QTRY_VERIFY(!w.bridge()->isActive());
+    QCOMPARE(notified.count(), 1);
+    QCOMPARE(notified.front().at(0).toString(), QString("Training finished"));
+    // The run folder of a relative training_folder is kept as an absolute path.
+    runDir = w.recentRunFolders().front();
+    QVERIFY2(QFileInfo(runDir).isAbsolute(), qPrintable(runDir));
+    QCOMPARE(QFileInfo(runDir).absolutePath(), QDir(tmp_.filePath("runs-finish")).absolutePath());
+    lastStep = w.lossPlot()->lastStep();
+    QCOMPARE(lastStep, 6);
+    // Export offers the run's exports folder (where the trainer wrote its files too).
+    child<QPushButton>(&w, "exportButton")->click();
+    auto* dialog = w.findChild<ExportDialog*>("exportDialog");
+    QVERIFY(dialog);
+    QCOMPARE(QDir(child<QLineEdit>(dialog, "exportDir")->text()), QDir(QDir(runDir).filePath("exports")));
+    QVERIFY(QDir(QDir(runDir).filePath("exports")).exists());
+    dialog->reject();
+  }
+  // From another folder, a new window: the recent run opens with its history.
+  QVERIFY(QDir::setCurrent(QDir::rootPath()));
+  MainWindow again(settings_);
+  again.show();
+  QCOMPARE(again.recentRunFolders().front(), runDir);
+  QVERIFY(again.openRunFolder(again.recentRunFolders().front()));
+  QCOMPARE(again.tabs()->currentIndex(), 1);
+  auto* progress = child<QProgressBar>(&again, "runProgress");
+  QCOMPARE(progress->value(), 6);
+  QCOMPARE(progress->maximum(), 6);
+  QVERIFY(again.lossPlot()->plottedPointCount() >= 6);
+  QVERIFY2(again.runHeader().contains("finished") && again.runHeader().contains("6 of 6"),
+           qPrintable(again.runHeader()));
+  QVERIFY(!again.liveMap()->placement().devices.isEmpty());
+  QVERIFY(QDir::setCurrent(tmp_.path()));
+}
+
+QTEST_MAIN(RunViewTest)
+#include "RunViewTest.moc"
