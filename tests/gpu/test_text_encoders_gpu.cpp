@@ -30,6 +30,10 @@ using namespace strata::test::gpu;
 
 namespace {
 
+at::Tensor maskOf(const std::map<std::string, at::Tensor>& in, const at::Device& device) {
+  return in.count("attention_mask") ? in.at("attention_mask").to(device) : at::Tensor();
+}
+
 // Median seconds of `fn` over `runs` after `warmup` calls, synchronised.
 template <class Fn>
 double medianSeconds(Fn fn, int warmup, int runs) {
