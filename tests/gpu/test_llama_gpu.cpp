@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
 #include "device/DeviceInventory.h"
 #include "models/llama/LlamaForCausalLM.h"
@@ -22,65 +23,18 @@
 #include "parity/CausalLmFixture.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"
-
-#ifdef STRATA_HAS_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
+#include "train/TrainerSupport.h"
+#include "gpu/GpuStats.h"
 
 namespace fs = std::filesystem;
 using namespace strata;
+using namespace strata::test::gpu;
 
-namespace {
-
-std::vector<std::pair<fs::path, nlohmann::json>> causalLmFixtures() {
-  std::vector<std::pair<fs::path, nlohmann::json>> out;
-  const fs::path root = test::referenceDir();
-  if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (!e.is_regular_file() || e.path().filename() != "manifest.json") continue;
-    std::ifstream in(e.path());
-    auto j = nlohmann::json::parse(in);
-    if (j.value("kind", "") == "causal_lm") out.emplace_back(e.path().parent_path(), j);
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  return out;
-}
-
-void synchronize() { torch::cuda::synchronize(); }
-
-int64_t peakAllocatedBytes() {
-#ifdef STRATA_HAS_CUDA
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak;
-#else
-  return 0;
-#endif
-}
-
-void resetPeak() {
-#ifdef STRATA_HAS_CUDA
-  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-#endif
-}
-
-void emptyCache() {
-#ifdef STRATA_HAS_CUDA
-  c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
-}
-
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
-
-double medianMs(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-}  // namespace
 
 TEST(LlamaGpu, CausalLmFixturesOnCudaFloat32) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const at::Device cuda(at::kCUDA, 0);
-  const auto fixtures = causalLmFixtures();
+  const auto fixtures = test::fixturesOfKind("causal_lm");
   ASSERT_FALSE(fixtures.empty()) << "no causal_lm fixture under " << test::referenceDir();
   for (const auto& [dir, manifest] : fixtures) {
     std::cout << "[llama gpu] " << dir.string() << std::endl;
@@ -169,7 +123,7 @@ TEST(LlamaGpu, TinyModelSplitOverTwoGpusEqualsOneGpu) {
 TEST(LlamaGpu, EightBShapedLoraStepTimeAndPeakMemory) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const at::Device cuda(at::kCUDA, 0);
-  emptyCache();
+  train::releaseDeviceCaches();  // the cuBLAS workspaces too
   const int64_t before = device::memoryFigures(0).allocatedBytes;
   const llama::LlamaConfig cfg = llama::LlamaConfig::llama3_8b();
   const int64_t batch = 2, seqLen = 512;
@@ -234,7 +188,7 @@ TEST(LlamaGpu, EightBShapedLoraStepTimeAndPeakMemory) {
     }
   }
   synchronize();
-  emptyCache();
+  train::releaseDeviceCaches();  // the cuBLAS workspaces too
   const auto after = device::memoryFigures(0);
   EXPECT_EQ(after.allocatedBytes, before) << "bytes left allocated on cuda:0 after the model was destroyed";
   std::cout << "[llama gpu] after: allocated " << after.allocatedBytes << " bytes, reserved " << after.reservedBytes
