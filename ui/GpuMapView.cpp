@@ -53,7 +53,9 @@ QString shortId(const BlockView& b) {
   return b.id;
 }
 
-qint64 blockBytes(const BlockView& b) { return b.weightBytes + b.adapterBytes + b.emaBytes + b.optimizerBytes; }
+qint64 blockBytes(const BlockView& b) {
+  return b.weightBytes + b.adapterBytes + b.emaBytes + b.optimizerBytes + b.quantScaleBytes + b.otherAttachmentBytes;
+}
 
 QString blockTip(const BlockView& b, const QString& device) {
   QString tip = QString("<b>%1</b> (%2) on %3<br>weights: %4").arg(b.id, blockKindName(b.kind), device,
@@ -61,8 +63,11 @@ QString blockTip(const BlockView& b, const QString& device) {
   tip += QString("<br>LoRA adapters: %1 (%2)").arg(b.adapterCount).arg(formatBytes(b.adapterBytes));
   tip += QString("<br>EMA shadows: %1").arg(b.emaBytes ? formatBytes(b.emaBytes) : QString("none"));
   tip += QString("<br>optimizer state: %1").arg(b.optimizerBytes ? formatBytes(b.optimizerBytes) : QString("none"));
+  if (b.quantScaleBytes) tip += QString("<br>quantization scales: %1").arg(formatBytes(b.quantScaleBytes));
+  if (b.otherAttachmentBytes) tip += QString("<br>other attachments: %1").arg(formatBytes(b.otherAttachmentBytes));
   if (b.activationBytes) tip += QString("<br>activations (planned): %1").arg(formatBytes(b.activationBytes));
-  tip += QString("<br><i>total: %1</i>").arg(formatBytes(blockBytes(b)));
+  tip += QString("<br><i>total: %1 (%2)</i>")
+             .arg(formatBytes(blockBytes(b)), b.measured ? QString("measured in the run") : QString("planned"));
   return tip;
 }
 

@@ -95,6 +95,7 @@ QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg) {
 void applyBlockSizes(PlacementView& live, const QMap<QString, BlockView>& sizes) {
   for (DeviceView& d : live.devices)
     for (BlockView& b : d.blocks) {
+      if (b.measured) continue;  // the run's own figures win over a re-plan
       auto it = sizes.find(b.id);
       if (it == sizes.end()) continue;
       const BlockKind kind = b.kind;

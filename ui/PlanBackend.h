@@ -20,8 +20,8 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
 // block id, from the planner's cost model; empty when the config cannot be sized.
 QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg);
 
-// Fills the live placement's blocks with `sizes` (the trainer reports where each
-// block is; the sizes of one block come from its shapes).
+// Fills the live placement's blocks that carry no measured figures with `sizes`
+// (the re-planned sizes of the run's config); measured blocks keep theirs.
 void applyBlockSizes(PlacementView& live, const QMap<QString, BlockView>& sizes);
 
 // "cuda:0 NVIDIA H200 141 GB, cpu 64 GB" for the status bar.

@@ -22,9 +22,10 @@ QVector<MemoryView> memoryOf(const std::vector<events::DeviceMemory>& memory) {
   return out;
 }
 
-// The trainer's placement report as the GPU map's view: blocks grouped by device
-// in the order devices first appear, audit issues under the device they were found on.
-PlacementView placementOf(const events::PlacementEvent& e) {
+}  // namespace
+
+// Audit issues go under the device they were found on.
+PlacementView placementViewOf(const events::PlacementEvent& e) {
   PlacementView v;
   v.planned = false;
   v.reason = qs(e.reason);
@@ -41,9 +42,24 @@ PlacementView placementOf(const events::PlacementEvent& e) {
     BlockView bv;
     bv.id = qs(b.id);
     bv.kind = blockKindFromString(qs(b.kind));
+    // Measured by the placement from the live tensors, per block and attachment kind.
+    bv.measured = true;
+    bv.weightBytes = b.paramBytes;
+    for (const auto& a : b.attachments) {
+      if (a.kind == "lora_adapter") {
+        bv.adapterBytes += a.bytes;
+        bv.adapterCount += int(a.count);
+      } else if (a.kind == "ema_shadow") {
+        bv.emaBytes += a.bytes;
+      } else if (a.kind == "optimizer_state") {
+        bv.optimizerBytes += a.bytes;
+      } else if (a.kind == "quant_scale") {
+        bv.quantScaleBytes += a.bytes;
+      } else {
+        bv.otherAttachmentBytes += a.bytes;
+      }
+    }
     DeviceView& d = v.devices[deviceIndex(qs(b.device))];
-    // The event may carry a device's totals on one of its blocks; the per-block
-    // sizes come from the block shapes (applyBlockSizes), the totals go to the device.
     d.plannedBytes += b.paramBytes + b.attachmentBytes;
     d.blocks << bv;
   }
@@ -57,8 +73,6 @@ PlacementView placementOf(const events::PlacementEvent& e) {
     v.devices[deviceIndex(qs(a.actual))].mismatches << MismatchView{qs(a.path), qs(a.expected), qs(a.actual)};
   return v;
 }
-
-}  // namespace
 
 // What the training thread and the GUI thread share. Held by shared_ptr so a
 // late event after the bridge is gone touches nothing freed.
@@ -131,7 +145,7 @@ struct BridgeAccess {
             b->runDir_ = qs(e.runDir);
             emit b->started(qs(e.runDir), e.startStep, e.totalSteps, e.resumed);
           } else if constexpr (std::is_same_v<T, events::PlacementEvent>) {
-            emit b->placementChanged(placementOf(e));
+            emit b->placementChanged(placementViewOf(e));
           } else if constexpr (std::is_same_v<T, events::SampleEvent>) {
             emit b->sampleReady(SampleInfo{qs(e.path), e.step, int(e.promptIndex), qs(e.prompt)});
           } else if constexpr (std::is_same_v<T, events::CheckpointEvent>) {

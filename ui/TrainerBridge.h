@@ -20,8 +20,15 @@ class QTimer;
 namespace strata::config {
 struct RunConfig;
 }
+namespace strata::events {
+struct PlacementEvent;
+}
 
 namespace strata::ui {
+
+// The trainer's placement report as the GPU map's view: blocks grouped by device
+// in the order devices first appear, each with the figures the run measured.
+PlacementView placementViewOf(const events::PlacementEvent& e);
 
 class TrainerBridge : public QObject {
   Q_OBJECT

@@ -22,7 +22,10 @@ struct BlockView {
   int adapterCount = 0;       // LoRA adapters attached to the block
   qint64 emaBytes = 0;        // EMA shadows
   qint64 optimizerBytes = 0;  // optimizer state
+  qint64 quantScaleBytes = 0;  // quantization scales
+  qint64 otherAttachmentBytes = 0;  // attachments of kinds the map has no row for
   qint64 activationBytes = 0;  // planned activations (planner only)
+  bool measured = false;       // figures measured from the run's tensors (else planned)
 };
 
 // A tensor that is not where its block is (audit).

@@ -38,13 +38,22 @@ struct StepEvent {
   std::vector<DeviceMemory> memory;
 };
 
-// One placement unit (stem, block, head) and where it lives.
+// Count and bytes of one kind of attachment on a block.
+struct AttachmentBytes {
+  std::string kind;  // "lora_adapter", "ema_shadow", "optimizer_state", "quant_scale", ... (open set)
+  int64_t count = 0;
+  int64_t bytes = 0;
+};
+
+// One placement unit (stem, block, head), where it lives and what it holds,
+// measured from the live tensors when the event was made.
 struct PlacedBlock {
   std::string id;      // "transformer_blocks.3", "stem", "head"
   std::string kind;    // "stem", "double", "single", "head"
   std::string device;  // "cuda:1"
-  int64_t paramBytes = 0;
-  int64_t attachmentBytes = 0;  // LoRA, EMA shadows, optimizer state
+  int64_t paramBytes = 0;                   // parameters and buffers of its modules
+  int64_t attachmentBytes = 0;              // sum of `attachments`
+  std::vector<AttachmentBytes> attachments;  // per kind, kinds with none left out
 };
 
 struct AuditIssue {

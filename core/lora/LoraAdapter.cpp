@@ -104,6 +104,11 @@ void LoraAdapter::moveTo(const c10::Device& device) {
     if (p->grad().defined() && p->grad().device() != device) p->mutable_grad() = p->grad().to(device);
 }
 
+const placement::AttachmentKind& loraAdapterKind() {
+  static const placement::AttachmentKind kind = placement::AttachmentKind::registered("lora_adapter");
+  return kind;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> LoraAttachment::tensors() const {
   return {{"lora_A.weight", adapter_->down}, {"lora_B.weight", adapter_->up}};
 }

@@ -79,12 +79,15 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   std::shared_ptr<const LoraMultiplier> multiplier_;
 };
 
-// The placement view of one adapter: kind LoraAdapter, hostPath = the host
+// "lora_adapter".
+const placement::AttachmentKind& loraAdapterKind();
+
+// The placement view of one adapter: kind "lora_adapter", hostPath = the host
 // Linear's module path, tensors lora_A.weight / lora_B.weight.
 class LoraAttachment final : public placement::Attachment {
  public:
   explicit LoraAttachment(std::shared_ptr<LoraAdapter> adapter) : adapter_(std::move(adapter)) {}
-  placement::AttachmentKind kind() const override { return placement::AttachmentKind::LoraAdapter; }
+  placement::AttachmentKind kind() const override { return loraAdapterKind(); }
   std::string hostPath() const override { return adapter_->hostPath(); }
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
   void moveTo(const c10::Device& device) override { adapter_->moveTo(device); }

@@ -13,11 +13,8 @@
 #include "common/ShapeText.h"
 #include "common/Text.h"
 #include "io/Safetensors.h"
-#include "models/flux/FluxNames.h"
 
 namespace strata::lora {
-
-namespace names = flux::names;
 
 namespace {
 
@@ -35,6 +32,10 @@ constexpr Suffix kSuffixes[] = {
 
 constexpr const char* kPeftMetadataKey = "lora_adapter_metadata";
 
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string numberText(double v) {
   std::ostringstream os;
   os << std::setprecision(12) << v;
@@ -49,21 +50,35 @@ struct RawGroup {
   std::optional<double> alpha;
 };
 
-struct LinearShape {
+// The model's Linears by path, with their index in the model's order.
+struct KnownLinear {
   int64_t in = 0;
   int64_t out = 0;
+  size_t order = 0;
 };
 
-std::unordered_map<std::string, LinearShape> linearShapes(const flux::FluxConfig& cfg) {
-  std::unordered_map<std::string, LinearShape> out;
-  const auto plan = flux::fluxParamPlan(cfg);
-  auto add = [&](const flux::FluxBlockParams& b) {
-    for (const auto& l : b.linears) out[l.path] = {l.inFeatures, l.outFeatures};
-  };
-  add(plan.stem);
-  for (const auto& b : plan.blocks) add(b);
-  add(plan.head);
+std::unordered_map<std::string, KnownLinear> knownLinears(const nn::LoraNameRules& rules) {
+  std::unordered_map<std::string, KnownLinear> out;
+  size_t i = 0;
+  for (const auto& l : rules.linears()) out[l.path] = {l.inFeatures, l.outFeatures, i++};
   return out;
+}
+
+bool hasFormat(const nn::LoraNameRules& rules, LoraFileFormat format) {
+  const auto formats = rules.formats();
+  return std::find(formats.begin(), formats.end(), format) != formats.end();
+}
+
+std::string formatList(const nn::LoraNameRules& rules) {
+  std::string out;
+  for (const auto f : rules.formats()) out += (out.empty() ? "" : ", ") + std::string(toString(f));
+  return out;
+}
+
+// BFL-style (shift, scale) <-> (scale, shift): the two halves of the rows swapped.
+at::Tensor swappedHalves(const at::Tensor& up) {
+  const int64_t half = up.size(0) / 2;
+  return at::cat({up.narrow(0, half, up.size(0) - half), up.narrow(0, 0, half)});
 }
 
 // Alpha from peft's LoraConfig in the header (diffusers writes its keys with a
@@ -82,7 +97,8 @@ struct PeftAlpha {
   }
 };
 
-PeftAlpha parsePeftAlpha(const std::map<std::string, std::string>& metadata, const std::string& sourceName) {
+PeftAlpha parsePeftAlpha(const std::map<std::string, std::string>& metadata, const std::string& keyPrefix,
+                         const std::string& sourceName) {
   PeftAlpha out;
   const auto it = metadata.find(kPeftMetadataKey);
   if (it == metadata.end()) return out;
@@ -94,7 +110,7 @@ PeftAlpha parsePeftAlpha(const std::map<std::string, std::string>& metadata, con
   }
   if (!j.is_object()) throw LoadError(sourceName + ": metadata '" + kPeftMetadataKey + "' is not a JSON object");
   auto field = [&](const std::string& name) -> const nlohmann::json* {
-    for (const std::string& key : {std::string(names::kDiffusersLoraPrefix) + name, name}) {
+    for (const std::string& key : {keyPrefix + name, name}) {
       const auto f = j.find(key);
       if (f != j.end() && !f->is_null()) return &*f;
     }
@@ -111,14 +127,8 @@ PeftAlpha parsePeftAlpha(const std::map<std::string, std::string>& metadata, con
   return out;
 }
 
-std::string withoutDiffusersPrefix(const std::string& name) {
-  for (const std::string& prefix : {std::string("base_model.model."), std::string(names::kDiffusersLoraPrefix)})
-    if (startsWith(name, prefix)) return name.substr(prefix.size());
-  return name;
-}
-
-// Splits a fused BFL LoRA onto its diffusers parts (exactly; see the header).
-void splitFused(const RawGroup& g, double alpha, const std::vector<std::pair<std::string, names::BflSlot>>& parts,
+// Splits a fused LoRA onto the model's modules (exactly; see the header).
+void splitFused(const RawGroup& g, double alpha, const std::vector<std::pair<std::string, nn::LoraSlot>>& parts,
                 std::vector<LoraModuleWeights>& out) {
   const int64_t rank = g.down.size(0);
   std::vector<at::Tensor> used;  // per part: bool [R], columns of up its rows use
@@ -141,30 +151,29 @@ void splitFused(const RawGroup& g, double alpha, const std::vector<std::pair<std
   }
 }
 
-// One BFL module's LoRA in the model's naming.
-void convertBflGroup(const RawGroup& g, const std::string& bflModule, double alpha, const flux::FluxConfig& cfg,
-                     const std::unordered_map<std::string, LinearShape>& shapes, const std::string& sourceName,
-                     std::vector<LoraModuleWeights>& out) {
-  const auto parts = names::diffusersModulesForBfl(bflModule, cfg);
-  if (parts.empty())
-    throw LoadError(sourceName + ": key '" + g.upKey + "' names no module of the FLUX model");
+// One stem's LoRA onto the model's modules it holds.
+void convertGroup(const RawGroup& g, const nn::LoraStemMatch& match, double alpha,
+                  const std::unordered_map<std::string, KnownLinear>& linears, const std::string& family,
+                  const std::string& sourceName, std::vector<LoraModuleWeights>& out) {
+  const auto& parts = match.modules;
   for (const auto& [path, slot] : parts) {
-    if (!shapes.count(path))
-      throw LoadError(sourceName + ": key '" + g.upKey + "' names module '" + bflModule +
-                      "', which this FLUX model does not have");
+    const auto known = linears.find(path);
+    if (known == linears.end())
+      throw LoadError(sourceName + ": key '" + g.upKey + "' names module '" + g.name + "', which this " + family +
+                      " model does not have");
+    if (g.down.size(1) != known->second.in || (!slot.fused() && g.up.size(0) != known->second.out)) {
+      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down.sizes()) + " and '" + g.upKey +
+                      "' " + shapeText(g.up.sizes()) + " do not fit Linear '" + path + "' [" +
+                      std::to_string(known->second.out) + ", " + std::to_string(known->second.in) + "]");
+    }
   }
   const int64_t totalRows = parts.front().second.totalRows;
   if (g.up.size(0) != totalRows) {
     throw LoadError(sourceName + ": key '" + g.upKey + "' has shape " + shapeText(g.up.sizes()) + ", expected " +
-                    std::to_string(totalRows) + " rows for '" + bflModule + "'");
+                    std::to_string(totalRows) + " rows for '" + g.name + "'");
   }
-  if (parts.size() == 1) {
-    at::Tensor up = g.up;
-    if (parts.front().second.swapHalves) {
-      // BFL (shift, scale) -> diffusers (scale, shift).
-      const int64_t half = up.size(0) / 2;
-      up = at::cat({up.narrow(0, half, up.size(0) - half), up.narrow(0, 0, half)});
-    }
+  if (parts.size() == 1 && !parts.front().second.fused()) {
+    const at::Tensor up = parts.front().second.swapHalves ? swappedHalves(g.up) : g.up;
     out.push_back({parts.front().first, g.down, up, alpha});
     return;
   }
@@ -173,17 +182,8 @@ void convertBflGroup(const RawGroup& g, const std::string& bflModule, double alp
 
 }  // namespace
 
-const char* toString(LoraFileFormat format) {
-  switch (format) {
-    case LoraFileFormat::Diffusers: return "diffusers";
-    case LoraFileFormat::Kohya: return "kohya";
-    case LoraFileFormat::Comfy: return "comfy";
-  }
-  return "?";
-}
-
 LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tensors,
-                                   const std::map<std::string, std::string>& metadata, const flux::FluxConfig& cfg,
+                                   const std::map<std::string, std::string>& metadata, const nn::LoraNameRules& rules,
                                    const LoraLoadOptions& options, const std::string& sourceName) {
   // Group the keys by module name.
   std::map<std::string, RawGroup> groups;
@@ -221,8 +221,9 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
     }
   }
 
-  const auto shapes = linearShapes(cfg);
-  const PeftAlpha peftAlpha = parsePeftAlpha(metadata, sourceName);
+  const auto linears = knownLinears(rules);
+  const std::string family = rules.familyName();
+  const PeftAlpha peftAlpha = parsePeftAlpha(metadata, rules.peftMetadataPrefix(), sourceName);
   LoraFileContent content;
   content.metadata = metadata;
   bool first = true;
@@ -238,63 +239,33 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
     }
     const int64_t rank = g.down.size(0);
 
-    LoraFileFormat format = LoraFileFormat::Diffusers;
-    std::optional<std::string> bfl;
-    if (startsWith(name, names::kKohyaPrefix) || startsWith(name, "lora_")) {
-      format = LoraFileFormat::Kohya;
-      bfl = names::bflModuleFromKohya(name);
-      if (!bfl) throw LoadError(sourceName + ": key '" + g.upKey + "' names no module of the FLUX model");
-    } else if (startsWith(name, names::kComfyPrefix) || startsWith(name, std::string("model.") + names::kComfyPrefix)) {
-      format = LoraFileFormat::Comfy;
-      bfl = names::bflModuleFromComfy(name);
-      if (!bfl) throw LoadError(sourceName + ": key '" + g.upKey + "' names no module of the FLUX model");
-    } else if (names::isBflModule(name)) {
-      format = LoraFileFormat::Comfy;  // BFL names without ComfyUI's prefix
-      bfl = name;
-    }
+    const auto match = rules.matchStem(name);
+    if (!match)
+      throw LoadError(sourceName + ": key '" + g.upKey + "' is in none of the " + family + " LoRA forms (" +
+                      formatList(rules) + ")");
+    if (!hasFormat(rules, match->format))
+      throw LoadError(sourceName + ": key '" + g.upKey + "' is in the " + toString(match->format) + " form, which " +
+                      family + " LoRAs do not have (" + formatList(rules) + ")");
+    if (match->modules.empty())
+      throw LoadError(sourceName + ": key '" + g.upKey + "' names no Linear module of the " + family + " model");
     if (first) {
-      content.format = format;
+      content.format = match->format;
       first = false;
-    }
-
-    if (bfl) {
-      const double alpha = options.alpha ? *options.alpha : g.alpha ? *g.alpha : static_cast<double>(rank);
-      convertBflGroup(g, *bfl, alpha, cfg, shapes, sourceName, content.modules);
-      continue;
-    }
-    const std::string path = withoutDiffusersPrefix(name);
-    const auto shape = shapes.find(path);
-    if (shape == shapes.end())
-      throw LoadError(sourceName + ": key '" + g.upKey + "' names no Linear module of the FLUX model");
-    if (g.down.size(1) != shape->second.in || g.up.size(0) != shape->second.out) {
-      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down.sizes()) + " and '" +
-                      g.upKey + "' " + shapeText(g.up.sizes()) + " do not fit Linear '" + path + "' [" +
-                      std::to_string(shape->second.out) + ", " + std::to_string(shape->second.in) + "]");
     }
     double alpha = static_cast<double>(rank);
     if (options.alpha)
       alpha = *options.alpha;
     else if (g.alpha)
       alpha = *g.alpha;
-    else if (const auto a = peftAlpha.forModule(path, rank))
-      alpha = *a;
-    content.modules.push_back({path, g.down, g.up, alpha});
+    else if (match->format == LoraFileFormat::Diffusers && match->modules.size() == 1)
+      if (const auto a = peftAlpha.forModule(match->modules.front().first, rank)) alpha = *a;
+    convertGroup(g, *match, alpha, linears, family, sourceName, content.modules);
   }
 
-  // Model order (the order of the parameter plan), so networks built from files are deterministic.
-  std::unordered_map<std::string, size_t> order;
-  {
-    const auto plan = flux::fluxParamPlan(cfg);
-    size_t i = 0;
-    auto add = [&](const flux::FluxBlockParams& b) {
-      for (const auto& l : b.linears) order[l.path] = i++;
-    };
-    add(plan.stem);
-    for (const auto& b : plan.blocks) add(b);
-    add(plan.head);
-  }
-  std::stable_sort(content.modules.begin(), content.modules.end(),
-                   [&](const auto& a, const auto& b) { return order.at(a.modulePath) < order.at(b.modulePath); });
+  // Model order, so networks built from files are deterministic.
+  std::stable_sort(content.modules.begin(), content.modules.end(), [&](const auto& a, const auto& b) {
+    return linears.at(a.modulePath).order < linears.at(b.modulePath).order;
+  });
   for (size_t i = 1; i < content.modules.size(); ++i) {
     if (content.modules[i].modulePath == content.modules[i - 1].modulePath)
       throw LoadError(sourceName + ": two LoRAs for module '" + content.modules[i].modulePath +
@@ -303,17 +274,17 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
   return content;
 }
 
-LoraFileContent readLoraFile(const std::filesystem::path& path, const flux::FluxConfig& cfg,
+LoraFileContent readLoraFile(const std::filesystem::path& path, const nn::LoraNameRules& rules,
                              const LoraLoadOptions& options) {
   const auto file = io::SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> tensors;
   for (const auto& name : file.names()) tensors.emplace(name, file.tensor(name));
-  return convertLoraTensors(tensors, file.metadata(), cfg, options, "LoRA file " + path.string());
+  return convertLoraTensors(tensors, file.metadata(), rules, options, "LoRA file " + path.string());
 }
 
-std::shared_ptr<LoraNetwork> loadLoraNetwork(torch::nn::Module& model, const flux::FluxConfig& cfg,
+std::shared_ptr<LoraNetwork> loadLoraNetwork(torch::nn::Module& model, const nn::LoraNameRules& rules,
                                              const std::filesystem::path& path, const LoraLoadOptions& options) {
-  const auto content = readLoraFile(path, cfg, options);
+  const auto content = readLoraFile(path, rules, options);
   if (content.modules.empty()) throw LoadError("LoRA file " + path.string() + ": holds no LoRA tensor");
   return LoraNetwork::fromWeights(model, content.modules, options.dropout);
 }
@@ -324,22 +295,16 @@ namespace {
 
 struct FusedLora {
   at::Tensor down;  // [R, in]
-  at::Tensor up;    // [out, R] in BFL row order
+  at::Tensor up;    // [out, R] in the file's row order
   double alpha = 0.0;
 };
 
-// The LoRAs of the diffusers modules that share one BFL module, as one LoRA.
-FusedLora fuseForBfl(const std::vector<std::pair<const LoraModuleWeights*, names::BflSlot>>& parts) {
+// The LoRAs of the model modules that share one stem, as one LoRA.
+FusedLora fuseForStem(const std::vector<std::pair<const LoraModuleWeights*, nn::LoraSlot>>& parts) {
   const auto& firstSlot = parts.front().second;
   if (!firstSlot.fused()) {
     const auto& w = *parts.front().first;
-    at::Tensor up = w.up;
-    if (firstSlot.swapHalves) {
-      // diffusers (scale, shift) -> BFL (shift, scale).
-      const int64_t half = up.size(0) / 2;
-      up = at::cat({up.narrow(0, half, up.size(0) - half), up.narrow(0, 0, half)});
-    }
-    return {w.down, up, w.alpha};
+    return {w.down, firstSlot.swapHalves ? swappedHalves(w.up) : w.up, w.alpha};
   }
   const int64_t totalRows = firstSlot.totalRows;
   // One shared down (a fused LoRA split on load and not trained apart): stack the up rows.
@@ -411,48 +376,50 @@ std::string todayUtc() {
 
 std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::vector<LoraModuleWeights>& modules,
                                                                      LoraFileFormat format,
-                                                                     const flux::FluxConfig& cfg,
+                                                                     const nn::LoraNameRules& rules,
                                                                      at::ScalarType dtype) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  auto cast = [&](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).to(dtype).contiguous(); };
-  if (format == LoraFileFormat::Diffusers) {
-    for (const auto& m : modules) {
-      const double scale = m.alpha / static_cast<double>(m.down.size(0));
-      const std::string base = names::kDiffusersLoraPrefix + m.modulePath;
-      out.emplace_back(base + ".lora_A.weight", cast(m.down));
-      out.emplace_back(base + ".lora_B.weight", cast(m.up.to(at::kFloat) * scale));  // alpha/r folded in
-    }
-    return out;
-  }
-  // Group by BFL module, in the order of first appearance.
+  const std::string what = std::string("LoRA export (") + toString(format) + ")";
+  if (!hasFormat(rules, format))
+    throw Error(what + ": " + rules.familyName() + " LoRAs have no " + toString(format) + " form (they have: " +
+                formatList(rules) + ")");
+  // Group by stem, in the order of first appearance.
   std::vector<std::string> order;
-  std::map<std::string, std::vector<std::pair<const LoraModuleWeights*, names::BflSlot>>> groups;
+  std::map<std::string, std::vector<std::pair<const LoraModuleWeights*, nn::LoraSlot>>> groups;
   for (const auto& m : modules) {
-    const auto slot = names::bflSlotForModule(m.modulePath, cfg);
+    const auto slot = rules.slotOf(m.modulePath, format);
     if (!slot)
-      throw Error(std::string("LoRA export (") + toString(format) + "): module '" + m.modulePath +
-                  "' has no BFL name");
+      throw Error(what + ": module '" + m.modulePath + "' has no " + toString(format) + " name in the " +
+                  rules.familyName() + " naming");
     if (m.up.size(0) != slot->rows)
-      throw Error("LoRA export: module '" + m.modulePath + "' has " + std::to_string(m.up.size(0)) +
-                  " output rows, its BFL slot expects " + std::to_string(slot->rows));
-    auto& group = groups[slot->module];
-    if (group.empty()) order.push_back(slot->module);
+      throw Error(what + ": module '" + m.modulePath + "' has " + std::to_string(m.up.size(0)) +
+                  " output rows, its slot in '" + slot->stem + "' expects " + std::to_string(slot->rows));
+    auto& group = groups[slot->stem];
+    if (group.empty()) order.push_back(slot->stem);
     group.emplace_back(&m, *slot);
   }
-  for (const auto& bfl : order) {
-    auto parts = groups.at(bfl);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto cast = [&](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).to(dtype).contiguous(); };
+  for (const auto& stem : order) {
+    auto parts = groups.at(stem);
     std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.second.part < b.second.part; });
-    FusedLora f = fuseForBfl(parts);
+    const FusedLora f = fuseForStem(parts);
+    if (format == LoraFileFormat::Diffusers) {
+      const double scale = f.alpha / static_cast<double>(f.down.size(0));
+      out.emplace_back(stem + ".lora_A.weight", cast(f.down));
+      out.emplace_back(stem + ".lora_B.weight", cast(f.up.to(at::kFloat) * scale));  // alpha/r folded in
+      continue;
+    }
     const bool kohya = format == LoraFileFormat::Kohya;
-    const std::string base = kohya ? names::kohyaFromBflModule(bfl) : names::comfyFromBflModule(bfl);
-    out.emplace_back(base + (kohya ? ".lora_down.weight" : ".lora_A.weight"), cast(f.down));
-    out.emplace_back(base + (kohya ? ".lora_up.weight" : ".lora_B.weight"), cast(f.up));
-    out.emplace_back(base + ".alpha", at::scalar_tensor(f.alpha, at::kFloat).to(dtype));
+    out.emplace_back(stem + (kohya ? ".lora_down.weight" : ".lora_A.weight"), cast(f.down));
+    out.emplace_back(stem + (kohya ? ".lora_up.weight" : ".lora_B.weight"), cast(f.up));
+    // float32 whatever `dtype`: loaders read it as a number, and bf16 would round 2.1 to 2.09375.
+    out.emplace_back(stem + ".alpha", at::scalar_tensor(f.alpha, at::kFloat));
   }
   return out;
 }
 
 std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraModuleWeights>& modules,
+                                                         const nn::LoraNameRules& rules,
                                                          const LoraExportOptions& o) {
   double commonAlpha = 0.0;
   const int64_t commonRank = mostCommonRank(modules, &commonAlpha);
@@ -462,22 +429,18 @@ std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraM
   meta["format"] = "pt";
   meta["software"] = nlohmann::json{{"name", "Strata"}, {"version", o.softwareVersion.empty() ? "unknown" : o.softwareVersion}}.dump();
   meta["strata_lora_format"] = toString(o.format);
-  meta["ss_network_module"] = "networks.lora_flux";
   meta["ss_network_dim"] = std::to_string(rank);
   meta["ss_network_alpha"] = numberText(alpha);
-  meta["ss_base_model_version"] = "flux1";
   meta["ss_steps"] = std::to_string(o.steps);
   if (!o.baseModel.empty()) meta["ss_sd_model_name"] = o.baseModel;
   if (!o.title.empty()) meta["ss_output_name"] = o.title;
   meta["modelspec.sai_model_spec"] = "1.0.0";
-  meta["modelspec.architecture"] = "flux-1-dev/lora";
-  meta["modelspec.implementation"] = "https://github.com/black-forest-labs/flux";
   meta["modelspec.title"] = o.title.empty() ? "Strata LoRA" : o.title;
   meta["modelspec.date"] = todayUtc();
   if (!o.runYaml.empty()) meta["strata_run_config"] = o.runYaml;
   if (o.format == LoraFileFormat::Diffusers) {
     // peft LoraConfig; alpha/r is folded into lora_B, so every alpha equals its rank.
-    const std::string p = names::kDiffusersLoraPrefix;
+    const std::string p = rules.peftMetadataPrefix();
     nlohmann::json j;
     nlohmann::json targets = nlohmann::json::array();
     nlohmann::json rankPattern = nlohmann::json::object();
@@ -496,20 +459,21 @@ std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraM
     j[p + "alpha_pattern"] = alphaPattern;
     meta[kPeftMetadataKey] = j.dump();
   }
+  for (const auto& [k, v] : rules.exportMetadata()) meta[k] = v;
   for (const auto& [k, v] : o.extraMetadata) meta[k] = v;
   return meta;
 }
 
 void writeLoraFile(const std::filesystem::path& path, const std::vector<LoraModuleWeights>& modules,
-                   const flux::FluxConfig& cfg, const LoraExportOptions& options) {
+                   const nn::LoraNameRules& rules, const LoraExportOptions& options) {
   if (modules.empty()) throw Error("LoRA export to " + path.string() + ": no adapters");
-  io::writeSafetensors(path, loraTensorsForExport(modules, options.format, cfg, options.dtype),
-                       loraMetadataForExport(modules, options));
+  io::writeSafetensors(path, loraTensorsForExport(modules, options.format, rules, options.dtype),
+                       loraMetadataForExport(modules, rules, options));
 }
 
-void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const flux::FluxConfig& cfg,
+void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const nn::LoraNameRules& rules,
                    const LoraExportOptions& options) {
-  writeLoraFile(path, network.moduleWeights(), cfg, options);
+  writeLoraFile(path, network.moduleWeights(), rules, options);
 }
 
 }  // namespace strata::lora

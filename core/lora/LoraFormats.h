@@ -1,35 +1,37 @@
 #pragma once
-// LoRA files in the three forms users expect (docs/design.md §3), read into and written
-// from the model's own (diffusers) module naming. Every name rule comes from
-// models/flux/FluxNames.h.
+// LoRA files in the forms users expect (DESIGN §3), read into and written from a
+// model's own module naming. The family's naming comes in through
+// nn::LoraNameRules (FLUX: flux::FluxLoraRules); everything here is the same for
+// every family:
 //
-//  - Diffusers/peft: "transformer.<module>.lora_A.weight" [r, in] / ".lora_B.weight"
-//    [out, r]; keys without "transformer." (and peft's "base_model.model.") are
-//    accepted. Alpha: ".alpha" tensors, else the "lora_adapter_metadata" header
-//    entry (lora_alpha, alpha_pattern, use_rslora; keys with or without the
-//    "transformer." prefix), else alpha = r. Written with alpha/r folded into
+//  - Diffusers/peft: "<stem>.lora_A.weight" [r, in] / ".lora_B.weight" [out, r].
+//    Alpha: ".alpha" tensors, else the "lora_adapter_metadata" header entry
+//    (lora_alpha, alpha_pattern, use_rslora; keys with or without the family's
+//    peftMetadataPrefix), else alpha = r. Written with alpha/r folded into
 //    lora_B, and metadata saying lora_alpha = r, so loaders that read no alpha
 //    and loaders that read the metadata both get the same result.
-//  - kohya: "lora_unet_<BFL path, '.' -> '_'>.lora_down.weight" / ".lora_up.weight"
-//    / ".alpha" (scale = alpha / rank of the tensor).
-//  - ComfyUI: "diffusion_model.<BFL path>.lora_A.weight" / ".lora_B.weight" /
-//    ".alpha" (lora_down / lora_up, "model.diffusion_model." and bare BFL paths read too).
+//  - kohya: "<stem>.lora_down.weight" / ".lora_up.weight" / ".alpha" (scale =
+//    alpha / rank of the tensor).
+//  - ComfyUI: "<stem>.lora_A.weight" / ".lora_B.weight" / ".alpha" (lora_down /
+//    lora_up read too).
+// ".alpha" tensors are written in float32 whatever the export dtype (bf16 would
+// round an alpha of 2.1 to 2.09375).
 //
-// Fused BFL modules (double_blocks.N.{img,txt}_attn.qkv = q,k,v; single_blocks.N.
-// linear1 = q,k,v,proj_mlp). Decision: Strata keeps one adapter per projection
-// (the diffusers modules), so a fused LoRA is split on load, always exactly:
+// Fused modules (one stem holding several of the model's modules, e.g. FLUX's
+// BFL qkv). Decision: Strata keeps one adapter per model module, so a fused LoRA
+// is split on load, always exactly:
 //  - if the columns of up used by each part's rows are disjoint (a block-diagonal
 //    up, what Strata and kohya's split-qkv export write), part i gets down[cols_i]
 //    and up[rows_i, cols_i], rank |cols_i|, alpha scaled so alpha/rank is kept;
 //    parts whose rows are all zero get no adapter;
 //  - otherwise each part gets the whole down (rank R) and its rows of up:
 //    delta_i = up[rows_i] @ down, which is exactly that part of the fused delta.
-// On export the per-projection adapters are fused back: if all parts share one
-// down (the second case above, untouched), up rows are stacked over that down
-// (rank R); otherwise downs are stacked and up is block-diagonal (rank = sum of
-// ranks: three rank-r LoRAs give rank 3r, linear1's four give 4r), with zero rows
+// On export the per-module adapters are fused back: if all parts share one down
+// (the second case above, untouched), up rows are stacked over that down (rank
+// R); otherwise downs are stacked and up is block-diagonal (rank = sum of ranks:
+// three rank-r LoRAs give rank 3r, FLUX's linear1's four give 4r), with zero rows
 // for parts that have no adapter. Differing scales are folded into up then.
-// norm_out.linear <-> final_layer.adaLN_modulation.1 swaps the halves of up's rows.
+// A slot with swapHalves (FLUX's norm_out.linear) swaps the halves of up's rows.
 #include <ATen/ATen.h>
 
 #include <filesystem>
@@ -41,13 +43,12 @@
 
 #include "common/Version.h"
 #include "lora/LoraNetwork.h"
-#include "models/flux/FluxConfig.h"
+#include "nn/LoraNameRules.h"
 
 namespace strata::lora {
 
-enum class LoraFileFormat { Diffusers, Kohya, Comfy };
-
-const char* toString(LoraFileFormat format);  // "diffusers", "kohya", "comfy"
+using LoraFileFormat = nn::LoraFileFormat;
+using nn::toString;  // "diffusers", "kohya", "comfy"
 
 struct LoraLoadOptions {
   // Replaces every alpha the file gives or implies (before fused splits), e.g.
@@ -58,23 +59,24 @@ struct LoraLoadOptions {
 
 struct LoraFileContent {
   LoraFileFormat format = LoraFileFormat::Diffusers;  // of the first LoRA key
-  std::vector<LoraModuleWeights> modules;             // diffusers module paths, model order
+  std::vector<LoraModuleWeights> modules;             // the model's module paths, model order
   std::map<std::string, std::string> metadata;        // the file's header metadata
 };
 
-// Converts a LoRA state dict to per-module weights of a FLUX model with config
-// `cfg`. Throws strata::LoadError naming the key (and `sourceName`) for a key
-// that is not a LoRA tensor or names no Linear of the model, a down without an
-// up (or the reverse), or a tensor whose shape does not fit its module.
+// Converts a LoRA state dict to per-module weights of the model `rules` name.
+// Throws strata::LoadError naming the key (and `sourceName`) for a key that is
+// not a LoRA tensor, is in none of the family's forms or names no Linear of the
+// model, a down without an up (or the reverse), or a tensor whose shape does not
+// fit its module.
 LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tensors,
                                    const std::map<std::string, std::string>& metadata,
-                                   const flux::FluxConfig& cfg, const LoraLoadOptions& options = {},
+                                   const nn::LoraNameRules& rules, const LoraLoadOptions& options = {},
                                    const std::string& sourceName = "LoRA");
-// Reads a .safetensors LoRA file (any of the three forms, detected per key).
-LoraFileContent readLoraFile(const std::filesystem::path& path, const flux::FluxConfig& cfg,
+// Reads a .safetensors LoRA file (any of the family's forms, detected per key).
+LoraFileContent readLoraFile(const std::filesystem::path& path, const nn::LoraNameRules& rules,
                              const LoraLoadOptions& options = {});
-// readLoraFile + LoraNetwork::fromWeights on `model` (a FluxTransformer of config `cfg`).
-std::shared_ptr<LoraNetwork> loadLoraNetwork(torch::nn::Module& model, const flux::FluxConfig& cfg,
+// readLoraFile + LoraNetwork::fromWeights on `model` (a model of the family and config `rules` describe).
+std::shared_ptr<LoraNetwork> loadLoraNetwork(torch::nn::Module& model, const nn::LoraNameRules& rules,
                                              const std::filesystem::path& path,
                                              const LoraLoadOptions& options = {});
 
@@ -91,20 +93,23 @@ struct LoraExportOptions {
   std::map<std::string, std::string> extraMetadata;  // written last (overrides)
 };
 
-// The tensors of `modules` in `format` (keys and shapes of docs/design.md §3), in `dtype`.
-// Throws strata::Error for a module with no BFL name (kohya, Comfy).
+// The tensors of `modules` in `format` (keys and shapes of DESIGN §3), in `dtype`
+// (".alpha" in float32). Throws strata::Error when the family has no such form,
+// or for a module that has no name in it or whose rows do not fit its slot.
 std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::vector<LoraModuleWeights>& modules,
                                                                      LoraFileFormat format,
-                                                                     const flux::FluxConfig& cfg,
+                                                                     const nn::LoraNameRules& rules,
                                                                      at::ScalarType dtype = at::kFloat);
-// Header metadata: software, ss_* and modelspec.* keys, the run YAML, and for
-// the diffusers form lora_adapter_metadata (peft LoraConfig, alpha = r).
+// Header metadata: software, ss_* and modelspec.* keys, the family's own keys,
+// the run YAML, and for the diffusers form lora_adapter_metadata (peft
+// LoraConfig, alpha = r).
 std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraModuleWeights>& modules,
+                                                         const nn::LoraNameRules& rules,
                                                          const LoraExportOptions& options);
 // Writes `network`'s adapters to `path` atomically.
-void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const flux::FluxConfig& cfg,
+void writeLoraFile(const std::filesystem::path& path, const LoraNetwork& network, const nn::LoraNameRules& rules,
                    const LoraExportOptions& options);
 void writeLoraFile(const std::filesystem::path& path, const std::vector<LoraModuleWeights>& modules,
-                   const flux::FluxConfig& cfg, const LoraExportOptions& options);
+                   const nn::LoraNameRules& rules, const LoraExportOptions& options);
 
 }  // namespace strata::lora

@@ -13,6 +13,14 @@ namespace strata::lora {
 
 namespace {
 
+// The key suffixes of a network's state dict (peft's).
+constexpr const char* kDownSuffix = ".lora_A.weight";
+constexpr const char* kUpSuffix = ".lora_B.weight";
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // Every nn::Linear of the model by module path, in named_modules() order.
 std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> linearModules(torch::nn::Module& model) {
   std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> out;
@@ -24,13 +32,21 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> linearModul
 
 }  // namespace
 
+std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const LoraConfig& config,
+                                                 const nn::LoraNameRules& rules) {
+  if (!config.targetModules.empty()) return create(model, config);
+  LoraConfig withDefaults = config;
+  withDefaults.targetModules = rules.defaultTargets();
+  return create(model, withDefaults);
+}
+
 std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const LoraConfig& config) {
+  if (config.targetModules.empty())
+    throw ConfigError("network.target_modules: empty, and no model family's default targets were given");
   if (config.rank <= 0) throw ConfigError("network.linear: LoRA rank must be positive, got " + std::to_string(config.rank));
   if (config.dropout < 0.0 || config.dropout >= 1.0)
     throw ConfigError("network.dropout: must be in [0, 1), got " + std::to_string(config.dropout));
-  const LoraTargets targets = config.targetModules.empty()
-                                  ? LoraTargets(LoraTargets::fluxDefault().include(), config.excludeModules)
-                                  : LoraTargets(config.targetModules, config.excludeModules);
+  const LoraTargets targets(config.targetModules, config.excludeModules);
   // Training an adapter freezes the model it adapts (before the adapters exist,
   // so only the base is touched): base-weight gradients would double the memory
   // of every card, which is what the 20 GB-capped proof ran into.
@@ -174,8 +190,8 @@ std::vector<std::pair<std::string, at::Tensor>> LoraNetwork::stateDict(const std
   std::vector<std::pair<std::string, at::Tensor>> out;
   out.reserve(adapters_.size() * 2);
   for (const auto& a : adapters_) {
-    out.emplace_back(prefix + a->hostPath() + ".lora_A.weight", a->down);
-    out.emplace_back(prefix + a->hostPath() + ".lora_B.weight", a->up);
+    out.emplace_back(prefix + a->hostPath() + kDownSuffix, a->down);
+    out.emplace_back(prefix + a->hostPath() + kUpSuffix, a->up);
   }
   return out;
 }
@@ -208,8 +224,7 @@ void LoraNetwork::loadStateDict(const std::map<std::string, at::Tensor>& tensors
     throw LoadError(msg);
   }
   for (const auto& a : adapters_)
-    a->setWeights(tensors.at(prefix + a->hostPath() + ".lora_A.weight"),
-                  tensors.at(prefix + a->hostPath() + ".lora_B.weight"));
+    a->setWeights(tensors.at(prefix + a->hostPath() + kDownSuffix), tensors.at(prefix + a->hostPath() + kUpSuffix));
 }
 
 std::vector<LoraModuleWeights> LoraNetwork::moduleWeights() const {
@@ -225,6 +240,35 @@ std::vector<std::shared_ptr<placement::Attachment>> LoraNetwork::attachments() c
   std::vector<std::shared_ptr<placement::Attachment>> out;
   out.reserve(adapters_.size());
   for (const auto& a : adapters_) out.push_back(std::make_shared<LoraAttachment>(a));
+  return out;
+}
+
+std::vector<LoraModuleWeights> moduleWeightsFromStateDict(const std::map<std::string, at::Tensor>& tensors,
+                                                          const std::string& prefix, double alpha,
+                                                          const std::string& sourceName) {
+  struct Pair {
+    at::Tensor down, up;
+  };
+  std::map<std::string, Pair> byModule;
+  for (const auto& [key, t] : tensors) {
+    const bool down = endsWith(key, kDownSuffix);
+    if (key.compare(0, prefix.size(), prefix) != 0 || !(down || endsWith(key, kUpSuffix)))
+      throw LoadError(sourceName + ": key '" + key + "' is not '" + prefix + "<module>" + kDownSuffix + "' or '" +
+                      kUpSuffix + "'");
+    const std::string suffix = down ? kDownSuffix : kUpSuffix;
+    const std::string module = key.substr(prefix.size(), key.size() - prefix.size() - suffix.size());
+    (down ? byModule[module].down : byModule[module].up) = t.to(at::kFloat);
+  }
+  std::vector<LoraModuleWeights> out;
+  for (auto& [module, p] : byModule) {
+    if (!p.down.defined() || !p.up.defined())
+      throw LoadError(sourceName + ": incomplete LoRA for " + module + " (no " + (p.down.defined() ? kUpSuffix : kDownSuffix) +
+                      ")");
+    if (p.down.dim() != 2 || p.up.dim() != 2 || p.up.size(1) != p.down.size(0))
+      throw LoadError(sourceName + ": LoRA for " + module + ": down " + shapeText(p.down.sizes()) + " and up " +
+                      shapeText(p.up.sizes()) + " are not a pair ([r, in] and [out, r])");
+    out.push_back({module, std::move(p.down), std::move(p.up), alpha});
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include "lora/LoraAdapter.h"
 #include "lora/LoraTargets.h"
+#include "nn/LoraNameRules.h"
 #include "placement/Attachment.h"
 
 namespace strata::lora {
@@ -21,7 +22,7 @@ struct LoraConfig {
   int64_t rank = 16;
   double alpha = 16.0;    // scale = alpha / rank
   double dropout = 0.0;   // on the adapter input, training only
-  std::vector<std::string> targetModules;   // LoraTargets patterns; empty = LoraTargets::fluxDefault()
+  std::vector<std::string> targetModules;   // LoraTargets patterns; empty = the family's defaultTargets()
   std::vector<std::string> excludeModules;  // LoraTargets patterns
 };
 
@@ -38,7 +39,10 @@ class LoraNetwork {
  public:
   // New adapters (down kaiming-uniform, up zeros) on every nn::Linear of `model`
   // that the targets match, attached; every parameter `model` had before is frozen
-  // (requires_grad false). Throws strata::ConfigError when nothing matches.
+  // (requires_grad false). Empty targets take the family's default (`rules`);
+  // without rules they must be given. Throws strata::ConfigError when nothing matches.
+  static std::shared_ptr<LoraNetwork> create(torch::nn::Module& model, const LoraConfig& config,
+                                             const nn::LoraNameRules& rules);
   static std::shared_ptr<LoraNetwork> create(torch::nn::Module& model, const LoraConfig& config);
   // Adapters with the given weights, attached. Throws strata::LoadError naming a
   // module path that is not an nn::Linear of the model, a duplicate, or a
@@ -83,10 +87,10 @@ class LoraNetwork {
 
   // "<prefix><module>.lora_A.weight" / ".lora_B.weight" -> the live parameters
   // (unscaled: scale = alpha / rank is not folded in), in adapter order.
-  std::vector<std::pair<std::string, at::Tensor>> stateDict(const std::string& prefix = "transformer.") const;
+  std::vector<std::pair<std::string, at::Tensor>> stateDict(const std::string& prefix) const;
   // Copies values into the adapters. Throws strata::LoadError listing missing,
   // unexpected and mis-shaped keys; nothing is copied then.
-  void loadStateDict(const std::map<std::string, at::Tensor>& tensors, const std::string& prefix = "transformer.");
+  void loadStateDict(const std::map<std::string, at::Tensor>& tensors, const std::string& prefix);
   // Detached float32 copies of every adapter's weights, with its alpha.
   std::vector<LoraModuleWeights> moduleWeights() const;
 
@@ -101,5 +105,14 @@ class LoraNetwork {
   bool merged_ = false;
   double mergedMultiplier_ = 1.0;
 };
+
+// The inverse of LoraNetwork::stateDict, without a model (a run's checkpoint):
+// every "<prefix><module>.lora_A.weight" / ".lora_B.weight" pair as float32
+// module weights with `alpha`, sorted by module path. Throws strata::LoadError
+// naming `sourceName` and the key for a key without the prefix or a LoRA suffix,
+// a module with only one of the two, or a pair whose shapes do not pair.
+std::vector<LoraModuleWeights> moduleWeightsFromStateDict(const std::map<std::string, at::Tensor>& tensors,
+                                                          const std::string& prefix, double alpha,
+                                                          const std::string& sourceName);
 
 }  // namespace strata::lora

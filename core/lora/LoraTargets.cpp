@@ -34,10 +34,6 @@ bool isRegex(const std::string& pattern) { return pattern.rfind("re:", 0) == 0; 
 
 }  // namespace
 
-LoraTargets LoraTargets::fluxDefault() {
-  return LoraTargets({"re:(transformer_blocks|single_transformer_blocks)\\.[0-9]+\\..+"});
-}
-
 LoraTargets::LoraTargets(std::vector<std::string> include, std::vector<std::string> exclude)
     : include_(std::move(include)), exclude_(std::move(exclude)) {
   for (const auto* list : {&include_, &exclude_}) {

@@ -7,6 +7,7 @@
 //     top-level "proj_out" and "single_transformer_blocks.3.proj_out");
 //   - a glob with * and ? over the whole path ("single_transformer_blocks.*.proj_mlp");
 //   - "re:" + an ECMAScript regex that must match the whole path.
+// The default set of a model family is its nn::LoraNameRules::defaultTargets().
 #include <string>
 #include <vector>
 
@@ -14,8 +15,6 @@ namespace strata::lora {
 
 class LoraTargets {
  public:
-  // ai-toolkit's FLUX set: every Linear inside the double and single blocks.
-  static LoraTargets fluxDefault();
   // Throws strata::ConfigError naming a pattern that is not a valid regex.
   explicit LoraTargets(std::vector<std::string> include, std::vector<std::string> exclude = {});
 

@@ -2,7 +2,8 @@
 // Something that hangs off a block and must live on that block's device: a LoRA
 // adapter, an EMA shadow, optimizer state, quantization scales (docs/design.md §2.2).
 // Attachments are registered with Placement by the module path of their host;
-// Placement moves them with their block and the audit checks them.
+// Placement moves them with their block, counts them in its snapshot and the
+// audit checks them.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -11,9 +12,29 @@
 
 namespace strata::placement {
 
-enum class AttachmentKind { LoraAdapter, EmaShadow, OptimizerState, QuantScale };
+// The kind of an attachment, an open set: a feature registers its kind by name
+// in its own code, and placement needs no edit for a new one:
+//   const placement::AttachmentKind& quantScaleKind() {
+//     static const auto kind = placement::AttachmentKind::registered("quant_scale");
+//     return kind;
+//   }
+// Kinds compare by name; snapshots and the audit report the name.
+class AttachmentKind {
+ public:
+  // The kind named `name` (lower_snake_case: a-z, 0-9, '_'), registered on first
+  // use. Throws strata::PlacementError for an empty or malformed name.
+  static AttachmentKind registered(const std::string& name);
+  // Every kind registered in this process so far, in the order of registration.
+  static std::vector<AttachmentKind> all();
 
-const char* toString(AttachmentKind kind);
+  const std::string& name() const { return *name_; }
+  bool operator==(const AttachmentKind& o) const { return name_ == o.name_; }
+  bool operator!=(const AttachmentKind& o) const { return name_ != o.name_; }
+
+ private:
+  explicit AttachmentKind(const std::string* name) : name_(name) {}
+  const std::string* name_;  // interned in the registry, so equal names share one pointer
+};
 
 class Attachment {
  public:

@@ -24,6 +24,11 @@ at::Tensor movedTo(const at::Tensor& t, const c10::Device& device) {
 
 }  // namespace
 
+const AttachmentKind& optimizerStateKind() {
+  static const AttachmentKind kind = AttachmentKind::registered("optimizer_state");
+  return kind;
+}
+
 OptimizerStateAttachment::OptimizerStateAttachment(std::string paramPath,
                                                    std::shared_ptr<torch::optim::Optimizer> optimizer,
                                                    at::Tensor param)

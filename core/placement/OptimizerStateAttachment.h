@@ -14,6 +14,9 @@
 
 namespace strata::placement {
 
+// "optimizer_state".
+const AttachmentKind& optimizerStateKind();
+
 class OptimizerStateAttachment final : public Attachment {
  public:
   // `paramPath`: the parameter's path ("transformer_blocks.3.attn.to_q.lora_A.weight");
@@ -21,7 +24,7 @@ class OptimizerStateAttachment final : public Attachment {
   OptimizerStateAttachment(std::string paramPath, std::shared_ptr<torch::optim::Optimizer> optimizer,
                            at::Tensor param);
 
-  AttachmentKind kind() const override { return AttachmentKind::OptimizerState; }
+  AttachmentKind kind() const override { return optimizerStateKind(); }
   std::string hostPath() const override { return paramPath_; }
   // exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) once the state exists.
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override;

@@ -202,6 +202,34 @@ nn::BlockIO Placement::run(size_t blockIndex, nn::Block& block, const nn::BlockI
 
 nn::BlockIO Placement::toHead(const nn::BlockIO& io) { return io.to(headDevice()); }
 
+void AttachmentTotals::add(const std::string& kind, int64_t bytes) {
+  for (auto& k : kinds) {
+    if (k.kind != kind) continue;
+    k.count++;
+    k.bytes += bytes;
+    return;
+  }
+  kinds.push_back({kind, 1, bytes});
+}
+
+int64_t AttachmentTotals::count(const std::string& kind) const {
+  for (const auto& k : kinds)
+    if (k.kind == kind) return k.count;
+  return 0;
+}
+
+int64_t AttachmentTotals::bytes(const std::string& kind) const {
+  for (const auto& k : kinds)
+    if (k.kind == kind) return k.bytes;
+  return 0;
+}
+
+int64_t AttachmentTotals::totalBytes() const {
+  int64_t n = 0;
+  for (const auto& k : kinds) n += k.bytes;
+  return n;
+}
+
 PlacementSnapshot Placement::snapshot() const {
   PlacementSnapshot snap;
   auto slotFor = [&](const c10::Device& d) -> DeviceSnapshot& {
@@ -220,23 +248,21 @@ PlacementSnapshot Placement::snapshot() const {
     return snap.devices.back();
   };
   for (const auto& u : units_) {
-    DeviceSnapshot& ds = slotFor(u.device);
-    ds.blocks.push_back(BlockInfo{u.slot.id, u.slot.kind});
+    BlockInfo block{u.slot.id, u.slot.kind, 0, {}};
     for (const auto& nm : u.slot.modules) {
       if (!nm.module) continue;
-      for (const auto& p : nm.module->parameters(true)) ds.weightBytes += tensorBytes(p);
-      for (const auto& b : nm.module->buffers(true)) ds.weightBytes += tensorBytes(b);
+      for (const auto& p : nm.module->parameters(true)) block.weightBytes += tensorBytes(p);
+      for (const auto& b : nm.module->buffers(true)) block.weightBytes += tensorBytes(b);
     }
+    DeviceSnapshot& ds = slotFor(u.device);
+    ds.weightBytes += block.weightBytes;
     for (const auto& a : u.attachments) {
       int64_t bytes = 0;
       for (const auto& nt : a->tensors()) bytes += tensorBytes(nt.second);
-      switch (a->kind()) {
-        case AttachmentKind::LoraAdapter: ds.adapterCount++; ds.adapterBytes += bytes; break;
-        case AttachmentKind::EmaShadow: ds.emaCount++; ds.emaBytes += bytes; break;
-        case AttachmentKind::OptimizerState: ds.optimizerStateCount++; ds.optimizerStateBytes += bytes; break;
-        case AttachmentKind::QuantScale: ds.quantScaleCount++; ds.quantScaleBytes += bytes; break;
-      }
+      block.attachments.add(a->kind().name(), bytes);
+      ds.attachments.add(a->kind().name(), bytes);
     }
+    ds.blocks.push_back(std::move(block));
   }
   return snap;
 }
@@ -259,7 +285,7 @@ std::vector<AuditIssue> Placement::audit() const {
       for (const auto& b : nm.module->named_buffers(true)) check(joinPath(nm.path, b.key()), b.value());
     }
     for (const auto& a : u.attachments) {
-      const std::string base = a->hostPath() + " [" + toString(a->kind()) + "] ";
+      const std::string base = a->hostPath() + " [" + a->kind().name() + "] ";
       for (const auto& nt : a->tensors()) check(base + nt.first, nt.second);
     }
   }

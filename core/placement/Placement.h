@@ -19,26 +19,38 @@
 
 namespace strata::placement {
 
-// One block in a snapshot.
+// Count and bytes of the attachments of one kind ("lora_adapter", "ema_shadow",
+// "optimizer_state", "quant_scale", or any kind a feature registers).
+struct AttachmentFigures {
+  std::string kind;
+  int64_t count = 0;
+  int64_t bytes = 0;
+};
+
+// Per-kind figures in the order kinds first appear; `kind` absent counts zero.
+struct AttachmentTotals {
+  std::vector<AttachmentFigures> kinds;
+  void add(const std::string& kind, int64_t bytes);
+  int64_t count(const std::string& kind) const;
+  int64_t bytes(const std::string& kind) const;
+  int64_t totalBytes() const;
+};
+
+// One block in a snapshot, measured from its live tensors.
 struct BlockInfo {
   std::string id;    // "transformer_blocks.3", "stem", "head"
   std::string kind;  // "double", "single", "stem", "head", ...
+  int64_t weightBytes = 0;      // parameters and buffers of the block's modules
+  AttachmentTotals attachments;  // what is registered to it, by kind
 };
 
 // What lives on one device: plain values, no tensors (the GUI's GPU map reads it).
 struct DeviceSnapshot {
   std::string device;  // "cuda:1", "cpu"
   std::vector<BlockInfo> blocks;  // forward order, stem/head included
-  int64_t weightBytes = 0;        // parameters and buffers of the blocks' modules
-  int64_t adapterCount = 0;
-  int64_t adapterBytes = 0;
-  int64_t emaCount = 0;
-  int64_t emaBytes = 0;
-  int64_t optimizerStateCount = 0;  // attachments (one per parameter)
-  int64_t optimizerStateBytes = 0;
-  int64_t quantScaleCount = 0;
-  int64_t quantScaleBytes = 0;
-  device::MemoryFigures memory;     // allocated / reserved / cap / total (CUDA only)
+  int64_t weightBytes = 0;        // sum over its blocks
+  AttachmentTotals attachments;   // sum over its blocks
+  device::MemoryFigures memory;   // allocated / reserved / cap / total (CUDA only)
 };
 
 struct PlacementSnapshot {

@@ -13,7 +13,7 @@ class EmaShadowAttachment final : public placement::Attachment {
  public:
   EmaShadowAttachment(std::shared_ptr<std::vector<Ema::Entry>> entries, size_t index)
       : entries_(std::move(entries)), index_(index) {}
-  placement::AttachmentKind kind() const override { return placement::AttachmentKind::EmaShadow; }
+  placement::AttachmentKind kind() const override { return emaShadowKind(); }
   std::string hostPath() const override { return (*entries_)[index_].path; }
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override {
     const auto& e = (*entries_)[index_];
@@ -33,6 +33,11 @@ class EmaShadowAttachment final : public placement::Attachment {
 };
 
 }  // namespace
+
+const placement::AttachmentKind& emaShadowKind() {
+  static const placement::AttachmentKind kind = placement::AttachmentKind::registered("ema_shadow");
+  return kind;
+}
 
 Ema::Ema(std::vector<std::pair<std::string, at::Tensor>> namedParams, EmaOptions options)
     : entries_(std::make_shared<std::vector<Entry>>()), options_(options) {

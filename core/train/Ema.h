@@ -2,7 +2,7 @@
 // Exponential moving average of the trainable parameters (docs/design.md §2.5).
 // Shadows are cloned AFTER placement, each from its live parameter on that
 // parameter's own device (seed bug 5), and registered with Placement as
-// attachments (kind EmaShadow, host path = the parameter's path), so they move
+// attachments (kind "ema_shadow", host path = the parameter's path), so they move
 // with their block and the audit checks them. Build it after Placement::apply().
 #include <ATen/ATen.h>
 
@@ -18,6 +18,9 @@ class Placement;
 }
 
 namespace strata::train {
+
+// "ema_shadow".
+const placement::AttachmentKind& emaShadowKind();
 
 struct EmaOptions {
   double decay = 0.99;       // shadow = decay * shadow + (1 - decay) * param

@@ -7,6 +7,7 @@
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
 #include "lora/LoraTargets.h"
+#include "models/flux/FluxLoraRules.h"
 #include "train/Datasets.h"
 
 namespace strata::train {
@@ -54,9 +55,8 @@ int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
 }
 
 RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
-  const lora::LoraTargets targets = cfg.network.targetModules.empty()
-                                        ? lora::LoraTargets::fluxDefault()
-                                        : lora::LoraTargets(cfg.network.targetModules);
+  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
+                                                                    : cfg.network.targetModules);
   RunPlanInput out;
   auto unitOf = [&](const flux::FluxBlockParams& b) {
     placement::UnitShape u;

@@ -21,6 +21,7 @@
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 #include "placement/OptimizerStateAttachment.h"
@@ -89,6 +90,9 @@ events::PlacementEvent placementEventOf(const placement::Placement& p, const std
       pb.id = b.id;
       pb.kind = b.kind;
       pb.device = d.device;
+      pb.paramBytes = b.weightBytes;
+      pb.attachmentBytes = b.attachments.totalBytes();
+      for (const auto& k : b.attachments.kinds) pb.attachments.push_back({k.kind, k.count, k.bytes});
       e.blocks.push_back(pb);
     }
     events::DeviceMemory m;
@@ -97,13 +101,6 @@ events::PlacementEvent placementEventOf(const placement::Placement& p, const std
     m.reservedBytes = d.memory.reservedBytes;
     m.capBytes = d.memory.capBytes;
     e.memory.push_back(m);
-    // Per-block bytes are not in the snapshot; the device's totals go on its first block.
-    for (auto& pb : e.blocks)
-      if (pb.device == d.device) {
-        pb.paramBytes = d.weightBytes;
-        pb.attachmentBytes = d.adapterBytes + d.emaBytes + d.optimizerStateBytes + d.quantScaleBytes;
-        break;
-      }
   }
   for (const auto& a : p.audit()) e.audit.push_back({a.path, a.expected, a.actual});
   int64_t tensors = 0;
@@ -282,7 +279,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     lc.dropout = cfg_.network.dropout;
     lc.targetModules = cfg_.network.targetModules;
     at::manual_seed(static_cast<uint64_t>(tc.seed) + 1);  // LoRA init, the same on resume
-    st.network = lora::LoraNetwork::create(*st.model, lc);
+    st.network = lora::LoraNetwork::create(*st.model, lc, flux::FluxLoraRules(st.fluxConfig));
     st.placement->attachAll(st.network->attachments());
     st.network->train(true);
     for (const auto& [name, p] : st.network->stateDict("")) st.namedParams.emplace_back(name, p);
@@ -407,7 +404,7 @@ std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final
   const RunFolder folder(runDir_);
   for (auto f : cfg_.save.exportFormats) {
     const auto path = exportPath(folder, cfg_, f, final ? std::nullopt : std::optional<int64_t>(step));
-    lora::writeLoraFile(path, *st.network, st.fluxConfig,
+    lora::writeLoraFile(path, *st.network, flux::FluxLoraRules(st.fluxConfig),
                         exportOptionsOf(cfg_, f, step, cfg_.network.linearAlpha, options_.configYaml,
                                         options_.softwareVersion));
     written.push_back(path.string());
@@ -578,35 +575,22 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
   const auto fcfg = planFluxConfig(cfg.model);
   const double alpha = data.state.value("lora_alpha", cfg.network.linearAlpha);
   const auto ema = toMap(data.ema);
+  // EMA shadows (keyed without the prefix) replace the live values they track.
   const std::string prefix = "transformer.";
-  std::map<std::string, lora::LoraModuleWeights> byModule;
+  std::map<std::string, at::Tensor> lora;
   for (const auto& [key, t] : data.lora) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    const std::string rest = key.substr(prefix.size());
-    for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
-      const std::string sfx = suffix;
-      if (rest.size() <= sfx.size() || rest.compare(rest.size() - sfx.size(), sfx.size(), sfx) != 0) continue;
-      const std::string module = rest.substr(0, rest.size() - sfx.size());
-      auto& w = byModule[module];
-      w.modulePath = module;
-      w.alpha = alpha;
-      auto e = ema.find(rest);  // EMA shadows are keyed without the prefix
-      const auto value = (e != ema.end() ? e->second : t).to(at::kFloat);
-      (sfx == ".lora_A.weight" ? w.down : w.up) = value;
-    }
+    const auto e = key.rfind(prefix, 0) == 0 ? ema.find(key.substr(prefix.size())) : ema.end();
+    lora[key] = e != ema.end() ? e->second : t;
   }
-  std::vector<lora::LoraModuleWeights> modules;
-  for (auto& [k, w] : byModule) {
-    if (!w.down.defined() || !w.up.defined()) throw LoadError(latest->path.string() + ": incomplete LoRA for " + k);
-    modules.push_back(std::move(w));
-  }
+  const auto modules = lora::moduleWeightsFromStateDict(lora, prefix, alpha, latest->path.string());
+  const flux::FluxLoraRules rules(fcfg);
   const fs::path dir = outDir.empty() ? folder.exportsDir() : outDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   std::vector<fs::path> written;
   for (auto f : formats) {
     const auto path = exportPath(folder, cfg, f, std::nullopt, dir);
-    lora::writeLoraFile(path, modules, fcfg, exportOptionsOf(cfg, f, data.step, alpha, "", softwareVersion));
+    lora::writeLoraFile(path, modules, rules, exportOptionsOf(cfg, f, data.step, alpha, "", softwareVersion));
     written.push_back(path);
   }
   return written;

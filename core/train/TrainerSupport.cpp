@@ -15,6 +15,7 @@
 #include "io/Image.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
+#include "placement/OptimizerStateAttachment.h"
 #include "placement/Planner.h"
 #include "train/FlowMatching.h"
 #include "train/RngState.h"
@@ -25,10 +26,10 @@ namespace fs = std::filesystem;
 
 Trainer::State::~State() {
   ema.reset();
-  if (placement) placement->detachAll(placement::AttachmentKind::OptimizerState);
+  if (placement) placement->detachAll(placement::optimizerStateKind());
   optimizer.reset();
   if (network) network->detach();
-  if (placement) placement->detachAll(placement::AttachmentKind::LoraAdapter);
+  if (placement) placement->detachAll(lora::loraAdapterKind());
   network.reset();
   namedParams.clear();
   checkpointed.reset();

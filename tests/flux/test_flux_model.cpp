@@ -121,6 +121,14 @@ TEST(FluxConfig, ParamPlanOfFluxDevAndEqualToBuiltModel) {
     EXPECT_EQ(lin->inFeatures(), planned[path].inFeatures) << path;
     EXPECT_EQ(lin->outFeatures(), planned[path].outFeatures) << path;
   }
+  // The plan lists them in the model's own order (both come from one layout).
+  std::vector<std::string> planOrder;
+  for (const auto& l : small.stem.linears) planOrder.push_back(l.path);
+  for (const auto& b : small.blocks) for (const auto& l : b.linears) planOrder.push_back(l.path);
+  for (const auto& l : small.head.linears) planOrder.push_back(l.path);
+  std::vector<std::string> modelOrder;
+  for (const auto& [path, lin] : linears) modelOrder.push_back(path);
+  EXPECT_EQ(planOrder, modelOrder);
 }
 
 TEST(FluxTransformer, RunnerVisitsEveryBlockInOrderAndMatchesLocal) {

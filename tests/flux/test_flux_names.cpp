@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/Error.h"
 
 #include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLayout.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
 
@@ -164,4 +168,75 @@ TEST(FluxConfig, DetectsFluxDevFromDiffusersAndBflShapesWithoutData) {
   EXPECT_EQ(FluxConfig::fromShapes(bfl), schnell);
   bfl.erase("img_in.weight");
   EXPECT_THROW(FluxConfig::fromShapes(bfl), strata::LoadError);
+}
+
+TEST(FluxNames, RowsFollowTheLayoutNotTheLeafName) {
+  // An odd config (mlp ratio 3, 40 output channels): every slot's rows are the
+  // Linear's out features, and a fused module's parts tile its rows.
+  auto cfg = smallConfig();
+  cfg.mlpRatio = 3.0;
+  cfg.outChannels = 40;
+  FluxTransformer model(cfg);
+  std::map<std::string, std::vector<BflSlot>> byBfl;
+  for (const auto& [path, linear] : model.linears()) {
+    const auto slot = bflSlotForModule(path, cfg);
+    ASSERT_TRUE(slot) << path;
+    EXPECT_EQ(slot->rows, linear->outFeatures()) << path;
+    byBfl[slot->module].push_back(*slot);
+  }
+  for (auto& [bfl, slots] : byBfl) {
+    std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) { return a.part < b.part; });
+    int64_t rows = 0;
+    for (const auto& s : slots) {
+      EXPECT_EQ(s.parts, static_cast<int>(slots.size())) << bfl;
+      EXPECT_EQ(s.rowOffset, rows) << bfl << " part " << s.part;
+      rows += s.rows;
+      EXPECT_EQ(s.totalRows, slots.front().totalRows) << bfl;
+    }
+    EXPECT_EQ(rows, slots.front().totalRows) << bfl;
+  }
+  EXPECT_EQ(bflSlotForModule("proj_out", cfg)->rows, 40);
+  EXPECT_EQ(bflSlotForModule("single_transformer_blocks.0.proj_mlp", cfg)->rows, 3 * cfg.hiddenSize());
+  EXPECT_EQ(bflParamForKey("transformer_blocks.0.attn.norm_added_k.weight", cfg)->slot.rows, cfg.attentionHeadDim);
+}
+
+TEST(FluxLoraRules, EveryLinearHasASlotInEveryFormAndReadsBack) {
+  const auto cfg = smallConfig();
+  const FluxLoraRules rules(cfg);
+  FluxTransformer model(cfg);
+  const auto linears = rules.linears();
+  ASSERT_EQ(linears.size(), model.linears().size());
+  for (size_t i = 0; i < linears.size(); ++i) {
+    EXPECT_EQ(linears[i].path, model.linears()[i].first) << "the model's order";
+    EXPECT_EQ(linears[i].outFeatures, model.linears()[i].second->outFeatures());
+  }
+  for (const auto format : rules.formats()) {
+    for (const auto& l : linears) {
+      const auto slot = rules.slotOf(l.path, format);
+      ASSERT_TRUE(slot) << l.path << " " << strata::nn::toString(format);
+      EXPECT_EQ(slot->rows, l.outFeatures) << l.path;
+      if (format == strata::nn::LoraFileFormat::Diffusers) {
+        EXPECT_EQ(slot->stem, "transformer." + l.path);
+        EXPECT_FALSE(slot->fused());
+      }
+      const auto match = rules.matchStem(slot->stem);
+      ASSERT_TRUE(match) << slot->stem;
+      EXPECT_EQ(match->format, format) << slot->stem;
+      bool found = false;
+      for (const auto& [path, s] : match->modules) {
+        if (path != l.path) continue;
+        found = true;
+        EXPECT_EQ(s.rowOffset, slot->rowOffset) << path;
+        EXPECT_EQ(s.totalRows, slot->totalRows) << path;
+        EXPECT_EQ(s.swapHalves, slot->swapHalves) << path;
+      }
+      EXPECT_TRUE(found) << slot->stem << " does not read back to " << l.path;
+    }
+  }
+  EXPECT_EQ(rules.slotOf("single_transformer_blocks.1.proj_mlp", strata::nn::LoraFileFormat::Kohya)->stem,
+            "lora_unet_single_blocks_1_linear1");
+  EXPECT_EQ(rules.slotOf("proj_out", strata::nn::LoraFileFormat::Comfy)->stem, "diffusion_model.final_layer.linear");
+  EXPECT_TRUE(rules.matchStem("lora_te1_text_model_encoder_layers_0_mlp_fc1")->modules.empty());
+  EXPECT_TRUE(rules.matchStem("transformer.transformer_blocks.9.attn.to_q")->modules.empty());
+  EXPECT_EQ(rules.matchStem("base_model.model.proj_out")->modules.at(0).first, "proj_out");
 }

@@ -20,6 +20,7 @@
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
@@ -104,7 +105,7 @@ TEST(FluxGpu, LoraForwardGradientsAndAdamWOnCudaEqualTheReference) {
     for (auto& p : model.parameters()) p.set_requires_grad(false);
     lora::LoraLoadOptions options;
     options.alpha = manifest.at("lora").at("alpha").get<double>();
-    auto net = lora::loadLoraNetwork(model, cfg, dir / "lora.safetensors", options);
+    auto net = lora::loadLoraNetwork(model, FluxLoraRules(cfg), dir / "lora.safetensors", options);
     for (const auto& p : net->parameters()) ASSERT_TRUE(p.is_cuda());
 
     const auto out = model.forward(parity::inputsOf(inputs, cuda));
@@ -158,7 +159,7 @@ TEST(FluxGpu, FluxDevSizedLoraStepTimeAndPeakMemory) {
   lora::LoraConfig lc;
   lc.rank = 16;
   lc.alpha = 16;
-  auto network = lora::LoraNetwork::create(model, lc);
+  auto network = lora::LoraNetwork::create(model, lc, FluxLoraRules(cfg));
   network->train(true);
   torch::optim::AdamW optimizer(network->parameters(), torch::optim::AdamWOptions(1e-4));
   std::cout << "[flux gpu] LoRA rank 16 on " << network->adapters().size() << " Linears, "

@@ -14,6 +14,7 @@
 #include "device/DeviceInventory.h"
 #include "lora/LoraAdapter.h"
 #include "lora/LoraNetwork.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxTransformer.h"
 #include "placement/MeasureBlocks.h"
 #include "placement/OptimizerStateAttachment.h"
@@ -203,8 +204,8 @@ TEST(PlacementGpuEquality, FluxTinyWithLoraSplitEqualsOneDevice) {
   test::copyWeights(a, b);
   lora::LoraConfig lc;
   lc.rank = 4;
-  auto na = lora::LoraNetwork::create(a, lc);
-  auto nb = lora::LoraNetwork::create(b, lc);
+  auto na = lora::LoraNetwork::create(a, lc, flux::FluxLoraRules(cfg));
+  auto nb = lora::LoraNetwork::create(b, lc, flux::FluxLoraRules(cfg));
   for (const auto& ad : na->adapters()) {
     at::NoGradGuard g;
     ad->up.normal_(0, 0.05);
@@ -264,10 +265,10 @@ namespace {
 void printSnapshot(const PlacementSnapshot& snap) {
   for (const auto& d : snap.devices) {
     std::cout << "  " << d.device << ": " << d.blocks.size() << " blocks (" << d.blocks.front().id << " .. "
-              << d.blocks.back().id << "), weights " << device::formatBytes(d.weightBytes) << ", adapters "
-              << d.adapterCount << " / " << device::formatBytes(d.adapterBytes) << ", EMA " << d.emaCount << " / "
-              << device::formatBytes(d.emaBytes) << ", optimizer state " << d.optimizerStateCount << " / "
-              << device::formatBytes(d.optimizerStateBytes) << "; memory allocated "
+              << d.blocks.back().id << "), weights " << device::formatBytes(d.weightBytes);
+    for (const auto& k : d.attachments.kinds)
+      std::cout << ", " << k.kind << " " << k.count << " / " << device::formatBytes(k.bytes);
+    std::cout << "; memory allocated "
               << device::formatBytes(d.memory.allocatedBytes) << ", reserved "
               << device::formatBytes(d.memory.reservedBytes) << ", cap " << device::formatBytes(d.memory.capBytes)
               << ", total " << device::formatBytes(d.memory.totalBytes) << "\n";
@@ -297,7 +298,7 @@ TEST(PlacementGpuProof, FluxDevSizedLoraEmaSplitOverTwoCappedGpus) {
   lora::LoraConfig lc;
   lc.rank = 16;
   lc.alpha = 16;
-  auto network = lora::LoraNetwork::create(model, lc);
+  auto network = lora::LoraNetwork::create(model, lc, flux::FluxLoraRules(cfg));
   std::cout << "[proof] built FLUX.1-dev-sized model (" << cfg.numLayers << " double + " << cfg.numSingleLayers
             << " single blocks) + " << network->adapters().size() << " LoRA adapters (rank 16, "
             << network->numParameters() << " params) in " << secondsSince(t0) << " s\n";
@@ -364,9 +365,9 @@ TEST(PlacementGpuProof, FluxDevSizedLoraEmaSplitOverTwoCappedGpus) {
   const PlacementSnapshot snap = placement.snapshot();
   printSnapshot(snap);
   for (const auto& d : snap.devices) {
-    EXPECT_GT(d.adapterCount, 0) << d.device;
-    EXPECT_GT(d.emaCount, 0) << d.device;
-    EXPECT_GT(d.optimizerStateBytes, 0) << d.device;
+    EXPECT_GT(d.attachments.count("lora_adapter"), 0) << d.device;
+    EXPECT_GT(d.attachments.count("ema_shadow"), 0) << d.device;
+    EXPECT_GT(d.attachments.bytes("optimizer_state"), 0) << d.device;
     EXPECT_LE(d.memory.reservedBytes, kCapBytes) << d.device;
   }
   std::cout << "[proof] loss " << firstLoss << " -> " << lastLoss << ", total " << secondsSince(t0) << " s\n";

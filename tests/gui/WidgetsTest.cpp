@@ -12,11 +12,13 @@
 #include <QtTest>
 
 #include "config/RunConfig.h"
+#include "events/Events.h"
 #include "ui/ConfigEditor.h"
 #include "ui/GpuMapView.h"
 #include "ui/LossPlot.h"
 #include "ui/PlanBackend.h"
 #include "ui/SampleBrowser.h"
+#include "ui/TrainerBridge.h"
 
 using namespace strata::ui;
 
@@ -28,6 +30,7 @@ class WidgetsTest : public QObject {
   void sampleFileNames();
   void sampleBrowserReadsRunFolder();
   void gpuMapTooltipsAndMismatches();
+  void gpuMapShowsTheRunsMeasuredBlockFigures();
   void plannedPlacementOnSimulatedDevices();
   void plannedPlacementReportsBadSpec();
   void configEditorImportsAnAiToolkitJob();
@@ -185,6 +188,47 @@ void WidgetsTest::gpuMapTooltipsAndMismatches() {
   // Live memory updates reach the device.
   map.updateMemory({MemoryView{"cuda:1", 5'000'000'000, 6'000'000'000, 16'000'000'000}});
   QCOMPARE(map.placement().devices[1].allocatedBytes, 5'000'000'000LL);
+}
+
+void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
+  strata::events::PlacementEvent e;
+  strata::events::PlacedBlock b;
+  b.id = "transformer_blocks.0";
+  b.kind = "double";
+  b.device = "cuda:0";
+  b.paramBytes = 340'000'000;
+  b.attachments = {{"lora_adapter", 14, 12'000'000},
+                   {"ema_shadow", 28, 12'000'000},
+                   {"optimizer_state", 28, 24'000'000},
+                   {"quant_scale", 14, 3'000'000},
+                   {"some_future_kind", 1, 1'000'000}};
+  b.attachmentBytes = 52'000'000;
+  e.blocks.push_back(b);
+  PlacementView v = placementViewOf(e);
+  QCOMPARE(v.devices.size(), 1);
+  const BlockView& bv = v.devices[0].blocks.at(0);
+  QVERIFY(bv.measured);
+  QCOMPARE(bv.weightBytes, 340'000'000LL);
+  QCOMPARE(bv.adapterCount, 14);
+  QCOMPARE(bv.adapterBytes, 12'000'000LL);
+  QCOMPARE(bv.emaBytes, 12'000'000LL);
+  QCOMPARE(bv.optimizerBytes, 24'000'000LL);
+  QCOMPARE(bv.quantScaleBytes, 3'000'000LL);
+  QCOMPARE(bv.otherAttachmentBytes, 1'000'000LL);
+  QCOMPARE(v.devices[0].plannedBytes, 392'000'000LL);
+  // A re-plan of the config does not replace what the run measured.
+  QMap<QString, BlockView> replanned;
+  replanned["transformer_blocks.0"] = BlockView{"transformer_blocks.0", BlockKind::Double, 1};
+  applyBlockSizes(v, replanned);
+  QCOMPARE(v.devices[0].blocks.at(0).weightBytes, 340'000'000LL);
+
+  GpuMapView map;
+  map.resize(800, 600);
+  map.setPlacement(v);
+  const QString tip = map.toolTipAt(map.blockRect("transformer_blocks.0").center());
+  QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("measured in the run") &&
+               tip.contains("LoRA adapters: 14"),
+           qPrintable(tip));
 }
 
 void WidgetsTest::plannedPlacementOnSimulatedDevices() {

@@ -6,6 +6,7 @@
 
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 
@@ -13,6 +14,7 @@ namespace strata::lora::test {
 
 struct TinyFlux {
   flux::FluxConfig cfg = flux::FluxConfig::tiny();
+  flux::FluxLoraRules rules{cfg};  // FLUX's LoRA naming and default targets
   std::shared_ptr<flux::FluxTransformer> model;
   flux::FluxInputs inputs;
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "LoraTestSupport.h"
@@ -43,9 +44,9 @@ LoraExportOptions exportOptions(LoraFileFormat format) {
 
 std::map<std::string, at::Tensor> tensorsOf(const std::filesystem::path& p) { return io::loadSafetensors(p); }
 
-std::string loadErrorOf(const std::map<std::string, at::Tensor>& tensors, const flux::FluxConfig& cfg) {
+std::string loadErrorOf(const std::map<std::string, at::Tensor>& tensors, const nn::LoraNameRules& rules) {
   try {
-    convertLoraTensors(tensors, {}, cfg);
+    convertLoraTensors(tensors, {}, rules);
   } catch (const LoadError& e) {
     return e.what();
   }
@@ -68,12 +69,12 @@ TEST_P(LoraFormatRoundTrip, ExportLoadBackSameOutputs) {
     randomizeUps(*net, 0.1);
     withLora = f.forward();
     ASSERT_FALSE(strata::test::allClose(withLora, base, 1e-4, 0)) << "the LoRA must change the output";
-    writeLoraFile(path, *net, f.cfg, exportOptions(format));
+    writeLoraFile(path, *net, f.rules, exportOptions(format));
   }
   ASSERT_TRUE(strata::test::allClose(f.forward(), base, 0, 0));
-  const auto content = readLoraFile(path, f.cfg);
+  const auto content = readLoraFile(path, f.rules);
   EXPECT_EQ(content.format, format);
-  auto loaded = loadLoraNetwork(*f.model, f.cfg, path);
+  auto loaded = loadLoraNetwork(*f.model, f.rules, path);
   EXPECT_TRUE(strata::test::allClose(f.forward(), withLora, 1e-5, 1e-4)) << toString(format);
   // Fused q/k/v written block-diagonal come back as one rank-r LoRA per projection.
   for (const auto& a : loaded->adapters()) EXPECT_EQ(a->rank(), 4) << a->hostPath();
@@ -103,7 +104,7 @@ TEST(LoraFormats, DiffusersExportFoldsAlphaAndWritesPeftMetadata) {
   auto net = LoraNetwork::create(*f.model, allLinearsConfig(4, 8));
   randomizeUps(*net);
   strata::test::TempDir dir;
-  writeLoraFile(dir / "d.safetensors", *net, f.cfg, exportOptions(LoraFileFormat::Diffusers));
+  writeLoraFile(dir / "d.safetensors", *net, f.rules, exportOptions(LoraFileFormat::Diffusers));
   const auto t = tensorsOf(dir / "d.safetensors");
   const int64_t h = f.cfg.hiddenSize();
   EXPECT_EQ(t.size(), 2 * net->adapters().size()) << "no .alpha tensors in the diffusers form";
@@ -120,12 +121,12 @@ TEST(LoraFormats, DiffusersExportFoldsAlphaAndWritesPeftMetadata) {
 
   // A loader that reads the metadata and one that assumes alpha = r agree.
   std::map<std::string, std::string> noMeta;
-  const auto withoutMeta = convertLoraTensors(t, noMeta, f.cfg);
+  const auto withoutMeta = convertLoraTensors(t, noMeta, f.rules);
   for (const auto& m : withoutMeta.modules) EXPECT_DOUBLE_EQ(m.alpha, 4.0);
   // Keys without the "transformer." prefix are accepted too.
   std::map<std::string, at::Tensor> bare;
   for (const auto& [k, v] : t) bare[k.substr(std::string("transformer.").size())] = v;
-  EXPECT_EQ(convertLoraTensors(bare, {}, f.cfg).modules.size(), net->adapters().size());
+  EXPECT_EQ(convertLoraTensors(bare, {}, f.rules).modules.size(), net->adapters().size());
 }
 
 TEST(LoraFormats, KohyaExportFusesQkvToRank3rAndLinear1To4r) {
@@ -133,7 +134,7 @@ TEST(LoraFormats, KohyaExportFusesQkvToRank3rAndLinear1To4r) {
   auto net = LoraNetwork::create(*f.model, allLinearsConfig(4, 8));
   randomizeUps(*net);
   strata::test::TempDir dir;
-  writeLoraFile(dir / "k.safetensors", *net, f.cfg, exportOptions(LoraFileFormat::Kohya));
+  writeLoraFile(dir / "k.safetensors", *net, f.rules, exportOptions(LoraFileFormat::Kohya));
   const auto t = tensorsOf(dir / "k.safetensors");
   const int64_t h = f.cfg.hiddenSize(), mlp = f.cfg.mlpHiddenSize();
   using Shape = std::vector<int64_t>;
@@ -174,7 +175,7 @@ TEST(LoraFormats, ComfyExportUsesBflNames) {
   strata::test::TempDir dir;
   auto o = exportOptions(LoraFileFormat::Comfy);
   o.dtype = at::kBFloat16;
-  writeLoraFile(dir / "c.safetensors", *net, f.cfg, o);
+  writeLoraFile(dir / "c.safetensors", *net, f.rules, o);
   const auto t = tensorsOf(dir / "c.safetensors");
   const int64_t h = f.cfg.hiddenSize();
   EXPECT_EQ(t.at("diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight").sizes(), (std::vector<int64_t>{12, h}));
@@ -202,11 +203,11 @@ TEST(LoraFormats, KohyaFusesSeparateQkvLorasWithEqualOutputs) {
     expected = f.forward();
   }
   ASSERT_FALSE(strata::test::allClose(expected, base, 1e-4, 0));
-  const auto fused = loraTensorsForExport(w, LoraFileFormat::Kohya, f.cfg);
+  const auto fused = loraTensorsForExport(w, LoraFileFormat::Kohya, f.rules);
   ASSERT_EQ(fused.size(), 3u) << "one fused module";
   std::map<std::string, at::Tensor> t(fused.begin(), fused.end());
   EXPECT_EQ(t.at("lora_unet_double_blocks_1_img_attn_qkv.lora_down.weight").size(0), 3 * r);
-  auto net = LoraNetwork::fromWeights(*f.model, convertLoraTensors(t, {}, f.cfg).modules);
+  auto net = LoraNetwork::fromWeights(*f.model, convertLoraTensors(t, {}, f.rules).modules);
   EXPECT_TRUE(strata::test::allClose(f.forward(), expected, 1e-5, 1e-4));
   ASSERT_EQ(net->adapters().size(), 3u);
   for (size_t i = 0; i < 3; ++i)
@@ -222,7 +223,7 @@ TEST(LoraFormats, GeneralFusedKohyaLoraSplitsExactlyWithSharedDown) {
   std::map<std::string, at::Tensor> t{{"lora_unet_single_blocks_2_linear1.lora_down.weight", down},
                                       {"lora_unet_single_blocks_2_linear1.lora_up.weight", up},
                                       {"lora_unet_single_blocks_2_linear1.alpha", at::scalar_tensor(10.0)}};
-  const auto content = convertLoraTensors(t, {}, f.cfg);
+  const auto content = convertLoraTensors(t, {}, f.rules);
   EXPECT_EQ(content.format, LoraFileFormat::Kohya);
   ASSERT_EQ(content.modules.size(), 4u);
   const char* parts[] = {"attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp"};
@@ -236,7 +237,7 @@ TEST(LoraFormats, GeneralFusedKohyaLoraSplitsExactlyWithSharedDown) {
     EXPECT_TRUE(strata::test::allClose(a->deltaWeight(), fusedDelta.narrow(0, offsets[i], rows[i]), 1e-6, 1e-5));
   }
   // Untrained, they still share one down: exported back as the same rank-R fused LoRA.
-  const auto back = loraTensorsForExport(net->moduleWeights(), LoraFileFormat::Kohya, f.cfg);
+  const auto back = loraTensorsForExport(net->moduleWeights(), LoraFileFormat::Kohya, f.rules);
   std::map<std::string, at::Tensor> b(back.begin(), back.end());
   EXPECT_TRUE(b.at("lora_unet_single_blocks_2_linear1.lora_down.weight").equal(down));
   EXPECT_TRUE(b.at("lora_unet_single_blocks_2_linear1.lora_up.weight").equal(up));
@@ -247,10 +248,10 @@ TEST(LoraFormats, FusedLoraOnOnePartOnlyGivesOneAdapter) {
   TinyFlux f;
   const int64_t h = f.cfg.hiddenSize(), r = 2;
   std::vector<LoraModuleWeights> w{{"transformer_blocks.0.attn.add_v_proj", at::randn({r, h}), at::randn({h, r}), 2.0}};
-  const auto out = loraTensorsForExport(w, LoraFileFormat::Comfy, f.cfg);
+  const auto out = loraTensorsForExport(w, LoraFileFormat::Comfy, f.rules);
   std::map<std::string, at::Tensor> t(out.begin(), out.end());
   EXPECT_EQ(t.at("diffusion_model.double_blocks.0.txt_attn.qkv.lora_B.weight").sizes(), (std::vector<int64_t>{3 * h, r}));
-  const auto back = convertLoraTensors(t, {}, f.cfg);
+  const auto back = convertLoraTensors(t, {}, f.rules);
   ASSERT_EQ(back.modules.size(), 1u);
   EXPECT_EQ(back.modules[0].modulePath, "transformer_blocks.0.attn.add_v_proj");
   EXPECT_TRUE(back.modules[0].up.equal(w[0].up));
@@ -262,18 +263,18 @@ TEST(LoraFormats, AlphaFromTensorsMetadataOrOverride) {
   const int64_t h = f.cfg.hiddenSize();
   std::map<std::string, at::Tensor> t{{"transformer.proj_out.lora_A.weight", at::randn({4, h})},
                                       {"transformer.proj_out.lora_B.weight", at::randn({f.cfg.outChannels, 4})}};
-  EXPECT_DOUBLE_EQ(convertLoraTensors(t, {}, f.cfg).modules[0].alpha, 4.0) << "no alpha: alpha = r";
+  EXPECT_DOUBLE_EQ(convertLoraTensors(t, {}, f.rules).modules[0].alpha, 4.0) << "no alpha: alpha = r";
   std::map<std::string, std::string> meta{{"lora_adapter_metadata", R"({"transformer.r": 4, "transformer.lora_alpha": 16})"}};
-  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.cfg).modules[0].alpha, 16.0);
+  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.rules).modules[0].alpha, 16.0);
   meta["lora_adapter_metadata"] = R"({"r": 4, "lora_alpha": 16, "alpha_pattern": {"proj_out": 2}})";
-  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.cfg).modules[0].alpha, 2.0);
+  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.rules).modules[0].alpha, 2.0);
   LoraLoadOptions o;
   o.alpha = 8.0;
-  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.cfg, o).modules[0].alpha, 8.0);
+  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.rules, o).modules[0].alpha, 8.0);
   t["transformer.proj_out.alpha"] = at::scalar_tensor(1.0);
-  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.cfg).modules[0].alpha, 1.0);
+  EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.rules).modules[0].alpha, 1.0);
   meta["lora_adapter_metadata"] = "{not json";
-  EXPECT_THROW(convertLoraTensors(t, meta, f.cfg), LoadError);
+  EXPECT_THROW(convertLoraTensors(t, meta, f.rules), LoadError);
 }
 
 TEST(LoraFormats, KeyThatNamesNoModuleIsAnErrorNamingTheKey) {
@@ -290,19 +291,19 @@ TEST(LoraFormats, KeyThatNamesNoModuleIsAnErrorNamingTheKey) {
     const bool kohya = base.rfind("lora_", 0) == 0;
     std::map<std::string, at::Tensor> t{{base + (kohya ? ".lora_down.weight" : ".lora_A.weight"), down},
                                         {base + (kohya ? ".lora_up.weight" : ".lora_B.weight"), up}};
-    const std::string msg = loadErrorOf(t, f.cfg);
+    const std::string msg = loadErrorOf(t, f.rules);
     EXPECT_NE(msg.find(base), std::string::npos) << base << " -> '" << msg << "'";
   }
-  const std::string notLora = loadErrorOf({{"transformer.proj_out.weight", down}}, f.cfg);
+  const std::string notLora = loadErrorOf({{"transformer.proj_out.weight", down}}, f.rules);
   EXPECT_NE(notLora.find("transformer.proj_out.weight"), std::string::npos) << notLora;
-  const std::string unpaired = loadErrorOf({{"transformer.proj_out.lora_A.weight", down}}, f.cfg);
+  const std::string unpaired = loadErrorOf({{"transformer.proj_out.lora_A.weight", down}}, f.rules);
   EXPECT_NE(unpaired.find("transformer.proj_out.lora_A.weight"), std::string::npos) << unpaired;
   // Through the file loader too, with the file named.
   strata::test::TempDir dir;
   io::writeSafetensors(dir / "bad.safetensors", {{"transformer.transformer_blocks.0.attn.to_x.lora_A.weight", down},
                                                  {"transformer.transformer_blocks.0.attn.to_x.lora_B.weight", up}});
   try {
-    loadLoraNetwork(*f.model, f.cfg, dir / "bad.safetensors");
+    loadLoraNetwork(*f.model, f.rules, dir / "bad.safetensors");
     FAIL() << "no error";
   } catch (const LoadError& e) {
     EXPECT_NE(std::string(e.what()).find("transformer.transformer_blocks.0.attn.to_x.lora_"), std::string::npos);
@@ -320,9 +321,9 @@ TEST(LoraFormats, PerSampleMultiplierOnALoadedNetwork) {
     auto net = LoraNetwork::create(*f.model, allLinearsConfig(2, 2));
     randomizeUps(*net, 0.1);
     full = f.forward();
-    writeLoraFile(dir / "m.safetensors", *net, f.cfg, exportOptions(LoraFileFormat::Kohya));
+    writeLoraFile(dir / "m.safetensors", *net, f.rules, exportOptions(LoraFileFormat::Kohya));
   }
-  auto net = loadLoraNetwork(*f.model, f.cfg, dir / "m.safetensors");
+  auto net = loadLoraNetwork(*f.model, f.rules, dir / "m.safetensors");
   net->setMultiplier(at::tensor({1.0f, 0.0f}));
   const auto out = f.forward();
   EXPECT_TRUE(strata::test::allClose(out[0], full[0], 1e-5, 1e-4));
@@ -333,7 +334,7 @@ TEST(LoraFormats, ComfyKeysWithDownUpOrWithoutPrefixLoadTheSame) {
   TinyFlux f;
   auto net = LoraNetwork::create(*f.model, allLinearsConfig(2, 4));
   randomizeUps(*net);
-  const auto exported = loraTensorsForExport(net->moduleWeights(), LoraFileFormat::Comfy, f.cfg);
+  const auto exported = loraTensorsForExport(net->moduleWeights(), LoraFileFormat::Comfy, f.rules);
   std::map<std::string, at::Tensor> downUp, bare;
   const std::string prefix = "diffusion_model.";
   for (const auto& [k, v] : exported) {
@@ -347,7 +348,7 @@ TEST(LoraFormats, ComfyKeysWithDownUpOrWithoutPrefixLoadTheSame) {
   }
   const auto reference = net->moduleWeights();
   for (const auto* t : {&downUp, &bare}) {
-    const auto content = convertLoraTensors(*t, {}, f.cfg);
+    const auto content = convertLoraTensors(*t, {}, f.rules);
     EXPECT_EQ(content.format, LoraFileFormat::Comfy);
     ASSERT_EQ(content.modules.size(), reference.size());
     for (const auto& m : content.modules) {
@@ -357,5 +358,68 @@ TEST(LoraFormats, ComfyKeysWithDownUpOrWithoutPrefixLoadTheSame) {
                                          1e-5))
           << m.modulePath;
     }
+  }
+}
+
+TEST(LoraFormats, AlphaTensorsAreFloat32WhateverTheExportDtype) {
+  // Three rank-1 LoRAs on q, k, v with alpha 0.7 fuse into one of rank 3 and alpha
+  // 2.1, which bf16 would round to 2.09375 (a 0.3% change of the LoRA's strength).
+  TinyFlux f;
+  const int64_t h = f.cfg.hiddenSize();
+  std::vector<LoraModuleWeights> w;
+  for (const char* p : {"to_q", "to_k", "to_v"})
+    w.push_back({std::string("transformer_blocks.0.attn.") + p, at::randn({1, h}), at::randn({h, 1}), 0.7});
+  w.push_back({"transformer_blocks.0.ff.net.2", at::randn({2, f.cfg.mlpHiddenSize()}), at::randn({h, 2}), 2.1});
+  for (const auto format : {LoraFileFormat::Kohya, LoraFileFormat::Comfy}) {
+    const auto out = loraTensorsForExport(w, format, f.rules, at::kBFloat16);
+    std::map<std::string, at::Tensor> t(out.begin(), out.end());
+    const std::string fused = format == LoraFileFormat::Kohya ? "lora_unet_double_blocks_0_img_attn_qkv"
+                                                              : "diffusion_model.double_blocks.0.img_attn.qkv";
+    const std::string single = format == LoraFileFormat::Kohya ? "lora_unet_double_blocks_0_img_mlp_2"
+                                                               : "diffusion_model.double_blocks.0.img_mlp.2";
+    for (const auto& stem : {fused, single}) {
+      const auto& alpha = t.at(stem + ".alpha");
+      EXPECT_EQ(alpha.scalar_type(), at::kFloat) << stem;
+      EXPECT_EQ(alpha.item<float>(), 2.1f) << stem;
+    }
+    EXPECT_EQ(t.at(fused + (format == LoraFileFormat::Kohya ? ".lora_down.weight" : ".lora_A.weight")).scalar_type(),
+              at::kBFloat16);
+    // Read back, the scale is the float32 one: 2.1 / 3 per projection.
+    for (const auto& m : convertLoraTensors(t, {}, f.rules).modules)
+      EXPECT_NEAR(m.alpha / static_cast<double>(m.down.size(0)), m.modulePath.find("ff.") != std::string::npos ? 1.05 : 0.7,
+                  1e-6)
+          << m.modulePath;
+  }
+}
+
+TEST(LoraFormats, FusedSplitAndFuseRoundTripExactly) {
+  // Per-projection LoRAs of different ranks on linear1's four parts -> one fused
+  // kohya LoRA (block-diagonal up) -> split back: the same four adapters.
+  TinyFlux f;
+  const int64_t h = f.cfg.hiddenSize(), mlp = f.cfg.mlpHiddenSize();
+  std::vector<LoraModuleWeights> w{
+      {"single_transformer_blocks.1.attn.to_q", at::randn({1, h}), at::randn({h, 1}), 1.0},
+      {"single_transformer_blocks.1.attn.to_k", at::randn({2, h}), at::randn({h, 2}), 2.0},
+      {"single_transformer_blocks.1.attn.to_v", at::randn({3, h}), at::randn({h, 3}), 3.0},
+      {"single_transformer_blocks.1.proj_mlp", at::randn({2, h}), at::randn({mlp, 2}), 2.0}};
+  const auto out = loraTensorsForExport(w, LoraFileFormat::Kohya, f.rules);
+  ASSERT_EQ(out.size(), 3u);
+  std::map<std::string, at::Tensor> t(out.begin(), out.end());
+  EXPECT_EQ(t.at("lora_unet_single_blocks_1_linear1.lora_up.weight").sizes(), (std::vector<int64_t>{3 * h + mlp, 8}));
+  const auto back = convertLoraTensors(t, {}, f.rules).modules;  // in the model's order
+  ASSERT_EQ(back.size(), w.size());
+  for (const auto& m : w) {
+    const auto it = std::find_if(back.begin(), back.end(), [&](const auto& b) { return b.modulePath == m.modulePath; });
+    ASSERT_NE(it, back.end()) << m.modulePath;
+    EXPECT_EQ(it->down.size(0), m.down.size(0)) << m.modulePath;
+    EXPECT_TRUE(strata::test::allClose(at::matmul(it->up, it->down) * (it->alpha / it->down.size(0)),
+                                       at::matmul(m.up, m.down) * (m.alpha / m.down.size(0)), 1e-6, 1e-5))
+        << m.modulePath;
+  }
+  // And fused again: the same file tensors.
+  const auto again = loraTensorsForExport(back, LoraFileFormat::Kohya, f.rules);
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(again[i].first, out[i].first);
+    EXPECT_TRUE(strata::test::allClose(again[i].second, out[i].second, 1e-6, 1e-6)) << out[i].first;
   }
 }

@@ -57,7 +57,7 @@ TEST(LoraTargets, PlainNamesFollowPeftSuffixRule) {
 TEST(LoraNetwork, DefaultTargetsAreEveryLinearInsideTheBlocks) {
   TinyFlux f;
   const auto keysBefore = parameterKeys(*f.model);
-  auto net = LoraNetwork::create(*f.model, config(4, 4));
+  auto net = LoraNetwork::create(*f.model, config(4, 4), f.rules);
   std::set<std::string> expected;
   for (const auto& [path, linear] : f.model->linears())
     if (path.rfind("transformer_blocks.", 0) == 0 || path.rfind("single_transformer_blocks.", 0) == 0)
@@ -73,7 +73,7 @@ TEST(LoraNetwork, DefaultTargetsAreEveryLinearInsideTheBlocks) {
 
 TEST(LoraNetwork, ManifestStyleTargetsIncludeTopLevelProjOut) {
   TinyFlux f;
-  auto net = LoraNetwork::create(*f.model, config(4, 4, {"to_q", "proj_out", "norm.linear"}));
+  auto net = LoraNetwork::create(*f.model, config(4, 4, {"to_q", "proj_out", "norm.linear"}), f.rules);
   const auto paths = adapterPaths(*net);
   EXPECT_TRUE(paths.count("proj_out"));
   EXPECT_TRUE(paths.count("single_transformer_blocks.0.proj_out"));
@@ -83,20 +83,20 @@ TEST(LoraNetwork, ManifestStyleTargetsIncludeTopLevelProjOut) {
   EXPECT_EQ(paths.size(), static_cast<size_t>(1 + 2 * f.cfg.numSingleLayers + (f.cfg.numLayers + f.cfg.numSingleLayers)));
   LoraConfig c = config(4, 4);
   c.excludeModules = {"re:.*norm.*"};
-  auto excluded = LoraNetwork::create(*f.model, c);
+  auto excluded = LoraNetwork::create(*f.model, c, f.rules);
   for (const auto& p : adapterPaths(*excluded)) EXPECT_EQ(p.find("norm"), std::string::npos) << p;
 }
 
 TEST(LoraNetwork, NoMatchingTargetIsAConfigError) {
   TinyFlux f;
-  EXPECT_THROW(LoraNetwork::create(*f.model, config(4, 4, {"no_such_layer"})), ConfigError);
-  EXPECT_THROW(LoraNetwork::create(*f.model, config(0, 4)), ConfigError);
+  EXPECT_THROW(LoraNetwork::create(*f.model, config(4, 4, {"no_such_layer"}), f.rules), ConfigError);
+  EXPECT_THROW(LoraNetwork::create(*f.model, config(0, 4), f.rules), ConfigError);
 }
 
 TEST(LoraAdapter, InitShapesDtypeAndZeroDelta) {
   TinyFlux f;
   const auto base = f.forward();
-  auto net = LoraNetwork::create(*f.model, config(4, 8));
+  auto net = LoraNetwork::create(*f.model, config(4, 8), f.rules);
   const auto a = net->adapter("transformer_blocks.0.attn.to_q");
   ASSERT_NE(a, nullptr);
   const int64_t hidden = f.cfg.hiddenSize();
@@ -124,7 +124,7 @@ TEST(LoraAdapter, InitShapesDtypeAndZeroDelta) {
 TEST(LoraNetwork, CreateFreezesTheBaseAndOnlyAdaptersGetGradients) {
   TinyFlux f;
   for (auto& p : f.model->parameters()) p.set_requires_grad(true);  // as a fresh model comes
-  auto net = LoraNetwork::create(*f.model, config(4, 8));
+  auto net = LoraNetwork::create(*f.model, config(4, 8), f.rules);
   randomizeUps(*net);
   size_t adapterTensors = 0;
   for (const auto& p : net->parameters()) {
@@ -145,7 +145,7 @@ TEST(LoraNetwork, CreateFreezesTheBaseAndOnlyAdaptersGetGradients) {
 
 TEST(LoraAdapter, DeltaIsScaleTimesUpDownX) {
   TinyFlux f;
-  auto net = LoraNetwork::create(*f.model, config(3, 6, {"proj_out"}));
+  auto net = LoraNetwork::create(*f.model, config(3, 6, {"proj_out"}), f.rules);
   randomizeUps(*net);
   const auto a = net->adapter("proj_out");
   const auto x = at::randn({2, 5, a->host()->inFeatures()});
@@ -158,7 +158,7 @@ TEST(LoraNetwork, DetachAttachAndDestructionRestoreTheBase) {
   TinyFlux f;
   const auto base = f.forward();
   {
-    auto net = LoraNetwork::create(*f.model, config(4, 4));
+    auto net = LoraNetwork::create(*f.model, config(4, 4), f.rules);
     randomizeUps(*net);
     const auto withLora = f.forward();
     EXPECT_FALSE(strata::test::allClose(withLora, base, 1e-5, 0)) << "the LoRA must change the output";
@@ -173,7 +173,7 @@ TEST(LoraNetwork, DetachAttachAndDestructionRestoreTheBase) {
 
 TEST(LoraNetwork, ScalarMultiplierScalesTheDelta) {
   TinyFlux f;
-  auto net = LoraNetwork::create(*f.model, config(4, 4, {"proj_out"}));
+  auto net = LoraNetwork::create(*f.model, config(4, 4, {"proj_out"}), f.rules);
   randomizeUps(*net);
   const auto x = at::randn({2, 3, f.cfg.hiddenSize()});
   auto& host = *net->adapter("proj_out")->host();
@@ -187,7 +187,7 @@ TEST(LoraNetwork, ScalarMultiplierScalesTheDelta) {
 TEST(LoraNetwork, PerSampleMultiplierAppliesPerBatchItem) {
   TinyFlux f(/*batch=*/3);
   const auto base = f.forward();
-  auto net = LoraNetwork::create(*f.model, config(4, 4));
+  auto net = LoraNetwork::create(*f.model, config(4, 4), f.rules);
   randomizeUps(*net, 0.1);
   const auto full = f.forward();
   // CPU tensor [B]; moved to each adapter's output device where it is used.
@@ -210,7 +210,7 @@ TEST(LoraNetwork, MergeEqualsAdapterForwardAndUnmergeRestoresTheBase) {
   TinyFlux f;
   std::map<std::string, at::Tensor> baseWeights;
   for (const auto& p : f.model->named_parameters(true)) baseWeights[p.key()] = p.value().clone();
-  auto net = LoraNetwork::create(*f.model, config(4, 8));
+  auto net = LoraNetwork::create(*f.model, config(4, 8), f.rules);
   randomizeUps(*net, 0.1);
   net->setMultiplier(0.5);
   const auto withLora = f.forward();
@@ -230,8 +230,8 @@ TEST(LoraNetwork, MergeEqualsAdapterForwardAndUnmergeRestoresTheBase) {
 
 TEST(LoraNetwork, StateDictUsesPeftNamesAndLoadIsStrict) {
   TinyFlux f;
-  auto net = LoraNetwork::create(*f.model, config(4, 4, {"to_q"}));
-  const auto sd = net->stateDict();
+  auto net = LoraNetwork::create(*f.model, config(4, 4, {"to_q"}), f.rules);
+  const auto sd = net->stateDict("transformer.");
   ASSERT_EQ(sd.size(), 2 * net->adapters().size());
   std::map<std::string, at::Tensor> m;
   for (const auto& [k, v] : sd) m[k] = v.detach().clone();
@@ -241,7 +241,7 @@ TEST(LoraNetwork, StateDictUsesPeftNamesAndLoadIsStrict) {
 
   std::map<std::string, at::Tensor> changed = m;
   for (auto& [k, v] : changed) v = at::randn(v.sizes());
-  net->loadStateDict(changed);
+  net->loadStateDict(changed, "transformer.");
   EXPECT_TRUE(net->adapter("transformer_blocks.0.attn.to_q")
                   ->up.equal(changed.at("transformer.transformer_blocks.0.attn.to_q.lora_B.weight")));
 
@@ -249,7 +249,7 @@ TEST(LoraNetwork, StateDictUsesPeftNamesAndLoadIsStrict) {
   missing.erase("transformer.transformer_blocks.0.attn.to_q.lora_A.weight");
   missing["transformer.bogus.lora_A.weight"] = at::zeros({1});
   try {
-    net->loadStateDict(missing);
+    net->loadStateDict(missing, "transformer.");
     FAIL() << "no error";
   } catch (const LoadError& e) {
     EXPECT_NE(std::string(e.what()).find("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"), std::string::npos);
@@ -257,17 +257,18 @@ TEST(LoraNetwork, StateDictUsesPeftNamesAndLoadIsStrict) {
   }
   auto misShaped = changed;
   misShaped["transformer.transformer_blocks.0.attn.to_q.lora_A.weight"] = at::zeros({5, 5});
-  EXPECT_THROW(net->loadStateDict(misShaped), LoadError);
+  EXPECT_THROW(net->loadStateDict(misShaped, "transformer."), LoadError);
 }
 
 TEST(LoraNetwork, AttachmentsNameTheHostAndHoldTheLiveTensors) {
   TinyFlux f;
-  auto net = LoraNetwork::create(*f.model, config(2, 2));
+  auto net = LoraNetwork::create(*f.model, config(2, 2), f.rules);
   const auto attachments = net->attachments();
   ASSERT_EQ(attachments.size(), net->adapters().size());
   for (size_t i = 0; i < attachments.size(); ++i) {
     const auto& att = *attachments[i];
-    EXPECT_EQ(att.kind(), placement::AttachmentKind::LoraAdapter);
+    EXPECT_EQ(att.kind().name(), "lora_adapter");
+    EXPECT_EQ(att.kind(), loraAdapterKind());
     EXPECT_EQ(att.hostPath(), net->adapters()[i]->hostPath());
     const auto tensors = att.tensors();
     ASSERT_EQ(tensors.size(), 2u);
@@ -308,7 +309,7 @@ TEST(LoraNetwork, FromWeightsRejectsUnknownModulesAndBadShapes) {
 
 TEST(LoraNetwork, GradientsReachOnlyTheAdapters) {
   TinyFlux f;
-  auto net = LoraNetwork::create(*f.model, config(4, 4));
+  auto net = LoraNetwork::create(*f.model, config(4, 4), f.rules);
   randomizeUps(*net);
   net->train(true);
   const auto out = f.model->forward(f.inputs);

@@ -14,6 +14,7 @@
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxTransformer.h"
 #include "parity/FluxFixture.h"
 #include "parity/ParityRegistry.h"
@@ -45,7 +46,7 @@ struct LoraFixture {
     for (auto& p : model->parameters()) p.set_requires_grad(false);
     lora::LoraLoadOptions options;
     options.alpha = manifest.at("lora").at("alpha").get<double>();
-    net = lora::loadLoraNetwork(*model, cfg, dir / "lora.safetensors", options);
+    net = lora::loadLoraNetwork(*model, flux::FluxLoraRules(cfg), dir / "lora.safetensors", options);
     net->train(true);  // the reference has no dropout; training mode must not change anything
     inputs = io::loadSafetensors(dir / "inputs.safetensors");
     outputs = io::loadSafetensors(dir / "outputs.safetensors");
@@ -123,9 +124,9 @@ void checkLoraFormsRoundTrip(const fs::path& dir, const nlohmann::json& manifest
   const auto weights = f.net->moduleWeights();
   f.net.reset();
   for (const auto format : {lora::LoraFileFormat::Diffusers, lora::LoraFileFormat::Kohya, lora::LoraFileFormat::Comfy}) {
-    const auto exported = lora::loraTensorsForExport(weights, format, f.cfg);
+    const auto exported = lora::loraTensorsForExport(weights, format, flux::FluxLoraRules(f.cfg));
     const std::map<std::string, at::Tensor> tensors(exported.begin(), exported.end());
-    auto net = lora::LoraNetwork::fromWeights(*f.model, lora::convertLoraTensors(tensors, {}, f.cfg).modules);
+    auto net = lora::LoraNetwork::fromWeights(*f.model, lora::convertLoraTensors(tensors, {}, flux::FluxLoraRules(f.cfg)).modules);
     at::NoGradGuard noGrad;
     EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol))
         << "through " << lora::toString(format);

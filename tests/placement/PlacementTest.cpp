@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
+#include <map>
 #include <type_traits>
 
 #include "common/Error.h"
@@ -31,6 +32,9 @@ namespace {
 
 const c10::Device kCpu(c10::kCPU);
 const c10::Device kMeta(c10::kMeta);
+
+// Kinds by name, as any feature registers its own (placement defines none of these but optimizer_state).
+AttachmentKind kind(const std::string& name) { return AttachmentKind::registered(name); }
 
 // An attachment that holds one tensor and records every move it is given.
 class ProbeAttachment final : public Attachment {
@@ -99,7 +103,7 @@ TEST(PlacementRegistry, OwnerIsTheLongestBlockIdPrefix) {
   EXPECT_EQ(p->ownerOf("proj_out"), "head");
   EXPECT_THROW(p->ownerOf("nowhere.weight"), PlacementError);
   EXPECT_THROW(p->ownerOf("proj_outer"), PlacementError);  // a prefix only at a '.' boundary
-  EXPECT_THROW(p->attach(std::make_shared<ProbeAttachment>(AttachmentKind::QuantScale, "nowhere")),
+  EXPECT_THROW(p->attach(std::make_shared<ProbeAttachment>(kind("quant_scale"), "nowhere")),
                PlacementError);
 }
 
@@ -131,7 +135,7 @@ TEST(PlacementSeedBug1, AdaptersCreatedBeforeTheSplitAreRegisteredWithTheirHosts
   for (const auto& a : lora.adapters) {
     const std::string block = a->hostPath().substr(0, a->hostPath().find('.', 7));
     EXPECT_EQ(p->ownerOf(a->hostPath()), block);
-    probes.push_back(std::make_shared<ProbeAttachment>(AttachmentKind::LoraAdapter, a->hostPath()));
+    probes.push_back(std::make_shared<ProbeAttachment>(kind("lora_adapter"), a->hostPath()));
     p->attach(probes.back());
     // Moved to the block's device at once, not at some later move.
     ASSERT_EQ(probes.back()->moves.size(), 1u);
@@ -152,10 +156,10 @@ TEST(PlacementSeedBug1, AdaptersCreatedBeforeTheSplitAreRegisteredWithTheirHosts
 
 TEST(PlacementSeedBug2, AttachmentsFollowEveryLaterMove) {
   auto p = planned(emptyBlocks(4), 2);
-  auto lora = std::make_shared<ProbeAttachment>(AttachmentKind::LoraAdapter, "blocks.3.attn.to_q");
-  auto ema = std::make_shared<ProbeAttachment>(AttachmentKind::EmaShadow, "blocks.3.attn.to_q.lora_A.weight");
-  auto opt = std::make_shared<ProbeAttachment>(AttachmentKind::OptimizerState, "blocks.3.attn.to_q.lora_A.weight");
-  auto other = std::make_shared<ProbeAttachment>(AttachmentKind::LoraAdapter, "blocks.2.attn.to_q");
+  auto lora = std::make_shared<ProbeAttachment>(kind("lora_adapter"), "blocks.3.attn.to_q");
+  auto ema = std::make_shared<ProbeAttachment>(kind("ema_shadow"), "blocks.3.attn.to_q.lora_A.weight");
+  auto opt = std::make_shared<ProbeAttachment>(kind("optimizer_state"), "blocks.3.attn.to_q.lora_A.weight");
+  auto other = std::make_shared<ProbeAttachment>(kind("lora_adapter"), "blocks.2.attn.to_q");
   p->attachAll({lora, ema, opt, other});
   p->apply();
   for (const auto& target : {kCpu, kMeta, kCpu, kMeta}) {
@@ -328,7 +332,7 @@ TEST(PlacementAudit, CatchesMisplacedParametersBuffersAndAttachments) {
   auto cpu = Placement::singleDevice(model.blockList(), kCpu);
   cpu->apply();
   EXPECT_TRUE(cpu->audit().empty());
-  auto probe = std::make_shared<ProbeAttachment>(AttachmentKind::QuantScale, "blocks.1.fc2");
+  auto probe = std::make_shared<ProbeAttachment>(kind("quant_scale"), "blocks.1.fc2");
   cpu->attach(probe);
   probe->tensor() = probe->tensor().to(kMeta);
   model.projOut->bias.mutable_grad() = at::zeros({4}).to(kMeta);
@@ -375,7 +379,7 @@ TEST(PlacementSnapshot, CountsPerDevice) {
   // machine); probes of the same size stand for them on the meta device.
   for (size_t i = 6; i < lora.adapters.size(); ++i) {
     const auto& a = lora.adapters[i];
-    p->attach(std::make_shared<ProbeAttachment>(AttachmentKind::LoraAdapter, a->hostPath(),
+    p->attach(std::make_shared<ProbeAttachment>(kind("lora_adapter"), a->hostPath(),
                                                 a->down.numel() + a->up.numel()));
   }
   train::Ema ema(lora.namedParams(), train::EmaOptions{});
@@ -392,19 +396,100 @@ TEST(PlacementSnapshot, CountsPerDevice) {
   EXPECT_EQ(cpu.blocks[3].id, "head");
   ASSERT_EQ(meta.blocks.size(), 2u);
   EXPECT_EQ(meta.blocks[0].kind, "layer");
-  EXPECT_EQ(cpu.adapterCount, 6);
-  EXPECT_EQ(meta.adapterCount, 6);
-  EXPECT_EQ(meta.emaCount, 12);  // one per parameter: down and up
+  EXPECT_EQ(cpu.attachments.count("lora_adapter"), 6);
+  EXPECT_EQ(meta.attachments.count("lora_adapter"), 6);
+  EXPECT_EQ(meta.attachments.count("ema_shadow"), 12);  // one per parameter: down and up
   // fc1 8->16, fc2 16->8, txt 8->8 at rank 2, float32
   const int64_t loraBytesPerBlock = 4 * 2 * ((8 + 16) + (16 + 8) + (8 + 8));
-  EXPECT_EQ(cpu.adapterBytes, 2 * loraBytesPerBlock);
-  EXPECT_EQ(meta.adapterBytes, 2 * loraBytesPerBlock);
-  EXPECT_EQ(meta.emaBytes, 2 * loraBytesPerBlock);
+  EXPECT_EQ(cpu.attachments.bytes("lora_adapter"), 2 * loraBytesPerBlock);
+  EXPECT_EQ(meta.attachments.bytes("lora_adapter"), 2 * loraBytesPerBlock);
+  EXPECT_EQ(meta.attachments.bytes("ema_shadow"), 2 * loraBytesPerBlock);
+  EXPECT_EQ(meta.attachments.count("quant_scale"), 0);
   const int64_t blockBytes = 4 * ((8 * 16 + 16) + (16 * 8 + 8) + (8 * 8 + 8) + 8);
   EXPECT_EQ(meta.weightBytes, 2 * blockBytes);
   EXPECT_EQ(cpu.weightBytes, 2 * blockBytes + 4 * (4 * 8 + 8) + 4 * (8 * 4 + 4));
   EXPECT_GT(cpu.memory.totalBytes, 0);
   EXPECT_FALSE(meta.memory.known);
+}
+
+TEST(PlacementSnapshot, PerBlockFiguresEqualTheTensorsBytes) {
+  ToyModel model(4, 8, 3);
+  ToyAdapters lora = addToyAdapters(model, 2);
+  auto p = Placement::singleDevice(model.blockList(), kCpu);
+  p->apply();
+  p->attachAll(lora.attachments);
+  std::vector<at::Tensor> params;
+  for (const auto& np : lora.namedParams()) params.push_back(np.second);
+  auto opt = std::make_shared<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3));
+  model.forward(at::randn({2, 3, 4}), at::randn({2, 2, 8}), at::randn({2, 8}), *p).sum().backward();
+  opt->step();
+  p->attachAll(OptimizerStateAttachment::forParameters(opt, lora.namedParams()));
+  train::Ema ema(lora.namedParams(), train::EmaOptions{});
+  ema.registerWith(*p);
+  // A kind placement has never heard of, registered by name only (what quantization will do).
+  p->attach(std::make_shared<ProbeAttachment>(kind("quant_scale"), "blocks.1.fc2", 5));
+
+  // Expected: walk the live tensors independently of the snapshot.
+  auto bytesOf = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : int64_t{0}; };
+  std::map<std::string, int64_t> weights;
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>> attached;  // (block, kind) -> count, bytes
+  const auto list = model.blockList();
+  std::vector<const nn::BlockSlot*> slots{&list.stem};
+  for (const auto& b : list.blocks) slots.push_back(&b);
+  slots.push_back(&list.head);
+  for (const auto* slot : slots)
+    for (const auto& nm : slot->modules) {
+      for (const auto& t : nm.module->parameters(true)) weights[slot->id] += bytesOf(t);
+      for (const auto& t : nm.module->buffers(true)) weights[slot->id] += bytesOf(t);
+    }
+  for (const auto& a : p->attachments()) {
+    auto& figures = attached[{p->ownerOf(a->hostPath()), a->kind().name()}];
+    figures.first++;
+    for (const auto& nt : a->tensors()) figures.second += bytesOf(nt.second);
+  }
+
+  const auto snap = p->snapshot();
+  ASSERT_EQ(snap.devices.size(), 1u);
+  const auto& d = snap.devices[0];
+  ASSERT_EQ(d.blocks.size(), slots.size());
+  int64_t weightSum = 0, attachedSum = 0;
+  for (const auto& b : d.blocks) {
+    EXPECT_EQ(b.weightBytes, weights[b.id]) << b.id;
+    weightSum += b.weightBytes;
+    attachedSum += b.attachments.totalBytes();
+    for (const auto& k : b.attachments.kinds) {
+      const auto it = attached.find({b.id, k.kind});
+      ASSERT_NE(it, attached.end()) << b.id << " " << k.kind;
+      EXPECT_EQ(k.count, it->second.first) << b.id << " " << k.kind;
+      EXPECT_EQ(k.bytes, it->second.second) << b.id << " " << k.kind;
+    }
+  }
+  size_t kindsSeen = 0;
+  for (const auto& b : d.blocks) kindsSeen += b.attachments.kinds.size();
+  EXPECT_EQ(kindsSeen, attached.size()) << "every (block, kind) with an attachment is reported";
+  EXPECT_EQ(d.weightBytes, weightSum);
+  EXPECT_EQ(d.attachments.totalBytes(), attachedSum);
+  // The per-kind figures of one block, spelled out: blocks.1 has LoRA, EMA, AdamW state and the scale probe.
+  const auto& b1 = d.blocks[2];
+  ASSERT_EQ(b1.id, "blocks.1");
+  const int64_t lora1 = 4 * 2 * ((8 + 16) + (16 + 8) + (8 + 8));  // fc1, fc2, txt_proj at rank 2, float32
+  EXPECT_EQ(b1.attachments.bytes("lora_adapter"), lora1);
+  EXPECT_EQ(b1.attachments.bytes("ema_shadow"), lora1);
+  EXPECT_EQ(b1.attachments.count("optimizer_state"), 6);
+  EXPECT_EQ(b1.attachments.bytes("quant_scale"), 5 * 4);
+  EXPECT_GT(b1.attachments.bytes("optimizer_state"), 0);
+}
+
+TEST(AttachmentKind, OpenSetByName) {
+  const auto a = AttachmentKind::registered("test_feature_kind");
+  EXPECT_EQ(a, AttachmentKind::registered("test_feature_kind"));
+  EXPECT_NE(a, AttachmentKind::registered("test_other_kind"));
+  EXPECT_EQ(a.name(), "test_feature_kind");
+  bool listed = false;
+  for (const auto& k : AttachmentKind::all()) listed = listed || k == a;
+  EXPECT_TRUE(listed);
+  EXPECT_THROW(AttachmentKind::registered(""), PlacementError);
+  EXPECT_THROW(AttachmentKind::registered("Has Space"), PlacementError);
 }
 
 TEST(PlacementEquality, SplitOutputAndLoraGradsEqualOneDeviceOnCpu) {

@@ -4,6 +4,7 @@
 
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 #include "placement/Placement.h"
@@ -20,7 +21,7 @@ TEST(CheckpointedRunner, TinyFluxLoraGradientsMatch) {
   lora::LoraConfig lc;
   lc.rank = 4;
   lc.alpha = 4;
-  auto net = lora::LoraNetwork::create(*model, lc);
+  auto net = lora::LoraNetwork::create(*model, lc, flux::FluxLoraRules(cfg));
   {
     // Non-zero ups so every adapter contributes to the output and its gradients.
     at::NoGradGuard ng;

@@ -12,6 +12,7 @@
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
 #include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLoraRules.h"
 #include "common/TestSupport.h"
 #include "train/RunFolder.h"
 #include "io/Image.h"
@@ -277,7 +278,7 @@ TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
   ASSERT_FALSE(exports.empty());
   const auto fcfg = flux::FluxConfig::tiny();
   for (const auto& e : exports) {
-    const auto content = lora::readLoraFile(e.path, fcfg);
+    const auto content = lora::readLoraFile(e.path, flux::FluxLoraRules(fcfg));
     EXPECT_FALSE(content.modules.empty()) << e.path;
     double up = 0;
     for (const auto& m : content.modules) up += m.up.abs().sum().item<double>();
@@ -301,7 +302,7 @@ TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
   ASSERT_EQ(files.size(), 3u);
   const auto fcfg = flux::FluxConfig::tiny();
   const auto ema = io::loadSafetensors(RunFolder(tmp / "run").latestCheckpoint()->path / "ema.safetensors");
-  const auto diffusers = lora::readLoraFile(files[0], fcfg);
+  const auto diffusers = lora::readLoraFile(files[0], flux::FluxLoraRules(fcfg));
   ASSERT_FALSE(diffusers.modules.empty());
   for (const auto& m : diffusers.modules) {
     // alpha = rank, so the diffusers file holds the EMA weights unscaled.
@@ -309,7 +310,7 @@ TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
         << m.modulePath;
   }
   for (size_t i = 1; i < files.size(); ++i) {
-    const auto content = lora::readLoraFile(files[i], fcfg);
+    const auto content = lora::readLoraFile(files[i], flux::FluxLoraRules(fcfg));
     EXPECT_FALSE(content.modules.empty()) << files[i];
   }
 }

@@ -9,6 +9,7 @@
 #include "common/Error.h"
 #include "common/ShapeText.h"
 #include "io/FileBytes.h"
+#include "models/flux/FluxLayout.h"
 
 namespace strata::flux {
 
@@ -235,71 +236,26 @@ int64_t FluxParamPlan::totalParams() const {
   return n;
 }
 
-namespace {
-
-struct PlanBuilder {
-  FluxBlockParams b;
-  void linear(const std::string& path, int64_t in, int64_t out, bool bias = true) {
-    b.linears.push_back({path, in, out, bias});
-    b.paramCount += in * out + (bias ? out : 0);
-  }
-  void vector(int64_t n) { b.paramCount += n; }
-};
-
-}  // namespace
-
 FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
   cfg.validate();
-  const int64_t d = cfg.hiddenSize();
-  const int64_t mlp = cfg.mlpHiddenSize();
-  const int64_t hd = cfg.attentionHeadDim;
-  const int64_t tc = FluxConfig::kTimestepChannels;
+  // Counted from the layout the model is built from (FluxLayout.h).
+  auto unitOf = [&](FluxUnit unit, std::string id, std::string kind) {
+    FluxBlockParams b{id, std::move(kind), 0, {}};
+    const std::string prefix = unit == FluxUnit::Double || unit == FluxUnit::Single ? id + "." : "";
+    for (const auto& m : fluxUnitLayout(unit, cfg)) {
+      b.paramCount += m.paramCount();
+      if (m.type == FluxModuleSpec::Type::Linear)
+        b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
+    }
+    return b;
+  };
   FluxParamPlan plan;
-
-  PlanBuilder stem{{"stem", "stem", 0, {}}};
-  stem.linear("x_embedder", cfg.inChannels, d);
-  stem.linear("context_embedder", cfg.jointAttentionDim, d);
-  stem.linear("time_text_embed.timestep_embedder.linear_1", tc, d);
-  stem.linear("time_text_embed.timestep_embedder.linear_2", d, d);
-  if (cfg.guidanceEmbeds) {
-    stem.linear("time_text_embed.guidance_embedder.linear_1", tc, d);
-    stem.linear("time_text_embed.guidance_embedder.linear_2", d, d);
-  }
-  stem.linear("time_text_embed.text_embedder.linear_1", cfg.pooledProjectionDim, d);
-  stem.linear("time_text_embed.text_embedder.linear_2", d, d);
-  plan.stem = std::move(stem.b);
-
-  for (int64_t i = 0; i < cfg.numLayers; ++i) {
-    const std::string p = "transformer_blocks." + std::to_string(i) + ".";
-    PlanBuilder b{{p.substr(0, p.size() - 1), "double", 0, {}}};
-    b.linear(p + "norm1.linear", d, 6 * d);
-    b.linear(p + "norm1_context.linear", d, 6 * d);
-    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v"}) b.linear(p + n, d, d);
-    for (const char* n : {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"}) b.linear(p + n, d, d);
-    b.vector(4 * hd);  // norm_q, norm_k, norm_added_q, norm_added_k
-    b.linear(p + "attn.to_out.0", d, d);
-    b.linear(p + "attn.to_add_out", d, d);
-    b.linear(p + "ff.net.0.proj", d, mlp);
-    b.linear(p + "ff.net.2", mlp, d);
-    b.linear(p + "ff_context.net.0.proj", d, mlp);
-    b.linear(p + "ff_context.net.2", mlp, d);
-    plan.blocks.push_back(std::move(b.b));
-  }
-  for (int64_t i = 0; i < cfg.numSingleLayers; ++i) {
-    const std::string p = "single_transformer_blocks." + std::to_string(i) + ".";
-    PlanBuilder b{{p.substr(0, p.size() - 1), "single", 0, {}}};
-    b.linear(p + "norm.linear", d, 3 * d);
-    for (const char* n : {"attn.to_q", "attn.to_k", "attn.to_v"}) b.linear(p + n, d, d);
-    b.vector(2 * hd);  // norm_q, norm_k
-    b.linear(p + "proj_mlp", d, mlp);
-    b.linear(p + "proj_out", d + mlp, d);
-    plan.blocks.push_back(std::move(b.b));
-  }
-
-  PlanBuilder head{{"head", "head", 0, {}}};
-  head.linear("norm_out.linear", d, 2 * d);
-  head.linear("proj_out", d, cfg.outChannels);
-  plan.head = std::move(head.b);
+  plan.stem = unitOf(FluxUnit::Stem, "stem", "stem");
+  for (int64_t i = 0; i < cfg.numLayers; ++i)
+    plan.blocks.push_back(unitOf(FluxUnit::Double, "transformer_blocks." + std::to_string(i), "double"));
+  for (int64_t i = 0; i < cfg.numSingleLayers; ++i)
+    plan.blocks.push_back(unitOf(FluxUnit::Single, "single_transformer_blocks." + std::to_string(i), "single"));
+  plan.head = unitOf(FluxUnit::Head, "head", "head");
   return plan;
 }
 

@@ -2,7 +2,7 @@
 // FluxConfig: the shape of a FLUX transformer (diffusers FluxTransformer2DModel).
 // Comes from a diffusers config.json, from a checkpoint's tensor shapes (header
 // only, no tensor data) or from a preset; the parameter plan below gives the
-// placement planner per-block sizes without building the model.
+// placement planner per-block sizes without building the model (FluxLayout.h).
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -78,7 +78,7 @@ struct FluxBlockParams {
   std::string id;
   std::string kind;  // "stem", "double", "single", "head"
   int64_t paramCount = 0;
-  std::vector<FluxLinearShape> linears;  // every Linear in it, forward order
+  std::vector<FluxLinearShape> linears;  // every Linear in it, in the model's order
 };
 
 struct FluxParamPlan {
@@ -88,8 +88,9 @@ struct FluxParamPlan {
   int64_t totalParams() const;
 };
 
-// Per-block parameter counts and Linear shapes from the config alone (pure; no
-// model is built). Equals the built model's named_parameters() exactly.
+// Per-block parameter counts and Linear shapes, counted from the layout the model
+// is built from (FluxLayout.h; pure, no model is built), so they equal the built
+// model's named_parameters() by construction.
 FluxParamPlan fluxParamPlan(const FluxConfig& cfg);
 
 }  // namespace strata::flux

@@ -3,18 +3,19 @@
 #include <algorithm>
 #include <cctype>
 
+#include "models/flux/FluxLayout.h"
+
 namespace strata::flux::names {
 
 namespace {
 
-enum class Fused { None, Qkv, QkvMlp };
-
 // One name rule: a diffusers module suffix and its BFL suffix, inside a block
-// ("transformer_blocks.N." <-> "double_blocks.N.") or at the top level.
+// ("transformer_blocks.N." <-> "double_blocks.N.") or at the top level. Rules
+// that share a BFL module are its fused parts, in row order by `part`; the rows
+// themselves come from the layout (FluxLayout.h).
 struct Rule {
   const char* diffusers;
   const char* bfl;
-  Fused fused = Fused::None;
   int part = 0;
   bool rmsNorm = false;     // parameter "weight" is BFL's "scale"
   bool swapHalves = false;  // final layer modulation
@@ -24,16 +25,16 @@ const std::vector<Rule>& doubleRules() {
   static const std::vector<Rule> rules = {
       {"norm1.linear", "img_mod.lin"},
       {"norm1_context.linear", "txt_mod.lin"},
-      {"attn.to_q", "img_attn.qkv", Fused::Qkv, 0},
-      {"attn.to_k", "img_attn.qkv", Fused::Qkv, 1},
-      {"attn.to_v", "img_attn.qkv", Fused::Qkv, 2},
-      {"attn.add_q_proj", "txt_attn.qkv", Fused::Qkv, 0},
-      {"attn.add_k_proj", "txt_attn.qkv", Fused::Qkv, 1},
-      {"attn.add_v_proj", "txt_attn.qkv", Fused::Qkv, 2},
-      {"attn.norm_q", "img_attn.norm.query_norm", Fused::None, 0, true},
-      {"attn.norm_k", "img_attn.norm.key_norm", Fused::None, 0, true},
-      {"attn.norm_added_q", "txt_attn.norm.query_norm", Fused::None, 0, true},
-      {"attn.norm_added_k", "txt_attn.norm.key_norm", Fused::None, 0, true},
+      {"attn.to_q", "img_attn.qkv", 0},
+      {"attn.to_k", "img_attn.qkv", 1},
+      {"attn.to_v", "img_attn.qkv", 2},
+      {"attn.add_q_proj", "txt_attn.qkv", 0},
+      {"attn.add_k_proj", "txt_attn.qkv", 1},
+      {"attn.add_v_proj", "txt_attn.qkv", 2},
+      {"attn.norm_q", "img_attn.norm.query_norm", 0, true},
+      {"attn.norm_k", "img_attn.norm.key_norm", 0, true},
+      {"attn.norm_added_q", "txt_attn.norm.query_norm", 0, true},
+      {"attn.norm_added_k", "txt_attn.norm.key_norm", 0, true},
       {"attn.to_out.0", "img_attn.proj"},
       {"attn.to_add_out", "txt_attn.proj"},
       {"ff.net.0.proj", "img_mlp.0"},
@@ -47,12 +48,12 @@ const std::vector<Rule>& doubleRules() {
 const std::vector<Rule>& singleRules() {
   static const std::vector<Rule> rules = {
       {"norm.linear", "modulation.lin"},
-      {"attn.to_q", "linear1", Fused::QkvMlp, 0},
-      {"attn.to_k", "linear1", Fused::QkvMlp, 1},
-      {"attn.to_v", "linear1", Fused::QkvMlp, 2},
-      {"proj_mlp", "linear1", Fused::QkvMlp, 3},
-      {"attn.norm_q", "norm.query_norm", Fused::None, 0, true},
-      {"attn.norm_k", "norm.key_norm", Fused::None, 0, true},
+      {"attn.to_q", "linear1", 0},
+      {"attn.to_k", "linear1", 1},
+      {"attn.to_v", "linear1", 2},
+      {"proj_mlp", "linear1", 3},
+      {"attn.norm_q", "norm.query_norm", 0, true},
+      {"attn.norm_k", "norm.key_norm", 0, true},
       {"proj_out", "linear2"},
   };
   return rules;
@@ -68,7 +69,7 @@ const std::vector<Rule>& topRules() {
       {"time_text_embed.guidance_embedder.linear_2", "guidance_in.out_layer"},
       {"time_text_embed.text_embedder.linear_1", "vector_in.in_layer"},
       {"time_text_embed.text_embedder.linear_2", "vector_in.out_layer"},
-      {"norm_out.linear", "final_layer.adaLN_modulation.1", Fused::None, 0, false, true},
+      {"norm_out.linear", "final_layer.adaLN_modulation.1", 0, false, true},
       {"proj_out", "final_layer.linear"},
   };
   return rules;
@@ -107,43 +108,43 @@ const std::vector<Rule>& rulesFor(Split::Where where) {
   }
 }
 
-BflSlot makeSlot(const Rule& r, const std::string& bflModule, const FluxConfig& cfg) {
-  const int64_t d = cfg.hiddenSize();
+// The layout of the unit a rule table is for; the top-level rules cover stem and head.
+std::vector<FluxModuleSpec> layoutFor(Split::Where where, const FluxConfig& cfg) {
+  switch (where) {
+    case Split::Where::Double: return fluxUnitLayout(FluxUnit::Double, cfg);
+    case Split::Where::Single: return fluxUnitLayout(FluxUnit::Single, cfg);
+    case Split::Where::Top: break;
+  }
+  auto layout = fluxUnitLayout(FluxUnit::Stem, cfg);
+  for (auto& m : fluxUnitLayout(FluxUnit::Head, cfg)) layout.push_back(std::move(m));
+  return layout;
+}
+
+// The slot of a rule's module: its rows, and those of the other parts of its BFL
+// module, from the layout (0 for a module this config leaves out, e.g. schnell's
+// guidance embedder).
+BflSlot makeSlot(const Rule& r, Split::Where where, const std::string& bflModule, const FluxConfig& cfg) {
+  const auto layout = layoutFor(where, cfg);
   BflSlot s;
   s.module = bflModule;
   s.swapHalves = r.swapHalves;
   s.part = r.part;
-  switch (r.fused) {
-    case Fused::None: s.parts = 1; break;
-    case Fused::Qkv: s.parts = 3; break;
-    case Fused::QkvMlp: s.parts = 4; break;
+  s.parts = 0;
+  for (const auto& other : rulesFor(where)) {
+    if (std::string(other.bfl) != r.bfl) continue;
+    const FluxModuleSpec* spec = findModuleSpec(layout, other.diffusers);
+    const int64_t rows = spec ? spec->outFeatures : 0;
+    ++s.parts;
+    if (other.part < r.part) s.rowOffset += rows;
+    if (&other == &r) s.rows = rows;
+    s.totalRows += rows;
   }
-  // Rows of the part and of the whole tensor, from the config.
-  std::vector<int64_t> partRows;
-  if (r.fused == Fused::Qkv) partRows = {d, d, d};
-  if (r.fused == Fused::QkvMlp) partRows = {d, d, d, cfg.mlpHiddenSize()};
-  if (!partRows.empty()) {
-    for (int i = 0; i < r.part; ++i) s.rowOffset += partRows[i];
-    s.rows = partRows[r.part];
-    for (auto n : partRows) s.totalRows += n;
-    return s;
-  }
-  // Unfused: rows of the module itself.
-  const std::string leaf = r.diffusers;
-  int64_t rows = d;
-  if (r.rmsNorm) rows = cfg.attentionHeadDim;
-  else if (leaf == "norm1.linear" || leaf == "norm1_context.linear") rows = 6 * d;
-  else if (leaf == "norm.linear") rows = 3 * d;
-  else if (leaf == "norm_out.linear") rows = 2 * d;
-  else if (leaf == "ff.net.0.proj" || leaf == "ff_context.net.0.proj") rows = cfg.mlpHiddenSize();
-  else if (leaf == "proj_out" && bflModule == "final_layer.linear") rows = cfg.outChannels;
-  s.rows = rows;
-  s.totalRows = rows;
   return s;
 }
 
 struct Found {
   const Rule* rule;
+  Split::Where where;
   std::string bflModule;
 };
 
@@ -155,16 +156,22 @@ std::optional<Found> findFromDiffusers(const std::string& module) {
     std::string bfl = r.bfl;
     if (split->where == Split::Where::Double) bfl = "double_blocks." + split->index + "." + bfl;
     if (split->where == Split::Where::Single) bfl = "single_blocks." + split->index + "." + bfl;
-    return Found{&r, bfl};
+    return Found{&r, split->where, bfl};
   }
   return std::nullopt;
 }
 
 // Every rule whose BFL module is `bflModule`, with the diffusers module path.
-std::vector<std::pair<const Rule*, std::string>> findFromBfl(const std::string& bflModule) {
-  std::vector<std::pair<const Rule*, std::string>> out;
+struct FoundParts {
+  Split::Where where = Split::Where::Top;
+  std::vector<std::pair<const Rule*, std::string>> parts;  // rule, diffusers module path
+};
+FoundParts findFromBfl(const std::string& bflModule) {
+  FoundParts found;
+  auto& out = found.parts;
   auto split = splitPath(bflModule, "double_blocks", "single_blocks");
-  if (!split) return out;
+  if (!split) return found;
+  found.where = split->where;
   for (const auto& r : rulesFor(split->where)) {
     if (split->rest != r.bfl) continue;
     std::string diff = r.diffusers;
@@ -173,7 +180,7 @@ std::vector<std::pair<const Rule*, std::string>> findFromBfl(const std::string& 
     out.emplace_back(&r, diff);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first->part < b.first->part; });
-  return out;
+  return found;
 }
 
 std::pair<std::string, std::string> splitLeaf(const std::string& key) {
@@ -192,13 +199,14 @@ std::string underscored(std::string s) {
 std::optional<BflSlot> bflSlotForModule(const std::string& diffusersModule, const FluxConfig& cfg) {
   auto f = findFromDiffusers(diffusersModule);
   if (!f) return std::nullopt;
-  return makeSlot(*f->rule, f->bflModule, cfg);
+  return makeSlot(*f->rule, f->where, f->bflModule, cfg);
 }
 
 std::vector<std::pair<std::string, BflSlot>> diffusersModulesForBfl(const std::string& bflModule,
                                                                     const FluxConfig& cfg) {
   std::vector<std::pair<std::string, BflSlot>> out;
-  for (const auto& [rule, diff] : findFromBfl(bflModule)) out.emplace_back(diff, makeSlot(*rule, bflModule, cfg));
+  const auto found = findFromBfl(bflModule);
+  for (const auto& [rule, diff] : found.parts) out.emplace_back(diff, makeSlot(*rule, found.where, bflModule, cfg));
   return out;
 }
 
@@ -214,14 +222,15 @@ std::optional<BflParam> bflParamForKey(const std::string& diffusersKey, const Fl
     if (leaf != "weight" && leaf != "bias") return std::nullopt;
     bflLeaf = leaf;
   }
-  return BflParam{f->bflModule + "." + bflLeaf, makeSlot(*f->rule, f->bflModule, cfg)};
+  return BflParam{f->bflModule + "." + bflLeaf, makeSlot(*f->rule, f->where, f->bflModule, cfg)};
 }
 
 std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::string& bflKey,
                                                                     const FluxConfig& cfg) {
   std::vector<std::pair<std::string, BflSlot>> out;
   const auto [module, leaf] = splitLeaf(bflKey);
-  for (const auto& [rule, diff] : findFromBfl(module)) {
+  const auto found = findFromBfl(module);
+  for (const auto& [rule, diff] : found.parts) {
     std::string diffLeaf;
     if (rule->rmsNorm) {
       if (leaf != "scale") continue;
@@ -230,12 +239,12 @@ std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::s
       if (leaf != "weight" && leaf != "bias") continue;
       diffLeaf = leaf;
     }
-    out.emplace_back(diff + "." + diffLeaf, makeSlot(*rule, module, cfg));
+    out.emplace_back(diff + "." + diffLeaf, makeSlot(*rule, found.where, module, cfg));
   }
   return out;
 }
 
-bool isBflModule(const std::string& bflModule) { return !findFromBfl(bflModule).empty(); }
+bool isBflModule(const std::string& bflModule) { return !findFromBfl(bflModule).parts.empty(); }
 
 std::string kohyaFromBflModule(const std::string& bflModule) { return kKohyaPrefix + underscored(bflModule); }
 

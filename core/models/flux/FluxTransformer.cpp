@@ -3,10 +3,12 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
+#include "models/flux/FluxLayout.h"
 
 namespace strata::flux {
 
@@ -14,13 +16,6 @@ namespace {
 
 constexpr double kEps = FluxConfig::kNormEps;
 
-// An nn::Linear with its parameters in the build dtype on the build device.
-nn::Linear makeLinear(int64_t in, int64_t out, const FluxBuildOptions& o) {
-  return nn::Linear(in, out, /*withBias=*/true, at::TensorOptions().device(o.device).dtype(o.dtype));
-}
-
-// A plain container so that children get the diffusers path ("attn.to_q").
-std::shared_ptr<torch::nn::Module> node() { return std::make_shared<torch::nn::Module>(); }
 
 at::Tensor layerNorm(const at::Tensor& x) {
   return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, kEps);
@@ -58,6 +53,59 @@ at::Tensor FluxRmsNormImpl::forward(const at::Tensor& x) {
     return y.to(weight.scalar_type()) * weight;
   return (y * weight).to(x.scalar_type());
 }
+
+namespace {
+
+// Builds one unit's modules from its layout (FluxLayout.h), in layout order, each
+// registered at its path under `root` with plain containers made on the way
+// ("attn.to_out.0"): names, shapes and the order the random init draws in all
+// come from the layout. The constructors below only pick their members by path.
+class UnitBuilder {
+ public:
+  UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout, const FluxBuildOptions& o)
+      : root_(root) {
+    const auto options = at::TensorOptions().device(o.device).dtype(o.dtype);
+    for (const auto& m : layout) {
+      const auto dot = m.path.rfind('.');
+      torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(m.path.substr(0, dot));
+      const std::string leaf = dot == std::string::npos ? m.path : m.path.substr(dot + 1);
+      if (m.type == FluxModuleSpec::Type::Linear) {
+        linears_.emplace(m.path, parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
+      } else {
+        norms_.emplace(m.path, parent.register_module(leaf, FluxRmsNorm(m.outFeatures, o)));
+      }
+    }
+  }
+
+  nn::Linear linear(const std::string& path) const { return find(linears_, path); }
+  FluxRmsNorm rmsNorm(const std::string& path) const { return find(norms_, path); }
+  // The container at `path` ("time_text_embed"), made when the layout first needed it.
+  std::shared_ptr<torch::nn::Module> container(const std::string& path) {
+    const auto it = containers_.find(path);
+    if (it != containers_.end()) return it->second;
+    const auto dot = path.rfind('.');
+    torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(path.substr(0, dot));
+    auto made = parent.register_module(dot == std::string::npos ? path : path.substr(dot + 1),
+                                       std::make_shared<torch::nn::Module>());
+    containers_.emplace(path, made);
+    return made;
+  }
+
+ private:
+  template <class Map>
+  static typename Map::mapped_type find(const Map& map, const std::string& path) {
+    const auto it = map.find(path);
+    if (it == map.end()) throw Error("FluxTransformer: the layout has no module '" + path + "' of that type");
+    return it->second;
+  }
+
+  torch::nn::Module& root_;
+  std::map<std::string, nn::Linear> linears_;
+  std::map<std::string, FluxRmsNorm> norms_;
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> containers_;
+};
+
+}  // namespace
 
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x) {
   return {p.q.ptr()->forward(x), p.k.ptr()->forward(x), p.v.ptr()->forward(x)};
@@ -115,40 +163,21 @@ at::Tensor timestepSinusoid(const at::Tensor& t, int64_t channels) {
 
 FluxDoubleBlock::FluxDoubleBlock(const FluxConfig& cfg, const FluxBuildOptions& o)
     : heads_(cfg.numAttentionHeads), headDim_(cfg.attentionHeadDim) {
-  const int64_t d = cfg.hiddenSize();
-  const int64_t mlp = cfg.mlpHiddenSize();
-  norm1Linear = makeLinear(d, 6 * d, o);
-  norm1ContextLinear = makeLinear(d, 6 * d, o);
-  register_module("norm1", node())->register_module("linear", norm1Linear);
-  register_module("norm1_context", node())->register_module("linear", norm1ContextLinear);
-
-  auto attn = register_module("attn", node());
-  imgQkv = {makeLinear(d, d, o), makeLinear(d, d, o), makeLinear(d, d, o)};
-  txtQkv = {makeLinear(d, d, o), makeLinear(d, d, o), makeLinear(d, d, o)};
-  attn->register_module("to_q", imgQkv.q);
-  attn->register_module("to_k", imgQkv.k);
-  attn->register_module("to_v", imgQkv.v);
-  normQ = attn->register_module("norm_q", FluxRmsNorm(headDim_, o));
-  normK = attn->register_module("norm_k", FluxRmsNorm(headDim_, o));
-  attn->register_module("add_q_proj", txtQkv.q);
-  attn->register_module("add_k_proj", txtQkv.k);
-  attn->register_module("add_v_proj", txtQkv.v);
-  normAddedQ = attn->register_module("norm_added_q", FluxRmsNorm(headDim_, o));
-  normAddedK = attn->register_module("norm_added_k", FluxRmsNorm(headDim_, o));
-  toOut = makeLinear(d, d, o);
-  attn->register_module("to_out", node())->register_module("0", toOut);
-  toAddOut = attn->register_module("to_add_out", makeLinear(d, d, o));
-
-  ffIn = makeLinear(d, mlp, o);
-  ffOut = makeLinear(mlp, d, o);
-  auto ffNet = register_module("ff", node())->register_module("net", node());
-  ffNet->register_module("0", node())->register_module("proj", ffIn);
-  ffNet->register_module("2", ffOut);
-  ffContextIn = makeLinear(d, mlp, o);
-  ffContextOut = makeLinear(mlp, d, o);
-  auto ffcNet = register_module("ff_context", node())->register_module("net", node());
-  ffcNet->register_module("0", node())->register_module("proj", ffContextIn);
-  ffcNet->register_module("2", ffContextOut);
+  UnitBuilder b(*this, fluxUnitLayout(FluxUnit::Double, cfg), o);
+  norm1Linear = b.linear("norm1.linear");
+  norm1ContextLinear = b.linear("norm1_context.linear");
+  imgQkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
+  txtQkv = {b.linear("attn.add_q_proj"), b.linear("attn.add_k_proj"), b.linear("attn.add_v_proj")};
+  normQ = b.rmsNorm("attn.norm_q");
+  normK = b.rmsNorm("attn.norm_k");
+  normAddedQ = b.rmsNorm("attn.norm_added_q");
+  normAddedK = b.rmsNorm("attn.norm_added_k");
+  toOut = b.linear("attn.to_out.0");
+  toAddOut = b.linear("attn.to_add_out");
+  ffIn = b.linear("ff.net.0.proj");
+  ffOut = b.linear("ff.net.2");
+  ffContextIn = b.linear("ff_context.net.0.proj");
+  ffContextOut = b.linear("ff_context.net.2");
 }
 
 nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
@@ -190,19 +219,13 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
 
 FluxSingleBlock::FluxSingleBlock(const FluxConfig& cfg, const FluxBuildOptions& o)
     : heads_(cfg.numAttentionHeads), headDim_(cfg.attentionHeadDim) {
-  const int64_t d = cfg.hiddenSize();
-  const int64_t mlp = cfg.mlpHiddenSize();
-  normLinear = makeLinear(d, 3 * d, o);
-  register_module("norm", node())->register_module("linear", normLinear);
-  projMlp = register_module("proj_mlp", makeLinear(d, mlp, o));
-  projOut = register_module("proj_out", makeLinear(d + mlp, d, o));
-  auto attn = register_module("attn", node());
-  qkv = {makeLinear(d, d, o), makeLinear(d, d, o), makeLinear(d, d, o)};
-  attn->register_module("to_q", qkv.q);
-  attn->register_module("to_k", qkv.k);
-  attn->register_module("to_v", qkv.v);
-  normQ = attn->register_module("norm_q", FluxRmsNorm(headDim_, o));
-  normK = attn->register_module("norm_k", FluxRmsNorm(headDim_, o));
+  UnitBuilder b(*this, fluxUnitLayout(FluxUnit::Single, cfg), o);
+  normLinear = b.linear("norm.linear");
+  projMlp = b.linear("proj_mlp");
+  projOut = b.linear("proj_out");
+  qkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
+  normQ = b.rmsNorm("attn.norm_q");
+  normK = b.rmsNorm("attn.norm_k");
 }
 
 nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
@@ -228,23 +251,18 @@ nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
 
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& o) : cfg_(cfg) {
   cfg_.validate();
-  const int64_t d = cfg_.hiddenSize();
-  const int64_t tc = FluxConfig::kTimestepChannels;
-
-  xEmbedder = register_module("x_embedder", makeLinear(cfg_.inChannels, d, o));
-  contextEmbedder = register_module("context_embedder", makeLinear(cfg_.jointAttentionDim, d, o));
-  timeTextEmbed_ = register_module("time_text_embed", node());
-  auto timeEmb = timeTextEmbed_->register_module("timestep_embedder", node());
-  timeLinear1 = timeEmb->register_module("linear_1", makeLinear(tc, d, o));
-  timeLinear2 = timeEmb->register_module("linear_2", makeLinear(d, d, o));
+  UnitBuilder stem(*this, fluxUnitLayout(FluxUnit::Stem, cfg_), o);
+  xEmbedder = stem.linear("x_embedder");
+  contextEmbedder = stem.linear("context_embedder");
+  timeTextEmbed_ = stem.container("time_text_embed");
+  timeLinear1 = stem.linear("time_text_embed.timestep_embedder.linear_1");
+  timeLinear2 = stem.linear("time_text_embed.timestep_embedder.linear_2");
   if (cfg_.guidanceEmbeds) {
-    auto guidEmb = timeTextEmbed_->register_module("guidance_embedder", node());
-    guidanceLinear1 = guidEmb->register_module("linear_1", makeLinear(tc, d, o));
-    guidanceLinear2 = guidEmb->register_module("linear_2", makeLinear(d, d, o));
+    guidanceLinear1 = stem.linear("time_text_embed.guidance_embedder.linear_1");
+    guidanceLinear2 = stem.linear("time_text_embed.guidance_embedder.linear_2");
   }
-  auto textEmb = timeTextEmbed_->register_module("text_embedder", node());
-  textLinear1 = textEmb->register_module("linear_1", makeLinear(cfg_.pooledProjectionDim, d, o));
-  textLinear2 = textEmb->register_module("linear_2", makeLinear(d, d, o));
+  textLinear1 = stem.linear("time_text_embed.text_embedder.linear_1");
+  textLinear2 = stem.linear("time_text_embed.text_embedder.linear_2");
 
   doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg_.numLayers; ++i) {
@@ -259,9 +277,10 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& 
     blocks_.push_back(b);
   }
 
-  normOut_ = register_module("norm_out", node());
-  normOutLinear = normOut_->register_module("linear", makeLinear(d, 2 * d, o));
-  projOut = register_module("proj_out", makeLinear(d, cfg_.outChannels, o));
+  UnitBuilder head(*this, fluxUnitLayout(FluxUnit::Head, cfg_), o);
+  normOut_ = head.container("norm_out");
+  normOutLinear = head.linear("norm_out.linear");
+  projOut = head.linear("proj_out");
 }
 
 at::ScalarType FluxTransformer::dtype() const { return xEmbedder->weight.scalar_type(); }
