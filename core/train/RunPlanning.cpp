@@ -67,13 +67,19 @@ RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& 
     for (const auto& l : b.linears)
       if (targets.matches(l.path)) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
     out.adapters[b.id] = static_cast<int>(u.loraLinears.size());
+    // Only the blocks' Linears are quantized (stem and head stay in train.dtype).
+    if (cfg.model.quantize && u.isBlock)
+      for (const auto& l : b.linears) {
+        u.quantizedWeightCount += l.inFeatures * l.outFeatures;
+        u.quantScaleCount += cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8" ? l.outFeatures : 1;
+      }
     return u;
   };
   const flux::FluxParamPlan params = flux::fluxParamPlan(fc);
   std::vector<placement::UnitShape> blocks;
   for (const auto& b : params.blocks) blocks.push_back(unitOf(b));
 
-  // Weights and activations in train.dtype (Strata does not quantize yet).
+  // Weights and activations in train.dtype; quantized block Linears counted by unitOf.
   const int64_t elementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
   placement::CostOptions co;
   co.weightElementBytes = elementBytes;
