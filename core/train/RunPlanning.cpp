@@ -54,6 +54,15 @@ int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
   return (latent / 2) * (latent / 2) + defaultTextTokens(fc.jointAttentionDim);
 }
 
+double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
+  const int64_t text = defaultTextTokens(fc.jointAttentionDim);
+  const int64_t image = planTokens(cfg, fc) - text;
+  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
+                                                                    : cfg.network.targetModules);
+  return flux::fluxTrainStepFlops(fc, cfg.train.batchSize, image, text, cfg.network.linear,
+                                  [&](const std::string& path) { return targets.matches(path); });
+}
+
 RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
                                                                     : cfg.network.targetModules);
