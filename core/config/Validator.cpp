@@ -220,7 +220,6 @@ class Checker {
   void quantization() {
     const ModelConfig& m = cfg_.model;
     if (!m.quantize && !m.quantizeTe) return;
-    const std::string key = m.quantize ? "model.quantize" : "model.quantize_te";
     const auto& known = knownQtypes();
     if (std::find(known.begin(), known.end(), m.qtype) == known.end()) {
       std::string list;
