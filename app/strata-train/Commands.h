@@ -25,5 +25,6 @@ void addPlanCommand(CLI::App& app, int& exitCode);      // CmdPlan.cpp
 void addRunCommand(CLI::App& app, int& exitCode);       // CmdRun.cpp
 void addResumeCommand(CLI::App& app, int& exitCode);    // CmdResume.cpp
 void addExportCommand(CLI::App& app, int& exitCode);    // CmdExport.cpp
+void addBenchCommand(CLI::App& app, int& exitCode);     // CmdBench.cpp
 
 }  // namespace strata::cli

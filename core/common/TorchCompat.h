@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -43,6 +44,16 @@ inline at::Tensor scaledDotProductAttention(const at::Tensor& q, const at::Tenso
 
 // float8 dtypes exist from 2.1 on.
 constexpr bool kHasFloat8 = STRATA_TORCH_AT_LEAST(2, 1);
+
+// The fp8 e4m3 (fn: finite, max 448) storage dtype. Throws where this LibTorch has
+// none; the validator refuses float8 qtypes on such builds before anything runs.
+inline at::ScalarType float8E4m3Type() {
+#if STRATA_TORCH_AT_LEAST(2, 1)
+  return at::kFloat8_e4m3fn;
+#else
+  throw std::runtime_error("this LibTorch has no float8 dtypes (they exist from 2.1 on)");
+#endif
+}
 
 // ---- attention backend (added by the flux model) ----------------------------
 // The cuDNN scaled-dot-product backend fails in the backward pass of FLUX-sized

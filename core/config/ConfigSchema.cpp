@@ -283,11 +283,11 @@ std::vector<KeySpec> buildSchema() {
       .add("model.guidance_embeds", M(model.guidanceEmbeds), "Override: the model takes a guidance input (dev)")
       .add("model.random_weights", M(model.randomWeights),
            "Start from random weights instead of a checkpoint (demos and benchmarks)")
-      .add("model.quantize", M(model.quantize), "Quantize the base transformer weights (not implemented yet)")
-      .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet)")
-      .add("model.qtype", M(model.qtype), "Quantization type (ai-toolkit's qfloat8 = float8 e4m3)")
+      .add("model.quantize", M(model.quantize), "Quantize the frozen transformer blocks' Linear weights (model.qtype; docs/quantization.md)")
+      .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet: warned)")
+      .add("model.qtype", M(model.qtype), "int8 (per output row), qfloat8 (fp8 e4m3, per output row), float8_e4m3 (fp8 e4m3, per tensor)")
       .add("model.low_vram", M(model.lowVram),
-           "ai-toolkit's low-memory quantizing; refused when true (Strata does not quantize)")
+           "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")

@@ -133,16 +133,17 @@ class Checker {
     const ModelConfig& m = cfg_.model;
     const bool onCpu = m.device == ComputeDevice::Cpu;
 
-    // Accepted for ai-toolkit's files, but refused: its low_vram saves GPU memory
-    // while the model is quantized, and Strata does not quantize (docs/training.md).
+    // Accepted for ai-toolkit's files, but refused: its low_vram quantizes on the
+    // CPU to save GPU memory; Strata quantizes block by block on the target
+    // device already, so there is nothing for it to switch (docs/quantization.md).
     if (m.lowVram && m.splitModelOverGpus)
       error("model.low_vram",
             "low_vram cannot be combined with split_model_over_gpus" + lineOf("model.split_model_over_gpus"),
             "set low_vram: false; the split already spreads the weights over the GPUs");
     else if (m.lowVram)
       error("model.low_vram",
-            "Strata has no low-VRAM mode (ai-toolkit's low_vram saves memory while quantizing, and Strata does "
-            "not quantize)",
+            "Strata has no low-VRAM mode (ai-toolkit's low_vram quantizes on the CPU; Strata quantizes block by "
+            "block on the training device already)",
             "set low_vram: false; gradient_checkpointing and split_model_over_gpus are how Strata saves GPU memory");
 
     // Duplicates make no sense in any mode.
@@ -227,7 +228,6 @@ class Checker {
   void quantization() {
     const ModelConfig& m = cfg_.model;
     if (!m.quantize && !m.quantizeTe) return;
-    const std::string key = m.quantize ? "model.quantize" : "model.quantize_te";
     const auto& known = knownQtypes();
     if (std::find(known.begin(), known.end(), m.qtype) == known.end()) {
       std::string list;
@@ -240,16 +240,15 @@ class Checker {
       error("model.qtype",
             "'" + m.qtype + "' needs float8 tensors, which this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) +
                 "." + std::to_string(TORCH_VERSION_MINOR) + ") does not have (they exist from 2.1 on)",
-            "set quantize: false and quantize_te: false");
+            "set qtype: int8 (weight-only, per output row; works on every build and card)");
       return;
     }
-    // Honest: there is no quantization code yet. The run works, unquantized.
-    const char* which = m.quantize ? "the transformer" : "the text encoders";
-    warning(key, std::string("Strata does not quantize weights yet: ") + which + " stay in " +
-                     enumName(cfg_.train.dtype) + " (FLUX.1-dev's transformer is about 24 GB in bf16)",
-            "set it to false to silence this; split_model_over_gpus spreads the weights instead");
-    if (m.quantize && m.quantizeTe)
-      warning("model.quantize_te", "Strata does not quantize weights yet: the text encoders stay unquantized");
+    // fp8 weights are dequantized per matmul, so any card with float8 dtypes runs
+    // them; only fp8 matmuls (not done yet) would need sm_89+.
+    if (m.quantizeTe)
+      warning("model.quantize_te", "the text encoders are not quantized yet: they stay in " +
+                                       enumName(cfg_.train.dtype),
+              "set quantize_te: false to silence this");
   }
 
   void paths() {
@@ -378,14 +377,14 @@ device::DeviceRequest deviceRequestOf(const ModelConfig& m) {
 
 const std::vector<std::string>& knownQtypes() {
   // ai-toolkit's default name (optimum-quanto's float8 e4m3) and the plain dtype name.
-  static const std::vector<std::string> k = {"qfloat8", "float8", "float8_e4m3fn"};
+  static const std::vector<std::string> k = {"int8", "qfloat8", "float8_e4m3", "float8", "float8_e4m3fn"};
   return k;
 }
 
 bool qtypeAvailable(const std::string& qtype) {
   const auto& k = knownQtypes();
   if (std::find(k.begin(), k.end(), qtype) == k.end()) return false;
-  return compat::kHasFloat8;
+  return qtype == "int8" || compat::kHasFloat8;
 }
 
 std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& options) {

@@ -40,8 +40,7 @@ std::vector<Problem> validateLoaded(const LoadedConfig& loaded,
 device::DeviceRequest deviceRequestOf(const ModelConfig& m);
 
 // The quantization types Strata can name, and whether this build can do `qtype`
-// (float8 needs LibTorch >= 2.1). Strata does not quantize weights yet; see
-// validate() for how `quantize: true` is reported.
+// (float8 needs LibTorch >= 2.1; int8 works everywhere). docs/quantization.md.
 const std::vector<std::string>& knownQtypes();
 bool qtypeAvailable(const std::string& qtype);
 

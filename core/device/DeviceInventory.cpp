@@ -179,6 +179,16 @@ void ensureCudaAllocatorReady() {
 }  // namespace
 #endif
 
+void resetPeakMemory(int index) {
+#ifdef STRATA_HAS_CUDA
+  if (index < 0 || index >= static_cast<int>(c10::cuda::device_count())) return;
+  ensureCudaAllocatorReady();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+#else
+  (void)index;
+#endif
+}
+
 MemoryFigures memoryFigures(int index) {
   MemoryFigures f;
   if (index < 0) return f;
@@ -191,6 +201,8 @@ MemoryFigures memoryFigures(int index) {
       static_cast<c10::DeviceIndex>(index));
   f.allocatedBytes = stats.allocated_bytes[0].current;
   f.reservedBytes = stats.reserved_bytes[0].current;
+  f.peakAllocatedBytes = stats.allocated_bytes[0].peak;
+  f.peakReservedBytes = stats.reserved_bytes[0].peak;
   size_t freeB = 0, totalB = 0;
   {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));

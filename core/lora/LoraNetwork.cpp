@@ -130,6 +130,10 @@ void LoraNetwork::merge() {
   if (merged_) return;
   if (multiplier_->isPerSample())
     throw Error("LoRA merge: a per-sample multiplier cannot be folded into the base weights");
+  for (const auto& a : adapters_)
+    if (a->host()->quantType() != nn::QuantType::None)
+      throw Error("LoRA merge: " + a->hostPath() + " is quantized; a merge would be rounded away (merge into the "
+                  "float base instead)");
   torch::NoGradGuard noGrad;
   mergedMultiplier_ = multiplier_->scalar();
   for (const auto& a : adapters_) {

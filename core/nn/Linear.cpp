@@ -2,6 +2,8 @@
 
 #include <torch/nn/init.h>
 
+#include "common/Error.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -21,7 +23,30 @@ LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias,
 }
 
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
-  return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+  if (quantType_ == QuantType::None)
+    return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+  // Per-row (or per-tensor) scales commute with the matmul: scale the output,
+  // not a dequantized copy of W. int8 and fp8 e4m3 are exact in bf16.
+  at::Tensor y = at::linear(x, weight.to(x.scalar_type())) * weightScale.to(x.scalar_type());  // [..., out]
+  if (bias.defined()) y = y + bias.to(x.scalar_type());
+  return y;
+}
+
+void LinearImpl::quantize(QuantType t) {
+  if (quantType_ != QuantType::None) throw ConfigError("nn::Linear: already quantized");
+  if (t == QuantType::None) return;
+  at::NoGradGuard noGrad;
+  auto q = quantizeWeight(weight, t);
+  // Same tensor object, so the module's "weight" entry follows; set_data changes the dtype.
+  weight.requires_grad_(false);
+  weight.set_data(q.data);
+  weightScale = q.scale;
+  quantType_ = t;
+}
+
+at::Tensor LinearImpl::denseWeight(at::ScalarType dtype) const {
+  if (quantType_ == QuantType::None) return weight.to(dtype);
+  return dequantizeWeight(weight, weightScale, dtype);
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {

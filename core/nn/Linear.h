@@ -7,6 +7,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "nn/Quantize.h"
+
 #include <memory>
 #include <vector>
 
@@ -34,15 +36,28 @@ class LinearImpl : public torch::nn::Module {
   void removeAdapter(const LinearAdapter* adapter);
   const std::vector<std::shared_ptr<LinearAdapter>>& adapters() const { return adapters_; }
 
+  // Replaces the weight by its quantized storage (int8 / fp8, same name, not
+  // trainable) and keeps the float32 scale in weightScale; forward then computes
+  // (x W_q^T) * scale + b in x's dtype, so gradients still reach x. The scale is
+  // not a parameter or buffer: it travels as a "quant_scale" attachment
+  // (placement/QuantScaleAttachment.h). Throws strata::ConfigError when already
+  // quantized or for a type this build cannot store.
+  void quantize(QuantType t);
+  QuantType quantType() const { return quantType_; }
+  // The weight in `dtype`, dequantized when quantized: [out, in].
+  at::Tensor denseWeight(at::ScalarType dtype) const;
+
   int64_t inFeatures() const { return inFeatures_; }
   int64_t outFeatures() const { return outFeatures_; }
 
   at::Tensor weight;  // [out, in]
   at::Tensor bias;    // [out] or undefined
+  at::Tensor weightScale;  // float32 [out] or [1] when quantized, else undefined
 
  private:
   int64_t inFeatures_;
   int64_t outFeatures_;
+  QuantType quantType_ = QuantType::None;
   std::vector<std::shared_ptr<LinearAdapter>> adapters_;
 };
 TORCH_MODULE(Linear);

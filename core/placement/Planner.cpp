@@ -286,7 +286,9 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   c.id = unit.id;
   c.kind = unit.kind;
   c.paramCount = unit.paramCount;
-  c.weightBytes = unit.paramCount * o.weightElementBytes;
+  c.weightBytes = (unit.paramCount - unit.quantizedWeightCount) * o.weightElementBytes +
+                  unit.quantizedWeightCount * o.quantizedElementBytes + unit.quantScaleCount * o.quantScaleElementBytes;
+  const int64_t dequantizedBytes = unit.quantizedWeightCount * o.activationElementBytes;
   int64_t loraParams = 0;
   if (o.loraRank > 0) {
     for (const auto& l : unit.loraLinears) loraParams += o.loraRank * (l.inFeatures + l.outFeatures);
@@ -302,9 +304,9 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
     const auto full = static_cast<int64_t>(perTokenState * o.activationElementsPerTokenPerHidden);
     if (o.gradientCheckpointing) {
       c.activationBytes = static_cast<int64_t>(perTokenState);  // the block's input
-      c.workspaceBytes = full;
+      c.workspaceBytes = full + dequantizedBytes;
     } else {
-      c.activationBytes = full;
+      c.activationBytes = full + dequantizedBytes;
     }
   }
   return c;

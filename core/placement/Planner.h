@@ -146,10 +146,16 @@ struct UnitShape {
   int64_t paramCount = 0;
   std::vector<LinearShape> loraLinears;  // the Linears that carry an adapter
   bool isBlock = true;                   // false for stem and head (no block activations)
+  // Weight-only quantization (nn/Quantize.h): elements of paramCount stored in
+  // quantizedElementBytes instead, and their float32 scales.
+  int64_t quantizedWeightCount = 0;
+  int64_t quantScaleCount = 0;
 };
 
 struct CostOptions {
   int64_t weightElementBytes = 2;   // bf16/fp16 = 2, fp8 (quantized) = 1, fp32 = 4
+  int64_t quantizedElementBytes = 1;  // int8 / fp8 weights of quantized Linears
+  int64_t quantScaleElementBytes = 4;  // their float32 scales
   int64_t loraRank = 0;             // 0 = no adapters
   int64_t loraElementBytes = 4;     // LoRA weights are float32
   bool ema = false;                 // one shadow per trainable weight
@@ -166,7 +172,10 @@ struct CostOptions {
   double activationElementsPerTokenPerHidden = 18.0;
 };
 
-// Per-unit costs: weights = paramCount x weight bytes; LoRA r(in+out) per Linear in
+// Per-unit costs: weights = paramCount x weight bytes (quantized ones at 1 byte plus
+// their scales; a quantized block also holds its Linears dequantized to the
+// activation dtype while it runs and, for the input gradient, until its backward:
+// workspace with checkpointing, kept activations without); LoRA r(in+out) per Linear in
 // float32, its gradient the same, the optimizer state `optimizerStatesPerParam` x,
 // EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,

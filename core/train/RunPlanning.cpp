@@ -54,6 +54,15 @@ int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
   return (latent / 2) * (latent / 2) + defaultTextTokens(fc.jointAttentionDim);
 }
 
+double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
+  const int64_t text = defaultTextTokens(fc.jointAttentionDim);
+  const int64_t image = planTokens(cfg, fc) - text;
+  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
+                                                                    : cfg.network.targetModules);
+  return flux::fluxTrainStepFlops(fc, cfg.train.batchSize, image, text, cfg.network.linear,
+                                  [&](const std::string& path) { return targets.matches(path); });
+}
+
 RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
                                                                     : cfg.network.targetModules);
@@ -67,13 +76,19 @@ RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& 
     for (const auto& l : b.linears)
       if (targets.matches(l.path)) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
     out.adapters[b.id] = static_cast<int>(u.loraLinears.size());
+    // Only the blocks' Linears are quantized (stem and head stay in train.dtype).
+    if (cfg.model.quantize && u.isBlock)
+      for (const auto& l : b.linears) {
+        u.quantizedWeightCount += l.inFeatures * l.outFeatures;
+        u.quantScaleCount += cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8" ? l.outFeatures : 1;
+      }
     return u;
   };
   const flux::FluxParamPlan params = flux::fluxParamPlan(fc);
   std::vector<placement::UnitShape> blocks;
   for (const auto& b : params.blocks) blocks.push_back(unitOf(b));
 
-  // Weights and activations in train.dtype (Strata does not quantize yet).
+  // Weights and activations in train.dtype; quantized block Linears counted by unitOf.
   const int64_t elementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
   placement::CostOptions co;
   co.weightElementBytes = elementBytes;

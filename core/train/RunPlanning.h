@@ -33,6 +33,9 @@ flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* sourc
 // resolution: through the VAE (8x), or the demo's pixel code, packed 2x2; the
 // text tokens the trainer gives a model of this width (defaultTextTokens).
 int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc);
+// FLOPs of one training step of this config (flux::fluxTrainStepFlops at the
+// planned tokens, the batch size and the LoRA targets of the config).
+double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc);
 
 struct RunPlanInput {
   placement::PlannerInput input;        // devices empty: the caller's to fill

@@ -16,7 +16,9 @@
 #include "io/Image.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
+#include "nn/Quantize.h"
 #include "placement/OptimizerStateAttachment.h"
+#include "placement/QuantScaleAttachment.h"
 #include "placement/Planner.h"
 #include "train/FlowMatching.h"
 #include "train/RngState.h"
@@ -135,8 +137,16 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
   flux::FluxBuildOptions bo;
   bo.device = buildDevice;
   bo.dtype = dtype;
+  const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
+  const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+  // Random weights: each block is quantized as soon as it exists. Loaded weights
+  // are read into the float model first, then quantized block by block.
+  if (qtype != nn::QuantType::None && !loadWeights)
+    bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
   b.model = std::make_shared<flux::FluxTransformer>(run.model, bo);
-  if (!m.nameOrPath.empty() && !m.randomWeights) flux::loadFluxWeights(*b.model, m.nameOrPath);
+  if (loadWeights) flux::loadFluxWeights(*b.model, m.nameOrPath);
+  if (qtype != nn::QuantType::None && loadWeights)
+    for (auto& slot : b.model->blockList().blocks) nn::quantizeLinears(*slot.block, qtype);
   for (auto& p : b.model->parameters()) p.requires_grad_(false);
   if (plan) {
     b.placement = std::make_unique<placement::Placement>(b.model->blockList(), *plan);
@@ -144,6 +154,7 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
     b.placement = placement::Placement::singleDevice(b.model->blockList(), buildDevice);
     b.reason = "single device " + buildDevice.str();
   }
+  if (qtype != nn::QuantType::None) b.placement->attachAll(placement::QuantScaleAttachment::forModel(*b.model));
   b.placement->apply();
   b.devices = b.placement->devices();
   return b;

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/TestSupport.h"
 
 namespace {
@@ -199,3 +201,25 @@ TEST_F(Cli, AiToolkitJobFilesAreImported) {
 }
 
 }  // namespace
+
+// `bench` on the CPU demo config: the JSON has every figure, and the step times
+// are the measured steps only.
+TEST_F(Cli, BenchDemoConfigJson) {
+  const Result r = run("bench " + quote(config("demo.yaml").string()) + " --steps 2 --json");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto start = r.output.find('{');
+  ASSERT_NE(start, std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(start));
+  for (const char* key : {"median_step_ms", "min_step_ms", "step_ms", "flops_per_step", "tflops", "devices",
+                          "share_of_peak", "tokens", "resolution"})
+    EXPECT_TRUE(j.contains(key)) << key << "\n" << r.output;
+  EXPECT_EQ(j["steps"].get<int>(), 2);
+  EXPECT_EQ(j["step_ms"].size(), 2u);
+  EXPECT_GT(j["median_step_ms"].get<double>(), 0.0);
+  EXPECT_LE(j["min_step_ms"].get<double>(), j["median_step_ms"].get<double>());
+  EXPECT_GT(j["flops_per_step"].get<double>(), 0.0);
+  ASSERT_EQ(j["devices"].size(), 1u);
+  EXPECT_EQ(j["devices"][0]["device"].get<std::string>(), "cpu");
+  EXPECT_TRUE(j["share_of_peak"].is_null());  // no peak figure for a CPU
+  EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --steps 0").exitCode, 2);
+}

@@ -73,7 +73,7 @@ TEST(Validator, LowVramIsRefusedWithTheReason) {
       "  low_vram: true\n"              // 5
       "datasets: [{type: shapes, resolution: [32]}]\n"
       "sample: {sample_every: 0}\n");
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.low_vram", 5, "does not quantize")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.low_vram", 5, "no low-VRAM mode")) << test::dump(problems);
   EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
 }
 
@@ -330,21 +330,31 @@ TEST(Validator, SamplingWithoutPromptsIsAnError) {
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "sample.sample_every", 4, "no prompts"));
 }
 
-TEST(Validator, QuantizationIsReportedHonestly) {
-  const std::string q =
-      "model:\n"
-      "  random_weights: true\n"
-      "  quantize: true\n"      // 3
-      "  qtype: qfloat8\n"      // 4
-      "datasets: [{type: synthetic}]\n"
-      "sample: {sample_every: 0}\n";
-  const auto problems = check(q);
-  if (compat::kHasFloat8) {
-    // Strata has no quantization code: it says so, and the run goes on unquantized.
-    EXPECT_TRUE(hasProblem(problems, Severity::Warning, "model.quantize", 3, "does not quantize"));
-    EXPECT_FALSE(hasErrors(problems)) << test::dump(problems);
-  } else {
-    EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.qtype", 4, "float8"));
+TEST(Validator, QuantizationTypesThisBuildCanOrCannotDo) {
+  auto yamlFor = [](const std::string& qtype) {
+    return "model:\n"
+           "  random_weights: true\n"
+           "  quantize: true\n"         // 3
+           "  qtype: " + qtype + "\n"   // 4
+           "datasets: [{type: synthetic}]\n"
+           "sample: {sample_every: 0}\n";
+  };
+  // int8 works on every build: no error, and no "does not quantize" warning any more.
+  const auto int8 = check(yamlFor("int8"));
+  EXPECT_FALSE(hasErrors(int8)) << test::dump(int8);
+  EXPECT_FALSE(hasProblem(int8, Severity::Warning, "model.quantize", 3, "quantize")) << test::dump(int8);
+  for (const std::string q : {"qfloat8", "float8_e4m3"}) {
+    const auto problems = check(yamlFor(q));
+    if (compat::kHasFloat8) {
+      EXPECT_FALSE(hasErrors(problems)) << q << test::dump(problems);
+    } else {
+      // Refused before anything runs, with int8 suggested.
+      EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.qtype", 4, "float8")) << q << test::dump(problems);
+      bool suggestsInt8 = false;
+      for (const auto& p : problems)
+        if (p.key == "model.qtype" && p.hint.find("int8") != std::string::npos) suggestsInt8 = true;
+      EXPECT_TRUE(suggestsInt8) << q << test::dump(problems);
+    }
   }
   const std::string int4 =
       "model:\n"
@@ -355,6 +365,7 @@ TEST(Validator, QuantizationIsReportedHonestly) {
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasProblem(check(int4), Severity::Error, "model.qtype", 4, "not supported"));
   EXPECT_EQ(qtypeAvailable("qfloat8"), compat::kHasFloat8);
+  EXPECT_TRUE(qtypeAvailable("int8"));
   EXPECT_FALSE(qtypeAvailable("uint4"));
 }
 

@@ -260,3 +260,39 @@ FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
 }
 
 }  // namespace strata::flux
+
+namespace strata::flux {
+
+double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
+                          int64_t loraRank, const std::function<bool(const std::string&)>& hasLora) {
+  auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
+  auto tokensOf = [&](const std::string& path) -> double {
+    if (contains(path, "time_text_embed") || contains(path, "norm1.linear") || contains(path, "norm1_context.linear") ||
+        contains(path, "norm.linear") || contains(path, "norm_out.linear"))
+      return 1;
+    if (path.rfind("single_transformer_blocks.", 0) == 0) return static_cast<double>(imageTokens + textTokens);
+    if (contains(path, "context_embedder") || contains(path, "add_q_proj") || contains(path, "add_k_proj") ||
+        contains(path, "add_v_proj") || contains(path, "to_add_out") || contains(path, "ff_context"))
+      return static_cast<double>(textTokens);
+    return static_cast<double>(imageTokens);
+  };
+  const auto plan = fluxParamPlan(cfg);
+  double flops = 0;
+  auto addUnit = [&](const FluxBlockParams& b) {
+    for (const auto& l : b.linears) {
+      const double n = tokensOf(l.path) * static_cast<double>(batch);
+      flops += 4.0 * n * static_cast<double>(l.inFeatures) * static_cast<double>(l.outFeatures);
+      if (loraRank > 0 && hasLora && hasLora(l.path))
+        flops += 6.0 * n * static_cast<double>(loraRank) * static_cast<double>(l.inFeatures + l.outFeatures);
+    }
+  };
+  addUnit(plan.stem);
+  for (const auto& b : plan.blocks) addUnit(b);
+  addUnit(plan.head);
+  const double seq = static_cast<double>(imageTokens + textTokens);
+  flops += 12.0 * static_cast<double>(batch) * seq * seq * static_cast<double>(cfg.hiddenSize()) *
+           static_cast<double>(plan.blocks.size());
+  return flops;
+}
+
+}  // namespace strata::flux

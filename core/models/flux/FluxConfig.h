@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -92,5 +93,17 @@ struct FluxParamPlan {
 // is built from (FluxLayout.h; pure, no model is built), so they equal the built
 // model's named_parameters() by construction.
 FluxParamPlan fluxParamPlan(const FluxConfig& cfg);
+
+// FLOPs of one LoRA training step of the frozen base (the model's FLOPs, not
+// counting a checkpointed block's recompute): every Linear 2 x tokens x in x out
+// forward and the same again for the input gradient (the base has no weight
+// gradient); a LoRA of rank r on a Linear 6 x tokens x r (in + out) (forward,
+// input and weight gradients); attention per block 4 x L^2 x hidden forward and
+// 8 x L^2 x hidden backward (L = image + text tokens). A Linear sees the image
+// tokens, the text tokens, both (single blocks) or one vector per sample (the
+// timestep / modulation Linears), from its path. `loraLinears` says which paths
+// carry an adapter (empty function: none).
+double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
+                          int64_t loraRank, const std::function<bool(const std::string&)>& hasLora);
 
 }  // namespace strata::flux

@@ -267,12 +267,14 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& 
   doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg_.numLayers; ++i) {
     auto b = std::make_shared<FluxDoubleBlock>(cfg_, o);
+    if (o.onBlockBuilt) o.onBlockBuilt(*b);
     doubleBlocks_->push_back(b);
     blocks_.push_back(b);
   }
   singleBlocks_ = register_module("single_transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
     auto b = std::make_shared<FluxSingleBlock>(cfg_, o);
+    if (o.onBlockBuilt) o.onBlockBuilt(*b);
     singleBlocks_->push_back(b);
     blocks_.push_back(b);
   }

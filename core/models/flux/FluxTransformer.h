@@ -10,6 +10,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,10 @@ namespace strata::flux {
 struct FluxBuildOptions {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
+  // Called with each double / single block right after it is built, before the
+  // next one exists: where weights are quantized block by block, so the whole
+  // model is never held in `dtype` at once.
+  std::function<void(torch::nn::Module& block)> onBlockBuilt;
 };
 
 // RMSNorm over the last dim with a learned scale "weight" (diffusers RMSNorm, eps 1e-6).

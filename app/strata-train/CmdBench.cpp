@@ -1,0 +1,209 @@
+// `strata-train bench CONFIG [--steps N] [--json] [--set key=value]...`: what a run of
+// this config costs before committing to it. Trains N steps (after 2 warm-up
+// steps) on synthetic data of the config's shapes (its resolution, batch size,
+// model, LoRA, dtype and placement; no samples, no saves, a temporary run folder)
+// and prints the median and min step time, the peak allocated and reserved memory
+// per CUDA device, the FLOP rate (train::trainStepFlops) and its share of the
+// card's dense bf16 peak where the card is known. Exit codes as for run.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "Commands.h"
+#include "common/Error.h"
+#include "config/RunConfigYaml.h"
+#include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
+#include "events/EventBus.h"
+#include "train/RunPlanning.h"
+#include "train/Trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::cli {
+
+namespace {
+
+constexpr int64_t kWarmupSteps = 2;
+
+struct BenchArgs {
+  std::string configPath;
+  int64_t steps = 10;
+  bool json = false;
+  std::vector<std::string> sets;
+};
+
+// Dense bf16 tensor-core peaks from the vendors' data sheets (TFLOP/s), by name part.
+std::optional<double> peakTflops(const std::string& name) {
+  static const std::vector<std::pair<const char*, double>> kPeaks = {
+      {"H200", 989.0}, {"H100", 989.0}, {"A100", 312.0}, {"L40S", 362.0}, {"L4", 121.0},
+      {"RTX 4090", 165.0}, {"RTX 3090", 71.0}, {"A10", 125.0}};
+  for (const auto& [part, tf] : kPeaks)
+    if (name.find(part) != std::string::npos) return tf;
+  return std::nullopt;
+}
+
+int runBench(const BenchArgs& args) {
+  if (args.steps < 1) {
+    std::cerr << "strata-train bench: --steps must be at least 1" << std::endl;
+    return kExitBadInput;
+  }
+  config::LoadedConfig loaded = config::loadRunConfig(args.configPath);
+  if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
+  for (const auto& p : loaded.problems)
+    if (p.isError()) {
+      std::cerr << p.format() << "\n";
+      return kExitBadInput;
+    }
+  config::RunConfig cfg = loaded.config;
+  // Synthetic data of the config's largest resolution; nothing written that is kept.
+  int64_t px = 0;
+  for (const auto& d : cfg.datasets)
+    for (int64_t r : d.resolution) px = std::max(px, r);
+  if (px == 0) px = 512;
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Synthetic;
+  d.resolution = {px};
+  d.numItems = std::max<int64_t>(cfg.train.batchSize, 2);
+  cfg.datasets = {d};
+  cfg.train.steps = kWarmupSteps + args.steps;
+  cfg.sample.sampleEvery = 0;
+  cfg.sample.prompts.clear();
+  cfg.save.saveEvery = 0;
+  std::random_device rd;
+  const fs::path tmp = fs::temp_directory_path() / ("strata-bench-" + std::to_string(rd()));
+  cfg.job.trainingFolder = tmp.string();
+
+  const auto inventory = device::thisMachine();
+  train::PrepareOptions po;
+  po.preview = true;
+  const auto prepared = train::prepareRun(cfg, inventory, po);
+  if (!prepared.ok()) {
+    for (const auto& p : prepared.problems)
+      if (p.isError()) std::cerr << p.format() << "\n";
+    return kExitBadInput;
+  }
+  const double flops = train::trainStepFlops(cfg, prepared.model);
+
+  for (const auto& dev : inventory.devices)
+    if (!dev.isCpu()) device::resetPeakMemory(dev.index);
+  events::EventBus bus;
+  std::vector<double> stepMs;
+  std::vector<std::string> failures;
+  std::vector<std::string> runDevices;
+  auto sub = bus.subscribe([&](const events::Event& e) {
+    if (auto* s = std::get_if<events::StepEvent>(&e)) {
+      if (s->step > kWarmupSteps) stepMs.push_back(s->stepTimeMs);
+      if (runDevices.empty())
+        for (const auto& m : s->memory) runDevices.push_back(m.device);
+    }
+    if (auto* f = std::get_if<events::FailedEvent>(&e)) failures.push_back(f->message);
+  });
+  train::TrainerOptions to;
+  to.reportConfigWarnings = false;
+  train::Trainer trainer(cfg, bus, to);
+  const auto outcome = trainer.run();
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (outcome != train::RunOutcome::Finished || stepMs.empty()) {
+    for (const auto& f : failures) std::cerr << "strata-train bench: " << f << "\n";
+    if (failures.empty()) std::cerr << "strata-train bench: the run did not finish\n";
+    return kExitFailed;
+  }
+  std::vector<double> sorted = stepMs;
+  std::sort(sorted.begin(), sorted.end());
+  const double medianMs = sorted[sorted.size() / 2];
+  const double minMs = sorted.front();
+  const double tflops = flops / (medianMs * 1e-3) / 1e12;
+
+  nlohmann::json j;
+  j["config"] = args.configPath;
+  j["steps"] = args.steps;
+  j["warmup_steps"] = kWarmupSteps;
+  j["resolution"] = px;
+  j["batch_size"] = cfg.train.batchSize;
+  j["tokens"] = prepared.tokens;
+  j["step_ms"] = stepMs;
+  j["median_step_ms"] = medianMs;
+  j["min_step_ms"] = minMs;
+  j["flops_per_step"] = flops;
+  j["tflops"] = tflops;
+  j["devices"] = nlohmann::json::array();
+  std::optional<double> share;
+  for (const auto& label : runDevices) {
+    nlohmann::json dj;
+    dj["device"] = label;
+    const device::DeviceInfo* info = nullptr;
+    for (const auto& dev : inventory.devices)
+      if (dev.label() == label) info = &dev;
+    if (info && !info->isCpu()) {
+      const auto f = device::memoryFigures(info->index);
+      dj["name"] = info->name;
+      dj["peak_allocated_bytes"] = f.peakAllocatedBytes;
+      dj["peak_reserved_bytes"] = f.peakReservedBytes;
+      if (auto peak = peakTflops(info->name)) {
+        dj["peak_tflops"] = *peak;
+        // The work is spread over the run's devices: the share of their summed peak.
+        share = share.value_or(0.0) + *peak;
+      }
+    } else {
+      dj["name"] = "cpu";
+      dj["peak_allocated_bytes"] = nullptr;  // the CPU allocator keeps no peak
+      dj["peak_reserved_bytes"] = nullptr;
+    }
+    j["devices"].push_back(dj);
+  }
+  j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
+
+  if (args.json) {
+    std::cout << j.dump(2) << std::endl;
+    return kExitOk;
+  }
+  std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps
+            << " warm-up, " << px << " px, batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
+  std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
+  std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
+  if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
+  std::cout << "\n";
+  for (const auto& dj : j["devices"]) {
+    std::cout << "  " << dj["device"].get<std::string>();
+    if (dj["peak_allocated_bytes"].is_null()) {
+      std::cout << "  (no peak memory figures on the CPU)\n";
+    } else {
+      std::cout << "  peak allocated " << dj["peak_allocated_bytes"].get<int64_t>() / 1e9 << " GB, peak reserved "
+                << dj["peak_reserved_bytes"].get<int64_t>() / 1e9 << " GB\n";
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void addBenchCommand(CLI::App& app, int& exitCode) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time a few training steps of a config on synthetic data of its shapes");
+  cmd->add_option("config", args->configPath, "Run config (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--steps", args->steps, "Measured steps (after 2 warm-up steps; default 10)");
+  cmd->add_flag("--json", args->json, "Print the figures as JSON");
+  cmd->add_option("--set", args->sets, "Override a key: --set train.batch_size=2 (repeatable)");
+  cmd->callback([args, &exitCode] {
+    try {
+      exitCode = runBench(*args);
+    } catch (const ConfigError& e) {
+      std::cerr << "strata-train bench: " << e.what() << std::endl;
+      exitCode = kExitBadInput;
+    } catch (const std::exception& e) {
+      std::cerr << "strata-train bench: " << e.what() << std::endl;
+      exitCode = kExitFailed;
+    }
+  });
+}
+
+}  // namespace strata::cli

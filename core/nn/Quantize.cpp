@@ -1,0 +1,80 @@
+#include "nn/Quantize.h"
+
+#include "common/Error.h"
+#include "common/TorchCompat.h"
+#include "nn/Linear.h"
+
+namespace strata::nn {
+
+namespace {
+constexpr double kInt8Max = 127.0;
+constexpr double kFloat8E4m3Max = 448.0;
+}  // namespace
+
+const std::vector<std::string>& quantTypeNames() {
+  static const std::vector<std::string> k = {"int8", "qfloat8", "float8_e4m3"};
+  return k;
+}
+
+QuantType quantTypeFromName(const std::string& name) {
+  if (name == "int8") return QuantType::Int8;
+  if (name == "qfloat8") return QuantType::QFloat8;
+  if (name == "float8_e4m3" || name == "float8" || name == "float8_e4m3fn") return QuantType::Float8E4m3;
+  throw ConfigError("quantization type '" + name + "' is unknown; Strata knows int8, qfloat8, float8_e4m3");
+}
+
+const char* quantTypeName(QuantType t) {
+  switch (t) {
+    case QuantType::None: return "none";
+    case QuantType::Int8: return "int8";
+    case QuantType::QFloat8: return "qfloat8";
+    case QuantType::Float8E4m3: return "float8_e4m3";
+  }
+  return "?";
+}
+
+bool isFloat8(QuantType t) { return t == QuantType::QFloat8 || t == QuantType::Float8E4m3; }
+bool perRowScale(QuantType t) { return t == QuantType::Int8 || t == QuantType::QFloat8; }
+bool quantTypeAvailable(QuantType t) { return !isFloat8(t) || compat::kHasFloat8; }
+
+QuantizedWeight quantizeWeight(const at::Tensor& w, QuantType t) {
+  if (t == QuantType::None) throw ConfigError("quantizeWeight: no quantization type given");
+  if (w.dim() != 2) throw ConfigError("quantizeWeight: expected a [out, in] weight, got " + std::to_string(w.dim()) +
+                                      " dims");
+  if (!quantTypeAvailable(t))
+    throw ConfigError(std::string("quantization type ") + quantTypeName(t) +
+                      " needs float8 tensors, which this LibTorch does not have; use int8");
+  at::NoGradGuard noGrad;
+  const auto wf = w.detach().to(at::kFloat);
+  const double qmax = isFloat8(t) ? kFloat8E4m3Max : kInt8Max;
+  at::Tensor amax = perRowScale(t) ? wf.abs().amax({1}) : wf.abs().amax().reshape({1});  // [out] or [1]
+  at::Tensor scale = at::where(amax > 0, amax / qmax, at::ones_like(amax));
+  const auto scaled = wf / (perRowScale(t) ? scale.unsqueeze(1) : scale);  // [out, in] in [-qmax, qmax]
+  QuantizedWeight q;
+  if (isFloat8(t)) {
+    q.data = scaled.clamp(-qmax, qmax).to(compat::float8E4m3Type());
+  } else {
+    q.data = scaled.round().clamp(-qmax, qmax).to(at::kChar);
+  }
+  q.scale = scale.contiguous();
+  return q;
+}
+
+at::Tensor dequantizeWeight(const at::Tensor& data, const at::Tensor& scale, at::ScalarType dtype) {
+  const auto s = scale.numel() == 1 ? scale.reshape({1, 1}) : scale.unsqueeze(1);  // [out, 1] or [1, 1]
+  return (data.to(at::kFloat) * s).to(dtype);
+}
+
+int64_t quantizeLinears(torch::nn::Module& module, QuantType t) {
+  int64_t n = 0;
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    if (auto* lin = dynamic_cast<LinearImpl*>(m.get())) {
+      if (lin->quantType() != QuantType::None) continue;
+      lin->quantize(t);
+      ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,181 @@
+// GPU checks of the quantized frozen base (label gpu; they skip without CUDA):
+// a FLUX.1-dev-sized forward with int8 / fp8 blocks against the bf16 one, a
+// 30-step LoRA loss curve on each quantized base beside the bf16 curve, and a
+// 1024 px checkpointed quantized run under a 16 GB cap (peak allocated printed).
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <vector>
+
+#include "common/TestSupport.h"
+#include "common/TorchCompat.h"
+#include "events/EventBus.h"
+#include "gpu/GpuStats.h"
+#include "lora/LoraNetwork.h"
+#include "models/flux/FluxLoraRules.h"
+#include "models/flux/FluxSampling.h"
+#include "models/flux/FluxTransformer.h"
+#include "nn/Quantize.h"
+#include "train/Trainer.h"
+#include "train/TrainerSupport.h"
+
+using namespace strata;
+using namespace strata::flux;
+using namespace strata::test::gpu;
+
+namespace {
+
+constexpr uint64_t kSeed = 7;
+
+// The same random weights as the bf16 model (the same seed and draw order), the
+// blocks quantized as they are built.
+std::unique_ptr<FluxTransformer> buildModel(const FluxConfig& cfg, nn::QuantType t) {
+  at::manual_seed(kSeed);
+  FluxBuildOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  o.dtype = at::kBFloat16;
+  if (t != nn::QuantType::None) o.onBlockBuilt = [t](torch::nn::Module& b) { nn::quantizeLinears(b, t); };
+  auto m = std::make_unique<FluxTransformer>(cfg, o);
+  for (auto& p : m->parameters()) p.requires_grad_(false);
+  return m;
+}
+
+FluxInputs inputsFor(const FluxConfig& cfg, int64_t latentSide, int64_t textTokens) {
+  const at::Device cuda(at::kCUDA, 0);
+  const auto bf16 = at::TensorOptions(cuda).dtype(at::kBFloat16);
+  at::manual_seed(kSeed + 1);
+  FluxInputs in;
+  in.img = at::randn({1, latentSide * latentSide, cfg.inChannels}, bf16);
+  in.txt = at::randn({1, textTokens, cfg.jointAttentionDim}, bf16);
+  in.pooled = at::randn({1, cfg.pooledProjectionDim}, bf16);
+  in.timestep = at::full({1}, 0.5, at::TensorOptions(cuda));
+  in.guidance = at::ones({1}, at::TensorOptions(cuda));
+  in.imgIds = imageIds(latentSide, latentSide, at::TensorOptions(cuda));
+  in.txtIds = textIds(textTokens, at::TensorOptions(cuda));
+  return in;
+}
+
+std::vector<nn::QuantType> typesHere() {
+  std::vector<nn::QuantType> t = {nn::QuantType::Int8};
+  if (compat::kHasFloat8) t.insert(t.end(), {nn::QuantType::QFloat8, nn::QuantType::Float8E4m3});
+  return t;
+}
+
+// 30 AdamW steps of rank-16 LoRA on a fixed batch; the loss of each step.
+std::vector<double> lossCurve(FluxTransformer& model, const FluxConfig& cfg, const FluxInputs& in,
+                              const at::Tensor& target) {
+  at::manual_seed(kSeed + 2);
+  lora::LoraConfig lc;
+  lc.rank = 16;
+  lc.alpha = 16;
+  auto network = lora::LoraNetwork::create(model, lc, FluxLoraRules(cfg));
+  network->train(true);
+  torch::optim::AdamW opt(network->parameters(), torch::optim::AdamWOptions(1e-3));
+  std::vector<double> losses;
+  for (int step = 0; step < 30; ++step) {
+    const auto loss = (model.forward(in).to(at::kFloat) - target).pow(2).mean();
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    losses.push_back(loss.item<double>());
+  }
+  network->detach();
+  return losses;
+}
+
+}  // namespace
+
+TEST(QuantGpu, FluxDevSizedForwardAndLossCurveAgainstBf16) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const auto cfg = FluxConfig::fluxDev();
+  const auto in = inputsFor(cfg, 32, 512);  // 512 px: 32x32 packed latent
+  at::manual_seed(kSeed + 3);
+  const auto target = at::randn({1, 32 * 32, cfg.outChannels}, at::TensorOptions(at::Device(at::kCUDA, 0)));
+  at::Tensor refOut;
+  std::vector<double> refCurve;
+  {
+    auto ref = buildModel(cfg, nn::QuantType::None);
+    {
+      at::NoGradGuard g;
+      refOut = ref->forward(in).to(at::kFloat);
+    }
+    refCurve = lossCurve(*ref, cfg, in, target);
+  }
+  train::releaseDeviceCaches();
+  auto print = [](const std::string& name, const std::vector<double>& c) {
+    std::cout << "[quant gpu] loss curve " << name << ":";
+    for (double v : c) std::cout << " " << v;
+    std::cout << std::endl;
+  };
+  print("bf16", refCurve);
+  for (auto t : typesHere()) {
+    auto model = buildModel(cfg, t);
+    double err = 0;
+    {
+      at::NoGradGuard g;
+      err = relL2(model->forward(in).to(at::kFloat), refOut);
+    }
+    const auto curve = lossCurve(*model, cfg, in, target);
+    print(nn::quantTypeName(t), curve);
+    double maxGap = 0;
+    for (size_t i = 0; i < curve.size(); ++i) maxGap = std::max(maxGap, std::abs(curve[i] - refCurve[i]) / refCurve[i]);
+    std::cout << "[quant gpu] " << nn::quantTypeName(t) << ": FLUX.1-dev-sized forward (512 px, 512 text tokens) "
+              << "relative L2 vs bf16 " << err << "; loss curve max relative gap to bf16 " << maxGap
+              << "; first/last loss " << curve.front() << " / " << curve.back() << " (bf16 " << refCurve.front()
+              << " / " << refCurve.back() << ")" << std::endl;
+    EXPECT_LT(err, t == nn::QuantType::Int8 ? 5e-2 : 1.5e-1) << nn::quantTypeName(t);
+    EXPECT_LT(curve.back(), curve.front()) << nn::quantTypeName(t) << ": the LoRA does not learn";
+    EXPECT_LT(maxGap, 0.1) << nn::quantTypeName(t);
+    model.reset();
+    train::releaseDeviceCaches();
+  }
+}
+
+TEST(QuantGpu, FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  for (const std::string qtype : {"int8", "qfloat8"}) {
+    if (qtype != "int8" && !compat::kHasFloat8) continue;
+    test::TempDir tmp;
+    config::RunConfig c;
+    c.job.name = "quant_16gb_" + qtype;
+    c.job.trainingFolder = tmp.path().string();
+    c.model.preset = config::ModelPreset::FluxDev;
+    c.model.randomWeights = true;
+    c.model.quantize = true;
+    c.model.qtype = qtype;
+    c.model.device = config::ComputeDevice::Cuda;
+    c.model.gpuIds = {0};
+    c.model.gpuMemoryLimitGb = {16};
+    c.network.linear = 16;
+    c.network.linearAlpha = 16;
+    c.train.steps = 4;
+    c.train.dtype = config::DType::BF16;
+    c.train.gradientCheckpointing = true;
+    config::DatasetConfig d;
+    d.type = config::DatasetType::Synthetic;
+    d.resolution = {1024};
+    d.numItems = 2;
+    c.datasets = {d};
+    c.sample.sampleEvery = 0;
+    c.save.saveEvery = 0;
+    events::EventBus bus;
+    int64_t peak = 0;
+    std::vector<std::string> failures;
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (auto* s = std::get_if<events::StepEvent>(&e))
+        for (const auto& m : s->memory) peak = std::max(peak, m.allocatedBytes);
+      if (auto* f = std::get_if<events::FailedEvent>(&e)) failures.push_back(f->message);
+    });
+    train::Trainer t(c, bus);
+    const auto outcome = t.run();
+    for (const auto& f : failures) std::cout << "[quant gpu] failed: " << f << std::endl;
+    EXPECT_EQ(outcome, train::RunOutcome::Finished) << qtype;
+    std::cout << "[quant gpu] FLUX.1-dev " << qtype << " base, 1024 px, checkpointing, 16 GB cap: 4 steps, peak "
+              << "allocated " << gib(peak) << " GiB" << std::endl;
+    EXPECT_LT(peak, int64_t(16) << 30);
+    EXPECT_GT(peak, 0);
+  }
+}

@@ -1,0 +1,154 @@
+// Weight-only quantization of nn::Linear (docs/quantization.md): the round-trip
+// bound per row, the forward against the float Linear, gradients to the input, an
+// adapter on top that trains, and the types this build can or cannot store.
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+
+#include <cstdio>
+
+#include "common/Error.h"
+#include "common/TorchCompat.h"
+#include "nn/Linear.h"
+#include "nn/Quantize.h"
+
+using namespace strata;
+using namespace strata::nn;
+
+namespace {
+
+double relL2(const at::Tensor& a, const at::Tensor& ref) {
+  return (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
+}
+
+// A float copy of `lin` (same weight and bias) before it is quantized.
+Linear floatCopy(const LinearImpl& lin) {
+  Linear c(lin.inFeatures(), lin.outFeatures(), lin.bias.defined());
+  at::NoGradGuard g;
+  c->weight.copy_(lin.weight);
+  if (lin.bias.defined()) c->bias.copy_(lin.bias);
+  return c;
+}
+
+// Adds x A^T B^T with float32 masters: what a LoRA adapter does, kept local so nn tests need no lora/.
+class TinyAdapter : public LinearAdapter {
+ public:
+  TinyAdapter(int64_t in, int64_t out, int64_t rank)
+      : down(at::randn({rank, in}) * 0.1), up(at::zeros({out, rank})) {
+    down.requires_grad_(true);
+    up.requires_grad_(true);
+  }
+  at::Tensor delta(const at::Tensor& x, const at::Tensor&) override {
+    return at::linear(at::linear(x.to(at::kFloat), down), up).to(x.scalar_type());
+  }
+  at::Tensor down, up;
+};
+
+}  // namespace
+
+TEST(Quantize, Int8RoundTripIsWithinHalfAStepPerRow) {
+  at::manual_seed(1);
+  // Rows of very different magnitude, and a zero row: each row gets its own step.
+  auto w = at::randn({6, 40}) * at::tensor({1e-3, 0.1, 1.0, 10.0, 0.0, 3.0}).unsqueeze(1);
+  const auto q = quantizeWeight(w, QuantType::Int8);
+  ASSERT_EQ(q.data.scalar_type(), at::kChar);
+  ASSERT_EQ(q.scale.sizes(), at::IntArrayRef({6}));
+  EXPECT_EQ(q.scale.scalar_type(), at::kFloat);
+  const auto back = dequantizeWeight(q.data, q.scale, at::kFloat);
+  const auto err = (back - w).abs().amax({1});  // [6]
+  for (int64_t r = 0; r < 6; ++r) {
+    const double step = q.scale[r].item<double>();
+    const double rowMax = w[r].abs().max().item<double>();
+    if (rowMax > 0) EXPECT_NEAR(step, rowMax / 127.0, 1e-6 * rowMax) << "row " << r;
+    EXPECT_LE(err[r].item<double>(), 0.5 * step * (1 + 1e-5)) << "row " << r;
+  }
+  EXPECT_EQ(back[4].abs().max().item<double>(), 0.0);  // the zero row stays zero
+  EXPECT_EQ(q.data.abs().max().item<int>(), 127);      // the range is used fully
+}
+
+TEST(Quantize, QuantizedLinearForwardIsCloseToTheFloatOne) {
+  at::manual_seed(2);
+  Linear lin(64, 48);
+  auto ref = floatCopy(*lin);
+  lin->quantize(QuantType::Int8);
+  EXPECT_EQ(lin->quantType(), QuantType::Int8);
+  EXPECT_EQ(lin->weight.scalar_type(), at::kChar);
+  EXPECT_FALSE(lin->weight.requires_grad());
+  // The module's "weight" entry is the quantized storage: the state dict keeps its keys.
+  const auto params = lin->named_parameters();
+  ASSERT_TRUE(params.contains("weight"));
+  EXPECT_EQ(params["weight"].scalar_type(), at::kChar);
+  const auto x = at::randn({3, 5, 64});
+  const double e32 = relL2(lin->forward(x), ref->forward(x));
+  const double e16 = relL2(lin->forward(x.to(at::kBFloat16)), ref->forward(x));
+  std::printf("[quant] int8 Linear 64->48 forward rel L2 vs fp32: %.3e (fp32 compute), %.3e (bf16 compute)\n", e32,
+              e16);
+  EXPECT_GT(e32, 0.0);    // it is quantized
+  EXPECT_LT(e32, 1e-2);   // half a step of 1/127 per row, averaged over 64 inputs
+  EXPECT_LT(e16, 2e-2);
+  EXPECT_EQ(lin->forward(x.to(at::kBFloat16)).scalar_type(), at::kBFloat16);
+  // denseWeight is the dequantized weight, and the forward is x denseWeight^T + b.
+  const auto dense = at::linear(x, lin->denseWeight(at::kFloat), lin->bias);
+  EXPECT_LT(relL2(lin->forward(x), dense), 1e-5);
+  EXPECT_THROW(lin->quantize(QuantType::Int8), ConfigError);
+}
+
+TEST(Quantize, GradientsReachTheInput) {
+  at::manual_seed(3);
+  Linear lin(16, 8);
+  auto ref = floatCopy(*lin);
+  lin->quantize(QuantType::Int8);
+  auto x = at::randn({4, 16}).requires_grad_(true);
+  auto xr = x.detach().clone().requires_grad_(true);
+  lin->forward(x).pow(2).sum().backward();
+  ref->forward(xr).pow(2).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_LT(relL2(x.grad(), xr.grad()), 2e-2);
+}
+
+TEST(Quantize, AnAdapterOnAQuantizedBaseTrains) {
+  at::manual_seed(4);
+  Linear lin(24, 12);
+  lin->quantize(QuantType::Int8);
+  auto adapter = std::make_shared<TinyAdapter>(24, 12, 4);
+  lin->addAdapter(adapter);
+  const auto x = at::randn({32, 24});
+  const auto target = lin->forwardBase(x).detach() + at::randn({32, 12}) * 0.5;
+  torch::optim::AdamW opt({adapter->down, adapter->up}, torch::optim::AdamWOptions(1e-2));
+  std::vector<double> losses;
+  for (int step = 0; step < 20; ++step) {
+    opt.zero_grad();
+    auto loss = (lin->forward(x) - target).pow(2).mean();
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<double>());
+  }
+  std::printf("[quant] adapter on int8 base, loss step 0: %.4f, step 19: %.4f\n", losses.front(), losses.back());
+  EXPECT_LT(losses.back(), 0.8 * losses.front());
+  EXPECT_EQ(adapter->down.scalar_type(), at::kFloat);  // masters stay float32
+  EXPECT_EQ(lin->weight.scalar_type(), at::kChar);     // the base is untouched
+}
+
+TEST(Quantize, TypeNamesAndWhatThisBuildCanStore) {
+  EXPECT_EQ(quantTypeFromName("int8"), QuantType::Int8);
+  EXPECT_EQ(quantTypeFromName("qfloat8"), QuantType::QFloat8);
+  EXPECT_EQ(quantTypeFromName("float8_e4m3"), QuantType::Float8E4m3);
+  EXPECT_EQ(quantTypeFromName("float8_e4m3fn"), QuantType::Float8E4m3);
+  EXPECT_THROW(quantTypeFromName("int4"), ConfigError);
+  EXPECT_TRUE(quantTypeAvailable(QuantType::Int8));
+  EXPECT_EQ(quantTypeAvailable(QuantType::QFloat8), compat::kHasFloat8);
+  Linear lin(8, 4);
+  if (!compat::kHasFloat8) {
+    EXPECT_THROW(lin->quantize(QuantType::QFloat8), ConfigError);
+    EXPECT_EQ(lin->quantType(), QuantType::None);
+    return;
+  }
+  // fp8: per row for qfloat8, one scale for float8_e4m3; both within e4m3's 3 mantissa bits.
+  at::manual_seed(5);
+  const auto w = at::randn({10, 32});
+  for (auto t : {QuantType::QFloat8, QuantType::Float8E4m3}) {
+    const auto q = quantizeWeight(w, t);
+    EXPECT_EQ(q.scale.numel(), t == QuantType::QFloat8 ? 10 : 1);
+    EXPECT_LT(relL2(dequantizeWeight(q.data, q.scale, at::kFloat), w), 5e-2) << quantTypeName(t);
+  }
+}
