@@ -53,7 +53,7 @@ FluxInputs inputsFor(const FluxConfig& cfg, int64_t latentSide, int64_t textToke
   in.pooled = at::randn({1, cfg.pooledProjectionDim}, bf16);
   in.timestep = at::full({1}, 0.5, at::TensorOptions(cuda));
   in.guidance = at::ones({1}, at::TensorOptions(cuda));
-  in.imgIds = imageIds(latentSide, latentSide, at::TensorOptions(cuda));
+  in.imgIds = imageIds(2 * latentSide, 2 * latentSide, at::TensorOptions(cuda));  // ids take the unpacked latent size
   in.txtIds = textIds(textTokens, at::TensorOptions(cuda));
   return in;
 }
