@@ -247,6 +247,16 @@ std::vector<KeySpec> buildSchema() {
   b.add("model.name_or_path", M(model.nameOrPath),
         "FLUX checkpoint: a diffusers folder or a BFL .safetensors file (local; ignored with random_weights)",
         Opt().path(true))
+      .add("model.vae_path", M(model.vaePath),
+           "With a single-file transformer: the VAE file (BFL's ae.safetensors); empty = the diffusers folder's vae/",
+           Opt().path(true))
+      .add("model.clip_path", M(model.clipPath),
+           "With a single-file transformer: the CLIP-L text encoder file (clip_l.safetensors)", Opt().path(true))
+      .add("model.t5_path", M(model.t5Path),
+           "With a single-file transformer: the T5-XXL text encoder file (t5xxl_fp16.safetensors)", Opt().path(true))
+      .add("model.tokenizer_path", M(model.tokenizerPath),
+           "With single files: a folder holding tokenizer/ (CLIP) and tokenizer_2/ (T5), as in FLUX.1's diffusers folder",
+           Opt().path(true))
       .add("model.is_flux", M(model.isFlux), "The model is a FLUX.1 transformer (the only family Strata trains)")
       .add("model.preset", M(model.preset),
            "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")

@@ -49,6 +49,35 @@ PipelineFiles PipelineFiles::fromSingleFiles(const fs::path& transformerFile, co
   return f;
 }
 
+PipelineFiles PipelineFiles::fromModelPaths(const fs::path& nameOrPath, const fs::path& vaePath,
+                                            const fs::path& clipPath, const fs::path& t5Path,
+                                            const fs::path& tokenizerPath) {
+  if (nameOrPath.empty()) throw ConfigError("model.name_or_path: no model given");
+  if (fs::is_directory(nameOrPath)) {
+    auto f = fromDiffusersFolder(nameOrPath);
+    // Single files replace the folder's components (a folder's tokenizers stay unless given).
+    if (!vaePath.empty()) f.vae = vaePath;
+    if (!clipPath.empty()) f.text.clip = clipPath;
+    if (!t5Path.empty()) f.text.t5 = t5Path;
+    if (!tokenizerPath.empty()) {
+      const auto t = TextEncoderFiles::fromSingleFiles(f.text.t5, f.text.clip, tokenizerPath);
+      f.text.t5Tokenizer = t.t5Tokenizer;
+      f.text.clipTokenizer = t.clipTokenizer;
+    }
+    return f;
+  }
+  if (!fs::is_regular_file(nameOrPath)) throw IoError(nameOrPath.string() + ": model not found");
+  const std::pair<const char*, fs::path> keys[] = {{"model.vae_path", vaePath},
+                                                   {"model.clip_path", clipPath},
+                                                   {"model.t5_path", t5Path},
+                                                   {"model.tokenizer_path", tokenizerPath}};
+  for (const auto& [key, path] : keys)
+    if (path.empty())
+      throw ConfigError(std::string(key) + ": required with a single-file transformer (" + nameOrPath.string() +
+                        "); see docs/pipeline.md");
+  return fromSingleFiles(nameOrPath, vaePath, clipPath, t5Path, tokenizerPath);
+}
+
 namespace {
 
 // The dynamic-shift constants of a diffusers scheduler_config.json.

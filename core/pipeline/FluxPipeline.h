@@ -46,6 +46,12 @@ struct PipelineFiles {
                                        const std::filesystem::path& vaeFile, const std::filesystem::path& clipFile,
                                        const std::filesystem::path& t5File,
                                        const std::filesystem::path& tokenizerFolder);
+  // What model.name_or_path (+ model.vae_path, clip_path, t5_path, tokenizer_path)
+  // names: a folder with model_index.json is (a) and the other paths must be empty
+  // or name files to use instead of its components; a file is (b) and needs all four.
+  static PipelineFiles fromModelPaths(const std::filesystem::path& nameOrPath, const std::filesystem::path& vaePath,
+                                      const std::filesystem::path& clipPath, const std::filesystem::path& t5Path,
+                                      const std::filesystem::path& tokenizerPath);
 };
 
 struct PipelineOptions {
