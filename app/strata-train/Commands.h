@@ -25,5 +25,6 @@ void addPlanCommand(CLI::App& app, int& exitCode);      // CmdPlan.cpp
 void addRunCommand(CLI::App& app, int& exitCode);       // CmdRun.cpp
 void addResumeCommand(CLI::App& app, int& exitCode);    // CmdResume.cpp
 void addExportCommand(CLI::App& app, int& exitCode);    // CmdExport.cpp
+void addSampleCommand(CLI::App& app, int& exitCode);    // CmdSample.cpp
 
 }  // namespace strata::cli

@@ -17,6 +17,7 @@ constexpr strata::cli::AddCommandFn kCommands[] = {
     strata::cli::addRunCommand,
     strata::cli::addResumeCommand,
     strata::cli::addExportCommand,
+    strata::cli::addSampleCommand,
 };
 
 }  // namespace
