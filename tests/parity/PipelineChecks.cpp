@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/Error.h"
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
 #include "models/clip/ClipTextConfig.h"
