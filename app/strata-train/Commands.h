@@ -26,5 +26,6 @@ void addRunCommand(CLI::App& app, int& exitCode);       // CmdRun.cpp
 void addResumeCommand(CLI::App& app, int& exitCode);    // CmdResume.cpp
 void addExportCommand(CLI::App& app, int& exitCode);    // CmdExport.cpp
 void addBenchCommand(CLI::App& app, int& exitCode);     // CmdBench.cpp
+void addSampleCommand(CLI::App& app, int& exitCode);    // CmdSample.cpp
 
 }  // namespace strata::cli

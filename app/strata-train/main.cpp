@@ -18,6 +18,7 @@ constexpr strata::cli::AddCommandFn kCommands[] = {
     strata::cli::addResumeCommand,
     strata::cli::addExportCommand,
     strata::cli::addBenchCommand,
+    strata::cli::addSampleCommand,
 };
 
 }  // namespace

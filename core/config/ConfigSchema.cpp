@@ -260,6 +260,16 @@ std::vector<KeySpec> buildSchema() {
   b.add("model.name_or_path", M(model.nameOrPath),
         "FLUX checkpoint: a diffusers folder or a BFL .safetensors file (local; ignored with random_weights)",
         Opt().fileOrFolder())
+      .add("model.vae_path", M(model.vaePath),
+           "With a single-file transformer: the VAE file (BFL's ae.safetensors); empty = the diffusers folder's vae/",
+           Opt().file())
+      .add("model.clip_path", M(model.clipPath),
+           "With a single-file transformer: the CLIP-L text encoder file (clip_l.safetensors)", Opt().file())
+      .add("model.t5_path", M(model.t5Path),
+           "With a single-file transformer: the T5-XXL text encoder file (t5xxl_fp16.safetensors)", Opt().file())
+      .add("model.tokenizer_path", M(model.tokenizerPath),
+           "With single files: a folder holding tokenizer/ (CLIP) and tokenizer_2/ (T5), as in FLUX.1's diffusers folder",
+           Opt().folder())
       .add("model.is_flux", M(model.isFlux), "The model is a FLUX.1 transformer (the only family Strata trains)")
       .add("model.preset", M(model.preset),
            "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")
@@ -396,6 +406,10 @@ const Look kLooks[] = {
     {"job.name", "Run name", "Run", true},
     {"job.training_folder", "Output folder", "Run", true},
     {"model.name_or_path", "Base model", "Model", true},
+    {"model.vae_path", "VAE file (single files)", "Model", false},
+    {"model.clip_path", "CLIP-L file (single files)", "Model", false},
+    {"model.t5_path", "T5-XXL file (single files)", "Model", false},
+    {"model.tokenizer_path", "Tokenizer folder (single files)", "Model", false},
     {"model.is_flux", "FLUX.1 model", "Model", false},
     {"model.preset", "Architecture", "Model", false},
     {"model.num_layers", "Double blocks", "Model shape", false},

@@ -108,6 +108,11 @@ struct JobConfig {
 
 struct ModelConfig {
   std::string nameOrPath;                  // model.name_or_path: diffusers folder or BFL .safetensors
+  // With a BFL single file: the rest of the pipeline as single files (ComfyUI layout).
+  std::string vaePath;                     // model.vae_path: ae.safetensors
+  std::string clipPath;                    // model.clip_path: clip_l.safetensors
+  std::string t5Path;                      // model.t5_path: t5xxl_fp16.safetensors
+  std::string tokenizerPath;               // model.tokenizer_path: folder with tokenizer/ and tokenizer_2/
   bool isFlux = true;                      // model.is_flux
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
   // Architecture overrides on top of the preset (model.num_layers, ...); unset = preset's value.

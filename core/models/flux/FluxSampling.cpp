@@ -72,7 +72,8 @@ at::Tensor eulerStep(const at::Tensor& x, const at::Tensor& velocity, const at::
 
 at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled, double guidance,
-                        const at::Tensor& sigmas, nn::BlockRunner* runner) {
+                        const at::Tensor& sigmas, nn::BlockRunner* runner,
+                        const SampleProgress& onStep) {
   at::NoGradGuard noGrad;
   const int64_t batch = noise.size(0);
   const auto floatOnDevice = noise.options().dtype(at::kFloat);
@@ -91,6 +92,7 @@ at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const a
     in.img = x;
     const auto v = model.forward(in, runner);  // [B, N, C]
     x = eulerStep(x, v.to(at::kFloat), sig[i], sig[i + 1]);
+    if (onStep) onStep(i + 1, sig.size(0) - 1);
   }
   return x;
 }

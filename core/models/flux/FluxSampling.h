@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "nn/Block.h"
 
@@ -50,9 +51,12 @@ at::Tensor eulerStep(const at::Tensor& x, const at::Tensor& velocity, const at::
 // Euler sampling on packed tokens. noise [B, N_img, C] packed; txt [B, N_txt, D_txt];
 // pooled [B, D_pooled]; guidance is the user's scale (3.5 typical), fed to the
 // guidance embedding; sigmas from samplingSigmas. Returns packed [B, N_img, C] float32.
+// onStep, when set, is called after each step with (steps done, steps in all).
+using SampleProgress = std::function<void(int64_t done, int64_t total)>;
 at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled,
-                        double guidance, const at::Tensor& sigmas, nn::BlockRunner* runner = nullptr);
+                        double guidance, const at::Tensor& sigmas, nn::BlockRunner* runner = nullptr,
+                        const SampleProgress& onStep = {});
 
 // Convenience: noise latents [B, C, H, W] -> sampled latents [B, C, H, W] with the
 // FLUX.1-dev schedule (mu from the token count), zero text ids.

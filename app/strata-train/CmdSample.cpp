@@ -1,0 +1,171 @@
+// `strata-train sample MODEL|CONFIG --prompt TEXT [--prompt ...] --out PNG [...]`:
+// FLUX.1 text-to-image through core/pipeline, optionally with a LoRA file. MODEL
+// is a diffusers folder or a BFL transformer file (then --vae, --clip, --t5 and
+// --tokenizer name the rest); a .yaml/.yml run config gives model.* instead.
+// Progress per step on stderr; the prompt and seed go into the PNG's text chunks.
+// Exit codes (Commands.h): 0 written, 1 sampling or writing failed, 2 bad input.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Commands.h"
+#include "common/Error.h"
+#include "common/Version.h"
+#include "config/RunConfigYaml.h"
+#include "io/Image.h"
+#include "pipeline/FluxPipeline.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::cli {
+
+namespace {
+
+struct SampleArgs {
+  std::string model;
+  std::string vae, clip, t5, tokenizer;
+  std::vector<std::string> prompts;
+  std::string lora;
+  double loraMultiplier = 1.0;
+  uint64_t seed = 0;
+  int64_t steps = 28;
+  double guidance = 3.5;
+  int64_t width = 1024;
+  int64_t height = 1024;
+  int64_t maxSequenceLength = 512;
+  std::string device = "cpu";
+  std::string dtype = "float32";
+  std::string out;
+};
+
+// out.png for one prompt; out_0.png, out_1.png, ... for several.
+fs::path outputPath(const fs::path& out, size_t index, size_t count) {
+  if (count == 1) return out;
+  return out.parent_path() / (out.stem().string() + "_" + std::to_string(index) + out.extension().string());
+}
+
+pipeline::PipelineFiles filesOf(const SampleArgs& a) {
+  const fs::path model = a.model;
+  const auto ext = model.extension().string();
+  if (ext == ".yaml" || ext == ".yml") {
+    config::LoadedConfig loaded = config::loadRunConfig(model);
+    for (const auto& p : loaded.problems)
+      if (p.isError()) throw ConfigError(p.format());
+    const auto& m = loaded.config.model;
+    // The command line wins over the config for the single files.
+    return pipeline::PipelineFiles::fromModelPaths(m.nameOrPath, a.vae.empty() ? m.vaePath : a.vae,
+                                                   a.clip.empty() ? m.clipPath : a.clip,
+                                                   a.t5.empty() ? m.t5Path : a.t5,
+                                                   a.tokenizer.empty() ? m.tokenizerPath : a.tokenizer);
+  }
+  return pipeline::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);
+}
+
+at::ScalarType dtypeOf(const std::string& name) {
+  if (name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  throw ConfigError("--dtype: '" + name + "' is not float32 or bfloat16");
+}
+
+int runSample(const SampleArgs& a) {
+  const char* kWho = "strata-train sample: ";
+  pipeline::PipelineFiles files;
+  pipeline::PipelineOptions options;
+  try {
+    if (a.out.empty()) throw ConfigError("--out: no output PNG given");
+    if (a.device == "cuda") {
+      options.device = at::Device(at::kCUDA);
+    } else if (a.device != "cpu") {
+      throw ConfigError("--device: '" + a.device + "' is not cpu or cuda");
+    }
+    options.transformerDtype = dtypeOf(a.dtype);
+    options.text.t5Dtype = options.transformerDtype;
+    options.text.maxSequenceLength = a.maxSequenceLength;
+    files = filesOf(a);
+  } catch (const Error& e) {
+    std::cerr << kWho << e.what() << std::endl;
+    return kExitBadInput;
+  }
+
+  pipeline::SampleRequest r;
+  r.prompts = a.prompts;
+  r.lora = a.lora;
+  r.loraMultiplier = a.loraMultiplier;
+  r.seed = a.seed;
+  r.steps = a.steps;
+  r.guidance = a.guidance;
+  r.width = a.width;
+  r.height = a.height;
+  r.onStep = [](int64_t done, int64_t total) { std::cerr << "step " << done << "/" << total << std::endl; };
+  pipeline::SampleResult result;
+  try {
+    std::cerr << "loading " << a.model << std::endl;
+    auto pipe = pipeline::FluxPipeline::load(files, options);
+    if (!r.lora.empty() && !fs::is_regular_file(r.lora)) throw IoError(r.lora.string() + ": LoRA file not found");
+    result = pipeline::generateImages(*pipe, r);
+  } catch (const IoError& e) {  // a missing or unreadable file: the user's input
+    std::cerr << kWho << e.what() << std::endl;
+    return kExitBadInput;
+  } catch (const LoadError& e) {
+    std::cerr << kWho << e.what() << std::endl;
+    return kExitBadInput;
+  } catch (const ConfigError& e) {
+    std::cerr << kWho << e.what() << std::endl;
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << kWho << e.what() << std::endl;
+    return kExitFailed;
+  }
+
+  try {
+    for (size_t i = 0; i < a.prompts.size(); ++i) {
+      const auto path = outputPath(a.out, i, a.prompts.size());
+      io::ImageText text{{"prompt", a.prompts[i]},
+                         {"seed", std::to_string(a.seed)},
+                         {"steps", std::to_string(a.steps)},
+                         {"guidance", std::to_string(a.guidance)},
+                         {"Software", std::string("strata ") + kVersion}};
+      if (!a.lora.empty()) text["lora"] = fs::path(a.lora).filename().string();
+      io::writePng(path, result.images[static_cast<int64_t>(i)], text);  // [3, H, W] in [0, 1]
+      std::cout << path.string() << "\n";
+    }
+  } catch (const std::exception& e) {
+    std::cerr << kWho << e.what() << std::endl;
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void addSampleCommand(CLI::App& app, int& exitCode) {
+  auto a = std::make_shared<SampleArgs>();
+  CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model (and optionally a LoRA file)");
+  cmd->add_option("model", a->model, "Diffusers FLUX.1 folder, BFL transformer .safetensors, or a run config .yaml")
+      ->required();
+  cmd->add_option("--prompt", a->prompts, "Prompt (repeatable: one image each)")->required();
+  cmd->add_option("--out", a->out, "Output PNG (several prompts: NAME_0.png, NAME_1.png, ...)")->required();
+  cmd->add_option("--lora", a->lora, "LoRA .safetensors (diffusers, kohya or ComfyUI keys)");
+  cmd->add_option("--lora-scale", a->loraMultiplier, "Multiplier of the LoRA (default 1)");
+  cmd->add_option("--seed", a->seed, "Noise seed (default 0)");
+  cmd->add_option("--steps", a->steps, "Sampling steps (default 28)")->check(CLI::PositiveNumber);
+  cmd->add_option("--guidance", a->guidance, "Guidance scale (default 3.5)");
+  cmd->add_option("--width", a->width, "Width in pixels, a multiple of 16 (default 1024)")->check(CLI::PositiveNumber);
+  cmd->add_option("--height", a->height, "Height in pixels, a multiple of 16 (default 1024)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-sequence-length", a->maxSequenceLength, "T5 tokens (default 512, FLUX.1-dev)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--vae", a->vae, "VAE file (ae.safetensors), with a single-file transformer");
+  cmd->add_option("--clip", a->clip, "CLIP-L file (clip_l.safetensors), with a single-file transformer");
+  cmd->add_option("--t5", a->t5, "T5-XXL file (t5xxl_fp16.safetensors), with a single-file transformer");
+  cmd->add_option("--tokenizer", a->tokenizer, "Folder with tokenizer/ and tokenizer_2/, with single files");
+  cmd->add_option("--device", a->device, "cpu or cuda (default cpu)");
+  cmd->add_option("--dtype", a->dtype, "Transformer and T5 dtype: float32 or bfloat16 (default float32)");
+  cmd->callback([a, &exitCode] { exitCode = runSample(*a); });
+}
+
+}  // namespace strata::cli

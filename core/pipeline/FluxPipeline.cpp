@@ -1,0 +1,197 @@
+#include "pipeline/FluxPipeline.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+#include <torch/autograd.h>
+
+#include <fstream>
+
+#include "common/Error.h"
+#include "common/ShapeText.h"
+#include "io/DiffusersFolder.h"
+#include "lora/LoraFormats.h"
+#include "models/flux/FluxCheckpoint.h"
+#include "models/flux/FluxTransformer.h"
+#include "models/vae/AutoencoderKL.h"
+#include "models/vae/VaeCheckpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::pipeline {
+
+PipelineFiles PipelineFiles::fromDiffusersFolder(const fs::path& root) {
+  if (!io::isDiffusersPipelineFolder(root))
+    throw IoError(root.string() + ": not a diffusers pipeline folder (no model_index.json)");
+  PipelineFiles f;
+  f.transformer = io::diffusersComponentFolder(root, {"FluxTransformer2DModel"});
+  f.vae = io::diffusersComponentFolder(root, {"AutoencoderKL"});
+  f.text = TextEncoderFiles::fromDiffusersFolder(root);
+  const auto scheduler = io::diffusersComponentFolder(root, {"FlowMatchEulerDiscreteScheduler"});
+  f.schedulerConfig = scheduler / "scheduler_config.json";
+  if (!fs::is_regular_file(f.schedulerConfig))
+    throw IoError(f.schedulerConfig.string() + ": missing (model_index.json names the scheduler folder)");
+  return f;
+}
+
+PipelineFiles PipelineFiles::fromSingleFiles(const fs::path& transformerFile, const fs::path& vaeFile,
+                                             const fs::path& clipFile, const fs::path& t5File,
+                                             const fs::path& tokenizerFolder) {
+  const std::pair<const char*, fs::path> named[] = {
+      {"transformer", transformerFile}, {"VAE", vaeFile}, {"CLIP", clipFile}, {"T5", t5File}};
+  for (const auto& [what, path] : named) {
+    if (path.empty()) throw ConfigError(std::string("single-file pipeline: no ") + what + " file given");
+    if (!fs::is_regular_file(path)) throw IoError(path.string() + ": " + what + " file not found");
+  }
+  PipelineFiles f;
+  f.transformer = transformerFile;
+  f.vae = vaeFile;
+  f.text = TextEncoderFiles::fromSingleFiles(t5File, clipFile, tokenizerFolder);
+  return f;
+}
+
+PipelineFiles PipelineFiles::fromModelPaths(const fs::path& nameOrPath, const fs::path& vaePath,
+                                            const fs::path& clipPath, const fs::path& t5Path,
+                                            const fs::path& tokenizerPath) {
+  if (nameOrPath.empty()) throw ConfigError("model.name_or_path: no model given");
+  if (fs::is_directory(nameOrPath)) {
+    auto f = fromDiffusersFolder(nameOrPath);
+    // Single files replace the folder's components (a folder's tokenizers stay unless given).
+    if (!vaePath.empty()) f.vae = vaePath;
+    if (!clipPath.empty()) f.text.clip = clipPath;
+    if (!t5Path.empty()) f.text.t5 = t5Path;
+    if (!tokenizerPath.empty()) {
+      const auto t = TextEncoderFiles::fromSingleFiles(f.text.t5, f.text.clip, tokenizerPath);
+      f.text.t5Tokenizer = t.t5Tokenizer;
+      f.text.clipTokenizer = t.clipTokenizer;
+    }
+    return f;
+  }
+  if (!fs::is_regular_file(nameOrPath)) throw IoError(nameOrPath.string() + ": model not found");
+  const std::pair<const char*, fs::path> keys[] = {{"model.vae_path", vaePath},
+                                                   {"model.clip_path", clipPath},
+                                                   {"model.t5_path", t5Path},
+                                                   {"model.tokenizer_path", tokenizerPath}};
+  for (const auto& [key, path] : keys)
+    if (path.empty())
+      throw ConfigError(std::string(key) + ": required with a single-file transformer (" + nameOrPath.string() +
+                        "); see docs/pipeline.md");
+  return fromSingleFiles(nameOrPath, vaePath, clipPath, t5Path, tokenizerPath);
+}
+
+namespace {
+
+// The dynamic-shift constants of a diffusers scheduler_config.json.
+flux::ShiftParams readShiftParams(const fs::path& path) {
+  flux::ShiftParams p;
+  if (path.empty()) return p;
+  std::ifstream in(path);
+  if (!in) throw IoError(path.string() + ": cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+    if (j.contains("use_dynamic_shifting") && !j.at("use_dynamic_shifting").get<bool>())
+      throw IoError(path.string() + ": use_dynamic_shifting false is not supported (FLUX.1 shifts by resolution)");
+    p.baseSeqLen = j.value("base_image_seq_len", p.baseSeqLen);
+    p.maxSeqLen = j.value("max_image_seq_len", p.maxSeqLen);
+    p.baseShift = j.value("base_shift", p.baseShift);
+    p.maxShift = j.value("max_shift", p.maxShift);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(path.string() + ": " + e.what());
+  }
+  if (p.maxSeqLen == p.baseSeqLen)
+    throw IoError(path.string() + ": base_image_seq_len equals max_image_seq_len (mu undefined)");
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, const PipelineOptions& options) {
+  std::shared_ptr<FluxPipeline> p(new FluxPipeline());
+  p->files_ = files;
+  p->options_ = options;
+  p->options_.text.device = options.device;
+  p->shift_ = readShiftParams(files.schedulerConfig);
+  // The cheap checks first: every header is read before any weight is copied.
+  p->transformer_ = flux::loadFluxTransformer(files.transformer, {options.device, options.transformerDtype},
+                                              files.axesDimsRope);
+  for (auto& t : p->transformer_->parameters()) t.set_requires_grad(false);
+  p->vae_ = vae::loadAutoencoderKL(files.vae, {options.device, options.vaeDtype}, files.vaeHints);
+  for (auto& t : p->vae_->parameters()) t.set_requires_grad(false);
+  const auto& fc = p->transformer_->config();
+  const auto& vc = p->vae_->config();
+  if (fc.latentChannels() != vc.latentChannels)
+    throw LoadError(files.transformer.string() + " and " + files.vae.string() + ": the transformer takes " +
+                    std::to_string(fc.latentChannels()) + " latent channels, the VAE gives " +
+                    std::to_string(vc.latentChannels));
+  p->text_ = FluxTextEncoders::load(files.text, p->options_.text);
+  if (p->text_->t5Width() != fc.jointAttentionDim || p->text_->pooledWidth() != fc.pooledProjectionDim)
+    throw LoadError(files.transformer.string() + ": joint_attention_dim " + std::to_string(fc.jointAttentionDim) +
+                    " / pooled_projection_dim " + std::to_string(fc.pooledProjectionDim) + " do not fit T5 (" +
+                    files.text.t5.string() + ", d_model " + std::to_string(p->text_->t5Width()) + ") / CLIP (" +
+                    files.text.clip.string() + ", hidden " + std::to_string(p->text_->pooledWidth()) + ")");
+  return p;
+}
+
+SampleResult generateImages(FluxPipeline& pipeline, const SampleRequest& request) {
+  auto& model = pipeline.transformer();
+  auto& vae = pipeline.vae();
+  const auto device = pipeline.options().device;
+  const int64_t batch = static_cast<int64_t>(request.prompts.size());
+  if (batch == 0) throw ConfigError("sample: no prompt given");
+  if (request.steps < 1) throw ConfigError("sample: steps must be at least 1, got " + std::to_string(request.steps));
+  const int64_t f = vae.config().downscaleFactor();
+  if (request.width < 2 * f || request.height < 2 * f || request.width % (2 * f) || request.height % (2 * f))
+    throw ConfigError("sample: width and height must be positive multiples of " + std::to_string(2 * f) + ", got " +
+                      std::to_string(request.width) + "x" + std::to_string(request.height));
+  // Latent size: diffusers' 2 * (H // (2 f)).
+  const int64_t h = 2 * (request.height / (2 * f)), w = 2 * (request.width / (2 * f));
+  const int64_t c = vae.config().latentChannels;
+  const int64_t tokens = (h / 2) * (w / 2);
+
+  at::Tensor packed;  // [B, tokens, 4C] float32
+  if (request.latents.defined()) {
+    const auto& l = request.latents;
+    const std::vector<int64_t> unpackedShape{batch, c, h, w}, packedShape{batch, tokens, 4 * c};
+    if (l.dim() == 4 && l.sizes().vec() == unpackedShape) {
+      packed = flux::packLatents(l.to(at::kFloat));
+    } else if (l.dim() == 3 && l.sizes().vec() == packedShape) {
+      packed = l.to(at::kFloat);
+    } else {
+      throw ConfigError("sample: initial latents of shape " + shapeText(l.sizes().vec()) + " fit neither " +
+                        shapeText(unpackedShape) + " nor packed " + shapeText(packedShape));
+    }
+  } else {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
+    packed = flux::packLatents(at::randn({batch, c, h, w}, gen, at::TensorOptions().dtype(at::kFloat)));
+  }
+  packed = packed.to(device);
+
+  std::shared_ptr<lora::LoraNetwork> net;
+  if (!request.lora.empty()) {
+    net = lora::loadLoraNetwork(model, model.config(), request.lora);
+    net->setMultiplier(request.loraMultiplier);
+  }
+  at::NoGradGuard noGrad;
+  SampleResult result;
+  try {
+    const auto emb = pipeline.textEncoders().encode(request.prompts);
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+    const auto txt = emb.t5.to(device, model.dtype());        // [B, L, joint_attention_dim]
+    const auto pooled = emb.pooled.to(device, model.dtype());  // [B, pooled_projection_dim]
+    const auto sigmas = flux::samplingSigmas(request.steps, flux::shiftMu(tokens, pipeline.shiftParams()));
+    result.finalLatents = flux::samplePacked(model, packed, flux::imageIds(h, w, opts), txt,
+                                             flux::textIds(txt.size(1), opts), pooled, request.guidance, sigmas,
+                                             nullptr, request.onStep);  // [B, tokens, 4C]
+    const auto latents = flux::unpackLatents(result.finalLatents, h, w);  // [B, C, h, w] training latents
+    const auto decoded = vae.decode(vae.fromTrainingLatents(latents.to(vae.device(), vae.dtype())));  // [B, 3, H, W]
+    result.images = (decoded.to(at::kFloat) / 2 + 0.5).clamp(0, 1).cpu();
+    result.finalLatents = result.finalLatents.cpu();
+  } catch (...) {
+    if (net) net->detach();
+    throw;
+  }
+  if (net) net->detach();  // the transformer is the base model again
+  return result;
+}
+
+}  // namespace strata::pipeline

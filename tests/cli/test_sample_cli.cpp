@@ -1,0 +1,108 @@
+// Runs `strata-train sample` on the flux_pipeline_a fixture's diffusers folder:
+// PNG size and text chunks, one file per prompt, per-step progress, exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "common/TestSupport.h"
+#include "io/Image.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path strataTrain() {
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  return self.parent_path().parent_path() / "app" / "strata-train";
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Result {
+  int exitCode = -1;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  Result r;
+  const std::string cmd = quote(strataTrain().string()) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return r;
+}
+
+// The copy inside the project: this test needs that very folder.
+fs::path fixture() { return strata::test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a"; }
+
+std::string common(const fs::path& out) {
+  return quote((fixture() / "model").string()) + " --steps 2 --seed 7 --max-sequence-length 16 --out " +
+         quote(out.string());
+}
+
+TEST(SampleCli, WritesOnePngPerPromptWithPromptAndSeed) {
+  strata::test::TempDir tmp;
+  const auto out = tmp / "s.png";
+  const auto r = run("sample " + common(out) + " --width 32 --height 48 --prompt 'a red hat' --prompt 'a house'");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("step 1/2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 2/2"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  const char* prompts[] = {"a red hat", "a house"};
+  for (int i = 0; i < 2; ++i) {
+    const auto path = tmp / ("s_" + std::to_string(i) + ".png");
+    ASSERT_TRUE(fs::exists(path)) << r.output;
+    const auto img = strata::io::readImage(path);
+    EXPECT_EQ(img.pixels.sizes().vec(), (std::vector<int64_t>{48, 32, 3}));
+    EXPECT_EQ(img.text.at("prompt"), prompts[i]);
+    EXPECT_EQ(img.text.at("seed"), "7");
+    EXPECT_EQ(img.text.count("lora"), 0u);
+  }
+}
+
+TEST(SampleCli, AppliesALoraFileAndNamesItInThePng) {
+  strata::test::TempDir tmp;
+  const auto base = tmp / "base.png";
+  const auto lora = tmp / "lora.png";
+  ASSERT_EQ(run("sample " + common(base) + " --width 16 --height 16 --prompt 'a red hat'").exitCode, 0);
+  const auto r = run("sample " + common(lora) + " --width 16 --height 16 --prompt 'a red hat' --lora " +
+                     quote((fixture() / "lora.safetensors").string()));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto a = strata::io::readImage(base), b = strata::io::readImage(lora);
+  EXPECT_EQ(b.text.at("lora"), "lora.safetensors");
+  EXPECT_EQ(b.pixels.sizes().vec(), (std::vector<int64_t>{16, 16, 3}));
+  // The fixture's LoRA moves the image (the parity check says by how much).
+  EXPECT_FALSE(a.pixels.equal(b.pixels));
+}
+
+TEST(SampleCli, BadInputExitsTwoWithOneClearLine) {
+  strata::test::TempDir tmp;
+  const auto out = tmp / "x.png";
+  auto r = run("sample " + common(out) + " --width 20 --height 16 --prompt p");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("multiples of 16"), std::string::npos) << r.output;
+  r = run("sample " + common(out) + " --width 16 --height 16 --prompt p --lora " + quote((tmp / "no.safetensors").string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("no.safetensors"), std::string::npos) << r.output;
+  // A BFL file alone: the other single files are required, by key.
+  r = run("sample " + quote((fixture() / "singles" / "flux1.safetensors").string()) + " --prompt p --out " +
+          quote(out.string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("model.vae_path"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
