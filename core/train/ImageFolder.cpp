@@ -1,6 +1,7 @@
 #include "train/ImageFolder.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <set>
 

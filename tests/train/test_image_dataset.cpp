@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 
+#include "common/Error.h"
 #include "events/EventBus.h"
 #include "io/Image.h"
 #include "train/Buckets.h"
