@@ -137,7 +137,7 @@ std::vector<std::string> ImageFolderScan::reportLines() const {
 
 at::Tensor loadEntryPixels(const ImageEntry& entry) {
   at::Tensor chw = io::imageToFloatChw(readUpright(entry.image));  // [3, H, W] in [0, 1]
-  at::Tensor x = resizeAndCrop(chw, entry.bucket);                  // [3, bh, bw]
+  at::Tensor x = resizeAndCrop(chw, entry.bucket).clamp(0.0, 1.0);  // [3, bh, bw]; resampling can overshoot by an ulp
   if (entry.flip) x = x.flip({2});
   return x.mul(2.0).sub(1.0).contiguous();                          // [-1, 1]
 }
