@@ -110,6 +110,30 @@ class ProgressPrinter {
                                                                  " older removed)"));
   }
   void on(const events::ExportEvent& e) { line("lora (" + e.format + "): " + e.path); }
+  void on(const events::DatasetEvent& e) {
+    std::string s = "dataset " + std::to_string(e.index) + ": " + std::to_string(e.images) + " images, " +
+                    std::to_string(e.skipped.size()) + " skipped, " + std::to_string(e.defaultedCaptions) +
+                    " without a caption file\n  buckets:";
+    for (const auto& b : e.buckets) s += " " + b;
+    for (const auto& k : e.skipped) s += "\n  skipped " + k;
+    line(s);
+  }
+  void on(const events::CacheProgressEvent& e) {
+    char stats[120];
+    std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(),
+                  static_cast<long long>(e.done), static_cast<long long>(e.total), e.itemsPerSecond);
+    if (tty_) {
+      const int width = 24;
+      const int filled = e.total > 0 ? static_cast<int>(width * e.done / e.total) : width;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::cout << "\r[" << bar << "] " << stats << "   " << std::flush;
+      barShown_ = true;
+      if (e.done == e.total) endBar();
+    } else if (e.done == e.total) {
+      std::cout << stats << std::endl;
+    }
+  }
   void on(const events::WarningEvent& e) { line("warning: " + e.message, true); }
   void on(const events::PreflightFailedEvent& e) {
     std::string s = "preflight failed, nothing was trained:";

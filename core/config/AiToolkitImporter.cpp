@@ -29,7 +29,7 @@ const std::map<std::string, std::string>& renames() {
 // Why a known ai-toolkit key has no Strata counterpart.
 const std::map<std::string, std::string>& reasons() {
   static const std::map<std::string, std::string> k = {
-      {"trigger_word", "Strata does not rewrite captions; put the trigger word into the captions"},
+      {"trigger_word", "Strata's trigger word is per dataset: set datasets[].trigger_word"},
       {"performance_log_every", "Strata logs timings every step"},
       {"save.push_to_hub", "Strata does not upload"},
       {"save.hf_repo_id", "Strata does not upload"},

@@ -357,11 +357,16 @@ std::vector<KeySpec> buildSchema() {
       .add("datasets[].folder_path", D(folderPath), "Folder of the images or cached latents", Opt().folder())
       .add("datasets[].caption_ext", D(captionExt), "Caption file extension next to each image")
       .add("datasets[].default_caption", D(defaultCaption), "Caption for images without a caption file")
+      .add("datasets[].trigger_word", D(triggerWord),
+           "Word that replaces [trigger] in captions; prepended to captions without [trigger]")
+      .add("datasets[].num_repeats", D(numRepeats), "Each image of the folder counts this many times per epoch",
+           Opt().min(1).max(10000))
+      .add("datasets[].flip_x", D(flipX), "Also train on each image mirrored left-right")
       .add("datasets[].resolution", D(resolution), "Training sizes (square, bucketed; multiples of 16, of 4 for shapes)",
            Opt().unit("pixels").min(8).max(8192).scalarAsList(true))
       .add("datasets[].num_items", D(numItems), "Items drawn by a synthetic or shapes dataset",
            Opt().min(1).max(1e7))
-      .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk), "Cache VAE latents next to the images");
+      .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk), "Cache VAE latents and text embeddings in the folder's _strata_cache (else in memory for the run)");
   // sample
   b.add("sample.sample_every", M(sample.sampleEvery), "Sample images every N steps; 0 = never",
         Opt().unit("steps").min(0).max(1e8))

@@ -42,8 +42,10 @@ bool TrainConfig::operator==(const TrainConfig& o) const {
 }
 
 bool DatasetConfig::operator==(const DatasetConfig& o) const {
-  return std::tie(type, folderPath, captionExt, defaultCaption, resolution, numItems, cacheLatentsToDisk) ==
-         std::tie(o.type, o.folderPath, o.captionExt, o.defaultCaption, o.resolution, o.numItems,
+  return std::tie(type, folderPath, captionExt, defaultCaption, triggerWord, numRepeats, flipX, resolution, numItems,
+                  cacheLatentsToDisk) ==
+         std::tie(o.type, o.folderPath, o.captionExt, o.defaultCaption, o.triggerWord, o.numRepeats, o.flipX,
+                  o.resolution, o.numItems,
                   o.cacheLatentsToDisk);
 }
 

@@ -183,6 +183,9 @@ struct DatasetConfig {
   std::string folderPath;                  // datasets[].folder_path (images, latents)
   std::string captionExt = "txt";          // datasets[].caption_ext
   std::string defaultCaption;              // datasets[].default_caption: for images without a caption file
+  std::string triggerWord;                 // datasets[].trigger_word: replaces [trigger], else prepended
+  int64_t numRepeats = 1;                  // datasets[].num_repeats: each image counts this many times
+  bool flipX = false;                      // datasets[].flip_x: also train on the mirrored image
   std::vector<int64_t> resolution{512};    // datasets[].resolution: square sizes, bucketed (pixels)
   int64_t numItems = 64;                   // datasets[].num_items (synthetic, shapes)
   bool cacheLatentsToDisk = true;          // datasets[].cache_latents_to_disk

@@ -316,6 +316,15 @@ class Checker {
         error("datasets[" + std::to_string(i) + "].type",
               "'images' needs the VAE and text encoders, which the trainer does not have yet",
               "use latents (precomputed: see docs/training.md), shapes or synthetic");
+      // Keys that only the images dataset reads: refused elsewhere rather than ignored.
+      if (d.type != DatasetType::Images) {
+        const std::string at = "datasets[" + std::to_string(i) + "].";
+        const std::string why = "only an images dataset reads it (this one is " + enumName(d.type) + ")";
+        if (!d.triggerWord.empty()) error(at + "trigger_word", why);
+        if (d.numRepeats != 1) error(at + "num_repeats", why);
+        if (d.flipX) error(at + "flip_x", why);
+        if (!d.defaultCaption.empty()) error(at + "default_caption", why);
+      }
       const std::string key = "datasets[" + std::to_string(i) + "].resolution";
       if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
       // Shapes are drawn at pixel size and packed 2x2 twice (multiple of 4);

@@ -101,6 +101,8 @@ struct NameOf {
   const char* operator()(const StoppedEvent&) const { return "stopped"; }
   const char* operator()(const FinishedEvent&) const { return "finished"; }
   const char* operator()(const FailedEvent&) const { return "failed"; }
+  const char* operator()(const DatasetEvent&) const { return "dataset"; }
+  const char* operator()(const CacheProgressEvent&) const { return "cache_progress"; }
 };
 }  // namespace
 

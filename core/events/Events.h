@@ -123,6 +123,24 @@ struct FinishedEvent {
   int64_t skippedItems = 0;  // unreadable dataset items
 };
 
+// An `images` dataset was scanned: sent once before caching.
+struct DatasetEvent {
+  int64_t index = 0;                 // datasets[index]
+  int64_t images = 0;                // images used
+  int64_t entries = 0;               // views (resolutions x flips), before num_repeats
+  std::vector<std::string> buckets;  // "768x1280: 3", one per bucket
+  std::vector<std::string> skipped;  // "file: reason", one per skipped file
+  int64_t defaultedCaptions = 0;     // images without a caption file
+};
+
+// Progress of the latent / text-embedding cache.
+struct CacheProgressEvent {
+  std::string stage;  // "latents" or "text"
+  int64_t done = 0;   // items ready (reused or encoded)
+  int64_t total = 0;
+  double itemsPerSecond = 0.0;
+};
+
 struct FailedEvent {
   std::string message;
   int64_t step = 0;                // step at which it failed; 0 = before step 1
@@ -131,7 +149,7 @@ struct FailedEvent {
 
 using Event = std::variant<StartedEvent, StepEvent, PlacementEvent, SampleEvent, CheckpointEvent, ExportEvent,
                            WarningEvent, PreflightFailedEvent, PausedEvent, ResumedEvent, StoppedEvent,
-                           FinishedEvent, FailedEvent>;
+                           FinishedEvent, FailedEvent, DatasetEvent, CacheProgressEvent>;
 
 // "step", "placement", ... (for logs and tests).
 const char* eventName(const Event& event);

@@ -10,6 +10,9 @@
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
 #include <png.h>
+#ifdef STRATA_HAS_WEBP
+#include <webp/decode.h>
+#endif
 
 #include "common/Error.h"
 #include "io/AtomicFile.h"
@@ -395,6 +398,92 @@ void writePng(const std::filesystem::path& path, const at::Tensor& image, const 
   writeFileAtomic(path, encodePng(image, text, path.string()));
 }
 
+namespace {
+
+#ifdef STRATA_HAS_WEBP
+DecodedImage decodeWebp(const std::string& bytes, const std::string& source, bool forceRgb) {
+  const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  int width = 0, height = 0;
+  if (!WebPGetInfo(data, bytes.size(), &width, &height)) throw IoError(source + ": corrupt or truncated WebP image");
+  if (width > kMaxImageSide || height > kMaxImageSide ||
+      static_cast<std::int64_t>(width) * height > kMaxImagePixels)
+    throw IoError(source + ": WebP image is too large (" + std::to_string(width) + "x" + std::to_string(height) + ")");
+  DecodedImage out;
+  out.pixels = at::empty({height, width, 3}, at::kByte);  // [H, W, 3]; alpha dropped
+  const std::size_t stride = static_cast<std::size_t>(width) * 3;
+  if (!WebPDecodeRGBInto(data, bytes.size(), out.pixels.data_ptr<std::uint8_t>(), stride * height,
+                         static_cast<int>(stride)))
+    throw IoError(source + ": corrupt or truncated WebP image");
+  (void)forceRgb;  // WebP decodes to RGB always
+  return out;
+}
+#endif
+
+std::uint32_t readExifInt(const std::uint8_t* p, bool little, int bytes) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint32_t>(p[little ? i : bytes - 1 - i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+bool webpSupported() {
+#ifdef STRATA_HAS_WEBP
+  return true;
+#else
+  return false;
+#endif
+}
+
+int jpegExifOrientation(const std::string& bytes) {
+  const auto* b = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  const std::size_t n = bytes.size();
+  std::size_t pos = 2;  // after SOI
+  while (pos + 4 <= n && b[pos] == 0xff) {
+    const std::uint8_t marker = b[pos + 1];
+    if (marker == 0xda || marker == 0xd9) break;  // start of scan / end: no EXIF before the pixels
+    const std::size_t len = (static_cast<std::size_t>(b[pos + 2]) << 8) | b[pos + 3];
+    if (len < 2 || pos + 2 + len > n) break;
+    const std::uint8_t* seg = b + pos + 4;
+    const std::size_t segLen = len - 2;
+    if (marker == 0xe1 && segLen >= 14 && std::memcmp(seg, "Exif\0\0", 6) == 0) {
+      const std::uint8_t* tiff = seg + 6;
+      const std::size_t tiffLen = segLen - 6;
+      const bool little = tiff[0] == 'I' && tiff[1] == 'I';
+      if (!little && !(tiff[0] == 'M' && tiff[1] == 'M')) return 1;
+      if (readExifInt(tiff + 2, little, 2) != 42) return 1;
+      const std::size_t ifd = readExifInt(tiff + 4, little, 4);
+      if (ifd + 2 > tiffLen) return 1;
+      const std::size_t count = readExifInt(tiff + ifd, little, 2);
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::size_t e = ifd + 2 + 12 * i;
+        if (e + 12 > tiffLen) return 1;
+        if (readExifInt(tiff + e, little, 2) != 0x0112) continue;
+        const std::uint32_t v = readExifInt(tiff + e + 8, little, 2);  // SHORT, left-justified in the value field
+        return v >= 1 && v <= 8 ? static_cast<int>(v) : 1;
+      }
+      return 1;
+    }
+    pos += 2 + len;
+  }
+  return 1;
+}
+
+at::Tensor applyExifOrientation(const at::Tensor& hwc, int orientation) {
+  // The EXIF table: 2 mirror, 3 rotate 180, 4 flip vertical, 5 transpose,
+  // 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise.
+  switch (orientation) {
+    case 2: return hwc.flip({1}).contiguous();
+    case 3: return hwc.flip({0, 1}).contiguous();
+    case 4: return hwc.flip({0}).contiguous();
+    case 5: return hwc.transpose(0, 1).contiguous();             // [W, H, C]
+    case 6: return hwc.transpose(0, 1).flip({1}).contiguous();   // [W, H, C]
+    case 7: return hwc.transpose(0, 1).flip({0, 1}).contiguous();
+    case 8: return hwc.transpose(0, 1).flip({0}).contiguous();
+    default: return hwc;
+  }
+}
+
 DecodedImage decodeImage(const std::string& bytes, const std::string& sourceName, ImageChannels channels) {
   const bool forceRgb = channels == ImageChannels::Rgb;
   static const unsigned char kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -402,8 +491,19 @@ DecodedImage decodeImage(const std::string& bytes, const std::string& sourceName
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPngMagic, 8) == 0) return decodePng(bytes, sourceName, forceRgb);
   if (bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xff &&
       static_cast<unsigned char>(bytes[1]) == 0xd8 && static_cast<unsigned char>(bytes[2]) == 0xff)
-    return decodeJpeg(bytes, sourceName, forceRgb);
-  throw IoError(sourceName + ": not a PNG or JPEG image (unrecognised content)");
+  {
+    DecodedImage out = decodeJpeg(bytes, sourceName, forceRgb);
+    out.orientation = jpegExifOrientation(bytes);
+    return out;
+  }
+  if (bytes.size() >= 12 && std::memcmp(bytes.data(), "RIFF", 4) == 0 && std::memcmp(bytes.data() + 8, "WEBP", 4) == 0) {
+#ifdef STRATA_HAS_WEBP
+    return decodeWebp(bytes, sourceName, forceRgb);
+#else
+    throw IoError(sourceName + ": WebP image, but this build has no WebP reader (install libwebp-dev and rebuild)");
+#endif
+  }
+  throw IoError(sourceName + ": not a PNG, JPEG or WebP image (unrecognised content)");
 }
 
 DecodedImage readImage(const std::filesystem::path& path, ImageChannels channels) {

@@ -23,7 +23,17 @@ enum class ImageChannels {
 struct DecodedImage {
   at::Tensor pixels;  // uint8 [H, W, C], C = 1 or 3; alpha is dropped
   ImageText text;     // PNG tEXt/zTXt/iTXt chunks; empty for JPEG
+  int orientation = 1;  // EXIF orientation tag 1..8 of a JPEG (1 = as stored); `pixels` are NOT rotated
 };
+
+// Whether readImage reads WebP in this build.
+bool webpSupported();
+// The EXIF orientation (tag 0x0112 of IFD0 in the APP1 "Exif" segment) of JPEG
+// bytes; 1 when absent or unreadable (a broken EXIF block never fails a read).
+int jpegExifOrientation(const std::string& bytes);
+// uint8 [H, W, C] stored pixels -> the upright image for EXIF orientation 1..8
+// ([W, H, C] for 5..8); other values return the image as is.
+at::Tensor applyExifOrientation(const at::Tensor& hwc, int orientation);
 
 // Larger images are refused as corrupt rather than allocated.
 constexpr std::int64_t kMaxImageSide = 32768;
@@ -36,7 +46,7 @@ void writePng(const std::filesystem::path& path, const at::Tensor& image, const 
 // The same, to bytes in memory; `what` names the image in error messages.
 std::string encodePng(const at::Tensor& image, const ImageText& text = {}, const std::string& what = "image");
 
-// PNG or JPEG, told apart by content (not by extension). Throws IoError naming
+// PNG, JPEG or WebP, told apart by content (not by extension). Throws IoError naming
 // the file and what is wrong (unknown format, truncated, corrupt, too large).
 DecodedImage readImage(const std::filesystem::path& path, ImageChannels channels = ImageChannels::Native);
 // The same from bytes in memory; `sourceName` names them in error messages.

@@ -1,0 +1,56 @@
+#include "train/ImageDataset.h"
+
+#include "common/Error.h"
+#include "events/EventBus.h"
+
+namespace strata::train {
+
+ImageDataset::ImageDataset(const config::DatasetConfig& cfg, size_t index, Encoders encoders,
+                           const events::EventBus* bus)
+    : scan_(scanImageFolder(cfg)), repeats_(cfg.numRepeats) {
+  const std::string where = "datasets[" + std::to_string(index) + "]";
+  if (repeats_ < 1) throw ConfigError(where + ".num_repeats: must be at least 1");
+  if (scan_.entries.empty())
+    throw ConfigError(where + ".folder_path: no usable image in " + cfg.folderPath + " (" +
+                      std::to_string(scan_.skipped.size()) + " skipped)");
+  if (bus) {
+    events::DatasetEvent e;
+    e.index = static_cast<int64_t>(index);
+    e.images = scan_.images;
+    e.entries = static_cast<int64_t>(scan_.entries.size());
+    for (const auto& [b, n] : scan_.bucketCounts) e.buckets.push_back(b.name() + ": " + std::to_string(n));
+    for (const auto& s : scan_.skipped) e.skipped.push_back(s.path.string() + ": " + s.reason);
+    e.defaultedCaptions = static_cast<int64_t>(scan_.defaultedCaptions.size());
+    bus->publish(e);
+  }
+  const std::filesystem::path folder =
+      cfg.cacheLatentsToDisk ? std::filesystem::path(cfg.folderPath) / kCacheFolderName : std::filesystem::path();
+  cache_ = std::make_unique<EncodeCache>(folder, std::move(encoders), bus);
+  stats_ = cache_->build(scan_.entries);
+  // The caption-dropout embedding: the empty caption, through the same encoder (cached like the others).
+  ImageEntry none = scan_.entries.front();
+  none.caption = "";
+  CacheStats extra = cache_->build({none});
+  stats_.textsEncoded += extra.textsEncoded;
+  empty_ = cache_->text("");
+}
+
+TrainItem ImageDataset::item(size_t index) const {
+  if (index >= size()) throw Error("images dataset: index out of range");
+  const ImageEntry& e = scan_.entries[index % scan_.entries.size()];
+  TrainItem out;
+  out.latents = cache_->latents(e);  // [C, h, w]
+  TextEmbedding t = cache_->text(e.caption);
+  out.txt = t.txt;
+  out.pooled = t.pooled;
+  out.caption = e.caption;
+  return out;
+}
+
+std::string ImageDataset::describe() const {
+  return "images: " + std::to_string(scan_.images) + " images, " + std::to_string(scan_.entries.size()) +
+         " entries x " + std::to_string(repeats_) + " repeats, " + std::to_string(scan_.bucketCounts.size()) +
+         " buckets, " + std::to_string(scan_.skipped.size()) + " skipped";
+}
+
+}  // namespace strata::train
