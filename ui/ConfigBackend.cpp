@@ -84,8 +84,11 @@ config::RunConfig importAiToolkit(const std::string& path, QVector<ProblemView>*
       v.error = false;
       v.line = v.column = 0;
       v.message = QObject::tr("import: %1").arg(v.message);
-      if (p.line > 0) v.hint = QObject::tr("%1 line %2%3").arg(QString::fromStdString(path)).arg(p.line)
-                                   .arg(v.hint.isEmpty() ? QString() : "; " + v.hint);
+      if (p.line > 0)
+        v.hint = QObject::tr("%1 line %2%3")
+                     .arg(QString::fromStdString(path))
+                     .arg(p.line)
+                     .arg(v.hint.isEmpty() ? QString() : "; " + v.hint);
       *notes << v;
     }
   return loaded.config;

@@ -213,8 +213,9 @@ void ConfigEditor::buildForm() {
   auto* shapeForm = static_cast<QFormLayout*>(shapeBox->layout());
   customShape_ = new QCheckBox(tr("Custom model shape (override the architecture)"), shapeBox);
   customShape_->setObjectName("customModelShape");
-  customShape_->setToolTip(tr("Only for a model whose shape differs from its preset. Turning this off sets "
-                              "every override back to the preset's value."));
+  customShape_->setToolTip(
+      tr("Only for a model whose shape differs from its preset. Turning this off sets "
+         "every override back to the preset's value."));
   shapeForm->addRow(customShape_);
   shapeFields_ = new QWidget(shapeBox);
   shapeFields_->setObjectName("modelShapeFields");
@@ -263,8 +264,10 @@ void ConfigEditor::buildForm() {
 void ConfigEditor::buildDatasetGroups() {
   if (int(config_->datasets.size()) * 2 == datasetGroups_.size()) return;
   for (auto it = fields_.begin(); it != fields_.end();) {
-    if (it->key.startsWith("datasets[")) it = fields_.erase(it);
-    else ++it;
+    if (it->key.startsWith("datasets["))
+      it = fields_.erase(it);
+    else
+      ++it;
   }
   for (QGroupBox* g : datasetGroups_) {
     g->hide();
@@ -309,9 +312,9 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
         return line;
       }
       auto* spin = new QSpinBox(parent);
-      const int lo = spec.min ? int(std::max<double>(*spec.min + (spec.minExclusive ? 1 : 0),
-                                                     std::numeric_limits<int>::min()))
-                              : std::numeric_limits<int>::min();
+      const int lo =
+          spec.min ? int(std::max<double>(*spec.min + (spec.minExclusive ? 1 : 0), std::numeric_limits<int>::min()))
+                   : std::numeric_limits<int>::min();
       const int hi = spec.max ? int(std::min<double>(*spec.max, std::numeric_limits<int>::max()))
                               : std::numeric_limits<int>::max();
       spin->setRange(lo, hi);
@@ -372,9 +375,15 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
         connect(browse, &QToolButton::clicked, this, [this, line, title, kind, edited] {
           QString chosen;
           switch (kind) {
-            case config::PathKind::Folder: chosen = QFileDialog::getExistingDirectory(this, title, line->text()); break;
-            case config::PathKind::SaveFile: chosen = QFileDialog::getSaveFileName(this, title, line->text()); break;
-            default: chosen = QFileDialog::getOpenFileName(this, title, line->text()); break;
+            case config::PathKind::Folder:
+              chosen = QFileDialog::getExistingDirectory(this, title, line->text());
+              break;
+            case config::PathKind::SaveFile:
+              chosen = QFileDialog::getSaveFileName(this, title, line->text());
+              break;
+            default:
+              chosen = QFileDialog::getOpenFileName(this, title, line->text());
+              break;
           }
           if (chosen.isEmpty()) return;
           line->setText(chosen);
@@ -460,9 +469,12 @@ void ConfigEditor::updateCustomShape() {
 }
 
 void ConfigEditor::showPage(const QString& name) {
-  if (name == "basic") tabs_->setCurrentIndex(0);
-  else if (name == "advanced") tabs_->setCurrentIndex(1);
-  else if (name == "yaml") tabs_->setCurrentWidget(yaml_);
+  if (name == "basic")
+    tabs_->setCurrentIndex(0);
+  else if (name == "advanced")
+    tabs_->setCurrentIndex(1);
+  else if (name == "yaml")
+    tabs_->setCurrentWidget(yaml_);
 }
 
 QWidget* ConfigEditor::fieldFor(const QString& key) const {
@@ -484,8 +496,10 @@ void ConfigEditor::refreshField(const Field& f) {
       static_cast<QCheckBox*>(f.editor)->setChecked(text == "true");
       break;
     case KeyType::Int:
-      if (auto* spin = qobject_cast<QSpinBox*>(f.editor)) spin->setValue(text.toInt());
-      else if (auto* line = static_cast<QLineEdit*>(f.editor); line->text() != text) line->setText(text);
+      if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
+        spin->setValue(text.toInt());
+      else if (auto* line = static_cast<QLineEdit*>(f.editor); line->text() != text)
+        line->setText(text);
       break;
     case KeyType::Float: {
       auto* line = static_cast<QLineEdit*>(f.editor);
@@ -752,7 +766,7 @@ bool ConfigEditor::importAiToolkit(const QString& path, QString* error) {
     if (error) *error = QString::fromUtf8(e.what());
     return false;
   }
-  importNotes_ = notes;  // validate() lists them with the config's own problems
+  importNotes_ = notes;    // validate() lists them with the config's own problems
   setFilePath(QString());  // an import is a new Strata config until saved
   setConfig(cfg);
   setModified(true);

@@ -108,9 +108,9 @@ class ConfigEditor : public QWidget {
   void setFilePath(const QString& path);
 
   std::unique_ptr<config::RunConfig> config_;
-  QString yamlSource_;     // the text the config (and its line numbers) came from
+  QString yamlSource_;  // the text the config (and its line numbers) came from
   QVector<ProblemView> problems_;
-  QString fieldError_;     // a form value that could not be parsed
+  QString fieldError_;  // a form value that could not be parsed
   QString fieldErrorKey_;
   QString filePath_;
   QVector<ProblemView> importNotes_;

@@ -74,8 +74,10 @@ QString ExportDialog::outDir() const { return dir_->text().trimmed(); }
 
 void ExportDialog::accept() {
   QString why;
-  if (formats().isEmpty()) why = tr("Choose at least one format.");
-  else if (outDir().isEmpty()) why = tr("Choose the folder to write into.");
+  if (formats().isEmpty())
+    why = tr("Choose at least one format.");
+  else if (outDir().isEmpty())
+    why = tr("Choose the folder to write into.");
   if (!why.isEmpty()) {
     message_->setText(why);
     message_->show();

@@ -14,8 +14,8 @@ namespace strata::ui {
 
 namespace {
 
-constexpr int kWideColumn = 250;   // the widest a column gets
-constexpr int kMinColumn = 150;    // below this the map scrolls sideways instead of squeezing
+constexpr int kWideColumn = 250;  // the widest a column gets
+constexpr int kMinColumn = 150;   // below this the map scrolls sideways instead of squeezing
 constexpr int kColumnGap = 14;
 constexpr int kMargin = 10;
 constexpr int kHeaderHeight = 44;
@@ -24,15 +24,20 @@ constexpr int kBarTextHeight = 34;
 constexpr int kRowHeight = 20;
 constexpr int kRowGap = 2;
 constexpr int kMismatchHeight = 34;
-constexpr int kLegendLine = 20;    // the legend flows over as many lines as the width needs
+constexpr int kLegendLine = 20;  // the legend flows over as many lines as the width needs
 
 QColor kindColor(BlockKind kind) {
   switch (kind) {
-    case BlockKind::Stem: return QColor(0x6c, 0x8e, 0x5a);
-    case BlockKind::Double: return QColor(0x3f, 0x6e, 0xb0);
-    case BlockKind::Single: return QColor(0x2f, 0x9a, 0x94);
-    case BlockKind::Head: return QColor(0x8a, 0x5c, 0xa8);
-    case BlockKind::Other: break;
+    case BlockKind::Stem:
+      return QColor(0x6c, 0x8e, 0x5a);
+    case BlockKind::Double:
+      return QColor(0x3f, 0x6e, 0xb0);
+    case BlockKind::Single:
+      return QColor(0x2f, 0x9a, 0x94);
+    case BlockKind::Head:
+      return QColor(0x8a, 0x5c, 0xa8);
+    case BlockKind::Other:
+      break;
   }
   return QColor(0x88, 0x88, 0x88);
 }
@@ -57,8 +62,8 @@ qint64 blockBytes(const BlockView& b) {
 }
 
 QString blockTip(const BlockView& b, const QString& device) {
-  QString tip = QString("<b>%1</b> (%2) on %3<br>weights: %4").arg(b.id, blockKindName(b.kind), device,
-                                                                    formatBytes(b.weightBytes));
+  QString tip = QString("<b>%1</b> (%2) on %3<br>weights: %4")
+                    .arg(b.id, blockKindName(b.kind), device, formatBytes(b.weightBytes));
   tip += QString("<br>LoRA adapters: %1 (%2)").arg(b.adapterCount).arg(formatBytes(b.adapterBytes));
   tip += QString("<br>EMA shadows: %1").arg(b.emaBytes ? formatBytes(b.emaBytes) : QString("none"));
   tip += QString("<br>optimizer state: %1").arg(b.optimizerBytes ? formatBytes(b.optimizerBytes) : QString("none"));
@@ -119,8 +124,8 @@ class GpuMapCanvas : public QWidget {
     const int top = kMargin + legendHeight();
     for (const DeviceView& d : placement.devices) {
       hits.push_back({QRect(x, top, columnWidth(), kHeaderHeight), deviceTip(d), QString()});
-      hits.push_back({QRect(x, top + kHeaderHeight, columnWidth(), kBarHeight + kBarTextHeight), memoryTip(d),
-                      QString()});
+      hits.push_back(
+          {QRect(x, top + kHeaderHeight, columnWidth(), kBarHeight + kBarTextHeight), memoryTip(d), QString()});
       int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
       for (const BlockView& b : d.blocks) {
         hits.push_back({QRect(x, y, columnWidth(), kRowHeight), blockTip(b, d.label), b.id});
@@ -141,7 +146,8 @@ class GpuMapCanvas : public QWidget {
     updateGeometry();
     // As wide as the viewport when the columns fit in it (no sideways scrolling), wider when not.
     const QSize least = minimumSizeHint();
-    resize(std::max(least.width(), availableWidth), std::max(least.height(), parentWidget() ? parentWidget()->height() : 0));
+    resize(std::max(least.width(), availableWidth),
+           std::max(least.height(), parentWidget() ? parentWidget()->height() : 0));
     update();
   }
 
@@ -369,7 +375,8 @@ class GpuMapCanvas : public QWidget {
       };
       badge("O", b.optimizerBytes > 0);
       badge("E", b.emaBytes > 0);
-      badge(b.adapterCount > 0 ? QString("L%1").arg(b.adapterCount) : QString("L"), b.adapterBytes > 0 || b.adapterCount > 0);
+      badge(b.adapterCount > 0 ? QString("L%1").arg(b.adapterCount) : QString("L"),
+            b.adapterBytes > 0 || b.adapterCount > 0);
       // The size where a narrow column has room for it beside the name (the tooltip always has it).
       const QString size = formatBytes(b.weightBytes);
       if (p.fontMetrics().horizontalAdvance(shortId(b) + "  " + size) + 10 <= bx - row.left()) {
@@ -445,8 +452,7 @@ void GpuMapView::setPlacement(const PlacementView& placement) {
   canvas_->placement = placement;
   int mismatches = 0;
   for (const DeviceView& d : placement.devices) mismatches += d.mismatches.size();
-  QString title = placement.planned ? tr("Planned placement (planner only, no weights loaded)")
-                                    : tr("Live placement");
+  QString title = placement.planned ? tr("Planned placement (planner only, no weights loaded)") : tr("Live placement");
   if (!placement.planned) title += mismatches ? tr(": %1 audit mismatch(es)").arg(mismatches) : tr(": audit clean");
   if (placement.planned && !placement.fits) title += tr(": does not fit");
   title_->setText(title);

@@ -194,8 +194,8 @@ int LossPlot::loadMetricsFile(const QString& path) {
     MetricPoint p;
     p.step = o.value("step").toVariant().toLongLong();
     p.loss = o.value("loss").toDouble();
-    p.lossSmoothed = o.contains("loss_smoothed") ? o.value("loss_smoothed").toDouble()
-                                                 : o.value("lossSmoothed").toDouble();
+    p.lossSmoothed =
+        o.contains("loss_smoothed") ? o.value("loss_smoothed").toDouble() : o.value("lossSmoothed").toDouble();
     p.lr = o.value("lr").toDouble();
     points << p;
   }

@@ -54,11 +54,16 @@ const char* kRecentRuns = "recent/runs";
 
 QString stateText(TrainerBridge::State s) {
   switch (s) {
-    case TrainerBridge::State::Idle: return QObject::tr("idle");
-    case TrainerBridge::State::Running: return QObject::tr("training");
-    case TrainerBridge::State::Paused: return QObject::tr("paused");
-    case TrainerBridge::State::Stopping: return QObject::tr("stopping (saving a checkpoint)");
-    case TrainerBridge::State::Exporting: return QObject::tr("exporting");
+    case TrainerBridge::State::Idle:
+      return QObject::tr("idle");
+    case TrainerBridge::State::Running:
+      return QObject::tr("training");
+    case TrainerBridge::State::Paused:
+      return QObject::tr("paused");
+    case TrainerBridge::State::Stopping:
+      return QObject::tr("stopping (saving a checkpoint)");
+    case TrainerBridge::State::Exporting:
+      return QObject::tr("exporting");
   }
   return QString();
 }
@@ -168,8 +173,8 @@ void MainWindow::buildMenus() {
   a->setShortcut(QKeySequence::New);
   a = file->addAction(tr("&Open config..."), this, [this] {
     if (!maybeSave()) return;
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open run config"), QString(),
-                                                      tr("YAML (*.yaml *.yml);;All files (*)"));
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Open run config"), QString(), tr("YAML (*.yaml *.yml);;All files (*)"));
     if (!path.isEmpty()) loadConfigFile(path);
   });
   a->setObjectName("openConfigAction");
@@ -180,8 +185,8 @@ void MainWindow::buildMenus() {
   a->setObjectName("saveConfigAction");
   a->setShortcut(QKeySequence::Save);
   a = file->addAction(tr("Save config &as..."), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), editor_->filePath(),
-                                                      tr("YAML (*.yaml)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Save run config"), editor_->filePath(), tr("YAML (*.yaml)"));
     if (!path.isEmpty()) saveConfig(path);
   });
   a->setObjectName("saveConfigAsAction");
@@ -243,8 +248,9 @@ void MainWindow::buildSetupTab() {
   deviceSpec_ = new QLineEdit(right);
   deviceSpec_->setObjectName("deviceSpec");
   deviceSpec_->setPlaceholderText(tr("this machine (or e.g. 4x16GB, 24GB,16GB, cpu,2x80GB)"));
-  deviceSpec_->setToolTip(tr("Simulated devices to plan for: see the split before you have the cards. "
-                             "Empty = the devices of this machine."));
+  deviceSpec_->setToolTip(
+      tr("Simulated devices to plan for: see the split before you have the cards. "
+         "Empty = the devices of this machine."));
   deviceSpec_->setClearButtonEnabled(true);
   specRow->addWidget(specLabel);
   specRow->addWidget(deviceSpec_, 1);
@@ -417,19 +423,17 @@ void MainWindow::connectBridge() {
                      .arg(step)
                      .arg(checkpoint.isEmpty() ? tr("(none)") : checkpoint));
   });
-  connect(bridge_, &TrainerBridge::finished, this,
-          [this](qint64 step, double finalLoss, const QStringList& exports) {
-            queued_.clear();
-            progress_->setValue(progress_->maximum());
-            setRunHeader(tr("Finished at step %1, final loss %2.%3")
-                             .arg(step)
-                             .arg(finalLoss, 0, 'f', 4)
-                             .arg(exports.isEmpty() ? QString() : tr(" LoRA: %1").arg(exports.join(", "))));
-            notify(tr("Training finished"),
-                   tr("%1: step %2, final loss %3").arg(QFileInfo(lastRunDir_).fileName()).arg(step)
-                       .arg(finalLoss, 0, 'f', 4),
-                   false);
-          });
+  connect(bridge_, &TrainerBridge::finished, this, [this](qint64 step, double finalLoss, const QStringList& exports) {
+    queued_.clear();
+    progress_->setValue(progress_->maximum());
+    setRunHeader(tr("Finished at step %1, final loss %2.%3")
+                     .arg(step)
+                     .arg(finalLoss, 0, 'f', 4)
+                     .arg(exports.isEmpty() ? QString() : tr(" LoRA: %1").arg(exports.join(", "))));
+    notify(tr("Training finished"),
+           tr("%1: step %2, final loss %3").arg(QFileInfo(lastRunDir_).fileName()).arg(step).arg(finalLoss, 0, 'f', 4),
+           false);
+  });
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
             queued_.clear();
@@ -466,7 +470,10 @@ void MainWindow::updateRunHeader() {
   } else if (s == TrainerBridge::State::Stopping) {
     text = tr("Stopping after step %1: saving a checkpoint.").arg(step_);
   } else if (s == TrainerBridge::State::Running) {
-    text = tr("Training %1: step %2 of %3, %4 ms per step").arg(where).arg(step_).arg(totalSteps_)
+    text = tr("Training %1: step %2 of %3, %4 ms per step")
+               .arg(where)
+               .arg(step_)
+               .arg(totalSteps_)
                .arg(stepTimeMs_, 0, 'f', 0);
     if (etaSmoothed_ > 0) text += tr(", about %1 left").arg(formatEta(etaSmoothed_));
   } else {
@@ -570,7 +577,8 @@ void MainWindow::showImportReport(const QString& path, const QVector<ProblemView
     box->setText(tr("%1 setting(s) of %2 were dropped or changed:").arg(notes.size()).arg(QFileInfo(path).fileName()));
     QStringList lines;
     for (const ProblemView& n : notes)
-      lines << "- " + (n.key.isEmpty() ? QString() : n.key + ": ") + QString(n.message).remove(QRegularExpression("^import: "));
+      lines << "- " + (n.key.isEmpty() ? QString() : n.key + ": ") +
+                   QString(n.message).remove(QRegularExpression("^import: "));
     box->setInformativeText(lines.mid(0, 8).join('\n') + (lines.size() > 8 ? tr("\n... (all in the details)") : ""));
     box->setDetailedText(lines.join('\n'));
   }
@@ -636,10 +644,13 @@ bool MainWindow::openRunFolder(const QString& runDir) {
   totalSteps_ = total;
   progress_->setRange(0, int(std::max<qint64>(1, total)));
   progress_->setValue(int(std::min(last, std::max<qint64>(1, total))));
-  setRunHeader(total > 0 && last >= total
-                   ? tr("Run %1 finished: %2 of %3 steps. Export its LoRA (Run > Export).").arg(lastRunDir_).arg(last).arg(total)
-                   : tr("Run %1 stopped at step %2 of %3: resume it (Run > Resume) or export its LoRA.")
-                         .arg(lastRunDir_).arg(last).arg(total));
+  setRunHeader(
+      total > 0 && last >= total
+          ? tr("Run %1 finished: %2 of %3 steps. Export its LoRA (Run > Export).").arg(lastRunDir_).arg(last).arg(total)
+          : tr("Run %1 stopped at step %2 of %3: resume it (Run > Resume) or export its LoRA.")
+                .arg(lastRunDir_)
+                .arg(last)
+                .arg(total));
   tabs_->setCurrentIndex(1);
   updateRunControls();
   return true;
@@ -746,8 +757,8 @@ void MainWindow::updateRunControls() {
   startButton_->setEnabled(canStart);
   startAction_->setEnabled(canStart);
   startButton_->setToolTip(editor_->hasErrors() ? tr("Fix the config's errors first")
-                                                : idle ? tr("Start a new run of this config (Ctrl+R)")
-                                                       : tr("A run is active"));
+                           : idle               ? tr("Start a new run of this config (Ctrl+R)")
+                                                : tr("A run is active"));
   pauseAction_->setEnabled(running);
   pauseButton_->setEnabled(running);
   const bool paused = s == TrainerBridge::State::Paused;
@@ -849,8 +860,8 @@ void MainWindow::closeEvent(QCloseEvent* event) {
       return;
     }
     QMessageBox box(QMessageBox::Question, tr("A run is training"),
-                    tr("Training is still running (step %1 of %2).").arg(step_).arg(totalSteps_),
-                    QMessageBox::NoButton, this);
+                    tr("Training is still running (step %1 of %2).").arg(step_).arg(totalSteps_), QMessageBox::NoButton,
+                    this);
     box.setObjectName("closeDuringRunDialog");
     box.setInformativeText(tr("Stop it now? A checkpoint is saved first, and you can resume it later."));
     QPushButton* stop = box.addButton(tr("Stop (save a checkpoint) and close"), QMessageBox::AcceptRole);

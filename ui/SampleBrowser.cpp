@@ -181,8 +181,10 @@ SampleBrowser::SampleBrowser(QWidget* parent) : QWidget(parent) {
 bool SampleBrowser::parseFileName(const QString& fileName, qint64* step, int* promptIndex) {
   const QString base = QFileInfo(fileName).completeBaseName();
   // Named parts first ("step_250", "prompt_1" / "p1"), then bare numbers in order.
-  static const QRegularExpression stepRe(R"((?:^|[_-])(?:step|s)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
-  static const QRegularExpression promptRe(R"((?:^|[_-])(?:prompt|p)[_-]?(\d+))", QRegularExpression::CaseInsensitiveOption);
+  static const QRegularExpression stepRe(R"((?:^|[_-])(?:step|s)[_-]?(\d+))",
+                                         QRegularExpression::CaseInsensitiveOption);
+  static const QRegularExpression promptRe(R"((?:^|[_-])(?:prompt|p)[_-]?(\d+))",
+                                           QRegularExpression::CaseInsensitiveOption);
   static const QRegularExpression numberRe(R"((\d+))");
   QVector<qint64> numbers;
   for (auto it = numberRe.globalMatch(base); it.hasNext();) numbers << it.next().captured(1).toLongLong();
@@ -431,11 +433,16 @@ QWidget* SampleBrowser::showEnlarged(const SampleInfo& sample) {
 bool SampleBrowser::eventFilter(QObject* watched, QEvent* event) {
   if (event->type() == QEvent::KeyPress && watched->objectName() == "sampleViewer") {
     switch (static_cast<QKeyEvent*>(event)->key()) {
-      case Qt::Key_Left: return moveViewer(-1, 0);
-      case Qt::Key_Right: return moveViewer(1, 0);
-      case Qt::Key_Up: return moveViewer(0, -1);
-      case Qt::Key_Down: return moveViewer(0, 1);
-      default: break;
+      case Qt::Key_Left:
+        return moveViewer(-1, 0);
+      case Qt::Key_Right:
+        return moveViewer(1, 0);
+      case Qt::Key_Up:
+        return moveViewer(0, -1);
+      case Qt::Key_Down:
+        return moveViewer(0, 1);
+      default:
+        break;
     }
   }
   return QWidget::eventFilter(watched, event);

@@ -303,7 +303,8 @@ void TrainerBridge::stop() {
   shared_->control->stop();
   if (state_ == State::Running || state_ == State::Paused) {
     state_ = State::Stopping;
-    QMetaObject::invokeMethod(this, [this] { emit stateChanged(state_); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this, [this] { emit stateChanged(state_); }, Qt::QueuedConnection);
   }
 }
 

@@ -46,8 +46,7 @@ class TrainerBridge : public QObject {
   bool resume(const QString& runDir, QString* error = nullptr);
   // Writes the LoRA of `runDir`'s last checkpoint in `formats` ("diffusers",
   // "kohya", "comfy") into `outDir`, on a worker thread; exportFinished reports.
-  bool exportLora(const QString& runDir, const QString& outDir, const QStringList& formats,
-                  QString* error = nullptr);
+  bool exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, QString* error = nullptr);
 
   State state() const { return state_; }
   bool isActive() const { return state_ != State::Idle; }

@@ -29,7 +29,7 @@ bool runTrainer(train::Trainer& trainer, const ControlSink& sink) {
   Control control(trainer);
   sink(&control);
   const train::StopOnSignals signals(trainer, "strata");  // SIGINT/SIGTERM/SIGHUP: checkpoint and stop
-  const train::RunOutcome outcome = trainer.run();  // never throws
+  const train::RunOutcome outcome = trainer.run();        // never throws
   sink(nullptr);
   return outcome == train::RunOutcome::Finished || outcome == train::RunOutcome::Stopped;
 }

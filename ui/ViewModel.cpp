@@ -12,11 +12,16 @@ BlockKind blockKindFromString(const QString& kind) {
 
 QString blockKindName(BlockKind kind) {
   switch (kind) {
-    case BlockKind::Stem: return "stem";
-    case BlockKind::Double: return "double";
-    case BlockKind::Single: return "single";
-    case BlockKind::Head: return "head";
-    case BlockKind::Other: break;
+    case BlockKind::Stem:
+      return "stem";
+    case BlockKind::Double:
+      return "double";
+    case BlockKind::Single:
+      return "single";
+    case BlockKind::Head:
+      return "head";
+    case BlockKind::Other:
+      break;
   }
   return "block";
 }

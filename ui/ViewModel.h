@@ -18,14 +18,14 @@ struct BlockView {
   QString id;  // "transformer_blocks.3", "stem", "head"
   BlockKind kind = BlockKind::Other;
   qint64 weightBytes = 0;
-  qint64 adapterBytes = 0;    // LoRA weights (and their gradients when known)
-  int adapterCount = 0;       // LoRA adapters attached to the block
-  qint64 emaBytes = 0;        // EMA shadows
-  qint64 optimizerBytes = 0;  // optimizer state
-  qint64 quantScaleBytes = 0;  // quantization scales
+  qint64 adapterBytes = 0;          // LoRA weights (and their gradients when known)
+  int adapterCount = 0;             // LoRA adapters attached to the block
+  qint64 emaBytes = 0;              // EMA shadows
+  qint64 optimizerBytes = 0;        // optimizer state
+  qint64 quantScaleBytes = 0;       // quantization scales
   qint64 otherAttachmentBytes = 0;  // attachments of kinds the map has no row for
-  qint64 activationBytes = 0;  // planned activations (planner only)
-  bool measured = false;       // figures measured from the run's tensors (else planned)
+  qint64 activationBytes = 0;       // planned activations (planner only)
+  bool measured = false;            // figures measured from the run's tensors (else planned)
 };
 
 // A tensor that is not where its block is (audit).
@@ -54,7 +54,7 @@ struct DeviceView {
 struct PlacementView {
   bool planned = true;  // planner estimate (no weights) vs. live placement
   QString reason;
-  QString error;        // why no plan could be made (shown instead of the columns)
+  QString error;  // why no plan could be made (shown instead of the columns)
   bool fits = true;
   QVector<DeviceView> devices;
 };

@@ -43,8 +43,8 @@ struct BenchArgs {
 // Dense bf16 tensor-core peaks from the vendors' data sheets (TFLOP/s), by name part.
 std::optional<double> peakTflops(const std::string& name) {
   static const std::vector<std::pair<const char*, double>> kPeaks = {
-      {"H200", 989.0}, {"H100", 989.0}, {"A100", 312.0}, {"L40S", 362.0}, {"L4", 121.0},
-      {"RTX 4090", 165.0}, {"RTX 3090", 71.0}, {"A10", 125.0}};
+      {"H200", 989.0}, {"H100", 989.0},     {"A100", 312.0},    {"L40S", 362.0},
+      {"L4", 121.0},   {"RTX 4090", 165.0}, {"RTX 3090", 71.0}, {"A10", 125.0}};
   for (const auto& [part, tf] : kPeaks)
     if (name.find(part) != std::string::npos) return tf;
   return std::nullopt;
@@ -166,8 +166,8 @@ int runBench(const BenchArgs& args) {
     std::cout << j.dump(2) << std::endl;
     return kExitOk;
   }
-  std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps
-            << " warm-up, " << px << " px, batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
+  std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps << " warm-up, "
+            << px << " px, batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";

@@ -74,12 +74,14 @@ int runPlan(const PlanArgs& args) {
               << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
               << run.model.numSingleLayers << " single blocks, "
               << std::llround(static_cast<double>(pp.totalParams()) / 1e8) / 10.0 << "B parameters\n"
-              << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off") << ", "
-              << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
+              << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
+              << ", " << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
               << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
               << "devices  " << run.devicesSource;
-    if (onCpu) std::cout << " (the run uses the cpu: model.device is " << config::enumName(cfg.model.device) << ")";
-    else if (!cfg.model.splitModelOverGpus) std::cout << " (split_model_over_gpus is off: first device only)";
+    if (onCpu)
+      std::cout << " (the run uses the cpu: model.device is " << config::enumName(cfg.model.device) << ")";
+    else if (!cfg.model.splitModelOverGpus)
+      std::cout << " (split_model_over_gpus is off: first device only)";
     std::cout << "\n";
     if (po.otherModuleBytes == 0) {
       std::cout << "         text encoders and VAE not counted (embeddings cached; --other-gb adds them)\n";

@@ -71,8 +71,8 @@ class ProgressPrinter {
     const double sPerIt = e.stepTimeMs / 1000.0;
     char stats[160];
     std::snprintf(stats, sizeof stats, "%lld/%lld  loss %.4f (avg %.4f)  lr %.2e  %.2f s/it  ETA %s",
-                  static_cast<long long>(e.step), static_cast<long long>(e.totalSteps), e.loss, e.lossSmoothed,
-                  e.lr, sPerIt, clock(e.etaSeconds).c_str());
+                  static_cast<long long>(e.step), static_cast<long long>(e.totalSteps), e.loss, e.lossSmoothed, e.lr,
+                  sPerIt, clock(e.etaSeconds).c_str());
     if (tty_) {
       const int width = 24;
       const int filled = e.totalSteps > 0 ? static_cast<int>(width * e.step / e.totalSteps) : 0;
@@ -106,8 +106,8 @@ class ProgressPrinter {
   }
   void on(const events::SampleEvent& e) { line("sample: " + e.path + "  \"" + e.prompt + "\""); }
   void on(const events::CheckpointEvent& e) {
-    line("checkpoint: " + e.path + (e.removed.empty() ? "" : " (" + std::to_string(e.removed.size()) +
-                                                                 " older removed)"));
+    line("checkpoint: " + e.path +
+         (e.removed.empty() ? "" : " (" + std::to_string(e.removed.size()) + " older removed)"));
   }
   void on(const events::ExportEvent& e) { line("lora (" + e.format + "): " + e.path); }
   void on(const events::DatasetEvent& e) {
@@ -120,8 +120,8 @@ class ProgressPrinter {
   }
   void on(const events::CacheProgressEvent& e) {
     char stats[120];
-    std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(),
-                  static_cast<long long>(e.done), static_cast<long long>(e.total), e.itemsPerSecond);
+    std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(), static_cast<long long>(e.done),
+                  static_cast<long long>(e.total), e.itemsPerSecond);
     if (tty_) {
       const int width = 24;
       const int filled = e.total > 0 ? static_cast<int>(width * e.done / e.total) : width;
@@ -154,9 +154,7 @@ class ProgressPrinter {
     if (e.skippedItems > 0) s += ", " + std::to_string(e.skippedItems) + " unreadable dataset item(s) skipped";
     line(s);
   }
-  void on(const events::FailedEvent& e) {
-    line("failed at step " + std::to_string(e.step) + ": " + e.message, true);
-  }
+  void on(const events::FailedEvent& e) { line("failed at step " + std::to_string(e.step) + ": " + e.message, true); }
 
   bool tty_;
   bool barShown_ = false;

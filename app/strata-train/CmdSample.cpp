@@ -58,8 +58,7 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
     const auto& m = loaded.config.model;
     // The command line wins over the config for the single files.
     return pipeline::PipelineFiles::fromModelPaths(m.nameOrPath, a.vae.empty() ? m.vaePath : a.vae,
-                                                   a.clip.empty() ? m.clipPath : a.clip,
-                                                   a.t5.empty() ? m.t5Path : a.t5,
+                                                   a.clip.empty() ? m.clipPath : a.clip, a.t5.empty() ? m.t5Path : a.t5,
                                                    a.tokenizer.empty() ? m.tokenizerPath : a.tokenizer);
   }
   return pipeline::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);

@@ -48,9 +48,12 @@ int runValidate(const ValidateArgs& args) {
         devices = device::parseDeviceSpec(args.devicesSpec);
       } else {
         std::vector<device::DeviceInfo> here = device::listDevices();
-        if (!here.empty()) devices = std::move(here);
-        else deviceNote = "note: no CUDA device on this machine: gpu ids and bf16 support not checked "
-                          "(--devices 4x16GB checks against a planned machine)";
+        if (!here.empty())
+          devices = std::move(here);
+        else
+          deviceNote =
+              "note: no CUDA device on this machine: gpu ids and bf16 support not checked "
+              "(--devices 4x16GB checks against a planned machine)";
       }
     } catch (const Error& e) {
       std::cerr << "strata-train: error: --devices: " << e.what() << "\n";
@@ -62,8 +65,10 @@ int runValidate(const ValidateArgs& args) {
   size_t errors = 0;
   size_t warnings = 0;
   for (const auto& p : problems) {
-    if (p.isError()) ++errors;
-    else ++warnings;
+    if (p.isError())
+      ++errors;
+    else
+      ++warnings;
     if (p.isError() || !args.quiet) std::cerr << p.format() << "\n";
   }
   // The note matters only for a readable config that would train on a GPU.

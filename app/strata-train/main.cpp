@@ -7,17 +7,12 @@
 #include "Commands.h"
 #include "common/Version.h"
 
-
 namespace {
 
 // Every sub-command, in the order `--help` lists them.
 constexpr strata::cli::AddCommandFn kCommands[] = {
-    strata::cli::addValidateCommand,
-    strata::cli::addPlanCommand,
-    strata::cli::addRunCommand,
-    strata::cli::addResumeCommand,
-    strata::cli::addExportCommand,
-    strata::cli::addBenchCommand,
+    strata::cli::addValidateCommand, strata::cli::addPlanCommand,   strata::cli::addRunCommand,
+    strata::cli::addResumeCommand,   strata::cli::addExportCommand, strata::cli::addBenchCommand,
     strata::cli::addSampleCommand,
 };
 

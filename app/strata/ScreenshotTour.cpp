@@ -36,7 +36,8 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
   auto* spec = window_->findChild<QLineEdit*>("deviceSpec");
 
   // 1. Setup: the loaded config and its planned placement on this machine.
-  steps_.push_back({always, [=] {
+  steps_.push_back({always,
+                    [=] {
                       window_->resize(1560, 960);
                       if (auto* split = window_->findChild<QSplitter*>("setupSplitter")) split->setSizes({600, 960});
                       originalYaml_ = editor->yamlText();
@@ -49,7 +50,8 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
   steps_.push_back({always, [=] { shoot("setup-advanced"); }, 0});
   steps_.push_back({always, [=] { editor->showPage("basic"); }, 0});
   // 2. FLUX.1-dev planned on four simulated 16 GB cards (this machine need not have them).
-  steps_.push_back({always, [=] {
+  steps_.push_back({always,
+                    [=] {
                       // The editor's own load: the tour's edits are not the user's, nothing to ask about.
                       if (!planConfig_.isEmpty() && editor->loadFile(planConfig_)) {
                         spec->setText("4x16GB");
@@ -67,34 +69,45 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                     0});
   steps_.push_back({always, [=] { shoot("plan-4x16GB"); }, 0});
   // 3. A config error on the demo: low_vram with the split on.
-  steps_.push_back({always, [=] {
+  steps_.push_back({always,
+                    [=] {
                       spec->clear();
-                      if (!originalPath_.isEmpty()) editor->loadFile(originalPath_);
-                      else editor->setYamlText(originalYaml_);
+                      if (!originalPath_.isEmpty())
+                        editor->loadFile(originalPath_);
+                      else
+                        editor->setYamlText(originalYaml_);
                       editor->setValueText("model.split_model_over_gpus", "true");
                       editor->setValueText("model.low_vram", "true");
                     },
                     0});
   steps_.push_back({always, [=] { shoot("config-error"); }, 0});
   // 4. Back to the demo config; start a short run.
-  steps_.push_back({always, [=] {
-                      if (!originalPath_.isEmpty()) editor->loadFile(originalPath_);
-                      else editor->setYamlText(originalYaml_);
+  steps_.push_back({always,
+                    [=] {
+                      if (!originalPath_.isEmpty())
+                        editor->loadFile(originalPath_);
+                      else
+                        editor->setYamlText(originalYaml_);
                       window_->replan();
                     },
                     0});
   steps_.push_back({[=] { return !editor->hasErrors(); }, [=] { window_->startRun(); }, 10000});
   // 5. Mid-run: the live view once a sample exists.
-  steps_.push_back({[=] { return !window_->sampleBrowser()->samples().isEmpty() && window_->lossPlot()->plottedPointCount() >= 25; },
-                    [=] { shoot("run-live"); }, kRunTimeoutMs});
+  steps_.push_back(
+      {[=] { return !window_->sampleBrowser()->samples().isEmpty() && window_->lossPlot()->plottedPointCount() >= 25; },
+       [=] { shoot("run-live"); }, kRunTimeoutMs});
   // 6. After the run: loss, live map and samples.
-  steps_.push_back({[=] { return !window_->bridge()->isActive(); }, [=] { tabs->setCurrentIndex(1); },
-                    kRunTimeoutMs});
+  steps_.push_back({[=] { return !window_->bridge()->isActive(); }, [=] { tabs->setCurrentIndex(1); }, kRunTimeoutMs});
   steps_.push_back({always, [=] { shoot("run"); }, 0});
-  steps_.push_back({always, [=] { tabs->setCurrentWidget(window_->sampleBrowser()); 
-                      window_->sampleBrowser()->findChild<QTabWidget*>("sampleTabs")->setCurrentIndex(1); }, 0});
+  steps_.push_back({always,
+                    [=] {
+                      tabs->setCurrentWidget(window_->sampleBrowser());
+                      window_->sampleBrowser()->findChild<QTabWidget*>("sampleTabs")->setCurrentIndex(1);
+                    },
+                    0});
   steps_.push_back({always, [=] { shoot("samples-grid"); }, 0});
-  steps_.push_back({always, [=] {
+  steps_.push_back({always,
+                    [=] {
                       const auto steps = window_->sampleBrowser()->steps();
                       if (!steps.isEmpty()) window_->sampleBrowser()->compare(steps.front(), steps.back());
                     },

@@ -92,8 +92,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<strata::app::ScreenshotTour> tour;
   if (cli.isSet(shotsOpt)) {
-    tour = std::make_unique<strata::app::ScreenshotTour>(&window, cli.value(shotsOpt),
-                                                         cli.value(planConfigOpt));
+    tour = std::make_unique<strata::app::ScreenshotTour>(&window, cli.value(shotsOpt), cli.value(planConfigOpt));
     QTimer::singleShot(300, [&] { tour->begin(); });
   }
   return app.exec();

@@ -10,15 +10,13 @@
 #include <type_traits>
 
 #define STRATA_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||         \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace strata::compat {
 
 // softmax(q k^T / sqrt(d)) v for q, k, v: [B, H, N, D]. On 2.x this is the fused
 // kernel (flash on CUDA); 1.13 has no public fused op, so it is spelled out.
-inline at::Tensor scaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
-                                            const at::Tensor& v) {
+inline at::Tensor scaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if STRATA_TORCH_AT_LEAST(2, 0)
   return at::scaled_dot_product_attention(q, k, v);
 #else
@@ -79,8 +77,7 @@ inline bool flashAttentionEnabled() {
 
 // The key of a parameter in torch::optim::Optimizer::state(): the TensorImpl
 // address printed as text in 1.13, the address itself in 2.x.
-using OptimizerStateKey =
-    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+using OptimizerStateKey = typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 
 // A template so that the branch of the other version is discarded (an
 // `if constexpr` outside a template still compiles both).

@@ -17,13 +17,13 @@ class Node;  // yaml-cpp, for the two calls of RunConfigYaml.cpp below
 namespace strata::config {
 
 struct UnusedKey {
-  std::string key;     // ai-toolkit path: "config.process[0].train.noise_scheduler"
+  std::string key;  // ai-toolkit path: "config.process[0].train.noise_scheduler"
   SourcePos pos;
   std::string reason;  // "Strata always trains with flow matching"
 };
 
 struct ImportResult {
-  LoadedConfig loaded;            // the RunConfig; problems include one warning per unused key
+  LoadedConfig loaded;  // the RunConfig; problems include one warning per unused key
   std::vector<UnusedKey> unused;
 };
 

@@ -21,9 +21,7 @@ namespace {
 template <class T, class = void>
 struct Conv;
 
-[[noreturn]] void wrongType(const char* expected) {
-  throw ConfigError(std::string("expected ") + expected);
-}
+[[noreturn]] void wrongType(const char* expected) { throw ConfigError(std::string("expected ") + expected); }
 
 template <>
 struct Conv<bool> {
@@ -180,18 +178,54 @@ struct Opt {
   std::optional<size_t> listSize_;
   std::function<std::string(const Value&)> check_;
 
-  Opt& unit(std::string u) { unit_ = std::move(u); return *this; }
-  Opt& check(std::function<std::string(const Value&)> f) { check_ = std::move(f); return *this; }
-  Opt& min(double v) { min_ = v; return *this; }
-  Opt& max(double v) { max_ = v; return *this; }
-  Opt& minExclusive(bool v) { minExclusive_ = v; return *this; }
-  Opt& file() { pathKind_ = PathKind::File; return *this; }
-  Opt& folder() { pathKind_ = PathKind::Folder; return *this; }
-  Opt& fileOrFolder() { pathKind_ = PathKind::FileOrFolder; return *this; }
-  Opt& saveFile() { pathKind_ = PathKind::SaveFile; return *this; }
-  Opt& scalarAsList(bool v) { scalarAsList_ = v; return *this; }
-  Opt& commaString(bool v) { commaString_ = v; return *this; }
-  Opt& listSize(size_t v) { listSize_ = v; return *this; }
+  Opt& unit(std::string u) {
+    unit_ = std::move(u);
+    return *this;
+  }
+  Opt& check(std::function<std::string(const Value&)> f) {
+    check_ = std::move(f);
+    return *this;
+  }
+  Opt& min(double v) {
+    min_ = v;
+    return *this;
+  }
+  Opt& max(double v) {
+    max_ = v;
+    return *this;
+  }
+  Opt& minExclusive(bool v) {
+    minExclusive_ = v;
+    return *this;
+  }
+  Opt& file() {
+    pathKind_ = PathKind::File;
+    return *this;
+  }
+  Opt& folder() {
+    pathKind_ = PathKind::Folder;
+    return *this;
+  }
+  Opt& fileOrFolder() {
+    pathKind_ = PathKind::FileOrFolder;
+    return *this;
+  }
+  Opt& saveFile() {
+    pathKind_ = PathKind::SaveFile;
+    return *this;
+  }
+  Opt& scalarAsList(bool v) {
+    scalarAsList_ = v;
+    return *this;
+  }
+  Opt& commaString(bool v) {
+    commaString_ = v;
+    return *this;
+  }
+  Opt& listSize(size_t v) {
+    listSize_ = v;
+    return *this;
+  }
 };
 
 template <class T>
@@ -241,8 +275,14 @@ class Builder {
   std::vector<KeySpec> keys_;
 };
 
-#define M(member) +[](RunConfig& c, size_t) -> auto& { return c.member; }
-#define D(member) +[](RunConfig& c, size_t i) -> auto& { return c.datasets.at(i).member; }
+#define M(member)                       \
+  +[](RunConfig & c, size_t) -> auto& { \
+    return c.member;                    \
+  }
+#define D(member)                         \
+  +[](RunConfig & c, size_t i) -> auto& { \
+    return c.datasets.at(i).member;       \
+  }
 
 std::vector<KeySpec> buildSchema() {
   Builder b;
@@ -254,8 +294,7 @@ std::vector<KeySpec> buildSchema() {
           const auto* s = std::get_if<std::string>(&v);
           return s ? runNameProblem(*s) : std::string();
         }))
-      .add("job.training_folder", M(job.trainingFolder), "Folder that receives one sub-folder per run",
-           Opt().folder());
+      .add("job.training_folder", M(job.trainingFolder), "Folder that receives one sub-folder per run", Opt().folder());
   // model
   b.add("model.name_or_path", M(model.nameOrPath),
         "FLUX checkpoint: a diffusers folder or a BFL .safetensors file (local; ignored with random_weights)",
@@ -268,17 +307,16 @@ std::vector<KeySpec> buildSchema() {
       .add("model.t5_path", M(model.t5Path),
            "With a single-file transformer: the T5-XXL text encoder file (t5xxl_fp16.safetensors)", Opt().file())
       .add("model.tokenizer_path", M(model.tokenizerPath),
-           "With single files: a folder holding tokenizer/ (CLIP) and tokenizer_2/ (T5), as in FLUX.1's diffusers folder",
+           "With single files: a folder holding tokenizer/ (CLIP) and tokenizer_2/ (T5), as in FLUX.1's diffusers "
+           "folder",
            Opt().folder())
       .add("model.is_flux", M(model.isFlux), "The model is a FLUX.1 transformer (the only family Strata trains)")
       .add("model.preset", M(model.preset),
            "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")
-      .add("model.num_layers", M(model.numLayers), "Override: number of double (joint) blocks",
-           Opt().min(1).max(1000))
+      .add("model.num_layers", M(model.numLayers), "Override: number of double (joint) blocks", Opt().min(1).max(1000))
       .add("model.num_single_layers", M(model.numSingleLayers), "Override: number of single blocks",
            Opt().min(0).max(1000))
-      .add("model.num_attention_heads", M(model.numAttentionHeads), "Override: attention heads",
-           Opt().min(1).max(1024))
+      .add("model.num_attention_heads", M(model.numAttentionHeads), "Override: attention heads", Opt().min(1).max(1024))
       .add("model.attention_head_dim", M(model.attentionHeadDim),
            "Override: width of one head (must equal the sum of axes_dims_rope)", Opt().min(2).max(4096))
       .add("model.in_channels", M(model.inChannels), "Override: packed latent channels (64 = 16 x 2 x 2)",
@@ -288,14 +326,15 @@ std::vector<KeySpec> buildSchema() {
       .add("model.pooled_projection_dim", M(model.pooledProjectionDim), "Override: CLIP pooled embedding width",
            Opt().min(1).max(65536))
       .add("model.axes_dims_rope", M(model.axesDimsRope),
-           "Override: rotary dims per position axis (empty = preset's, flux-dev: [16, 56, 56])",
-           Opt().min(0).max(4096))
+           "Override: rotary dims per position axis (empty = preset's, flux-dev: [16, 56, 56])", Opt().min(0).max(4096))
       .add("model.guidance_embeds", M(model.guidanceEmbeds), "Override: the model takes a guidance input (dev)")
       .add("model.random_weights", M(model.randomWeights),
            "Start from random weights instead of a checkpoint (demos and benchmarks)")
-      .add("model.quantize", M(model.quantize), "Quantize the frozen transformer blocks' Linear weights (model.qtype; docs/quantization.md)")
+      .add("model.quantize", M(model.quantize),
+           "Quantize the frozen transformer blocks' Linear weights (model.qtype; docs/quantization.md)")
       .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet: warned)")
-      .add("model.qtype", M(model.qtype), "int8 (per output row), qfloat8 (fp8 e4m3, per output row), float8_e4m3 (fp8 e4m3, per tensor)")
+      .add("model.qtype", M(model.qtype),
+           "int8 (per output row), qfloat8 (fp8 e4m3, per output row), float8_e4m3 (fp8 e4m3, per tensor)")
       .add("model.low_vram", M(model.lowVram),
            "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
@@ -362,18 +401,20 @@ std::vector<KeySpec> buildSchema() {
       .add("datasets[].num_repeats", D(numRepeats), "Each image of the folder counts this many times per epoch",
            Opt().min(1).max(10000))
       .add("datasets[].flip_x", D(flipX), "Also train on each image mirrored left-right")
-      .add("datasets[].resolution", D(resolution), "Training sizes (square, bucketed; multiples of 16, of 4 for shapes)",
+      .add("datasets[].resolution", D(resolution),
+           "Training sizes (square, bucketed; multiples of 16, of 4 for shapes)",
            Opt().unit("pixels").min(8).max(8192).scalarAsList(true))
-      .add("datasets[].num_items", D(numItems), "Items drawn by a synthetic or shapes dataset",
-           Opt().min(1).max(1e7))
-      .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk), "Cache VAE latents and text embeddings in the folder's _strata_cache (else in memory for the run)");
+      .add("datasets[].num_items", D(numItems), "Items drawn by a synthetic or shapes dataset", Opt().min(1).max(1e7))
+      .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk),
+           "Cache VAE latents and text embeddings in the folder's _strata_cache (else in memory for the run)");
   // sample
   b.add("sample.sample_every", M(sample.sampleEvery), "Sample images every N steps; 0 = never",
         Opt().unit("steps").min(0).max(1e8))
       .add("sample.prompts", M(sample.prompts), "Prompts to sample", Opt().scalarAsList(true))
       .add("sample.seed", M(sample.seed), "Sampling seed", Opt().min(0).max(9.2e18))
       .add("sample.walk_seed", M(sample.walkSeed), "Prompt i uses seed + i")
-      .add("sample.width", M(sample.width), "Sample width (multiple of 16; of 4 with a shapes dataset)", Opt().unit("pixels").min(16).max(8192))
+      .add("sample.width", M(sample.width), "Sample width (multiple of 16; of 4 with a shapes dataset)",
+           Opt().unit("pixels").min(16).max(8192))
       .add("sample.height", M(sample.height), "Sample height (multiple of 16; of 4 with a shapes dataset)",
            Opt().unit("pixels").min(16).max(8192))
       .add("sample.sample_steps", M(sample.sampleSteps), "Denoising steps per sample", Opt().min(1).max(1000))
@@ -385,8 +426,7 @@ std::vector<KeySpec> buildSchema() {
       .add("save.max_step_saves_to_keep", M(save.maxStepSavesToKeep), "Older step checkpoints are deleted",
            Opt().min(1).max(100000))
       .add("save.dtype", M(save.dtype), "dtype of the saved LoRA weights")
-      .add("save.export_formats", M(save.exportFormats), "LoRA files written at each save",
-           Opt().scalarAsList(true));
+      .add("save.export_formats", M(save.exportFormats), "LoRA files written at each save", Opt().scalarAsList(true));
   return b.take();
 }
 
@@ -395,8 +435,8 @@ std::vector<KeySpec> buildSchema() {
 
 // ---- how a form shows each key ------------------------------------------------
 
-const std::vector<std::string> kGroups = {"Run",     "Model",     "Model shape",    "Dataset", "LoRA", "Training",
-                                          "Optimizer", "Averaging (EMA)", "GPUs", "Samples", "Saving"};
+const std::vector<std::string> kGroups = {"Run",       "Model",           "Model shape", "Dataset", "LoRA",  "Training",
+                                          "Optimizer", "Averaging (EMA)", "GPUs",        "Samples", "Saving"};
 
 struct Look {
   const char* path;
@@ -504,16 +544,26 @@ const std::vector<std::string>& keyGroups() { return kGroups; }
 
 std::string keyTypeName(KeyType type) {
   switch (type) {
-    case KeyType::Bool: return "bool";
-    case KeyType::Int: return "int";
-    case KeyType::Float: return "float";
-    case KeyType::String: return "string";
-    case KeyType::Path: return "path";
-    case KeyType::Choice: return "choice";
-    case KeyType::IntList: return "int list";
-    case KeyType::FloatList: return "float list";
-    case KeyType::StringList: return "string list";
-    case KeyType::ChoiceList: return "choice list";
+    case KeyType::Bool:
+      return "bool";
+    case KeyType::Int:
+      return "int";
+    case KeyType::Float:
+      return "float";
+    case KeyType::String:
+      return "string";
+    case KeyType::Path:
+      return "path";
+    case KeyType::Choice:
+      return "choice";
+    case KeyType::IntList:
+      return "int list";
+    case KeyType::FloatList:
+      return "float list";
+    case KeyType::StringList:
+      return "string list";
+    case KeyType::ChoiceList:
+      return "choice list";
   }
   return "?";
 }
@@ -598,9 +648,7 @@ void setValue(RunConfig& cfg, std::string_view path, const Value& value) {
   }
 }
 
-std::string getValueText(const RunConfig& cfg, std::string_view path) {
-  return formatValue(getValue(cfg, path));
-}
+std::string getValueText(const RunConfig& cfg, std::string_view path) { return formatValue(getValue(cfg, path)); }
 
 void setValueText(RunConfig& cfg, std::string_view path, const std::string& text) {
   const KeySpec& k = requireKey(path);
@@ -702,10 +750,14 @@ size_t utf8At(const std::string& s, size_t i, uint32_t& cp) {
     cp = c;
     return 1;
   }
-  if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07;
-  else return 0;
+  if ((c & 0xE0) == 0xC0)
+    n = 2, cp = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0)
+    n = 3, cp = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0)
+    n = 4, cp = c & 0x07;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (size_t k = 1; k < n; ++k) {
     if ((b(i + k) & 0xC0) != 0x80) return 0;

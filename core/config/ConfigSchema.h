@@ -24,8 +24,8 @@ enum class KeyType {
   Int,
   Float,
   String,
-  Path,        // a string naming a file or folder
-  Choice,      // a string from `choices`
+  Path,    // a string naming a file or folder
+  Choice,  // a string from `choices`
   IntList,
   FloatList,
   StringList,
@@ -50,19 +50,19 @@ using Value = std::variant<std::monostate, bool, int64_t, double, std::string, s
                            std::vector<double>, std::vector<std::string>>;
 
 struct KeySpec {
-  std::string path;               // "train.lr", "datasets[].folder_path"
+  std::string path;  // "train.lr", "datasets[].folder_path"
   KeyType type = KeyType::String;
-  Value defaultValue;             // from a default-constructed RunConfig / DatasetConfig
-  std::string unit;               // "steps", "GB", "pixels", ... or empty
-  std::string doc;                // one line for a tooltip
-  std::optional<double> min;      // numbers and number lists (each element)
+  Value defaultValue;         // from a default-constructed RunConfig / DatasetConfig
+  std::string unit;           // "steps", "GB", "pixels", ... or empty
+  std::string doc;            // one line for a tooltip
+  std::optional<double> min;  // numbers and number lists (each element)
   std::optional<double> max;
-  bool minExclusive = false;      // (min, ...] rather than [min, ...]
+  bool minExclusive = false;         // (min, ...] rather than [min, ...]
   std::vector<std::string> choices;  // Choice / ChoiceList
-  bool nullable = false;          // may be unset (architecture overrides)
-  bool scalarAsList = false;      // a list key that also accepts one scalar ("16" -> [16])
-  bool commaString = false;       // a list key that also accepts "0,1,2,3" (gpu_ids)
-  std::optional<size_t> listSize; // fixed element count (betas: 2)
+  bool nullable = false;             // may be unset (architecture overrides)
+  bool scalarAsList = false;         // a list key that also accepts one scalar ("16" -> [16])
+  bool commaString = false;          // a list key that also accepts "0,1,2,3" (gpu_ids)
+  std::optional<size_t> listSize;    // fixed element count (betas: 2)
   // A further rule on the value (job.name: a folder name); the problem, or "".
   std::function<std::string(const Value&)> check;
 
@@ -72,8 +72,8 @@ struct KeySpec {
   // tooltip), the group it sits in, and whether it is one of the few settings
   // on the Basic page (the rest are Advanced). `modelShape`: an architecture
   // override, only of interest for a custom model.
-  std::string label;              // "Rank"
-  std::string group;              // "LoRA"
+  std::string label;  // "Rank"
+  std::string group;  // "LoRA"
   bool basic = false;
   bool modelShape = false;
 

@@ -11,10 +11,10 @@ namespace strata::config {
 
 struct LoadedConfig {
   RunConfig config;
-  SourceMap where;                  // line/column of every key that was written
-  std::vector<Problem> problems;    // from reading only; run validate() for the rules
-  bool fromAiToolkit = false;       // the file was an ai-toolkit job (`job: extension`)
-  bool readable = true;             // false: syntax error, empty or not a mapping (config = defaults)
+  SourceMap where;                // line/column of every key that was written
+  std::vector<Problem> problems;  // from reading only; run validate() for the rules
+  bool fromAiToolkit = false;     // the file was an ai-toolkit job (`job: extension`)
+  bool readable = true;           // false: syntax error, empty or not a mapping (config = defaults)
   bool ok() const { return !hasErrors(problems); }
 };
 

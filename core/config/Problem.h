@@ -35,9 +35,9 @@ class SourceMap {
 
 struct Problem {
   Severity severity = Severity::Error;
-  std::string key;      // "model.low_vram"; empty for file-level problems (syntax)
-  std::string file;     // the file, or an origin such as "--set train.lr=..."
-  int line = 0;         // 1-based, 0 = unknown
+  std::string key;   // "model.low_vram"; empty for file-level problems (syntax)
+  std::string file;  // the file, or an origin such as "--set train.lr=..."
+  int line = 0;      // 1-based, 0 = unknown
   int column = 0;
   std::string message;  // one line, no key prefix
   std::string hint;     // one line or empty

@@ -33,26 +33,24 @@ bool EmaConfig::operator==(const EmaConfig& o) const {
 }
 
 bool TrainConfig::operator==(const TrainConfig& o) const {
-  return std::tie(steps, batchSize, gradientAccumulationSteps, lr, lrScheduler, lrWarmupSteps, optimizer,
-                  weightDecay, betas, eps, maxGradNorm, dtype, gradientCheckpointing, timestepType, guidance,
-                  captionDropoutRate, seed, ema) ==
-         std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler, o.lrWarmupSteps,
-                  o.optimizer, o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype, o.gradientCheckpointing,
-                  o.timestepType, o.guidance, o.captionDropoutRate, o.seed, o.ema);
+  return std::tie(steps, batchSize, gradientAccumulationSteps, lr, lrScheduler, lrWarmupSteps, optimizer, weightDecay,
+                  betas, eps, maxGradNorm, dtype, gradientCheckpointing, timestepType, guidance, captionDropoutRate,
+                  seed, ema) == std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler,
+                                         o.lrWarmupSteps, o.optimizer, o.weightDecay, o.betas, o.eps, o.maxGradNorm,
+                                         o.dtype, o.gradientCheckpointing, o.timestepType, o.guidance,
+                                         o.captionDropoutRate, o.seed, o.ema);
 }
 
 bool DatasetConfig::operator==(const DatasetConfig& o) const {
   return std::tie(type, folderPath, captionExt, defaultCaption, triggerWord, numRepeats, flipX, resolution, numItems,
-                  cacheLatentsToDisk) ==
-         std::tie(o.type, o.folderPath, o.captionExt, o.defaultCaption, o.triggerWord, o.numRepeats, o.flipX,
-                  o.resolution, o.numItems,
-                  o.cacheLatentsToDisk);
+                  cacheLatentsToDisk) == std::tie(o.type, o.folderPath, o.captionExt, o.defaultCaption, o.triggerWord,
+                                                  o.numRepeats, o.flipX, o.resolution, o.numItems,
+                                                  o.cacheLatentsToDisk);
 }
 
 bool SampleConfig::operator==(const SampleConfig& o) const {
   return std::tie(sampleEvery, prompts, seed, walkSeed, width, height, sampleSteps, guidanceScale) ==
-         std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps,
-                  o.guidanceScale);
+         std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps, o.guidanceScale);
 }
 
 bool SaveConfig::operator==(const SaveConfig& o) const {

@@ -18,16 +18,16 @@ namespace strata::config {
 
 // ---- choices ---------------------------------------------------------------
 
-enum class ModelPreset { Auto, FluxDev, Tiny };             // "" | flux-dev | tiny
-enum class ComputeDevice { Auto, Cpu, Cuda };               // auto | cpu | cuda
-enum class PlacementMode { ParamCount, Memory };            // param_count | memory
-enum class NetworkType { Lora };                            // lora
-enum class LrScheduler { Constant, Warmup, Cosine, Linear };  // constant | warmup | cosine | linear
-enum class OptimizerType { AdamW };                         // adamw
-enum class DType { BF16, FP16, FP32 };                      // bf16 | fp16 | fp32
-enum class TimestepType { Sigmoid, Uniform, Shift };        // sigmoid | uniform | shift
+enum class ModelPreset { Auto, FluxDev, Tiny };                 // "" | flux-dev | tiny
+enum class ComputeDevice { Auto, Cpu, Cuda };                   // auto | cpu | cuda
+enum class PlacementMode { ParamCount, Memory };                // param_count | memory
+enum class NetworkType { Lora };                                // lora
+enum class LrScheduler { Constant, Warmup, Cosine, Linear };    // constant | warmup | cosine | linear
+enum class OptimizerType { AdamW };                             // adamw
+enum class DType { BF16, FP16, FP32 };                          // bf16 | fp16 | fp32
+enum class TimestepType { Sigmoid, Uniform, Shift };            // sigmoid | uniform | shift
 enum class DatasetType { Images, Latents, Synthetic, Shapes };  // images | latents | synthetic | shapes
-enum class ExportFormat { Diffusers, Kohya, Comfy };        // diffusers | kohya | comfy
+enum class ExportFormat { Diffusers, Kohya, Comfy };            // diffusers | kohya | comfy
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -42,10 +42,10 @@ struct EnumName {
 template <class E>
 struct EnumTraits;  // specialised below: static constexpr std::array<EnumName<E>, N> kNames
 
-#define STRATA_ENUM_NAMES(E, N, ...)                                            \
-  template <>                                                                   \
-  struct EnumTraits<E> {                                                        \
-    static constexpr std::array<EnumName<E>, N> kNames{{__VA_ARGS__}};          \
+#define STRATA_ENUM_NAMES(E, N, ...)                                   \
+  template <>                                                          \
+  struct EnumTraits<E> {                                               \
+    static constexpr std::array<EnumName<E>, N> kNames{{__VA_ARGS__}}; \
   }
 
 STRATA_ENUM_NAMES(ModelPreset, 4, {ModelPreset::Auto, "", false}, {ModelPreset::FluxDev, "flux-dev", false},
@@ -58,18 +58,16 @@ STRATA_ENUM_NAMES(NetworkType, 1, {NetworkType::Lora, "lora", false});
 STRATA_ENUM_NAMES(LrScheduler, 5, {LrScheduler::Constant, "constant", false}, {LrScheduler::Warmup, "warmup", false},
                   {LrScheduler::Cosine, "cosine", false}, {LrScheduler::Linear, "linear", false},
                   {LrScheduler::Warmup, "constant_with_warmup", true});
-STRATA_ENUM_NAMES(OptimizerType, 2, {OptimizerType::AdamW, "adamw", false},
-                  {OptimizerType::AdamW, "AdamW", true});
-STRATA_ENUM_NAMES(DType, 9, {DType::BF16, "bf16", false}, {DType::FP16, "fp16", false},
-                  {DType::FP32, "fp32", false}, {DType::BF16, "bfloat16", true}, {DType::FP16, "float16", true},
-                  {DType::FP32, "float32", true}, {DType::FP16, "half", true}, {DType::FP32, "float", true},
-                  {DType::FP32, "full", true});
-STRATA_ENUM_NAMES(TimestepType, 3, {TimestepType::Sigmoid, "sigmoid", false},
-                  {TimestepType::Uniform, "uniform", false}, {TimestepType::Shift, "shift", false});
+STRATA_ENUM_NAMES(OptimizerType, 2, {OptimizerType::AdamW, "adamw", false}, {OptimizerType::AdamW, "AdamW", true});
+STRATA_ENUM_NAMES(DType, 9, {DType::BF16, "bf16", false}, {DType::FP16, "fp16", false}, {DType::FP32, "fp32", false},
+                  {DType::BF16, "bfloat16", true}, {DType::FP16, "float16", true}, {DType::FP32, "float32", true},
+                  {DType::FP16, "half", true}, {DType::FP32, "float", true}, {DType::FP32, "full", true});
+STRATA_ENUM_NAMES(TimestepType, 3, {TimestepType::Sigmoid, "sigmoid", false}, {TimestepType::Uniform, "uniform", false},
+                  {TimestepType::Shift, "shift", false});
 STRATA_ENUM_NAMES(DatasetType, 4, {DatasetType::Images, "images", false}, {DatasetType::Latents, "latents", false},
                   {DatasetType::Synthetic, "synthetic", false}, {DatasetType::Shapes, "shapes", false});
-STRATA_ENUM_NAMES(ExportFormat, 3, {ExportFormat::Diffusers, "diffusers", false},
-                  {ExportFormat::Kohya, "kohya", false}, {ExportFormat::Comfy, "comfy", false});
+STRATA_ENUM_NAMES(ExportFormat, 3, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
+                  {ExportFormat::Comfy, "comfy", false});
 
 #undef STRATA_ENUM_NAMES
 
@@ -101,13 +99,13 @@ std::vector<std::string> enumChoices() {
 // ---- sections --------------------------------------------------------------
 
 struct JobConfig {
-  std::string name = "strata_lora";        // job.name: run folder name and LoRA file stem
-  std::string trainingFolder = "output";   // job.training_folder: parent folder of run folders
+  std::string name = "strata_lora";       // job.name: run folder name and LoRA file stem
+  std::string trainingFolder = "output";  // job.training_folder: parent folder of run folders
   bool operator==(const JobConfig& o) const;
 };
 
 struct ModelConfig {
-  std::string nameOrPath;                  // model.name_or_path: diffusers folder or BFL .safetensors
+  std::string nameOrPath;  // model.name_or_path: diffusers folder or BFL .safetensors
   // With a BFL single file: the rest of the pipeline as single files (ComfyUI layout).
   std::string vaePath;                     // model.vae_path: ae.safetensors
   std::string clipPath;                    // model.clip_path: clip_l.safetensors
@@ -116,27 +114,27 @@ struct ModelConfig {
   bool isFlux = true;                      // model.is_flux
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
   // Architecture overrides on top of the preset (model.num_layers, ...); unset = preset's value.
-  std::optional<int64_t> numLayers;              // double blocks
-  std::optional<int64_t> numSingleLayers;        // single blocks
+  std::optional<int64_t> numLayers;        // double blocks
+  std::optional<int64_t> numSingleLayers;  // single blocks
   std::optional<int64_t> numAttentionHeads;
   std::optional<int64_t> attentionHeadDim;
   std::optional<int64_t> inChannels;
   std::optional<int64_t> jointAttentionDim;
   std::optional<int64_t> pooledProjectionDim;
-  std::vector<int64_t> axesDimsRope;             // model.axes_dims_rope; empty = preset's
+  std::vector<int64_t> axesDimsRope;  // model.axes_dims_rope; empty = preset's
   std::optional<bool> guidanceEmbeds;
-  bool randomWeights = false;              // model.random_weights: random init, no checkpoint read
-  bool quantize = false;                   // model.quantize: base transformer weights
-  bool quantizeTe = false;                 // model.quantize_te: text encoders
-  std::string qtype = "qfloat8";           // model.qtype
-  bool lowVram = false;                    // model.low_vram
-  ComputeDevice device = ComputeDevice::Auto;  // model.device
-  bool splitModelOverGpus = false;         // model.split_model_over_gpus
-  double splitModelOtherModuleParamCountScale = 0.3;  // model.split_model_other_module_param_count_scale
-  std::vector<int> gpuIds;                 // model.gpu_ids: "0,1,2,3" or [0, 1, 2, 3]; empty = all visible
+  bool randomWeights = false;                           // model.random_weights: random init, no checkpoint read
+  bool quantize = false;                                // model.quantize: base transformer weights
+  bool quantizeTe = false;                              // model.quantize_te: text encoders
+  std::string qtype = "qfloat8";                        // model.qtype
+  bool lowVram = false;                                 // model.low_vram
+  ComputeDevice device = ComputeDevice::Auto;           // model.device
+  bool splitModelOverGpus = false;                      // model.split_model_over_gpus
+  double splitModelOtherModuleParamCountScale = 0.3;    // model.split_model_other_module_param_count_scale
+  std::vector<int> gpuIds;                              // model.gpu_ids: "0,1,2,3" or [0, 1, 2, 3]; empty = all visible
   PlacementMode placement = PlacementMode::ParamCount;  // model.placement
-  std::vector<double> gpuMemoryLimitGb;    // model.gpu_memory_limit_gb: one value = every device; empty = no cap
-  double memoryReserveGb = 1.0;            // model.memory_reserve_gb: kept free per device (context, workspace)
+  std::vector<double> gpuMemoryLimitGb;  // model.gpu_memory_limit_gb: one value = every device; empty = no cap
+  double memoryReserveGb = 1.0;          // model.memory_reserve_gb: kept free per device (context, workspace)
   bool operator==(const ModelConfig& o) const;
 };
 
@@ -150,31 +148,31 @@ struct NetworkConfig {
 };
 
 struct EmaConfig {
-  bool useEma = false;                     // train.ema_config.use_ema
-  double emaDecay = 0.99;                  // train.ema_config.ema_decay
-  int64_t updateEvery = 1;                 // train.ema_config.update_every (steps)
+  bool useEma = false;      // train.ema_config.use_ema
+  double emaDecay = 0.99;   // train.ema_config.ema_decay
+  int64_t updateEvery = 1;  // train.ema_config.update_every (steps)
   bool operator==(const EmaConfig& o) const;
 };
 
 struct TrainConfig {
-  int64_t steps = 2000;                    // train.steps
-  int64_t batchSize = 1;                   // train.batch_size
-  int64_t gradientAccumulationSteps = 1;   // train.gradient_accumulation_steps
-  double lr = 1e-4;                        // train.lr
-  LrScheduler lrScheduler = LrScheduler::Constant;  // train.lr_scheduler
-  int64_t lrWarmupSteps = 0;               // train.lr_warmup_steps
-  OptimizerType optimizer = OptimizerType::AdamW;   // train.optimizer
-  double weightDecay = 1e-4;               // train.weight_decay
-  std::vector<double> betas{0.9, 0.999};   // train.betas
-  double eps = 1e-8;                       // train.eps
-  double maxGradNorm = 1.0;                // train.max_grad_norm; 0 = no clipping
-  DType dtype = DType::BF16;               // train.dtype: base weights and activations (LoRA stays fp32)
-  bool gradientCheckpointing = true;       // train.gradient_checkpointing
+  int64_t steps = 2000;                               // train.steps
+  int64_t batchSize = 1;                              // train.batch_size
+  int64_t gradientAccumulationSteps = 1;              // train.gradient_accumulation_steps
+  double lr = 1e-4;                                   // train.lr
+  LrScheduler lrScheduler = LrScheduler::Constant;    // train.lr_scheduler
+  int64_t lrWarmupSteps = 0;                          // train.lr_warmup_steps
+  OptimizerType optimizer = OptimizerType::AdamW;     // train.optimizer
+  double weightDecay = 1e-4;                          // train.weight_decay
+  std::vector<double> betas{0.9, 0.999};              // train.betas
+  double eps = 1e-8;                                  // train.eps
+  double maxGradNorm = 1.0;                           // train.max_grad_norm; 0 = no clipping
+  DType dtype = DType::BF16;                          // train.dtype: base weights and activations (LoRA stays fp32)
+  bool gradientCheckpointing = true;                  // train.gradient_checkpointing
   TimestepType timestepType = TimestepType::Sigmoid;  // train.timestep_type
-  double guidance = 1.0;                   // train.guidance: guidance input while training (dev)
-  double captionDropoutRate = 0.05;        // train.caption_dropout_rate
-  int64_t seed = 42;                       // train.seed
-  EmaConfig ema;                           // train.ema_config
+  double guidance = 1.0;                              // train.guidance: guidance input while training (dev)
+  double captionDropoutRate = 0.05;                   // train.caption_dropout_rate
+  int64_t seed = 42;                                  // train.seed
+  EmaConfig ema;                                      // train.ema_config
   bool operator==(const TrainConfig& o) const;
 };
 
@@ -193,21 +191,21 @@ struct DatasetConfig {
 };
 
 struct SampleConfig {
-  int64_t sampleEvery = 250;               // sample.sample_every (steps); 0 = never
-  std::vector<std::string> prompts;        // sample.prompts
-  int64_t seed = 42;                       // sample.seed
-  bool walkSeed = true;                    // sample.walk_seed: prompt i uses seed + i
-  int64_t width = 1024;                    // sample.width (pixels)
-  int64_t height = 1024;                   // sample.height (pixels)
-  int64_t sampleSteps = 20;                // sample.sample_steps
-  double guidanceScale = 4.0;              // sample.guidance_scale
+  int64_t sampleEvery = 250;         // sample.sample_every (steps); 0 = never
+  std::vector<std::string> prompts;  // sample.prompts
+  int64_t seed = 42;                 // sample.seed
+  bool walkSeed = true;              // sample.walk_seed: prompt i uses seed + i
+  int64_t width = 1024;              // sample.width (pixels)
+  int64_t height = 1024;             // sample.height (pixels)
+  int64_t sampleSteps = 20;          // sample.sample_steps
+  double guidanceScale = 4.0;        // sample.guidance_scale
   bool operator==(const SampleConfig& o) const;
 };
 
 struct SaveConfig {
-  int64_t saveEvery = 250;                 // save.save_every (steps); 0 = only at the end
-  int64_t maxStepSavesToKeep = 4;          // save.max_step_saves_to_keep
-  DType dtype = DType::FP16;               // save.dtype of the exported LoRA
+  int64_t saveEvery = 250;                                           // save.save_every (steps); 0 = only at the end
+  int64_t maxStepSavesToKeep = 4;                                    // save.max_step_saves_to_keep
+  DType dtype = DType::FP16;                                         // save.dtype of the exported LoRA
   std::vector<ExportFormat> exportFormats{ExportFormat::Diffusers};  // save.export_formats
   bool operator==(const SaveConfig& o) const;
 };

@@ -55,8 +55,8 @@ LoadedConfig parseRunConfig(const std::string& yamlText, const std::string& file
                    std::string("YAML error: ") + e.msg);
   }
   if (reader.unknownKeysLeftOut() > 0)
-    reader.problem(Severity::Warning, "", {}, std::to_string(reader.unknownKeysLeftOut()) +
-                                                  " more unknown keys (ignored) not listed");
+    reader.problem(Severity::Warning, "", {},
+                   std::to_string(reader.unknownKeysLeftOut()) + " more unknown keys (ignored) not listed");
   return out;
 }
 
@@ -181,9 +181,7 @@ std::string toYaml(const RunConfig& cfg) {
   return std::string(out.c_str()) + "\n";
 }
 
-void saveRunConfig(const RunConfig& cfg, const std::filesystem::path& path) {
-  io::writeFileAtomic(path, toYaml(cfg));
-}
+void saveRunConfig(const RunConfig& cfg, const std::filesystem::path& path) { io::writeFileAtomic(path, toYaml(cfg)); }
 
 void applyOverrides(LoadedConfig& loaded, const std::vector<std::string>& assignments) {
   YamlReader reader(loaded);

@@ -88,8 +88,8 @@ class Checker {
           const bool low = spec.min && (spec.minExclusive ? !(x > *spec.min) : !(x >= *spec.min));
           const bool high = spec.max && !(x <= *spec.max);
           if (low || high || std::isnan(x)) {
-            error(key, formatNumber(x) + " is out of range", "allowed: " + spec.rangeText() +
-                                                                 (spec.unit.empty() ? "" : " " + spec.unit));
+            error(key, formatNumber(x) + " is out of range",
+                  "allowed: " + spec.rangeText() + (spec.unit.empty() ? "" : " " + spec.unit));
             break;
           }
         }
@@ -154,8 +154,7 @@ class Checker {
         break;
       }
 
-    if (onCpu && !m.gpuIds.empty())
-      warning("model.gpu_ids", "ignored: model.device is cpu" + lineOf("model.device"));
+    if (onCpu && !m.gpuIds.empty()) warning("model.gpu_ids", "ignored: model.device is cpu" + lineOf("model.device"));
 
     // On the CPU, fp16 needs a LibTorch with fp16 CPU kernels (a property of this
     // build, not of the config); without them step 1 would fail in the first Linear.
@@ -169,8 +168,8 @@ class Checker {
 
     if (m.splitModelOverGpus) {
       if (onCpu) {
-        error("model.split_model_over_gpus", "a split needs CUDA devices, but model.device is cpu" +
-                                                 lineOf("model.device"),
+        error("model.split_model_over_gpus",
+              "a split needs CUDA devices, but model.device is cpu" + lineOf("model.device"),
               "set device: auto or cuda, or split_model_over_gpus: false");
       } else if (seen.size() == 1) {
         error("model.gpu_ids", "split_model_over_gpus needs at least two GPUs, gpu_ids lists one",
@@ -217,9 +216,9 @@ class Checker {
     for (size_t i = 0; i < sel.devices.size(); ++i) {
       const auto& d = sel.devices[i];
       if (d.simulated && d.totalBytes > 0 && caps.capBytes[i] > d.totalBytes) {
-        warning("model.gpu_memory_limit_gb",
-                "cap " + device::formatBytes(caps.capBytes[i]) + " is above " + d.label() + "'s " +
-                    device::formatBytes(d.totalBytes) + "; the device's memory is the limit");
+        warning("model.gpu_memory_limit_gb", "cap " + device::formatBytes(caps.capBytes[i]) + " is above " + d.label() +
+                                                 "'s " + device::formatBytes(d.totalBytes) +
+                                                 "; the device's memory is the limit");
         break;
       }
     }
@@ -246,8 +245,8 @@ class Checker {
     // fp8 weights are dequantized per matmul, so any card with float8 dtypes runs
     // them; only fp8 matmuls (not done yet) would need sm_89+.
     if (m.quantizeTe)
-      warning("model.quantize_te", "the text encoders are not quantized yet: they stay in " +
-                                       enumName(cfg_.train.dtype),
+      warning("model.quantize_te",
+              "the text encoders are not quantized yet: they stay in " + enumName(cfg_.train.dtype),
               "set quantize_te: false to silence this");
   }
 
@@ -263,8 +262,8 @@ class Checker {
         if (!why.empty() && why != "no such file or folder") {
           error("model.name_or_path", m.nameOrPath + ": " + why);
         } else if (!why.empty()) {
-          const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos &&
-                                     m.nameOrPath.front() != '/' && m.nameOrPath.front() != '.' &&
+          const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos && m.nameOrPath.front() != '/' &&
+                                     m.nameOrPath.front() != '.' &&
                                      std::count(m.nameOrPath.begin(), m.nameOrPath.end(), '/') == 1;
           error("model.name_or_path", "not found: " + m.nameOrPath,
                 looksLikeRepo ? "Strata reads local files only: download the repository first and give its folder"
@@ -278,10 +277,9 @@ class Checker {
       const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
       std::error_code ec;
       if (d.folderPath.empty()) {
-        error(key, "a " + enumName(d.type) + " dataset needs a folder", "set folder_path to the folder of the " +
-                                                                             std::string(d.type == DatasetType::Images
-                                                                                             ? "images and captions"
-                                                                                             : "cached latents"));
+        error(key, "a " + enumName(d.type) + " dataset needs a folder",
+              "set folder_path to the folder of the " +
+                  std::string(d.type == DatasetType::Images ? "images and captions" : "cached latents"));
       } else if (const std::string why = io::pathProblem(d.folderPath); !why.empty()) {
         error(key, why == "no such file or folder" ? "folder not found: " + d.folderPath : d.folderPath + ": " + why);
       } else if (!fs::is_directory(d.folderPath, ec)) {
@@ -342,7 +340,8 @@ class Checker {
   void sampling() {
     const SampleConfig& s = cfg_.sample;
     if (s.sampleEvery > 0 && s.prompts.empty())
-      error("sample.sample_every", "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
+      error("sample.sample_every",
+            "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
             "add sample.prompts, or set sample_every: 0");
     const bool shapes = !cfg_.datasets.empty() && cfg_.datasets.front().type == DatasetType::Shapes;
     const int64_t multiple = shapes ? 4 : 16;
@@ -401,7 +400,7 @@ std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& optio
 }
 
 std::vector<Problem> validateLoaded(const LoadedConfig& loaded, std::optional<std::vector<device::DeviceInfo>> devices,
-                                   bool checkPaths) {
+                                    bool checkPaths) {
   std::vector<Problem> out = loaded.problems;
   if (!loaded.readable) return out;  // the rules would only complain about defaults
   ValidateOptions opt;

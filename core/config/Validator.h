@@ -32,8 +32,8 @@ std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& optio
 
 // loaded.problems (reading) followed by validate(loaded.config) with loaded.where.
 std::vector<Problem> validateLoaded(const LoadedConfig& loaded,
-                                   std::optional<std::vector<device::DeviceInfo>> devices = std::nullopt,
-                                   bool checkPaths = true);
+                                    std::optional<std::vector<device::DeviceInfo>> devices = std::nullopt,
+                                    bool checkPaths = true);
 
 // model.device, model.gpu_ids and model.split_model_over_gpus as a device
 // request: what device::selectDevices resolves for the validator and prepareRun.

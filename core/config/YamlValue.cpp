@@ -60,26 +60,41 @@ std::string trim(const std::string& s) {
 
 KeyType elementType(KeyType t) {
   switch (t) {
-    case KeyType::IntList: return KeyType::Int;
-    case KeyType::FloatList: return KeyType::Float;
-    case KeyType::StringList: return KeyType::String;
-    case KeyType::ChoiceList: return KeyType::Choice;
-    default: return t;
+    case KeyType::IntList:
+      return KeyType::Int;
+    case KeyType::FloatList:
+      return KeyType::Float;
+    case KeyType::StringList:
+      return KeyType::String;
+    case KeyType::ChoiceList:
+      return KeyType::Choice;
+    default:
+      return t;
   }
 }
 
 const char* expected(KeyType t) {
   switch (t) {
-    case KeyType::Bool: return "true or false";
-    case KeyType::Int: return "an integer";
-    case KeyType::Float: return "a number";
-    case KeyType::String: return "a string";
-    case KeyType::Path: return "a path";
-    case KeyType::Choice: return "a string";
-    case KeyType::IntList: return "a list of integers";
-    case KeyType::FloatList: return "a list of numbers";
-    case KeyType::StringList: return "a list of strings";
-    case KeyType::ChoiceList: return "a list of strings";
+    case KeyType::Bool:
+      return "true or false";
+    case KeyType::Int:
+      return "an integer";
+    case KeyType::Float:
+      return "a number";
+    case KeyType::String:
+      return "a string";
+    case KeyType::Path:
+      return "a path";
+    case KeyType::Choice:
+      return "a string";
+    case KeyType::IntList:
+      return "a list of integers";
+    case KeyType::FloatList:
+      return "a list of numbers";
+    case KeyType::StringList:
+      return "a list of strings";
+    case KeyType::ChoiceList:
+      return "a list of strings";
   }
   return "?";
 }
@@ -129,8 +144,8 @@ std::string excerpt(const std::string& text, size_t maxChars) {
 
 std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, std::string& error) {
   const KeyType t = key.type;
-  const bool isList = t == KeyType::IntList || t == KeyType::FloatList || t == KeyType::StringList ||
-                      t == KeyType::ChoiceList;
+  const bool isList =
+      t == KeyType::IntList || t == KeyType::FloatList || t == KeyType::StringList || t == KeyType::ChoiceList;
   if (isNull(node)) {
     if (key.nullable) return Value{};
     if (t == KeyType::String || t == KeyType::Path) return Value{std::string()};
@@ -188,9 +203,12 @@ std::optional<Value> valueFromYaml(const KeySpec& key, const YAML::Node& node, s
       error = std::string("expected ") + expected(t) + ", got the element '" + s + "'";
       return std::nullopt;
     }
-    if (auto* i = std::get_if<int64_t>(&*v)) ints.push_back(*i);
-    else if (auto* d = std::get_if<double>(&*v)) doubles.push_back(*d);
-    else strings.push_back(std::get<std::string>(*v));
+    if (auto* i = std::get_if<int64_t>(&*v))
+      ints.push_back(*i);
+    else if (auto* d = std::get_if<double>(&*v))
+      doubles.push_back(*d);
+    else
+      strings.push_back(std::get<std::string>(*v));
   }
   if (t == KeyType::IntList) return Value{ints};
   if (t == KeyType::FloatList) return Value{doubles};
@@ -205,8 +223,8 @@ SourcePos posOf(const YAML::Node& node) {
   return SourcePos{m.line + 1, m.column + 1, ""};
 }
 
-void YamlReader::problem(Severity severity, const std::string& key, const SourcePos& pos,
-                         const std::string& message, const std::string& hint) {
+void YamlReader::problem(Severity severity, const std::string& key, const SourcePos& pos, const std::string& message,
+                         const std::string& hint) {
   Problem p;
   p.severity = severity;
   p.key = key;
@@ -236,8 +254,8 @@ void YamlReader::apply(const KeySpec& spec, size_t datasetIndex, const std::stri
   std::string error;
   std::optional<Value> v = valueFromYaml(spec, value, error);
   if (!v) {
-    problem(Severity::Error, concretePath, pos, error, "type: " + keyTypeName(spec.type) +
-                                                            (spec.rangeText().empty() ? "" : ", " + spec.rangeText()));
+    problem(Severity::Error, concretePath, pos, error,
+            "type: " + keyTypeName(spec.type) + (spec.rangeText().empty() ? "" : ", " + spec.rangeText()));
     return;
   }
   try {
@@ -252,10 +270,14 @@ void YamlReader::apply(const KeySpec& spec, size_t datasetIndex, const std::stri
 std::string YamlReader::suggestKey(const std::string& patternPath) {
   // Keys that live elsewhere in Strata than where people (and the seed report) write them.
   static const std::map<std::string, std::string> kMoved = {
-      {"train.rank", "network.linear"},        {"train.alpha", "network.linear_alpha"},
-      {"network.rank", "network.linear"},      {"network.alpha", "network.linear_alpha"},
-      {"train.gpu_ids", "model.gpu_ids"},      {"gpu_ids", "model.gpu_ids"},
-      {"train.low_vram", "model.low_vram"},    {"train.use_ema", "train.ema_config.use_ema"},
+      {"train.rank", "network.linear"},
+      {"train.alpha", "network.linear_alpha"},
+      {"network.rank", "network.linear"},
+      {"network.alpha", "network.linear_alpha"},
+      {"train.gpu_ids", "model.gpu_ids"},
+      {"gpu_ids", "model.gpu_ids"},
+      {"train.low_vram", "model.low_vram"},
+      {"train.use_ema", "train.ema_config.use_ema"},
       {"train.ema_decay", "train.ema_config.ema_decay"},
       {"datasets[].caption_dropout_rate", "train.caption_dropout_rate"},
       {"train.learning_rate", "train.lr"},
@@ -301,8 +323,8 @@ void YamlReader::readMap(const YAML::Node& map, const std::string& patternPrefix
     const YAML::Node value = it->second;
     const SourcePos pos = posOf(keyNode);
     if (!keyNode.IsScalar()) {
-      problem(Severity::Error, concretePrefix.empty() ? "" : concretePrefix.substr(0, concretePrefix.size() - 1),
-              pos, "a key must be a plain name, got " + describeNode(keyNode));
+      problem(Severity::Error, concretePrefix.empty() ? "" : concretePrefix.substr(0, concretePrefix.size() - 1), pos,
+              "a key must be a plain name, got " + describeNode(keyNode));
       continue;
     }
     const std::string name = keyNode.Scalar();
@@ -365,8 +387,8 @@ void YamlReader::readDatasets(const YAML::Node& list, const SourcePos& pos) {
     const SourcePos entryPos = posOf(entry);
     out_.where.set(concrete, entryPos);
     if (!entry.IsMap()) {
-      problem(Severity::Error, concrete, entryPos, "expected a mapping (type, folder_path, ...), got " +
-                                                       describeNode(entry));
+      problem(Severity::Error, concrete, entryPos,
+              "expected a mapping (type, folder_path, ...), got " + describeNode(entry));
       continue;
     }
     readMap(entry, "datasets[].", concrete + ".", i);

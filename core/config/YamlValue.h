@@ -63,7 +63,9 @@ class YamlReader {
   // Unknown keys beyond the first kListedUnknownKeys get no warning each;
   // this many were left out (one summary warning says so).
   static constexpr size_t kListedUnknownKeys = 20;
-  size_t unknownKeysLeftOut() const { return unknownKeys_ > kListedUnknownKeys ? unknownKeys_ - kListedUnknownKeys : 0; }
+  size_t unknownKeysLeftOut() const {
+    return unknownKeys_ > kListedUnknownKeys ? unknownKeys_ - kListedUnknownKeys : 0;
+  }
 
  private:
   LoadedConfig& out_;

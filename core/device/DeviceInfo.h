@@ -6,12 +6,12 @@
 namespace strata::device {
 
 struct DeviceInfo {
-  int index = -1;              // CUDA ordinal; -1 for the CPU
-  std::string name;            // "NVIDIA H200", "cpu", "simulated 16GB"
-  int ccMajor = 0;             // compute capability; 0 for the CPU
+  int index = -1;    // CUDA ordinal; -1 for the CPU
+  std::string name;  // "NVIDIA H200", "cpu", "simulated 16GB"
+  int ccMajor = 0;   // compute capability; 0 for the CPU
   int ccMinor = 0;
-  int64_t totalBytes = 0;      // physical memory of the device
-  bool simulated = false;      // from a --devices spec, not this machine
+  int64_t totalBytes = 0;  // physical memory of the device
+  bool simulated = false;  // from a --devices spec, not this machine
 
   bool isCpu() const { return index < 0; }
   // bf16 matmuls need sm_80 (Ampere) or later; the CPU always has them.

@@ -59,14 +59,20 @@ int64_t parseByteSize(const std::string& text) {
   if (*end != '\0' || errno == ERANGE || !std::isfinite(value))
     throw ConfigError("size '" + text + "': '" + number + "' is not a number");
   const std::string unit = trim(t.substr(pos));
-  static const std::map<std::string, double> kUnits = {
-      {"b", 1.0},         {"kb", 1e3},          {"mb", 1e6},          {"gb", 1e9},
-      {"tb", 1e12},       {"kib", 1024.0},      {"mib", 1048576.0},   {"gib", 1073741824.0},
-      {"tib", 1099511627776.0}, {"g", 1e9},     {"m", 1e6}};
+  static const std::map<std::string, double> kUnits = {{"b", 1.0},
+                                                       {"kb", 1e3},
+                                                       {"mb", 1e6},
+                                                       {"gb", 1e9},
+                                                       {"tb", 1e12},
+                                                       {"kib", 1024.0},
+                                                       {"mib", 1048576.0},
+                                                       {"gib", 1073741824.0},
+                                                       {"tib", 1099511627776.0},
+                                                       {"g", 1e9},
+                                                       {"m", 1e6}};
   auto it = kUnits.find(unit);
   if (it == kUnits.end()) {
-    throw ConfigError("size '" + text + "': unknown unit '" + unit +
-                      "' (use GB, GiB, MB, MiB, TB)");
+    throw ConfigError("size '" + text + "': unknown unit '" + unit + "' (use GB, GiB, MB, MiB, TB)");
   }
   if (!(value > 0)) throw ConfigError("size '" + text + "': must be positive");
   // Checked before the conversion: beyond int64 a size would wrap to a negative one.
@@ -114,10 +120,8 @@ std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec) {
     const size_t x = it.find('x');
     if (x != std::string::npos) {
       const std::string countText = trim(it.substr(0, x));
-      if (countText.empty() ||
-          countText.find_first_not_of("0123456789") != std::string::npos) {
-        throw ConfigError("--devices '" + spec + "': item '" + raw +
-                          "' should be COUNTxSIZE, e.g. 4x16GB");
+      if (countText.empty() || countText.find_first_not_of("0123456789") != std::string::npos) {
+        throw ConfigError("--devices '" + spec + "': item '" + raw + "' should be COUNTxSIZE, e.g. 4x16GB");
       }
       // At most two digits matter (1..64); a longer text would overflow stoll.
       count = countText.size() > 3 ? 0 : std::stoll(countText);
@@ -197,8 +201,7 @@ MemoryFigures memoryFigures(int index) {
   if (index >= static_cast<int>(c10::cuda::device_count())) return f;
   ensureCudaAllocatorReady();
   // Stat index 0 is the aggregate over pool types in every LibTorch version.
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
-      static_cast<c10::DeviceIndex>(index));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   f.allocatedBytes = stats.allocated_bytes[0].current;
   f.reservedBytes = stats.reserved_bytes[0].current;
   f.peakAllocatedBytes = stats.allocated_bytes[0].peak;
@@ -221,8 +224,7 @@ MemoryFigures memoryFigures(int index) {
 void setMemoryCap(int index, int64_t capBytes) {
 #ifdef STRATA_HAS_CUDA
   if (index < 0 || index >= static_cast<int>(c10::cuda::device_count())) {
-    throw PlacementError("memory cap for cuda:" + std::to_string(index) +
-                         ": no such device (this machine has " +
+    throw PlacementError("memory cap for cuda:" + std::to_string(index) + ": no such device (this machine has " +
                          std::to_string(c10::cuda::device_count()) + ")");
   }
   ensureCudaAllocatorReady();
@@ -230,18 +232,19 @@ void setMemoryCap(int index, int64_t capBytes) {
   cudaGetDeviceProperties(&prop, index);
   const auto total = static_cast<int64_t>(prop.totalGlobalMem);
   if (capBytes > total) {
-    throw PlacementError("memory cap " + formatBytes(capBytes) + " for cuda:" +
-                         std::to_string(index) + " exceeds its memory " + formatBytes(total));
+    throw PlacementError("memory cap " + formatBytes(capBytes) + " for cuda:" + std::to_string(index) +
+                         " exceeds its memory " + formatBytes(total));
   }
   const double fraction = capBytes > 0 ? static_cast<double>(capBytes) / static_cast<double>(total) : 1.0;
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
-                                                     static_cast<c10::DeviceIndex>(index));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
   std::lock_guard<std::mutex> lock(gCapMutex);
-  if (capBytes > 0) gCaps[index] = capBytes; else gCaps.erase(index);
+  if (capBytes > 0)
+    gCaps[index] = capBytes;
+  else
+    gCaps.erase(index);
 #else
   (void)capBytes;
-  throw PlacementError("memory cap for cuda:" + std::to_string(index) +
-                       ": this build of Strata has no CUDA");
+  throw PlacementError("memory cap for cuda:" + std::to_string(index) + ": this build of Strata has no CUDA");
 #endif
 }
 
@@ -289,8 +292,7 @@ bool cpuHasHalfMatmul() {
 
 bool isOutOfMemory(const std::exception& e) {
   const std::string what = e.what();
-  return what.find("out of memory") != std::string::npos ||
-         what.find("Out of memory") != std::string::npos ||
+  return what.find("out of memory") != std::string::npos || what.find("Out of memory") != std::string::npos ||
          what.find("OutOfMemory") != std::string::npos;
 }
 
@@ -313,15 +315,13 @@ void rethrowWithCapContext(const std::string& where) {
     }
     std::ostringstream msg;
     msg << where << ": out of memory on "
-        << (index >= 0 ? "cuda:" + std::to_string(index) : std::string("a CUDA device"))
-        << " while allocating " << request;
+        << (index >= 0 ? "cuda:" + std::to_string(index) : std::string("a CUDA device")) << " while allocating "
+        << request;
     auto describe = [&](int i) {
       const MemoryFigures f = memoryFigures(i);
-      msg << "; cuda:" << i << " cap "
-          << (f.capBytes > 0 ? formatBytes(f.capBytes) : std::string("none"))
-          << ", in use " << formatBytes(f.allocatedBytes) << " allocated / "
-          << formatBytes(f.reservedBytes) << " reserved, device total "
-          << formatBytes(f.totalBytes);
+      msg << "; cuda:" << i << " cap " << (f.capBytes > 0 ? formatBytes(f.capBytes) : std::string("none"))
+          << ", in use " << formatBytes(f.allocatedBytes) << " allocated / " << formatBytes(f.reservedBytes)
+          << " reserved, device total " << formatBytes(f.totalBytes);
     };
     if (index >= 0) {
       describe(index);

@@ -37,14 +37,14 @@ using strata::formatBytes;
 
 // What a device's memory looks like now, as this process sees it.
 struct MemoryFigures {
-  int64_t allocatedBytes = 0;  // held by live tensors (caching allocator)
-  int64_t reservedBytes = 0;   // held by the caching allocator (allocated + cached)
-  int64_t capBytes = 0;        // this process's cap; 0 = none
+  int64_t allocatedBytes = 0;      // held by live tensors (caching allocator)
+  int64_t reservedBytes = 0;       // held by the caching allocator (allocated + cached)
+  int64_t capBytes = 0;            // this process's cap; 0 = none
   int64_t peakAllocatedBytes = 0;  // since the start or resetPeakMemory
   int64_t peakReservedBytes = 0;
-  int64_t totalBytes = 0;      // physical memory
-  int64_t freeBytes = 0;       // free on the device (all processes), 0 when unknown
-  bool known = false;          // false for simulated devices and the CPU
+  int64_t totalBytes = 0;  // physical memory
+  int64_t freeBytes = 0;   // free on the device (all processes), 0 when unknown
+  bool known = false;      // false for simulated devices and the CPU
 };
 
 // Starts the peak figures of CUDA device `index` afresh (no-op without CUDA).

@@ -47,8 +47,8 @@ DeviceSelection selectDevices(const DeviceRequest& r, const std::vector<DeviceIn
   }
   if (r.kind == ComputeKind::Cpu || (r.kind == ComputeKind::Auto && gpus.empty() && r.gpuIds.empty())) {
     if (r.split && r.kind != ComputeKind::Cpu)
-      s.problems.push_back({SelectionIssue::TooFewForSplit, -1,
-                            "a split needs at least two GPUs, this machine has " + count});
+      s.problems.push_back(
+          {SelectionIssue::TooFewForSplit, -1, "a split needs at least two GPUs, this machine has " + count});
     else
       s.devices.push_back(cpuOf(inventory));
     return s;
@@ -69,10 +69,10 @@ DeviceSelection selectDevices(const DeviceRequest& r, const std::vector<DeviceIn
   if (!r.split) {
     chosen.resize(1);
   } else if (chosen.size() < 2) {
-    s.problems.push_back({SelectionIssue::TooFewForSplit, -1,
-                          "a split needs at least two GPUs, " +
-                              (r.gpuIds.empty() ? "this machine has " + count
-                                                : std::to_string(chosen.size()) + " selected")});
+    s.problems.push_back(
+        {SelectionIssue::TooFewForSplit, -1,
+         "a split needs at least two GPUs, " +
+             (r.gpuIds.empty() ? "this machine has " + count : std::to_string(chosen.size()) + " selected")});
     return s;
   } else {
     // A spec's cpu is an offload target after the GPUs.
@@ -106,8 +106,8 @@ DeviceCaps resolveCaps(const std::vector<DeviceInfo>& devices, const std::vector
     // A simulated card smaller than its cap is just that card (plan --devices 2x8GB
     // with a 16 GB cap); a real one cannot be capped above its memory.
     if (!d.simulated && d.totalBytes > 0 && bytes > d.totalBytes && c.problem.empty())
-      c.problem = "cap " + formatBytes(bytes) + " for " + d.label() + " exceeds its memory " +
-                  formatBytes(d.totalBytes);
+      c.problem =
+          "cap " + formatBytes(bytes) + " for " + d.label() + " exceeds its memory " + formatBytes(d.totalBytes);
   }
   return c;
 }

@@ -17,7 +17,7 @@ struct Inventory {
   bool simulated = false;
   std::string source;  // "this machine", "simulated (--devices 4x16GB)"
 };
-Inventory thisMachine();                            // listDevices()
+Inventory thisMachine();                                // listDevices()
 Inventory simulatedInventory(const std::string& spec);  // parseDeviceSpec; throws ConfigError
 
 enum class ComputeKind { Auto, Cpu, Cuda };

@@ -26,12 +26,12 @@ struct StartedEvent {
 };
 
 struct StepEvent {
-  int64_t step = 0;          // 1-based: the optimizer step just finished
+  int64_t step = 0;  // 1-based: the optimizer step just finished
   int64_t totalSteps = 0;
-  double loss = 0.0;         // this step's mean loss over its micro-batches
-  double lossSmoothed = 0.0; // exponential moving average (bias corrected)
+  double loss = 0.0;          // this step's mean loss over its micro-batches
+  double lossSmoothed = 0.0;  // exponential moving average (bias corrected)
   double lr = 0.0;
-  double gradNorm = 0.0;     // total norm before clipping
+  double gradNorm = 0.0;  // total norm before clipping
   double stepTimeMs = 0.0;
   double imagesPerSec = 0.0;
   double etaSeconds = 0.0;
@@ -48,11 +48,11 @@ struct AttachmentBytes {
 // One placement unit (stem, block, head), where it lives and what it holds,
 // measured from the live tensors when the event was made.
 struct PlacedBlock {
-  std::string id;      // "transformer_blocks.3", "stem", "head"
-  std::string kind;    // "stem", "double", "single", "head"
-  std::string device;  // "cuda:1"
-  int64_t paramBytes = 0;                   // parameters and buffers of its modules
-  int64_t attachmentBytes = 0;              // sum of `attachments`
+  std::string id;                            // "transformer_blocks.3", "stem", "head"
+  std::string kind;                          // "stem", "double", "single", "head"
+  std::string device;                        // "cuda:1"
+  int64_t paramBytes = 0;                    // parameters and buffers of its modules
+  int64_t attachmentBytes = 0;               // sum of `attachments`
   std::vector<AttachmentBytes> attachments;  // per kind, kinds with none left out
 };
 
@@ -148,8 +148,8 @@ struct FailedEvent {
 };
 
 using Event = std::variant<StartedEvent, StepEvent, PlacementEvent, SampleEvent, CheckpointEvent, ExportEvent,
-                           WarningEvent, PreflightFailedEvent, PausedEvent, ResumedEvent, StoppedEvent,
-                           FinishedEvent, FailedEvent, DatasetEvent, CacheProgressEvent>;
+                           WarningEvent, PreflightFailedEvent, PausedEvent, ResumedEvent, StoppedEvent, FinishedEvent,
+                           FailedEvent, DatasetEvent, CacheProgressEvent>;
 
 // "step", "placement", ... (for logs and tests).
 const char* eventName(const Event& event);

@@ -42,12 +42,18 @@ std::string pathProblem(const std::filesystem::path& path) {
   if (::stat(path.c_str(), &st) == 0) return "";
   const int err = errno;
   switch (err) {
-    case ENOENT: return "no such file or folder";
-    case ELOOP: return "a loop of symbolic links";
-    case ENOTDIR: return "a part of the path is not a folder";
-    case EACCES: return "permission denied";
-    case ENAMETOOLONG: return "the path is too long";
-    default: return std::strerror(err);
+    case ENOENT:
+      return "no such file or folder";
+    case ELOOP:
+      return "a loop of symbolic links";
+    case ENOTDIR:
+      return "a part of the path is not a folder";
+    case EACCES:
+      return "permission denied";
+    case ENAMETOOLONG:
+      return "the path is too long";
+    default:
+      return std::strerror(err);
   }
 }
 

@@ -189,8 +189,9 @@ DecodedImage decodePng(const std::string& bytes, const std::string& source, bool
     std::free(job.pixels);
     throw IoError(source + ": corrupt PNG: " + job.error);
   }
-  image.pixels = at::from_blob(job.pixels, {job.height, job.width, job.channels}, [](void* p) { std::free(p); },
-                               at::TensorOptions().dtype(at::kByte));
+  image.pixels = at::from_blob(
+      job.pixels, {job.height, job.width, job.channels}, [](void* p) { std::free(p); },
+      at::TensorOptions().dtype(at::kByte));
   return image;
 }
 
@@ -288,8 +289,9 @@ DecodedImage decodeJpeg(const std::string& bytes, const std::string& source, boo
     throw IoError(source + ": corrupt JPEG: " + job->errors.error);
   }
   DecodedImage image;
-  image.pixels = at::from_blob(job->pixels, {job->height, job->width, job->channels}, [](void* p) { std::free(p); },
-                               at::TensorOptions().dtype(at::kByte));
+  image.pixels = at::from_blob(
+      job->pixels, {job->height, job->width, job->channels}, [](void* p) { std::free(p); },
+      at::TensorOptions().dtype(at::kByte));
   return image;
 }
 
@@ -336,11 +338,16 @@ bool isUtf8(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
     const unsigned char c = s[i];
     std::size_t extra = 0;
-    if (c < 0x80) extra = 0;
-    else if (c >= 0xc2 && c <= 0xdf) extra = 1;
-    else if ((c & 0xf0) == 0xe0) extra = 2;
-    else if (c >= 0xf0 && c <= 0xf4) extra = 3;
-    else return false;
+    if (c < 0x80)
+      extra = 0;
+    else if (c >= 0xc2 && c <= 0xdf)
+      extra = 1;
+    else if ((c & 0xf0) == 0xe0)
+      extra = 2;
+    else if (c >= 0xf0 && c <= 0xf4)
+      extra = 3;
+    else
+      return false;
     if (extra > s.size() - 1 - i) return false;
     for (std::size_t k = 1; k <= extra; ++k)
       if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
@@ -377,8 +384,10 @@ std::string encodePng(const at::Tensor& image, const ImageText& text, const std:
     chunk.compression = isAscii(value) ? PNG_TEXT_COMPRESSION_NONE : PNG_ITXT_COMPRESSION_NONE;
     chunk.key = keys.back().data();
     chunk.text = values.back().data();
-    if (chunk.compression == PNG_TEXT_COMPRESSION_NONE) chunk.text_length = value.size();
-    else chunk.itxt_length = value.size();
+    if (chunk.compression == PNG_TEXT_COMPRESSION_NONE)
+      chunk.text_length = value.size();
+    else
+      chunk.itxt_length = value.size();
     chunks.push_back(chunk);
   }
   std::string out;
@@ -405,8 +414,7 @@ DecodedImage decodeWebp(const std::string& bytes, const std::string& source, boo
   const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
   int width = 0, height = 0;
   if (!WebPGetInfo(data, bytes.size(), &width, &height)) throw IoError(source + ": corrupt or truncated WebP image");
-  if (width > kMaxImageSide || height > kMaxImageSide ||
-      static_cast<std::int64_t>(width) * height > kMaxImagePixels)
+  if (width > kMaxImageSide || height > kMaxImageSide || static_cast<std::int64_t>(width) * height > kMaxImagePixels)
     throw IoError(source + ": WebP image is too large (" + std::to_string(width) + "x" + std::to_string(height) + ")");
   DecodedImage out;
   out.pixels = at::empty({height, width, 3}, at::kByte);  // [H, W, 3]; alpha dropped
@@ -473,14 +481,22 @@ at::Tensor applyExifOrientation(const at::Tensor& hwc, int orientation) {
   // The EXIF table: 2 mirror, 3 rotate 180, 4 flip vertical, 5 transpose,
   // 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise.
   switch (orientation) {
-    case 2: return hwc.flip({1}).contiguous();
-    case 3: return hwc.flip({0, 1}).contiguous();
-    case 4: return hwc.flip({0}).contiguous();
-    case 5: return hwc.transpose(0, 1).contiguous();             // [W, H, C]
-    case 6: return hwc.transpose(0, 1).flip({1}).contiguous();   // [W, H, C]
-    case 7: return hwc.transpose(0, 1).flip({0, 1}).contiguous();
-    case 8: return hwc.transpose(0, 1).flip({0}).contiguous();
-    default: return hwc;
+    case 2:
+      return hwc.flip({1}).contiguous();
+    case 3:
+      return hwc.flip({0, 1}).contiguous();
+    case 4:
+      return hwc.flip({0}).contiguous();
+    case 5:
+      return hwc.transpose(0, 1).contiguous();  // [W, H, C]
+    case 6:
+      return hwc.transpose(0, 1).flip({1}).contiguous();  // [W, H, C]
+    case 7:
+      return hwc.transpose(0, 1).flip({0, 1}).contiguous();
+    case 8:
+      return hwc.transpose(0, 1).flip({0}).contiguous();
+    default:
+      return hwc;
   }
 }
 
@@ -490,13 +506,13 @@ DecodedImage decodeImage(const std::string& bytes, const std::string& sourceName
   if (bytes.empty()) throw IoError(sourceName + ": the image file is empty");
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), kPngMagic, 8) == 0) return decodePng(bytes, sourceName, forceRgb);
   if (bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xff &&
-      static_cast<unsigned char>(bytes[1]) == 0xd8 && static_cast<unsigned char>(bytes[2]) == 0xff)
-  {
+      static_cast<unsigned char>(bytes[1]) == 0xd8 && static_cast<unsigned char>(bytes[2]) == 0xff) {
     DecodedImage out = decodeJpeg(bytes, sourceName, forceRgb);
     out.orientation = jpegExifOrientation(bytes);
     return out;
   }
-  if (bytes.size() >= 12 && std::memcmp(bytes.data(), "RIFF", 4) == 0 && std::memcmp(bytes.data() + 8, "WEBP", 4) == 0) {
+  if (bytes.size() >= 12 && std::memcmp(bytes.data(), "RIFF", 4) == 0 &&
+      std::memcmp(bytes.data() + 8, "WEBP", 4) == 0) {
 #ifdef STRATA_HAS_WEBP
     return decodeWebp(bytes, sourceName, forceRgb);
 #else

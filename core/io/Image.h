@@ -21,8 +21,8 @@ enum class ImageChannels {
 };
 
 struct DecodedImage {
-  at::Tensor pixels;  // uint8 [H, W, C], C = 1 or 3; alpha is dropped
-  ImageText text;     // PNG tEXt/zTXt/iTXt chunks; empty for JPEG
+  at::Tensor pixels;    // uint8 [H, W, C], C = 1 or 3; alpha is dropped
+  ImageText text;       // PNG tEXt/zTXt/iTXt chunks; empty for JPEG
   int orientation = 1;  // EXIF orientation tag 1..8 of a JPEG (1 = as stored); `pixels` are NOT rotated
 };
 

@@ -34,11 +34,11 @@ struct DtypeRow {
 };
 
 constexpr DtypeRow kDtypes[] = {
-    {SafetensorsDtype::F64, "F64", 8},  {SafetensorsDtype::F32, "F32", 4},
-    {SafetensorsDtype::F16, "F16", 2},  {SafetensorsDtype::BF16, "BF16", 2},
-    {SafetensorsDtype::I64, "I64", 8},  {SafetensorsDtype::I32, "I32", 4},
-    {SafetensorsDtype::I16, "I16", 2},  {SafetensorsDtype::I8, "I8", 1},
-    {SafetensorsDtype::U8, "U8", 1},    {SafetensorsDtype::BOOL, "BOOL", 1},
+    {SafetensorsDtype::F64, "F64", 8},         {SafetensorsDtype::F32, "F32", 4},
+    {SafetensorsDtype::F16, "F16", 2},         {SafetensorsDtype::BF16, "BF16", 2},
+    {SafetensorsDtype::I64, "I64", 8},         {SafetensorsDtype::I32, "I32", 4},
+    {SafetensorsDtype::I16, "I16", 2},         {SafetensorsDtype::I8, "I8", 1},
+    {SafetensorsDtype::U8, "U8", 1},           {SafetensorsDtype::BOOL, "BOOL", 1},
     {SafetensorsDtype::F8_E4M3, "F8_E4M3", 1}, {SafetensorsDtype::F8_E5M2, "F8_E5M2", 1},
 };
 
@@ -61,19 +61,31 @@ std::optional<SafetensorsDtype> dtypeFromName(std::string_view name) {
 
 at::ScalarType toScalarType(SafetensorsDtype dtype) {
   switch (dtype) {
-    case SafetensorsDtype::F64: return at::kDouble;
-    case SafetensorsDtype::F32: return at::kFloat;
-    case SafetensorsDtype::F16: return at::kHalf;
-    case SafetensorsDtype::BF16: return at::kBFloat16;
-    case SafetensorsDtype::I64: return at::kLong;
-    case SafetensorsDtype::I32: return at::kInt;
-    case SafetensorsDtype::I16: return at::kShort;
-    case SafetensorsDtype::I8: return at::kChar;
-    case SafetensorsDtype::U8: return at::kByte;
-    case SafetensorsDtype::BOOL: return at::kBool;
+    case SafetensorsDtype::F64:
+      return at::kDouble;
+    case SafetensorsDtype::F32:
+      return at::kFloat;
+    case SafetensorsDtype::F16:
+      return at::kHalf;
+    case SafetensorsDtype::BF16:
+      return at::kBFloat16;
+    case SafetensorsDtype::I64:
+      return at::kLong;
+    case SafetensorsDtype::I32:
+      return at::kInt;
+    case SafetensorsDtype::I16:
+      return at::kShort;
+    case SafetensorsDtype::I8:
+      return at::kChar;
+    case SafetensorsDtype::U8:
+      return at::kByte;
+    case SafetensorsDtype::BOOL:
+      return at::kBool;
 #if STRATA_TORCH_AT_LEAST(2, 1)
-    case SafetensorsDtype::F8_E4M3: return at::ScalarType::Float8_e4m3fn;
-    case SafetensorsDtype::F8_E5M2: return at::ScalarType::Float8_e5m2;
+    case SafetensorsDtype::F8_E4M3:
+      return at::ScalarType::Float8_e4m3fn;
+    case SafetensorsDtype::F8_E5M2:
+      return at::ScalarType::Float8_e5m2;
 #else
     case SafetensorsDtype::F8_E4M3:
     case SafetensorsDtype::F8_E5M2:
@@ -86,21 +98,34 @@ at::ScalarType toScalarType(SafetensorsDtype dtype) {
 
 SafetensorsDtype fromScalarType(at::ScalarType type) {
   switch (type) {
-    case at::kDouble: return SafetensorsDtype::F64;
-    case at::kFloat: return SafetensorsDtype::F32;
-    case at::kHalf: return SafetensorsDtype::F16;
-    case at::kBFloat16: return SafetensorsDtype::BF16;
-    case at::kLong: return SafetensorsDtype::I64;
-    case at::kInt: return SafetensorsDtype::I32;
-    case at::kShort: return SafetensorsDtype::I16;
-    case at::kChar: return SafetensorsDtype::I8;
-    case at::kByte: return SafetensorsDtype::U8;
-    case at::kBool: return SafetensorsDtype::BOOL;
+    case at::kDouble:
+      return SafetensorsDtype::F64;
+    case at::kFloat:
+      return SafetensorsDtype::F32;
+    case at::kHalf:
+      return SafetensorsDtype::F16;
+    case at::kBFloat16:
+      return SafetensorsDtype::BF16;
+    case at::kLong:
+      return SafetensorsDtype::I64;
+    case at::kInt:
+      return SafetensorsDtype::I32;
+    case at::kShort:
+      return SafetensorsDtype::I16;
+    case at::kChar:
+      return SafetensorsDtype::I8;
+    case at::kByte:
+      return SafetensorsDtype::U8;
+    case at::kBool:
+      return SafetensorsDtype::BOOL;
 #if STRATA_TORCH_AT_LEAST(2, 1)
-    case at::ScalarType::Float8_e4m3fn: return SafetensorsDtype::F8_E4M3;
-    case at::ScalarType::Float8_e5m2: return SafetensorsDtype::F8_E5M2;
+    case at::ScalarType::Float8_e4m3fn:
+      return SafetensorsDtype::F8_E4M3;
+    case at::ScalarType::Float8_e5m2:
+      return SafetensorsDtype::F8_E5M2;
 #endif
-    default: break;
+    default:
+      break;
   }
   throw IoError(std::string("safetensors cannot store dtype ") + c10::toString(type));
 }
@@ -176,7 +201,9 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
 
   bool start_object(std::size_t) override {
     switch (state_) {
-      case State::Start: state_ = State::TopKeys; return true;
+      case State::Start:
+        state_ = State::TopKeys;
+        return true;
       case State::TopValue:
         if (key_ == "__metadata__") {
           state_ = State::MetaKeys;
@@ -188,7 +215,8 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
           state_ = State::EntryKeys;
         }
         return true;
-      default: return unexpected("an object");
+      default:
+        return unexpected("an object");
     }
   }
   bool key(string_t& k) override {
@@ -210,13 +238,18 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
         field_ = k;
         state_ = State::EntryValue;
         return true;
-      default: return fail("unexpected key '" + k + "'");
+      default:
+        return fail("unexpected key '" + k + "'");
     }
   }
   bool end_object() override {
     switch (state_) {
-      case State::TopKeys: state_ = State::Done; return true;
-      case State::MetaKeys: state_ = State::TopKeys; return true;
+      case State::TopKeys:
+        state_ = State::Done;
+        return true;
+      case State::MetaKeys:
+        state_ = State::TopKeys;
+        return true;
       case State::EntryKeys: {
         for (const char* f : {"dtype", "shape", "data_offsets"})
           if (!fields_.count(f)) return fail(entryWhere() + "missing field '" + f + "'");
@@ -224,7 +257,8 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
         state_ = State::TopKeys;
         return true;
       }
-      default: return fail("unexpected end of object");
+      default:
+        return fail("unexpected end of object");
     }
   }
   bool start_array(std::size_t) override {
@@ -261,7 +295,18 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
   bool done() const { return state_ == State::Done; }
 
  private:
-  enum class State { Start, TopKeys, TopValue, MetaKeys, MetaValue, EntryKeys, EntryValue, ShapeArray, OffsetsArray, Done };
+  enum class State {
+    Start,
+    TopKeys,
+    TopValue,
+    MetaKeys,
+    MetaValue,
+    EntryKeys,
+    EntryValue,
+    ShapeArray,
+    OffsetsArray,
+    Done
+  };
 
   bool fail(std::string message) {
     if (error.empty()) error = std::move(message);
@@ -271,15 +316,21 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
 
   bool unexpected(const std::string& what) {
     switch (state_) {
-      case State::Start: return fail("the header is not a JSON object (it starts with " + what + ")");
+      case State::Start:
+        return fail("the header is not a JSON object (it starts with " + what + ")");
       case State::TopValue:
         if (key_ == "__metadata__") return fail("__metadata__ is " + what + ", not an object of strings");
         return fail("tensor '" + key_ + "': entry is " + what + ", not an object");
-      case State::MetaValue: return fail("__metadata__ value of '" + key_ + "' is " + what + ", not a string");
-      case State::EntryValue: return fail(entryWhere() + "field '" + field_ + "' is " + what);
-      case State::ShapeArray: return fail(entryWhere() + "shape holds " + what + ", not a non-negative integer");
-      case State::OffsetsArray: return fail(entryWhere() + "data_offsets holds " + what + ", not a non-negative integer");
-      default: return fail("unexpected " + what);
+      case State::MetaValue:
+        return fail("__metadata__ value of '" + key_ + "' is " + what + ", not a string");
+      case State::EntryValue:
+        return fail(entryWhere() + "field '" + field_ + "' is " + what);
+      case State::ShapeArray:
+        return fail(entryWhere() + "shape holds " + what + ", not a non-negative integer");
+      case State::OffsetsArray:
+        return fail(entryWhere() + "data_offsets holds " + what + ", not a non-negative integer");
+      default:
+        return fail("unexpected " + what);
     }
   }
 
@@ -287,7 +338,8 @@ class HeaderSax final : public nlohmann::json_sax<Json> {
     entry_.beginBytes = offsets_[0];
     entry_.endBytes = offsets_[1];
     const std::string span = "[" + std::to_string(offsets_[0]) + ", " + std::to_string(offsets_[1]) + "]";
-    if (entry_.beginBytes > entry_.endBytes) return fail(entryWhere() + "data_offsets " + span + " end before they begin");
+    if (entry_.beginBytes > entry_.endBytes)
+      return fail(entryWhere() + "data_offsets " + span + " end before they begin");
     if (entry_.endBytes > out_.dataSizeBytes)
       return fail(entryWhere() + "data_offsets " + span + " lie outside the data area of " +
                   std::to_string(out_.dataSizeBytes) + " bytes");
@@ -409,8 +461,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   ::close(fd);  // the mapping stays valid without the descriptor
 
   SafetensorsFile file;
-  file.header_ = std::make_shared<const SafetensorsHeader>(
-      parseSafetensorsHeader(mapping->data, mapping->sizeBytes, name));
+  file.header_ =
+      std::make_shared<const SafetensorsHeader>(parseSafetensorsHeader(mapping->data, mapping->sizeBytes, name));
   file.mapping_ = std::move(mapping);
   file.path_ = path;
   return file;
@@ -468,7 +520,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   const bool aligned = reinterpret_cast<std::uintptr_t>(p) % dtypeSizeBytes(ti.dtype) == 0;
   if (!aligned || !mapping_->writable) return tensorCopy(name);
   std::shared_ptr<const Mapping> keepAlive = mapping_;
-  return at::from_blob(p, ti.shape, [keepAlive](void*) mutable { keepAlive.reset(); }, options);
+  return at::from_blob(
+      p, ti.shape, [keepAlive](void*) mutable { keepAlive.reset(); }, options);
 }
 
 at::Tensor SafetensorsFile::tensorCopy(const std::string& name) const {
@@ -491,8 +544,7 @@ std::map<std::string, at::Tensor> loadSafetensors(const std::filesystem::path& p
 
 // ---------------------------------------------------------------- writer
 
-void writeSafetensors(const std::filesystem::path& path,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+void writeSafetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const std::string where = path.string() + ": ";
   struct Entry {

@@ -22,7 +22,7 @@ namespace strata::io {
 // read) but become tensors only where LibTorch has float8 (compat::kHasFloat8).
 enum class SafetensorsDtype { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2 };
 
-std::string_view dtypeName(SafetensorsDtype dtype);              // "F32", ...
+std::string_view dtypeName(SafetensorsDtype dtype);  // "F32", ...
 std::size_t dtypeSizeBytes(SafetensorsDtype dtype);
 std::optional<SafetensorsDtype> dtypeFromName(std::string_view name);
 // Throws IoError for F8_* where LibTorch has no float8.
@@ -96,8 +96,7 @@ class SafetensorsFile {
 // atomically. Header keys are sorted, the header is padded with spaces to 8
 // bytes, and every tensor starts aligned to its element size. Throws IoError on
 // duplicate or reserved names, unsupported dtypes or a failed write.
-void writeSafetensors(const std::filesystem::path& path,
-                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+void writeSafetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // Every tensor of the file, keyed by name (zero-copy where possible).

@@ -46,8 +46,8 @@ at::Tensor LoraMultiplier::apply(const at::Tensor& delta) const {
   return out * m.reshape(shape);  // [B, 1, ...]
 }
 
-LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank,
-                         double alpha, double dropout, std::shared_ptr<const LoraMultiplier> multiplier)
+LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha,
+                         double dropout, std::shared_ptr<const LoraMultiplier> multiplier)
     : hostPath_(std::move(hostPath)),
       host_(std::move(host)),
       rank_(rank),
@@ -66,7 +66,8 @@ LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> h
   }
   const auto device = host_->weight.device();
   down = register_parameter("lora_A", downInit.to(device));
-  up = register_parameter("lora_B", at::zeros({host_->outFeatures(), rank_}, at::TensorOptions(at::kFloat).device(device)));
+  up = register_parameter("lora_B",
+                          at::zeros({host_->outFeatures(), rank_}, at::TensorOptions(at::kFloat).device(device)));
 }
 
 at::Tensor LoraAdapter::delta(const at::Tensor& input, const at::Tensor& /*baseOutput*/) {
@@ -85,8 +86,8 @@ at::Tensor LoraAdapter::deltaWeight() const {
 void LoraAdapter::setWeights(const at::Tensor& newDown, const at::Tensor& newUp) {
   if (newDown.sizes() != down.sizes() || newUp.sizes() != up.sizes()) {
     std::ostringstream os;
-    os << "LoRA adapter for '" << hostPath_ << "': expected down " << down.sizes() << " and up "
-       << up.sizes() << ", got " << newDown.sizes() << " and " << newUp.sizes();
+    os << "LoRA adapter for '" << hostPath_ << "': expected down " << down.sizes() << " and up " << up.sizes()
+       << ", got " << newDown.sizes() << " and " << newUp.sizes();
     throw LoadError(os.str());
   }
   torch::NoGradGuard noGrad;

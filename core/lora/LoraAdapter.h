@@ -42,8 +42,8 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   // New adapter for `host`: down kaiming-uniform(a = sqrt 5) drawn on the CPU
   // (placement-independent for a seed), up zeros, both float32 on the host
   // weight's device (seed bug 1).
-  LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha,
-              double dropout, std::shared_ptr<const LoraMultiplier> multiplier);
+  LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha, double dropout,
+              std::shared_ptr<const LoraMultiplier> multiplier);
 
   // y-delta for input x: [..., in] -> [..., out], in x's dtype. Used by the host's forward.
   at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) override;

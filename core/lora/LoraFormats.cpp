@@ -26,8 +26,8 @@ struct Suffix {
 };
 
 constexpr Suffix kSuffixes[] = {
-    {".lora_A.weight", Role::Down},    {".lora_B.weight", Role::Up}, {".lora_down.weight", Role::Down},
-    {".lora_up.weight", Role::Up},     {".alpha", Role::Alpha},
+    {".lora_A.weight", Role::Down}, {".lora_B.weight", Role::Up}, {".lora_down.weight", Role::Down},
+    {".lora_up.weight", Role::Up},  {".alpha", Role::Alpha},
 };
 
 constexpr const char* kPeftMetadataKey = "lora_adapter_metadata";
@@ -128,8 +128,7 @@ void splitFused(const RawGroup& g, double alpha, const std::vector<std::pair<std
                 std::vector<LoraModuleWeights>& out) {
   const int64_t rank = g.down.size(0);
   std::vector<at::Tensor> used;  // per part: bool [R], columns of up its rows use
-  for (const auto& [path, slot] : parts)
-    used.push_back(g.up.narrow(0, slot.rowOffset, slot.rows).ne(0).any(0));
+  for (const auto& [path, slot] : parts) used.push_back(g.up.narrow(0, slot.rowOffset, slot.rows).ne(0).any(0));
   const at::Tensor useCount = at::stack(used).to(at::kLong).sum(0);  // [R]
   const bool disjoint = useCount.le(1).all().item<bool>() && useCount.gt(0).any().item<bool>();
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -230,8 +229,8 @@ LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tens
                       (g.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)") + " weight");
     }
     if (g.down.dim() != 2 || g.up.dim() != 2 || g.up.size(1) != g.down.size(0)) {
-      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down.sizes()) + " and '" +
-                      g.upKey + "' " + shapeText(g.up.sizes()) + " are not a LoRA pair ([r, in] and [out, r])");
+      throw LoadError(sourceName + ": keys '" + g.downKey + "' " + shapeText(g.down.sizes()) + " and '" + g.upKey +
+                      "' " + shapeText(g.up.sizes()) + " are not a LoRA pair ([r, in] and [out, r])");
     }
     const int64_t rank = g.down.size(0);
 
@@ -376,8 +375,8 @@ std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::
                                                                      at::ScalarType dtype) {
   const std::string what = std::string("LoRA export (") + toString(format) + ")";
   if (!hasFormat(rules, format))
-    throw Error(what + ": " + rules.familyName() + " LoRAs have no " + toString(format) + " form (they have: " +
-                formatList(rules) + ")");
+    throw Error(what + ": " + rules.familyName() + " LoRAs have no " + toString(format) +
+                " form (they have: " + formatList(rules) + ")");
   // Group by stem, in the order of first appearance.
   std::vector<std::string> order;
   std::map<std::string, std::vector<std::pair<const LoraModuleWeights*, nn::LoraSlot>>> groups;
@@ -415,15 +414,15 @@ std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::
 }
 
 std::map<std::string, std::string> loraMetadataForExport(const std::vector<LoraModuleWeights>& modules,
-                                                         const nn::LoraNameRules& rules,
-                                                         const LoraExportOptions& o) {
+                                                         const nn::LoraNameRules& rules, const LoraExportOptions& o) {
   double commonAlpha = 0.0;
   const int64_t commonRank = mostCommonRank(modules, &commonAlpha);
   const int64_t rank = o.rank > 0 ? o.rank : commonRank;
   const double alpha = o.alpha > 0.0 ? o.alpha : commonAlpha;
   std::map<std::string, std::string> meta;
   meta["format"] = "pt";
-  meta["software"] = nlohmann::json{{"name", "Strata"}, {"version", o.softwareVersion.empty() ? "unknown" : o.softwareVersion}}.dump();
+  meta["software"] =
+      nlohmann::json{{"name", "Strata"}, {"version", o.softwareVersion.empty() ? "unknown" : o.softwareVersion}}.dump();
   meta["strata_lora_format"] = toString(o.format);
   meta["ss_network_dim"] = std::to_string(rank);
   meta["ss_network_alpha"] = numberText(alpha);
@@ -471,8 +470,8 @@ void writeLoraFile(const std::filesystem::path& path, const std::vector<LoraModu
     const int64_t bad = t.numel() - at::isfinite(t).sum().item<int64_t>();
     if (bad == 0) continue;
     const bool nan = at::isnan(t).any().item<bool>();
-    throw Error("LoRA export to " + path.string() + " refused: tensor " + name + " holds " +
-                (nan ? "NaN" : "Inf") + " (" + std::to_string(bad) + " of " + std::to_string(t.numel()) +
+    throw Error("LoRA export to " + path.string() + " refused: tensor " + name + " holds " + (nan ? "NaN" : "Inf") +
+                " (" + std::to_string(bad) + " of " + std::to_string(t.numel()) +
                 " values not finite); the run diverged or its checkpoint is damaged");
   }
   io::writeSafetensors(path, tensors, loraMetadataForExport(modules, rules, options));

@@ -69,27 +69,25 @@ struct LoraFileContent {
 // model, a down without an up (or the reverse), or a tensor whose shape does not
 // fit its module.
 LoraFileContent convertLoraTensors(const std::map<std::string, at::Tensor>& tensors,
-                                   const std::map<std::string, std::string>& metadata,
-                                   const nn::LoraNameRules& rules, const LoraLoadOptions& options = {},
-                                   const std::string& sourceName = "LoRA");
+                                   const std::map<std::string, std::string>& metadata, const nn::LoraNameRules& rules,
+                                   const LoraLoadOptions& options = {}, const std::string& sourceName = "LoRA");
 // Reads a .safetensors LoRA file (any of the family's forms, detected per key).
 LoraFileContent readLoraFile(const std::filesystem::path& path, const nn::LoraNameRules& rules,
                              const LoraLoadOptions& options = {});
 // readLoraFile + LoraNetwork::fromWeights on `model` (a model of the family and config `rules` describe).
 std::shared_ptr<LoraNetwork> loadLoraNetwork(torch::nn::Module& model, const nn::LoraNameRules& rules,
-                                             const std::filesystem::path& path,
-                                             const LoraLoadOptions& options = {});
+                                             const std::filesystem::path& path, const LoraLoadOptions& options = {});
 
 struct LoraExportOptions {
   LoraFileFormat format = LoraFileFormat::Diffusers;
-  at::ScalarType dtype = at::kFloat;  // of the written tensors
-  std::string softwareVersion = kVersion;  // written as the file's "software" entry
-  std::string baseModel;              // "black-forest-labs/FLUX.1-dev" or a checkpoint path
-  std::string title;                  // modelspec.title and ss_output_name
-  int64_t rank = 0;                   // nominal rank for ss_network_dim (0: most common adapter rank)
-  double alpha = 0.0;                 // nominal alpha for ss_network_alpha (0: alpha of that rank)
-  int64_t steps = 0;                  // ss_steps
-  std::string runYaml;                // the run's YAML, stored as "strata_run_config"
+  at::ScalarType dtype = at::kFloat;                 // of the written tensors
+  std::string softwareVersion = kVersion;            // written as the file's "software" entry
+  std::string baseModel;                             // "black-forest-labs/FLUX.1-dev" or a checkpoint path
+  std::string title;                                 // modelspec.title and ss_output_name
+  int64_t rank = 0;                                  // nominal rank for ss_network_dim (0: most common adapter rank)
+  double alpha = 0.0;                                // nominal alpha for ss_network_alpha (0: alpha of that rank)
+  int64_t steps = 0;                                 // ss_steps
+  std::string runYaml;                               // the run's YAML, stored as "strata_run_config"
   std::map<std::string, std::string> extraMetadata;  // written last (overrides)
 };
 

@@ -43,7 +43,8 @@ std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const
 std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const LoraConfig& config) {
   if (config.targetModules.empty())
     throw ConfigError("network.target_modules: empty, and no model family's default targets were given");
-  if (config.rank <= 0) throw ConfigError("network.linear: LoRA rank must be positive, got " + std::to_string(config.rank));
+  if (config.rank <= 0)
+    throw ConfigError("network.linear: LoRA rank must be positive, got " + std::to_string(config.rank));
   if (config.dropout < 0.0 || config.dropout >= 1.0)
     throw ConfigError("network.dropout: must be in [0, 1), got " + std::to_string(config.dropout));
   const LoraTargets targets(config.targetModules, config.excludeModules);
@@ -67,8 +68,7 @@ std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const
 }
 
 std::shared_ptr<LoraNetwork> LoraNetwork::fromWeights(torch::nn::Module& model,
-                                                      const std::vector<LoraModuleWeights>& weights,
-                                                      double dropout) {
+                                                      const std::vector<LoraModuleWeights>& weights, double dropout) {
   std::unordered_map<std::string, const LoraModuleWeights*> byPath;
   for (const auto& w : weights) {
     if (!byPath.emplace(w.modulePath, &w).second)
@@ -132,7 +132,8 @@ void LoraNetwork::merge() {
     throw Error("LoRA merge: a per-sample multiplier cannot be folded into the base weights");
   for (const auto& a : adapters_)
     if (a->host()->quantType() != nn::QuantType::None)
-      throw Error("LoRA merge: " + a->hostPath() + " is quantized; a merge would be rounded away (merge into the "
+      throw Error("LoRA merge: " + a->hostPath() +
+                  " is quantized; a merge would be rounded away (merge into the "
                   "float base instead)");
   torch::NoGradGuard noGrad;
   mergedMultiplier_ = multiplier_->scalar();
@@ -156,13 +157,9 @@ void LoraNetwork::unmerge() {
     for (const auto& a : adapters_) a->host()->addAdapter(a);
 }
 
-void LoraNetwork::setMultiplier(double value) {
-  multiplier_->set(value);
-}
+void LoraNetwork::setMultiplier(double value) { multiplier_->set(value); }
 
-void LoraNetwork::setMultiplier(const at::Tensor& perSample) {
-  multiplier_->set(perSample);
-}
+void LoraNetwork::setMultiplier(const at::Tensor& perSample) { multiplier_->set(perSample); }
 
 void LoraNetwork::train(bool on) {
   for (const auto& a : adapters_) a->train(on);
@@ -209,8 +206,8 @@ void LoraNetwork::loadStateDict(const std::map<std::string, at::Tensor>& tensors
     if (it == tensors.end())
       missing.push_back(key);
     else if (it->second.sizes() != param.sizes())
-      misShaped.push_back(key + " (expected " + shapeText(param.sizes()) + ", got " +
-                          shapeText(it->second.sizes()) + ")");
+      misShaped.push_back(key + " (expected " + shapeText(param.sizes()) + ", got " + shapeText(it->second.sizes()) +
+                          ")");
   }
   for (const auto& [key, t] : tensors)
     if (!known.count(key)) unexpected.push_back(key);
@@ -235,8 +232,8 @@ std::vector<LoraModuleWeights> LoraNetwork::moduleWeights() const {
   std::vector<LoraModuleWeights> out;
   out.reserve(adapters_.size());
   for (const auto& a : adapters_)
-    out.push_back({a->hostPath(), a->down.detach().to(at::kFloat).clone(), a->up.detach().to(at::kFloat).clone(),
-                   a->alpha()});
+    out.push_back(
+        {a->hostPath(), a->down.detach().to(at::kFloat).clone(), a->up.detach().to(at::kFloat).clone(), a->alpha()});
   return out;
 }
 
@@ -266,8 +263,8 @@ std::vector<LoraModuleWeights> moduleWeightsFromStateDict(const std::map<std::st
   std::vector<LoraModuleWeights> out;
   for (auto& [module, p] : byModule) {
     if (!p.down.defined() || !p.up.defined())
-      throw LoadError(sourceName + ": incomplete LoRA for " + module + " (no " + (p.down.defined() ? kUpSuffix : kDownSuffix) +
-                      ")");
+      throw LoadError(sourceName + ": incomplete LoRA for " + module + " (no " +
+                      (p.down.defined() ? kUpSuffix : kDownSuffix) + ")");
     if (p.down.dim() != 2 || p.up.dim() != 2 || p.up.size(1) != p.down.size(0))
       throw LoadError(sourceName + ": LoRA for " + module + ": down " + shapeText(p.down.sizes()) + " and up " +
                       shapeText(p.up.sizes()) + " are not a pair ([r, in] and [out, r])");

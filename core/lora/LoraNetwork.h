@@ -20,8 +20,8 @@ namespace strata::lora {
 
 struct LoraConfig {
   int64_t rank = 16;
-  double alpha = 16.0;    // scale = alpha / rank
-  double dropout = 0.0;   // on the adapter input, training only
+  double alpha = 16.0;                      // scale = alpha / rank
+  double dropout = 0.0;                     // on the adapter input, training only
   std::vector<std::string> targetModules;   // LoraTargets patterns; empty = the family's defaultTargets()
   std::vector<std::string> excludeModules;  // LoraTargets patterns
 };
@@ -48,8 +48,7 @@ class LoraNetwork {
   // module path that is not an nn::Linear of the model, a duplicate, or a
   // weight whose shape does not fit its Linear.
   static std::shared_ptr<LoraNetwork> fromWeights(torch::nn::Module& model,
-                                                  const std::vector<LoraModuleWeights>& weights,
-                                                  double dropout = 0.0);
+                                                  const std::vector<LoraModuleWeights>& weights, double dropout = 0.0);
   ~LoraNetwork();
   LoraNetwork(const LoraNetwork&) = delete;
   LoraNetwork& operator=(const LoraNetwork&) = delete;

@@ -28,7 +28,7 @@ struct NamedModule {
 // or "stem" / "head" for the modules outside the blocks.
 struct BlockSlot {
   std::string id;
-  std::string kind;  // "stem", "head", or the family's block kind: "double", "single", "layer"
+  std::string kind;                  // "stem", "head", or the family's block kind: "double", "single", "layer"
   std::vector<NamedModule> modules;  // a block has one: itself
   std::shared_ptr<Block> block;      // null for stem and head
 };

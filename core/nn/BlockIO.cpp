@@ -22,14 +22,12 @@ BlockIO BlockIO::to(const c10::Device& device) const {
   return out;
 }
 
-std::vector<at::Tensor> BlockIO::fields() const {
-  return {img, txt, temb, ropeCos, ropeSin, mask};
-}
+std::vector<at::Tensor> BlockIO::fields() const { return {img, txt, temb, ropeCos, ropeSin, mask}; }
 
 BlockIO BlockIO::fromFields(const std::vector<at::Tensor>& f) {
   if (f.size() != static_cast<size_t>(kFieldCount)) {
-    throw Error("BlockIO::fromFields: expected " + std::to_string(kFieldCount) +
-                " fields, got " + std::to_string(f.size()));
+    throw Error("BlockIO::fromFields: expected " + std::to_string(kFieldCount) + " fields, got " +
+                std::to_string(f.size()));
   }
   BlockIO io;
   io.img = f[0];

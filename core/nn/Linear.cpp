@@ -9,8 +9,7 @@
 
 namespace strata::nn {
 
-LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias,
-                       const at::TensorOptions& options)
+LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias, const at::TensorOptions& options)
     : inFeatures_(inFeatures), outFeatures_(outFeatures) {
   at::NoGradGuard noGrad;
   weight = register_parameter("weight", at::empty({outFeatures, inFeatures}, options));
@@ -55,13 +54,10 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return y;
 }
 
-void LinearImpl::addAdapter(std::shared_ptr<LinearAdapter> adapter) {
-  adapters_.push_back(std::move(adapter));
-}
+void LinearImpl::addAdapter(std::shared_ptr<LinearAdapter> adapter) { adapters_.push_back(std::move(adapter)); }
 
 void LinearImpl::removeAdapter(const LinearAdapter* adapter) {
-  adapters_.erase(std::remove_if(adapters_.begin(), adapters_.end(),
-                                 [&](const auto& a) { return a.get() == adapter; }),
+  adapters_.erase(std::remove_if(adapters_.begin(), adapters_.end(), [&](const auto& a) { return a.get() == adapter; }),
                   adapters_.end());
 }
 

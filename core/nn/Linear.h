@@ -50,8 +50,8 @@ class LinearImpl : public torch::nn::Module {
   int64_t inFeatures() const { return inFeatures_; }
   int64_t outFeatures() const { return outFeatures_; }
 
-  at::Tensor weight;  // [out, in]
-  at::Tensor bias;    // [out] or undefined
+  at::Tensor weight;       // [out, in]
+  at::Tensor bias;         // [out] or undefined
   at::Tensor weightScale;  // float32 [out] or [1] when quantized, else undefined
 
  private:

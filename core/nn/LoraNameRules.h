@@ -32,9 +32,12 @@ enum class LoraFileFormat {
 
 inline const char* toString(LoraFileFormat format) {
   switch (format) {
-    case LoraFileFormat::Diffusers: return "diffusers";
-    case LoraFileFormat::Kohya: return "kohya";
-    case LoraFileFormat::Comfy: return "comfy";
+    case LoraFileFormat::Diffusers:
+      return "diffusers";
+    case LoraFileFormat::Kohya:
+      return "kohya";
+    case LoraFileFormat::Comfy:
+      return "comfy";
   }
   return "?";
 }

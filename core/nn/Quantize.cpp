@@ -25,10 +25,14 @@ QuantType quantTypeFromName(const std::string& name) {
 
 const char* quantTypeName(QuantType t) {
   switch (t) {
-    case QuantType::None: return "none";
-    case QuantType::Int8: return "int8";
-    case QuantType::QFloat8: return "qfloat8";
-    case QuantType::Float8E4m3: return "float8_e4m3";
+    case QuantType::None:
+      return "none";
+    case QuantType::Int8:
+      return "int8";
+    case QuantType::QFloat8:
+      return "qfloat8";
+    case QuantType::Float8E4m3:
+      return "float8_e4m3";
   }
   return "?";
 }
@@ -39,8 +43,8 @@ bool quantTypeAvailable(QuantType t) { return !isFloat8(t) || compat::kHasFloat8
 
 QuantizedWeight quantizeWeight(const at::Tensor& w, QuantType t) {
   if (t == QuantType::None) throw ConfigError("quantizeWeight: no quantization type given");
-  if (w.dim() != 2) throw ConfigError("quantizeWeight: expected a [out, in] weight, got " + std::to_string(w.dim()) +
-                                      " dims");
+  if (w.dim() != 2)
+    throw ConfigError("quantizeWeight: expected a [out, in] weight, got " + std::to_string(w.dim()) + " dims");
   if (!quantTypeAvailable(t))
     throw ConfigError(std::string("quantization type ") + quantTypeName(t) +
                       " needs float8 tensors, which this LibTorch does not have; use int8");

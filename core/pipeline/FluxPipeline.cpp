@@ -112,8 +112,8 @@ std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, con
   p->options_.text.device = options.device;
   p->shift_ = readShiftParams(files.schedulerConfig);
   // The cheap checks first: every header is read before any weight is copied.
-  p->transformer_ = flux::loadFluxTransformer(files.transformer, {options.device, options.transformerDtype},
-                                              files.axesDimsRope);
+  p->transformer_ =
+      flux::loadFluxTransformer(files.transformer, {options.device, options.transformerDtype}, files.axesDimsRope);
   for (auto& t : p->transformer_->parameters()) t.set_requires_grad(false);
   p->vae_ = vae::loadAutoencoderKL(files.vae, {options.device, options.vaeDtype}, files.vaeHints);
   for (auto& t : p->vae_->parameters()) t.set_requires_grad(false);
@@ -176,13 +176,13 @@ SampleResult generateImages(FluxPipeline& pipeline, const SampleRequest& request
   try {
     const auto emb = pipeline.textEncoders().encode(request.prompts);
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
-    const auto txt = emb.t5.to(device, model.dtype());        // [B, L, joint_attention_dim]
+    const auto txt = emb.t5.to(device, model.dtype());         // [B, L, joint_attention_dim]
     const auto pooled = emb.pooled.to(device, model.dtype());  // [B, pooled_projection_dim]
     const auto sigmas = flux::samplingSigmas(request.steps, flux::shiftMu(tokens, pipeline.shiftParams()));
-    result.finalLatents = flux::samplePacked(model, packed, flux::imageIds(h, w, opts), txt,
-                                             flux::textIds(txt.size(1), opts), pooled, request.guidance, sigmas,
-                                             nullptr, request.onStep);  // [B, tokens, 4C]
-    const auto latents = flux::unpackLatents(result.finalLatents, h, w);  // [B, C, h, w] training latents
+    result.finalLatents =
+        flux::samplePacked(model, packed, flux::imageIds(h, w, opts), txt, flux::textIds(txt.size(1), opts), pooled,
+                           request.guidance, sigmas, nullptr, request.onStep);  // [B, tokens, 4C]
+    const auto latents = flux::unpackLatents(result.finalLatents, h, w);        // [B, C, h, w] training latents
     const auto decoded = vae.decode(vae.fromTrainingLatents(latents.to(vae.device(), vae.dtype())));  // [B, 3, H, W]
     result.images = (decoded.to(at::kFloat) / 2 + 0.5).clamp(0, 1).cpu();
     result.finalLatents = result.finalLatents.cpu();

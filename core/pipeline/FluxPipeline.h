@@ -37,8 +37,8 @@ struct PipelineFiles {
   std::filesystem::path vae;          // diffusers folder / root, or ae.safetensors
   TextEncoderFiles text;
   // What single files cannot tell; unset: from config.json, else FLUX.1's values.
-  std::vector<int64_t> axesDimsRope;  // the transformer's rotary axes (FLUX.1: 16, 56, 56)
-  vae::VaeHints vaeHints;             // group count, scale / shift (FLUX.1: 32, 0.3611, 0.1159)
+  std::vector<int64_t> axesDimsRope;      // the transformer's rotary axes (FLUX.1: 16, 56, 56)
+  vae::VaeHints vaeHints;                 // group count, scale / shift (FLUX.1: 32, 0.3611, 0.1159)
   std::filesystem::path schedulerConfig;  // scheduler_config.json (diffusers); empty: FLUX.1's shift constants
 
   static PipelineFiles fromDiffusersFolder(const std::filesystem::path& root);
@@ -57,8 +57,8 @@ struct PipelineFiles {
 struct PipelineOptions {
   at::Device device = at::kCPU;
   at::ScalarType transformerDtype = at::kFloat;  // bf16 on a GPU
-  at::ScalarType vaeDtype = at::kFloat;           // through vae::vaeComputeDtype (force_upcast keeps fp32)
-  TextEncoderOptions text;                        // its device is set to `device`
+  at::ScalarType vaeDtype = at::kFloat;          // through vae::vaeComputeDtype (force_upcast keeps fp32)
+  TextEncoderOptions text;                       // its device is set to `device`
 };
 
 class FluxPipeline {
@@ -87,19 +87,19 @@ struct SampleRequest {
   std::vector<std::string> prompts;  // one image per prompt
   std::filesystem::path lora;        // empty: none; else applied at the file's alpha/r, removed afterwards
   double loraMultiplier = 1.0;
-  uint64_t seed = 0;                 // noise from a CPU generator seeded with it (ignored with `latents`)
+  uint64_t seed = 0;  // noise from a CPU generator seeded with it (ignored with `latents`)
   // Given initial latents: [B, C, h, w] or packed [B, (h/2)(w/2), 4C], h = 2 * (height / (2 f)).
   at::Tensor latents;
   int64_t steps = 28;
   double guidance = 3.5;
-  int64_t width = 1024;   // pixels; a multiple of 2 f (16 for FLUX.1)
+  int64_t width = 1024;  // pixels; a multiple of 2 f (16 for FLUX.1)
   int64_t height = 1024;
   flux::SampleProgress onStep;  // after each step
 };
 
 struct SampleResult {
-  at::Tensor images;         // [B, 3, height, width] float32 on the CPU, in [0, 1]
-  at::Tensor finalLatents;   // packed [B, N, 4C] float32, before the VAE
+  at::Tensor images;        // [B, 3, height, width] float32 on the CPU, in [0, 1]
+  at::Tensor finalLatents;  // packed [B, N, 4C] float32, before the VAE
 };
 
 // Encodes the prompts, samples with the FLUX.1 flow-match Euler schedule (mu from

@@ -57,14 +57,14 @@ struct TextEncoderFiles {
 
 struct TextEncoderOptions {
   at::Device device = at::kCPU;
-  at::ScalarType t5Dtype = at::kFloat;    // bf16 for T5-XXL on a GPU
+  at::ScalarType t5Dtype = at::kFloat;  // bf16 for T5-XXL on a GPU
   at::ScalarType clipDtype = at::kFloat;
-  int64_t maxSequenceLength = 512;         // T5 tokens (FLUX.1-dev: 512, schnell: 256)
+  int64_t maxSequenceLength = 512;  // T5 tokens (FLUX.1-dev: 512, schnell: 256)
 };
 
 struct PromptEmbeddings {
-  at::Tensor t5;      // [B, maxSequenceLength, d_model] in the T5 dtype, on the device
-  at::Tensor pooled;  // [B, clip hidden] in the CLIP dtype, on the device
+  at::Tensor t5;                           // [B, maxSequenceLength, d_model] in the T5 dtype, on the device
+  at::Tensor pooled;                       // [B, clip hidden] in the CLIP dtype, on the device
   std::vector<int64_t> t5DroppedTokens;    // per prompt: tokens cut by truncation (0: none)
   std::vector<int64_t> clipDroppedTokens;  // per prompt (CLIP cuts at 77: common and harmless)
 };

@@ -6,8 +6,7 @@ namespace strata::placement {
 
 namespace {
 
-UnitShape measure(const nn::BlockSlot& slot, bool isBlock,
-                  const std::function<bool(const std::string&)>& loraTarget) {
+UnitShape measure(const nn::BlockSlot& slot, bool isBlock, const std::function<bool(const std::string&)>& loraTarget) {
   UnitShape u;
   u.id = slot.id;
   u.kind = slot.kind;
@@ -27,8 +26,7 @@ UnitShape measure(const nn::BlockSlot& slot, bool isBlock,
 
 }  // namespace
 
-ModelShapes measureBlocks(const nn::BlockList& list,
-                          const std::function<bool(const std::string&)>& loraTarget) {
+ModelShapes measureBlocks(const nn::BlockList& list, const std::function<bool(const std::string&)>& loraTarget) {
   ModelShapes s;
   s.stem = measure(list.stem, false, loraTarget);
   for (const auto& b : list.blocks) s.blocks.push_back(measure(b, true, loraTarget));

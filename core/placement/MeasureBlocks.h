@@ -19,7 +19,6 @@ struct ModelShapes {
 
 // `loraTarget(modulePath)` says whether the nn::Linear at that path gets an
 // adapter; null = none does.
-ModelShapes measureBlocks(const nn::BlockList& list,
-                          const std::function<bool(const std::string&)>& loraTarget);
+ModelShapes measureBlocks(const nn::BlockList& list, const std::function<bool(const std::string&)>& loraTarget);
 
 }  // namespace strata::placement

@@ -30,8 +30,7 @@ const AttachmentKind& optimizerStateKind() {
 }
 
 OptimizerStateAttachment::OptimizerStateAttachment(std::string paramPath,
-                                                   std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                                   at::Tensor param)
+                                                   std::shared_ptr<torch::optim::Optimizer> optimizer, at::Tensor param)
     : paramPath_(std::move(paramPath)), optimizer_(std::move(optimizer)), param_(std::move(param)) {
   if (!optimizer_) throw PlacementError("optimizer state for '" + paramPath_ + "': null optimizer");
 }

@@ -21,8 +21,7 @@ class OptimizerStateAttachment final : public Attachment {
  public:
   // `paramPath`: the parameter's path ("transformer_blocks.3.attn.to_q.lora_A.weight");
   // decides the owning block. The optimizer is kept alive by the attachment.
-  OptimizerStateAttachment(std::string paramPath, std::shared_ptr<torch::optim::Optimizer> optimizer,
-                           at::Tensor param);
+  OptimizerStateAttachment(std::string paramPath, std::shared_ptr<torch::optim::Optimizer> optimizer, at::Tensor param);
 
   AttachmentKind kind() const override { return optimizerStateKind(); }
   std::string hostPath() const override { return paramPath_; }

@@ -40,14 +40,13 @@ c10::Device parseDevice(const std::string& text) {
 std::string formatAudit(const std::vector<AuditIssue>& issues) {
   std::ostringstream os;
   for (const auto& i : issues) {
-    os << i.path << ": expected " << i.expected << " (block " << i.blockId << "), found "
-       << i.actual << "\n";
+    os << i.path << ": expected " << i.expected << " (block " << i.blockId << "), found " << i.actual << "\n";
   }
   return os.str();
 }
 
-Placement::Placement(nn::BlockList blocks, std::vector<c10::Device> blockDevices,
-                     c10::Device stemDevice, c10::Device headDevice) {
+Placement::Placement(nn::BlockList blocks, std::vector<c10::Device> blockDevices, c10::Device stemDevice,
+                     c10::Device headDevice) {
   if (blockDevices.size() != blocks.blocks.size()) {
     throw PlacementError("placement: " + std::to_string(blockDevices.size()) + " devices for " +
                          std::to_string(blocks.blocks.size()) + " blocks");
@@ -69,9 +68,8 @@ Placement::Placement(nn::BlockList blocks, const Plan& plan)
     : Placement(
           [&] {
             if (plan.blockDevice.size() != blocks.blocks.size()) {
-              throw PlacementError("placement: the plan has " +
-                                   std::to_string(plan.blockDevice.size()) + " blocks, the model " +
-                                   std::to_string(blocks.blocks.size()));
+              throw PlacementError("placement: the plan has " + std::to_string(plan.blockDevice.size()) +
+                                   " blocks, the model " + std::to_string(blocks.blocks.size()));
             }
             // The plan's block ids must be the model's, in the same order.
             std::vector<std::string> planIds;
@@ -81,8 +79,8 @@ Placement::Placement(nn::BlockList blocks, const Plan& plan)
             for (size_t i = 0; i < blocks.blocks.size(); ++i) {
               if (i >= planIds.size() || planIds[i] != blocks.blocks[i].id) {
                 throw PlacementError("placement: plan block " + std::to_string(i) + " is '" +
-                                     (i < planIds.size() ? planIds[i] : std::string("(none)")) +
-                                     "', the model's is '" + blocks.blocks[i].id + "'");
+                                     (i < planIds.size() ? planIds[i] : std::string("(none)")) + "', the model's is '" +
+                                     blocks.blocks[i].id + "'");
               }
             }
             return std::move(blocks);
@@ -128,8 +126,7 @@ size_t Placement::unitOf(const std::string& path) const {
       if (hasPrefix(path, nm.path)) return u;
     }
   }
-  throw PlacementError("placement: no block owns '" + path +
-                       "' (not under a block id, nor a stem or head module)");
+  throw PlacementError("placement: no block owns '" + path + "' (not under a block id, nor a stem or head module)");
 }
 
 std::string Placement::ownerOf(const std::string& path) const { return units_[unitOf(path)].slot.id; }
@@ -176,9 +173,9 @@ void Placement::detach(const Attachment* attachment) {
 
 void Placement::detachAll(AttachmentKind kind) {
   for (auto& u : units_) {
-    u.attachments.erase(std::remove_if(u.attachments.begin(), u.attachments.end(),
-                                       [&](const auto& a) { return a->kind() == kind; }),
-                        u.attachments.end());
+    u.attachments.erase(
+        std::remove_if(u.attachments.begin(), u.attachments.end(), [&](const auto& a) { return a->kind() == kind; }),
+        u.attachments.end());
   }
 }
 

@@ -38,15 +38,15 @@ struct AttachmentTotals {
 
 // One block in a snapshot, measured from its live tensors.
 struct BlockInfo {
-  std::string id;    // "transformer_blocks.3", "stem", "head"
-  std::string kind;  // "double", "single", "stem", "head", ...
-  int64_t weightBytes = 0;      // parameters and buffers of the block's modules
+  std::string id;                // "transformer_blocks.3", "stem", "head"
+  std::string kind;              // "double", "single", "stem", "head", ...
+  int64_t weightBytes = 0;       // parameters and buffers of the block's modules
   AttachmentTotals attachments;  // what is registered to it, by kind
 };
 
 // What lives on one device: plain values, no tensors (the GUI's GPU map reads it).
 struct DeviceSnapshot {
-  std::string device;  // "cuda:1", "cpu"
+  std::string device;             // "cuda:1", "cpu"
   std::vector<BlockInfo> blocks;  // forward order, stem/head included
   int64_t weightBytes = 0;        // sum over its blocks
   AttachmentTotals attachments;   // sum over its blocks
@@ -59,7 +59,8 @@ struct PlacementSnapshot {
 
 // One tensor that is not on its block's device.
 struct AuditIssue {
-  std::string path;      // "transformer_blocks.3.attn.to_q.weight", "transformer_blocks.3.attn.to_q [lora_adapter] lora_A.weight"
+  std::string
+      path;  // "transformer_blocks.3.attn.to_q.weight", "transformer_blocks.3.attn.to_q [lora_adapter] lora_A.weight"
   std::string blockId;   // owning block
   std::string expected;  // "cuda:1"
   std::string actual;    // "cuda:0"
@@ -135,8 +136,8 @@ class Placement final : public nn::BlockRunner {
   size_t unitOf(const std::string& path) const;  // index into units_
   void moveUnit(Unit& unit);
 
-  std::vector<Unit> units_;               // stem, blocks..., head
-  std::map<std::string, size_t> byId_;    // block id -> unit index
+  std::vector<Unit> units_;             // stem, blocks..., head
+  std::map<std::string, size_t> byId_;  // block id -> unit index
   bool applied_ = false;
 };
 

@@ -14,9 +14,7 @@
 
 namespace strata::placement {
 
-const char* toString(PlanMode mode) {
-  return mode == PlanMode::Memory ? "memory" : "param_count";
-}
+const char* toString(PlanMode mode) { return mode == PlanMode::Memory ? "memory" : "param_count"; }
 
 namespace {
 
@@ -65,10 +63,9 @@ void summarise(const PlannerInput& in, Plan& plan) {
   plan.fits = true;
   for (auto& dp : plan.devices) {
     if (dp.blockIds.empty()) dp.firstBlock = dp.endBlock = 0;
-    dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes +
-                    dp.optimizerBytes + dp.activationBytes + dp.workspaceBytes + dp.otherBytes;
-    dp.missingBytes =
-        dp.budgetBytes > 0 && dp.totalBytes > dp.budgetBytes ? dp.totalBytes - dp.budgetBytes : 0;
+    dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes + dp.optimizerBytes +
+                    dp.activationBytes + dp.workspaceBytes + dp.otherBytes;
+    dp.missingBytes = dp.budgetBytes > 0 && dp.totalBytes > dp.budgetBytes ? dp.totalBytes - dp.budgetBytes : 0;
     if (dp.missingBytes > 0) plan.fits = false;
   }
 }
@@ -93,8 +90,7 @@ bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std
   const size_t n = in.devices.size();
   out.assign(in.blocks.size(), n - 1);
   size_t d = 0;
-  double used = static_cast<double>(in.stem.residentBytes() + in.head.residentBytes() +
-                                    in.otherModuleBytes);
+  double used = static_cast<double>(in.stem.residentBytes() + in.head.residentBytes() + in.otherModuleBytes);
   int64_t workspace = std::max(in.stem.workspaceBytes, in.head.workspaceBytes);
   bool ok = true;
   if (used + static_cast<double>(workspace) > capacity[0]) {
@@ -108,8 +104,8 @@ bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std
   for (size_t b = 0; b < in.blocks.size(); ++b) {
     const BlockCost& c = in.blocks[b];
     for (;;) {
-      const double need = used + static_cast<double>(c.residentBytes()) +
-                          static_cast<double>(std::max(workspace, c.workspaceBytes));
+      const double need =
+          used + static_cast<double>(c.residentBytes()) + static_cast<double>(std::max(workspace, c.workspaceBytes));
       if (need <= capacity[d]) {
         out[b] = d;
         used += static_cast<double>(c.residentBytes());
@@ -141,7 +137,10 @@ double smallestFraction(Fill&& fill) {
   double lo = 0.0, hi = 1.0;
   for (int it = 0; it < 60; ++it) {
     const double mid = 0.5 * (lo + hi);
-    if (fill(mid)) hi = mid; else lo = mid;
+    if (fill(mid))
+      hi = mid;
+    else
+      lo = mid;
   }
   return hi;
 }
@@ -209,9 +208,8 @@ Plan planParamCount(const PlannerInput& in) {
   summarise(in, plan);
   std::ostringstream os;
   os << "param_count: " << billions(static_cast<int64_t>(total)) << " parameters ("
-     << billions(static_cast<int64_t>(total - other)) << " in the model + "
-     << billions(in.otherModuleParamCount) << " other modules x "
-     << in.otherModuleParamCountScale << " on " << in.devices.front().device
+     << billions(static_cast<int64_t>(total - other)) << " in the model + " << billions(in.otherModuleParamCount)
+     << " other modules x " << in.otherModuleParamCountScale << " on " << in.devices.front().device
      << ") shared evenly, " << billions(static_cast<int64_t>(share))
      << " per device; a block goes where its midpoint falls.";
   if (!plan.fits) os << " Over budget:" << missingText(plan);
@@ -236,8 +234,7 @@ Plan planPlacement(const PlannerInput& input) {
   if (input.devices.empty()) throw PlacementError("planner: no devices to place the model on");
   for (const auto& d : input.devices) {
     if (d.budgetBytes < 0) {
-      throw PlacementError("planner: negative budget for " + d.device +
-                           " (the reserve exceeds its memory?)");
+      throw PlacementError("planner: negative budget for " + d.device + " (the reserve exceeds its memory?)");
     }
     if (input.mode == PlanMode::Memory && d.budgetBytes == 0) {
       throw PlacementError("planner: memory mode needs a budget for " + d.device);
@@ -257,9 +254,8 @@ void requireFits(const Plan& plan) {
   if (!plan.fits) throw PlacementError("placement does not fit: " + plan.reason);
 }
 
-std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices,
-                                      const std::vector<double>& capGb, double reserveGb,
-                                      const std::vector<int64_t>& freeBytes) {
+std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices, const std::vector<double>& capGb,
+                                      double reserveGb, const std::vector<int64_t>& freeBytes) {
   const device::DeviceCaps caps = device::resolveCaps(devices, capGb);
   if (!caps.ok()) throw ConfigError("memory caps: " + caps.problem);
   std::vector<DeviceBudget> out;
@@ -299,8 +295,7 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   c.optimizerBytes = trainable * o.optimizerStatesPerParam;
   c.emaBytes = o.ema ? trainable : 0;
   if (unit.isBlock) {
-    const double perTokenState =
-        static_cast<double>(o.batchSize * o.tokens * o.hiddenSize * o.activationElementBytes);
+    const double perTokenState = static_cast<double>(o.batchSize * o.tokens * o.hiddenSize * o.activationElementBytes);
     const auto full = static_cast<int64_t>(perTokenState * o.activationElementsPerTokenPerHidden);
     if (o.gradientCheckpointing) {
       c.activationBytes = static_cast<int64_t>(perTokenState);  // the block's input
@@ -312,8 +307,8 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   return c;
 }
 
-PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& blocks,
-                           const UnitShape& head, const CostOptions& options) {
+PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& blocks, const UnitShape& head,
+                           const CostOptions& options) {
   PlannerInput in;
   in.stem = estimateCost(stem, options);
   in.head = estimateCost(head, options);
@@ -323,8 +318,7 @@ PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& 
 
 std::string formatPlan(const Plan& plan) {
   std::ostringstream os;
-  os << "placement (" << toString(plan.mode) << "): " << (plan.fits ? "fits" : "DOES NOT FIT")
-     << "\n";
+  os << "placement (" << toString(plan.mode) << "): " << (plan.fits ? "fits" : "DOES NOT FIT") << "\n";
   for (const auto& dp : plan.devices) {
     os << "\n" << dp.device << "  " << dp.name << "\n";
     os << "  blocks      ";

@@ -42,8 +42,8 @@ const char* toString(PlanMode mode);
 
 // What one placement unit (stem, a block, head) costs on its device, in bytes.
 struct BlockCost {
-  std::string id;    // "transformer_blocks.3", "stem", "head" (= nn::BlockSlot::id)
-  std::string kind;  // "stem", "head", "double", "single", "layer", ...
+  std::string id;               // "transformer_blocks.3", "stem", "head" (= nn::BlockSlot::id)
+  std::string kind;             // "stem", "head", "double", "single", "layer", ...
   int64_t paramCount = 0;       // base parameters (param_count mode)
   int64_t weightBytes = 0;      // base parameters and buffers as stored (dtype, quantized)
   int64_t adapterBytes = 0;     // LoRA weights (float32)
@@ -72,8 +72,8 @@ struct PlannerInput {
   // Modules outside the transformer that share the first device (text encoders, VAE).
   int64_t otherModuleParamCount = 5000000000LL;  // ai-toolkit's fixed 5e9
   double otherModuleParamCountScale = 0.3;       // split_model_other_module_param_count_scale
-  int64_t otherModuleBytes = 0;                   // memory mode: resident bytes on the first device
-  std::vector<DeviceBudget> devices;              // in the order blocks fill them
+  int64_t otherModuleBytes = 0;                  // memory mode: resident bytes on the first device
+  std::vector<DeviceBudget> devices;             // in the order blocks fill them
 };
 
 // One device in a plan.
@@ -94,8 +94,8 @@ struct DevicePlan {
   int64_t optimizerBytes = 0;
   int64_t activationBytes = 0;
   int64_t workspaceBytes = 0;
-  int64_t otherBytes = 0;  // other modules (first device)
-  int64_t totalBytes = 0;  // everything above; workspace counted once (its max)
+  int64_t otherBytes = 0;    // other modules (first device)
+  int64_t totalBytes = 0;    // everything above; workspace counted once (its max)
   int64_t missingBytes = 0;  // totalBytes - budgetBytes when over a known budget, else 0
 };
 
@@ -127,9 +127,8 @@ nlohmann::json planToJson(const Plan& plan);
 // GPUs or one per GPU, 0 = none) or else its free memory when `freeBytes` has an
 // entry > 0 for it, or else its total, minus `reserveGb`. Throws ConfigError (in
 // device terms) when the caps do not resolve or the reserve leaves nothing.
-std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices,
-                                      const std::vector<double>& capGb, double reserveGb,
-                                      const std::vector<int64_t>& freeBytes = {});
+std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& devices, const std::vector<double>& capGb,
+                                      double reserveGb, const std::vector<int64_t>& freeBytes = {});
 
 // ---- costs from shapes (model-agnostic) -----------------------------------
 
@@ -153,15 +152,15 @@ struct UnitShape {
 };
 
 struct CostOptions {
-  int64_t weightElementBytes = 2;   // bf16/fp16 = 2, fp8 (quantized) = 1, fp32 = 4
-  int64_t quantizedElementBytes = 1;  // int8 / fp8 weights of quantized Linears
-  int64_t quantScaleElementBytes = 4;  // their float32 scales
-  int64_t loraRank = 0;             // 0 = no adapters
-  int64_t loraElementBytes = 4;     // LoRA weights are float32
-  bool ema = false;                 // one shadow per trainable weight
+  int64_t weightElementBytes = 2;       // bf16/fp16 = 2, fp8 (quantized) = 1, fp32 = 4
+  int64_t quantizedElementBytes = 1;    // int8 / fp8 weights of quantized Linears
+  int64_t quantScaleElementBytes = 4;   // their float32 scales
+  int64_t loraRank = 0;                 // 0 = no adapters
+  int64_t loraElementBytes = 4;         // LoRA weights are float32
+  bool ema = false;                     // one shadow per trainable weight
   int64_t optimizerStatesPerParam = 2;  // AdamW: exp_avg, exp_avg_sq
   int64_t batchSize = 1;
-  int64_t tokens = 4608;            // tokens through every block (FLUX 1024px: 4096 image + 512 text)
+  int64_t tokens = 4608;  // tokens through every block (FLUX 1024px: 4096 image + 512 text)
   int64_t hiddenSize = 3072;
   int64_t activationElementBytes = 2;
   bool gradientCheckpointing = true;
@@ -183,7 +182,7 @@ struct CostOptions {
 BlockCost estimateCost(const UnitShape& unit, const CostOptions& options);
 
 // The whole input, devices and mode left for the caller.
-PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& blocks,
-                           const UnitShape& head, const CostOptions& options);
+PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& blocks, const UnitShape& head,
+                           const CostOptions& options);
 
 }  // namespace strata::placement

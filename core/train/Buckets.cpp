@@ -49,7 +49,7 @@ at::Tensor resizeAndCrop(const at::Tensor& chw, const Bucket& bucket) {
   // Rounded up so that the scaled image still covers the bucket.
   const int64_t sh = std::max(bucket.height, static_cast<int64_t>(std::ceil(h * scale - 1e-6)));
   const int64_t sw = std::max(bucket.width, static_cast<int64_t>(std::ceil(w * scale - 1e-6)));
-  at::Tensor x = chw.to(at::kFloat).unsqueeze(0);  // [1, C, H, W]
+  at::Tensor x = chw.to(at::kFloat).unsqueeze(0);                               // [1, C, H, W]
   if (sh != h || sw != w) x = at::_upsample_bilinear2d_aa(x, {sh, sw}, false);  // [1, C, sh, sw]
   const int64_t top = (sh - bucket.height) / 2, left = (sw - bucket.width) / 2;
   return x.squeeze(0).narrow(1, top, bucket.height).narrow(2, left, bucket.width).contiguous();  // [C, bh, bw]

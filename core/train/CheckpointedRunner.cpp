@@ -20,9 +20,9 @@ struct CallState : torch::CustomClassHolder {
   nn::BlockRunner* inner = nullptr;
   nn::Block* block = nullptr;
   size_t blockIndex = 0;
-  std::vector<bool> defined;        // which BlockIO fields were given
-  std::vector<bool> requiresGrad;   // per given field
-  std::vector<bool> outDefined;     // which fields the block returned
+  std::vector<bool> defined;       // which BlockIO fields were given
+  std::vector<bool> requiresGrad;  // per given field
+  std::vector<bool> outDefined;    // which fields the block returned
   at::Tensor cpuRngState;
   std::vector<std::pair<c10::Device, at::Tensor>> cudaRngStates;
 };

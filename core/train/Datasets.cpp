@@ -23,7 +23,7 @@ at::Tensor rgbToLatents(const at::Tensor& rgb) {
   // [3, h, 2, w, 2] -> [3, 2, 2, h, w] -> [12, h, w]
   auto patches = x.view({3, h, 2, w, 2}).permute({0, 2, 4, 1, 3}).reshape({12, h, w});
   auto luma = (0.299 * patches.slice(0, 0, 4).mean(0) + 0.587 * patches.slice(0, 4, 8).mean(0) +
-               0.114 * patches.slice(0, 8, 12).mean(0));  // [h, w]
+               0.114 * patches.slice(0, 8, 12).mean(0));                           // [h, w]
   return at::cat({patches, luma.unsqueeze(0).expand({4, h, w})}, 0).contiguous();  // [16, h, w]
 }
 
@@ -40,8 +40,8 @@ ShapeImage drawShape(int64_t size, uint64_t seed) {
     const char* name;
     float r, g, b;
   };
-  static const Colour kColours[] = {{"red", 0.9f, 0.1f, 0.1f},    {"green", 0.1f, 0.8f, 0.2f},
-                                    {"blue", 0.15f, 0.3f, 0.95f}, {"yellow", 0.95f, 0.9f, 0.1f},
+  static const Colour kColours[] = {{"red", 0.9f, 0.1f, 0.1f},      {"green", 0.1f, 0.8f, 0.2f},
+                                    {"blue", 0.15f, 0.3f, 0.95f},   {"yellow", 0.95f, 0.9f, 0.1f},
                                     {"magenta", 0.9f, 0.2f, 0.85f}, {"cyan", 0.1f, 0.85f, 0.9f}};
   static const char* kShapes[] = {"circle", "square", "triangle", "ring"};
   std::mt19937_64 rng(seed);
@@ -87,9 +87,7 @@ int64_t defaultTextTokens(int64_t jointAttentionDim) { return jointAttentionDim 
 
 namespace {
 
-std::string key(size_t index, const std::string& k) {
-  return "datasets[" + std::to_string(index) + "]." + k;
-}
+std::string key(size_t index, const std::string& k) { return "datasets[" + std::to_string(index) + "]." + k; }
 
 int64_t firstResolution(const config::DatasetConfig& cfg, size_t index) {
   if (cfg.resolution.empty()) throw ConfigError(key(index, "resolution") + ": needs at least one size");
@@ -137,8 +135,7 @@ class SyntheticDataset final : public Dataset {
   SyntheticDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index) : ctx_(ctx) {
     const int64_t px = firstResolution(cfg, index);
     if (px % 16 != 0)
-      throw ConfigError(key(index, "resolution") + ": synthetic needs a multiple of 16 px, got " +
-                        std::to_string(px));
+      throw ConfigError(key(index, "resolution") + ": synthetic needs a multiple of 16 px, got " + std::to_string(px));
     latentSize_ = px / 8;  // the VAE's factor: 1024 px -> 128 latent -> 4096 tokens
     if (cfg.numItems < 1) throw ConfigError(key(index, "num_items") + ": must be at least 1");
     count_ = static_cast<size_t>(cfg.numItems);
@@ -190,8 +187,7 @@ class LatentsDataset final : public Dataset {
         files_.push_back(e.path());
     }
     std::sort(files_.begin(), files_.end());
-    if (files_.empty())
-      throw IoError(key(index, "folder_path") + ": no .safetensors files in " + folder_.string());
+    if (files_.empty()) throw IoError(key(index, "folder_path") + ": no .safetensors files in " + folder_.string());
   }
   size_t size() const override { return files_.size(); }
   TrainItem item(size_t i) const override {

@@ -56,9 +56,9 @@ ShapeImage drawShape(int64_t size, uint64_t seed);
 struct DatasetContext {
   int64_t latentChannels = 16;  // FluxConfig::latentChannels()
   int64_t textTokens = 32;
-  int64_t textDim = 4096;       // joint_attention_dim
+  int64_t textDim = 4096;  // joint_attention_dim
   int64_t pooledDim = 768;
-  int64_t seed = 42;            // train.seed
+  int64_t seed = 42;  // train.seed
 };
 
 class Dataset {

@@ -42,8 +42,7 @@ const placement::AttachmentKind& emaShadowKind() {
 Ema::Ema(std::vector<std::pair<std::string, at::Tensor>> namedParams, EmaOptions options)
     : entries_(std::make_shared<std::vector<Entry>>()), options_(options) {
   if (!(options.decay >= 0.0 && options.decay < 1.0)) {
-    throw ConfigError("train.ema_config.ema_decay: " + std::to_string(options.decay) +
-                      " is outside [0, 1)");
+    throw ConfigError("train.ema_config.ema_decay: " + std::to_string(options.decay) + " is outside [0, 1)");
   }
   if (options.updateEvery < 1) {
     throw ConfigError("train.ema_config.update_every: must be at least 1");
@@ -70,9 +69,7 @@ std::vector<std::shared_ptr<placement::Attachment>> Ema::attachments() const {
   return out;
 }
 
-void Ema::registerWith(placement::Placement& placement) const {
-  placement.attachAll(attachments());
-}
+void Ema::registerWith(placement::Placement& placement) const { placement.attachAll(attachments()); }
 
 bool Ema::update(int64_t step) {
   if (step % options_.updateEvery != 0) return false;
@@ -86,9 +83,8 @@ void Ema::updateNow() {
   const double weight = 1.0 - options_.decay;
   for (auto& e : *entries_) {
     if (e.shadow.device() != e.param.device()) {
-      throw PlacementError("EMA shadow of '" + e.path + "' is on " + e.shadow.device().str() +
-                           ", its parameter on " + e.param.device().str() +
-                           " (register the EMA with Placement after apply())");
+      throw PlacementError("EMA shadow of '" + e.path + "' is on " + e.shadow.device().str() + ", its parameter on " +
+                           e.param.device().str() + " (register the EMA with Placement after apply())");
     }
     // shadow += (1 - decay) * (param - shadow), in the shadow's dtype.
     e.shadow.lerp_(e.param.detach().to(e.shadow.scalar_type()), weight);
@@ -101,8 +97,8 @@ void Ema::swapIn() {
   at::NoGradGuard noGrad;
   for (auto& e : *entries_) {
     if (e.shadow.device() != e.param.device()) {
-      throw PlacementError("EMA swap-in of '" + e.path + "': shadow on " + e.shadow.device().str() +
-                           ", parameter on " + e.param.device().str());
+      throw PlacementError("EMA swap-in of '" + e.path + "': shadow on " + e.shadow.device().str() + ", parameter on " +
+                           e.param.device().str());
     }
     e.backup = e.param.detach().clone();
     e.param.detach().copy_(e.shadow);

@@ -23,8 +23,8 @@ namespace strata::train {
 const placement::AttachmentKind& emaShadowKind();
 
 struct EmaOptions {
-  double decay = 0.99;       // shadow = decay * shadow + (1 - decay) * param
-  int64_t updateEvery = 1;   // steps between updates
+  double decay = 0.99;      // shadow = decay * shadow + (1 - decay) * param
+  int64_t updateEvery = 1;  // steps between updates
 };
 
 class Ema {

@@ -37,8 +37,7 @@ EncodeCache::EncodeCache(fs::path folder, Encoders encoders, const events::Event
 
 std::string EncodeCache::latentsKey(const ImageEntry& e) const {
   auto it = imageHash_.find(e.image.string());
-  if (it == imageHash_.end())
-    it = imageHash_.emplace(e.image.string(), contentHash(io::readFileBytes(e.image))).first;
+  if (it == imageHash_.end()) it = imageHash_.emplace(e.image.string(), contentHash(io::readFileBytes(e.image))).first;
   return "latents|" + it->second + "|" + enc_.imageModelId + "|" + e.bucket.name() + "|flip=" + (e.flip ? "1" : "0");
 }
 
@@ -115,7 +114,7 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
       std::vector<at::Tensor> pixels;
       for (size_t j = 0; j < n; ++j) pixels.push_back(loadEntryPixels(*list[i + j]));
       const at::Tensor batch = at::stack(pixels);  // [B, 3, bh, bw]
-      const at::Tensor lat = enc_.image(batch);   // [B, C, bh/8, bw/8]
+      const at::Tensor lat = enc_.image(batch);    // [B, C, bh/8, bw/8]
       if (!lat.defined() || lat.dim() != 4 || lat.size(0) != static_cast<int64_t>(n))
         throw Error("EncodeCache: the image encoder returned a tensor that is not [B, C, h, w]");
       for (size_t j = 0; j < n; ++j)
@@ -146,9 +145,9 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
   int64_t textDone = textTotal - static_cast<int64_t>(captions.size());
   progress(bus_, "text", textDone, textTotal, t1);
   for (size_t i = 0; i < captions.size(); i += static_cast<size_t>(batchSize)) {
-    const std::vector<std::string> part(captions.begin() + static_cast<std::ptrdiff_t>(i),
-                                        captions.begin() + static_cast<std::ptrdiff_t>(
-                                                               std::min(captions.size(), i + batchSize)));
+    const std::vector<std::string> part(
+        captions.begin() + static_cast<std::ptrdiff_t>(i),
+        captions.begin() + static_cast<std::ptrdiff_t>(std::min(captions.size(), i + batchSize)));
     const std::vector<TextEmbedding> emb = enc_.text(part);
     if (emb.size() != part.size()) throw Error("EncodeCache: the text encoder returned a wrong number of embeddings");
     for (size_t j = 0; j < part.size(); ++j)

@@ -27,8 +27,8 @@ class EventBus;
 namespace strata::train {
 
 struct Encoders {
-  std::function<at::Tensor(const at::Tensor&)> image;                                  // see above
-  std::function<std::vector<TextEmbedding>(const std::vector<std::string>&)> text;     // see above
+  std::function<at::Tensor(const at::Tensor&)> image;                               // see above
+  std::function<std::vector<TextEmbedding>(const std::vector<std::string>&)> text;  // see above
   std::string imageModelId;  // changes when the VAE's weights or dtype change
   std::string textModelId;   // the same for T5 + CLIP
   int64_t maxSequenceLength = 512;
@@ -68,7 +68,7 @@ class EncodeCache {
   std::filesystem::path folder_;
   Encoders enc_;
   const events::EventBus* bus_;
-  mutable std::map<std::string, std::string> imageHash_;  // image path -> content hash
+  mutable std::map<std::string, std::string> imageHash_;             // image path -> content hash
   std::map<std::string, std::map<std::string, at::Tensor>> memory_;  // key -> tensors (memory mode)
 };
 

@@ -30,10 +30,8 @@ at::Tensor sampleSigmas(config::TimestepType type, int64_t batch, double mu, at:
 }
 
 NoisedLatents addNoise(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& sigmas) {
-  if (!x0.sizes().equals(noise.sizes()))
-    throw Error("addNoise: latents and noise differ in shape");
-  if (sigmas.dim() != 1 || sigmas.size(0) != x0.size(0))
-    throw Error("addNoise: sigmas must be [batch]");
+  if (!x0.sizes().equals(noise.sizes())) throw Error("addNoise: latents and noise differ in shape");
+  if (sigmas.dim() != 1 || sigmas.size(0) != x0.size(0)) throw Error("addNoise: sigmas must be [batch]");
   std::vector<int64_t> view(static_cast<size_t>(x0.dim()), 1);
   view[0] = x0.size(0);
   const auto s = sigmas.to(x0.device(), x0.scalar_type()).view(view);  // [B, 1, ...]

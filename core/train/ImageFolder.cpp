@@ -125,9 +125,9 @@ ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg) {
 
 std::vector<std::string> ImageFolderScan::reportLines() const {
   std::vector<std::string> lines;
-  lines.push_back("images: " + std::to_string(images) + " used (" + std::to_string(entries.size()) +
-                  " entries), " + std::to_string(skipped.size()) + " skipped, " +
-                  std::to_string(defaultedCaptions.size()) + " without a caption file (default caption used)");
+  lines.push_back("images: " + std::to_string(images) + " used (" + std::to_string(entries.size()) + " entries), " +
+                  std::to_string(skipped.size()) + " skipped, " + std::to_string(defaultedCaptions.size()) +
+                  " without a caption file (default caption used)");
   std::string table = "buckets:";
   for (const auto& [b, n] : bucketCounts) table += " " + b.name() + "=" + std::to_string(n);
   lines.push_back(table);
@@ -136,10 +136,10 @@ std::vector<std::string> ImageFolderScan::reportLines() const {
 }
 
 at::Tensor loadEntryPixels(const ImageEntry& entry) {
-  at::Tensor chw = io::imageToFloatChw(readUpright(entry.image));  // [3, H, W] in [0, 1]
+  at::Tensor chw = io::imageToFloatChw(readUpright(entry.image));   // [3, H, W] in [0, 1]
   at::Tensor x = resizeAndCrop(chw, entry.bucket).clamp(0.0, 1.0);  // [3, bh, bw]; resampling can overshoot by an ulp
   if (entry.flip) x = x.flip({2});
-  return x.mul(2.0).sub(1.0).contiguous();                          // [-1, 1]
+  return x.mul(2.0).sub(1.0).contiguous();  // [-1, 1]
 }
 
 }  // namespace strata::train

@@ -32,11 +32,11 @@ struct SkippedFile {
 };
 
 struct ImageFolderScan {
-  std::vector<ImageEntry> entries;     // without num_repeats (the dataset repeats them)
-  std::vector<SkippedFile> skipped;    // unreadable, empty, truncated, too small
+  std::vector<ImageEntry> entries;                       // without num_repeats (the dataset repeats them)
+  std::vector<SkippedFile> skipped;                      // unreadable, empty, truncated, too small
   std::vector<std::filesystem::path> defaultedCaptions;  // no caption file: default_caption used
-  std::map<Bucket, int64_t> bucketCounts;  // entries per bucket
-  int64_t images = 0;                  // images used
+  std::map<Bucket, int64_t> bucketCounts;                // entries per bucket
+  int64_t images = 0;                                    // images used
   // "images: 5 used, 3 skipped (...)" and the bucket table, one line each.
   std::vector<std::string> reportLines() const;
 };

@@ -15,9 +15,9 @@
 namespace strata::train {
 
 struct LlamaPlanOptions {
-  int64_t weightElementBytes = 2;      // fp16 / bf16 base weights; fp32 = 4, fp8 (quantized) = 1
-  int64_t activationElementBytes = 2;  // the compute dtype
-  int64_t loraRank = 8;                // 0 = no adapters
+  int64_t weightElementBytes = 2;        // fp16 / bf16 base weights; fp32 = 4, fp8 (quantized) = 1
+  int64_t activationElementBytes = 2;    // the compute dtype
+  int64_t loraRank = 8;                  // 0 = no adapters
   std::vector<std::string> loraTargets;  // LoraTargets patterns; empty = peft's seven projections
   bool ema = false;
   int64_t batchSize = 1;

@@ -10,8 +10,7 @@ namespace strata::train {
 LrSchedule::LrSchedule(config::LrScheduler kind, double baseLr, int64_t totalSteps, int64_t warmupSteps)
     : kind_(kind), baseLr_(baseLr), totalSteps_(totalSteps), warmupSteps_(warmupSteps) {
   if (totalSteps < 1) throw ConfigError("train.steps: must be at least 1, got " + std::to_string(totalSteps));
-  if (warmupSteps < 0)
-    throw ConfigError("train.lr_warmup_steps: must be >= 0, got " + std::to_string(warmupSteps));
+  if (warmupSteps < 0) throw ConfigError("train.lr_warmup_steps: must be >= 0, got " + std::to_string(warmupSteps));
   if (!(baseLr >= 0.0)) throw ConfigError("train.lr: must be >= 0, got " + std::to_string(baseLr));
 }
 

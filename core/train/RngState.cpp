@@ -8,9 +8,7 @@
 namespace strata::train {
 
 namespace {
-at::Generator defaultGeneratorOf(const c10::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
+at::Generator defaultGeneratorOf(const c10::Device& device) { return at::globalContext().defaultGenerator(device); }
 }  // namespace
 
 at::Generator makeCpuGenerator(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
@@ -50,8 +48,7 @@ std::vector<std::string> restoreRngStates(at::Generator& trainer,
       g.set_state(st);
     } else if (name.rfind("rng.cuda", 0) == 0) {
       const c10::Device d(name.substr(4));
-      if (!d.is_cuda() || !at::hasCUDA() || d.index() >= static_cast<int>(at::getNumGPUs()))
-        continue;
+      if (!d.is_cuda() || !at::hasCUDA() || d.index() >= static_cast<int>(at::getNumGPUs())) continue;
       auto g = defaultGeneratorOf(d);
       std::lock_guard<std::mutex> lock(g.mutex());
       g.set_state(st);

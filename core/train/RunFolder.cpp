@@ -161,8 +161,8 @@ std::vector<std::string> RunFolder::recover() const {
       } else if (startsWith(name, ".partial-") || startsWith(name, ".trash-")) {
         fs::remove_all(p, ec);
         if (ec) throw IoError(p.string() + ": cannot remove a leftover of an interrupted run: " + ec.message());
-        notes.push_back("removed " + p.string() + (startsWith(name, ".trash-") ? " (an interrupted prune)"
-                                                                               : " (an unfinished checkpoint)"));
+        notes.push_back("removed " + p.string() +
+                        (startsWith(name, ".trash-") ? " (an interrupted prune)" : " (an unfinished checkpoint)"));
       }
     }
   }

@@ -110,8 +110,8 @@ IntactCheckpoint readLatestIntactCheckpoint(const RunFolder& folder);
 std::filesystem::path setAsideDamagedCheckpoint(const CheckpointRef& ref);
 
 // Deletes all but the newest `keep` rolling checkpoints (keep < 1 keeps all);
-// manual ones are neither deleted nor counted. Returns the folders removed. Each is renamed to a trash name first, so a kill midway
-// never leaves a half-deleted step_N (RunFolder::recover empties the trash).
+// manual ones are neither deleted nor counted. Returns the folders removed. Each is renamed to a trash name first, so a
+// kill midway never leaves a half-deleted step_N (RunFolder::recover empties the trash).
 std::vector<std::filesystem::path> pruneCheckpoints(const RunFolder& folder, int64_t keep);
 
 }  // namespace strata::train

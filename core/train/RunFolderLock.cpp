@@ -51,7 +51,8 @@ RunFolderLock::RunFolderLock(const fs::path& dir) : dir_(dir) {
       throw IoError(path.string() + ": cannot lock: " + std::strerror(err));
     }
     // Someone replaced the file between our open and flock: lock the new one.
-    struct stat mine {}, now {};
+    struct stat mine {
+    }, now{};
     if (::fstat(fd, &mine) != 0 || ::stat(path.c_str(), &now) != 0 || mine.st_ino != now.st_ino) {
       ::close(fd);
       continue;
@@ -113,8 +114,10 @@ pid_t RunFolderLock::holderOf(const fs::path& dir) {
   const int fd = ::open(lockPath(dir).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   pid_t holder = 0;
-  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) holder = readPid(fd);
-  else ::flock(fd, LOCK_UN);
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+    holder = readPid(fd);
+  else
+    ::flock(fd, LOCK_UN);
   ::close(fd);
   return holder;
 }

@@ -101,7 +101,7 @@ RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& 
   co.gradientCheckpointing = cfg.train.gradientCheckpointing;
   out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
   out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
-                                                                         : placement::PlanMode::ParamCount;
+                                                                        : placement::PlanMode::ParamCount;
   out.input.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
   return out;
 }
@@ -133,7 +133,8 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
 
   // The validator has judged the request against this inventory and the caps
   // against these devices: what is left is to read them.
-  const device::DeviceSelection selection = device::selectDevices(config::deviceRequestOf(cfg.model), inventory.devices);
+  const device::DeviceSelection selection =
+      device::selectDevices(config::deviceRequestOf(cfg.model), inventory.devices);
   if (!selection.ok()) return fail("model", selection.problems.front().message);
   run.devices = selection.devices;
   run.capBytes = device::resolveCaps(run.devices, cfg.model.gpuMemoryLimitGb).capBytes;

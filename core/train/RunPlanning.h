@@ -52,7 +52,7 @@ struct PrepareOptions {
   // A preview (`strata-train plan`, the app's map), maybe for another machine:
   // only the rules a plan needs (ranges, model, devices), no paths. A run: all.
   bool preview = false;
-  int64_t otherModuleBytes = 0;              // text encoders / VAE resident on the first device
+  int64_t otherModuleBytes = 0;  // text encoders / VAE resident on the first device
 };
 
 struct PreparedRun {
@@ -73,8 +73,8 @@ struct PreparedRun {
 };
 
 // Validates `cfg` against `inventory` (every rule, or a preview's), then, without
-// errors, sizes the model and plans it over the devices the config means. Never throws for a bad config or device: every
-// problem is in `problems`, with its key and, given options.where, its line.
+// errors, sizes the model and plans it over the devices the config means. Never throws for a bad config or device:
+// every problem is in `problems`, with its key and, given options.where, its line.
 PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
                        const PrepareOptions& options = {});
 

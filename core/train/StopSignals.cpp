@@ -34,7 +34,10 @@ extern "C" void onStopSignal(int sig) {
     return;
   }
   if (Trainer* t = gTarget.load()) t->requestStop();
-  const char* name = sig == SIGINT ? "Ctrl-C (SIGINT)" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+  const char* name = sig == SIGINT    ? "Ctrl-C (SIGINT)"
+                     : sig == SIGTERM ? "SIGTERM"
+                     : sig == SIGHUP  ? "SIGHUP"
+                                      : "a signal";
   say("\n");
   say(gWho);
   say(": ");

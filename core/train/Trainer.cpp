@@ -47,20 +47,28 @@ using Clock = std::chrono::steady_clock;
 
 const char* toString(RunOutcome outcome) {
   switch (outcome) {
-    case RunOutcome::Finished: return "finished";
-    case RunOutcome::Stopped: return "stopped";
-    case RunOutcome::Failed: return "failed";
-    case RunOutcome::PreflightFailed: return "preflight failed";
+    case RunOutcome::Finished:
+      return "finished";
+    case RunOutcome::Stopped:
+      return "stopped";
+    case RunOutcome::Failed:
+      return "failed";
+    case RunOutcome::PreflightFailed:
+      return "preflight failed";
   }
   return "?";
 }
 
 int exitCodeOf(RunOutcome outcome) {
   switch (outcome) {
-    case RunOutcome::Finished: return kExitOk;
-    case RunOutcome::Stopped: return kExitInterrupted;
-    case RunOutcome::Failed: return kExitFailed;
-    case RunOutcome::PreflightFailed: return kExitBadInput;
+    case RunOutcome::Finished:
+      return kExitOk;
+    case RunOutcome::Stopped:
+      return kExitInterrupted;
+    case RunOutcome::Failed:
+      return kExitFailed;
+    case RunOutcome::PreflightFailed:
+      return kExitBadInput;
   }
   return kExitFailed;
 }
@@ -116,7 +124,6 @@ std::map<std::string, at::Tensor> toMap(const NamedTensors& v) {
   for (const auto& [k, t] : v) m[k] = t;
   return m;
 }
-
 
 }  // namespace
 
@@ -198,7 +205,8 @@ RunOutcome Trainer::runImpl() {
       RunFolder folder(runDir_);
       folder.create();
       if (!options_.resume)
-        io::writeFileAtomic(folder.configPath(), options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
+        io::writeFileAtomic(folder.configPath(),
+                            options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }
@@ -220,8 +228,10 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   // The config's rules and the plan, on this machine's devices.
   st.prepared = prepareRun(cfg_, device::thisMachine());
   for (const auto& p : st.prepared.problems) {
-    if (p.isError()) problems.push_back(p.format());
-    else if (options_.reportConfigWarnings) bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
+    if (p.isError())
+      problems.push_back(p.format());
+    else if (options_.reportConfigWarnings)
+      bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
   }
   // The run folder, locked for this process (a derived one that holds an earlier
   // run or is in use gets the next free name), cleaned of what a killed run left.
@@ -352,8 +362,7 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   }
   // The audit: every parameter, buffer and attachment where its block is.
   for (const auto& i : st.placement->audit())
-    problems.push_back("audit: " + i.path + " is on " + i.actual + ", its block " + i.blockId + " is on " +
-                       i.expected);
+    problems.push_back("audit: " + i.path + " is on " + i.actual + ", its block " + i.blockId + " is on " + i.expected);
   bus_.publish(placementEventOf(*st.placement, st.planReason));
   if (!problems.empty()) return;
 
@@ -409,11 +418,11 @@ bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
     bus_.publish(ce);
     return true;
   } catch (const std::exception& e) {
-    bus_.publish(events::WarningEvent{std::string(e.what()) + "; " +
-                                       (st.lastCheckpoint.empty()
-                                            ? std::string("there is no earlier checkpoint")
-                                            : "the previous checkpoint " + st.lastCheckpoint + " is intact"),
-                                   step});
+    bus_.publish(events::WarningEvent{
+        std::string(e.what()) + "; " +
+            (st.lastCheckpoint.empty() ? std::string("there is no earlier checkpoint")
+                                       : "the previous checkpoint " + st.lastCheckpoint + " is intact"),
+        step});
     return false;
   }
 }
@@ -425,9 +434,9 @@ std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final
   const RunFolder folder(runDir_);
   for (auto f : cfg_.save.exportFormats) {
     const auto path = exportPath(folder, cfg_, f, final ? std::nullopt : std::optional<int64_t>(step));
-    lora::writeLoraFile(path, *st.network, flux::FluxLoraRules(st.fluxConfig),
-                        exportOptionsOf(cfg_, f, step, cfg_.network.linearAlpha, options_.configYaml,
-                                        options_.softwareVersion));
+    lora::writeLoraFile(
+        path, *st.network, flux::FluxLoraRules(st.fluxConfig),
+        exportOptionsOf(cfg_, f, step, cfg_.network.linearAlpha, options_.configYaml, options_.softwareVersion));
     written.push_back(path.string());
     bus_.publish(events::ExportEvent{path.string(), config::enumName(f), step});
   }
@@ -461,16 +470,17 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   gradNorm = std::numeric_limits<double>::quiet_NaN();
   if (finiteGrads) {
     gradNorm = clipGradNorm(params, tc.maxGradNorm);
-    if (!std::isfinite(gradNorm)) throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
+    if (!std::isfinite(gradNorm))
+      throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
     st.optimizer->step();
   } else if (st.scaler.exhausted()) {
-    throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) +
-                        " even at fp16 loss scale " + std::to_string(scaleUsed));
+    throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) + " even at fp16 loss scale " +
+                        std::to_string(scaleUsed));
   } else {
     bus_.publish(events::WarningEvent{"step " + std::to_string(step + 1) +
-                                       ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
-                                       "; step skipped, scale now " + std::to_string(st.scaler.scale()),
-                                   step + 1});
+                                          ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
+                                          "; step skipped, scale now " + std::to_string(st.scaler.scale()),
+                                      step + 1});
   }
   return finiteGrads;
 }
@@ -499,9 +509,8 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
   se.imagesPerSec = ms > 0 ? 1000.0 * static_cast<double>(images) / ms : 0.0;
   se.etaSeconds = avgMs * static_cast<double>(tc.steps - step) / 1000.0;
   se.memory = memoryOf(st.devices);
-  nlohmann::json line = {{"step", step},      {"loss", loss},          {"loss_smoothed", smoothed},
-                         {"lr", lr},          {"grad_norm", gradNorm}, {"step_time_ms", ms},
-                         {"images_per_sec", se.imagesPerSec}};
+  nlohmann::json line = {{"step", step},          {"loss", loss},       {"loss_smoothed", smoothed},        {"lr", lr},
+                         {"grad_norm", gradNorm}, {"step_time_ms", ms}, {"images_per_sec", se.imagesPerSec}};
   for (const auto& m : se.memory)
     if (m.allocatedBytes > 0) line["allocated_bytes"][m.device] = m.allocatedBytes;
   if (st.scaler.enabled()) line["loss_scale"] = scaleUsed;
@@ -561,10 +570,10 @@ RunOutcome Trainer::loop(State& st) {
       if (exportRequested_.exchange(false) && !last) exportLora(st, step, false);
     }
   } catch (const NonFiniteLoss& e) {
-    bus_.publish(events::FailedEvent{std::string(e.what()) + (st.lastCheckpoint.empty()
-                                                                ? "; no checkpoint was written before it"
-                                                                : "; last good checkpoint: " + st.lastCheckpoint),
-                                  step + 1, st.lastCheckpoint});
+    bus_.publish(events::FailedEvent{
+        std::string(e.what()) + (st.lastCheckpoint.empty() ? "; no checkpoint was written before it"
+                                                           : "; last good checkpoint: " + st.lastCheckpoint),
+        step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   } catch (const std::exception& e) {
     std::string msg = e.what();
@@ -582,8 +591,8 @@ RunOutcome Trainer::finish(State& st) {
     exports = exportLora(st, step, true);
   } catch (const std::exception& e) {
     bus_.publish(events::FailedEvent{std::string("LoRA export failed: ") + e.what() +
-                                      (st.lastCheckpoint.empty() ? "" : "; checkpoint kept: " + st.lastCheckpoint),
-                                  step, st.lastCheckpoint});
+                                         (st.lastCheckpoint.empty() ? "" : "; checkpoint kept: " + st.lastCheckpoint),
+                                     step, st.lastCheckpoint});
     return RunOutcome::Failed;
   }
   events::FinishedEvent fe;

@@ -32,9 +32,9 @@ enum class RunOutcome { Finished, Stopped, Failed, PreflightFailed };
 const char* toString(RunOutcome outcome);
 
 // The CLI's exit codes (strata-train run/resume).
-constexpr int kExitOk = 0;           // finished
-constexpr int kExitFailed = 1;       // failed during training (NaN loss, I/O, out of memory, ...)
-constexpr int kExitBadInput = 2;     // bad command line, config or preflight problem
+constexpr int kExitOk = 0;             // finished
+constexpr int kExitFailed = 1;         // failed during training (NaN loss, I/O, out of memory, ...)
+constexpr int kExitBadInput = 2;       // bad command line, config or preflight problem
 constexpr int kExitInterrupted = 130;  // stopped by Ctrl-C / stop(): checkpoint kept
 int exitCodeOf(RunOutcome outcome);
 
@@ -74,11 +74,11 @@ class Trainer {
   RunOutcome wait();
 
   // ---- thread-safe requests --------------------------------------------
-  void requestStop();              // checkpoint, then Stopped (async-signal-safe)
-  void setPaused(bool paused);     // holds between steps
-  void requestSample();            // samples after the current step
-  void requestSave();              // checkpoint after the current step
-  void requestExport();            // LoRA export after the current step
+  void requestStop();           // checkpoint, then Stopped (async-signal-safe)
+  void setPaused(bool paused);  // holds between steps
+  void requestSample();         // samples after the current step
+  void requestSave();           // checkpoint after the current step
+  void requestExport();         // LoRA export after the current step
 
   bool running() const { return running_.load(); }
   bool paused() const { return paused_.load(); }

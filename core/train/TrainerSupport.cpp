@@ -42,18 +42,24 @@ Trainer::State::~State() {
 
 at::ScalarType scalarTypeOf(config::DType d) {
   switch (d) {
-    case config::DType::BF16: return at::kBFloat16;
-    case config::DType::FP16: return at::kHalf;
-    case config::DType::FP32: return at::kFloat;
+    case config::DType::BF16:
+      return at::kBFloat16;
+    case config::DType::FP16:
+      return at::kHalf;
+    case config::DType::FP32:
+      return at::kFloat;
   }
   return at::kFloat;
 }
 
 lora::LoraFileFormat fileFormatOf(config::ExportFormat f) {
   switch (f) {
-    case config::ExportFormat::Diffusers: return lora::LoraFileFormat::Diffusers;
-    case config::ExportFormat::Kohya: return lora::LoraFileFormat::Kohya;
-    case config::ExportFormat::Comfy: return lora::LoraFileFormat::Comfy;
+    case config::ExportFormat::Diffusers:
+      return lora::LoraFileFormat::Diffusers;
+    case config::ExportFormat::Kohya:
+      return lora::LoraFileFormat::Kohya;
+    case config::ExportFormat::Comfy:
+      return lora::LoraFileFormat::Comfy;
   }
   return lora::LoraFileFormat::Diffusers;
 }
@@ -98,8 +104,9 @@ OpenedRunFolder lockRunFolder(const fs::path& dir, bool derivedNewRun) {
       }
       out.dir = cand;
     }
-    if (out.dir != dir) out.notes.push_back("this run writes to " + out.dir.string() + " (" + dir.string() +
-                                            " holds an earlier run or is in use)");
+    if (out.dir != dir)
+      out.notes.push_back("this run writes to " + out.dir.string() + " (" + dir.string() +
+                          " holds an earlier run or is in use)");
   }
   for (auto& n : RunFolder(out.dir).recover()) out.notes.push_back(std::move(n));
   return out;
@@ -124,8 +131,8 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
   const auto dtype = scalarTypeOf(cfg.train.dtype);
   BuiltModel b;
   std::optional<placement::Plan> plan;
-  c10::Device buildDevice = useCuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ids[0]))
-                                    : c10::Device(c10::kCPU);
+  c10::Device buildDevice =
+      useCuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ids[0])) : c10::Device(c10::kCPU);
   if (m.splitModelOverGpus) {
     if (!run.plan.fits) throw PlacementError("the model does not fit: " + run.plan.reason);
     plan = run.plan;
@@ -181,8 +188,8 @@ OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
 
 fs::path exportPath(const RunFolder& folder, const config::RunConfig& cfg, config::ExportFormat format,
                     std::optional<int64_t> step, const fs::path& outDir) {
-  const std::string name = cfg.job.name + (step ? "_step" + std::to_string(*step) : "") + "_" +
-                           config::enumName(format) + ".safetensors";
+  const std::string name =
+      cfg.job.name + (step ? "_step" + std::to_string(*step) : "") + "_" + config::enumName(format) + ".safetensors";
   return (outDir.empty() ? folder.exportsDir() : outDir) / name;
 }
 
@@ -224,8 +231,8 @@ TrainItem nextItem(Trainer::State& st, const config::RunConfig& cfg, events::Eve
     } catch (const std::exception& e) {
       ++st.skippedItems;
       bus.publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
-                                        std::to_string(st.skippedItems) + " skipped so far)",
-                                    step});
+                                           std::to_string(st.skippedItems) + " skipped so far)",
+                                       step});
     }
   }
   throw IoError("no readable dataset item: all " + std::to_string(n) + " failed to load");
@@ -248,8 +255,8 @@ at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t b
   std::vector<at::Tensor> lat, txt, pooled;
   for (const auto& it : items) {
     if (!it.latents.sizes().equals(items.front().latents.sizes()))
-      throw Error("a batch needs latents of one size: '" + it.caption + "' differs from '" +
-                  items.front().caption + "' (use batch_size 1 or one resolution)");
+      throw Error("a batch needs latents of one size: '" + it.caption + "' differs from '" + items.front().caption +
+                  "' (use batch_size 1 or one resolution)");
     lat.push_back(it.latents);
     txt.push_back(fitTokens(it.txt, tokens));
     pooled.push_back(it.pooled);
@@ -312,9 +319,9 @@ void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder
                               cfg.sample.guidanceScale, cfg.sample.sampleSteps, st.placement.get());
       const auto rgb = latentsToRgb(out[0].to(at::kCPU, at::kFloat));  // [3, 2h or 8h, ...]
       const auto path = folder.samplePath(step, static_cast<int64_t>(i));
-      io::writePng(path, rgb,
-                     {{"prompt", prompt}, {"step", std::to_string(step)}, {"seed", std::to_string(seed)},
-                      {"Software", "Strata"}});
+      io::writePng(
+          path, rgb,
+          {{"prompt", prompt}, {"step", std::to_string(step)}, {"seed", std::to_string(seed)}, {"Software", "Strata"}});
       folder.appendSampleIndex({{"file", path.filename().string()},
                                 {"step", step},
                                 {"prompt_index", i},
@@ -322,9 +329,8 @@ void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder
                                 {"seed", seed}});
       bus.publish(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
     } catch (const std::exception& ex) {
-      bus.publish(events::WarningEvent{"sample " + std::to_string(i) + " at step " + std::to_string(step) +
-                                        " failed: " + ex.what(),
-                                    step});
+      bus.publish(events::WarningEvent{
+          "sample " + std::to_string(i) + " at step " + std::to_string(step) + " failed: " + ex.what(), step});
     }
   }
 }

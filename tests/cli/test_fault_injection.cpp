@@ -51,9 +51,8 @@ TEST(FaultInjection, KillsAnywhereInRunAndResumeNeverBreakTheLatestCheckpointOrT
   // The reference: a run that is never killed, and its wall time.
   const auto t0 = Clock::now();
   std::string out;
-  ASSERT_EQ(runStrataTrain({"run", config.string(), "--run-dir", (tmp / "straight").string()}, tmp / "straight.log",
-                           &out),
-            0)
+  ASSERT_EQ(
+      runStrataTrain({"run", config.string(), "--run-dir", (tmp / "straight").string()}, tmp / "straight.log", &out), 0)
       << out;
   const auto runMs = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   const auto reference = exported(tmp / "straight");
@@ -77,8 +76,9 @@ TEST(FaultInjection, KillsAnywhereInRunAndResumeNeverBreakTheLatestCheckpointOrT
       ASSERT_LT(Clock::now(), deadline) << kills << " kills in the time budget";
       strata::train::RunFolder folder(dir);
       const bool resume = folder.latestCheckpoint().has_value();
-      std::vector<std::string> args = resume ? std::vector<std::string>{"resume", dir.string()}
-                                             : std::vector<std::string>{"run", config.string(), "--run-dir", dir.string()};
+      std::vector<std::string> args = resume
+                                          ? std::vector<std::string>{"resume", dir.string()}
+                                          : std::vector<std::string>{"run", config.string(), "--run-dir", dir.string()};
       const fs::path log = tmp / "attempt.log";
       Child child(args, log);
       ASSERT_TRUE(child.started());

@@ -119,9 +119,9 @@ TEST_F(CliReliability, StopAfterWithAFailedSaveExits1NamingTheCause) {
   writeFile(tmp / "c.yaml", tinyRunYaml(tmp.path().string(), 10, 0));
   std::string out;
   // 16 KB: the config and the metrics fit, the checkpoint's LoRA file does not.
-  const int code = runStrataTrain({"run", (tmp / "c.yaml").string(), "--run-dir", (tmp / "run").string(),
-                                   "--stop-after", "3"},
-                                  log("full"), &out, 16 * 1024);
+  const int code =
+      runStrataTrain({"run", (tmp / "c.yaml").string(), "--run-dir", (tmp / "run").string(), "--stop-after", "3"},
+                     log("full"), &out, 16 * 1024);
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find(std::strerror(EFBIG)), std::string::npos) << out;
   EXPECT_NE(out.find("could not be written"), std::string::npos) << out;
@@ -185,7 +185,8 @@ TEST_F(CliReliability, ExportExitCodes) {
   std::string out;
   ASSERT_EQ(runStrataTrain({"run", (tmp / "c.yaml").string(), "--run-dir", (tmp / "run").string()}, log("r"), &out), 0)
       << out;
-  EXPECT_EQ(runStrataTrain({"export", (tmp / "run").string(), "--out", (tmp / "e").string()}, log("e"), &out), 0) << out;
+  EXPECT_EQ(runStrataTrain({"export", (tmp / "run").string(), "--out", (tmp / "e").string()}, log("e"), &out), 0)
+      << out;
   EXPECT_EQ(runStrataTrain({"export", (tmp / "nothing").string()}, log("n"), &out), 2) << out;
   // Every checkpoint damaged: nothing intact to export is bad input, each reason listed.
   for (const auto& c : strata::train::RunFolder(tmp / "run").checkpoints())

@@ -93,7 +93,8 @@ TEST(SampleCli, BadInputExitsTwoWithOneClearLine) {
   auto r = run("sample " + common(out) + " --width 20 --height 16 --prompt p");
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_NE(r.output.find("multiples of 16"), std::string::npos) << r.output;
-  r = run("sample " + common(out) + " --width 16 --height 16 --prompt p --lora " + quote((tmp / "no.safetensors").string()));
+  r = run("sample " + common(out) + " --width 16 --height 16 --prompt p --lora " +
+          quote((tmp / "no.safetensors").string()));
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_NE(r.output.find("no.safetensors"), std::string::npos) << r.output;
   // A BFL file alone: the other single files are required, by key.

@@ -192,8 +192,7 @@ TEST_F(Cli, AiToolkitJobFilesAreImported) {
             "      sample: {sample_every: 0}\n");
   const Result r = run("validate " + quote((tmp / "job.yaml").string()));
   EXPECT_EQ(r.exitCode, 2) << r.output;
-  EXPECT_NE(r.output.find(":6:7: warning: config.process[0].trigger_word: ai-toolkit key not used"),
-            std::string::npos)
+  EXPECT_NE(r.output.find(":6:7: warning: config.process[0].trigger_word: ai-toolkit key not used"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find(":7:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("imported from an ai-toolkit job"), std::string::npos) << r.output;

@@ -30,8 +30,7 @@ TempDir::TempDir() {
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   if (::mkdtemp(buffer.data()) == nullptr) {
-    throw std::runtime_error("TempDir: could not create a folder from " + pattern + ": " +
-                             std::strerror(errno));
+    throw std::runtime_error("TempDir: could not create a folder from " + pattern + ": " + std::strerror(errno));
   }
   path_ = buffer.data();
 }
@@ -43,8 +42,7 @@ TempDir::~TempDir() {
 
 int cudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
 
-::testing::AssertionResult allClose(const at::Tensor& actual, const at::Tensor& expected,
-                                    double atol, double rtol) {
+::testing::AssertionResult allClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol) {
   if (actual.sizes() != expected.sizes()) {
     std::ostringstream os;
     os << "shape " << actual.sizes() << " != expected " << expected.sizes();
@@ -56,9 +54,9 @@ int cudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
   if (excess.numel() == 0 || excess.max().item<double>() <= 0.0) return ::testing::AssertionSuccess();
   const auto flat = excess.flatten().argmax().item<int64_t>();
   std::ostringstream os;
-  os << "max |actual - expected| = " << (a - e).abs().max().item<double>() << " (atol " << atol
-     << ", rtol " << rtol << "); worst at flat index " << flat << ": actual "
-     << a.flatten()[flat].item<double>() << ", expected " << e.flatten()[flat].item<double>();
+  os << "max |actual - expected| = " << (a - e).abs().max().item<double>() << " (atol " << atol << ", rtol " << rtol
+     << "); worst at flat index " << flat << ": actual " << a.flatten()[flat].item<double>() << ", expected "
+     << e.flatten()[flat].item<double>();
   return ::testing::AssertionFailure() << os.str();
 }
 

@@ -33,15 +33,14 @@ int cudaDeviceCount();
 
 // ::testing::AssertionSuccess when |a - b| <= atol + rtol |b| everywhere, else a
 // message with the largest deviation and where it is.
-::testing::AssertionResult allClose(const at::Tensor& actual, const at::Tensor& expected,
-                                    double atol, double rtol);
+::testing::AssertionResult allClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol);
 
 }  // namespace strata::test
 
 // Skips the current test (with the reason) unless `n` CUDA devices exist.
-#define STRATA_REQUIRE_CUDA_DEVICES(n)                                                       \
-  do {                                                                                       \
-    const int strataCudaCount = ::strata::test::cudaDeviceCount();                           \
-    if (strataCudaCount < (n))                                                               \
+#define STRATA_REQUIRE_CUDA_DEVICES(n)                                                            \
+  do {                                                                                            \
+    const int strataCudaCount = ::strata::test::cudaDeviceCount();                                \
+    if (strataCudaCount < (n))                                                                    \
       GTEST_SKIP() << "needs " << (n) << " CUDA device(s), this machine has " << strataCudaCount; \
   } while (0)

@@ -10,71 +10,71 @@ namespace {
 
 // Shaped like ai-toolkit's train_lora_flux_24gb example plus the seed's split keys.
 const char* kJob =
-    "job: extension\n"                                   // 1
-    "config:\n"                                          // 2
-    "  name: \"my_flux_lora\"\n"                         // 3
-    "  process:\n"                                       // 4
-    "    - type: 'sd_trainer'\n"                         // 5
-    "      training_folder: \"output\"\n"                // 6
-    "      device: cuda:0\n"                             // 7
-    "      trigger_word: \"p3r5on\"\n"                   // 8
-    "      network:\n"                                   // 9
-    "        type: \"lora\"\n"                           // 10
-    "        linear: 16\n"                               // 11
-    "        linear_alpha: 16\n"                         // 12
-    "      save:\n"                                      // 13
-    "        dtype: float16\n"                           // 14
-    "        save_every: 250\n"                          // 15
-    "        max_step_saves_to_keep: 4\n"                // 16
-    "        push_to_hub: false\n"                       // 17
-    "      datasets:\n"                                  // 18
-    "        - folder_path: \"/nonexistent/images\"\n"   // 19
-    "          caption_ext: \"txt\"\n"                   // 20
-    "          caption_dropout_rate: 0.1\n"              // 21
-    "          shuffle_tokens: false\n"                  // 22
-    "          cache_latents_to_disk: true\n"            // 23
-    "          resolution: [ 512, 768, 1024 ]\n"         // 24
-    "      train:\n"                                     // 25
-    "        batch_size: 1\n"                            // 26
-    "        steps: 2000\n"                              // 27
-    "        gradient_accumulation_steps: 1\n"           // 28
-    "        train_unet: true\n"                         // 29
-    "        train_text_encoder: false\n"                // 30
-    "        gradient_checkpointing: true\n"             // 31
-    "        noise_scheduler: \"flowmatch\"\n"           // 32
-    "        optimizer: \"adamw8bit\"\n"                 // 33
-    "        lr: 1e-4\n"                                 // 34
-    "        optimizer_params:\n"                        // 35
-    "          weight_decay: 0.01\n"                     // 36
-    "        ema_config:\n"                              // 37
-    "          use_ema: true\n"                          // 38
-    "          ema_decay: 0.99\n"                        // 39
-    "        dtype: bf16\n"                              // 40
-    "        skip_first_sample: true\n"                  // 41
-    "      model:\n"                                     // 42
-    "        name_or_path: \"black-forest-labs/FLUX.1-dev\"\n"  // 43
-    "        is_flux: true\n"                            // 44
-    "        quantize: true\n"                           // 45
-    "        low_vram: true\n"                           // 46
-    "        split_model_over_gpus: true\n"              // 47
+    "job: extension\n"                                           // 1
+    "config:\n"                                                  // 2
+    "  name: \"my_flux_lora\"\n"                                 // 3
+    "  process:\n"                                               // 4
+    "    - type: 'sd_trainer'\n"                                 // 5
+    "      training_folder: \"output\"\n"                        // 6
+    "      device: cuda:0\n"                                     // 7
+    "      trigger_word: \"p3r5on\"\n"                           // 8
+    "      network:\n"                                           // 9
+    "        type: \"lora\"\n"                                   // 10
+    "        linear: 16\n"                                       // 11
+    "        linear_alpha: 16\n"                                 // 12
+    "      save:\n"                                              // 13
+    "        dtype: float16\n"                                   // 14
+    "        save_every: 250\n"                                  // 15
+    "        max_step_saves_to_keep: 4\n"                        // 16
+    "        push_to_hub: false\n"                               // 17
+    "      datasets:\n"                                          // 18
+    "        - folder_path: \"/nonexistent/images\"\n"           // 19
+    "          caption_ext: \"txt\"\n"                           // 20
+    "          caption_dropout_rate: 0.1\n"                      // 21
+    "          shuffle_tokens: false\n"                          // 22
+    "          cache_latents_to_disk: true\n"                    // 23
+    "          resolution: [ 512, 768, 1024 ]\n"                 // 24
+    "      train:\n"                                             // 25
+    "        batch_size: 1\n"                                    // 26
+    "        steps: 2000\n"                                      // 27
+    "        gradient_accumulation_steps: 1\n"                   // 28
+    "        train_unet: true\n"                                 // 29
+    "        train_text_encoder: false\n"                        // 30
+    "        gradient_checkpointing: true\n"                     // 31
+    "        noise_scheduler: \"flowmatch\"\n"                   // 32
+    "        optimizer: \"adamw8bit\"\n"                         // 33
+    "        lr: 1e-4\n"                                         // 34
+    "        optimizer_params:\n"                                // 35
+    "          weight_decay: 0.01\n"                             // 36
+    "        ema_config:\n"                                      // 37
+    "          use_ema: true\n"                                  // 38
+    "          ema_decay: 0.99\n"                                // 39
+    "        dtype: bf16\n"                                      // 40
+    "        skip_first_sample: true\n"                          // 41
+    "      model:\n"                                             // 42
+    "        name_or_path: \"black-forest-labs/FLUX.1-dev\"\n"   // 43
+    "        is_flux: true\n"                                    // 44
+    "        quantize: true\n"                                   // 45
+    "        low_vram: true\n"                                   // 46
+    "        split_model_over_gpus: true\n"                      // 47
     "        split_model_other_module_param_count_scale: 0.3\n"  // 48
-    "        gpu_ids: \"0,1,2,3\"\n"                     // 49
-    "      sample:\n"                                    // 50
-    "        sampler: \"flowmatch\"\n"                   // 51
-    "        sample_every: 250\n"                        // 52
-    "        width: 1024\n"                              // 53
-    "        height: 1024\n"                             // 54
-    "        prompts:\n"                                 // 55
-    "          - \"[trigger] holding a sign\"\n"         // 56
-    "          - \"a cat\"\n"                            // 57
-    "        neg: \"\"\n"                                // 58
-    "        seed: 42\n"                                 // 59
-    "        walk_seed: true\n"                          // 60
-    "        guidance_scale: 4\n"                        // 61
-    "        sample_steps: 20\n"                         // 62
-    "meta:\n"                                            // 63
-    "  name: \"[name]\"\n"                               // 64
-    "  version: '1.0'\n";                                // 65
+    "        gpu_ids: \"0,1,2,3\"\n"                             // 49
+    "      sample:\n"                                            // 50
+    "        sampler: \"flowmatch\"\n"                           // 51
+    "        sample_every: 250\n"                                // 52
+    "        width: 1024\n"                                      // 53
+    "        height: 1024\n"                                     // 54
+    "        prompts:\n"                                         // 55
+    "          - \"[trigger] holding a sign\"\n"                 // 56
+    "          - \"a cat\"\n"                                    // 57
+    "        neg: \"\"\n"                                        // 58
+    "        seed: 42\n"                                         // 59
+    "        walk_seed: true\n"                                  // 60
+    "        guidance_scale: 4\n"                                // 61
+    "        sample_steps: 20\n"                                 // 62
+    "meta:\n"                                                    // 63
+    "  name: \"[name]\"\n"                                       // 64
+    "  version: '1.0'\n";                                        // 65
 
 TEST(AiToolkit, ImportsTheJobAndReportsUnusedKeys) {
   const ImportResult r = importAiToolkit(kJob, "job.yaml");
@@ -141,11 +141,11 @@ TEST(AiToolkit, WrongValuesAndShapesAreErrors) {
       "  name: x\n"
       "  process:\n"
       "    - type: sd_trainer\n"
-      "      device: tpu\n"          // 6
+      "      device: tpu\n"  // 6
       "      train:\n"
-      "        steps: lots\n"        // 8
-      "        optimizer: prodigy\n" // 9
-      "      datasets: 5\n";         // 10
+      "        steps: lots\n"         // 8
+      "        optimizer: prodigy\n"  // 9
+      "      datasets: 5\n";          // 10
   const ImportResult r = importAiToolkit(bad, "bad.yaml");
   EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Error, "config.process[0].device", 6));
   EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Error, "train.steps", 8));

@@ -30,7 +30,8 @@ std::vector<Problem> problemsOf(const std::string& yaml) {
 }
 
 std::string withName(const std::string& quotedName) {
-  return "job:\n  name: " + quotedName + "\nmodel:\n  random_weights: true\n  preset: tiny\n  device: cpu\n"
+  return "job:\n  name: " + quotedName +
+         "\nmodel:\n  random_weights: true\n  preset: tiny\n  device: cpu\n"
          "datasets:\n  - type: shapes\n";
 }
 
@@ -43,8 +44,8 @@ bool hasError(const std::vector<Problem>& problems, const std::string& key) {
 }  // namespace
 
 TEST(RunName, MustBeOnePrintableFolderNameInValidateAndTheSchema) {
-  const std::vector<std::string> bads = {"\"a/b\"", "\"../../escape\"", "\"\"", "\"..\"", "\"\\x01bell\"",
-                                        "\"caf\xff\xfe\"", "\"\xc0\xaf\""};
+  const std::vector<std::string> bads = {"\"a/b\"",       "\"../../escape\"", "\"\"",        "\"..\"",
+                                         "\"\\x01bell\"", "\"caf\xff\xfe\"",  "\"\xc0\xaf\""};
   for (const std::string& bad : bads) {
     const auto problems = problemsOf(withName(bad));
     EXPECT_TRUE(hasError(problems, "job.name")) << bad << "\n" << dump(problems);
@@ -64,7 +65,7 @@ TEST(RunName, MustBeOnePrintableFolderNameInValidateAndTheSchema) {
 }
 
 TEST(KeyHints, ComeFromTheSameSectionOrTheSameName) {
-  EXPECT_EQ(YamlReader::suggestKey("train.foo"), "");   // was 'job'
+  EXPECT_EQ(YamlReader::suggestKey("train.foo"), "");  // was 'job'
   EXPECT_EQ(YamlReader::suggestKey("train.stesp"), "train.steps");
   EXPECT_EQ(YamlReader::suggestKey("model.lr"), "train.lr");  // the same name in another section
   EXPECT_EQ(YamlReader::suggestKey("trian"), "train");
@@ -79,7 +80,10 @@ TEST(HostileYaml, ALongOrBinaryScalarIsQuotedShort) {
   const auto loaded = parseRunConfig(blob, "blob.yaml");
   ASSERT_FALSE(loaded.problems.empty());
   for (const auto& p : loaded.problems) EXPECT_LT(p.format().size(), 400u) << p.format().substr(0, 400);
-  EXPECT_EQ(excerpt("ab\x01" "c", 10), "ab\\x01c");
+  EXPECT_EQ(excerpt("ab\x01"
+                    "c",
+                    10),
+            "ab\\x01c");
   EXPECT_EQ(excerpt(std::string(50, 'z'), 4), "zzzz... (50 bytes)");
 }
 
@@ -88,8 +92,7 @@ TEST(HostileYaml, ManyUnknownKeysGiveAFewWarningsAndACount) {
   for (int i = 0; i < 500; ++i) yaml += "  unknown_" + std::to_string(i) + ": 1\n";
   const auto loaded = parseRunConfig(yaml, "many.yaml");
   EXPECT_LE(loaded.problems.size(), YamlReader::kListedUnknownKeys + 1) << dump(loaded.problems);
-  EXPECT_NE(loaded.problems.back().message.find("480 more unknown keys"), std::string::npos)
-      << dump(loaded.problems);
+  EXPECT_NE(loaded.problems.back().message.find("480 more unknown keys"), std::string::npos) << dump(loaded.problems);
 }
 
 TEST(HostileYaml, HugeFilesAndSymlinkLoopsAreRefusedWithTheRealReason) {

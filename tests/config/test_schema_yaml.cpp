@@ -202,9 +202,9 @@ TEST(Yaml, KeepsLineAndColumnOfEveryKey) {
 }
 
 TEST(Yaml, BadDocumentsAreProblemsNotExceptions) {
-  for (const char* text : {"", "   \n", "- a\n- b\n", "model: [\n", "model:\n  lr: \"unterminated\n", "a: *nope\n",
-                           "\t\tmodel:\n", "model: {a: 1, a: 2}\n", "datasets: 3\n", "datasets: [3]\n",
-                           "train: 5\n", "[1, 2]: x\n"}) {
+  for (const char* text :
+       {"", "   \n", "- a\n- b\n", "model: [\n", "model:\n  lr: \"unterminated\n", "a: *nope\n", "\t\tmodel:\n",
+        "model: {a: 1, a: 2}\n", "datasets: 3\n", "datasets: [3]\n", "train: 5\n", "[1, 2]: x\n"}) {
     LoadedConfig l;
     ASSERT_NO_THROW(l = parseRunConfig(text, "t.yaml")) << text;
     EXPECT_FALSE(l.problems.empty()) << "no problem for: " << text;

@@ -20,15 +20,15 @@ using test::hasProblem;
 // A valid base: random tiny model on CPU with a shapes dataset (no paths needed).
 // Tests append or replace lines; keep the line numbers in mind (1-based).
 const char* kBase =
-    "model:\n"                       // 1
-    "  preset: tiny\n"               // 2
-    "  random_weights: true\n"       // 3
-    "  device: cpu\n"                // 4
-    "datasets:\n"                    // 5
-    "  - type: shapes\n"             // 6
-    "    resolution: [32]\n"         // 7
-    "sample:\n"                      // 8
-    "  sample_every: 0\n";           // 9
+    "model:\n"                  // 1
+    "  preset: tiny\n"          // 2
+    "  random_weights: true\n"  // 3
+    "  device: cpu\n"           // 4
+    "datasets:\n"               // 5
+    "  - type: shapes\n"        // 6
+    "    resolution: [32]\n"    // 7
+    "sample:\n"                 // 8
+    "  sample_every: 0\n";      // 9
 
 std::vector<Problem> check(const std::string& yaml,
                            std::optional<std::vector<device::DeviceInfo>> devices = std::nullopt,
@@ -54,9 +54,9 @@ TEST(Validator, LowVramWithSplitIsAnError) {
   const std::string yaml =
       "model:\n"
       "  random_weights: true\n"
-      "  split_model_over_gpus: true\n"   // 3
+      "  split_model_over_gpus: true\n"  // 3
       "  gpu_ids: \"0,1\"\n"
-      "  low_vram: true\n"                // 5
+      "  low_vram: true\n"  // 5
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   const auto problems = check(yaml);
@@ -70,7 +70,7 @@ TEST(Validator, LowVramIsRefusedWithTheReason) {
       "  preset: tiny\n"
       "  random_weights: true\n"
       "  device: cpu\n"
-      "  low_vram: true\n"              // 5
+      "  low_vram: true\n"  // 5
       "datasets: [{type: shapes, resolution: [32]}]\n"
       "sample: {sample_every: 0}\n");
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.low_vram", 5, "no low-VRAM mode")) << test::dump(problems);
@@ -82,7 +82,7 @@ TEST(Validator, ImagesDatasetsAreRefusedUntilThereIsAVae) {
       "model: {preset: tiny, random_weights: true, device: cpu}\n"
       "datasets:\n"
       "  - type: shapes\n"
-      "  - type: images\n"             // 4
+      "  - type: images\n"  // 4
       "    folder_path: /nonexistent\n"
       "  - folder_path: /nonexistent\n"  // 6: the default type
       "sample: {sample_every: 0}\n",
@@ -97,7 +97,7 @@ TEST(Validator, SplitOverOneGpuIsAnError) {
       "model:\n"
       "  random_weights: true\n"
       "  split_model_over_gpus: true\n"
-      "  gpu_ids: [2]\n"                  // 4
+      "  gpu_ids: [2]\n"  // 4
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.gpu_ids", 4, "at least two"));
@@ -107,7 +107,7 @@ TEST(Validator, SplitOnAMachineWithOneGpuIsAnError) {
   const std::string yaml =
       "model:\n"
       "  random_weights: true\n"
-      "  split_model_over_gpus: true\n"   // 3
+      "  split_model_over_gpus: true\n"  // 3
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasProblem(check(yaml, std::vector{gpu(0, 9)}), Severity::Error, "model.split_model_over_gpus", 3,
@@ -132,7 +132,7 @@ TEST(Validator, GpuIdsThatDoNotExistAreErrors) {
       "model:\n"
       "  random_weights: true\n"
       "  split_model_over_gpus: true\n"
-      "  gpu_ids: \"0,1,2,3\"\n"          // 4
+      "  gpu_ids: \"0,1,2,3\"\n"  // 4
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   const auto twoGpus = std::vector{gpu(0, 9), gpu(1, 9)};
@@ -149,7 +149,7 @@ TEST(Validator, DuplicateGpuIdIsAnError) {
   const std::string yaml =
       "model:\n"
       "  random_weights: true\n"
-      "  gpu_ids: [0, 0]\n"               // 3
+      "  gpu_ids: [0, 0]\n"  // 3
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.gpu_ids", 3, "listed twice"));
@@ -162,7 +162,7 @@ TEST(Validator, Bf16OnAPreAmpereCardSuggestsFp16) {
       "  gpu_ids: \"0,1\"\n"
       "  split_model_over_gpus: true\n"
       "train:\n"
-      "  dtype: bf16\n"                   // 6
+      "  dtype: bf16\n"  // 6
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   const auto v100s = std::vector{gpu(0, 7, 16, "Tesla V100"), gpu(1, 7, 16, "Tesla V100")};
@@ -190,17 +190,16 @@ TEST(Validator, Fp16OnTheCpuFollowsWhatThisLibTorchCanDo) {
   }
   // On a GPU the rule does not apply.
   const std::string onGpu = std::string(yaml).replace(yaml.find("device: cpu"), 11, "device: cuda");
-  for (const auto& p : check(onGpu, std::vector{gpu(0, 9, 141)}))
-    EXPECT_NE(p.key, "train.dtype") << p.format();
+  for (const auto& p : check(onGpu, std::vector{gpu(0, 9, 141)})) EXPECT_NE(p.key, "train.dtype") << p.format();
 }
 
 TEST(Validator, WrongTypesAreErrorsWithTheirLine) {
   const std::string yaml = std::string(kBase) +
-                           "train:\n"            // 10
-                           "  steps: many\n"     // 11
-                           "  lr: [1]\n"         // 12
+                           "train:\n"                           // 10
+                           "  steps: many\n"                    // 11
+                           "  lr: [1]\n"                        // 12
                            "  gradient_checkpointing: maybe\n"  // 13
-                           "  dtype: bf17\n";    // 14
+                           "  dtype: bf17\n";                   // 14
   const auto problems = check(yaml);
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.steps", 11, "expected an integer"));
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.lr", 12, "expected a number"));
@@ -210,16 +209,16 @@ TEST(Validator, WrongTypesAreErrorsWithTheirLine) {
 
 TEST(Validator, OutOfRangeNumbersAreErrors) {
   const std::string yaml = std::string(kBase) +
-                           "network:\n"                 // 10
-                           "  linear: 0\n"              // 11
-                           "  linear_alpha: -1\n"       // 12
-                           "train:\n"                   // 13
-                           "  lr: 0\n"                  // 14
-                           "  steps: -5\n"              // 15
-                           "  batch_size: 0\n"          // 16
-                           "  ema_config:\n"            // 17
-                           "    ema_decay: 1.5\n"       // 18
-                           "  betas: [0.9]\n";          // 19
+                           "network:\n"            // 10
+                           "  linear: 0\n"         // 11
+                           "  linear_alpha: -1\n"  // 12
+                           "train:\n"              // 13
+                           "  lr: 0\n"             // 14
+                           "  steps: -5\n"         // 15
+                           "  batch_size: 0\n"     // 16
+                           "  ema_config:\n"       // 17
+                           "    ema_decay: 1.5\n"  // 18
+                           "  betas: [0.9]\n";     // 19
   const auto problems = check(yaml);
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "network.linear", 11, "[1, 1024]"));
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "network.linear_alpha", 12, "out of range"));
@@ -247,12 +246,12 @@ TEST(Validator, MemoryCapsOutOfRangeOrMiscountedAreErrors) {
 
 TEST(Validator, UnknownKeysAreWarningsWithTheNearestKey) {
   const std::string yaml = std::string(kBase) +
-                           "train:\n"                   // 10
-                           "  learnig_rate: 1\n"        // 11
-                           "  stesp: 10\n"              // 12
-                           "  rank: 16\n"               // 13
-                           "netwrok:\n"                 // 14
-                           "  linear: 4\n";             // 15
+                           "train:\n"             // 10
+                           "  learnig_rate: 1\n"  // 11
+                           "  stesp: 10\n"        // 12
+                           "  rank: 16\n"         // 13
+                           "netwrok:\n"           // 14
+                           "  linear: 4\n";       // 15
   const auto problems = check(yaml);
   EXPECT_TRUE(hasProblem(problems, Severity::Warning, "train.stesp", 12, "train.steps"));
   EXPECT_TRUE(hasProblem(problems, Severity::Warning, "train.rank", 13, "network.linear"));
@@ -264,7 +263,7 @@ TEST(Validator, UnknownKeysAreWarningsWithTheNearestKey) {
 TEST(Validator, MissingModelPathIsAnError) {
   const std::string yaml =
       "model:\n"
-      "  name_or_path: /nonexistent/FLUX.1-dev\n"    // 2
+      "  name_or_path: /nonexistent/FLUX.1-dev\n"  // 2
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.name_or_path", 2, "not found"));
@@ -277,7 +276,7 @@ TEST(Validator, MissingModelPathIsAnError) {
   // random_weights needs no checkpoint; a path next to it is only a warning.
   const std::string random =
       "model:\n"
-      "  name_or_path: /nonexistent/FLUX.1-dev\n"    // 2
+      "  name_or_path: /nonexistent/FLUX.1-dev\n"  // 2
       "  random_weights: true\n"
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
@@ -299,12 +298,16 @@ TEST(Validator, MissingDatasetFolderIsAnError) {
       "model: {random_weights: true}\n"
       "datasets:\n"
       "  - type: latents\n"
-      "    folder_path: /nonexistent/latents\n"         // 4
-      "  - type: latents\n"                             // 5
+      "    folder_path: /nonexistent/latents\n"  // 4
+      "  - type: latents\n"                      // 5
       "  - type: latents\n"
-      "    folder_path: " + (tmp / "a_file.txt").string() + "\n"  // 7
+      "    folder_path: " +
+      (tmp / "a_file.txt").string() +
+      "\n"  // 7
       "  - type: latents\n"
-      "    folder_path: " + tmp.path().string() + "\n"  // 9: exists
+      "    folder_path: " +
+      tmp.path().string() +
+      "\n"  // 9: exists
       "sample: {sample_every: 0}\n";
   const auto problems = check(bad);
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].folder_path", 4, "folder not found"));
@@ -325,7 +328,7 @@ TEST(Validator, SamplingWithoutPromptsIsAnError) {
       "model: {random_weights: true}\n"
       "datasets: [{type: synthetic}]\n"
       "sample:\n"
-      "  sample_every: 100\n"   // 4
+      "  sample_every: 100\n"  // 4
       "  prompts: []\n";
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "sample.sample_every", 4, "no prompts"));
 }
@@ -334,8 +337,10 @@ TEST(Validator, QuantizationTypesThisBuildCanOrCannotDo) {
   auto yamlFor = [](const std::string& qtype) {
     return "model:\n"
            "  random_weights: true\n"
-           "  quantize: true\n"         // 3
-           "  qtype: " + qtype + "\n"   // 4
+           "  quantize: true\n"  // 3
+           "  qtype: " +
+           qtype +
+           "\n"  // 4
            "datasets: [{type: synthetic}]\n"
            "sample: {sample_every: 0}\n";
   };
@@ -360,7 +365,7 @@ TEST(Validator, QuantizationTypesThisBuildCanOrCannotDo) {
       "model:\n"
       "  random_weights: true\n"
       "  quantize: true\n"
-      "  qtype: uint4\n"        // 4
+      "  qtype: uint4\n"  // 4
       "datasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\n";
   EXPECT_TRUE(hasProblem(check(int4), Severity::Error, "model.qtype", 4, "not supported"));
@@ -374,9 +379,9 @@ TEST(Validator, ResolutionMustPackIntoLatentPatches) {
       "model: {random_weights: true}\n"
       "datasets:\n"
       "  - type: synthetic\n"
-      "    resolution: [512, 500]\n"   // 4
+      "    resolution: [512, 500]\n"  // 4
       "  - type: shapes\n"
-      "    resolution: 30\n"           // 6
+      "    resolution: 30\n"                       // 6
       "sample: {sample_every: 0, width: 1000}\n";  // 7
   const auto problems = check(yaml);
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].resolution", 4, "multiple of 16"));
@@ -426,8 +431,8 @@ TEST(Validator, EveryProblemAtOnce) {
       "datasets: []\n"
       "sample: {sample_every: 10}\n";
   const auto problems = check(yaml);
-  for (const char* key : {"model.low_vram", "model.gpu_ids", "network.linear", "train.lr", "train.stepz",
-                          "datasets", "sample.sample_every", "model.name_or_path"})
+  for (const char* key : {"model.low_vram", "model.gpu_ids", "network.linear", "train.lr", "train.stepz", "datasets",
+                          "sample.sample_every", "model.name_or_path"})
     EXPECT_TRUE(hasKey(problems, key)) << key << "\n" << test::dump(problems);
 }
 

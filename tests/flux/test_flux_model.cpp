@@ -112,8 +112,10 @@ TEST(FluxConfig, ParamPlanOfFluxDevAndEqualToBuiltModel) {
   EXPECT_EQ(head, small.head.paramCount);
   // Every Linear of the model is in the plan with its shape.
   std::map<std::string, FluxLinearShape> planned;
-  for (const auto* b : {&small.stem, &small.head}) for (const auto& l : b->linears) planned[l.path] = l;
-  for (const auto& b : small.blocks) for (const auto& l : b.linears) planned[l.path] = l;
+  for (const auto* b : {&small.stem, &small.head})
+    for (const auto& l : b->linears) planned[l.path] = l;
+  for (const auto& b : small.blocks)
+    for (const auto& l : b.linears) planned[l.path] = l;
   const auto linears = model.linears();
   EXPECT_EQ(linears.size(), planned.size());
   for (const auto& [path, lin] : linears) {
@@ -124,7 +126,8 @@ TEST(FluxConfig, ParamPlanOfFluxDevAndEqualToBuiltModel) {
   // The plan lists them in the model's own order (both come from one layout).
   std::vector<std::string> planOrder;
   for (const auto& l : small.stem.linears) planOrder.push_back(l.path);
-  for (const auto& b : small.blocks) for (const auto& l : b.linears) planOrder.push_back(l.path);
+  for (const auto& b : small.blocks)
+    for (const auto& l : b.linears) planOrder.push_back(l.path);
   for (const auto& l : small.head.linears) planOrder.push_back(l.path);
   std::vector<std::string> modelOrder;
   for (const auto& [path, lin] : linears) modelOrder.push_back(path);
@@ -239,8 +242,8 @@ TEST(FluxCheckpoint, StrictListsEveryProblemAndLoadsNothing) {
   auto sd = diffusersStateDict(src);
   std::vector<std::pair<std::string, at::Tensor>> broken;
   for (auto& [k, t] : sd) {
-    if (k == "transformer_blocks.0.attn.to_q.weight") continue;                   // missing
-    if (k == "proj_out.bias") t = at::zeros({t.size(0) + 1});                     // mis-shaped
+    if (k == "transformer_blocks.0.attn.to_q.weight") continue;  // missing
+    if (k == "proj_out.bias") t = at::zeros({t.size(0) + 1});    // mis-shaped
     broken.emplace_back(k, t);
   }
   broken.emplace_back("transformer_blocks.0.attn.to_z.weight", at::zeros({2, 2}));  // unexpected
@@ -270,8 +273,9 @@ TEST(FluxCheckpoint, StrictListsEveryProblemAndLoadsNothing) {
     loadFluxWeights(target, dir / "bfl.safetensors");
     FAIL() << "expected a LoadError";
   } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("mis-shaped: single_blocks.1.linear1.weight expected [224, 32], got [223, 32]"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("mis-shaped: single_blocks.1.linear1.weight expected [224, 32], got [223, 32]"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -297,6 +301,6 @@ TEST(FluxSampling, PackUnpackIdsAndSchedule) {
   EXPECT_TRUE(test::allClose(s, at::tensor({1.0f, 0.75f, 0.5f, 0.25f, 0.0f}), 1e-7, 0));
   // Euler: x + (s_next - s) v
   const auto x = at::ones({3});
-  EXPECT_TRUE(test::allClose(eulerStep(x, at::full({3}, 2.0), at::tensor(0.75f), at::tensor(0.5f)),
-                             at::full({3}, 0.5), 1e-7, 0));
+  EXPECT_TRUE(test::allClose(eulerStep(x, at::full({3}, 2.0), at::tensor(0.75f), at::tensor(0.5f)), at::full({3}, 0.5),
+                             1e-7, 0));
 }

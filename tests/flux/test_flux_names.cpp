@@ -162,7 +162,8 @@ TEST(FluxConfig, DetectsFluxDevFromDiffusersAndBflShapesWithoutData) {
   EXPECT_EQ(FluxConfig::fromShapes(bfl), dev);
 
   // schnell: no guidance embedder.
-  for (auto it = bfl.begin(); it != bfl.end();) it = it->first.rfind("guidance_in.", 0) == 0 ? bfl.erase(it) : std::next(it);
+  for (auto it = bfl.begin(); it != bfl.end();)
+    it = it->first.rfind("guidance_in.", 0) == 0 ? bfl.erase(it) : std::next(it);
   auto schnell = dev;
   schnell.guidanceEmbeds = false;
   EXPECT_EQ(FluxConfig::fromShapes(bfl), schnell);

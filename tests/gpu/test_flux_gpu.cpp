@@ -79,10 +79,10 @@ TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
     loadFluxWeights(model, dir / "transformer.safetensors");
     const auto& noise = outputs.at("sample_noise");
     const auto sigmas = samplingSigmas(sampling.at("steps").get<int64_t>(), shiftMu(noise.size(1)));
-    const auto final = samplePacked(model, noise.to(cuda), inputs.at("img_ids").to(cuda),
-                                    inputs.at("encoder_hidden_states").to(cuda), inputs.at("txt_ids").to(cuda),
-                                    inputs.at("pooled_projections").to(cuda), sampling.at("guidance").get<double>(),
-                                    sigmas);
+    const auto final =
+        samplePacked(model, noise.to(cuda), inputs.at("img_ids").to(cuda), inputs.at("encoder_hidden_states").to(cuda),
+                     inputs.at("txt_ids").to(cuda), inputs.at("pooled_projections").to(cuda),
+                     sampling.at("guidance").get<double>(), sigmas);
     EXPECT_TRUE(test::allClose(final, outputs.at("sample_final"), atol, rtol)) << "sample on CUDA";
   }
 }
@@ -162,8 +162,8 @@ TEST(FluxGpu, FluxDevSizedLoraStepTimeAndPeakMemory) {
   auto network = lora::LoraNetwork::create(model, lc, FluxLoraRules(cfg));
   network->train(true);
   torch::optim::AdamW optimizer(network->parameters(), torch::optim::AdamWOptions(1e-4));
-  std::cout << "[flux gpu] LoRA rank 16 on " << network->adapters().size() << " Linears, "
-            << network->numParameters() << " parameters" << std::endl;
+  std::cout << "[flux gpu] LoRA rank 16 on " << network->adapters().size() << " Linears, " << network->numParameters()
+            << " parameters" << std::endl;
 
   const auto bf16 = at::TensorOptions(cuda).dtype(at::kBFloat16);
   FluxInputs in;
@@ -206,6 +206,6 @@ TEST(FluxGpu, FluxDevSizedLoraStepTimeAndPeakMemory) {
   EXPECT_TRUE(std::isfinite(lastLoss));
   std::cout << "[flux gpu] FLUX.1-dev-sized LoRA step, 1024x1024 (4096 image + 512 text tokens), batch 1, bf16, "
                "no checkpointing: median "
-            << medianMs(stepMs) << " ms over " << measured << " steps; peak allocated "
-            << gib(peakAllocatedBytes()) << " GiB, peak reserved " << gib(peakReservedBytes()) << " GiB" << std::endl;
+            << medianMs(stepMs) << " ms over " << measured << " steps; peak allocated " << gib(peakAllocatedBytes())
+            << " GiB, peak reserved " << gib(peakReservedBytes()) << " GiB" << std::endl;
 }

@@ -30,7 +30,6 @@ namespace fs = std::filesystem;
 using namespace strata;
 using namespace strata::test::gpu;
 
-
 TEST(LlamaGpu, CausalLmFixturesOnCudaFloat32) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const at::Device cuda(at::kCUDA, 0);
@@ -47,19 +46,19 @@ TEST(LlamaGpu, CausalLmFixturesOnCudaFloat32) {
       ASSERT_TRUE(logits.is_cuda());
       EXPECT_TRUE(test::allClose(f.where(logits).cpu(), f.where(f.outputs.at("logits")), tol.atol, tol.rtol))
           << "logits";
-      EXPECT_TRUE(test::allClose(f.loss(logits).cpu().reshape({1}), f.outputs.at("loss").reshape({1}), tol.atol,
-                                 tol.rtol))
+      EXPECT_TRUE(
+          test::allClose(f.loss(logits).cpu().reshape({1}), f.outputs.at("loss").reshape({1}), tol.atol, tol.rtol))
           << "loss";
     }
     f.withAdapter(dir);
     for (const auto& a : f.net->adapters()) ASSERT_TRUE(a->down.is_cuda()) << a->hostPath();
     const auto logits = f.forward();
-    EXPECT_TRUE(test::allClose(f.where(logits).detach().cpu(), f.where(f.outputs.at("logits_lora")), tol.atol,
-                               tol.rtol))
+    EXPECT_TRUE(
+        test::allClose(f.where(logits).detach().cpu(), f.where(f.outputs.at("logits_lora")), tol.atol, tol.rtol))
         << "logits_lora";
     const auto loss = f.loss(logits);
-    EXPECT_TRUE(test::allClose(loss.detach().cpu().reshape({1}), f.outputs.at("loss_lora").reshape({1}), tol.atol,
-                               tol.rtol))
+    EXPECT_TRUE(
+        test::allClose(loss.detach().cpu().reshape({1}), f.outputs.at("loss_lora").reshape({1}), tol.atol, tol.rtol))
         << "loss_lora";
     loss.backward();
     const auto grads = io::loadSafetensors(dir / "lora_grads.safetensors");

@@ -26,8 +26,8 @@
 
 using namespace strata;
 using namespace strata::placement;
-using strata::test::RecordingBlock;
 using strata::test::addToyAdapters;
+using strata::test::RecordingBlock;
 using strata::test::ToyAdapters;
 using strata::test::ToyModel;
 
@@ -58,8 +58,8 @@ TEST(PlacementGpuSeedBug1, AdaptersCreatedBeforeTheSplitEndUpWithTheirHost) {
   EXPECT_EQ(lora.adapters.back()->device(), kGpu1);
   EXPECT_TRUE(p->audit().empty()) << formatAudit(p->audit());
   // The first forward, the seed's crash point, runs.
-  const at::Tensor y = model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0),
-                                     at::randn({2, 32}, kGpu0), *p);
+  const at::Tensor y =
+      model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0), at::randn({2, 32}, kGpu0), *p);
   EXPECT_EQ(y.device(), kGpu0);
 }
 
@@ -96,16 +96,16 @@ TEST(PlacementGpuSeedBug3, MultiplierWorksFromAnyDevice) {
   auto p = twoGpuPlacement(model.blockList());
   p->attachAll(lora.attachments);
   p->apply();
-  const at::Tensor y = model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0),
-                                     at::randn({2, 32}, kGpu0), *p);
+  const at::Tensor y =
+      model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0), at::randn({2, 32}, kGpu0), *p);
   y.sum().backward();
   const auto& fc1 = lora.adapters[lora.adapters.size() - 3];  // blocks.3.fc1, on cuda:1
   ASSERT_TRUE(fc1->down.grad().defined());
   EXPECT_EQ(fc1->down.grad().device(), kGpu1);
   // Moving the multiplier to cuda:0 (the seed's default device) changes nothing either.
   mult->set(mult->perSample().to(kGpu0));
-  EXPECT_NO_THROW(model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0),
-                                at::randn({2, 32}, kGpu0), *p));
+  EXPECT_NO_THROW(
+      model.forward(at::randn({2, 5, 8}, kGpu0), at::randn({2, 3, 32}, kGpu0), at::randn({2, 32}, kGpu0), *p));
 }
 
 TEST(PlacementGpuSeedBug4, RelayCarriesEveryFieldAcrossCards) {
@@ -117,8 +117,9 @@ TEST(PlacementGpuSeedBug4, RelayCarriesEveryFieldAcrossCards) {
   list.head = nn::BlockSlot{"head", "head", {}, nullptr};
   Placement p(list, {kGpu1}, kGpu0, kGpu0);
   p.apply();
-  nn::BlockIO io{at::randn({1, 4, 8}, kGpu0), at::randn({1, 3, 8}, kGpu0), at::randn({1, 8}, kGpu0),
-                 at::randn({7, 4}, kGpu0),    at::randn({7, 4}, kGpu0),    at::ones({1, 7}, at::TensorOptions(kGpu0).dtype(at::kBool))};
+  nn::BlockIO io{at::randn({1, 4, 8}, kGpu0), at::randn({1, 3, 8}, kGpu0),
+                 at::randn({1, 8}, kGpu0),    at::randn({7, 4}, kGpu0),
+                 at::randn({7, 4}, kGpu0),    at::ones({1, 7}, at::TensorOptions(kGpu0).dtype(at::kBool))};
   const nn::BlockIO out = p.run(0, *rec, io);
   for (const auto& d : rec->seen) EXPECT_EQ(d, "cuda:1");
   const nn::BlockIO back = p.toHead(out);
@@ -162,7 +163,8 @@ TEST(PlacementGpuEquality, ToySplitEqualsOneDevice) {
   auto p = twoGpuPlacement(b.blockList());
   p->attachAll(lb.attachments);
   p->apply();
-  const at::Tensor x = at::randn({2, 7, 8}, kGpu0), txt = at::randn({2, 3, 64}, kGpu0), temb = at::randn({2, 64}, kGpu0);
+  const at::Tensor x = at::randn({2, 7, 8}, kGpu0), txt = at::randn({2, 3, 64}, kGpu0),
+                   temb = at::randn({2, 64}, kGpu0);
   nn::LocalRunner local;
   const at::Tensor ya = a.forward(x, txt, temb, local);
   const at::Tensor yb = b.forward(x, txt, temb, *p);
@@ -268,8 +270,7 @@ void printSnapshot(const PlacementSnapshot& snap) {
               << d.blocks.back().id << "), weights " << device::formatBytes(d.weightBytes);
     for (const auto& k : d.attachments.kinds)
       std::cout << ", " << k.kind << " " << k.count << " / " << device::formatBytes(k.bytes);
-    std::cout << "; memory allocated "
-              << device::formatBytes(d.memory.allocatedBytes) << ", reserved "
+    std::cout << "; memory allocated " << device::formatBytes(d.memory.allocatedBytes) << ", reserved "
               << device::formatBytes(d.memory.reservedBytes) << ", cap " << device::formatBytes(d.memory.capBytes)
               << ", total " << device::formatBytes(d.memory.totalBytes) << "\n";
   }
@@ -304,9 +305,8 @@ TEST(PlacementGpuProof, FluxDevSizedLoraEmaSplitOverTwoCappedGpus) {
             << network->numParameters() << " params) in " << secondsSince(t0) << " s\n";
 
   // Plan in memory mode with the real budgets (caps minus reserve).
-  const ModelShapes shapes = measureBlocks(model.blockList(), [&](const std::string& path) {
-    return network->adapter(path) != nullptr;
-  });
+  const ModelShapes shapes =
+      measureBlocks(model.blockList(), [&](const std::string& path) { return network->adapter(path) != nullptr; });
   CostOptions co;
   co.loraRank = 16;
   co.ema = true;

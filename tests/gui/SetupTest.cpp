@@ -181,23 +181,24 @@ void SetupTest::importShowsWhatWasDroppedOrChanged() {
   const QString job = tmp_.filePath("job.yaml");
   QFile f(job);
   QVERIFY(f.open(QIODevice::WriteOnly));
-  f.write("job: extension\n"
-          "config:\n"
-          "  name: my_lora\n"
-          "  process:\n"
-          "    - type: sd_trainer\n"
-          "      trigger_word: ohwx\n"
-          "      network:\n"
-          "        type: lora\n"
-          "        linear: 16\n"
-          "        linear_alpha: 16\n"
-          "      train:\n"
-          "        steps: 100\n"
-          "        lr: 1e-4\n"
-          "        optimizer: adamw8bit\n"
-          "      model:\n"
-          "        name_or_path: black-forest-labs/FLUX.1-dev\n"
-          "        is_flux: true\n");
+  f.write(
+      "job: extension\n"
+      "config:\n"
+      "  name: my_lora\n"
+      "  process:\n"
+      "    - type: sd_trainer\n"
+      "      trigger_word: ohwx\n"
+      "      network:\n"
+      "        type: lora\n"
+      "        linear: 16\n"
+      "        linear_alpha: 16\n"
+      "      train:\n"
+      "        steps: 100\n"
+      "        lr: 1e-4\n"
+      "        optimizer: adamw8bit\n"
+      "      model:\n"
+      "        name_or_path: black-forest-labs/FLUX.1-dev\n"
+      "        is_flux: true\n");
   f.close();
   MainWindow w(settings_);
   w.show();
@@ -238,8 +239,8 @@ void SetupTest::basicAndAdvancedPagesInPlainWords() {
     QVERIFY2(f, key);
     QVERIFY2(basic->isAncestorOf(f), key);
   }
-  for (const char* key : {"model.split_model_other_module_param_count_scale", "train.betas", "train.ema_config.ema_decay",
-                          "model.axes_dims_rope", "save.max_step_saves_to_keep"}) {
+  for (const char* key : {"model.split_model_other_module_param_count_scale", "train.betas",
+                          "train.ema_config.ema_decay", "model.axes_dims_rope", "save.max_step_saves_to_keep"}) {
     QWidget* f = e->fieldFor(key);
     QVERIFY2(f, key);
     QVERIFY2(advanced->isAncestorOf(f), key);

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "common/Error.h"
 #include "common/TestSupport.h"
 #include "io/FileBytes.h"

@@ -41,7 +41,8 @@ TEST(CheckpointGuard, RefusesByContentWhenTheExtensionLies) {
   TempDir dir;
   writeRaw(dir / "zip.safetensors", std::string("PK\x03\x04\x14\x00\x00\x00\x08\x00", 10) + std::string(100, 'z'));
   EXPECT_TRUE(refused(dir / "zip.safetensors", "zip archive"));
-  writeRaw(dir / "pickle.safetensors", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20", 10) + std::string(50, 'p'));
+  writeRaw(dir / "pickle.safetensors",
+           std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20", 10) + std::string(50, 'p'));
   EXPECT_TRUE(refused(dir / "pickle.safetensors", "pickle stream (protocol 2)"));
   writeRaw(dir / "p4", std::string("\x80\x04\x95\x00\x00\x00\x00\x00\x00", 9));
   EXPECT_TRUE(strata::io::unsafeCheckpointReason(dir / "p4").has_value());

@@ -129,7 +129,7 @@ TEST(Image, WriteRejectsBadInputAndLeavesNoFile) {
   EXPECT_THROW(writePng(p, img, {{" lead", "v"}}), IoError);
   EXPECT_THROW(writePng(p, img, {{std::string(80, 'k'), "v"}}), IoError);
   EXPECT_THROW(writePng(p, img, {{"k", "bad \xff utf8"}}), IoError);
-  EXPECT_THROW(writePng(p, randomHwc(2, 2, 2, 5), {}), IoError);          // 2 channels
+  EXPECT_THROW(writePng(p, randomHwc(2, 2, 2, 5), {}), IoError);           // 2 channels
   EXPECT_THROW(writePng(p, at::zeros({2, 2, 3}, at::kInt), {}), IoError);  // int32
   EXPECT_THROW(writePng(p, at::full({3, 2, 2}, NAN), {}), IoError);
   EXPECT_THROW(writePng(p, at::Tensor(), {}), IoError);

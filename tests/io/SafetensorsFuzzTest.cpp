@@ -58,14 +58,30 @@ class Mutator {
     const int rounds = 1 + static_cast<int>(pick(3));
     for (int r = 0; r < rounds; ++r) {
       switch (pick(8)) {
-        case 0: bitFlip(s); break;
-        case 1: truncate(s); break;
-        case 2: editLength(s); break;
-        case 3: editNumber(s); break;
-        case 4: insertToken(s); break;
-        case 5: eraseSpan(s); break;
-        case 6: replaceToken(s); break;
-        default: duplicateSpan(s); break;
+        case 0:
+          bitFlip(s);
+          break;
+        case 1:
+          truncate(s);
+          break;
+        case 2:
+          editLength(s);
+          break;
+        case 3:
+          editNumber(s);
+          break;
+        case 4:
+          insertToken(s);
+          break;
+        case 5:
+          eraseSpan(s);
+          break;
+        case 6:
+          replaceToken(s);
+          break;
+        default:
+          duplicateSpan(s);
+          break;
       }
     }
     return s;
@@ -98,16 +114,35 @@ class Mutator {
   void editLength(std::string& s) {
     const std::uint64_t n = headerLength(s);
     switch (pick(5)) {
-      case 0: setLength(s, n + 1 + pick(16)); break;
-      case 1: setLength(s, n > 16 ? n - 1 - pick(16) : 0); break;
-      case 2: setLength(s, rng_()); break;
-      case 3: setLength(s, strata::io::kMaxHeaderBytes + pick(3) - 1); break;
-      default: setLength(s, pick(s.size() + 8)); break;
+      case 0:
+        setLength(s, n + 1 + pick(16));
+        break;
+      case 1:
+        setLength(s, n > 16 ? n - 1 - pick(16) : 0);
+        break;
+      case 2:
+        setLength(s, rng_());
+        break;
+      case 3:
+        setLength(s, strata::io::kMaxHeaderBytes + pick(3) - 1);
+        break;
+      default:
+        setLength(s, pick(s.size() + 8));
+        break;
     }
   }
   void editNumber(std::string& s) {
-    static const char* kNumbers[] = {"0", "-1", "1e3", "2.5", "18446744073709551615", "18446744073709551616",
-                                     "9223372036854775807", "4294967296", "99999999999999999999999", "-0", "1"};
+    static const char* kNumbers[] = {"0",
+                                     "-1",
+                                     "1e3",
+                                     "2.5",
+                                     "18446744073709551615",
+                                     "18446744073709551616",
+                                     "9223372036854775807",
+                                     "4294967296",
+                                     "99999999999999999999999",
+                                     "-0",
+                                     "1"};
     std::vector<std::size_t> digits;
     const std::size_t end = std::min<std::size_t>(s.size(), 8 + headerLength(s));
     for (std::size_t i = 8; i < end; ++i)
@@ -122,8 +157,24 @@ class Mutator {
     if (pick(2)) setLength(s, headerLength(s) + repl.size() - (j - i));  // keep the length consistent
   }
   void insertToken(std::string& s) {
-    static const char* kTokens[] = {"{", "}", "[", "]", "\"", ",", ":", " ", "null", "true", "\\", "\\u0000",
-                                    "\"__metadata__\":{}", "\"x\":", "\xff", "\xc3", "[[[[[[[[", "{\"a\":"};
+    static const char* kTokens[] = {"{",
+                                    "}",
+                                    "[",
+                                    "]",
+                                    "\"",
+                                    ",",
+                                    ":",
+                                    " ",
+                                    "null",
+                                    "true",
+                                    "\\",
+                                    "\\u0000",
+                                    "\"__metadata__\":{}",
+                                    "\"x\":",
+                                    "\xff",
+                                    "\xc3",
+                                    "[[[[[[[[",
+                                    "{\"a\":"};
     const std::string tok = kTokens[pick(std::size(kTokens))];
     s.insert(std::min(headerPos(s), s.size()), tok);
     if (pick(2)) setLength(s, headerLength(s) + tok.size());
@@ -134,7 +185,8 @@ class Mutator {
     s.erase(i, 1 + pick(8));
   }
   void replaceToken(std::string& s) {
-    static const char* kFrom[] = {"BF16", "F32", "I64", "BOOL", "F16", "dtype", "shape", "data_offsets", "__metadata__", "\"pt\""};
+    static const char* kFrom[] = {"BF16",  "F32",   "I64",          "BOOL",         "F16",
+                                  "dtype", "shape", "data_offsets", "__metadata__", "\"pt\""};
     static const char* kTo[] = {"F64", "F8_E4M3", "F8_E5M2", "U8", "I8", "XX", "", "BF16", "shapes", "16", "{}", "[]"};
     const std::string from = kFrom[pick(std::size(kFrom))];
     const std::size_t at = s.find(from);
@@ -158,8 +210,8 @@ class Mutator {
 TEST(SafetensorsFuzz, MutatedHeadersOnlyEverThrowIoError) {
   strata::test::TempDir dir;
   const std::string seed = validFile(dir);
-  ASSERT_NO_THROW(strata::io::parseSafetensorsHeader(reinterpret_cast<const std::uint8_t*>(seed.data()),
-                                                     seed.size(), "seed"));
+  ASSERT_NO_THROW(
+      strata::io::parseSafetensorsHeader(reinterpret_cast<const std::uint8_t*>(seed.data()), seed.size(), "seed"));
   Mutator mutator(kSeed);
   int accepted = 0;
   int rejected = 0;

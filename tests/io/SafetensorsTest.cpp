@@ -30,8 +30,7 @@ namespace {
       return ::testing::AssertionFailure() << "message does not name the file: " << msg;
     if (msg.find(needle) == std::string::npos)
       return ::testing::AssertionFailure() << "message lacks '" << needle << "': " << msg;
-    if (msg.find('\n') != std::string::npos)
-      return ::testing::AssertionFailure() << "message is not one line: " << msg;
+    if (msg.find('\n') != std::string::npos) return ::testing::AssertionFailure() << "message is not one line: " << msg;
     return ::testing::AssertionSuccess() << msg;
   } catch (const std::exception& e) {
     return ::testing::AssertionFailure() << "wrong exception type: " << e.what();
@@ -230,9 +229,10 @@ TEST(Safetensors, BadEntries) {
   EXPECT_TRUE(rawFailsWith(dir, entry("\"F32\"", "[99999999999999999999]", "[0,8]"), d8, "not a non-negative integer"));
   EXPECT_TRUE(rawFailsWith(dir, entry("\"F32\"", "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]", "[0,4]"), d8, "more than 16"));
   EXPECT_TRUE(rawFailsWith(dir, entry("\"F32\"", "2", "[0,8]"), d8, "field 'shape' is a number"));
-  EXPECT_TRUE(rawFailsWith(dir, R"({"a":{"dtype":"F32","shape":[2]}})", d8, "tensor 'a': missing field 'data_offsets'"));
-  EXPECT_TRUE(rawFailsWith(dir, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", d8,
-                           "unknown field 'x'"));
+  EXPECT_TRUE(
+      rawFailsWith(dir, R"({"a":{"dtype":"F32","shape":[2]}})", d8, "tensor 'a': missing field 'data_offsets'"));
+  EXPECT_TRUE(
+      rawFailsWith(dir, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", d8, "unknown field 'x'"));
   EXPECT_TRUE(rawFailsWith(dir, R"({"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8,
                            "duplicate field 'dtype'"));
 }
@@ -265,7 +265,8 @@ TEST(Safetensors, Metadata) {
 TEST(Safetensors, BoolBytesMustBeZeroOrOne) {
   TempDir dir;
   const fs::path p = dir / "b.safetensors";
-  writeRaw(p, safetensorsBytes(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x01\x00\x07", 3)));
+  writeRaw(p, safetensorsBytes(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})",
+                               std::string("\x01\x00\x07", 3)));
   const SafetensorsFile f = SafetensorsFile::open(p);
   try {
     f.tensor("m");
@@ -279,7 +280,8 @@ TEST(Safetensors, BoolBytesMustBeZeroOrOne) {
 TEST(Safetensors, Float8ParsesAndLoadsOnlyWhereLibTorchHasIt) {
   TempDir dir;
   const fs::path p = dir / "f8.safetensors";
-  writeRaw(p, safetensorsBytes(R"({"q":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,4]}})", std::string("\x38\x40\x00\xb8", 4)));
+  writeRaw(p, safetensorsBytes(R"({"q":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,4]}})",
+                               std::string("\x38\x40\x00\xb8", 4)));
   const SafetensorsFile f = SafetensorsFile::open(p);
   EXPECT_EQ(f.info("q").dtype, SafetensorsDtype::F8_E4M3);
   EXPECT_EQ(f.info("q").shape, (std::vector<std::int64_t>{2, 2}));

@@ -18,9 +18,7 @@ inline std::string safetensorsBytes(const std::string& header, const std::string
 }
 
 // Through the io helpers rather than fstream: plain POSIX calls underneath.
-inline void writeRaw(const std::filesystem::path& path, const std::string& bytes) {
-  io::writeFileAtomic(path, bytes);
-}
+inline void writeRaw(const std::filesystem::path& path, const std::string& bytes) { io::writeFileAtomic(path, bytes); }
 
 inline std::string readRaw(const std::filesystem::path& path) { return io::readFileBytes(path); }
 

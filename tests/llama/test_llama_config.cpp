@@ -19,10 +19,10 @@ using nlohmann::json;
 namespace {
 
 json base() {
-  return json{{"model_type", "llama"},      {"vocab_size", 128},       {"hidden_size", 32},
-              {"intermediate_size", 64},    {"num_hidden_layers", 2},  {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},   {"rms_norm_eps", 1e-5},    {"hidden_act", "silu"},
-              {"tie_word_embeddings", false}, {"rope_theta", 10000.0}, {"rope_scaling", nullptr}};
+  return json{{"model_type", "llama"},        {"vocab_size", 128},      {"hidden_size", 32},
+              {"intermediate_size", 64},      {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},     {"rms_norm_eps", 1e-5},   {"hidden_act", "silu"},
+              {"tie_word_embeddings", false}, {"rope_theta", 10000.0},  {"rope_scaling", nullptr}};
 }
 
 // The message of the ConfigError `j` raises.
@@ -55,12 +55,15 @@ TEST(LlamaConfig, RopeParametersAndRopeScalingAreTheSame) {
   json v5 = base();
   v5.erase("rope_theta");
   v5.erase("rope_scaling");
-  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                           {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}};
+  v5["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                           {"factor", 8.0},           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   json v4 = base();
   v4["rope_theta"] = 500000.0;
-  v4["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+  v4["rope_scaling"] = {{"type", "llama3"},
+                        {"factor", 8.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
                         {"original_max_position_embeddings", 8192}};
   const auto a = LlamaConfig::fromJson(v5), b = LlamaConfig::fromJson(v4);
   EXPECT_EQ(a.ropeScaling.type, RopeType::Llama3);

@@ -23,8 +23,14 @@ const std::string kQ = "base_model.model.model.layers.0.self_attn.q_proj";
 const std::string kV = "base_model.model.model.layers.1.self_attn.v_proj";
 
 json peftConfig() {
-  return json{{"peft_type", "LORA"}, {"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "v_proj"}},
-              {"use_rslora", false}, {"use_dora", false}, {"bias", "none"}, {"fan_in_fan_out", false},
+  return json{{"peft_type", "LORA"},
+              {"r", 4},
+              {"lora_alpha", 8},
+              {"target_modules", {"q_proj", "v_proj"}},
+              {"use_rslora", false},
+              {"use_dora", false},
+              {"bias", "none"},
+              {"fan_in_fan_out", false},
               {"modules_to_save", nullptr}};
 }
 

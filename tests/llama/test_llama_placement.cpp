@@ -153,9 +153,9 @@ TEST(LlamaPlacement, TheSeeds8BModelOnTwo16GBCards) {
   // The arithmetic, from the shapes.
   const int64_t params = 8030261248LL;
   const int64_t loraPerLayer = 8 * ((4096 + 4096) * 2 + (4096 + 1024) * 2 + (4096 + 14336) * 3);  // 655360
-  const int64_t loraBytes = 32 * loraPerLayer * 4;             // float32 adapters
-  const int64_t trainingBytes = loraBytes * (1 + 1 + 2);       // + grads + AdamW's two moments
-  const int64_t token = 2LL * 512 * 4096 * 2;                  // one layer's input, fp16
+  const int64_t loraBytes = 32 * loraPerLayer * 4;                                                // float32 adapters
+  const int64_t trainingBytes = loraBytes * (1 + 1 + 2);  // + grads + AdamW's two moments
+  const int64_t token = 2LL * 512 * 4096 * 2;             // one layer's input, fp16
   const int64_t logits = 2LL * 512 * 128256;
   const int64_t fullLayer = static_cast<int64_t>(token * 27.75);
 
@@ -166,7 +166,7 @@ TEST(LlamaPlacement, TheSeeds8BModelOnTwo16GBCards) {
     EXPECT_EQ(sumOf(plan, &DevicePlan::weightBytes), 2 * params);  // 16.06 GB
     EXPECT_EQ(sumOf(plan, &DevicePlan::adapterBytes) + sumOf(plan, &DevicePlan::gradBytes) +
                   sumOf(plan, &DevicePlan::optimizerBytes),
-              trainingBytes);  // 0.34 GB
+              trainingBytes);                                                       // 0.34 GB
     EXPECT_EQ(sumOf(plan, &DevicePlan::activationBytes), 32 * token + 4 * logits);  // 0.27 + 0.53 GB
     const int64_t budget = sumOf(plan, &DevicePlan::budgetBytes);
     EXPECT_EQ(budget, std::string(spec) == "16GB" ? 15000000000LL : 30000000000LL);

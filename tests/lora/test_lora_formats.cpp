@@ -111,11 +111,13 @@ TEST(LoraFormats, DiffusersExportFoldsAlphaAndWritesPeftMetadata) {
   const auto& a = *net->adapter("transformer_blocks.0.attn.to_q");
   EXPECT_EQ(t.at("transformer.transformer_blocks.0.attn.to_q.lora_A.weight").sizes(), (std::vector<int64_t>{4, h}));
   EXPECT_TRUE(t.at("transformer.transformer_blocks.0.attn.to_q.lora_A.weight").equal(a.down));
-  EXPECT_TRUE(strata::test::allClose(t.at("transformer.transformer_blocks.0.attn.to_q.lora_B.weight"), a.up * 2.0, 0, 1e-7));
+  EXPECT_TRUE(
+      strata::test::allClose(t.at("transformer.transformer_blocks.0.attn.to_q.lora_B.weight"), a.up * 2.0, 0, 1e-7));
   EXPECT_EQ(t.at("transformer.single_transformer_blocks.0.proj_mlp.lora_B.weight").sizes(),
             (std::vector<int64_t>{f.cfg.mlpHiddenSize(), 4}));
   EXPECT_TRUE(t.count("transformer.proj_out.lora_A.weight"));
-  const auto peft = nlohmann::json::parse(io::SafetensorsFile::open(dir / "d.safetensors").metadata().at("lora_adapter_metadata"));
+  const auto peft =
+      nlohmann::json::parse(io::SafetensorsFile::open(dir / "d.safetensors").metadata().at("lora_adapter_metadata"));
   EXPECT_EQ(peft.at("transformer.r"), 4);
   EXPECT_EQ(peft.at("transformer.lora_alpha"), 4) << "alpha/r is folded in, so alpha = r";
 
@@ -194,7 +196,8 @@ TEST(LoraFormats, KohyaFusesSeparateQkvLorasWithEqualOutputs) {
   std::vector<LoraModuleWeights> w;
   double alpha = 1.0;
   for (const char* p : {"to_q", "to_k", "to_v"}) {
-    w.push_back({std::string("transformer_blocks.1.attn.") + p, at::randn({r, h}) * 0.1, at::randn({h, r}) * 0.1, alpha});
+    w.push_back(
+        {std::string("transformer_blocks.1.attn.") + p, at::randn({r, h}) * 0.1, at::randn({h, r}) * 0.1, alpha});
     alpha *= 2.0;
   }
   at::Tensor expected;
@@ -250,7 +253,8 @@ TEST(LoraFormats, FusedLoraOnOnePartOnlyGivesOneAdapter) {
   std::vector<LoraModuleWeights> w{{"transformer_blocks.0.attn.add_v_proj", at::randn({r, h}), at::randn({h, r}), 2.0}};
   const auto out = loraTensorsForExport(w, LoraFileFormat::Comfy, f.rules);
   std::map<std::string, at::Tensor> t(out.begin(), out.end());
-  EXPECT_EQ(t.at("diffusion_model.double_blocks.0.txt_attn.qkv.lora_B.weight").sizes(), (std::vector<int64_t>{3 * h, r}));
+  EXPECT_EQ(t.at("diffusion_model.double_blocks.0.txt_attn.qkv.lora_B.weight").sizes(),
+            (std::vector<int64_t>{3 * h, r}));
   const auto back = convertLoraTensors(t, {}, f.rules);
   ASSERT_EQ(back.modules.size(), 1u);
   EXPECT_EQ(back.modules[0].modulePath, "transformer_blocks.0.attn.add_v_proj");
@@ -264,7 +268,8 @@ TEST(LoraFormats, AlphaFromTensorsMetadataOrOverride) {
   std::map<std::string, at::Tensor> t{{"transformer.proj_out.lora_A.weight", at::randn({4, h})},
                                       {"transformer.proj_out.lora_B.weight", at::randn({f.cfg.outChannels, 4})}};
   EXPECT_DOUBLE_EQ(convertLoraTensors(t, {}, f.rules).modules[0].alpha, 4.0) << "no alpha: alpha = r";
-  std::map<std::string, std::string> meta{{"lora_adapter_metadata", R"({"transformer.r": 4, "transformer.lora_alpha": 16})"}};
+  std::map<std::string, std::string> meta{
+      {"lora_adapter_metadata", R"({"transformer.r": 4, "transformer.lora_alpha": 16})"}};
   EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.rules).modules[0].alpha, 16.0);
   meta["lora_adapter_metadata"] = R"({"r": 4, "lora_alpha": 16, "alpha_pattern": {"proj_out": 2}})";
   EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, f.rules).modules[0].alpha, 2.0);
@@ -281,13 +286,12 @@ TEST(LoraFormats, KeyThatNamesNoModuleIsAnErrorNamingTheKey) {
   TinyFlux f;
   const int64_t h = f.cfg.hiddenSize();
   const auto down = at::randn({2, h}), up = at::randn({h, 2});
-  for (const std::string base : {"transformer.transformer_blocks.9.attn.to_q",    // block out of range
-                                 "transformer.transformer_blocks.0.attn.norm_q",  // not a Linear
-                                 "transformer.no_such_module",
-                                 "lora_unet_double_blocks_0_img_attn_foo",
-                                 "lora_unet_single_blocks_7_linear2",  // tiny has 4 single blocks
-                                 "lora_te1_text_model_encoder_layers_0_mlp_fc1",
-                                 "diffusion_model.double_blocks.0.bogus"}) {
+  for (const std::string base :
+       {"transformer.transformer_blocks.9.attn.to_q",    // block out of range
+        "transformer.transformer_blocks.0.attn.norm_q",  // not a Linear
+        "transformer.no_such_module", "lora_unet_double_blocks_0_img_attn_foo",
+        "lora_unet_single_blocks_7_linear2",  // tiny has 4 single blocks
+        "lora_te1_text_model_encoder_layers_0_mlp_fc1", "diffusion_model.double_blocks.0.bogus"}) {
     const bool kohya = base.rfind("lora_", 0) == 0;
     std::map<std::string, at::Tensor> t{{base + (kohya ? ".lora_down.weight" : ".lora_A.weight"), down},
                                         {base + (kohya ? ".lora_up.weight" : ".lora_B.weight"), up}};
@@ -354,8 +358,8 @@ TEST(LoraFormats, ComfyKeysWithDownUpOrWithoutPrefixLoadTheSame) {
     for (const auto& m : content.modules) {
       const auto a = net->adapter(m.modulePath);
       ASSERT_NE(a, nullptr) << m.modulePath;
-      EXPECT_TRUE(strata::test::allClose(at::matmul(m.up, m.down) * (m.alpha / m.down.size(0)), a->deltaWeight(), 1e-6,
-                                         1e-5))
+      EXPECT_TRUE(
+          strata::test::allClose(at::matmul(m.up, m.down) * (m.alpha / m.down.size(0)), a->deltaWeight(), 1e-6, 1e-5))
           << m.modulePath;
     }
   }
@@ -386,8 +390,8 @@ TEST(LoraFormats, AlphaTensorsAreFloat32WhateverTheExportDtype) {
               at::kBFloat16);
     // Read back, the scale is the float32 one: 2.1 / 3 per projection.
     for (const auto& m : convertLoraTensors(t, {}, f.rules).modules)
-      EXPECT_NEAR(m.alpha / static_cast<double>(m.down.size(0)), m.modulePath.find("ff.") != std::string::npos ? 1.05 : 0.7,
-                  1e-6)
+      EXPECT_NEAR(m.alpha / static_cast<double>(m.down.size(0)),
+                  m.modulePath.find("ff.") != std::string::npos ? 1.05 : 0.7, 1e-6)
           << m.modulePath;
   }
 }

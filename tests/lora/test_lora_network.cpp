@@ -13,8 +13,8 @@
 
 using namespace strata;
 using namespace strata::lora;
-using strata::lora::test::TinyFlux;
 using strata::lora::test::randomizeUps;
+using strata::lora::test::TinyFlux;
 
 namespace {
 
@@ -47,9 +47,12 @@ TEST(LoraTargets, PlainNamesFollowPeftSuffixRule) {
   EXPECT_TRUE(LoraTargets::patternMatches("proj_out", "single_transformer_blocks.1.proj_out"));
   EXPECT_TRUE(LoraTargets::patternMatches("norm.linear", "single_transformer_blocks.1.norm.linear"));
   EXPECT_FALSE(LoraTargets::patternMatches("norm.linear", "transformer_blocks.1.norm1.linear"));
-  EXPECT_TRUE(LoraTargets::patternMatches("single_transformer_blocks.*.proj_mlp", "single_transformer_blocks.3.proj_mlp"));
-  EXPECT_FALSE(LoraTargets::patternMatches("single_transformer_blocks.?.proj_mlp", "single_transformer_blocks.13.proj_mlp"));
-  EXPECT_TRUE(LoraTargets::patternMatches("re:transformer_blocks\\.[0-9]+\\.attn\\.to_[qkv]", "transformer_blocks.12.attn.to_v"));
+  EXPECT_TRUE(
+      LoraTargets::patternMatches("single_transformer_blocks.*.proj_mlp", "single_transformer_blocks.3.proj_mlp"));
+  EXPECT_FALSE(
+      LoraTargets::patternMatches("single_transformer_blocks.?.proj_mlp", "single_transformer_blocks.13.proj_mlp"));
+  EXPECT_TRUE(LoraTargets::patternMatches("re:transformer_blocks\\.[0-9]+\\.attn\\.to_[qkv]",
+                                          "transformer_blocks.12.attn.to_v"));
   EXPECT_FALSE(LoraTargets::patternMatches("re:attn\\.to_q", "transformer_blocks.0.attn.to_q"));  // whole path
   EXPECT_THROW(LoraTargets({"re:([unclosed"}), ConfigError);
 }
@@ -80,7 +83,8 @@ TEST(LoraNetwork, ManifestStyleTargetsIncludeTopLevelProjOut) {
   EXPECT_TRUE(paths.count("single_transformer_blocks.0.norm.linear"));
   EXPECT_TRUE(paths.count("transformer_blocks.1.attn.to_q"));
   EXPECT_FALSE(paths.count("transformer_blocks.0.norm1.linear"));
-  EXPECT_EQ(paths.size(), static_cast<size_t>(1 + 2 * f.cfg.numSingleLayers + (f.cfg.numLayers + f.cfg.numSingleLayers)));
+  EXPECT_EQ(paths.size(),
+            static_cast<size_t>(1 + 2 * f.cfg.numSingleLayers + (f.cfg.numLayers + f.cfg.numSingleLayers)));
   LoraConfig c = config(4, 4);
   c.excludeModules = {"re:.*norm.*"};
   auto excluded = LoraNetwork::create(*f.model, c, f.rules);
@@ -252,7 +256,8 @@ TEST(LoraNetwork, StateDictUsesPeftNamesAndLoadIsStrict) {
     net->loadStateDict(missing, "transformer.");
     FAIL() << "no error";
   } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"),
+              std::string::npos);
     EXPECT_NE(std::string(e.what()).find("transformer.bogus.lora_A.weight"), std::string::npos);
   }
   auto misShaped = changed;

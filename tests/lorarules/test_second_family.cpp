@@ -33,7 +33,8 @@ class TinyLm : public torch::nn::Module {
     for (int64_t i = 0; i < kLayers; ++i) {
       auto layer = layers->register_module(std::to_string(i), std::make_shared<torch::nn::Module>());
       auto attn = layer->register_module("self_attn", std::make_shared<torch::nn::Module>());
-      for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) attn->register_module(n, nn::Linear(kWidth, kWidth, false));
+      for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"})
+        attn->register_module(n, nn::Linear(kWidth, kWidth, false));
       auto mlp = layer->register_module("mlp", std::make_shared<torch::nn::Module>());
       mlp->register_module("gate_proj", nn::Linear(kWidth, kMlp, false));
       mlp->register_module("up_proj", nn::Linear(kWidth, kMlp, false));
@@ -164,10 +165,12 @@ TEST(SecondFamily, PeftFileRoundTripsWithItsOwnNames) {
   for (size_t i = 0; i < before.size(); ++i) {
     EXPECT_EQ(content.modules[i].modulePath, before[i].modulePath) << "model order";
     const auto delta = [](const LoraModuleWeights& w) { return at::matmul(w.up, w.down) * (w.alpha / w.down.size(0)); };
-    EXPECT_TRUE(strata::test::allClose(delta(content.modules[i]), delta(before[i]), 1e-6, 1e-5)) << before[i].modulePath;
+    EXPECT_TRUE(strata::test::allClose(delta(content.modules[i]), delta(before[i]), 1e-6, 1e-5))
+        << before[i].modulePath;
   }
   auto loaded = loadLoraNetwork(model, rules, path);
-  EXPECT_TRUE(strata::test::allClose(model.linear("model.layers.1.self_attn.o_proj")->forward(x), withLora, 1e-6, 1e-5));
+  EXPECT_TRUE(
+      strata::test::allClose(model.linear("model.layers.1.self_attn.o_proj")->forward(x), withLora, 1e-6, 1e-5));
 }
 
 TEST(SecondFamily, FormsTheFamilyLacksAreRefusedClearly) {
@@ -197,9 +200,8 @@ TEST(SecondFamily, FormsTheFamilyLacksAreRefusedClearly) {
 
 TEST(SecondFamily, PeftAlphaFromUnprefixedMetadata) {
   const TinyLmRules rules;
-  const std::map<std::string, at::Tensor> t{
-      {"base_model.model.lm_head.lora_A.weight", at::randn({4, kWidth})},
-      {"base_model.model.lm_head.lora_B.weight", at::randn({16, 4})}};
+  const std::map<std::string, at::Tensor> t{{"base_model.model.lm_head.lora_A.weight", at::randn({4, kWidth})},
+                                            {"base_model.model.lm_head.lora_B.weight", at::randn({16, 4})}};
   EXPECT_DOUBLE_EQ(convertLoraTensors(t, {}, rules).modules[0].alpha, 4.0);
   const std::map<std::string, std::string> meta{{"lora_adapter_metadata", R"({"r": 4, "lora_alpha": 8})"}};
   EXPECT_DOUBLE_EQ(convertLoraTensors(t, meta, rules).modules[0].alpha, 8.0);

@@ -16,9 +16,7 @@ TEST(BlockIO, FieldsRoundTripKeepsUndefinedFields) {
   EXPECT_FALSE(back.mask.defined());
 }
 
-TEST(BlockIO, FromFieldsRejectsWrongCount) {
-  EXPECT_THROW(BlockIO::fromFields({at::ones({1})}), std::exception);
-}
+TEST(BlockIO, FromFieldsRejectsWrongCount) { EXPECT_THROW(BlockIO::fromFields({at::ones({1})}), std::exception); }
 
 TEST(BlockIO, ToSameDeviceDoesNotCopy) {
   BlockIO io;
@@ -33,9 +31,7 @@ namespace {
 struct AddConstant final : strata::nn::LinearAdapter {
   double value;
   explicit AddConstant(double v) : value(v) {}
-  at::Tensor delta(const at::Tensor&, const at::Tensor& base) override {
-    return at::full_like(base, value);
-  }
+  at::Tensor delta(const at::Tensor&, const at::Tensor& base) override { return at::full_like(base, value); }
 };
 }  // namespace
 

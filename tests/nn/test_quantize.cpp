@@ -33,8 +33,7 @@ Linear floatCopy(const LinearImpl& lin) {
 // Adds x A^T B^T with float32 masters: what a LoRA adapter does, kept local so nn tests need no lora/.
 class TinyAdapter : public LinearAdapter {
  public:
-  TinyAdapter(int64_t in, int64_t out, int64_t rank)
-      : down(at::randn({rank, in}) * 0.1), up(at::zeros({out, rank})) {
+  TinyAdapter(int64_t in, int64_t out, int64_t rank) : down(at::randn({rank, in}) * 0.1), up(at::zeros({out, rank})) {
     down.requires_grad_(true);
     up.requires_grad_(true);
   }
@@ -83,8 +82,8 @@ TEST(Quantize, QuantizedLinearForwardIsCloseToTheFloatOne) {
   const double e16 = relL2(lin->forward(x.to(at::kBFloat16)), ref->forward(x));
   std::printf("[quant] int8 Linear 64->48 forward rel L2 vs fp32: %.3e (fp32 compute), %.3e (bf16 compute)\n", e32,
               e16);
-  EXPECT_GT(e32, 0.0);    // it is quantized
-  EXPECT_LT(e32, 1e-2);   // half a step of 1/127 per row, averaged over 64 inputs
+  EXPECT_GT(e32, 0.0);   // it is quantized
+  EXPECT_LT(e32, 1e-2);  // half a step of 1/127 per row, averaged over 64 inputs
   EXPECT_LT(e16, 2e-2);
   EXPECT_EQ(lin->forward(x.to(at::kBFloat16)).scalar_type(), at::kBFloat16);
   // denseWeight is the dequantized weight, and the forward is x denseWeight^T + b.

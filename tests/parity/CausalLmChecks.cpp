@@ -75,8 +75,7 @@ void checkLoraTargetsForwardAndLoss(const fs::path& dir, const nlohmann::json& m
   EXPECT_TRUE(test::allClose(f.where(logits), f.where(f.outputs.at("logits_lora")), f.tol.atol, f.tol.rtol))
       << "logits_lora where attention_mask = 1";
   const auto& refLoss = f.outputs.at("loss_lora");
-  EXPECT_TRUE(test::allClose(f.loss(logits).reshape(refLoss.sizes()), refLoss, f.tol.atol, f.tol.rtol))
-      << "loss_lora";
+  EXPECT_TRUE(test::allClose(f.loss(logits).reshape(refLoss.sizes()), refLoss, f.tol.atol, f.tol.rtol)) << "loss_lora";
   f.net->merge();
   EXPECT_TRUE(test::allClose(f.where(f.forward()), f.where(f.outputs.at("logits_lora")), f.tol.atol, f.tol.rtol))
       << "merged";

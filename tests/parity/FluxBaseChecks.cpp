@@ -106,8 +106,7 @@ void checkSample(const fs::path& dir, const nlohmann::json& manifest) {
   EXPECT_NEAR(mu, sampling.at("mu").get<double>(), 1e-9) << "mu";
   const auto sigmas = flux::samplingSigmas(steps, mu);
   EXPECT_TRUE(test::allClose(sigmas, out.at("sample_sigmas"), 1e-7, 1e-6)) << "sigmas";
-  EXPECT_TRUE(test::allClose(sigmas.narrow(0, 0, steps) * 1000, out.at("sample_timesteps"), 1e-4, 1e-6))
-      << "timesteps";
+  EXPECT_TRUE(test::allClose(sigmas.narrow(0, 0, steps) * 1000, out.at("sample_timesteps"), 1e-4, 1e-6)) << "timesteps";
 
   flux::FluxTransformer model(cfg);
   flux::loadFluxWeights(model, dir / "transformer.safetensors");
@@ -118,15 +117,14 @@ void checkSample(const fs::path& dir, const nlohmann::json& manifest) {
   // The convenience path: unpacked noise in, unpacked latents out.
   const auto& unpackedRef = out.at("sample_unpacked");  // [B, C, H, W]
   const auto noiseLatents = flux::unpackLatents(noise, unpackedRef.size(2), unpackedRef.size(3));
-  const auto sampled = flux::sample(model, noiseLatents, in.at("encoder_hidden_states"),
-                                    in.at("pooled_projections"), guidance, steps);
+  const auto sampled =
+      flux::sample(model, noiseLatents, in.at("encoder_hidden_states"), in.at("pooled_projections"), guidance, steps);
   EXPECT_TRUE(test::allClose(sampled, unpackedRef, tol.atol, tol.rtol)) << "sample (unpacked)";
 }
 
 }  // namespace
 
-STRATA_PARITY_CHECK("flux_transformer", "named_parameters() = diffusers key set; config from shapes",
-                    checkKeySet);
+STRATA_PARITY_CHECK("flux_transformer", "named_parameters() = diffusers key set; config from shapes", checkKeySet);
 STRATA_PARITY_CHECK("flux_transformer", "base forward (diffusers names)",
                     [](const fs::path& d, const nlohmann::json& m) { checkForward(d, m, "transformer.safetensors"); });
 STRATA_PARITY_CHECK("flux_transformer", "base forward (BFL names)", [](const fs::path& d, const nlohmann::json& m) {

@@ -29,8 +29,7 @@ inline Tolerance toleranceOf(const nlohmann::json& manifest) {
 }
 
 // inputs.safetensors of a flux_transformer fixture, as the model takes them.
-inline flux::FluxInputs inputsOf(const std::map<std::string, at::Tensor>& in,
-                                 const at::Device& device = at::kCPU) {
+inline flux::FluxInputs inputsOf(const std::map<std::string, at::Tensor>& in, const at::Device& device = at::kCPU) {
   flux::FluxInputs x;
   x.img = in.at("hidden_states").to(device);
   x.txt = in.at("encoder_hidden_states").to(device);

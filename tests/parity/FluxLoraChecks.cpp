@@ -123,10 +123,12 @@ void checkLoraFormsRoundTrip(const fs::path& dir, const nlohmann::json& manifest
   LoraFixture f(dir, manifest);
   const auto weights = f.net->moduleWeights();
   f.net.reset();
-  for (const auto format : {lora::LoraFileFormat::Diffusers, lora::LoraFileFormat::Kohya, lora::LoraFileFormat::Comfy}) {
+  for (const auto format :
+       {lora::LoraFileFormat::Diffusers, lora::LoraFileFormat::Kohya, lora::LoraFileFormat::Comfy}) {
     const auto exported = lora::loraTensorsForExport(weights, format, flux::FluxLoraRules(f.cfg));
     const std::map<std::string, at::Tensor> tensors(exported.begin(), exported.end());
-    auto net = lora::LoraNetwork::fromWeights(*f.model, lora::convertLoraTensors(tensors, {}, flux::FluxLoraRules(f.cfg)).modules);
+    auto net = lora::LoraNetwork::fromWeights(
+        *f.model, lora::convertLoraTensors(tensors, {}, flux::FluxLoraRules(f.cfg)).modules);
     at::NoGradGuard noGrad;
     EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol))
         << "through " << lora::toString(format);

@@ -26,6 +26,6 @@ bool registerCheck(ParityCheck check);
 #define STRATA_PARITY_CONCAT_INNER(a, b) a##b
 #define STRATA_PARITY_CONCAT(a, b) STRATA_PARITY_CONCAT_INNER(a, b)
 // STRATA_PARITY_CHECK("flux_transformer", "base forward", fn);
-#define STRATA_PARITY_CHECK(kind, name, fn)                                            \
-  static const bool STRATA_PARITY_CONCAT(strataParityRegistered, __LINE__) =          \
+#define STRATA_PARITY_CHECK(kind, name, fn)                                  \
+  static const bool STRATA_PARITY_CONCAT(strataParityRegistered, __LINE__) = \
       ::strata::parity::registerCheck({kind, name, fn})

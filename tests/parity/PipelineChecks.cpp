@@ -65,8 +65,7 @@ void checkPromptEmbeddingsFromText(const fs::path& dir, const nlohmann::json& ma
   EXPECT_TRUE(test::allClose(enc->clipIds(prompts), out.at("clip_input_ids"), 0, 0)) << "clip_input_ids";
   const auto e = enc->encode(prompts);
   EXPECT_TRUE(test::allClose(e.t5, out.at("prompt_embeds"), tol.atol, tol.rtol)) << "prompt_embeds";
-  EXPECT_TRUE(test::allClose(e.pooled, out.at("pooled_prompt_embeds"), tol.atol, tol.rtol))
-      << "pooled_prompt_embeds";
+  EXPECT_TRUE(test::allClose(e.pooled, out.at("pooled_prompt_embeds"), tol.atol, tol.rtol)) << "pooled_prompt_embeds";
   // The manifest says which prompts the reference tokenizers cut.
   const auto& cut = manifest.at("truncated_prompts");
   for (size_t b = 0; b < prompts.size(); ++b) {
@@ -125,9 +124,13 @@ void checkImages(const fs::path& dir, const nlohmann::json& manifest, bool singl
 }  // namespace strata
 
 STRATA_PARITY_CHECK("flux_pipeline", "pipeline: prompt embeddings from the prompt text (model/)",
-                    [](const fs::path& d, const nlohmann::json& m) { strata::checkPromptEmbeddingsFromText(d, m, false); });
+                    [](const fs::path& d, const nlohmann::json& m) {
+                      strata::checkPromptEmbeddingsFromText(d, m, false);
+                    });
 STRATA_PARITY_CHECK("flux_pipeline", "pipeline: prompt embeddings from the prompt text (singles/ + tokenizers)",
-                    [](const fs::path& d, const nlohmann::json& m) { strata::checkPromptEmbeddingsFromText(d, m, true); });
+                    [](const fs::path& d, const nlohmann::json& m) {
+                      strata::checkPromptEmbeddingsFromText(d, m, true);
+                    });
 STRATA_PARITY_CHECK("flux_pipeline", "pipeline: final image with and without lora.safetensors (model/)",
                     [](const fs::path& d, const nlohmann::json& m) { strata::checkImages(d, m, false); });
 STRATA_PARITY_CHECK("flux_pipeline", "pipeline: final image with and without lora.safetensors (singles/)",

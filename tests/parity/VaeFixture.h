@@ -77,8 +77,8 @@ inline void expectPipelineVaeMatches(vae::AutoencoderKL& model, const std::files
                                                    : 2 * (manifest.at("height").get<int64_t>() / (2 * f));
   const int64_t w = manifest.contains("latent_hw") ? manifest["latent_hw"].at(1).get<int64_t>()
                                                    : 2 * (manifest.at("width").get<int64_t>() / (2 * f));
-  for (const auto& [latents, image] : {std::pair<std::string, std::string>{"latents_final", "image"},
-                                       {"latents_final_lora", "image_lora"}}) {
+  for (const auto& [latents, image] :
+       {std::pair<std::string, std::string>{"latents_final", "image"}, {"latents_final_lora", "image_lora"}}) {
     const auto unpacked = flux::unpackLatents(out.at(latents), h, w);  // [B, C, h, w] training latents
     const auto decoded = model.decode(model.fromTrainingLatents(unpacked.to(model.device())));
     if (latents == "latents_final")

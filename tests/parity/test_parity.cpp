@@ -46,7 +46,8 @@ TEST(Parity, EveryFixtureFolderMatchesItsReference) {
       std::ifstream in(dir / "manifest.json");
       manifest = nlohmann::json::parse(in);
     } catch (const std::exception& e) {
-      ADD_FAILURE() << dir / "manifest.json" << ": not valid JSON: " << e.what();
+      ADD_FAILURE() << dir / "manifest.json"
+                    << ": not valid JSON: " << e.what();
       continue;
     }
     const std::string kind = manifest.value("kind", "");

@@ -23,8 +23,8 @@
 
 using namespace strata;
 using namespace strata::placement;
-using strata::test::RecordingBlock;
 using strata::test::addToyAdapters;
+using strata::test::RecordingBlock;
 using strata::test::ToyAdapters;
 using strata::test::ToyModel;
 
@@ -48,7 +48,7 @@ class ProbeAttachment final : public Attachment {
     moves.push_back(device.str());
     // A meta tensor has no data to copy back; a fresh one stands for it.
     t_ = t_.is_meta() && device != t_.device() ? at::zeros(t_.sizes(), at::TensorOptions().device(device))
-                                              : t_.to(device);
+                                               : t_.to(device);
   }
   std::vector<std::string> moves;
   at::Tensor& tensor() { return t_; }
@@ -103,8 +103,7 @@ TEST(PlacementRegistry, OwnerIsTheLongestBlockIdPrefix) {
   EXPECT_EQ(p->ownerOf("proj_out"), "head");
   EXPECT_THROW(p->ownerOf("nowhere.weight"), PlacementError);
   EXPECT_THROW(p->ownerOf("proj_outer"), PlacementError);  // a prefix only at a '.' boundary
-  EXPECT_THROW(p->attach(std::make_shared<ProbeAttachment>(kind("quant_scale"), "nowhere")),
-               PlacementError);
+  EXPECT_THROW(p->attach(std::make_shared<ProbeAttachment>(kind("quant_scale"), "nowhere")), PlacementError);
 }
 
 TEST(PlacementRegistry, BuildsFromAPlanWithTheModelsBlockIds) {
@@ -211,8 +210,8 @@ TEST(PlacementSeedBug4, RelayAndBlocksShareOneIoType) {
   // Compile time: the relay's and every block's signature are the one BlockIO -> BlockIO,
   // so a wrapper cannot take a stale argument list.
   static_assert(std::is_same_v<decltype(&nn::Block::forward), nn::BlockIO (nn::Block::*)(const nn::BlockIO&)>);
-  static_assert(std::is_same_v<decltype(&Placement::run),
-                               nn::BlockIO (Placement::*)(size_t, nn::Block&, const nn::BlockIO&)>);
+  static_assert(
+      std::is_same_v<decltype(&Placement::run), nn::BlockIO (Placement::*)(size_t, nn::Block&, const nn::BlockIO&)>);
   static_assert(std::is_same_v<decltype(&Placement::toHead), nn::BlockIO (Placement::*)(const nn::BlockIO&)>);
   static_assert(std::is_base_of_v<nn::BlockRunner, Placement>);
 
@@ -325,7 +324,8 @@ TEST(PlacementAudit, CatchesMisplacedParametersBuffersAndAttachments) {
     ADD_FAILURE();
   } catch (const PlacementError& e) {
     EXPECT_NE(std::string(e.what()).find("blocks.2.fc1.weight: expected meta (block blocks.2), found cpu"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("before step 1"), std::string::npos);
   }
   // All cpu: clean; then one misplaced gradient and one attachment tensor are caught.
@@ -379,8 +379,7 @@ TEST(PlacementSnapshot, CountsPerDevice) {
   // machine); probes of the same size stand for them on the meta device.
   for (size_t i = 6; i < lora.adapters.size(); ++i) {
     const auto& a = lora.adapters[i];
-    p->attach(std::make_shared<ProbeAttachment>(kind("lora_adapter"), a->hostPath(),
-                                                a->down.numel() + a->up.numel()));
+    p->attach(std::make_shared<ProbeAttachment>(kind("lora_adapter"), a->hostPath(), a->down.numel() + a->up.numel()));
   }
   train::Ema ema(lora.namedParams(), train::EmaOptions{});
   ema.registerWith(*p);

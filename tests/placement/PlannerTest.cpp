@@ -99,8 +99,10 @@ TEST(Planner, FluxDevLikeSplitOverFourStaysWithinHalfABlockOfTheShare) {
   PlannerInput in;
   in.stem = BlockCost{"stem", "stem", 0};
   in.head = BlockCost{"head", "head", 0};
-  for (int i = 0; i < 19; ++i) in.blocks.push_back(BlockCost{"transformer_blocks." + std::to_string(i), "double", 339831296});
-  for (int i = 0; i < 38; ++i) in.blocks.push_back(BlockCost{"single_transformer_blocks." + std::to_string(i), "single", 141591808});
+  for (int i = 0; i < 19; ++i)
+    in.blocks.push_back(BlockCost{"transformer_blocks." + std::to_string(i), "double", 339831296});
+  for (int i = 0; i < 38; ++i)
+    in.blocks.push_back(BlockCost{"single_transformer_blocks." + std::to_string(i), "single", 141591808});
   in.devices = gpus({0, 0, 0, 0});
   const Plan plan = planPlacement(in);
   expectContiguous(plan, in);
@@ -123,12 +125,15 @@ TEST(Planner, FluxDevLikeSplitOverFourStaysWithinHalfABlockOfTheShare) {
   for (const auto& b : in.blocks) {
     ai[gpu] += static_cast<double>(b.paramCount);
     cur += static_cast<double>(b.paramCount);
-    if (cur > share) { gpu = std::min(gpu + 1, 3); cur = 0; }
+    if (cur > share) {
+      gpu = std::min(gpu + 1, 3);
+      cur = 0;
+    }
   }
   for (int d = 0; d < 3; ++d) EXPECT_GT(ai[d], share);
   EXPECT_LT(ai[3], share);
-  const double aiWorst = std::max({std::abs(ai[0] - share), std::abs(ai[1] - share),
-                                   std::abs(ai[2] - share), std::abs(ai[3] - share)});
+  const double aiWorst =
+      std::max({std::abs(ai[0] - share), std::abs(ai[1] - share), std::abs(ai[2] - share), std::abs(ai[3] - share)});
   EXPECT_GT(aiWorst, 339831296.0 * 0.5);
 }
 
@@ -183,8 +188,7 @@ TEST(Planner, MemoryModeSaysWhatIsMissingWhere) {
   for (const auto& dp : plan.devices) missing += dp.missingBytes;
   EXPECT_EQ(missing, 4 * kGB);
   EXPECT_GT(plan.devices[1].missingBytes, 0);
-  EXPECT_NE(plan.reason.find("cuda:1 needs 12.0 GB but its budget is 8.0 GB: 4.0 GB missing"),
-            std::string::npos)
+  EXPECT_NE(plan.reason.find("cuda:1 needs 12.0 GB but its budget is 8.0 GB: 4.0 GB missing"), std::string::npos)
       << plan.reason;
   EXPECT_THROW(requireFits(plan), PlacementError);
 }
@@ -270,7 +274,8 @@ TEST(Planner, ReportCarriesEveryCostColumn) {
   UnitShape stem{"stem", "stem", 1000, {}, false};
   UnitShape head{"head", "head", 500, {}, false};
   std::vector<UnitShape> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {128, 64}}, true});
+  for (int i = 0; i < 4; ++i)
+    blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {128, 64}}, true});
   CostOptions o;
   o.loraRank = 4;
   o.ema = true;
@@ -284,7 +289,7 @@ TEST(Planner, ReportCarriesEveryCostColumn) {
   EXPECT_EQ(in.blocks[0].optimizerBytes, 2 * 6144);
   EXPECT_EQ(in.blocks[0].emaBytes, 6144);
   EXPECT_EQ(in.blocks[0].weightBytes, 20000);
-  EXPECT_EQ(in.blocks[0].activationBytes, 16 * 64 * 2);            // the block input, bf16
+  EXPECT_EQ(in.blocks[0].activationBytes, 16 * 64 * 2);  // the block input, bf16
   EXPECT_EQ(in.blocks[0].workspaceBytes, static_cast<int64_t>(16 * 64 * 2 * 18.0));
   EXPECT_EQ(in.stem.activationBytes, 0);
   in.devices = gpus({1 * kGB, 1 * kGB});
@@ -292,8 +297,8 @@ TEST(Planner, ReportCarriesEveryCostColumn) {
   const Plan plan = planPlacement(in);
   const auto j = planToJson(plan);
   ASSERT_EQ(j["devices"].size(), 2u);
-  for (const char* key : {"weight_bytes", "adapter_bytes", "ema_bytes", "optimizer_bytes",
-                          "activation_bytes", "total_bytes", "budget_bytes", "blocks"}) {
+  for (const char* key : {"weight_bytes", "adapter_bytes", "ema_bytes", "optimizer_bytes", "activation_bytes",
+                          "total_bytes", "budget_bytes", "blocks"}) {
     EXPECT_TRUE(j["devices"][0].contains(key)) << key;
   }
   const std::string text = formatPlan(plan);
@@ -376,7 +381,6 @@ TEST(DeviceInventory, OutOfMemoryBecomesPlacementErrorWithContext) {
     EXPECT_NE(msg.find("cap"), std::string::npos) << msg;
   }
   // Other errors pass through unchanged.
-  EXPECT_THROW(device::withCapContext("x", []() -> int { throw std::logic_error("nope"); }),
-               std::logic_error);
+  EXPECT_THROW(device::withCapContext("x", []() -> int { throw std::logic_error("nope"); }), std::logic_error);
   EXPECT_EQ(device::withCapContext("x", [] { return 7; }), 7);
 }

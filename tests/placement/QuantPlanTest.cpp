@@ -74,6 +74,7 @@ TEST(QuantPlan, FluxDevInt8At1024WithCheckpointingCountsOneBytePerBlockWeight) {
 TEST(QuantPlan, SeedSplitOverFour16GbCardsPlansWithQuantization) {
   const auto run = planOf("flux-dev-split-4x16gb.yaml", "4x16GB", {"model.quantize=true", "model.qtype=int8"});
   ASSERT_TRUE(run.ok()) << problemsOf(run);
-  std::cout << "[quant plan] flux-dev-split-4x16gb.yaml, 4x16GB, int8:\n" << placement::formatPlan(run.plan) << std::endl;
+  std::cout << "[quant plan] flux-dev-split-4x16gb.yaml, 4x16GB, int8:\n"
+            << placement::formatPlan(run.plan) << std::endl;
   EXPECT_TRUE(run.plan.fits) << run.plan.reason;
 }

@@ -60,8 +60,7 @@ class ToyModel : public torch::nn::Module, public nn::BlockModel {
   }
 
   // x: [B, N, in], txt: [B, T, D], temb: [B, D] -> [B, N, in]
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& txt, const at::Tensor& temb,
-                     nn::BlockRunner& runner) {
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& txt, const at::Tensor& temb, nn::BlockRunner& runner) {
     nn::BlockIO io;
     io.img = xEmbedder->forward(x);  // [B, N, D]
     io.txt = txt;

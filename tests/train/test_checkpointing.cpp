@@ -18,9 +18,7 @@ struct ToyAdapter final : nn::LinearAdapter {
     down = (at::randn({2, in}) * 0.3).requires_grad_(true);
     up = (at::randn({out, 2}) * 0.3).requires_grad_(true);
   }
-  at::Tensor delta(const at::Tensor& x, const at::Tensor&) override {
-    return at::linear(at::linear(x, down), up);
-  }
+  at::Tensor delta(const at::Tensor& x, const at::Tensor&) override { return at::linear(at::linear(x, down), up); }
 };
 
 // Uses img, txt and temb; passes rope through unchanged; optional dropout.
@@ -82,8 +80,7 @@ at::Tensor lossOf(Toy& toy, nn::BlockRunner& runner, const nn::BlockIO& input) {
   return (io.img.pow(2).mean() + io.txt.pow(3).mean());
 }
 
-std::vector<at::Tensor> gradsOf(Toy& toy, nn::BlockRunner& runner, const nn::BlockIO& input,
-                                uint64_t seed) {
+std::vector<at::Tensor> gradsOf(Toy& toy, nn::BlockRunner& runner, const nn::BlockIO& input, uint64_t seed) {
   for (auto& p : toy.params()) p.mutable_grad() = at::Tensor();
   at::manual_seed(seed);
   lossOf(toy, runner, input).backward();

@@ -66,10 +66,10 @@ std::string encodeJpeg(const at::Tensor& hwc) {
 
 // Inserts an APP1 Exif segment (big-endian TIFF, IFD0 with one Orientation entry) after SOI.
 std::string withOrientation(const std::string& jpeg, int orientation) {
-  const unsigned char tiff[] = {'M', 'M', 0, 42, 0, 0, 0, 8,  // header, IFD0 at 8
-                                0, 1,                          // one entry
-                                0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, static_cast<unsigned char>(orientation), 0, 0,
-                                0, 0, 0, 0};                   // no next IFD
+  const unsigned char tiff[] = {'M',  'M',  0, 42, 0, 0, 0, 8,  // header, IFD0 at 8
+                                0,    1,                        // one entry
+                                0x01, 0x12, 0, 3,  0, 0, 0, 1, 0, static_cast<unsigned char>(orientation),
+                                0,    0,    0, 0,  0, 0};  // no next IFD
   std::string seg = std::string("Exif\0\0", 6) + std::string(reinterpret_cast<const char*>(tiff), sizeof tiff);
   const size_t len = seg.size() + 2;
   std::string app1 = "\xff\xe1";
@@ -126,8 +126,8 @@ struct CountingEncoders {
       imagesSeen += static_cast<int>(x.size(0));
       EXPECT_GE(x.min().item<float>(), -1.0f - 1e-5f);
       EXPECT_LE(x.max().item<float>(), 1.0f + 1e-5f);
-      at::Tensor p = at::avg_pool2d(x, {8, 8});   // [B, 3, h, w]
-      return at::cat({p, p.mean(1, true)}, 1);    // [B, 4, h, w]
+      at::Tensor p = at::avg_pool2d(x, {8, 8});  // [B, 3, h, w]
+      return at::cat({p, p.mean(1, true)}, 1);   // [B, 4, h, w]
     };
     e.text = [this](const std::vector<std::string>& captions) {
       ++textCalls;

@@ -32,8 +32,8 @@ TEST(LrSchedule, WarmupRampsThenHolds) {
 TEST(LrSchedule, CosineDecaysToZeroAfterWarmup) {
   LrSchedule s(LrScheduler::Cosine, 2.0, 12, 2);
   EXPECT_DOUBLE_EQ(s.lrAt(0), 1.0);
-  EXPECT_DOUBLE_EQ(s.lrAt(2), 2.0);                // start of decay
-  EXPECT_NEAR(s.lrAt(7), 1.0, 1e-12);              // halfway: cos(pi/2)
+  EXPECT_DOUBLE_EQ(s.lrAt(2), 2.0);    // start of decay
+  EXPECT_NEAR(s.lrAt(7), 1.0, 1e-12);  // halfway: cos(pi/2)
   EXPECT_LT(s.lrAt(11), s.lrAt(10));
   EXPECT_NEAR(s.lrAt(12), 0.0, 1e-12);
   for (int i = 3; i < 12; ++i) EXPECT_LT(s.lrAt(i), s.lrAt(i - 1));

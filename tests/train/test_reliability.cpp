@@ -180,8 +180,7 @@ TEST(Trainer, TwoRunsInOneFolderAreRefusedAndResumeLeavesALiveRunAlone) {
 
   Recorder second;
   EXPECT_EQ(runTrainer(cfg, tmp / "run", &second), RunOutcome::PreflightFailed);
-  EXPECT_NE(second.text().find("in use by process " + std::to_string(::getpid())), std::string::npos)
-      << second.text();
+  EXPECT_NE(second.text().find("in use by process " + std::to_string(::getpid())), std::string::npos) << second.text();
 
   const size_t before = RunFolder(tmp / "run").readMetrics().size();
   Recorder resumed;
@@ -346,7 +345,8 @@ TEST(RunFolder, PruneLeavesNoHalfDeletedCheckpointAndOpenCleansLeftovers) {
   // Pruning renames first: after it, no step_N folder is half there.
   const auto removed = pruneCheckpoints(f, 1);
   EXPECT_FALSE(removed.empty());
-  for (const auto& e : fs::directory_iterator(ck)) EXPECT_EQ(e.path().filename().string().rfind(".trash-", 0), std::string::npos);
+  for (const auto& e : fs::directory_iterator(ck))
+    EXPECT_EQ(e.path().filename().string().rfind(".trash-", 0), std::string::npos);
   for (const auto& c : f.checkpoints()) EXPECT_NO_THROW(readCheckpoint(c.path));
 }
 

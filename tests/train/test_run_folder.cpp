@@ -157,13 +157,10 @@ TEST(WordEmbedder, SharedWordsShareVectors) {
 
 TEST(LatentsDataset, ReadsItemsAndThrowsForBrokenOnes) {
   test::TempDir tmp;
-  io::writeSafetensors(tmp / "a.safetensors", {{"latents", at::randn({16, 4, 6})},
-                                               {"txt", at::randn({5, 24})},
-                                               {"pooled", at::randn({12})}},
+  io::writeSafetensors(tmp / "a.safetensors",
+                       {{"latents", at::randn({16, 4, 6})}, {"txt", at::randn({5, 24})}, {"pooled", at::randn({12})}},
                        {{"caption", "hello"}});
-  {
-    std::ofstream(tmp / "b.safetensors") << "not a safetensors file";
-  }
+  { std::ofstream(tmp / "b.safetensors") << "not a safetensors file"; }
   config::DatasetConfig dc;
   dc.type = config::DatasetType::Latents;
   dc.folderPath = tmp.path().string();

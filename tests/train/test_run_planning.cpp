@@ -150,12 +150,12 @@ TEST(PrepareRun, OneCapForAllOrOnePerDevice) {
 
 TEST(PrepareRun, AWrongCapCountIsRefusedWithTheKeyAndLine) {
   const std::string yaml =
-      "model:\n"                              // 1
-      "  preset: tiny\n"                      // 2
-      "  random_weights: true\n"              // 3
-      "  device: cuda\n"                      // 4
-      "  split_model_over_gpus: true\n"       // 5
-      "  gpu_memory_limit_gb: [16, 16]\n"     // 6
+      "model:\n"                           // 1
+      "  preset: tiny\n"                   // 2
+      "  random_weights: true\n"           // 3
+      "  device: cuda\n"                   // 4
+      "  split_model_over_gpus: true\n"    // 5
+      "  gpu_memory_limit_gb: [16, 16]\n"  // 6
       "datasets: [{type: shapes, resolution: [32]}]\n"
       "sample: {sample_every: 0}\n";
   const config::LoadedConfig loaded = config::parseRunConfig(yaml, "caps.yaml");
@@ -184,7 +184,7 @@ TEST(PrepareRun, AGpuIdTheInventoryLacksIsRefusedWithTheKeyAndLine) {
       "model:\n"
       "  preset: tiny\n"
       "  random_weights: true\n"
-      "  gpu_ids: [0, 5]\n"                   // 4
+      "  gpu_ids: [0, 5]\n"  // 4
       "  split_model_over_gpus: true\n"
       "datasets: [{type: shapes, resolution: [32]}]\n"
       "sample: {sample_every: 0}\n";

@@ -63,7 +63,9 @@ struct Recorder {
   }
 };
 
-std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) { return io::loadSafetensors(ckpt / "lora.safetensors"); }
+std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) {
+  return io::loadSafetensors(ckpt / "lora.safetensors");
+}
 
 }  // namespace
 
@@ -151,8 +153,9 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   const auto data = tmp / "latents";
   fs::create_directories(data);
   for (int i = 0; i < 3; ++i)
-    io::writeSafetensors(data / ("item" + std::to_string(i) + ".safetensors"),
-                         {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+    io::writeSafetensors(
+        data / ("item" + std::to_string(i) + ".safetensors"),
+        {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
   std::ofstream(data / "broken.safetensors") << "garbage";
   auto cfg = tinyConfig(tmp.path(), 6);
   cfg.datasets[0].type = config::DatasetType::Latents;
@@ -167,7 +170,8 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   ASSERT_EQ(fin.size(), 1u);
   EXPECT_GE(fin[0].skippedItems, 1);
   bool warned = false;
-  for (const auto& w : rec.of<events::WarningEvent>()) warned |= w.message.find("broken.safetensors") != std::string::npos;
+  for (const auto& w : rec.of<events::WarningEvent>())
+    warned |= w.message.find("broken.safetensors") != std::string::npos;
   EXPECT_TRUE(warned);
 }
 
@@ -258,7 +262,7 @@ TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
   EXPECT_LT(last, first * 0.5) << "first 20 steps " << first << ", last 20 " << last;
 
   const auto samples = rec.of<events::SampleEvent>();
-  ASSERT_EQ(samples.size(), 6u);  // 3 prompts at step 0 and at the end
+  ASSERT_EQ(samples.size(), 6u);                      // 3 prompts at step 0 and at the end
   std::map<int64_t, std::vector<double>> brightness;  // step -> per prompt
   for (const auto& s : samples) {
     ASSERT_TRUE(fs::exists(s.path)) << s.path;
@@ -296,9 +300,9 @@ TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
   TrainerOptions o;
   o.runDir = tmp / "run";
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished);
-  const auto files = exportRun(tmp / "run",
-                               {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy},
-                               tmp / "out");
+  const auto files = exportRun(
+      tmp / "run", {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy},
+      tmp / "out");
   ASSERT_EQ(files.size(), 3u);
   const auto fcfg = flux::FluxConfig::tiny();
   const auto ema = io::loadSafetensors(RunFolder(tmp / "run").latestCheckpoint()->path / "ema.safetensors");

@@ -31,8 +31,7 @@ std::map<std::string, at::Tensor> paramsOf(AutoencoderKL& model) {
 void expectSameParams(AutoencoderKL& model, const std::map<std::string, at::Tensor>& expected) {
   const auto actual = paramsOf(model);
   ASSERT_EQ(actual.size(), expected.size());
-  for (const auto& [key, t] : expected)
-    EXPECT_TRUE(test::allClose(actual.at(key), t.to(at::kFloat), 0, 0)) << key;
+  for (const auto& [key, t] : expected) EXPECT_TRUE(test::allClose(actual.at(key), t.to(at::kFloat), 0, 0)) << key;
 }
 
 std::string loadError(AutoencoderKL& model, const fs::path& file) {
@@ -78,8 +77,7 @@ TEST_F(VaeCheckpointTest, DiffusersFileLoadsExactly) {
 
 TEST_F(VaeCheckpointTest, LdmFileLoadsExactlyAndRoundTrips) {
   auto ldm = vaeStateDict(source, VaeWeightFormat::Ldm);
-  EXPECT_EQ(entry(ldm, "encoder.mid.attn_1.q.weight").sizes().vec(),
-            (std::vector<int64_t>{12, 12, 1, 1}));
+  EXPECT_EQ(entry(ldm, "encoder.mid.attn_1.q.weight").sizes().vec(), (std::vector<int64_t>{12, 12, 1, 1}));
   io::writeSafetensors(dir / "ae.safetensors", ldm);
   const auto ckpt = VaeCheckpoint::open(dir / "ae.safetensors");
   EXPECT_EQ(ckpt.format(), VaeWeightFormat::Ldm);

@@ -166,8 +166,8 @@ TEST(AutoencoderKL, TiledEncodeBlendsTilesThatEachEncodeOnTheirOwn) {
   const auto first = model.encode(image.narrow(2, 0, 16).narrow(3, 0, 16));
   EXPECT_TRUE(test::allClose(tiled.mean.narrow(2, 0, 6).narrow(3, 0, 6), first.mean.narrow(2, 0, 6).narrow(3, 0, 6),
                              1e-6, 1e-6));
-  EXPECT_TRUE(test::allClose(tiled.logvar.narrow(2, 0, 6).narrow(3, 0, 6),
-                             first.logvar.narrow(2, 0, 6).narrow(3, 0, 6), 1e-6, 1e-6));
+  EXPECT_TRUE(test::allClose(tiled.logvar.narrow(2, 0, 6).narrow(3, 0, 6), first.logvar.narrow(2, 0, 6).narrow(3, 0, 6),
+                             1e-6, 1e-6));
   // The last tile sits flush with the bottom-right corner: its far corner is its own too.
   const auto last = model.encode(image.narrow(2, 16, 16).narrow(3, 32, 16));
   EXPECT_TRUE(test::allClose(tiled.mean.narrow(2, 14, 2).narrow(3, 22, 2), last.mean.narrow(2, 6, 2).narrow(3, 6, 2),

@@ -18,9 +18,12 @@ constexpr int64_t kClipHeadDim = 64;
 
 const char* toString(ClipActivation act) {
   switch (act) {
-    case ClipActivation::QuickGelu: return "quick_gelu";
-    case ClipActivation::Gelu: return "gelu";
-    case ClipActivation::GeluTanh: return "gelu_new";
+    case ClipActivation::QuickGelu:
+      return "quick_gelu";
+    case ClipActivation::Gelu:
+      return "gelu";
+    case ClipActivation::GeluTanh:
+      return "gelu_new";
   }
   return "?";
 }

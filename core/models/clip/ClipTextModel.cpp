@@ -22,19 +22,26 @@ std::shared_ptr<torch::nn::Module> node() { return std::make_shared<torch::nn::M
 
 at::Tensor activate(const at::Tensor& x, ClipActivation act) {
   switch (act) {
-    case ClipActivation::QuickGelu: return x * at::sigmoid(1.702 * x);
-    case ClipActivation::Gelu: return at::gelu(x);
-    case ClipActivation::GeluTanh: return at::gelu(x, "tanh");
+    case ClipActivation::QuickGelu:
+      return x * at::sigmoid(1.702 * x);
+    case ClipActivation::Gelu:
+      return at::gelu(x);
+    case ClipActivation::GeluTanh:
+      return at::gelu(x, "tanh");
   }
   return x;
 }
 
 double lowestOf(at::ScalarType t) {
   switch (t) {
-    case at::kHalf: return -65504.0;
-    case at::kBFloat16: return -3.3895313892515355e38;
-    case at::kDouble: return std::numeric_limits<double>::lowest();
-    default: return std::numeric_limits<float>::lowest();
+    case at::kHalf:
+      return -65504.0;
+    case at::kBFloat16:
+      return -3.3895313892515355e38;
+    case at::kDouble:
+      return std::numeric_limits<double>::lowest();
+    default:
+      return std::numeric_limits<float>::lowest();
   }
 }
 

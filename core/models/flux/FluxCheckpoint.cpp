@@ -30,9 +30,7 @@ fs::path transformerFolder(const fs::path& dir) {
 
 }  // namespace
 
-const char* toString(FluxWeightFormat format) {
-  return format == FluxWeightFormat::Bfl ? "BFL" : "diffusers";
-}
+const char* toString(FluxWeightFormat format) { return format == FluxWeightFormat::Bfl ? "BFL" : "diffusers"; }
 
 FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
   FluxCheckpoint ckpt;
@@ -46,7 +44,8 @@ FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
   const auto& raw = ckpt.files_->shapes();
   std::string strip;
   for (const char* prefix : {"model.diffusion_model.", "diffusion_model."}) {
-    if (!raw.empty() && std::all_of(raw.begin(), raw.end(), [&](const auto& kv) { return startsWith(kv.first, prefix); })) {
+    if (!raw.empty() &&
+        std::all_of(raw.begin(), raw.end(), [&](const auto& kv) { return startsWith(kv.first, prefix); })) {
       strip = prefix;
       break;
     }
@@ -131,7 +130,8 @@ void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt) {
   const std::string where = ckpt.path().string() + " (" + toString(ckpt.format()) + " names)";
   for (const auto& [key, shape] : expected) {
     auto it = ckpt.shapes().find(key);
-    if (it == ckpt.shapes().end()) problems.push_back("missing: " + key + " " + shapeText(shape));
+    if (it == ckpt.shapes().end())
+      problems.push_back("missing: " + key + " " + shapeText(shape));
     else if (it->second != shape)
       problems.push_back("mis-shaped: " + key + " expected " + shapeText(shape) + ", got " + shapeText(it->second));
   }

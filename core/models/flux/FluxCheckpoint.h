@@ -62,8 +62,7 @@ void loadFluxWeights(FluxTransformer& model, const std::filesystem::path& path);
 
 // Detects the config from the checkpoint (FluxConfig::fromCheckpoint), builds the
 // model with `options` and loads it.
-std::shared_ptr<FluxTransformer> loadFluxTransformer(const std::filesystem::path& path,
-                                                     const FluxBuildOptions& options,
+std::shared_ptr<FluxTransformer> loadFluxTransformer(const std::filesystem::path& path, const FluxBuildOptions& options,
                                                      const std::vector<int64_t>& axesDimsRope = {});
 
 // The model's weights in BFL single-file naming (fused qkv / linear1, final

@@ -31,8 +31,8 @@ void FluxConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("FluxConfig: " + what);
   };
-  require(patchSize == 1, "patch_size must be 1 (latents are packed 2x2 outside the model), got " +
-                              std::to_string(patchSize));
+  require(patchSize == 1,
+          "patch_size must be 1 (latents are packed 2x2 outside the model), got " + std::to_string(patchSize));
   require(inChannels > 0, "in_channels must be positive");
   require(outChannels > 0, "out_channels must be positive");
   require(numLayers >= 0 && numSingleLayers >= 0, "num_layers / num_single_layers must be >= 0");
@@ -48,9 +48,8 @@ void FluxConfig::validate() const {
     require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive");
     sum += a;
   }
-  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " +
-                                       std::to_string(sum) + ", attention_head_dim is " +
-                                       std::to_string(attentionHeadDim));
+  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " + std::to_string(sum) +
+                                       ", attention_head_dim is " + std::to_string(attentionHeadDim));
 }
 
 FluxConfig FluxConfig::fluxDev() { return FluxConfig{}; }
@@ -174,19 +173,30 @@ FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_
     const char* singleMlp;
     int64_t singleMlpQkvRows;  // rows of q, k, v fused before the MLP rows, in units of hidden
   };
-  static const ShapeKeys kBfl{"img_in.weight", "final_layer.linear.weight", "txt_in.weight",
-                              "vector_in.in_layer.weight", "guidance_in.in_layer.weight",
-                              "double_blocks", "single_blocks",
+  static const ShapeKeys kBfl{"img_in.weight",
+                              "final_layer.linear.weight",
+                              "txt_in.weight",
+                              "vector_in.in_layer.weight",
+                              "guidance_in.in_layer.weight",
+                              "double_blocks",
+                              "single_blocks",
                               "double_blocks.0.img_attn.norm.query_norm.scale",
                               "single_blocks.0.norm.query_norm.scale",
-                              "double_blocks.0.img_mlp.0.weight", "single_blocks.0.linear1.weight", 3};
-  static const ShapeKeys kDiffusers{
-      "x_embedder.weight", "proj_out.weight", "context_embedder.weight",
-      "time_text_embed.text_embedder.linear_1.weight",
-      "time_text_embed.guidance_embedder.linear_1.weight", "transformer_blocks",
-      "single_transformer_blocks", "transformer_blocks.0.attn.norm_q.weight",
-      "single_transformer_blocks.0.attn.norm_q.weight", "transformer_blocks.0.ff.net.0.proj.weight",
-      "single_transformer_blocks.0.proj_mlp.weight", 0};
+                              "double_blocks.0.img_mlp.0.weight",
+                              "single_blocks.0.linear1.weight",
+                              3};
+  static const ShapeKeys kDiffusers{"x_embedder.weight",
+                                    "proj_out.weight",
+                                    "context_embedder.weight",
+                                    "time_text_embed.text_embedder.linear_1.weight",
+                                    "time_text_embed.guidance_embedder.linear_1.weight",
+                                    "transformer_blocks",
+                                    "single_transformer_blocks",
+                                    "transformer_blocks.0.attn.norm_q.weight",
+                                    "single_transformer_blocks.0.attn.norm_q.weight",
+                                    "transformer_blocks.0.ff.net.0.proj.weight",
+                                    "single_transformer_blocks.0.proj_mlp.weight",
+                                    0};
   const ShapeKeys& k = bfl ? kBfl : kDiffusers;
 
   FluxConfig c;
@@ -201,13 +211,11 @@ FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_
   c.numSingleLayers = countBlocks(k.singleBlocks);
   c.attentionHeadDim = shapeOf(c.numLayers > 0 ? k.doubleNormQ : k.singleNormQ, 1)[0];
   c.numAttentionHeads = hidden / c.attentionHeadDim;
-  const int64_t mlp = c.numLayers > 0
-                          ? shapeOf(k.doubleMlp, 2)[0]
-                          : shapeOf(k.singleMlp, 2)[0] - k.singleMlpQkvRows * hidden;
+  const int64_t mlp =
+      c.numLayers > 0 ? shapeOf(k.doubleMlp, 2)[0] : shapeOf(k.singleMlp, 2)[0] - k.singleMlpQkvRows * hidden;
   c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
   if (c.attentionHeadDim <= 0 || c.hiddenSize() != c.numAttentionHeads * c.attentionHeadDim)
-    throw LoadError("FluxConfig: hidden size is not a multiple of the head dim " +
-                    std::to_string(c.attentionHeadDim));
+    throw LoadError("FluxConfig: hidden size is not a multiple of the head dim " + std::to_string(c.attentionHeadDim));
   c.axesDimsRope = axesDimsRope.empty() ? defaultAxes(c.attentionHeadDim) : axesDimsRope;
   try {
     c.validate();
@@ -221,11 +229,10 @@ FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_
 
 bool FluxConfig::operator==(const FluxConfig& o) const {
   return patchSize == o.patchSize && inChannels == o.inChannels && outChannels == o.outChannels &&
-         numLayers == o.numLayers && numSingleLayers == o.numSingleLayers &&
-         attentionHeadDim == o.attentionHeadDim && numAttentionHeads == o.numAttentionHeads &&
-         jointAttentionDim == o.jointAttentionDim && pooledProjectionDim == o.pooledProjectionDim &&
-         guidanceEmbeds == o.guidanceEmbeds && axesDimsRope == o.axesDimsRope && ropeTheta == o.ropeTheta &&
-         mlpRatio == o.mlpRatio;
+         numLayers == o.numLayers && numSingleLayers == o.numSingleLayers && attentionHeadDim == o.attentionHeadDim &&
+         numAttentionHeads == o.numAttentionHeads && jointAttentionDim == o.jointAttentionDim &&
+         pooledProjectionDim == o.pooledProjectionDim && guidanceEmbeds == o.guidanceEmbeds &&
+         axesDimsRope == o.axesDimsRope && ropeTheta == o.ropeTheta && mlpRatio == o.mlpRatio;
 }
 
 // ---- parameter plan ----------------------------------------------------------

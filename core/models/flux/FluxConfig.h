@@ -15,16 +15,16 @@
 namespace strata::flux {
 
 struct FluxConfig {
-  int64_t patchSize = 1;             // patch_size (diffusers keeps 1: packing is done outside)
-  int64_t inChannels = 64;           // in_channels: packed latent channels (16 x 2 x 2)
-  int64_t outChannels = 64;          // out_channels (diffusers: null = in_channels)
-  int64_t numLayers = 19;            // num_layers: double blocks
-  int64_t numSingleLayers = 38;      // num_single_layers
-  int64_t attentionHeadDim = 128;    // attention_head_dim
-  int64_t numAttentionHeads = 24;    // num_attention_heads
-  int64_t jointAttentionDim = 4096;  // joint_attention_dim (T5 width)
-  int64_t pooledProjectionDim = 768; // pooled_projection_dim (CLIP pooled width)
-  bool guidanceEmbeds = true;        // guidance_embeds (dev: true, schnell: false)
+  int64_t patchSize = 1;                          // patch_size (diffusers keeps 1: packing is done outside)
+  int64_t inChannels = 64;                        // in_channels: packed latent channels (16 x 2 x 2)
+  int64_t outChannels = 64;                       // out_channels (diffusers: null = in_channels)
+  int64_t numLayers = 19;                         // num_layers: double blocks
+  int64_t numSingleLayers = 38;                   // num_single_layers
+  int64_t attentionHeadDim = 128;                 // attention_head_dim
+  int64_t numAttentionHeads = 24;                 // num_attention_heads
+  int64_t jointAttentionDim = 4096;               // joint_attention_dim (T5 width)
+  int64_t pooledProjectionDim = 768;              // pooled_projection_dim (CLIP pooled width)
+  bool guidanceEmbeds = true;                     // guidance_embeds (dev: true, schnell: false)
   std::vector<int64_t> axesDimsRope{16, 56, 56};  // axes_dims_rope, sums to attentionHeadDim
   double ropeTheta = 10000.0;
   double mlpRatio = 4.0;
@@ -58,8 +58,7 @@ struct FluxConfig {
                                const std::vector<int64_t>& axesDimsRope = {});
   // From a checkpoint on disk (diffusers folder, one diffusers file, one BFL
   // file); reads only the safetensors headers (and config.json when present).
-  static FluxConfig fromCheckpoint(const std::filesystem::path& path,
-                                   const std::vector<int64_t>& axesDimsRope = {});
+  static FluxConfig fromCheckpoint(const std::filesystem::path& path, const std::vector<int64_t>& axesDimsRope = {});
 
   bool operator==(const FluxConfig& o) const;
   bool operator!=(const FluxConfig& o) const { return !(*this == o); }

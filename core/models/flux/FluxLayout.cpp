@@ -13,8 +13,12 @@ std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg)
   const int64_t hd = cfg.attentionHeadDim;
   const int64_t tc = FluxConfig::kTimestepChannels;
   using T = FluxModuleSpec::Type;
-  auto linear = [](std::string path, int64_t in, int64_t out) { return FluxModuleSpec{std::move(path), T::Linear, in, out}; };
-  auto rmsNorm = [](std::string path, int64_t dim) { return FluxModuleSpec{std::move(path), T::RmsNorm, dim, dim, false}; };
+  auto linear = [](std::string path, int64_t in, int64_t out) {
+    return FluxModuleSpec{std::move(path), T::Linear, in, out};
+  };
+  auto rmsNorm = [](std::string path, int64_t dim) {
+    return FluxModuleSpec{std::move(path), T::RmsNorm, dim, dim, false};
+  };
   switch (unit) {
     case FluxUnit::Stem: {
       std::vector<FluxModuleSpec> l{
@@ -54,14 +58,10 @@ std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg)
       };
     case FluxUnit::Single:
       return {
-          linear("norm.linear", d, 3 * d),  // 3 modulations
-          linear("proj_mlp", d, mlp),
-          linear("proj_out", d + mlp, d),  // over concat(attn, mlp)
-          linear("attn.to_q", d, d),
-          linear("attn.to_k", d, d),
-          linear("attn.to_v", d, d),
-          rmsNorm("attn.norm_q", hd),
-          rmsNorm("attn.norm_k", hd),
+          linear("norm.linear", d, 3 * d),                                  // 3 modulations
+          linear("proj_mlp", d, mlp),      linear("proj_out", d + mlp, d),  // over concat(attn, mlp)
+          linear("attn.to_q", d, d),       linear("attn.to_k", d, d),      linear("attn.to_v", d, d),
+          rmsNorm("attn.norm_q", hd),      rmsNorm("attn.norm_k", hd),
       };
     case FluxUnit::Head:
       return {

@@ -88,8 +88,8 @@ bool isDigits(const std::string& s) {
 
 std::optional<Split> splitPath(const std::string& path, const std::string& doublePrefix,
                                const std::string& singlePrefix) {
-  for (const auto& [prefix, where] : {std::pair{doublePrefix, Split::Where::Double},
-                                      std::pair{singlePrefix, Split::Where::Single}}) {
+  for (const auto& [prefix, where] :
+       {std::pair{doublePrefix, Split::Where::Double}, std::pair{singlePrefix, Split::Where::Single}}) {
     if (path.compare(0, prefix.size() + 1, prefix + ".") != 0) continue;
     const auto dot = path.find('.', prefix.size() + 1);
     if (dot == std::string::npos) return std::nullopt;
@@ -102,18 +102,24 @@ std::optional<Split> splitPath(const std::string& path, const std::string& doubl
 
 const std::vector<Rule>& rulesFor(Split::Where where) {
   switch (where) {
-    case Split::Where::Double: return doubleRules();
-    case Split::Where::Single: return singleRules();
-    default: return topRules();
+    case Split::Where::Double:
+      return doubleRules();
+    case Split::Where::Single:
+      return singleRules();
+    default:
+      return topRules();
   }
 }
 
 // The layout of the unit a rule table is for; the top-level rules cover stem and head.
 std::vector<FluxModuleSpec> layoutFor(Split::Where where, const FluxConfig& cfg) {
   switch (where) {
-    case Split::Where::Double: return fluxUnitLayout(FluxUnit::Double, cfg);
-    case Split::Where::Single: return fluxUnitLayout(FluxUnit::Single, cfg);
-    case Split::Where::Top: break;
+    case Split::Where::Double:
+      return fluxUnitLayout(FluxUnit::Double, cfg);
+    case Split::Where::Single:
+      return fluxUnitLayout(FluxUnit::Single, cfg);
+    case Split::Where::Top:
+      break;
   }
   auto layout = fluxUnitLayout(FluxUnit::Stem, cfg);
   for (auto& m : fluxUnitLayout(FluxUnit::Head, cfg)) layout.push_back(std::move(m));
@@ -225,8 +231,7 @@ std::optional<BflParam> bflParamForKey(const std::string& diffusersKey, const Fl
   return BflParam{f->bflModule + "." + bflLeaf, makeSlot(*f->rule, f->where, f->bflModule, cfg)};
 }
 
-std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::string& bflKey,
-                                                                    const FluxConfig& cfg) {
+std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::string& bflKey, const FluxConfig& cfg) {
   std::vector<std::pair<std::string, BflSlot>> out;
   const auto [module, leaf] = splitLeaf(bflKey);
   const auto found = findFromBfl(module);
@@ -253,8 +258,9 @@ std::optional<std::string> bflModuleFromKohya(const std::string& kohyaName) {
   if (kohyaName.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   const std::string rest = kohyaName.substr(prefix.size());
   // "double_blocks_12_img_attn_qkv": family, index, then a known suffix.
-  for (const auto& [family, rules] : {std::pair<std::string, const std::vector<Rule>*>{"double_blocks", &doubleRules()},
-                                      std::pair<std::string, const std::vector<Rule>*>{"single_blocks", &singleRules()}}) {
+  for (const auto& [family, rules] :
+       {std::pair<std::string, const std::vector<Rule>*>{"double_blocks", &doubleRules()},
+        std::pair<std::string, const std::vector<Rule>*>{"single_blocks", &singleRules()}}) {
     if (rest.compare(0, family.size() + 1, family + "_") != 0) continue;
     const auto sep = rest.find('_', family.size() + 1);
     if (sep == std::string::npos) return std::nullopt;

@@ -41,8 +41,7 @@ struct BflParam {
   BflSlot slot;
 };
 std::optional<BflParam> bflParamForKey(const std::string& diffusersKey, const FluxConfig& cfg);
-std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::string& bflKey,
-                                                                    const FluxConfig& cfg);
+std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::string& bflKey, const FluxConfig& cfg);
 
 // kohya LoRA module name of a BFL module: "lora_unet_double_blocks_0_img_attn_qkv".
 std::string kohyaFromBflModule(const std::string& bflModule);

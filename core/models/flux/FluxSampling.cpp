@@ -21,8 +21,8 @@ at::Tensor packLatents(const at::Tensor& latents) {
 at::Tensor unpackLatents(const at::Tensor& packed, int64_t height, int64_t width) {
   if (packed.dim() != 3 || height % 2 != 0 || width % 2 != 0 || packed.size(1) != (height / 2) * (width / 2) ||
       packed.size(2) % 4 != 0)
-    throw Error("unpackLatents: packed tokens do not match a " + std::to_string(height) + "x" +
-                std::to_string(width) + " latent");
+    throw Error("unpackLatents: packed tokens do not match a " + std::to_string(height) + "x" + std::to_string(width) +
+                " latent");
   const int64_t b = packed.size(0), c = packed.size(2) / 4;
   return packed.view({b, height / 2, width / 2, c, 2, 2})
       .permute({0, 3, 1, 4, 2, 5})
@@ -72,8 +72,7 @@ at::Tensor eulerStep(const at::Tensor& x, const at::Tensor& velocity, const at::
 
 at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled, double guidance,
-                        const at::Tensor& sigmas, nn::BlockRunner* runner,
-                        const SampleProgress& onStep) {
+                        const at::Tensor& sigmas, nn::BlockRunner* runner, const SampleProgress& onStep) {
   at::NoGradGuard noGrad;
   const int64_t batch = noise.size(0);
   const auto floatOnDevice = noise.options().dtype(at::kFloat);
@@ -103,8 +102,8 @@ at::Tensor sample(FluxTransformer& model, const at::Tensor& noise, const at::Ten
   const auto packed = packLatents(noise);
   const auto sigmas = samplingSigmas(steps, shiftMu(packed.size(1)));
   const auto opts = noise.options().dtype(at::kFloat);
-  const auto out = samplePacked(model, packed, imageIds(h, w, opts), txt, textIds(txt.size(1), opts), pooled,
-                                guidance, sigmas, runner);
+  const auto out = samplePacked(model, packed, imageIds(h, w, opts), txt, textIds(txt.size(1), opts), pooled, guidance,
+                                sigmas, runner);
   return unpackLatents(out, h, w);
 }
 

@@ -54,9 +54,8 @@ at::Tensor eulerStep(const at::Tensor& x, const at::Tensor& velocity, const at::
 // onStep, when set, is called after each step with (steps done, steps in all).
 using SampleProgress = std::function<void(int64_t done, int64_t total)>;
 at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
-                        const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled,
-                        double guidance, const at::Tensor& sigmas, nn::BlockRunner* runner = nullptr,
-                        const SampleProgress& onStep = {});
+                        const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled, double guidance,
+                        const at::Tensor& sigmas, nn::BlockRunner* runner = nullptr, const SampleProgress& onStep = {});
 
 // Convenience: noise latents [B, C, H, W] -> sampled latents [B, C, H, W] with the
 // FLUX.1-dev schedule (mu from the token count), zero text ids.

@@ -16,10 +16,7 @@ namespace {
 
 constexpr double kEps = FluxConfig::kNormEps;
 
-
-at::Tensor layerNorm(const at::Tensor& x) {
-  return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, kEps);
-}
+at::Tensor layerNorm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, kEps); }
 
 // x * (1 + scale) + shift with per-sample modulation [B, D] over tokens [B, N, D].
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
@@ -70,7 +67,8 @@ class UnitBuilder {
       torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(m.path.substr(0, dot));
       const std::string leaf = dot == std::string::npos ? m.path : m.path.substr(dot + 1);
       if (m.type == FluxModuleSpec::Type::Linear) {
-        linears_.emplace(m.path, parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
+        linears_.emplace(m.path,
+                         parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
       } else {
         norms_.emplace(m.path, parent.register_module(leaf, FluxRmsNorm(m.outFeatures, o)));
       }
@@ -117,7 +115,7 @@ at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   const auto real = pairs.select(-1, 0);
   const auto imag = pairs.select(-1, 1);
   const auto rotated = at::stack({-imag, real}, -1).flatten(-2);  // [B, N, H, Dh]
-  const auto c = cos.unsqueeze(0).unsqueeze(2);  // [1, N, 1, Dh]
+  const auto c = cos.unsqueeze(0).unsqueeze(2);                   // [1, N, 1, Dh]
   const auto s = sin.unsqueeze(0).unsqueeze(2);
   return (x.to(at::kFloat) * c + rotated.to(at::kFloat) * s).to(x.scalar_type());
 }
@@ -143,9 +141,9 @@ std::pair<at::Tensor, at::Tensor> rotaryFromIds(const at::Tensor& idsIn, const s
   for (size_t axis = 0; axis < axesDims.size(); ++axis) {
     const int64_t dim = axesDims[axis];
     const auto exponents = at::arange(0, dim, 2, pos.options()) / static_cast<double>(dim);
-    const auto freqs = 1.0 / at::pow(theta, exponents);             // [dim/2]
+    const auto freqs = 1.0 / at::pow(theta, exponents);                               // [dim/2]
     const auto angles = at::outer(pos.select(1, static_cast<int64_t>(axis)), freqs);  // [N, dim/2]
-    cosParts.push_back(angles.cos().repeat_interleave(2, 1));       // [N, dim]
+    cosParts.push_back(angles.cos().repeat_interleave(2, 1));                         // [N, dim]
     sinParts.push_back(angles.sin().repeat_interleave(2, 1));
   }
   return {at::cat(cosParts, -1).to(at::kFloat), at::cat(sinParts, -1).to(at::kFloat)};  // [N, Dh]
@@ -208,8 +206,7 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
                   ffOut->forward(geluTanh(ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
   auto txt = io.txt + txtMod[2].unsqueeze(1) * txtAttn;
   txt = txt + txtMod[5].unsqueeze(1) *
-                  ffContextOut->forward(
-                      geluTanh(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
+                  ffContextOut->forward(geluTanh(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
   out.img = img;
   out.txt = clipHalf(txt);
   return out;
@@ -300,8 +297,8 @@ nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
   };
 
   nn::BlockIO io;
-  io.img = xEmbedder->forward(in.img.to(dt));           // [B, Ni, D]
-  io.txt = contextEmbedder->forward(in.txt.to(dt));     // [B, Nt, D]
+  io.img = xEmbedder->forward(in.img.to(dt));        // [B, Ni, D]
+  io.txt = contextEmbedder->forward(in.txt.to(dt));  // [B, Nt, D]
   // Conditioning: timestep and guidance x1000 and their sinusoids in float32.
   // diffusers rounds t to the model dtype first; in bf16 that moves t = 0.37 to
   // 368, a different embedding, so Strata keeps float32 here (equal in fp32).
@@ -323,7 +320,7 @@ nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
 
 at::Tensor FluxTransformer::head(const nn::BlockIO& io) {
   const auto mod = normOutLinear->forward(at::silu(io.temb)).chunk(2, 1);  // scale, shift
-  return projOut->forward(modulate(layerNorm(io.img), mod[1], mod[0]));  // [B, Ni, out_channels]
+  return projOut->forward(modulate(layerNorm(io.img), mod[1], mod[0]));    // [B, Ni, out_channels]
 }
 
 at::Tensor FluxTransformer::forward(const FluxInputs& in, nn::BlockRunner* runner) {
@@ -360,7 +357,8 @@ nn::BlockList FluxTransformer::blockList() {
 std::vector<std::pair<std::string, nn::Linear>> FluxTransformer::linears() {
   std::vector<std::pair<std::string, nn::Linear>> out;
   for (const auto& item : named_modules("", /*include_self=*/false)) {
-    if (auto lin = std::dynamic_pointer_cast<nn::LinearImpl>(item.value())) out.emplace_back(item.key(), nn::Linear(lin));
+    if (auto lin = std::dynamic_pointer_cast<nn::LinearImpl>(item.value()))
+      out.emplace_back(item.key(), nn::Linear(lin));
   }
   return out;
 }

@@ -77,10 +77,10 @@ class FluxDoubleBlock : public nn::Block {
   QkvProjections imgQkv;                   // attn.to_q / to_k / to_v
   QkvProjections txtQkv;                   // attn.add_q_proj / add_k_proj / add_v_proj
   FluxRmsNorm normQ{nullptr}, normK{nullptr}, normAddedQ{nullptr}, normAddedK{nullptr};
-  nn::Linear toOut{nullptr};     // attn.to_out.0
-  nn::Linear toAddOut{nullptr};  // attn.to_add_out
-  nn::Linear ffIn{nullptr};      // ff.net.0.proj
-  nn::Linear ffOut{nullptr};     // ff.net.2
+  nn::Linear toOut{nullptr};         // attn.to_out.0
+  nn::Linear toAddOut{nullptr};      // attn.to_add_out
+  nn::Linear ffIn{nullptr};          // ff.net.0.proj
+  nn::Linear ffOut{nullptr};         // ff.net.2
   nn::Linear ffContextIn{nullptr};   // ff_context.net.0.proj
   nn::Linear ffContextOut{nullptr};  // ff_context.net.2
 
@@ -141,13 +141,13 @@ class FluxTransformer : public torch::nn::Module, public nn::BlockModel {
   // Module paths of every nn::Linear in the model, with the module (forward order).
   std::vector<std::pair<std::string, nn::Linear>> linears();
 
-  nn::Linear xEmbedder{nullptr};        // x_embedder
-  nn::Linear contextEmbedder{nullptr};  // context_embedder
+  nn::Linear xEmbedder{nullptr};                                  // x_embedder
+  nn::Linear contextEmbedder{nullptr};                            // context_embedder
   nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};          // time_text_embed.timestep_embedder.linear_1/2
   nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // ...guidance_embedder.linear_1/2 (if enabled)
   nn::Linear textLinear1{nullptr}, textLinear2{nullptr};          // ...text_embedder.linear_1/2
-  nn::Linear normOutLinear{nullptr};  // norm_out.linear: (scale, shift)
-  nn::Linear projOut{nullptr};        // proj_out
+  nn::Linear normOutLinear{nullptr};                              // norm_out.linear: (scale, shift)
+  nn::Linear projOut{nullptr};                                    // proj_out
 
  private:
   FluxConfig cfg_;

@@ -42,8 +42,9 @@ io::SafetensorsCheckpoint openLlamaWeights(const fs::path& path) {
       if (ext == ".bin" || ext == ".pt" || ext == ".pth") pickle = true;
     }
     if (safetensors.size() > 1)
-      throw LoadError(path.string() + ": several .safetensors files and no model.safetensors.index.json to say "
-                                      "which hold the model");
+      throw LoadError(path.string() +
+                      ": several .safetensors files and no model.safetensors.index.json to say "
+                      "which hold the model");
     if (safetensors.empty())
       throw LoadError(path.string() + ": no model.safetensors or model.safetensors.index.json" +
                       std::string(pickle ? " (only pickle weights such as pytorch_model.bin, which Strata does not "
@@ -63,7 +64,9 @@ void loadLlamaWeights(LlamaForCausalLM& model, const io::SafetensorsCheckpoint& 
   io::loadStrict(weights, plan, "Llama-family causal LM");
 }
 
-void loadLlamaWeights(LlamaForCausalLM& model, const fs::path& path) { loadLlamaWeights(model, openLlamaWeights(path)); }
+void loadLlamaWeights(LlamaForCausalLM& model, const fs::path& path) {
+  loadLlamaWeights(model, openLlamaWeights(path));
+}
 
 std::shared_ptr<LlamaForCausalLM> loadLlamaForCausalLM(const fs::path& folder, const LlamaBuildOptions& options) {
   const LlamaConfig cfg = LlamaConfig::fromFile(folder);

@@ -88,9 +88,12 @@ void readRope(const nlohmann::json& obj, const std::string& source, const std::s
 
 const char* toString(RopeType type) {
   switch (type) {
-    case RopeType::Llama3: return "llama3";
-    case RopeType::Linear: return "linear";
-    case RopeType::Default: break;
+    case RopeType::Llama3:
+      return "llama3";
+    case RopeType::Linear:
+      return "linear";
+    case RopeType::Default:
+      break;
   }
   return "default";
 }
@@ -147,8 +150,9 @@ LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& so
     c.headDim = r.integer("head_dim");
   } else {
     if (c.hiddenSize % c.numAttentionHeads != 0)
-      r.fail("hidden_size", std::to_string(c.hiddenSize) + " is not a multiple of num_attention_heads and there is "
-                            "no head_dim");
+      r.fail("hidden_size", std::to_string(c.hiddenSize) +
+                                " is not a multiple of num_attention_heads and there is "
+                                "no head_dim");
     c.headDim = c.hiddenSize / c.numAttentionHeads;
   }
   if (c.headDim <= 0 || c.headDim % 2 != 0) r.fail("head_dim", "must be even and positive");
@@ -157,8 +161,10 @@ LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& so
   c.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
 
   c.ropeTheta = r.number("rope_theta", 10000.0);
-  if (r.has("rope_parameters")) readRope(j.at("rope_parameters"), source, "rope_parameters", c);
-  else if (r.has("rope_scaling")) readRope(j.at("rope_scaling"), source, "rope_scaling", c);
+  if (r.has("rope_parameters"))
+    readRope(j.at("rope_parameters"), source, "rope_parameters", c);
+  else if (r.has("rope_scaling"))
+    readRope(j.at("rope_scaling"), source, "rope_scaling", c);
 
   if (c.modelType == "qwen2") {
     c.qkvBias = true;  // Qwen2Attention: bias on q/k/v always, none on o
@@ -242,8 +248,10 @@ nlohmann::json LlamaConfig::toJson() const {
   if (modelType == "mistral") j["sliding_window"] = slidingWindow ? nlohmann::json(*slidingWindow) : nullptr;
   if (padTokenId) j["pad_token_id"] = *padTokenId;
   if (bosTokenId) j["bos_token_id"] = *bosTokenId;
-  if (eosTokenIds.size() == 1) j["eos_token_id"] = eosTokenIds[0];
-  else if (!eosTokenIds.empty()) j["eos_token_id"] = eosTokenIds;
+  if (eosTokenIds.size() == 1)
+    j["eos_token_id"] = eosTokenIds[0];
+  else if (!eosTokenIds.empty())
+    j["eos_token_id"] = eosTokenIds;
   return j;
 }
 

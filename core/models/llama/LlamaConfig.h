@@ -38,9 +38,9 @@ struct LlamaConfig {
   RopeScaling ropeScaling;
   int64_t maxPositionEmbeddings = 2048;
   bool tieWordEmbeddings = false;
-  bool qkvBias = false;     // attention_bias (Llama), always on for Qwen2
-  bool outputBias = false;  // o_proj bias: attention_bias (Llama) only
-  bool mlpBias = false;     // mlp_bias (Llama)
+  bool qkvBias = false;                  // attention_bias (Llama), always on for Qwen2
+  bool outputBias = false;               // o_proj bias: attention_bias (Llama) only
+  bool mlpBias = false;                  // mlp_bias (Llama)
   std::optional<int64_t> slidingWindow;  // Mistral's, when set: a query sees the last N keys
   std::optional<int64_t> padTokenId;
   std::optional<int64_t> bosTokenId;

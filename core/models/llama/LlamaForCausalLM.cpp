@@ -37,10 +37,14 @@ class RotaryEmbedding : public torch::nn::Module {
 
 double lowestOf(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
-    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
-    case at::kDouble: return std::numeric_limits<double>::lowest();
-    default: return static_cast<double>(std::numeric_limits<float>::lowest());
+    case at::kHalf:
+      return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+    case at::kBFloat16:
+      return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+    case at::kDouble:
+      return std::numeric_limits<double>::lowest();
+    default:
+      return static_cast<double>(std::numeric_limits<float>::lowest());
   }
 }
 
@@ -117,8 +121,8 @@ at::Tensor causalMask(const at::Tensor& attentionMask, int64_t batch, int64_t le
   auto full = allowed.view({1, 1, length, length}).expand({batch, 1, length, length});  // [B, 1, L, L]
   if (attentionMask.defined()) {
     if (attentionMask.dim() != 2 || attentionMask.size(0) != batch || attentionMask.size(1) != length)
-      throw Error("LlamaForCausalLM: attention_mask must be [" + std::to_string(batch) + ", " +
-                  std::to_string(length) + "], got " + std::to_string(attentionMask.dim()) + "-d");
+      throw Error("LlamaForCausalLM: attention_mask must be [" + std::to_string(batch) + ", " + std::to_string(length) +
+                  "], got " + std::to_string(attentionMask.dim()) + "-d");
     const auto keys = attentionMask.to(device).ne(0).view({batch, 1, 1, length});
     full = full.logical_and(keys);
   }
@@ -188,7 +192,8 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& cfg, const LlamaBuildOptio
   }
   norm = model_->register_module("norm", LlamaRmsNorm(cfg_.hiddenSize, cfg_.rmsNormEps, o));
   model_->register_module("rotary_emb", std::make_shared<RotaryEmbedding>(ropeInvFreq(cfg_), o.device));
-  if (!cfg_.tieWordEmbeddings) lmHead = register_module("lm_head", makeLinear(cfg_.hiddenSize, cfg_.vocabSize, false, o));
+  if (!cfg_.tieWordEmbeddings)
+    lmHead = register_module("lm_head", makeLinear(cfg_.hiddenSize, cfg_.vocabSize, false, o));
 }
 
 at::Tensor LlamaForCausalLM::invFreq() const {
@@ -209,7 +214,8 @@ nn::BlockIO LlamaForCausalLM::stem(const LlamaInputs& in) {
   }
   at::Tensor positions = in.positionIds;
   if (!positions.defined()) {
-    positions = at::arange(length, at::TensorOptions().device(device).dtype(at::kLong)).unsqueeze(0).expand({batch, length});
+    positions =
+        at::arange(length, at::TensorOptions().device(device).dtype(at::kLong)).unsqueeze(0).expand({batch, length});
   } else if (positions.sizes() != ids.sizes()) {
     throw Error("LlamaForCausalLM: position_ids must have the shape of input_ids");
   }
@@ -223,7 +229,7 @@ nn::BlockIO LlamaForCausalLM::stem(const LlamaInputs& in) {
 }
 
 at::Tensor LlamaForCausalLM::head(const nn::BlockIO& io) {
-  const auto h = norm->forward(io.img);  // [B, L, D]
+  const auto h = norm->forward(io.img);   // [B, L, D]
   if (lmHead) return lmHead->forward(h);  // [B, L, vocab]
   // Tied: the stem's table. Placement keeps stem and head on one device; when a
   // caller splits them, the table is read across (a copy for this product only).
@@ -260,7 +266,8 @@ nn::BlockList LlamaForCausalLM::blockList() {
 std::vector<std::pair<std::string, nn::Linear>> LlamaForCausalLM::linears() {
   std::vector<std::pair<std::string, nn::Linear>> out;
   for (const auto& item : named_modules("", /*include_self=*/false)) {
-    if (auto lin = std::dynamic_pointer_cast<nn::LinearImpl>(item.value())) out.emplace_back(item.key(), nn::Linear(lin));
+    if (auto lin = std::dynamic_pointer_cast<nn::LinearImpl>(item.value()))
+      out.emplace_back(item.key(), nn::Linear(lin));
   }
   return out;
 }

@@ -117,7 +117,8 @@ std::vector<lora::LoraModuleWeights> readPeftAdapter(const fs::path& folder) {
   const double loraAlpha = number("lora_alpha");
   if (r <= 0) fail("r", "must be positive");
   const bool rslora = flag("use_rslora");
-  const nlohmann::ordered_json rankPattern = has("rank_pattern") ? cfg["rank_pattern"] : nlohmann::ordered_json::object();
+  const nlohmann::ordered_json rankPattern =
+      has("rank_pattern") ? cfg["rank_pattern"] : nlohmann::ordered_json::object();
   const nlohmann::ordered_json alphaPattern =
       has("alpha_pattern") ? cfg["alpha_pattern"] : nlohmann::ordered_json::object();
 
@@ -131,8 +132,9 @@ std::vector<lora::LoraModuleWeights> readPeftAdapter(const fs::path& folder) {
     bool isA = endsWith(rest, ".lora_A.weight");
     bool isB = endsWith(rest, ".lora_B.weight");
     if (!isA && !isB)
-      throw LoadError(fileName + ": tensor '" + key + "' is not a LoRA weight (expected <module>.lora_A.weight / "
-                                 ".lora_B.weight)");
+      throw LoadError(fileName + ": tensor '" + key +
+                      "' is not a LoRA weight (expected <module>.lora_A.weight / "
+                      ".lora_B.weight)");
     const std::string path = rest.substr(0, rest.size() - std::string(".lora_A.weight").size());
     if (!byModule.count(path)) order.push_back(path);
     auto& slot = byModule[path];

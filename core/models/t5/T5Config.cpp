@@ -23,10 +23,14 @@ T5Activation activationFromName(const std::string& name, const std::string& wher
 
 const char* toString(T5Activation act) {
   switch (act) {
-    case T5Activation::Relu: return "relu";
-    case T5Activation::GeluTanh: return "gelu_new";
-    case T5Activation::Gelu: return "gelu";
-    case T5Activation::Silu: return "silu";
+    case T5Activation::Relu:
+      return "relu";
+    case T5Activation::GeluTanh:
+      return "gelu_new";
+    case T5Activation::Gelu:
+      return "gelu";
+    case T5Activation::Silu:
+      return "silu";
   }
   return "?";
 }

@@ -26,10 +26,14 @@ std::shared_ptr<torch::nn::Module> node() { return std::make_shared<torch::nn::M
 
 at::Tensor activate(const at::Tensor& x, T5Activation act) {
   switch (act) {
-    case T5Activation::Relu: return at::relu(x);
-    case T5Activation::GeluTanh: return at::gelu(x, "tanh");  // transformers' gelu_new
-    case T5Activation::Gelu: return at::gelu(x);
-    case T5Activation::Silu: return at::silu(x);
+    case T5Activation::Relu:
+      return at::relu(x);
+    case T5Activation::GeluTanh:
+      return at::gelu(x, "tanh");  // transformers' gelu_new
+    case T5Activation::Gelu:
+      return at::gelu(x);
+    case T5Activation::Silu:
+      return at::silu(x);
   }
   return x;
 }

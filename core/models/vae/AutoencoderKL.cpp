@@ -128,7 +128,7 @@ at::Tensor VaeAttentionImpl::forward(const at::Tensor& x) {
   const auto q = toQ->forward(tokens).unsqueeze(1);                      // [B, 1, HW, C]: one head
   const auto k = toK->forward(tokens).unsqueeze(1);
   const auto v = toV->forward(tokens).unsqueeze(1);
-  const auto attended = vaeAttention(q, k, v).squeeze(1);                        // [B, HW, C]
+  const auto attended = vaeAttention(q, k, v).squeeze(1);                     // [B, HW, C]
   auto out = toOut->forward(attended).transpose(1, 2).reshape({b, c, h, w});  // [B, C, H, W]
   return out.add_(x);
 }
@@ -195,7 +195,7 @@ VaeEncoderImpl::VaeEncoderImpl(const VaeConfig& cfg, const at::TensorOptions& op
 }
 
 at::Tensor VaeEncoderImpl::forward(const at::Tensor& image) {
-  auto h = convIn->forward(image);  // [B, C0, H, W]
+  auto h = convIn->forward(image);                       // [B, C0, H, W]
   for (auto& level : downBlocks) h = level->forward(h);  // halves H, W at every level but the last
   h = midBlock->forward(h);
   return convOut->forward(siluInPlace(convNormOut->forward(h)));  // [B, 2 latent, H/f, W/f]
@@ -220,8 +220,8 @@ VaeDecoderImpl::VaeDecoderImpl(const VaeConfig& cfg, const at::TensorOptions& op
 }
 
 at::Tensor VaeDecoderImpl::forward(const at::Tensor& latents) {
-  auto h = midBlock->forward(convIn->forward(latents));  // [B, C_top, h, w]
-  for (auto& level : upBlocks) h = level->forward(h);    // doubles h, w at every level but the last
+  auto h = midBlock->forward(convIn->forward(latents));           // [B, C_top, h, w]
+  for (auto& level : upBlocks) h = level->forward(h);             // doubles h, w at every level but the last
   return convOut->forward(siluInPlace(convNormOut->forward(h)));  // [B, out, h f, w f]
 }
 
@@ -256,8 +256,8 @@ at::Tensor AutoencoderKL::encodeMoments(const at::Tensor& image) {
 }
 
 VaeLatentDist AutoencoderKL::encode(const at::Tensor& image, const VaeTiling& tiling) {
-  const bool tiled = tiling.tileSize > 0 && image.dim() == 4 &&
-                     (image.size(2) > tiling.tileSize || image.size(3) > tiling.tileSize);
+  const bool tiled =
+      tiling.tileSize > 0 && image.dim() == 4 && (image.size(2) > tiling.tileSize || image.size(3) > tiling.tileSize);
   const auto moments = tiled ? encodeTiled(image, tiling) : encodeMoments(image);
   const auto halves = moments.chunk(2, 1);  // mean, logvar: [B, latent, H/f, W/f]
   return {halves[0], halves[1].clamp(VaeConfig::kLogvarMin, VaeConfig::kLogvarMax)};
@@ -290,7 +290,7 @@ at::Tensor AutoencoderKL::encodeTiled(const at::Tensor& image, const VaeTiling& 
       const auto wx = edgeRamp(tw, blend, x > 0, x + tw < w, fopts).view({1, 1, 1, tw});
       const auto piece = image.narrow(2, y * f, th * f).narrow(3, x * f, tw * f);
       const auto m = encodeMoments(piece).to(at::kFloat);  // [B, 2 latent, th, tw]
-      const auto wgt = wy * wx;                              // [1, 1, th, tw]
+      const auto wgt = wy * wx;                            // [1, 1, th, tw]
       sum.narrow(2, y, th).narrow(3, x, tw).add_(m * wgt);
       weights.narrow(2, y, th).narrow(3, x, tw).add_(wgt);
     }
@@ -300,8 +300,8 @@ at::Tensor AutoencoderKL::encodeTiled(const at::Tensor& image, const VaeTiling& 
 
 at::Tensor AutoencoderKL::decode(const at::Tensor& latents) {
   if (latents.dim() != 4 || latents.size(1) != cfg_.latentChannels)
-    throw Error("AutoencoderKL::decode: expected latents [B, " + std::to_string(cfg_.latentChannels) +
-                ", h, w], got " + shapeText(latents.sizes()));
+    throw Error("AutoencoderKL::decode: expected latents [B, " + std::to_string(cfg_.latentChannels) + ", h, w], got " +
+                shapeText(latents.sizes()));
   auto z = latents.to(device(), dtype());
   if (postQuantConv) z = postQuantConv->forward(z);
   return decoder->forward(z);

@@ -149,7 +149,7 @@ struct VaeLatentDist {
 // is close to, not equal to, the whole-image encode) and blended linearly over
 // the overlap, as diffusers' tiled_encode does.
 struct VaeTiling {
-  int64_t tileSize = 0;  // pixels per tile side (a multiple of the downscale factor); 0: no tiling
+  int64_t tileSize = 0;   // pixels per tile side (a multiple of the downscale factor); 0: no tiling
   double overlap = 0.25;  // fraction of a tile shared with its neighbour, in [0, 0.5]
 };
 

@@ -37,8 +37,8 @@ class VaeCheckpoint {
   const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
   // CPU tensor in the file's dtype, over the mapping. Throws LoadError if absent.
   at::Tensor tensor(const std::string& name) const;
-  const std::filesystem::path& path() const;                      // the safetensors file
-  const std::string& prefix() const { return prefix_; }           // "first_stage_model." or ""
+  const std::filesystem::path& path() const;                                   // the safetensors file
+  const std::string& prefix() const { return prefix_; }                        // "first_stage_model." or ""
   const std::filesystem::path& configJsonPath() const { return configJson_; }  // empty: none
 
   // config.json when the folder has one, else detected from the shapes with

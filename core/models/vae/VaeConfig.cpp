@@ -113,8 +113,8 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
     std::vector<std::string> types;
     if (!get(key, types)) continue;
     if (static_cast<int64_t>(types.size()) != c.numBlocks())
-      fail(key, "has " + std::to_string(types.size()) + " entries, block_out_channels " +
-                    std::to_string(c.numBlocks()));
+      fail(key,
+           "has " + std::to_string(types.size()) + " entries, block_out_channels " + std::to_string(c.numBlocks()));
     for (const auto& t : types)
       if (t != type) fail(key, "entry '" + t + "' is not supported (only " + type + ")");
   }
@@ -170,9 +170,9 @@ nlohmann::json VaeConfig::toDiffusersJson() const {
 
 bool VaeConfig::operator==(const VaeConfig& o) const {
   return inChannels == o.inChannels && outChannels == o.outChannels && blockOutChannels == o.blockOutChannels &&
-         layersPerBlock == o.layersPerBlock && latentChannels == o.latentChannels &&
-         normNumGroups == o.normNumGroups && sampleSize == o.sampleSize && scalingFactor == o.scalingFactor &&
-         shiftFactor == o.shiftFactor && useQuantConv == o.useQuantConv && usePostQuantConv == o.usePostQuantConv &&
+         layersPerBlock == o.layersPerBlock && latentChannels == o.latentChannels && normNumGroups == o.normNumGroups &&
+         sampleSize == o.sampleSize && scalingFactor == o.scalingFactor && shiftFactor == o.shiftFactor &&
+         useQuantConv == o.useQuantConv && usePostQuantConv == o.usePostQuantConv &&
          midBlockAddAttention == o.midBlockAddAttention && forceUpcast == o.forceUpcast;
 }
 
@@ -215,8 +215,7 @@ VaeConfig vaeConfigFromShapes(const std::map<std::string, std::vector<int64_t>>&
     c.blockOutChannels.push_back(need("encoder.down_blocks." + std::to_string(i) + ".resnets.0.conv1.weight", 4)[0]);
   if (c.blockOutChannels.empty()) need("encoder.down_blocks.0.resnets.0.conv1.weight", 4);
   c.layersPerBlock = 0;
-  while (has("encoder.down_blocks.0.resnets." + std::to_string(c.layersPerBlock) + ".conv1.weight"))
-    ++c.layersPerBlock;
+  while (has("encoder.down_blocks.0.resnets." + std::to_string(c.layersPerBlock) + ".conv1.weight")) ++c.layersPerBlock;
   c.latentChannels = need("decoder.conv_in.weight", 4)[1];
   c.outChannels = need("decoder.conv_out.weight", 4)[0];
   c.useQuantConv = has("quant_conv.weight");

@@ -16,19 +16,19 @@
 namespace strata::vae {
 
 struct VaeConfig {
-  int64_t inChannels = 3;                               // in_channels (image)
-  int64_t outChannels = 3;                              // out_channels (image)
+  int64_t inChannels = 3;                                     // in_channels (image)
+  int64_t outChannels = 3;                                    // out_channels (image)
   std::vector<int64_t> blockOutChannels{128, 256, 512, 512};  // block_out_channels, one per level
-  int64_t layersPerBlock = 2;                           // layers_per_block (decoder: one more per level)
-  int64_t latentChannels = 16;                          // latent_channels
-  int64_t normNumGroups = 32;                           // norm_num_groups (GroupNorm everywhere)
-  int64_t sampleSize = 1024;                            // sample_size (diffusers' default tile size)
-  double scalingFactor = 0.3611;                        // scaling_factor
-  double shiftFactor = 0.1159;                          // shift_factor (diffusers: null = 0)
-  bool useQuantConv = false;                            // use_quant_conv (SD: true, FLUX.1: false)
-  bool usePostQuantConv = false;                        // use_post_quant_conv
-  bool midBlockAddAttention = true;                     // mid_block_add_attention
-  bool forceUpcast = true;                              // force_upcast: fp16 is run in float32
+  int64_t layersPerBlock = 2;                                 // layers_per_block (decoder: one more per level)
+  int64_t latentChannels = 16;                                // latent_channels
+  int64_t normNumGroups = 32;                                 // norm_num_groups (GroupNorm everywhere)
+  int64_t sampleSize = 1024;                                  // sample_size (diffusers' default tile size)
+  double scalingFactor = 0.3611;                              // scaling_factor
+  double shiftFactor = 0.1159;                                // shift_factor (diffusers: null = 0)
+  bool useQuantConv = false;                                  // use_quant_conv (SD: true, FLUX.1: false)
+  bool usePostQuantConv = false;                              // use_post_quant_conv
+  bool midBlockAddAttention = true;                           // mid_block_add_attention
+  bool forceUpcast = true;                                    // force_upcast: fp16 is run in float32
 
   static constexpr double kNormEps = 1e-6;     // GroupNorm eps in every block
   static constexpr double kLogvarMin = -30.0;  // DiagonalGaussianDistribution clamps logvar

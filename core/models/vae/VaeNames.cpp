@@ -7,9 +7,12 @@ namespace strata::vae {
 
 const char* toString(VaeWeightFormat format) {
   switch (format) {
-    case VaeWeightFormat::Ldm: return "ldm";
-    case VaeWeightFormat::DiffusersLegacyAttention: return "legacy diffusers";
-    case VaeWeightFormat::Diffusers: break;
+    case VaeWeightFormat::Ldm:
+      return "ldm";
+    case VaeWeightFormat::DiffusersLegacyAttention:
+      return "legacy diffusers";
+    case VaeWeightFormat::Diffusers:
+      break;
   }
   return "diffusers";
 }
@@ -94,7 +97,7 @@ std::optional<int64_t> parseIndex(const std::string& s) {
 }
 
 struct Captures {
-  int64_t level = -1;   // diffusers' level index
+  int64_t level = -1;  // diffusers' level index
   int64_t resnet = -1;
 };
 
@@ -127,10 +130,14 @@ std::string render(const std::vector<std::string>& pattern, const std::vector<st
   std::string out;
   auto append = [&](const std::string& s) { out += (out.empty() ? "" : ".") + s; };
   for (const auto& p : pattern) {
-    if (p == "{i}") append(std::to_string(c.level));
-    else if (p == "{r}") append(std::to_string(numBlocks - 1 - c.level));
-    else if (p == "{j}") append(std::to_string(c.resnet));
-    else append(p);
+    if (p == "{i}")
+      append(std::to_string(c.level));
+    else if (p == "{r}")
+      append(std::to_string(numBlocks - 1 - c.level));
+    else if (p == "{j}")
+      append(std::to_string(c.resnet));
+    else
+      append(p);
   }
   for (size_t k = matched; k < segs.size(); ++k) append(segs[k]);
   return out;
@@ -179,24 +186,28 @@ int64_t ldmBlockCount(const std::vector<std::string>& keys) {
 
 std::optional<std::string> fileKey(const std::string& key, VaeWeightFormat format, int64_t numBlocks) {
   switch (format) {
-    case VaeWeightFormat::Ldm: return apply(ldmRules(), key, /*toOther=*/true, numBlocks);
+    case VaeWeightFormat::Ldm:
+      return apply(ldmRules(), key, /*toOther=*/true, numBlocks);
     case VaeWeightFormat::DiffusersLegacyAttention: {
       const auto legacy = apply(legacyRules(), key, true, numBlocks);
       return legacy ? legacy : std::optional<std::string>(key);
     }
-    case VaeWeightFormat::Diffusers: break;
+    case VaeWeightFormat::Diffusers:
+      break;
   }
   return key;
 }
 
 std::optional<std::string> diffusersKey(const std::string& key, VaeWeightFormat format, int64_t numBlocks) {
   switch (format) {
-    case VaeWeightFormat::Ldm: return apply(ldmRules(), key, /*toOther=*/false, numBlocks);
+    case VaeWeightFormat::Ldm:
+      return apply(ldmRules(), key, /*toOther=*/false, numBlocks);
     case VaeWeightFormat::DiffusersLegacyAttention: {
       const auto modern = apply(legacyRules(), key, false, numBlocks);
       return modern ? modern : std::optional<std::string>(key);
     }
-    case VaeWeightFormat::Diffusers: break;
+    case VaeWeightFormat::Diffusers:
+      break;
   }
   return key;
 }
