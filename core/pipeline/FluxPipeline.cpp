@@ -11,6 +11,7 @@
 #include "io/DiffusersFolder.h"
 #include "lora/LoraFormats.h"
 #include "models/flux/FluxCheckpoint.h"
+#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxTransformer.h"
 #include "models/vae/AutoencoderKL.h"
 #include "models/vae/VaeCheckpoint.h"
@@ -168,7 +169,7 @@ SampleResult generateImages(FluxPipeline& pipeline, const SampleRequest& request
 
   std::shared_ptr<lora::LoraNetwork> net;
   if (!request.lora.empty()) {
-    net = lora::loadLoraNetwork(model, model.config(), request.lora);
+    net = lora::loadLoraNetwork(model, flux::FluxLoraRules(model.config()), request.lora);
     net->setMultiplier(request.loraMultiplier);
   }
   at::NoGradGuard noGrad;
