@@ -30,6 +30,7 @@
 #include "common/Error.h"
 #include "config/ConfigSchema.h"
 #include "config/RunConfig.h"
+#include "config/RunConfigYaml.h"
 #include "ui/ConfigBackend.h"
 #include "ui/ListEditors.h"
 

@@ -1,7 +1,6 @@
 #include "config/ConfigSchema.h"
 
 #include "common/Error.h"
-#include "config/YamlValue.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -649,26 +648,6 @@ void setValue(RunConfig& cfg, std::string_view path, const Value& value) {
 }
 
 std::string getValueText(const RunConfig& cfg, std::string_view path) { return formatValue(getValue(cfg, path)); }
-
-void setValueText(RunConfig& cfg, std::string_view path, const std::string& text) {
-  const KeySpec& k = requireKey(path);
-  // Strings are taken as typed: "a photo: sunset" is a prompt, not a mapping.
-  if (k.type == KeyType::String || k.type == KeyType::Path || k.type == KeyType::Choice) {
-    setValue(cfg, path, Value{text});
-    return;
-  }
-  YAML::Node node;
-  try {
-    node = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    // Not valid YAML on its own (e.g. "a: b"): take it as a plain string.
-    node = YAML::Node(text);
-  }
-  std::string error;
-  std::optional<Value> v = valueFromYaml(k, node, error);
-  if (!v) throw ConfigError(std::string(path) + ": " + error);
-  setValue(cfg, path, *v);
-}
 
 std::string formatDouble(double v) {
   if (std::isnan(v)) return ".nan";

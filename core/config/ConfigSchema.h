@@ -106,10 +106,7 @@ void setValue(RunConfig& cfg, std::string_view path, const Value& value);
 
 // The same as YAML text: "0.0001", "true", "[0, 1]", "flux-dev", "" for unset.
 std::string getValueText(const RunConfig& cfg, std::string_view path);
-// Parses `text` as YAML for that key's type ("1e-4", "[0,1]", "0,1,2,3") and sets
-// it; string, path and choice keys take `text` verbatim ("bf16", "a: b").
-// Throws ConfigError naming the key and what was expected.
-void setValueText(RunConfig& cfg, std::string_view path, const std::string& text);
+// setValueText (a value typed as text, read as YAML) is in config/RunConfigYaml.h.
 
 // A value as YAML flow text (the form getValueText returns).
 std::string formatValue(const Value& value);

@@ -183,6 +183,28 @@ std::string toYaml(const RunConfig& cfg) {
 
 void saveRunConfig(const RunConfig& cfg, const std::filesystem::path& path) { io::writeFileAtomic(path, toYaml(cfg)); }
 
+void setValueText(RunConfig& cfg, std::string_view path, const std::string& text) {
+  const KeySpec* found = findKey(path);
+  if (!found) throw ConfigError("unknown config key '" + std::string(path) + "'");
+  const KeySpec& k = *found;
+  // Strings are taken as typed: "a photo: sunset" is a prompt, not a mapping.
+  if (k.type == KeyType::String || k.type == KeyType::Path || k.type == KeyType::Choice) {
+    setValue(cfg, path, Value{text});
+    return;
+  }
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    // Not valid YAML on its own (e.g. "a: b"): take it as a plain string.
+    node = YAML::Node(text);
+  }
+  std::string error;
+  std::optional<Value> v = valueFromYaml(k, node, error);
+  if (!v) throw ConfigError(std::string(path) + ": " + error);
+  setValue(cfg, path, *v);
+}
+
 void applyOverrides(LoadedConfig& loaded, const std::vector<std::string>& assignments) {
   YamlReader reader(loaded);
   for (const auto& a : assignments) {

@@ -34,6 +34,11 @@ void saveRunConfig(const RunConfig& cfg, const std::filesystem::path& path);
 // Applies "key=value" overrides (the CLI's --set) on top of a loaded config. Each
 // bad override (unknown key, wrong type, no '=') becomes an error Problem whose
 // file is "--set <text>"; overridden keys get that origin in `loaded.where`.
+// Parses `text` as YAML for that key's type ("1e-4", "[0,1]", "0,1,2,3") and sets
+// it; string, path and choice keys take `text` verbatim ("bf16", "a: b").
+// Throws ConfigError naming the key and what was expected.
+void setValueText(RunConfig& cfg, std::string_view path, const std::string& text);
+
 void applyOverrides(LoadedConfig& loaded, const std::vector<std::string>& assignments);
 
 }  // namespace strata::config
