@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 
 namespace fs = std::filesystem;
 
@@ -17,16 +18,7 @@ bool isDiffusersPipelineFolder(const fs::path& dir) {
 
 fs::path diffusersComponentFolder(const fs::path& root, const std::vector<std::string>& classNames) {
   const fs::path indexPath = root / "model_index.json";
-  nlohmann::json j;
-  try {
-    std::ifstream in(indexPath);
-    if (!in) throw IoError(indexPath.string() + ": cannot be read");
-    j = nlohmann::json::parse(in);
-  } catch (const IoError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw IoError(indexPath.string() + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = readJsonFile(indexPath);
   if (!j.is_object()) throw IoError(indexPath.string() + ": not a JSON object");
   std::vector<std::string> found;
   for (const auto& [name, value] : j.items()) {

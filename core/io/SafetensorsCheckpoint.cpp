@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 #include "io/FileBytes.h"
 
 namespace fs = std::filesystem;
@@ -21,16 +22,7 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 
 // tensor -> shard file name, from an index JSON.
 std::map<std::string, std::string> readIndex(const fs::path& index) {
-  nlohmann::json j;
-  try {
-    std::ifstream in(index);
-    if (!in) throw IoError(index.string() + ": cannot be read");
-    j = nlohmann::json::parse(in);
-  } catch (const IoError&) {
-    throw;
-  } catch (const std::exception& ex) {
-    throw IoError(index.string() + ": not valid JSON: " + ex.what());
-  }
+  const nlohmann::json j = readJsonFile(index);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw IoError(index.string() + ": no 'weight_map' object");
   std::map<std::string, std::string> map;

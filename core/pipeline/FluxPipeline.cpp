@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 #include "common/ShapeText.h"
 #include "io/DiffusersFolder.h"
 #include "lora/LoraFormats.h"
@@ -85,11 +86,8 @@ namespace {
 flux::ShiftParams readShiftParams(const fs::path& path) {
   flux::ShiftParams p;
   if (path.empty()) return p;
-  std::ifstream in(path);
-  if (!in) throw IoError(path.string() + ": cannot be read");
-  nlohmann::json j;
+  const nlohmann::json j = io::readJsonFile(path);
   try {
-    j = nlohmann::json::parse(in);
     if (j.contains("use_dynamic_shifting") && !j.at("use_dynamic_shifting").get<bool>())
       throw IoError(path.string() + ": use_dynamic_shifting false is not supported (FLUX.1 shifts by resolution)");
     p.baseSeqLen = j.value("base_image_seq_len", p.baseSeqLen);

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -15,6 +14,7 @@
 #include "common/Text.h"
 #include "io/AtomicFile.h"
 #include "io/FileBytes.h"
+#include "io/JsonFile.h"
 #include "io/Safetensors.h"
 
 namespace strata::train {
@@ -56,7 +56,9 @@ void appendLine(const fs::path& path, const nlohmann::json& line) {
 
 std::vector<nlohmann::json> readLines(const fs::path& path) {
   std::vector<nlohmann::json> out;
-  std::ifstream in(path);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return out;
+  std::istringstream in(io::readFileBytes(path));
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -118,9 +120,8 @@ void dropTornTail(const fs::path& path, std::vector<std::string>& notes) {
 // A checkpoint's state.json says "manual": true when the user asked for it. An
 // unreadable one counts as rolling: pruning may then drop it, as before.
 bool isManual(const fs::path& statePath) {
-  std::ifstream in(statePath);
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = io::readJsonFile(statePath);
     return j.is_object() && j.value("manual", false);
   } catch (const std::exception&) {
     return false;
@@ -251,13 +252,9 @@ fs::path writeCheckpoint(const RunFolder& folder, const CheckpointData& data) {
 CheckpointData readCheckpoint(const fs::path& dir) {
   CheckpointData d;
   const auto statePath = dir / "state.json";
-  std::ifstream in(statePath);
-  if (!in) throw IoError(statePath.string() + ": cannot read (not a complete checkpoint)");
-  try {
-    in >> d.state;
-  } catch (const std::exception& e) {
-    throw IoError(statePath.string() + ": bad JSON: " + e.what());
-  }
+  std::error_code ec;
+  if (!fs::is_regular_file(statePath, ec)) throw IoError(statePath.string() + ": missing (not a complete checkpoint)");
+  d.state = io::readJsonFile(statePath);  // IoError naming the file
   if (!d.state.contains("step")) throw IoError(statePath.string() + ": no 'step'");
   d.step = d.state["step"].get<int64_t>();
   d.manual = d.state.value("manual", false);

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 #include "common/ShapeText.h"
 
 namespace strata::clip {
@@ -109,14 +110,7 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
 }
 
 ClipTextConfig ClipTextConfig::fromTransformersJsonFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("ClipTextConfig: cannot open " + path.string());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw IoError("ClipTextConfig: " + path.string() + " is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = io::readJsonFile(path);
   try {
     return fromTransformersJson(j);
   } catch (const ConfigError& e) {

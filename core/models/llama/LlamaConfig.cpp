@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 
 namespace fs = std::filesystem;
 
@@ -201,14 +202,8 @@ LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& so
 
 LlamaConfig LlamaConfig::fromFile(const fs::path& fileOrFolder) {
   const fs::path path = fs::is_directory(fileOrFolder) ? fileOrFolder / "config.json" : fileOrFolder;
-  std::ifstream in(path);
-  if (!in) throw IoError(path.string() + ": cannot open (a transformers model folder holds config.json)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw IoError(path.string() + ": not valid JSON: " + e.what());
-  }
+  if (!fs::exists(path)) throw IoError(path.string() + ": no such file (a transformers model folder holds config.json)");
+  const nlohmann::json j = io::readJsonFile(path);
   return fromJson(j, path.string());
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 #include "common/ShapeText.h"
 #include "io/AtomicFile.h"
 #include "io/Safetensors.h"
@@ -81,15 +82,7 @@ std::vector<lora::LoraModuleWeights> readPeftAdapter(const fs::path& folder) {
     throw IoError(weightsPath.string() + ": no such file" +
                   std::string(pickle ? " (adapter_model.bin is a pickle file, which Strata does not read)" : ""));
   }
-  nlohmann::ordered_json cfg;
-  {
-    std::ifstream in(configPath);
-    try {
-      cfg = nlohmann::ordered_json::parse(in);
-    } catch (const std::exception& e) {
-      throw IoError(cfgName + ": not valid JSON: " + e.what());
-    }
-  }
+  const nlohmann::ordered_json cfg = io::readOrderedJsonFile(configPath);
   if (!cfg.is_object()) throw ConfigError(cfgName + ": not a JSON object");
   auto fail = [&](const std::string& key, const std::string& what) -> void {
     throw ConfigError(cfgName + ": key '" + key + "': " + what);

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 #include "common/ShapeText.h"
 
 namespace strata::t5 {
@@ -127,14 +128,7 @@ T5Config T5Config::fromTransformersJson(const nlohmann::json& j) {
 }
 
 T5Config T5Config::fromTransformersJsonFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("T5Config: cannot open " + path.string());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw IoError("T5Config: " + path.string() + " is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = io::readJsonFile(path);
   try {
     return fromTransformersJson(j);
   } catch (const ConfigError& e) {

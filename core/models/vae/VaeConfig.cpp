@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFile.h"
 #include "common/ShapeText.h"
 #include "models/vae/VaeNames.h"
 
@@ -129,14 +130,7 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 VaeConfig VaeConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("VaeConfig: cannot open " + path.string());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw IoError("VaeConfig: " + path.string() + " is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = io::readJsonFile(path);
   try {
     return fromDiffusersJson(j);
   } catch (const ConfigError& e) {
