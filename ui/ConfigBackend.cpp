@@ -1,7 +1,6 @@
 #include "ui/ConfigBackend.h"
 
 #include <QObject>
-#include <fstream>
 #include <sstream>
 
 #include "common/Error.h"
@@ -11,6 +10,7 @@
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 
 namespace strata::ui::backend {
 
@@ -94,13 +94,7 @@ config::RunConfig importAiToolkit(const std::string& path, QVector<ProblemView>*
   return loaded.config;
 }
 
-std::string readText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string readText(const std::string& path) { return io::readFileBytes(path); }
 
 void writeText(const std::string& path, const std::string& text) { io::writeFileAtomic(path, text); }
 
