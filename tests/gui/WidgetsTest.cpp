@@ -247,122 +247,124 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("measured in the run") &&
                tip.contains("LoRA adapters: 14"),
            qPrintable(tip));
-  // Four cards in the plan panel of a 1400 px and of a 1000 px window: the columns
-  // share the width (the fourth is not cut off); narrower than four minimum columns
-  // the map scrolls sideways, and a scroll reaches the last card.
-  void WidgetsTest::gpuMapFitsOrScrolls() {
-    strata::config::RunConfig cfg;
-    cfg.model.preset = strata::config::ModelPreset::FluxDev;
-    cfg.model.splitModelOverGpus = true;
-    GpuMapView map;
-    map.setPlacement(planPlacementView(cfg, "4x16GB"));
-    QCOMPARE(map.placement().devices.size(), 4);
-    map.show();
-    auto* scroll = map.findChild<QScrollArea*>("gpuMapScroll");
-    QVERIFY(scroll);
-    const QString last = map.placement().devices.back().blocks.back().id;
-    for (int width : {700, 900}) {  // the plan side of a 1400 px window; a wider one
-      map.resize(width, 700);
-      QTRY_COMPARE(map.canvas()->width(), scroll->viewport()->width());
-      QVERIFY2(map.blockRect(last).right() < scroll->viewport()->width(), qPrintable(QString::number(width)));
-      QVERIFY(!scroll->horizontalScrollBar()->isVisible() || scroll->horizontalScrollBar()->maximum() == 0);
-    }
-    map.resize(400, 700);  // 1000 px window: four columns do not fit at their least width
-    QTRY_VERIFY(map.canvas()->width() > scroll->viewport()->width());
-    QVERIFY(scroll->horizontalScrollBar()->maximum() > 0);
-    scroll->horizontalScrollBar()->setValue(scroll->horizontalScrollBar()->maximum());
-    const QRect r = map.blockRect(last);
-    const QPoint inView = map.canvas()->mapTo(scroll->viewport(), r.topRight());
-    QVERIFY2(inView.x() <= scroll->viewport()->width(), qPrintable(QString::number(inView.x())));
+}
+
+// Four cards in the plan panel of a 1400 px and of a 1000 px window: the columns
+// share the width (the fourth is not cut off); narrower than four minimum columns
+// the map scrolls sideways, and a scroll reaches the last card.
+void WidgetsTest::gpuMapFitsOrScrolls() {
+  strata::config::RunConfig cfg;
+  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.splitModelOverGpus = true;
+  GpuMapView map;
+  map.setPlacement(planPlacementView(cfg, "4x16GB"));
+  QCOMPARE(map.placement().devices.size(), 4);
+  map.show();
+  auto* scroll = map.findChild<QScrollArea*>("gpuMapScroll");
+  QVERIFY(scroll);
+  const QString last = map.placement().devices.back().blocks.back().id;
+  for (int width : {700, 900}) {  // the plan side of a 1400 px window; a wider one
+    map.resize(width, 700);
+    QTRY_COMPARE(map.canvas()->width(), scroll->viewport()->width());
+    QVERIFY2(map.blockRect(last).right() < scroll->viewport()->width(), qPrintable(QString::number(width)));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible() || scroll->horizontalScrollBar()->maximum() == 0);
   }
+  map.resize(400, 700);  // 1000 px window: four columns do not fit at their least width
+  QTRY_VERIFY(map.canvas()->width() > scroll->viewport()->width());
+  QVERIFY(scroll->horizontalScrollBar()->maximum() > 0);
+  scroll->horizontalScrollBar()->setValue(scroll->horizontalScrollBar()->maximum());
+  const QRect r = map.blockRect(last);
+  const QPoint inView = map.canvas()->mapTo(scroll->viewport(), r.topRight());
+  QVERIFY2(inView.x() <= scroll->viewport()->width(), qPrintable(QString::number(inView.x())));
+}
 
-  void WidgetsTest::plannedPlacementOnSimulatedDevices() {
-    strata::config::RunConfig cfg;
-    cfg.model.preset = strata::config::ModelPreset::FluxDev;
-    cfg.model.splitModelOverGpus = true;
-    const PlacementView v = planPlacementView(cfg, "4x16GB");
-    QVERIFY2(v.error.isEmpty(), qPrintable(v.error));
-    QCOMPARE(v.devices.size(), 4);
-    int blocks = 0;
-    for (const DeviceView& d : v.devices) {
-      QVERIFY(d.simulated);
-      QCOMPARE(d.totalBytes, 16'000'000'000LL);
-      QVERIFY(!d.blocks.isEmpty());
-      blocks += d.blocks.size();
-    }
-    QCOMPARE(blocks, 19 + 38 + 2);  // double + single blocks, stem, head
-    QCOMPARE(v.devices.front().blocks.front().kind, BlockKind::Stem);
-    // The planner keeps the head with the stem, on the first device.
-    QCOMPARE(v.devices.front().blocks.back().kind, BlockKind::Head);
-    // Every transformer block carries its adapters in the plan.
-    QVERIFY(v.devices[1].blocks.front().adapterCount > 0);
-    QVERIFY(v.devices[1].blocks.front().optimizerBytes > 0);
-    QVERIFY(!v.reason.isEmpty());
-
-    // Without the split only the first device is used.
-    cfg.model.splitModelOverGpus = false;
-    QCOMPARE(planPlacementView(cfg, "4x16GB").devices.size(), 1);
+void WidgetsTest::plannedPlacementOnSimulatedDevices() {
+  strata::config::RunConfig cfg;
+  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.splitModelOverGpus = true;
+  const PlacementView v = planPlacementView(cfg, "4x16GB");
+  QVERIFY2(v.error.isEmpty(), qPrintable(v.error));
+  QCOMPARE(v.devices.size(), 4);
+  int blocks = 0;
+  for (const DeviceView& d : v.devices) {
+    QVERIFY(d.simulated);
+    QCOMPARE(d.totalBytes, 16'000'000'000LL);
+    QVERIFY(!d.blocks.isEmpty());
+    blocks += d.blocks.size();
   }
+  QCOMPARE(blocks, 19 + 38 + 2);  // double + single blocks, stem, head
+  QCOMPARE(v.devices.front().blocks.front().kind, BlockKind::Stem);
+  // The planner keeps the head with the stem, on the first device.
+  QCOMPARE(v.devices.front().blocks.back().kind, BlockKind::Head);
+  // Every transformer block carries its adapters in the plan.
+  QVERIFY(v.devices[1].blocks.front().adapterCount > 0);
+  QVERIFY(v.devices[1].blocks.front().optimizerBytes > 0);
+  QVERIFY(!v.reason.isEmpty());
 
-  void WidgetsTest::plannedPlacementReportsBadSpec() {
-    strata::config::RunConfig cfg;
-    cfg.model.splitModelOverGpus = true;
-    const PlacementView v = planPlacementView(cfg, "4xbanana");
-    QVERIFY(!v.error.isEmpty());
-    QVERIFY(v.devices.isEmpty());
-  }
+  // Without the split only the first device is used.
+  cfg.model.splitModelOverGpus = false;
+  QCOMPARE(planPlacementView(cfg, "4x16GB").devices.size(), 1);
+}
 
-  void WidgetsTest::configEditorImportsAnAiToolkitJob() {
-    QTemporaryDir dir;
-    const QString job = dir.filePath("job.yaml");
-    QFile f(job);
-    QVERIFY(f.open(QIODevice::WriteOnly));
-    f.write(
-        "job: extension\n"
-        "config:\n"
-        "  name: my_flux_lora\n"
-        "  process:\n"
-        "    - type: sd_trainer\n"
-        "      training_folder: output\n"
-        "      trigger_word: ohwx\n"
-        "      network:\n"
-        "        type: lora\n"
-        "        linear: 32\n"
-        "        linear_alpha: 16\n"
-        "      train:\n"
-        "        steps: 1234\n"
-        "        lr: 2e-4\n"
-        "        noise_scheduler: flowmatch\n"
-        "      model:\n"
-        "        name_or_path: black-forest-labs/FLUX.1-dev\n"
-        "        is_flux: true\n"
-        "        low_vram: true\n");
-    f.close();
-    ConfigEditor editor;
-    QString notes;
-    QVERIFY2(editor.importAiToolkit(job, &notes), qPrintable(notes));
-    QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
-    QCOMPARE(editor.valueText("network.linear"), QString("32"));
-    QCOMPARE(qobject_cast<QSpinBox*>(editor.fieldFor("train.steps"))->value(), 1234);
-    QVERIFY(editor.yamlText().contains("my_flux_lora"));
-    QVERIFY(editor.filePath().isEmpty());  // a new Strata config until saved
-    QVERIFY(editor.isModified());
-    // What was not carried over is listed with the config's problems, as warnings.
-    bool listed = false;
-    for (const ProblemView& p : editor.problems()) listed |= !p.error && p.key.contains("trigger_word");
-    QVERIFY(listed);
-    QVERIFY(!editor.importNotes().isEmpty());
-    // Not a job file: refused with the reason, nothing changes.
-    const QString bad = dir.filePath("bad.yaml");
-    QFile b(bad);
-    QVERIFY(b.open(QIODevice::WriteOnly));
-    b.write("model: {}\n");
-    b.close();
-    QString error;
-    QVERIFY(!editor.importAiToolkit(bad, &error));
-    QVERIFY(!error.isEmpty());
-    QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
-  }
+void WidgetsTest::plannedPlacementReportsBadSpec() {
+  strata::config::RunConfig cfg;
+  cfg.model.splitModelOverGpus = true;
+  const PlacementView v = planPlacementView(cfg, "4xbanana");
+  QVERIFY(!v.error.isEmpty());
+  QVERIFY(v.devices.isEmpty());
+}
 
-  QTEST_MAIN(WidgetsTest)
+void WidgetsTest::configEditorImportsAnAiToolkitJob() {
+  QTemporaryDir dir;
+  const QString job = dir.filePath("job.yaml");
+  QFile f(job);
+  QVERIFY(f.open(QIODevice::WriteOnly));
+  f.write(
+      "job: extension\n"
+      "config:\n"
+      "  name: my_flux_lora\n"
+      "  process:\n"
+      "    - type: sd_trainer\n"
+      "      training_folder: output\n"
+      "      trigger_word: ohwx\n"
+      "      network:\n"
+      "        type: lora\n"
+      "        linear: 32\n"
+      "        linear_alpha: 16\n"
+      "      train:\n"
+      "        steps: 1234\n"
+      "        lr: 2e-4\n"
+      "        noise_scheduler: flowmatch\n"
+      "      model:\n"
+      "        name_or_path: black-forest-labs/FLUX.1-dev\n"
+      "        is_flux: true\n"
+      "        low_vram: true\n");
+  f.close();
+  ConfigEditor editor;
+  QString notes;
+  QVERIFY2(editor.importAiToolkit(job, &notes), qPrintable(notes));
+  QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
+  QCOMPARE(editor.valueText("network.linear"), QString("32"));
+  QCOMPARE(qobject_cast<QSpinBox*>(editor.fieldFor("train.steps"))->value(), 1234);
+  QVERIFY(editor.yamlText().contains("my_flux_lora"));
+  QVERIFY(editor.filePath().isEmpty());  // a new Strata config until saved
+  QVERIFY(editor.isModified());
+  // What was not carried over is listed with the config's problems, as warnings.
+  bool listed = false;
+  for (const ProblemView& p : editor.problems()) listed |= !p.error && p.key.contains("trigger_word");
+  QVERIFY(listed);
+  QVERIFY(!editor.importNotes().isEmpty());
+  // Not a job file: refused with the reason, nothing changes.
+  const QString bad = dir.filePath("bad.yaml");
+  QFile b(bad);
+  QVERIFY(b.open(QIODevice::WriteOnly));
+  b.write("model: {}\n");
+  b.close();
+  QString error;
+  QVERIFY(!editor.importAiToolkit(bad, &error));
+  QVERIFY(!error.isEmpty());
+  QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
+}
+
+QTEST_MAIN(WidgetsTest)
 #include "WidgetsTest.moc"
