@@ -179,7 +179,7 @@ TEST(Image, CorruptFilesGiveOneClearError) {
   writeRaw(dir / "empty.png", "");
   EXPECT_TRUE(readFails(dir / "empty.png", "empty"));
   writeRaw(dir / "text.png", "hello, not an image");
-  EXPECT_TRUE(readFails(dir / "text.png", "not a PNG or JPEG"));
+  EXPECT_TRUE(readFails(dir / "text.png", "not a PNG, JPEG or WebP image"));
   EXPECT_TRUE(readFails(dir / "absent.png", "cannot open"));
   EXPECT_TRUE(readFails(dir.path(), "folder"));
 
