@@ -233,6 +233,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
     else if (options_.reportConfigWarnings)
       bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
   }
+  if (!problems.empty()) return;  // nothing is written for a config with errors (a bad job.name among them)
   // The run folder, locked for this process (a derived one that holds an earlier
   // run or is in use gets the next free name), cleaned of what a killed run left.
   try {
