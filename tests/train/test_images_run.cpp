@@ -7,6 +7,7 @@
 // take everything from the cache (no encoder call).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,6 +22,7 @@
 #include "lora/LoraFormats.h"
 #include "models/clip/ClipTextConfig.h"
 #include "models/flux/FluxLoraRules.h"
+#include "models/flux/FluxTransformer.h"
 #include "pipeline/FluxPipeline.h"
 #include "train/ImageDataset.h"
 #include "train/ImagesRun.h"
@@ -222,6 +224,9 @@ TEST(ImagesRun, TrainsFromTheDiffusersFolderThenReusesTheCache) {
     EXPECT_EQ(rec.encoded.at("latents"), views);
     EXPECT_EQ(rec.encoded.at("text"), images.usable() + 1);  // distinct captions + the empty one
     EXPECT_EQ(rec.encoded.at("sample prompts"), 1);
+    std::printf("[images run] CPU, fixture shapes: VAE %.1f images/s, T5 + CLIP %.1f captions/s (%s)\n",
+                rec.lastProgress.at("latents").itemsPerSecond, rec.lastProgress.at("text").itemsPerSecond,
+                images.webp ? "png, jpg, webp" : "png, jpg; this build writes no webp");
     const fs::path cache = images.dir.path() / kCacheFolderName;
     EXPECT_EQ(filesIn(cache / "latents"), views);
     EXPECT_EQ(filesIn(cache / "text"), images.usable() + 2);  // + "ohwx on a table"
