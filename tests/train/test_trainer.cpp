@@ -129,6 +129,7 @@ TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
   auto cfg = tinyConfig(tmp.path(), 12);
   cfg.datasets[0].type = config::DatasetType::Latents;
   cfg.datasets[0].folderPath = data.string();
+  cfg.datasets[0].numItems = config::DatasetConfig{}.numItems;  // a latents dataset refuses num_items
   cfg.save.saveEvery = 1;
   events::EventBus bus;
   Recorder rec;
@@ -160,6 +161,7 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   auto cfg = tinyConfig(tmp.path(), 6);
   cfg.datasets[0].type = config::DatasetType::Latents;
   cfg.datasets[0].folderPath = data.string();
+  cfg.datasets[0].numItems = config::DatasetConfig{}.numItems;  // a latents dataset refuses num_items
   events::EventBus bus;
   Recorder rec;
   auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
