@@ -11,8 +11,10 @@ namespace strata::train {
 
 class ImageDataset final : public Dataset {
  public:
-  // Scans cfg.folder_path, publishes a DatasetEvent, builds the cache (in
-  // folder_path/_strata_cache when cache_latents_to_disk, else in memory).
+  // Scans cfg.folder_path, publishes a DatasetEvent and one WarningEvent per
+  // skipped file (and one for the images without a caption file), builds the
+  // cache (in folder_path/_strata_cache when cache_latents_to_disk, else in
+  // memory) with the captions and the empty caption (caption dropout).
   ImageDataset(const config::DatasetConfig& cfg, size_t index, Encoders encoders,
                const events::EventBus* bus = nullptr);
   size_t size() const override { return scan_.entries.size() * static_cast<size_t>(repeats_); }
