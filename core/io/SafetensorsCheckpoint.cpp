@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "io/JsonFile.h"
 #include "io/FileBytes.h"
 
@@ -15,10 +16,6 @@ namespace fs = std::filesystem;
 namespace strata::io {
 
 namespace {
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // tensor -> shard file name, from an index JSON.
 std::map<std::string, std::string> readIndex(const fs::path& index) {

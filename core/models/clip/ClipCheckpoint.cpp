@@ -1,6 +1,7 @@
 #include "models/clip/ClipCheckpoint.h"
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "io/DiffusersFolder.h"
 #include "io/StrictLoad.h"
 
@@ -13,12 +14,6 @@ namespace {
 constexpr const char* kAnchor = "final_layer_norm.weight";
 constexpr const char* kTokenEmbedding = "embeddings.token_embedding.weight";
 constexpr const char* kTextModel = "text_model.";
-
-bool startsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
 
@@ -67,18 +68,9 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
   if (!jIn.is_object()) throw ConfigError("ClipTextConfig: transformers config is not a JSON object");
   // A full CLIPConfig nests the text tower's settings.
   const nlohmann::json& j = jIn.contains("text_config") && jIn["text_config"].is_object() ? jIn["text_config"] : jIn;
-  auto get = [&](const char* key, auto& field) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    try {
-      it->get_to(field);
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("ClipTextConfig: config key '") + key + "': " + e.what());
-    }
-    return true;
-  };
+  const io::JsonFields fields(j, "ClipTextConfig: transformers config");
   std::string modelType;
-  if (get("model_type", modelType) && modelType != "clip_text_model" && modelType != "clip")
+  if (fields.read("model_type", modelType) && modelType != "clip_text_model" && modelType != "clip")
     throw ConfigError("ClipTextConfig: model_type is '" + modelType + "', not 'clip_text_model'");
   // transformers' CLIPTextConfig defaults, for keys a file leaves out.
   ClipTextConfig c;
@@ -86,16 +78,16 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
   c.intermediateSize = 2048;
   c.numAttentionHeads = 8;
   c.eosTokenId = 49407;
-  get("vocab_size", c.vocabSize);
-  get("hidden_size", c.hiddenSize);
-  get("intermediate_size", c.intermediateSize);
-  get("num_hidden_layers", c.numHiddenLayers);
-  get("num_attention_heads", c.numAttentionHeads);
-  get("max_position_embeddings", c.maxPositionEmbeddings);
-  get("layer_norm_eps", c.layerNormEps);
-  get("eos_token_id", c.eosTokenId);
+  fields.read("vocab_size", c.vocabSize);
+  fields.read("hidden_size", c.hiddenSize);
+  fields.read("intermediate_size", c.intermediateSize);
+  fields.read("num_hidden_layers", c.numHiddenLayers);
+  fields.read("num_attention_heads", c.numAttentionHeads);
+  fields.read("max_position_embeddings", c.maxPositionEmbeddings);
+  fields.read("layer_norm_eps", c.layerNormEps);
+  fields.read("eos_token_id", c.eosTokenId);
   std::string act;
-  if (get("hidden_act", act)) {
+  if (fields.read("hidden_act", act)) {
     if (act == "quick_gelu")
       c.hiddenAct = ClipActivation::QuickGelu;
     else if (act == "gelu")

@@ -1,6 +1,7 @@
 #include "models/t5/T5Checkpoint.h"
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "io/DiffusersFolder.h"
 #include "io/StrictLoad.h"
 
@@ -13,12 +14,6 @@ namespace {
 constexpr const char* kAnchor = "encoder.final_layer_norm.weight";
 constexpr const char* kShared = "shared.weight";
 constexpr const char* kEmbedTokens = "encoder.embed_tokens.weight";
-
-bool startsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 }  // namespace
 

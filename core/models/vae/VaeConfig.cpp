@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
 #include "models/vae/VaeNames.h"
@@ -61,21 +62,9 @@ VaeConfig VaeConfig::preset(const std::string& name) {
 
 VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("VaeConfig: diffusers config is not a JSON object");
-  auto fail = [](const std::string& key, const std::string& what) -> void {
-    throw ConfigError("VaeConfig: diffusers config key '" + key + "': " + what);
-  };
-  auto get = [&](const char* key, auto& field) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    try {
-      it->get_to(field);
-    } catch (const std::exception& e) {
-      fail(key, e.what());
-    }
-    return true;
-  };
+  const io::JsonFields fields(j, "VaeConfig: diffusers config");
   if (j.contains("_class_name") && j["_class_name"].is_string() && j["_class_name"] != "AutoencoderKL")
-    fail("_class_name", "is " + j["_class_name"].get<std::string>() + ", only AutoencoderKL is supported");
+    fields.fail("_class_name", "is " + j["_class_name"].get<std::string>() + ", only AutoencoderKL is supported");
 
   // diffusers' defaults (SD's VAE), so a config.json that leaves a key out means what it means there.
   VaeConfig c;
@@ -87,40 +76,40 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   c.shiftFactor = 0.0;
   c.useQuantConv = true;
   c.usePostQuantConv = true;
-  get("in_channels", c.inChannels);
-  get("out_channels", c.outChannels);
-  get("block_out_channels", c.blockOutChannels);
-  get("layers_per_block", c.layersPerBlock);
-  get("latent_channels", c.latentChannels);
-  get("norm_num_groups", c.normNumGroups);
+  fields.read("in_channels", c.inChannels);
+  fields.read("out_channels", c.outChannels);
+  fields.read("block_out_channels", c.blockOutChannels);
+  fields.read("layers_per_block", c.layersPerBlock);
+  fields.read("latent_channels", c.latentChannels);
+  fields.read("norm_num_groups", c.normNumGroups);
   if (auto it = j.find("sample_size"); it != j.end() && it->is_array()) {
-    if (it->empty() || !(*it)[0].is_number_integer()) fail("sample_size", "expected an integer or [h, w]");
+    if (it->empty() || !(*it)[0].is_number_integer()) fields.fail("sample_size", "expected an integer or [h, w]");
     c.sampleSize = (*it)[0].get<int64_t>();
   } else {
-    get("sample_size", c.sampleSize);
+    fields.read("sample_size", c.sampleSize);
   }
-  get("scaling_factor", c.scalingFactor);
-  get("shift_factor", c.shiftFactor);
-  get("use_quant_conv", c.useQuantConv);
-  get("use_post_quant_conv", c.usePostQuantConv);
-  get("mid_block_add_attention", c.midBlockAddAttention);
-  get("force_upcast", c.forceUpcast);
+  fields.read("scaling_factor", c.scalingFactor);
+  fields.read("shift_factor", c.shiftFactor);
+  fields.read("use_quant_conv", c.useQuantConv);
+  fields.read("use_post_quant_conv", c.usePostQuantConv);
+  fields.read("mid_block_add_attention", c.midBlockAddAttention);
+  fields.read("force_upcast", c.forceUpcast);
 
   std::string act = "silu";
-  get("act_fn", act);
-  if (act != "silu") fail("act_fn", "is '" + act + "', only silu is supported");
+  fields.read("act_fn", act);
+  if (act != "silu") fields.fail("act_fn", "is '" + act + "', only silu is supported");
   for (const auto& [key, type] : {std::pair<const char*, const char*>{"down_block_types", "DownEncoderBlock2D"},
                                   {"up_block_types", "UpDecoderBlock2D"}}) {
     std::vector<std::string> types;
-    if (!get(key, types)) continue;
+    if (!fields.read(key, types)) continue;
     if (static_cast<int64_t>(types.size()) != c.numBlocks())
-      fail(key,
+      fields.fail(key,
            "has " + std::to_string(types.size()) + " entries, block_out_channels " + std::to_string(c.numBlocks()));
     for (const auto& t : types)
-      if (t != type) fail(key, "entry '" + t + "' is not supported (only " + type + ")");
+      if (t != type) fields.fail(key, "entry '" + t + "' is not supported (only " + type + ")");
   }
   for (const char* key : {"latents_mean", "latents_std"})
-    if (j.contains(key) && !j[key].is_null()) fail(key, "per-channel latent normalisation is not supported");
+    if (j.contains(key) && !j[key].is_null()) fields.fail(key, "per-channel latent normalisation is not supported");
   try {
     c.validate();
   } catch (const ConfigError& e) {
