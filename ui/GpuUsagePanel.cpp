@@ -34,7 +34,7 @@ struct GpuUsagePanel::Sampler {
   bool stop = false;
   std::thread thread;
 
-  void run(std::shared_ptr<GpuUsageSource> source, int intervalMs, QPointer<GpuUsagePanel> panel) {
+  void run(std::shared_ptr<GpuUsageSource> source, int intervalMs, QPointer<GpuUsagePanel> panel, int generation) {
     const auto start = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mutex);
     while (!stop) {
@@ -43,8 +43,9 @@ struct GpuUsagePanel::Sampler {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       QMetaObject::invokeMethod(
           panel.data(),
-          [panel, reading, seconds] {
-            if (panel) panel->addReading(reading, seconds);
+          [panel, reading, seconds, generation] {
+            // A reading of a source that was replaced meanwhile is dropped.
+            if (panel && panel->generation_ == generation) panel->addReading(reading, seconds);
           },
           Qt::QueuedConnection);
       lock.lock();
@@ -100,6 +101,7 @@ void GpuUsagePanel::stopSampling() {
 
 void GpuUsagePanel::setSource(std::shared_ptr<GpuUsageSource> source, int intervalMs) {
   stopSampling();
+  ++generation_;
   for (Card& c : cards_) c.box->deleteLater();
   cards_.clear();
   order_.clear();
@@ -109,8 +111,8 @@ void GpuUsagePanel::setSource(std::shared_ptr<GpuUsageSource> source, int interv
   if (!source) return;
   sampler_ = std::make_shared<Sampler>();
   Sampler* s = sampler_.get();
-  s->thread = std::thread([s, source, intervalMs, panel = QPointer<GpuUsagePanel>(this)] {
-    s->run(source, std::max(50, intervalMs), panel);
+  s->thread = std::thread([s, source, intervalMs, panel = QPointer<GpuUsagePanel>(this), generation = generation_] {
+    s->run(source, std::max(10, intervalMs), panel, generation);
   });
 }
 

@@ -71,6 +71,7 @@ class GpuUsagePanel : public QWidget {
   QStringList order_;  // labels in first-seen order
   std::shared_ptr<Sampler> sampler_;
   int readings_ = 0;
+  int generation_ = 0;  // of the source; readings of an earlier one are dropped
   double lastSeconds_ = 0;
 };
 
