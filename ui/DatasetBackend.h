@@ -3,47 +3,12 @@
 // train/ImageFolder's own scan (the images the trainer would use, their buckets,
 // what it skips and why) plus a thumbnail of each used image. Internal to
 // strata_ui; Qt value types only (no LibTorch). Runs on a worker thread.
-#include <QImage>
-#include <QString>
-#include <QStringList>
-#include <QVector>
 #include <atomic>
 
 #include "config/RunConfig.h"
+#include "ui/DatasetScanView.h"
 
 namespace strata::ui {
-
-struct DatasetThumb {
-  QString path;
-  QString caption;  // as trained (default caption, trigger word applied)
-  bool defaultedCaption = false;
-  QImage image;     // at most thumbSide on its longer side
-  QSize size;       // the image's upright size
-};
-
-struct DatasetBucketCount {
-  qint64 resolution = 0;
-  QString bucket;  // "512x512"
-  qint64 count = 0;  // training views (each flip counts)
-};
-
-struct DatasetSkip {
-  QString path;
-  QString reason;
-};
-
-struct DatasetScanView {
-  bool ok = false;
-  QString error;  // the folder cannot be listed, ...
-  QString folder;
-  qint64 images = 0;   // used
-  qint64 entries = 0;  // training views: images x resolutions x flips
-  QVector<DatasetBucketCount> buckets;
-  QVector<DatasetSkip> skipped;
-  QStringList defaultedCaptions;  // images without a caption file
-  QVector<DatasetThumb> thumbs;
-  int thumbsLeftOut = 0;  // used images beyond maxThumbs
-};
 
 // Scans `cfg`'s folder as the trainer would. `cancel` is checked between
 // thumbnails (a newer scan makes this one moot).

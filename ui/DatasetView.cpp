@@ -15,6 +15,9 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "config/RunConfig.h"
+#include "ui/DatasetBackend.h"
+
 namespace strata::ui {
 
 namespace {
@@ -124,11 +127,11 @@ void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets
   chooser_->setVisible(datasets_.size() > 1);
   if (datasets_.empty() || datasets_[chosen_].type != config::DatasetType::Images) {
     settle_->stop();
-    haveShown_ = false;
+    shown_.reset();
     showNotImages();
     return;
   }
-  if (haveShown_ && sameScan(shown_, datasets_[chosen_])) return;
+  if (shown_ && sameScan(*shown_, datasets_[chosen_])) return;
   state_->setText(tr("Scanning..."));
   settle_->start();
 }
@@ -136,7 +139,7 @@ void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets
 void DatasetView::chooseDataset(int index) {
   if (index < 0 || index >= int(datasets_.size())) return;
   chosen_ = index;
-  haveShown_ = false;
+  shown_.reset();
   setDatasets(std::vector<config::DatasetConfig>(datasets_));
 }
 
@@ -144,8 +147,7 @@ void DatasetView::rescan() {
   settle_->stop();
   if (chosen_ >= int(datasets_.size()) || datasets_[chosen_].type != config::DatasetType::Images) return;
   const config::DatasetConfig cfg = datasets_[chosen_];
-  shown_ = cfg;
-  haveShown_ = true;
+  shown_ = std::make_unique<config::DatasetConfig>(cfg);
   if (cfg.folderPath.empty()) {
     DatasetScanView v;
     v.error = tr("No image folder set (datasets[%1].folder_path).").arg(chosen_);

@@ -11,8 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "config/RunConfig.h"
-#include "ui/DatasetBackend.h"
+#include "ui/DatasetScanView.h"
 
 class QComboBox;
 class QLabel;
@@ -21,6 +20,10 @@ class QPushButton;
 class QThreadPool;
 class QTimer;
 class QTreeWidget;
+
+namespace strata::config {
+struct DatasetConfig;
+}
 
 namespace strata::ui {
 
@@ -54,8 +57,7 @@ class DatasetView : public QWidget {
   void showNotImages();
 
   std::vector<config::DatasetConfig> datasets_;
-  config::DatasetConfig shown_;  // what the last scan was of
-  bool haveShown_ = false;
+  std::unique_ptr<config::DatasetConfig> shown_;  // what the last scan was of; null = none yet
   int chosen_ = 0;
   bool scanning_ = false;
   int scans_ = 0;

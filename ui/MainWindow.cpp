@@ -510,7 +510,8 @@ void MainWindow::connectBridge() {
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
             queued_.clear();
-            finishQueuedRun(RunQueue::State::Failed, message.section('\n', 0, 0) +
+            // The whole message on one line: a preflight failure's reasons follow its first line.
+            finishQueuedRun(RunQueue::State::Failed, QString(message).replace('\n', ' ').simplified() +
                                                          (step > 0 ? tr(" (at step %1)").arg(step) : QString()));
             QString text = message;
             if (step > 0) text += tr("\n\nFailed at step %1.").arg(step);
