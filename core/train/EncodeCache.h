@@ -47,9 +47,15 @@ class EncodeCache {
   EncodeCache(std::filesystem::path folder, Encoders encoders, const events::EventBus* bus = nullptr);
 
   // Encodes what is missing, invalid or stale; images in batches of the same
-  // bucket. Publishes CacheProgressEvents. Throws IoError when an image can no
-  // longer be read or a file cannot be written.
-  CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = 4);
+  // bucket; the captions and `extraTexts` (the empty caption) as one text stage.
+  // Publishes CacheProgressEvents. Throws IoError when an image can no longer be
+  // read or a file cannot be written.
+  CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = 4,
+                   const std::vector<std::string>& extraTexts = {});
+  // The text embeddings of `texts` alone (sample prompts, the empty caption),
+  // with progress events of `stage`.
+  CacheStats buildTexts(const std::vector<std::string>& texts, const std::string& stage = "text",
+                        int64_t batchSize = 4);
   // The cached tensors: latents [C, h, w], txt [N, D], pooled [P] (float32).
   at::Tensor latents(const ImageEntry& entry) const;
   TextEmbedding text(const std::string& caption) const;

@@ -29,10 +29,10 @@ ClipCheckpoint ClipCheckpoint::open(const fs::path& path) {
   return ckpt;
 }
 
-ClipTextConfig ClipCheckpoint::config() const {
+ClipTextConfig ClipCheckpoint::config(std::optional<int64_t> numAttentionHeads) const {
   if (!configJson_.empty()) return ClipTextConfig::fromTransformersJsonFile(configJson_);
   try {
-    return ClipTextConfig::fromShapes(shapes_);
+    return ClipTextConfig::fromShapes(shapes_, numAttentionHeads);
   } catch (const Error& e) {
     throw LoadError(files_->describe() + ": " + e.what());
   }

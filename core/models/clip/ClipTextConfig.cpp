@@ -126,7 +126,8 @@ nlohmann::json ClipTextConfig::toTransformersJson() const {
   return j;
 }
 
-ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes) {
+ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                          std::optional<int64_t> numAttentionHeads) {
   auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
     auto it = shapes.find(key);
     if (it == shapes.end()) throw LoadError("ClipTextConfig: the weights have no '" + key + "'");
@@ -146,10 +147,14 @@ ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vecto
   if (c.numHiddenLayers == 0)
     throw LoadError("ClipTextConfig: the weights have no 'encoder.layers.0.self_attn.q_proj.weight'");
   c.intermediateSize = shapeOf("encoder.layers.0.mlp.fc1.weight", 2)[0];
-  if (c.hiddenSize % kClipHeadDim != 0)
-    throw LoadError("ClipTextConfig: the head count is not in the weights and hidden size " +
-                    std::to_string(c.hiddenSize) + " is no multiple of CLIP's head width 64: give a config.json");
-  c.numAttentionHeads = c.hiddenSize / kClipHeadDim;
+  if (numAttentionHeads) {
+    c.numAttentionHeads = *numAttentionHeads;
+  } else {
+    if (c.hiddenSize % kClipHeadDim != 0)
+      throw LoadError("ClipTextConfig: the head count is not in the weights and hidden size " +
+                      std::to_string(c.hiddenSize) + " is no multiple of CLIP's head width 64: give a config.json");
+    c.numAttentionHeads = c.hiddenSize / kClipHeadDim;
+  }
   c.validate();
   return c;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,10 @@ struct ClipTextConfig {
   // From tensor names and shapes (transformers names, no prefix). The head count
   // is not in the weights: CLIP's head width 64 gives it (hidden 768 -> 12); a
   // hidden size that is no multiple of 64 needs a config.json. The activation and
-  // eos id are CLIP-L's (quick_gelu, 2). Throws LoadError naming the key.
-  static ClipTextConfig fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes);
+  // eos id are CLIP-L's (quick_gelu, 2). `numAttentionHeads` given: that head
+  // count instead (model.clip_num_attention_heads). Throws LoadError naming the key.
+  static ClipTextConfig fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                   std::optional<int64_t> numAttentionHeads = std::nullopt);
 
   bool operator==(const ClipTextConfig& o) const;
   bool operator!=(const ClipTextConfig& o) const { return !(*this == o); }
