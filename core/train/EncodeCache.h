@@ -34,6 +34,10 @@ struct Encoders {
   int64_t maxSequenceLength = 512;
 };
 
+// Images (and captions) per encoder call while the cache is built: the batch the
+// planner sizes the caching phase's activations for (train::prepareRun).
+constexpr int64_t kCacheBatchSize = 4;
+
 struct CacheStats {
   int64_t latentsEncoded = 0;  // images run through the image encoder
   int64_t textsEncoded = 0;    // captions run through the text encoder
@@ -49,7 +53,7 @@ class EncodeCache {
   // Encodes what is missing, invalid or stale; images in batches of the same
   // bucket. Publishes CacheProgressEvents. Throws IoError when an image can no
   // longer be read or a file cannot be written.
-  CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = 4);
+  CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = kCacheBatchSize);
   // The cached tensors: latents [C, h, w], txt [N, D], pooled [P] (float32).
   at::Tensor latents(const ImageEntry& entry) const;
   TextEmbedding text(const std::string& caption) const;
