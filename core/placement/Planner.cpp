@@ -110,8 +110,8 @@ void summarise(const PlannerInput& in, Plan& plan) {
   plan.fits = true;
   for (auto& dp : plan.devices) {
     if (dp.blockIds.empty()) dp.firstBlock = dp.endBlock = 0;
-    dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes + dp.optimizerBytes +
-                    dp.otherBytes + std::max(dp.activationBytes + dp.workspaceBytes, dp.otherPeakBytes);
+    dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes + dp.optimizerBytes + dp.otherBytes +
+                    std::max(dp.activationBytes + dp.workspaceBytes, dp.otherPeakBytes);
     dp.missingBytes = dp.budgetBytes > 0 && dp.totalBytes > dp.budgetBytes ? dp.totalBytes - dp.budgetBytes : 0;
     if (dp.missingBytes > 0) plan.fits = false;
   }
@@ -160,8 +160,8 @@ std::string cachingText(const PlannerInput& in, const Plan& plan) {
     std::string names;
     for (size_t k = 0; k < st.modules.size(); ++k)
       names += (k == 0 ? "" : k + 1 == st.modules.size() ? " and " : ", ") + st.modules[k];
-    os << (i == 0 ? " first " : ", then ") << names << (i == 0 ? "" : " join") << " ("
-       << formatBytes(st.weightBytes) << " of weights + " << formatBytes(st.peakBytes) << " encoding a batch)";
+    os << (i == 0 ? " first " : ", then ") << names << (i == 0 ? "" : st.modules.size() == 1 ? " joins" : " join") << " (" << formatBytes(st.weightBytes)
+       << " of weights + " << formatBytes(st.peakBytes) << " encoding a batch)";
   }
   os << "; at most " << formatBytes(c.totalBytes);
   if (c.budgetBytes > 0) os << " of its " << formatBytes(c.budgetBytes);
@@ -182,8 +182,7 @@ std::string cachingText(const PlannerInput& in, const Plan& plan) {
 
 // Why a device has no blocks while a later one has (or the model has fewer
 // blocks than devices). `skipFirst`: the first device's case is said elsewhere.
-std::string emptyDevicesText(const PlannerInput& in, const Plan& plan, const std::string& why,
-                             bool skipFirst = false) {
+std::string emptyDevicesText(const PlannerInput& in, const Plan& plan, const std::string& why, bool skipFirst = false) {
   size_t lastUsed = 0;
   bool any = false;
   for (size_t d = 0; d < plan.devices.size(); ++d)
@@ -324,8 +323,8 @@ Plan planMemory(const PlannerInput& in) {
   const auto kept = otherModulesWhere(in, false);
   if (!kept.empty()) os << " and " << namesOf(kept) << " (" << formatBytes(in.otherResidentBytes()) << ")";
   os << " on " << in.devices.front().device << ".";
-  const bool blocksFit = std::all_of(plan.devices.begin(), plan.devices.end(),
-                                     [](const DevicePlan& dp) { return dp.missingBytes == 0; });
+  const bool blocksFit =
+      std::all_of(plan.devices.begin(), plan.devices.end(), [](const DevicePlan& dp) { return dp.missingBytes == 0; });
   if (!blocksFit) {
     os << " Does not fit:" << missingText(plan);
   } else {
@@ -389,7 +388,8 @@ Plan planParamCount(const PlannerInput& in) {
     std::vector<const OtherModule*> all;
     for (const auto& m : in.otherModules) all.push_back(&m);
     os << " + " << formatParams(static_cast<int64_t>(otherParams)) << " in " << namesOf(all) << " x "
-       << in.otherModuleParamCountScale << " = " << formatParams(static_cast<int64_t>(other)) << " charged to " << first;
+       << in.otherModuleParamCountScale << " = " << formatParams(static_cast<int64_t>(other)) << " charged to "
+       << first;
   }
   if (firstOverShare) {
     os << "; " << first << "'s stem, head and other modules (" << formatParams(static_cast<int64_t>(fixed))
@@ -402,12 +402,13 @@ Plan planParamCount(const PlannerInput& in) {
   }
   os << "; a block goes where its midpoint falls.";
   char why[160];
-  std::snprintf(why, sizeof why, "a block (up to %s parameters) is larger than a device's share (%s) and goes where its midpoint falls.",
+  std::snprintf(why, sizeof why,
+                "a block (up to %s parameters) is larger than a device's share (%s) and goes where its midpoint falls.",
                 formatParams(static_cast<int64_t>(largest)).c_str(), formatParams(static_cast<int64_t>(share)).c_str());
   // The first device without blocks is said above when its charge is the cause.
   os << emptyDevicesText(in, plan, why, firstOverShare);
-  const bool blocksFit = std::all_of(plan.devices.begin(), plan.devices.end(),
-                                     [](const DevicePlan& dp) { return dp.missingBytes == 0; });
+  const bool blocksFit =
+      std::all_of(plan.devices.begin(), plan.devices.end(), [](const DevicePlan& dp) { return dp.missingBytes == 0; });
   if (!blocksFit) os << " Over budget:" << missingText(plan);
   os << cachingText(in, plan);
   plan.reason = os.str();
@@ -554,8 +555,8 @@ std::string formatPlanTable(const Plan& plan) {
   }
   if (plan.caching.needed) {
     const CachingPlan& c = plan.caching;
-    os << "\ncaching (before the transformer is placed) on " << c.device << ": "
-       << (c.fits ? "fits" : "DOES NOT FIT") << "\n";
+    os << "\ncaching (before the transformer is placed) on " << c.device << ": " << (c.fits ? "fits" : "DOES NOT FIT")
+       << "\n";
     for (const auto& m : plan.otherModules) {
       os << "  " << m.name << std::string(m.name.size() < 12 ? 12 - m.name.size() : 1, ' ')
          << formatBytes(m.weightBytes) << "  (" << m.dtype << ", " << formatParams(m.paramCount) << " params) + "
@@ -617,9 +618,15 @@ nlohmann::json planToJson(const Plan& plan) {
                       {"weight_bytes", st.weightBytes},
                       {"peak_bytes", st.peakBytes},
                       {"total_bytes", st.totalBytes}});
-  j["caching"] = {{"needed", c.needed}, {"stages", stages},         {"device", c.device},           {"weight_bytes", c.weightBytes},
-                  {"peak_bytes", c.peakBytes}, {"total_bytes", c.totalBytes},   {"budget_bytes", c.budgetBytes},
-                  {"missing_bytes", c.missingBytes}, {"fits", c.fits}};
+  j["caching"] = {{"needed", c.needed},
+                  {"stages", stages},
+                  {"device", c.device},
+                  {"weight_bytes", c.weightBytes},
+                  {"peak_bytes", c.peakBytes},
+                  {"total_bytes", c.totalBytes},
+                  {"budget_bytes", c.budgetBytes},
+                  {"missing_bytes", c.missingBytes},
+                  {"fits", c.fits}};
   return j;
 }
 

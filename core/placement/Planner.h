@@ -75,8 +75,8 @@ struct DeviceBudget {
 // A module outside the blocks on the first device (text encoders, VAE): ai-toolkit's
 // "other modules".
 struct OtherModule {
-  std::string name;                  // "T5", "CLIP", "VAE"
-  std::string dtype;                 // what it runs in: "bf16", "fp32"
+  std::string name;   // "T5", "CLIP", "VAE"
+  std::string dtype;  // what it runs in: "bf16", "fp32"
   int64_t paramCount = 0;
   int64_t weightBytes = 0;           // in that dtype
   int64_t cachingPeakBytes = 0;      // activations while it encodes one batch for the cache
@@ -98,8 +98,8 @@ struct PlannerInput {
   double otherModuleParamCountScale = 0.3;  // split_model_other_module_param_count_scale
   std::vector<DeviceBudget> devices;        // in the order blocks fill them
 
-  int64_t otherParamCount() const;       // all other modules (param_count mode charges them, scaled)
-  int64_t otherResidentBytes() const;    // weights of those kept through training
+  int64_t otherParamCount() const;         // all other modules (param_count mode charges them, scaled)
+  int64_t otherResidentBytes() const;      // weights of those kept through training
   int64_t otherTrainingPeakBytes() const;  // the largest activation peak of those, while training
 };
 
@@ -149,7 +149,7 @@ struct DevicePlan {
                                // the same time as the blocks' activations and workspace
   int64_t totalBytes = 0;      // everything above; workspace counted once (its max), the larger of
                                // activations + workspace and otherPeakBytes
-  int64_t missingBytes = 0;  // totalBytes - budgetBytes when over a known budget, else 0
+  int64_t missingBytes = 0;    // totalBytes - budgetBytes when over a known budget, else 0
 };
 
 struct Plan {
@@ -160,8 +160,8 @@ struct Plan {
   std::vector<DevicePlan> devices;  // one per input device, input order
   std::vector<OtherModule> otherModules;
   CachingPlan caching;
-  bool fits = true;                 // every device within its known budget, caching included
-  std::string reason;               // one paragraph: the rule, the split, what is missing
+  bool fits = true;    // every device within its known budget, caching included
+  std::string reason;  // one paragraph: the rule, the split, what is missing
 
   // Device of a block id ("stem" and "head" included); throws PlacementError when unknown.
   const std::string& deviceOf(const std::string& blockId) const;

@@ -144,16 +144,15 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 
   if (note) {
     std::ostringstream os;
-    os << "The images dataset needs the text encoders and the VAE on " << device << ": T5 (" << shapes.t5Source
-       << ", " << t5.dtype << ", " << formatBytes(t5.weightBytes) << ") and CLIP (" << shapes.clipSource << ", "
-       << clip.dtype << ", " << formatBytes(clip.weightBytes)
-       << ") load once the VAE (" << shapes.vaeSource << ", " << vae.dtype << ", " << formatBytes(vae.weightBytes)
+    os << "The images dataset needs the text encoders and the VAE on " << device << ": T5 (" << shapes.t5Source << ", "
+       << t5.dtype << ", " << formatBytes(t5.weightBytes) << ") and CLIP (" << shapes.clipSource << ", " << clip.dtype
+       << ", " << formatBytes(clip.weightBytes) << ") load once the VAE (" << shapes.vaeSource << ", " << vae.dtype
+       << ", " << formatBytes(vae.weightBytes)
        << ") has encoded the images, encode the captions and the sample prompts, and are freed before step 1; the "
           "VAE stays for the run";
     if (sampling)
       os << " to decode the samples (" << cfg.sample.width << "x" << cfg.sample.height << ", one at a time)";
-    os << ". Encoding peaks are for batches of " << batch << " at " << px << " px and " << t5Tokens
-       << " T5 tokens.";
+    os << ". Encoding peaks are for batches of " << batch << " at " << px << " px and " << t5Tokens << " T5 tokens.";
     *note = os.str();
   }
   return out;

@@ -122,7 +122,8 @@ void PlanViewTest::fluxImagesPlanNamesTheEncodersAndTheCaching() {
   const QString text = planText(w, "4x16GB");
   QVERIFY2(w.plannedMap()->placement().error.isEmpty(), qPrintable(w.plannedMap()->placement().error));
   QCOMPARE(text, coreWords(e->config(), "4x16GB"));
-  QVERIFY2(text.contains("T5 (preset t5-xxl, bf16, 9.5 GB) and CLIP (preset clip-l, bf16, 246.1 MB)"), qPrintable(text));
+  QVERIFY2(text.contains("T5 (preset t5-xxl, bf16, 9.5 GB) and CLIP (preset clip-l, bf16, 246.1 MB)"),
+           qPrintable(text));
   QVERIFY2(text.contains("are freed before step 1"), qPrintable(text));
   QVERIFY2(text.contains("Caching, before the transformer is placed, on cuda:0"), qPrintable(text));
   QVERIFY2(text.contains("and VAE (167.6 MB) on cuda:0"), qPrintable(text));  // memory mode: the VAE stays

@@ -200,8 +200,7 @@ int64_t clipEncodePeakBytes(const ClipTextConfig& cfg, int64_t batch, int64_t el
   const double mlp = b * l * static_cast<double>(cfg.intermediateSize);
   const bool wide = elementBytes >= 4;
   // h, the norm, q, k, v; the scores, their float32 copy, the softmax, its cast.
-  const double attention =
-      5.0 * hidden * e + scores * (e + (wide ? 0.0 : 4.0) + 4.0 + (wide ? 0.0 : e));
+  const double attention = 5.0 * hidden * e + scores * (e + (wide ? 0.0 : 4.0) + 4.0 + (wide ? 0.0 : e));
   // The attention locals (scores, weights, attn) alive; fc1 and its activation.
   const double mlpPeak = 8.0 * hidden * e + scores * (e + (wide ? 4.0 : e)) + 2.0 * mlp * e;
   return static_cast<int64_t>(std::llround(std::max(attention, mlpPeak)));

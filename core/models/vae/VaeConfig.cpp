@@ -323,10 +323,10 @@ class VaePeakWalk {
   // -> conv2 -> h2 (h1 freed after); the shortcut conv of x; h2 += shortcut.
   void resnet(double held, int64_t cin, int64_t cout, double pixels) {
     const double x = size(cin, pixels), o = size(cout, pixels);
-    live(held + 2.0 * x);          // norm1 (SiLU in place)
-    conv(held + x, x, o);          // conv1 on norm1's output
-    live(held + x + 2.0 * o);      // norm2 of h1
-    conv(held + x + o, o, o);      // conv2 on norm2's output, h1 still held
+    live(held + 2.0 * x);                   // norm1 (SiLU in place)
+    conv(held + x, x, o);                   // conv1 on norm1's output
+    live(held + x + 2.0 * o);               // norm2 of h1
+    conv(held + x + o, o, o);               // conv2 on norm2's output, h1 still held
     if (cin != cout) conv(held + o, x, o);  // conv_shortcut of x, next to h2
   }
 
@@ -388,7 +388,7 @@ int64_t vaeEncodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, 
   const auto& b = cfg.blockOutChannels;
   double pixels = static_cast<double>(height) * static_cast<double>(width);
   const double image = walk.size(cfg.inChannels, pixels);  // held by encode() throughout
-  walk.conv(0.0, image, walk.size(b[0], pixels));         // conv_in
+  walk.conv(0.0, image, walk.size(b[0], pixels));          // conv_in
   int64_t channels = b[0];
   for (int64_t i = 0; i < cfg.numBlocks(); ++i) {
     pixels = walk.level(image, channels, b[i], cfg.layersPerBlock, pixels, i + 1 < cfg.numBlocks() ? -1 : 0);
