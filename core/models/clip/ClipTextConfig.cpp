@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "common/Error.h"
@@ -183,6 +185,22 @@ ClipParamPlan clipParamPlan(const ClipTextConfig& cfg) {
     plan.blocks.push_back({"encoder.layers." + std::to_string(i), "layer", perLayer});
   plan.head = {"head", "head", 2 * d};
   return plan;
+}
+
+int64_t clipEncodePeakBytes(const ClipTextConfig& cfg, int64_t batch, int64_t elementBytes) {
+  cfg.validate();
+  if (batch < 1 || elementBytes < 1) throw ConfigError("CLIP peak estimate: batch and element bytes must be positive");
+  const double e = static_cast<double>(elementBytes);
+  const double b = static_cast<double>(batch), l = static_cast<double>(cfg.maxPositionEmbeddings);
+  const double scores = b * static_cast<double>(cfg.numAttentionHeads) * l * l;  // [B, H, L, L]
+  const double hidden = b * l * static_cast<double>(cfg.hiddenSize);
+  const double mlp = b * l * static_cast<double>(cfg.intermediateSize);
+  const bool wide = elementBytes >= 4;
+  // h, the norm, q, k, v; the scores, their float32 copy, the softmax, its cast.
+  const double attention = 5.0 * hidden * e + scores * (e + (wide ? 0.0 : 4.0) + 4.0 + (wide ? 0.0 : e));
+  // The attention locals (scores, weights, attn) alive; fc1 and its activation.
+  const double mlpPeak = 8.0 * hidden * e + scores * (e + (wide ? 4.0 : e)) + 2.0 * mlp * e;
+  return static_cast<int64_t>(std::llround(std::max(attention, mlpPeak)));
 }
 
 }  // namespace strata::clip

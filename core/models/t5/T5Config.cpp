@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/Error.h"
@@ -209,6 +210,27 @@ T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   }
   plan.head = {"head", "head", d};
   return plan;
+}
+
+int64_t t5EncodePeakBytes(const T5Config& cfg, int64_t batch, int64_t length, int64_t elementBytes) {
+  cfg.validate();
+  if (batch < 1 || length < 1 || elementBytes < 1)
+    throw ConfigError("T5 peak estimate: batch, length and element bytes must be positive");
+  const double e = static_cast<double>(elementBytes);
+  const double b = static_cast<double>(batch), l = static_cast<double>(length);
+  const double bias = static_cast<double>(cfg.numHeads) * l * l;  // [1, H, L, L], kept across blocks
+  const double scores = b * bias;                                 // [B, H, L, L]
+  const double model = b * l * static_cast<double>(cfg.dModel);
+  const double inner = b * l * static_cast<double>(cfg.innerDim());
+  const double ff = b * l * static_cast<double>(cfg.dFf);
+  const bool wide = elementBytes >= 4;  // .to(float32) is then the tensor itself
+  // Softmax: the scores, their float32 copy, the softmax and its cast back.
+  const double softmax = scores * (e + (wide ? 0.0 : 4.0) + 4.0 + (wide ? 0.0 : e));
+  const double attention = bias * e + (2.0 * model + 3.0 * inner) * e + softmax;
+  // Feed-forward: scores and weights are locals still alive; act(wi_0 y) * wi_1 y.
+  const double feedForward = bias * e + (3.0 * model + 4.0 * inner) * e + scores * (e + (wide ? 4.0 : e)) +
+                             (cfg.gatedAct ? 4.0 : 2.0) * ff * e;
+  return static_cast<int64_t>(std::llround(std::max(attention, feedForward)));
 }
 
 }  // namespace strata::t5

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -292,6 +293,121 @@ int64_t vaeParamCount(const VaeConfig& cfg) {
     total += n;
   }
   return total;
+}
+
+namespace {
+
+// The live activation elements of one forward, walked step by step. `held` is
+// what the callers up the stack still hold besides a step's own input.
+class VaePeakWalk {
+ public:
+  explicit VaePeakWalk(int64_t batch) : batch_(static_cast<double>(batch)) {}
+  double peak() const { return peak_; }
+  double size(int64_t channels, double pixels) const { return batch_ * static_cast<double>(channels) * pixels; }
+  void live(double elements) { peak_ = std::max(peak_, elements); }
+  // A convolution of `in` elements into `out`, plus its workspace (in + out).
+  void conv(double held, double in, double out) { live(held + 2.0 * (in + out)); }
+
+  // VaeResnetBlock::forward: x held throughout; norm1 -> conv1 -> h1; norm2 of h1
+  // -> conv2 -> h2 (h1 freed after); the shortcut conv of x; h2 += shortcut.
+  void resnet(double held, int64_t cin, int64_t cout, double pixels) {
+    const double x = size(cin, pixels), o = size(cout, pixels);
+    live(held + 2.0 * x);                   // norm1 (SiLU in place)
+    conv(held + x, x, o);                   // conv1 on norm1's output
+    live(held + x + 2.0 * o);               // norm2 of h1
+    conv(held + x + o, o, o);               // conv2 on norm2's output, h1 still held
+    if (cin != cout) conv(held + o, x, o);  // conv_shortcut of x, next to h2
+  }
+
+  // VaeLevelImpl::forward: the caller holds the level's input while its resnets
+  // run one after another, then the down (pad + stride-2 conv) or up (nearest
+  // 2x + conv) resampler. Returns the pixels after it.
+  double level(double held, int64_t cin, int64_t cout, int64_t layers, double pixels, int resample) {
+    const double input = size(cin, pixels);
+    for (int64_t j = 0; j < layers; ++j) resnet(j == 0 ? held : held + input, j == 0 ? cin : cout, cout, pixels);
+    const double h = size(cout, pixels);
+    if (resample < 0) {
+      conv(held + input + h, h, h / 4.0);  // the padded copy is the conv's input
+      return pixels / 4.0;
+    }
+    if (resample > 0) {
+      conv(held + input + h, 4.0 * h, 4.0 * h);  // the upsampled copy is the conv's input
+      return pixels * 4.0;
+    }
+    return pixels;
+  }
+
+  // VaeMidBlockImpl::forward (its input held throughout): resnet, single-head
+  // attention over every pixel (scores in query-row chunks of at most 2^28, the
+  // softmax beside them), resnet.
+  void mid(double held, int64_t channels, double pixels, bool attention) {
+    const double x = size(channels, pixels);
+    resnet(held, channels, channels, pixels);
+    if (attention) {
+      const double chunkRows = std::max(1.0, std::floor(static_cast<double>(int64_t{1} << 28) / (batch_ * pixels)));
+      const double scores = batch_ * std::min(chunkRows, pixels) * pixels;
+      live(held + 2.0 * x + x + 3.0 * x + 2.0 * scores);  // norm, q, k, v, scores + softmax
+      live(held + 2.0 * x + 3.0 * x + 3.0 * x);           // q, k, v, attended, to_out, its reshaped copy
+    }
+    resnet(held + x, channels, channels, pixels);
+  }
+
+ private:
+  double batch_;
+  double peak_ = 0;
+};
+
+int64_t bytesOf(double elements, int64_t elementBytes) {
+  return static_cast<int64_t>(std::llround(elements * static_cast<double>(elementBytes)));
+}
+
+void checkPeakArgs(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
+  cfg.validate();
+  if (batch < 1 || height < 1 || width < 1 || elementBytes < 1)
+    throw ConfigError("VAE peak estimate: batch, size and element bytes must be positive, got batch " +
+                      std::to_string(batch) + ", " + std::to_string(width) + "x" + std::to_string(height) + ", " +
+                      std::to_string(elementBytes) + " bytes");
+}
+
+}  // namespace
+
+int64_t vaeEncodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
+  checkPeakArgs(cfg, batch, height, width, elementBytes);
+  VaePeakWalk walk(batch);
+  const auto& b = cfg.blockOutChannels;
+  double pixels = static_cast<double>(height) * static_cast<double>(width);
+  const double image = walk.size(cfg.inChannels, pixels);  // held by encode() throughout
+  walk.conv(0.0, image, walk.size(b[0], pixels));          // conv_in
+  int64_t channels = b[0];
+  for (int64_t i = 0; i < cfg.numBlocks(); ++i) {
+    pixels = walk.level(image, channels, b[i], cfg.layersPerBlock, pixels, i + 1 < cfg.numBlocks() ? -1 : 0);
+    channels = b[i];
+  }
+  walk.mid(image, channels, pixels, cfg.midBlockAddAttention);
+  const double h = walk.size(channels, pixels);
+  walk.conv(image + h, h, walk.size(2 * cfg.latentChannels, pixels));  // conv_norm_out, then conv_out
+  return bytesOf(walk.peak(), elementBytes);
+}
+
+int64_t vaeDecodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
+  checkPeakArgs(cfg, batch, height, width, elementBytes);
+  VaePeakWalk walk(batch);
+  const auto& b = cfg.blockOutChannels;
+  const int64_t n = cfg.numBlocks();
+  const double f = static_cast<double>(cfg.downscaleFactor());
+  double pixels = static_cast<double>(height) * static_cast<double>(width) / (f * f);
+  const double latents = walk.size(cfg.latentChannels, pixels);  // held by decode() throughout
+  int64_t channels = b[n - 1];
+  walk.conv(0.0, latents, walk.size(channels, pixels));  // conv_in
+  walk.mid(latents, channels, pixels, cfg.midBlockAddAttention);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t out = b[n - 1 - i];
+    pixels = walk.level(latents, channels, out, cfg.layersPerBlock + 1, pixels, i + 1 < n ? 1 : 0);
+    channels = out;
+  }
+  const double h = walk.size(channels, pixels);
+  walk.conv(latents + h, h, walk.size(cfg.outChannels, pixels));  // conv_norm_out, then conv_out
+  return bytesOf(walk.peak(), elementBytes);
 }
 
 }  // namespace strata::vae
