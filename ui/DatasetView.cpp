@@ -71,14 +71,17 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   summary_->setWordWrap(true);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   buckets_ = makeTable(this, "datasetBuckets", {tr("Resolution"), tr("Bucket"), tr("Views")});
-  buckets_->setToolTip(tr("Training views per aspect-ratio bucket (an image counts once per resolution, "
-                          "twice with flip_x)"));
+  buckets_->setToolTip(
+      tr("Training views per aspect-ratio bucket (an image counts once per resolution, "
+         "twice with flip_x)"));
   skipped_ = makeTable(this, "datasetSkipped", {tr("Skipped file"), tr("Why")});
   thumbs_ = new QListWidget(this);
   thumbs_->setObjectName("datasetThumbnails");
   thumbs_->setViewMode(QListView::IconMode);
   thumbs_->setIconSize(QSize(kThumbSide, kThumbSide));
-  thumbs_->setGridSize(QSize(kThumbSide + 28, kThumbSide + 44));
+  // Room for three lines of caption under each picture; longer ones are in the tooltip.
+  thumbs_->setGridSize(QSize(kThumbSide + 48, kThumbSide + 3 * thumbs_->fontMetrics().height() + 14));
+  thumbs_->setTextElideMode(Qt::ElideRight);
   thumbs_->setResizeMode(QListView::Adjust);
   thumbs_->setMovement(QListView::Static);
   thumbs_->setWordWrap(true);
@@ -114,7 +117,8 @@ void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets
   const QSignalBlocker block(chooser_);
   chooser_->clear();
   for (size_t i = 0; i < datasets_.size(); ++i)
-    chooser_->addItem(tr("Dataset %1 (%2)").arg(i + 1).arg(QString::fromStdString(config::enumName(datasets_[i].type))));
+    chooser_->addItem(
+        tr("Dataset %1 (%2)").arg(i + 1).arg(QString::fromStdString(config::enumName(datasets_[i].type))));
   if (chosen_ >= int(datasets_.size())) chosen_ = 0;
   // The first images dataset, unless the user chose one.
   if (chosen_ < int(datasets_.size()) && datasets_[chosen_].type != config::DatasetType::Images)
@@ -212,8 +216,9 @@ void DatasetView::showScan(const DatasetScanView& scan, int generation) {
                            .arg(QFileInfo(t.path).fileName().toHtmlEscaped())
                            .arg(t.size.width())
                            .arg(t.size.height())
-                           .arg(caption.toHtmlEscaped(),
-                                t.defaultedCaption ? tr("<br><i>no caption file: the default caption</i>") : QString()));
+                           .arg(caption.toHtmlEscaped(), t.defaultedCaption
+                                                             ? tr("<br><i>no caption file: the default caption</i>")
+                                                             : QString()));
       if (t.defaultedCaption) item->setForeground(palette().color(QPalette::PlaceholderText));
     }
   }
