@@ -85,7 +85,6 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   thumbs_->setResizeMode(QListView::Adjust);
   thumbs_->setMovement(QListView::Static);
   thumbs_->setWordWrap(true);
-  thumbs_->setUniformItemSizes(true);
 
   auto* tables = new QSplitter(Qt::Horizontal, this);
   tables->addWidget(buckets_);
@@ -212,6 +211,8 @@ void DatasetView::showScan(const DatasetScanView& scan, int generation) {
       const QString caption = t.caption.isEmpty() ? tr("(no caption)") : t.caption;
       auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(t.image)), caption, thumbs_);
       item->setData(Qt::UserRole, t.path);
+      item->setSizeHint(thumbs_->gridSize());  // long captions are cut to the tile, whole in the tooltip
+      item->setTextAlignment(Qt::AlignHCenter | Qt::AlignTop);
       item->setToolTip(QString("<b>%1</b> (%2 x %3)<br>%4%5")
                            .arg(QFileInfo(t.path).fileName().toHtmlEscaped())
                            .arg(t.size.width())
