@@ -13,13 +13,13 @@ struct DatasetThumb {
   QString path;
   QString caption;  // as trained (default caption, trigger word applied)
   bool defaultedCaption = false;
-  QImage image;     // at most thumbSide on its longer side
-  QSize size;       // the image's upright size
+  QImage image;  // at most thumbSide on its longer side
+  QSize size;    // the image's upright size
 };
 
 struct DatasetBucketCount {
   qint64 resolution = 0;
-  QString bucket;  // "512x512"
+  QString bucket;    // "512x512"
   qint64 count = 0;  // training views (each flip counts)
 };
 

@@ -71,18 +71,20 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   summary_->setWordWrap(true);
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   buckets_ = makeTable(this, "datasetBuckets", {tr("Resolution"), tr("Bucket"), tr("Views")});
-  buckets_->setToolTip(tr("Training views per aspect-ratio bucket (an image counts once per resolution, "
-                          "twice with flip_x)"));
+  buckets_->setToolTip(
+      tr("Training views per aspect-ratio bucket (an image counts once per resolution, "
+         "twice with flip_x)"));
   skipped_ = makeTable(this, "datasetSkipped", {tr("Skipped file"), tr("Why")});
   thumbs_ = new QListWidget(this);
   thumbs_->setObjectName("datasetThumbnails");
   thumbs_->setViewMode(QListView::IconMode);
   thumbs_->setIconSize(QSize(kThumbSide, kThumbSide));
-  thumbs_->setGridSize(QSize(kThumbSide + 28, kThumbSide + 44));
+  // Room for three lines of caption under each picture; longer ones are in the tooltip.
+  thumbs_->setGridSize(QSize(kThumbSide + 48, kThumbSide + 3 * thumbs_->fontMetrics().height() + 14));
+  thumbs_->setTextElideMode(Qt::ElideRight);
   thumbs_->setResizeMode(QListView::Adjust);
   thumbs_->setMovement(QListView::Static);
   thumbs_->setWordWrap(true);
-  thumbs_->setUniformItemSizes(true);
 
   auto* tables = new QSplitter(Qt::Horizontal, this);
   tables->addWidget(buckets_);
@@ -114,7 +116,8 @@ void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets
   const QSignalBlocker block(chooser_);
   chooser_->clear();
   for (size_t i = 0; i < datasets_.size(); ++i)
-    chooser_->addItem(tr("Dataset %1 (%2)").arg(i + 1).arg(QString::fromStdString(config::enumName(datasets_[i].type))));
+    chooser_->addItem(
+        tr("Dataset %1 (%2)").arg(i + 1).arg(QString::fromStdString(config::enumName(datasets_[i].type))));
   if (chosen_ >= int(datasets_.size())) chosen_ = 0;
   // The first images dataset, unless the user chose one.
   if (chosen_ < int(datasets_.size()) && datasets_[chosen_].type != config::DatasetType::Images)
@@ -208,12 +211,15 @@ void DatasetView::showScan(const DatasetScanView& scan, int generation) {
       const QString caption = t.caption.isEmpty() ? tr("(no caption)") : t.caption;
       auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(t.image)), caption, thumbs_);
       item->setData(Qt::UserRole, t.path);
+      item->setSizeHint(thumbs_->gridSize());  // long captions are cut to the tile, whole in the tooltip
+      item->setTextAlignment(Qt::AlignHCenter | Qt::AlignTop);
       item->setToolTip(QString("<b>%1</b> (%2 x %3)<br>%4%5")
                            .arg(QFileInfo(t.path).fileName().toHtmlEscaped())
                            .arg(t.size.width())
                            .arg(t.size.height())
-                           .arg(caption.toHtmlEscaped(),
-                                t.defaultedCaption ? tr("<br><i>no caption file: the default caption</i>") : QString()));
+                           .arg(caption.toHtmlEscaped(), t.defaultedCaption
+                                                             ? tr("<br><i>no caption file: the default caption</i>")
+                                                             : QString()));
       if (t.defaultedCaption) item->setForeground(palette().color(QPalette::PlaceholderText));
     }
   }

@@ -305,7 +305,7 @@ class GpuMapCanvas : public QWidget {
     p.drawText(QRect(x + 8, top + 2, columnWidth() - 16, 20), Qt::AlignVCenter | Qt::AlignRight, total);
     QString sub = d.name + (d.simulated && !d.name.contains("simulated") ? tr("  (simulated)") : QString());
     p.setPen(d.simulated ? themed(palette(), QColor(0x9a, 0x6b, 0x00), QColor(0xe3, 0xb3, 0x41))
-                          : palette().color(QPalette::PlaceholderText));
+                         : palette().color(QPalette::PlaceholderText));
     p.drawText(QRect(x + 8, top + 20, columnWidth() - 16, 18), Qt::AlignVCenter | Qt::AlignLeft,
                p.fontMetrics().elidedText(sub, Qt::ElideRight, columnWidth() - 16));
 

@@ -162,6 +162,9 @@ GpuUsagePanel::Card& GpuUsagePanel::cardFor(const GpuUsageView& g) {
 void GpuUsagePanel::addReading(const GpuUsageReadingView& reading, double seconds) {
   ++readings_;
   lastSeconds_ = seconds;
+  // Without figures the panel keeps to a narrow column, leaving the width to the loss plot.
+  const bool figures = reading.available && !reading.gpus.isEmpty();
+  setMaximumWidth(figures ? QWIDGETSIZE_MAX : kNarrowWidth);
   if (!reading.available) {
     status_->setText(tr("No GPU figures: %1.").arg(reading.reason));
     return;
@@ -215,12 +218,12 @@ void GpuUsagePanel::updateHeaders() {
   for (const QString& label : order_) {
     Card& c = cards_[label];
     QString text = headerFor(label);
-    if (starved.contains(label))
-      text += " " + tr("<b>waiting: little work while the other cards are busy</b>");
+    if (starved.contains(label)) text += " " + tr("<b>waiting: little work while the other cards are busy</b>");
     c.header->setText(text);
-    c.header->setStyleSheet(starved.contains(label)
-                                ? QString("color: %1;").arg(themed(palette(), kStarvedColor, kStarvedColor.lighter(130)).name())
-                                : QString());
+    c.header->setStyleSheet(
+        starved.contains(label)
+            ? QString("color: %1;").arg(themed(palette(), kStarvedColor, kStarvedColor.lighter(130)).name())
+            : QString());
   }
 }
 

@@ -26,6 +26,7 @@ class GpuUsagePanel : public QWidget {
   static constexpr double kStarvedWindowSeconds = 30;
   static constexpr int kStarvedBelowPercent = 25;  // busy less than this ...
   static constexpr int kOthersBusyPercent = 60;    // ... while another card is busier than this
+  static constexpr int kNarrowWidth = 260;         // the panel's width while it has no figures
 
   // Reads NVML unless setSource gives another source.
   explicit GpuUsagePanel(QWidget* parent = nullptr);

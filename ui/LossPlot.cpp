@@ -183,7 +183,8 @@ void LossPlot::rescale() {
 void LossPlot::changeEvent(QEvent* event) {
   // The theme changed: restyle once the plot has its new palette too.
   if (event->type() == QEvent::PaletteChange)
-    QMetaObject::invokeMethod(this, [this] { stylePlot(plot_); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this, [this] { stylePlot(plot_); }, Qt::QueuedConnection);
   QWidget::changeEvent(event);
 }
 

@@ -143,8 +143,9 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
     replanTimer_->start();
     datasetView_->setDatasets(editor_->config().datasets);
   });
-  connect(queue_, &RunQueue::saveFailed, this,
-          [this](const QString& m) { statusBar()->showMessage(tr("The run queue could not be saved: %1").arg(m), 15000); });
+  connect(queue_, &RunQueue::saveFailed, this, [this](const QString& m) {
+    statusBar()->showMessage(tr("The run queue could not be saved: %1").arg(m), 15000);
+  });
   connect(queuePanel_, &RunQueuePanel::runToggled, this, &MainWindow::setQueueRunning);
   connect(editor_, &ConfigEditor::filePathChanged, this, &MainWindow::updateTitle);
   connect(editor_, &ConfigEditor::modifiedChanged, this, &MainWindow::updateTitle);

@@ -17,9 +17,8 @@ namespace strata::ui {
 
 namespace {
 
-const QVector<RunQueue::State> kStates = {RunQueue::State::Waiting, RunQueue::State::Running,
-                                          RunQueue::State::Finished, RunQueue::State::Failed,
-                                          RunQueue::State::Stopped};
+const QVector<RunQueue::State> kStates = {RunQueue::State::Waiting, RunQueue::State::Running, RunQueue::State::Finished,
+                                          RunQueue::State::Failed, RunQueue::State::Stopped};
 
 bool isDone(RunQueue::State s) {
   return s == RunQueue::State::Finished || s == RunQueue::State::Failed || s == RunQueue::State::Stopped;

@@ -2,7 +2,9 @@
 
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QEvent>
 #include <QLabel>
+#include <QMetaObject>
 #include <QPushButton>
 #include <QStyle>
 #include <QTreeWidget>
@@ -97,6 +99,14 @@ RunQueuePanel::RunQueuePanel(RunQueue* queue, QWidget* parent) : QWidget(parent)
   rebuild();
 }
 
+void RunQueuePanel::changeEvent(QEvent* event) {
+  // The state colours are picked for the palette: a theme change picks them again.
+  if (event->type() == QEvent::PaletteChange)
+    QMetaObject::invokeMethod(
+        this, [this] { rebuild(); }, Qt::QueuedConnection);
+  QWidget::changeEvent(event);
+}
+
 void RunQueuePanel::setRunning(bool running) {
   if (running_ == running) return;
   const QSignalBlocker block(run_);
@@ -126,7 +136,7 @@ void RunQueuePanel::rebuild() {
     item->setText(0, e.name.isEmpty() ? tr("(no name)") : e.name);
     item->setToolTip(0, tr("From %1, queued %2").arg(e.source, e.added.toString(Qt::ISODate)));
     item->setText(1, RunQueue::stateName(e.state));
-    item->setForeground(1, stateColor(palette(), e.state));
+    if (e.state != RunQueue::State::Waiting) item->setForeground(1, stateColor(palette(), e.state));
     QString detail = e.message;
     if (!e.runDir.isEmpty()) detail += (detail.isEmpty() ? QString() : QString(" - ")) + e.runDir;
     item->setText(2, detail);
@@ -136,7 +146,9 @@ void RunQueuePanel::rebuild() {
   if (!keep.isEmpty()) select(keep);
   QString text = queue_->entries().isEmpty()
                      ? tr("Empty: add configs with Setup's \"Add to queue\" (Run > Add config to queue).")
-                     : tr("%1 waiting of %2; %3").arg(waiting).arg(queue_->entries().size())
+                     : tr("%1 waiting of %2; %3")
+                           .arg(waiting)
+                           .arg(queue_->entries().size())
                            .arg(running_ ? tr("the queue is running.") : tr("press Run queue to train them."));
   if (!queue_->loadProblem().isEmpty()) text = queue_->loadProblem() + "\n" + text;
   summary_->setText(text);

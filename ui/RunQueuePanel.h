@@ -27,6 +27,9 @@ class RunQueuePanel : public QWidget {
  signals:
   void runToggled(bool run);
 
+ protected:
+  void changeEvent(QEvent* event) override;
+
  private:
   void rebuild();
   void updateButtons();

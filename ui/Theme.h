@@ -13,8 +13,8 @@ namespace strata::ui {
 
 enum class Theme { Light, Dark };
 
-QString themeName(Theme theme);             // "light", "dark" (the settings value)
-Theme themeFromName(const QString& name);   // anything else: Light
+QString themeName(Theme theme);            // "light", "dark" (the settings value)
+Theme themeFromName(const QString& name);  // anything else: Light
 // Sets the application palette (and the window's extra style sheet rules through
 // themeStyleSheet); the first call remembers the desktop's palette for Light.
 void applyTheme(Theme theme);

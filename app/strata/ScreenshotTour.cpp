@@ -147,11 +147,12 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                       editor->setValueText("datasets[0].trigger_word", "shp");
                       editor->setValueText("datasets[0].default_caption", "a shape");
                       editor->setValueText("datasets[0].resolution", "[32, 64]");
-                      if (auto* side = window_->findChild<QTabWidget*>("setupSideTabs")) side->setCurrentWidget(dataset);
+                      if (auto* side = window_->findChild<QTabWidget*>("setupSideTabs"))
+                        side->setCurrentWidget(dataset);
                     },
                     0});
-  steps_.push_back({[=] { return dataset->scanCount() > 0 && !dataset->isScanning(); }, [=] { shoot("setup-dataset"); },
-                    30000});
+  steps_.push_back(
+      {[=] { return dataset->scanCount() > 0 && !dataset->isScanning(); }, [=] { shoot("setup-dataset"); }, 30000});
   // 4. Back to the demo config; start a short run.
   steps_.push_back({always,
                     [=] {

@@ -9,11 +9,11 @@
 namespace strata::device {
 
 struct GpuUsage {
-  int nvmlIndex = -1;            // NVML's numbering (PCI order)
-  int cudaIndex = -1;            // the CUDA ordinal of the same card (PCI id match); -1 when not known
-  std::string name;              // "NVIDIA H200"
-  int utilizationPercent = 0;    // kernels running in the last sample period, 0..100
-  int64_t memoryUsedBytes = 0;   // every process's use of the card
+  int nvmlIndex = -1;           // NVML's numbering (PCI order)
+  int cudaIndex = -1;           // the CUDA ordinal of the same card (PCI id match); -1 when not known
+  std::string name;             // "NVIDIA H200"
+  int utilizationPercent = 0;   // kernels running in the last sample period, 0..100
+  int64_t memoryUsedBytes = 0;  // every process's use of the card
   int64_t memoryTotalBytes = 0;
   // "cuda:1" when the CUDA ordinal is known, else "gpu 1" (NVML's index).
   std::string label() const;

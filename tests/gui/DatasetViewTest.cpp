@@ -63,7 +63,7 @@ void DatasetViewTest::showsImagesCaptionsBucketsAndSkips() {
   writeImage(dir + "/square.png", 64, 64, Qt::green);
   writeText(dir + "/square.txt", "a green square");
   writeImage(dir + "/tiny.png", 8, 8, Qt::white);  // smaller than the smallest bucket
-  writeText(dir + "/empty.png", "");                // zero bytes
+  writeText(dir + "/empty.png", "");               // zero bytes
   QFile good(dir + "/square.png");
   QVERIFY(good.open(QIODevice::ReadOnly));
   writeText(dir + "/broken.png", good.read(good.size() / 2));  // truncated

@@ -137,6 +137,7 @@ void RunQueueTest::gpuUsagePlotsEachCardAndMarksTheWaitingOne() {
   QVERIFY(child<QLabel>(card1, "gpuUsageHeader")->text().contains("5% busy"));
   QVERIFY(!child<QLabel>(card0, "gpuUsageHeader")->text().contains("waiting"));
   QVERIFY(child<QLabel>(panel, "gpuUsageStatus")->text().contains("2 GPU(s)"));
+  QVERIFY(panel->maximumWidth() > GpuUsagePanel::kNarrowWidth);
   // Sampling runs on its own thread and stops with the panel.
   panel->stopSampling();
   const int reads = source->reads();
@@ -160,6 +161,7 @@ void RunQueueTest::gpuUsageSaysWhyWithoutTheDriver() {
   const QString status = child<QLabel>(panel, "gpuUsageStatus")->text();
   QVERIFY2(status.startsWith("No GPU figures: libnvidia-ml.so.1 not found"), qPrintable(status));
   QVERIFY(panel->gpuLabels().isEmpty());
+  QCOMPARE(panel->maximumWidth(), GpuUsagePanel::kNarrowWidth);  // the loss plot gets the width
   // One reading says it; the sampler does not keep asking a missing driver.
   QTest::qWait(150);
   QCOMPARE(panel->readingCount(), 1);
