@@ -345,7 +345,8 @@ std::vector<KeySpec> buildSchema() {
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")
       .add("model.split_model_other_module_param_count_scale", M(model.splitModelOtherModuleParamCountScale),
-           "param_count placement: weight of the non-block modules when balancing", Opt().min(0).max(100))
+           "param_count placement: share of the text encoders' and VAE's parameters charged to the first GPU",
+           Opt().min(0).max(100))
       .add("model.gpu_ids", M(model.gpuIds), "CUDA devices to use: \"0,1,2,3\" or [0, 1, 2, 3]; empty = all",
            Opt().min(0).max(1023).scalarAsList(true).commaString(true))
       .add("model.placement", M(model.placement),

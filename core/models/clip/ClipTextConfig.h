@@ -78,4 +78,10 @@ struct ClipParamPlan {
 
 ClipParamPlan clipParamPlan(const ClipTextConfig& cfg);
 
+// Bytes of activations alive at the peak of one text-model call without autograd
+// ([batch, max_position_embeddings] ids, activations `elementBytes` wide), from the
+// order ClipEncoderLayer::forward makes and frees its tensors (scores with their
+// float32 copy and softmax, the MLP's two [B, L, intermediate] tensors).
+int64_t clipEncodePeakBytes(const ClipTextConfig& cfg, int64_t batch, int64_t elementBytes);
+
 }  // namespace strata::clip
