@@ -126,9 +126,6 @@ class Checker {
     if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere)
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
-    if (m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
-      error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
-            "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
     // What single files do not hold: read only with a single-file component.
     if (m.vaeNormNumGroups && (m.randomWeights || m.vaePath.empty()))
       error("model.vae_norm_num_groups", "read only with a single-file VAE (model.vae_path)",
@@ -272,6 +269,9 @@ class Checker {
   void paths() {
     if (!opt_.checkPaths) return;
     const ModelConfig& m = cfg_.model;
+    if (m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
+      error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
+            "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
     if (!m.randomWeights) {
       if (m.nameOrPath.empty()) {
         error("model.name_or_path", "no model given",

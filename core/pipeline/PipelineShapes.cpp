@@ -42,7 +42,8 @@ PipelineShapes PipelineShapes::flux1Presets() {
 
 PipelineShapes pipelineShapesFromPaths(const std::string& nameOrPath, const std::string& vaePath,
                                        const std::string& clipPath, const std::string& t5Path,
-                                       const std::string& tokenizerPath) {
+                                       const std::string& tokenizerPath, std::optional<int64_t> vaeNormNumGroups,
+                                       std::optional<int64_t> clipNumAttentionHeads) {
   PipelineShapes s = PipelineShapes::flux1Presets();
   const fs::path root(nameOrPath);
   if (!hereAndSet(root)) {
@@ -69,6 +70,7 @@ PipelineShapes pipelineShapesFromPaths(const std::string& nameOrPath, const std:
     files.text.clip = clipPath;
     files.text.t5 = t5Path;
   }
+  if (vaeNormNumGroups) files.vaeHints.normNumGroups = *vaeNormNumGroups;
   auto missing = [](const fs::path& p) { return " (" + p.string() + " not found here)"; };
   if (hereAndSet(files.text.t5)) {
     const auto ckpt = t5::T5Checkpoint::open(files.text.t5);
@@ -79,7 +81,7 @@ PipelineShapes pipelineShapesFromPaths(const std::string& nameOrPath, const std:
   }
   if (hereAndSet(files.text.clip)) {
     const auto ckpt = clip::ClipCheckpoint::open(files.text.clip);
-    s.clip = files.text.clipConfig.value_or(ckpt.config());
+    s.clip = files.text.clipConfig.value_or(ckpt.config(clipNumAttentionHeads));
     s.clipSource = sourceOf(ckpt.configJsonPath(), files.text.clip);
   } else {
     s.clipSource += missing(files.text.clip);

@@ -6,6 +6,7 @@
 // not on this machine (a preview for another one). Light to include (no ATen):
 // the planner and the app use it.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "models/clip/ClipTextConfig.h"
@@ -29,9 +30,13 @@ struct PipelineShapes {
 // folder, or a single-file transformer with single files for the rest). A
 // component whose path is not on this machine falls back to its FLUX.1 preset and
 // says so in its source. Throws IoError / LoadError / ConfigError naming the file
-// or key for paths that are here but wrong.
+// or key for paths that are here but wrong. `vaeNormNumGroups` and
+// `clipNumAttentionHeads` (model.vae_norm_num_groups, model.clip_num_attention_heads)
+// say what a single VAE / CLIP file does not hold.
 PipelineShapes pipelineShapesFromPaths(const std::string& nameOrPath, const std::string& vaePath,
                                        const std::string& clipPath, const std::string& t5Path,
-                                       const std::string& tokenizerPath);
+                                       const std::string& tokenizerPath,
+                                       std::optional<int64_t> vaeNormNumGroups = std::nullopt,
+                                       std::optional<int64_t> clipNumAttentionHeads = std::nullopt);
 
 }  // namespace strata::pipeline

@@ -61,16 +61,16 @@ std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, c
   o.pooledProjectionDim = ctx.pooledDim;
   o.maxSequenceLength = ctx.textTokens;
   o.device = device;
-  // Per component: float32 on the CPU; on a GPU the training dtype, except T5,
-  // which overflows in fp16 (bf16 or float32), and the VAE through vaeComputeDtype.
-  at::ScalarType train = at::kFloat;
-  if (device.is_cuda())
-    train = cfg.train.dtype == config::DType::BF16   ? at::kBFloat16
-            : cfg.train.dtype == config::DType::FP16 ? at::kHalf
-                                                     : at::kFloat;
-  o.vaeDtype = train;
-  o.clipDtype = train;
-  o.t5Dtype = train == at::kHalf ? at::kFloat : train;
+  // Per component: float32 on the CPU; on a GPU T5 and CLIP in bf16 whatever
+  // train.dtype is (T5 overflows in fp16; the planner counts them so), the VAE in
+  // train.dtype through vaeComputeDtype (a force_upcast VAE runs fp16 in float32).
+  const bool gpu = device.is_cuda();
+  o.vaeDtype = !gpu                                        ? at::kFloat
+               : cfg.train.dtype == config::DType::BF16 ? at::kBFloat16
+               : cfg.train.dtype == config::DType::FP16 ? at::kHalf
+                                                        : at::kFloat;
+  o.t5Dtype = gpu ? at::kBFloat16 : at::kFloat;
+  o.clipDtype = o.t5Dtype;
   if (m.randomWeights) {
     o.files.text = randomRunTokenizers(m);
   } else {

@@ -44,7 +44,7 @@ ImageDataset::ImageDataset(const config::DatasetConfig& cfg, size_t index, Encod
       cfg.cacheLatentsToDisk ? std::filesystem::path(cfg.folderPath) / kCacheFolderName : std::filesystem::path();
   cache_ = std::make_unique<EncodeCache>(folder, std::move(encoders), bus);
   // With the captions, the caption-dropout embedding: the empty caption, through the same encoder.
-  stats_ = cache_->build(scan_.entries, 4, {""});
+  stats_ = cache_->build(scan_.entries, kCacheBatchSize, {""});
   empty_ = cache_->text("");
 }
 

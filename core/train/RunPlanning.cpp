@@ -103,7 +103,8 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
   const bool read = !cfg.model.randomWeights && !cfg.model.nameOrPath.empty();
   const pipeline::PipelineShapes shapes =
       read ? pipeline::pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath,
-                                               cfg.model.t5Path, cfg.model.tokenizerPath)
+                                               cfg.model.t5Path, cfg.model.tokenizerPath, cfg.model.vaeNormNumGroups,
+                                               cfg.model.clipNumAttentionHeads)
            : pipeline::PipelineShapes::flux1Presets();
   const bool onCpu = device == "cpu";
   // T5 overflows in fp16, so it runs in bf16 on a GPU whatever train.dtype is; CLIP alike.
