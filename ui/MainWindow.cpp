@@ -188,7 +188,7 @@ void MainWindow::buildActions() {
   });
   addToQueueAction_ = new QAction(tr("&Add config to queue"), this);
   addToQueueAction_->setObjectName("addToQueueAction");
-  addToQueueAction_->setShortcut(QKeySequence("Ctrl+Shift+Q"));
+  addToQueueAction_->setShortcut(QKeySequence("Ctrl+Shift+R"));  // Start later
   connect(addToQueueAction_, &QAction::triggered, this, &MainWindow::addToQueue);
   exportAction_ = new QAction(tr("&Export LoRA..."), this);
   exportAction_->setObjectName("exportAction");
@@ -833,6 +833,8 @@ void MainWindow::updateRunControls() {
   const bool canStart = idle && !editor_->hasErrors();
   startButton_->setEnabled(canStart);
   startAction_->setEnabled(canStart);
+  addToQueueButton_->setEnabled(!editor_->hasErrors());
+  addToQueueAction_->setEnabled(!editor_->hasErrors());
   startButton_->setToolTip(editor_->hasErrors() ? tr("Fix the config's errors first")
                            : idle               ? tr("Start a new run of this config (Ctrl+R)")
                                                 : tr("A run is active"));

@@ -210,7 +210,10 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
   steps_.push_back({always, [] {}, 0});  // one poll for the plots to restyle
   steps_.push_back({always, [=] { shoot("run-dark"); }, 0});
   steps_.push_back({always, [=] { window_->setTheme(ui::Theme::Light); }, 0});
-  steps_.push_back({always, [=] { QApplication::quit(); }, 0});
+  // A run still going (the wait above timed out on a slow machine) is stopped first: closing
+  // the window during a run asks stop-or-keep, and nobody answers that here.
+  steps_.push_back({always, [=] { window_->bridge()->stop(); }, 0});
+  steps_.push_back({[=] { return !window_->bridge()->isActive(); }, [=] { QApplication::quit(); }, kRunTimeoutMs});
 }
 
 ScreenshotTour::~ScreenshotTour() { delete timer_; }

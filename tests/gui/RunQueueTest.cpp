@@ -193,8 +193,11 @@ void RunQueueTest::queueIsKeptAcrossRestartsAndEditable() {
     // A config with errors is not queued.
     w.configEditor()->setValueText("train.lr", "-1");
     QVERIFY(w.configEditor()->hasErrors());
+    QVERIFY(!child<QPushButton>(&w, "addToQueueButton")->isEnabled());
+    QVERIFY(!child<QAction>(&w, "addToQueueAction")->isEnabled());
     auto answer = answerNext("errorDialog", "");
-    child<QPushButton>(&w, "addToQueueButton")->click();
+    QVERIFY(!w.addToQueue());  // called directly it says why
+    QTRY_VERIFY(answer->answered);
     QCOMPARE(w.runQueue()->entries().size(), 2);
     w.configEditor()->setValueText("train.lr", "0.003");
     auto discard = answerNext("saveChangesDialog", "saveChangesDiscard");
