@@ -193,6 +193,16 @@ void resetPeakMemory(int index) {
 #endif
 }
 
+void synchronize(int index) {
+#ifdef STRATA_HAS_CUDA
+  if (index < 0 || index >= static_cast<int>(c10::cuda::device_count())) return;
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  c10::cuda::device_synchronize();
+#else
+  (void)index;
+#endif
+}
+
 MemoryFigures memoryFigures(int index) {
   MemoryFigures f;
   if (index < 0) return f;
