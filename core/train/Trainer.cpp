@@ -340,7 +340,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     st.schedule = std::make_unique<LrSchedule>(tc.lrScheduler, tc.lr, tc.steps, tc.lrWarmupSteps);
     if (tc.dtype == config::DType::FP16) st.scaler = LossScaler(LossScalerOptions{});
     if (tc.gradientCheckpointing) {
-      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement);
+      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement, tc.offloadCheckpoints);
       st.runner = st.checkpointed.get();
     } else {
       st.runner = st.placement.get();
