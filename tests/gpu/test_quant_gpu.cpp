@@ -1,7 +1,8 @@
 // GPU checks of the quantized frozen base (label gpu; they skip without CUDA):
 // a FLUX.1-dev-sized forward with int8 / fp8 blocks against the bf16 one, a
 // 30-step LoRA loss curve on each quantized base beside the bf16 curve, and a
-// 1024 px checkpointed quantized run of 30 steps under a 16 GB cap (peak allocated printed).
+// 1024 px checkpointed quantized run of 30 steps under a 16 GB cap, checkpoints offloaded
+// (peak allocated printed).
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
