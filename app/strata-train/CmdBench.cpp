@@ -1,15 +1,18 @@
-// `strata-train bench CONFIG [--steps N] [--json] [--set key=value]...`: what a run of
+// `strata-train bench CONFIG [--steps N] [--phases] [--json] [--set key=value]...`: what a run of
 // this config costs before committing to it. Trains N steps (after 2 warm-up
 // steps) on synthetic data of the config's shapes (its resolution, batch size,
 // model, LoRA, dtype and placement; no samples, no saves, a temporary run folder)
 // and prints the median and min step time, the peak allocated and reserved memory
 // per CUDA device, the FLOP rate (train::trainStepFlops) and its share of the
-// card's dense bf16 peak where the card is known. Exit codes as for run.
+// card's dense bf16 peak where the card is known. --phases adds the median time of
+// each phase of a step (data, forward, backward, clip, optimizer, EMA, report),
+// measured with a device wait between phases (train/PhaseTimer.h). Exit codes as for run.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -37,6 +40,7 @@ struct BenchArgs {
   std::string configPath;
   int64_t steps = 10;
   bool json = false;
+  bool phases = false;
   std::vector<std::string> sets;
 };
 
@@ -108,6 +112,7 @@ int runBench(const BenchArgs& args) {
   });
   train::TrainerOptions to;
   to.reportConfigWarnings = false;
+  if (args.phases) to.phaseTimer = std::make_shared<train::PhaseTimer>();
   train::Trainer trainer(cfg, bus, to);
   const auto outcome = trainer.run();
   std::error_code ec;
@@ -161,6 +166,21 @@ int runBench(const BenchArgs& args) {
     j["devices"].push_back(dj);
   }
   j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
+  if (to.phaseTimer) {
+    // Medians over the measured steps (the warm-up steps are skipped), in step order.
+    nlohmann::json pj = nlohmann::json::array();
+    double sum = 0.0;
+    for (const auto& name : to.phaseTimer->phases()) {
+      const double ms = to.phaseTimer->medianMs(name, static_cast<size_t>(kWarmupSteps));
+      sum += ms;
+      pj.push_back({{"phase", name},
+                    {"median_ms", ms},
+                    {"ms", to.phaseTimer->perStep().at(name)},
+                    {"allocated_bytes_after", to.phaseTimer->allocatedAfter(name)}});
+    }
+    j["phases"] = pj;
+    j["phases_sum_ms"] = sum;
+  }
 
   if (args.json) {
     std::cout << j.dump(2) << std::endl;
@@ -172,6 +192,14 @@ int runBench(const BenchArgs& args) {
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
   std::cout << "\n";
+  if (j.contains("phases")) {
+    std::cout << "  phases (median ms, with a device wait between phases):\n";
+    for (const auto& pj : j["phases"])
+      std::cout << "    " << std::left << std::setw(12) << pj["phase"].get<std::string>() << std::right
+                << pj["median_ms"].get<double>() << "\n";
+    std::cout << "    " << std::left << std::setw(12) << "sum" << std::right << j["phases_sum_ms"].get<double>()
+              << "\n";
+  }
   for (const auto& dj : j["devices"]) {
     std::cout << "  " << dj["device"].get<std::string>();
     if (dj["peak_allocated_bytes"].is_null()) {
@@ -192,6 +220,8 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("config", args->configPath, "Run config (YAML)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--steps", args->steps, "Measured steps (after 2 warm-up steps; default 10)");
   cmd->add_flag("--json", args->json, "Print the figures as JSON");
+  cmd->add_flag("--phases", args->phases,
+                "Also time each phase of a step (data, forward, backward, clip, optimizer, EMA, report)");
   cmd->add_option("--set", args->sets, "Override a key: --set train.batch_size=2 (repeatable)");
   cmd->callback([args, &exitCode] {
     try {

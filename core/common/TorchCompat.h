@@ -53,6 +53,24 @@ inline at::ScalarType float8E4m3Type() {
 #endif
 }
 
+// ---- fused optimizer kernel (added by train/FusedAdamW) ---------------------
+// at::_fused_adamw_ (CUDA) exists from 2.0 on; 2.1 is the first this project builds with it.
+constexpr bool kHasFusedAdamW = STRATA_TORCH_AT_LEAST(2, 1);
+
+// One AdamW step of lists of one device and dtype in one kernel. `steps`: float32
+// step counts (already counting this step) on the same device, one per tensor.
+inline void fusedAdamW(at::TensorList params, at::TensorList grads, at::TensorList expAvgs, at::TensorList expAvgSqs,
+                       at::TensorList steps, double lr, double beta1, double beta2, double weightDecay, double eps) {
+#if STRATA_TORCH_AT_LEAST(2, 1)
+  at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, at::TensorList(), steps, lr, beta1, beta2, weightDecay, eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+#else
+  (void)params, (void)grads, (void)expAvgs, (void)expAvgSqs, (void)steps;
+  (void)lr, (void)beta1, (void)beta2, (void)weightDecay, (void)eps;
+  throw std::runtime_error("this LibTorch has no fused AdamW kernel (it exists from 2.1 on)");
+#endif
+}
+
 // ---- attention backend (added by the flux model) ----------------------------
 // The cuDNN scaled-dot-product backend fails in the backward pass of FLUX-sized
 // attention with LibTorch 2.11 (docs/design.md §4); flash handles it. Process-wide and

@@ -382,6 +382,9 @@ std::vector<KeySpec> buildSchema() {
       .add("train.dtype", M(train.dtype), "Base weights and activations (bf16 needs compute capability 8.0+)")
       .add("train.gradient_checkpointing", M(train.gradientCheckpointing),
            "Recompute block activations in the backward pass (less memory, ~30% slower)")
+      .add("train.offload_checkpoints", M(train.offloadCheckpoints),
+           "With gradient checkpointing: keep each block's saved input in pinned host memory, not on the GPU "
+           "(FLUX.1-dev at 1024 px: 1.5 GB less on the card, ~2 ms of copying per block)")
       .add("train.timestep_type", M(train.timestepType),
            "Noise-level draw: sigmoid (logit-normal), uniform, shift (resolution-shifted sigmoid)")
       .add("train.guidance", M(train.guidance), "Guidance input while training a guidance-distilled model",
@@ -503,6 +506,7 @@ const Look kLooks[] = {
     {"train.max_grad_norm", "Gradient clipping", "Optimizer", false},
     {"train.dtype", "Precision", "Training", false},
     {"train.gradient_checkpointing", "Save memory (recompute activations)", "Training", false},
+    {"train.offload_checkpoints", "Keep checkpoints in host memory", "Training", false},
     {"train.timestep_type", "Noise levels", "Training", false},
     {"train.guidance", "Guidance while training", "Training", false},
     {"train.caption_dropout_rate", "Train without caption (share)", "Training", false},

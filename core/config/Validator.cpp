@@ -320,6 +320,11 @@ class Checker {
               "use lr_scheduler: warmup");
     if (t.ema.useEma && t.ema.updateEvery > t.steps)
       warning("train.ema_config.update_every", "the EMA is never updated: update_every is above train.steps");
+    if (t.offloadCheckpoints && !t.gradientCheckpointing)
+      warning("train.offload_checkpoints",
+              "has no effect: it keeps checkpointed block inputs in host memory, and gradient_checkpointing is off" +
+                  lineOf("train.gradient_checkpointing"),
+              "set gradient_checkpointing: true, or offload_checkpoints: false");
   }
 
   void datasets() {

@@ -17,6 +17,7 @@
 #include <c10/util/Exception.h>
 
 #include "common/Error.h"
+#include "common/TorchCompat.h"
 #include "device/DeviceSelection.h"
 
 #ifdef STRATA_HAS_CUDA
@@ -193,6 +194,16 @@ void resetPeakMemory(int index) {
 #endif
 }
 
+void synchronize(int index) {
+#ifdef STRATA_HAS_CUDA
+  if (index < 0 || index >= static_cast<int>(c10::cuda::device_count())) return;
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  c10::cuda::device_synchronize();
+#else
+  (void)index;
+#endif
+}
+
 MemoryFigures memoryFigures(int index) {
   MemoryFigures f;
   if (index < 0) return f;
@@ -237,6 +248,13 @@ void setMemoryCap(int index, int64_t capBytes) {
   }
   const double fraction = capBytes > 0 ? static_cast<double>(capBytes) / static_cast<double>(total) : 1.0;
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+#if STRATA_TORCH_AT_LEAST(2, 1)
+  // Under a cap, memory the allocator holds in half-used segments is lost to the
+  // run (a 16 GB FLUX run failed with 0.8 GB reserved but free): expandable
+  // segments grow in place instead. A PYTORCH_CUDA_ALLOC_CONF the user set wins.
+  if (capBytes > 0 && std::getenv("PYTORCH_CUDA_ALLOC_CONF") == nullptr)
+    c10::cuda::CUDACachingAllocator::setAllocatorSettings("expandable_segments:True");
+#endif
   std::lock_guard<std::mutex> lock(gCapMutex);
   if (capBytes > 0)
     gCaps[index] = capBytes;

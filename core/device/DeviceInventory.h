@@ -50,6 +50,9 @@ struct MemoryFigures {
 // Starts the peak figures of CUDA device `index` afresh (no-op without CUDA).
 void resetPeakMemory(int index);
 
+// Waits until the work queued on CUDA device `index` is done (no-op without CUDA or for index < 0).
+void synchronize(int index);
+
 // Figures for CUDA device `index` (zeros with known = false on a CPU build, or
 // for index < 0).
 MemoryFigures memoryFigures(int index);

@@ -72,11 +72,26 @@ LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> h
 
 at::Tensor LoraAdapter::delta(const at::Tensor& input, const at::Tensor& /*baseOutput*/) {
   const at::Tensor x = (dropout_ > 0.0 && is_training()) ? at::dropout(input, dropout_, true) : input;
-  // Float32 master weights, computed in the activation dtype.
+  // Float32 master weights, computed in the activation dtype; alpha/r scales the
+  // small up weight [out, r] rather than the [..., out] output.
   const auto dtype = input.scalar_type();
-  const at::Tensor h = at::linear(x, down.to(dtype));  // [..., r]
-  at::Tensor y = at::linear(h, up.to(dtype));          // [..., out]
-  return multiplier_->apply(y * scale());
+  const at::Tensor h = at::linear(x, down.to(dtype));                                  // [..., r]
+  const at::Tensor y = at::linear(h, scale() == 1.0 ? up.to(dtype) : (up * scale()).to(dtype));  // [..., out]
+  return multiplier_->apply(y);
+}
+
+at::Tensor LoraAdapter::addTo(const at::Tensor& input, const at::Tensor& output) {
+  if (multiplier_->isPerSample() || input.dim() < 1 || output.scalar_type() != input.scalar_type() ||
+      output.dim() != input.dim())
+    return output + delta(input, output);
+  const at::Tensor x = (dropout_ > 0.0 && is_training()) ? at::dropout(input, dropout_, true) : input;
+  const auto dtype = input.scalar_type();
+  const double s = scale() * multiplier_->scalar();
+  const at::Tensor h = at::linear(x, down.to(dtype)).reshape({-1, rank_});  // [M, r]
+  const at::Tensor upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);  // [out, r]
+  const auto outSizes = output.sizes().vec();
+  // One GEMM: output + h upScaled^T, accumulated where the output is.
+  return at::addmm(output.reshape({-1, output.size(-1)}), h, upScaled.t()).view(outSizes);  // [..., out]
 }
 
 at::Tensor LoraAdapter::deltaWeight() const {

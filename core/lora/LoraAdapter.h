@@ -47,6 +47,11 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
 
   // y-delta for input x: [..., in] -> [..., out], in x's dtype. Used by the host's forward.
   at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) override;
+  // output + delta(input): the up projection accumulates into the output in one
+  // matmul (addmm), with alpha/r and a scalar multiplier folded into the small up
+  // weight, not applied to the [..., out] activations. A per-sample multiplier
+  // takes delta().
+  at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) override;
 
   // scale * up @ down in float32: [out, in] (without the multiplier).
   at::Tensor deltaWeight() const;

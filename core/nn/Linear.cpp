@@ -1,5 +1,6 @@
 #include "nn/Linear.h"
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/init.h>
 
 #include "common/Error.h"
@@ -21,12 +22,38 @@ LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias, c
   }
 }
 
+namespace {
+
+// (x W_q^T) * scale over a quantized weight. Per-row (or per-tensor) scales commute
+// with the matmul: the output is scaled, not a dequantized copy of W; int8 and fp8
+// e4m3 are exact in bf16. Plain autograd would keep the converted copy of W for the
+// input gradient until the backward (0.7 GB per FLUX.1-dev double block); this keeps
+// only the quantized weight and the scale, which live anyway, and converts W again
+// in the backward. The base is frozen: no gradient for W, its scale or the bias.
+struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weightQ,
+                            const at::Tensor& scale) {
+    ctx->save_for_backward({weightQ, scale});
+    return at::linear(x, weightQ.to(x.scalar_type())) * scale.to(x.scalar_type());  // [..., out]
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradOut) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& g = gradOut[0];                                          // [..., out]
+    const auto gx = at::matmul(g * saved[1].to(g.scalar_type()), saved[0].to(g.scalar_type()));  // [..., in]
+    return {gx, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
   if (quantType_ == QuantType::None)
     return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
-  // Per-row (or per-tensor) scales commute with the matmul: scale the output,
-  // not a dequantized copy of W. int8 and fp8 e4m3 are exact in bf16.
-  at::Tensor y = at::linear(x, weight.to(x.scalar_type())) * weightScale.to(x.scalar_type());  // [..., out]
+  at::Tensor y = x.requires_grad() && at::GradMode::is_enabled()
+                     ? QuantizedMatmul::apply(x, weight, weightScale)
+                     : at::linear(x, weight.to(x.scalar_type())) * weightScale.to(x.scalar_type());  // [..., out]
   if (bias.defined()) y = y + bias.to(x.scalar_type());
   return y;
 }
@@ -50,7 +77,7 @@ at::Tensor LinearImpl::denseWeight(at::ScalarType dtype) const {
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   at::Tensor y = forwardBase(x);
-  for (const auto& adapter : adapters_) y = y + adapter->delta(x, y);
+  for (const auto& adapter : adapters_) y = adapter->addTo(x, y);
   return y;
 }
 

@@ -19,6 +19,8 @@ class LinearAdapter {
  public:
   virtual ~LinearAdapter() = default;
   virtual at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) = 0;
+  // output + delta(input, output); an adapter may fold the sum into its last matmul.
+  virtual at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) { return output + delta(input, output); }
 };
 
 class LinearImpl : public torch::nn::Module {

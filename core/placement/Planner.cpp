@@ -500,8 +500,9 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
     const double perTokenState = static_cast<double>(o.batchSize * o.tokens * o.hiddenSize * o.activationElementBytes);
     const auto full = static_cast<int64_t>(perTokenState * o.activationElementsPerTokenPerHidden);
     if (o.gradientCheckpointing) {
-      c.activationBytes = static_cast<int64_t>(perTokenState);  // the block's input
-      c.workspaceBytes = full + dequantizedBytes;
+      const auto input = static_cast<int64_t>(perTokenState);  // the block's input
+      c.activationBytes = o.offloadCheckpoints ? 0 : input;
+      c.workspaceBytes = full + dequantizedBytes + (o.offloadCheckpoints ? input : 0);
     } else {
       c.activationBytes = full + dequantizedBytes;
     }

@@ -224,6 +224,9 @@ struct CostOptions {
   int64_t hiddenSize = 3072;
   int64_t activationElementBytes = 2;
   bool gradientCheckpointing = true;
+  // train.offload_checkpoints: a checkpointed block's input waits in host memory;
+  // on the device only the block being recomputed holds it (in its workspace).
+  bool offloadCheckpoints = false;
   // Elements of activation kept per token, per hidden unit, by one block when it is
   // not checkpointed (q, k, v, attention, MLP hidden, norms, residuals). 18 matches
   // a FLUX.1-dev step measured with PyTorch: 49.1 GiB peak without checkpointing,
@@ -238,7 +241,8 @@ struct CostOptions {
 // float32, its gradient the same, the optimizer state `optimizerStatesPerParam` x,
 // EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,
-// without it keeps the full activations.
+// without it keeps the full activations. With offloadCheckpoints the kept input is
+// on the host and counted in the workspace instead.
 BlockCost estimateCost(const UnitShape& unit, const CostOptions& options);
 
 // The whole input, devices and mode left for the caller.

@@ -23,6 +23,9 @@ struct CallState : torch::CustomClassHolder {
   std::vector<bool> defined;       // which BlockIO fields were given
   std::vector<bool> requiresGrad;  // per given field
   std::vector<bool> outDefined;    // which fields the block returned
+  std::vector<bool> offload;       // per given field: kept in host memory (train.offload_checkpoints)
+  std::vector<at::Tensor> host;    // per given field: its pinned host copy, or undefined
+  std::vector<c10::Device> hostOf; // per given field: the device it came from
   at::Tensor cpuRngState;
   std::vector<std::pair<c10::Device, at::Tensor>> cudaRngStates;
 };
@@ -62,7 +65,23 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (bool def : state->defined) fields.push_back(def ? given[k++] : at::Tensor());
     // Grad mode is off here (Function::apply), so the block keeps no activations.
     const auto out = state->inner->run(state->blockIndex, *state->block, nn::BlockIO::fromFields(fields));
-    ctx->save_for_backward(given);
+    // Offloaded inputs: a pinned copy, queued on the stream after the block's work
+    // (the caching allocators order the reuse of both buffers by that stream).
+    std::vector<at::Tensor> toSave;
+    for (size_t i = 0; i < given.size(); ++i) {
+      state->hostOf.push_back(given[i].device());
+      if (state->offload[i] && given[i].is_cuda()) {
+        auto h = at::empty(given[i].sizes(), given[i].options().device(c10::kCPU).pinned_memory(true));
+        h.copy_(given[i], /*non_blocking=*/true);
+        state->host.push_back(h);
+        toSave.push_back(at::Tensor());
+        ++state->runner->offloads_;
+      } else {
+        state->host.push_back(at::Tensor());
+        toSave.push_back(given[i]);
+      }
+    }
+    ctx->save_for_backward(toSave);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     variable_list outputs;
     state->outDefined.clear();
@@ -79,7 +98,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved.size());
     for (size_t i = 0; i < saved.size(); ++i) {
-      auto d = saved[i].detach();
+      auto d = state->host[i].defined() ? state->host[i].to(state->hostOf[i], /*non_blocking=*/true)
+                                        : saved[i].detach();
       if (state->requiresGrad[i]) d.requires_grad_(true);
       inputs.push_back(d);
     }
@@ -122,8 +142,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 };
 
-CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner)
-    : inner_(inner), anchor_(at::zeros({}, at::kFloat).requires_grad_(true)) {}
+CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs)
+    : inner_(inner), anchor_(at::zeros({}, at::kFloat).requires_grad_(true)), offloadInputs_(offloadInputs) {}
 
 nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) {
   if (!at::GradMode::is_enabled()) return inner_.run(blockIndex, block, in);
@@ -133,11 +153,16 @@ nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const n
   state->block = &block;
   state->blockIndex = blockIndex;
   std::vector<at::Tensor> given;
-  for (const auto& t : in.fields()) {
+  const auto inFields = in.fields();
+  for (size_t f = 0; f < inFields.size(); ++f) {
+    const auto& t = inFields[f];
     state->defined.push_back(t.defined());
     if (t.defined()) {
       given.push_back(t);
       state->requiresGrad.push_back(t.requires_grad());
+      // Only the per-block tokens (img, txt: fields 0 and 1); temb and the rotary
+      // tables are one tensor shared by every block.
+      state->offload.push_back(offloadInputs_ && f < 2);
     }
   }
   const auto outputs = CheckpointFunction::apply(state, anchor_, at::TensorList(given));

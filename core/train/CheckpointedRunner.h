@@ -15,7 +15,11 @@ namespace strata::train {
 class CheckpointedRunner final : public nn::BlockRunner {
  public:
   // `inner` must outlive this runner and every graph built through it.
-  explicit CheckpointedRunner(nn::BlockRunner& inner);
+  // `offloadInputs` (train.offload_checkpoints): the image and text tokens each
+  // block saves for its recompute are copied to pinned host memory and brought
+  // back in the backward, so only the block being recomputed holds them on the
+  // GPU. CPU tensors are kept as they are.
+  explicit CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs = false);
 
   // Without grad mode (sampling) the block simply runs through `inner`.
   nn::BlockIO run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) override;
@@ -23,6 +27,8 @@ class CheckpointedRunner final : public nn::BlockRunner {
 
   // How many blocks have been recomputed in backward passes so far (tests).
   int64_t recomputeCount() const { return recomputes_; }
+  // How many block inputs went to host memory so far (tests).
+  int64_t offloadCount() const { return offloads_; }
 
  private:
   nn::BlockRunner& inner_;
@@ -30,6 +36,8 @@ class CheckpointedRunner final : public nn::BlockRunner {
   // block input requires grad (the first block's input comes from a frozen stem).
   at::Tensor anchor_;
   int64_t recomputes_ = 0;
+  bool offloadInputs_ = false;
+  int64_t offloads_ = 0;
   friend struct CheckpointFunction;
 };
 

@@ -8,8 +8,8 @@
 
 namespace strata::train {
 
-// The total L2 norm of every defined gradient (float64 accumulation of float32
-// partial norms). Returns NaN/Inf when any gradient has them.
+// The total L2 norm of every defined gradient: per device and dtype one foreach
+// norm launch, squares summed in float32 there, devices summed in float64. Returns NaN/Inf when any gradient has them.
 double gradNorm(const std::vector<at::Tensor>& params);
 
 // Scales every gradient by min(1, maxNorm / (norm + 1e-6)) and returns the norm

@@ -195,6 +195,7 @@ RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& 
   co.tokens = tokens;
   co.hiddenSize = fc.hiddenSize();
   co.gradientCheckpointing = cfg.train.gradientCheckpointing;
+  co.offloadCheckpoints = cfg.train.gradientCheckpointing && cfg.train.offloadCheckpoints;
   out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
   out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
                                                                         : placement::PlanMode::ParamCount;

@@ -32,6 +32,7 @@
 #include "train/Datasets.h"
 #include "train/Ema.h"
 #include "train/FlowMatching.h"
+#include "train/FusedAdamW.h"
 #include "train/GradClip.h"
 #include "train/LrSchedule.h"
 #include "train/OptimizerState.h"
@@ -310,6 +311,13 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     st.model = std::move(built.model);
     st.placement = std::move(built.placement);
     st.devices = built.devices;
+    if (options_.phaseTimer) {
+      std::vector<int> cuda;
+      for (const auto& d : st.devices)
+        if (d.is_cuda()) cuda.push_back(d.index());
+      options_.phaseTimer->setDevices(cuda);
+      st.phases = options_.phaseTimer.get();
+    }
     st.planReason = built.reason;
   } catch (const std::exception& e) {
     problems.push_back(e.what());
@@ -332,7 +340,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     opts.eps(tc.eps);
     opts.weight_decay(tc.weightDecay);
     // After placement: its state is created on each parameter's device (docs/design.md §2.2).
-    st.optimizer = std::make_shared<torch::optim::AdamW>(params, opts);
+    st.optimizer = std::make_shared<FusedAdamW>(params, opts);
     st.placement->attachAll(placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams));
     if (tc.ema.useEma) {
       EmaOptions eo;
@@ -344,7 +352,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     st.schedule = std::make_unique<LrSchedule>(tc.lrScheduler, tc.lr, tc.steps, tc.lrWarmupSteps);
     if (tc.dtype == config::DType::FP16) st.scaler = LossScaler(LossScalerOptions{});
     if (tc.gradientCheckpointing) {
-      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement);
+      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement, tc.offloadCheckpoints);
       st.runner = st.checkpointed.get();
     } else {
       st.runner = st.placement.get();
@@ -462,15 +470,18 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   const int64_t microBatches = std::max<int64_t>(tc.gradientAccumulationSteps, 1);
   const int64_t batch = std::max<int64_t>(tc.batchSize, 1);
   st.optimizer->zero_grad();
+  if (st.phases) st.phases->mark("zero_grad");
   double lossSum = 0.0;
   for (int64_t m = 0; m < microBatches; ++m) {
     auto l = microStep(st, cfg_, batch, bus_, step + 1);
     const double v = l.item<double>();
+    if (st.phases) st.phases->mark("forward");
     if (!std::isfinite(v)) {
       throw NonFiniteLoss("loss is " + std::string(std::isnan(v) ? "NaN" : "Inf") + " at step " +
                           std::to_string(step + 1));
     }
     st.scaler.scaled(l / static_cast<double>(microBatches)).backward();
+    if (st.phases) st.phases->mark("backward");
     lossSum += v;
   }
   loss = lossSum / static_cast<double>(microBatches);
@@ -483,9 +494,11 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   gradNorm = std::numeric_limits<double>::quiet_NaN();
   if (finiteGrads) {
     gradNorm = clipGradNorm(params, tc.maxGradNorm);
+    if (st.phases) st.phases->mark("clip");
     if (!std::isfinite(gradNorm))
       throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
     st.optimizer->step();
+    if (st.phases) st.phases->mark("optimizer");
   } else if (st.scaler.exhausted()) {
     throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) + " even at fp16 loss scale " +
                         std::to_string(scaleUsed));
@@ -562,6 +575,7 @@ RunOutcome Trainer::loop(State& st) {
         return RunOutcome::Stopped;
       }
 
+      if (st.phases) st.phases->beginStep();
       const auto t0 = Clock::now();
       const double lr = st.schedule->lrAt(step);
       setLearningRate(*st.optimizer, lr);
@@ -570,8 +584,13 @@ RunOutcome Trainer::loop(State& st) {
       ++step;
       step_ = step;
       if (st.ema && finiteGrads) st.ema->update(step);
+      if (st.phases) st.phases->mark("ema");
       reportStep(st, loss, lr, gradNorm, scaleUsed, finiteGrads,
                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (st.phases) {
+        st.phases->mark("report");
+        st.phases->endStep();
+      }
 
       const bool last = step == tc.steps;
       if (sampleRequested_.exchange(false) ||

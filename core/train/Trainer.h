@@ -25,6 +25,7 @@
 #include "common/Version.h"
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
+#include "train/PhaseTimer.h"
 
 namespace strata::train {
 
@@ -53,6 +54,9 @@ struct TrainerOptions {
   bool reportConfigWarnings = true;
   // The config's YAML as run; empty = written from the config.
   std::string configYaml;
+  // When set, every step's phases (data, forward, backward, clip, optimizer, EMA,
+  // report) are timed into it with device waits between them (strata-train bench --phases).
+  std::shared_ptr<PhaseTimer> phaseTimer;
 };
 
 class Trainer {

@@ -304,6 +304,7 @@ at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t b
   in.guidance = at::full({batch}, cfg.train.guidance, at::kFloat).to(dev);
   in.imgIds = flux::imageIds(h, w).to(dev);
   in.txtIds = flux::textIds(tokens).to(dev);
+  if (st.phases) st.phases->mark("data");
   auto prediction = st.model->forward(in, st.runner);  // [B, HW/4, 4C]
   return flowMatchingLoss(prediction, flux::packLatents(noised.target));
 }

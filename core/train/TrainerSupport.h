@@ -63,6 +63,7 @@ struct Trainer::State {
   LossScaler scaler;  // enabled for fp16 compute only
   at::Generator gen;
   std::vector<c10::Device> devices;
+  PhaseTimer* phases = nullptr;  // TrainerOptions::phaseTimer, when timing phases
   bool pixelCode = false;  // the shapes demo: latents are the pixel code
   int64_t textTokens = 16;
 

@@ -77,6 +77,22 @@ TEST(Validator, LowVramIsRefusedWithTheReason) {
   EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
 }
 
+TEST(Validator, OffloadingCheckpointsWithoutCheckpointingIsSaidToDoNothing) {
+  const std::string head =
+      "model:\n"
+      "  preset: tiny\n"
+      "  random_weights: true\n"
+      "  device: cpu\n"
+      "train:\n"
+      "  offload_checkpoints: true\n";  // 6
+  const std::string tail = "datasets: [{type: shapes, resolution: [32]}]\nsample: {sample_every: 0}\n";
+  const auto off = check(head + "  gradient_checkpointing: false\n" + tail);
+  EXPECT_TRUE(hasProblem(off, Severity::Warning, "train.offload_checkpoints", 6, "no effect")) << test::dump(off);
+  EXPECT_EQ(countErrors(off), 0u) << test::dump(off);
+  const auto on = check(head + "  gradient_checkpointing: true\n" + tail);
+  for (const auto& p : on) EXPECT_NE(p.key, "train.offload_checkpoints") << test::dump(on);
+}
+
 TEST(Validator, ImagesDatasetsAreAcceptedAndEveryKeyIsRead) {
   const auto problems = check(
       "model: {preset: tiny, random_weights: true, device: cpu, tokenizer_path: /models/flux}\n"

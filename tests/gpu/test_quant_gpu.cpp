@@ -1,7 +1,8 @@
 // GPU checks of the quantized frozen base (label gpu; they skip without CUDA):
 // a FLUX.1-dev-sized forward with int8 / fp8 blocks against the bf16 one, a
 // 30-step LoRA loss curve on each quantized base beside the bf16 curve, and a
-// 1024 px checkpointed quantized run under a 16 GB cap (peak allocated printed).
+// 1024 px checkpointed quantized run of 30 steps under a 16 GB cap, checkpoints offloaded
+// (peak allocated printed).
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
@@ -12,6 +13,7 @@
 
 #include "common/TestSupport.h"
 #include "common/TorchCompat.h"
+#include "device/DeviceInventory.h"
 #include "events/EventBus.h"
 #include "gpu/GpuStats.h"
 #include "lora/LoraNetwork.h"
@@ -151,9 +153,12 @@ TEST(QuantGpu, FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap) {
     c.model.gpuMemoryLimitGb = {16};
     c.network.linear = 16;
     c.network.linearAlpha = 16;
-    c.train.steps = 4;
+    c.train.steps = 30;
     c.train.dtype = config::DType::BF16;
     c.train.gradientCheckpointing = true;
+    // The block inputs wait in host memory (1.5 GB less on the card): without it the
+    // run needs ~0.3 GB more than a 16 GB card has (docs/quantization.md).
+    c.train.offloadCheckpoints = true;
     config::DatasetConfig d;
     d.type = config::DatasetType::Synthetic;
     d.resolution = {1024};
@@ -169,13 +174,17 @@ TEST(QuantGpu, FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap) {
         for (const auto& m : s->memory) peak = std::max(peak, m.allocatedBytes);
       if (auto* f = std::get_if<events::FailedEvent>(&e)) failures.push_back(f->message);
     });
+    device::resetPeakMemory(0);
     train::Trainer t(c, bus);
     const auto outcome = t.run();
+    // The allocator's peak over the whole run (building, every step's forward and backward).
+    const int64_t runPeak = device::memoryFigures(0).peakAllocatedBytes;
     for (const auto& f : failures) std::cout << "[quant gpu] failed: " << f << std::endl;
     EXPECT_EQ(outcome, train::RunOutcome::Finished) << qtype;
-    std::cout << "[quant gpu] FLUX.1-dev " << qtype << " base, 1024 px, checkpointing, 16 GB cap: 4 steps, peak "
-              << "allocated " << gib(peak) << " GiB" << std::endl;
-    EXPECT_LT(peak, int64_t(16) << 30);
+    std::cout << "[quant gpu] FLUX.1-dev " << qtype << " base, 1024 px, checkpointing, 16 GB cap: 30 steps, peak "
+              << "allocated " << gib(runPeak) << " GiB (" << runPeak / 1e9 << " GB; largest at a step end "
+              << gib(peak) << " GiB)" << std::endl;
+    EXPECT_LT(runPeak, int64_t(16'000'000'000));
     EXPECT_GT(peak, 0);
   }
 }

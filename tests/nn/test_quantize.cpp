@@ -105,6 +105,36 @@ TEST(Quantize, GradientsReachTheInput) {
   EXPECT_LT(relL2(x.grad(), xr.grad()), 2e-2);
 }
 
+TEST(Quantize, TheInputGradientIsTheDequantizedWeightsAndNoCopyOfItIsKept) {
+  at::manual_seed(5);
+  Linear lin(32, 20);
+  lin->quantize(QuantType::Int8);
+  const auto dense = lin->denseWeight(at::kFloat);  // [20, 32]
+  auto x = at::randn({2, 7, 32}).requires_grad_(true);
+  auto xr = x.detach().clone().requires_grad_(true);
+  const auto upstream = at::randn({2, 7, 20});
+  auto y = lin->forward(x);
+  // The graph node is the quantized matmul, which saves the int8 weight and its
+  // scale (alive anyway), not a float copy of the weight.
+  ASSERT_TRUE(y.grad_fn());
+  bool found = false;
+  for (const auto& edge : y.grad_fn()->next_edges())
+    if (edge.function && edge.function->name().find("QuantizedMatmul") != std::string::npos) found = true;
+  if (y.grad_fn()->name().find("QuantizedMatmul") != std::string::npos) found = true;
+  EXPECT_TRUE(found) << y.grad_fn()->name();
+  (y * upstream).sum().backward();
+  (at::linear(xr, dense, lin->bias) * upstream).sum().backward();
+  EXPECT_LT(relL2(x.grad(), xr.grad()), 1e-5);
+  // bf16 activations: the gradient is bf16 and close to the float one.
+  auto xb = x.detach().to(at::kBFloat16).requires_grad_(true);
+  (lin->forward(xb) * upstream.to(at::kBFloat16)).sum().backward();
+  EXPECT_EQ(xb.grad().scalar_type(), at::kBFloat16);
+  EXPECT_LT(relL2(xb.grad().to(at::kFloat), xr.grad()), 2e-2);
+  // Without grad mode (sampling) the plain path runs: same values.
+  at::NoGradGuard noGrad;
+  EXPECT_LT(relL2(lin->forward(x), at::linear(x, dense, lin->bias)), 1e-5);
+}
+
 TEST(Quantize, AnAdapterOnAQuantizedBaseTrains) {
   at::manual_seed(4);
   Linear lin(24, 12);

@@ -160,3 +160,20 @@ TEST(CheckpointedRunner, NoGradRunsPlainly) {
   EXPECT_FALSE(loss.requires_grad());
   EXPECT_EQ(inner.calls, 2);
 }
+
+TEST(CheckpointedRunner, OffloadLeavesCpuInputsWhereTheyAreAndGradientsEqual) {
+  // train.offload_checkpoints copies CUDA block inputs to host memory; CPU inputs
+  // stay as they are (tests/gpu/test_checkpoint_offload_gpu.cpp checks the CUDA case).
+  at::manual_seed(0);
+  auto toy = makeToy(3, 8, 0.0);
+  auto in = toyInput(8, true);
+  CountingRunner plain;
+  const auto expected = gradsOf(toy, plain, in, 1);
+  CountingRunner inner;
+  train::CheckpointedRunner ckpt(inner, /*offloadInputs=*/true);
+  const auto actual = gradsOf(toy, ckpt, in, 1);
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(test::allClose(actual[i], expected[i], 1e-6, 1e-5)) << "param " << i;
+  EXPECT_EQ(ckpt.offloadCount(), 0);
+  EXPECT_EQ(ckpt.recomputeCount(), 3);
+}

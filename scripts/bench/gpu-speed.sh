@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# For the GPU machine (LibTorch from the Python torch, CUDA): builds strata-train and
+# the gpu tests, then runs the named parts, one right after the other, logging each to
+# $OUT (default /tmp/strata-speed). Parts:
+#   opt     the optimizer / gradient-norm check and timing (OptimizerGpu.*)
+#   phases  strata-train bench --phases at 512 and 1024 px, no checkpointing
+#   table   strata-train bench at 512/1024 px with and without checkpointing, the
+#           peer's LoRA targets and then Strata's default ones, then the peer
+#           (bench_peer.py: PEER_SCRIPT, PEER_DIFFUSERS name where they are)
+#   quant   the 16 GB capped 30-step quantized run (QuantGpu.FluxDevQuantizedChecked...)
+#   int8    strata-train bench of the int8 base at 1024 px with checkpointing
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${OUT:-/tmp/strata-speed}"
+mkdir -p "$OUT"
+BUILD="$ROOT/build-gpu"
+STEPS="${STEPS:-6}"
+TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_UI=OFF \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" --target strata-train strata_tests_gpu >>"$OUT/build.log" 2>&1 ||
+  { grep -m5 -A5 "error" "$OUT/build.log"; exit 1; }
+CLI="$(find "$BUILD" -name strata-train -type f -perm -u+x | head -1)"
+TESTS="$(find "$BUILD" -name strata_tests_gpu -type f -perm -u+x | head -1)"
+CFG="$ROOT/configs/flux-dev-1gpu.yaml"
+PEER_TARGETS='network.target_modules=[to_q,to_k,to_v,to_out.0,add_q_proj,add_k_proj,add_v_proj,to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2,proj_mlp,proj_out]'
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$OUT/gpu.txt" 2>&1
+
+bench() {  # name, then --set arguments
+  local name="$1"; shift
+  echo "== bench $name: $*" | tee -a "$OUT/bench.log"
+  "$CLI" bench "$CFG" --steps "$STEPS" --json "$@" >"$OUT/bench-$name.json" 2>>"$OUT/bench.log"
+  python3 - "$name" "$OUT/bench-$name.json" <<'PY' | tee -a "$OUT/bench.log"
+import json, sys
+try:
+    j = json.load(open(sys.argv[2]))
+except Exception as e:
+    print(sys.argv[1], "failed:", e); sys.exit()
+d = j["devices"][0]
+line = f'{sys.argv[1]}: median {j["median_step_ms"]/1000:.3f} s, min {j["min_step_ms"]/1000:.3f} s, peak allocated {d["peak_allocated_bytes"]/2**30:.1f} GiB'
+if "phases" in j:
+    line += "; phases (ms, GiB allocated after) " + ", ".join(
+        f'{p["phase"]} {p["median_ms"]:.1f} ({p["allocated_bytes_after"]/2**30:.1f})' for p in j["phases"])
+    line += f'; sum {j["phases_sum_ms"]:.1f} ms'
+print(line)
+PY
+}
+
+for part in "$@"; do
+  case "$part" in
+    opt) "$TESTS" --gtest_filter='OptimizerGpu.*' 2>&1 | tee "$OUT/opt.log" | grep -E "\[optimizer gpu\]|OK|FAILED" ;;
+    phases)
+      bench phases-512-nockpt --phases --set 'datasets[0].resolution=[512]' --set train.gradient_checkpointing=false
+      bench phases-1024-nockpt --phases --set train.gradient_checkpointing=false ;;
+    table)
+      for res in 512 1024; do for gc in false true; do
+        bench "peer-targets-$res-ckpt-$gc" --set "datasets[0].resolution=[$res]" --set "train.gradient_checkpointing=$gc" --set "$PEER_TARGETS"
+      done; done
+      for res in 512 1024; do for gc in false true; do
+        bench "default-targets-$res-ckpt-$gc" --set "datasets[0].resolution=[$res]" --set "train.gradient_checkpointing=$gc"
+      done; done
+      echo "== peer" | tee -a "$OUT/bench.log"
+      PYTHONUNBUFFERED=1 PEER_DIFFUSERS="${PEER_DIFFUSERS:-.carry}" PEER_SDP=flash PEER_ONLY=512/0,1024/0,512/1,1024/1 \
+        python3 "${PEER_SCRIPT:-.carry/bench_peer.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
+    quant) "$TESTS" --gtest_filter='QuantGpu.FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap' 2>&1 |
+             tee "$OUT/quant.log" | grep -E "\[quant gpu\]|OK \]|FAILED|out of memory" ;;
+    int8) bench int8-1024-ckpt --set model.quantize=true --set model.qtype=int8 --set "$PEER_TARGETS" ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
