@@ -70,11 +70,14 @@ int runPlan(const PlanArgs& args) {
   } else {
     const flux::FluxParamPlan pp = flux::fluxParamPlan(run.model);
     const bool onCpu = run.devices.size() == 1 && run.devices[0].isCpu();
-    std::cout << "config   " << args.configPath << "\n"
-              << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
-              << run.model.numSingleLayers << " single blocks, "
-              << std::llround(static_cast<double>(pp.totalParams()) / 1e8) / 10.0 << "B parameters\n"
-              << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
+    std::cout << "config   " << args.configPath << "\n";
+    if (cfg.model.arch != config::ModelArch::Flux)  // another family describes its model itself
+      std::cout << "model    " << run.modelSource << "\n";
+    else
+      std::cout << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
+                << run.model.numSingleLayers << " single blocks, "
+                << std::llround(static_cast<double>(pp.totalParams()) / 1e8) / 10.0 << "B parameters\n";
+    std::cout << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
               << ", " << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
               << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
               << "devices  " << run.devicesSource;
@@ -87,6 +90,13 @@ int runPlan(const PlanArgs& args) {
       std::cout << "         text encoders and VAE not counted (embeddings cached; --other-gb adds them)\n";
     }
     std::cout << "\n" << placement::formatPlan(plan);
+    if (!plan.fits && !cfg.model.quantize) {
+      // What would fit instead: the same run with the frozen blocks quantized.
+      for (const auto& alt : train::quantizedAlternatives(cfg, inventory, po))
+        std::cout << "\nwith model.quantize: true, model.qtype: " << alt.qtype << ": "
+                  << (alt.plan.fits ? "fits" : "does not fit either") << "\n"
+                  << (alt.plan.fits ? placement::formatPlan(alt.plan) : "");
+    }
   }
   return plan.fits ? kExitOk : kExitFailed;
 }

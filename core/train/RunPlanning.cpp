@@ -9,6 +9,7 @@
 #include "lora/LoraTargets.h"
 #include "models/flux/FluxLoraRules.h"
 #include "train/Datasets.h"
+#include "train/ModelFamily.h"
 
 namespace strata::train {
 
@@ -122,13 +123,21 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     return run;
   };
 
+  // Another family than FLUX plans through its registered interface (train/ModelFamily.h).
+  const bool otherFamily = cfg.model.arch != config::ModelArch::Flux;
   try {
-    run.model = planFluxConfig(cfg.model, &run.modelSource);
+    if (otherFamily)
+      run.input = modelFamily(cfg.model.arch).planInput(cfg, run.tokens, run.modelSource);
+    else
+      run.model = planFluxConfig(cfg.model, &run.modelSource);
   } catch (const std::exception& e) {
+    if (otherFamily) return fail("model.name_or_path", e.what());
     return fail(cfg.model.randomWeights || cfg.model.nameOrPath.empty() ? "model" : "model.name_or_path", e.what());
   }
-  run.tokens = planTokens(cfg, run.model);
-  run.input = runPlanInput(cfg, run.model, run.tokens);
+  if (!otherFamily) {
+    run.tokens = planTokens(cfg, run.model);
+    run.input = runPlanInput(cfg, run.model, run.tokens);
+  }
   run.input.input.otherModuleBytes = options.otherModuleBytes;
 
   // The validator has judged the request against this inventory and the caps
@@ -151,6 +160,22 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     return fail("model.placement", e.what());
   }
   return run;
+}
+
+std::vector<QuantizedAlternative> quantizedAlternatives(const config::RunConfig& cfg,
+                                                        const device::Inventory& inventory,
+                                                        const PrepareOptions& options) {
+  std::vector<QuantizedAlternative> out;
+  for (const char* qtype : {"qfloat8", "int8"}) {
+    config::RunConfig q = cfg;
+    q.model.quantize = true;
+    q.model.qtype = qtype;
+    PrepareOptions o = options;
+    o.where = nullptr;
+    const PreparedRun run = prepareRun(q, inventory, o);
+    if (run.ok()) out.push_back({qtype, run.plan});
+  }
+  return out;
 }
 
 }  // namespace strata::train
