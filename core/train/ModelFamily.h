@@ -85,6 +85,10 @@ class ModelFamily {
   // sample) and `source` (where the shape came from). Throws with the reason.
   virtual RunPlanInput planInput(const config::RunConfig& cfg, int64_t& tokens, std::string& source) const = 0;
 
+  // The work of one training step of this config (frozen base, LoRA trained), in
+  // FLOPs, for `strata-train bench`; activation recompute not counted.
+  virtual double trainStepFlops(const config::RunConfig& cfg) const = 0;
+
   // The prefix of the LoRA keys in a run's checkpoint ("transformer.").
   virtual std::string checkpointPrefix() const = 0;
 

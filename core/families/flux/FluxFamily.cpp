@@ -61,6 +61,9 @@ class FluxFamily : public train::ModelFamily {
     tokens = train::planTokens(cfg, fc);
     return train::runPlanInput(cfg, fc, tokens);
   }
+  double trainStepFlops(const config::RunConfig& cfg) const override {
+    return train::trainStepFlops(cfg, train::planFluxConfig(cfg.model));
+  }
   std::string checkpointPrefix() const override { return "transformer."; }
   std::string formatProblem(config::ExportFormat format) const override {
     return format == config::ExportFormat::Peft

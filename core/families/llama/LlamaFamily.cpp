@@ -331,6 +331,30 @@ class LlamaFamily : public train::ModelFamily {
     return out;
   }
 
+  // Per Linear 4 x tokens x in x out (forward and input gradient; the base is
+  // frozen), per adapter 6 x tokens x rank x (in + out), per layer 12 x B x L^2 x
+  // q width for attention (two matmuls, forward and backward), lm_head included.
+  double trainStepFlops(const config::RunConfig& cfg) const override {
+    const auto lc = llamaConfigOf(cfg.model);
+    const auto o = llamaPlanOptionsOf(cfg);
+    const lora::LoraTargets targets(o.loraTargets.empty() ? llama::peftDefaultTargets() : o.loraTargets);
+    const double tokens = static_cast<double>(o.batchSize * o.seqLen);
+    const auto params = llama::llamaParamPlan(lc);
+    double f = 0;
+    auto add = [&](const llama::LlamaUnitParams& u) {
+      for (const auto& l : u.linears) {
+        const double in = static_cast<double>(l.inFeatures), out = static_cast<double>(l.outFeatures);
+        f += 4 * tokens * in * out;
+        if (targets.matches(l.path)) f += 6 * tokens * static_cast<double>(o.loraRank) * (in + out);
+      }
+    };
+    for (const auto& b : params.blocks) add(b);
+    add(params.head);
+    if (lc.tieWordEmbeddings) f += 4 * tokens * static_cast<double>(lc.hiddenSize * lc.vocabSize);
+    f += 12.0 * static_cast<double>(lc.numHiddenLayers) * static_cast<double>(o.batchSize) *
+         static_cast<double>(o.seqLen) * static_cast<double>(o.seqLen) * static_cast<double>(lc.qDim());
+    return f;
+  }
   std::string checkpointPrefix() const override { return LlamaLoraRules::kPeftPrefix; }
   std::string formatProblem(config::ExportFormat format) const override {
     if (format == config::ExportFormat::Kohya || format == config::ExportFormat::Comfy)
