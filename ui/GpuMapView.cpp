@@ -10,6 +10,8 @@
 #include <QVBoxLayout>
 #include <algorithm>
 
+#include "ui/Theme.h"
+
 namespace strata::ui {
 
 namespace {
@@ -302,7 +304,8 @@ class GpuMapCanvas : public QWidget {
     const QString total = d.totalBytes ? formatBytes(d.totalBytes) : QString();
     p.drawText(QRect(x + 8, top + 2, columnWidth() - 16, 20), Qt::AlignVCenter | Qt::AlignRight, total);
     QString sub = d.name + (d.simulated && !d.name.contains("simulated") ? tr("  (simulated)") : QString());
-    p.setPen(d.simulated ? QColor(0x9a, 0x6b, 0x00) : palette().color(QPalette::PlaceholderText));
+    p.setPen(d.simulated ? themed(palette(), QColor(0x9a, 0x6b, 0x00), QColor(0xe3, 0xb3, 0x41))
+                         : palette().color(QPalette::PlaceholderText));
     p.drawText(QRect(x + 8, top + 20, columnWidth() - 16, 18), Qt::AlignVCenter | Qt::AlignLeft,
                p.fontMetrics().elidedText(sub, Qt::ElideRight, columnWidth() - 16));
 
@@ -398,7 +401,7 @@ class GpuMapCanvas : public QWidget {
       for (const MismatchView& m : d.mismatches) {
         const QRect r(x, y, columnWidth(), kMismatchHeight - 2);
         p.setPen(QPen(kMismatchColor, 1.5));
-        p.setBrush(QColor(0xfd, 0xec, 0xea));
+        p.setBrush(themed(palette(), QColor(0xfd, 0xec, 0xea), QColor(0x4a, 0x1f, 0x1f)));
         p.drawRoundedRect(r, 3, 3);
         p.setPen(kMismatchColor);
         p.drawText(r.adjusted(6, 1, -6, -r.height() / 2), Qt::AlignVCenter | Qt::AlignLeft,

@@ -8,11 +8,14 @@
 #include <QJsonObject>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMetaObject>
 #include <QPushButton>
 #include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+
+#include "ui/Theme.h"
 
 namespace strata::ui {
 
@@ -39,6 +42,7 @@ LossPlot::LossPlot(QWidget* parent) : QWidget(parent) {
   plot_->yAxis2->setLabel("learning rate");
   plot_->yAxis2->setTickLabelColor(kLrColor);
   plot_->yAxis2->setLabelColor(kLrColor);
+  plot_->yAxis2->setProperty("strataOwnColour", true);  // the theme leaves its orange alone
   plot_->yAxis2->setTicker(QSharedPointer<QCPAxisTicker>::create());
   plot_->yAxis2->setNumberFormat("eb");
   plot_->yAxis2->setNumberPrecision(1);
@@ -54,13 +58,12 @@ LossPlot::LossPlot(QWidget* parent) : QWidget(parent) {
   lrGraph_->setPen(QPen(kLrColor, 1.5, Qt::DashLine));
 
   plot_->legend->setVisible(true);
-  plot_->legend->setBrush(QColor(255, 255, 255, 200));
-  plot_->legend->setBorderPen(QPen(QColor(200, 200, 200)));
   plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
   plot_->xAxis->setRange(0, 10);
   plot_->yAxis->setRange(0, 1);
   plot_->yAxis2->setRange(0, 1e-4);
   plot_->installEventFilter(this);
+  stylePlot(plot_);
 
   logCheck_ = new QCheckBox(tr("Log scale"), this);
   logCheck_->setObjectName("lossLogScale");
@@ -175,6 +178,14 @@ void LossPlot::rescale() {
   }
   QCPRange lr = lrGraph_->data()->valueRange(found);
   if (found) plot_->yAxis2->setRange(0.0, std::max(lr.upper * 1.1, 1e-12));
+}
+
+void LossPlot::changeEvent(QEvent* event) {
+  // The theme changed: restyle once the plot has its new palette too.
+  if (event->type() == QEvent::PaletteChange)
+    QMetaObject::invokeMethod(
+        this, [this] { stylePlot(plot_); }, Qt::QueuedConnection);
+  QWidget::changeEvent(event);
 }
 
 bool LossPlot::eventFilter(QObject* watched, QEvent* event) {

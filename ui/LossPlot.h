@@ -52,6 +52,7 @@ class LossPlot : public QWidget {
 
  private:
   bool eventFilter(QObject* watched, QEvent* event) override;
+  void changeEvent(QEvent* event) override;
   void rescale();
 
   QCustomPlot* plot_ = nullptr;

@@ -22,6 +22,7 @@
 #include <QRegularExpression>
 #include <QPushButton>
 #include <QSplitter>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QStyle>
 #include <QSystemTrayIcon>
@@ -35,12 +36,17 @@
 #include "config/RunConfig.h"
 #include "ui/ConfigBackend.h"
 #include "ui/ConfigEditor.h"
+#include "ui/DatasetView.h"
 #include "ui/ExportDialog.h"
 #include "ui/GpuMapView.h"
+#include "ui/GpuUsagePanel.h"
 #include "ui/LossPlot.h"
 #include "ui/NewConfigDialog.h"
 #include "ui/PlanBackend.h"
+#include "ui/RunQueue.h"
+#include "ui/RunQueuePanel.h"
 #include "ui/SampleBrowser.h"
+#include "ui/Theme.h"
 #include "ui/TrainerRunner.h"
 
 // Resources of a static library are registered by hand, outside any namespace.
@@ -51,6 +57,16 @@ namespace strata::ui {
 namespace {
 const char* kRecentConfigs = "recent/configs";
 const char* kRecentRuns = "recent/runs";
+const char* kTheme = "view/theme";
+
+// The queue file: beside a settings file given by the caller (tests), else in the app's data folder.
+QString queueFileFor(const QString& settingsPath) {
+  if (!settingsPath.isEmpty()) {
+    const QFileInfo f(settingsPath);
+    return f.absoluteDir().filePath(f.completeBaseName() + "-queue.json");
+  }
+  return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath("queue.json");
+}
 
 QString stateText(TrainerBridge::State s) {
   switch (s) {
@@ -95,7 +111,9 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
   setObjectName("mainWindow");
   setWindowIcon(QIcon(":/strata/strata.svg"));
   QFile qss(":/strata/strata.qss");
-  if (qss.open(QIODevice::ReadOnly)) setStyleSheet(QString::fromUtf8(qss.readAll()));
+  if (qss.open(QIODevice::ReadOnly)) baseStyleSheet_ = QString::fromUtf8(qss.readAll());
+  setStyleSheet(baseStyleSheet_);
+  queue_ = new RunQueue(queueFileFor(settingsPath), this);
 
   bridge_ = new TrainerBridge(this);
   tabs_ = new QTabWidget(this);
@@ -121,13 +139,21 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
   connectBridge();
   connect(editor_, &ConfigEditor::validityChanged, this, &MainWindow::updateRunControls);
   connect(editor_, &ConfigEditor::problemsChanged, this, &MainWindow::updateRunControls);
-  connect(editor_, &ConfigEditor::configChanged, this, [this] { replanTimer_->start(); });
+  connect(editor_, &ConfigEditor::configChanged, this, [this] {
+    replanTimer_->start();
+    datasetView_->setDatasets(editor_->config().datasets);
+  });
+  connect(queue_, &RunQueue::saveFailed, this, [this](const QString& m) {
+    statusBar()->showMessage(tr("The run queue could not be saved: %1").arg(m), 15000);
+  });
+  connect(queuePanel_, &RunQueuePanel::runToggled, this, &MainWindow::setQueueRunning);
   connect(editor_, &ConfigEditor::filePathChanged, this, &MainWindow::updateTitle);
   connect(editor_, &ConfigEditor::modifiedChanged, this, &MainWindow::updateTitle);
   restoreState();
   updateRunControls();
   updateTitle();
   replan();
+  datasetView_->setDatasets(editor_->config().datasets);
 }
 
 MainWindow::~MainWindow() = default;
@@ -160,6 +186,10 @@ void MainWindow::buildActions() {
     bridge_->saveNow();
     queueRequest(tr("a checkpoint"));
   });
+  addToQueueAction_ = new QAction(tr("&Add config to queue"), this);
+  addToQueueAction_->setObjectName("addToQueueAction");
+  addToQueueAction_->setShortcut(QKeySequence("Ctrl+Shift+Q"));
+  connect(addToQueueAction_, &QAction::triggered, this, &MainWindow::addToQueue);
   exportAction_ = new QAction(tr("&Export LoRA..."), this);
   exportAction_->setObjectName("exportAction");
   connect(exportAction_, &QAction::triggered, this, &MainWindow::showExportDialog);
@@ -218,6 +248,12 @@ void MainWindow::buildMenus() {
     a->setObjectName(QString("showTab%1Action").arg(i));
     a->setShortcut(QKeySequence(QString("Ctrl+%1").arg(i + 1)));
   }
+  view->addSeparator();
+  darkThemeAction_ = view->addAction(tr("&Dark theme"));
+  darkThemeAction_->setObjectName("darkThemeAction");
+  darkThemeAction_->setCheckable(true);
+  connect(darkThemeAction_, &QAction::toggled, this,
+          [this](bool dark) { setTheme(dark ? Theme::Dark : Theme::Light); });
 
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   run->setObjectName("runMenu");
@@ -228,6 +264,7 @@ void MainWindow::buildMenus() {
   run->addAction(sampleAction_);
   run->addAction(saveNowAction_);
   run->addSeparator();
+  run->addAction(addToQueueAction_);
   a = run->addAction(tr("&Resume run from folder..."), this, [this] {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Resume a run"), lastRunDir_);
     if (!dir.isEmpty()) resumeRunFolder(dir);
@@ -264,19 +301,36 @@ void MainWindow::buildSetupTab() {
   connect(replanTimer_, &QTimer::timeout, this, &MainWindow::replan);
   connect(deviceSpec_, &QLineEdit::textChanged, this, [this] { replanTimer_->start(); });
 
+  // Plan and dataset share the right side; Start and Add to queue stay under both.
+  auto* side = new QWidget(this);
+  side->setObjectName("setupSide");
+  auto* sl = new QVBoxLayout(side);
+  sl->setContentsMargins(0, 0, 0, 0);
+  setupSideTabs_ = new QTabWidget(side);
+  setupSideTabs_->setObjectName("setupSideTabs");
+  setupSideTabs_->setDocumentMode(true);
+  setupSideTabs_->addTab(right, tr("Plan"));
+  datasetView_ = new DatasetView(side);
+  setupSideTabs_->addTab(datasetView_, tr("Dataset"));
+  sl->addWidget(setupSideTabs_, 1);
   auto* startRow = new QHBoxLayout;
-  startButton_ = new QPushButton(style()->standardIcon(QStyle::SP_MediaPlay), tr("Start training"), this);
+  addToQueueButton_ = new QPushButton(tr("Add to queue"), side);
+  addToQueueButton_->setObjectName("addToQueueButton");
+  addToQueueButton_->setToolTip(tr("Queue this config as it is now: queued runs train one after another (Run tab)"));
+  connect(addToQueueButton_, &QPushButton::clicked, this, &MainWindow::addToQueue);
+  startButton_ = new QPushButton(style()->standardIcon(QStyle::SP_MediaPlay), tr("Start training"), side);
   startButton_->setObjectName("startButton");
   startButton_->setMinimumHeight(34);
   connect(startButton_, &QPushButton::clicked, this, &MainWindow::startRun);
   startRow->addStretch(1);
+  startRow->addWidget(addToQueueButton_);
   startRow->addWidget(startButton_);
-  rl->addLayout(startRow);
+  sl->addLayout(startRow);
 
   setupSplit_ = new QSplitter(Qt::Horizontal, this);
   setupSplit_->setObjectName("setupSplitter");
   setupSplit_->addWidget(editor_);
-  setupSplit_->addWidget(right);
+  setupSplit_->addWidget(side);
   setupSplit_->setStretchFactor(0, 1);
   setupSplit_->setStretchFactor(1, 1);
   setupSplit_->setSizes({700, 700});  // four 16 GB cards fit the plan side of a 1400 px window
@@ -315,6 +369,15 @@ void MainWindow::buildRunTab() {
   layout->addWidget(runStatus_);
 
   lossPlot_ = new LossPlot(page);
+  gpuUsage_ = new GpuUsagePanel(page);
+  runTopSplit_ = new QSplitter(Qt::Horizontal, page);
+  runTopSplit_->setObjectName("runTopSplitter");
+  runTopSplit_->addWidget(lossPlot_);
+  runTopSplit_->addWidget(gpuUsage_);
+  runTopSplit_->setStretchFactor(0, 3);
+  runTopSplit_->setStretchFactor(1, 2);
+  runTopSplit_->setSizes({860, 540});
+  queuePanel_ = new RunQueuePanel(queue_, page);
   liveMap_ = new GpuMapView(page);
   liveMap_->setObjectName("liveMap");
   latestStrip_ = new SampleStrip(page, 128);
@@ -323,12 +386,14 @@ void MainWindow::buildRunTab() {
   runBottomSplit_->setObjectName("runBottomSplitter");
   runBottomSplit_->addWidget(liveMap_);
   runBottomSplit_->addWidget(latestStrip_);
+  runBottomSplit_->addWidget(queuePanel_);
   runBottomSplit_->setStretchFactor(0, 2);
-  runBottomSplit_->setStretchFactor(1, 3);
-  runBottomSplit_->setSizes({560, 840});
+  runBottomSplit_->setStretchFactor(1, 2);
+  runBottomSplit_->setStretchFactor(2, 2);
+  runBottomSplit_->setSizes({480, 480, 440});
   runSplit_ = new QSplitter(Qt::Vertical, page);
   runSplit_->setObjectName("runSplitter");
-  runSplit_->addWidget(lossPlot_);
+  runSplit_->addWidget(runTopSplit_);
   runSplit_->addWidget(runBottomSplit_);
   runSplit_->setStretchFactor(0, 1);
   runSplit_->setStretchFactor(1, 1);
@@ -343,11 +408,16 @@ void MainWindow::connectBridge() {
     if (state == TrainerBridge::State::Stopping) updateRunHeader();
     // Closing was asked for during the run: the checkpoint is written, now close.
     if (state == TrainerBridge::State::Idle && closeAfterStop_) close();
+    // The trainer is free: the queue's next config, after the signals of the last one.
+    if (state == TrainerBridge::State::Idle && queueRunning_ && !closeAfterStop_)
+      QTimer::singleShot(0, this, &MainWindow::startNextQueued);
   });
   connect(bridge_, &TrainerBridge::started, this,
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
             lastRunDir_ = absolute(runDir);  // a relative training_folder is relative to where the app started
             addRecent(kRecentRuns, lastRunDir_);
+            if (!queuedRunId_.isEmpty())
+              queue_->setState(queuedRunId_, RunQueue::State::Running, tr("started"), lastRunDir_);
             if (resumed)
               lossPlot_->loadMetricsFile(runFile(lastRunDir_, &runner::RunFolderFiles::metrics));
             else
@@ -419,12 +489,16 @@ void MainWindow::connectBridge() {
   connect(bridge_, &TrainerBridge::resumed, this, [this](qint64) { updateRunHeader(); });
   connect(bridge_, &TrainerBridge::stopped, this, [this](qint64 step, const QString& checkpoint) {
     queued_.clear();
+    // A stop by hand stops the queue too: the rest wait until Run queue is pressed again.
+    finishQueuedRun(RunQueue::State::Stopped, tr("stopped at step %1 (resume it from its run folder)").arg(step));
+    setQueueRunning(false);
     setRunHeader(tr("Stopped at step %1; checkpoint kept: %2. Resume it from Run > Resume, or export the LoRA.")
                      .arg(step)
                      .arg(checkpoint.isEmpty() ? tr("(none)") : checkpoint));
   });
   connect(bridge_, &TrainerBridge::finished, this, [this](qint64 step, double finalLoss, const QStringList& exports) {
     queued_.clear();
+    finishQueuedRun(RunQueue::State::Finished, tr("%1 steps, final loss %2").arg(step).arg(finalLoss, 0, 'f', 4));
     progress_->setValue(progress_->maximum());
     setRunHeader(tr("Finished at step %1, final loss %2.%3")
                      .arg(step)
@@ -437,6 +511,9 @@ void MainWindow::connectBridge() {
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
             queued_.clear();
+            // The whole message on one line: a preflight failure's reasons follow its first line.
+            finishQueuedRun(RunQueue::State::Failed, QString(message).replace('\n', ' ').simplified() +
+                                                         (step > 0 ? tr(" (at step %1)").arg(step) : QString()));
             QString text = message;
             if (step > 0) text += tr("\n\nFailed at step %1.").arg(step);
             if (!lastCheckpoint.isEmpty()) text += tr("\nLast good checkpoint: %1").arg(lastCheckpoint);
@@ -813,6 +890,86 @@ void MainWindow::notify(const QString& title, const QString& message, bool failu
   emit notified(title, message);
 }
 
+// ---- the run queue ----------------------------------------------------------------
+
+bool MainWindow::addToQueue() {
+  if (editor_->hasErrors()) {
+    showError(tr("Cannot queue this config"), tr("The config has errors; they are listed under the editor."));
+    return false;
+  }
+  const QString name = QString::fromStdString(editor_->config().job.name);
+  const QString source = editor_->filePath().isEmpty() ? tr("untitled") : absolute(editor_->filePath());
+  queue_->add(name, source, editor_->yamlText());
+  statusBar()->showMessage(tr("%1 added to the run queue (%2 entries); press Run queue in the Run tab to train them.")
+                               .arg(name)
+                               .arg(queue_->entries().size()),
+                           8000);
+  return true;
+}
+
+void MainWindow::setQueueRunning(bool run) {
+  queueRunning_ = run;
+  queuePanel_->setRunning(run);
+  if (run && !bridge_->isActive()) startNextQueued();
+}
+
+// Starts the first waiting entry; one that cannot start is marked failed and the next is tried.
+void MainWindow::startNextQueued() {
+  if (!queueRunning_ || bridge_->isActive() || !queuedRunId_.isEmpty()) return;
+  for (int i = queue_->nextWaiting(); i >= 0; i = queue_->nextWaiting()) {
+    const RunQueue::Entry e = queue_->entries()[i];
+    const backend::ParseResult parsed = backend::parseYaml(e.yaml.toStdString(), e.source.toStdString());
+    if (!parsed.ok) {
+      QStringList problems;
+      for (const ProblemView& p : parsed.problems)
+        if (p.error) problems << (p.key.isEmpty() ? p.message : p.key + ": " + p.message);
+      queue_->setState(e.id, RunQueue::State::Failed, tr("the config does not read: %1").arg(problems.join("; ")));
+      continue;
+    }
+    config::RunConfig cfg = parsed.config;
+    if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+    runBlockSizes_ = blockSizes(cfg);
+    QString error;
+    if (!bridge_->start(cfg, &error)) {
+      queue_->setState(e.id, RunQueue::State::Failed, error);
+      continue;
+    }
+    queuedRunId_ = e.id;
+    queue_->setState(e.id, RunQueue::State::Running, tr("starting"));
+    updateRunControls();
+    return;
+  }
+  // Nothing left to train.
+  int finished = 0, failed = 0;
+  for (const RunQueue::Entry& x : queue_->entries()) {
+    finished += x.state == RunQueue::State::Finished;
+    failed += x.state == RunQueue::State::Failed;
+  }
+  setQueueRunning(false);
+  notify(tr("Run queue done"), tr("%1 finished, %2 failed").arg(finished).arg(failed), failed > 0);
+}
+
+void MainWindow::finishQueuedRun(RunQueue::State state, const QString& message) {
+  if (queuedRunId_.isEmpty()) return;
+  queue_->setState(queuedRunId_, state, message);
+  queuedRunId_.clear();
+}
+
+// ---- theme -----------------------------------------------------------------------
+
+void MainWindow::setTheme(Theme theme) {
+  applyTheme(theme);
+  setStyleSheet(baseStyleSheet_ + themeStyleSheet(theme));
+  if (darkThemeAction_->isChecked() != (theme == Theme::Dark)) {
+    const QSignalBlocker block(darkThemeAction_);
+    darkThemeAction_->setChecked(theme == Theme::Dark);
+  }
+  settings_->setValue(kTheme, themeName(theme));
+  settings_->sync();
+}
+
+Theme MainWindow::theme() const { return currentTheme(); }
+
 void MainWindow::updateTitle() {
   const QString file = editor_->filePath().isEmpty() ? tr("untitled") : QFileInfo(editor_->filePath()).fileName();
   // [*] is where Qt puts the modified mark.
@@ -828,6 +985,8 @@ void MainWindow::restoreState() {
   setupSplit_->restoreState(settings_->value("window/setupSplit").toByteArray());
   runSplit_->restoreState(settings_->value("window/runSplit").toByteArray());
   runBottomSplit_->restoreState(settings_->value("window/runBottomSplit").toByteArray());
+  runTopSplit_->restoreState(settings_->value("window/runTopSplit").toByteArray());
+  setTheme(themeFromName(settings_->value(kTheme, "light").toString()));
   tabs_->setCurrentIndex(settings_->value("window/tab", 0).toInt());
   deviceSpec_->setText(settings_->value("plan/deviceSpec").toString());
   // Entries from before paths were stored absolute cannot be found again: dropped.
@@ -848,6 +1007,7 @@ void MainWindow::saveState() {
   settings_->setValue("window/setupSplit", setupSplit_->saveState());
   settings_->setValue("window/runSplit", runSplit_->saveState());
   settings_->setValue("window/runBottomSplit", runBottomSplit_->saveState());
+  settings_->setValue("window/runTopSplit", runTopSplit_->saveState());
   settings_->setValue("window/tab", tabs_->currentIndex());
   settings_->setValue("plan/deviceSpec", deviceSpec_->text());
   settings_->sync();

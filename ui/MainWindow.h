@@ -11,6 +11,8 @@
 #include <QSettings>
 #include <memory>
 
+#include "ui/RunQueue.h"
+#include "ui/Theme.h"
 #include "ui/TrainerBridge.h"
 #include "ui/ViewModel.h"
 
@@ -28,7 +30,10 @@ class QTimer;
 namespace strata::ui {
 
 class ConfigEditor;
+class DatasetView;
 class GpuMapView;
+class GpuUsagePanel;
+class RunQueuePanel;
 class LossPlot;
 class SampleBrowser;
 class SampleStrip;
@@ -60,6 +65,12 @@ class MainWindow : public QMainWindow {
   SampleBrowser* sampleBrowser() const { return samples_; }
   TrainerBridge* bridge() const { return bridge_; }
   QTabWidget* tabs() const { return tabs_; }
+  GpuUsagePanel* gpuUsagePanel() const { return gpuUsage_; }
+  DatasetView* datasetView() const { return datasetView_; }
+  RunQueue* runQueue() const { return queue_; }
+  RunQueuePanel* runQueuePanel() const { return queuePanel_; }
+  bool isQueueRunning() const { return queueRunning_; }
+  Theme theme() const;
   QStringList recentConfigs() const;
   QStringList recentRunFolders() const;
   // The header line over the run view ("Paused at step 12 of 100 ...").
@@ -79,6 +90,12 @@ class MainWindow : public QMainWindow {
   void showExportDialog();
   void showNewConfigDialog();
   void replan();
+  // Queues the config as it is now (false while it has errors).
+  bool addToQueue();
+  // Trains the waiting entries one after another (stops after the current run when off).
+  void setQueueRunning(bool run);
+  // The application's palette, the plots and the map follow; remembered in the settings.
+  void setTheme(strata::ui::Theme theme);
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -107,6 +124,8 @@ class MainWindow : public QMainWindow {
   void updateRunHeader();
   void setRunHeader(const QString& text);
   void queueRequest(const QString& what);
+  void startNextQueued();
+  void finishQueuedRun(RunQueue::State state, const QString& message);
 
   std::unique_ptr<QSettings> settings_;
   TrainerBridge* bridge_ = nullptr;
@@ -150,6 +169,18 @@ class MainWindow : public QMainWindow {
   qint64 queuedAtStep_ = 0;
   bool closeAfterStop_ = false;
   QSystemTrayIcon* tray_ = nullptr;
+  QString baseStyleSheet_;
+  QAction* darkThemeAction_ = nullptr;
+  QAction* addToQueueAction_ = nullptr;
+  QPushButton* addToQueueButton_ = nullptr;
+  QTabWidget* setupSideTabs_ = nullptr;
+  DatasetView* datasetView_ = nullptr;
+  GpuUsagePanel* gpuUsage_ = nullptr;
+  QSplitter* runTopSplit_ = nullptr;
+  RunQueue* queue_ = nullptr;
+  RunQueuePanel* queuePanel_ = nullptr;
+  bool queueRunning_ = false;
+  QString queuedRunId_;  // the queue entry the trainer runs now
 };
 
 }  // namespace strata::ui

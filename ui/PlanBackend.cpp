@@ -49,7 +49,7 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
     const std::map<std::string, int>& adapterCount = run.input.adapters;
     const placement::Plan& plan = run.plan;
 
-    view.reason = QString::fromStdString(plan.reason);
+    view.reason = QString::fromStdString(train::describePlan(run));  // the words `strata-train plan` prints
     view.fits = plan.fits;
     for (size_t i = 0; i < plan.devices.size(); ++i) {
       const placement::DevicePlan& dp = plan.devices[i];

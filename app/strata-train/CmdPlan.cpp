@@ -31,7 +31,7 @@ struct PlanArgs {
   std::string devices;  // empty: this machine's devices
   bool json = false;
   std::vector<std::string> sets;
-  double otherGb = 0.0;  // text encoders / VAE resident on the first device (memory mode)
+  double otherGb = 0.0;  // more GB kept on the first device, beyond the parts the plan counts
 };
 
 int runPlan(const PlanArgs& args) {
@@ -48,7 +48,7 @@ int runPlan(const PlanArgs& args) {
   train::PrepareOptions po;
   po.where = &loaded.where;
   po.preview = true;
-  po.otherModuleBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
+  po.extraFirstDeviceBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
   const train::PreparedRun run = train::prepareRun(cfg, inventory, po);
   if (!run.ok()) {
     for (const auto& p : run.problems)
@@ -66,36 +66,30 @@ int runPlan(const PlanArgs& args) {
     j["tokens"] = run.tokens;
     j["lora_rank"] = cfg.network.linear;
     j["ema"] = cfg.train.ema.useEma;
+    j["description"] = train::describePlan(run);  // the words of the text output and the app
     std::cout << j.dump(2) << "\n";
   } else {
     const flux::FluxParamPlan pp = flux::fluxParamPlan(run.model);
-    const bool onCpu = run.devices.size() == 1 && run.devices[0].isCpu();
     std::cout << "config   " << args.configPath << "\n";
     if (cfg.model.arch != config::ModelArch::Flux)  // another family describes its model itself
       std::cout << "model    " << run.modelSource << "\n";
     else
       std::cout << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
-                << run.model.numSingleLayers << " single blocks, "
-                << std::llround(static_cast<double>(pp.totalParams()) / 1e8) / 10.0 << "B parameters\n";
+                << run.model.numSingleLayers << " single blocks, " << placement::formatParams(pp.totalParams())
+                << " parameters\n";
     std::cout << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
               << ", " << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
               << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
-              << "devices  " << run.devicesSource;
-    if (onCpu)
-      std::cout << " (the run uses the cpu: model.device is " << config::enumName(cfg.model.device) << ")";
-    else if (!cfg.model.splitModelOverGpus)
-      std::cout << " (split_model_over_gpus is off: first device only)";
-    std::cout << "\n";
-    if (po.otherModuleBytes == 0) {
-      std::cout << "         text encoders and VAE not counted (embeddings cached; --other-gb adds them)\n";
-    }
-    std::cout << "\n" << placement::formatPlan(plan);
+              << "devices  " << run.devicesSource << "\n";
+    // The table, then the plan in the words the app's plan view shows too.
+    std::cout << "\n" << placement::formatPlanTable(plan) << "\n" << train::describePlan(run) << "\n";
     if (!plan.fits && !cfg.model.quantize) {
       // What would fit instead: the same run with the frozen blocks quantized.
       for (const auto& alt : train::quantizedAlternatives(cfg, inventory, po))
         std::cout << "\nwith model.quantize: true, model.qtype: " << alt.qtype << ": "
-                  << (alt.plan.fits ? "fits" : "does not fit either") << "\n"
-                  << (alt.plan.fits ? placement::formatPlan(alt.plan) : "");
+                  << (alt.plan.fits ? "fits\n" + placement::formatPlanTable(alt.plan) + "\n" + alt.plan.reason
+                                    : "does not fit either: " + alt.plan.reason)
+                  << "\n";
     }
   }
   return plan.fits ? kExitOk : kExitFailed;
@@ -113,7 +107,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                   "Simulate devices: 4x16GB, 24GB,16GB or cpu,2x80GB (default: this machine's GPUs)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--set", args->sets, "Override a key: model.placement=memory");
-  cmd->add_option("--other-gb", args->otherGb, "GB of text encoders / VAE kept on the first device")
+  cmd->add_option("--other-gb", args->otherGb,
+                  "More GB kept on the first device for the run, beyond the text encoders and VAE the plan counts")
       ->check(gigabytesCheck());
   cmd->callback([args, &exitCode] {
     try {

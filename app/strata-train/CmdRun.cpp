@@ -115,13 +115,16 @@ class ProgressPrinter {
                     std::to_string(e.skipped.size()) + " skipped, " + std::to_string(e.defaultedCaptions) +
                     " without a caption file\n  buckets:";
     for (const auto& b : e.buckets) s += " " + b;
-    for (const auto& k : e.skipped) s += "\n  skipped " + k;
-    line(s);
+    line(s);  // each skipped file follows as a warning
   }
   void on(const events::CacheProgressEvent& e) {
     char stats[120];
-    std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(), static_cast<long long>(e.done),
-                  static_cast<long long>(e.total), e.itemsPerSecond);
+    if (e.done == e.total && e.encoded == 0)
+      std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  (all from the cache)", e.stage.c_str(),
+                    static_cast<long long>(e.done), static_cast<long long>(e.total));
+    else
+      std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(),
+                    static_cast<long long>(e.done), static_cast<long long>(e.total), e.itemsPerSecond);
     if (tty_) {
       const int width = 24;
       const int filled = e.total > 0 ? static_cast<int>(width * e.done / e.total) : width;

@@ -17,6 +17,7 @@
 #include "common/Version.h"
 #include "config/RunConfigYaml.h"
 #include "io/Image.h"
+#include "models/clip/ClipCheckpoint.h"
 #include "pipeline/FluxPipeline.h"
 
 namespace fs = std::filesystem;
@@ -57,9 +58,15 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
       if (p.isError()) throw ConfigError(p.format());
     const auto& m = loaded.config.model;
     // The command line wins over the config for the single files.
-    return pipeline::PipelineFiles::fromModelPaths(m.nameOrPath, a.vae.empty() ? m.vaePath : a.vae,
-                                                   a.clip.empty() ? m.clipPath : a.clip, a.t5.empty() ? m.t5Path : a.t5,
-                                                   a.tokenizer.empty() ? m.tokenizerPath : a.tokenizer);
+    auto f = pipeline::PipelineFiles::fromModelPaths(
+        m.nameOrPath, a.vae.empty() ? m.vaePath : a.vae, a.clip.empty() ? m.clipPath : a.clip,
+        a.t5.empty() ? m.t5Path : a.t5, a.tokenizer.empty() ? m.tokenizerPath : a.tokenizer);
+    // What single files do not hold, as the run's config gives it (docs/pipeline.md).
+    if (!m.axesDimsRope.empty()) f.axesDimsRope = m.axesDimsRope;
+    if (m.vaeNormNumGroups) f.vaeHints.normNumGroups = *m.vaeNormNumGroups;
+    if (m.clipNumAttentionHeads && fs::is_regular_file(f.text.clip))
+      f.text.clipConfig = clip::ClipCheckpoint::open(f.text.clip).config(*m.clipNumAttentionHeads);
+    return f;
   }
   return pipeline::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);
 }

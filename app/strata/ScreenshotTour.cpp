@@ -2,18 +2,24 @@
 
 #include <QApplication>
 #include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QPainter>
 #include <QLineEdit>
 #include <QPixmap>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTextStream>
 #include <QTimer>
+#include <algorithm>
 #include <cstdio>
 
 #include "ui/ConfigEditor.h"
+#include "ui/DatasetView.h"
 #include "ui/GpuMapView.h"
 #include "ui/LossPlot.h"
 #include "ui/MainWindow.h"
+#include "ui/RunQueue.h"
 #include "ui/SampleBrowser.h"
 
 namespace strata::app {
@@ -21,6 +27,53 @@ namespace strata::app {
 namespace {
 constexpr int kPollMs = 200;
 constexpr int kRunTimeoutMs = 15 * 60 * 1000;
+
+// A small photo folder for the dataset view: shapes on backgrounds in several sizes
+// and aspect ratios with captions, one image without a caption, one truncated file.
+QString writeTourPhotos() {
+  const QString dir = QDir::current().filePath("tour-photos");
+  QDir().mkpath(dir);
+  struct Photo {
+    const char* name;
+    int w, h;
+    QColor back, shape;
+    bool circle;
+    const char* caption;  // nullptr: no caption file
+  };
+  const Photo photos[] = {
+      {"red-circle", 96, 96, QColor(30, 30, 40), Qt::red, true, "a red circle on a dark background"},
+      {"green-square", 128, 96, QColor(235, 235, 225), QColor(40, 170, 60), false,
+       "a green square on a light background"},
+      {"blue-circle", 96, 128, QColor(235, 235, 225), QColor(40, 80, 200), true, "a blue circle on a light background"},
+      {"yellow-square", 160, 96, QColor(30, 30, 40), QColor(230, 200, 30), false, "a [trigger] yellow square"},
+      {"magenta-circle", 96, 96, QColor(30, 30, 40), QColor(200, 40, 180), true, nullptr},
+      {"cyan-square", 96, 160, QColor(235, 235, 225), QColor(30, 190, 200), false, "a cyan square"},
+      {"small", 20, 20, QColor(30, 30, 40), Qt::red, true, "too small to train"},
+  };
+  for (const Photo& p : photos) {
+    QImage img(p.w, p.h, QImage::Format_RGB888);
+    img.fill(p.back);
+    QPainter painter(&img);
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.setPen(Qt::NoPen);
+    painter.setBrush(p.shape);
+    const int side = std::min(p.w, p.h) / 2;
+    const QRect r(p.w / 2 - side / 2, p.h / 2 - side / 2, side, side);
+    if (p.circle)
+      painter.drawEllipse(r);
+    else
+      painter.drawRect(r);
+    painter.end();
+    img.save(dir + "/" + p.name + ".png");
+    if (p.caption) {
+      QFile f(dir + "/" + p.name + ".txt");
+      if (f.open(QIODevice::WriteOnly)) f.write(p.caption);
+    }
+  }
+  QFile broken(dir + "/broken.png");
+  if (broken.open(QIODevice::WriteOnly)) broken.write("\x89PNG\r\n\x1a\n cut off here");
+  return dir;
+}
 }  // namespace
 
 ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString planConfig)
@@ -81,6 +134,25 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                     },
                     0});
   steps_.push_back({always, [=] { shoot("config-error"); }, 0});
+  // 3b. The dataset view on a small photo folder.
+  auto* dataset = window_->datasetView();
+  steps_.push_back({always,
+                    [=] {
+                      if (!originalPath_.isEmpty())
+                        editor->loadFile(originalPath_);
+                      else
+                        editor->setYamlText(originalYaml_);
+                      editor->setValueText("datasets[0].type", "images");
+                      editor->setValueText("datasets[0].folder_path", writeTourPhotos());
+                      editor->setValueText("datasets[0].trigger_word", "shp");
+                      editor->setValueText("datasets[0].default_caption", "a shape");
+                      editor->setValueText("datasets[0].resolution", "[32, 64]");
+                      if (auto* side = window_->findChild<QTabWidget*>("setupSideTabs"))
+                        side->setCurrentWidget(dataset);
+                    },
+                    0});
+  steps_.push_back(
+      {[=] { return dataset->scanCount() > 0 && !dataset->isScanning(); }, [=] { shoot("setup-dataset"); }, 30000});
   // 4. Back to the demo config; start a short run.
   steps_.push_back({always,
                     [=] {
@@ -91,7 +163,22 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                       window_->replan();
                     },
                     0});
-  steps_.push_back({[=] { return !editor->hasErrors(); }, [=] { window_->startRun(); }, 10000});
+  // Through the run queue: the demo, and a second config that waits (the queue is paused once the first starts).
+  steps_.push_back({[=] { return !editor->hasErrors(); },
+                    [=] {
+                      if (auto* side = window_->findChild<QTabWidget*>("setupSideTabs")) side->setCurrentIndex(0);
+                      window_->addToQueue();
+                      editor->setValueText("job.name", "demo_shapes_lr1e-3");
+                      editor->setValueText("train.lr", "0.001");
+                      window_->addToQueue();
+                      if (!originalPath_.isEmpty())
+                        editor->loadFile(originalPath_);
+                      else
+                        editor->setYamlText(originalYaml_);
+                      window_->setQueueRunning(true);
+                    },
+                    10000});
+  steps_.push_back({[=] { return window_->bridge()->isActive(); }, [=] { window_->setQueueRunning(false); }, 60000});
   // 5. Mid-run: the live view once a sample exists.
   steps_.push_back(
       {[=] { return !window_->sampleBrowser()->samples().isEmpty() && window_->lossPlot()->plottedPointCount() >= 25; },
@@ -113,6 +200,16 @@ ScreenshotTour::ScreenshotTour(ui::MainWindow* window, QString dir, QString plan
                     },
                     0});
   steps_.push_back({always, [=] { shoot("samples-compare"); }, 0});
+  // 7. The run view in the dark theme.
+  steps_.push_back({always,
+                    [=] {
+                      window_->setTheme(ui::Theme::Dark);
+                      tabs->setCurrentIndex(1);
+                    },
+                    0});
+  steps_.push_back({always, [] {}, 0});  // one poll for the plots to restyle
+  steps_.push_back({always, [=] { shoot("run-dark"); }, 0});
+  steps_.push_back({always, [=] { window_->setTheme(ui::Theme::Light); }, 0});
   steps_.push_back({always, [=] { QApplication::quit(); }, 0});
 }
 

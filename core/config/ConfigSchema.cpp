@@ -309,6 +309,11 @@ std::vector<KeySpec> buildSchema() {
            "With single files: a folder holding tokenizer/ (CLIP) and tokenizer_2/ (T5), as in FLUX.1's diffusers "
            "folder",
            Opt().folder())
+      .add("model.vae_norm_num_groups", M(model.vaeNormNumGroups),
+           "With a single-file VAE: its GroupNorm group count (unset = 32, every released FLUX.1 / SD VAE)",
+           Opt().min(1).max(4096))
+      .add("model.clip_num_attention_heads", M(model.clipNumAttentionHeads),
+           "With a single-file CLIP: its head count (unset = hidden size / 64, CLIP-L: 12)", Opt().min(1).max(4096))
       .add("model.is_flux", M(model.isFlux),
            "ai-toolkit's flag: the model is a FLUX.1 transformer (false is refused with arch flux: set model.arch)")
       .add("model.arch", M(model.arch),
@@ -343,7 +348,8 @@ std::vector<KeySpec> buildSchema() {
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")
       .add("model.split_model_other_module_param_count_scale", M(model.splitModelOtherModuleParamCountScale),
-           "param_count placement: weight of the non-block modules when balancing", Opt().min(0).max(100))
+           "param_count placement: share of the text encoders' and VAE's parameters charged to the first GPU",
+           Opt().min(0).max(100))
       .add("model.gpu_ids", M(model.gpuIds), "CUDA devices to use: \"0,1,2,3\" or [0, 1, 2, 3]; empty = all",
            Opt().min(0).max(1023).scalarAsList(true).commaString(true))
       .add("model.placement", M(model.placement),
@@ -474,6 +480,8 @@ const Look kLooks[] = {
     {"model.clip_path", "CLIP-L file (single files)", "Model", false},
     {"model.t5_path", "T5-XXL file (single files)", "Model", false},
     {"model.tokenizer_path", "Tokenizer folder (single files)", "Model", false},
+    {"model.vae_norm_num_groups", "VAE group count (single file)", "Model shape", false},
+    {"model.clip_num_attention_heads", "CLIP head count (single file)", "Model shape", false},
     {"model.is_flux", "FLUX.1 model", "Model", false},
     {"model.arch", "Model family", "Model", true},
     {"model.preset", "Architecture", "Model", false},

@@ -12,11 +12,13 @@ bool JobConfig::operator==(const JobConfig& o) const {
 }
 
 bool ModelConfig::operator==(const ModelConfig& o) const {
-  return std::tie(nameOrPath, isFlux, preset, numLayers, numSingleLayers, numAttentionHeads, attentionHeadDim,
-                  inChannels, jointAttentionDim, pooledProjectionDim, axesDimsRope, guidanceEmbeds, randomWeights,
-                  quantize, quantizeTe, qtype, lowVram, device, splitModelOverGpus,
-                  splitModelOtherModuleParamCountScale, gpuIds, placement, gpuMemoryLimitGb, memoryReserveGb) ==
-         std::tie(o.nameOrPath, o.isFlux, o.preset, o.numLayers, o.numSingleLayers, o.numAttentionHeads,
+  return std::tie(nameOrPath, vaePath, clipPath, t5Path, tokenizerPath, vaeNormNumGroups, clipNumAttentionHeads, isFlux,
+                  preset, numLayers, numSingleLayers, numAttentionHeads, attentionHeadDim, inChannels,
+                  jointAttentionDim, pooledProjectionDim, axesDimsRope, guidanceEmbeds, randomWeights, quantize,
+                  quantizeTe, qtype, lowVram, device, splitModelOverGpus, splitModelOtherModuleParamCountScale, gpuIds,
+                  placement, gpuMemoryLimitGb, memoryReserveGb) ==
+         std::tie(o.nameOrPath, o.vaePath, o.clipPath, o.t5Path, o.tokenizerPath, o.vaeNormNumGroups,
+                  o.clipNumAttentionHeads, o.isFlux, o.preset, o.numLayers, o.numSingleLayers, o.numAttentionHeads,
                   o.attentionHeadDim, o.inChannels, o.jointAttentionDim, o.pooledProjectionDim, o.axesDimsRope,
                   o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.lowVram, o.device,
                   o.splitModelOverGpus, o.splitModelOtherModuleParamCountScale, o.gpuIds, o.placement,

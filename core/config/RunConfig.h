@@ -116,6 +116,9 @@ struct ModelConfig {
   std::string clipPath;                    // model.clip_path: clip_l.safetensors
   std::string t5Path;                      // model.t5_path: t5xxl_fp16.safetensors
   std::string tokenizerPath;               // model.tokenizer_path: folder with tokenizer/ and tokenizer_2/
+  // What single files do not hold (docs/pipeline.md); unset = FLUX.1's.
+  std::optional<int64_t> vaeNormNumGroups;       // model.vae_norm_num_groups: with vae_path
+  std::optional<int64_t> clipNumAttentionHeads;  // model.clip_num_attention_heads: with clip_path
   bool isFlux = true;                      // model.is_flux (false with arch flux is refused: set model.arch)
   ModelArch arch = ModelArch::Flux;        // model.arch: the model family (flux, llama)
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)

@@ -32,6 +32,12 @@ class Checker {
     add(Severity::Warning, key, std::move(message), std::move(hint));
   }
 
+  bool hasImages() const {
+    for (const DatasetConfig& d : cfg_.datasets)
+      if (d.type == DatasetType::Images) return true;
+    return false;
+  }
+
   // " (line 12)" when the key was written in the file.
   std::string lineOf(const std::string& key) const {
     if (!opt_.where || !opt_.where->has(key)) return "";
@@ -117,9 +123,23 @@ class Checker {
         error("model.axes_dims_rope", "rotary dims must be even, got " + std::to_string(a));
         break;
       }
-    if (m.randomWeights && !m.nameOrPath.empty() && flux())  // a causal LM reads its config.json there
+    // An images run with random weights still reads its tokenizers: model.tokenizer_path, else this folder.
+    const bool tokenizersHere = hasImages() && m.tokenizerPath.empty();
+    // A causal LM reads its config.json there.
+    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && flux())
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
+    if (m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
+      error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
+            "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
+    // What single files do not hold: read only with a single-file component.
+    if (m.vaeNormNumGroups && (m.randomWeights || m.vaePath.empty()))
+      error("model.vae_norm_num_groups", "read only with a single-file VAE (model.vae_path)",
+            m.randomWeights ? "random weights use FLUX.1's VAE shape" : "a diffusers folder's vae/config.json says it");
+    if (m.clipNumAttentionHeads && (m.randomWeights || m.clipPath.empty()))
+      error("model.clip_num_attention_heads", "read only with a single-file CLIP (model.clip_path)",
+            m.randomWeights ? "random weights use CLIP-L's head width 64"
+                            : "a diffusers folder's text_encoder/config.json says it");
   }
 
   bool flux() const { return cfg_.model.arch == ModelArch::Flux; }
@@ -349,26 +369,36 @@ class Checker {
         llamaDataset(i);
         continue;
       }
+      const std::string at = "datasets[" + std::to_string(i) + "].";
       if (d.type == DatasetType::Jsonl) {
-        error("datasets[" + std::to_string(i) + "].type", "a jsonl dataset trains a causal LM, not FLUX",
+        error(at + "type", "a jsonl dataset trains a causal LM, not FLUX",
               "set model.arch: llama, or use a FLUX dataset type (latents, shapes, synthetic)");
         continue;
       }
-      // The default type, and what ai-toolkit jobs mean: refused until Strata has
-      // the VAE and text encoders to turn images and captions into latents.
-      if (d.type == DatasetType::Images)
-        error("datasets[" + std::to_string(i) + "].type",
-              "'images' needs the VAE and text encoders, which the trainer does not have yet",
-              "use latents (precomputed: see docs/training.md), shapes or synthetic");
-      // Keys that only the images dataset reads: refused elsewhere rather than ignored.
+      const DatasetConfig defaults;
+      // Every key a dataset accepts is read by its type or refused, never ignored.
       if (d.type != DatasetType::Images) {
-        const std::string at = "datasets[" + std::to_string(i) + "].";
         const std::string why = "only an images dataset reads it (this one is " + enumName(d.type) + ")";
         if (!d.triggerWord.empty()) error(at + "trigger_word", why);
         if (d.numRepeats != 1) error(at + "num_repeats", why);
         if (d.flipX) error(at + "flip_x", why);
         if (!d.defaultCaption.empty()) error(at + "default_caption", why);
+        if (d.captionExt != defaults.captionExt) error(at + "caption_ext", why);
+        if (d.cacheLatentsToDisk != defaults.cacheLatentsToDisk) error(at + "cache_latents_to_disk", why);
+      } else {
+        if (d.captionExt.empty() || d.captionExt == "." || d.captionExt.find('/') != std::string::npos)
+          error(at + "caption_ext", "'" + d.captionExt + "' is not a file extension", "e.g. caption_ext: txt");
       }
+      if (d.type == DatasetType::Shapes && hasImages())
+        error(at + "type", "the shapes demo cannot be trained with an images dataset",
+              "the demo's latents are a pixel code, not the VAE's: use one or the other");
+      if ((d.type == DatasetType::Images || d.type == DatasetType::Latents) && d.numItems != defaults.numItems)
+        error(at + "num_items", "only synthetic and shapes datasets read it (this one is " + enumName(d.type) + ")");
+      if ((d.type == DatasetType::Shapes || d.type == DatasetType::Synthetic) && d.resolution.size() > 1)
+        error(at + "resolution",
+              "a " + enumName(d.type) + " dataset uses one resolution, " + std::to_string(d.resolution.size()) +
+                  " are given",
+              "several resolutions (one set of buckets each) are for images datasets");
       const std::string key = "datasets[" + std::to_string(i) + "].resolution";
       if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
       // Shapes are drawn at pixel size and packed 2x2 twice (multiple of 4);

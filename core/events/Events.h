@@ -135,10 +135,11 @@ struct DatasetEvent {
 
 // Progress of the latent / text-embedding cache.
 struct CacheProgressEvent {
-  std::string stage;  // "latents" or "text"
+  std::string stage;  // "latents", "text" or "sample prompts"
   int64_t done = 0;   // items ready (reused or encoded)
   int64_t total = 0;
-  double itemsPerSecond = 0.0;
+  int64_t encoded = 0;          // of `done`, run through the encoder by this run (0: all came from the cache)
+  double itemsPerSecond = 0.0;  // encoded items per second
 };
 
 struct FailedEvent {

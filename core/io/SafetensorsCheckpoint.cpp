@@ -7,6 +7,8 @@
 #include <set>
 
 #include "common/Error.h"
+#include "common/Text.h"
+#include "io/DiffusersFolder.h"
 #include "io/JsonFile.h"
 #include "io/FileBytes.h"
 
@@ -15,10 +17,6 @@ namespace fs = std::filesystem;
 namespace strata::io {
 
 namespace {
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // tensor -> shard file name, from an index JSON.
 std::map<std::string, std::string> readIndex(const fs::path& index) {
@@ -139,6 +137,39 @@ std::string SafetensorsCheckpoint::describe() const {
   std::string out = folder_.string() + " (" + std::to_string(files_.size()) + " file" + (files_.size() == 1 ? "" : "s");
   if (!index_.empty()) out += " + " + index_.filename().string();
   return out + ")";
+}
+
+ComponentWeights openComponentWeights(const fs::path& path, const std::vector<std::string>& classNames) {
+  ComponentWeights out;
+  fs::path source = path;
+  if (fs::is_directory(path)) {
+    if (isDiffusersPipelineFolder(path)) source = diffusersComponentFolder(path, classNames);
+    if (fs::is_regular_file(source / "config.json")) out.configJson = source / "config.json";
+  }
+  out.weights = std::make_shared<SafetensorsCheckpoint>(SafetensorsCheckpoint::open(source));
+  return out;
+}
+
+std::string uniqueKeyPrefix(const SafetensorsCheckpoint& weights, const std::string& anchor,
+                            const std::vector<std::string>& companions, const std::string& what) {
+  std::vector<std::string> prefixes;
+  for (const auto& [name, _] : weights.shapes()) {
+    if (!endsWith(name, anchor)) continue;
+    const std::string p = name.substr(0, name.size() - anchor.size());
+    if (!p.empty() && p.back() != '.') continue;
+    if (std::all_of(companions.begin(), companions.end(), [&](const auto& c) { return weights.contains(p + c); }))
+      prefixes.push_back(p);
+  }
+  if (prefixes.empty()) {
+    std::string next;
+    for (const auto& c : companions) next += " next to '" + c + "'";
+    throw LoadError(weights.describe() + ": not a " + what + " checkpoint (no '" + anchor + "'" + next +
+                    " under any prefix)");
+  }
+  if (prefixes.size() > 1)
+    throw LoadError(weights.describe() + ": holds more than one " + what + " (under '" + prefixes[0] + "' and '" +
+                    prefixes[1] + "')");
+  return prefixes[0];
 }
 
 }  // namespace strata::io

@@ -54,4 +54,21 @@ class SafetensorsCheckpoint {
   std::map<std::string, std::vector<int64_t>> shapes_;
 };
 
+// A component's weights as a user points at them: `path` itself (a file or a
+// folder), or inside a diffusers pipeline folder the component that
+// model_index.json names with one of `classNames`; `configJson` is the folder's
+// config.json when it has one (empty for single files).
+struct ComponentWeights {
+  std::shared_ptr<SafetensorsCheckpoint> weights;
+  std::filesystem::path configJson;
+};
+ComponentWeights openComponentWeights(const std::filesystem::path& path, const std::vector<std::string>& classNames);
+
+// The one key prefix p (empty or ending in '.') for which p + anchor and every
+// p + companion are tensors of `weights`: how a component is found inside a file
+// that may wrap it ("text_model.", "encoder." ...). LoadError naming the file and
+// `what` ("T5 encoder") when there is none or more than one.
+std::string uniqueKeyPrefix(const SafetensorsCheckpoint& weights, const std::string& anchor,
+                            const std::vector<std::string>& companions, const std::string& what);
+
 }  // namespace strata::io

@@ -8,6 +8,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "common/Text.h"
 
 namespace strata::lora {
 
@@ -16,10 +17,6 @@ namespace {
 // The key suffixes of a network's state dict (peft's).
 constexpr const char* kDownSuffix = ".lora_A.weight";
 constexpr const char* kUpSuffix = ".lora_B.weight";
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Every nn::Linear of the model by module path, in named_modules() order.
 std::vector<std::pair<std::string, std::shared_ptr<nn::LinearImpl>>> linearModules(torch::nn::Module& model) {
@@ -253,11 +250,12 @@ std::vector<LoraModuleWeights> moduleWeightsFromStateDict(const std::map<std::st
   std::map<std::string, Pair> byModule;
   for (const auto& [key, t] : tensors) {
     const bool down = endsWith(key, kDownSuffix);
-    if (key.compare(0, prefix.size(), prefix) != 0 || !(down || endsWith(key, kUpSuffix)))
+    const size_t suffixSize = std::char_traits<char>::length(down ? kDownSuffix : kUpSuffix);
+    // A module name must sit between the prefix and the suffix.
+    if (!startsWith(key, prefix) || !(down || endsWith(key, kUpSuffix)) || key.size() <= prefix.size() + suffixSize)
       throw LoadError(sourceName + ": key '" + key + "' is not '" + prefix + "<module>" + kDownSuffix + "' or '" +
                       kUpSuffix + "'");
-    const std::string suffix = down ? kDownSuffix : kUpSuffix;
-    const std::string module = key.substr(prefix.size(), key.size() - prefix.size() - suffix.size());
+    const std::string module = key.substr(prefix.size(), key.size() - prefix.size() - suffixSize);
     (down ? byModule[module].down : byModule[module].up) = t.to(at::kFloat);
   }
   std::vector<LoraModuleWeights> out;

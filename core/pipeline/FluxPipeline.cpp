@@ -21,6 +21,20 @@ namespace fs = std::filesystem;
 
 namespace strata::pipeline {
 
+namespace {
+
+// A single VAE file of a FLUX.1 pipeline holds no config: FLUX.1's latent scale
+// and shift whatever its channel count (the shapes alone would guess SD's for a
+// VAE without 16 channels). The group count stays the loader's default (32).
+vae::VaeHints fluxVaeHints() {
+  vae::VaeHints h;
+  h.scalingFactor = vae::VaeConfig::flux1().scalingFactor;
+  h.shiftFactor = vae::VaeConfig::flux1().shiftFactor;
+  return h;
+}
+
+}  // namespace
+
 PipelineFiles PipelineFiles::fromDiffusersFolder(const fs::path& root) {
   if (!io::isDiffusersPipelineFolder(root))
     throw IoError(root.string() + ": not a diffusers pipeline folder (no model_index.json)");
@@ -47,6 +61,7 @@ PipelineFiles PipelineFiles::fromSingleFiles(const fs::path& transformerFile, co
   PipelineFiles f;
   f.transformer = transformerFile;
   f.vae = vaeFile;
+  f.vaeHints = fluxVaeHints();
   f.text = TextEncoderFiles::fromSingleFiles(t5File, clipFile, tokenizerFolder);
   return f;
 }
@@ -58,7 +73,10 @@ PipelineFiles PipelineFiles::fromModelPaths(const fs::path& nameOrPath, const fs
   if (fs::is_directory(nameOrPath)) {
     auto f = fromDiffusersFolder(nameOrPath);
     // Single files replace the folder's components (a folder's tokenizers stay unless given).
-    if (!vaePath.empty()) f.vae = vaePath;
+    if (!vaePath.empty()) {
+      f.vae = vaePath;
+      f.vaeHints = fluxVaeHints();
+    }
     if (!clipPath.empty()) f.text.clip = clipPath;
     if (!t5Path.empty()) f.text.t5 = t5Path;
     if (!tokenizerPath.empty()) {

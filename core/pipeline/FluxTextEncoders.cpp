@@ -47,8 +47,9 @@ TextEncoderFiles TextEncoderFiles::fromSingleFiles(const fs::path& t5File, const
   return f;
 }
 
-std::shared_ptr<FluxTextEncoders> FluxTextEncoders::load(const TextEncoderFiles& files,
-                                                         const TextEncoderOptions& options) {
+std::shared_ptr<FluxTextEncoders> FluxTextEncoders::open(const TextEncoderFiles& files,
+                                                         const TextEncoderOptions& options, const t5::T5Config& t5Cfg,
+                                                         const clip::ClipTextConfig& clipCfg) {
   if (options.maxSequenceLength < 1)
     throw ConfigError("max_sequence_length: must be at least 1, got " + std::to_string(options.maxSequenceLength));
   std::shared_ptr<FluxTextEncoders> enc(new FluxTextEncoders());
@@ -60,14 +61,47 @@ std::shared_ptr<FluxTextEncoders> FluxTextEncoders::load(const TextEncoderFiles&
   enc->t5Tok_ = std::move(t5Tok.tokenizer);
   enc->clipTok_ = std::move(clipTok.tokenizer);
 
-  enc->t5Cfg_ = files.t5Config ? *files.t5Config : t5::T5Checkpoint::open(files.t5).config();
-  enc->clipCfg_ = files.clipConfig ? *files.clipConfig : clip::ClipCheckpoint::open(files.clip).config();
+  enc->t5Cfg_ = t5Cfg;
+  enc->clipCfg_ = clipCfg;
   // CLIP's fixed length: the tokenizer's model_max_length (77), never past the positions the model has.
   enc->clipLength_ = enc->clipCfg_.maxPositionEmbeddings;
   if (clipTok.modelMaxLength && *clipTok.modelMaxLength < enc->clipLength_) enc->clipLength_ = *clipTok.modelMaxLength;
+  return enc;
+}
 
+std::shared_ptr<FluxTextEncoders> FluxTextEncoders::load(const TextEncoderFiles& files,
+                                                         const TextEncoderOptions& options) {
+  const auto t5Cfg = files.t5Config ? *files.t5Config : t5::T5Checkpoint::open(files.t5).config();
+  const auto clipCfg = files.clipConfig ? *files.clipConfig : clip::ClipCheckpoint::open(files.clip).config();
+  auto enc = open(files, options, t5Cfg, clipCfg);
   enc->t5_ = t5::loadT5Encoder(files.t5, {options.device, options.t5Dtype}, enc->t5Cfg_);
   enc->clip_ = clip::loadClipTextModel(files.clip, {options.device, options.clipDtype}, enc->clipCfg_);
+  for (auto& p : enc->t5_->parameters()) p.set_requires_grad(false);
+  for (auto& p : enc->clip_->parameters()) p.set_requires_grad(false);
+  return enc;
+}
+
+std::shared_ptr<FluxTextEncoders> FluxTextEncoders::random(const TextEncoderFiles& tokenizers,
+                                                           const t5::T5Config& t5Cfg,
+                                                           const clip::ClipTextConfig& clipCfg,
+                                                           const TextEncoderOptions& options) {
+  t5Cfg.validate();
+  clipCfg.validate();
+  TextEncoderFiles files = tokenizers;
+  files.t5.clear();
+  files.clip.clear();
+  auto enc = open(files, options, t5Cfg, clipCfg);
+  // The ids the tokenizers give must be rows of the embeddings.
+  auto fits = [](const text::Tokenizer& tok, int64_t vocab, const fs::path& where, const char* what) {
+    if (tok.vocabSize() > vocab)
+      throw ConfigError(where.string() + ": the " + what + " tokenizer has " + std::to_string(tok.vocabSize()) +
+                        " tokens, more than the random " + what + " model's vocabulary of " + std::to_string(vocab));
+  };
+  fits(*enc->t5Tok_, t5Cfg.vocabSize, files.t5Tokenizer, "T5");
+  fits(*enc->clipTok_, clipCfg.vocabSize, files.clipTokenizer, "CLIP");
+  enc->t5_ = std::make_shared<t5::T5Encoder>(t5Cfg, t5::T5BuildOptions{options.device, options.t5Dtype});
+  enc->clip_ =
+      std::make_shared<clip::ClipTextModel>(clipCfg, clip::ClipBuildOptions{options.device, options.clipDtype});
   for (auto& p : enc->t5_->parameters()) p.set_requires_grad(false);
   for (auto& p : enc->clip_->parameters()) p.set_requires_grad(false);
   return enc;
@@ -113,10 +147,11 @@ PromptEmbeddings FluxTextEncoders::encode(const std::vector<std::string>& prompt
 
 std::string FluxTextEncoders::identity() const {
   std::ostringstream s;
-  s << "t5=" << files_.t5.string() << " (" << c10::toString(options_.t5Dtype) << ", max_sequence_length "
-    << options_.maxSequenceLength << "); clip=" << files_.clip.string() << " (" << c10::toString(options_.clipDtype)
-    << ", length " << clipLength_ << "); tokenizers=" << files_.t5Tokenizer.string() << ", "
-    << files_.clipTokenizer.string();
+  s << "t5=" << (files_.t5.empty() ? std::string("random") : files_.t5.string()) << " ("
+    << c10::toString(options_.t5Dtype) << ", max_sequence_length " << options_.maxSequenceLength
+    << "); clip=" << (files_.clip.empty() ? std::string("random") : files_.clip.string()) << " ("
+    << c10::toString(options_.clipDtype) << ", length " << clipLength_
+    << "); tokenizers=" << files_.t5Tokenizer.string() << ", " << files_.clipTokenizer.string();
   return s.str();
 }
 

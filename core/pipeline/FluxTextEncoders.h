@@ -74,6 +74,13 @@ class FluxTextEncoders {
   // Loads both encoders strictly (errors name the file) and both tokenizers.
   // Nothing is kept when one piece fails.
   static std::shared_ptr<FluxTextEncoders> load(const TextEncoderFiles& files, const TextEncoderOptions& options = {});
+  // Both encoders built with random weights of these shapes (benchmarks, GPU tests:
+  // model.random_weights); the tokenizers are read from `tokenizers` (its t5 / clip
+  // paths are not used). Throws ConfigError when a tokenizer has more tokens than
+  // its model's vocabulary.
+  static std::shared_ptr<FluxTextEncoders> random(const TextEncoderFiles& tokenizers, const t5::T5Config& t5Cfg,
+                                                  const clip::ClipTextConfig& clipCfg,
+                                                  const TextEncoderOptions& options = {});
 
   // One row per prompt. Throws ConfigError for an empty list, strata::Error after release().
   PromptEmbeddings encode(const std::vector<std::string>& prompts) const;
@@ -95,6 +102,9 @@ class FluxTextEncoders {
 
  private:
   FluxTextEncoders() = default;
+  // The tokenizers and lengths, without the encoders.
+  static std::shared_ptr<FluxTextEncoders> open(const TextEncoderFiles& files, const TextEncoderOptions& options,
+                                                const t5::T5Config& t5Cfg, const clip::ClipTextConfig& clipCfg);
 
   TextEncoderFiles files_;
   TextEncoderOptions options_;

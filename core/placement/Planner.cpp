@@ -16,12 +16,57 @@ namespace strata::placement {
 
 const char* toString(PlanMode mode) { return mode == PlanMode::Memory ? "memory" : "param_count"; }
 
+std::string formatParams(int64_t count) {
+  char buf[32];
+  const double c = static_cast<double>(count);
+  if (c >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", c / 1e9);
+  else if (c >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.1fM", c / 1e6);
+  else if (c >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fK", c / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(count));
+  return buf;
+}
+
+int64_t PlannerInput::otherParamCount() const {
+  int64_t n = 0;
+  for (const auto& m : otherModules) n += m.paramCount;
+  return n;
+}
+
+int64_t PlannerInput::otherResidentBytes() const {
+  int64_t n = 0;
+  for (const auto& m : otherModules)
+    if (!m.freedBeforeTraining) n += m.weightBytes;
+  return n;
+}
+
+int64_t PlannerInput::otherTrainingPeakBytes() const {
+  int64_t n = 0;
+  for (const auto& m : otherModules)
+    if (!m.freedBeforeTraining) n = std::max(n, m.trainingPeakBytes);
+  return n;
+}
+
 namespace {
 
-std::string billions(int64_t count) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fB", static_cast<double>(count) / 1e9);
-  return buf;
+// "T5, CLIP and VAE"
+std::string namesOf(const std::vector<const OtherModule*>& modules) {
+  std::string out;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (i > 0) out += i + 1 == modules.size() ? " and " : ", ";
+    out += modules[i]->name;
+  }
+  return out;
+}
+
+std::vector<const OtherModule*> otherModulesWhere(const PlannerInput& in, bool freed) {
+  std::vector<const OtherModule*> out;
+  for (const auto& m : in.otherModules)
+    if (m.freedBeforeTraining == freed) out.push_back(&m);
+  return out;
 }
 
 // Fills the per-device sums of a finished assignment.
@@ -48,7 +93,9 @@ void summarise(const PlannerInput& in, Plan& plan) {
   d0.hasStem = d0.hasHead = true;
   add(d0, in.stem);
   add(d0, in.head);
-  d0.otherBytes = in.otherModuleBytes;
+  d0.otherBytes = in.otherResidentBytes();
+  d0.otherPeakBytes = in.otherTrainingPeakBytes();
+  plan.otherModules = in.otherModules;
   plan.stemDevice = plan.headDevice = first;
   for (size_t b = 0; b < in.blocks.size(); ++b) {
     for (auto& dp : plan.devices) {
@@ -63,11 +110,107 @@ void summarise(const PlannerInput& in, Plan& plan) {
   plan.fits = true;
   for (auto& dp : plan.devices) {
     if (dp.blockIds.empty()) dp.firstBlock = dp.endBlock = 0;
-    dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes + dp.optimizerBytes +
-                    dp.activationBytes + dp.workspaceBytes + dp.otherBytes;
+    dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes + dp.optimizerBytes + dp.otherBytes +
+                    std::max(dp.activationBytes + dp.workspaceBytes, dp.otherPeakBytes);
     dp.missingBytes = dp.budgetBytes > 0 && dp.totalBytes > dp.budgetBytes ? dp.totalBytes - dp.budgetBytes : 0;
     if (dp.missingBytes > 0) plan.fits = false;
   }
+  // Caching: the other modules alone on the first device, before any block is placed.
+  CachingPlan& c = plan.caching;
+  c.needed = !in.otherModules.empty();
+  if (c.needed) {
+    c.device = first;
+    std::vector<int> stages;
+    for (const auto& m : in.otherModules) stages.push_back(m.cachingStage);
+    std::sort(stages.begin(), stages.end());
+    stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+    for (int stage : stages) {
+      CachingStage st;
+      st.stage = stage;
+      for (const auto& m : in.otherModules) {
+        if (m.cachingStage > stage) continue;
+        st.weightBytes += m.weightBytes;
+        if (m.cachingStage != stage) continue;
+        st.modules.push_back(m.name);
+        st.peakBytes = std::max(st.peakBytes, m.cachingPeakBytes);
+      }
+      st.totalBytes = st.weightBytes + st.peakBytes;
+      if (st.totalBytes > c.totalBytes) {
+        c.weightBytes = st.weightBytes;
+        c.peakBytes = st.peakBytes;
+        c.totalBytes = st.totalBytes;
+      }
+      c.stages.push_back(st);
+    }
+    c.budgetBytes = in.devices.front().budgetBytes;
+    c.missingBytes = c.budgetBytes > 0 && c.totalBytes > c.budgetBytes ? c.totalBytes - c.budgetBytes : 0;
+    c.fits = c.missingBytes == 0;
+    if (!c.fits) plan.fits = false;
+  }
+}
+
+// The caching phase in words (empty without other modules).
+std::string cachingText(const PlannerInput& in, const Plan& plan) {
+  const CachingPlan& c = plan.caching;
+  if (!c.needed) return "";
+  std::ostringstream os;
+  os << " Caching, before the transformer is placed, on " << c.device << ":";
+  for (size_t i = 0; i < c.stages.size(); ++i) {
+    const CachingStage& st = c.stages[i];
+    std::string names;
+    for (size_t k = 0; k < st.modules.size(); ++k)
+      names += (k == 0 ? "" : k + 1 == st.modules.size() ? " and " : ", ") + st.modules[k];
+    os << (i == 0 ? " first " : ", then ") << names << (i == 0 ? "" : st.modules.size() == 1 ? " joins" : " join") << " (" << formatBytes(st.weightBytes)
+       << " of weights + " << formatBytes(st.peakBytes) << " encoding a batch)";
+  }
+  os << "; at most " << formatBytes(c.totalBytes);
+  if (c.budgetBytes > 0) os << " of its " << formatBytes(c.budgetBytes);
+  if (!c.fits) {
+    os << ": does not fit, " << formatBytes(c.missingBytes) << " missing.";
+  } else {
+    os << ", fits.";
+  }
+  const auto freed = otherModulesWhere(in, true);
+  if (!freed.empty()) {
+    int64_t bytes = 0;
+    for (const auto* m : freed) bytes += m->weightBytes;
+    os << " " << namesOf(freed) << " (" << formatBytes(bytes) << ") " << (freed.size() == 1 ? "is" : "are")
+       << " freed before step 1.";
+  }
+  return os.str();
+}
+
+// Why a device has no blocks while a later one has (or the model has fewer
+// blocks than devices). `skipFirst`: the first device's case is said elsewhere.
+std::string emptyDevicesText(const PlannerInput& in, const Plan& plan, const std::string& why, bool skipFirst = false) {
+  size_t lastUsed = 0;
+  bool any = false;
+  for (size_t d = 0; d < plan.devices.size(); ++d)
+    if (!plan.devices[d].blockIds.empty()) {
+      lastUsed = d;
+      any = true;
+    }
+  if (!any || plan.devices.size() < 2) return "";
+  std::vector<std::string> before, after;
+  for (size_t d = skipFirst ? 1 : 0; d < plan.devices.size(); ++d) {
+    if (!plan.devices[d].blockIds.empty()) continue;
+    (d < lastUsed ? before : after).push_back(plan.devices[d].device);
+  }
+  auto list = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+    return out;
+  };
+  std::ostringstream os;
+  if (!before.empty()) os << " " << list(before) << (before.size() == 1 ? " gets" : " get") << " no blocks: " << why;
+  if (!after.empty()) {
+    os << " " << list(after) << (after.size() == 1 ? " gets" : " get") << " no blocks: ";
+    if (in.blocks.size() < plan.devices.size())
+      os << "the model has " << in.blocks.size() << " blocks for " << plan.devices.size() << " devices.";
+    else
+      os << "the devices before " << (after.size() == 1 ? "it" : "them") << " hold them all.";
+  }
+  return os.str();
 }
 
 std::string missingText(const Plan& plan) {
@@ -89,33 +232,38 @@ std::string missingText(const Plan& plan) {
 bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std::vector<size_t>& out) {
   const size_t n = in.devices.size();
   out.assign(in.blocks.size(), n - 1);
+  // Device 0 also holds the other modules; their peak (the VAE decoding samples)
+  // replaces the blocks' activations and workspace rather than adding to them:
+  // total = resident + max(activations + workspace, peak).
+  const double otherPeak = static_cast<double>(in.otherTrainingPeakBytes());
   size_t d = 0;
-  double used = static_cast<double>(in.stem.residentBytes() + in.head.residentBytes() + in.otherModuleBytes);
-  int64_t workspace = std::max(in.stem.workspaceBytes, in.head.workspaceBytes);
+  double used = static_cast<double>(in.stem.residentBytes() + in.head.residentBytes() + in.otherResidentBytes());
+  double activations = static_cast<double>(in.stem.activationBytes + in.head.activationBytes);
+  double workspace = static_cast<double>(std::max(in.stem.workspaceBytes, in.head.workspaceBytes));
+  auto need = [&](double u, double act, double ws) { return u + (d == 0 ? std::max(ws, otherPeak - act) : ws); };
   bool ok = true;
-  if (used + static_cast<double>(workspace) > capacity[0]) {
+  if (need(used, activations, workspace) > capacity[0]) {
     ok = false;  // not even the stem fits: fill the blocks from the next device on
     if (n > 1) {
       d = 1;
-      used = 0;
-      workspace = 0;
+      used = activations = workspace = 0;
     }
   }
   for (size_t b = 0; b < in.blocks.size(); ++b) {
     const BlockCost& c = in.blocks[b];
     for (;;) {
-      const double need =
-          used + static_cast<double>(c.residentBytes()) + static_cast<double>(std::max(workspace, c.workspaceBytes));
-      if (need <= capacity[d]) {
+      const double ws = std::max(workspace, static_cast<double>(c.workspaceBytes));
+      if (need(used + static_cast<double>(c.residentBytes()), activations + static_cast<double>(c.activationBytes),
+               ws) <= capacity[d]) {
         out[b] = d;
         used += static_cast<double>(c.residentBytes());
-        workspace = std::max(workspace, c.workspaceBytes);
+        activations += static_cast<double>(c.activationBytes);
+        workspace = ws;
         break;
       }
       if (d + 1 >= n) return false;  // out[b..] stay on the last device
       ++d;
-      used = 0;
-      workspace = 0;
+      used = activations = workspace = 0;
     }
   }
   return ok;
@@ -172,9 +320,12 @@ Plan planMemory(const PlannerInput& in) {
         "the reserve)";
   if (hasCpu) os << ", the cpu only for what the GPUs cannot hold";
   os << "; stem, head";
-  if (in.otherModuleBytes > 0) os << " and other modules (" << formatBytes(in.otherModuleBytes) << ")";
+  const auto kept = otherModulesWhere(in, false);
+  if (!kept.empty()) os << " and " << namesOf(kept) << " (" << formatBytes(in.otherResidentBytes()) << ")";
   os << " on " << in.devices.front().device << ".";
-  if (!plan.fits) {
+  const bool blocksFit =
+      std::all_of(plan.devices.begin(), plan.devices.end(), [](const DevicePlan& dp) { return dp.missingBytes == 0; });
+  if (!blocksFit) {
     os << " Does not fit:" << missingText(plan);
   } else {
     double worst = 0;
@@ -185,6 +336,10 @@ Plan planMemory(const PlannerInput& in) {
     std::snprintf(buf, sizeof buf, " Fits: the fullest device is at %.0f%% of its budget.", 100.0 * worst);
     os << buf;
   }
+  os << emptyDevicesText(in, plan,
+                         "at the common share of its budget it holds none of the next blocks (the stem, head and "
+                         "other modules on the first device, or a budget smaller than one block).");
+  os << cachingText(in, plan);
   plan.reason = os.str();
   return plan;
 }
@@ -193,26 +348,69 @@ Plan planParamCount(const PlannerInput& in) {
   Plan plan;
   plan.mode = PlanMode::ParamCount;
   const size_t n = in.devices.size();
-  const double other = static_cast<double>(in.otherModuleParamCount) * in.otherModuleParamCountScale;
-  double total = other + static_cast<double>(in.stem.paramCount + in.head.paramCount);
-  for (const auto& b : in.blocks) total += static_cast<double>(b.paramCount);
-  const double share = total / static_cast<double>(n);
-  double cumulative = other + static_cast<double>(in.stem.paramCount + in.head.paramCount);
+  const double otherParams = static_cast<double>(in.otherParamCount());
+  const double other = otherParams * in.otherModuleParamCountScale;
+  const double fixed = other + static_cast<double>(in.stem.paramCount + in.head.paramCount);
+  double blocks = 0;
+  double largest = 0;
+  for (const auto& b : in.blocks) {
+    blocks += static_cast<double>(b.paramCount);
+    largest = std::max(largest, static_cast<double>(b.paramCount));
+  }
+  const double total = fixed + blocks;
+  // Levelled shares: device 0 takes blocks up to the even share less its fixed
+  // charge; when that charge alone exceeds the share, device 0 takes none and
+  // the others share the blocks evenly (no card is skipped).
+  double share = total / static_cast<double>(n);
+  double firstQuota = share - fixed;
+  const bool firstOverShare = n > 1 && firstQuota < 0;
+  if (firstOverShare) {
+    share = blocks / static_cast<double>(n - 1);
+    firstQuota = 0;
+  }
+  if (n == 1) firstQuota = blocks;
+  double cumulative = 0;  // block parameters before this block
   for (const auto& b : in.blocks) {
     const double mid = cumulative + 0.5 * static_cast<double>(b.paramCount);
-    size_t d = share > 0 ? static_cast<size_t>(mid / share) : 0;
+    size_t d = 0;
+    if (mid >= firstQuota && share > 0) d = 1 + static_cast<size_t>((mid - firstQuota) / share);
     d = std::min(d, n - 1);
     plan.blockDevice.push_back(in.devices[d].device);
     cumulative += static_cast<double>(b.paramCount);
   }
   summarise(in, plan);
   std::ostringstream os;
-  os << "param_count: " << billions(static_cast<int64_t>(total)) << " parameters ("
-     << billions(static_cast<int64_t>(total - other)) << " in the model + " << billions(in.otherModuleParamCount)
-     << " other modules x " << in.otherModuleParamCountScale << " on " << in.devices.front().device
-     << ") shared evenly, " << billions(static_cast<int64_t>(share))
-     << " per device; a block goes where its midpoint falls.";
-  if (!plan.fits) os << " Over budget:" << missingText(plan);
+  const std::string& first = in.devices.front().device;
+  os << "param_count: " << formatParams(static_cast<int64_t>(total - other)) << " parameters in the model";
+  if (in.otherModules.empty()) {
+    os << ", no other modules";
+  } else {
+    std::vector<const OtherModule*> all;
+    for (const auto& m : in.otherModules) all.push_back(&m);
+    os << " + " << formatParams(static_cast<int64_t>(otherParams)) << " in " << namesOf(all) << " x "
+       << in.otherModuleParamCountScale << " = " << formatParams(static_cast<int64_t>(other)) << " charged to "
+       << first;
+  }
+  if (firstOverShare) {
+    os << "; " << first << "'s stem, head and other modules (" << formatParams(static_cast<int64_t>(fixed))
+       << ") exceed an even share (" << formatParams(static_cast<int64_t>(total / static_cast<double>(n)))
+       << "), so it gets no blocks and the other " << n - 1 << " devices share them, "
+       << formatParams(static_cast<int64_t>(share)) << " each";
+  } else {
+    os << "; " << formatParams(static_cast<int64_t>(total)) << " shared evenly, "
+       << formatParams(static_cast<int64_t>(share)) << " per device";
+  }
+  os << "; a block goes where its midpoint falls.";
+  char why[160];
+  std::snprintf(why, sizeof why,
+                "a block (up to %s parameters) is larger than a device's share (%s) and goes where its midpoint falls.",
+                formatParams(static_cast<int64_t>(largest)).c_str(), formatParams(static_cast<int64_t>(share)).c_str());
+  // The first device without blocks is said above when its charge is the cause.
+  os << emptyDevicesText(in, plan, why, firstOverShare);
+  const bool blocksFit =
+      std::all_of(plan.devices.begin(), plan.devices.end(), [](const DevicePlan& dp) { return dp.missingBytes == 0; });
+  if (!blocksFit) os << " Over budget:" << missingText(plan);
+  os << cachingText(in, plan);
   plan.reason = os.str();
   return plan;
 }
@@ -239,6 +437,10 @@ Plan planPlacement(const PlannerInput& input) {
     if (input.mode == PlanMode::Memory && d.budgetBytes == 0) {
       throw PlacementError("planner: memory mode needs a budget for " + d.device);
     }
+  }
+  for (const auto& m : input.otherModules) {
+    if (m.paramCount < 0 || m.weightBytes < 0 || m.cachingPeakBytes < 0 || m.trainingPeakBytes < 0)
+      throw PlacementError("planner: negative size for the other module " + m.name);
   }
   for (size_t i = 0; i < input.devices.size(); ++i) {
     for (size_t j = i + 1; j < input.devices.size(); ++j) {
@@ -316,7 +518,9 @@ PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& 
   return in;
 }
 
-std::string formatPlan(const Plan& plan) {
+std::string formatPlan(const Plan& plan) { return formatPlanTable(plan) + "\n" + plan.reason + "\n"; }
+
+std::string formatPlanTable(const Plan& plan) {
   std::ostringstream os;
   os << "placement (" << toString(plan.mode) << "): " << (plan.fits ? "fits" : "DOES NOT FIT") << "\n";
   for (const auto& dp : plan.devices) {
@@ -330,19 +534,40 @@ std::string formatPlan(const Plan& plan) {
     }
     if (dp.hasStem) os << "  (+ stem, head)";
     os << "\n";
-    os << "  weights     " << formatBytes(dp.weightBytes) << "  (" << billions(dp.paramCount) << " params)\n";
+    os << "  weights     " << formatBytes(dp.weightBytes) << "  (" << formatParams(dp.paramCount) << " params)\n";
     os << "  adapters    " << formatBytes(dp.adapterBytes) << "  + grads " << formatBytes(dp.gradBytes) << "\n";
     os << "  EMA         " << formatBytes(dp.emaBytes) << "\n";
     os << "  optimizer   " << formatBytes(dp.optimizerBytes) << "\n";
     os << "  activations " << formatBytes(dp.activationBytes) << "  + workspace " << formatBytes(dp.workspaceBytes)
        << "\n";
-    if (dp.otherBytes > 0) os << "  other       " << formatBytes(dp.otherBytes) << "\n";
+    if (dp.hasStem) {
+      for (const auto& m : plan.otherModules) {
+        if (m.freedBeforeTraining) continue;
+        os << "  " << m.name << std::string(m.name.size() < 12 ? 12 - m.name.size() : 1, ' ')
+           << formatBytes(m.weightBytes) << "  (" << m.dtype << ", " << formatParams(m.paramCount) << " params; "
+           << formatBytes(m.trainingPeakBytes) << " more while it runs, not with the activations)\n";
+      }
+    }
     os << "  total       " << formatBytes(dp.totalBytes) << " / budget "
        << (dp.budgetBytes > 0 ? formatBytes(dp.budgetBytes) : std::string("unknown"));
     if (dp.missingBytes > 0) os << "  OVER by " << formatBytes(dp.missingBytes);
     os << "\n";
   }
-  os << "\n" << plan.reason << "\n";
+  if (plan.caching.needed) {
+    const CachingPlan& c = plan.caching;
+    os << "\ncaching (before the transformer is placed) on " << c.device << ": " << (c.fits ? "fits" : "DOES NOT FIT")
+       << "\n";
+    for (const auto& m : plan.otherModules) {
+      os << "  " << m.name << std::string(m.name.size() < 12 ? 12 - m.name.size() : 1, ' ')
+         << formatBytes(m.weightBytes) << "  (" << m.dtype << ", " << formatParams(m.paramCount) << " params) + "
+         << formatBytes(m.cachingPeakBytes) << " encoding a batch" << (m.cachingStage > 0 ? ", loaded second" : "")
+         << (m.freedBeforeTraining ? "; freed before step 1" : "; kept for the run") << "\n";
+    }
+    os << "  total       " << formatBytes(c.totalBytes) << " / budget "
+       << (c.budgetBytes > 0 ? formatBytes(c.budgetBytes) : std::string("unknown"));
+    if (c.missingBytes > 0) os << "  OVER by " << formatBytes(c.missingBytes);
+    os << "\n";
+  }
   return os.str();
 }
 
@@ -371,9 +596,37 @@ nlohmann::json planToJson(const Plan& plan) {
                     {"activation_bytes", dp.activationBytes},
                     {"workspace_bytes", dp.workspaceBytes},
                     {"other_bytes", dp.otherBytes},
+                    {"other_peak_bytes", dp.otherPeakBytes},
                     {"total_bytes", dp.totalBytes},
                     {"missing_bytes", dp.missingBytes}});
   }
+  auto& others = j["other_modules"] = nlohmann::json::array();
+  for (const auto& m : plan.otherModules) {
+    others.push_back({{"name", m.name},
+                      {"dtype", m.dtype},
+                      {"param_count", m.paramCount},
+                      {"weight_bytes", m.weightBytes},
+                      {"caching_peak_bytes", m.cachingPeakBytes},
+                      {"training_peak_bytes", m.trainingPeakBytes},
+                      {"freed_before_training", m.freedBeforeTraining}});
+  }
+  const CachingPlan& c = plan.caching;
+  auto stages = nlohmann::json::array();
+  for (const auto& st : c.stages)
+    stages.push_back({{"stage", st.stage},
+                      {"modules", st.modules},
+                      {"weight_bytes", st.weightBytes},
+                      {"peak_bytes", st.peakBytes},
+                      {"total_bytes", st.totalBytes}});
+  j["caching"] = {{"needed", c.needed},
+                  {"stages", stages},
+                  {"device", c.device},
+                  {"weight_bytes", c.weightBytes},
+                  {"peak_bytes", c.peakBytes},
+                  {"total_bytes", c.totalBytes},
+                  {"budget_bytes", c.budgetBytes},
+                  {"missing_bytes", c.missingBytes},
+                  {"fits", c.fits}};
   return j;
 }
 

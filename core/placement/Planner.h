@@ -6,10 +6,10 @@
 //
 // Modes
 //   param_count  ai-toolkit's rule (add_model_gpu_splitter_to_flux): the first
-//                device is charged the modules outside the transformer
-//                (other_module_params x split_model_other_module_param_count_scale,
-//                5e9 x 0.3 by default) and the parameter total is shared evenly.
-//                Where Strata differs from ai-toolkit:
+//                device is charged the modules outside the transformer (the other
+//                modules' parameters x split_model_other_module_param_count_scale;
+//                ai-toolkit uses a fixed 5e9, Strata the real parts' count) and the
+//                parameter total is shared evenly. Where Strata differs from ai-toolkit:
 //                  - the devices are the configured list (gpu_ids / --devices), not
 //                    every visible GPU, and `cpu` may be one of them;
 //                  - a block goes to the device whose share its midpoint falls in
@@ -17,6 +17,9 @@
 //                    rounding does not drift; ai-toolkit keeps the block that crosses
 //                    the share on the current GPU and restarts its count at zero, so
 //                    every GPU but the last is over its share and the last is short;
+//                  - when the first device's fixed charge exceeds an even share, it
+//                    gets no blocks and the others share them evenly (the shares are
+//                    levelled, so no card is skipped);
 //                  - the stem and head (embedders, norm_out, proj_out) are counted on
 //                    the first device, where they live; ai-toolkit counts them in the
 //                    total only;
@@ -27,6 +30,11 @@
 //                takes only what the accelerators cannot hold. When the model cannot
 //                fit, the plan says how much is missing on which device.
 // In both modes the stem, the head and the other modules sit on the first device.
+// A plan has two phases there: caching (the other modules alone, before the
+// transformer is placed: encoders load, encode the dataset and the sample
+// prompts; those marked freedBeforeTraining are then freed) and training (what
+// stays, next to the blocks). Both must fit. A device left without blocks while a
+// later one has some is explained in the reason.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -64,16 +72,58 @@ struct DeviceBudget {
   int64_t budgetBytes = 0;  // what the plan may use; 0 = unknown (param_count only)
 };
 
+// A module outside the blocks on the first device (text encoders, VAE): ai-toolkit's
+// "other modules".
+struct OtherModule {
+  std::string name;   // "T5", "CLIP", "VAE"
+  std::string dtype;  // what it runs in: "bf16", "fp32"
+  int64_t paramCount = 0;
+  int64_t weightBytes = 0;           // in that dtype
+  int64_t cachingPeakBytes = 0;      // activations while it encodes one batch for the cache
+  int64_t trainingPeakBytes = 0;     // activations while it runs during training (the VAE decoding samples)
+  bool freedBeforeTraining = false;  // loaded for the cache and the sample prompts, freed before step 1
+  // When it loads while the cache is built: stage 0 from the start (the VAE
+  // encodes the images first), stage 1 once that is done (the text encoders
+  // encode the captions next to it). A stage holds the weights of its own and
+  // every earlier stage's modules, and the activations of its own.
+  int cachingStage = 0;
+};
+
 struct PlannerInput {
   PlanMode mode = PlanMode::ParamCount;
   BlockCost stem;
   std::vector<BlockCost> blocks;  // in forward order
   BlockCost head;
-  // Modules outside the transformer that share the first device (text encoders, VAE).
-  int64_t otherModuleParamCount = 5000000000LL;  // ai-toolkit's fixed 5e9
-  double otherModuleParamCountScale = 0.3;       // split_model_other_module_param_count_scale
-  int64_t otherModuleBytes = 0;                  // memory mode: resident bytes on the first device
-  std::vector<DeviceBudget> devices;             // in the order blocks fill them
+  std::vector<OtherModule> otherModules;    // none: nothing beside the model (cached or synthetic data)
+  double otherModuleParamCountScale = 0.3;  // split_model_other_module_param_count_scale
+  std::vector<DeviceBudget> devices;        // in the order blocks fill them
+
+  int64_t otherParamCount() const;         // all other modules (param_count mode charges them, scaled)
+  int64_t otherResidentBytes() const;      // weights of those kept through training
+  int64_t otherTrainingPeakBytes() const;  // the largest activation peak of those, while training
+};
+
+// The caching phase on the first device, before any block is placed: per stage
+// the weights loaded by then plus the largest activation peak of that stage's
+// modules; the fullest stage counts.
+struct CachingStage {
+  int stage = 0;
+  std::vector<std::string> modules;  // loaded in this stage
+  int64_t weightBytes = 0;           // of every module loaded by then
+  int64_t peakBytes = 0;
+  int64_t totalBytes = 0;
+};
+
+struct CachingPlan {
+  bool needed = false;  // any other module
+  std::string device;
+  std::vector<CachingStage> stages;
+  int64_t weightBytes = 0;  // of the fullest stage
+  int64_t peakBytes = 0;
+  int64_t totalBytes = 0;
+  int64_t budgetBytes = 0;  // 0 = unknown
+  int64_t missingBytes = 0;
+  bool fits = true;
 };
 
 // One device in a plan.
@@ -94,9 +144,12 @@ struct DevicePlan {
   int64_t optimizerBytes = 0;
   int64_t activationBytes = 0;
   int64_t workspaceBytes = 0;
-  int64_t otherBytes = 0;    // other modules (first device)
-  int64_t totalBytes = 0;    // everything above; workspace counted once (its max)
-  int64_t missingBytes = 0;  // totalBytes - budgetBytes when over a known budget, else 0
+  int64_t otherBytes = 0;      // other modules kept through training (first device)
+  int64_t otherPeakBytes = 0;  // their activations while they run (the VAE decoding samples): not at
+                               // the same time as the blocks' activations and workspace
+  int64_t totalBytes = 0;      // everything above; workspace counted once (its max), the larger of
+                               // activations + workspace and otherPeakBytes
+  int64_t missingBytes = 0;    // totalBytes - budgetBytes when over a known budget, else 0
 };
 
 struct Plan {
@@ -105,8 +158,10 @@ struct Plan {
   std::string stemDevice;
   std::string headDevice;
   std::vector<DevicePlan> devices;  // one per input device, input order
-  bool fits = true;                 // every device within its known budget
-  std::string reason;               // one paragraph: the rule, the split, what is missing
+  std::vector<OtherModule> otherModules;
+  CachingPlan caching;
+  bool fits = true;    // every device within its known budget, caching included
+  std::string reason;  // one paragraph: the rule, the split, what is missing
 
   // Device of a block id ("stem" and "head" included); throws PlacementError when unknown.
   const std::string& deviceOf(const std::string& blockId) const;
@@ -119,8 +174,13 @@ Plan planPlacement(const PlannerInput& input);
 // Throws PlacementError with plan.reason when !plan.fits.
 void requireFits(const Plan& plan);
 
-// For `strata-train plan`: a table per device, and the same as JSON.
+// A parameter count for people: "11.90B", "84.0M", "12.3K", "512".
+std::string formatParams(int64_t count);
+
+// For `strata-train plan`: a table per device (and the caching phase), then the
+// reason; the table alone; the same as JSON.
 std::string formatPlan(const Plan& plan);
+std::string formatPlanTable(const Plan& plan);
 nlohmann::json planToJson(const Plan& plan);
 
 // Budgets for `devices`: each is its cap (device::resolveCaps: one value for all

@@ -8,6 +8,7 @@
 #include "common/Error.h"
 #include "io/FileBytes.h"
 #include "io/Safetensors.h"
+#include "train/ImageDataset.h"
 
 namespace strata::train {
 
@@ -285,9 +286,9 @@ std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const Dat
     case config::DatasetType::Latents:
       return std::make_shared<LatentsDataset>(cfg, ctx, index);
     case config::DatasetType::Images:
-      throw ConfigError(key(index, "type") +
-                        ": 'images' needs the VAE and text encoders, which the trainer does not have yet; "
-                        "use 'latents' (precomputed), 'shapes' or 'synthetic'");
+      if (!ctx.encoders)
+        throw ConfigError(key(index, "type") + ": 'images' needs the model's VAE and text encoders (none were loaded)");
+      return std::make_shared<ImageDataset>(cfg, index, *ctx.encoders, ctx.bus);
   }
   throw ConfigError(key(index, "type") + ": unknown dataset type");
 }

@@ -1,6 +1,7 @@
 #pragma once
-// Training data as latents + text embeddings (the trainer has no VAE or text
-// encoder yet). Three kinds (datasets[].type):
+// Training data as latents + text embeddings. Four kinds (datasets[].type):
+//   images     a folder of pictures with caption files (train/ImageDataset.h),
+//              encoded once into a cache by the run's VAE and text encoders.
 //   shapes     the demo: procedurally drawn coloured shapes with captions; the
 //              image is turned into latents by a reversible pixel code (below),
 //              the caption by WordEmbedder.
@@ -22,6 +23,10 @@
 
 #include "config/RunConfig.h"
 #include "train/TextEmbedder.h"
+
+namespace strata::events {
+class EventBus;
+}
 
 namespace strata::train {
 
@@ -52,6 +57,8 @@ struct ShapeImage {
 };
 ShapeImage drawShape(int64_t size, uint64_t seed);
 
+struct Encoders;
+
 // What the datasets need to know about the model.
 struct DatasetContext {
   int64_t latentChannels = 16;  // FluxConfig::latentChannels()
@@ -59,6 +66,10 @@ struct DatasetContext {
   int64_t textDim = 4096;  // joint_attention_dim
   int64_t pooledDim = 768;
   int64_t seed = 42;  // train.seed
+  // An images dataset: the encoders that fill its cache (train/ImagesRun.h), and
+  // where its summary, warnings and cache progress go. Without encoders it is refused.
+  const Encoders* encoders = nullptr;
+  const events::EventBus* bus = nullptr;
 };
 
 class Dataset {

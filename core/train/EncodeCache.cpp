@@ -14,14 +14,17 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kKeyField = "strata_cache_key";
 
-void progress(const events::EventBus* bus, const std::string& stage, int64_t done, int64_t total, double t0) {
+// `encoded`: items run through the encoder so far; the rate counts only those.
+void progress(const events::EventBus* bus, const std::string& stage, int64_t done, int64_t total, int64_t encoded,
+              double t0) {
   if (!bus) return;
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   events::CacheProgressEvent e;
   e.stage = stage;
   e.done = done;
   e.total = total;
-  e.itemsPerSecond = now > t0 ? static_cast<double>(done) / (now - t0) : 0.0;
+  e.encoded = encoded;
+  e.itemsPerSecond = now > t0 ? static_cast<double>(encoded) / (now - t0) : 0.0;
   bus->publish(e);
 }
 
@@ -85,7 +88,8 @@ void EncodeCache::store(const fs::path& file, const std::string& key,
   io::writeSafetensors(file, tensors, {{kKeyField, key}});
 }
 
-CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t batchSize) {
+CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t batchSize,
+                              const std::vector<std::string>& extraTexts) {
   CacheStats stats;
   // Latents: the distinct (image, bucket, flip) views, grouped by bucket so a batch has one shape.
   std::map<Bucket, std::vector<const ImageEntry*>> todo;
@@ -107,7 +111,7 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
   }
   const double t0 = nowSeconds();
   int64_t done = stats.reused;
-  progress(bus_, "latents", done, total, t0);
+  progress(bus_, "latents", done, total, 0, t0);
   for (const auto& [bucket, list] : todo) {
     for (size_t i = 0; i < list.size(); i += static_cast<size_t>(batchSize)) {
       const size_t n = std::min(list.size() - i, static_cast<size_t>(batchSize));
@@ -121,29 +125,41 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
         store(latentsFile(*list[i + j]), latentsKey(*list[i + j]), {{"latents", lat[j].to(at::kFloat).contiguous()}});
       stats.latentsEncoded += static_cast<int64_t>(n);
       done += static_cast<int64_t>(n);
-      progress(bus_, "latents", done, total, t0);
+      progress(bus_, "latents", done, total, stats.latentsEncoded, t0);
     }
   }
   // Text: the distinct captions.
   std::vector<std::string> captions;
+  for (const ImageEntry& e : entries) captions.push_back(e.caption);
+  captions.insert(captions.end(), extraTexts.begin(), extraTexts.end());
+  const CacheStats text = buildTexts(captions, "text", batchSize);
+  stats.textsEncoded += text.textsEncoded;
+  stats.reused += text.reused;
+  stats.rebuilt += text.rebuilt;
+  return stats;
+}
+
+CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const std::string& stage, int64_t batchSize) {
+  CacheStats stats;
+  std::vector<std::string> captions;
   std::set<std::string> seenCaptions;
   int64_t textTotal = 0;
-  for (const ImageEntry& e : entries) {
-    if (!seenCaptions.insert(e.caption).second) continue;
+  for (const std::string& caption : texts) {
+    if (!seenCaptions.insert(caption).second) continue;
     ++textTotal;
-    const fs::path file = textFile(e.caption);
-    auto t = readValid(file, textKey(e.caption));
+    const fs::path file = textFile(caption);
+    auto t = readValid(file, textKey(caption));
     if (t.count("txt") && t.count("pooled") && t.at("txt").dim() == 2 && t.at("pooled").dim() == 1) {
       ++stats.reused;
       continue;
     }
     std::error_code ec;
     if (!folder_.empty() && fs::exists(file, ec)) ++stats.rebuilt;
-    captions.push_back(e.caption);
+    captions.push_back(caption);
   }
   const double t1 = nowSeconds();
   int64_t textDone = textTotal - static_cast<int64_t>(captions.size());
-  progress(bus_, "text", textDone, textTotal, t1);
+  progress(bus_, stage, textDone, textTotal, 0, t1);
   for (size_t i = 0; i < captions.size(); i += static_cast<size_t>(batchSize)) {
     const std::vector<std::string> part(
         captions.begin() + static_cast<std::ptrdiff_t>(i),
@@ -155,7 +171,7 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
             {{"txt", emb[j].txt.to(at::kFloat).contiguous()}, {"pooled", emb[j].pooled.to(at::kFloat).contiguous()}});
     stats.textsEncoded += static_cast<int64_t>(part.size());
     textDone += static_cast<int64_t>(part.size());
-    progress(bus_, "text", textDone, textTotal, t1);
+    progress(bus_, stage, textDone, textTotal, stats.textsEncoded, t1);
   }
   return stats;
 }

@@ -34,6 +34,10 @@ struct Encoders {
   int64_t maxSequenceLength = 512;
 };
 
+// Images (and captions) per encoder call while the cache is built: the batch the
+// planner sizes the caching phase's activations for (train::prepareRun).
+constexpr int64_t kCacheBatchSize = 4;
+
 struct CacheStats {
   int64_t latentsEncoded = 0;  // images run through the image encoder
   int64_t textsEncoded = 0;    // captions run through the text encoder
@@ -47,9 +51,15 @@ class EncodeCache {
   EncodeCache(std::filesystem::path folder, Encoders encoders, const events::EventBus* bus = nullptr);
 
   // Encodes what is missing, invalid or stale; images in batches of the same
-  // bucket. Publishes CacheProgressEvents. Throws IoError when an image can no
-  // longer be read or a file cannot be written.
-  CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = 4);
+  // bucket; the captions and `extraTexts` (the empty caption) as one text stage.
+  // Publishes CacheProgressEvents. Throws IoError when an image can no longer be
+  // read or a file cannot be written.
+  CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = kCacheBatchSize,
+                   const std::vector<std::string>& extraTexts = {});
+  // The text embeddings of `texts` alone (sample prompts, the empty caption),
+  // with progress events of `stage`.
+  CacheStats buildTexts(const std::vector<std::string>& texts, const std::string& stage = "text",
+                        int64_t batchSize = kCacheBatchSize);
   // The cached tensors: latents [C, h, w], txt [N, D], pooled [P] (float32).
   at::Tensor latents(const ImageEntry& entry) const;
   TextEmbedding text(const std::string& caption) const;

@@ -5,6 +5,10 @@
 
 namespace strata::train {
 
+namespace {
+constexpr size_t kNamesListed = 10;  // file names in the missing-caption warning
+}  // namespace
+
 ImageDataset::ImageDataset(const config::DatasetConfig& cfg, size_t index, Encoders encoders,
                            const events::EventBus* bus)
     : scan_(scanImageFolder(cfg)), repeats_(cfg.numRepeats) {
@@ -22,16 +26,25 @@ ImageDataset::ImageDataset(const config::DatasetConfig& cfg, size_t index, Encod
     for (const auto& s : scan_.skipped) e.skipped.push_back(s.path.string() + ": " + s.reason);
     e.defaultedCaptions = static_cast<int64_t>(scan_.defaultedCaptions.size());
     bus->publish(e);
+    // Each skipped file once, and the images without a caption file together.
+    for (const auto& s : scan_.skipped)
+      bus->publish(events::WarningEvent{where + ": skipped " + s.path.string() + ": " + s.reason, 0});
+    if (!scan_.defaultedCaptions.empty()) {
+      std::string names;
+      for (size_t i = 0; i < scan_.defaultedCaptions.size() && i < kNamesListed; ++i)
+        names += (i ? ", " : "") + scan_.defaultedCaptions[i].filename().string();
+      if (scan_.defaultedCaptions.size() > kNamesListed) names += ", ...";
+      bus->publish(events::WarningEvent{where + ": " + std::to_string(scan_.defaultedCaptions.size()) +
+                                            " image(s) without a caption file (" + cfg.captionExt +
+                                            "), trained with default_caption \"" + cfg.defaultCaption + "\": " + names,
+                                        0});
+    }
   }
   const std::filesystem::path folder =
       cfg.cacheLatentsToDisk ? std::filesystem::path(cfg.folderPath) / kCacheFolderName : std::filesystem::path();
   cache_ = std::make_unique<EncodeCache>(folder, std::move(encoders), bus);
-  stats_ = cache_->build(scan_.entries);
-  // The caption-dropout embedding: the empty caption, through the same encoder (cached like the others).
-  ImageEntry none = scan_.entries.front();
-  none.caption = "";
-  CacheStats extra = cache_->build({none});
-  stats_.textsEncoded += extra.textsEncoded;
+  // With the captions, the caption-dropout embedding: the empty caption, through the same encoder.
+  stats_ = cache_->build(scan_.entries, 4, {""});
   empty_ = cache_->text("");
 }
 

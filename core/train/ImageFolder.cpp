@@ -78,6 +78,8 @@ ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg) {
   std::vector<std::vector<Bucket>> tables;
   for (int64_t r : resolutions) tables.push_back(bucketsFor(r));
 
+  // "txt" and ".txt" both name dog1.txt (ai-toolkit configs use either).
+  const std::string captionExt = cfg.captionExt.rfind('.', 0) == 0 ? cfg.captionExt : "." + cfg.captionExt;
   ImageFolderScan scan;
   for (const fs::path& file : files) {
     at::Tensor hwc;
@@ -104,7 +106,7 @@ ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg) {
       continue;
     }
     fs::path captionFile = file;
-    captionFile.replace_extension("." + cfg.captionExt);
+    captionFile.replace_extension(captionExt);
     std::string caption;
     if (fs::is_regular_file(captionFile, ec)) {
       caption = trim(io::readFileBytes(captionFile));

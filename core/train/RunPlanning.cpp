@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <vector>
 
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
 #include "lora/LoraTargets.h"
+#include "common/Text.h"
 #include "models/flux/FluxLoraRules.h"
+#include "pipeline/FluxTextEncoders.h"
+#include "pipeline/PipelineShapes.h"
 #include "train/Datasets.h"
+#include "train/EncodeCache.h"
 #include "train/ModelFamily.h"
 
 namespace strata::train {
@@ -62,6 +67,96 @@ double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc) 
                                                                     : cfg.network.targetModules);
   return flux::fluxTrainStepFlops(fc, cfg.train.batchSize, image, text, cfg.network.linear,
                                   [&](const std::string& path) { return targets.matches(path); });
+}
+
+namespace {
+
+const char* dtypeName(int64_t elementBytes) { return elementBytes == 4 ? "fp32" : "bf16"; }
+
+// Why a dataset type needs no encoder.
+std::string whyNoEncoders(const config::RunConfig& cfg) {
+  if (cfg.datasets.empty()) return "no dataset";
+  switch (cfg.datasets.front().type) {
+    case config::DatasetType::Shapes:
+      return "the shapes dataset is drawn by the trainer, its captions embedded by word";
+    case config::DatasetType::Synthetic:
+      return "the synthetic dataset is random latents and embeddings";
+    case config::DatasetType::Latents:
+      return "the latents dataset holds encoded images and text embeddings";
+    case config::DatasetType::Images:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cfg, const std::string& device,
+                                                     std::string* note) {
+  int64_t px = 0;
+  for (const auto& d : cfg.datasets)
+    if (d.type == config::DatasetType::Images)
+      for (int64_t r : d.resolution) px = std::max(px, r);
+  if (px == 0) {
+    if (note) *note = "No text encoders or VAE: " + whyNoEncoders(cfg) + ".";
+    return {};
+  }
+  const bool read = !cfg.model.randomWeights && !cfg.model.nameOrPath.empty();
+  const pipeline::PipelineShapes shapes =
+      read ? pipeline::pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath,
+                                               cfg.model.t5Path, cfg.model.tokenizerPath)
+           : pipeline::PipelineShapes::flux1Presets();
+  const bool onCpu = device == "cpu";
+  // T5 overflows in fp16, so it runs in bf16 on a GPU whatever train.dtype is; CLIP alike.
+  const int64_t textBytes = onCpu ? 4 : 2;
+  // The VAE in its compute dtype (vae::vaeComputeDtype): train.dtype on a GPU, fp16 upcast when force_upcast.
+  int64_t vaeBytes = 4;
+  if (!onCpu && cfg.train.dtype != config::DType::FP32)
+    vaeBytes = cfg.train.dtype == config::DType::FP16 && shapes.vae.forceUpcast ? 4 : 2;
+  const int64_t batch = kCacheBatchSize;
+  const int64_t t5Tokens = pipeline::TextEncoderOptions{}.maxSequenceLength;
+  const bool sampling = cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty();
+
+  std::vector<placement::OtherModule> out(3);
+  placement::OtherModule& t5 = out[0];
+  t5.name = "T5";
+  t5.dtype = dtypeName(textBytes);
+  t5.paramCount = t5::t5ParamPlan(shapes.t5).totalParams();
+  t5.weightBytes = t5.paramCount * textBytes;
+  t5.cachingPeakBytes = t5::t5EncodePeakBytes(shapes.t5, batch, t5Tokens, textBytes);
+  t5.freedBeforeTraining = true;
+  t5.cachingStage = 1;  // after the VAE has encoded the images: its peak and T5's weights never meet
+  placement::OtherModule& clip = out[1];
+  clip.name = "CLIP";
+  clip.dtype = dtypeName(textBytes);
+  clip.paramCount = clip::clipParamPlan(shapes.clip).totalParams();
+  clip.weightBytes = clip.paramCount * textBytes;
+  clip.cachingPeakBytes = clip::clipEncodePeakBytes(shapes.clip, batch, textBytes);
+  clip.freedBeforeTraining = true;
+  clip.cachingStage = 1;
+  placement::OtherModule& vae = out[2];
+  vae.name = "VAE";
+  vae.dtype = vaeBytes == 4 ? "fp32" : config::enumName(cfg.train.dtype);
+  vae.paramCount = vae::vaeParamCount(shapes.vae);
+  vae.weightBytes = vae.paramCount * vaeBytes;
+  vae.cachingPeakBytes = vae::vaeEncodePeakBytes(shapes.vae, batch, px, px, vaeBytes);
+  vae.trainingPeakBytes =
+      sampling ? vae::vaeDecodePeakBytes(shapes.vae, 1, cfg.sample.height, cfg.sample.width, vaeBytes) : 0;
+
+  if (note) {
+    std::ostringstream os;
+    os << "The images dataset needs the text encoders and the VAE on " << device << ": T5 (" << shapes.t5Source << ", "
+       << t5.dtype << ", " << formatBytes(t5.weightBytes) << ") and CLIP (" << shapes.clipSource << ", " << clip.dtype
+       << ", " << formatBytes(clip.weightBytes) << ") load once the VAE (" << shapes.vaeSource << ", " << vae.dtype
+       << ", " << formatBytes(vae.weightBytes)
+       << ") has encoded the images, encode the captions and the sample prompts, and are freed before step 1; the "
+          "VAE stays for the run";
+    if (sampling)
+      os << " to decode the samples (" << cfg.sample.width << "x" << cfg.sample.height << ", one at a time)";
+    os << ". Encoding peaks are for batches of " << batch << " at " << px << " px and " << t5Tokens << " T5 tokens.";
+    *note = os.str();
+  }
+  return out;
 }
 
 RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
@@ -138,7 +233,6 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     run.tokens = planTokens(cfg, run.model);
     run.input = runPlanInput(cfg, run.model, run.tokens);
   }
-  run.input.input.otherModuleBytes = options.otherModuleBytes;
 
   // The validator has judged the request against this inventory and the caps
   // against these devices: what is left is to read them.
@@ -146,6 +240,31 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
       device::selectDevices(config::deviceRequestOf(cfg.model), inventory.devices);
   if (!selection.ok()) return fail("model", selection.problems.front().message);
   run.devices = selection.devices;
+  const std::string first = run.devices.front().label();
+  try {
+    if (!otherFamily) run.input.input.otherModules = fluxOtherModules(cfg, first, &run.otherModulesNote);
+  } catch (const std::exception& e) {
+    return fail("model.name_or_path", e.what());
+  }
+  if (options.extraFirstDeviceBytes > 0) {
+    placement::OtherModule extra;
+    extra.name = "extra (--other-gb)";
+    extra.dtype = "-";
+    extra.weightBytes = options.extraFirstDeviceBytes;
+    run.input.input.otherModules.push_back(extra);
+  }
+  size_t gpus = 0;
+  for (const auto& d : inventory.devices) gpus += d.isCpu() ? 0 : 1;
+  if (run.devices.size() == 1 && run.devices.front().isCpu()) {
+    run.devicesNote = cfg.model.device == config::ComputeDevice::Cpu
+                          ? "The run uses the cpu: model.device is cpu"
+                          : "The run uses the cpu: model.device is " + std::string(config::enumName(cfg.model.device)) +
+                                " and there is no GPU";
+    run.devicesNote += gpus > 0 ? " (the " + std::to_string(gpus) + " GPU(s) of the device list are not used)." : ".";
+  } else if (!cfg.model.splitModelOverGpus && gpus > 1) {
+    run.devicesNote = "split_model_over_gpus is off: the model goes on " + first + " alone (the other " +
+                      std::to_string(gpus - 1) + " GPU(s) are not used).";
+  }
   run.capBytes = device::resolveCaps(run.devices, cfg.model.gpuMemoryLimitGb).capBytes;
   for (const auto& d : run.devices) run.freeBytes.push_back(d.simulated ? 0 : device::freeBytesOf(d.index));
   try {
@@ -160,6 +279,16 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     return fail("model.placement", e.what());
   }
   return run;
+}
+
+std::string describePlan(const PreparedRun& run) {
+  std::string out;
+  for (const std::string* part : {&run.devicesNote, &run.otherModulesNote, &run.plan.reason}) {
+    if (part->empty()) continue;
+    if (!out.empty()) out += " ";
+    out += *part;
+  }
+  return out;
 }
 
 std::vector<QuantizedAlternative> quantizedAlternatives(const config::RunConfig& cfg,

@@ -37,6 +37,21 @@ int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc);
 // planned tokens, the batch size and the LoRA targets of the config).
 double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc);
 
+// The modules beside the transformer that a FLUX.1 run holds on its first
+// device (`device`: "cuda:0", "cpu"), for the planner. The order a run follows,
+// all before the transformer is built and placed: the VAE (its compute dtype)
+// loads and encodes the images (batches of kCacheBatchSize); then T5 and CLIP
+// (bf16 on a GPU, float32 on the cpu) load beside it, encode the captions and
+// the sample prompts, and are freed before step 1; the VAE stays for the whole
+// run and decodes the samples, one at a time. Only an `images` dataset needs them (shapes,
+// synthetic and latents datasets bring their own embeddings): otherwise none.
+// Shapes: the files of model.name_or_path (+ vae_path, clip_path, t5_path) when
+// read (random_weights off), else FLUX.1's presets. `note` (optional) says which
+// parts, their dtype, bytes and source, and what the activations are sized for,
+// or why there are none. Throws for a file that is here but unreadable.
+std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cfg, const std::string& device,
+                                                     std::string* note = nullptr);
+
 struct RunPlanInput {
   placement::PlannerInput input;        // devices empty: the caller's to fill
   std::map<std::string, int> adapters;  // LoRA adapters per unit id ("stem", "transformer_blocks.0", ...)
@@ -44,7 +59,8 @@ struct RunPlanInput {
 
 // Per-unit parameters and LoRA-targeted Linears (network.target_modules), the
 // cost options of the config (dtype, rank, EMA, batch, checkpointing), the
-// placement mode and ai-toolkit's other-module scale.
+// placement mode and ai-toolkit's other-module scale (the other modules
+// themselves depend on the first device: prepareRun adds them).
 RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens);
 
 struct PrepareOptions {
@@ -52,7 +68,9 @@ struct PrepareOptions {
   // A preview (`strata-train plan`, the app's map), maybe for another machine:
   // only the rules a plan needs (ranges, model, devices), no paths. A run: all.
   bool preview = false;
-  int64_t otherModuleBytes = 0;  // text encoders / VAE resident on the first device
+  // More bytes kept on the first device for the whole run, beyond the parts the
+  // plan counts itself (`strata-train plan --other-gb`).
+  int64_t extraFirstDeviceBytes = 0;
 };
 
 struct PreparedRun {
@@ -70,7 +88,17 @@ struct PreparedRun {
   std::vector<int64_t> freeBytes;           // per device; 0 = unknown (simulated, the cpu)
   RunPlanInput input;                       // with the devices' budgets
   placement::Plan plan;
+  // Sentences for the user: why the devices are these (the cpu for model.device
+  // cpu, the first GPU without split_model_over_gpus; empty for a split), and
+  // which modules run beside the transformer (fluxOtherModules' note).
+  std::string devicesNote;
+  std::string otherModulesNote;
 };
+
+// The plan in words, one paragraph: the devices note, the other modules' note
+// and the planner's reason. `strata-train plan` prints it under the table and the
+// app's plan view shows it: one text for both.
+std::string describePlan(const PreparedRun& run);
 
 // Validates `cfg` against `inventory` (every rule, or a preview's), then, without
 // errors, sizes the model and plans it over the devices the config means. Never throws for a bad config or device:

@@ -298,9 +298,21 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   ctx.seed = cfg_.train.seed;
   st.textTokens = ctx.textTokens;
   try {
+    // An images run: the VAE and text encoders fill the caches on the first device (train/ImagesRun.h).
+    if (hasImagesDataset(cfg_)) {
+      prepareDevices(cfg_, st.prepared);
+      st.images =
+          std::make_unique<ImagesRun>(makeFluxImageModels(cfg_, ctx, firstDevice(st.prepared)), cfg_, ctx, bus_);
+      ctx.encoders = &st.images->encoders();
+      ctx.bus = &bus_;
+    }
     st.dataset = makeDatasets(cfg_.datasets, ctx);
     st.emptyPrompt = st.dataset->emptyPrompt();
     st.pixelCode = cfg_.datasets.front().type == config::DatasetType::Shapes;
+    if (st.images) {
+      st.images->finishCaching();  // sample prompts encoded once; T5 and CLIP freed before step 1
+      releaseDeviceCaches();
+    }
   } catch (const std::exception& e) {
     problems.push_back(e.what());
   }

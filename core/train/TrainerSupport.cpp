@@ -29,6 +29,7 @@ namespace strata::train {
 namespace fs = std::filesystem;
 
 Trainer::State::~State() {
+  images.reset();
   ema.reset();
   if (placement) placement->detachAll(placement::optimizerStateKind());
   optimizer.reset();
@@ -117,21 +118,34 @@ OpenedRunFolder lockRunFolder(const fs::path& dir, bool derivedNewRun) {
   return out;
 }
 
+void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
+  std::vector<int> ids;  // the CUDA devices of the run, in fill order
+  for (const auto& d : run.devices)
+    if (!d.isCpu()) ids.push_back(d.index);
+  if (ids.empty()) return;
+  // Initialise the allocator of each device: device::memoryFigures (free
+  // bytes, stats) refuses a device LibTorch has not touched yet.
+  for (int id : ids) (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(id)));
+  if (!cfg.model.gpuMemoryLimitGb.empty())
+    for (size_t i = 0; i < run.devices.size(); ++i)
+      if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
+  // cuDNN attention fails in the backward pass of FLUX-sized models (docs/design.md §4).
+  compat::disableCudnnAttention();
+}
+
+c10::Device firstDevice(const PreparedRun& run) {
+  for (const auto& d : run.devices)
+    if (!d.isCpu()) return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+  return c10::Device(c10::kCPU);
+}
+
 BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run) {
   const auto& m = cfg.model;
   std::vector<int> ids;  // the CUDA devices of the run, in fill order
   for (const auto& d : run.devices)
     if (!d.isCpu()) ids.push_back(d.index);
   const bool useCuda = !ids.empty();
-  // Initialise the allocator of each device: device::memoryFigures (free
-  // bytes, stats) refuses a device LibTorch has not touched yet.
-  if (useCuda)
-    for (int id : ids) (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(id)));
-  if (!m.gpuMemoryLimitGb.empty())
-    for (size_t i = 0; i < run.devices.size(); ++i)
-      if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
-  // cuDNN attention fails in the backward pass of FLUX-sized models (docs/design.md §4).
-  if (useCuda) compat::disableCudnnAttention();
+  prepareDevices(cfg, run);
 
   const auto dtype = scalarTypeOf(cfg.train.dtype);
   BuiltModel b;
@@ -309,20 +323,25 @@ void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder
   st.network->train(false);
   std::unique_ptr<Ema::SwapGuard> swap;
   if (st.ema) swap = std::make_unique<Ema::SwapGuard>(*st.ema);
-  const int64_t scale = st.pixelCode ? kPixelCodeScale : 8;
+  // Latent pixels per image pixel: the images run's VAE, the demo's pixel code, else the VAE's 8 (previews).
+  const int64_t scale = st.images ? st.images->downscaleFactor() : st.pixelCode ? kPixelCodeScale : 8;
   auto even = [](int64_t v) { return std::max<int64_t>(2, v - v % 2); };
   const int64_t h = even(cfg.sample.height / scale), w = even(cfg.sample.width / scale);
   const auto dev = st.placement->stemDevice();
   for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
-    const auto& prompt = cfg.sample.prompts[i];
+    // An images run samples the prompt with its trigger word, from the real text encoders' embedding.
+    const auto& prompt = st.images ? st.images->promptText(i) : cfg.sample.prompts[i];
     const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
     try {
       auto g = makeCpuGenerator(static_cast<uint64_t>(seed));
       auto noise = at::randn({1, st.fluxConfig.latentChannels(), h, w}, g, at::kFloat);  // [1, C, h, w]
-      const auto e = prompt.empty() ? st.emptyPrompt : st.promptEmbedder->embed(prompt);
+      const auto e = st.images        ? st.images->promptEmbedding(i)
+                     : prompt.empty() ? st.emptyPrompt
+                                      : st.promptEmbedder->embed(prompt);
       auto out = flux::sample(*st.model, noise.to(dev), e.txt.unsqueeze(0).to(dev), e.pooled.unsqueeze(0).to(dev),
                               cfg.sample.guidanceScale, cfg.sample.sampleSteps, st.placement.get());
-      const auto rgb = latentsToRgb(out[0].to(at::kCPU, at::kFloat));  // [3, 2h or 8h, ...]
+      // [3, h scale, w scale]: decoded by the VAE, or the pixel code / its preview.
+      const auto rgb = st.images ? st.images->decode(out)[0] : latentsToRgb(out[0].to(at::kCPU, at::kFloat));
       const auto path = folder.samplePath(step, static_cast<int64_t>(i));
       io::writePng(
           path, rgb,

@@ -25,6 +25,7 @@
 #include "train/CheckpointedRunner.h"
 #include "train/Datasets.h"
 #include "train/Ema.h"
+#include "train/ImagesRun.h"
 #include "train/LrSchedule.h"
 #include "train/LossScaler.h"
 #include "train/OptimizerState.h"
@@ -63,6 +64,7 @@ struct Trainer::State {
   std::shared_ptr<Dataset> dataset;
   std::unique_ptr<WordEmbedder> promptEmbedder;
   TextEmbedding emptyPrompt;
+  std::unique_ptr<ImagesRun> images;  // an images run: its encoders, sample prompts and decoder
   std::unique_ptr<LrSchedule> schedule;
   LossScaler scaler;  // enabled for fp16 compute only
   at::Generator gen;
@@ -114,6 +116,14 @@ struct OpenedRunFolder {
   std::vector<std::string> notes;
 };
 OpenedRunFolder lockRunFolder(const std::filesystem::path& dir, bool derivedNewRun);
+
+// The run's CUDA devices made ready, once per run and before anything is put
+// there: each allocator initialised, the memory caps (model.gpu_memory_limit_gb)
+// set, cuDNN attention off. A no-op for a CPU run.
+void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
+// Where the stem goes (the first device of the run): the images run's VAE and
+// text encoders are loaded there.
+c10::Device firstDevice(const PreparedRun& run);
 
 struct BuiltModel {
   std::shared_ptr<flux::FluxTransformer> model;

@@ -157,7 +157,7 @@ TEST_F(CliReliability, PlanOfACpuConfigWorksWithoutCuda) {
   std::string out;
   const std::string demo = (strata::test::sourceDir() / "configs" / "demo.yaml").string();
   EXPECT_EQ(runStrataTrain({"plan", demo}, log("plan"), &out), 0) << out;
-  EXPECT_NE(out.find("the run uses the cpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("The run uses the cpu: model.device is cpu"), std::string::npos) << out;
 }
 
 TEST_F(CliReliability, BinaryConfigIsQuotedShortAndHugeOrLoopingFilesSayWhy) {

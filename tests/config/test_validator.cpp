@@ -77,19 +77,103 @@ TEST(Validator, LowVramIsRefusedWithTheReason) {
   EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
 }
 
-TEST(Validator, ImagesDatasetsAreRefusedUntilThereIsAVae) {
+TEST(Validator, ImagesDatasetsAreAcceptedAndEveryKeyIsRead) {
   const auto problems = check(
-      "model: {preset: tiny, random_weights: true, device: cpu}\n"
+      "model: {preset: tiny, random_weights: true, device: cpu, tokenizer_path: /models/flux}\n"
       "datasets:\n"
-      "  - type: shapes\n"
-      "  - type: images\n"  // 4
+      "  - type: images\n"
       "    folder_path: /nonexistent\n"
-      "  - folder_path: /nonexistent\n"  // 6: the default type
+      "    caption_ext: .caption\n"
+      "    default_caption: a photo\n"
+      "    trigger_word: ohwx\n"
+      "    num_repeats: 3\n"
+      "    flip_x: true\n"
+      "    resolution: [256, 512, 1024]\n"
+      "    cache_latents_to_disk: false\n"
+      "  - folder_path: /nonexistent\n"  // the default type
       "sample: {sample_every: 0}\n",
       std::nullopt, false);
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[1].type", 4, "VAE")) << test::dump(problems);
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[2].type", 6, "VAE")) << test::dump(problems);
-  EXPECT_FALSE(hasKey(problems, "datasets[0].type"));
+  EXPECT_EQ(countErrors(problems), 0u) << test::dump(problems);
+}
+
+TEST(Validator, DatasetKeysTheTypeDoesNotReadAreRefused) {
+  const auto problems = check(
+      "model: {preset: tiny, random_weights: true, device: cpu, tokenizer_path: /models/flux}\n"
+      "datasets:\n"
+      "  - type: synthetic\n"               // 3
+      "    caption_ext: md\n"               // 4
+      "    cache_latents_to_disk: false\n"  // 5
+      "    resolution: [256, 512]\n"        // 6
+      "  - type: images\n"                  // 7
+      "    folder_path: /nonexistent\n"
+      "    num_items: 10\n"      // 9
+      "    caption_ext: \"\"\n"  // 10
+      "  - type: latents\n"
+      "    folder_path: /nonexistent\n"
+      "    num_items: 5\n"  // 13
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].caption_ext", 4, "only an images dataset"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].cache_latents_to_disk", 5, "only an images dataset"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].resolution", 6, "one resolution"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[1].num_items", 9, "only synthetic and shapes"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[1].caption_ext", 10, "not a file extension"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[2].num_items", 13, "only synthetic and shapes"))
+      << test::dump(problems);
+  EXPECT_EQ(countErrors(problems), 6u) << test::dump(problems);
+}
+
+TEST(Validator, TheShapesDemoAndImagesDoNotMix) {
+  const auto problems = check(
+      "model: {preset: tiny, random_weights: true, device: cpu, tokenizer_path: /models/flux}\n"
+      "datasets:\n"
+      "  - type: shapes\n"  // 3
+      "    resolution: [32]\n"
+      "  - type: images\n"
+      "    folder_path: /nonexistent\n"
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 3, "pixel code")) << test::dump(problems);
+  EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
+}
+
+TEST(Validator, ARandomWeightsImagesRunStillNeedsTokenizers) {
+  auto problems = check(
+      "model: {preset: tiny, random_weights: true, device: cpu}\n"
+      "datasets: [{type: images, folder_path: /nonexistent}]\n"
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_TRUE(hasKey(problems, "model.tokenizer_path")) << test::dump(problems);
+  EXPECT_EQ(countErrors(problems), 1u) << test::dump(problems);
+  // A diffusers name_or_path gives them: not "ignored" then.
+  problems = check(
+      "model: {preset: tiny, random_weights: true, device: cpu, name_or_path: /models/flux}\n"
+      "datasets: [{type: images, folder_path: /nonexistent}]\n"
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_EQ(countErrors(problems), 0u) << test::dump(problems);
+  EXPECT_FALSE(hasKey(problems, "model.name_or_path")) << test::dump(problems);
+}
+
+TEST(Validator, SingleFileShapeKeysNeedTheirSingleFile) {
+  const auto problems = check(
+      "model:\n"
+      "  name_or_path: /models/flux\n"
+      "  vae_norm_num_groups: 4\n"       // 3
+      "  clip_num_attention_heads: 4\n"  // 4
+      "datasets: [{type: images, folder_path: /nonexistent}]\n"
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.vae_norm_num_groups", 3, "model.vae_path"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.clip_num_attention_heads", 4, "model.clip_path"))
+      << test::dump(problems);
+  EXPECT_EQ(countErrors(problems), 2u) << test::dump(problems);
 }
 
 TEST(Validator, SplitOverOneGpuIsAnError) {

@@ -114,7 +114,6 @@ TEST(PlacementRegistry, BuildsFromAPlanWithTheModelsBlockIds) {
   EXPECT_EQ(shapes.blocks[0].paramCount, (8 * 16 + 16) + (16 * 8 + 8) + (8 * 8 + 8));
   EXPECT_EQ(shapes.stem.paramCount, 4 * 8 + 8);
   PlannerInput in = estimateInput(shapes.stem, shapes.blocks, shapes.head, CostOptions{});
-  in.otherModuleParamCount = 0;
   in.devices = {DeviceBudget{"cpu", "host", 0}, DeviceBudget{"meta", "meta", 0}};
   const Plan plan = planPlacement(in);
   Placement p(model.blockList(), plan);

@@ -29,8 +29,21 @@ PlannerInput uniformInput(size_t numBlocks, int64_t paramsPerBlock, int64_t byte
     c.weightBytes = bytesPerBlock;
     in.blocks.push_back(c);
   }
-  in.otherModuleParamCount = 0;
   return in;
+}
+
+OtherModule other(const std::string& name, int64_t params, int64_t bytes, int64_t cachingPeak, int64_t trainingPeak,
+                  bool freed, int stage) {
+  OtherModule m;
+  m.name = name;
+  m.dtype = "bf16";
+  m.paramCount = params;
+  m.weightBytes = bytes;
+  m.cachingPeakBytes = cachingPeak;
+  m.trainingPeakBytes = trainingPeak;
+  m.freedBeforeTraining = freed;
+  m.cachingStage = stage;
+  return m;
 }
 
 std::vector<DeviceBudget> gpus(const std::vector<int64_t>& budgets) {
@@ -81,7 +94,7 @@ TEST(Planner, ParamCountSplitsEvenlyFrom1To8Devices) {
 
 TEST(Planner, ParamCountChargesOtherModulesToFirstDevice) {
   PlannerInput in = uniformInput(10, 100, 0);
-  in.otherModuleParamCount = 1000;
+  in.otherModules = {other("T5", 900, 0, 0, 0, true, 1), other("VAE", 100, 0, 0, 0, false, 0)};
   in.otherModuleParamCountScale = 0.3;  // 300 params of other modules on cuda:0
   in.devices = gpus({0, 0});
   const Plan plan = planPlacement(in);
@@ -90,13 +103,137 @@ TEST(Planner, ParamCountChargesOtherModulesToFirstDevice) {
   EXPECT_EQ(plan.devices[0].blockIds.size(), 3u);
   EXPECT_EQ(plan.devices[1].blockIds.size(), 7u);
   EXPECT_NE(plan.reason.find("param_count"), std::string::npos);
-  EXPECT_NE(plan.reason.find("0.3"), std::string::npos);
+  EXPECT_NE(plan.reason.find("1.0K in T5 and VAE x 0.3 = 300 charged to cuda:0"), std::string::npos) << plan.reason;
+}
+
+TEST(Planner, ParamCountWithoutOtherModulesChargesNothing) {
+  // The tiny demo's case: a few thousand parameters, no text encoder or VAE.
+  PlannerInput in = uniformInput(8, 1000, 0);
+  in.devices = gpus({0, 0, 0, 0});
+  const Plan plan = planPlacement(in);
+  for (const auto& dp : plan.devices) EXPECT_EQ(dp.blockIds.size(), 2u) << dp.device;
+  EXPECT_NE(plan.reason.find("8.0K parameters in the model, no other modules; 8.0K shared evenly, 2.0K per device"),
+            std::string::npos)
+      << plan.reason;
+  EXPECT_EQ(plan.reason.find("0.00B"), std::string::npos) << plan.reason;
+  EXPECT_FALSE(plan.caching.needed);
+}
+
+TEST(Planner, ParamCountNeverSkipsACardWhenTheFirstIsOverItsShare) {
+  // The old rule charged 5e9 x 0.3 to cuda:0 of a model of 6000 parameters and
+  // sent every block to cuda:3, leaving cuda:1 and cuda:2 empty.
+  PlannerInput in = uniformInput(6, 1000, 0);
+  in.otherModules = {other("T5", 5000000000LL, 0, 0, 0, true, 1)};
+  in.devices = gpus({0, 0, 0, 0});
+  const Plan plan = planPlacement(in);
+  expectContiguous(plan, in);
+  EXPECT_TRUE(plan.devices[0].blockIds.empty());
+  for (size_t d = 1; d < 4; ++d) EXPECT_EQ(plan.devices[d].blockIds.size(), 2u) << plan.devices[d].device;
+  EXPECT_NE(plan.reason.find("cuda:0's stem, head and other modules (1.50B) exceed an even share (375.0M), so it "
+                             "gets no blocks and the other 3 devices share them, 2.0K each"),
+            std::string::npos)
+      << plan.reason;
+}
+
+TEST(Planner, AnEmptyCardBeforeAFullOneIsExplained) {
+  // Two blocks twice a share each: their midpoints fall on cuda:1 and cuda:3.
+  PlannerInput in = uniformInput(2, 300, 0);
+  in.devices = gpus({0, 0, 0, 0});
+  Plan plan = planPlacement(in);
+  EXPECT_EQ(plan.blockDevice, (std::vector<std::string>{"cuda:1", "cuda:3"}));
+  EXPECT_NE(plan.reason.find("cuda:0, cuda:2 get no blocks: a block (up to 300 parameters) is larger than a "
+                             "device's share (150)"),
+            std::string::npos)
+      << plan.reason;
+  // More devices than blocks: the last ones say so.
+  in = uniformInput(2, 100, 0);
+  in.devices = gpus({0, 0, 0, 0, 0});
+  plan = planPlacement(in);
+  for (size_t d = 0; d < 5; ++d) {
+    const bool empty = plan.devices[d].blockIds.empty();
+    if (!empty) continue;
+    EXPECT_NE(plan.reason.find(plan.devices[d].device), std::string::npos) << plan.reason;
+  }
+  EXPECT_NE(plan.reason.find("the model has 2 blocks for 5 devices"), std::string::npos) << plan.reason;
+}
+
+TEST(Planner, CachingIsItsOwnPhaseOnTheFirstDevice) {
+  // FLUX.1-like parts in bf16: the VAE encodes the images first, then T5 and
+  // CLIP join it for the captions; T5 and CLIP are freed before step 1.
+  PlannerInput in = uniformInput(8, 100, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  const int64_t vae = 170000000, t5 = 9520000000LL, clip = 250000000;
+  in.otherModules = {other("T5", 4762310656LL, t5, 970000000, 0, true, 1),
+                     other("CLIP", 123060480, clip, 50000000, 0, true, 1),
+                     other("VAE", 83819683, vae, 7600000000LL, 2600000000LL, false, 0)};
+  in.devices = gpus({15 * kGB, 15 * kGB});
+  Plan plan = planPlacement(in);
+  ASSERT_TRUE(plan.fits) << plan.reason;
+  const CachingPlan& c = plan.caching;
+  ASSERT_TRUE(c.needed);
+  EXPECT_EQ(c.device, "cuda:0");
+  ASSERT_EQ(c.stages.size(), 2u);
+  EXPECT_EQ(c.stages[0].totalBytes, vae + 7600000000LL);           // the VAE alone
+  EXPECT_EQ(c.stages[1].totalBytes, vae + t5 + clip + 970000000);  // T5's peak, not the VAE's
+  EXPECT_EQ(c.totalBytes, std::max(c.stages[0].totalBytes, c.stages[1].totalBytes));
+  // Training: only the VAE stays; its decode peak replaces the blocks' activations, not added to them.
+  const DevicePlan& d0 = plan.devices[0];
+  EXPECT_EQ(d0.otherBytes, vae);
+  EXPECT_EQ(d0.otherPeakBytes, 2600000000LL);
+  EXPECT_EQ(d0.totalBytes, d0.weightBytes + vae + std::max<int64_t>(d0.activationBytes + d0.workspaceBytes, 2600000000LL));
+  EXPECT_LE(d0.totalBytes, d0.budgetBytes);
+  EXPECT_NE(plan.reason.find("Caching, before the transformer is placed, on cuda:0: first VAE"), std::string::npos)
+      << plan.reason;
+  EXPECT_NE(plan.reason.find("then T5 and CLIP join"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("T5 and CLIP (9.8 GB) are freed before step 1"), std::string::npos) << plan.reason;
+  EXPECT_NE(formatPlan(plan).find("caching (before the transformer is placed) on cuda:0: fits"), std::string::npos);
+  const auto j = planToJson(plan);
+  EXPECT_EQ(j["caching"]["total_bytes"].get<int64_t>(), c.totalBytes);
+  EXPECT_EQ(j["other_modules"].size(), 3u);
+
+  // A 10 GB card: the blocks fit beside the VAE, caching does not.
+  in.devices = gpus({10 * kGB, 10 * kGB});
+  plan = planPlacement(in);
+  EXPECT_FALSE(plan.caching.fits);
+  EXPECT_FALSE(plan.fits);
+  EXPECT_EQ(plan.caching.missingBytes, plan.caching.totalBytes - 10 * kGB);
+  EXPECT_NE(plan.reason.find("does not fit, " + formatBytes(plan.caching.missingBytes) + " missing."),
+            std::string::npos)
+      << plan.reason;
+  EXPECT_THROW(requireFits(plan), PlacementError);
+}
+
+TEST(Planner, TheVaeDecodePeakCanBeWhatFillsTheFirstDevice) {
+  // Blocks without activations: the decode peak is the first device's transient.
+  PlannerInput in = uniformInput(4, 100, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.otherModules = {other("VAE", 1, 1 * kGB, 0, 5 * kGB, false, 0)};
+  in.devices = gpus({7 * kGB, 7 * kGB});
+  const Plan plan = planPlacement(in);
+  ASSERT_TRUE(plan.fits) << plan.reason;
+  // cuda:0 holds the VAE (1 GB) + 5 GB of decode peak, 86% of its budget; a block
+  // there would fill it: the most even fill leaves all four on cuda:1 (57%), and says why.
+  EXPECT_TRUE(plan.devices[0].blockIds.empty());
+  EXPECT_EQ(plan.devices[0].totalBytes, 6 * kGB);
+  EXPECT_EQ(plan.devices[1].blockIds.size(), 4u);
+  EXPECT_NE(plan.reason.find("cuda:0 gets no blocks: at the common share of its budget it holds none"),
+            std::string::npos)
+      << plan.reason;
+}
+
+TEST(Planner, ParamCountsReadForPeople) {
+  EXPECT_EQ(formatParams(11901408320LL), "11.90B");
+  EXPECT_EQ(formatParams(83819683), "83.8M");
+  EXPECT_EQ(formatParams(12345), "12.3K");
+  EXPECT_EQ(formatParams(512), "512");
 }
 
 TEST(Planner, FluxDevLikeSplitOverFourStaysWithinHalfABlockOfTheShare) {
-  // FLUX.1-dev block sizes (19 double of 339.8M, 38 single of 141.6M), ai-toolkit's
-  // other-module charge (5e9 x 0.3 on the first GPU).
+  // FLUX.1-dev block sizes (19 double of 339.8M, 38 single of 141.6M), the other
+  // modules of FLUX.1 (T5-XXL, CLIP-L, the VAE: 4.97e9, ai-toolkit's 5e9) x 0.3.
   PlannerInput in;
+  in.otherModules = {other("T5", 4762310656LL, 0, 0, 0, true, 1), other("CLIP", 123060480, 0, 0, 0, true, 1),
+                     other("VAE", 83819683, 0, 0, 0, false, 0)};
   in.stem = BlockCost{"stem", "stem", 0};
   in.head = BlockCost{"head", "head", 0};
   for (int i = 0; i < 19; ++i)
@@ -106,7 +243,7 @@ TEST(Planner, FluxDevLikeSplitOverFourStaysWithinHalfABlockOfTheShare) {
   in.devices = gpus({0, 0, 0, 0});
   const Plan plan = planPlacement(in);
   expectContiguous(plan, in);
-  const double other = 5e9 * 0.3;
+  const double other = 4969190819.0 * 0.3;
   double total = other;
   for (const auto& b : in.blocks) total += static_cast<double>(b.paramCount);
   const double share = total / 4;

@@ -8,9 +8,6 @@
 #include <fstream>
 #include <map>
 
-// jpeglib.h needs FILE and size_t declared first.
-#include <jpeglib.h>
-
 #include "common/Error.h"
 #include "events/EventBus.h"
 #include "io/Image.h"
@@ -18,9 +15,12 @@
 #include "train/EncodeCache.h"
 #include "train/ImageDataset.h"
 #include "train/ImageFolder.h"
+#include "train/TestImages.h"
 
 using namespace strata;
 using namespace strata::train;
+using strata::test::encodeJpeg;
+using strata::test::gradient;
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,40 +28,6 @@ namespace {
 void writeText(const fs::path& p, const std::string& s) {
   std::ofstream f(p, std::ios::binary);
   f << s;
-}
-
-// A gradient image whose columns differ, so that a mirror is visible: uint8 [H, W, 3].
-at::Tensor gradient(int64_t h, int64_t w) {
-  at::Tensor x = at::arange(w, at::kFloat).div(std::max<int64_t>(w - 1, 1)).mul(255).view({1, w, 1});
-  at::Tensor y = at::arange(h, at::kFloat).div(std::max<int64_t>(h - 1, 1)).mul(255).view({h, 1, 1});
-  return at::cat({x.expand({h, w, 1}), y.expand({h, w, 1}), at::full({h, w, 1}, 128.0)}, 2).round().to(at::kByte);
-}
-
-std::string encodeJpeg(const at::Tensor& hwc) {
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = static_cast<JDIMENSION>(hwc.size(1));
-  c.image_height = static_cast<JDIMENSION>(hwc.size(0));
-  c.input_components = 3;
-  c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, 95, TRUE);
-  jpeg_start_compress(&c, TRUE);
-  at::Tensor px = hwc.contiguous();
-  for (int64_t r = 0; r < hwc.size(0); ++r) {
-    JSAMPROW row = px.data_ptr<uint8_t>() + r * hwc.size(1) * 3;
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  std::string out(reinterpret_cast<char*>(buf), size);
-  jpeg_destroy_compress(&c);
-  std::free(buf);
-  return out;
 }
 
 // Inserts an APP1 Exif segment (big-endian TIFF, IFD0 with one Orientation entry) after SOI.

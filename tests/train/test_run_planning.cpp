@@ -6,10 +6,16 @@
 
 #include <string>
 
+#include "common/ReferenceFixtures.h"
+#include "common/TestSupport.h"
 #include "config/RunConfigYaml.h"
+#include "models/clip/ClipTextConfig.h"
+#include "models/t5/T5Config.h"
+#include "models/vae/VaeConfig.h"
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
 #include "placement/Planner.h"
+#include "train/EncodeCache.h"
 #include "train/RunPlanning.h"
 
 namespace strata::train {
@@ -195,6 +201,215 @@ TEST(PrepareRun, AGpuIdTheInventoryLacksIsRefusedWithTheKeyAndLine) {
   EXPECT_EQ(r.problems[0].key, "model.gpu_ids");
   EXPECT_EQ(r.problems[0].line, 4);
   EXPECT_NE(r.problems[0].message.find("gpu id 5 does not exist"), std::string::npos) << r.problems[0].message;
+}
+
+// FLUX.1-dev with random weights on an images dataset: the encoders are FLUX.1's presets.
+config::RunConfig fluxImagesConfig() {
+  config::RunConfig c;
+  c.model.preset = config::ModelPreset::FluxDev;
+  c.model.randomWeights = true;
+  c.model.device = config::ComputeDevice::Cuda;
+  c.model.splitModelOverGpus = true;
+  c.model.placement = config::PlacementMode::Memory;
+  c.train.dtype = config::DType::BF16;
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Images;
+  d.folderPath = "/data/photos";
+  d.resolution = {512, 1024};
+  c.datasets = {d};
+  c.sample.sampleEvery = 250;
+  c.sample.prompts = {"a photo of sks"};
+  c.sample.width = 1024;
+  c.sample.height = 768;
+  return c;
+}
+
+const placement::OtherModule& moduleNamed(const PreparedRun& r, const std::string& name) {
+  for (const auto& m : r.input.input.otherModules)
+    if (m.name == name) return m;
+  throw std::runtime_error("no other module " + name);
+}
+
+TEST(PrepareRun, AFluxImagesRunCountsT5ClipAndTheVaeOnTheFirstDevice) {
+  const PreparedRun r = preview(fluxImagesConfig(), "4x16GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  ASSERT_EQ(r.input.input.otherModules.size(), 3u);
+  const auto& t5 = moduleNamed(r, "T5");
+  const auto& clip = moduleNamed(r, "CLIP");
+  const auto& vae = moduleNamed(r, "VAE");
+  // T5-XXL: 4,762,310,656 parameters in bf16 on a GPU; CLIP-L; the FLUX.1 VAE.
+  EXPECT_EQ(t5.paramCount, 4762310656LL);
+  EXPECT_EQ(t5.weightBytes, 2 * 4762310656LL);
+  EXPECT_EQ(t5.dtype, "bf16");
+  EXPECT_EQ(clip.paramCount, clip::clipParamPlan(clip::ClipTextConfig::clipL()).totalParams());
+  EXPECT_EQ(clip.weightBytes, 2 * clip.paramCount);
+  EXPECT_EQ(vae.paramCount, vae::vaeParamCount(vae::VaeConfig::flux1()));
+  EXPECT_EQ(vae.weightBytes, 2 * vae.paramCount);  // bf16 is its compute dtype
+  EXPECT_TRUE(t5.freedBeforeTraining);
+  EXPECT_TRUE(clip.freedBeforeTraining);
+  EXPECT_FALSE(vae.freedBeforeTraining);
+  // Peaks: a cache batch at the largest resolution, 512 T5 tokens; one sample decoded at its size.
+  EXPECT_EQ(t5.cachingPeakBytes, t5::t5EncodePeakBytes(t5::T5Config::t5Xxl(), kCacheBatchSize, 512, 2));
+  EXPECT_EQ(vae.cachingPeakBytes, vae::vaeEncodePeakBytes(vae::VaeConfig::flux1(), kCacheBatchSize, 1024, 1024, 2));
+  EXPECT_EQ(vae.trainingPeakBytes, vae::vaeDecodePeakBytes(vae::VaeConfig::flux1(), 1, 768, 1024, 2));
+
+  // Training: the VAE beside the stem; caching: the VAE first, then T5 and CLIP, on cuda:0.
+  EXPECT_EQ(r.plan.devices[0].otherBytes, vae.weightBytes);
+  ASSERT_TRUE(r.plan.caching.needed);
+  EXPECT_EQ(r.plan.caching.device, "cuda:0");
+  EXPECT_EQ(r.plan.caching.totalBytes,
+            std::max(vae.weightBytes + vae.cachingPeakBytes,
+                     vae.weightBytes + t5.weightBytes + clip.weightBytes + t5.cachingPeakBytes));
+  EXPECT_TRUE(r.plan.caching.fits) << r.plan.reason;  // 16 GB: T5-XXL fits before the transformer is placed
+  EXPECT_TRUE(r.plan.fits) << r.plan.reason;
+  const std::string text = describePlan(r);
+  EXPECT_NE(text.find("T5 (preset t5-xxl, bf16, 9.5 GB) and CLIP (preset clip-l, bf16, 246.1 MB) load once the VAE "
+                      "(preset flux1 VAE, bf16, 167.6 MB) has encoded the images"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("are freed before step 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("decode the samples (1024x768, one at a time)"), std::string::npos) << text;
+  EXPECT_NE(text.find("Caching, before the transformer is placed, on cuda:0"), std::string::npos) << text;
+
+  // The cpu: everything in float32.
+  config::RunConfig cpu = fluxImagesConfig();
+  cpu.model.device = config::ComputeDevice::Cpu;
+  cpu.model.splitModelOverGpus = false;
+  const PreparedRun onCpu = preview(cpu, "cpu:512GB");
+  ASSERT_TRUE(onCpu.ok()) << errors(onCpu);
+  EXPECT_EQ(moduleNamed(onCpu, "T5").weightBytes, 4 * 4762310656LL);
+  EXPECT_EQ(moduleNamed(onCpu, "T5").dtype, "fp32");
+  EXPECT_EQ(moduleNamed(onCpu, "VAE").weightBytes, 4 * vae.paramCount);
+}
+
+TEST(PrepareRun, ParamCountChargesTheRealPartsScaled) {
+  config::RunConfig c = fluxImagesConfig();
+  c.model.placement = config::PlacementMode::ParamCount;
+  const PreparedRun r = preview(c, "4x24GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  const int64_t parts = r.input.input.otherParamCount();
+  EXPECT_EQ(parts,
+            moduleNamed(r, "T5").paramCount + moduleNamed(r, "CLIP").paramCount + moduleNamed(r, "VAE").paramCount);
+  EXPECT_NE(r.plan.reason.find("+ " + placement::formatParams(parts) + " in T5, CLIP and VAE x 0.3 = " +
+                               placement::formatParams(static_cast<int64_t>(static_cast<double>(parts) * 0.3)) +
+                               " charged to cuda:0"),
+            std::string::npos)
+      << r.plan.reason;
+}
+
+TEST(PrepareRun, ATextEncoderTooLargeForCachingSaysSo) {
+  // T5-XXL in bf16 (9.5 GB) on 10 GB cards: the blocks split, the caching phase does not fit.
+  config::RunConfig c = fluxImagesConfig();
+  const PreparedRun r = preview(c, "8x10GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_FALSE(r.plan.caching.fits);
+  EXPECT_FALSE(r.plan.fits);
+  EXPECT_NE(describePlan(r).find("does not fit, " + formatBytes(r.plan.caching.missingBytes) + " missing."),
+            std::string::npos)
+      << describePlan(r);
+}
+
+TEST(PrepareRun, DatasetsWithTheirOwnEmbeddingsNeedNoEncoders) {
+  for (const auto type : {config::DatasetType::Shapes, config::DatasetType::Synthetic, config::DatasetType::Latents}) {
+    config::RunConfig c = fluxImagesConfig();
+    c.datasets.front().type = type;
+    const PreparedRun r = preview(c, "2x80GB");
+    ASSERT_TRUE(r.ok()) << errors(r);
+    EXPECT_TRUE(r.input.input.otherModules.empty());
+    EXPECT_FALSE(r.plan.caching.needed);
+    EXPECT_EQ(r.plan.devices[0].otherBytes, 0);
+    EXPECT_EQ(r.otherModulesNote.rfind("No text encoders or VAE: the ", 0), 0u) << r.otherModulesNote;
+  }
+}
+
+TEST(PrepareRun, TheDemoSplitOverFourSimulatedCardsLeavesNoCardUnexplained) {
+  const config::LoadedConfig loaded = config::loadRunConfig(test::sourceDir() / "configs" / "demo.yaml");
+  ASSERT_TRUE(loaded.ok());
+  config::RunConfig c = loaded.config;
+  // As the app's plan view with "4x16GB": first as the demo is (the cpu), then split.
+  PreparedRun r = preview(c, "4x16GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_NE(describePlan(r).find("The run uses the cpu: model.device is cpu (the 4 GPU(s) of the device list are "
+                                 "not used)."),
+            std::string::npos)
+      << describePlan(r);
+  c.model.device = config::ComputeDevice::Auto;
+  r = preview(c, "4x16GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_NE(describePlan(r).find("split_model_over_gpus is off: the model goes on cuda:0 alone"), std::string::npos);
+  c.model.splitModelOverGpus = true;
+  r = preview(c, "4x16GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  const std::string text = describePlan(r);
+  EXPECT_EQ(text.find("5.00B"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0.00B"), std::string::npos) << text;
+  EXPECT_NE(text.find("no other modules"), std::string::npos) << text;
+  EXPECT_NE(text.find("No text encoders or VAE: the shapes dataset"), std::string::npos) << text;
+  // Every card without blocks before a card with blocks is named in the text.
+  size_t last = 0;
+  for (size_t d = 0; d < r.plan.devices.size(); ++d)
+    if (!r.plan.devices[d].blockIds.empty()) last = d;
+  EXPECT_EQ(last, 3u);
+  for (size_t d = 0; d < last; ++d)
+    if (r.plan.devices[d].blockIds.empty())
+      EXPECT_NE(text.find(r.plan.devices[d].device + " get"), std::string::npos) << text;
+}
+
+TEST(PrepareRun, SizesComeFromThePipelinesOwnFiles) {
+  const auto fixtures = test::fixturesOfKind("flux_pipeline");
+  ASSERT_FALSE(fixtures.empty()) << "no flux_pipeline fixture under " << test::referenceDir();
+  for (const auto& [dir, manifest] : fixtures) {
+    SCOPED_TRACE(dir.string());
+    config::RunConfig c = fluxImagesConfig();
+    c.model.randomWeights = false;
+    c.model.preset = config::ModelPreset::Auto;
+    c.model.nameOrPath = (dir / "model").string();
+    c.model.splitModelOverGpus = false;
+    const PreparedRun r = preview(c, "1x16GB");
+    ASSERT_TRUE(r.ok()) << errors(r);
+    const auto t5 = t5::T5Config::fromTransformersJsonFile(dir / "model" / "text_encoder_2" / "config.json");
+    const auto cl = clip::ClipTextConfig::fromTransformersJsonFile(dir / "model" / "text_encoder" / "config.json");
+    const auto va = vae::VaeConfig::fromDiffusersJsonFile(dir / "model" / "vae" / "config.json");
+    EXPECT_EQ(moduleNamed(r, "T5").paramCount, t5::t5ParamPlan(t5).totalParams());
+    EXPECT_EQ(moduleNamed(r, "CLIP").paramCount, clip::clipParamPlan(cl).totalParams());
+    EXPECT_EQ(moduleNamed(r, "VAE").paramCount, vae::vaeParamCount(va));
+    EXPECT_NE(r.otherModulesNote.find("config.json of " + (dir / "model" / "text_encoder_2").string()),
+              std::string::npos)
+        << r.otherModulesNote;
+
+    // The single files (ComfyUI layout): the same parts from their headers. What no
+    // tensor says (CLIP's head count when the width is no multiple of 64) stops the
+    // plan with the loader's own words, as it would stop the run.
+    c.model.nameOrPath = (dir / "singles" / "flux1.safetensors").string();
+    c.model.t5Path = (dir / "singles" / "t5xxl.safetensors").string();
+    c.model.clipPath = (dir / "singles" / "clip_l.safetensors").string();
+    c.model.vaePath = (dir / "singles" / "ae.safetensors").string();
+    c.model.tokenizerPath = (dir / "model").string();
+    const PreparedRun s = preview(c, "1x16GB");
+    if (cl.hiddenSize % 64 == 0 && va.normNumGroups == 32) {
+      ASSERT_TRUE(s.ok()) << errors(s);
+      EXPECT_EQ(moduleNamed(s, "T5").paramCount, t5::t5ParamPlan(t5).totalParams());
+      EXPECT_EQ(moduleNamed(s, "CLIP").paramCount, clip::clipParamPlan(cl).totalParams());
+      EXPECT_EQ(moduleNamed(s, "VAE").paramCount, vae::vaeParamCount(va));
+      EXPECT_NE(s.otherModulesNote.find("shapes of " + c.model.t5Path + " (headers only)"), std::string::npos)
+          << s.otherModulesNote;
+    } else {
+      ASSERT_FALSE(s.ok());
+      EXPECT_EQ(s.problems.back().key, "model.name_or_path");
+      EXPECT_NE(s.problems.back().message.find("singles/"), std::string::npos) << s.problems.back().message;
+    }
+
+    // A path that is not on this machine (a preview for another one): the preset, said so.
+    c.model.nameOrPath = (dir / "model").string();
+    c.model.clipPath = c.model.vaePath = c.model.tokenizerPath = "";
+    c.model.t5Path = "/nowhere/t5xxl_fp16.safetensors";
+    const PreparedRun m = preview(c, "1x16GB");
+    ASSERT_TRUE(m.ok()) << errors(m);
+    EXPECT_EQ(moduleNamed(m, "T5").paramCount, 4762310656LL);
+    EXPECT_NE(m.otherModulesNote.find("preset t5-xxl (/nowhere/t5xxl_fp16.safetensors not found here)"),
+              std::string::npos)
+        << m.otherModulesNote;
+  }
 }
 
 TEST(DeviceSelection, ReadsARequestOnce) {

@@ -77,8 +77,8 @@ std::vector<int> generateTokens(llama::LlamaForCausalLM& model, nn::BlockRunner*
 
 namespace {
 
-// The cap of the devices, the build device and the plan, as the FLUX trainer does
-// it (train/TrainerSupport.cpp buildPlacedModel).
+// The run's devices made ready (train::prepareDevices: allocators, caps), the
+// build device and the plan.
 struct DeviceSetup {
   c10::Device buildDevice = c10::Device(c10::kCPU);
   std::optional<placement::Plan> plan;
@@ -86,24 +86,15 @@ struct DeviceSetup {
 };
 
 DeviceSetup setUpDevices(const config::RunConfig& cfg, const train::PreparedRun& run) {
-  const auto& m = cfg.model;
-  std::vector<int> ids;
-  for (const auto& d : run.devices)
-    if (!d.isCpu()) ids.push_back(d.index);
+  train::prepareDevices(cfg, run);
   DeviceSetup s;
-  if (!ids.empty()) {
-    // device::memoryFigures refuses a device LibTorch has not touched yet.
-    for (int id : ids) (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(id)));
-    s.buildDevice = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ids[0]));
-  }
-  if (!m.gpuMemoryLimitGb.empty())
-    for (size_t i = 0; i < run.devices.size(); ++i)
-      if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
-  if (m.splitModelOverGpus) {
+  s.buildDevice = train::firstDevice(run);
+  if (cfg.model.splitModelOverGpus) {
     if (!run.plan.fits) throw PlacementError("the model does not fit: " + run.plan.reason);
     s.plan = run.plan;
     s.reason = run.plan.reason;
-    if (!m.gpuMemoryLimitGb.empty()) s.buildDevice = c10::Device(c10::kCPU);  // the whole model may not fit one
+    // Under caps the whole model may not fit the first device: build on the CPU.
+    if (!cfg.model.gpuMemoryLimitGb.empty()) s.buildDevice = c10::Device(c10::kCPU);
   }
   return s;
 }

@@ -38,7 +38,7 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
   co.activationElementsPerTokenPerHidden = llama::llamaActivationElementsPerTokenPerHidden(cfg);
   placement::PlannerInput in = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
   in.mode = placement::PlanMode::Memory;
-  in.otherModuleParamCount = 0;  // a causal LM has no text encoder or VAE beside it
+  // No other modules: a causal LM has no text encoder or VAE beside it (otherModules stays empty).
   const int64_t logits = o.batchSize * o.seqLen * cfg.vocabSize;
   in.head.activationBytes += logits * 4;
   in.head.workspaceBytes += logits * (o.activationElementBytes + 4);

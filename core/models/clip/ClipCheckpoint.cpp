@@ -1,7 +1,8 @@
 #include "models/clip/ClipCheckpoint.h"
 
 #include "common/Error.h"
-#include "io/DiffusersFolder.h"
+#include "common/Text.h"
+#include "io/SafetensorsCheckpoint.h"
 #include "io/StrictLoad.h"
 
 namespace fs = std::filesystem;
@@ -14,46 +15,24 @@ constexpr const char* kAnchor = "final_layer_norm.weight";
 constexpr const char* kTokenEmbedding = "embeddings.token_embedding.weight";
 constexpr const char* kTextModel = "text_model.";
 
-bool startsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 ClipCheckpoint ClipCheckpoint::open(const fs::path& path) {
   ClipCheckpoint ckpt;
-  fs::path source = path;
-  if (fs::is_directory(path)) {
-    if (io::isDiffusersPipelineFolder(path)) source = io::diffusersComponentFolder(path, {"CLIPTextModel"});
-    if (fs::is_regular_file(source / "config.json")) ckpt.configJson_ = source / "config.json";
-  }
-  ckpt.files_ = std::make_shared<io::SafetensorsCheckpoint>(io::SafetensorsCheckpoint::open(source));
+  auto component = io::openComponentWeights(path, {"CLIPTextModel"});
+  ckpt.files_ = std::move(component.weights);
+  ckpt.configJson_ = std::move(component.configJson);
   const auto& raw = ckpt.files_->shapes();
-
-  std::vector<std::string> prefixes;
-  for (const auto& [name, _] : raw) {
-    if (!endsWith(name, kAnchor)) continue;
-    const std::string p = name.substr(0, name.size() - std::char_traits<char>::length(kAnchor));
-    if ((p.empty() || p.back() == '.') && raw.count(p + kTokenEmbedding)) prefixes.push_back(p);
-  }
-  if (prefixes.empty())
-    throw LoadError(ckpt.files_->describe() + ": not a CLIP text encoder checkpoint (no '" + kAnchor + "' next to '" +
-                    kTokenEmbedding + "' under any prefix)");
-  if (prefixes.size() > 1)
-    throw LoadError(ckpt.files_->describe() + ": holds more than one CLIP text encoder (under '" + prefixes[0] +
-                    "' and '" + prefixes[1] + "')");
-  ckpt.prefix_ = prefixes[0];
+  ckpt.prefix_ = io::uniqueKeyPrefix(*ckpt.files_, kAnchor, {kTokenEmbedding}, "CLIP text encoder");
   for (const auto& [name, shape] : raw)
     if (startsWith(name, ckpt.prefix_)) ckpt.shapes_[name.substr(ckpt.prefix_.size())] = shape;
   return ckpt;
 }
 
-ClipTextConfig ClipCheckpoint::config() const {
+ClipTextConfig ClipCheckpoint::config(std::optional<int64_t> numAttentionHeads) const {
   if (!configJson_.empty()) return ClipTextConfig::fromTransformersJsonFile(configJson_);
   try {
-    return ClipTextConfig::fromShapes(shapes_);
+    return ClipTextConfig::fromShapes(shapes_, numAttentionHeads);
   } catch (const Error& e) {
     throw LoadError(files_->describe() + ": " + e.what());
   }

@@ -33,8 +33,9 @@ class ClipCheckpoint {
   // Shapes under the model's own names (prefix removed).
   const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
   const std::filesystem::path& configJsonPath() const { return configJson_; }
-  // config.json when there is one, else ClipTextConfig::fromShapes.
-  ClipTextConfig config() const;
+  // config.json when there is one, else ClipTextConfig::fromShapes (with the head
+  // count when given: a single file does not hold it).
+  ClipTextConfig config(std::optional<int64_t> numAttentionHeads = std::nullopt) const;
 
  private:
   std::shared_ptr<io::SafetensorsCheckpoint> files_;

@@ -2,9 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
 
@@ -67,18 +70,9 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
   if (!jIn.is_object()) throw ConfigError("ClipTextConfig: transformers config is not a JSON object");
   // A full CLIPConfig nests the text tower's settings.
   const nlohmann::json& j = jIn.contains("text_config") && jIn["text_config"].is_object() ? jIn["text_config"] : jIn;
-  auto get = [&](const char* key, auto& field) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    try {
-      it->get_to(field);
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("ClipTextConfig: config key '") + key + "': " + e.what());
-    }
-    return true;
-  };
+  const io::JsonFields fields(j, "ClipTextConfig: transformers config");
   std::string modelType;
-  if (get("model_type", modelType) && modelType != "clip_text_model" && modelType != "clip")
+  if (fields.read("model_type", modelType) && modelType != "clip_text_model" && modelType != "clip")
     throw ConfigError("ClipTextConfig: model_type is '" + modelType + "', not 'clip_text_model'");
   // transformers' CLIPTextConfig defaults, for keys a file leaves out.
   ClipTextConfig c;
@@ -86,16 +80,16 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
   c.intermediateSize = 2048;
   c.numAttentionHeads = 8;
   c.eosTokenId = 49407;
-  get("vocab_size", c.vocabSize);
-  get("hidden_size", c.hiddenSize);
-  get("intermediate_size", c.intermediateSize);
-  get("num_hidden_layers", c.numHiddenLayers);
-  get("num_attention_heads", c.numAttentionHeads);
-  get("max_position_embeddings", c.maxPositionEmbeddings);
-  get("layer_norm_eps", c.layerNormEps);
-  get("eos_token_id", c.eosTokenId);
+  fields.read("vocab_size", c.vocabSize);
+  fields.read("hidden_size", c.hiddenSize);
+  fields.read("intermediate_size", c.intermediateSize);
+  fields.read("num_hidden_layers", c.numHiddenLayers);
+  fields.read("num_attention_heads", c.numAttentionHeads);
+  fields.read("max_position_embeddings", c.maxPositionEmbeddings);
+  fields.read("layer_norm_eps", c.layerNormEps);
+  fields.read("eos_token_id", c.eosTokenId);
   std::string act;
-  if (get("hidden_act", act)) {
+  if (fields.read("hidden_act", act)) {
     if (act == "quick_gelu")
       c.hiddenAct = ClipActivation::QuickGelu;
     else if (act == "gelu")
@@ -134,7 +128,8 @@ nlohmann::json ClipTextConfig::toTransformersJson() const {
   return j;
 }
 
-ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes) {
+ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                          std::optional<int64_t> numAttentionHeads) {
   auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
     auto it = shapes.find(key);
     if (it == shapes.end()) throw LoadError("ClipTextConfig: the weights have no '" + key + "'");
@@ -154,10 +149,14 @@ ClipTextConfig ClipTextConfig::fromShapes(const std::map<std::string, std::vecto
   if (c.numHiddenLayers == 0)
     throw LoadError("ClipTextConfig: the weights have no 'encoder.layers.0.self_attn.q_proj.weight'");
   c.intermediateSize = shapeOf("encoder.layers.0.mlp.fc1.weight", 2)[0];
-  if (c.hiddenSize % kClipHeadDim != 0)
-    throw LoadError("ClipTextConfig: the head count is not in the weights and hidden size " +
-                    std::to_string(c.hiddenSize) + " is no multiple of CLIP's head width 64: give a config.json");
-  c.numAttentionHeads = c.hiddenSize / kClipHeadDim;
+  if (numAttentionHeads) {
+    c.numAttentionHeads = *numAttentionHeads;
+  } else {
+    if (c.hiddenSize % kClipHeadDim != 0)
+      throw LoadError("ClipTextConfig: the head count is not in the weights and hidden size " +
+                      std::to_string(c.hiddenSize) + " is no multiple of CLIP's head width 64: give a config.json");
+    c.numAttentionHeads = c.hiddenSize / kClipHeadDim;
+  }
   c.validate();
   return c;
 }
@@ -186,6 +185,22 @@ ClipParamPlan clipParamPlan(const ClipTextConfig& cfg) {
     plan.blocks.push_back({"encoder.layers." + std::to_string(i), "layer", perLayer});
   plan.head = {"head", "head", 2 * d};
   return plan;
+}
+
+int64_t clipEncodePeakBytes(const ClipTextConfig& cfg, int64_t batch, int64_t elementBytes) {
+  cfg.validate();
+  if (batch < 1 || elementBytes < 1) throw ConfigError("CLIP peak estimate: batch and element bytes must be positive");
+  const double e = static_cast<double>(elementBytes);
+  const double b = static_cast<double>(batch), l = static_cast<double>(cfg.maxPositionEmbeddings);
+  const double scores = b * static_cast<double>(cfg.numAttentionHeads) * l * l;  // [B, H, L, L]
+  const double hidden = b * l * static_cast<double>(cfg.hiddenSize);
+  const double mlp = b * l * static_cast<double>(cfg.intermediateSize);
+  const bool wide = elementBytes >= 4;
+  // h, the norm, q, k, v; the scores, their float32 copy, the softmax, its cast.
+  const double attention = 5.0 * hidden * e + scores * (e + (wide ? 0.0 : 4.0) + 4.0 + (wide ? 0.0 : e));
+  // The attention locals (scores, weights, attn) alive; fc1 and its activation.
+  const double mlpPeak = 8.0 * hidden * e + scores * (e + (wide ? 4.0 : e)) + 2.0 * mlp * e;
+  return static_cast<int64_t>(std::llround(std::max(attention, mlpPeak)));
 }
 
 }  // namespace strata::clip

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,10 @@ struct ClipTextConfig {
   // From tensor names and shapes (transformers names, no prefix). The head count
   // is not in the weights: CLIP's head width 64 gives it (hidden 768 -> 12); a
   // hidden size that is no multiple of 64 needs a config.json. The activation and
-  // eos id are CLIP-L's (quick_gelu, 2). Throws LoadError naming the key.
-  static ClipTextConfig fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes);
+  // eos id are CLIP-L's (quick_gelu, 2). `numAttentionHeads` given: that head
+  // count instead (model.clip_num_attention_heads). Throws LoadError naming the key.
+  static ClipTextConfig fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                   std::optional<int64_t> numAttentionHeads = std::nullopt);
 
   bool operator==(const ClipTextConfig& o) const;
   bool operator!=(const ClipTextConfig& o) const { return !(*this == o); }
@@ -74,5 +77,11 @@ struct ClipParamPlan {
 };
 
 ClipParamPlan clipParamPlan(const ClipTextConfig& cfg);
+
+// Bytes of activations alive at the peak of one text-model call without autograd
+// ([batch, max_position_embeddings] ids, activations `elementBytes` wide), from the
+// order ClipEncoderLayer::forward makes and frees its tensors (scores with their
+// float32 copy and softmax, the MLP's two [B, L, intermediate] tensors).
+int64_t clipEncodePeakBytes(const ClipTextConfig& cfg, int64_t batch, int64_t elementBytes);
 
 }  // namespace strata::clip

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "common/ShapeText.h"
 #include "io/FileBytes.h"
 #include "models/flux/FluxLayout.h"
@@ -79,27 +80,18 @@ FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("FluxConfig: diffusers config is not a JSON object");
   FluxConfig c;
   c.guidanceEmbeds = false;  // diffusers' default; FLUX.1-dev's config sets it
-  auto get = [&](const char* key, auto& field) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    try {
-      it->get_to(field);
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("FluxConfig: diffusers config key '") + key + "': " + e.what());
-    }
-    return true;
-  };
-  get("patch_size", c.patchSize);
-  get("in_channels", c.inChannels);
-  if (!get("out_channels", c.outChannels)) c.outChannels = c.inChannels;
-  get("num_layers", c.numLayers);
-  get("num_single_layers", c.numSingleLayers);
-  get("attention_head_dim", c.attentionHeadDim);
-  get("num_attention_heads", c.numAttentionHeads);
-  get("joint_attention_dim", c.jointAttentionDim);
-  get("pooled_projection_dim", c.pooledProjectionDim);
-  get("guidance_embeds", c.guidanceEmbeds);
-  get("axes_dims_rope", c.axesDimsRope);
+  const io::JsonFields fields(j, "FluxConfig: diffusers config");
+  fields.read("patch_size", c.patchSize);
+  fields.read("in_channels", c.inChannels);
+  if (!fields.read("out_channels", c.outChannels)) c.outChannels = c.inChannels;
+  fields.read("num_layers", c.numLayers);
+  fields.read("num_single_layers", c.numSingleLayers);
+  fields.read("attention_head_dim", c.attentionHeadDim);
+  fields.read("num_attention_heads", c.numAttentionHeads);
+  fields.read("joint_attention_dim", c.jointAttentionDim);
+  fields.read("pooled_projection_dim", c.pooledProjectionDim);
+  fields.read("guidance_embeds", c.guidanceEmbeds);
+  fields.read("axes_dims_rope", c.axesDimsRope);
   c.validate();
   return c;
 }

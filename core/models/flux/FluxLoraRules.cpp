@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/Text.h"
 #include "models/flux/FluxNames.h"
 
 namespace strata::flux {
@@ -9,8 +10,6 @@ namespace strata::flux {
 namespace {
 
 constexpr const char* kPeftWrapperPrefix = "base_model.model.";
-
-bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 nn::LoraSlot loraSlotOf(const names::BflSlot& b, std::string stem) {
   nn::LoraSlot s;

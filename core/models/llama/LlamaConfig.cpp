@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "io/JsonFile.h"
 
 namespace fs = std::filesystem;
@@ -14,58 +15,10 @@ namespace strata::llama {
 
 namespace {
 
-// Typed reads of one config.json object; every error names the source and the key.
-class Reader {
- public:
-  Reader(const nlohmann::json& j, std::string source, std::string prefix = "")
-      : j_(j), source_(std::move(source)), prefix_(std::move(prefix)) {}
-
-  bool has(const char* key) const {
-    auto it = j_.find(key);
-    return it != j_.end() && !it->is_null();
-  }
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw ConfigError(source_ + ": key '" + prefix_ + key + "': " + what);
-  }
-  int64_t integer(const char* key) const {
-    const auto& v = at(key);
-    if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
-    return v.get<int64_t>();
-  }
-  int64_t integer(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
-  double number(const char* key) const {
-    const auto& v = at(key);
-    if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
-    return v.get<double>();
-  }
-  double number(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const auto& v = at(key);
-    if (!v.is_boolean()) fail(key, "expected true or false, got " + v.dump());
-    return v.get<bool>();
-  }
-  std::string text(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const auto& v = at(key);
-    if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
-    return v.get<std::string>();
-  }
-  const nlohmann::json& at(const char* key) const {
-    if (!has(key)) fail(key, "missing (required)");
-    return j_.at(key);
-  }
-
- private:
-  const nlohmann::json& j_;
-  std::string source_;
-  std::string prefix_;
-};
-
 // rope_parameters (transformers 5) or rope_scaling (older): same fields.
 void readRope(const nlohmann::json& obj, const std::string& source, const std::string& name, LlamaConfig& c) {
   if (!obj.is_object()) throw ConfigError(source + ": key '" + name + "': expected an object, got " + obj.dump());
-  const Reader r(obj, source, name + ".");
+  const io::JsonFields r(obj, source, name + ".");
   if (r.has("rope_theta")) c.ropeTheta = r.number("rope_theta");
   // Older files spell it "type".
   const std::string type = r.has("rope_type") ? r.text("rope_type", "default") : r.text("type", "default");
@@ -128,7 +81,7 @@ void LlamaConfig::validate() const {
 
 LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw ConfigError(source + ": not a JSON object");
-  const Reader r(j, source);
+  const io::JsonFields r(j, source);
   LlamaConfig c;
   c.modelType = r.text("model_type", "");
   if (c.modelType.empty()) r.fail("model_type", "missing (required: llama, mistral or qwen2)");

@@ -12,6 +12,7 @@
 #include "common/Error.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
+#include "common/Text.h"
 #include "io/AtomicFile.h"
 #include "io/Safetensors.h"
 #include "models/llama/LlamaForCausalLM.h"
@@ -25,10 +26,6 @@ namespace {
 constexpr const char* kPrefix = "base_model.model.";
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
-
-bool endsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // peft's get_pattern_key: the first key (in file order) with re.match(r"(.*\.)?(key)$", path).
 const nlohmann::ordered_json* patternFor(const nlohmann::ordered_json& patterns, const std::string& path,

@@ -1,7 +1,8 @@
 #include "models/t5/T5Checkpoint.h"
 
 #include "common/Error.h"
-#include "io/DiffusersFolder.h"
+#include "common/Text.h"
+#include "io/SafetensorsCheckpoint.h"
 #include "io/StrictLoad.h"
 
 namespace fs = std::filesystem;
@@ -14,37 +15,15 @@ constexpr const char* kAnchor = "encoder.final_layer_norm.weight";
 constexpr const char* kShared = "shared.weight";
 constexpr const char* kEmbedTokens = "encoder.embed_tokens.weight";
 
-bool startsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 T5Checkpoint T5Checkpoint::open(const fs::path& path) {
   T5Checkpoint ckpt;
-  fs::path source = path;
-  if (fs::is_directory(path)) {
-    if (io::isDiffusersPipelineFolder(path)) source = io::diffusersComponentFolder(path, {"T5EncoderModel"});
-    if (fs::is_regular_file(source / "config.json")) ckpt.configJson_ = source / "config.json";
-  }
-  ckpt.files_ = std::make_shared<io::SafetensorsCheckpoint>(io::SafetensorsCheckpoint::open(source));
+  auto component = io::openComponentWeights(path, {"T5EncoderModel"});
+  ckpt.files_ = std::move(component.weights);
+  ckpt.configJson_ = std::move(component.configJson);
   const auto& raw = ckpt.files_->shapes();
-
-  // The prefix: whatever stands before encoder.final_layer_norm.weight.
-  std::vector<std::string> prefixes;
-  for (const auto& [name, _] : raw) {
-    if (!endsWith(name, kAnchor)) continue;
-    const std::string p = name.substr(0, name.size() - std::char_traits<char>::length(kAnchor));
-    if (p.empty() || p.back() == '.') prefixes.push_back(p);
-  }
-  if (prefixes.empty())
-    throw LoadError(ckpt.files_->describe() + ": not a T5 encoder checkpoint (no '" + kAnchor + "' under any prefix)");
-  if (prefixes.size() > 1)
-    throw LoadError(ckpt.files_->describe() + ": holds more than one T5 encoder ('" + prefixes[0] + kAnchor + "', '" +
-                    prefixes[1] + kAnchor + "')");
-  ckpt.prefix_ = prefixes[0];
+  ckpt.prefix_ = io::uniqueKeyPrefix(*ckpt.files_, kAnchor, {}, "T5 encoder");
 
   const std::string& p = ckpt.prefix_;
   if (raw.count(p + kShared))

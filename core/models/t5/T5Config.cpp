@@ -2,9 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
 
@@ -81,21 +83,12 @@ T5Config T5Config::preset(const std::string& name) {
 
 T5Config T5Config::fromTransformersJson(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("T5Config: transformers config is not a JSON object");
-  auto get = [&](const char* key, auto& field) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    try {
-      it->get_to(field);
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("T5Config: config key '") + key + "': " + e.what());
-    }
-    return true;
-  };
+  const io::JsonFields fields(j, "T5Config: transformers config");
   std::string modelType;
-  if (get("model_type", modelType) && modelType != "t5")
+  if (fields.read("model_type", modelType) && modelType != "t5")
     throw ConfigError("T5Config: model_type is '" + modelType + "', not 't5'");
   bool isDecoder = false;
-  if (get("is_decoder", isDecoder) && isDecoder) throw ConfigError("T5Config: is_decoder is true; this is an encoder");
+  if (fields.read("is_decoder", isDecoder) && isDecoder) throw ConfigError("T5Config: is_decoder is true; this is an encoder");
   // transformers' T5Config defaults (T5 v1.0 small), for keys a file leaves out.
   T5Config c;
   c.vocabSize = 32128;
@@ -104,17 +97,17 @@ T5Config T5Config::fromTransformersJson(const nlohmann::json& j) {
   c.dFf = 2048;
   c.numLayers = 6;
   c.numHeads = 8;
-  get("vocab_size", c.vocabSize);
-  get("d_model", c.dModel);
-  get("d_kv", c.dKv);
-  get("d_ff", c.dFf);
-  get("num_layers", c.numLayers);
-  get("num_heads", c.numHeads);
-  get("relative_attention_num_buckets", c.relativeAttentionNumBuckets);
-  get("relative_attention_max_distance", c.relativeAttentionMaxDistance);
-  get("layer_norm_epsilon", c.layerNormEpsilon);
+  fields.read("vocab_size", c.vocabSize);
+  fields.read("d_model", c.dModel);
+  fields.read("d_kv", c.dKv);
+  fields.read("d_ff", c.dFf);
+  fields.read("num_layers", c.numLayers);
+  fields.read("num_heads", c.numHeads);
+  fields.read("relative_attention_num_buckets", c.relativeAttentionNumBuckets);
+  fields.read("relative_attention_max_distance", c.relativeAttentionMaxDistance);
+  fields.read("layer_norm_epsilon", c.layerNormEpsilon);
   std::string proj = "relu";
-  get("feed_forward_proj", proj);
+  fields.read("feed_forward_proj", proj);
   // transformers: "gated-X" or "X"; dense_act_fn is derived from it, "gated-gelu" -> gelu_new.
   const auto dash = proj.find('-');
   const std::string head = dash == std::string::npos ? "" : proj.substr(0, dash);
@@ -217,6 +210,27 @@ T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   }
   plan.head = {"head", "head", d};
   return plan;
+}
+
+int64_t t5EncodePeakBytes(const T5Config& cfg, int64_t batch, int64_t length, int64_t elementBytes) {
+  cfg.validate();
+  if (batch < 1 || length < 1 || elementBytes < 1)
+    throw ConfigError("T5 peak estimate: batch, length and element bytes must be positive");
+  const double e = static_cast<double>(elementBytes);
+  const double b = static_cast<double>(batch), l = static_cast<double>(length);
+  const double bias = static_cast<double>(cfg.numHeads) * l * l;  // [1, H, L, L], kept across blocks
+  const double scores = b * bias;                                 // [B, H, L, L]
+  const double model = b * l * static_cast<double>(cfg.dModel);
+  const double inner = b * l * static_cast<double>(cfg.innerDim());
+  const double ff = b * l * static_cast<double>(cfg.dFf);
+  const bool wide = elementBytes >= 4;  // .to(float32) is then the tensor itself
+  // Softmax: the scores, their float32 copy, the softmax and its cast back.
+  const double softmax = scores * (e + (wide ? 0.0 : 4.0) + 4.0 + (wide ? 0.0 : e));
+  const double attention = bias * e + (2.0 * model + 3.0 * inner) * e + softmax;
+  // Feed-forward: scores and weights are locals still alive; act(wi_0 y) * wi_1 y.
+  const double feedForward = bias * e + (3.0 * model + 4.0 * inner) * e + scores * (e + (wide ? 4.0 : e)) +
+                             (cfg.gatedAct ? 4.0 : 2.0) * ff * e;
+  return static_cast<int64_t>(std::llround(std::max(attention, feedForward)));
 }
 
 }  // namespace strata::t5

@@ -7,6 +7,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "common/Text.h"
 #include "io/Safetensors.h"
 #include "models/vae/AutoencoderKL.h"
 
@@ -17,8 +18,6 @@ namespace strata::vae {
 namespace {
 
 constexpr const char* kDiffusersWeights = "diffusion_pytorch_model.safetensors";
-
-bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 // The weights file of a diffusers VAE folder: diffusers' own file name, else the
 // only .safetensors file there.

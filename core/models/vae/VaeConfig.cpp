@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
 #include "common/Error.h"
+#include "io/JsonFields.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
 #include "models/vae/VaeNames.h"
@@ -61,21 +63,9 @@ VaeConfig VaeConfig::preset(const std::string& name) {
 
 VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("VaeConfig: diffusers config is not a JSON object");
-  auto fail = [](const std::string& key, const std::string& what) -> void {
-    throw ConfigError("VaeConfig: diffusers config key '" + key + "': " + what);
-  };
-  auto get = [&](const char* key, auto& field) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return false;
-    try {
-      it->get_to(field);
-    } catch (const std::exception& e) {
-      fail(key, e.what());
-    }
-    return true;
-  };
+  const io::JsonFields fields(j, "VaeConfig: diffusers config");
   if (j.contains("_class_name") && j["_class_name"].is_string() && j["_class_name"] != "AutoencoderKL")
-    fail("_class_name", "is " + j["_class_name"].get<std::string>() + ", only AutoencoderKL is supported");
+    fields.fail("_class_name", "is " + j["_class_name"].get<std::string>() + ", only AutoencoderKL is supported");
 
   // diffusers' defaults (SD's VAE), so a config.json that leaves a key out means what it means there.
   VaeConfig c;
@@ -87,40 +77,40 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   c.shiftFactor = 0.0;
   c.useQuantConv = true;
   c.usePostQuantConv = true;
-  get("in_channels", c.inChannels);
-  get("out_channels", c.outChannels);
-  get("block_out_channels", c.blockOutChannels);
-  get("layers_per_block", c.layersPerBlock);
-  get("latent_channels", c.latentChannels);
-  get("norm_num_groups", c.normNumGroups);
+  fields.read("in_channels", c.inChannels);
+  fields.read("out_channels", c.outChannels);
+  fields.read("block_out_channels", c.blockOutChannels);
+  fields.read("layers_per_block", c.layersPerBlock);
+  fields.read("latent_channels", c.latentChannels);
+  fields.read("norm_num_groups", c.normNumGroups);
   if (auto it = j.find("sample_size"); it != j.end() && it->is_array()) {
-    if (it->empty() || !(*it)[0].is_number_integer()) fail("sample_size", "expected an integer or [h, w]");
+    if (it->empty() || !(*it)[0].is_number_integer()) fields.fail("sample_size", "expected an integer or [h, w]");
     c.sampleSize = (*it)[0].get<int64_t>();
   } else {
-    get("sample_size", c.sampleSize);
+    fields.read("sample_size", c.sampleSize);
   }
-  get("scaling_factor", c.scalingFactor);
-  get("shift_factor", c.shiftFactor);
-  get("use_quant_conv", c.useQuantConv);
-  get("use_post_quant_conv", c.usePostQuantConv);
-  get("mid_block_add_attention", c.midBlockAddAttention);
-  get("force_upcast", c.forceUpcast);
+  fields.read("scaling_factor", c.scalingFactor);
+  fields.read("shift_factor", c.shiftFactor);
+  fields.read("use_quant_conv", c.useQuantConv);
+  fields.read("use_post_quant_conv", c.usePostQuantConv);
+  fields.read("mid_block_add_attention", c.midBlockAddAttention);
+  fields.read("force_upcast", c.forceUpcast);
 
   std::string act = "silu";
-  get("act_fn", act);
-  if (act != "silu") fail("act_fn", "is '" + act + "', only silu is supported");
+  fields.read("act_fn", act);
+  if (act != "silu") fields.fail("act_fn", "is '" + act + "', only silu is supported");
   for (const auto& [key, type] : {std::pair<const char*, const char*>{"down_block_types", "DownEncoderBlock2D"},
                                   {"up_block_types", "UpDecoderBlock2D"}}) {
     std::vector<std::string> types;
-    if (!get(key, types)) continue;
+    if (!fields.read(key, types)) continue;
     if (static_cast<int64_t>(types.size()) != c.numBlocks())
-      fail(key,
+      fields.fail(key,
            "has " + std::to_string(types.size()) + " entries, block_out_channels " + std::to_string(c.numBlocks()));
     for (const auto& t : types)
-      if (t != type) fail(key, "entry '" + t + "' is not supported (only " + type + ")");
+      if (t != type) fields.fail(key, "entry '" + t + "' is not supported (only " + type + ")");
   }
   for (const char* key : {"latents_mean", "latents_std"})
-    if (j.contains(key) && !j[key].is_null()) fail(key, "per-channel latent normalisation is not supported");
+    if (j.contains(key) && !j[key].is_null()) fields.fail(key, "per-channel latent normalisation is not supported");
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -303,6 +293,121 @@ int64_t vaeParamCount(const VaeConfig& cfg) {
     total += n;
   }
   return total;
+}
+
+namespace {
+
+// The live activation elements of one forward, walked step by step. `held` is
+// what the callers up the stack still hold besides a step's own input.
+class VaePeakWalk {
+ public:
+  explicit VaePeakWalk(int64_t batch) : batch_(static_cast<double>(batch)) {}
+  double peak() const { return peak_; }
+  double size(int64_t channels, double pixels) const { return batch_ * static_cast<double>(channels) * pixels; }
+  void live(double elements) { peak_ = std::max(peak_, elements); }
+  // A convolution of `in` elements into `out`, plus its workspace (in + out).
+  void conv(double held, double in, double out) { live(held + 2.0 * (in + out)); }
+
+  // VaeResnetBlock::forward: x held throughout; norm1 -> conv1 -> h1; norm2 of h1
+  // -> conv2 -> h2 (h1 freed after); the shortcut conv of x; h2 += shortcut.
+  void resnet(double held, int64_t cin, int64_t cout, double pixels) {
+    const double x = size(cin, pixels), o = size(cout, pixels);
+    live(held + 2.0 * x);                   // norm1 (SiLU in place)
+    conv(held + x, x, o);                   // conv1 on norm1's output
+    live(held + x + 2.0 * o);               // norm2 of h1
+    conv(held + x + o, o, o);               // conv2 on norm2's output, h1 still held
+    if (cin != cout) conv(held + o, x, o);  // conv_shortcut of x, next to h2
+  }
+
+  // VaeLevelImpl::forward: the caller holds the level's input while its resnets
+  // run one after another, then the down (pad + stride-2 conv) or up (nearest
+  // 2x + conv) resampler. Returns the pixels after it.
+  double level(double held, int64_t cin, int64_t cout, int64_t layers, double pixels, int resample) {
+    const double input = size(cin, pixels);
+    for (int64_t j = 0; j < layers; ++j) resnet(j == 0 ? held : held + input, j == 0 ? cin : cout, cout, pixels);
+    const double h = size(cout, pixels);
+    if (resample < 0) {
+      conv(held + input + h, h, h / 4.0);  // the padded copy is the conv's input
+      return pixels / 4.0;
+    }
+    if (resample > 0) {
+      conv(held + input + h, 4.0 * h, 4.0 * h);  // the upsampled copy is the conv's input
+      return pixels * 4.0;
+    }
+    return pixels;
+  }
+
+  // VaeMidBlockImpl::forward (its input held throughout): resnet, single-head
+  // attention over every pixel (scores in query-row chunks of at most 2^28, the
+  // softmax beside them), resnet.
+  void mid(double held, int64_t channels, double pixels, bool attention) {
+    const double x = size(channels, pixels);
+    resnet(held, channels, channels, pixels);
+    if (attention) {
+      const double chunkRows = std::max(1.0, std::floor(static_cast<double>(int64_t{1} << 28) / (batch_ * pixels)));
+      const double scores = batch_ * std::min(chunkRows, pixels) * pixels;
+      live(held + 2.0 * x + x + 3.0 * x + 2.0 * scores);  // norm, q, k, v, scores + softmax
+      live(held + 2.0 * x + 3.0 * x + 3.0 * x);           // q, k, v, attended, to_out, its reshaped copy
+    }
+    resnet(held + x, channels, channels, pixels);
+  }
+
+ private:
+  double batch_;
+  double peak_ = 0;
+};
+
+int64_t bytesOf(double elements, int64_t elementBytes) {
+  return static_cast<int64_t>(std::llround(elements * static_cast<double>(elementBytes)));
+}
+
+void checkPeakArgs(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
+  cfg.validate();
+  if (batch < 1 || height < 1 || width < 1 || elementBytes < 1)
+    throw ConfigError("VAE peak estimate: batch, size and element bytes must be positive, got batch " +
+                      std::to_string(batch) + ", " + std::to_string(width) + "x" + std::to_string(height) + ", " +
+                      std::to_string(elementBytes) + " bytes");
+}
+
+}  // namespace
+
+int64_t vaeEncodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
+  checkPeakArgs(cfg, batch, height, width, elementBytes);
+  VaePeakWalk walk(batch);
+  const auto& b = cfg.blockOutChannels;
+  double pixels = static_cast<double>(height) * static_cast<double>(width);
+  const double image = walk.size(cfg.inChannels, pixels);  // held by encode() throughout
+  walk.conv(0.0, image, walk.size(b[0], pixels));          // conv_in
+  int64_t channels = b[0];
+  for (int64_t i = 0; i < cfg.numBlocks(); ++i) {
+    pixels = walk.level(image, channels, b[i], cfg.layersPerBlock, pixels, i + 1 < cfg.numBlocks() ? -1 : 0);
+    channels = b[i];
+  }
+  walk.mid(image, channels, pixels, cfg.midBlockAddAttention);
+  const double h = walk.size(channels, pixels);
+  walk.conv(image + h, h, walk.size(2 * cfg.latentChannels, pixels));  // conv_norm_out, then conv_out
+  return bytesOf(walk.peak(), elementBytes);
+}
+
+int64_t vaeDecodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
+  checkPeakArgs(cfg, batch, height, width, elementBytes);
+  VaePeakWalk walk(batch);
+  const auto& b = cfg.blockOutChannels;
+  const int64_t n = cfg.numBlocks();
+  const double f = static_cast<double>(cfg.downscaleFactor());
+  double pixels = static_cast<double>(height) * static_cast<double>(width) / (f * f);
+  const double latents = walk.size(cfg.latentChannels, pixels);  // held by decode() throughout
+  int64_t channels = b[n - 1];
+  walk.conv(0.0, latents, walk.size(channels, pixels));  // conv_in
+  walk.mid(latents, channels, pixels, cfg.midBlockAddAttention);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t out = b[n - 1 - i];
+    pixels = walk.level(latents, channels, out, cfg.layersPerBlock + 1, pixels, i + 1 < n ? 1 : 0);
+    channels = out;
+  }
+  const double h = walk.size(channels, pixels);
+  walk.conv(latents + h, h, walk.size(cfg.outChannels, pixels));  // conv_norm_out, then conv_out
+  return bytesOf(walk.peak(), elementBytes);
 }
 
 }  // namespace strata::vae

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/Text.h"
+
 namespace strata::vae {
 
 const char* toString(VaeWeightFormat format) {
@@ -155,8 +157,6 @@ std::optional<std::string> apply(const std::vector<Rule>& rules, const std::stri
   }
   return std::nullopt;
 }
-
-bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 }  // namespace
 

@@ -1,0 +1,41 @@
+#include "io/JsonFields.h"
+
+namespace strata::io {
+
+JsonFields::JsonFields(const nlohmann::json& object, std::string source, std::string prefix)
+    : j_(object), source_(std::move(source)), prefix_(std::move(prefix)) {
+  if (!j_.is_object()) {
+    const std::string where = prefix_.empty() ? "" : " key '" + prefix_.substr(0, prefix_.size() - 1) + "'";
+    throw ConfigError(source_ + ":" + where + " expected a JSON object, got " + j_.dump());
+  }
+}
+
+bool JsonFields::has(const char* key) const {
+  auto it = j_.find(key);
+  return it != j_.end() && !it->is_null();
+}
+
+void JsonFields::fail(const std::string& key, const std::string& what) const {
+  throw ConfigError(source_ + ": key '" + prefix_ + key + "': " + what);
+}
+
+const nlohmann::json& JsonFields::at(const char* key) const {
+  if (!has(key)) fail(key, "missing (required)");
+  return j_.at(key);
+}
+
+int64_t JsonFields::integer(const char* key) const { return as<int64_t>(at(key), key); }
+
+double JsonFields::number(const char* key) const { return as<double>(at(key), key); }
+
+bool JsonFields::booleanOf(const nlohmann::json& v, const char* key) const {
+  if (!v.is_boolean()) fail(key, "expected true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+std::string JsonFields::textOf(const nlohmann::json& v, const char* key) const {
+  if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+}  // namespace strata::io

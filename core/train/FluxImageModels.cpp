@@ -1,0 +1,86 @@
+// FLUX.1's side of an images run: model.* turned into the pipeline's VAE and
+// text encoders (core/pipeline/FluxRunModels), behind train::ImageModels.
+#include <filesystem>
+
+#include "common/Error.h"
+#include "models/clip/ClipCheckpoint.h"
+#include "pipeline/FluxPipeline.h"
+#include "pipeline/FluxRunModels.h"
+#include "train/ImagesRun.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::train {
+
+namespace {
+
+class FluxImageModels final : public ImageModels {
+ public:
+  explicit FluxImageModels(pipeline::RunModelsOptions o) : m_(std::move(o)) {}
+  at::Tensor encodeImages(const at::Tensor& pixels) override { return m_.encodeImages(pixels); }
+  std::vector<TextEmbedding> encodeTexts(const std::vector<std::string>& texts) override {
+    const auto e = m_.encodeTexts(texts);  // t5 [B, L, D], pooled [B, P]
+    std::vector<TextEmbedding> out;
+    for (int64_t b = 0; b < e.t5.size(0); ++b) out.push_back({e.t5[b].contiguous(), e.pooled[b].contiguous()});
+    return out;
+  }
+  at::Tensor decode(const at::Tensor& latents) override { return m_.decode(latents); }
+  void releaseTextEncoders() override { m_.releaseTextEncoders(); }
+  void releaseDecoder() override { m_.releaseVae(); }
+  bool textEncodersLoaded() const override { return m_.textEncodersLoaded(); }
+  std::string imageModelId() const override { return m_.vaeIdentity(); }
+  std::string textModelId() const override { return m_.textIdentity(); }
+  int64_t downscaleFactor() const override { return m_.downscaleFactor(); }
+  std::string describe() const override { return m_.describe(); }
+
+ private:
+  pipeline::FluxRunModels m_;
+};
+
+// The tokenizers of a random-weights run: model.tokenizer_path, else a diffusers
+// model.name_or_path.
+pipeline::TextEncoderFiles randomRunTokenizers(const config::ModelConfig& m) {
+  const fs::path folder = !m.tokenizerPath.empty() ? fs::path(m.tokenizerPath) : fs::path(m.nameOrPath);
+  if (folder.empty())
+    throw ConfigError(
+        "model.tokenizer_path: an images run with random_weights still needs the tokenizers: give a folder with "
+        "tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
+  return pipeline::TextEncoderFiles::fromSingleFiles({}, {}, folder);
+}
+
+}  // namespace
+
+std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const DatasetContext& ctx,
+                                                 const c10::Device& device) {
+  const auto& m = cfg.model;
+  pipeline::RunModelsOptions o;
+  o.randomWeights = m.randomWeights;
+  o.seed = static_cast<uint64_t>(cfg.train.seed) + 2;  // the same random encoders on every run of this seed
+  o.latentChannels = ctx.latentChannels;
+  o.jointAttentionDim = ctx.textDim;
+  o.pooledProjectionDim = ctx.pooledDim;
+  o.maxSequenceLength = ctx.textTokens;
+  o.device = device;
+  // Per component: float32 on the CPU; on a GPU the training dtype, except T5,
+  // which overflows in fp16 (bf16 or float32), and the VAE through vaeComputeDtype.
+  at::ScalarType train = at::kFloat;
+  if (device.is_cuda())
+    train = cfg.train.dtype == config::DType::BF16   ? at::kBFloat16
+            : cfg.train.dtype == config::DType::FP16 ? at::kHalf
+                                                     : at::kFloat;
+  o.vaeDtype = train;
+  o.clipDtype = train;
+  o.t5Dtype = train == at::kHalf ? at::kFloat : train;
+  if (m.randomWeights) {
+    o.files.text = randomRunTokenizers(m);
+  } else {
+    o.files = pipeline::PipelineFiles::fromModelPaths(m.nameOrPath, m.vaePath, m.clipPath, m.t5Path, m.tokenizerPath);
+    // What single files do not hold, as the config gives it.
+    if (m.vaeNormNumGroups) o.files.vaeHints.normNumGroups = *m.vaeNormNumGroups;
+    if (m.clipNumAttentionHeads && fs::is_regular_file(o.files.text.clip))
+      o.files.text.clipConfig = clip::ClipCheckpoint::open(o.files.text.clip).config(*m.clipNumAttentionHeads);
+  }
+  return std::make_unique<FluxImageModels>(std::move(o));
+}
+
+}  // namespace strata::train

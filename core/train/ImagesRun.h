@@ -1,0 +1,93 @@
+#pragma once
+// What a run with an `images` dataset adds to the loop (docs/training.md, "An
+// images run"): the image and text encoders that fill the datasets' caches, the
+// sample prompts' embeddings (encoded once, through the same text cache, the
+// trigger word applied), and the decoder that turns sampled latents into
+// pictures. The model family's part sits behind ImageModels (FLUX.1's:
+// makeFluxImageModels); the trainer calls ImagesRun in a few places: before the
+// datasets are built (encoders), after them (finishCaching: prompts encoded, the
+// text encoders freed) and for each sample (promptEmbedding, decode).
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/RunConfig.h"
+#include "train/Datasets.h"
+#include "train/EncodeCache.h"
+#include "train/TextEmbedder.h"
+
+namespace strata::events {
+class EventBus;
+}
+
+namespace strata::train {
+
+// A model family's encoders and decoder for an images run.
+class ImageModels {
+ public:
+  virtual ~ImageModels() = default;
+  // pixels [B, 3, H, W] in [-1, 1] -> training latents [B, C, H/f, W/f] (float32, CPU).
+  virtual at::Tensor encodeImages(const at::Tensor& pixels) = 0;
+  // One embedding per text: txt [N, D], pooled [P] (float32, CPU).
+  virtual std::vector<TextEmbedding> encodeTexts(const std::vector<std::string>& texts) = 0;
+  // training latents [B, C, h, w] -> rgb [B, 3, h f, w f] in [0, 1] (float32, CPU).
+  virtual at::Tensor decode(const at::Tensor& latents) = 0;
+  virtual void releaseTextEncoders() = 0;  // after caching: a later encodeTexts throws
+  virtual void releaseDecoder() = 0;       // when nothing is sampled
+  virtual bool textEncodersLoaded() const = 0;
+  // Cache keys: change whenever the encoders' results would.
+  virtual std::string imageModelId() const = 0;
+  virtual std::string textModelId() const = 0;
+  virtual int64_t downscaleFactor() const = 0;  // image pixels per latent pixel
+  virtual std::string describe() const = 0;
+};
+
+// FLUX.1's VAE, T5 and CLIP from model.* (diffusers folder, single files, or
+// random weights at the transformer's widths), on `device`
+// (train/FluxImageModels.cpp). Throws IoError / LoadError / ConfigError.
+std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const DatasetContext& ctx,
+                                                 const c10::Device& device);
+
+// Whether any of the run's datasets is an images folder.
+bool hasImagesDataset(const config::RunConfig& cfg);
+// A sample prompt as sampled: every [trigger] replaced by the trigger word (empty:
+// removed); unlike a caption, nothing is put in front (ai-toolkit's rule).
+std::string samplePromptText(const std::string& prompt, const std::string& triggerWord);
+
+class ImagesRun {
+ public:
+  ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg, const DatasetContext& ctx,
+            const events::EventBus& bus);
+  ~ImagesRun();
+
+  // For the datasets' caches (DatasetContext::encoders). The calls are counted.
+  const Encoders& encoders() const { return encoders_; }
+  // After the datasets were built: the sample prompts through the text cache of
+  // the first images dataset, then the text encoders freed (and the decoder too
+  // when there are no sample prompts). Call releaseDeviceCaches afterwards.
+  void finishCaching();
+
+  size_t promptCount() const { return prompts_.size(); }
+  const std::string& promptText(size_t i) const { return prompts_.at(i); }
+  const TextEmbedding& promptEmbedding(size_t i) const { return promptEmbeddings_.at(i); }
+  at::Tensor decode(const at::Tensor& latents) { return models_->decode(latents); }
+  int64_t downscaleFactor() const { return models_->downscaleFactor(); }
+
+  int64_t imagesEncoded() const { return *imagesEncoded_; }  // by this run, through encoders()
+  int64_t textsEncoded() const { return *textsEncoded_; }
+
+ private:
+  std::unique_ptr<ImageModels> models_;
+  config::RunConfig cfg_;
+  const events::EventBus& bus_;
+  Encoders encoders_;
+  std::shared_ptr<int64_t> imagesEncoded_ = std::make_shared<int64_t>(0);
+  std::shared_ptr<int64_t> textsEncoded_ = std::make_shared<int64_t>(0);
+  std::vector<std::string> prompts_;
+  std::vector<TextEmbedding> promptEmbeddings_;
+};
+
+}  // namespace strata::train

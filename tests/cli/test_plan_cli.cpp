@@ -1,0 +1,59 @@
+// `strata-train plan` for a FLUX.1 images config: the text encoders and the VAE
+// are counted (the caching phase and what is freed before step 1), the text under
+// the table is the JSON's "description" (the words the app's plan view shows),
+// and a caching phase that does not fit makes the plan fail (exit 1).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "CliProcess.h"
+#include "common/TestSupport.h"
+
+namespace fs = std::filesystem;
+using namespace strata::test::cli;
+
+namespace {
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(strataTrainPath())) GTEST_FAIL() << "strata-train not built at " << strataTrainPath();
+  }
+  strata::test::TempDir tmp;
+  fs::path log(const std::string& name) { return tmp / (name + ".log"); }
+  // The 4 x 16 GB example with an images dataset.
+  std::vector<std::string> imagesPlan(const std::string& devices) {
+    return {"plan",  (strata::test::sourceDir() / "configs" / "flux-dev-split-4x16gb.yaml").string(),
+            "--devices", devices, "--set", "datasets[0].type=images", "--set", "datasets[0].folder_path=/data/photos"};
+  }
+};
+
+}  // namespace
+
+TEST_F(PlanCli, AnImagesRunShowsTheEncodersAndTheCachingPhase) {
+  std::string out;
+  ASSERT_EQ(runStrataTrain(imagesPlan("4x16GB"), log("text"), &out), 0) << out;
+  EXPECT_NE(out.find("caching (before the transformer is placed) on cuda:0: fits"), std::string::npos) << out;
+  EXPECT_NE(out.find("T5          9.5 GB  (bf16, 4.76B params)"), std::string::npos) << out;
+  EXPECT_NE(out.find("freed before step 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("  VAE         167.6 MB  (bf16, 83.8M params;"), std::string::npos) << out;  // beside the stem
+  EXPECT_EQ(out.find("not counted"), std::string::npos) << out;
+
+  std::vector<std::string> json = imagesPlan("4x16GB");
+  json.push_back("--json");
+  std::string js;
+  ASSERT_EQ(runStrataTrain(json, log("json"), &js), 0) << js;
+  const auto j = nlohmann::json::parse(js);
+  EXPECT_TRUE(j.at("caching").at("fits").get<bool>());
+  EXPECT_EQ(j.at("other_modules").size(), 3u);
+  const std::string description = j.at("description").get<std::string>();
+  EXPECT_NE(out.find(description), std::string::npos) << "the text output lacks the description:\n" << description;
+}
+
+TEST_F(PlanCli, CachingThatDoesNotFitFailsThePlan) {
+  std::string out;
+  EXPECT_EQ(runStrataTrain(imagesPlan("4x10GB"), log("small"), &out), 1) << out;
+  EXPECT_NE(out.find("caching (before the transformer is placed) on cuda:0: DOES NOT FIT"), std::string::npos) << out;
+  EXPECT_NE(out.find("does not fit, "), std::string::npos) << out;
+}

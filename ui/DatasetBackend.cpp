@@ -1,0 +1,73 @@
+// LibTorch before Qt: Qt's `slots` macro breaks ATen's headers (ivalue_inl.h).
+#include "io/Image.h"
+#include "train/ImageFolder.h"
+
+#include <exception>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "ui/DatasetBackend.h"
+
+namespace strata::ui {
+
+namespace {
+
+QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+// The upright image scaled to fit thumbSide (uint8 [H, W, 3] from the core's reader).
+QImage thumbnailOf(const std::filesystem::path& path, int thumbSide, QSize* size) {
+  const io::DecodedImage img = io::readImage(path, io::ImageChannels::Rgb);
+  const at::Tensor hwc = io::applyExifOrientation(img.pixels, img.orientation).contiguous();  // [H, W, 3]
+  const int h = int(hwc.size(0)), w = int(hwc.size(1));
+  *size = QSize(w, h);
+  const QImage view(hwc.data_ptr<uint8_t>(), w, h, 3 * w, QImage::Format_RGB888);
+  return view.scaled(thumbSide, thumbSide, Qt::KeepAspectRatio, Qt::SmoothTransformation);  // a copy
+}
+
+}  // namespace
+
+DatasetScanView scanDatasetFolder(const config::DatasetConfig& cfg, int maxThumbs, int thumbSide,
+                                  const std::atomic<bool>* cancel) {
+  DatasetScanView v;
+  v.folder = qs(cfg.folderPath);
+  train::ImageFolderScan scan;
+  try {
+    scan = train::scanImageFolder(cfg);
+  } catch (const std::exception& e) {
+    v.error = QString::fromUtf8(e.what());
+    return v;
+  }
+  v.ok = true;
+  v.images = scan.images;
+  v.entries = qint64(scan.entries.size());
+  std::map<std::pair<int64_t, train::Bucket>, int64_t> perResolution;
+  for (const train::ImageEntry& e : scan.entries) ++perResolution[{e.resolution, e.bucket}];
+  for (const auto& [key, n] : perResolution) v.buckets << DatasetBucketCount{key.first, qs(key.second.name()), n};
+  for (const train::SkippedFile& s : scan.skipped) v.skipped << DatasetSkip{qs(s.path.string()), qs(s.reason)};
+  std::set<std::filesystem::path> defaulted(scan.defaultedCaptions.begin(), scan.defaultedCaptions.end());
+  for (const auto& p : scan.defaultedCaptions) v.defaultedCaptions << qs(p.string());
+
+  std::set<std::filesystem::path> seen;  // an image has an entry per resolution and flip
+  for (const train::ImageEntry& e : scan.entries) {
+    if (!seen.insert(e.image).second) continue;
+    if (int(v.thumbs.size()) >= maxThumbs) {
+      ++v.thumbsLeftOut;
+      continue;
+    }
+    if (cancel && cancel->load()) break;
+    DatasetThumb t;
+    t.path = qs(e.image.string());
+    t.caption = qs(e.caption);
+    t.defaultedCaption = defaulted.count(e.image) > 0;
+    try {
+      t.image = thumbnailOf(e.image, thumbSide, &t.size);
+    } catch (const std::exception&) {
+      // Changed on disk since the scan read it: listed without a picture.
+    }
+    v.thumbs << t;
+  }
+  return v;
+}
+
+}  // namespace strata::ui
