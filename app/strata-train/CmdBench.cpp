@@ -25,6 +25,7 @@
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
 #include "events/EventBus.h"
+#include "train/ModelFamily.h"
 #include "train/RunPlanning.h"
 #include "train/Trainer.h"
 
@@ -72,9 +73,12 @@ int runBench(const BenchArgs& args) {
   for (const auto& d : cfg.datasets)
     for (int64_t r : d.resolution) px = std::max(px, r);
   if (px == 0) px = 512;
+  int64_t seq = 0;  // a causal LM's rows: max_seq_len random tokens
+  for (const auto& d : cfg.datasets) seq = std::max(seq, d.maxSeqLen);
   config::DatasetConfig d;
   d.type = config::DatasetType::Synthetic;
   d.resolution = {px};
+  if (seq > 0) d.maxSeqLen = seq;
   d.numItems = std::max<int64_t>(cfg.train.batchSize, 2);
   cfg.datasets = {d};
   cfg.train.steps = kWarmupSteps + args.steps;
@@ -94,7 +98,7 @@ int runBench(const BenchArgs& args) {
       if (p.isError()) std::cerr << p.format() << "\n";
     return kExitBadInput;
   }
-  const double flops = train::trainStepFlops(cfg, prepared.model);
+  const double flops = train::modelFamily(cfg.model.arch).trainStepFlops(cfg);
 
   for (const auto& dev : inventory.devices)
     if (!dev.isCpu()) device::resetPeakMemory(dev.index);

@@ -27,7 +27,7 @@ int runExport(const ExportArgs& args) {
   for (const auto& f : args.formats) {
     auto parsed = config::parseEnum<config::ExportFormat>(f);
     if (!parsed) {
-      std::cerr << "strata-train export: unknown format '" << f << "' (diffusers, kohya, comfy)" << std::endl;
+      std::cerr << "strata-train export: unknown format '" << f << "' (diffusers, kohya, comfy, peft)" << std::endl;
       return train::kExitBadInput;
     }
     formats.push_back(*parsed);
@@ -57,7 +57,7 @@ void addExportCommand(CLI::App& app, int& exitCode) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export", "Write a run's LoRA as diffusers, kohya or ComfyUI safetensors");
   cmd->add_option("run_dir", args->runDir, "Run folder")->required();
-  cmd->add_option("--format", args->formats, "diffusers | kohya | comfy (repeatable; default diffusers)")
+  cmd->add_option("--format", args->formats, "diffusers | kohya | comfy | peft (repeatable; default diffusers; a Llama run: peft)")
       ->delimiter(',');
   cmd->add_option("--out", args->outDir, "Output folder (default: RUN_DIR/exports)");
   cmd->callback([args, &exitCode] { exitCode = runExport(*args); });

@@ -70,16 +70,27 @@ int runPlan(const PlanArgs& args) {
     std::cout << j.dump(2) << "\n";
   } else {
     const flux::FluxParamPlan pp = flux::fluxParamPlan(run.model);
-    std::cout << "config   " << args.configPath << "\n"
-              << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
-              << run.model.numSingleLayers << " single blocks, " << placement::formatParams(pp.totalParams())
-              << " parameters\n"
-              << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
+    std::cout << "config   " << args.configPath << "\n";
+    if (cfg.model.arch != config::ModelArch::Flux)  // another family describes its model itself
+      std::cout << "model    " << run.modelSource << "\n";
+    else
+      std::cout << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
+                << run.model.numSingleLayers << " single blocks, " << placement::formatParams(pp.totalParams())
+                << " parameters\n";
+    std::cout << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
               << ", " << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
               << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
               << "devices  " << run.devicesSource << "\n";
     // The table, then the plan in the words the app's plan view shows too.
     std::cout << "\n" << placement::formatPlanTable(plan) << "\n" << train::describePlan(run) << "\n";
+    if (!plan.fits && !cfg.model.quantize) {
+      // What would fit instead: the same run with the frozen blocks quantized.
+      for (const auto& alt : train::quantizedAlternatives(cfg, inventory, po))
+        std::cout << "\nwith model.quantize: true, model.qtype: " << alt.qtype << ": "
+                  << (alt.plan.fits ? "fits\n" + placement::formatPlanTable(alt.plan) + "\n" + alt.plan.reason
+                                    : "does not fit either: " + alt.plan.reason)
+                  << "\n";
+    }
   }
   return plan.fits ? kExitOk : kExitFailed;
 }

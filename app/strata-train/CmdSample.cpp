@@ -57,6 +57,9 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
     for (const auto& p : loaded.problems)
       if (p.isError()) throw ConfigError(p.format());
     const auto& m = loaded.config.model;
+    if (m.arch != config::ModelArch::Flux)
+      throw ConfigError(model.string() + ": model.arch is " + config::enumName(m.arch) +
+                        "; strata-train sample is FLUX.1 text-to-image (a causal LM's samples are written by its run)");
     // The command line wins over the config for the single files.
     auto f = pipeline::PipelineFiles::fromModelPaths(
         m.nameOrPath, a.vae.empty() ? m.vaePath : a.vae, a.clip.empty() ? m.clipPath : a.clip,

@@ -314,7 +314,10 @@ std::vector<KeySpec> buildSchema() {
            Opt().min(1).max(4096))
       .add("model.clip_num_attention_heads", M(model.clipNumAttentionHeads),
            "With a single-file CLIP: its head count (unset = hidden size / 64, CLIP-L: 12)", Opt().min(1).max(4096))
-      .add("model.is_flux", M(model.isFlux), "The model is a FLUX.1 transformer (the only family Strata trains)")
+      .add("model.is_flux", M(model.isFlux),
+           "ai-toolkit's flag: the model is a FLUX.1 transformer (false is refused with arch flux: set model.arch)")
+      .add("model.arch", M(model.arch),
+           "Model family: flux (a FLUX.1 transformer) or llama (a Llama, Mistral or Qwen2 causal LM folder)")
       .add("model.preset", M(model.preset),
            "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")
       .add("model.num_layers", M(model.numLayers), "Override: number of double (joint) blocks", Opt().min(1).max(1000))
@@ -412,9 +415,22 @@ std::vector<KeySpec> buildSchema() {
       .add("datasets[].resolution", D(resolution),
            "Training sizes (square, bucketed; multiples of 16, of 4 for shapes)",
            Opt().unit("pixels").min(8).max(8192).scalarAsList(true))
-      .add("datasets[].num_items", D(numItems), "Items drawn by a synthetic or shapes dataset", Opt().min(1).max(1e7))
+      .add("datasets[].num_items", D(numItems),
+           "Items drawn by a synthetic or shapes dataset (a causal LM's: max_seq_len random tokens each)",
+           Opt().min(1).max(1e7))
       .add("datasets[].cache_latents_to_disk", D(cacheLatentsToDisk),
-           "Cache VAE latents and text embeddings in the folder's _strata_cache (else in memory for the run)");
+           "Cache VAE latents and text embeddings in the folder's _strata_cache (else in memory for the run)")
+      .add("datasets[].file_path", D(filePath), "jsonl: the file, one JSON object (one sample) per line", Opt().file())
+      .add("datasets[].prompt_field", D(promptField), "jsonl: the field holding the prompt (no loss on it)")
+      .add("datasets[].response_field", D(responseField), "jsonl: the field holding the response (the loss is on it)")
+      .add("datasets[].text_field", D(textField),
+           "jsonl: one field holding prompt, response_marker and response; empty = prompt_field + response_field")
+      .add("datasets[].response_marker", D(responseMarker),
+           "jsonl with text_field: the response starts after this text (it stays in the prompt part)")
+      .add("datasets[].max_seq_len", D(maxSeqLen), "jsonl: tokens per sample; longer samples are cut (and counted)",
+           Opt().unit("tokens").min(2).max(1048576))
+      .add("datasets[].padding_side", D(paddingSide), "jsonl: where a shorter sample of a batch is padded")
+      .add("datasets[].packing", D(packing), "jsonl: join several samples into each row of max_seq_len tokens");
   // sample
   b.add("sample.sample_every", M(sample.sampleEvery), "Sample images every N steps; 0 = never",
         Opt().unit("steps").min(0).max(1e8))
@@ -427,7 +443,11 @@ std::vector<KeySpec> buildSchema() {
            Opt().unit("pixels").min(16).max(8192))
       .add("sample.sample_steps", M(sample.sampleSteps), "Denoising steps per sample", Opt().min(1).max(1000))
       .add("sample.guidance_scale", M(sample.guidanceScale), "Guidance input while sampling (3.5 typical)",
-           Opt().min(0).max(100));
+           Opt().min(0).max(100))
+      .add("sample.max_new_tokens", M(sample.maxNewTokens), "Tokens generated per sample prompt (causal LM)",
+           Opt().unit("tokens").min(1).max(1048576))
+      .add("sample.temperature", M(sample.temperature),
+           "Sampling temperature (causal LM): 0 = greedy, else drawn with sample.seed", Opt().min(0).max(100));
   // save
   b.add("save.save_every", M(save.saveEvery), "Save a checkpoint every N steps; 0 = only at the end",
         Opt().unit("steps").min(0).max(1e8))
@@ -466,6 +486,7 @@ const Look kLooks[] = {
     {"model.vae_norm_num_groups", "VAE group count (single file)", "Model shape", false},
     {"model.clip_num_attention_heads", "CLIP head count (single file)", "Model shape", false},
     {"model.is_flux", "FLUX.1 model", "Model", false},
+    {"model.arch", "Model family", "Model", true},
     {"model.preset", "Architecture", "Model", false},
     {"model.num_layers", "Double blocks", "Model shape", false},
     {"model.num_single_layers", "Single blocks", "Model shape", false},
@@ -524,6 +545,14 @@ const Look kLooks[] = {
     {"datasets[].resolution", "Resolution", "Dataset", true},
     {"datasets[].num_items", "Items to draw", "Dataset", false},
     {"datasets[].cache_latents_to_disk", "Cache encoded images on disk", "Dataset", false},
+    {"datasets[].file_path", "JSONL file", "Dataset", true},
+    {"datasets[].prompt_field", "Prompt field", "Dataset", false},
+    {"datasets[].response_field", "Response field", "Dataset", false},
+    {"datasets[].text_field", "Text field (prompt and response in one)", "Dataset", false},
+    {"datasets[].response_marker", "Response marker", "Dataset", false},
+    {"datasets[].max_seq_len", "Tokens per sample", "Dataset", true},
+    {"datasets[].padding_side", "Pad on the", "Dataset", false},
+    {"datasets[].packing", "Pack several samples per row", "Dataset", false},
     {"sample.sample_every", "Sample every", "Samples", true},
     {"sample.prompts", "Sample prompts", "Samples", true},
     {"sample.seed", "Sample seed", "Samples", false},
@@ -532,14 +561,65 @@ const Look kLooks[] = {
     {"sample.height", "Sample height", "Samples", false},
     {"sample.sample_steps", "Denoising steps", "Samples", false},
     {"sample.guidance_scale", "Guidance scale", "Samples", false},
+    {"sample.max_new_tokens", "Tokens per sample", "Samples", false},
+    {"sample.temperature", "Temperature (0 = greedy)", "Samples", false},
     {"save.save_every", "Save a checkpoint every", "Saving", false},
     {"save.max_step_saves_to_keep", "Checkpoints to keep", "Saving", false},
     {"save.dtype", "LoRA file precision", "Saving", false},
     {"save.export_formats", "LoRA file formats", "Saving", false},
 };
 
+// Keys that only one model family reads (a form shows them for that family
+// only); every key not listed applies to every family.
+struct FamilyOnly {
+  const char* path;
+  ModelArch arch;
+};
+const FamilyOnly kFamilyOnly[] = {
+    {"model.vae_path", ModelArch::Flux},
+    {"model.clip_path", ModelArch::Flux},
+    {"model.t5_path", ModelArch::Flux},
+    {"model.is_flux", ModelArch::Flux},
+    {"model.preset", ModelArch::Flux},
+    {"model.num_layers", ModelArch::Flux},
+    {"model.num_single_layers", ModelArch::Flux},
+    {"model.num_attention_heads", ModelArch::Flux},
+    {"model.attention_head_dim", ModelArch::Flux},
+    {"model.in_channels", ModelArch::Flux},
+    {"model.joint_attention_dim", ModelArch::Flux},
+    {"model.pooled_projection_dim", ModelArch::Flux},
+    {"model.axes_dims_rope", ModelArch::Flux},
+    {"model.guidance_embeds", ModelArch::Flux},
+    {"model.quantize_te", ModelArch::Flux},
+    {"train.timestep_type", ModelArch::Flux},
+    {"train.guidance", ModelArch::Flux},
+    {"train.caption_dropout_rate", ModelArch::Flux},
+    {"datasets[].folder_path", ModelArch::Flux},
+    {"datasets[].caption_ext", ModelArch::Flux},
+    {"datasets[].default_caption", ModelArch::Flux},
+    {"datasets[].trigger_word", ModelArch::Flux},
+    {"datasets[].num_repeats", ModelArch::Flux},
+    {"datasets[].flip_x", ModelArch::Flux},
+    {"datasets[].resolution", ModelArch::Flux},
+    {"datasets[].cache_latents_to_disk", ModelArch::Flux},
+    {"sample.width", ModelArch::Flux},
+    {"sample.height", ModelArch::Flux},
+    {"sample.sample_steps", ModelArch::Flux},
+    {"sample.guidance_scale", ModelArch::Flux},
+    {"datasets[].file_path", ModelArch::Llama},
+    {"datasets[].prompt_field", ModelArch::Llama},
+    {"datasets[].response_field", ModelArch::Llama},
+    {"datasets[].text_field", ModelArch::Llama},
+    {"datasets[].response_marker", ModelArch::Llama},
+    {"datasets[].max_seq_len", ModelArch::Llama},
+    {"datasets[].padding_side", ModelArch::Llama},
+    {"datasets[].packing", ModelArch::Llama},
+    {"sample.max_new_tokens", ModelArch::Llama},
+    {"sample.temperature", ModelArch::Llama},
+};
+
 void applyLooks(std::vector<KeySpec>& keys) {
-  for (KeySpec& k : keys)
+  for (KeySpec& k : keys) {
     for (const Look& l : kLooks)
       if (k.path == l.path) {
         k.label = l.label;
@@ -547,6 +627,9 @@ void applyLooks(std::vector<KeySpec>& keys) {
         k.basic = l.basic;
         k.modelShape = k.group == "Model shape";
       }
+    for (const FamilyOnly& f : kFamilyOnly)
+      if (k.path == f.path) k.families = {f.arch};
+  }
 }
 
 }  // namespace
@@ -577,6 +660,10 @@ std::string keyTypeName(KeyType type) {
       return "choice list";
   }
   return "?";
+}
+
+bool KeySpec::appliesTo(ModelArch arch) const {
+  return families.empty() || std::find(families.begin(), families.end(), arch) != families.end();
 }
 
 std::string KeySpec::rangeText() const {

@@ -76,6 +76,9 @@ struct KeySpec {
   std::string group;  // "LoRA"
   bool basic = false;
   bool modelShape = false;
+  // The model families that read the key (model.arch); empty = every family.
+  std::vector<ModelArch> families;
+  bool appliesTo(ModelArch arch) const;
 
   std::function<Value(const RunConfig&, size_t datasetIndex)> get;
   // Throws ConfigError when `value` does not hold this key's type.

@@ -22,7 +22,8 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
                   o.attentionHeadDim, o.inChannels, o.jointAttentionDim, o.pooledProjectionDim, o.axesDimsRope,
                   o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.lowVram, o.device,
                   o.splitModelOverGpus, o.splitModelOtherModuleParamCountScale, o.gpuIds, o.placement,
-                  o.gpuMemoryLimitGb, o.memoryReserveGb);
+                  o.gpuMemoryLimitGb, o.memoryReserveGb) &&
+         arch == o.arch;
 }
 
 bool NetworkConfig::operator==(const NetworkConfig& o) const {
@@ -47,12 +48,16 @@ bool DatasetConfig::operator==(const DatasetConfig& o) const {
   return std::tie(type, folderPath, captionExt, defaultCaption, triggerWord, numRepeats, flipX, resolution, numItems,
                   cacheLatentsToDisk) == std::tie(o.type, o.folderPath, o.captionExt, o.defaultCaption, o.triggerWord,
                                                   o.numRepeats, o.flipX, o.resolution, o.numItems,
-                                                  o.cacheLatentsToDisk);
+                                                  o.cacheLatentsToDisk) &&
+         std::tie(filePath, promptField, responseField, textField, responseMarker, maxSeqLen, paddingSide, packing) ==
+             std::tie(o.filePath, o.promptField, o.responseField, o.textField, o.responseMarker, o.maxSeqLen,
+                      o.paddingSide, o.packing);
 }
 
 bool SampleConfig::operator==(const SampleConfig& o) const {
   return std::tie(sampleEvery, prompts, seed, walkSeed, width, height, sampleSteps, guidanceScale) ==
-         std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps, o.guidanceScale);
+         std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps, o.guidanceScale) &&
+         std::tie(maxNewTokens, temperature) == std::tie(o.maxNewTokens, o.temperature);
 }
 
 bool SaveConfig::operator==(const SaveConfig& o) const {

@@ -26,8 +26,10 @@ enum class LrScheduler { Constant, Warmup, Cosine, Linear };    // constant | wa
 enum class OptimizerType { AdamW };                             // adamw
 enum class DType { BF16, FP16, FP32 };                          // bf16 | fp16 | fp32
 enum class TimestepType { Sigmoid, Uniform, Shift };            // sigmoid | uniform | shift
-enum class DatasetType { Images, Latents, Synthetic, Shapes };  // images | latents | synthetic | shapes
-enum class ExportFormat { Diffusers, Kohya, Comfy };            // diffusers | kohya | comfy
+enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
+enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };      // diffusers | kohya | comfy | peft (a folder)
+enum class ModelArch { Flux, Llama };                           // flux | llama: the model family
+enum class PaddingSide { Right, Left };                         // right | left
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -64,10 +66,13 @@ STRATA_ENUM_NAMES(DType, 9, {DType::BF16, "bf16", false}, {DType::FP16, "fp16", 
                   {DType::FP16, "half", true}, {DType::FP32, "float", true}, {DType::FP32, "full", true});
 STRATA_ENUM_NAMES(TimestepType, 3, {TimestepType::Sigmoid, "sigmoid", false}, {TimestepType::Uniform, "uniform", false},
                   {TimestepType::Shift, "shift", false});
-STRATA_ENUM_NAMES(DatasetType, 4, {DatasetType::Images, "images", false}, {DatasetType::Latents, "latents", false},
-                  {DatasetType::Synthetic, "synthetic", false}, {DatasetType::Shapes, "shapes", false});
-STRATA_ENUM_NAMES(ExportFormat, 3, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
-                  {ExportFormat::Comfy, "comfy", false});
+STRATA_ENUM_NAMES(DatasetType, 5, {DatasetType::Images, "images", false}, {DatasetType::Latents, "latents", false},
+                  {DatasetType::Synthetic, "synthetic", false}, {DatasetType::Shapes, "shapes", false},
+                  {DatasetType::Jsonl, "jsonl", false});
+STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
+                  {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
+STRATA_ENUM_NAMES(ModelArch, 2, {ModelArch::Flux, "flux", false}, {ModelArch::Llama, "llama", false});
+STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
 
 #undef STRATA_ENUM_NAMES
 
@@ -114,7 +119,8 @@ struct ModelConfig {
   // What single files do not hold (docs/pipeline.md); unset = FLUX.1's.
   std::optional<int64_t> vaeNormNumGroups;       // model.vae_norm_num_groups: with vae_path
   std::optional<int64_t> clipNumAttentionHeads;  // model.clip_num_attention_heads: with clip_path
-  bool isFlux = true;                      // model.is_flux
+  bool isFlux = true;                      // model.is_flux (false with arch flux is refused: set model.arch)
+  ModelArch arch = ModelArch::Flux;        // model.arch: the model family (flux, llama)
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
   // Architecture overrides on top of the preset (model.num_layers, ...); unset = preset's value.
   std::optional<int64_t> numLayers;        // double blocks
@@ -191,6 +197,15 @@ struct DatasetConfig {
   std::vector<int64_t> resolution{512};    // datasets[].resolution: square sizes, bucketed (pixels)
   int64_t numItems = 64;                   // datasets[].num_items (synthetic, shapes)
   bool cacheLatentsToDisk = true;          // datasets[].cache_latents_to_disk
+  // A jsonl dataset (causal LM): one JSON object per line.
+  std::string filePath;                        // datasets[].file_path: the .jsonl file
+  std::string promptField = "prompt";          // datasets[].prompt_field
+  std::string responseField = "response";      // datasets[].response_field
+  std::string textField;                       // datasets[].text_field: one field holding prompt + marker + response
+  std::string responseMarker = "### OUTPUT:";  // datasets[].response_marker: the response starts after it
+  int64_t maxSeqLen = 512;                     // datasets[].max_seq_len (tokens): longer samples are cut
+  PaddingSide paddingSide = PaddingSide::Right;  // datasets[].padding_side
+  bool packing = false;                        // datasets[].packing: several samples per row of max_seq_len
   bool operator==(const DatasetConfig& o) const;
 };
 
@@ -203,6 +218,8 @@ struct SampleConfig {
   int64_t height = 1024;             // sample.height (pixels)
   int64_t sampleSteps = 20;          // sample.sample_steps
   double guidanceScale = 4.0;        // sample.guidance_scale
+  int64_t maxNewTokens = 64;         // sample.max_new_tokens (causal LM)
+  double temperature = 0.0;          // sample.temperature (causal LM): 0 = greedy
   bool operator==(const SampleConfig& o) const;
 };
 

@@ -105,8 +105,10 @@ class Checker {
 
   void model() {
     const ModelConfig& m = cfg_.model;
-    if (!m.isFlux)
-      error("model.is_flux", "Strata trains FLUX.1 transformers only", "set is_flux: true with a FLUX checkpoint");
+    if (!m.isFlux && m.arch == ModelArch::Flux)
+      error("model.is_flux", "is_flux is false but model.arch is flux",
+            "set model.arch: llama for a Llama-family causal LM, or is_flux: true with a FLUX checkpoint");
+    familyKeys();
     if (m.attentionHeadDim && !m.axesDimsRope.empty()) {
       int64_t sum = 0;
       for (int64_t a : m.axesDimsRope) sum += a;
@@ -123,7 +125,8 @@ class Checker {
       }
     // An images run with random weights still reads its tokenizers: model.tokenizer_path, else this folder.
     const bool tokenizersHere = hasImages() && m.tokenizerPath.empty();
-    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere)
+    // A causal LM reads its config.json there.
+    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && flux())
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
     // What single files do not hold: read only with a single-file component.
@@ -134,6 +137,26 @@ class Checker {
       error("model.clip_num_attention_heads", "read only with a single-file CLIP (model.clip_path)",
             m.randomWeights ? "random weights use CLIP-L's head width 64"
                             : "a diffusers folder's text_encoder/config.json says it");
+  }
+
+  bool flux() const { return cfg_.model.arch == ModelArch::Flux; }
+
+  // A key set away from its default that the chosen family does not read: said,
+  // not ignored in silence.
+  void familyKeys() {
+    RunConfig defaults;
+    defaults.datasets.resize(1);
+    const std::string arch = enumName(cfg_.model.arch);
+    for (const KeySpec& spec : schema()) {
+      if (spec.appliesTo(cfg_.model.arch) || spec.path == "model.is_flux") continue;
+      const size_t count = spec.isDatasetKey() ? cfg_.datasets.size() : 1;
+      for (size_t i = 0; i < count; ++i) {
+        if (spec.get(cfg_, i) == spec.get(defaults, 0)) continue;
+        const std::string key =
+            spec.isDatasetKey() ? "datasets[" + std::to_string(i) + "]" + spec.path.substr(10) : spec.path;
+        warning(key, "ignored: a " + arch + " model does not read it" + lineOf("model.arch"));
+      }
+    }
   }
 
   // The CUDA devices the run will use; empty when on the CPU or when unknown.
@@ -290,8 +313,23 @@ class Checker {
         }
       }
     }
+    if (!flux() && !m.nameOrPath.empty() && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
+      error("model.name_or_path", m.nameOrPath + ": no config.json there",
+            "give the model folder that transformers' save_pretrained writes (with random_weights: a folder "
+            "holding only config.json is enough)");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
+      if (d.type == DatasetType::Jsonl) {
+        const std::string key = "datasets[" + std::to_string(i) + "].file_path";
+        std::error_code ec;
+        if (d.filePath.empty())
+          error(key, "a jsonl dataset needs its file", "set file_path to the .jsonl file");
+        else if (const std::string why = io::pathProblem(d.filePath); !why.empty())
+          error(key, why == "no such file or folder" ? "file not found: " + d.filePath : d.filePath + ": " + why);
+        else if (!fs::is_regular_file(d.filePath, ec))
+          error(key, "not a file: " + d.filePath);
+        continue;
+      }
       if (d.type != DatasetType::Images && d.type != DatasetType::Latents) continue;
       const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
       std::error_code ec;
@@ -332,7 +370,16 @@ class Checker {
       error("datasets", "no dataset", "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
+      if (!flux()) {
+        llamaDataset(i);
+        continue;
+      }
       const std::string at = "datasets[" + std::to_string(i) + "].";
+      if (d.type == DatasetType::Jsonl) {
+        error(at + "type", "a jsonl dataset trains a causal LM, not FLUX",
+              "set model.arch: llama, or use a FLUX dataset type (latents, shapes, synthetic)");
+        continue;
+      }
       const DatasetConfig defaults;
       // Every key a dataset accepts is read by its type or refused, never ignored.
       if (d.type != DatasetType::Images) {
@@ -371,12 +418,35 @@ class Checker {
     }
   }
 
+  // A causal LM's dataset: jsonl (the fields it reads) or synthetic (random tokens).
+  void llamaDataset(size_t i) {
+    const DatasetConfig& d = cfg_.datasets[i];
+    const std::string at = "datasets[" + std::to_string(i) + "].";
+    if (d.type != DatasetType::Jsonl && d.type != DatasetType::Synthetic) {
+      error(at + "type", "a " + enumName(cfg_.model.arch) + " model trains on a jsonl or synthetic dataset, not " +
+                             enumName(d.type),
+            "use type: jsonl with file_path (one JSON object per line)");
+      return;
+    }
+    if (d.type != DatasetType::Jsonl) return;
+    if (d.textField.empty()) {
+      if (d.promptField.empty()) error(at + "prompt_field", "must not be empty", "e.g. prompt (or set text_field)");
+      if (d.responseField.empty()) error(at + "response_field", "must not be empty", "e.g. response");
+      if (!d.promptField.empty() && d.promptField == d.responseField)
+        error(at + "response_field", "is the same field as prompt_field (" + d.promptField + ")");
+    } else if (d.responseMarker.empty()) {
+      error(at + "response_marker", "a text_field dataset needs the marker where the response starts",
+            "e.g. \"### OUTPUT:\"");
+    }
+  }
+
   void sampling() {
     const SampleConfig& s = cfg_.sample;
     if (s.sampleEvery > 0 && s.prompts.empty())
       error("sample.sample_every",
             "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
             "add sample.prompts, or set sample_every: 0");
+    if (!flux()) return;  // width, height: image samples only
     const bool shapes = !cfg_.datasets.empty() && cfg_.datasets.front().type == DatasetType::Shapes;
     const int64_t multiple = shapes ? 4 : 16;
     for (const char* key : {"sample.width", "sample.height"}) {
@@ -392,6 +462,15 @@ class Checker {
     if (cfg_.save.exportFormats.empty())
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
               "add diffusers, kohya or comfy");
+    for (ExportFormat f : cfg_.save.exportFormats) {
+      if (!flux() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
+        error("save.export_formats", enumName(f) + " is a FLUX file form; a " + enumName(cfg_.model.arch) +
+                                         " model's LoRA is written as a peft adapter folder",
+              "use export_formats: [peft]");
+      if (flux() && f == ExportFormat::Peft)
+        error("save.export_formats", "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is one file",
+              "use diffusers (the same tensor names, in one .safetensors file)");
+    }
     std::set<ExportFormat> seen;
     for (ExportFormat f : cfg_.save.exportFormats)
       if (!seen.insert(f).second) {

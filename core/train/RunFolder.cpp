@@ -282,7 +282,8 @@ CheckpointData readCheckpoint(const fs::path& dir) {
   if (d.lora.empty()) throw IoError((dir / "lora.safetensors").string() + ": holds no LoRA weights");
   std::set<std::string> opt;
   for (const auto& [k, t] : d.optimizer) opt.insert(k);
-  const std::string prefix = "transformer.";
+  // The model family's key prefix (state.json says it; FLUX's before it did).
+  const std::string prefix = d.state.value("lora_prefix", std::string("transformer."));
   size_t missing = 0;
   std::string first;
   for (const auto& [k, t] : d.lora) {

@@ -14,6 +14,7 @@
 #include "pipeline/PipelineShapes.h"
 #include "train/Datasets.h"
 #include "train/EncodeCache.h"
+#include "train/ModelFamily.h"
 
 namespace strata::train {
 
@@ -219,13 +220,21 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     return run;
   };
 
+  // Another family than FLUX plans through its registered interface (train/ModelFamily.h).
+  const bool otherFamily = cfg.model.arch != config::ModelArch::Flux;
   try {
-    run.model = planFluxConfig(cfg.model, &run.modelSource);
+    if (otherFamily)
+      run.input = modelFamily(cfg.model.arch).planInput(cfg, run.tokens, run.modelSource);
+    else
+      run.model = planFluxConfig(cfg.model, &run.modelSource);
   } catch (const std::exception& e) {
+    if (otherFamily) return fail("model.name_or_path", e.what());
     return fail(cfg.model.randomWeights || cfg.model.nameOrPath.empty() ? "model" : "model.name_or_path", e.what());
   }
-  run.tokens = planTokens(cfg, run.model);
-  run.input = runPlanInput(cfg, run.model, run.tokens);
+  if (!otherFamily) {
+    run.tokens = planTokens(cfg, run.model);
+    run.input = runPlanInput(cfg, run.model, run.tokens);
+  }
 
   // The validator has judged the request against this inventory and the caps
   // against these devices: what is left is to read them.
@@ -235,7 +244,7 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
   run.devices = selection.devices;
   const std::string first = run.devices.front().label();
   try {
-    run.input.input.otherModules = fluxOtherModules(cfg, first, &run.otherModulesNote);
+    if (!otherFamily) run.input.input.otherModules = fluxOtherModules(cfg, first, &run.otherModulesNote);
   } catch (const std::exception& e) {
     return fail("model.name_or_path", e.what());
   }
@@ -280,6 +289,22 @@ std::string describePlan(const PreparedRun& run) {
     if (part->empty()) continue;
     if (!out.empty()) out += " ";
     out += *part;
+  }
+  return out;
+}
+
+std::vector<QuantizedAlternative> quantizedAlternatives(const config::RunConfig& cfg,
+                                                        const device::Inventory& inventory,
+                                                        const PrepareOptions& options) {
+  std::vector<QuantizedAlternative> out;
+  for (const char* qtype : {"qfloat8", "int8"}) {
+    config::RunConfig q = cfg;
+    q.model.quantize = true;
+    q.model.qtype = qtype;
+    PrepareOptions o = options;
+    o.where = nullptr;
+    const PreparedRun run = prepareRun(q, inventory, o);
+    if (run.ok()) out.push_back({qtype, run.plan});
   }
   return out;
 }

@@ -106,4 +106,15 @@ std::string describePlan(const PreparedRun& run);
 PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
                        const PrepareOptions& options = {});
 
+// The plan of the same run with the frozen blocks quantized (model.quantize), for
+// each weight-only type in order of quality (qfloat8, int8), for a plan that does
+// not fit: says which quantization would make it fit.
+struct QuantizedAlternative {
+  std::string qtype;
+  placement::Plan plan;
+};
+std::vector<QuantizedAlternative> quantizedAlternatives(const config::RunConfig& cfg,
+                                                        const device::Inventory& inventory,
+                                                        const PrepareOptions& options = {});
+
 }  // namespace strata::train

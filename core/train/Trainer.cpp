@@ -35,6 +35,7 @@
 #include "train/FusedAdamW.h"
 #include "train/GradClip.h"
 #include "train/LrSchedule.h"
+#include "train/ModelFamily.h"
 #include "train/OptimizerState.h"
 #include "train/RngState.h"
 #include "train/RunFolder.h"
@@ -235,6 +236,13 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
       bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
   }
   if (!problems.empty()) return;  // nothing is written for a config with errors (a bad job.name among them)
+  try {
+    st.familyDef = &modelFamily(cfg_.model.arch);
+    st.family = st.familyDef->newRun();
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+    return;
+  }
   // The run folder, locked for this process (a derived one that holds an earlier
   // run or is in use gets the next free name), cleaned of what a killed run left.
   try {
@@ -274,6 +282,14 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
     }
   }
   if (!problems.empty()) return;
+  if (cfg_.model.arch != config::ModelArch::Flux) {  // FLUX's data is prepared below, as before
+    try {
+      st.family->prepareData(st, cfg_, bus_);
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+    return;
+  }
   st.fluxConfig = st.prepared.model;
   DatasetContext ctx;
   ctx.latentChannels = st.fluxConfig.latentChannels();
@@ -307,10 +323,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
 void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
   const auto& tc = cfg_.train;
   try {
-    auto built = buildPlacedModel(cfg_, st.prepared);
-    st.model = std::move(built.model);
-    st.placement = std::move(built.placement);
-    st.devices = built.devices;
+    st.family->buildAndPlace(st, cfg_);
     if (options_.phaseTimer) {
       std::vector<int> cuda;
       for (const auto& d : st.devices)
@@ -318,7 +331,6 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
       options_.phaseTimer->setDevices(cuda);
       st.phases = options_.phaseTimer.get();
     }
-    st.planReason = built.reason;
   } catch (const std::exception& e) {
     problems.push_back(e.what());
     return;
@@ -330,7 +342,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     lc.dropout = cfg_.network.dropout;
     lc.targetModules = cfg_.network.targetModules;
     at::manual_seed(static_cast<uint64_t>(tc.seed) + 1);  // LoRA init, the same on resume
-    st.network = lora::LoraNetwork::create(*st.model, lc, flux::FluxLoraRules(st.fluxConfig));
+    st.network = lora::LoraNetwork::create(st.family->module(), lc, st.family->loraRules());
     st.placement->attachAll(st.network->attachments());
     st.network->train(true);
     for (const auto& [name, p] : st.network->stateDict("")) st.namedParams.emplace_back(name, p);
@@ -365,7 +377,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
 void Trainer::restore(State& st, std::vector<std::string>& problems) {
   if (st.resumeData) {
     try {
-      st.network->loadStateDict(toMap(st.resumeData->lora), "transformer.");
+      st.network->loadStateDict(toMap(st.resumeData->lora), st.familyDef->checkpointPrefix());
       loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer));
       if (st.ema) {
         const auto shadows = toMap(st.resumeData->ema);
@@ -409,7 +421,7 @@ bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
   CheckpointData d;
   d.step = step;
   d.manual = manual;  // "save now": kept apart from the rolling keep-N checkpoints
-  for (const auto& [k, t] : st.network->stateDict("transformer.")) d.lora.emplace_back(k, t.detach());
+  for (const auto& [k, t] : st.network->stateDict(st.familyDef->checkpointPrefix())) d.lora.emplace_back(k, t.detach());
   d.optimizer = saveAdamWState(*st.optimizer, st.namedParams);
   if (st.ema)
     for (size_t i = 0; i < st.ema->size(); ++i) d.ema.emplace_back(st.ema->path(i), st.ema->shadow(i));
@@ -424,7 +436,8 @@ bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
              {"lora_rank", cfg_.network.linear},
              {"lora_alpha", cfg_.network.linearAlpha},
              {"ema", st.ema != nullptr},
-             {"ema_updates", st.ema ? st.ema->numUpdates() : 0}};
+             {"ema_updates", st.ema ? st.ema->numUpdates() : 0},
+             {"lora_prefix", st.familyDef->checkpointPrefix()}};
   if (st.scaler.enabled()) {
     d.state["loss_scale"] = st.scaler.scale();
     d.state["loss_scale_clean_steps"] = st.scaler.cleanSteps();
@@ -454,10 +467,9 @@ std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final
   if (st.ema) swap = std::make_unique<Ema::SwapGuard>(*st.ema);
   const RunFolder folder(runDir_);
   for (auto f : cfg_.save.exportFormats) {
-    const auto path = exportPath(folder, cfg_, f, final ? std::nullopt : std::optional<int64_t>(step));
-    lora::writeLoraFile(
-        path, *st.network, flux::FluxLoraRules(st.fluxConfig),
-        exportOptionsOf(cfg_, f, step, cfg_.network.linearAlpha, options_.configYaml, options_.softwareVersion));
+    const auto path = st.familyDef->exportPathIn(folder.exportsDir(), cfg_, f,
+                                                 final ? std::nullopt : std::optional<int64_t>(step));
+    st.family->exportLora(st, cfg_, f, path, step, options_.configYaml, options_.softwareVersion);
     written.push_back(path.string());
     bus_.publish(events::ExportEvent{path.string(), config::enumName(f), step});
   }
@@ -473,7 +485,7 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   if (st.phases) st.phases->mark("zero_grad");
   double lossSum = 0.0;
   for (int64_t m = 0; m < microBatches; ++m) {
-    auto l = microStep(st, cfg_, batch, bus_, step + 1);
+    auto l = st.family->microStep(st, cfg_, batch, bus_, step + 1);
     const double v = l.item<double>();
     if (st.phases) st.phases->mark("forward");
     if (!std::isfinite(v)) {
@@ -550,7 +562,7 @@ RunOutcome Trainer::loop(State& st) {
   int64_t step = st.startStep;
   auto doSamples = [&](int64_t sampleStep) {
     st.lastSampleStep = sampleStep;
-    if (!cfg_.sample.prompts.empty()) sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
+    if (!cfg_.sample.prompts.empty()) st.family->sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
   };
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
@@ -651,26 +663,27 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
                      "), the newest intact checkpoint");
   const auto* latest = &intact.ref;
   const auto& data = intact.data;
-  const auto fcfg = planFluxConfig(cfg.model);
+  const ModelFamily& family = modelFamily(cfg.model.arch);
+  for (auto f : formats)
+    if (const auto why = family.formatProblem(f); !why.empty()) throw ConfigError(runDir.string() + ": " + why);
   const double alpha = data.state.value("lora_alpha", cfg.network.linearAlpha);
   const auto ema = toMap(data.ema);
   // EMA shadows (keyed without the prefix) replace the live values they track.
-  const std::string prefix = "transformer.";
+  const std::string prefix = family.checkpointPrefix();
   std::map<std::string, at::Tensor> lora;
   for (const auto& [key, t] : data.lora) {
     const auto e = key.rfind(prefix, 0) == 0 ? ema.find(key.substr(prefix.size())) : ema.end();
     lora[key] = e != ema.end() ? e->second : t;
   }
   const auto modules = lora::moduleWeightsFromStateDict(lora, prefix, alpha, latest->path.string());
-  const flux::FluxLoraRules rules(fcfg);
   const fs::path dir = outDir.empty() ? folder.exportsDir() : outDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   std::vector<fs::path> written;
   for (auto f : formats) {
-    const auto path = exportPath(folder, cfg, f, std::nullopt, dir);
+    const auto path = family.exportPathIn(dir, cfg, f, std::nullopt);
     try {
-      lora::writeLoraFile(path, modules, rules, exportOptionsOf(cfg, f, data.step, alpha, "", softwareVersion));
+      family.exportModules(modules, cfg, f, path, data.step, softwareVersion);
     } catch (const std::exception& e) {
       throw Error(e.what());  // the checkpoint was read: a failure now is the export's, not bad input
     }

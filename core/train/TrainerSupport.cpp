@@ -21,6 +21,7 @@
 #include "placement/QuantScaleAttachment.h"
 #include "placement/Planner.h"
 #include "train/FlowMatching.h"
+#include "train/ModelFamily.h"
 #include "train/RngState.h"
 
 namespace strata::train {
@@ -39,6 +40,8 @@ Trainer::State::~State() {
   checkpointed.reset();
   placement.reset();
   model.reset();
+  if (family) family->release();
+  family.reset();
 }
 
 at::ScalarType scalarTypeOf(config::DType d) {
@@ -61,6 +64,8 @@ lora::LoraFileFormat fileFormatOf(config::ExportFormat f) {
       return lora::LoraFileFormat::Kohya;
     case config::ExportFormat::Comfy:
       return lora::LoraFileFormat::Comfy;
+    case config::ExportFormat::Peft:  // a causal LM's adapter folder: the diffusers / peft tensor names
+      return lora::LoraFileFormat::Diffusers;
   }
   return lora::LoraFileFormat::Diffusers;
 }

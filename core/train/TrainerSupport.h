@@ -37,6 +37,9 @@
 
 namespace strata::train {
 
+class FamilyRun;
+class ModelFamily;
+
 // A NaN or Inf loss or gradient norm: the run stops, naming the step.
 class NonFiniteLoss : public Error {
  public:
@@ -46,6 +49,9 @@ class NonFiniteLoss : public Error {
 // Everything a run allocates; destroyed at the end of the run, attachments and
 // the optimizer before the model, so nothing is left on any device.
 struct Trainer::State {
+  // The model family (model.arch) and its side of this run (train/ModelFamily.h).
+  const ModelFamily* familyDef = nullptr;
+  std::unique_ptr<FamilyRun> family;
   flux::FluxConfig fluxConfig;
   std::shared_ptr<flux::FluxTransformer> model;
   std::unique_ptr<placement::Placement> placement;

@@ -16,7 +16,7 @@
 #include "placement/MeasureBlocks.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"
-#include "train/LlamaPlanning.h"
+#include "families/llama/LlamaPlanning.h"
 
 using namespace strata;
 using namespace strata::placement;
@@ -58,9 +58,9 @@ TEST(LlamaPlacement, PlannerShapesFromTheConfigEqualTheBuiltModel) {
   const lora::LoraTargets targets(llama::peftDefaultTargets());
   const ModelShapes measured =
       measureBlocks(model.blockList(), [&](const std::string& p) { return targets.matches(p); });
-  train::LlamaPlanOptions o;
+  families::LlamaPlanOptions o;
   o.loraRank = 4;
-  const PlannerInput fromConfig = train::llamaPlannerInput(cfg, o);
+  const PlannerInput fromConfig = families::llamaPlannerInput(cfg, o);
   const PlannerInput fromModel = estimateInput(measured.stem, measured.blocks, measured.head, [&] {
     CostOptions co;
     co.loraRank = 4;
@@ -80,7 +80,7 @@ TEST(LlamaPlacement, PlannerShapesFromTheConfigEqualTheBuiltModel) {
 TEST(LlamaPlacement, APlanOverTwoDevicesBuildsOnTheModelsBlocks) {
   const llama::LlamaConfig cfg = llama::LlamaConfig::tiny();
   llama::LlamaForCausalLM model(cfg);
-  PlannerInput in = train::llamaPlannerInput(cfg, {});
+  PlannerInput in = families::llamaPlannerInput(cfg, {});
   int64_t total = in.stem.residentBytes() + in.head.residentBytes() + in.head.workspaceBytes;
   for (const auto& b : in.blocks) total += b.residentBytes() + b.workspaceBytes;
   // Two budgets that hold the model only together.
@@ -141,14 +141,14 @@ TEST(LlamaPlacement, SplitForwardAndLoraGradsEqualOneDevice) {
 // `--devices 2x16GB` with the CLI's default 1 GB reserve per card.
 TEST(LlamaPlacement, TheSeeds8BModelOnTwo16GBCards) {
   const llama::LlamaConfig cfg = llama::LlamaConfig::llama3_8b();
-  train::LlamaPlanOptions o;
+  families::LlamaPlanOptions o;
   o.weightElementBytes = 2;
   o.activationElementBytes = 2;
   o.loraRank = 8;
   o.batchSize = 2;
   o.seqLen = 512;
   o.gradientCheckpointing = true;
-  PlannerInput in = train::llamaPlannerInput(cfg, o);
+  PlannerInput in = families::llamaPlannerInput(cfg, o);
 
   // The arithmetic, from the shapes.
   const int64_t params = 8030261248LL;
@@ -186,7 +186,7 @@ TEST(LlamaPlacement, TheSeeds8BModelOnTwo16GBCards) {
   }
   // Without checkpointing the 32 layers keep 7.45 GB of activations: still fits on two cards.
   o.gradientCheckpointing = false;
-  in = train::llamaPlannerInput(cfg, o);
+  in = families::llamaPlannerInput(cfg, o);
   in.devices = makeBudgets(device::parseDeviceSpec("2x16GB"), {}, 1.0);
   const Plan noCheckpointing = planPlacement(in);
   std::cout << "[llama 8B, fp16, no checkpointing, --devices 2x16GB]\n" << formatPlan(noCheckpointing) << "\n";

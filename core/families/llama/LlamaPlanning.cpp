@@ -1,9 +1,9 @@
-#include "train/LlamaPlanning.h"
+#include "families/llama/LlamaPlanning.h"
 
 #include "lora/LoraTargets.h"
 #include "models/llama/LlamaPeft.h"
 
-namespace strata::train {
+namespace strata::families {
 
 placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const LlamaPlanOptions& o) {
   const lora::LoraTargets targets(o.loraTargets.empty() ? llama::peftDefaultTargets() : o.loraTargets);
@@ -14,8 +14,13 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
     s.kind = u.kind;
     s.paramCount = u.paramCount;
     s.isBlock = u.kind == "layer";
-    for (const auto& l : u.linears)
+    for (const auto& l : u.linears) {
       if (targets.matches(l.path)) s.loraLinears.push_back({l.inFeatures, l.outFeatures});
+      if (o.quantize && s.isBlock) {
+        s.quantizedWeightCount += l.inFeatures * l.outFeatures;
+        s.quantScaleCount += o.perRowScales ? l.outFeatures : 1;
+      }
+    }
     return s;
   };
   std::vector<placement::UnitShape> blocks;
@@ -40,4 +45,4 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
   return in;
 }
 
-}  // namespace strata::train
+}  // namespace strata::families

@@ -12,7 +12,7 @@
 #include "models/llama/LlamaConfig.h"
 #include "placement/Planner.h"
 
-namespace strata::train {
+namespace strata::families {
 
 struct LlamaPlanOptions {
   int64_t weightElementBytes = 2;        // fp16 / bf16 base weights; fp32 = 4, fp8 (quantized) = 1
@@ -23,13 +23,18 @@ struct LlamaPlanOptions {
   int64_t batchSize = 1;
   int64_t seqLen = 512;  // max_seq_len: every sample padded or cut to it
   bool gradientCheckpointing = true;
+  // Weight-only quantization of the decoder layers' Linears (model.quantize):
+  // 1-byte weights, and one float32 scale per output row (int8, qfloat8) or per
+  // Linear (float8_e4m3). Embeddings, norms and lm_head stay in the dtype.
+  bool quantize = false;
+  bool perRowScales = true;
 };
 
 // Memory mode. Layers: weights, adapters (+ grads, AdamW state, EMA) and the
 // activations of llamaActivationElementsPerTokenPerHidden; the head also keeps
 // the float32 log-softmax of the logits [B, L, vocab] for the loss (4 bytes an
 // element) and needs the logits and their float32 copy while the loss is formed
-// (6 bytes an element, workspace).
+// (6 bytes an element, workspace). The mode is memory; the caller may change it.
 placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const LlamaPlanOptions& options);
 
-}  // namespace strata::train
+}  // namespace strata::families

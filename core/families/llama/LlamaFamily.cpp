@@ -1,0 +1,386 @@
+#include "families/llama/LlamaFamily.h"
+
+#include <ATen/Context.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "common/Error.h"
+#include "common/TorchCompat.h"
+#include "device/DeviceInventory.h"
+#include "families/llama/LlamaLoraRules.h"
+#include "families/llama/LmDataset.h"
+#include "io/AtomicFile.h"
+#include "lora/LoraTargets.h"
+#include "models/llama/LlamaCheckpoint.h"
+#include "models/llama/LlamaPeft.h"
+#include "nn/Quantize.h"
+#include "placement/QuantScaleAttachment.h"
+#include "text/TokenizerFactory.h"
+#include "train/Ema.h"
+#include "train/RngState.h"
+#include "train/TrainerSupport.h"
+
+namespace strata::families {
+
+namespace fs = std::filesystem;
+
+llama::LlamaConfig llamaConfigOf(const config::ModelConfig& m) {
+  if (m.nameOrPath.empty())
+    throw ConfigError(
+        "model.name_or_path: a llama model needs its folder (config.json; with random_weights that file alone)");
+  return llama::LlamaConfig::fromFile(m.nameOrPath);
+}
+
+LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
+  LlamaPlanOptions o;
+  o.weightElementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
+  o.activationElementBytes = o.weightElementBytes;
+  o.loraRank = cfg.network.linear;
+  o.loraTargets = cfg.network.targetModules;
+  o.ema = cfg.train.ema.useEma;
+  o.batchSize = cfg.train.batchSize;
+  o.seqLen = 0;
+  for (const auto& d : cfg.datasets) o.seqLen = std::max(o.seqLen, d.maxSeqLen);
+  if (o.seqLen == 0) o.seqLen = config::DatasetConfig{}.maxSeqLen;
+  o.gradientCheckpointing = cfg.train.gradientCheckpointing;
+  o.quantize = cfg.model.quantize;
+  o.perRowScales = !o.quantize || nn::perRowScale(nn::quantTypeFromName(cfg.model.qtype));
+  return o;
+}
+
+std::vector<int> generateTokens(llama::LlamaForCausalLM& model, nn::BlockRunner* runner, const c10::Device& device,
+                                const std::vector<int>& promptIds, const GenerateOptions& o, std::optional<int> eos) {
+  at::NoGradGuard noGrad;
+  auto gen = train::makeCpuGenerator(o.seed);
+  std::vector<int64_t> ids(promptIds.begin(), promptIds.end());
+  std::vector<int> out;
+  for (int64_t t = 0; t < o.maxNewTokens; ++t) {
+    llama::LlamaInputs in;
+    in.inputIds = at::tensor(ids, at::kLong).unsqueeze(0).to(device);  // [1, L]
+    const auto logits = model.forward(in, runner);                      // [1, L, V]
+    auto last = logits[0][-1].to(at::kCPU, at::kFloat);                 // [V]
+    int next = 0;
+    if (o.temperature <= 0.0) {
+      next = static_cast<int>(last.argmax().item<int64_t>());
+    } else {
+      const auto p = at::softmax(last / o.temperature, 0);
+      next = static_cast<int>(at::multinomial(p, 1, false, gen).item<int64_t>());
+    }
+    out.push_back(next);
+    ids.push_back(next);
+    if (eos && next == *eos) break;
+  }
+  return out;
+}
+
+namespace {
+
+// The run's devices made ready (train::prepareDevices: allocators, caps), the
+// build device and the plan.
+struct DeviceSetup {
+  c10::Device buildDevice = c10::Device(c10::kCPU);
+  std::optional<placement::Plan> plan;
+  std::string reason;
+};
+
+DeviceSetup setUpDevices(const config::RunConfig& cfg, const train::PreparedRun& run) {
+  train::prepareDevices(cfg, run);
+  DeviceSetup s;
+  s.buildDevice = train::firstDevice(run);
+  if (cfg.model.splitModelOverGpus) {
+    if (!run.plan.fits) throw PlacementError("the model does not fit: " + run.plan.reason);
+    s.plan = run.plan;
+    s.reason = run.plan.reason;
+    // Under caps the whole model may not fit the first device: build on the CPU.
+    if (!cfg.model.gpuMemoryLimitGb.empty()) s.buildDevice = c10::Device(c10::kCPU);
+  }
+  return s;
+}
+
+class LlamaRun : public train::FamilyRun {
+ public:
+  void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
+    config_ = llamaConfigOf(cfg.model);
+    rules_ = std::make_unique<LlamaLoraRules>(config_);
+    const bool needText =
+        std::any_of(cfg.datasets.begin(), cfg.datasets.end(),
+                    [](const config::DatasetConfig& d) { return d.type == config::DatasetType::Jsonl; }) ||
+        (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty());
+    if (needText) {
+      const fs::path folder = cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath;
+      try {
+        tokenizer_ = text::openTokenizer(folder, text::TokenizerKind::kCausalLm).tokenizer;
+      } catch (const std::exception& e) {
+        throw ConfigError(std::string(cfg.model.tokenizerPath.empty() ? "model.name_or_path" : "model.tokenizer_path") +
+                          ": the tokenizer: " + e.what());
+      }
+      const auto sp = tokenizer_->specialTokenIds();
+      padId_ = sp.pad ? *sp.pad : sp.eos ? *sp.eos : 0;  // the seed's pad = eos when there is no pad token
+      eos_ = sp.eos;
+    }
+    std::vector<LmDataset> parts;
+    for (size_t i = 0; i < cfg.datasets.size(); ++i) {
+      const auto& d = cfg.datasets[i];
+      const std::string key = "datasets[" + std::to_string(i) + "]";
+      if (d.type == config::DatasetType::Synthetic) {
+        parts.push_back(LmDataset::synthetic(d.numItems, d.maxSeqLen, config_.vocabSize,
+                                             static_cast<uint64_t>(cfg.train.seed) + i));
+        continue;
+      }
+      if (d.type != config::DatasetType::Jsonl)
+        throw ConfigError(key + ".type: a llama model trains on jsonl or synthetic data");
+      auto ds = LmDataset::fromJsonl(d.filePath, *tokenizer_, LmDataOptions::of(d));
+      const auto& r = ds.reports().front();
+      const size_t shown = std::min<size_t>(r.skipped.size(), 20);
+      for (size_t k = 0; k < shown; ++k)
+        bus.publish(events::WarningEvent{key + " " + d.filePath + ":" + std::to_string(r.skipped[k].line) +
+                                             ": line skipped: " + r.skipped[k].reason,
+                                         0});
+      if (!r.skipped.empty() || r.truncated > 0)
+        bus.publish(events::WarningEvent{
+            key + " " + r.summary() +
+                (r.skipped.size() > shown ? " (the first " + std::to_string(shown) + " skipped lines are listed)" : ""),
+            0});
+      parts.push_back(std::move(ds));
+    }
+    data_ = LmDataset::concat(std::move(parts));
+    for (size_t i = 0; i < data_.size(); ++i)
+      for (int64_t id : data_.row(i).ids)
+        if (id < 0 || id >= config_.vocabSize)
+          throw ConfigError("model.tokenizer_path: the tokenizer gives id " + std::to_string(id) +
+                            ", outside the model's vocab_size " + std::to_string(config_.vocabSize));
+    paddingSide_ = cfg.datasets.empty() ? config::PaddingSide::Right : cfg.datasets.front().paddingSide;
+    (void)st;
+  }
+
+  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) override {
+    const auto& m = cfg.model;
+    DeviceSetup dev = setUpDevices(cfg, st.prepared);
+    at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
+    llama::LlamaBuildOptions bo;
+    bo.device = dev.buildDevice;
+    bo.dtype = train::scalarTypeOf(cfg.train.dtype);
+    model_ = std::make_shared<llama::LlamaForCausalLM>(config_, bo);
+    if (!m.randomWeights) llama::loadLlamaWeights(*model_, m.nameOrPath);
+    const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+    if (qtype != nn::QuantType::None)
+      for (size_t i = 0; i < model_->layerCount(); ++i) nn::quantizeLinears(*model_->layer(i), qtype);
+    for (auto& p : model_->parameters()) p.requires_grad_(false);
+    if (dev.plan) {
+      st.placement = std::make_unique<placement::Placement>(model_->blockList(), *dev.plan);
+      st.planReason = dev.reason;
+    } else {
+      st.placement = placement::Placement::singleDevice(model_->blockList(), dev.buildDevice);
+      st.planReason = "single device " + dev.buildDevice.str();
+    }
+    if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
+    st.placement->apply();
+    st.devices = st.placement->devices();
+    for (const auto& [path, l] : model_->linears()) linearPaths_.push_back(path);
+  }
+  torch::nn::Module& module() override { return *model_; }
+  const nn::LoraNameRules& loraRules() const override { return *rules_; }
+
+  at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
+                       int64_t step) override {
+    std::vector<const LmSample*> rows;
+    for (int64_t i = 0; i < batch; ++i) rows.push_back(&data_.row(nextRow(st, cfg)));
+    const LmBatch b = collateLm(rows, padId_, paddingSide_);
+    llama::LlamaInputs in;
+    const auto dev = st.placement->stemDevice();
+    in.inputIds = b.inputIds.to(dev);  // [B, L]
+    in.attentionMask = b.attentionMask.to(dev);
+    (void)bus;
+    (void)step;
+    auto logits = model_->forward(in, st.runner);  // [B, L, V]
+    return llama::causalLmLoss(logits, b.labels.to(logits.device()));
+  }
+
+  void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
+                 int64_t step, events::EventBus& bus) override {
+    at::NoGradGuard noGrad;
+    struct TrainModeBack {
+      lora::LoraNetwork& n;
+      ~TrainModeBack() { n.train(true); }
+    } back{*st.network};
+    st.network->train(false);
+    std::unique_ptr<train::Ema::SwapGuard> swap;
+    if (st.ema) swap = std::make_unique<train::Ema::SwapGuard>(*st.ema);
+    for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
+      const auto& prompt = cfg.sample.prompts[i];
+      const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
+      try {
+        GenerateOptions go;
+        go.maxNewTokens = cfg.sample.maxNewTokens;
+        go.temperature = cfg.sample.temperature;
+        go.seed = static_cast<uint64_t>(seed);
+        const auto ids = tokenizer_->encode(prompt, true);
+        const auto newIds = generateTokens(*model_, st.placement.get(), st.placement->stemDevice(), ids, go, eos_);
+        const std::string completion = tokenizer_->decode(newIds, true);
+        fs::path path = folder.samplePath(step, static_cast<int64_t>(i));
+        path.replace_extension(".txt");
+        io::writeFileAtomic(path, prompt + completion + "\n");
+        folder.appendSampleIndex({{"file", path.filename().string()},
+                                  {"step", step},
+                                  {"prompt_index", i},
+                                  {"prompt", prompt},
+                                  {"seed", seed},
+                                  {"temperature", cfg.sample.temperature},
+                                  {"completion", completion}});
+        bus.publish(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
+      } catch (const std::exception& ex) {
+        bus.publish(events::WarningEvent{
+            "sample " + std::to_string(i) + " at step " + std::to_string(step) + " failed: " + ex.what(), step});
+      }
+    }
+  }
+
+  fs::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg, config::ExportFormat format,
+                      const fs::path& path, int64_t step, const std::string& runYaml,
+                      const std::string& softwareVersion) override {
+    llama::PeftWriteOptions po;
+    po.baseModelNameOrPath = cfg.model.nameOrPath;
+    po.dropout = cfg.network.dropout;
+    po.dtype = train::scalarTypeOf(cfg.save.dtype);
+    po.modelLinearPaths = linearPaths_;
+    llama::writePeftAdapter(path, st.network->moduleWeights(), po);
+    (void)format;
+    (void)step;
+    (void)runYaml;
+    (void)softwareVersion;
+    return path;
+  }
+
+  void release() override {
+    model_.reset();
+    tokenizer_.reset();
+  }
+
+ private:
+  // The next row of the data order: a permutation per epoch from the seed and the
+  // epoch alone, so a resumed run needs only the cursor (as for FLUX).
+  size_t nextRow(train::Trainer::State& st, const config::RunConfig& cfg) {
+    const int64_t n = static_cast<int64_t>(data_.size());
+    const int64_t epoch = st.drawCursor / n;
+    const int64_t pos = st.drawCursor % n;
+    ++st.drawCursor;
+    if (epoch != st.permEpoch) {
+      auto g = train::makeCpuGenerator(static_cast<uint64_t>(cfg.train.seed) * 1000003ull +
+                                       static_cast<uint64_t>(epoch));
+      auto p = at::randperm(n, g, at::kLong);
+      st.perm.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n);
+      st.permEpoch = epoch;
+    }
+    return static_cast<size_t>(st.perm[static_cast<size_t>(pos)]);
+  }
+
+  llama::LlamaConfig config_;
+  std::unique_ptr<LlamaLoraRules> rules_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  int64_t padId_ = 0;
+  std::optional<int> eos_;
+  config::PaddingSide paddingSide_ = config::PaddingSide::Right;
+  LmDataset data_;
+  std::shared_ptr<llama::LlamaForCausalLM> model_;
+  std::vector<std::string> linearPaths_;
+};
+
+class LlamaFamily : public train::ModelFamily {
+ public:
+  config::ModelArch arch() const override { return config::ModelArch::Llama; }
+  std::string displayName() const override { return "Llama"; }
+  std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<LlamaRun>(); }
+
+  train::RunPlanInput planInput(const config::RunConfig& cfg, int64_t& tokens, std::string& source) const override {
+    const auto lc = llamaConfigOf(cfg.model);
+    const auto params = llama::llamaParamPlan(lc);
+    char size[32];
+    std::snprintf(size, sizeof size, "%.2fB", static_cast<double>(params.totalParams()) / 1e9);
+    source = "Llama-family " + lc.modelType + " (" + cfg.model.nameOrPath + "/config.json" +
+             (cfg.model.randomWeights ? ", random weights" : "") + "), " + std::to_string(lc.numHiddenLayers) +
+             " layers, hidden " + std::to_string(lc.hiddenSize) + ", " + std::to_string(lc.numAttentionHeads) +
+             " heads / " + std::to_string(lc.numKeyValueHeads) + " kv heads, vocab " + std::to_string(lc.vocabSize) +
+             ", " + size + " parameters";
+    const LlamaPlanOptions o = llamaPlanOptionsOf(cfg);
+    tokens = o.seqLen;
+    train::RunPlanInput out;
+    out.input = llamaPlannerInput(lc, o);
+    out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
+                                                                          : placement::PlanMode::ParamCount;
+    out.input.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
+    const lora::LoraTargets targets(o.loraTargets.empty() ? llama::peftDefaultTargets() : o.loraTargets);
+    auto count = [&](const llama::LlamaUnitParams& u) {
+      int n = 0;
+      for (const auto& l : u.linears) n += targets.matches(l.path);
+      out.adapters[u.id] = n;
+    };
+    count(params.stem);
+    for (const auto& b : params.blocks) count(b);
+    count(params.head);
+    return out;
+  }
+
+  // Per Linear 4 x tokens x in x out (forward and input gradient; the base is
+  // frozen), per adapter 6 x tokens x rank x (in + out), per layer 12 x B x L^2 x
+  // q width for attention (two matmuls, forward and backward), lm_head included.
+  double trainStepFlops(const config::RunConfig& cfg) const override {
+    const auto lc = llamaConfigOf(cfg.model);
+    const auto o = llamaPlanOptionsOf(cfg);
+    const lora::LoraTargets targets(o.loraTargets.empty() ? llama::peftDefaultTargets() : o.loraTargets);
+    const double tokens = static_cast<double>(o.batchSize * o.seqLen);
+    const auto params = llama::llamaParamPlan(lc);
+    double f = 0;
+    auto add = [&](const llama::LlamaUnitParams& u) {
+      for (const auto& l : u.linears) {
+        const double in = static_cast<double>(l.inFeatures), out = static_cast<double>(l.outFeatures);
+        f += 4 * tokens * in * out;
+        if (targets.matches(l.path)) f += 6 * tokens * static_cast<double>(o.loraRank) * (in + out);
+      }
+    };
+    for (const auto& b : params.blocks) add(b);
+    add(params.head);
+    if (lc.tieWordEmbeddings) f += 4 * tokens * static_cast<double>(lc.hiddenSize * lc.vocabSize);
+    f += 12.0 * static_cast<double>(lc.numHiddenLayers) * static_cast<double>(o.batchSize) *
+         static_cast<double>(o.seqLen) * static_cast<double>(o.seqLen) * static_cast<double>(lc.qDim());
+    return f;
+  }
+  std::string checkpointPrefix() const override { return LlamaLoraRules::kPeftPrefix; }
+  std::string formatProblem(config::ExportFormat format) const override {
+    if (format == config::ExportFormat::Kohya || format == config::ExportFormat::Comfy)
+      return config::enumName(format) + " is a FLUX file form; a Llama-family LoRA is written as a peft folder (peft)";
+    return "";
+  }
+
+  // A folder: <job>[_step<N>]_peft (diffusers means the same form for this family).
+  fs::path exportPathIn(const fs::path& dir, const config::RunConfig& cfg, config::ExportFormat format,
+                        std::optional<int64_t> step) const override {
+    (void)format;
+    return dir / (cfg.job.name + (step ? "_step" + std::to_string(*step) : "") + "_peft");
+  }
+
+  void exportModules(const std::vector<lora::LoraModuleWeights>& modules, const config::RunConfig& cfg,
+                     config::ExportFormat format, const fs::path& path, int64_t step,
+                     const std::string& softwareVersion) const override {
+    llama::PeftWriteOptions po;
+    po.baseModelNameOrPath = cfg.model.nameOrPath;
+    po.dropout = cfg.network.dropout;
+    po.dtype = train::scalarTypeOf(cfg.save.dtype);
+    try {
+      for (const auto& l : LlamaLoraRules(llamaConfigOf(cfg.model)).linears()) po.modelLinearPaths.push_back(l.path);
+    } catch (const std::exception&) {
+      // The model folder is not here: target_modules then names the layers by their names.
+    }
+    llama::writePeftAdapter(path, modules, po);
+    (void)format;
+    (void)step;
+    (void)softwareVersion;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const train::ModelFamily> makeLlamaFamily() { return std::make_shared<LlamaFamily>(); }
+
+}  // namespace strata::families

@@ -1,0 +1,263 @@
+#include "families/llama/LmDataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include "common/Error.h"
+#include "io/FileBytes.h"
+
+namespace strata::families {
+
+LmDataOptions LmDataOptions::of(const config::DatasetConfig& cfg) {
+  LmDataOptions o;
+  o.promptField = cfg.promptField;
+  o.responseField = cfg.responseField;
+  o.textField = cfg.textField;
+  o.responseMarker = cfg.responseMarker;
+  o.maxSeqLen = cfg.maxSeqLen;
+  o.packing = cfg.packing;
+  return o;
+}
+
+std::string LmDataReport::summary() const {
+  std::string s = source + ": " + std::to_string(samples) + " samples";
+  if (source != "synthetic") {
+    s += " from " + std::to_string(lines) + " lines";
+    if (!skipped.empty()) s += " (" + std::to_string(skipped.size()) + " skipped)";
+  }
+  if (rows != samples) s += ", packed into " + std::to_string(rows) + " rows";
+  if (truncated > 0)
+    s += ", " + std::to_string(truncated) + " cut to max_seq_len (" + std::to_string(droppedTokens) +
+         " tokens dropped)";
+  s += ", " + std::to_string(responseTokens) + " response tokens";
+  return s;
+}
+
+LmSample tokenizeSample(const text::Tokenizer& tokenizer, const std::string& prompt, const std::string& response,
+                        int64_t maxSeqLen, bool addEos, int64_t& dropped) {
+  const std::vector<int> promptBody = tokenizer.encodeBody(prompt);
+  const std::vector<int> responseBody = tokenizer.encodeBody(response);
+  std::vector<int> body = promptBody;
+  body.insert(body.end(), responseBody.begin(), responseBody.end());
+  const std::vector<int> full = tokenizer.addSpecialTokens(body);
+  // Where the body sits among the specials (a bos before it, for most causal LMs).
+  size_t offset = 0;
+  if (!body.empty()) {
+    auto it = std::search(full.begin(), full.end(), body.begin(), body.end());
+    if (it == full.end()) throw Error("the tokenizer's special tokens change the text's tokens");
+    offset = static_cast<size_t>(it - full.begin());
+  }
+  LmSample s;
+  s.ids.assign(full.begin(), full.end());
+  const auto eos = tokenizer.specialTokenIds().eos;
+  if (addEos && eos && (s.ids.empty() || s.ids.back() != *eos)) s.ids.push_back(*eos);
+  const size_t responseStart = offset + promptBody.size();
+  s.labels.assign(s.ids.size(), kIgnoreLabel);
+  // The response, the specials after it and the eos carry the loss.
+  for (size_t i = responseStart; i < s.ids.size(); ++i) s.labels[i] = s.ids[i];
+  dropped = 0;
+  if (static_cast<int64_t>(s.ids.size()) > maxSeqLen) {
+    dropped = static_cast<int64_t>(s.ids.size()) - maxSeqLen;
+    s.ids.resize(static_cast<size_t>(maxSeqLen));
+    s.labels.resize(static_cast<size_t>(maxSeqLen));
+  }
+  // The loss of token i is predicted at i - 1: a response starting at 0 has none for its first token.
+  const bool anyLoss = std::any_of(s.labels.begin() + std::min<size_t>(1, s.labels.size()), s.labels.end(),
+                                   [](int64_t l) { return l != kIgnoreLabel; });
+  if (!anyLoss) return {};
+  return s;
+}
+
+namespace {
+
+int64_t lossTokensOf(const LmSample& s) {
+  int64_t n = 0;
+  for (size_t i = 1; i < s.labels.size(); ++i) n += s.labels[i] != kIgnoreLabel;
+  return n;
+}
+
+// The string field `name` of `obj`, or a reason why not.
+std::string stringField(const nlohmann::json& obj, const std::string& name, std::string& out) {
+  auto it = obj.find(name);
+  if (it == obj.end()) return "no field '" + name + "'";
+  if (!it->is_string()) return "field '" + name + "' is " + std::string(it->type_name()) + ", not a string";
+  out = it->get<std::string>();
+  if (out.empty()) return "field '" + name + "' is empty";
+  return "";
+}
+
+std::vector<LmSample> pack(const std::vector<LmSample>& samples, int64_t maxSeqLen) {
+  std::vector<LmSample> rows;
+  LmSample cur;
+  for (const auto& s : samples) {
+    if (!cur.ids.empty() && static_cast<int64_t>(cur.ids.size() + s.ids.size()) > maxSeqLen) {
+      rows.push_back(std::move(cur));
+      cur = {};
+    }
+    cur.ids.insert(cur.ids.end(), s.ids.begin(), s.ids.end());
+    cur.labels.insert(cur.labels.end(), s.labels.begin(), s.labels.end());
+  }
+  if (!cur.ids.empty()) rows.push_back(std::move(cur));
+  return rows;
+}
+
+}  // namespace
+
+LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& source,
+                                   const text::Tokenizer& tokenizer, const LmDataOptions& o) {
+  LmDataset ds;
+  LmDataReport r;
+  r.source = source;
+  std::vector<LmSample> samples;
+  size_t pos = 0;
+  int64_t lineNo = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++lineNo;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    auto skip = [&](std::string why) { r.skipped.push_back({lineNo, std::move(why)}); };
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      skip("blank line");
+      continue;
+    }
+    nlohmann::json obj;
+    try {
+      obj = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      std::string what = e.what();
+      const auto colon = what.find("parse error");
+      skip("not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon)) + ")");
+      continue;
+    }
+    if (!obj.is_object()) {
+      skip("not a JSON object");
+      continue;
+    }
+    std::string prompt, response, why;
+    if (!o.textField.empty()) {
+      std::string all;
+      why = stringField(obj, o.textField, all);
+      if (why.empty()) {
+        const size_t at = all.find(o.responseMarker);
+        if (at == std::string::npos) {
+          why = "field '" + o.textField + "' has no response marker '" + o.responseMarker + "'";
+        } else {
+          prompt = all.substr(0, at + o.responseMarker.size());
+          response = all.substr(at + o.responseMarker.size());
+          if (response.find_first_not_of(" \t\r\n") == std::string::npos)
+            why = "nothing after the response marker '" + o.responseMarker + "'";
+        }
+      }
+    } else {
+      why = stringField(obj, o.promptField, prompt);
+      if (why.empty()) why = stringField(obj, o.responseField, response);
+    }
+    if (!why.empty()) {
+      skip(why);
+      continue;
+    }
+    int64_t dropped = 0;
+    LmSample s;
+    try {
+      s = tokenizeSample(tokenizer, prompt, response, o.maxSeqLen, o.addEos, dropped);
+    } catch (const std::exception& e) {
+      skip(std::string("cannot be tokenized: ") + e.what());
+      continue;
+    }
+    if (s.ids.empty()) {
+      skip("the prompt alone fills max_seq_len (" + std::to_string(o.maxSeqLen) + " tokens): no response token left");
+      continue;
+    }
+    if (dropped > 0) {
+      ++r.truncated;
+      r.droppedTokens += dropped;
+    }
+    r.responseTokens += lossTokensOf(s);
+    samples.push_back(std::move(s));
+  }
+  r.lines = lineNo;
+  r.samples = static_cast<int64_t>(samples.size());
+  if (samples.empty()) {
+    std::string msg = source + ": no usable sample in " + std::to_string(lineNo) + " lines";
+    for (size_t i = 0; i < r.skipped.size() && i < 3; ++i)
+      msg += "; line " + std::to_string(r.skipped[i].line) + ": " + r.skipped[i].reason;
+    throw IoError(msg);
+  }
+  ds.rows_ = o.packing ? pack(samples, o.maxSeqLen) : std::move(samples);
+  r.rows = static_cast<int64_t>(ds.rows_.size());
+  ds.reports_.push_back(std::move(r));
+  return ds;
+}
+
+LmDataset LmDataset::fromJsonl(const std::filesystem::path& file, const text::Tokenizer& tokenizer,
+                               const LmDataOptions& options) {
+  return fromJsonlText(io::readFileBytes(file), file.string(), tokenizer, options);
+}
+
+LmDataset LmDataset::synthetic(int64_t items, int64_t seqLen, int64_t vocabSize, uint64_t seed) {
+  LmDataset ds;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> tok(0, vocabSize - 1);
+  LmDataReport r;
+  r.source = "synthetic";
+  for (int64_t i = 0; i < items; ++i) {
+    LmSample s;
+    for (int64_t t = 0; t < seqLen; ++t) s.ids.push_back(tok(rng));
+    s.labels = s.ids;
+    s.labels[0] = kIgnoreLabel;  // nothing predicts the first token
+    r.responseTokens += lossTokensOf(s);
+    ds.rows_.push_back(std::move(s));
+  }
+  r.lines = r.samples = r.rows = items;
+  ds.reports_.push_back(r);
+  return ds;
+}
+
+LmDataset LmDataset::concat(std::vector<LmDataset> parts) {
+  LmDataset out;
+  for (auto& p : parts) {
+    for (auto& r : p.rows_) out.rows_.push_back(std::move(r));
+    for (auto& r : p.reports_) out.reports_.push_back(std::move(r));
+  }
+  return out;
+}
+
+int64_t LmDataset::maxRowLength() const {
+  size_t m = 0;
+  for (const auto& r : rows_) m = std::max(m, r.ids.size());
+  return static_cast<int64_t>(m);
+}
+
+LmBatch collateLm(const std::vector<const LmSample*>& rows, int64_t padId, config::PaddingSide side) {
+  if (rows.empty()) throw Error("collateLm: no rows");
+  size_t len = 0;
+  for (const auto* r : rows) len = std::max(len, r->ids.size());
+  const auto b = static_cast<int64_t>(rows.size());
+  const auto l = static_cast<int64_t>(len);
+  LmBatch out;
+  out.inputIds = at::full({b, l}, padId, at::kLong);  // [B, L]
+  out.attentionMask = at::zeros({b, l}, at::kLong);
+  out.labels = at::full({b, l}, kIgnoreLabel, at::kLong);
+  auto ids = out.inputIds.accessor<int64_t, 2>();
+  auto mask = out.attentionMask.accessor<int64_t, 2>();
+  auto labels = out.labels.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    const auto& r = *rows[static_cast<size_t>(i)];
+    const int64_t n = static_cast<int64_t>(r.ids.size());
+    const int64_t start = side == config::PaddingSide::Left ? l - n : 0;
+    for (int64_t t = 0; t < n; ++t) {
+      ids[i][start + t] = r.ids[static_cast<size_t>(t)];
+      mask[i][start + t] = 1;
+      labels[i][start + t] = r.labels[static_cast<size_t>(t)];
+    }
+    out.lossTokens += lossTokensOf(r);
+  }
+  return out;
+}
+
+}  // namespace strata::families

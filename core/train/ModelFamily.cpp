@@ -1,0 +1,52 @@
+#include "train/ModelFamily.h"
+
+#include <mutex>
+
+#include "common/Error.h"
+
+namespace strata::train {
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<config::ModelArch, std::shared_ptr<const ModelFamily>> families;
+};
+
+Registry& registry() {
+  static Registry r;  // first use: safe from the registration's static initialiser
+  return r;
+}
+
+}  // namespace
+
+std::filesystem::path ModelFamily::exportPathIn(const std::filesystem::path& dir, const config::RunConfig& cfg,
+                                                config::ExportFormat format, std::optional<int64_t> step) const {
+  return dir / (cfg.job.name + (step ? "_step" + std::to_string(*step) : "") + "_" + config::enumName(format) +
+                ".safetensors");
+}
+
+void registerModelFamily(std::shared_ptr<const ModelFamily> family) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto arch = family->arch();
+  r.families[arch] = std::move(family);
+}
+
+bool hasModelFamily(config::ModelArch arch) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.families.count(arch) > 0;
+}
+
+const ModelFamily& modelFamily(config::ModelArch arch) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.families.find(arch);
+  if (it == r.families.end())
+    throw ConfigError("model.arch: '" + config::enumName(arch) +
+                      "' has no model family in this program (it does not link strata_core's family registration)");
+  return *it->second;
+}
+
+}  // namespace strata::train

@@ -1,0 +1,119 @@
+#pragma once
+// What the trainer needs from a model family (DESIGN §2b), and the one registry
+// that picks the family by model.arch. train/ sees a family only through this
+// interface; a family implements it in its own library (core/families/<arch>/),
+// which links train/ and its models/<family>, and registers it once
+// (core/families/Registration.cpp). The trainer's loop, checkpoints, resume,
+// EMA, the fp16 loss scaler and the event stream are the same for every family.
+//
+// ModelFamily is stateless (one object per arch, shared); a run gets its own
+// FamilyRun, which holds the family's side of that run (its model, datasets,
+// tokenizer) next to the Trainer::State that holds the placement, the LoRA
+// network, the optimizer and EMA.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/RunConfig.h"
+#include "events/EventBus.h"
+#include "lora/LoraNetwork.h"
+#include "nn/LoraNameRules.h"
+#include "train/RunFolder.h"
+#include "train/RunPlanning.h"
+#include "train/Trainer.h"
+
+namespace strata::train {
+
+// The run's family side. Called on the training thread, in the order of a run.
+class FamilyRun {
+ public:
+  virtual ~FamilyRun() = default;
+
+  // Preflight, after the run folder is locked: the datasets (and what they need,
+  // e.g. a tokenizer). Throws with the reason (ConfigError naming the key, IoError
+  // naming the file); nothing is written.
+  virtual void prepareData(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) = 0;
+
+  // Builds the model (seeded by train.seed, weights read or random), frozen, and
+  // places it: sets st.placement (applied), st.devices and st.planReason.
+  virtual void buildAndPlace(Trainer::State& st, const config::RunConfig& cfg) = 0;
+  // The built model, for the LoRA network to attach to.
+  virtual torch::nn::Module& module() = 0;
+  // The LoRA name rules: default targets, the file forms.
+  virtual const nn::LoraNameRules& loraRules() const = 0;
+
+  // One micro-batch of `batch` items drawn with the run's cursor and generator:
+  // the float32 loss, graph kept.
+  virtual at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                               events::EventBus& bus, int64_t step) = 0;
+
+  // The samples of every sample.prompts entry at `step` (EMA weights swapped in,
+  // LoRA dropout off), written to the run folder with the samples index, each
+  // published as a SampleEvent; a failing prompt is a warning.
+  virtual void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder& folder, int64_t step,
+                         events::EventBus& bus) = 0;
+
+  // Writes the live LoRA (EMA already swapped in by the caller) in `format` at
+  // `path`; returns what was written (a file or a folder).
+  virtual std::filesystem::path exportLora(Trainer::State& st, const config::RunConfig& cfg,
+                                           config::ExportFormat format, const std::filesystem::path& path,
+                                           int64_t step, const std::string& runYaml,
+                                           const std::string& softwareVersion) = 0;
+
+  // Releases the model (after the trainer has released the placement).
+  virtual void release() {}
+};
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  virtual config::ModelArch arch() const = 0;
+  // For messages: "FLUX.1", "Llama".
+  virtual std::string displayName() const = 0;
+
+  virtual std::unique_ptr<FamilyRun> newRun() const = 0;
+
+  // The planner's input from the config alone (no weights read): per-unit
+  // shapes, the LoRA adapters per unit and the cost options. Sets `tokens` (per
+  // sample) and `source` (where the shape came from). Throws with the reason.
+  virtual RunPlanInput planInput(const config::RunConfig& cfg, int64_t& tokens, std::string& source) const = 0;
+
+  // The work of one training step of this config (frozen base, LoRA trained), in
+  // FLOPs, for `strata-train bench`; activation recompute not counted.
+  virtual double trainStepFlops(const config::RunConfig& cfg) const = 0;
+
+  // The prefix of the LoRA keys in a run's checkpoint ("transformer.").
+  virtual std::string checkpointPrefix() const = 0;
+
+  // The path an export in `format` goes to, below `dir` (a file or a folder).
+  virtual std::filesystem::path exportPathIn(const std::filesystem::path& dir, const config::RunConfig& cfg,
+                                             config::ExportFormat format, std::optional<int64_t> step) const;
+
+  // Why this family cannot write `format` ("" when it can): the FLUX file forms
+  // (diffusers, kohya, comfy) or a causal LM's peft folder.
+  virtual std::string formatProblem(config::ExportFormat format) const = 0;
+
+  // Writes a checkpoint's LoRA (module weights in the model's own paths) in
+  // `format` at `path`, without a model (strata-train export).
+  virtual void exportModules(const std::vector<lora::LoraModuleWeights>& modules, const config::RunConfig& cfg,
+                             config::ExportFormat format, const std::filesystem::path& path, int64_t step,
+                             const std::string& softwareVersion) const = 0;
+};
+
+// The one registry. registerModelFamily is called by core/families/Registration.cpp
+// (linked into every program through strata_core); a second registration of an
+// arch replaces the first.
+void registerModelFamily(std::shared_ptr<const ModelFamily> family);
+// The family of `arch`. Throws ConfigError naming model.arch when this program
+// has none registered for it.
+const ModelFamily& modelFamily(config::ModelArch arch);
+bool hasModelFamily(config::ModelArch arch);
+
+}  // namespace strata::train

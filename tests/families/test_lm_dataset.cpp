@@ -1,0 +1,165 @@
+// The causal-LM dataset (families/llama/LmDataset): fields, the response marker,
+// response-only labels, truncation, bad lines, packing, padding.
+#include <gtest/gtest.h>
+
+#include "common/Error.h"
+#include "common/TestSupport.h"
+#include "families/llama/LmDataset.h"
+#include "LmTestSupport.h"
+#include "text/TokenizerFactory.h"
+
+namespace strata {
+namespace {
+
+using families::collateLm;
+using families::kIgnoreLabel;
+using families::LmDataOptions;
+using families::LmDataset;
+
+class LmDatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::writeCharTokenizer(dir_ / "tok", 128);
+    tok_ = text::openTokenizer(dir_ / "tok", text::TokenizerKind::kCausalLm).tokenizer;
+  }
+  std::vector<int64_t> ids(const std::string& s) const {
+    const auto v = tok_->encodeBody(s);
+    return {v.begin(), v.end()};
+  }
+  test::TempDir dir_;
+  std::unique_ptr<text::Tokenizer> tok_;
+};
+
+TEST_F(LmDatasetTest, PromptAndResponseFieldsGiveResponseOnlyLabels) {
+  LmDataOptions o;
+  o.promptField = "instruction";
+  o.responseField = "output";
+  const auto ds = LmDataset::fromJsonlText(R"({"instruction": "Hi", "output": "yo", "other": 3})", "t.jsonl", *tok_, o);
+  ASSERT_EQ(ds.size(), 1u);
+  const auto& s = ds.row(0);
+  // <s> H i y o </s>
+  const std::vector<int64_t> expectIds = {1, ids("H")[0], ids("i")[0], ids("y")[0], ids("o")[0], 2};
+  EXPECT_EQ(s.ids, expectIds);
+  const std::vector<int64_t> expectLabels = {kIgnoreLabel, kIgnoreLabel, kIgnoreLabel, expectIds[3], expectIds[4], 2};
+  EXPECT_EQ(s.labels, expectLabels);
+  EXPECT_EQ(ds.reports().front().responseTokens, 3);
+}
+
+TEST_F(LmDatasetTest, TextFieldSplitsAtTheResponseMarker) {
+  LmDataOptions o;
+  o.textField = "text";
+  o.responseMarker = "### OUTPUT:";
+  const auto ds = LmDataset::fromJsonlText(R"({"text": "### PROMPT: a ### OUTPUT: bc"})", "t.jsonl", *tok_, o);
+  ASSERT_EQ(ds.size(), 1u);
+  const auto& s = ds.row(0);
+  const auto promptLen = static_cast<size_t>(1 + ids("### PROMPT: a ### OUTPUT:").size());
+  ASSERT_EQ(s.ids.size(), promptLen + 3 + 1);  // " bc" + eos
+  for (size_t i = 0; i < s.ids.size(); ++i) EXPECT_EQ(s.labels[i], i < promptLen ? kIgnoreLabel : s.ids[i]) << i;
+}
+
+TEST_F(LmDatasetTest, BadLinesAreSkippedCountedAndNamedByLine) {
+  const std::string text =
+      "{\"prompt\": \"a\", \"response\": \"b\"}\n"  // 1 ok
+      "{not json\n"                                // 2
+      "\n"                                         // 3 blank
+      "{\"prompt\": \"a\"}\n"                      // 4 missing response
+      "{\"prompt\": \"a\", \"response\": \"\"}\n"  // 5 empty
+      "[1, 2]\n"                                   // 6 not an object
+      "{\"prompt\": 7, \"response\": \"b\"}\n"     // 7 not a string
+      "{\"prompt\": \"c\", \"response\": \"d\"}\r\n";  // 8 ok (CRLF)
+  const auto ds = LmDataset::fromJsonlText(text, "bad.jsonl", *tok_, {});
+  EXPECT_EQ(ds.size(), 2u);
+  const auto& r = ds.reports().front();
+  EXPECT_EQ(r.lines, 8);
+  ASSERT_EQ(r.skipped.size(), 6u);
+  const std::vector<int64_t> lines = {2, 3, 4, 5, 6, 7};
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(r.skipped[i].line, lines[i]) << r.skipped[i].reason;
+  EXPECT_NE(r.skipped[0].reason.find("not valid JSON"), std::string::npos);
+  EXPECT_NE(r.skipped[1].reason.find("blank"), std::string::npos);
+  EXPECT_NE(r.skipped[2].reason.find("no field 'response'"), std::string::npos);
+  EXPECT_NE(r.skipped[3].reason.find("empty"), std::string::npos);
+  EXPECT_NE(r.skipped[4].reason.find("not a JSON object"), std::string::npos);
+  EXPECT_NE(r.skipped[5].reason.find("not a string"), std::string::npos);
+  EXPECT_NE(r.summary().find("6 skipped"), std::string::npos) << r.summary();
+}
+
+TEST_F(LmDatasetTest, NoUsableLineIsAnErrorNamingTheFileAndLine) {
+  try {
+    (void)LmDataset::fromJsonlText("{\"prompt\": \"a\"}\n", "only.jsonl", *tok_, {});
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("only.jsonl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)LmDataset::fromJsonl(dir_ / "missing.jsonl", *tok_, {}), IoError);
+}
+
+TEST_F(LmDatasetTest, TruncationIsCountedAndAPromptThatFillsTheLengthIsSkipped) {
+  LmDataOptions o;
+  o.maxSeqLen = 6;
+  const std::string text =
+      "{\"prompt\": \"ab\", \"response\": \"cdefgh\"}\n"   // 1 + 2 + 6 + 1 = 10 -> 6, 4 dropped
+      "{\"prompt\": \"abcdefgh\", \"response\": \"x\"}\n"  // prompt alone fills it
+      "{\"prompt\": \"a\", \"response\": \"b\"}\n";        // fits
+  const auto ds = LmDataset::fromJsonlText(text, "t.jsonl", *tok_, o);
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds.row(0).ids.size(), 6u);
+  const auto& r = ds.reports().front();
+  EXPECT_EQ(r.truncated, 1);
+  EXPECT_EQ(r.droppedTokens, 4);
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_EQ(r.skipped[0].line, 2);
+  EXPECT_NE(r.skipped[0].reason.find("max_seq_len"), std::string::npos);
+}
+
+TEST_F(LmDatasetTest, PackingJoinsSamplesIntoRowsOfAtMostMaxSeqLen) {
+  LmDataOptions o;
+  o.maxSeqLen = 12;
+  o.packing = true;
+  std::string text;
+  for (int i = 0; i < 5; ++i) text += "{\"prompt\": \"ab\", \"response\": \"cd\"}\n";  // 6 tokens each
+  const auto ds = LmDataset::fromJsonlText(text, "t.jsonl", *tok_, o);
+  ASSERT_EQ(ds.size(), 3u);  // 12, 12, 6
+  EXPECT_EQ(ds.row(0).ids.size(), 12u);
+  EXPECT_EQ(ds.row(2).ids.size(), 6u);
+  EXPECT_EQ(ds.row(0).ids[6], 1);                // the second sample starts with <s>
+  EXPECT_EQ(ds.row(0).labels[6], kIgnoreLabel);  // and its prompt has no loss
+  EXPECT_EQ(ds.reports().front().rows, 3);
+  EXPECT_EQ(ds.reports().front().samples, 5);
+}
+
+TEST_F(LmDatasetTest, CollatePadsLeftOrRightWithTheMask) {
+  const auto ds = LmDataset::fromJsonlText(
+      "{\"prompt\": \"a\", \"response\": \"b\"}\n{\"prompt\": \"abc\", \"response\": \"de\"}\n", "t.jsonl", *tok_, {});
+  const std::vector<const families::LmSample*> rows = {&ds.row(0), &ds.row(1)};
+  const int64_t pad = 0;
+  for (auto side : {config::PaddingSide::Right, config::PaddingSide::Left}) {
+    const auto b = collateLm(rows, pad, side);
+    ASSERT_EQ(b.inputIds.sizes(), (std::vector<int64_t>{2, 7}));
+    const auto n0 = static_cast<int64_t>(ds.row(0).ids.size());  // 4
+    const int64_t start = side == config::PaddingSide::Left ? 7 - n0 : 0;
+    for (int64_t t = 0; t < 7; ++t) {
+      const bool in = t >= start && t < start + n0;
+      EXPECT_EQ(b.attentionMask[0][t].item<int64_t>(), in ? 1 : 0) << t;
+      EXPECT_EQ(b.inputIds[0][t].item<int64_t>(), in ? ds.row(0).ids[static_cast<size_t>(t - start)] : pad);
+      EXPECT_EQ(b.labels[0][t].item<int64_t>(), in ? ds.row(0).labels[static_cast<size_t>(t - start)] : kIgnoreLabel);
+    }
+    EXPECT_EQ(b.attentionMask[1].sum().item<int64_t>(), 7);
+    EXPECT_EQ(b.lossTokens, 2 + 3);  // "b" + eos, "de" + eos
+  }
+}
+
+TEST(LmDatasetSynthetic, SeededRowsOfTheLengthWithinTheVocab) {
+  const auto a = LmDataset::synthetic(3, 16, 50, 7);
+  const auto b = LmDataset::synthetic(3, 16, 50, 7);
+  ASSERT_EQ(a.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(a.row(i).ids, b.row(i).ids);
+    EXPECT_EQ(a.row(i).ids.size(), 16u);
+    for (auto id : a.row(i).ids) EXPECT_TRUE(id >= 0 && id < 50);
+  }
+  EXPECT_NE(a.row(0).ids, a.row(1).ids);
+}
+
+}  // namespace
+}  // namespace strata
