@@ -191,7 +191,8 @@ int runBench(const BenchArgs& args) {
     return kExitOk;
   }
   std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps << " warm-up, "
-            << px << " px, batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
+            << (cfg.model.arch == config::ModelArch::Flux ? std::to_string(px) + " px, " : std::string())
+            << "batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
