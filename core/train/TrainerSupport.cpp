@@ -23,6 +23,7 @@
 #include "train/FlowMatching.h"
 #include "train/ModelFamily.h"
 #include "train/RngState.h"
+#include "train/SamplingWeights.h"
 
 namespace strata::train {
 
@@ -317,13 +318,7 @@ at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t b
 void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder& folder, int64_t step,
                events::EventBus& bus) {
   at::NoGradGuard noGrad;
-  struct TrainModeBack {
-    lora::LoraNetwork& n;
-    ~TrainModeBack() { n.train(true); }
-  } back{*st.network};
-  st.network->train(false);
-  std::unique_ptr<Ema::SwapGuard> swap;
-  if (st.ema) swap = std::make_unique<Ema::SwapGuard>(*st.ema);
+  const SamplingWeights sampling(*st.network, st.ema.get());
   // Latent pixels per image pixel: the images run's VAE, the demo's pixel code, else the VAE's 8 (previews).
   const int64_t scale = st.images ? st.images->downscaleFactor() : st.pixelCode ? kPixelCodeScale : 8;
   auto even = [](int64_t v) { return std::max<int64_t>(2, v - v % 2); };

@@ -20,6 +20,7 @@
 #include "text/TokenizerFactory.h"
 #include "train/Ema.h"
 #include "train/RngState.h"
+#include "train/SamplingWeights.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::families {
@@ -201,13 +202,7 @@ class LlamaRun : public train::FamilyRun {
   void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
                  int64_t step, events::EventBus& bus) override {
     at::NoGradGuard noGrad;
-    struct TrainModeBack {
-      lora::LoraNetwork& n;
-      ~TrainModeBack() { n.train(true); }
-    } back{*st.network};
-    st.network->train(false);
-    std::unique_ptr<train::Ema::SwapGuard> swap;
-    if (st.ema) swap = std::make_unique<train::Ema::SwapGuard>(*st.ema);
+    const train::SamplingWeights sampling(*st.network, st.ema.get());
     for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
       const auto& prompt = cfg.sample.prompts[i];
       const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
