@@ -53,6 +53,26 @@ inline at::ScalarType float8E4m3Type() {
 #endif
 }
 
+// ---- fp8 matmul (added by nn/Linear) -----------------------------------------
+// at::_scaled_mm with row-wise scales (scale_a [M, 1], scale_b [1, N]) exists from
+// 2.5 on; 1.13 has no fp8 matmul at all. The validator refuses model.fp8_matmul
+// on a build without it (docs/quantization.md).
+constexpr bool kHasScaledMm = STRATA_TORCH_AT_LEAST(2, 5);
+
+// a [M, K] fp8 row-major times b [K, N] fp8 column-major, each row of a times
+// scaleA [M, 1] and each column of b times scaleB [1, N] (float32), plus bias [N],
+// accumulated by the tensor cores and written in outDtype: [M, N].
+inline at::Tensor scaledMm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scaleA, const at::Tensor& scaleB,
+                           const at::Tensor& bias, at::ScalarType outDtype, bool fastAccum) {
+#if STRATA_TORCH_AT_LEAST(2, 5)
+  return at::_scaled_mm(a, b, scaleA, scaleB, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
+                        c10::nullopt, outDtype, fastAccum);
+#else
+  (void)a, (void)b, (void)scaleA, (void)scaleB, (void)bias, (void)outDtype, (void)fastAccum;
+  throw std::runtime_error("this LibTorch has no fp8 matmul (at::_scaled_mm with row-wise scales exists from 2.5 on)");
+#endif
+}
+
 // ---- fused optimizer kernel (added by train/FusedAdamW) ---------------------
 // at::_fused_adamw_ (CUDA) exists from 2.0 on; 2.1 is the first this project builds with it.
 constexpr bool kHasFusedAdamW = STRATA_TORCH_AT_LEAST(2, 1);

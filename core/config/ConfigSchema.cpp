@@ -342,6 +342,9 @@ std::vector<KeySpec> buildSchema() {
       .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet: warned)")
       .add("model.qtype", M(model.qtype),
            "int8 (per output row), qfloat8 (fp8 e4m3, per output row), float8_e4m3 (fp8 e4m3, per tensor)")
+      .add("model.fp8_matmul", M(model.fp8Matmul),
+           "With an fp8 qtype: multiply on the fp8 tensor cores (inputs quantized per token; CUDA sm_89+, "
+           "LibTorch 2.5+, bf16) instead of converting the weight to bf16 per matmul (docs/quantization.md)")
       .add("model.low_vram", M(model.lowVram),
            "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
@@ -501,6 +504,7 @@ const Look kLooks[] = {
     {"model.quantize", "Quantize the model", "Model", false},
     {"model.quantize_te", "Quantize the text encoders", "Model", false},
     {"model.qtype", "Quantization type", "Model", false},
+    {"model.fp8_matmul", "fp8 matrix multiplies", "Model", false},
     {"model.low_vram", "Keep idle weights in CPU memory", "GPUs", false},
     {"model.device", "Train on", "GPUs", true},
     {"model.split_model_over_gpus", "Split the model over the GPUs", "GPUs", true},

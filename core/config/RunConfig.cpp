@@ -15,12 +15,12 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
   return std::tie(nameOrPath, vaePath, clipPath, t5Path, tokenizerPath, vaeNormNumGroups, clipNumAttentionHeads, isFlux,
                   preset, numLayers, numSingleLayers, numAttentionHeads, attentionHeadDim, inChannels,
                   jointAttentionDim, pooledProjectionDim, axesDimsRope, guidanceEmbeds, randomWeights, quantize,
-                  quantizeTe, qtype, lowVram, device, splitModelOverGpus, splitModelOtherModuleParamCountScale, gpuIds,
+                  quantizeTe, qtype, fp8Matmul, lowVram, device, splitModelOverGpus, splitModelOtherModuleParamCountScale, gpuIds,
                   placement, gpuMemoryLimitGb, memoryReserveGb) ==
          std::tie(o.nameOrPath, o.vaePath, o.clipPath, o.t5Path, o.tokenizerPath, o.vaeNormNumGroups,
                   o.clipNumAttentionHeads, o.isFlux, o.preset, o.numLayers, o.numSingleLayers, o.numAttentionHeads,
                   o.attentionHeadDim, o.inChannels, o.jointAttentionDim, o.pooledProjectionDim, o.axesDimsRope,
-                  o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.lowVram, o.device,
+                  o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.fp8Matmul, o.lowVram, o.device,
                   o.splitModelOverGpus, o.splitModelOtherModuleParamCountScale, o.gpuIds, o.placement,
                   o.gpuMemoryLimitGb, o.memoryReserveGb) &&
          arch == o.arch;

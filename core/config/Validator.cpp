@@ -263,8 +263,54 @@ class Checker {
     }
   }
 
+  // model.fp8_matmul: fp8 weights multiplied on fp8 tensor cores (at::_scaled_mm),
+  // which exist on CUDA sm_89+ with LibTorch 2.5+ and write bf16. Every reason that
+  // applies is said, each with what works instead.
+  void fp8Matmul() {
+    const ModelConfig& m = cfg_.model;
+    if (!m.fp8Matmul) return;
+    const std::string key = "model.fp8_matmul";
+    if (!m.quantize) {
+      error(key, "fp8 matmuls multiply a quantized base, but model.quantize is false" + lineOf("model.quantize"),
+            "set quantize: true with qtype: qfloat8, or fp8_matmul: false");
+      return;
+    }
+    const bool int8 = m.qtype == "int8";
+    if (int8)
+      error(key, "fp8 matmuls need fp8 weights; qtype int8 stores int8" + lineOf("model.qtype"),
+            "set qtype: qfloat8 (or float8_e4m3), or fp8_matmul: false: int8 with the dequantizing matmul works "
+            "everywhere");
+    const std::string instead = int8 || !compat::kHasFloat8 ? "int8" : m.qtype;
+    const bool cpuRun =
+        m.device == ComputeDevice::Cpu || (m.device == ComputeDevice::Auto && opt_.devices && gpus().empty());
+    if (cpuRun) {
+      error(key, "fp8 matmuls run on CUDA cards only, and this run is on the CPU" + lineOf("model.device"),
+            "set fp8_matmul: false; " + instead + " with the default dequantizing matmul works on the CPU");
+    } else if (opt_.devices) {
+      const device::DeviceSelection sel = device::selectDevices(deviceRequestOf(m), *opt_.devices);
+      for (const auto& d : sel.devices) {
+        if (d.isCpu() || d.ccMajor == 0) continue;  // ccMajor 0: architecture unknown
+        if (d.ccMajor * 10 + d.ccMinor >= 89) continue;
+        error(key,
+              "fp8 tensor cores need compute capability 8.9 (Ada) or newer; " + d.label() + " (" + d.name + ") is " +
+                  std::to_string(d.ccMajor) + "." + std::to_string(d.ccMinor),
+              "set fp8_matmul: false; " + instead + " with the default dequantizing matmul works on this card");
+        break;
+      }
+    }
+    if (!compat::kHasScaledMm)
+      error(key,
+            "this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
+                ") has no fp8 matmul with row-wise scales (at::_scaled_mm, 2.5 on)",
+            "set fp8_matmul: false; " + instead + " with the default dequantizing matmul works on this build");
+    if (cfg_.train.dtype != DType::BF16)
+      error("train.dtype", "fp8 matmuls (model.fp8_matmul) write bf16; train.dtype is " + enumName(cfg_.train.dtype),
+            "set dtype: bf16, or fp8_matmul: false");
+  }
+
   void quantization() {
     const ModelConfig& m = cfg_.model;
+    fp8Matmul();
     if (!m.quantize && !m.quantizeTe) return;
     const auto& known = knownQtypes();
     if (std::find(known.begin(), known.end(), m.qtype) == known.end()) {
@@ -282,7 +328,7 @@ class Checker {
       return;
     }
     // fp8 weights are dequantized per matmul, so any card with float8 dtypes runs
-    // them; only fp8 matmuls (not done yet) would need sm_89+.
+    // them; only fp8 matmuls (model.fp8_matmul, above) need sm_89+.
     if (m.quantizeTe)
       warning("model.quantize_te",
               "the text encoders are not quantized yet: they stay in " + enumName(cfg_.train.dtype),

@@ -4,9 +4,11 @@
 #include <torch/nn/init.h>
 
 #include "common/Error.h"
+#include "common/TorchCompat.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace strata::nn {
 
@@ -24,25 +26,103 @@ LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias, c
 
 namespace {
 
-// (x W_q^T) * scale over a quantized weight. Per-row (or per-tensor) scales commute
-// with the matmul: the output is scaled, not a dequantized copy of W; int8 and fp8
-// e4m3 are exact in bf16. Plain autograd would keep the converted copy of W for the
-// input gradient until the backward (0.7 GB per FLUX.1-dev double block); this keeps
-// only the quantized weight and the scale, which live anyway, and converts W again
-// in the backward. The base is frozen: no gradient for W, its scale or the bias.
+// How a quantized Linear multiplies (nn/Quantize.h).
+enum MatmulMode : int64_t { kDequantized = 0, kFp8Forward = 1, kFp8ForwardAndBackward = 2 };
+
+// 440 rather than 448 (e4m3fn's largest finite value): the scaled input is rounded
+// to bf16 before the cast, and e4m3fn has no infinity (past 464 a value is NaN).
+constexpr double kFp8Target = 440.0;
+// The forward accumulates in the tensor cores' fast mode (what fp8 training recipes
+// use for the forward); the gradient matmul does not.
+constexpr bool kFastAccumForward = true;
+
+struct Fp8Rows {
+  at::Tensor data;   // [M, K] e4m3
+  at::Tensor scale;  // [M, 1] float32: data * scale ~ the input
+};
+
+// Per-row (per-token) e4m3 quantization of x [M, K]: one read for the amax, a
+// scaled copy, a cast. The scale returned is the inverse of the one applied.
+Fp8Rows quantizeRows(const at::Tensor& x) {
+  const auto amax =
+      at::linalg_vector_norm(x, std::numeric_limits<double>::infinity(), {1}, /*keepdim=*/true, at::kFloat);  // [M, 1]
+  const auto inv = (kFp8Target / amax.clamp_min(1e-30)).to(x.scalar_type());                                 // [M, 1]
+  Fp8Rows r;
+  r.data = (x * inv).to(compat::float8E4m3Type());
+  r.scale = inv.to(at::kFloat).reciprocal();
+  return r;
+}
+
+// The weight's scale as _scaled_mm's row-wise second scale: [1, n] float32. A
+// per-tensor scale is repeated (_scaled_mm does not mix row-wise and per-tensor).
+at::Tensor columnScale(const at::Tensor& scale, int64_t n) {
+  return scale.numel() == 1 ? scale.reshape({1, 1}).expand({1, n}).contiguous() : scale.reshape({1, n});
+}
+
+// x [..., K] bf16 on CUDA times the fp8 weight [N, K] on the fp8 tensor cores, bias
+// fused: [..., N]. W^T is W's storage read column-major, as _scaled_mm wants.
+at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::Tensor& scale,
+                      const c10::optional<at::Tensor>& bias) {
+  const int64_t n = weightQ.size(0);
+  const int64_t k = weightQ.size(1);
+  const auto q = quantizeRows(x.reshape({-1, k}));                                         // [M, K]
+  const auto y = compat::scaledMm(q.data, weightQ.t(), q.scale, columnScale(scale, n), bias.value_or(at::Tensor()),
+                                  x.scalar_type(), kFastAccumForward);                     // [M, N]
+  auto shape = x.sizes().vec();
+  shape.back() = n;
+  return y.view(shape);  // [..., N]
+}
+
+// The input gradient on the fp8 tensor cores: g [..., N] times the weight's scale,
+// quantized per row, times W [N, K]. _scaled_mm's second operand must be column-major,
+// so W is transposed into a [K, N] copy (1 byte per weight, freed after the matmul).
+at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at::Tensor& scale) {
+  const int64_t n = weightQ.size(0);
+  const int64_t k = weightQ.size(1);
+  const auto g2 = g.reshape({-1, n});                                                   // [M, N]
+  const bool perTensor = scale.numel() == 1;
+  const auto q = quantizeRows(perTensor ? g2 : g2 * scale.to(g.scalar_type()));        // [M, N]
+  // The byte view transposes with the plain copy kernel, whatever it does with float8.
+  const auto wT = weightQ.view(at::kByte).t().contiguous().view(weightQ.scalar_type());  // [K, N]
+  const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());  // [1, K]
+  const auto gx = compat::scaledMm(q.data, wT.t(), q.scale, sb, at::Tensor(), g.scalar_type(), false);  // [M, K]
+  auto shape = g.sizes().vec();
+  shape.back() = k;
+  return gx.view(shape);  // [..., K]
+}
+
+// (x W_q^T) * scale (+ bias) over a quantized weight, without autograd.
+at::Tensor quantizedForward(const at::Tensor& x, const at::Tensor& weightQ, const at::Tensor& scale,
+                            const c10::optional<at::Tensor>& bias, int64_t mode) {
+  if (mode != kDequantized) return fp8Forward(x, weightQ, scale, bias);
+  at::Tensor y = at::linear(x, weightQ.to(x.scalar_type())) * scale.to(x.scalar_type());  // [..., out]
+  return bias ? y + *bias : y;
+}
+
+// Per-row (or per-tensor) scales commute with the matmul: the output is scaled, not
+// a dequantized copy of W; int8 and fp8 e4m3 are exact in bf16. Plain autograd would
+// keep the converted copy of W for the input gradient until the backward (0.7 GB per
+// FLUX.1-dev double block); this keeps only the quantized weight and the scale, which
+// live anyway, and converts W again in the backward (or multiplies in fp8). The base
+// is frozen: no gradient for W, its scale or the bias (passed only when frozen).
 struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weightQ,
-                            const at::Tensor& scale) {
+                            const at::Tensor& scale, c10::optional<at::Tensor> bias, int64_t mode) {
     ctx->save_for_backward({weightQ, scale});
-    return at::linear(x, weightQ.to(x.scalar_type())) * scale.to(x.scalar_type());  // [..., out]
+    ctx->saved_data["mode"] = mode;
+    return quantizedForward(x, weightQ, scale, bias, mode);  // [..., out]
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list gradOut) {
     const auto saved = ctx->get_saved_variables();
-    const auto& g = gradOut[0];                                          // [..., out]
-    const auto gx = at::matmul(g * saved[1].to(g.scalar_type()), saved[0].to(g.scalar_type()));  // [..., in]
-    return {gx, at::Tensor(), at::Tensor()};
+    const auto& g = gradOut[0];  // [..., out]
+    at::Tensor gx;
+    if (ctx->saved_data["mode"].toInt() == kFp8ForwardAndBackward)
+      gx = fp8InputGrad(g, saved[0], saved[1]);
+    else
+      gx = at::matmul(g * saved[1].to(g.scalar_type()), saved[0].to(g.scalar_type()));  // [..., in]
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -51,11 +131,24 @@ struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
   if (quantType_ == QuantType::None)
     return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+  const bool fp8 = fp8Matmul_ && x.is_cuda() && x.scalar_type() == at::kBFloat16;
+  const int64_t mode = !fp8 ? kDequantized : fp8Backward_ == Fp8Backward::Fp8 ? kFp8ForwardAndBackward : kFp8Forward;
+  // A frozen bias goes into the matmul (fused by _scaled_mm); one that trains is added here.
+  const bool biasInside = bias.defined() && !bias.requires_grad();
+  const c10::optional<at::Tensor> inside =
+      biasInside ? c10::optional<at::Tensor>(bias.to(x.scalar_type())) : c10::nullopt;
   at::Tensor y = x.requires_grad() && at::GradMode::is_enabled()
-                     ? QuantizedMatmul::apply(x, weight, weightScale)
-                     : at::linear(x, weight.to(x.scalar_type())) * weightScale.to(x.scalar_type());  // [..., out]
-  if (bias.defined()) y = y + bias.to(x.scalar_type());
+                     ? QuantizedMatmul::apply(x, weight, weightScale, inside, mode)
+                     : quantizedForward(x, weight, weightScale, inside, mode);  // [..., out]
+  if (bias.defined() && !biasInside) y = y + bias.to(x.scalar_type());
   return y;
+}
+
+bool LinearImpl::useFp8Matmul(Fp8Backward backward) {
+  if (!fp8MatmulQualifies(inFeatures_, outFeatures_, quantType_)) return false;
+  fp8Matmul_ = true;
+  fp8Backward_ = backward;
+  return true;
 }
 
 void LinearImpl::quantize(QuantType t) {

@@ -46,6 +46,11 @@ class LinearImpl : public torch::nn::Module {
   // quantized or for a type this build cannot store.
   void quantize(QuantType t);
   QuantType quantType() const { return quantType_; }
+  // Multiplies on the fp8 tensor cores from now on (nn/Quantize.h, enableFp8Matmul):
+  // an fp8-quantized Linear whose dims are multiples of 16, fed bf16 on CUDA. False,
+  // and nothing changes, for one that does not qualify (it keeps the dequantizing matmul).
+  bool useFp8Matmul(Fp8Backward backward = Fp8Backward::Bf16);
+  bool fp8Matmul() const { return fp8Matmul_; }
   // The weight in `dtype`, dequantized when quantized: [out, in].
   at::Tensor denseWeight(at::ScalarType dtype) const;
 
@@ -60,6 +65,8 @@ class LinearImpl : public torch::nn::Module {
   int64_t inFeatures_;
   int64_t outFeatures_;
   QuantType quantType_ = QuantType::None;
+  bool fp8Matmul_ = false;
+  Fp8Backward fp8Backward_ = Fp8Backward::Bf16;
   std::vector<std::shared_ptr<LinearAdapter>> adapters_;
 };
 TORCH_MODULE(Linear);

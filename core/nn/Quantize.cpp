@@ -81,4 +81,28 @@ int64_t quantizeLinears(torch::nn::Module& module, QuantType t) {
   return n;
 }
 
+bool fp8MatmulQualifies(int64_t inFeatures, int64_t outFeatures, QuantType t) {
+  return isFloat8(t) && inFeatures % 16 == 0 && outFeatures % 16 == 0;
+}
+
+std::string fp8MatmulSummary(const Fp8MatmulCount& c) {
+  std::string s = "fp8 matmul: " + std::to_string(c.fp8) + " Linears";
+  if (c.fallback > 0)
+    s += " (" + std::to_string(c.fallback) + " keep the dequantizing matmul: a dim not a multiple of 16)";
+  return s;
+}
+
+Fp8MatmulCount enableFp8Matmul(torch::nn::Module& module, Fp8Backward backward) {
+  Fp8MatmulCount c;
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    auto* lin = dynamic_cast<LinearImpl*>(m.get());
+    if (!lin || !isFloat8(lin->quantType())) continue;
+    if (lin->useFp8Matmul(backward))
+      ++c.fp8;
+    else
+      ++c.fallback;
+  }
+  return c;
+}
+
 }  // namespace strata::nn

@@ -43,4 +43,35 @@ at::Tensor dequantizeWeight(const at::Tensor& data, const at::Tensor& scale, at:
 // device its weight is on. Returns how many were quantized.
 int64_t quantizeLinears(torch::nn::Module& module, QuantType t);
 
+// ---- fp8 matmul (model.fp8_matmul) ------------------------------------------
+// An fp8-quantized Linear may multiply on the fp8 tensor cores (at::_scaled_mm,
+// sm_89+): the input is quantized per token (row-wise amax, e4m3) and the weight's
+// own scale (per row or per tensor) applies to the output columns.
+//
+// The input gradient of that Linear (the base is frozen: no weight gradient):
+//   Bf16  the weight converted to bf16 again, a bf16 matmul (the default: measured
+//         in docs/quantization.md, fp8 here bought little time and cost precision)
+//   Fp8   grad_out times the weight's scale, quantized per row to e4m3, times a
+//         transposed copy of the fp8 weight made per backward
+enum class Fp8Backward { Bf16, Fp8 };
+
+// _scaled_mm needs both weight dims to be multiples of 16 and fp8 storage.
+bool fp8MatmulQualifies(int64_t inFeatures, int64_t outFeatures, QuantType t);
+
+struct Fp8MatmulCount {
+  int64_t fp8 = 0;       // Linears switched to the fp8 matmul
+  int64_t fallback = 0;  // fp8-quantized Linears that keep the dequantizing matmul (a dim not a multiple of 16)
+  Fp8MatmulCount& operator+=(const Fp8MatmulCount& o) {
+    fp8 += o.fp8;
+    fallback += o.fallback;
+    return *this;
+  }
+};
+// "fp8 matmul: 494 Linears (2 keep the dequantizing matmul: a dim not a multiple of 16)"
+std::string fp8MatmulSummary(const Fp8MatmulCount& c);
+// Switches every qualifying quantized Linear inside `module` to the fp8 matmul.
+// Where the matmul runs, the input must be bf16 on CUDA; any other input takes
+// the dequantizing matmul.
+Fp8MatmulCount enableFp8Matmul(torch::nn::Module& module, Fp8Backward backward = Fp8Backward::Bf16);
+
 }  // namespace strata::nn

@@ -168,12 +168,18 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
   const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
   // Random weights: each block is quantized as soon as it exists. Loaded weights
   // are read into the float model first, then quantized block by block.
-  if (qtype != nn::QuantType::None && !loadWeights)
-    bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
+  // model.fp8_matmul (the validator allows it only with an fp8 qtype on a card that has it).
+  const bool fp8Matmul = m.fp8Matmul && nn::isFloat8(qtype);
+  nn::Fp8MatmulCount fp8;
+  auto quantizeBlock = [qtype, fp8Matmul, &fp8](torch::nn::Module& block) {
+    nn::quantizeLinears(block, qtype);
+    if (fp8Matmul) fp8 += nn::enableFp8Matmul(block);
+  };
+  if (qtype != nn::QuantType::None && !loadWeights) bo.onBlockBuilt = quantizeBlock;
   b.model = std::make_shared<flux::FluxTransformer>(run.model, bo);
   if (loadWeights) flux::loadFluxWeights(*b.model, m.nameOrPath);
   if (qtype != nn::QuantType::None && loadWeights)
-    for (auto& slot : b.model->blockList().blocks) nn::quantizeLinears(*slot.block, qtype);
+    for (auto& slot : b.model->blockList().blocks) quantizeBlock(*slot.block);
   for (auto& p : b.model->parameters()) p.requires_grad_(false);
   if (plan) {
     b.placement = std::make_unique<placement::Placement>(b.model->blockList(), *plan);
@@ -181,6 +187,7 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
     b.placement = placement::Placement::singleDevice(b.model->blockList(), buildDevice);
     b.reason = "single device " + buildDevice.str();
   }
+  if (fp8Matmul) b.reason += "; " + nn::fp8MatmulSummary(fp8);
   if (qtype != nn::QuantType::None) b.placement->attachAll(placement::QuantScaleAttachment::forModel(*b.model));
   b.placement->apply();
   b.devices = b.placement->devices();

@@ -569,5 +569,60 @@ TEST(Validator, ShippedConfigsHaveNoErrors) {
   EXPECT_TRUE(hasKey(validateLoaded(split, fourV100), "train.dtype"));
 }
 
+// model.fp8_matmul is refused before anything runs wherever the fp8 matmul cannot
+// run, each time with the reason and what works instead.
+TEST(Validator, Fp8MatmulIsRefusedWhereItCannotRun) {
+  auto yamlFor = [](const std::string& model) {
+    return "model:\n"
+           "  random_weights: true\n"
+           "  fp8_matmul: true\n" +  // 3
+           model + "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n";
+  };
+  auto hintHas = [](const std::vector<Problem>& ps, const std::string& reason, const std::string& hint) {
+    for (const auto& p : ps)
+      if (p.key == "model.fp8_matmul" && p.message.find(reason) != std::string::npos &&
+          p.hint.find(hint) != std::string::npos)
+        return true;
+    return false;
+  };
+  auto h200 = gpu(0, 9);
+  auto a100 = gpu(0, 8, 80, "A100");
+  auto ada = gpu(0, 8, 24, "L4");
+  ada.ccMinor = 9;
+  // Without quantize.
+  const auto noQuant = check(yamlFor(""), std::vector<device::DeviceInfo>{h200});
+  EXPECT_TRUE(hasProblem(noQuant, Severity::Error, "model.fp8_matmul", 3, "model.quantize is false"))
+      << test::dump(noQuant);
+  // With int8 weights.
+  const auto int8 = check(yamlFor("  quantize: true\n  qtype: int8\n"), std::vector<device::DeviceInfo>{h200});
+  EXPECT_TRUE(hintHas(int8, "qtype int8", "qfloat8")) << test::dump(int8);
+  // On the CPU: by model.device, and by a machine without a GPU.
+  const auto cpu = check(yamlFor("  quantize: true\n  device: cpu\n"), std::vector<device::DeviceInfo>{h200});
+  EXPECT_TRUE(hintHas(cpu, "on the CPU", "dequantizing matmul works on the CPU")) << test::dump(cpu);
+  const auto noGpu = check(yamlFor("  quantize: true\n"), std::vector<device::DeviceInfo>{});
+  EXPECT_TRUE(hintHas(noGpu, "on the CPU", "fp8_matmul: false")) << test::dump(noGpu);
+  // A card below sm_89 (an A100 is 8.0); an Ada card (8.9) and a Hopper one pass this rule.
+  const auto old = check(yamlFor("  quantize: true\n"), std::vector<device::DeviceInfo>{a100});
+  EXPECT_TRUE(hintHas(old, "8.9", "dequantizing matmul works on this card")) << test::dump(old);
+  EXPECT_TRUE(hintHas(old, "A100", "")) << test::dump(old);
+  for (const auto& card : {ada, h200}) {
+    const auto ok = check(yamlFor("  quantize: true\n"), std::vector<device::DeviceInfo>{card});
+    EXPECT_FALSE(hintHas(ok, "compute capability", "")) << card.name << test::dump(ok);
+    // This build: only a LibTorch with _scaled_mm (2.5+) has no error at all.
+    EXPECT_EQ(hasErrors(ok), !compat::kHasScaledMm) << card.name << test::dump(ok);
+    EXPECT_EQ(hintHas(ok, "_scaled_mm", "dequantizing matmul works on this build"), !compat::kHasScaledMm)
+        << test::dump(ok);
+  }
+  // fp32 training: the fp8 matmul writes bf16.
+  const std::string fp32 = "model:\n  random_weights: true\n  quantize: true\n  fp8_matmul: true\n"
+                           "datasets: [{type: synthetic}]\ntrain: {dtype: fp32}\nsample: {sample_every: 0}\n";
+  EXPECT_TRUE(hasProblem(check(fp32, std::vector<device::DeviceInfo>{h200}), Severity::Error, "train.dtype", 6, "bf16"));
+  // Off (the default): none of this.
+  const auto off = check("model:\n  random_weights: true\n  quantize: true\n  qtype: int8\n"
+                         "datasets: [{type: synthetic}]\nsample: {sample_every: 0}\n",
+                         std::vector<device::DeviceInfo>{a100});
+  EXPECT_FALSE(hintHas(off, "", "")) << test::dump(off);
+}
+
 }  // namespace
 }  // namespace strata::config

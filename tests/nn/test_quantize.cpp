@@ -181,3 +181,55 @@ TEST(Quantize, TypeNamesAndWhatThisBuildCanStore) {
     EXPECT_LT(relL2(dequantizeWeight(q.data, q.scale, at::kFloat), w), 5e-2) << quantTypeName(t);
   }
 }
+
+// model.fp8_matmul: which Linears qualify for at::_scaled_mm, and that the switch
+// is counted. The fp8 matmul itself runs on CUDA only (tests/gpu/test_fp8_gpu.cpp).
+TEST(Quantize, Fp8MatmulQualifiesOnlyFp8WeightsWithDimsOfSixteen) {
+  EXPECT_TRUE(fp8MatmulQualifies(3072, 12288, QuantType::QFloat8));
+  EXPECT_TRUE(fp8MatmulQualifies(16, 32, QuantType::Float8E4m3));
+  EXPECT_FALSE(fp8MatmulQualifies(3072, 12288, QuantType::Int8));
+  EXPECT_FALSE(fp8MatmulQualifies(3072, 12288, QuantType::None));
+  EXPECT_FALSE(fp8MatmulQualifies(24, 32, QuantType::QFloat8));
+  EXPECT_FALSE(fp8MatmulQualifies(32, 20, QuantType::QFloat8));
+  // int8 and float Linears are neither switched nor counted as falling back.
+  struct Two : torch::nn::Module {
+    Two() {
+      a = register_module("a", Linear(32, 16));
+      b = register_module("b", Linear(16, 8));
+    }
+    Linear a{nullptr}, b{nullptr};
+  };
+  auto plain = std::make_shared<Two>();
+  EXPECT_EQ(enableFp8Matmul(*plain).fp8 + enableFp8Matmul(*plain).fallback, 0);
+  quantizeLinears(*plain, QuantType::Int8);
+  EXPECT_EQ(enableFp8Matmul(*plain).fp8 + enableFp8Matmul(*plain).fallback, 0);
+  EXPECT_FALSE(plain->a->fp8Matmul());
+}
+
+TEST(Quantize, Fp8MatmulIsCountedAndOffCudaTheDequantizedPathRuns) {
+  if (!compat::kHasFloat8) GTEST_SKIP() << "this LibTorch has no float8 dtypes (2.1+)";
+  at::manual_seed(9);
+  struct Three : torch::nn::Module {
+    Three() {
+      a = register_module("a", Linear(32, 48));
+      b = register_module("b", Linear(48, 20));  // 20 outputs: not a multiple of 16
+      c = register_module("c", Linear(20, 16));  // 20 inputs
+    }
+    Linear a{nullptr}, b{nullptr}, c{nullptr};
+  };
+  auto holder = std::make_shared<Three>();
+  auto& m = *holder;
+  for (auto& p : m.parameters()) p.requires_grad_(false);
+  quantizeLinears(m, QuantType::QFloat8);
+  const auto x = at::randn({5, 32}).to(at::kBFloat16);
+  const auto before = m.c->forward(m.b->forward(m.a->forward(x)));
+  const auto count = enableFp8Matmul(m);
+  EXPECT_EQ(count.fp8, 1);
+  EXPECT_EQ(count.fallback, 2);
+  EXPECT_TRUE(m.a->fp8Matmul());
+  EXPECT_FALSE(m.b->fp8Matmul());
+  EXPECT_NE(fp8MatmulSummary(count).find("2 keep the dequantizing matmul"), std::string::npos);
+  // On the CPU the switched Linear still takes the dequantizing matmul: the same values.
+  const auto after = m.c->forward(m.b->forward(m.a->forward(x)));
+  EXPECT_TRUE(at::equal(before, after));
+}

@@ -166,8 +166,12 @@ class LlamaRun : public train::FamilyRun {
     model_ = std::make_shared<llama::LlamaForCausalLM>(config_, bo);
     if (!m.randomWeights) llama::loadLlamaWeights(*model_, m.nameOrPath);
     const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+    nn::Fp8MatmulCount fp8;
     if (qtype != nn::QuantType::None)
-      for (size_t i = 0; i < model_->layerCount(); ++i) nn::quantizeLinears(*model_->layer(i), qtype);
+      for (size_t i = 0; i < model_->layerCount(); ++i) {
+        nn::quantizeLinears(*model_->layer(i), qtype);
+        if (m.fp8Matmul && nn::isFloat8(qtype)) fp8 += nn::enableFp8Matmul(*model_->layer(i));
+      }
     for (auto& p : model_->parameters()) p.requires_grad_(false);
     if (dev.plan) {
       st.placement = std::make_unique<placement::Placement>(model_->blockList(), *dev.plan);
@@ -176,6 +180,7 @@ class LlamaRun : public train::FamilyRun {
       st.placement = placement::Placement::singleDevice(model_->blockList(), dev.buildDevice);
       st.planReason = "single device " + dev.buildDevice.str();
     }
+    if (m.fp8Matmul && nn::isFloat8(qtype)) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
     if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
     st.placement->apply();
     st.devices = st.placement->devices();

@@ -1,0 +1,361 @@
+// GPU checks of model.fp8_matmul (label gpu; they skip without CUDA, on a build
+// without at::_scaled_mm, or on a card below sm_89): a quantized Linear's fp8 matmul
+// against its dequantizing matmul at FLUX.1-dev shapes (forward and input gradient,
+// both backward choices, timed), one FLUX.1-dev double and single block with random
+// weights against bf16 for every path, every flux_transformer fixture on CUDA, and a
+// 30-step LoRA loss curve on a qfloat8 + fp8-matmul base beside the bf16 one.
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <numeric>
+#include <vector>
+
+#include "common/ReferenceFixtures.h"
+#include "common/TestSupport.h"
+#include "common/TorchCompat.h"
+#include "device/DeviceInventory.h"
+#include "gpu/GpuStats.h"
+#include "io/Safetensors.h"
+#include "lora/LoraNetwork.h"
+#include "models/flux/FluxCheckpoint.h"
+#include "models/flux/FluxLoraRules.h"
+#include "models/flux/FluxSampling.h"
+#include "models/flux/FluxTransformer.h"
+#include "nn/Linear.h"
+#include "nn/Quantize.h"
+#include "parity/FluxFixture.h"
+#include "train/TrainerSupport.h"
+
+using namespace strata;
+using namespace strata::flux;
+using namespace strata::test::gpu;
+
+namespace {
+
+// e4m3 keeps 3 mantissa bits: rounding the input per token costs ~3% of a matmul's
+// output (relative L2; half a step is 1/16 of a value, ~2.7% RMS over a binade).
+constexpr double kFp8VsDequantized = 5e-2;
+
+// Why this machine cannot run the fp8 matmul, or "".
+std::string whyNoFp8() {
+  if (!compat::kHasScaledMm) return "this LibTorch has no at::_scaled_mm with row-wise scales (2.5+)";
+  for (const auto& d : device::listDevices())
+    if (d.index == 0) {
+      if (d.ccMajor * 10 + d.ccMinor < 89)
+        return "cuda:0 is sm_" + std::to_string(d.ccMajor) + std::to_string(d.ccMinor) + ", fp8 needs sm_89+";
+      return "";
+    }
+  return "no cuda:0";
+}
+
+#define STRATA_REQUIRE_FP8()                                           \
+  STRATA_REQUIRE_CUDA_DEVICES(1);                                      \
+  if (const auto why = whyNoFp8(); !why.empty()) GTEST_SKIP() << why;
+
+const at::Device kCuda(at::kCUDA, 0);
+
+enum class Path { Bf16, Dequantized, Fp8Forward, Fp8Both };
+const char* pathName(Path p) {
+  switch (p) {
+    case Path::Bf16:
+      return "bf16";
+    case Path::Dequantized:
+      return "dequantized";
+    case Path::Fp8Forward:
+      return "fp8 matmul (bf16 backward)";
+    case Path::Fp8Both:
+      return "fp8 matmul (fp8 backward)";
+  }
+  return "?";
+}
+
+// Quantizes `m` for `path` and switches the fp8 matmul on; the count of fp8 Linears.
+nn::Fp8MatmulCount prepare(torch::nn::Module& m, nn::QuantType t, Path path) {
+  if (path == Path::Bf16) return {};
+  nn::quantizeLinears(m, t);
+  if (path == Path::Dequantized) return {};
+  return nn::enableFp8Matmul(m, path == Path::Fp8Both ? nn::Fp8Backward::Fp8 : nn::Fp8Backward::Bf16);
+}
+
+template <class F>
+double medianMsOf(int reps, F&& f) {
+  f();  // warm-up (cuBLAS / CUTLASS picks its kernel)
+  synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return medianMs(ms);
+}
+
+}  // namespace
+
+TEST(Fp8Gpu, LinearMatchesTheDequantizedMatmulAtFluxDevShapes) {
+  STRATA_REQUIRE_FP8();
+  struct Shape {
+    int64_t m, k, n;
+    const char* what;
+  };
+  // 1024 px: 4096 image + 512 text tokens in a single block; the double block's image stream has 4096.
+  const std::vector<Shape> shapes = {{4096, 3072, 3072, "attention q/k/v/out"},
+                                     {4096, 3072, 12288, "mlp in"},
+                                     {4096, 12288, 3072, "mlp out"},
+                                     {4608, 15360, 3072, "single proj_out"},
+                                     {1, 3072, 18432, "modulation (one row)"}};
+  for (const auto t : {nn::QuantType::QFloat8, nn::QuantType::Float8E4m3}) {
+    for (const auto& s : shapes) {
+      at::manual_seed(11);
+      nn::Linear lin(s.k, s.n, true, at::TensorOptions(kCuda).dtype(at::kBFloat16));
+      for (auto& p : lin->parameters()) p.requires_grad_(false);
+      const auto denseBf16 = lin->weight.detach().clone();
+      const auto bias = lin->bias.detach().clone();
+      lin->quantize(t);
+      const auto x0 = at::randn({1, s.m, s.k}, at::TensorOptions(kCuda).dtype(at::kBFloat16));
+      const auto up = at::randn({1, s.m, s.n}, at::TensorOptions(kCuda).dtype(at::kBFloat16));
+      auto run = [&](bool backward) {
+        auto x = x0.detach().requires_grad_(backward);
+        auto y = lin->forward(x);
+        if (backward) (y * up).sum().backward();
+        return std::make_pair(y.detach(), backward ? x.grad() : at::Tensor());
+      };
+      const auto [y0, g0] = run(true);  // the dequantizing matmul
+      const auto yb = at::linear(x0, denseBf16, bias);
+      const double fwdMs0 = medianMsOf(10, [&] { run(false); });
+      const double stepMs0 = medianMsOf(10, [&] { run(true); });
+      const double bf16Ms = medianMsOf(10, [&] {
+        auto xx = x0.detach().requires_grad_(true);
+        (at::linear(xx, denseBf16, bias) * up).sum().backward();
+      });
+      for (const auto backward : {nn::Fp8Backward::Bf16, nn::Fp8Backward::Fp8}) {
+        ASSERT_TRUE(lin->useFp8Matmul(backward));
+        const auto [y1, g1] = run(true);
+        const double fwdErr = relL2(y1, y0);
+        const double gradErr = relL2(g1, g0);
+        const double fwdMs = medianMsOf(10, [&] { run(false); });
+        const double stepMs = medianMsOf(10, [&] { run(true); });
+        std::cout << "[fp8 gpu] " << nn::quantTypeName(t) << " " << s.what << " [" << s.m << "x" << s.k << "] x ["
+                  << s.k << "x" << s.n << "], " << (backward == nn::Fp8Backward::Fp8 ? "fp8" : "bf16")
+                  << " backward: forward rel. L2 vs dequantized " << fwdErr << " (dequantized vs bf16 weights "
+                  << relL2(y0, yb) << "), input grad vs dequantized " << gradErr << "; forward " << fwdMs
+                  << " ms (dequantized " << fwdMs0 << "), forward+backward " << stepMs << " ms (dequantized "
+                  << stepMs0 << ", bf16 weights " << bf16Ms << ")" << std::endl;
+        EXPECT_EQ(y1.scalar_type(), at::kBFloat16);
+        EXPECT_LT(fwdErr, kFp8VsDequantized) << s.what;
+        EXPECT_GT(fwdErr, 0.0) << s.what << ": the fp8 matmul did not run";
+        if (backward == nn::Fp8Backward::Bf16)
+          EXPECT_LT(gradErr, 1e-2) << s.what << ": the bf16 backward is the dequantized one";
+        else
+          EXPECT_LT(gradErr, kFp8VsDequantized) << s.what;
+      }
+    }
+  }
+}
+
+namespace {
+
+struct BlockRun {
+  at::Tensor img, txt;  // outputs
+  double ms = 0;        // forward + backward
+};
+
+// One FLUX.1-dev block (seeded random weights) on `io`, for `path`; output and timing.
+template <class BlockT>
+BlockRun runBlock(const FluxConfig& cfg, const nn::BlockIO& io, nn::QuantType t, Path path, int64_t* fp8Count) {
+  at::manual_seed(21);
+  auto block = std::make_shared<BlockT>(cfg, FluxBuildOptions{kCuda, at::kBFloat16});
+  for (auto& p : block->parameters()) p.requires_grad_(false);
+  *fp8Count = prepare(*block, t, path).fp8;
+  BlockRun r;
+  {
+    at::NoGradGuard g;
+    const auto out = block->forward(io);
+    r.img = out.img;
+    r.txt = out.txt;
+  }
+  r.ms = medianMsOf(5, [&] {
+    auto in = io;
+    in.img = io.img.detach().requires_grad_(true);
+    in.txt = io.txt.detach().requires_grad_(true);
+    const auto out = block->forward(in);
+    auto loss = out.img.to(at::kFloat).square().mean();
+    if (out.txt.defined()) loss = loss + out.txt.to(at::kFloat).square().mean();
+    loss.backward();
+  });
+  return r;
+}
+
+// Relative L2 of the block's own contribution (output minus input): the residual
+// stream is the same on every path and would hide the error.
+double deltaRelL2(const BlockRun& a, const BlockRun& ref, const nn::BlockIO& io) {
+  auto delta = [&](const BlockRun& r) {
+    auto d = (r.img - io.img).to(at::kFloat).flatten();
+    if (r.txt.defined()) d = at::cat({d, (r.txt - io.txt).to(at::kFloat).flatten()});
+    return d;
+  };
+  return relL2(delta(a), delta(ref));
+}
+
+}  // namespace
+
+TEST(Fp8Gpu, FluxDevDoubleAndSingleBlockAgainstBf16) {
+  STRATA_REQUIRE_FP8();
+  const auto cfg = FluxConfig::fluxDev();
+  const int64_t side = 64, textTokens = 512;  // 1024 px
+  const auto bf16 = at::TensorOptions(kCuda).dtype(at::kBFloat16);
+  at::manual_seed(5);
+  nn::BlockIO io;
+  io.img = at::randn({1, side * side, cfg.hiddenSize()}, bf16);
+  io.txt = at::randn({1, textTokens, cfg.hiddenSize()}, bf16);
+  io.temb = at::randn({1, cfg.hiddenSize()}, bf16);
+  const auto ids = at::cat({textIds(textTokens, at::TensorOptions(kCuda)),
+                            imageIds(2 * side, 2 * side, at::TensorOptions(kCuda))}, 0);
+  std::tie(io.ropeCos, io.ropeSin) = rotaryFromIds(ids, cfg.axesDimsRope, cfg.ropeTheta);
+  struct Case {
+    nn::QuantType t;
+    Path path;
+  };
+  const std::vector<Case> cases = {{nn::QuantType::Int8, Path::Dequantized},
+                                   {nn::QuantType::QFloat8, Path::Dequantized},
+                                   {nn::QuantType::Float8E4m3, Path::Dequantized},
+                                   {nn::QuantType::QFloat8, Path::Fp8Forward},
+                                   {nn::QuantType::QFloat8, Path::Fp8Both},
+                                   {nn::QuantType::Float8E4m3, Path::Fp8Forward},
+                                   {nn::QuantType::Float8E4m3, Path::Fp8Both}};
+  auto check = [&](const char* kind, auto runOne) {
+    int64_t n = 0;
+    const BlockRun ref = runOne(nn::QuantType::None, Path::Bf16, &n);
+    std::cout << "[fp8 gpu] FLUX.1-dev " << kind << " block, 1024 px, bf16: forward+backward " << ref.ms << " ms"
+              << std::endl;
+    for (const auto& c : cases) {
+      const BlockRun r = runOne(c.t, c.path, &n);
+      const double err = deltaRelL2(r, ref, io);
+      const double outErr = relL2(r.img, ref.img);
+      std::cout << "[fp8 gpu] FLUX.1-dev " << kind << " block, " << nn::quantTypeName(c.t) << " " << pathName(c.path)
+                << (c.path == Path::Fp8Forward || c.path == Path::Fp8Both ? " (" + std::to_string(n) + " fp8 Linears)"
+                                                                            : std::string())
+                << ": block delta rel. L2 vs bf16 " << err << ", image output rel. L2 " << outErr
+                << "; forward+backward " << r.ms << " ms (bf16 " << ref.ms << ")" << std::endl;
+      EXPECT_LT(err, c.t == nn::QuantType::Int8 ? 5e-2 : 1.5e-1) << kind << " " << pathName(c.path);
+      if (c.path == Path::Fp8Forward || c.path == Path::Fp8Both) EXPECT_GT(n, 0);
+    }
+  };
+  check("double", [&](nn::QuantType t, Path p, int64_t* n) { return runBlock<FluxDoubleBlock>(cfg, io, t, p, n); });
+  check("single", [&](nn::QuantType t, Path p, int64_t* n) { return runBlock<FluxSingleBlock>(cfg, io, t, p, n); });
+}
+
+TEST(Fp8Gpu, EveryFluxFixtureForwardAgainstBf16) {
+  STRATA_REQUIRE_FP8();
+  const auto fixtures = test::fixturesOfKind("flux_transformer");
+  ASSERT_FALSE(fixtures.empty()) << "no flux_transformer fixture under " << test::referenceDir();
+  for (const auto& [dir, manifest] : fixtures) {
+    SCOPED_TRACE(dir.string());
+    const auto cfg = FluxConfig::fromDiffusersJson(manifest.at("config"));
+    const auto inputs = parity::inputsOf(io::loadSafetensors(dir / "inputs.safetensors"), kCuda);
+    at::NoGradGuard noGrad;
+    auto runPath = [&](nn::QuantType t, Path path, int64_t* fp8, int64_t* fallback) {
+      FluxTransformer m(cfg, {kCuda, at::kBFloat16});
+      loadFluxWeights(m, dir / "transformer.safetensors");
+      nn::Fp8MatmulCount c;
+      for (auto& slot : m.blockList().blocks) c += prepare(*slot.block, t, path);
+      *fp8 = c.fp8;
+      *fallback = c.fallback;
+      return m.forward(inputs).to(at::kFloat);
+    };
+    int64_t fp8 = 0, fallback = 0;
+    const auto ref = runPath(nn::QuantType::None, Path::Bf16, &fp8, &fallback);
+    for (const auto t : {nn::QuantType::Int8, nn::QuantType::QFloat8, nn::QuantType::Float8E4m3})
+      for (const auto path : {Path::Dequantized, Path::Fp8Forward}) {
+        if (t == nn::QuantType::Int8 && path != Path::Dequantized) continue;
+        const double err = relL2(runPath(t, path, &fp8, &fallback), ref);
+        std::cout << "[fp8 gpu] " << dir.filename().string() << ": " << nn::quantTypeName(t) << " "
+                  << pathName(path) << " on CUDA: forward rel. L2 vs the bf16 base " << err;
+        if (path == Path::Fp8Forward) std::cout << " (" << fp8 << " fp8 Linears, " << fallback << " fall back)";
+        std::cout << std::endl;
+        EXPECT_LT(err, t == nn::QuantType::Int8 ? 3e-2 : 1.5e-1) << nn::quantTypeName(t) << " " << pathName(path);
+        if (path == Path::Fp8Forward) EXPECT_GT(fp8, 0);
+      }
+  }
+}
+
+namespace {
+
+// 30 AdamW steps of rank-16 LoRA on a fixed batch; the loss of each step.
+std::vector<double> lossCurve(const FluxConfig& cfg, nn::QuantType t, Path path, const FluxInputs& in,
+                              const at::Tensor& target) {
+  at::manual_seed(31);
+  FluxBuildOptions o{kCuda, at::kBFloat16};
+  o.onBlockBuilt = [&](torch::nn::Module& b) { prepare(b, t, path); };
+  FluxTransformer model(cfg, o);
+  for (auto& p : model.parameters()) p.requires_grad_(false);
+  at::manual_seed(32);
+  lora::LoraConfig lc;
+  lc.rank = 16;
+  lc.alpha = 16;
+  auto network = lora::LoraNetwork::create(model, lc, FluxLoraRules(cfg));
+  network->train(true);
+  torch::optim::AdamW opt(network->parameters(), torch::optim::AdamWOptions(1e-3));
+  std::vector<double> losses;
+  for (int step = 0; step < 30; ++step) {
+    const auto loss = (model.forward(in).to(at::kFloat) - target).pow(2).mean();
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    losses.push_back(loss.item<double>());
+  }
+  network->detach();
+  return losses;
+}
+
+}  // namespace
+
+TEST(Fp8Gpu, LossCurveOnAQfloat8Fp8MatmulBaseStaysCloseToBf16) {
+  STRATA_REQUIRE_FP8();
+  // FLUX.1-dev's width (3072, 24 heads, T5 4096) with 2 double and 4 single blocks, 512 px.
+  auto cfg = FluxConfig::fluxDev();
+  cfg.numLayers = 2;
+  cfg.numSingleLayers = 4;
+  const int64_t side = 32, textTokens = 512;
+  const auto bf16 = at::TensorOptions(kCuda).dtype(at::kBFloat16);
+  at::manual_seed(33);
+  FluxInputs in;
+  in.img = at::randn({1, side * side, cfg.inChannels}, bf16);
+  in.txt = at::randn({1, textTokens, cfg.jointAttentionDim}, bf16);
+  in.pooled = at::randn({1, cfg.pooledProjectionDim}, bf16);
+  in.timestep = at::full({1}, 0.5, at::TensorOptions(kCuda));
+  in.guidance = at::ones({1}, at::TensorOptions(kCuda));
+  in.imgIds = imageIds(2 * side, 2 * side, at::TensorOptions(kCuda));
+  in.txtIds = textIds(textTokens, at::TensorOptions(kCuda));
+  const auto target = at::randn({1, side * side, cfg.outChannels}, at::TensorOptions(kCuda));
+  const auto ref = lossCurve(cfg, nn::QuantType::None, Path::Bf16, in, target);
+  auto print = [](const std::string& name, const std::vector<double>& c) {
+    std::cout << "[fp8 gpu] loss curve " << name << ":";
+    for (double v : c) std::cout << " " << v;
+    std::cout << std::endl;
+  };
+  print("bf16", ref);
+  for (const auto path : {Path::Dequantized, Path::Fp8Forward, Path::Fp8Both}) {
+    const auto curve = lossCurve(cfg, nn::QuantType::QFloat8, path, in, target);
+    print(std::string("qfloat8 ") + pathName(path), curve);
+    double maxGap = 0, sumGap = 0;
+    for (size_t i = 0; i < curve.size(); ++i) {
+      const double gap = std::abs(curve[i] - ref[i]) / ref[i];
+      maxGap = std::max(maxGap, gap);
+      sumGap += gap;
+    }
+    std::cout << "[fp8 gpu] qfloat8 " << pathName(path) << ": loss vs bf16 over 30 steps, max relative difference "
+              << maxGap << ", mean " << sumGap / curve.size() << "; first/last " << curve.front() << " / "
+              << curve.back() << " (bf16 " << ref.front() << " / " << ref.back() << ")" << std::endl;
+    EXPECT_LT(curve.back(), curve.front()) << pathName(path) << ": the LoRA does not learn";
+    // The same bound as the FLUX.1-dev-sized curves of the dequantizing matmul
+    // (test_quant_gpu.cpp): a tenth of the loss, far above the step-to-step noise of
+    // bf16 and far below the loss's fall over the run.
+    EXPECT_LT(maxGap, 0.1) << pathName(path);
+  }
+}
