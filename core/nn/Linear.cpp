@@ -46,7 +46,7 @@ struct Fp8Rows {
 Fp8Rows quantizeRows(const at::Tensor& x) {
   const auto amax =
       at::linalg_vector_norm(x, std::numeric_limits<double>::infinity(), {1}, /*keepdim=*/true, at::kFloat);  // [M, 1]
-  const auto inv = (kFp8Target / amax.clamp_min(1e-30)).to(x.scalar_type());                                 // [M, 1]
+  const auto inv = (kFp8Target / amax.clamp_min(1e-30)).to(x.scalar_type());                                  // [M, 1]
   Fp8Rows r;
   r.data = (x * inv).to(compat::float8E4m3Type());
   r.scale = inv.to(at::kFloat).reciprocal();
@@ -65,9 +65,9 @@ at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::
                       const c10::optional<at::Tensor>& bias) {
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
-  const auto q = quantizeRows(x.reshape({-1, k}));                                         // [M, K]
+  const auto q = quantizeRows(x.reshape({-1, k}));  // [M, K]
   const auto y = compat::scaledMm(q.data, weightQ.t(), q.scale, columnScale(scale, n), bias.value_or(at::Tensor()),
-                                  x.scalar_type(), kFastAccumForward);                     // [M, N]
+                                  x.scalar_type(), kFastAccumForward);  // [M, N]
   auto shape = x.sizes().vec();
   shape.back() = n;
   return y.view(shape);  // [..., N]
@@ -79,12 +79,12 @@ at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::
 at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at::Tensor& scale) {
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
-  const auto g2 = g.reshape({-1, n});                                                   // [M, N]
+  const auto g2 = g.reshape({-1, n});  // [M, N]
   const bool perTensor = scale.numel() == 1;
-  const auto q = quantizeRows(perTensor ? g2 : g2 * scale.to(g.scalar_type()));        // [M, N]
+  const auto q = quantizeRows(perTensor ? g2 : g2 * scale.to(g.scalar_type()));  // [M, N]
   // The byte view transposes with the plain copy kernel, whatever it does with float8.
-  const auto wT = weightQ.view(at::kByte).t().contiguous().view(weightQ.scalar_type());  // [K, N]
-  const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());  // [1, K]
+  const auto wT = weightQ.view(at::kByte).t().contiguous().view(weightQ.scalar_type());                 // [K, N]
+  const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());                // [1, K]
   const auto gx = compat::scaledMm(q.data, wT.t(), q.scale, sb, at::Tensor(), g.scalar_type(), false);  // [M, K]
   auto shape = g.sizes().vec();
   shape.back() = k;

@@ -576,7 +576,8 @@ TEST(Validator, Fp8MatmulIsRefusedWhereItCannotRun) {
     return "model:\n"
            "  random_weights: true\n"
            "  fp8_matmul: true\n" +  // 3
-           model + "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n";
+           model +
+           "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n";
   };
   auto hintHas = [](const std::vector<Problem>& ps, const std::string& reason, const std::string& hint) {
     for (const auto& p : ps)
@@ -614,13 +615,16 @@ TEST(Validator, Fp8MatmulIsRefusedWhereItCannotRun) {
         << test::dump(ok);
   }
   // fp32 training: the fp8 matmul writes bf16.
-  const std::string fp32 = "model:\n  random_weights: true\n  quantize: true\n  fp8_matmul: true\n"
-                           "datasets: [{type: synthetic}]\ntrain: {dtype: fp32}\nsample: {sample_every: 0}\n";
-  EXPECT_TRUE(hasProblem(check(fp32, std::vector<device::DeviceInfo>{h200}), Severity::Error, "train.dtype", 6, "bf16"));
+  const std::string fp32 =
+      "model:\n  random_weights: true\n  quantize: true\n  fp8_matmul: true\n"
+      "datasets: [{type: synthetic}]\ntrain: {dtype: fp32}\nsample: {sample_every: 0}\n";
+  EXPECT_TRUE(
+      hasProblem(check(fp32, std::vector<device::DeviceInfo>{h200}), Severity::Error, "train.dtype", 6, "bf16"));
   // Off (the default): none of this.
-  const auto off = check("model:\n  random_weights: true\n  quantize: true\n  qtype: int8\n"
-                         "datasets: [{type: synthetic}]\nsample: {sample_every: 0}\n",
-                         std::vector<device::DeviceInfo>{a100});
+  const auto off = check(
+      "model:\n  random_weights: true\n  quantize: true\n  qtype: int8\n"
+      "datasets: [{type: synthetic}]\nsample: {sample_every: 0}\n",
+      std::vector<device::DeviceInfo>{a100});
   EXPECT_FALSE(hintHas(off, "", "")) << test::dump(off);
 }
 

@@ -52,8 +52,8 @@ std::string whyNoFp8() {
   return "no cuda:0";
 }
 
-#define STRATA_REQUIRE_FP8()                                           \
-  STRATA_REQUIRE_CUDA_DEVICES(1);                                      \
+#define STRATA_REQUIRE_FP8()      \
+  STRATA_REQUIRE_CUDA_DEVICES(1); \
   if (const auto why = whyNoFp8(); !why.empty()) GTEST_SKIP() << why;
 
 const at::Device kCuda(at::kCUDA, 0);
@@ -144,8 +144,8 @@ TEST(Fp8Gpu, LinearMatchesTheDequantizedMatmulAtFluxDevShapes) {
                   << s.k << "x" << s.n << "], " << (backward == nn::Fp8Backward::Fp8 ? "fp8" : "bf16")
                   << " backward: forward rel. L2 vs dequantized " << fwdErr << " (dequantized vs bf16 weights "
                   << relL2(y0, yb) << "), input grad vs dequantized " << gradErr << "; forward " << fwdMs
-                  << " ms (dequantized " << fwdMs0 << "), forward+backward " << stepMs << " ms (dequantized "
-                  << stepMs0 << ", bf16 weights " << bf16Ms << ")" << std::endl;
+                  << " ms (dequantized " << fwdMs0 << "), forward+backward " << stepMs << " ms (dequantized " << stepMs0
+                  << ", bf16 weights " << bf16Ms << ")" << std::endl;
         EXPECT_EQ(y1.scalar_type(), at::kBFloat16);
         EXPECT_LT(fwdErr, kFp8VsDequantized) << s.what;
         EXPECT_GT(fwdErr, 0.0) << s.what << ": the fp8 matmul did not run";
@@ -214,20 +214,18 @@ TEST(Fp8Gpu, FluxDevDoubleAndSingleBlockAgainstBf16) {
   io.img = at::randn({1, side * side, cfg.hiddenSize()}, bf16);
   io.txt = at::randn({1, textTokens, cfg.hiddenSize()}, bf16);
   io.temb = at::randn({1, cfg.hiddenSize()}, bf16);
-  const auto ids = at::cat({textIds(textTokens, at::TensorOptions(kCuda)),
-                            imageIds(2 * side, 2 * side, at::TensorOptions(kCuda))}, 0);
+  const auto ids = at::cat(
+      {textIds(textTokens, at::TensorOptions(kCuda)), imageIds(2 * side, 2 * side, at::TensorOptions(kCuda))}, 0);
   std::tie(io.ropeCos, io.ropeSin) = rotaryFromIds(ids, cfg.axesDimsRope, cfg.ropeTheta);
   struct Case {
     nn::QuantType t;
     Path path;
   };
-  const std::vector<Case> cases = {{nn::QuantType::Int8, Path::Dequantized},
-                                   {nn::QuantType::QFloat8, Path::Dequantized},
-                                   {nn::QuantType::Float8E4m3, Path::Dequantized},
-                                   {nn::QuantType::QFloat8, Path::Fp8Forward},
-                                   {nn::QuantType::QFloat8, Path::Fp8Both},
-                                   {nn::QuantType::Float8E4m3, Path::Fp8Forward},
-                                   {nn::QuantType::Float8E4m3, Path::Fp8Both}};
+  const std::vector<Case> cases = {
+      {nn::QuantType::Int8, Path::Dequantized},       {nn::QuantType::QFloat8, Path::Dequantized},
+      {nn::QuantType::Float8E4m3, Path::Dequantized}, {nn::QuantType::QFloat8, Path::Fp8Forward},
+      {nn::QuantType::QFloat8, Path::Fp8Both},        {nn::QuantType::Float8E4m3, Path::Fp8Forward},
+      {nn::QuantType::Float8E4m3, Path::Fp8Both}};
   auto check = [&](const char* kind, auto runOne) {
     int64_t n = 0;
     const BlockRun ref = runOne(nn::QuantType::None, Path::Bf16, &n);
@@ -239,7 +237,7 @@ TEST(Fp8Gpu, FluxDevDoubleAndSingleBlockAgainstBf16) {
       const double outErr = relL2(r.img, ref.img);
       std::cout << "[fp8 gpu] FLUX.1-dev " << kind << " block, " << nn::quantTypeName(c.t) << " " << pathName(c.path)
                 << (c.path == Path::Fp8Forward || c.path == Path::Fp8Both ? " (" + std::to_string(n) + " fp8 Linears)"
-                                                                            : std::string())
+                                                                          : std::string())
                 << ": block delta rel. L2 vs bf16 " << err << ", image output rel. L2 " << outErr
                 << "; forward+backward " << r.ms << " ms (bf16 " << ref.ms << ")" << std::endl;
       EXPECT_LT(err, c.t == nn::QuantType::Int8 ? 5e-2 : 1.5e-1) << kind << " " << pathName(c.path);
@@ -274,8 +272,8 @@ TEST(Fp8Gpu, EveryFluxFixtureForwardAgainstBf16) {
       for (const auto path : {Path::Dequantized, Path::Fp8Forward}) {
         if (t == nn::QuantType::Int8 && path != Path::Dequantized) continue;
         const double err = relL2(runPath(t, path, &fp8, &fallback), ref);
-        std::cout << "[fp8 gpu] " << dir.filename().string() << ": " << nn::quantTypeName(t) << " "
-                  << pathName(path) << " on CUDA: forward rel. L2 vs the bf16 base " << err;
+        std::cout << "[fp8 gpu] " << dir.filename().string() << ": " << nn::quantTypeName(t) << " " << pathName(path)
+                  << " on CUDA: forward rel. L2 vs the bf16 base " << err;
         if (path == Path::Fp8Forward) std::cout << " (" << fp8 << " fp8 Linears, " << fallback << " fall back)";
         std::cout << std::endl;
         EXPECT_LT(err, t == nn::QuantType::Int8 ? 3e-2 : 1.5e-1) << nn::quantTypeName(t) << " " << pathName(path);

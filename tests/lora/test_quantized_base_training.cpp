@@ -79,7 +79,8 @@ TEST(QuantizedBaseTraining, Int8LossCurveStaysCloseToTheFloatOneOnEveryFluxFixtu
     // quantization error itself (fair to int8, and a bug that changes the gradient or
     // the forward by more than int8's rounding fails it), and it is checked against
     // the loss's own fall, so a run that does not train cannot pass.
-    const double rho = (q.firstOut - ref.firstOut).norm().item<double>() / (ref.firstOut - target).norm().item<double>();
+    const double rho =
+        (q.firstOut - ref.firstOut).norm().item<double>() / (ref.firstOut - target).norm().item<double>();
     const double step0Bound = 2 * rho + rho * rho;
     double maxGap = 0, sumGap = 0;
     for (int i = 0; i < kSteps; ++i) {
@@ -88,10 +89,11 @@ TEST(QuantizedBaseTraining, Int8LossCurveStaysCloseToTheFloatOneOnEveryFluxFixtu
       sumGap += gap;
     }
     const double fall = (ref.losses.front() - ref.losses.back()) / ref.losses.front();
-    std::printf("[quant train] %s: int8 vs float over %d steps: max relative loss difference %.3g, mean %.3g; "
-                "step-0 bound %.3g (rho %.3g); loss %.5g -> %.5g (float %.5g -> %.5g, fell %.1f%%)\n",
-                dir.filename().c_str(), kSteps, maxGap, sumGap / kSteps, step0Bound, rho, q.losses.front(),
-                q.losses.back(), ref.losses.front(), ref.losses.back(), 100 * fall);
+    std::printf(
+        "[quant train] %s: int8 vs float over %d steps: max relative loss difference %.3g, mean %.3g; "
+        "step-0 bound %.3g (rho %.3g); loss %.5g -> %.5g (float %.5g -> %.5g, fell %.1f%%)\n",
+        dir.filename().c_str(), kSteps, maxGap, sumGap / kSteps, step0Bound, rho, q.losses.front(), q.losses.back(),
+        ref.losses.front(), ref.losses.back(), 100 * fall);
     EXPECT_GT(rho, 0.0) << "the int8 base computes exactly the float base: not quantized";
     EXPECT_LE(std::abs(q.losses[0] - ref.losses[0]) / ref.losses[0], step0Bound * (1 + 1e-6) + 1e-9);
     EXPECT_LT(maxGap, 3 * step0Bound);
