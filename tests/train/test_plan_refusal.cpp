@@ -107,11 +107,13 @@ TEST(PlanRefusal, ACachingPhaseThatDoesNotFitOneCardIsRefused) {
   config::RunConfig c = devOnCard(tmp.path());
   c.model.preset = config::ModelPreset::Tiny;
   c.model.tokenizerPath = (test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a" / "model").string();
-  c.datasets.front().type = config::DatasetType::Images;
-  c.datasets.front().folderPath = (tmp / "photos").string();
-  c.datasets.front().resolution = {64};
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Images;
+  d.folderPath = (tmp / "photos").string();
+  d.resolution = {64};
+  c.datasets = {d};
   const PreparedRun planned = prepareRun(c, device::simulatedInventory("1x8GB"));
-  ASSERT_TRUE(planned.ok());
+  ASSERT_TRUE(planned.ok()) << (planned.problems.empty() ? "" : planned.problems.front().format());
   EXPECT_EQ(planned.plan.devices.at(0).missingBytes, 0) << planned.plan.reason;  // training fits
   EXPECT_FALSE(planned.plan.caching.fits) << planned.plan.reason;
 
