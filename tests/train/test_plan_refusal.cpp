@@ -106,7 +106,8 @@ TEST(PlanRefusal, ACachingPhaseThatDoesNotFitOneCardIsRefused) {
   // The tiny transformer fits an 8 GB card; T5-XXL (9.5 GB in bf16) does not, while it caches the captions.
   config::RunConfig c = devOnCard(tmp.path());
   c.model.preset = config::ModelPreset::Tiny;
-  c.model.tokenizerPath = (test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a" / "model").string();
+  c.model.tokenizerPath =
+      (test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a" / "model").string();
   config::DatasetConfig d;
   d.type = config::DatasetType::Images;
   d.folderPath = (tmp / "photos").string();
