@@ -167,7 +167,7 @@ def matmuls(res):
         sep = bench_fwd_bwd(mk, lambda x: torch.cat([F.linear(x, w) for w in ws], 1))
         sep_nocat = bench_fwd_bwd(mk, lambda x: sum(F.linear(x, w).sum() for w in ws).reshape(1, 1))
         fused = bench_fwd_bwd(mk, lambda x: F.linear(x, wcat))
-        tflop = 2 * m * D * sum(outs) * 3 / 1e12
+        tflop = 2 * m * D * sum(outs) * 2 / 1e12  # forward and the input gradient (the weight is frozen)
         row(f"{label}: separate (+cat)", *sep)
         row(f"{label}: separate, outputs summed (no cat)", *sep_nocat)
         row(f"{label}: one matmul", *fused)

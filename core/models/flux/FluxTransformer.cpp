@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <map>
-#include <mutex>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
@@ -180,10 +179,7 @@ at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::
 }  // namespace
 
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  if (q.is_cuda()) {
-    static std::once_flag cudnnOff;
-    std::call_once(cudnnOff, [] { compat::disableCudnnAttention(); });
-  }
+  // The backend (cuDNN or flash on CUDA) is the process's choice: model.attention_backend.
   // [B, N, H, Dh] -> [B, H, N, Dh] for the fused kernel, and back.
   const auto out = compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
@@ -299,7 +295,8 @@ nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
   const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
   const auto attn = jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
 
-  const auto y = clipHalf(gated(x, mod[2], projOut->forward(at::cat({attn, mlp}, 2))));
+  // proj_out over concat(attn, mlp), without the concatenated copy
+  const auto y = clipHalf(gated(x, mod[2], projOut->forwardParts({attn, mlp})));
   nn::BlockIO out = io;
   out.txt = y.narrow(1, 0, nTxt);
   out.img = y.narrow(1, nTxt, y.size(1) - nTxt);
