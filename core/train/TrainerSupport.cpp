@@ -103,8 +103,8 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
   if (!cfg.model.gpuMemoryLimitGb.empty())
     for (size_t i = 0; i < run.devices.size(); ++i)
       if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
-  // cuDNN attention fails in the backward pass of FLUX-sized models (docs/design.md §4).
-  compat::disableCudnnAttention();
+  // model.attention_backend: cuDNN attention where LibTorch prefers it, or flash only.
+  compat::setCudnnAttention(cfg.model.attentionBackend == config::AttentionBackend::Cudnn);
 }
 
 c10::Device firstDevice(const PreparedRun& run) {
