@@ -338,6 +338,7 @@ void ConfigEditor::buildDatasetGroups() {
   }
   const bool wasUpdating = updating_;
   updating_ = true;  // filling the new fields is not an edit
+  applyFamily();     // the new rows show only the family's keys
   for (const Field& f : fields_)
     if (f.key.startsWith("datasets[")) refreshField(f);
   updating_ = wasUpdating;
