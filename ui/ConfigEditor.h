@@ -16,7 +16,6 @@
 #include <QWidget>
 #include <memory>
 
-#include "config/RunConfig.h"
 #include "ui/ViewModel.h"
 
 class QCheckBox;
@@ -32,7 +31,9 @@ class QGroupBox;
 class QFormLayout;
 
 namespace strata::config {
+struct RunConfig;
 struct KeySpec;
+enum class ModelArch;  // config/RunConfig.h (core headers are not public to the app)
 }  // namespace strata::config
 
 namespace strata::ui {

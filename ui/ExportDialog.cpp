@@ -12,6 +12,7 @@
 #include <QVBoxLayout>
 #include <vector>
 
+#include "config/RunConfig.h"
 #include "ui/FamilyBackend.h"
 
 namespace strata::ui {

@@ -6,11 +6,15 @@
 #include <QDialog>
 #include <QStringList>
 
-#include "config/RunConfig.h"
-
 class QCheckBox;
 class QLabel;
 class QLineEdit;
+
+namespace strata::config {
+// config/RunConfig.h (core headers are not public to the app)
+enum class ModelArch;
+enum class ExportFormat;
+}  // namespace strata::config
 
 namespace strata::ui {
 

@@ -8,6 +8,7 @@
 #include <QPushButton>
 #include <QVBoxLayout>
 
+#include "config/RunConfig.h"
 #include "ui/FamilyBackend.h"
 
 namespace strata::ui {
@@ -17,16 +18,16 @@ const QVector<ConfigTemplate>& configTemplates() {
       {"demo", QObject::tr("CPU demo: a tiny model, no download"),
        QObject::tr("A few-MB model with the FLUX architecture learns coloured shapes on the CPU in minutes. "
                    "Shows the whole loop: loss, samples, checkpoints, LoRA export."),
-       ":/strata/templates/demo.yaml"},
+       ":/strata/templates/demo.yaml", config::ModelArch::Flux},
       {"flux-dev-1gpu", QObject::tr("FLUX.1-dev on one large GPU (40 GB and up)"),
        QObject::tr("The whole model on one card. A 24 GB card falls about 4 GB short until Strata quantizes "
                    "the model (plan it for \"24GB\" on the right to see); split over two cards instead. Starts "
                    "from random weights: set the base model and an image folder for a real LoRA."),
-       ":/strata/templates/flux-dev-1gpu.yaml"},
+       ":/strata/templates/flux-dev-1gpu.yaml", config::ModelArch::Flux},
       {"flux-dev-split-4x16gb", QObject::tr("FLUX.1-dev split over four 16 GB GPUs"),
        QObject::tr("The blocks are shared out over four cards, each capped at 16 GB. Starts from random "
                    "weights: set the base model and an image folder for a real LoRA."),
-       ":/strata/templates/flux-dev-split-4x16gb.yaml"},
+       ":/strata/templates/flux-dev-split-4x16gb.yaml", config::ModelArch::Flux},
       {"llama3-8b-2x16gb", QObject::tr("Llama-3-8B split over two 16 GB GPUs (the T4 case)"),
        QObject::tr("An 8 B Llama-architecture model, its decoder layers shared out over two cards, the base in "
                    "bf16 (set train.dtype: fp16 on T4s). Starts from random weights with Llama-3-8B's shape "

@@ -8,11 +8,13 @@
 #include <QString>
 #include <QVector>
 
-#include "config/RunConfig.h"
-
 class QComboBox;
 class QLabel;
 class QListWidget;
+
+namespace strata::config {
+enum class ModelArch;  // config/RunConfig.h (core headers are not public to the app)
+}  // namespace strata::config
 
 namespace strata::ui {
 
@@ -21,7 +23,7 @@ struct ConfigTemplate {
   QString title;     // "CPU demo (tiny model, no download)"
   QString summary;   // two lines on what it is for
   QString resource;  // ":/strata/templates/demo.yaml"
-  config::ModelArch family = config::ModelArch::Flux;  // the template's model.arch
+  config::ModelArch family;  // the template's model.arch
 };
 
 const QVector<ConfigTemplate>& configTemplates();
@@ -42,7 +44,7 @@ class NewConfigDialog : public QDialog {
 
  private:
   QVector<int> shown_;  // configTemplates() index of each list row
-  config::ModelArch family_ = config::ModelArch::Flux;
+  config::ModelArch family_{};  // set by the constructor (FLUX.1 first)
   QComboBox* familyChoice_ = nullptr;
   QListWidget* list_ = nullptr;
   QLabel* summary_ = nullptr;
