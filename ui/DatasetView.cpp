@@ -95,7 +95,9 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   thumbs_->setWordWrap(true);
 
   jsonlRows_ = makeTable(this, "datasetJsonlPreview", {tr("Line"), tr("Prompt (no loss)"), tr("Response (trained)")});
-  jsonlRows_->header()->setSectionResizeMode(QHeaderView::Interactive);
+  // The line number fits its numbers; prompt and response share the rest (the prompt can be dragged wider).
+  jsonlRows_->header()->setSectionResizeMode(1, QHeaderView::Interactive);
+  jsonlRows_->header()->resizeSection(1, 320);
   jsonlRows_->setWordWrap(true);
   jsonlRows_->setToolTip(tr("The first samples of the file, split into prompt and response as the trainer splits "
                             "them: the loss is on the response only"));
