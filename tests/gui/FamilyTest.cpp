@@ -13,6 +13,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -532,6 +533,22 @@ save:
     QVERIFY2(s.settings.contains("greedy"), qPrintable(s.settings));
   }
   QCOMPARE(w.sampleBrowser()->steps().back(), 4);
+
+  // Export: the run folder's config says llama, so the dialog offers the peft folder only, and it is written.
+  child<QPushButton>(&w, "exportButton")->click();
+  auto* dialog = w.findChild<ExportDialog*>("exportDialog");
+  QVERIFY(dialog);
+  QCOMPARE(dialog->family(), ModelArch::Llama);
+  QVERIFY(!dialog->findChild<QCheckBox*>("exportFormat_kohya"));
+  QCOMPARE(dialog->formats(), QStringList({"peft"}));
+  const QString out = tmp_.filePath("exported");
+  child<QLineEdit>(dialog, "exportDir")->setText(out);
+  QSignalSpy exported(w.bridge(), &TrainerBridge::exportFinished);
+  child<QPushButton>(dialog, "exportOk")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(exported.count() == 1, 60000);
+  QVERIFY2(exported.front().at(0).toBool(), qPrintable(exported.front().at(1).toString()));
+  QVERIFY(QFile::exists(out + "/lm_gui_peft/adapter_config.json"));
+  QVERIFY(QFile::exists(out + "/lm_gui_peft/adapter_model.safetensors"));
 }
 
 QTEST_MAIN(FamilyTest)
