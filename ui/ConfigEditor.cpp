@@ -1070,7 +1070,11 @@ void ConfigEditor::goToProblem(int index) {
     yaml_->setFocus();
     return;
   }
-  if (QWidget* w = fieldFor(p.key)) {
+  if (QWidget* w = fieldFor(p.key); w && (p.key == "model.arch" || isFieldShown(p.key))) {
+    if (p.key == "model.arch") {
+      family_->setFocus();
+      return;
+    }
     // The page the field is on (a shape override also opens its switch).
     const Field f = fields_.value(p.key);
     const int page = f.spec->basic ? 0 : 1;

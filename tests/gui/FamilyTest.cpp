@@ -17,6 +17,7 @@
 #include <QListWidget>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTreeWidget>
@@ -170,6 +171,16 @@ void FamilyTest::familySwitchAsksAndNamesWhatItDrops() {
   const QString why = list->topLevelItem(at)->text(2);
   QVERIFY2(why.startsWith("not used by Llama") && why.contains("ignored: a llama model does not read it"),
            qPrintable(why));
+
+  // Its problem leads to the YAML line (the form has no row for it under Llama).
+  auto* problems = child<QTreeWidget>(&e, "problemList");
+  QTreeWidgetItem* presetProblem = nullptr;
+  for (int i = 0; i < problems->topLevelItemCount(); ++i)
+    if (problems->topLevelItem(i)->text(1) == "model.preset") presetProblem = problems->topLevelItem(i);
+  QVERIFY(presetProblem);
+  emit problems->itemClicked(presetProblem, 0);
+  QCOMPARE(child<QTabWidget>(&e, "configTabs")->currentWidget(), child<QWidget>(&e, "yamlEdit"));
+  e.showPage("basic");
 
   // "Drop these settings": back to their defaults, the list gone.
   child<QPushButton>(&e, "dropUnusedKeys")->click();
