@@ -583,6 +583,8 @@ const FamilyOnly kFamilyOnly[] = {
     {"model.vae_path", ModelArch::Flux},
     {"model.clip_path", ModelArch::Flux},
     {"model.t5_path", ModelArch::Flux},
+    {"model.vae_norm_num_groups", ModelArch::Flux},
+    {"model.clip_num_attention_heads", ModelArch::Flux},
     {"model.is_flux", ModelArch::Flux},
     {"model.preset", ModelArch::Flux},
     {"model.num_layers", ModelArch::Flux},
