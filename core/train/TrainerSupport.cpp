@@ -140,7 +140,8 @@ c10::Device firstDevice(const PreparedRun& run) {
   return c10::Device(c10::kCPU);
 }
 
-BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run) {
+BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run,
+                            const std::function<void(int64_t done, int64_t total)>& onLoadProgress) {
   const auto& m = cfg.model;
   std::vector<int> ids;  // the CUDA devices of the run, in fill order
   for (const auto& d : run.devices)
@@ -166,14 +167,21 @@ BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run
   bo.dtype = dtype;
   const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
   const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
-  // Random weights: each block is quantized as soon as it exists. Loaded weights
-  // are read into the float model first, then quantized block by block.
-  if (qtype != nn::QuantType::None && !loadWeights)
-    bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
-  b.model = std::make_shared<flux::FluxTransformer>(run.model, bo);
-  if (loadWeights) flux::loadFluxWeights(*b.model, m.nameOrPath);
-  if (qtype != nn::QuantType::None && loadWeights)
-    for (auto& slot : b.model->blockList().blocks) nn::quantizeLinears(*slot.block, qtype);
+  if (loadWeights) {
+    // A split builds each block on its plan device, so the model is never whole on
+    // one; each is read from the file (and quantized) before the next one exists.
+    // (Random blocks keep the build device: their values come from its generator.)
+    if (plan) bo.blockDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
+    flux::FluxStreamOptions so;
+    so.quantize = qtype;
+    so.onProgress = onLoadProgress;
+    b.model = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), run.model, bo, so);
+  } else {
+    // Random weights: each block is quantized as soon as it exists.
+    if (qtype != nn::QuantType::None)
+      bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
+    b.model = std::make_shared<flux::FluxTransformer>(run.model, bo);
+  }
   for (auto& p : b.model->parameters()) p.requires_grad_(false);
   if (plan) {
     b.placement = std::make_unique<placement::Placement>(b.model->blockList(), *plan);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -134,8 +135,12 @@ struct BuiltModel {
 };
 // On the prepared devices: memory caps, then the model built (seeded), its
 // weights read, frozen and placed (the prepared plan for a split, else the one
-// device). Throws PlacementError / LoadError.
-BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run);
+// device). Each block is built on the device the plan gives it and, with
+// weights from a file, filled (and quantized under model.quantize) before the
+// next block exists (flux::streamFluxTransformer). onLoadProgress: units loaded,
+// units in all. Throws PlacementError / LoadError.
+BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run,
+                            const std::function<void(int64_t done, int64_t total)>& onLoadProgress = {});
 
 // A run folder with its config and latest checkpoint, for resume and export.
 struct OpenedRun {
