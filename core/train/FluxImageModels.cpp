@@ -4,6 +4,7 @@
 
 #include "common/Error.h"
 #include "models/clip/ClipCheckpoint.h"
+#include "nn/Quantize.h"
 #include "pipeline/FluxPipeline.h"
 #include "pipeline/FluxRunModels.h"
 #include "train/ImagesRun.h"
@@ -71,6 +72,8 @@ std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, c
                                                         : at::kFloat;
   o.t5Dtype = gpu ? at::kBFloat16 : at::kFloat;
   o.clipDtype = o.t5Dtype;
+  // model.quantize_te: T5's Linears quantized while loading, with model.qtype (CLIP stays float).
+  if (m.quantizeTe) o.t5Quantize = nn::quantTypeFromName(m.qtype);
   if (m.randomWeights) {
     o.files.text = randomRunTokenizers(m);
   } else {
