@@ -131,7 +131,7 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
     // textBytes for as long as it runs, so the largest one is workspace.
     const auto lin = t5::t5LinearCounts(shapes.t5);
     const bool perRow = cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8";  // as for the blocks below
-    t5.dtype += " (Linears " + cfg.model.qtype + ")";
+    t5.dtype += " + " + cfg.model.qtype + " Linears";
     t5.weightBytes = (t5.paramCount - lin.weights) * textBytes + lin.weights + (perRow ? lin.rows : lin.count) * 4;
     t5.cachingPeakBytes += lin.largest * textBytes;
   }

@@ -71,6 +71,7 @@ struct Trainer::State {
   at::Generator gen;
   std::vector<c10::Device> devices;
   PhaseTimer* phases = nullptr;  // TrainerOptions::phaseTimer, when timing phases
+  events::EventBus* bus = nullptr;  // the run's bus, for stages that take none (the model load's progress)
   bool pixelCode = false;  // the shapes demo: latents are the pixel code
   int64_t textTokens = 16;
 

@@ -4,7 +4,10 @@
 // quantized weights in every build dtype.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "common/Error.h"
+#include "common/ProcMemory.h"
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
 #include "models/t5/T5Checkpoint.h"
@@ -160,4 +163,57 @@ TEST(T5Stream, StrictErrorsComeBeforeAnyBlockIsBuilt) {
     EXPECT_NE(msg.find("unexpected: decoder.final_layer_norm.weight [16]"), std::string::npos) << msg;
   }
   EXPECT_EQ(built, 0);
+}
+
+// T5-shaped (gated, 64-wide heads) at d_model 1024, 6 blocks, 154 MB in bf16:
+// peak RSS growth (VmHWM after a reset through /proc/self/clear_refs) of the
+// streamed int8 load is the quantized encoder + one bf16 block + 32 MiB, while
+// loading first and quantizing after holds the whole bf16 encoder.
+TEST(T5Stream, PeakResidentMemoryIsTheQuantizedEncoderPlusOneFloatBlock) {
+  if (!test::resetPeakRss()) GTEST_SKIP() << "this kernel does not let the process reset VmHWM";
+  T5Config cfg = T5Config::t5Xxl();
+  cfg.vocabSize = 4096;
+  cfg.dModel = 1024;
+  cfg.numHeads = 16;
+  cfg.dFf = 2816;
+  cfg.numLayers = 6;
+  T5BuildOptions bf16;
+  bf16.dtype = at::kBFloat16;
+  auto bytesOf = [](torch::nn::Module& m) {
+    int64_t n = 0;
+    for (const auto& p : m.parameters()) n += p.numel() * static_cast<int64_t>(p.element_size());
+    for (auto* lin : linearsOf(m))
+      if (lin->weightScale.defined()) n += lin->weightScale.numel() * 4;
+    return n;
+  };
+  test::TempDir dir;
+  int64_t blockBytes = 0;
+  {
+    T5Encoder src(cfg, bf16);
+    for (size_t i = 0; i < src.blockCount(); ++i) blockBytes = std::max(blockBytes, bytesOf(*src.block(i)));
+    io::writeSafetensors(dir / "t5.safetensors", stateDict(src));
+  }
+  const auto ckpt = T5Checkpoint::open(dir / "t5.safetensors");
+  T5StreamOptions so;
+  so.quantize = nn::QuantType::Int8;
+  ASSERT_TRUE(test::resetPeakRss());
+  const int64_t before = test::procStatusBytes("VmRSS");
+  auto streamed = streamT5Encoder(ckpt, cfg, bf16, so);
+  const int64_t peak = test::procStatusBytes("VmHWM") - before;
+  const int64_t quantizedBytes = bytesOf(*streamed);
+  const int64_t bound = quantizedBytes + blockBytes + (32ll << 20);
+
+  ASSERT_TRUE(test::resetPeakRss());
+  const int64_t before2 = test::procStatusBytes("VmRSS");
+  T5Encoder reference(cfg, bf16);
+  loadT5Weights(reference, ckpt);
+  for (size_t i = 0; i < reference.blockCount(); ++i) nn::quantizeLinears(*reference.block(i), nn::QuantType::Int8);
+  const int64_t peak2 = test::procStatusBytes("VmHWM") - before2;
+  std::cout << "[ measured ] quantized T5 " << (quantizedBytes >> 20) << " MiB, largest bf16 block "
+            << (blockBytes >> 20) << " MiB; peak RSS growth: streamed " << (peak >> 20) << " MiB (bound "
+            << (bound >> 20) << " MiB), load-then-quantize " << (peak2 >> 20) << " MiB\n";
+  EXPECT_LE(peak, bound);
+  EXPECT_GE(peak, quantizedBytes);
+  EXPECT_GT(peak2, bound);
+  EXPECT_TRUE(sameBits(*streamed, reference));
 }

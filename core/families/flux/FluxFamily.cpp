@@ -14,7 +14,13 @@ class FluxRun : public train::FamilyRun {
   void prepareData(train::Trainer::State&, const config::RunConfig&, events::EventBus&) override {}
 
   void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) override {
-    auto built = train::buildPlacedModel(cfg, st.prepared);
+    // A checkpoint of FLUX.1-dev's size takes a while to stream in: say how far it is.
+    std::function<void(int64_t, int64_t)> progress;
+    if (st.bus)
+      progress = [bus = st.bus](int64_t done, int64_t total) {
+        bus->publish(events::LoadProgressEvent{"transformer", done, total});
+      };
+    auto built = train::buildPlacedModel(cfg, st.prepared, progress);
     st.model = std::move(built.model);
     st.placement = std::move(built.placement);
     st.devices = built.devices;

@@ -305,10 +305,9 @@ void loadFluxWeights(FluxTransformer& model, const fs::path& path) {
 
 std::shared_ptr<FluxTransformer> loadFluxTransformer(const fs::path& path, const FluxBuildOptions& options,
                                                      const std::vector<int64_t>& axesDimsRope) {
+  // Streamed (block by block, file pages released): the same model as building and loadFluxWeights.
   const FluxCheckpoint ckpt = FluxCheckpoint::open(path);
-  auto model = std::make_shared<FluxTransformer>(configOf(ckpt, axesDimsRope), options);
-  loadFluxWeights(*model, ckpt);
-  return model;
+  return streamFluxTransformer(ckpt, configOf(ckpt, axesDimsRope), options);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(FluxTransformer& model) {

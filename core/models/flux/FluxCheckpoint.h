@@ -88,8 +88,8 @@ std::shared_ptr<FluxTransformer> streamFluxTransformer(const std::filesystem::pa
                                                        const FluxStreamOptions& stream = {},
                                                        const std::vector<int64_t>& axesDimsRope = {});
 
-// Detects the config from the checkpoint (FluxConfig::fromCheckpoint), builds the
-// model with `options` and loads it.
+// Detects the config from the checkpoint (FluxConfig::fromCheckpoint) and streams
+// the model in with `options`, unquantized (streamFluxTransformer).
 std::shared_ptr<FluxTransformer> loadFluxTransformer(const std::filesystem::path& path, const FluxBuildOptions& options,
                                                      const std::vector<int64_t>& axesDimsRope = {});
 
