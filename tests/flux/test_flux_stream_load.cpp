@@ -230,8 +230,9 @@ TEST(FluxStreamLoad, PeakResidentMemoryIsTheQuantizedModelPlusOneFloatBlock) {
   auto streamed = streamFluxTransformer(path, bf16, so, cfg.axesDimsRope);
   const int64_t streamedPeak = test::procStatusBytes("VmHWM") - before;
   const int64_t quantizedBytes = moduleBytes(*streamed);
-  // The quantize workspace (float32 row chunks of at most 1M elements) and allocator slack.
-  const int64_t margin = 32ll << 20;
+  // The margin: the quantize workspace (a few float32 row chunks of 4 MB), the file
+  // pages of the tensor being copied, and heap slack. It does not grow with the model.
+  const int64_t margin = 48ll << 20;
   const int64_t bound = quantizedBytes + blockBytes + margin;
 
   ASSERT_TRUE(test::resetPeakRss());

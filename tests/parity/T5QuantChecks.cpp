@@ -21,11 +21,12 @@ using namespace strata;
 
 namespace {
 
-// Weight-only per-row int8 keeps ~0.4% per Linear; T5's unscaled attention logits
-// amplify it (as bf16 rounding: 2.6e-2 there), so the bounds leave that room.
-// fp8 e4m3 keeps 3 mantissa bits.
+// T5's unscaled attention logits amplify weight rounding (bf16 alone gives 2.6e-2
+// on t5_encoder_a): int8 measured 4.05e-2 there and 3.58e-2 on flux_pipeline_a's
+// T5 (LibTorch 1.13, CPU). fp8 e4m3 keeps 3 mantissa bits; on the FLUX fixture it
+// costs about 5.5x int8's error (8.3e-3 vs 1.5e-3), so ~0.2 is expected here.
 constexpr double kInt8MaxRelL2 = 5e-2;
-constexpr double kFloat8MaxRelL2 = 1.5e-1;
+constexpr double kFloat8MaxRelL2 = 3e-1;
 
 std::vector<nn::QuantType> quantTypes() {
   std::vector<nn::QuantType> types = {nn::QuantType::Int8};
@@ -81,7 +82,7 @@ void checkPipelineT5(const fs::path& dir, const nlohmann::json& manifest) {
 
 }  // namespace
 
-STRATA_PARITY_CHECK("t5_encoder", "quantize_te: T5 quantized while loading vs float (int8 rel. L2 < 5e-2; fp8 < 1.5e-1)",
+STRATA_PARITY_CHECK("t5_encoder", "quantize_te: T5 quantized while loading vs float (int8 rel. L2 < 5e-2; fp8 < 3e-1)",
                     checkT5Encoder);
 STRATA_PARITY_CHECK("flux_pipeline", "quantize_te: the pipeline's T5 quantized while loading vs float (same bounds)",
                     checkPipelineT5);

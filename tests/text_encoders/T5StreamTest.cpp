@@ -167,7 +167,7 @@ TEST(T5Stream, StrictErrorsComeBeforeAnyBlockIsBuilt) {
 
 // T5-shaped (gated, 64-wide heads) at d_model 1024, 6 blocks, 154 MB in bf16:
 // peak RSS growth (VmHWM after a reset through /proc/self/clear_refs) of the
-// streamed int8 load is the quantized encoder + one bf16 block + 32 MiB, while
+// streamed int8 load is the quantized encoder + one bf16 block + 48 MiB, while
 // loading first and quantizing after holds the whole bf16 encoder.
 TEST(T5Stream, PeakResidentMemoryIsTheQuantizedEncoderPlusOneFloatBlock) {
   if (!test::resetPeakRss()) GTEST_SKIP() << "this kernel does not let the process reset VmHWM";
@@ -201,7 +201,10 @@ TEST(T5Stream, PeakResidentMemoryIsTheQuantizedEncoderPlusOneFloatBlock) {
   auto streamed = streamT5Encoder(ckpt, cfg, bf16, so);
   const int64_t peak = test::procStatusBytes("VmHWM") - before;
   const int64_t quantizedBytes = bytesOf(*streamed);
-  const int64_t bound = quantizedBytes + blockBytes + (32ll << 20);
+  // The margin: the quantize workspace (a few float32 row chunks of 4 MB), the
+  // file pages of the tensor being copied, the float32 draw of the random init
+  // before it is overwritten, and heap slack. It does not grow with the model.
+  const int64_t bound = quantizedBytes + blockBytes + (48ll << 20);
 
   ASSERT_TRUE(test::resetPeakRss());
   const int64_t before2 = test::procStatusBytes("VmRSS");

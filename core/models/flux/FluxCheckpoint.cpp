@@ -247,8 +247,8 @@ std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckp
   // own named parameters, so the loader follows however the module names them.
   auto fillModule = [&](torch::nn::Module& module, const std::string& prefix) {
     ShapeMap scratch;
-    std::set<std::string> keys;
-    at::NoGradGuard noGrad;
+    std::vector<std::pair<at::Tensor, Source>> todo;
+    std::map<std::string, int> uses;  // a fused BFL tensor feeds several parameters
     for (auto& item : module.named_parameters(/*recurse=*/true)) {
       const std::string name = prefix + item.key();
       if (filled.count(name)) continue;
@@ -256,13 +256,16 @@ std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckp
       if (it == params.end() || it->second != item.value().sizes().vec())
         throw Error("streamFluxTransformer: model parameter '" + name + "' " + shapeText(item.value().sizes().vec()) +
                     " is not in the FLUX layout");
-      const Source src = sourceOf(name, it->second, cfg, bfl, scratch);
-      fill(item.value(), ckpt, src);
+      todo.emplace_back(item.value(), sourceOf(name, it->second, cfg, bfl, scratch));
+      ++uses[todo.back().second.key];
       filled.insert(name);
-      keys.insert(src.key);
     }
-    // Copied out: the file's pages need not stay resident.
-    for (const auto& k : keys) ckpt.releasePages(k);
+    at::NoGradGuard noGrad;
+    for (auto& [param, src] : todo) {
+      fill(param, ckpt, src);
+      // Copied out (by every parameter it feeds): its file pages need not stay resident.
+      if (--uses[src.key] == 0) ckpt.releasePages(src.key);
+    }
   };
 
   int64_t built = 0;

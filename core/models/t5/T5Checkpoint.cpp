@@ -139,7 +139,6 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
   // Fills `module`'s parameters (model paths under `prefix`) through its own names.
   auto fillModule = [&](torch::nn::Module& module, const std::string& prefix) {
     at::NoGradGuard noGrad;
-    std::vector<std::string> keys;
     for (auto& item : module.named_parameters(/*recurse=*/true)) {
       const std::string name = prefix + item.key();
       if (filled.count(name)) continue;
@@ -147,10 +146,9 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
       if (it == shapeOf.end() || it->second != item.value().sizes().vec())
         throw Error("streamT5Encoder: model parameter '" + name + "' is not in the T5 layout");
       item.value().copy_(ckpt.files().tensor(fileKey(name)));
+      ckpt.files().releasePages(fileKey(name));  // copied out: its file pages need not stay resident
       filled.insert(name);
-      keys.push_back(fileKey(name));
     }
-    for (const auto& k : keys) ckpt.files().releasePages(k);  // copied out: not kept resident
   };
   const int64_t units = cfg.numLayers + 1;  // the blocks, then the embedding and final norm
   int64_t built = 0;
