@@ -12,6 +12,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QScrollBar>
 #include <QPushButton>
@@ -32,6 +33,7 @@
 #include "config/RunConfig.h"
 #include "config/RunConfigYaml.h"
 #include "ui/ConfigBackend.h"
+#include "ui/FamilyBackend.h"
 #include "ui/ListEditors.h"
 
 namespace strata::ui {
@@ -178,9 +180,54 @@ ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), config_(std::make
   bottomLayout->addWidget(problemSummary_);
   bottomLayout->addWidget(problemList_, 1);
 
+  // The family first: it decides which keys the form shows.
+  family_ = new QComboBox(this);
+  family_->setObjectName("familyChoice");
+  for (config::ModelArch arch : backend::modelFamilies())
+    family_->addItem(backend::familyTitle(arch), QString::fromStdString(config::enumName(arch)));
+  family_->setToolTip(tr("<b>model.arch</b><br>What the run trains: the form shows the settings this family "
+                         "reads."));
+  connect(family_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
+    const std::string name = family_->itemData(index).toString().toStdString();
+    for (config::ModelArch arch : backend::modelFamilies())
+      if (config::enumName(arch) == name) chooseFamily(arch);
+  });
+  auto* familyLabel = new QLabel(tr("Model family:"), this);
+  familyLabel->setObjectName("label_model.arch");
+  familyLabel->setBuddy(family_);
+  auto* familyRow = new QHBoxLayout;
+  familyRow->addWidget(familyLabel);
+  familyRow->addWidget(family_, 1);
+
+  unusedBox_ = new QGroupBox(this);
+  unusedBox_->setObjectName("unusedKeys");
+  auto* unusedLayout = new QVBoxLayout(unusedBox_);
+  unusedList_ = new QTreeWidget(unusedBox_);
+  unusedList_->setObjectName("unusedKeyList");
+  unusedList_->setColumnCount(3);
+  unusedList_->setHeaderLabels({tr("Key"), tr("Value"), tr("Why")});
+  unusedList_->setRootIsDecorated(false);
+  unusedList_->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  unusedList_->header()->setStretchLastSection(true);
+  unusedList_->setMaximumHeight(110);
+  dropUnused_ = new QPushButton(tr("Drop these settings"), unusedBox_);
+  dropUnused_->setObjectName("dropUnusedKeys");
+  dropUnused_->setToolTip(tr("Set them back to their defaults (they leave the YAML)"));
+  connect(dropUnused_, &QPushButton::clicked, this, &ConfigEditor::dropUnused);
+  unusedLayout->addWidget(unusedList_);
+  unusedLayout->addWidget(dropUnused_, 0, Qt::AlignLeft);
+  unusedBox_->hide();
+
+  auto* top = new QWidget(this);
+  auto* topLayout = new QVBoxLayout(top);
+  topLayout->setContentsMargins(0, 0, 0, 0);
+  topLayout->addLayout(familyRow);
+  topLayout->addWidget(unusedBox_);
+  topLayout->addWidget(tabs_, 1);
+
   auto* split = new QSplitter(Qt::Vertical, this);
   split->setObjectName("configSplitter");
-  split->addWidget(tabs_);
+  split->addWidget(top);
   split->addWidget(bottom);
   split->setStretchFactor(0, 4);
   split->setStretchFactor(1, 1);
@@ -227,7 +274,7 @@ void ConfigEditor::buildForm() {
   connect(customShape_, &QCheckBox::clicked, this, &ConfigEditor::onCustomShapeToggled);
 
   for (const KeySpec& spec : config::schema()) {
-    if (spec.isDatasetKey()) continue;
+    if (spec.isDatasetKey() || spec.path == "model.arch") continue;  // the family chooser edits model.arch
     QFormLayout* form = formFor(spec);
     addField(form, spec, QString::fromStdString(spec.path), form->parentWidget());
   }
@@ -291,6 +338,7 @@ void ConfigEditor::buildDatasetGroups() {
   }
   const bool wasUpdating = updating_;
   updating_ = true;  // filling the new fields is not an edit
+  applyFamily();     // the new rows show only the family's keys
   for (const Field& f : fields_)
     if (f.key.startsWith("datasets[")) refreshField(f);
   updating_ = wasUpdating;
@@ -367,13 +415,16 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
       connect(line, &QLineEdit::textEdited, this, edited);
       row->addWidget(line, 1);
       const QString title = QString::fromStdString(spec.label);
+      // A jsonl dataset's file: the chooser lists JSON lines files first.
+      const QString filter =
+          spec.path == "datasets[].file_path" ? tr("JSON lines (*.jsonl *.json);;All files (*)") : QString();
       // One chooser per kind the key's spec names (a FLUX model is a folder or one file).
       auto addBrowse = [&](const QString& name, const QString& text, const QString& tip, config::PathKind kind) {
         auto* browse = new QToolButton(holder);
         browse->setObjectName(name);
         browse->setText(text);
         browse->setToolTip(tip);
-        connect(browse, &QToolButton::clicked, this, [this, line, title, kind, edited] {
+        connect(browse, &QToolButton::clicked, this, [this, line, title, kind, filter, edited] {
           QString chosen;
           switch (kind) {
             case config::PathKind::Folder:
@@ -383,7 +434,7 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
               chosen = QFileDialog::getSaveFileName(this, title, line->text());
               break;
             default:
-              chosen = QFileDialog::getOpenFileName(this, title, line->text());
+              chosen = QFileDialog::getOpenFileName(this, title, line->text(), filter);
               break;
           }
           if (chosen.isEmpty()) return;
@@ -426,6 +477,8 @@ void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QStrin
   field.label = new QLabel(labelText, parent);
   field.label->setObjectName("label_" + key);
   field.label->setBuddy(editor);
+  field.form = form;
+  field.row = editor;
   if (spec.unit.empty()) {
     form->addRow(field.label, editor);
   } else {
@@ -437,6 +490,7 @@ void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QStrin
     unit->setMinimumWidth(44);
     row->addWidget(unit);
     form->addRow(field.label, holder);
+    field.row = holder;
   }
   fields_[key] = field;
   const QString tip = toolTipOf(spec);
@@ -469,6 +523,151 @@ void ConfigEditor::updateCustomShape() {
   shapeFields_->setVisible(customShape_->isChecked());
 }
 
+// ---- model family ----------------------------------------------------------
+
+config::ModelArch ConfigEditor::family() const { return config_->model.arch; }
+
+bool ConfigEditor::isFieldShown(const QString& key) const {
+  auto it = fields_.find(key);
+  return it != fields_.end() && it->shown;
+}
+
+// Rows, groups and choices for the config's family; the chooser shows it.
+void ConfigEditor::applyFamily() {
+  const config::ModelArch arch = config_->model.arch;
+  const bool wasUpdating = updating_;
+  updating_ = true;
+  const int at = family_->findData(QString::fromStdString(config::enumName(arch)));
+  if (at >= 0 && at != family_->currentIndex()) {
+    const QSignalBlocker block(family_);
+    family_->setCurrentIndex(at);
+  }
+  QMap<QWidget*, int> shownIn;  // the form's owner (a group box, the shape fields) -> rows shown
+  for (Field& f : fields_) {
+    f.shown = f.spec->appliesTo(arch);
+    f.form->setRowVisible(f.row, f.shown);
+    shownIn[f.form->parentWidget()] += f.shown ? 1 : 0;
+    updateChoiceItems(f);
+  }
+  // A group without a row for this family is hidden (the basic Dataset group keeps its buttons).
+  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
+    if (it.key().endsWith("/Dataset")) continue;
+    if (it.key() == "advanced/Model shape")
+      it.value()->setVisible(shownIn.value(shapeFields_) > 0);
+    else
+      it.value()->setVisible(shownIn.value(it.value()) > 0);
+  }
+  bool anyAdvancedDataset = false;
+  for (QGroupBox* box : datasetGroups_) {
+    const bool any = shownIn.value(box) > 0;
+    box->setVisible(any);
+    if (any && box->objectName().startsWith("advanced")) anyAdvancedDataset = true;
+  }
+  groupFor(false, "Dataset")->setVisible(anyAdvancedDataset);
+  updating_ = wasUpdating;
+}
+
+// The dataset types and export formats the config's family takes; a value it
+// refuses stays selectable while it is the value (so it is shown, not swapped).
+void ConfigEditor::updateChoiceItems(const Field& f) {
+  const config::ModelArch arch = config_->model.arch;
+  if (f.spec->path == "datasets[].type") {
+    auto* combo = static_cast<QComboBox*>(f.editor);
+    QString current;
+    try {
+      current = QString::fromStdString(config::getValueText(*config_, f.key.toStdString()));
+    } catch (const std::exception&) {
+      return;
+    }
+    QStringList offered;
+    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered << QString::fromStdString(config::enumName(t));
+    QStringList items = offered;
+    if (!current.isEmpty() && !offered.contains(current)) items << current;
+    QStringList have;
+    for (int i = 0; i < combo->count(); ++i) have << combo->itemData(i).toString();
+    if (have == items) return;
+    const QSignalBlocker block(combo);
+    combo->clear();
+    for (const QString& t : items)
+      combo->addItem(offered.contains(t) ? t : tr("%1 (not for %2)").arg(t, backend::familyName(arch)), t);
+  } else if (f.spec->path == "save.export_formats") {
+    QStringList offered;
+    for (config::ExportFormat e : backend::exportFormatsOf(arch)) offered << QString::fromStdString(config::enumName(e));
+    static_cast<ChoiceListEdit*>(f.editor)->setOffered(offered);
+  }
+}
+
+QStringList ConfigEditor::unusedKeys() const {
+  QStringList keys;
+  for (const backend::UnusedKey& u : backend::unusedKeys(*config_, config_->model.arch)) keys << u.key;
+  return keys;
+}
+
+// The keys the family does not read, with the validator's words about each.
+void ConfigEditor::refreshUnused() {
+  const config::ModelArch arch = config_->model.arch;
+  const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
+  unusedList_->clear();
+  for (const backend::UnusedKey& u : unused) {
+    QString why = tr("not used by %1").arg(backend::familyName(arch));
+    for (const ProblemView& p : problems_)
+      if (p.key == u.key) why += ": " + p.message;
+    auto* item = new QTreeWidgetItem(unusedList_, {u.key, u.value, why});
+    item->setToolTip(2, why);
+  }
+  unusedBox_->setTitle(tr("Set in this config but not used by %1 (kept in the file; the trainer ignores them)")
+                           .arg(backend::familyName(arch)));
+  unusedBox_->setVisible(!unused.isEmpty());
+}
+
+void ConfigEditor::dropUnused() {
+  setConfig(backend::dropUnusedKeys(*config_, config_->model.arch));
+  setModified(true);
+}
+
+bool ConfigEditor::chooseFamily(config::ModelArch arch) {
+  if (arch == config_->model.arch) return true;
+  const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
+  const QVector<backend::FamilyChange> changes = backend::familyChanges(*config_, arch);
+  bool drop = false;
+  if (!unused.isEmpty() || !changes.isEmpty()) {
+    const QString name = backend::familyName(arch);
+    QStringList lines;
+    for (const backend::UnusedKey& u : unused) lines << tr("  %1: %2 (not used by %3)").arg(u.key, u.value, name);
+    for (const backend::FamilyChange& c : changes)
+      lines << tr("  %1: %2 becomes %3 (%4 does not take %2)").arg(c.key, c.from, c.to, name);
+    QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(backend::familyTitle(arch)),
+                    unused.isEmpty() ? tr("Switching to %1 changes these settings:").arg(name)
+                                     : tr("%1 does not read %2 setting(s) of this config:").arg(name).arg(unused.size()),
+                    QMessageBox::NoButton, this);
+    box.setObjectName("familySwitchQuestion");
+    box.setInformativeText(lines.join('\n'));
+    QPushButton* dropButton = nullptr;
+    QPushButton* keepButton = nullptr;
+    if (!unused.isEmpty()) {
+      dropButton = box.addButton(tr("Drop them and switch"), QMessageBox::AcceptRole);
+      dropButton->setObjectName("familyDropAndSwitch");
+      keepButton = box.addButton(tr("Keep them (unused) and switch"), QMessageBox::AcceptRole);
+      keepButton->setObjectName("familyKeepAndSwitch");
+    } else {
+      keepButton = box.addButton(tr("Switch"), QMessageBox::AcceptRole);
+      keepButton->setObjectName("familySwitch");
+    }
+    QPushButton* cancel = box.addButton(QMessageBox::Cancel);
+    cancel->setObjectName("familySwitchCancel");
+    box.setDefaultButton(cancel);
+    box.exec();
+    if (box.clickedButton() != dropButton && box.clickedButton() != keepButton) {
+      applyFamily();  // the chooser shows the family the config still has
+      return false;
+    }
+    drop = box.clickedButton() == dropButton;
+  }
+  setConfig(backend::switchFamily(*config_, arch, drop));
+  setModified(true);
+  return true;
+}
+
 void ConfigEditor::showPage(const QString& name) {
   if (name == "basic")
     tabs_->setCurrentIndex(0);
@@ -479,6 +678,7 @@ void ConfigEditor::showPage(const QString& name) {
 }
 
 QWidget* ConfigEditor::fieldFor(const QString& key) const {
+  if (key == "model.arch") return family_;
   auto it = fields_.find(key);
   return it == fields_.end() ? nullptr : it->editor;
 }
@@ -541,6 +741,7 @@ void ConfigEditor::refreshField(const Field& f) {
 void ConfigEditor::refreshForm() {
   updating_ = true;
   buildDatasetGroups();
+  applyFamily();
   for (const Field& f : fields_) refreshField(f);
   updateCustomShape();
   updating_ = false;
@@ -829,6 +1030,7 @@ void ConfigEditor::setProblems(const QVector<ProblemView>& problems) {
     problemSummary_->setStyleSheet(errors ? "color: #c62828; font-weight: bold;" : "color: #9a6b00;");
   }
   markFields();
+  refreshUnused();
   emit problemsChanged();
   const bool ok = errors == 0;
   if (ok != lastOk_) {
@@ -868,7 +1070,11 @@ void ConfigEditor::goToProblem(int index) {
     yaml_->setFocus();
     return;
   }
-  if (QWidget* w = fieldFor(p.key)) {
+  if (QWidget* w = fieldFor(p.key); w && (p.key == "model.arch" || isFieldShown(p.key))) {
+    if (p.key == "model.arch") {
+      family_->setFocus();
+      return;
+    }
     // The page the field is on (a shape override also opens its switch).
     const Field f = fields_.value(p.key);
     const int page = f.spec->basic ? 0 : 1;

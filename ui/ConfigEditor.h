@@ -7,6 +7,9 @@
 // custom model. A mouse wheel changes a field only when it has focus.
 // Every edit is validated at once: the problems are listed (severity, key, line,
 // hint), the offending field is marked, and hasErrors() gates Start.
+// The model family (model.arch) is chosen first, above the form: the form shows
+// only the keys that family reads; a key set in the config that it does not read
+// is listed under the chooser (with the validator's words), never dropped unasked.
 #include <QMap>
 #include <QString>
 #include <QVector>
@@ -16,6 +19,8 @@
 #include "ui/ViewModel.h"
 
 class QCheckBox;
+class QComboBox;
+class QPushButton;
 class QLabel;
 class QPlainTextEdit;
 class QTabWidget;
@@ -28,6 +33,7 @@ class QFormLayout;
 namespace strata::config {
 struct RunConfig;
 struct KeySpec;
+enum class ModelArch;  // config/RunConfig.h (core headers are not public to the app)
 }  // namespace strata::config
 
 namespace strata::ui {
@@ -69,7 +75,21 @@ class ConfigEditor : public QWidget {
   // Shows the Basic or the Advanced page (or the YAML tab).
   void showPage(const QString& name);  // "basic", "advanced", "yaml"
   // The editor widget of a key ("model.low_vram", "datasets[0].folder_path"); null if none.
+  // model.arch's is the family chooser.
   QWidget* fieldFor(const QString& key) const;
+
+  // The family the form shows (the config's model.arch).
+  config::ModelArch family() const;
+  // Switches the family as the chooser does. When the config holds settings the
+  // new family does not read, or values it refuses, a question (objectName
+  // "familySwitchQuestion") lists them: drop them and switch, keep them (listed as
+  // unused) and switch, or cancel. Returns false when cancelled (nothing changes).
+  bool chooseFamily(config::ModelArch arch);
+  // Keys set in the config that its family does not read, as the list under the
+  // chooser shows them ("datasets[0].folder_path").
+  QStringList unusedKeys() const;
+  // Whether a key's row is shown in the form (it exists and its family reads it).
+  bool isFieldShown(const QString& key) const;
 
  signals:
   void configChanged();           // after every accepted edit (form or YAML)
@@ -84,6 +104,9 @@ class ConfigEditor : public QWidget {
     QString key;  // concrete path
     QWidget* editor = nullptr;
     QLabel* label = nullptr;
+    QWidget* row = nullptr;  // what the form holds: the editor, or the editor with its unit
+    QFormLayout* form = nullptr;
+    bool shown = true;  // read by the config's family
   };
 
   void buildForm();
@@ -96,6 +119,10 @@ class ConfigEditor : public QWidget {
   void onCustomShapeToggled(bool on);
   void updateCustomShape();
   void refreshForm();
+  void applyFamily();
+  void updateChoiceItems(const Field& field);
+  void refreshUnused();
+  void dropUnused();
   void refreshField(const Field& field);
   void refreshYaml();
   void onFieldEdited(const QString& key);
@@ -118,6 +145,10 @@ class ConfigEditor : public QWidget {
   bool updating_ = false;  // set while the editor writes into its own widgets
   bool lastOk_ = true;
 
+  QComboBox* family_ = nullptr;
+  QGroupBox* unusedBox_ = nullptr;
+  QTreeWidget* unusedList_ = nullptr;
+  QPushButton* dropUnused_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   QWidget* basicPage_ = nullptr;
   QWidget* advancedPage_ = nullptr;

@@ -1,6 +1,8 @@
 // LibTorch before Qt: Qt's `slots` macro breaks ATen's headers (ivalue_inl.h).
 #include "io/Image.h"
 #include "train/ImageFolder.h"
+#include "families/llama/LmDataset.h"
+#include "io/FileBytes.h"
 
 #include <exception>
 #include <map>
@@ -67,6 +69,31 @@ DatasetScanView scanDatasetFolder(const config::DatasetConfig& cfg, int maxThumb
     }
     v.thumbs << t;
   }
+  return v;
+}
+
+DatasetScanView previewJsonl(const config::DatasetConfig& cfg, int maxRows, const std::atomic<bool>* cancel) {
+  DatasetScanView v;
+  v.jsonl = true;
+  v.folder = qs(cfg.filePath);
+  std::string text;
+  try {
+    text = io::readFileBytes(cfg.filePath);
+  } catch (const std::exception& e) {
+    v.error = QString::fromUtf8(e.what());
+    return v;
+  }
+  const families::LmDataOptions options = families::LmDataOptions::of(cfg);
+  v.lines = families::readJsonlRecords(text, options, [&](const families::LmTextRecord& r) {
+    if (!r.skipReason.empty()) {
+      v.skipped.push_back({QString("line %1").arg(r.line), qs(r.skipReason)});
+    } else {
+      ++v.samples;
+      if (v.rows.size() < maxRows) v.rows.push_back({r.line, qs(r.prompt), qs(r.response)});
+    }
+    return !(cancel && cancel->load());
+  });
+  v.ok = true;
   return v;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// What the Setup tab's dataset view shows of an `images` folder, from
+// What the Setup tab's dataset view shows of an `images` folder (or a jsonl file), from
 // train/ImageFolder's own scan (the images the trainer would use, their buckets,
 // what it skips and why) plus a thumbnail of each used image. Internal to
 // strata_ui; Qt value types only (no LibTorch). Runs on a worker thread.
@@ -14,5 +14,11 @@ namespace strata::ui {
 // thumbnails (a newer scan makes this one moot).
 DatasetScanView scanDatasetFolder(const config::DatasetConfig& cfg, int maxThumbs, int thumbSide,
                                   const std::atomic<bool>* cancel = nullptr);
+
+// Reads `cfg`'s jsonl file with the trainer's reader (families/llama/LmDataset:
+// the same fields, marker and skip rules): the first `maxRows` samples split into
+// prompt and response, and every skipped line with its number and reason. What
+// needs the tokenizer (cuts to max_seq_len) is checked when the run starts.
+DatasetScanView previewJsonl(const config::DatasetConfig& cfg, int maxRows, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace strata::ui

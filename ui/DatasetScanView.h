@@ -1,6 +1,7 @@
 #pragma once
 // What the Setup tab's dataset view shows of an `images` folder (filled by
-// DatasetBackend from train/ImageFolder's scan). Plain Qt values.
+// DatasetBackend from train/ImageFolder's scan) or of a `jsonl` file (from the
+// causal LM's LmDataset reader). Plain Qt values.
 #include <QImage>
 #include <QSize>
 #include <QString>
@@ -28,8 +29,16 @@ struct DatasetSkip {
   QString reason;
 };
 
+// A jsonl line that gives a sample, split as the trainer splits it.
+struct DatasetTextRow {
+  qint64 line = 0;  // 1-based
+  QString prompt;   // no loss on it (with text_field: up to and with the response marker)
+  QString response;
+};
+
 struct DatasetScanView {
   bool ok = false;
+  bool jsonl = false;  // a jsonl file: lines, samples, rows and skipped (as "line N") are set
   QString error;  // the folder cannot be listed, ...
   QString folder;
   qint64 images = 0;   // used
@@ -39,6 +48,9 @@ struct DatasetScanView {
   QStringList defaultedCaptions;  // images without a caption file
   QVector<DatasetThumb> thumbs;
   int thumbsLeftOut = 0;  // used images beyond maxThumbs
+  qint64 lines = 0;       // jsonl: lines read
+  qint64 samples = 0;     // jsonl: lines that give a sample
+  QVector<DatasetTextRow> rows;  // jsonl: the first samples
 };
 
 }  // namespace strata::ui

@@ -24,9 +24,17 @@ namespace {
 
 // The keys whose change changes what the view shows (num_repeats only multiplies).
 bool sameScan(const config::DatasetConfig& a, const config::DatasetConfig& b) {
-  return a.type == b.type && a.folderPath == b.folderPath && a.resolution == b.resolution &&
-         a.captionExt == b.captionExt && a.defaultCaption == b.defaultCaption && a.triggerWord == b.triggerWord &&
-         a.flipX == b.flipX;
+  if (a.type != b.type) return false;
+  if (a.type == config::DatasetType::Jsonl)
+    return a.filePath == b.filePath && a.promptField == b.promptField && a.responseField == b.responseField &&
+           a.textField == b.textField && a.responseMarker == b.responseMarker;
+  return a.folderPath == b.folderPath && a.resolution == b.resolution && a.captionExt == b.captionExt &&
+         a.defaultCaption == b.defaultCaption && a.triggerWord == b.triggerWord && a.flipX == b.flipX;
+}
+
+// A dataset the view can show: an image folder or a jsonl file (the others are drawn by the trainer).
+bool previewable(const config::DatasetConfig& d) {
+  return d.type == config::DatasetType::Images || d.type == config::DatasetType::Jsonl;
 }
 
 QTreeWidget* makeTable(QWidget* parent, const QString& name, const QStringList& headers) {
@@ -86,6 +94,15 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   thumbs_->setMovement(QListView::Static);
   thumbs_->setWordWrap(true);
 
+  jsonlRows_ = makeTable(this, "datasetJsonlPreview", {tr("Line"), tr("Prompt (no loss)"), tr("Response (trained)")});
+  // The line number fits its numbers; prompt and response share the rest (the prompt can be dragged wider).
+  jsonlRows_->header()->setSectionResizeMode(1, QHeaderView::Interactive);
+  jsonlRows_->header()->resizeSection(1, 320);
+  jsonlRows_->setWordWrap(true);
+  jsonlRows_->setToolTip(tr("The first samples of the file, split into prompt and response as the trainer splits "
+                            "them: the loss is on the response only"));
+  jsonlRows_->hide();
+
   auto* tables = new QSplitter(Qt::Horizontal, this);
   tables->addWidget(buckets_);
   tables->addWidget(skipped_);
@@ -94,6 +111,7 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   auto* split = new QSplitter(Qt::Vertical, this);
   split->setObjectName("datasetSplitter");
   split->addWidget(thumbs_);
+  split->addWidget(jsonlRows_);
   split->addWidget(tables);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 1);
@@ -119,16 +137,16 @@ void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets
     chooser_->addItem(
         tr("Dataset %1 (%2)").arg(i + 1).arg(QString::fromStdString(config::enumName(datasets_[i].type))));
   if (chosen_ >= int(datasets_.size())) chosen_ = 0;
-  // The first images dataset, unless the user chose one.
-  if (chosen_ < int(datasets_.size()) && datasets_[chosen_].type != config::DatasetType::Images)
+  // The first dataset with something to show, unless the user chose one.
+  if (chosen_ < int(datasets_.size()) && !previewable(datasets_[chosen_]))
     for (size_t i = 0; i < datasets_.size(); ++i)
-      if (datasets_[i].type == config::DatasetType::Images) {
+      if (previewable(datasets_[i])) {
         chosen_ = int(i);
         break;
       }
   chooser_->setCurrentIndex(chosen_);
   chooser_->setVisible(datasets_.size() > 1);
-  if (datasets_.empty() || datasets_[chosen_].type != config::DatasetType::Images) {
+  if (datasets_.empty() || !previewable(datasets_[chosen_])) {
     settle_->stop();
     shown_.reset();
     showNotImages();
@@ -148,12 +166,15 @@ void DatasetView::chooseDataset(int index) {
 
 void DatasetView::rescan() {
   settle_->stop();
-  if (chosen_ >= int(datasets_.size()) || datasets_[chosen_].type != config::DatasetType::Images) return;
+  if (chosen_ >= int(datasets_.size()) || !previewable(datasets_[chosen_])) return;
   const config::DatasetConfig cfg = datasets_[chosen_];
   shown_ = std::make_unique<config::DatasetConfig>(cfg);
-  if (cfg.folderPath.empty()) {
+  const bool jsonl = cfg.type == config::DatasetType::Jsonl;
+  if (jsonl ? cfg.filePath.empty() : cfg.folderPath.empty()) {
     DatasetScanView v;
-    v.error = tr("No image folder set (datasets[%1].folder_path).").arg(chosen_);
+    v.jsonl = jsonl;
+    v.error = jsonl ? tr("No jsonl file set (datasets[%1].file_path).").arg(chosen_)
+                    : tr("No image folder set (datasets[%1].folder_path).").arg(chosen_);
     showScan(v, ++generation_);
     return;
   }
@@ -161,12 +182,13 @@ void DatasetView::rescan() {
   cancel_ = std::make_shared<std::atomic<bool>>(false);
   const int generation = ++generation_;
   scanning_ = true;
-  state_->setText(tr("Scanning %1...").arg(QString::fromStdString(cfg.folderPath)));
+  state_->setText(tr("Scanning %1...").arg(QString::fromStdString(jsonl ? cfg.filePath : cfg.folderPath)));
   QPointer<DatasetView> self(this);
   std::shared_ptr<std::atomic<bool>> cancel = cancel_;
   pool_->start([self, cfg, cancel, generation] {
     if (cancel->load()) return;
-    DatasetScanView v = scanDatasetFolder(cfg, kMaxThumbs, kThumbSide, cancel.get());
+    DatasetScanView v = cfg.type == config::DatasetType::Jsonl ? previewJsonl(cfg, kMaxJsonlRows, cancel.get())
+                                                               : scanDatasetFolder(cfg, kMaxThumbs, kThumbSide, cancel.get());
     if (cancel->load()) return;
     QMetaObject::invokeMethod(
         self.data(),
@@ -185,9 +207,35 @@ void DatasetView::showScan(const DatasetScanView& scan, int generation) {
   buckets_->clear();
   skipped_->clear();
   thumbs_->clear();
+  jsonlRows_->clear();
   state_->clear();
+  // A jsonl file has rows of text where a folder has thumbnails and buckets.
+  thumbs_->setVisible(!scan.jsonl);
+  buckets_->setVisible(!scan.jsonl);
+  jsonlRows_->setVisible(scan.jsonl);
+  skipped_->setHeaderLabels({scan.jsonl ? tr("Skipped line") : tr("Skipped file"), tr("Why")});
   if (!scan.ok && !scan.error.isEmpty() && scan.folder.isEmpty()) {
     summary_->setText(scan.error);
+  } else if (scan.jsonl && !scan.ok) {
+    summary_->setText(tr("Cannot read the jsonl file: %1").arg(scan.error));
+  } else if (scan.jsonl) {
+    QString text = tr("%1 sample(s) from %2 line(s) of %3, %4 line(s) skipped. Cuts to max_seq_len are counted "
+                      "when the run starts (they need the model's tokenizer).")
+                       .arg(scan.samples)
+                       .arg(scan.lines)
+                       .arg(scan.folder)
+                       .arg(scan.skipped.size());
+    if (scan.samples > scan.rows.size()) text += tr(" The first %1 are shown.").arg(scan.rows.size());
+    summary_->setText(text);
+    for (const DatasetTextRow& r : scan.rows) {
+      auto* item = new QTreeWidgetItem(jsonlRows_, {QString::number(r.line), r.prompt, r.response});
+      item->setToolTip(1, r.prompt);
+      item->setToolTip(2, r.response);
+    }
+    for (const DatasetSkip& s : scan.skipped) {
+      auto* item = new QTreeWidgetItem(skipped_, {s.path, s.reason});
+      item->setToolTip(1, s.reason);
+    }
   } else if (!scan.ok) {
     summary_->setText(tr("Cannot read the folder: %1").arg(scan.error));
   } else {
@@ -230,13 +278,15 @@ void DatasetView::showNotImages() {
   buckets_->clear();
   skipped_->clear();
   thumbs_->clear();
+  jsonlRows_->clear();
   state_->clear();
   last_ = DatasetScanView{};
   if (datasets_.empty())
     summary_->setText(tr("The config has no dataset."));
   else
     summary_->setText(tr("Dataset %1 is of type \"%2\": the trainer makes its items, there is no folder to show. "
-                         "Set its type to images and a folder_path to see the images here.")
+                         "Set its type to images and a folder_path (or, for a language model, jsonl and a "
+                         "file_path) to see its data here.")
                           .arg(chosen_ + 1)
                           .arg(QString::fromStdString(config::enumName(datasets_[chosen_].type))));
 }

@@ -5,7 +5,9 @@
 // that get the default caption. Scanned on a worker thread (train/ImageFolder's
 // scan, as the trainer does it) and scanned again when the folder, the
 // resolutions, the caption extension, the default caption, the trigger word or
-// flip_x change, or on Rescan.
+// flip_x change, or on Rescan. For a `jsonl` dataset (a causal LM's): its first
+// samples split into prompt and response as the trainer splits them, and every
+// line it skips with its number and reason (the core's LmDataset reader).
 #include <QWidget>
 #include <atomic>
 #include <memory>
@@ -33,6 +35,7 @@ class DatasetView : public QWidget {
   static constexpr int kMaxThumbs = 400;
   static constexpr int kThumbSide = 112;
   static constexpr int kSettleMs = 400;  // typing a folder path: scan once it pauses
+  static constexpr int kMaxJsonlRows = 200;  // jsonl samples shown (all are counted)
 
   explicit DatasetView(QWidget* parent = nullptr);
   ~DatasetView() override;  // waits for a scan in flight
@@ -74,6 +77,7 @@ class DatasetView : public QWidget {
   QTreeWidget* buckets_ = nullptr;
   QTreeWidget* skipped_ = nullptr;
   QListWidget* thumbs_ = nullptr;
+  QTreeWidget* jsonlRows_ = nullptr;
 };
 
 }  // namespace strata::ui

@@ -10,28 +10,67 @@
 #include <QPushButton>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <vector>
+
+#include "config/RunConfig.h"
+#include "ui/FamilyBackend.h"
 
 namespace strata::ui {
 
-const QStringList& ExportDialog::formatNames() {
-  static const QStringList kNames = {"diffusers", "kohya", "comfy"};
-  return kNames;
+namespace {
+
+// The forms each family writes (the families' formatProblem refuses the others).
+std::vector<config::ExportFormat> formatsOf(config::ModelArch family) {
+  using config::ExportFormat;
+  switch (family) {
+    case config::ModelArch::Flux:
+      return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
+    case config::ModelArch::Llama:
+      return {ExportFormat::Peft};
+  }
+  return {};
 }
 
-ExportDialog::ExportDialog(const QString& runDir, const QStringList& formats, const QString& outDir, QWidget* parent)
-    : QDialog(parent), runDir_(runDir) {
+}  // namespace
+
+QStringList ExportDialog::formatNames(config::ModelArch family) {
+  QStringList names;
+  for (config::ExportFormat f : formatsOf(family)) names << QString::fromStdString(config::enumName(f));
+  return names;
+}
+
+QString ExportDialog::formatLabel(config::ExportFormat format) {
+  switch (format) {
+    case config::ExportFormat::Diffusers:
+      return tr("diffusers / peft names, one file (diffusers, sd.cpp)");
+    case config::ExportFormat::Kohya:
+      return tr("kohya (ComfyUI, A1111, Forge)");
+    case config::ExportFormat::Comfy:
+      return tr("ComfyUI (diffusion_model.* BFL names)");
+    case config::ExportFormat::Peft:
+      return tr("peft adapter folder (adapter_config.json + adapter_model.safetensors; transformers + peft)");
+  }
+  return QString::fromStdString(config::enumName(format));
+}
+
+ExportDialog::ExportDialog(const QString& runDir, config::ModelArch family, const QStringList& formats,
+                           const QString& outDir, QWidget* parent)
+    : QDialog(parent), runDir_(runDir), family_(family) {
   setObjectName("exportDialog");
   setWindowTitle(tr("Export LoRA"));
   auto* layout = new QVBoxLayout(this);
-  layout->addWidget(new QLabel(tr("From the last checkpoint of <b>%1</b>").arg(runDir.toHtmlEscaped()), this));
+  layout->addWidget(new QLabel(tr("From the last checkpoint of <b>%1</b> (a %2 run)")
+                                  .arg(runDir.toHtmlEscaped(), backend::familyName(family)),
+                              this));
   auto* box = new QGroupBox(tr("Formats"), this);
   auto* fl = new QVBoxLayout(box);
-  const QStringList labels = {tr("diffusers / peft (diffusers, sd.cpp)"), tr("kohya (ComfyUI, A1111, Forge)"),
-                              tr("ComfyUI (diffusion_model.* BFL names)")};
-  for (int i = 0; i < formatNames().size(); ++i) {
-    auto* check = new QCheckBox(labels[i], box);
-    check->setObjectName("exportFormat_" + formatNames()[i]);
-    check->setChecked(formats.contains(formatNames()[i]));
+  const std::vector<config::ExportFormat> offered = formatsOf(family);
+  for (config::ExportFormat f : offered) {
+    const QString name = QString::fromStdString(config::enumName(f));
+    auto* check = new QCheckBox(formatLabel(f), box);
+    check->setObjectName("exportFormat_" + name);
+    // One form only: it is what an export of this family writes.
+    check->setChecked(formats.contains(name) || offered.size() == 1);
     fl->addWidget(check);
   }
   layout->addWidget(box);
@@ -65,7 +104,7 @@ ExportDialog::ExportDialog(const QString& runDir, const QStringList& formats, co
 
 QStringList ExportDialog::formats() const {
   QStringList picked;
-  for (const QString& n : formatNames())
+  for (const QString& n : formatNames(family_))
     if (findChild<QCheckBox*>("exportFormat_" + n)->isChecked()) picked << n;
   return picked;
 }

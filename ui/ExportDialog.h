@@ -1,6 +1,8 @@
 #pragma once
 // "Export LoRA": which formats, into which folder, from a run folder's last
 // checkpoint. The dialog only asks; the window starts the export on the bridge.
+// It offers the forms the run's model family writes: FLUX.1's LoRA files
+// (diffusers, kohya, ComfyUI) or a causal LM's peft adapter folder.
 #include <QDialog>
 #include <QStringList>
 
@@ -8,26 +10,39 @@ class QCheckBox;
 class QLabel;
 class QLineEdit;
 
+namespace strata::config {
+// config/RunConfig.h (core headers are not public to the app)
+enum class ModelArch;
+enum class ExportFormat;
+}  // namespace strata::config
+
 namespace strata::ui {
 
 class ExportDialog : public QDialog {
   Q_OBJECT
  public:
-  // `formats`: the ones ticked at first ("diffusers", "kohya", "comfy"); `outDir`: the
-  // folder offered (the run folder's exports folder, where the trainer writes too).
-  ExportDialog(const QString& runDir, const QStringList& formats, const QString& outDir, QWidget* parent = nullptr);
+  // `family`: the run's model.arch; `formats`: the ones ticked at first ("diffusers",
+  // "peft"; those the family does not write are left out); `outDir`: the folder
+  // offered (the run folder's exports folder, where the trainer writes too).
+  ExportDialog(const QString& runDir, config::ModelArch family, const QStringList& formats, const QString& outDir,
+               QWidget* parent = nullptr);
 
   QString runDir() const { return runDir_; }
+  config::ModelArch family() const { return family_; }
   QStringList formats() const;
   QString outDir() const;
 
-  static const QStringList& formatNames();
+  // The formats offered for `family` ("diffusers", "kohya", "comfy" / "peft").
+  static QStringList formatNames(config::ModelArch family);
+  // What a format is for, in the dialog's words.
+  static QString formatLabel(config::ExportFormat format);
 
  public slots:
   void accept() override;  // stays open, with the reason, when no format is ticked
 
  private:
   QString runDir_;
+  config::ModelArch family_;
   QLineEdit* dir_ = nullptr;
   QLabel* message_ = nullptr;
 };

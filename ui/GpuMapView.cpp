@@ -38,6 +38,8 @@ QColor kindColor(BlockKind kind) {
       return QColor(0x2f, 0x9a, 0x94);
     case BlockKind::Head:
       return QColor(0x8a, 0x5c, 0xa8);
+    case BlockKind::Layer:
+      return QColor(0x3f, 0x6e, 0xb0);
     case BlockKind::Other:
       break;
   }
@@ -51,21 +53,42 @@ const QColor kOverColor(0xd0, 0x3a, 0x3a);
 const QColor kCapColor(0xe0, 0x8a, 0x1e);
 const QColor kMismatchColor(0xc6, 0x28, 0x28);
 
-QString shortId(const BlockView& b) {
-  // "transformer_blocks.3" -> "double 3", "single_transformer_blocks.12" -> "single 12".
+// A causal LM's placement: decoder layers between the embedding (stem) and the
+// final norm + lm_head (head).
+bool isCausalLm(const PlacementView& placement) {
+  for (const DeviceView& d : placement.devices)
+    for (const BlockView& b : d.blocks)
+      if (b.kind == BlockKind::Layer) return true;
+  return false;
+}
+
+// What the stem and head hold, in the family's module names.
+QString partNote(const BlockView& b, bool causalLm) {
+  if (!causalLm) return QString();
+  if (b.kind == BlockKind::Stem) return "embedding";
+  if (b.kind == BlockKind::Head) return "norm + lm_head";
+  return QString();
+}
+
+QString shortId(const BlockView& b, bool causalLm) {
+  // "transformer_blocks.3" -> "double 3", "single_transformer_blocks.12" -> "single 12", "model.layers.5" -> "layer 5".
   const int dot = b.id.lastIndexOf('.');
-  if ((b.kind == BlockKind::Double || b.kind == BlockKind::Single) && dot >= 0)
+  if ((b.kind == BlockKind::Double || b.kind == BlockKind::Single || b.kind == BlockKind::Layer) && dot >= 0)
     return blockKindName(b.kind) + " " + b.id.mid(dot + 1);
-  return b.id;
+  const QString note = partNote(b, causalLm);
+  return note.isEmpty() ? b.id : b.id + ": " + note;
 }
 
 qint64 blockBytes(const BlockView& b) {
   return b.weightBytes + b.adapterBytes + b.emaBytes + b.optimizerBytes + b.quantScaleBytes + b.otherAttachmentBytes;
 }
 
-QString blockTip(const BlockView& b, const QString& device) {
-  QString tip = QString("<b>%1</b> (%2) on %3<br>weights: %4")
-                    .arg(b.id, blockKindName(b.kind), device, formatBytes(b.weightBytes));
+QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
+  const QString note = partNote(b, causalLm);
+  const QString kind = b.kind == BlockKind::Layer ? QString("decoder layer")
+                       : note.isEmpty()           ? blockKindName(b.kind)
+                                                  : blockKindName(b.kind) + ": " + note;
+  QString tip = QString("<b>%1</b> (%2) on %3<br>weights: %4").arg(b.id, kind, device, formatBytes(b.weightBytes));
   tip += QString("<br>LoRA adapters: %1 (%2)").arg(b.adapterCount).arg(formatBytes(b.adapterBytes));
   tip += QString("<br>EMA shadows: %1").arg(b.emaBytes ? formatBytes(b.emaBytes) : QString("none"));
   tip += QString("<br>optimizer state: %1").arg(b.optimizerBytes ? formatBytes(b.optimizerBytes) : QString("none"));
@@ -130,7 +153,7 @@ class GpuMapCanvas : public QWidget {
           {QRect(x, top + kHeaderHeight, columnWidth(), kBarHeight + kBarTextHeight), memoryTip(d), QString()});
       int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
       for (const BlockView& b : d.blocks) {
-        hits.push_back({QRect(x, y, columnWidth(), kRowHeight), blockTip(b, d.label), b.id});
+        hits.push_back({QRect(x, y, columnWidth(), kRowHeight), blockTip(b, d.label, isCausalLm(placement)), b.id});
         y += kRowHeight + kRowGap;
       }
       if (!d.mismatches.isEmpty()) {
@@ -223,10 +246,18 @@ class GpuMapCanvas : public QWidget {
     QString text;
   };
   QVector<LegendItem> legendItems() const {
-    QVector<LegendItem> items = {{kindColor(BlockKind::Stem), tr("stem")},
-                                 {kindColor(BlockKind::Double), tr("double block")},
-                                 {kindColor(BlockKind::Single), tr("single block")},
-                                 {kindColor(BlockKind::Head), tr("head")}};
+    // The parts of the model shown: a causal LM has decoder layers, FLUX double and single blocks.
+    QVector<LegendItem> items;
+    if (isCausalLm(placement)) {
+      items = {{kindColor(BlockKind::Stem), tr("stem: embedding")},
+               {kindColor(BlockKind::Layer), tr("decoder layer")},
+               {kindColor(BlockKind::Head), tr("head: norm + lm_head")}};
+    } else {
+      items = {{kindColor(BlockKind::Stem), tr("stem")},
+               {kindColor(BlockKind::Double), tr("double block")},
+               {kindColor(BlockKind::Single), tr("single block")},
+               {kindColor(BlockKind::Head), tr("head")}};
+    }
     if (placement.planned) {
       items.push_back({kPlannedColor, tr("planned bytes")});
     } else {
@@ -353,6 +384,7 @@ class GpuMapCanvas : public QWidget {
     p.drawText(QRect(x, bar.bottom() + 17, columnWidth(), 16), Qt::AlignVCenter | Qt::AlignLeft, limits);
 
     // Blocks.
+    const bool causalLm = isCausalLm(placement);
     int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
     for (const BlockView& b : d.blocks) {
       const QRect row(x, y, columnWidth(), kRowHeight);
@@ -362,7 +394,7 @@ class GpuMapCanvas : public QWidget {
       p.drawRoundedRect(row, 3, 3);
       p.setFont(small);
       p.setPen(Qt::white);
-      p.drawText(row.adjusted(6, 0, -6, 0), Qt::AlignVCenter | Qt::AlignLeft, shortId(b));
+      p.drawText(row.adjusted(6, 0, -6, 0), Qt::AlignVCenter | Qt::AlignLeft, shortId(b, causalLm));
       // Badges for what hangs off the block, right to left, then its size.
       int bx = row.right() - 4;
       auto badge = [&](const QString& t, bool on) {
@@ -382,7 +414,7 @@ class GpuMapCanvas : public QWidget {
             b.adapterBytes > 0 || b.adapterCount > 0);
       // The size where a narrow column has room for it beside the name (the tooltip always has it).
       const QString size = formatBytes(b.weightBytes);
-      if (p.fontMetrics().horizontalAdvance(shortId(b) + "  " + size) + 10 <= bx - row.left()) {
+      if (p.fontMetrics().horizontalAdvance(shortId(b, causalLm) + "  " + size) + 10 <= bx - row.left()) {
         p.setPen(QColor(255, 255, 255, 220));
         p.drawText(QRect(row.left(), row.top(), bx - row.left() - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
                    size);

@@ -91,7 +91,10 @@ ChoiceListEdit::ChoiceListEdit(const QStringList& choices, QWidget* parent) : QW
     auto* box = new QCheckBox(c, this);
     box->setObjectName("choice_" + c);
     box->setProperty("choice", c);
-    connect(box, &QCheckBox::clicked, this, &ChoiceListEdit::edited);
+    connect(box, &QCheckBox::clicked, this, [this] {
+      updateShown();
+      emit edited();
+    });
     row->addWidget(box);
     boxes_ << box;
   }
@@ -107,6 +110,17 @@ QStringList ChoiceListEdit::chosen() const {
 
 void ChoiceListEdit::setChosen(const QStringList& chosen) {
   for (QCheckBox* b : boxes_) b->setChecked(chosen.contains(b->property("choice").toString()));
+  updateShown();
+}
+
+void ChoiceListEdit::setOffered(const QStringList& offered) {
+  offered_ = offered;
+  updateShown();
+}
+
+void ChoiceListEdit::updateShown() {
+  for (QCheckBox* b : boxes_)
+    b->setHidden(!offered_.isEmpty() && !offered_.contains(b->property("choice").toString()) && !b->isChecked());
 }
 
 QString ChoiceListEdit::yamlText() const { return "[" + chosen().join(", ") + "]"; }

@@ -1,7 +1,8 @@
 #pragma once
 // Editors for list-valued config keys, so a list is never typed as YAML text:
 // a row of number fields with add / remove (resolution, gpu_ids, betas: a fixed
-// count has no add / remove), and one check box per choice (export formats).
+// count has no add / remove), and one check box per choice (export formats; the
+// config's family may offer only some of them).
 #include <QStringList>
 #include <QVector>
 #include <QWidget>
@@ -50,13 +51,19 @@ class ChoiceListEdit : public QWidget {
 
   QStringList chosen() const;  // in the order of the choices
   void setChosen(const QStringList& chosen);
+  // The choices offered (empty = all): the others are hidden unless ticked, so a
+  // value the config holds is shown (and can be unticked), never dropped.
+  void setOffered(const QStringList& offered);
   QString yamlText() const;
 
  signals:
   void edited();
 
  private:
+  void updateShown();
+
   QVector<QCheckBox*> boxes_;
+  QStringList offered_;
 };
 
 }  // namespace strata::ui

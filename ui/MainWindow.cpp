@@ -813,10 +813,19 @@ void MainWindow::showExportDialog() {
     lastRunDir_ = absolute(runDir);
     runDir = lastRunDir_;
   }
+  // The run's own config says its family and formats; the editor's config when it cannot be read.
+  config::RunConfig runCfg = editor_->config();
+  try {
+    const std::string path = runner::runFolderFiles(runDir.toStdString()).config;
+    backend::ParseResult parsed = backend::parseYaml(backend::readText(path), path);
+    if (parsed.ok) runCfg = parsed.config;
+  } catch (const std::exception&) {
+  }
   QStringList chosen;
-  for (auto f : editor_->config().save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
+  for (auto f : runCfg.save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
   // The folder the trainer writes its own exports to: one exports folder per run.
-  auto* dialog = new ExportDialog(runDir, chosen, runFile(runDir, &runner::RunFolderFiles::exportsDir), this);
+  auto* dialog = new ExportDialog(runDir, runCfg.model.arch, chosen,
+                                  runFile(runDir, &runner::RunFolderFiles::exportsDir), this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   connect(dialog, &QDialog::accepted, this, [this, dialog] {
     QString error;

@@ -1,13 +1,20 @@
 #pragma once
-// File > New: a new config starts from a template that is valid as it opens
-// (the CPU demo; FLUX.1-dev on one GPU; FLUX.1-dev split over 4 x 16 GB). The
-// templates are the shipped configs/ files, built into the app as resources.
+// File > New: the model family first (FLUX.1 image LoRA, Llama-family language-
+// model LoRA), then a template of that family that is valid as it opens (the CPU
+// demo; FLUX.1-dev on one GPU or split over 4 x 16 GB; Llama-3-8B split over
+// 2 x 16 GB or on one GPU). The templates are the shipped configs/ files, built
+// into the app as resources.
 #include <QDialog>
 #include <QString>
 #include <QVector>
 
+class QComboBox;
 class QLabel;
 class QListWidget;
+
+namespace strata::config {
+enum class ModelArch;  // config/RunConfig.h (core headers are not public to the app)
+}  // namespace strata::config
 
 namespace strata::ui {
 
@@ -16,6 +23,7 @@ struct ConfigTemplate {
   QString title;     // "CPU demo (tiny model, no download)"
   QString summary;   // two lines on what it is for
   QString resource;  // ":/strata/templates/demo.yaml"
+  config::ModelArch family;  // the template's model.arch
 };
 
 const QVector<ConfigTemplate>& configTemplates();
@@ -26,11 +34,18 @@ class NewConfigDialog : public QDialog {
   Q_OBJECT
  public:
   explicit NewConfigDialog(QWidget* parent = nullptr);
-  // The template picked (the demo until another is chosen).
+  // The template picked (the family's first until another is chosen).
   const ConfigTemplate& chosen() const;
+  // Picks a template (and its family).
   void choose(const QString& id);
+  // Shows the templates of `family`, the first one picked.
+  void chooseFamily(config::ModelArch family);
+  config::ModelArch family() const { return family_; }
 
  private:
+  QVector<int> shown_;  // configTemplates() index of each list row
+  config::ModelArch family_{};  // set by the constructor (FLUX.1 first)
+  QComboBox* familyChoice_ = nullptr;
   QListWidget* list_ = nullptr;
   QLabel* summary_ = nullptr;
 };

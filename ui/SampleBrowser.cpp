@@ -38,7 +38,37 @@ QPixmap scaledImage(const QString& path, int px) {
   return image.scaled(px, px, Qt::KeepAspectRatio, upscale ? Qt::FastTransformation : Qt::SmoothTransformation);
 }
 
+// A text sample's file content (small: the prompt and max_new_tokens of text).
+QString readText(const QString& path) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return QString();
+  return QString::fromUtf8(f.read(1 << 20));
+}
+
+// The completion: the index's, else the text after the prompt.
+void fillCompletion(SampleInfo& s) {
+  if (!s.completion.isEmpty() || s.text.isEmpty()) return;
+  s.completion = !s.prompt.isEmpty() && s.text.startsWith(s.prompt) ? s.text.mid(s.prompt.size()) : s.text;
+  if (s.completion.endsWith('\n')) s.completion.chop(1);
+}
+
+// A table cell of a sample: its picture, or the start of its text.
+QTableWidgetItem* sampleItem(const SampleInfo& s, int px) {
+  auto* item = s.isText() ? new QTableWidgetItem(s.completion.left(160))
+                          : new QTableWidgetItem(QIcon(scaledImage(s.path, px)), QString());
+  item->setData(Qt::UserRole, s.step);
+  item->setData(Qt::UserRole + 1, s.promptIndex);
+  if (s.isText()) item->setTextAlignment(Qt::AlignLeft | Qt::AlignTop);
+  return item;
+}
+
 }  // namespace
+
+QString SampleBrowser::textHtml(const SampleInfo& s) {
+  auto html = [](const QString& t) { return t.toHtmlEscaped().replace('\n', "<br>"); };
+  if (s.prompt.isEmpty() && s.completion.isEmpty()) return html(s.text);
+  return "<b>" + html(s.prompt) + "</b>" + html(s.completion);
+}
 
 // ---- SampleStrip -----------------------------------------------------------
 
@@ -74,14 +104,24 @@ void SampleStrip::setSamples(const QVector<SampleInfo>& samples) {
     const SampleInfo& s = samples[i];
     auto* label = new QLabel(this);
     label->setObjectName(QString("sampleThumb%1").arg(i));
-    label->setPixmap(scaledImage(s.path, thumbPx_));
-    label->setToolTip(QString("step %1, prompt %2\n%3\n%4").arg(s.step).arg(s.promptIndex).arg(s.prompt, s.path));
+    if (s.isText()) {
+      label->setTextFormat(Qt::RichText);
+      label->setText(SampleBrowser::textHtml(s));
+      label->setWordWrap(true);
+      label->setMargin(4);
+    } else {
+      label->setPixmap(scaledImage(s.path, thumbPx_));
+    }
+    label->setToolTip(QString("step %1, prompt %2%3\n%4\n%5")
+                          .arg(s.step)
+                          .arg(s.promptIndex)
+                          .arg(s.settings.isEmpty() ? QString() : " (" + s.settings + ")", s.prompt, s.path));
     label->setCursor(Qt::PointingHandCursor);
     label->setProperty("sampleIndex", i);
     label->installEventFilter(this);
     label->setFrameShape(QFrame::StyledPanel);
     label->setFixedSize(thumbPx_ + 6, thumbPx_ + 6);
-    label->setAlignment(Qt::AlignCenter);
+    label->setAlignment(s.isText() ? Qt::AlignLeft | Qt::AlignTop : Qt::AlignCenter);
     row_->insertWidget(row_->count() - 1, label);
     labels_ << label;
   }
@@ -102,7 +142,10 @@ bool SampleStrip::eventFilter(QObject* watched, QEvent* event) {
       dialog->setObjectName("sampleViewer");
       dialog->setAttribute(Qt::WA_DeleteOnClose);
       auto* l = new QLabel(dialog);
-      l->setPixmap(scaledImage(shown_[i].path, kEnlargedPx));
+      if (shown_[i].isText())
+        l->setText(SampleBrowser::textHtml(shown_[i]));
+      else
+        l->setPixmap(scaledImage(shown_[i].path, kEnlargedPx));
       (new QVBoxLayout(dialog))->addWidget(l);
       dialog->show();
       return true;
@@ -217,15 +260,19 @@ void SampleBrowser::rescan() {
   const runner::RunFolderFiles files = runner::runFolderFiles(runDir_.toStdString());
   const QDir dir(QString::fromStdString(files.samplesDir));
   if (!runDir_.isEmpty() && dir.exists()) {
-    const QStringList images = dir.entryList({"*.png", "*.jpg"}, QDir::Files, QDir::Name);
-    for (const QString& f : images) {
+    // Images (FLUX.1) and text generations (a causal LM) alike.
+    const QStringList found = dir.entryList({"*.png", "*.jpg", "*.txt"}, QDir::Files, QDir::Name);
+    for (const QString& f : found) {
       SampleInfo s;
       if (!parseFileName(f, &s.step, &s.promptIndex)) continue;
       s.path = dir.filePath(f);
       s.prompt = promptText(s.promptIndex);
+      if (s.isText()) s.text = readText(s.path);
       bySteps_[s.step][s.promptIndex] = s;
     }
     readIndex(QString::fromStdString(files.samplesIndex));
+    for (auto& step : bySteps_)
+      for (auto& s : step) fillCompletion(s);
   }
   rebuild();
 }
@@ -246,9 +293,20 @@ void SampleBrowser::readIndex(const QString& path) {
       while (prompts_.size() <= prompt) prompts_ << QString();
       if (prompts_[prompt].isEmpty()) prompts_[prompt] = text;
     }
-    if (bySteps_.contains(step) && bySteps_[step].contains(prompt) && bySteps_[step][prompt].prompt.isEmpty())
-      bySteps_[step][prompt].prompt = text;
-    Q_UNUSED(file);
+    if (!bySteps_.contains(step) || !bySteps_[step].contains(prompt)) continue;
+    SampleInfo& s = bySteps_[step][prompt];
+    if (!file.isEmpty() && QFileInfo(s.path).fileName() != QFileInfo(file).fileName()) continue;
+    if (s.prompt.isEmpty()) s.prompt = text;
+    // How it was drawn; a causal LM's line also holds the completion.
+    QStringList settings;
+    if (o.contains("seed")) settings << tr("seed %1").arg(o.value("seed").toVariant().toLongLong());
+    if (o.contains("temperature")) {
+      const double t = o.value("temperature").toDouble();
+      settings << (t == 0 ? tr("greedy") : tr("temperature %1").arg(t));
+    }
+    if (o.contains("max_new_tokens")) settings << tr("%1 new tokens at most").arg(o.value("max_new_tokens").toInt());
+    if (!settings.isEmpty()) s.settings = settings.join(", ");
+    if (o.contains("completion")) s.completion = o.value("completion").toString();
   }
   for (auto& step : bySteps_)
     for (auto& s : step)
@@ -266,11 +324,15 @@ void SampleBrowser::setPrompts(const QStringList& prompts) {
 void SampleBrowser::addSample(const SampleInfo& sample) {
   SampleInfo s = sample;
   if (s.prompt.isEmpty()) s.prompt = promptText(s.promptIndex);
+  if (s.isText() && s.text.isEmpty()) s.text = readText(s.path);
   if (s.promptIndex >= 0 && s.promptIndex < 4096 && !s.prompt.isEmpty()) {
     while (prompts_.size() <= s.promptIndex) prompts_ << QString();
     if (prompts_[s.promptIndex].isEmpty()) prompts_[s.promptIndex] = s.prompt;
   }
   bySteps_[s.step][s.promptIndex] = s;
+  // The trainer writes the index line before it announces the sample: its settings and completion.
+  if (!runDir_.isEmpty()) readIndex(QString::fromStdString(runner::runFolderFiles(runDir_.toStdString()).samplesIndex));
+  fillCompletion(bySteps_[s.step][s.promptIndex]);
   rebuild();
 }
 
@@ -332,9 +394,7 @@ void SampleBrowser::rebuild() {
   for (int c = 0; c < stepList.size(); ++c) {
     for (const SampleInfo& s : bySteps_[stepList[c]]) {
       if (s.promptIndex < 0 || s.promptIndex >= prompts) continue;
-      auto* item = new QTableWidgetItem(QIcon(scaledImage(s.path, kGridThumbPx)), QString());
-      item->setData(Qt::UserRole, s.step);
-      item->setData(Qt::UserRole + 1, s.promptIndex);
+      auto* item = sampleItem(s, kGridThumbPx);
       item->setToolTip(QString("step %1, prompt %2: %3").arg(s.step).arg(s.promptIndex).arg(s.prompt));
       grid_->setItem(s.promptIndex, c, item);
     }
@@ -388,9 +448,7 @@ void SampleBrowser::rebuildCompare() {
     if (!bySteps_.contains(steps[c])) continue;
     for (const SampleInfo& s : bySteps_[steps[c]]) {
       if (s.promptIndex < 0 || s.promptIndex >= prompts) continue;
-      auto* item = new QTableWidgetItem(QIcon(scaledImage(s.path, kCompareThumbPx)), QString());
-      item->setData(Qt::UserRole, s.step);
-      item->setData(Qt::UserRole + 1, s.promptIndex);
+      auto* item = sampleItem(s, kCompareThumbPx);
       compare_->setItem(s.promptIndex, c, item);
     }
   }
@@ -419,12 +477,28 @@ QWidget* SampleBrowser::showEnlarged(const SampleInfo& sample) {
   dialog->setProperty("step", sample.step);
   dialog->setProperty("prompt", sample.promptIndex);
   dialog->setWindowTitle(tr("Sample: step %1, prompt %2").arg(sample.step).arg(sample.promptIndex));
-  dialog->findChild<QLabel*>("sampleViewerImage")->setPixmap(scaledImage(sample.path, kEnlargedPx));
+  auto* image = dialog->findChild<QLabel*>("sampleViewerImage");
+  if (sample.isText()) {
+    // A text sample: the prompt in bold, then what the model wrote.
+    image->setPixmap(QPixmap());
+    image->setTextFormat(Qt::RichText);
+    image->setText(textHtml(sample));
+    image->setWordWrap(true);
+    image->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+    image->setMinimumWidth(kEnlargedPx);
+  } else {
+    image->setText(QString());
+    image->setWordWrap(false);
+    image->setAlignment(Qt::AlignCenter);
+    image->setPixmap(scaledImage(sample.path, kEnlargedPx));
+  }
   dialog->findChild<QLabel*>("sampleViewerCaption")
-      ->setText(QString("<b>step %1</b> &nbsp; prompt %2: %3<br><small>%4</small>")
+      ->setText(QString("<b>step %1</b> &nbsp; prompt %2: %3%4<br><small>%5</small>")
                     .arg(sample.step)
                     .arg(sample.promptIndex)
-                    .arg(sample.prompt.toHtmlEscaped(), sample.path.toHtmlEscaped()));
+                    .arg(sample.prompt.toHtmlEscaped(),
+                         sample.settings.isEmpty() ? QString() : " &nbsp; (" + sample.settings.toHtmlEscaped() + ")",
+                         sample.path.toHtmlEscaped()));
   dialog->show();
   dialog->raise();
   return dialog;

@@ -1,7 +1,9 @@
 #pragma once
-// Every sample image of a run: the latest previews, a grid of prompt x step,
-// click to enlarge, and two steps side by side. It reads the run folder's
-// samples/ and takes new samples from the trainer as they are written.
+// Every sample of a run, sorted by step: images (FLUX.1) or text generations (a
+// causal LM's .txt samples, shown as text with their prompt, step and sampling
+// settings). The latest samples, a grid of prompt x step, click to enlarge, and
+// two steps side by side. It reads the run folder's samples/ (and its
+// index.jsonl) and takes new samples from the trainer as they are written.
 #include <QMap>
 #include <QStringList>
 #include <QVector>
@@ -39,7 +41,7 @@ class SampleBrowser : public QWidget {
  public:
   explicit SampleBrowser(QWidget* parent = nullptr);
 
-  // Reads <runDir>/samples/*.png (replacing what is shown).
+  // Reads <runDir>/samples/*.png, *.jpg and *.txt (replacing what is shown).
   void setRunDir(const QString& runDir);
   QString runDir() const { return runDir_; }
   void rescan();
@@ -62,6 +64,8 @@ class SampleBrowser : public QWidget {
   // Step and prompt index from a file name: "step_000250_prompt_1.png",
   // "000250_1.png", "s250_p1.png", ... (the first number is the step, the next the prompt).
   static bool parseFileName(const QString& fileName, qint64* step, int* promptIndex);
+  // A text sample as the browser shows it: the prompt in bold, then the completion (HTML).
+  static QString textHtml(const SampleInfo& sample);
 
  signals:
   void samplesChanged();

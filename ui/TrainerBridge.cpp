@@ -147,7 +147,12 @@ struct BridgeAccess {
           } else if constexpr (std::is_same_v<T, events::PlacementEvent>) {
             emit b->placementChanged(placementViewOf(e));
           } else if constexpr (std::is_same_v<T, events::SampleEvent>) {
-            emit b->sampleReady(SampleInfo{qs(e.path), e.step, int(e.promptIndex), qs(e.prompt)});
+            SampleInfo info;
+            info.path = qs(e.path);
+            info.step = e.step;
+            info.promptIndex = int(e.promptIndex);
+            info.prompt = qs(e.prompt);
+            emit b->sampleReady(info);
           } else if constexpr (std::is_same_v<T, events::CheckpointEvent>) {
             emit b->checkpointSaved(qs(e.path), e.step);
           } else if constexpr (std::is_same_v<T, events::ExportEvent>) {

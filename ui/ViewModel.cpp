@@ -7,6 +7,7 @@ BlockKind blockKindFromString(const QString& kind) {
   if (kind == "double") return BlockKind::Double;
   if (kind == "single") return BlockKind::Single;
   if (kind == "head") return BlockKind::Head;
+  if (kind == "layer") return BlockKind::Layer;
   return BlockKind::Other;
 }
 
@@ -20,6 +21,8 @@ QString blockKindName(BlockKind kind) {
       return "single";
     case BlockKind::Head:
       return "head";
+    case BlockKind::Layer:
+      return "layer";
     case BlockKind::Other:
       break;
   }

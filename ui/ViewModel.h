@@ -8,7 +8,8 @@
 
 namespace strata::ui {
 
-enum class BlockKind { Stem, Double, Single, Head, Other };
+// Double / Single: FLUX.1's blocks; Layer: a causal LM's decoder layer.
+enum class BlockKind { Stem, Double, Single, Layer, Head, Other };
 
 BlockKind blockKindFromString(const QString& kind);
 QString blockKindName(BlockKind kind);
@@ -76,11 +77,17 @@ struct MetricPoint {
 };
 
 // One sample image.
+// One sample of a run: an image, or a causal LM's text (a .txt file holding the
+// prompt and what the model wrote after it).
 struct SampleInfo {
   QString path;
   qint64 step = 0;
   int promptIndex = 0;
   QString prompt;
+  QString text;        // a text sample's file content (prompt + completion)
+  QString completion;  // what the model wrote (from the samples index; else the text after the prompt)
+  QString settings;    // how it was drawn: "seed 42, temperature 0.7" (from the samples index)
+  bool isText() const { return path.endsWith(".txt", Qt::CaseInsensitive); }
 };
 
 // A validation problem of the config being edited.

@@ -57,6 +57,11 @@ TEST(FamilySchema, EveryKeyNamesTheFamiliesThatReadIt) {
   EXPECT_FALSE(findKey("sample.width")->appliesTo(ModelArch::Llama));
   EXPECT_FALSE(findKey("datasets[].max_seq_len")->appliesTo(ModelArch::Flux));
   EXPECT_TRUE(findKey("train.lr")->appliesTo(ModelArch::Llama));
+  // The single-file VAE and CLIP shape keys are FLUX.1's (a causal LM reads config.json);
+  // the tokenizer folder is read by both.
+  EXPECT_FALSE(findKey("model.vae_norm_num_groups")->appliesTo(ModelArch::Llama));
+  EXPECT_FALSE(findKey("model.clip_num_attention_heads")->appliesTo(ModelArch::Llama));
+  EXPECT_TRUE(findKey("model.tokenizer_path")->appliesTo(ModelArch::Llama));
   EXPECT_TRUE(findKey("model.arch")->appliesTo(ModelArch::Flux));
   EXPECT_EQ(findKey("model.arch")->defaultValue, Value{std::string("flux")});
 }

@@ -149,6 +149,45 @@ TEST_F(LmDatasetTest, CollatePadsLeftOrRightWithTheMask) {
   }
 }
 
+// The reader the app's preview uses is the one the dataset is built from: the
+// same split, the same reasons, in line order, and it stops when asked.
+TEST_F(LmDatasetTest, TheTextReaderSplitsAndSkipsAsTheDatasetDoes) {
+  LmDataOptions o;
+  o.textField = "text";
+  o.responseMarker = "### OUTPUT:";
+  const std::string text =
+      "{\"text\": \"Q: a ### OUTPUT: b\"}\n"
+      "{\"text\": \"no marker\"}\n"
+      "\n"
+      "{\"text\": \"Q: c ### OUTPUT: d\"}\n";
+  std::vector<families::LmTextRecord> recs;
+  const int64_t lines = families::readJsonlRecords(text, o, [&](const families::LmTextRecord& r) {
+    recs.push_back(r);
+    return true;
+  });
+  EXPECT_EQ(lines, 4);
+  ASSERT_EQ(recs.size(), 4u);
+  EXPECT_EQ(recs[0].line, 1);
+  EXPECT_EQ(recs[0].prompt, "Q: a ### OUTPUT:");
+  EXPECT_EQ(recs[0].response, " b");
+  EXPECT_EQ(recs[0].skipReason, "");
+  EXPECT_EQ(recs[1].skipReason, "field 'text' has no response marker '### OUTPUT:'");
+  EXPECT_EQ(recs[2].skipReason, "blank line");
+  EXPECT_EQ(recs[3].response, " d");
+  // The dataset skips exactly the lines the reader gives a reason for.
+  const auto ds = LmDataset::fromJsonlText(text, "t.jsonl", *tok_, o);
+  const auto& skipped = ds.reports().at(0).skipped;
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_EQ(skipped[0].line, 2);
+  EXPECT_EQ(skipped[0].reason, recs[1].skipReason);
+  EXPECT_EQ(skipped[1].line, 3);
+  EXPECT_EQ(ds.size(), 2u);
+  // Stopping after the first line reads no further.
+  int64_t seen = 0;
+  EXPECT_EQ(families::readJsonlRecords(text, o, [&](const families::LmTextRecord&) { return ++seen < 1; }), 1);
+  EXPECT_EQ(seen, 1);
+}
+
 TEST(LmDatasetSynthetic, SeededRowsOfTheLengthWithinTheVocab) {
   const auto a = LmDataset::synthetic(3, 16, 50, 7);
   const auto b = LmDataset::synthetic(3, 16, 50, 7);

@@ -105,12 +105,8 @@ std::vector<LmSample> pack(const std::vector<LmSample>& samples, int64_t maxSeqL
 
 }  // namespace
 
-LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& source,
-                                   const text::Tokenizer& tokenizer, const LmDataOptions& o) {
-  LmDataset ds;
-  LmDataReport r;
-  r.source = source;
-  std::vector<LmSample> samples;
+int64_t readJsonlRecords(const std::string& text, const LmDataOptions& o,
+                         const std::function<bool(const LmTextRecord&)>& onRecord) {
   size_t pos = 0;
   int64_t lineNo = 0;
   while (pos < text.size()) {
@@ -120,58 +116,68 @@ LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& s
     pos = end + 1;
     ++lineNo;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    auto skip = [&](std::string why) { r.skipped.push_back({lineNo, std::move(why)}); };
+    LmTextRecord rec;
+    rec.line = lineNo;
+    std::string& why = rec.skipReason;
     if (line.find_first_not_of(" \t") == std::string::npos) {
-      skip("blank line");
-      continue;
-    }
-    nlohmann::json obj;
-    try {
-      obj = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      std::string what = e.what();
-      const auto colon = what.find("parse error");
-      skip("not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon)) + ")");
-      continue;
-    }
-    if (!obj.is_object()) {
-      skip("not a JSON object");
-      continue;
-    }
-    std::string prompt, response, why;
-    if (!o.textField.empty()) {
-      std::string all;
-      why = stringField(obj, o.textField, all);
-      if (why.empty()) {
-        const size_t at = all.find(o.responseMarker);
-        if (at == std::string::npos) {
-          why = "field '" + o.textField + "' has no response marker '" + o.responseMarker + "'";
-        } else {
-          prompt = all.substr(0, at + o.responseMarker.size());
-          response = all.substr(at + o.responseMarker.size());
-          if (response.find_first_not_of(" \t\r\n") == std::string::npos)
-            why = "nothing after the response marker '" + o.responseMarker + "'";
-        }
-      }
+      why = "blank line";
     } else {
-      why = stringField(obj, o.promptField, prompt);
-      if (why.empty()) why = stringField(obj, o.responseField, response);
+      nlohmann::json obj;
+      try {
+        obj = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        std::string what = e.what();
+        const auto colon = what.find("parse error");
+        why = "not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon)) + ")";
+      }
+      if (why.empty() && !obj.is_object()) why = "not a JSON object";
+      if (why.empty() && !o.textField.empty()) {
+        std::string all;
+        why = stringField(obj, o.textField, all);
+        if (why.empty()) {
+          const size_t at = all.find(o.responseMarker);
+          if (at == std::string::npos) {
+            why = "field '" + o.textField + "' has no response marker '" + o.responseMarker + "'";
+          } else {
+            rec.prompt = all.substr(0, at + o.responseMarker.size());
+            rec.response = all.substr(at + o.responseMarker.size());
+            if (rec.response.find_first_not_of(" \t\r\n") == std::string::npos)
+              why = "nothing after the response marker '" + o.responseMarker + "'";
+          }
+        }
+      } else if (why.empty()) {
+        why = stringField(obj, o.promptField, rec.prompt);
+        if (why.empty()) why = stringField(obj, o.responseField, rec.response);
+      }
     }
-    if (!why.empty()) {
-      skip(why);
-      continue;
+    if (!onRecord(rec)) break;
+  }
+  return lineNo;
+}
+
+LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& source,
+                                   const text::Tokenizer& tokenizer, const LmDataOptions& o) {
+  LmDataset ds;
+  LmDataReport r;
+  r.source = source;
+  std::vector<LmSample> samples;
+  const int64_t lineNo = readJsonlRecords(text, o, [&](const LmTextRecord& rec) {
+    auto skip = [&](std::string why) { r.skipped.push_back({rec.line, std::move(why)}); };
+    if (!rec.skipReason.empty()) {
+      skip(rec.skipReason);
+      return true;
     }
     int64_t dropped = 0;
     LmSample s;
     try {
-      s = tokenizeSample(tokenizer, prompt, response, o.maxSeqLen, o.addEos, dropped);
+      s = tokenizeSample(tokenizer, rec.prompt, rec.response, o.maxSeqLen, o.addEos, dropped);
     } catch (const std::exception& e) {
       skip(std::string("cannot be tokenized: ") + e.what());
-      continue;
+      return true;
     }
     if (s.ids.empty()) {
       skip("the prompt alone fills max_seq_len (" + std::to_string(o.maxSeqLen) + " tokens): no response token left");
-      continue;
+      return true;
     }
     if (dropped > 0) {
       ++r.truncated;
@@ -179,7 +185,8 @@ LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& s
     }
     r.responseTokens += lossTokensOf(s);
     samples.push_back(std::move(s));
-  }
+    return true;
+  });
   r.lines = lineNo;
   r.samples = static_cast<int64_t>(samples.size());
   if (samples.empty()) {

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,21 @@ struct LmDataReport {
   // "data.jsonl: 98 samples from 100 lines (2 skipped), 3 cut to 512 tokens (41 tokens dropped)"
   std::string summary() const;
 };
+
+// One line of a jsonl file as the trainer reads it, before tokenizing: its
+// prompt and response, or why the line is skipped.
+struct LmTextRecord {
+  int64_t line = 0;  // 1-based
+  std::string prompt;
+  std::string response;
+  std::string skipReason;  // "" = the line gives a sample
+};
+
+// Reads `text` line by line as fromJsonlText does (the one reader: the app's
+// preview uses it too) and hands each line to `onRecord`, in order; reading
+// stops when onRecord returns false. Returns the number of lines handed over.
+int64_t readJsonlRecords(const std::string& text, const LmDataOptions& options,
+                         const std::function<bool(const LmTextRecord&)>& onRecord);
 
 class LmDataset {
  public:

@@ -1,0 +1,52 @@
+#pragma once
+// The app's view of the model families (model.arch): their names, the dataset
+// types and LoRA forms each takes, the keys of a config one does not read, and a
+// config switched from one family to another. Internal to strata_ui; the names
+// come from train/ModelFamily.h, the key lists from the schema's family tags
+// (config::KeySpec::appliesTo). Plain std and Qt value types only.
+#include <QString>
+#include <QVector>
+#include <vector>
+
+#include "config/RunConfig.h"
+
+namespace strata::ui::backend {
+
+// Every family the chooser offers, in its order.
+std::vector<config::ModelArch> modelFamilies();
+// The family's own name: "FLUX.1", "Llama".
+QString familyName(config::ModelArch arch);
+// What a run of the family trains, for the chooser: "FLUX.1 image LoRA".
+QString familyTitle(config::ModelArch arch);
+
+// The dataset types the family trains on, the first being the one a switch to it
+// sets (the validator's rules: FLUX images / latents / synthetic / shapes, a
+// causal LM jsonl / synthetic).
+std::vector<config::DatasetType> datasetTypesOf(config::ModelArch arch);
+// The LoRA forms the family writes, the first being the one a switch to it sets.
+std::vector<config::ExportFormat> exportFormatsOf(config::ModelArch arch);
+
+// A key set away from its default ("datasets[0].folder_path", its value as YAML
+// text) that `arch` does not read. model.is_flux is left out, as the validator does.
+struct UnusedKey {
+  QString key;
+  QString value;
+};
+QVector<UnusedKey> unusedKeys(const config::RunConfig& cfg, config::ModelArch arch);
+
+// A value of a key both families read that `arch` refuses, and what a switch sets.
+struct FamilyChange {
+  QString key;
+  QString from;
+  QString to;
+};
+QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, config::ModelArch arch);
+
+// `cfg` with its unusedKeys for `arch` back at their defaults.
+config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, config::ModelArch arch);
+
+// `cfg` with model.arch = `arch` and the familyChanges applied; with `dropUnused`
+// the unusedKeys go back to their defaults too (else they stay, listed as unused).
+config::RunConfig switchFamily(const config::RunConfig& cfg, config::ModelArch arch, bool dropUnused);
+
+}  // namespace strata::ui::backend
