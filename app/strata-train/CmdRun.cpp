@@ -140,6 +140,18 @@ class ProgressPrinter {
       std::cout << stats << std::endl;
     }
   }
+  void on(const events::LoadProgressEvent& e) {
+    char stats[120];
+    std::snprintf(stats, sizeof stats, "loading %s %lld/%lld", e.what.c_str(), static_cast<long long>(e.done),
+                  static_cast<long long>(e.total));
+    if (tty_) {
+      std::cout << "\r" << stats << "   " << std::flush;
+      barShown_ = true;
+      if (e.done == e.total) endBar();
+    } else if (e.done == e.total) {
+      std::cout << stats << std::endl;
+    }
+  }
   void on(const events::WarningEvent& e) { line("warning: " + e.message, true); }
   void on(const events::PreflightFailedEvent& e) {
     std::string s = "preflight failed, nothing was trained:";

@@ -339,7 +339,7 @@ std::vector<KeySpec> buildSchema() {
            "Start from random weights instead of a checkpoint (demos and benchmarks)")
       .add("model.quantize", M(model.quantize),
            "Quantize the frozen transformer blocks' Linear weights (model.qtype; docs/quantization.md)")
-      .add("model.quantize_te", M(model.quantizeTe), "Quantize the text encoders (not implemented yet: warned)")
+      .add("model.quantize_te", M(model.quantizeTe), "Quantize T5's Linear weights with model.qtype while loading (CLIP stays float)")
       .add("model.qtype", M(model.qtype),
            "int8 (per output row), qfloat8 (fp8 e4m3, per output row), float8_e4m3 (fp8 e4m3, per tensor)")
       .add("model.fp8_matmul", M(model.fp8Matmul),

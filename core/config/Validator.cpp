@@ -328,11 +328,8 @@ class Checker {
       return;
     }
     // fp8 weights are dequantized per matmul, so any card with float8 dtypes runs
-    // them; only fp8 matmuls (model.fp8_matmul, above) need sm_89+.
-    if (m.quantizeTe)
-      warning("model.quantize_te",
-              "the text encoders are not quantized yet: they stay in " + enumName(cfg_.train.dtype),
-              "set quantize_te: false to silence this");
+    // them; only fp8 matmuls (model.fp8_matmul, above) need sm_89+. quantize_te uses
+    // the same qtype for T5, so the checks above cover it too.
   }
 
   void paths() {

@@ -103,6 +103,7 @@ struct NameOf {
   const char* operator()(const FailedEvent&) const { return "failed"; }
   const char* operator()(const DatasetEvent&) const { return "dataset"; }
   const char* operator()(const CacheProgressEvent&) const { return "cache_progress"; }
+  const char* operator()(const LoadProgressEvent&) const { return "load_progress"; }
 };
 }  // namespace
 

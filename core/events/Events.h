@@ -142,6 +142,13 @@ struct CacheProgressEvent {
   double itemsPerSecond = 0.0;  // encoded items per second
 };
 
+// Progress of a long model load (the transformer read block by block).
+struct LoadProgressEvent {
+  std::string what;  // "transformer"
+  int64_t done = 0;  // units loaded (blocks, then the stem and head as one)
+  int64_t total = 0;
+};
+
 struct FailedEvent {
   std::string message;
   int64_t step = 0;                // step at which it failed; 0 = before step 1
@@ -150,7 +157,7 @@ struct FailedEvent {
 
 using Event = std::variant<StartedEvent, StepEvent, PlacementEvent, SampleEvent, CheckpointEvent, ExportEvent,
                            WarningEvent, PreflightFailedEvent, PausedEvent, ResumedEvent, StoppedEvent, FinishedEvent,
-                           FailedEvent, DatasetEvent, CacheProgressEvent>;
+                           FailedEvent, DatasetEvent, CacheProgressEvent, LoadProgressEvent>;
 
 // "step", "placement", ... (for logs and tests).
 const char* eventName(const Event& event);

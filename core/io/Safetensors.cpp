@@ -535,6 +535,22 @@ at::Tensor SafetensorsFile::tensorCopy(const std::string& name) const {
   return out;
 }
 
+void SafetensorsFile::releasePages(const std::string& name) const {
+#ifdef MADV_PAGEOUT
+  const TensorInfo& ti = info(name);
+  if (ti.sizeBytes() == 0 || !mapping_->data) return;
+  // Whole pages covering the span: neighbours' pages fault back in when read.
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(mapping_->data + header_->dataOffsetBytes + ti.beginBytes);
+  const auto end = begin + ti.sizeBytes();
+  const std::uintptr_t first = begin / page * page;
+  const std::uintptr_t last = (end + page - 1) / page * page;
+  (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+#else
+  (void)name;
+#endif
+}
+
 std::map<std::string, at::Tensor> loadSafetensors(const std::filesystem::path& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> out;

@@ -79,6 +79,12 @@ class SafetensorsFile {
   at::Tensor tensor(const std::string& name) const;
   // A CPU tensor that owns its memory (independent of the mapping).
   at::Tensor tensorCopy(const std::string& name) const;
+  // Gives the mapped pages under tensor `name` back to the kernel (MADV_PAGEOUT),
+  // so a loader that copied the tensor out does not keep the file resident: read
+  // pages otherwise stay in the process's RSS until the file is closed. Pages
+  // written through a tensor are paged out, not dropped, so nothing is lost; a
+  // later read faults them in again. Best effort: a no-op where the kernel lacks it.
+  void releasePages(const std::string& name) const;
   // The whole mapped file (for checks that a tensor really is zero-copy).
   const std::uint8_t* mappedBytes() const;
   std::size_t mappedSizeBytes() const;

@@ -132,6 +132,12 @@ at::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {
   return files_[it->second]->tensor(name);
 }
 
+void SafetensorsCheckpoint::releasePages(const std::string& name) const {
+  auto it = fileOf_.find(name);
+  if (it == fileOf_.end()) throw LoadError(describe() + ": no tensor '" + name + "'");
+  files_[it->second]->releasePages(name);
+}
+
 std::string SafetensorsCheckpoint::describe() const {
   if (files_.size() == 1 && index_.empty()) return files_[0]->path().string();
   std::string out = folder_.string() + " (" + std::to_string(files_.size()) + " file" + (files_.size() == 1 ? "" : "s");

@@ -40,6 +40,9 @@ class SafetensorsCheckpoint {
   const std::filesystem::path& fileOf(const std::string& name) const;
   // CPU tensor in the file's dtype, over the mapping (no copy). Throws LoadError if absent.
   at::Tensor tensor(const std::string& name) const;
+  // The file pages under a tensor stop counting as this process's memory
+  // (SafetensorsFile::releasePages): for loaders that stream tensor by tensor.
+  void releasePages(const std::string& name) const;
 
   // "model.safetensors" or "text_encoder_2 (2 shards + model.safetensors.index.json)":
   // how error messages name these weights.

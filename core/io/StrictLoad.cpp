@@ -23,40 +23,56 @@ namespace {
 
 }  // namespace
 
-std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
-                                    const std::string& label) {
+namespace {
+
+// The checks of loadStrict over (key, shape) pairs in the plan's order.
+std::vector<std::string> check(const SafetensorsCheckpoint& ckpt,
+                               const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
+                               const std::map<std::string, std::string>& ignoredKeys, const std::string& label) {
   std::vector<std::string> problems;
   std::set<std::string> wanted;
-  for (const auto& slot : plan.slots) {
-    if (!wanted.insert(slot.key).second) throw Error("loadStrict: the plan names '" + slot.key + "' twice");
-    const auto shape = slot.target.sizes().vec();
-    auto it = ckpt.shapes().find(slot.key);
+  for (const auto& [key, shape] : expected) {
+    if (!wanted.insert(key).second) throw Error("loadStrict: the plan names '" + key + "' twice");
+    auto it = ckpt.shapes().find(key);
     if (it == ckpt.shapes().end()) {
-      problems.push_back("missing: " + slot.key + " " + shapeText(shape));
+      problems.push_back("missing: " + key + " " + shapeText(shape));
     } else if (it->second != shape) {
-      problems.push_back("mis-shaped: " + slot.key + " expected " + shapeText(shape) + ", got " +
-                         shapeText(it->second));
+      problems.push_back("mis-shaped: " + key + " expected " + shapeText(shape) + ", got " + shapeText(it->second));
     } else {
-      const auto dtype = ckpt.info(slot.key).dtype;
+      const auto dtype = ckpt.info(key).dtype;
       if (dtype != SafetensorsDtype::F64 && dtype != SafetensorsDtype::F32 && dtype != SafetensorsDtype::F16 &&
           dtype != SafetensorsDtype::BF16 && dtype != SafetensorsDtype::F8_E4M3 && dtype != SafetensorsDtype::F8_E5M2)
-        problems.push_back("not floating point: " + slot.key + " (" + std::string(dtypeName(dtype)) + ")");
+        problems.push_back("not floating point: " + key + " (" + std::string(dtypeName(dtype)) + ")");
       else if ((dtype == SafetensorsDtype::F8_E4M3 || dtype == SafetensorsDtype::F8_E5M2) && !compat::kHasFloat8)
-        problems.push_back("float8 needs LibTorch 2.1 or newer: " + slot.key + " (" + std::string(dtypeName(dtype)) +
-                           ")");
+        problems.push_back("float8 needs LibTorch 2.1 or newer: " + key + " (" + std::string(dtypeName(dtype)) + ")");
     }
   }
   std::vector<std::string> ignored;
   for (const auto& [key, shape] : ckpt.shapes()) {
     if (wanted.count(key)) continue;
-    auto why = plan.ignored.find(key);
-    if (why != plan.ignored.end())
+    auto why = ignoredKeys.find(key);
+    if (why != ignoredKeys.end())
       ignored.push_back(key + ": " + why->second);
     else
       problems.push_back("unexpected: " + key + " " + shapeText(shape));
   }
   if (!problems.empty()) fail(ckpt, label, problems);
+  return ignored;
+}
 
+}  // namespace
+
+std::vector<std::string> checkStrict(const SafetensorsCheckpoint& ckpt,
+                                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
+                                     const std::map<std::string, std::string>& ignored, const std::string& label) {
+  return check(ckpt, expected, ignored, label);
+}
+
+std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
+                                    const std::string& label) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+  for (const auto& slot : plan.slots) expected.emplace_back(slot.key, slot.target.sizes().vec());
+  auto ignored = check(ckpt, expected, plan.ignored, label);
   // Verified: copy, converting dtype and device into each target.
   at::NoGradGuard noGrad;
   for (const auto& slot : plan.slots) {

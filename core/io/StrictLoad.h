@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/SafetensorsCheckpoint.h"
@@ -31,6 +32,13 @@ struct WeightPlan {
 // Throws LoadError "<file(s)> (<label>): N problem(s), nothing loaded" followed by
 // one line per missing, mis-shaped, unexpected or non-floating key.
 // Returns "key: why" for every ignored key that the checkpoint holds.
+// The same checks against expected (key, shape) pairs alone, for a loader that
+// builds the model only after the file passed (streamed block by block). Throws
+// the same LoadError; returns the ignored keys held, as loadStrict does.
+std::vector<std::string> checkStrict(const SafetensorsCheckpoint& ckpt,
+                                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
+                                     const std::map<std::string, std::string>& ignored, const std::string& label);
+
 std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
                                     const std::string& label);
 

@@ -4,11 +4,14 @@
 #include "common/TorchCompat.h"
 #include "nn/Linear.h"
 
+#include <algorithm>
+
 namespace strata::nn {
 
 namespace {
 constexpr double kInt8Max = 127.0;
 constexpr double kFloat8E4m3Max = 448.0;
+constexpr int64_t kChunkElements = int64_t{1} << 20;  // float32 workspace: 4 MB a temporary
 }  // namespace
 
 const std::vector<std::string>& quantTypeNames() {
@@ -49,16 +52,25 @@ QuantizedWeight quantizeWeight(const at::Tensor& w, QuantType t) {
     throw ConfigError(std::string("quantization type ") + quantTypeName(t) +
                       " needs float8 tensors, which this LibTorch does not have; use int8");
   at::NoGradGuard noGrad;
-  const auto wf = w.detach().to(at::kFloat);
   const double qmax = isFloat8(t) ? kFloat8E4m3Max : kInt8Max;
-  at::Tensor amax = perRowScale(t) ? wf.abs().amax({1}) : wf.abs().amax().reshape({1});  // [out] or [1]
+  // Rows are converted to float32 a chunk at a time: the workspace is bounded by
+  // kChunkElements, not 17 bytes per weight (a streamed load's peak is one block
+  // in bf16 plus this). Row-wise and element-wise ops: the same bits as at once.
+  const int64_t rows = w.size(0);
+  const int64_t step = std::max<int64_t>(1, kChunkElements / std::max<int64_t>(1, w.size(1)));
+  std::vector<at::Tensor> rowAmax;
+  for (int64_t r = 0; r < rows; r += step)
+    rowAmax.push_back(w.narrow(0, r, std::min(step, rows - r)).detach().to(at::kFloat).abs().amax({1}));
+  at::Tensor amax = rowAmax.empty() ? at::zeros({0}, w.options().dtype(at::kFloat)) : at::cat(rowAmax);  // [out]
+  if (!perRowScale(t)) amax = amax.amax().reshape({1});                                                   // [1]
   at::Tensor scale = at::where(amax > 0, amax / qmax, at::ones_like(amax));
-  const auto scaled = wf / (perRowScale(t) ? scale.unsqueeze(1) : scale);  // [out, in] in [-qmax, qmax]
   QuantizedWeight q;
-  if (isFloat8(t)) {
-    q.data = scaled.clamp(-qmax, qmax).to(compat::float8E4m3Type());
-  } else {
-    q.data = scaled.round().clamp(-qmax, qmax).to(at::kChar);
+  q.data = at::empty(w.sizes(), w.options().dtype(isFloat8(t) ? compat::float8E4m3Type() : at::kChar));
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t n = std::min(step, rows - r);
+    const auto wf = w.narrow(0, r, n).detach().to(at::kFloat);
+    const auto scaled = wf / (perRowScale(t) ? scale.narrow(0, r, n).unsqueeze(1) : scale);  // [n, in] in [-qmax, qmax]
+    q.data.narrow(0, r, n).copy_(isFloat8(t) ? scaled.clamp(-qmax, qmax) : scaled.round().clamp(-qmax, qmax));
   }
   q.scale = scale.contiguous();
   return q;

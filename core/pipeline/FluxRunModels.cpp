@@ -91,7 +91,10 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
       << vc.scalingFactor << ")";
   tid << " tokenizers " << stampOf(opt_.files.text.t5Tokenizer) << " " << stampOf(opt_.files.text.clipTokenizer) << " ("
       << dtypeName(opt_.t5Dtype) << ", " << dtypeName(opt_.clipDtype) << ", max_sequence_length "
-      << opt_.maxSequenceLength << ")";
+      << opt_.maxSequenceLength
+      // A quantized T5 gives other embeddings: its cache is not a float T5's.
+      << (opt_.t5Quantize == nn::QuantType::None ? "" : std::string(", T5 ") + nn::quantTypeName(opt_.t5Quantize))
+      << ")";
   vaeId_ = vid.str();
   textId_ = tid.str();
 }
@@ -103,6 +106,7 @@ void FluxRunModels::loadTextEncoders() {
   o.device = opt_.device;
   o.t5Dtype = opt_.t5Dtype;
   o.clipDtype = opt_.clipDtype;
+  o.t5Quantize = opt_.t5Quantize;
   o.maxSequenceLength = opt_.maxSequenceLength;
   std::shared_ptr<FluxTextEncoders> enc;
   if (opt_.randomWeights) {

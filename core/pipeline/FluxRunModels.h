@@ -35,6 +35,7 @@ struct RunModelsOptions {
   at::ScalarType vaeDtype = at::kFloat;  // requested; the VAE runs in vae::vaeComputeDtype of it
   at::ScalarType t5Dtype = at::kFloat;
   at::ScalarType clipDtype = at::kFloat;
+  nn::QuantType t5Quantize = nn::QuantType::None;  // model.quantize_te (TextEncoderOptions::t5Quantize)
 };
 
 class FluxRunModels {

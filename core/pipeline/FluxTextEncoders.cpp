@@ -74,7 +74,9 @@ std::shared_ptr<FluxTextEncoders> FluxTextEncoders::load(const TextEncoderFiles&
   const auto t5Cfg = files.t5Config ? *files.t5Config : t5::T5Checkpoint::open(files.t5).config();
   const auto clipCfg = files.clipConfig ? *files.clipConfig : clip::ClipCheckpoint::open(files.clip).config();
   auto enc = open(files, options, t5Cfg, clipCfg);
-  enc->t5_ = t5::loadT5Encoder(files.t5, {options.device, options.t5Dtype}, enc->t5Cfg_);
+  t5::T5StreamOptions t5Stream;
+  t5Stream.quantize = options.t5Quantize;
+  enc->t5_ = t5::loadT5Encoder(files.t5, {options.device, options.t5Dtype}, enc->t5Cfg_, t5Stream);
   enc->clip_ = clip::loadClipTextModel(files.clip, {options.device, options.clipDtype}, enc->clipCfg_);
   for (auto& p : enc->t5_->parameters()) p.set_requires_grad(false);
   for (auto& p : enc->clip_->parameters()) p.set_requires_grad(false);
@@ -99,7 +101,10 @@ std::shared_ptr<FluxTextEncoders> FluxTextEncoders::random(const TextEncoderFile
   };
   fits(*enc->t5Tok_, t5Cfg.vocabSize, files.t5Tokenizer, "T5");
   fits(*enc->clipTok_, clipCfg.vocabSize, files.clipTokenizer, "CLIP");
-  enc->t5_ = std::make_shared<t5::T5Encoder>(t5Cfg, t5::T5BuildOptions{options.device, options.t5Dtype});
+  t5::T5BuildOptions t5Build{options.device, options.t5Dtype};
+  if (options.t5Quantize != nn::QuantType::None)
+    t5Build.onBlockBuilt = [q = options.t5Quantize](torch::nn::Module& block) { nn::quantizeLinears(block, q); };
+  enc->t5_ = std::make_shared<t5::T5Encoder>(t5Cfg, t5Build);
   enc->clip_ =
       std::make_shared<clip::ClipTextModel>(clipCfg, clip::ClipBuildOptions{options.device, options.clipDtype});
   for (auto& p : enc->t5_->parameters()) p.set_requires_grad(false);

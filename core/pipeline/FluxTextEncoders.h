@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/Quantize.h"
 #include "models/clip/ClipTextConfig.h"
 #include "models/t5/T5Config.h"
 
@@ -60,6 +61,9 @@ struct TextEncoderOptions {
   at::ScalarType t5Dtype = at::kFloat;  // bf16 for T5-XXL on a GPU
   at::ScalarType clipDtype = at::kFloat;
   int64_t maxSequenceLength = 512;  // T5 tokens (FLUX.1-dev: 512, schnell: 256)
+  // model.quantize_te: T5's Linears in 1 byte + a scale, quantized block by block
+  // while loading. CLIP-L stays float: 123M parameters, 0.25 GB in bf16.
+  nn::QuantType t5Quantize = nn::QuantType::None;
 };
 
 struct PromptEmbeddings {

@@ -293,6 +293,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
 void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
   const auto& tc = cfg_.train;
   try {
+    st.bus = &bus_;
     st.family->buildAndPlace(st, cfg_);
     if (options_.phaseTimer) {
       std::vector<int> cuda;

@@ -57,3 +57,24 @@ TEST_F(PlanCli, CachingThatDoesNotFitFailsThePlan) {
   EXPECT_NE(out.find("caching (before the transformer is placed) on cuda:0: DOES NOT FIT"), std::string::npos) << out;
   EXPECT_NE(out.find("does not fit, "), std::string::npos) << out;
 }
+
+TEST_F(PlanCli, AQuantizedT5MakesTheCachingPhaseSmaller) {
+  // 4 x 10 GB: T5-XXL in bf16 does not fit the caching phase; with quantize_te it does.
+  std::vector<std::string> args = imagesPlan("4x10GB");
+  args.insert(args.end(), {"--set", "model.quantize_te=true", "--set", "model.qtype=int8", "--json"});
+  std::string js;
+  runStrataTrain(args, log("quantized_te"), &js);
+  const auto q = nlohmann::json::parse(js);
+  std::vector<std::string> plainArgs = imagesPlan("4x10GB");
+  plainArgs.push_back("--json");
+  std::string plainJs;
+  runStrataTrain(plainArgs, log("plain_te"), &plainJs);
+  const auto plain = nlohmann::json::parse(plainJs);
+  EXPECT_FALSE(plain.at("caching").at("fits").get<bool>()) << plainJs;
+  EXPECT_TRUE(q.at("caching").at("fits").get<bool>()) << js;
+  EXPECT_LT(q.at("caching").at("total_bytes").get<int64_t>() + 4'000'000'000LL,
+            plain.at("caching").at("total_bytes").get<int64_t>());
+  EXPECT_NE(q.at("description").get<std::string>().find("T5 (preset t5-xxl, bf16 + int8 Linears, 4.9 GB)"),
+            std::string::npos)
+      << js;
+}

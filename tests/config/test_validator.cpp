@@ -475,6 +475,28 @@ TEST(Validator, QuantizationTypesThisBuildCanOrCannotDo) {
   EXPECT_FALSE(qtypeAvailable("uint4"));
 }
 
+TEST(Validator, QuantizeTeIsCheckedLikeTheTransformerAndNoLongerWarned) {
+  auto yamlFor = [](const std::string& qtype) {
+    return "model:\n"
+           "  random_weights: true\n"
+           "  quantize_te: true\n"  // 3
+           "  qtype: " +
+           qtype +
+           "\n"  // 4
+           "datasets: [{type: synthetic}]\n"
+           "sample: {sample_every: 0}\n";
+  };
+  const auto int8 = check(yamlFor("int8"));
+  EXPECT_FALSE(hasErrors(int8)) << test::dump(int8);
+  EXPECT_FALSE(hasProblem(int8, Severity::Warning, "model.quantize_te", 3, "")) << test::dump(int8);
+  const auto fp8 = check(yamlFor("qfloat8"));
+  if (compat::kHasFloat8)
+    EXPECT_FALSE(hasErrors(fp8)) << test::dump(fp8);
+  else
+    EXPECT_TRUE(hasProblem(fp8, Severity::Error, "model.qtype", 4, "float8")) << test::dump(fp8);
+  EXPECT_TRUE(hasProblem(check(yamlFor("uint4")), Severity::Error, "model.qtype", 4, "not supported"));
+}
+
 TEST(Validator, ResolutionMustPackIntoLatentPatches) {
   const std::string yaml =
       "model: {random_weights: true}\n"

@@ -282,6 +282,36 @@ TEST(PrepareRun, AFluxImagesRunCountsT5ClipAndTheVaeOnTheFirstDevice) {
   EXPECT_EQ(moduleNamed(onCpu, "VAE").weightBytes, 4 * vae.paramCount);
 }
 
+TEST(PrepareRun, AQuantizedT5CountsOneBytePerLinearWeightInTheCachingPhase) {
+  config::RunConfig c = fluxImagesConfig();
+  c.model.quantize = true;
+  const PreparedRun plain = preview(c, "4x16GB");
+  ASSERT_TRUE(plain.ok()) << errors(plain);
+  c.model.quantizeTe = true;
+  c.model.qtype = "int8";
+  const PreparedRun q = preview(c, "4x16GB");
+  ASSERT_TRUE(q.ok()) << errors(q);
+  const auto& t5 = moduleNamed(q, "T5");
+  const auto xxl = t5::T5Config::t5Xxl();
+  const auto lin = t5::t5LinearCounts(xxl);
+  // T5-XXL's block Linears: q, k, v, o (4096 x 4096) and wi_0, wi_1, wo (4096 x 10240), 24 blocks.
+  EXPECT_EQ(lin.weights, 24LL * (4 * 4096 * 4096 + 3 * 4096 * 10240));
+  EXPECT_EQ(lin.rows, 24LL * (5 * 4096 + 2 * 10240));  // one scale per output row
+  EXPECT_EQ(lin.largest, 4096LL * 10240);
+  // int8: 1 byte per Linear weight and a float32 scale per row; the rest in bf16.
+  EXPECT_EQ(t5.weightBytes, (4762310656LL - lin.weights) * 2 + lin.weights + lin.rows * 4);
+  EXPECT_EQ(t5.cachingPeakBytes, t5::t5EncodePeakBytes(xxl, kCacheBatchSize, 512, 2) + lin.largest * 2);
+  EXPECT_EQ(t5.dtype, "bf16 + int8 Linears");
+  EXPECT_EQ(moduleNamed(q, "CLIP").weightBytes, moduleNamed(plain, "CLIP").weightBytes) << "CLIP stays float";
+  EXPECT_LT(q.plan.caching.totalBytes, plain.plan.caching.totalBytes - 4'000'000'000LL);
+  EXPECT_NE(describePlan(q).find("T5 (preset t5-xxl, bf16 + int8 Linears, 4.9 GB)"), std::string::npos)
+      << describePlan(q);
+  // float8_e4m3: one scale per Linear.
+  c.model.qtype = "float8_e4m3";
+  const PreparedRun f8 = preview(c, "4x16GB");
+  EXPECT_EQ(moduleNamed(f8, "T5").weightBytes, (4762310656LL - lin.weights) * 2 + lin.weights + lin.count * 4);
+}
+
 TEST(PrepareRun, ParamCountChargesTheRealPartsScaled) {
   config::RunConfig c = fluxImagesConfig();
   c.model.placement = config::PlacementMode::ParamCount;

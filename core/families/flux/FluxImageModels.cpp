@@ -4,6 +4,7 @@
 
 #include "common/Error.h"
 #include "models/clip/ClipCheckpoint.h"
+#include "nn/Quantize.h"
 #include "pipeline/FluxPipeline.h"
 #include "pipeline/FluxRunModels.h"
 
@@ -70,6 +71,8 @@ std::unique_ptr<train::ImageModels> makeFluxImageModels(const config::RunConfig&
                                                         : at::kFloat;
   o.t5Dtype = gpu ? at::kBFloat16 : at::kFloat;
   o.clipDtype = o.t5Dtype;
+  // model.quantize_te: T5's Linears quantized while loading, with model.qtype (CLIP stays float).
+  if (m.quantizeTe) o.t5Quantize = nn::quantTypeFromName(m.qtype);
   if (m.randomWeights) {
     o.files.text = randomRunTokenizers(m);
   } else {

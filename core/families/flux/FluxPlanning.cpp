@@ -126,6 +126,16 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
   t5.paramCount = t5::t5ParamPlan(shapes.t5).totalParams();
   t5.weightBytes = t5.paramCount * textBytes;
   t5.cachingPeakBytes = t5::t5EncodePeakBytes(shapes.t5, batch, t5Tokens, textBytes);
+  if (cfg.model.quantizeTe) {
+    // model.quantize_te: the block Linears in 1 byte plus a float32 scale per row
+    // (one per Linear for float8_e4m3); each matmul converts its weight back to
+    // textBytes for as long as it runs, so the largest one is workspace.
+    const auto lin = t5::t5LinearCounts(shapes.t5);
+    const bool perRow = cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8";  // as for the blocks
+    t5.dtype += " + " + cfg.model.qtype + " Linears";
+    t5.weightBytes = (t5.paramCount - lin.weights) * textBytes + lin.weights + (perRow ? lin.rows : lin.count) * 4;
+    t5.cachingPeakBytes += lin.largest * textBytes;
+  }
   t5.freedBeforeTraining = true;
   t5.cachingStage = 1;  // after the VAE has encoded the images: its peak and T5's weights never meet
   placement::OtherModule& clip = out[1];

@@ -63,20 +63,31 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
   bo.dtype = train::scalarTypeOf(cfg.train.dtype);
   const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
   const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
-  // Random weights: each block is quantized as soon as it exists. Loaded weights
-  // are read into the float model first, then quantized block by block.
   // model.fp8_matmul (the validator allows it only with an fp8 qtype on a card that has it).
   const bool fp8Matmul = m.fp8Matmul && nn::isFloat8(qtype);
+  if (loadWeights) {
+    // A split builds each block on its plan device, so the model is never whole on
+    // one; each is read from the file (and quantized) before the next one exists
+    // (flux::streamFluxTransformer). Random blocks keep the build device: their
+    // values come from its generator.
+    if (plan) bo.blockDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
+    flux::FluxStreamOptions so;
+    so.quantize = qtype;
+    // A checkpoint of FLUX.1-dev's size takes a while to stream in: say how far it is.
+    if (st.bus)
+      so.onProgress = [bus = st.bus](int64_t done, int64_t total) {
+        bus->publish(events::LoadProgressEvent{"transformer", done, total});
+      };
+    model_ = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), config_, bo, so);
+  } else {
+    // Random weights: each block is quantized as soon as it exists.
+    if (qtype != nn::QuantType::None)
+      bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
+    model_ = std::make_shared<flux::FluxTransformer>(config_, bo);
+  }
   nn::Fp8MatmulCount fp8;
-  auto quantizeBlock = [qtype, fp8Matmul, &fp8](torch::nn::Module& block) {
-    nn::quantizeLinears(block, qtype);
-    if (fp8Matmul) fp8 += nn::enableFp8Matmul(block);
-  };
-  if (qtype != nn::QuantType::None && !loadWeights) bo.onBlockBuilt = quantizeBlock;
-  model_ = std::make_shared<flux::FluxTransformer>(config_, bo);
-  if (loadWeights) flux::loadFluxWeights(*model_, m.nameOrPath);
-  if (qtype != nn::QuantType::None && loadWeights)
-    for (auto& slot : model_->blockList().blocks) quantizeBlock(*slot.block);
+  if (fp8Matmul)
+    for (auto& slot : model_->blockList().blocks) fp8 += nn::enableFp8Matmul(*slot.block);
   for (auto& p : model_->parameters()) p.requires_grad_(false);
   if (plan) {
     st.placement = std::make_unique<placement::Placement>(model_->blockList(), *plan);

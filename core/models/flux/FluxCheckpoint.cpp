@@ -1,17 +1,20 @@
 #include "models/flux/FluxCheckpoint.h"
 
 #include <torch/autograd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <set>
 #include <sstream>
 
 #include "common/Error.h"
-#include "io/FileBytes.h"
 #include "common/ShapeText.h"
 #include "common/Text.h"
 #include "io/Safetensors.h"
 #include "io/SafetensorsCheckpoint.h"
+#include "models/flux/FluxLayout.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
 
@@ -69,17 +72,30 @@ at::Tensor FluxCheckpoint::tensor(const std::string& name) const {
   return files_->tensor(it->second);
 }
 
+void FluxCheckpoint::releasePages(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw LoadError(path_.string() + ": no tensor '" + name + "'");
+  files_->releasePages(it->second);
+}
+
 std::vector<fs::path> FluxCheckpoint::files() const { return files_->files(); }
 
-FluxConfig FluxConfig::fromCheckpoint(const fs::path& path, const std::vector<int64_t>& axesDimsRope) {
-  const FluxCheckpoint ckpt = FluxCheckpoint::open(path);
-  FluxConfig c = fromShapes(ckpt.shapes(), axesDimsRope);
-  // A diffusers folder's config.json knows the rotary axes; the shapes know the rest.
+namespace {
+
+// The config from the shapes, with a diffusers folder's rotary axes from its config.json.
+FluxConfig configOf(const FluxCheckpoint& ckpt, const std::vector<int64_t>& axesDimsRope) {
+  FluxConfig c = FluxConfig::fromShapes(ckpt.shapes(), axesDimsRope);
   if (axesDimsRope.empty() && !ckpt.configJsonPath().empty()) {
-    const FluxConfig fromJson = fromDiffusersJsonFile(ckpt.configJsonPath());
+    const FluxConfig fromJson = FluxConfig::fromDiffusersJsonFile(ckpt.configJsonPath());
     if (fromJson.attentionHeadDim == c.attentionHeadDim) c.axesDimsRope = fromJson.axesDimsRope;
   }
   return c;
+}
+
+}  // namespace
+
+FluxConfig FluxConfig::fromCheckpoint(const fs::path& path, const std::vector<int64_t>& axesDimsRope) {
+  return configOf(FluxCheckpoint::open(path), axesDimsRope);
 }
 
 // ---- loading -------------------------------------------------------------------
@@ -94,40 +110,44 @@ struct Source {
   bool swapHalves = false;
 };
 
-}  // namespace
+using ShapeMap = std::map<std::string, std::vector<int64_t>>;
 
-void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt) {
-  const FluxConfig& cfg = model.config();
-  const bool bfl = ckpt.format() == FluxWeightFormat::Bfl;
-  const auto params = model.named_parameters(/*recurse=*/true);
-
-  std::vector<std::pair<at::Tensor, Source>> plan;
-  std::map<std::string, std::vector<int64_t>> expected;  // checkpoint key -> shape
-  std::vector<std::string> problems;
-  for (const auto& item : params) {
-    const std::string& name = item.key();
-    const auto shape = item.value().sizes().vec();
-    Source src;
-    if (!bfl) {
-      src.key = name;
-      expected[name] = shape;
-    } else {
-      auto ref = names::bflParamForKey(name, cfg);
-      if (!ref) throw Error("FluxCheckpoint: no BFL name for model parameter '" + name + "'");
-      src.key = ref->key;
-      if (ref->slot.fused() || ref->slot.swapHalves) {
-        src.rowOffset = ref->slot.rowOffset;
-        src.rows = ref->slot.rows;
-        src.swapHalves = ref->slot.swapHalves;
-      }
-      auto full = shape;
-      if (!full.empty()) full[0] = ref->slot.totalRows;
-      expected[src.key] = full;
-    }
-    plan.emplace_back(item.value(), src);
+// The source of model parameter `name` of `shape`; records the checkpoint key's
+// full shape (all rows of a fused BFL tensor) in `expected`.
+Source sourceOf(const std::string& name, const std::vector<int64_t>& shape, const FluxConfig& cfg, bool bfl,
+                ShapeMap& expected) {
+  Source src;
+  if (!bfl) {
+    src.key = name;
+    expected[name] = shape;
+    return src;
   }
+  auto ref = names::bflParamForKey(name, cfg);
+  if (!ref) throw Error("FluxCheckpoint: no BFL name for model parameter '" + name + "'");
+  src.key = ref->key;
+  if (ref->slot.fused() || ref->slot.swapHalves) {
+    src.rowOffset = ref->slot.rowOffset;
+    src.rows = ref->slot.rows;
+    src.swapHalves = ref->slot.swapHalves;
+  }
+  auto full = shape;
+  if (!full.empty()) full[0] = ref->slot.totalRows;
+  expected[src.key] = full;
+  return src;
+}
 
-  const std::string where = ckpt.path().string() + " (" + toString(ckpt.format()) + " names)";
+[[noreturn]] void failLoad(const FluxCheckpoint& ckpt, const std::vector<std::string>& problems) {
+  std::ostringstream os;
+  os << ckpt.path().string() << " (" << toString(ckpt.format()) << " names): " << problems.size()
+     << " problem(s), nothing loaded";
+  for (const auto& p : problems) os << "\n  " << p;
+  throw LoadError(os.str());
+}
+
+// Every expected key present with its shape, nothing unexpected, floating point
+// only; throws LoadError naming the file and every problem.
+void checkKeys(const FluxCheckpoint& ckpt, const ShapeMap& expected) {
+  std::vector<std::string> problems;
   for (const auto& [key, shape] : expected) {
     auto it = ckpt.shapes().find(key);
     if (it == ckpt.shapes().end())
@@ -137,35 +157,149 @@ void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt) {
   }
   for (const auto& [key, shape] : ckpt.shapes())
     if (!expected.count(key)) problems.push_back("unexpected: " + key + " " + shapeText(shape));
-  if (!problems.empty()) {
-    std::ostringstream os;
-    os << where << ": " << problems.size() << " problem(s), nothing loaded";
-    for (const auto& p : problems) os << "\n  " << p;
-    throw LoadError(os.str());
-  }
+  if (!problems.empty()) failLoad(ckpt, problems);
   for (const auto& [key, _] : expected) {
     const auto type = ckpt.tensor(key).scalar_type();
     if (!at::isFloatingType(type))
       problems.push_back("not floating point: " + key + " (" + std::string(c10::toString(type)) + ")");
   }
-  if (!problems.empty()) {
-    std::ostringstream os;
-    os << where << ": " << problems.size() << " problem(s), nothing loaded";
-    for (const auto& p : problems) os << "\n  " << p;
-    throw LoadError(os.str());
-  }
+  if (!problems.empty()) failLoad(ckpt, problems);
+}
 
+// Copies the checkpoint tensor of `src` into `param`, converting dtype and device.
+void fill(at::Tensor& param, const FluxCheckpoint& ckpt, const Source& src) {
+  at::Tensor t = ckpt.tensor(src.key);
+  if (src.rows >= 0) t = t.narrow(0, src.rowOffset, src.rows);
+  if (src.swapHalves) {
+    const auto halves = t.chunk(2, 0);
+    t = at::cat({halves[1], halves[0]}, 0);
+  }
+  param.copy_(t);
+}
+
+// The float copies a block's quantization freed lie between the quantized
+// tensors the heap keeps; glibc keeps such holes resident (its mmap threshold
+// grows with the sizes freed), so a CPU load would creep up by a block's worth
+// of holes each time. Hands free heap pages back to the kernel.
+void releaseFreedHostMemory() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+}
+
+// The model's parameters (diffusers names) and shapes from its layout, without
+// building it: what the streaming loader checks the file against up front.
+ShapeMap layoutParams(const FluxConfig& cfg) {
+  ShapeMap out;
+  auto add = [&out](const std::string& prefix, const std::vector<FluxModuleSpec>& layout) {
+    for (const auto& m : layout) {
+      const std::string p = prefix + m.path + ".";
+      if (m.type == FluxModuleSpec::Type::RmsNorm) {
+        out[p + "weight"] = {m.outFeatures};
+        continue;
+      }
+      out[p + "weight"] = {m.outFeatures, m.inFeatures};
+      if (m.bias) out[p + "bias"] = {m.outFeatures};
+    }
+  };
+  add("", fluxUnitLayout(FluxUnit::Stem, cfg));
+  for (int64_t i = 0; i < cfg.numLayers; ++i)
+    add("transformer_blocks." + std::to_string(i) + ".", fluxUnitLayout(FluxUnit::Double, cfg));
+  for (int64_t i = 0; i < cfg.numSingleLayers; ++i)
+    add("single_transformer_blocks." + std::to_string(i) + ".", fluxUnitLayout(FluxUnit::Single, cfg));
+  add("", fluxUnitLayout(FluxUnit::Head, cfg));
+  return out;
+}
+
+}  // namespace
+
+void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt) {
+  const FluxConfig& cfg = model.config();
+  const bool bfl = ckpt.format() == FluxWeightFormat::Bfl;
+  std::vector<std::pair<at::Tensor, Source>> plan;
+  ShapeMap expected;  // checkpoint key -> shape
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    plan.emplace_back(item.value(), sourceOf(item.key(), item.value().sizes().vec(), cfg, bfl, expected));
+  checkKeys(ckpt, expected);
   // Verified: copy, converting dtype and device into each parameter.
   at::NoGradGuard noGrad;
-  for (auto& [param, src] : plan) {
-    at::Tensor t = ckpt.tensor(src.key);
-    if (src.rows >= 0) t = t.narrow(0, src.rowOffset, src.rows);
-    if (src.swapHalves) {
-      const auto halves = t.chunk(2, 0);
-      t = at::cat({halves[1], halves[0]}, 0);
-    }
-    param.copy_(t);
+  for (auto& [param, src] : plan) fill(param, ckpt, src);
+}
+
+std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckpt, const FluxConfig& cfg,
+                                                       FluxBuildOptions options, const FluxStreamOptions& stream) {
+  const bool bfl = ckpt.format() == FluxWeightFormat::Bfl;
+  // Checked against the layout before the first block exists.
+  const ShapeMap params = layoutParams(cfg);
+  {
+    ShapeMap expected;
+    for (const auto& [name, shape] : params) (void)sourceOf(name, shape, cfg, bfl, expected);
+    checkKeys(ckpt, expected);
   }
+  if (stream.quantize != nn::QuantType::None && !nn::quantTypeAvailable(stream.quantize))
+    throw ConfigError(std::string("quantization type ") + nn::quantTypeName(stream.quantize) +
+                      " needs float8 tensors, which this LibTorch does not have; use int8");
+
+  const int64_t blocks = cfg.numLayers + cfg.numSingleLayers;
+  const int64_t units = blocks + 1;  // the blocks, then the stem and head together
+  std::set<std::string> filled;
+  // Fills every parameter of `module` (model paths under `prefix`) through its
+  // own named parameters, so the loader follows however the module names them.
+  auto fillModule = [&](torch::nn::Module& module, const std::string& prefix) {
+    ShapeMap scratch;
+    std::vector<std::pair<at::Tensor, Source>> todo;
+    std::map<std::string, int> uses;  // a fused BFL tensor feeds several parameters
+    for (auto& item : module.named_parameters(/*recurse=*/true)) {
+      const std::string name = prefix + item.key();
+      if (filled.count(name)) continue;
+      auto it = params.find(name);
+      if (it == params.end() || it->second != item.value().sizes().vec())
+        throw Error("streamFluxTransformer: model parameter '" + name + "' " + shapeText(item.value().sizes().vec()) +
+                    " is not in the FLUX layout");
+      todo.emplace_back(item.value(), sourceOf(name, it->second, cfg, bfl, scratch));
+      ++uses[todo.back().second.key];
+      filled.insert(name);
+    }
+    at::NoGradGuard noGrad;
+    for (auto& [param, src] : todo) {
+      fill(param, ckpt, src);
+      // Copied out (by every parameter it feeds): its file pages need not stay resident.
+      if (--uses[src.key] == 0) ckpt.releasePages(src.key);
+    }
+  };
+
+  int64_t built = 0;
+  auto userHook = options.onBlockBuilt;
+  options.onBlockBuilt = [&](torch::nn::Module& block) {
+    const int64_t i = built++;
+    const bool isDouble = i < cfg.numLayers;
+    if (i >= blocks || isDouble != (dynamic_cast<FluxDoubleBlock*>(&block) != nullptr))
+      throw Error("streamFluxTransformer: block " + std::to_string(i) + " was not built in layout order");
+    const std::string prefix = isDouble ? "transformer_blocks." + std::to_string(i) + "."
+                                        : "single_transformer_blocks." + std::to_string(i - cfg.numLayers) + ".";
+    fillModule(block, prefix);
+    // Quantized here, on the block's device, before the next block exists.
+    if (stream.quantize != nn::QuantType::None) {
+      nn::quantizeLinears(block, stream.quantize);
+      releaseFreedHostMemory();
+    }
+    if (userHook) userHook(block);
+    if (stream.onProgress) stream.onProgress(i + 1, units);
+  };
+  auto model = std::make_shared<FluxTransformer>(cfg, options);
+  fillModule(*model, "");  // the stem and head: what the blocks did not fill
+  if (filled.size() != params.size())
+    throw Error("streamFluxTransformer: the model has " + std::to_string(filled.size()) + " of the layout's " +
+                std::to_string(params.size()) + " parameters");
+  if (stream.onProgress) stream.onProgress(units, units);
+  return model;
+}
+
+std::shared_ptr<FluxTransformer> streamFluxTransformer(const fs::path& path, const FluxBuildOptions& options,
+                                                       const FluxStreamOptions& stream,
+                                                       const std::vector<int64_t>& axesDimsRope) {
+  const FluxCheckpoint ckpt = FluxCheckpoint::open(path);
+  return streamFluxTransformer(ckpt, configOf(ckpt, axesDimsRope), options, stream);
 }
 
 void loadFluxWeights(FluxTransformer& model, const fs::path& path) {
@@ -174,15 +308,9 @@ void loadFluxWeights(FluxTransformer& model, const fs::path& path) {
 
 std::shared_ptr<FluxTransformer> loadFluxTransformer(const fs::path& path, const FluxBuildOptions& options,
                                                      const std::vector<int64_t>& axesDimsRope) {
+  // Streamed (block by block, file pages released): the same model as building and loadFluxWeights.
   const FluxCheckpoint ckpt = FluxCheckpoint::open(path);
-  FluxConfig cfg = FluxConfig::fromShapes(ckpt.shapes(), axesDimsRope);
-  if (axesDimsRope.empty() && !ckpt.configJsonPath().empty()) {
-    const FluxConfig fromJson = FluxConfig::fromDiffusersJsonFile(ckpt.configJsonPath());
-    if (fromJson.attentionHeadDim == cfg.attentionHeadDim) cfg.axesDimsRope = fromJson.axesDimsRope;
-  }
-  auto model = std::make_shared<FluxTransformer>(cfg, options);
-  loadFluxWeights(*model, ckpt);
-  return model;
+  return streamFluxTransformer(ckpt, configOf(ckpt, axesDimsRope), options);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(FluxTransformer& model) {

@@ -321,15 +321,21 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& 
   textLinear2 = stem.linear("time_text_embed.text_embedder.linear_2");
 
   doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
+  // The options of block i: its own device when the blocks are split.
+  auto blockOptions = [&o](size_t i) {
+    FluxBuildOptions bo = o;
+    if (o.blockDevice) bo.device = o.blockDevice(i);
+    return bo;
+  };
   for (int64_t i = 0; i < cfg_.numLayers; ++i) {
-    auto b = std::make_shared<FluxDoubleBlock>(cfg_, o);
+    auto b = std::make_shared<FluxDoubleBlock>(cfg_, blockOptions(blocks_.size()));
     if (o.onBlockBuilt) o.onBlockBuilt(*b);
     doubleBlocks_->push_back(b);
     blocks_.push_back(b);
   }
   singleBlocks_ = register_module("single_transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
-    auto b = std::make_shared<FluxSingleBlock>(cfg_, o);
+    auto b = std::make_shared<FluxSingleBlock>(cfg_, blockOptions(blocks_.size()));
     if (o.onBlockBuilt) o.onBlockBuilt(*b);
     singleBlocks_->push_back(b);
     blocks_.push_back(b);

@@ -31,6 +31,10 @@ struct FluxBuildOptions {
   // next one exists: where weights are quantized block by block, so the whole
   // model is never held in `dtype` at once.
   std::function<void(torch::nn::Module& block)> onBlockBuilt;
+  // The device of block i (double blocks first, then single) when blocks do not
+  // all live on `device`: each is built where placement will keep it, so a split
+  // model is never whole on one device. Empty: every block on `device`.
+  std::function<at::Device(size_t blockIndex)> blockDevice;
 };
 
 // RMSNorm over the last dim with a learned scale "weight" (diffusers RMSNorm, eps 1e-6).

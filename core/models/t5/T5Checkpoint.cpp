@@ -1,5 +1,12 @@
 #include "models/t5/T5Checkpoint.h"
 
+#include <torch/autograd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include <set>
+
 #include "common/Error.h"
 #include "common/Text.h"
 #include "io/SafetensorsCheckpoint.h"
@@ -68,12 +75,108 @@ std::vector<std::string> loadT5Weights(T5Encoder& model, const T5Checkpoint& ckp
       "T5 encoder, transformers names" + (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
 }
 
-std::shared_ptr<T5Encoder> loadT5Encoder(const fs::path& path, const T5BuildOptions& options,
-                                         const std::optional<T5Config>& config) {
-  const T5Checkpoint ckpt = T5Checkpoint::open(path);
-  auto model = std::make_shared<T5Encoder>(config ? *config : ckpt.config(), options);
-  loadT5Weights(*model, ckpt);
+namespace {
+
+// The encoder's parameters (transformers names) and shapes, in build order,
+// without building it: what a streamed load checks the file against up front.
+std::vector<std::pair<std::string, std::vector<int64_t>>> t5ParamShapes(const T5Config& cfg) {
+  const int64_t d = cfg.dModel, inner = cfg.innerDim(), ff = cfg.dFf;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out{{kShared, {cfg.vocabSize, d}}};
+  for (int64_t i = 0; i < cfg.numLayers; ++i) {
+    const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+    for (const char* n : {"q", "k", "v"}) out.push_back({p + "0.SelfAttention." + n + ".weight", {inner, d}});
+    out.push_back({p + "0.SelfAttention.o.weight", {d, inner}});
+    if (i == 0)
+      out.push_back(
+          {p + "0.SelfAttention.relative_attention_bias.weight", {cfg.relativeAttentionNumBuckets, cfg.numHeads}});
+    out.push_back({p + "0.layer_norm.weight", {d}});
+    if (cfg.gatedAct) {
+      out.push_back({p + "1.DenseReluDense.wi_0.weight", {ff, d}});
+      out.push_back({p + "1.DenseReluDense.wi_1.weight", {ff, d}});
+    } else {
+      out.push_back({p + "1.DenseReluDense.wi.weight", {ff, d}});
+    }
+    out.push_back({p + "1.DenseReluDense.wo.weight", {d, ff}});
+    out.push_back({p + "1.layer_norm.weight", {d}});
+  }
+  out.push_back({"encoder.final_layer_norm.weight", {d}});
+  return out;
+}
+
+#ifdef __GLIBC__
+void releaseFreedHostMemory() { ::malloc_trim(0); }  // see FluxCheckpoint.cpp: freed float copies between int8 ones
+#else
+void releaseFreedHostMemory() {}
+#endif
+
+}  // namespace
+
+std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Config& cfg, T5BuildOptions options,
+                                           const T5StreamOptions& stream) {
+  cfg.validate();
+  const auto params = t5ParamShapes(cfg);
+  std::map<std::string, std::vector<int64_t>> shapeOf(params.begin(), params.end());
+  auto fileKey = [&ckpt](const std::string& name) {
+    return name == kShared ? ckpt.embeddingKey() : ckpt.prefix() + name;
+  };
+  {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
+    for (const auto& [name, shape] : params) expected.emplace_back(fileKey(name), shape);
+    std::map<std::string, std::string> ignored;
+    const std::string copy = ckpt.prefix() + kEmbedTokens;
+    const auto& raw = ckpt.files().shapes();
+    if (ckpt.embeddingKey() != copy && raw.count(copy) && raw.at(copy) == raw.at(ckpt.embeddingKey()))
+      ignored[copy] = "the tied copy of " + ckpt.embeddingKey() + " (not loaded twice)";
+    io::checkStrict(ckpt.files(), expected, ignored,
+                    "T5 encoder, transformers names" +
+                        (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
+  }
+  if (stream.quantize != nn::QuantType::None && !nn::quantTypeAvailable(stream.quantize))
+    throw ConfigError(std::string("quantization type ") + nn::quantTypeName(stream.quantize) +
+                      " needs float8 tensors, which this LibTorch does not have; use int8");
+
+  std::set<std::string> filled;
+  // Fills `module`'s parameters (model paths under `prefix`) through its own names.
+  auto fillModule = [&](torch::nn::Module& module, const std::string& prefix) {
+    at::NoGradGuard noGrad;
+    for (auto& item : module.named_parameters(/*recurse=*/true)) {
+      const std::string name = prefix + item.key();
+      if (filled.count(name)) continue;
+      auto it = shapeOf.find(name);
+      if (it == shapeOf.end() || it->second != item.value().sizes().vec())
+        throw Error("streamT5Encoder: model parameter '" + name + "' is not in the T5 layout");
+      item.value().copy_(ckpt.files().tensor(fileKey(name)));
+      ckpt.files().releasePages(fileKey(name));  // copied out: its file pages need not stay resident
+      filled.insert(name);
+    }
+  };
+  const int64_t units = cfg.numLayers + 1;  // the blocks, then the embedding and final norm
+  int64_t built = 0;
+  auto userHook = options.onBlockBuilt;
+  options.onBlockBuilt = [&](torch::nn::Module& block) {
+    const int64_t i = built++;
+    fillModule(block, "encoder.block." + std::to_string(i) + ".");
+    // Quantized on its device before the next block exists.
+    if (stream.quantize != nn::QuantType::None) {
+      nn::quantizeLinears(block, stream.quantize);
+      releaseFreedHostMemory();
+    }
+    if (userHook) userHook(block);
+    if (stream.onProgress) stream.onProgress(i + 1, units);
+  };
+  auto model = std::make_shared<T5Encoder>(cfg, options);
+  fillModule(*model, "");  // the embedding and the final norm
+  if (filled.size() != params.size())
+    throw Error("streamT5Encoder: the model has " + std::to_string(filled.size()) + " of the layout's " +
+                std::to_string(params.size()) + " parameters");
+  if (stream.onProgress) stream.onProgress(units, units);
   return model;
+}
+
+std::shared_ptr<T5Encoder> loadT5Encoder(const fs::path& path, const T5BuildOptions& options,
+                                         const std::optional<T5Config>& config, const T5StreamOptions& stream) {
+  const T5Checkpoint ckpt = T5Checkpoint::open(path);
+  return streamT5Encoder(ckpt, config ? *config : ckpt.config(), options, stream);
 }
 
 }  // namespace strata::t5

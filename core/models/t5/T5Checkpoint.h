@@ -9,6 +9,7 @@
 // stored as shared.weight, as encoder.embed_tokens.weight, or as both (then the
 // copy is checked for its shape and not loaded twice).
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "io/SafetensorsCheckpoint.h"
 #include "models/t5/T5Config.h"
 #include "models/t5/T5Encoder.h"
+#include "nn/Quantize.h"
 
 namespace strata::t5 {
 
@@ -52,9 +54,27 @@ class T5Checkpoint {
 // left out on purpose, with why (the tied embedding copy).
 std::vector<std::string> loadT5Weights(T5Encoder& model, const T5Checkpoint& ckpt);
 
-// Opens `path`, takes the config (`config` if given, else T5Checkpoint::config()),
-// builds the encoder with `options` and loads it.
+// How streamT5Encoder treats each block once it is filled.
+struct T5StreamOptions {
+  // Quantize the block's Linears (q, k, v, o, wi*, wo) right after it is filled
+  // (model.quantize_te); the embedding and the norms stay in the build dtype.
+  nn::QuantType quantize = nn::QuantType::None;
+  // After each block and once at the end: units done, units in all (blocks + 1).
+  std::function<void(int64_t done, int64_t total)> onProgress;
+};
+
+// Builds the encoder block by block from `ckpt`: the file is checked first (the
+// same LoadError as loadT5Weights, nothing built), then each block is built on
+// options.device, filled with only its tensors, quantized there when asked and
+// its file pages released before the next block exists. Without quantization the
+// same model as building and loadT5Weights.
+std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Config& cfg, T5BuildOptions options,
+                                           const T5StreamOptions& stream = {});
+
+// Opens `path`, takes the config (`config` if given, else T5Checkpoint::config())
+// and streams the encoder in with `options` (streamT5Encoder).
 std::shared_ptr<T5Encoder> loadT5Encoder(const std::filesystem::path& path, const T5BuildOptions& options = {},
-                                         const std::optional<T5Config>& config = std::nullopt);
+                                         const std::optional<T5Config>& config = std::nullopt,
+                                         const T5StreamOptions& stream = {});
 
 }  // namespace strata::t5

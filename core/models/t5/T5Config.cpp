@@ -212,6 +212,17 @@ T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   return plan;
 }
 
+T5LinearCounts t5LinearCounts(const T5Config& cfg) {
+  const int64_t d = cfg.dModel, inner = cfg.innerDim(), ff = cfg.dFf;
+  const int64_t wis = cfg.gatedAct ? 2 : 1;
+  T5LinearCounts c;
+  c.weights = cfg.numLayers * (4 * d * inner + (wis + 1) * d * ff);
+  c.rows = cfg.numLayers * (3 * inner + d + wis * ff + d);
+  c.count = cfg.numLayers * (4 + wis + 1);
+  c.largest = std::max(d * inner, d * ff);
+  return c;
+}
+
 int64_t t5EncodePeakBytes(const T5Config& cfg, int64_t batch, int64_t length, int64_t elementBytes) {
   cfg.validate();
   if (batch < 1 || length < 1 || elementBytes < 1)

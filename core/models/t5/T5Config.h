@@ -80,6 +80,18 @@ struct T5ParamPlan {
 // named_parameters() exactly.
 T5ParamPlan t5ParamPlan(const T5Config& cfg);
 
+// The encoder blocks' Linears (q, k, v, o, wi / wi_0, wi_1, wo): what
+// model.quantize_te stores in 1 byte. weights: their parameter count; rows: their
+// output rows (one scale each per row); count: how many; largest: the most
+// weights in one (its converted copy lives while its matmul runs).
+struct T5LinearCounts {
+  int64_t weights = 0;
+  int64_t rows = 0;
+  int64_t count = 0;
+  int64_t largest = 0;
+};
+T5LinearCounts t5LinearCounts(const T5Config& cfg);
+
 // Bytes of activations alive at the peak of one encoder call without autograd
 // ([batch, length] token ids, activations and weights `elementBytes` wide), from
 // the order T5Block::forward makes and frees its tensors: the position bias kept

@@ -115,7 +115,8 @@ T5Block::T5Block(const T5Config& cfg, bool hasRelativeAttentionBias, const T5Bui
     wi = ff->register_module("wi", makeLinear(d, cfg.dFf, bo, bo.dtype));
   }
   // transformers keeps wo in fp32 when the model is fp16 (_keep_in_fp32_modules).
-  wo = ff->register_module("wo", makeLinear(cfg.dFf, d, bo, bo.dtype == at::kHalf ? at::kFloat : bo.dtype));
+  woDtype_ = bo.dtype == at::kHalf ? at::kFloat : bo.dtype;
+  wo = ff->register_module("wo", makeLinear(cfg.dFf, d, bo, woDtype_));
   ffNorm = ffLayer->register_module("layer_norm", T5LayerNorm(d, cfg.layerNormEpsilon, bo));
 }
 
@@ -158,7 +159,7 @@ nn::BlockIO T5Block::forward(const nn::BlockIO& io) {
   const auto y = ffNorm->forward(h);
   at::Tensor hidden = cfg_.gatedAct ? activate(wi0->forward(y), cfg_.activation) * wi1->forward(y)
                                     : activate(wi->forward(y), cfg_.activation);  // [B, L, d_ff]
-  if (hidden.scalar_type() != wo->weight.scalar_type()) hidden = hidden.to(wo->weight.scalar_type());
+  if (hidden.scalar_type() != woDtype_) hidden = hidden.to(woDtype_);
   h = clampHalf(h + wo->forward(hidden));
   out.img = h;
   return out;
@@ -178,6 +179,7 @@ T5Encoder::T5Encoder(const T5Config& cfg, const T5BuildOptions& options) : cfg_(
   blockList_ = encoder->register_module("block", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.numLayers; ++i) {
     auto b = std::make_shared<T5Block>(cfg, /*hasRelativeAttentionBias=*/i == 0, options);
+    if (options.onBlockBuilt) options.onBlockBuilt(*b);
     blockList_->push_back(b);
     blocks_.push_back(b);
   }

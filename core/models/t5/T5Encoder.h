@@ -14,6 +14,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ namespace strata::t5 {
 struct T5BuildOptions {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
+  // Called with each block right after it is built, before the next one exists:
+  // where a streamed load fills and quantizes it (streamT5Encoder).
+  std::function<void(torch::nn::Module& block)> onBlockBuilt;
 };
 
 // T5LayerNorm: RMS over the last dim (no mean, no bias), scale "weight", variance in fp32.
@@ -71,6 +75,7 @@ class T5Block : public nn::Block {
 
  private:
   T5Config cfg_;
+  at::ScalarType woDtype_ = at::kFloat;  // wo computes in fp32 when the model is fp16, even once quantized
 };
 
 class T5Encoder : public torch::nn::Module, public nn::BlockModel {
