@@ -124,6 +124,9 @@ int runBench(const BenchArgs& args) {
         for (const auto& m : s->memory) runDevices.push_back(m.device);
     }
     if (auto* f = std::get_if<events::FailedEvent>(&e)) failures.push_back(f->message);
+    // A refused config (the validator, a plan that does not fit) never starts: name why.
+    if (auto* p = std::get_if<events::PreflightFailedEvent>(&e))
+      for (const auto& problem : p->problems) failures.push_back("preflight: " + problem);
   });
   train::TrainerOptions to;
   to.reportConfigWarnings = false;

@@ -222,3 +222,13 @@ TEST_F(Cli, BenchDemoConfigJson) {
   EXPECT_TRUE(j["share_of_peak"].is_null());  // no peak figure for a CPU
   EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --steps 0").exitCode, 2);
 }
+
+// A config the preflight refuses never starts: bench names the refusal (it used to
+// say only "the run did not finish").
+TEST_F(Cli, BenchNamesAPreflightRefusal) {
+  const Result r = run("bench " + quote(config("demo.yaml").string()) + " --steps 1 --set model.quantize=true" +
+                       " --set model.qtype=int8 --set model.fp8_matmul=true");
+  EXPECT_NE(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("preflight: error: model.fp8_matmul"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("the run did not finish"), std::string::npos) << r.output;
+}
