@@ -3,7 +3,7 @@
 // steps) on synthetic data of the config's shapes (its resolution, batch size,
 // model, LoRA, dtype and placement; no samples, no saves, a temporary run folder)
 // and prints the median and min step time, the peak allocated and reserved memory
-// per CUDA device, the FLOP rate (train::trainStepFlops) and its share of the
+// per CUDA device, the FLOP rate (the family's trainStepFlops) and its share of the
 // card's dense bf16 peak where the card is known. --phases adds the median time of
 // each phase of a step (data, forward, backward, clip, optimizer, EMA, report),
 // measured with a device wait between phases (train/PhaseTimer.h). Exit codes as for run.
