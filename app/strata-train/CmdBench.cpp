@@ -1,4 +1,4 @@
-// `strata-train bench CONFIG [--steps N] [--phases] [--json] [--set key=value]...`: what a run of
+// `strata-train bench CONFIG [--steps N] [--phases] [--profile FILE] [--json] [--set key=value]...`: what a run of
 // this config costs before committing to it. Trains N steps (after 2 warm-up
 // steps) on synthetic data of the config's shapes (its resolution, batch size,
 // model, LoRA, dtype and placement; no samples, no saves, a temporary run folder)
@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 
+#include "BenchProfile.h"
 #include "Commands.h"
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
@@ -42,6 +43,8 @@ struct BenchArgs {
   int64_t steps = 10;
   bool json = false;
   bool phases = false;
+  std::string profilePath;  // --profile: kineto trace of the first measured steps
+  int64_t profileSteps = 1;
   std::vector<std::string> sets;
 };
 
@@ -103,12 +106,20 @@ int runBench(const BenchArgs& args) {
   for (const auto& dev : inventory.devices)
     if (!dev.isCpu()) device::resetPeakMemory(dev.index);
   events::EventBus bus;
+  BenchProfile profile;
+  const bool profiling = !args.profilePath.empty();
+  const int64_t profileSteps = std::clamp<int64_t>(args.profileSteps, 1, args.steps);
+  std::vector<KernelTotal> kernels;
   std::vector<double> stepMs;
   std::vector<std::string> failures;
   std::vector<std::string> runDevices;
   auto sub = bus.subscribe([&](const events::Event& e) {
     if (auto* s = std::get_if<events::StepEvent>(&e)) {
       if (s->step > kWarmupSteps) stepMs.push_back(s->stepTimeMs);
+      // Published on the training thread after each step: the profiled steps are
+      // the first `profileSteps` measured ones (their times are in stepMs too).
+      if (profiling && s->step == kWarmupSteps) profile.start();
+      if (profiling && s->step == kWarmupSteps + profileSteps) kernels = profile.stop(args.profilePath);
       if (runDevices.empty())
         for (const auto& m : s->memory) runDevices.push_back(m.device);
     }
@@ -119,6 +130,7 @@ int runBench(const BenchArgs& args) {
   if (args.phases) to.phaseTimer = std::make_shared<train::PhaseTimer>();
   train::Trainer trainer(cfg, bus, to);
   const auto outcome = trainer.run();
+  if (profile.running()) kernels = profile.stop(args.profilePath);
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (outcome != train::RunOutcome::Finished || stepMs.empty()) {
@@ -186,6 +198,32 @@ int runBench(const BenchArgs& args) {
     j["phases_sum_ms"] = sum;
   }
 
+  if (profiling) {
+    // Device kernel time per profiled step, by group and by kernel (largest first).
+    std::map<std::string, std::pair<int64_t, double>> groups;
+    double total = 0.0;
+    for (const auto& k : kernels) {
+      auto& g = groups[kernelGroup(k.name)];
+      g.first += k.count;
+      g.second += k.totalMs / static_cast<double>(profileSteps);
+      total += k.totalMs / static_cast<double>(profileSteps);
+    }
+    nlohmann::json pj;
+    pj["trace"] = args.profilePath;
+    pj["steps"] = profileSteps;
+    pj["kernel_ms_per_step"] = total;
+    pj["groups"] = nlohmann::json::object();
+    for (const auto& [name, g] : groups)
+      pj["groups"][name] = {{"launches_per_step", g.first / profileSteps}, {"ms_per_step", g.second}};
+    pj["kernels"] = nlohmann::json::array();
+    for (size_t i = 0; i < kernels.size() && i < 60; ++i)
+      pj["kernels"].push_back({{"name", kernels[i].name},
+                               {"group", kernelGroup(kernels[i].name)},
+                               {"launches_per_step", kernels[i].count / profileSteps},
+                               {"ms_per_step", kernels[i].totalMs / static_cast<double>(profileSteps)}});
+    j["profile"] = pj;
+  }
+
   if (args.json) {
     std::cout << j.dump(2) << std::endl;
     return kExitOk;
@@ -204,6 +242,18 @@ int runBench(const BenchArgs& args) {
                 << pj["median_ms"].get<double>() << "\n";
     std::cout << "    " << std::left << std::setw(12) << "sum" << std::right << j["phases_sum_ms"].get<double>()
               << "\n";
+  }
+  if (j.contains("profile")) {
+    const auto& pj = j["profile"];
+    std::cout << "  device kernels per profiled step: " << pj["kernel_ms_per_step"].get<double>() << " ms (trace "
+              << pj["trace"].get<std::string>() << ")\n";
+    for (const auto& [name, g] : pj["groups"].items())
+      std::cout << "    " << std::left << std::setw(12) << name << std::right << std::setw(10)
+                << g["ms_per_step"].get<double>() << " ms  " << g["launches_per_step"].get<int64_t>() << " launches\n";
+    for (const auto& k : pj["kernels"])
+      std::cout << "    " << std::setw(9) << k["ms_per_step"].get<double>() << " ms " << std::setw(6)
+                << k["launches_per_step"].get<int64_t>() << "x  " << k["name"].get<std::string>().substr(0, 150)
+                << "\n";
   }
   for (const auto& dj : j["devices"]) {
     std::cout << "  " << dj["device"].get<std::string>();
@@ -227,6 +277,10 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
   cmd->add_flag("--json", args->json, "Print the figures as JSON");
   cmd->add_flag("--phases", args->phases,
                 "Also time each phase of a step (data, forward, backward, clip, optimizer, EMA, report)");
+  cmd->add_option("--profile", args->profilePath,
+                  "Profile the first measured steps (LibTorch's kineto profiler): write the trace to this file and "
+                  "sum the device kernels by name");
+  cmd->add_option("--profile-steps", args->profileSteps, "Measured steps to profile (default 1)");
   cmd->add_option("--set", args->sets, "Override a key: --set train.batch_size=2 (repeatable)");
   cmd->callback([args, &exitCode] {
     try {

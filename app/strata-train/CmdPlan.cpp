@@ -18,7 +18,6 @@
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceSelection.h"
-#include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
 
@@ -69,14 +68,8 @@ int runPlan(const PlanArgs& args) {
     j["description"] = train::describePlan(run);  // the words of the text output and the app
     std::cout << j.dump(2) << "\n";
   } else {
-    const flux::FluxParamPlan pp = flux::fluxParamPlan(run.model);
-    std::cout << "config   " << args.configPath << "\n";
-    if (cfg.model.arch != config::ModelArch::Flux)  // another family describes its model itself
-      std::cout << "model    " << run.modelSource << "\n";
-    else
-      std::cout << "model    FLUX " << run.modelSource << ", " << run.model.numLayers << " double + "
-                << run.model.numSingleLayers << " single blocks, " << placement::formatParams(pp.totalParams())
-                << " parameters\n";
+    std::cout << "config   " << args.configPath << "\n"
+              << "model    " << run.modelSummary << "\n";  // the family's words
     std::cout << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
               << ", " << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
               << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"

@@ -1,7 +1,8 @@
-// `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N]`:
+// `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N] [--devices SPEC]`:
 // trains a LoRA from a run config, printing a progress bar (step/total, loss,
 // s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C, SIGTERM and SIGHUP
-// save a checkpoint and stop (a second one ends the process at once).
+// save a checkpoint and stop (a second one ends the process at once). --devices
+// runs the preflight alone on simulated devices (is the run refused there?).
 //
 // Exit codes: 0 finished; 1 failed during training (NaN/Inf loss, I/O, out of
 // memory; the last good checkpoint is kept); 2 bad command line, config or
@@ -14,12 +15,14 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
+#include "device/DeviceSelection.h"
 #include "events/EventBus.h"
 #include "CliChecks.h"
 #include "Commands.h"
@@ -169,6 +172,7 @@ struct RunArgs {
   std::vector<std::string> sets;
   std::string runDir;
   int64_t stopAfter = 0;
+  std::string devices;  // simulated devices: preflight only
 };
 
 }  // namespace
@@ -193,9 +197,19 @@ int runRun(const RunArgs& args) {
     return train::kExitBadInput;
   }
   if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
+  // --devices: the preflight of this run on simulated devices (nothing is trained).
+  std::optional<device::Inventory> simulated;
+  if (!args.devices.empty()) {
+    try {
+      simulated = device::simulatedInventory(args.devices);
+    } catch (const std::exception& e) {
+      std::cerr << "strata-train run: " << e.what() << std::endl;
+      return train::kExitBadInput;
+    }
+  }
   // Reading and validation problems with their lines, before anything is built.
   bool bad = false;
-  for (const auto& p : config::validateLoaded(loaded, device::listDevices())) {
+  for (const auto& p : config::validateLoaded(loaded, simulated ? simulated->devices : device::listDevices())) {
     std::cerr << p.format() << std::endl;
     bad = bad || p.isError();
   }
@@ -206,6 +220,7 @@ int runRun(const RunArgs& args) {
   opts.stopAfterStep = args.stopAfter;
   opts.configYaml = config::toYaml(loaded.config);
   opts.reportConfigWarnings = false;  // printed above, with their lines
+  opts.devices = simulated;
   train::Trainer trainer(loaded.config, bus, opts);
   return runTrainerWithProgress(trainer, bus);
 }
@@ -221,6 +236,9 @@ void addRunCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("--run-dir", args->runDir, "Run folder (default: <job.training_folder>/<job.name>)");
   cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step (as Ctrl-C would)")
       ->check(stopAfterCheck());
+  cmd->add_option("--devices", args->devices,
+                  "Preflight only, on simulated devices (1x16GB, 4x16GB): is the run refused there? Nothing is "
+                  "trained; exit 2 either way, with the reason");
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runRun(*args); });
 }

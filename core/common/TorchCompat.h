@@ -72,17 +72,21 @@ inline void fusedAdamW(at::TensorList params, at::TensorList grads, at::TensorLi
 }
 
 // ---- attention backend (added by the flux model) ----------------------------
-// The cuDNN scaled-dot-product backend fails in the backward pass of FLUX-sized
-// attention with LibTorch 2.11 (docs/design.md §4); flash handles it. Process-wide and
-// idempotent; returns false where this LibTorch has no cuDNN backend switch.
-inline bool disableCudnnAttention() {
+// Whether the cuDNN scaled-dot-product backend may be chosen (LibTorch 2.11 picks it
+// first on Hopper and newer: twice flash's speed at FLUX.1-dev sizes, docs/speed.md;
+// an earlier session saw its backward fail there, docs/design.md §4, so
+// model.attention_backend: flash turns it off). Process-wide and idempotent; returns
+// false where this LibTorch has no cuDNN backend switch.
+inline bool setCudnnAttention(bool enabled) {
 #if STRATA_TORCH_AT_LEAST(2, 4)
-  at::globalContext().setSDPUseCuDNN(false);
+  at::globalContext().setSDPUseCuDNN(enabled);
   return true;
 #else
+  (void)enabled;
   return false;
 #endif
 }
+inline bool disableCudnnAttention() { return setCudnnAttention(false); }
 
 // Whether the flash backend of scaled-dot-product attention is enabled (2.x).
 inline bool flashAttentionEnabled() {

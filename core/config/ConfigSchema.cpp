@@ -345,6 +345,9 @@ std::vector<KeySpec> buildSchema() {
       .add("model.low_vram", M(model.lowVram),
            "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
+      .add("model.attention_backend", M(model.attentionBackend),
+           "FLUX's CUDA attention kernel: cudnn (LibTorch's choice on Hopper and newer, the fastest) or flash "
+           "(cuDNN off; Llama always runs flash)")
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")
       .add("model.split_model_other_module_param_count_scale", M(model.splitModelOtherModuleParamCountScale),
@@ -503,6 +506,7 @@ const Look kLooks[] = {
     {"model.qtype", "Quantization type", "Model", false},
     {"model.low_vram", "Keep idle weights in CPU memory", "GPUs", false},
     {"model.device", "Train on", "GPUs", true},
+    {"model.attention_backend", "Attention kernel (CUDA)", "GPUs", false},
     {"model.split_model_over_gpus", "Split the model over the GPUs", "GPUs", true},
     {"model.split_model_other_module_param_count_scale", "Weight of the other modules when splitting", "GPUs", false},
     {"model.gpu_ids", "GPUs to use", "GPUs", true},

@@ -16,13 +16,13 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
                   preset, numLayers, numSingleLayers, numAttentionHeads, attentionHeadDim, inChannels,
                   jointAttentionDim, pooledProjectionDim, axesDimsRope, guidanceEmbeds, randomWeights, quantize,
                   quantizeTe, qtype, lowVram, device, splitModelOverGpus, splitModelOtherModuleParamCountScale, gpuIds,
-                  placement, gpuMemoryLimitGb, memoryReserveGb) ==
+                  placement, gpuMemoryLimitGb, memoryReserveGb, attentionBackend) ==
          std::tie(o.nameOrPath, o.vaePath, o.clipPath, o.t5Path, o.tokenizerPath, o.vaeNormNumGroups,
                   o.clipNumAttentionHeads, o.isFlux, o.preset, o.numLayers, o.numSingleLayers, o.numAttentionHeads,
                   o.attentionHeadDim, o.inChannels, o.jointAttentionDim, o.pooledProjectionDim, o.axesDimsRope,
                   o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.lowVram, o.device,
                   o.splitModelOverGpus, o.splitModelOtherModuleParamCountScale, o.gpuIds, o.placement,
-                  o.gpuMemoryLimitGb, o.memoryReserveGb) &&
+                  o.gpuMemoryLimitGb, o.memoryReserveGb, o.attentionBackend) &&
          arch == o.arch;
 }
 

@@ -30,6 +30,7 @@ enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };      // diffusers | kohya | comfy | peft (a folder)
 enum class ModelArch { Flux, Llama };                           // flux | llama: the model family
 enum class PaddingSide { Right, Left };                         // right | left
+enum class AttentionBackend { Cudnn, Flash };                   // cudnn | flash
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -73,6 +74,8 @@ STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}
                   {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
 STRATA_ENUM_NAMES(ModelArch, 2, {ModelArch::Flux, "flux", false}, {ModelArch::Llama, "llama", false});
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
+STRATA_ENUM_NAMES(AttentionBackend, 2, {AttentionBackend::Cudnn, "cudnn", false},
+                  {AttentionBackend::Flash, "flash", false});
 
 #undef STRATA_ENUM_NAMES
 
@@ -144,6 +147,8 @@ struct ModelConfig {
   PlacementMode placement = PlacementMode::ParamCount;  // model.placement
   std::vector<double> gpuMemoryLimitGb;  // model.gpu_memory_limit_gb: one value = every device; empty = no cap
   double memoryReserveGb = 1.0;          // model.memory_reserve_gb: kept free per device (context, workspace)
+  // model.attention_backend: the CUDA scaled-dot-product attention kernel (docs/speed.md).
+  AttentionBackend attentionBackend = AttentionBackend::Cudnn;
   bool operator==(const ModelConfig& o) const;
 };
 

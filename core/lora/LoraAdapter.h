@@ -49,9 +49,12 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) override;
   // output + delta(input): the up projection accumulates into the output in one
   // matmul (addmm), with alpha/r and a scalar multiplier folded into the small up
-  // weight, not applied to the [..., out] activations. A per-sample multiplier
-  // takes delta().
+  // weight, not applied to the [..., out] activations; the backward keeps the float32
+  // masters, not their casts. A per-sample multiplier takes delta().
   at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) override;
+  // addTo(cat(parts, -1), output) without the concatenated input: the down projection
+  // as one matmul per part over its columns of down, accumulated into [..., r].
+  at::Tensor addToParts(const std::vector<at::Tensor>& parts, const at::Tensor& output) override;
 
   // scale * up @ down in float32: [out, in] (without the multiplier).
   at::Tensor deltaWeight() const;

@@ -81,6 +81,34 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return y;
 }
 
+at::Tensor LinearImpl::forwardParts(const std::vector<at::Tensor>& parts) {
+  int64_t width = 0;
+  for (const auto& p : parts) width += p.size(-1);
+  if (parts.empty() || width != inFeatures_)
+    throw Error("nn::Linear: parts of total width " + std::to_string(width) + " for a Linear of " +
+                std::to_string(inFeatures_) + " inputs");
+  // A quantized weight takes the concatenated input (its matmul is one function).
+  if (parts.size() == 1) return forward(parts[0]);
+  if (quantType_ != QuantType::None) return forward(at::cat(parts, -1));
+  auto outSizes = parts[0].sizes().vec();
+  outSizes.back() = outFeatures_;
+  at::Tensor y;  // [M, out]
+  int64_t offset = 0;
+  for (const auto& p : parts) {
+    const int64_t n = p.size(-1);
+    const auto w = weight.narrow(1, offset, n);  // [out, n], rows of stride in: no copy
+    const auto p2 = p.reshape({-1, n});          // [M, n]
+    if (!y.defined())
+      y = bias.defined() ? at::addmm(bias, p2, w.t()) : at::mm(p2, w.t());
+    else
+      y = at::addmm(y, p2, w.t());  // accumulated where the output is
+    offset += n;
+  }
+  y = y.view(outSizes);  // [..., out]
+  for (const auto& adapter : adapters_) y = adapter->addToParts(parts, y);
+  return y;
+}
+
 void LinearImpl::addAdapter(std::shared_ptr<LinearAdapter> adapter) { adapters_.push_back(std::move(adapter)); }
 
 void LinearImpl::removeAdapter(const LinearAdapter* adapter) {

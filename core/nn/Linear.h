@@ -21,6 +21,10 @@ class LinearAdapter {
   virtual at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) = 0;
   // output + delta(input, output); an adapter may fold the sum into its last matmul.
   virtual at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) { return output + delta(input, output); }
+  // addTo(cat(parts, -1), output); an adapter may avoid the concatenated copy.
+  virtual at::Tensor addToParts(const std::vector<at::Tensor>& parts, const at::Tensor& output) {
+    return addTo(at::cat(parts, -1), output);
+  }
 };
 
 class LinearImpl : public torch::nn::Module {
@@ -33,6 +37,12 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   // The frozen base projection only, without adapters.
   at::Tensor forwardBase(const at::Tensor& x) const;
+  // forward(cat(parts, -1)) without making the concatenated input: one matmul per
+  // part over its columns of the weight, accumulated into one output, and adapters
+  // through addToParts. The concatenation would be an extra copy, and the copy kept
+  // for the backward (FLUX's single blocks: 28 MB of attention output per block at
+  // 1024 px besides the attention's own). parts [..., in_i], sum in_i = in -> [..., out].
+  at::Tensor forwardParts(const std::vector<at::Tensor>& parts);
 
   void addAdapter(std::shared_ptr<LinearAdapter> adapter);
   void removeAdapter(const LinearAdapter* adapter);

@@ -6,6 +6,12 @@
 
 #include "common/Error.h"
 
+#ifdef STRATA_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace strata::train {
 
 using torch::autograd::AutogradContext;
@@ -26,6 +32,9 @@ struct CallState : torch::CustomClassHolder {
   std::vector<bool> offload;       // per given field: kept in host memory (train.offload_checkpoints)
   std::vector<at::Tensor> host;    // per given field: its pinned host copy, or undefined
   std::vector<c10::Device> hostOf; // per given field: the device it came from
+#ifdef STRATA_HAS_CUDA
+  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> copied;  // per given field: its host copy is done
+#endif
   at::Tensor cpuRngState;
   std::vector<std::pair<c10::Device, at::Tensor>> cudaRngStates;
 };
@@ -52,6 +61,46 @@ void setRngState(const c10::Device& d, const at::Tensor& state) {
   g.set_state(state);
 }
 
+// A pinned host copy of the CUDA tensor `t`, made on a side stream once the work
+// queued so far on the current stream (which produced t) is done: the copy runs
+// beside the next blocks instead of between them. t's memory is not reused before
+// the side stream has read it (record_stream); state.copied gets an event for "copied".
+at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
+  auto h = at::empty(t.sizes(), t.options().device(c10::kCPU).pinned_memory(true));
+#ifdef STRATA_HAS_CUDA
+  const c10::cuda::CUDAGuard guard(t.device());
+  const auto compute = c10::cuda::getCurrentCUDAStream(t.get_device());
+  const auto side = c10::cuda::getStreamFromPool(false, t.get_device());
+  at::cuda::CUDAEvent ready;
+  ready.record(compute);
+  ready.block(side);
+  {
+    const c10::cuda::CUDAStreamGuard onSide(side);
+    h.copy_(t, /*non_blocking=*/true);
+  }
+  t.record_stream(side);
+  auto done = std::make_shared<at::cuda::CUDAEvent>();
+  done->record(side);
+  state.copied.push_back(done);
+#else
+  (void)state;
+  h.copy_(t, /*non_blocking=*/true);
+#endif
+  return h;
+}
+
+// The device copy of an offloaded field, queued on the current stream after its
+// host copy is complete.
+at::Tensor copyBack(const CallState& state, size_t i) {
+#ifdef STRATA_HAS_CUDA
+  if (state.hostOf[i].is_cuda() && i < state.copied.size() && state.copied[i]) {
+    const c10::cuda::CUDAGuard guard(state.hostOf[i]);
+    state.copied[i]->block(c10::cuda::getCurrentCUDAStream(state.hostOf[i].index()));
+  }
+#endif
+  return state.host[i].to(state.hostOf[i], /*non_blocking=*/true);
+}
+
 }  // namespace
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
@@ -65,19 +114,19 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (bool def : state->defined) fields.push_back(def ? given[k++] : at::Tensor());
     // Grad mode is off here (Function::apply), so the block keeps no activations.
     const auto out = state->inner->run(state->blockIndex, *state->block, nn::BlockIO::fromFields(fields));
-    // Offloaded inputs: a pinned copy, queued on the stream after the block's work
-    // (the caching allocators order the reuse of both buffers by that stream).
+    // Offloaded inputs: a pinned copy on a side stream (copyToHost).
     std::vector<at::Tensor> toSave;
     for (size_t i = 0; i < given.size(); ++i) {
       state->hostOf.push_back(given[i].device());
       if (state->offload[i] && given[i].is_cuda()) {
-        auto h = at::empty(given[i].sizes(), given[i].options().device(c10::kCPU).pinned_memory(true));
-        h.copy_(given[i], /*non_blocking=*/true);
-        state->host.push_back(h);
+        state->host.push_back(copyToHost(given[i], *state));
         toSave.push_back(at::Tensor());
         ++state->runner->offloads_;
       } else {
         state->host.push_back(at::Tensor());
+#ifdef STRATA_HAS_CUDA
+        state->copied.emplace_back();
+#endif
         toSave.push_back(given[i]);
       }
     }
@@ -98,8 +147,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved.size());
     for (size_t i = 0; i < saved.size(); ++i) {
-      auto d = state->host[i].defined() ? state->host[i].to(state->hostOf[i], /*non_blocking=*/true)
-                                        : saved[i].detach();
+      auto d = state->host[i].defined() ? copyBack(*state, i) : saved[i].detach();
       if (state->requiresGrad[i]) d.requires_grad_(true);
       inputs.push_back(d);
     }

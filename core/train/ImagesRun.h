@@ -3,10 +3,11 @@
 // images run"): the image and text encoders that fill the datasets' caches, the
 // sample prompts' embeddings (encoded once, through the same text cache, the
 // trigger word applied), and the decoder that turns sampled latents into
-// pictures. The model family's part sits behind ImageModels (FLUX.1's:
-// makeFluxImageModels); the trainer calls ImagesRun in a few places: before the
-// datasets are built (encoders), after them (finishCaching: prompts encoded, the
-// text encoders freed) and for each sample (promptEmbedding, decode).
+// pictures. Model-neutral: the family's encoders and decoder sit behind
+// ImageModels (FLUX.1's: families/flux/FluxImageModels), and the family's run
+// calls ImagesRun in a few places: before the datasets are built (encoders),
+// after them (finishCaching: prompts encoded, the text encoders freed) and for
+// each sample (promptEmbedding, decode).
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -44,12 +45,6 @@ class ImageModels {
   virtual int64_t downscaleFactor() const = 0;  // image pixels per latent pixel
   virtual std::string describe() const = 0;
 };
-
-// FLUX.1's VAE, T5 and CLIP from model.* (diffusers folder, single files, or
-// random weights at the transformer's widths), on `device`
-// (train/FluxImageModels.cpp). Throws IoError / LoadError / ConfigError.
-std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const DatasetContext& ctx,
-                                                 const c10::Device& device);
 
 // Whether any of the run's datasets is an images folder.
 bool hasImagesDataset(const config::RunConfig& cfg);

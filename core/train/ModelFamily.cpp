@@ -26,6 +26,14 @@ std::filesystem::path ModelFamily::exportPathIn(const std::filesystem::path& dir
                 ".safetensors");
 }
 
+std::string ModelFamily::planKey(const config::RunConfig&) const { return "model.name_or_path"; }
+
+std::vector<placement::OtherModule> ModelFamily::otherModules(const config::RunConfig&, const std::string&,
+                                                              std::string* note) const {
+  if (note) note->clear();
+  return {};
+}
+
 void registerModelFamily(std::shared_ptr<const ModelFamily> family) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

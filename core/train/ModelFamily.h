@@ -37,12 +37,15 @@ class FamilyRun {
   virtual ~FamilyRun() = default;
 
   // Preflight, after the run folder is locked: the datasets (and what they need,
-  // e.g. a tokenizer). Throws with the reason (ConfigError naming the key, IoError
-  // naming the file); nothing is written.
+  // e.g. a tokenizer, or the text encoders and VAE that fill an images dataset's
+  // cache on the first device of st.prepared). Throws with the reason (ConfigError
+  // naming the key, IoError naming the file); nothing is written to the run folder.
   virtual void prepareData(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) = 0;
 
   // Builds the model (seeded by train.seed, weights read or random), frozen, and
-  // places it: sets st.placement (applied), st.devices and st.planReason.
+  // places it: sets st.placement (applied), st.devices and st.planReason. The
+  // devices are those of st.prepared (prepareDevices), the plan its plan for a
+  // split (preflight has refused one that does not fit), else the one device.
   virtual void buildAndPlace(Trainer::State& st, const config::RunConfig& cfg) = 0;
   // The built model, for the LoRA network to attach to.
   virtual torch::nn::Module& module() = 0;
@@ -71,6 +74,15 @@ class FamilyRun {
   virtual void release() {}
 };
 
+// A family's part of the planner's input for a run (train::prepareRun adds the
+// devices, the other modules and the budgets).
+struct FamilyPlan {
+  RunPlanInput input;
+  int64_t tokens = 0;   // per sample, through every block
+  std::string source;   // where the shape came from: "preset tiny", "shapes of /m (headers only)", ...
+  std::string summary;  // the model in one line, for `strata-train plan`
+};
+
 class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
@@ -81,9 +93,18 @@ class ModelFamily {
   virtual std::unique_ptr<FamilyRun> newRun() const = 0;
 
   // The planner's input from the config alone (no weights read): per-unit
-  // shapes, the LoRA adapters per unit and the cost options. Sets `tokens` (per
-  // sample) and `source` (where the shape came from). Throws with the reason.
-  virtual RunPlanInput planInput(const config::RunConfig& cfg, int64_t& tokens, std::string& source) const = 0;
+  // shapes, the LoRA adapters per unit and the cost options. Throws with the
+  // reason (prepareRun reports it under planKey).
+  virtual FamilyPlan plan(const config::RunConfig& cfg) const = 0;
+  // The config key a failure of plan() is reported under.
+  virtual std::string planKey(const config::RunConfig& cfg) const;
+  // What a run holds beside the model on its first device (`device`: "cuda:0",
+  // "cpu"), for the planner: a diffusion model's text encoders and VAE, each with
+  // its caching stage (the caching phase). `note` (optional) says which, their
+  // sizes and source, or why there are none. None by default. Throws for a file
+  // that is here but unreadable.
+  virtual std::vector<placement::OtherModule> otherModules(const config::RunConfig& cfg, const std::string& device,
+                                                           std::string* note) const;
 
   // The work of one training step of this config (frozen base, LoRA trained), in
   // FLOPs, for `strata-train bench`; activation recompute not counted.

@@ -1,208 +1,12 @@
 #include "train/RunPlanning.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <sstream>
 #include <vector>
 
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
-#include "lora/LoraTargets.h"
-#include "common/Text.h"
-#include "models/flux/FluxLoraRules.h"
-#include "pipeline/FluxTextEncoders.h"
-#include "pipeline/PipelineShapes.h"
-#include "train/Datasets.h"
-#include "train/EncodeCache.h"
 #include "train/ModelFamily.h"
 
 namespace strata::train {
-
-flux::FluxConfig withShapeOverrides(flux::FluxConfig c, const config::ModelConfig& m) {
-  if (m.numLayers) c.numLayers = *m.numLayers;
-  if (m.numSingleLayers) c.numSingleLayers = *m.numSingleLayers;
-  if (m.numAttentionHeads) c.numAttentionHeads = *m.numAttentionHeads;
-  if (m.attentionHeadDim) c.attentionHeadDim = *m.attentionHeadDim;
-  if (m.inChannels) c.inChannels = c.outChannels = *m.inChannels;
-  if (m.jointAttentionDim) c.jointAttentionDim = *m.jointAttentionDim;
-  if (m.pooledProjectionDim) c.pooledProjectionDim = *m.pooledProjectionDim;
-  if (!m.axesDimsRope.empty()) c.axesDimsRope = m.axesDimsRope;
-  if (m.guidanceEmbeds) c.guidanceEmbeds = *m.guidanceEmbeds;
-  c.validate();
-  return c;
-}
-
-flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* source) {
-  const bool tiny = m.preset == config::ModelPreset::Tiny;
-  const std::string preset = tiny ? "preset tiny" : "preset flux-dev";
-  std::string from;
-  flux::FluxConfig c;
-  std::error_code ec;
-  if (!m.randomWeights && !m.nameOrPath.empty() && std::filesystem::exists(m.nameOrPath, ec)) {
-    c = flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope);
-    from = "shapes of " + m.nameOrPath + " (headers only)";
-  } else {
-    c = tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev();
-    from = preset;
-    if (!m.randomWeights && !m.nameOrPath.empty()) from += " (" + m.nameOrPath + " not found here)";
-  }
-  if (source) *source = from;
-  return withShapeOverrides(c, m);
-}
-
-int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
-  int64_t px = 0;
-  for (const auto& d : cfg.datasets)
-    for (int64_t r : d.resolution) px = std::max(px, r);
-  if (px == 0) px = 512;
-  const bool pixelCode = !cfg.datasets.empty() && cfg.datasets.front().type == config::DatasetType::Shapes;
-  const int64_t latent = px / (pixelCode ? kPixelCodeScale : 8);
-  return (latent / 2) * (latent / 2) + defaultTextTokens(fc.jointAttentionDim);
-}
-
-double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
-  const int64_t text = defaultTextTokens(fc.jointAttentionDim);
-  const int64_t image = planTokens(cfg, fc) - text;
-  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
-                                                                    : cfg.network.targetModules);
-  return flux::fluxTrainStepFlops(fc, cfg.train.batchSize, image, text, cfg.network.linear,
-                                  [&](const std::string& path) { return targets.matches(path); });
-}
-
-namespace {
-
-const char* dtypeName(int64_t elementBytes) { return elementBytes == 4 ? "fp32" : "bf16"; }
-
-// Why a dataset type needs no encoder.
-std::string whyNoEncoders(const config::RunConfig& cfg) {
-  if (cfg.datasets.empty()) return "no dataset";
-  switch (cfg.datasets.front().type) {
-    case config::DatasetType::Shapes:
-      return "the shapes dataset is drawn by the trainer, its captions embedded by word";
-    case config::DatasetType::Synthetic:
-      return "the synthetic dataset is random latents and embeddings";
-    case config::DatasetType::Latents:
-      return "the latents dataset holds encoded images and text embeddings";
-    case config::DatasetType::Images:
-      break;
-  }
-  return "";
-}
-
-}  // namespace
-
-std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cfg, const std::string& device,
-                                                     std::string* note) {
-  int64_t px = 0;
-  for (const auto& d : cfg.datasets)
-    if (d.type == config::DatasetType::Images)
-      for (int64_t r : d.resolution) px = std::max(px, r);
-  if (px == 0) {
-    if (note) *note = "No text encoders or VAE: " + whyNoEncoders(cfg) + ".";
-    return {};
-  }
-  const bool read = !cfg.model.randomWeights && !cfg.model.nameOrPath.empty();
-  const pipeline::PipelineShapes shapes =
-      read ? pipeline::pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath,
-                                               cfg.model.t5Path, cfg.model.tokenizerPath, cfg.model.vaeNormNumGroups,
-                                               cfg.model.clipNumAttentionHeads)
-           : pipeline::PipelineShapes::flux1Presets();
-  const bool onCpu = device == "cpu";
-  // T5 overflows in fp16, so it runs in bf16 on a GPU whatever train.dtype is; CLIP alike.
-  const int64_t textBytes = onCpu ? 4 : 2;
-  // The VAE in its compute dtype (vae::vaeComputeDtype): train.dtype on a GPU, fp16 upcast when force_upcast.
-  int64_t vaeBytes = 4;
-  if (!onCpu && cfg.train.dtype != config::DType::FP32)
-    vaeBytes = cfg.train.dtype == config::DType::FP16 && shapes.vae.forceUpcast ? 4 : 2;
-  const int64_t batch = kCacheBatchSize;
-  const int64_t t5Tokens = pipeline::TextEncoderOptions{}.maxSequenceLength;
-  const bool sampling = cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty();
-
-  std::vector<placement::OtherModule> out(3);
-  placement::OtherModule& t5 = out[0];
-  t5.name = "T5";
-  t5.dtype = dtypeName(textBytes);
-  t5.paramCount = t5::t5ParamPlan(shapes.t5).totalParams();
-  t5.weightBytes = t5.paramCount * textBytes;
-  t5.cachingPeakBytes = t5::t5EncodePeakBytes(shapes.t5, batch, t5Tokens, textBytes);
-  t5.freedBeforeTraining = true;
-  t5.cachingStage = 1;  // after the VAE has encoded the images: its peak and T5's weights never meet
-  placement::OtherModule& clip = out[1];
-  clip.name = "CLIP";
-  clip.dtype = dtypeName(textBytes);
-  clip.paramCount = clip::clipParamPlan(shapes.clip).totalParams();
-  clip.weightBytes = clip.paramCount * textBytes;
-  clip.cachingPeakBytes = clip::clipEncodePeakBytes(shapes.clip, batch, textBytes);
-  clip.freedBeforeTraining = true;
-  clip.cachingStage = 1;
-  placement::OtherModule& vae = out[2];
-  vae.name = "VAE";
-  vae.dtype = vaeBytes == 4 ? "fp32" : config::enumName(cfg.train.dtype);
-  vae.paramCount = vae::vaeParamCount(shapes.vae);
-  vae.weightBytes = vae.paramCount * vaeBytes;
-  vae.cachingPeakBytes = vae::vaeEncodePeakBytes(shapes.vae, batch, px, px, vaeBytes);
-  vae.trainingPeakBytes =
-      sampling ? vae::vaeDecodePeakBytes(shapes.vae, 1, cfg.sample.height, cfg.sample.width, vaeBytes) : 0;
-
-  if (note) {
-    std::ostringstream os;
-    os << "The images dataset needs the text encoders and the VAE on " << device << ": T5 (" << shapes.t5Source << ", "
-       << t5.dtype << ", " << formatBytes(t5.weightBytes) << ") and CLIP (" << shapes.clipSource << ", " << clip.dtype
-       << ", " << formatBytes(clip.weightBytes) << ") load once the VAE (" << shapes.vaeSource << ", " << vae.dtype
-       << ", " << formatBytes(vae.weightBytes)
-       << ") has encoded the images, encode the captions and the sample prompts, and are freed before step 1; the "
-          "VAE stays for the run";
-    if (sampling)
-      os << " to decode the samples (" << cfg.sample.width << "x" << cfg.sample.height << ", one at a time)";
-    os << ". Encoding peaks are for batches of " << batch << " at " << px << " px and " << t5Tokens << " T5 tokens.";
-    *note = os.str();
-  }
-  return out;
-}
-
-RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
-  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
-                                                                    : cfg.network.targetModules);
-  RunPlanInput out;
-  auto unitOf = [&](const flux::FluxBlockParams& b) {
-    placement::UnitShape u;
-    u.id = b.id;
-    u.kind = b.kind;
-    u.paramCount = b.paramCount;
-    u.isBlock = b.kind != "stem" && b.kind != "head";
-    for (const auto& l : b.linears)
-      if (targets.matches(l.path)) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
-    out.adapters[b.id] = static_cast<int>(u.loraLinears.size());
-    // Only the blocks' Linears are quantized (stem and head stay in train.dtype).
-    if (cfg.model.quantize && u.isBlock)
-      for (const auto& l : b.linears) {
-        u.quantizedWeightCount += l.inFeatures * l.outFeatures;
-        u.quantScaleCount += cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8" ? l.outFeatures : 1;
-      }
-    return u;
-  };
-  const flux::FluxParamPlan params = flux::fluxParamPlan(fc);
-  std::vector<placement::UnitShape> blocks;
-  for (const auto& b : params.blocks) blocks.push_back(unitOf(b));
-
-  // Weights and activations in train.dtype; quantized block Linears counted by unitOf.
-  const int64_t elementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
-  placement::CostOptions co;
-  co.weightElementBytes = elementBytes;
-  co.activationElementBytes = elementBytes;
-  co.loraRank = cfg.network.linear;
-  co.ema = cfg.train.ema.useEma;
-  co.batchSize = cfg.train.batchSize;
-  co.tokens = tokens;
-  co.hiddenSize = fc.hiddenSize();
-  co.gradientCheckpointing = cfg.train.gradientCheckpointing;
-  co.offloadCheckpoints = cfg.train.gradientCheckpointing && cfg.train.offloadCheckpoints;
-  out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
-  out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
-                                                                        : placement::PlanMode::ParamCount;
-  out.input.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
-  return out;
-}
 
 PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
                        const PrepareOptions& options) {
@@ -220,20 +24,17 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     return run;
   };
 
-  // Another family than FLUX plans through its registered interface (train/ModelFamily.h).
-  const bool otherFamily = cfg.model.arch != config::ModelArch::Flux;
+  // The model's part, through its registered family (train/ModelFamily.h).
+  const ModelFamily* family = nullptr;
   try {
-    if (otherFamily)
-      run.input = modelFamily(cfg.model.arch).planInput(cfg, run.tokens, run.modelSource);
-    else
-      run.model = planFluxConfig(cfg.model, &run.modelSource);
+    family = &modelFamily(cfg.model.arch);
+    FamilyPlan fp = family->plan(cfg);
+    run.input = std::move(fp.input);
+    run.tokens = fp.tokens;
+    run.modelSource = std::move(fp.source);
+    run.modelSummary = std::move(fp.summary);
   } catch (const std::exception& e) {
-    if (otherFamily) return fail("model.name_or_path", e.what());
-    return fail(cfg.model.randomWeights || cfg.model.nameOrPath.empty() ? "model" : "model.name_or_path", e.what());
-  }
-  if (!otherFamily) {
-    run.tokens = planTokens(cfg, run.model);
-    run.input = runPlanInput(cfg, run.model, run.tokens);
+    return fail(family ? family->planKey(cfg) : "model.arch", e.what());
   }
 
   // The validator has judged the request against this inventory and the caps
@@ -244,7 +45,7 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
   run.devices = selection.devices;
   const std::string first = run.devices.front().label();
   try {
-    if (!otherFamily) run.input.input.otherModules = fluxOtherModules(cfg, first, &run.otherModulesNote);
+    run.input.input.otherModules = family->otherModules(cfg, first, &run.otherModulesNote);
   } catch (const std::exception& e) {
     return fail("model.name_or_path", e.what());
   }
@@ -281,6 +82,13 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     return fail("model.placement", e.what());
   }
   return run;
+}
+
+std::string planRefusal(const PreparedRun& run) {
+  if (!run.ok() || run.plan.fits || run.plan.devices.empty()) return "";
+  const bool cpuAlone = run.devices.size() == 1 && run.devices.front().isCpu();
+  if (cpuAlone) return "";
+  return "the model does not fit: " + run.plan.reason;
 }
 
 std::string describePlan(const PreparedRun& run) {

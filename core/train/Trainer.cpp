@@ -17,21 +17,11 @@
 #include "device/DeviceSelection.h"
 #include "io/AtomicFile.h"
 #include "io/FileBytes.h"
-#include "io/Safetensors.h"
-#include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
-#include "models/flux/FluxCheckpoint.h"
-#include "models/flux/FluxConfig.h"
-#include "models/flux/FluxLoraRules.h"
-#include "models/flux/FluxSampling.h"
-#include "models/flux/FluxTransformer.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "placement/Placement.h"
-#include "placement/Planner.h"
 #include "train/CheckpointedRunner.h"
-#include "train/Datasets.h"
 #include "train/Ema.h"
-#include "train/FlowMatching.h"
 #include "train/FusedAdamW.h"
 #include "train/GradClip.h"
 #include "train/LrSchedule.h"
@@ -227,8 +217,8 @@ RunOutcome Trainer::runImpl() {
 }
 
 void Trainer::preflight(State& st, std::vector<std::string>& problems) {
-  // The config's rules and the plan, on this machine's devices.
-  st.prepared = prepareRun(cfg_, device::thisMachine());
+  // The config's rules and the plan, on this machine's devices (or the simulated ones of the options).
+  st.prepared = prepareRun(cfg_, options_.devices ? *options_.devices : device::thisMachine());
   for (const auto& p : st.prepared.problems) {
     if (p.isError())
       problems.push_back(p.format());
@@ -236,6 +226,17 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
       bus_.publish(events::WarningEvent{p.key + ": " + p.message, 0});
   }
   if (!problems.empty()) return;  // nothing is written for a config with errors (a bad job.name among them)
+  // A plan that does not fit its devices (a split, or one card; training or caching
+  // phase) is refused here, before anything is loaded, rather than running out of memory.
+  if (const auto why = planRefusal(st.prepared); !why.empty()) {
+    problems.push_back(why);
+    return;
+  }
+  if (options_.devices && options_.devices->simulated) {
+    problems.push_back("the plan fits the simulated devices (" + options_.devices->source +
+                       "); nothing is loaded or trained on devices that are not there");
+    return;
+  }
   try {
     st.familyDef = &modelFamily(cfg_.model.arch);
     st.family = st.familyDef->newRun();
@@ -282,42 +283,11 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
     }
   }
   if (!problems.empty()) return;
-  if (cfg_.model.arch != config::ModelArch::Flux) {  // FLUX's data is prepared below, as before
-    try {
-      st.family->prepareData(st, cfg_, bus_);
-    } catch (const std::exception& e) {
-      problems.push_back(e.what());
-    }
-    return;
-  }
-  st.fluxConfig = st.prepared.model;
-  DatasetContext ctx;
-  ctx.latentChannels = st.fluxConfig.latentChannels();
-  ctx.textTokens = defaultTextTokens(st.fluxConfig.jointAttentionDim);
-  ctx.textDim = st.fluxConfig.jointAttentionDim;
-  ctx.pooledDim = st.fluxConfig.pooledProjectionDim;
-  ctx.seed = cfg_.train.seed;
-  st.textTokens = ctx.textTokens;
   try {
-    // An images run: the VAE and text encoders fill the caches on the first device (train/ImagesRun.h).
-    if (hasImagesDataset(cfg_)) {
-      prepareDevices(cfg_, st.prepared);
-      st.images =
-          std::make_unique<ImagesRun>(makeFluxImageModels(cfg_, ctx, firstDevice(st.prepared)), cfg_, ctx, bus_);
-      ctx.encoders = &st.images->encoders();
-      ctx.bus = &bus_;
-    }
-    st.dataset = makeDatasets(cfg_.datasets, ctx);
-    st.emptyPrompt = st.dataset->emptyPrompt();
-    st.pixelCode = cfg_.datasets.front().type == config::DatasetType::Shapes;
-    if (st.images) {
-      st.images->finishCaching();  // sample prompts encoded once; T5 and CLIP freed before step 1
-      releaseDeviceCaches();
-    }
+    st.family->prepareData(st, cfg_, bus_);
   } catch (const std::exception& e) {
     problems.push_back(e.what());
   }
-  st.promptEmbedder = std::make_unique<WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
 }
 
 void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {

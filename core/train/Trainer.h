@@ -8,7 +8,7 @@
 // they are safe from any thread, including a signal handler (requestStop).
 //
 // Order of a run (docs/design.md §2), one function each: preflight (validation and plan
-// through train::prepareRun, run folder, datasets), build and place (model,
+// through train::prepareRun, a plan that does not fit refused, run folder, datasets), build and place (model,
 // placement, LoRA, optimizer and EMA after placement), restore (a resumed run's
 // tensors and counters, then the audit); any problem so far ends the run with
 // the full list. Then the loop (steps, samples, checkpoints) and the finish (the
@@ -18,12 +18,14 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/Version.h"
 #include "config/RunConfig.h"
+#include "device/DeviceSelection.h"
 #include "events/EventBus.h"
 #include "train/PhaseTimer.h"
 
@@ -57,6 +59,11 @@ struct TrainerOptions {
   // When set, every step's phases (data, forward, backward, clip, optimizer, EMA,
   // report) are timed into it with device waits between them (strata-train bench --phases).
   std::shared_ptr<PhaseTimer> phaseTimer;
+  // The devices preflight validates and plans on; empty = this machine's. Simulated
+  // ones (`strata-train run --devices 1x16GB`, tests) stop the run after the plan
+  // check, as a preflight problem either way: nothing is loaded or trained on
+  // devices that are not there.
+  std::optional<device::Inventory> devices;
 };
 
 class Trainer {

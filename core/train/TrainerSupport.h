@@ -1,7 +1,9 @@
 #pragma once
 // Internals of the Trainer, split out so the loop in Trainer.cpp stays readable
-// and the pieces can be tested: the training state, preflight checks, model
-// building and placement, one micro-step, sampling, device cache release.
+// and the pieces can be tested: the training state, the run folder, the run's
+// devices, the data order, device cache release. Model-neutral: a family's own
+// pieces (its model, datasets, micro-step, samples) are in core/families/<arch>/
+// behind train/ModelFamily.h.
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
@@ -17,22 +19,16 @@
 #include "common/Error.h"
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
-#include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
-#include "models/flux/FluxConfig.h"
-#include "models/flux/FluxTransformer.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"
-#include "train/Datasets.h"
 #include "train/Ema.h"
-#include "train/ImagesRun.h"
 #include "train/LrSchedule.h"
 #include "train/LossScaler.h"
 #include "train/OptimizerState.h"
 #include "train/RunFolder.h"
 #include "train/RunFolderLock.h"
 #include "train/RunPlanning.h"
-#include "train/TextEmbedder.h"
 #include "train/Trainer.h"
 
 namespace strata::train {
@@ -51,9 +47,7 @@ class NonFiniteLoss : public Error {
 struct Trainer::State {
   // The model family (model.arch) and its side of this run (train/ModelFamily.h).
   const ModelFamily* familyDef = nullptr;
-  std::unique_ptr<FamilyRun> family;
-  flux::FluxConfig fluxConfig;
-  std::shared_ptr<flux::FluxTransformer> model;
+  std::unique_ptr<FamilyRun> family;  // holds the model; released after the placement
   std::unique_ptr<placement::Placement> placement;
   std::unique_ptr<CheckpointedRunner> checkpointed;
   nn::BlockRunner* runner = nullptr;  // placement, or checkpointing over it
@@ -61,17 +55,11 @@ struct Trainer::State {
   NamedParams namedParams;  // "<module>.lora_A.weight" -> live parameter
   std::shared_ptr<torch::optim::AdamW> optimizer;
   std::unique_ptr<Ema> ema;
-  std::shared_ptr<Dataset> dataset;
-  std::unique_ptr<WordEmbedder> promptEmbedder;
-  TextEmbedding emptyPrompt;
-  std::unique_ptr<ImagesRun> images;  // an images run: its encoders, sample prompts and decoder
   std::unique_ptr<LrSchedule> schedule;
   LossScaler scaler;  // enabled for fp16 compute only
   at::Generator gen;
   std::vector<c10::Device> devices;
   PhaseTimer* phases = nullptr;  // TrainerOptions::phaseTimer, when timing phases
-  bool pixelCode = false;  // the shapes demo: latents are the pixel code
-  int64_t textTokens = 16;
 
   // Data cursor and counters (checkpointed).
   int64_t drawCursor = 0;
@@ -100,7 +88,6 @@ struct Trainer::State {
 };
 
 at::ScalarType scalarTypeOf(config::DType d);
-lora::LoraFileFormat fileFormatOf(config::ExportFormat f);
 
 // `dir` if it holds no earlier run, else dir_2, dir_3, ...
 std::filesystem::path freeRunDir(const std::filesystem::path& dir);
@@ -126,17 +113,6 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
 // text encoders are loaded there.
 c10::Device firstDevice(const PreparedRun& run);
 
-struct BuiltModel {
-  std::shared_ptr<flux::FluxTransformer> model;
-  std::unique_ptr<placement::Placement> placement;  // applied
-  std::vector<c10::Device> devices;
-  std::string reason;  // the planner's reason, or "single device cpu"
-};
-// On the prepared devices: memory caps, then the model built (seeded), its
-// weights read, frozen and placed (the prepared plan for a split, else the one
-// device). Throws PlacementError / LoadError.
-BuiltModel buildPlacedModel(const config::RunConfig& cfg, const PreparedRun& run);
-
 // A run folder with its config and latest checkpoint, for resume and export.
 struct OpenedRun {
   RunFolder folder;
@@ -150,20 +126,10 @@ OpenedRun openRunFolder(const std::filesystem::path& runDir, const std::string& 
 // <outDir or exports/>/<job>[_step<N>]_<format>.safetensors
 std::filesystem::path exportPath(const RunFolder& folder, const config::RunConfig& cfg, config::ExportFormat format,
                                  std::optional<int64_t> step, const std::filesystem::path& outDir = {});
-// The LoRA file's options and metadata for a run (`runYaml` empty: written from cfg).
-lora::LoraExportOptions exportOptionsOf(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
-                                        double alpha, const std::string& runYaml, const std::string& softwareVersion);
-
-// One micro-batch: draws `batch` items (skipping unreadable ones, with a
-// warning each), caption dropout, noise and timesteps from the trainer's
-// generator, forward through the runner. Returns the float32 loss (graph kept).
-at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
-                     int64_t step);
-
-// Samples every prompt with the EMA weights swapped in, writes the PNGs and
-// the samples index, emits SampleEvents. A failing prompt is a warning.
-void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder& folder, int64_t step,
-               events::EventBus& bus);
+// The next index of the run's data order over `n` items: a permutation per epoch
+// from train.seed and the epoch alone, so a resumed run needs only the cursor
+// (st.drawCursor, advanced by one) to draw the same items. Every family draws so.
+size_t nextDrawIndex(Trainer::State& st, const config::RunConfig& cfg, size_t n);
 
 // Empties the CUDA caching allocator (no-op on a CPU build).
 void releaseDeviceCaches();

@@ -14,10 +14,11 @@
 
 #include "GpuStats.h"
 #include "common/TestSupport.h"
+#include "families/flux/FluxImageModels.h"
+#include "families/flux/FluxPlanning.h"
 #include "events/EventBus.h"
 #include "io/Image.h"
 #include "train/ImagesRun.h"
-#include "train/RunPlanning.h"
 #include "train/TestImages.h"
 #include "train/Trainer.h"
 #include "train/TrainerSupport.h"
@@ -87,7 +88,7 @@ TEST(ImagesGpu, FluxDevShapesCacheTrainAndSampleAt1024UnderA40GbCap) {
 
   // The encoders alone (random FLUX.1-dev VAE, T5-XXL, CLIP-L in the run's dtypes): images/s and peak memory.
   {
-    const auto fc = planFluxConfig(cfg.model);
+    const auto fc = families::planFluxConfig(cfg.model);
     DatasetContext ctx;
     ctx.latentChannels = fc.latentChannels();
     ctx.textDim = fc.jointAttentionDim;
@@ -95,7 +96,7 @@ TEST(ImagesGpu, FluxDevShapesCacheTrainAndSampleAt1024UnderA40GbCap) {
     ctx.textTokens = defaultTextTokens(ctx.textDim);
     releaseDeviceCaches();
     gpu::resetPeak();
-    auto models = makeFluxImageModels(cfg, ctx, at::Device(at::kCUDA, 0));
+    auto models = families::makeFluxImageModels(cfg, ctx, at::Device(at::kCUDA, 0));
     const auto pixels = at::rand({4, 3, kSize, kSize}).mul(2).sub(1);  // [4, 3, 1024, 1024]
     (void)models->encodeImages(pixels);                                // warm-up
     gpu::synchronize();

@@ -325,3 +325,60 @@ TEST(LoraNetwork, GradientsReachOnlyTheAdapters) {
   }
   for (const auto& p : f.model->parameters()) EXPECT_FALSE(p.grad().defined());
 }
+
+// The adapter's own backward (LoraAdd) gives plain autograd's gradients, and
+// forwardParts (FLUX single blocks' proj_out over [attn, mlp]) is forward(cat(parts))
+// without the concatenated copy: same output and the same gradients for the parts
+// and both adapter weights, with a bias, a scale and for uneven part widths.
+TEST(LoraAdapter, OwnBackwardAndForwardPartsEqualPlainAutograd) {
+  TinyFlux f;
+  auto net = LoraNetwork::create(*f.model, config(3, 6, {"proj_out"}), f.rules);
+  randomizeUps(*net);
+  const auto a = net->adapter("single_transformer_blocks.0.proj_out");
+  ASSERT_NE(a, nullptr);
+  const int64_t in = a->host()->inFeatures();
+  ASSERT_TRUE(a->host()->bias.defined());
+  // The plain forward through the same adapter as well.
+  {
+    const auto x = at::randn({2, 5, in}).requires_grad_(true);
+    const auto down = a->down.detach().clone().requires_grad_(true);
+    const auto up = a->up.detach().clone().requires_grad_(true);
+    const auto g = at::randn({2, 5, a->host()->outFeatures()});
+    (a->host()->forward(x) * g).sum().backward();
+    const auto xr = x.detach().clone().requires_grad_(true);
+    ((a->host()->forwardBase(xr) + at::matmul(at::matmul(xr, down.t()), up.t()) * a->scale()) * g).sum().backward();
+    EXPECT_TRUE(strata::test::allClose(x.grad(), xr.grad(), 1e-5, 1e-5));
+    EXPECT_TRUE(strata::test::allClose(a->down.grad(), down.grad(), 1e-5, 1e-5));
+    EXPECT_TRUE(strata::test::allClose(a->up.grad(), up.grad(), 1e-5, 1e-5));
+    a->down.mutable_grad() = at::Tensor();
+    a->up.mutable_grad() = at::Tensor();
+  }
+  for (const int64_t split : {int64_t{1}, in / 3, in - 1}) {
+    const auto p0 = at::randn({2, 5, split}).requires_grad_(true);
+    const auto p1 = at::randn({2, 5, in - split}).requires_grad_(true);
+    const auto q0 = p0.detach().clone().requires_grad_(true);
+    const auto q1 = p1.detach().clone().requires_grad_(true);
+    const auto g = at::randn({2, 5, a->host()->outFeatures()});
+
+    // The reference through plain autograd ops on copies of the adapter's weights.
+    const auto down = a->down.detach().clone().requires_grad_(true);
+    const auto up = a->up.detach().clone().requires_grad_(true);
+    const auto ref = a->host()->forwardBase(at::cat({p0, p1}, -1)) +
+                     at::matmul(at::matmul(at::cat({p0, p1}, -1), down.t()), up.t()) * a->scale();
+    (ref * g).sum().backward();
+    const auto refDown = down.grad();
+    const auto refUp = up.grad();
+
+    const auto out = a->host()->forwardParts({q0, q1});
+    (out * g).sum().backward();
+    EXPECT_EQ(out.sizes(), ref.sizes());
+    EXPECT_TRUE(strata::test::allClose(out, ref, 1e-5, 1e-5)) << "split " << split;
+    EXPECT_TRUE(strata::test::allClose(q0.grad(), p0.grad(), 1e-5, 1e-5)) << "split " << split;
+    EXPECT_TRUE(strata::test::allClose(q1.grad(), p1.grad(), 1e-5, 1e-5)) << "split " << split;
+    EXPECT_TRUE(strata::test::allClose(a->down.grad(), refDown, 1e-5, 1e-5)) << "split " << split;
+    EXPECT_TRUE(strata::test::allClose(a->up.grad(), refUp, 1e-5, 1e-5)) << "split " << split;
+    a->down.mutable_grad() = at::Tensor();
+    a->up.mutable_grad() = at::Tensor();
+  }
+  EXPECT_THROW(a->host()->forwardParts({at::randn({2, 5, in - 1})}), Error);
+}

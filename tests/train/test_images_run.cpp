@@ -17,6 +17,8 @@
 #include "common/Error.h"
 #include "common/TestSupport.h"
 #include "config/RunConfig.h"
+#include "families/flux/FluxImageModels.h"
+#include "families/flux/FluxPlanning.h"
 #include "events/EventBus.h"
 #include "io/Image.h"
 #include "lora/LoraFormats.h"
@@ -26,7 +28,6 @@
 #include "pipeline/FluxPipeline.h"
 #include "train/ImageDataset.h"
 #include "train/ImagesRun.h"
-#include "train/RunPlanning.h"
 #include "train/TestImages.h"
 #include "train/Trainer.h"
 
@@ -290,14 +291,14 @@ TEST(ImagesRun, SingleFilesEncodeLikeTheDiffusersFolder) {
   test::TempDir out;
   const auto folderCfg = runConfig(images, out.path(), "a");
   const auto singleCfg = singlesConfig(images, out.path(), "b");
-  const auto fc = planFluxConfig(folderCfg.model);
+  const auto fc = families::planFluxConfig(folderCfg.model);
   DatasetContext ctx;
   ctx.latentChannels = fc.latentChannels();
   ctx.textDim = fc.jointAttentionDim;
   ctx.pooledDim = fc.pooledProjectionDim;
   ctx.textTokens = defaultTextTokens(ctx.textDim);
-  auto a = makeFluxImageModels(folderCfg, ctx, at::kCPU);
-  auto b = makeFluxImageModels(singleCfg, ctx, at::kCPU);
+  auto a = families::makeFluxImageModels(folderCfg, ctx, at::kCPU);
+  auto b = families::makeFluxImageModels(singleCfg, ctx, at::kCPU);
   EXPECT_NE(a->imageModelId(), b->imageModelId());  // other files: other cache keys
   const auto pixels = io::imageToFloatChw(picture(64, 96, 1)).unsqueeze(0).mul(2).sub(1);  // [1, 3, 64, 96]
   const auto la = a->encodeImages(pixels), lb = b->encodeImages(pixels);

@@ -1,54 +1,14 @@
 #include "families/flux/FluxFamily.h"
 
+#include "families/flux/FluxPlanning.h"
+#include "families/flux/FluxRun.h"
 #include "lora/LoraFormats.h"
 #include "models/flux/FluxLoraRules.h"
-#include "train/TrainerSupport.h"
+#include "placement/Planner.h"
 
 namespace strata::families {
 
 namespace {
-
-class FluxRun : public train::FamilyRun {
- public:
-  // FLUX's data is prepared by the trainer's preflight itself (train/Trainer.cpp).
-  void prepareData(train::Trainer::State&, const config::RunConfig&, events::EventBus&) override {}
-
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) override {
-    auto built = train::buildPlacedModel(cfg, st.prepared);
-    st.model = std::move(built.model);
-    st.placement = std::move(built.placement);
-    st.devices = built.devices;
-    st.planReason = built.reason;
-    model_ = st.model;
-    rules_ = std::make_unique<flux::FluxLoraRules>(st.fluxConfig);
-  }
-  torch::nn::Module& module() override { return *model_; }
-  const nn::LoraNameRules& loraRules() const override { return *rules_; }
-
-  at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
-                       int64_t step) override {
-    return train::microStep(st, cfg, batch, bus, step);
-  }
-  void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
-                 int64_t step, events::EventBus& bus) override {
-    train::sampleAll(st, cfg, folder, step, bus);
-  }
-  std::filesystem::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg,
-                                   config::ExportFormat format, const std::filesystem::path& path, int64_t step,
-                                   const std::string& runYaml, const std::string& softwareVersion) override {
-    lora::writeLoraFile(path, *st.network, *rules_,
-                        train::exportOptionsOf(cfg, format, step, cfg.network.linearAlpha, runYaml, softwareVersion));
-    return path;
-  }
-  void release() override {
-    model_.reset();
-    rules_.reset();
-  }
-
- private:
-  std::shared_ptr<flux::FluxTransformer> model_;
-  std::unique_ptr<flux::FluxLoraRules> rules_;
-};
 
 class FluxFamily : public train::ModelFamily {
  public:
@@ -56,13 +16,26 @@ class FluxFamily : public train::ModelFamily {
   std::string displayName() const override { return "FLUX.1"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<FluxRun>(); }
 
-  train::RunPlanInput planInput(const config::RunConfig& cfg, int64_t& tokens, std::string& source) const override {
-    const auto fc = train::planFluxConfig(cfg.model, &source);
-    tokens = train::planTokens(cfg, fc);
-    return train::runPlanInput(cfg, fc, tokens);
+  train::FamilyPlan plan(const config::RunConfig& cfg) const override {
+    train::FamilyPlan out;
+    const auto fc = planFluxConfig(cfg.model, &out.source);
+    out.tokens = planTokens(cfg, fc);
+    out.input = runPlanInput(cfg, fc, out.tokens);
+    out.summary = "FLUX " + out.source + ", " + std::to_string(fc.numLayers) + " double + " +
+                  std::to_string(fc.numSingleLayers) + " single blocks, " +
+                  placement::formatParams(flux::fluxParamPlan(fc).totalParams()) + " parameters";
+    return out;
+  }
+  // A preset's shape cannot fail but for its overrides; a checkpoint's headers can.
+  std::string planKey(const config::RunConfig& cfg) const override {
+    return cfg.model.randomWeights || cfg.model.nameOrPath.empty() ? "model" : "model.name_or_path";
+  }
+  std::vector<placement::OtherModule> otherModules(const config::RunConfig& cfg, const std::string& device,
+                                                   std::string* note) const override {
+    return fluxOtherModules(cfg, device, note);
   }
   double trainStepFlops(const config::RunConfig& cfg) const override {
-    return train::trainStepFlops(cfg, train::planFluxConfig(cfg.model));
+    return families::trainStepFlops(cfg, planFluxConfig(cfg.model));
   }
   std::string checkpointPrefix() const override { return "transformer."; }
   std::string formatProblem(config::ExportFormat format) const override {
@@ -75,8 +48,8 @@ class FluxFamily : public train::ModelFamily {
                      config::ExportFormat format, const std::filesystem::path& path, int64_t step,
                      const std::string& softwareVersion) const override {
     const double alpha = modules.empty() ? cfg.network.linearAlpha : modules.front().alpha;
-    const flux::FluxLoraRules rules(train::planFluxConfig(cfg.model));
-    lora::writeLoraFile(path, modules, rules, train::exportOptionsOf(cfg, format, step, alpha, "", softwareVersion));
+    const flux::FluxLoraRules rules(planFluxConfig(cfg.model));
+    lora::writeLoraFile(path, modules, rules, fluxExportOptions(cfg, format, step, alpha, "", softwareVersion));
   }
 };
 

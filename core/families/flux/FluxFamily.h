@@ -1,7 +1,9 @@
 #pragma once
-// FLUX.1 as a train::ModelFamily. A thin wrapper: the FLUX pieces of the trainer
-// (model building and placement, flow-matching micro-steps, image samples, the
-// LoRA file forms) are the functions of train/TrainerSupport, which it calls.
+// FLUX.1 (dev, schnell: models/flux, with the VAE, T5 and CLIP of pipeline/) as a
+// train::ModelFamily: its planning (FluxPlanning), its side of a run (FluxRun:
+// datasets, the placed transformer, flow-matching steps, image samples, the
+// diffusers / kohya / comfy LoRA files) and the images run's encoders
+// (FluxImageModels). Registered once, in core/families/Registration.cpp.
 #include <memory>
 
 #include "train/ModelFamily.h"

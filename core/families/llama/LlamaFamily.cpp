@@ -91,8 +91,7 @@ DeviceSetup setUpDevices(const config::RunConfig& cfg, const train::PreparedRun&
   DeviceSetup s;
   s.buildDevice = train::firstDevice(run);
   if (cfg.model.splitModelOverGpus) {
-    if (!run.plan.fits) throw PlacementError("the model does not fit: " + run.plan.reason);
-    s.plan = run.plan;
+    s.plan = run.plan;  // preflight refused a plan that does not fit (train::planRefusal)
     s.reason = run.plan.reason;
     // Under caps the whole model may not fit the first device: build on the CPU.
     if (!cfg.model.gpuMemoryLimitGb.empty()) s.buildDevice = c10::Device(c10::kCPU);
@@ -254,21 +253,9 @@ class LlamaRun : public train::FamilyRun {
   }
 
  private:
-  // The next row of the data order: a permutation per epoch from the seed and the
-  // epoch alone, so a resumed run needs only the cursor (as for FLUX).
+  // The next row of the run's data order (train::nextDrawIndex, as for every family).
   size_t nextRow(train::Trainer::State& st, const config::RunConfig& cfg) {
-    const int64_t n = static_cast<int64_t>(data_.size());
-    const int64_t epoch = st.drawCursor / n;
-    const int64_t pos = st.drawCursor % n;
-    ++st.drawCursor;
-    if (epoch != st.permEpoch) {
-      auto g = train::makeCpuGenerator(static_cast<uint64_t>(cfg.train.seed) * 1000003ull +
-                                       static_cast<uint64_t>(epoch));
-      auto p = at::randperm(n, g, at::kLong);
-      st.perm.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + n);
-      st.permEpoch = epoch;
-    }
-    return static_cast<size_t>(st.perm[static_cast<size_t>(pos)]);
+    return train::nextDrawIndex(st, cfg, data_.size());
   }
 
   llama::LlamaConfig config_;
@@ -288,19 +275,22 @@ class LlamaFamily : public train::ModelFamily {
   std::string displayName() const override { return "Llama"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<LlamaRun>(); }
 
-  train::RunPlanInput planInput(const config::RunConfig& cfg, int64_t& tokens, std::string& source) const override {
+  train::FamilyPlan plan(const config::RunConfig& cfg) const override {
     const auto lc = llamaConfigOf(cfg.model);
     const auto params = llama::llamaParamPlan(lc);
     char size[32];
     std::snprintf(size, sizeof size, "%.2fB", static_cast<double>(params.totalParams()) / 1e9);
+    train::FamilyPlan fp;
+    std::string& source = fp.source;
     source = "Llama-family " + lc.modelType + " (" + cfg.model.nameOrPath + "/config.json" +
              (cfg.model.randomWeights ? ", random weights" : "") + "), " + std::to_string(lc.numHiddenLayers) +
              " layers, hidden " + std::to_string(lc.hiddenSize) + ", " + std::to_string(lc.numAttentionHeads) +
              " heads / " + std::to_string(lc.numKeyValueHeads) + " kv heads, vocab " + std::to_string(lc.vocabSize) +
              ", " + size + " parameters";
+    fp.summary = source;  // already the model in one line
     const LlamaPlanOptions o = llamaPlanOptionsOf(cfg);
-    tokens = o.seqLen;
-    train::RunPlanInput out;
+    fp.tokens = o.seqLen;
+    train::RunPlanInput& out = fp.input;
     out.input = llamaPlannerInput(lc, o);
     out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
                                                                           : placement::PlanMode::ParamCount;
@@ -314,7 +304,7 @@ class LlamaFamily : public train::ModelFamily {
     count(params.stem);
     for (const auto& b : params.blocks) count(b);
     count(params.head);
-    return out;
+    return fp;
   }
 
   // Per Linear 4 x tokens x in x out (forward and input gradient; the base is

@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <map>
-#include <mutex>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
+#include "models/flux/FluxKernels.h"
 #include "models/flux/FluxLayout.h"
 
 namespace strata::flux {
@@ -18,9 +18,15 @@ constexpr double kEps = FluxConfig::kNormEps;
 
 at::Tensor layerNorm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, kEps); }
 
-// x * (1 + scale) + shift with per-sample modulation [B, D] over tokens [B, N, D].
+// x * (1 + scale) + shift with per-sample modulation [B, D] over tokens [B, N, D]: one
+// pass over x (addcmul) instead of a product and a sum, each a pass over [B, N, D].
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+  return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
+}
+
+// x + gate * y (gate [B, D] per sample over tokens [B, N, D]) in one pass.
+at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+  return at::addcmul(x, gate.unsqueeze(1), y);
 }
 
 at::Tensor geluTanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
@@ -157,11 +163,23 @@ at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   return (x.to(at::kFloat) * c + rotated.to(at::kFloat) * s).to(x.scalar_type());
 }
 
+namespace {
+
+// applyRotary(norm(x)) over the tokens [offset, offset + N) of the joint rotary
+// tables: x [B, N, H, Dh]. One CUDA kernel where the build has it and the tensors fit
+// (bf16 on CUDA, frozen norm weight), else the ATen ops.
+at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                          int64_t offset) {
+  const auto c = cos.narrow(0, offset, x.size(1));  // [N, Dh]
+  const auto s = sin.narrow(0, offset, x.size(1));
+  if (normRopeFits(x, norm.weight, c, s)) return normRope(x, norm.weight, c, s, kEps);
+  return applyRotary(norm.forward(x), c, s);
+}
+
+}  // namespace
+
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  if (q.is_cuda()) {
-    static std::once_flag cudnnOff;
-    std::call_once(cudnnOff, [] { compat::disableCudnnAttention(); });
-  }
+  // The backend (cuDNN or flash on CUDA) is the process's choice: model.attention_backend.
   // [B, N, H, Dh] -> [B, H, N, Dh] for the fused kernel, and back.
   const auto out = compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
@@ -227,23 +245,26 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
 
   auto [q, k, v] = projectQkv(imgQkv, imgNorm);
   auto [tq, tk, tv] = projectQkv(txtQkv, txtNorm);
-  // [B, N, H, Dh], text first
-  auto query = at::cat({normAddedQ->forward(splitHeads(tq, heads_)), normQ->forward(splitHeads(q, heads_))}, 1);
-  auto key = at::cat({normAddedK->forward(splitHeads(tk, heads_)), normK->forward(splitHeads(k, heads_))}, 1);
+  // [B, N, H, Dh], text first; the rotary tables cover [text; image] tokens.
+  const auto& cos = io.ropeCos;
+  const auto& sin = io.ropeSin;
+  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads_), cos, sin, 0),
+                              normThenRotary(*normQ, splitHeads(q, heads_), cos, sin, nTxt)},
+                             1);
+  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads_), cos, sin, 0),
+                            normThenRotary(*normK, splitHeads(k, heads_), cos, sin, nTxt)},
+                           1);
   const auto value = at::cat({splitHeads(tv, heads_), splitHeads(v, heads_)}, 1);
-  query = applyRotary(query, io.ropeCos, io.ropeSin);
-  key = applyRotary(key, io.ropeCos, io.ropeSin);
   const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
   const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
   const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
 
   nn::BlockIO out = io;
-  auto img = io.img + imgMod[2].unsqueeze(1) * imgAttn;
-  img = img + imgMod[5].unsqueeze(1) *
-                  ffOut->forward(geluTanh(ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
-  auto txt = io.txt + txtMod[2].unsqueeze(1) * txtAttn;
-  txt = txt + txtMod[5].unsqueeze(1) *
-                  ffContextOut->forward(geluTanh(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
+  auto img = gated(io.img, imgMod[2], imgAttn);
+  img = gated(img, imgMod[5], ffOut->forward(geluTanh(ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4])))));
+  auto txt = gated(io.txt, txtMod[2], txtAttn);
+  txt = gated(txt, txtMod[5],
+              ffContextOut->forward(geluTanh(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4])))));
   out.img = img;
   out.txt = clipHalf(txt);
   return out;
@@ -270,11 +291,12 @@ nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
 
   const auto mlp = geluTanh(projMlp->forward(xNorm));  // [B, N, mlp]
   auto [q, k, v] = projectQkv(qkv, xNorm);
-  const auto query = applyRotary(normQ->forward(splitHeads(q, heads_)), io.ropeCos, io.ropeSin);
-  const auto key = applyRotary(normK->forward(splitHeads(k, heads_)), io.ropeCos, io.ropeSin);
+  const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
+  const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
   const auto attn = jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
 
-  const auto y = clipHalf(x + mod[2].unsqueeze(1) * projOut->forward(at::cat({attn, mlp}, 2)));
+  // proj_out over concat(attn, mlp), without the concatenated copy
+  const auto y = clipHalf(gated(x, mod[2], projOut->forwardParts({attn, mlp})));
   nn::BlockIO out = io;
   out.txt = y.narrow(1, 0, nTxt);
   out.img = y.narrow(1, nTxt, y.size(1) - nTxt);

@@ -1,26 +1,25 @@
-// FLUX.1's side of an images run: model.* turned into the pipeline's VAE and
-// text encoders (core/pipeline/FluxRunModels), behind train::ImageModels.
+#include "families/flux/FluxImageModels.h"
+
 #include <filesystem>
 
 #include "common/Error.h"
 #include "models/clip/ClipCheckpoint.h"
 #include "pipeline/FluxPipeline.h"
 #include "pipeline/FluxRunModels.h"
-#include "train/ImagesRun.h"
 
 namespace fs = std::filesystem;
 
-namespace strata::train {
+namespace strata::families {
 
 namespace {
 
-class FluxImageModels final : public ImageModels {
+class FluxImageModels final : public train::ImageModels {
  public:
   explicit FluxImageModels(pipeline::RunModelsOptions o) : m_(std::move(o)) {}
   at::Tensor encodeImages(const at::Tensor& pixels) override { return m_.encodeImages(pixels); }
-  std::vector<TextEmbedding> encodeTexts(const std::vector<std::string>& texts) override {
+  std::vector<train::TextEmbedding> encodeTexts(const std::vector<std::string>& texts) override {
     const auto e = m_.encodeTexts(texts);  // t5 [B, L, D], pooled [B, P]
-    std::vector<TextEmbedding> out;
+    std::vector<train::TextEmbedding> out;
     for (int64_t b = 0; b < e.t5.size(0); ++b) out.push_back({e.t5[b].contiguous(), e.pooled[b].contiguous()});
     return out;
   }
@@ -50,8 +49,8 @@ pipeline::TextEncoderFiles randomRunTokenizers(const config::ModelConfig& m) {
 
 }  // namespace
 
-std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const DatasetContext& ctx,
-                                                 const c10::Device& device) {
+std::unique_ptr<train::ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const train::DatasetContext& ctx,
+                                                        const c10::Device& device) {
   const auto& m = cfg.model;
   pipeline::RunModelsOptions o;
   o.randomWeights = m.randomWeights;
@@ -83,4 +82,4 @@ std::unique_ptr<ImageModels> makeFluxImageModels(const config::RunConfig& cfg, c
   return std::make_unique<FluxImageModels>(std::move(o));
 }
 
-}  // namespace strata::train
+}  // namespace strata::families

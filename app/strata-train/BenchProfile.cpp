@@ -1,0 +1,87 @@
+#include "BenchProfile.h"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace strata::cli {
+
+namespace {
+
+namespace prof = torch::autograd::profiler;
+namespace impl = torch::profiler::impl;
+
+// KinetoEvent reports microseconds in 1.13 and nanoseconds from 2.x on.
+template <class E, class = void>
+struct HasDurationNs : std::false_type {};
+template <class E>
+struct HasDurationNs<E, std::void_t<decltype(std::declval<const E&>().durationNs())>> : std::true_type {};
+
+template <class E>
+double durationMs(const E& e) {
+  if constexpr (HasDurationNs<E>::value)
+    return static_cast<double>(e.durationNs()) * 1e-6;
+  else
+    return static_cast<double>(e.durationUs()) * 1e-3;
+}
+
+prof::ProfilerConfig config() { return prof::ProfilerConfig(prof::ProfilerState::KINETO); }
+
+std::set<impl::ActivityType> activities() { return {impl::ActivityType::CPU, impl::ActivityType::CUDA}; }
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+void BenchProfile::start() {
+  if (running_) return;
+  prof::prepareProfiler(config(), activities());
+  prof::enableProfiler(config(), activities());
+  running_ = true;
+}
+
+std::vector<KernelTotal> BenchProfile::stop(const std::string& tracePath) {
+  if (!running_) return {};
+  running_ = false;
+  auto result = prof::disableProfiler();
+  if (!result) throw std::runtime_error("the profiler returned no result");
+  std::map<std::string, KernelTotal> byName;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    auto& t = byName[e.name()];
+    t.name = e.name();
+    t.count += 1;
+    t.totalMs += durationMs(e);
+  }
+  if (!tracePath.empty()) result->save(tracePath);
+  std::vector<KernelTotal> out;
+  out.reserve(byName.size());
+  for (auto& [name, t] : byName) out.push_back(std::move(t));
+  std::sort(out.begin(), out.end(), [](const KernelTotal& a, const KernelTotal& b) { return a.totalMs > b.totalMs; });
+  return out;
+}
+
+std::string kernelGroup(const std::string& name) {
+  // Order matters: flash kernels are also cutlass templates, copies are elementwise kernels.
+  if (contains(name, "flash") || contains(name, "fmha") || contains(name, "attention") || contains(name, "cudnn"))
+    return "attention";
+  if (contains(name, "gemm") || contains(name, "nvjet") || contains(name, "xmma") || contains(name, "cutlass") ||
+      contains(name, "splitKreduce") || contains(name, "cublas"))
+    return "gemm";
+  if (contains(name, "adam") || contains(name, "Adam") || contains(name, "multi_tensor_apply")) return "optimizer";
+  if (contains(name, "layer_norm") || contains(name, "LayerNorm") || contains(name, "rms_norm") ||
+      contains(name, "RmsNorm"))
+    return "norm";
+  if (contains(name, "reduce_kernel") || contains(name, "Reduce")) return "reduce";
+  if (contains(name, "CatArray") || contains(name, "copy") || contains(name, "Memcpy") || contains(name, "Memset"))
+    return "copy/cat";
+  if (contains(name, "elementwise")) return "elementwise";
+  return "other";
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,252 @@
+#include "families/flux/FluxRun.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "common/Error.h"
+#include "config/RunConfigYaml.h"
+#include "families/flux/FluxImageModels.h"
+#include "families/flux/FluxPlanning.h"
+#include "io/Image.h"
+#include "models/flux/FluxCheckpoint.h"
+#include "models/flux/FluxSampling.h"
+#include "nn/Quantize.h"
+#include "placement/QuantScaleAttachment.h"
+#include "train/FlowMatching.h"
+#include "train/RngState.h"
+#include "train/SamplingWeights.h"
+#include "train/TrainerSupport.h"
+
+namespace strata::families {
+
+void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) {
+  config_ = planFluxConfig(cfg.model);  // the shape prepareRun planned with
+  train::DatasetContext ctx;
+  ctx.latentChannels = config_.latentChannels();
+  ctx.textTokens = train::defaultTextTokens(config_.jointAttentionDim);
+  ctx.textDim = config_.jointAttentionDim;
+  ctx.pooledDim = config_.pooledProjectionDim;
+  ctx.seed = cfg.train.seed;
+  promptEmbedder_ = std::make_unique<train::WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
+  // An images run: the VAE and text encoders fill the caches on the first device (train/ImagesRun.h).
+  if (train::hasImagesDataset(cfg)) {
+    train::prepareDevices(cfg, st.prepared);
+    images_ = std::make_unique<train::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(st.prepared)), cfg,
+                                                 ctx, bus);
+    ctx.encoders = &images_->encoders();
+    ctx.bus = &bus;
+  }
+  dataset_ = train::makeDatasets(cfg.datasets, ctx);
+  emptyPrompt_ = dataset_->emptyPrompt();
+  pixelCode_ = cfg.datasets.front().type == config::DatasetType::Shapes;
+  if (images_) {
+    images_->finishCaching();  // sample prompts encoded once; T5 and CLIP freed before step 1
+    train::releaseDeviceCaches();
+  }
+}
+
+void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) {
+  const auto& m = cfg.model;
+  const train::PreparedRun& run = st.prepared;
+  train::prepareDevices(cfg, run);
+  c10::Device buildDevice = train::firstDevice(run);
+  std::optional<placement::Plan> plan;
+  if (m.splitModelOverGpus) {
+    plan = run.plan;  // preflight refused a plan that does not fit (train::planRefusal)
+    // Under caps the whole model may not fit the first device: build on the CPU.
+    if (!m.gpuMemoryLimitGb.empty()) buildDevice = c10::Device(c10::kCPU);
+  }
+  at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
+  flux::FluxBuildOptions bo;
+  bo.device = buildDevice;
+  bo.dtype = train::scalarTypeOf(cfg.train.dtype);
+  const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
+  const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+  // Random weights: each block is quantized as soon as it exists. Loaded weights
+  // are read into the float model first, then quantized block by block.
+  if (qtype != nn::QuantType::None && !loadWeights)
+    bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
+  model_ = std::make_shared<flux::FluxTransformer>(config_, bo);
+  if (loadWeights) flux::loadFluxWeights(*model_, m.nameOrPath);
+  if (qtype != nn::QuantType::None && loadWeights)
+    for (auto& slot : model_->blockList().blocks) nn::quantizeLinears(*slot.block, qtype);
+  for (auto& p : model_->parameters()) p.requires_grad_(false);
+  if (plan) {
+    st.placement = std::make_unique<placement::Placement>(model_->blockList(), *plan);
+    st.planReason = plan->reason;
+  } else {
+    st.placement = placement::Placement::singleDevice(model_->blockList(), buildDevice);
+    st.planReason = "single device " + buildDevice.str();
+  }
+  if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
+  st.placement->apply();
+  st.devices = st.placement->devices();
+  rules_ = std::make_unique<flux::FluxLoraRules>(config_);
+}
+
+train::TrainItem FluxRun::nextItem(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus,
+                                   int64_t step) {
+  const size_t n = dataset_->size();
+  for (size_t attempt = 0; attempt <= n; ++attempt) {
+    const size_t index = train::nextDrawIndex(st, cfg, n);
+    try {
+      return dataset_->item(index);
+    } catch (const std::exception& e) {
+      ++st.skippedItems;
+      bus.publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
+                                           std::to_string(st.skippedItems) + " skipped so far)",
+                                       step});
+    }
+  }
+  throw IoError("no readable dataset item: all " + std::to_string(n) + " failed to load");
+}
+
+namespace {
+
+// txt [N, D] to exactly `tokens` rows (zero padding or truncation).
+at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
+  if (txt.size(0) == tokens) return txt;
+  if (txt.size(0) > tokens) return txt.slice(0, 0, tokens);
+  return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
+}
+
+}  // namespace
+
+at::Tensor FluxRun::microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                              events::EventBus& bus, int64_t step) {
+  std::vector<train::TrainItem> items;
+  for (int64_t i = 0; i < batch; ++i) items.push_back(nextItem(st, cfg, bus, step));
+  const int64_t tokens = items.front().txt.size(0);
+  std::vector<at::Tensor> lat, txt, pooled;
+  for (const auto& it : items) {
+    if (!it.latents.sizes().equals(items.front().latents.sizes()))
+      throw Error("a batch needs latents of one size: '" + it.caption + "' differs from '" + items.front().caption +
+                  "' (use batch_size 1 or one resolution)");
+    lat.push_back(it.latents);
+    txt.push_back(fitTokens(it.txt, tokens));
+    pooled.push_back(it.pooled);
+  }
+  auto latents = at::stack(lat);  // [B, C, H, W]
+  auto text = at::stack(txt);     // [B, N_txt, D]
+  auto pool = at::stack(pooled);  // [B, D_pooled]
+  const double p = cfg.train.captionDropoutRate;
+  if (p > 0) {
+    auto drop = at::rand({batch}, st.gen) < p;  // [B] bool
+    const auto emptyTxt = fitTokens(emptyPrompt_.txt, tokens);
+    for (int64_t b = 0; b < batch; ++b) {
+      if (drop[b].item<bool>()) {
+        text[b].copy_(emptyTxt);
+        pool[b].copy_(emptyPrompt_.pooled);
+      }
+    }
+  }
+  const int64_t h = latents.size(2), w = latents.size(3);
+  const double mu = flux::shiftMu((h / 2) * (w / 2));
+  auto noise = at::randn(latents.sizes(), st.gen, at::kFloat);
+  auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, st.gen);
+  auto noised = train::addNoise(latents, noise, sigmas);
+
+  const auto dev = st.placement->stemDevice();
+  flux::FluxInputs in;
+  in.img = flux::packLatents(noised.noisy).to(dev);  // [B, HW/4, 4C]
+  in.txt = text.to(dev);
+  in.pooled = pool.to(dev);
+  in.timestep = sigmas.to(dev);
+  in.guidance = at::full({batch}, cfg.train.guidance, at::kFloat).to(dev);
+  in.imgIds = flux::imageIds(h, w).to(dev);
+  in.txtIds = flux::textIds(tokens).to(dev);
+  if (st.phases) st.phases->mark("data");
+  auto prediction = model_->forward(in, st.runner);  // [B, HW/4, 4C]
+  return train::flowMatchingLoss(prediction, flux::packLatents(noised.target));
+}
+
+void FluxRun::sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
+                        int64_t step, events::EventBus& bus) {
+  at::NoGradGuard noGrad;
+  const train::SamplingWeights sampling(*st.network, st.ema.get());
+  // Latent pixels per image pixel: the images run's VAE, the demo's pixel code, else the VAE's 8 (previews).
+  const int64_t scale = images_ ? images_->downscaleFactor() : pixelCode_ ? train::kPixelCodeScale : 8;
+  auto even = [](int64_t v) { return std::max<int64_t>(2, v - v % 2); };
+  const int64_t h = even(cfg.sample.height / scale), w = even(cfg.sample.width / scale);
+  const auto dev = st.placement->stemDevice();
+  for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
+    // An images run samples the prompt with its trigger word, from the real text encoders' embedding.
+    const auto& prompt = images_ ? images_->promptText(i) : cfg.sample.prompts[i];
+    const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
+    try {
+      auto g = train::makeCpuGenerator(static_cast<uint64_t>(seed));
+      auto noise = at::randn({1, config_.latentChannels(), h, w}, g, at::kFloat);  // [1, C, h, w]
+      const auto e = images_          ? images_->promptEmbedding(i)
+                     : prompt.empty() ? emptyPrompt_
+                                      : promptEmbedder_->embed(prompt);
+      auto out = flux::sample(*model_, noise.to(dev), e.txt.unsqueeze(0).to(dev), e.pooled.unsqueeze(0).to(dev),
+                              cfg.sample.guidanceScale, cfg.sample.sampleSteps, st.placement.get());
+      // [3, h scale, w scale]: decoded by the VAE, or the pixel code / its preview.
+      const auto rgb = images_ ? images_->decode(out)[0] : train::latentsToRgb(out[0].to(at::kCPU, at::kFloat));
+      const auto path = folder.samplePath(step, static_cast<int64_t>(i));
+      io::writePng(
+          path, rgb,
+          {{"prompt", prompt}, {"step", std::to_string(step)}, {"seed", std::to_string(seed)}, {"Software", "Strata"}});
+      folder.appendSampleIndex({{"file", path.filename().string()},
+                                {"step", step},
+                                {"prompt_index", i},
+                                {"prompt", prompt},
+                                {"seed", seed}});
+      bus.publish(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
+    } catch (const std::exception& ex) {
+      bus.publish(events::WarningEvent{
+          "sample " + std::to_string(i) + " at step " + std::to_string(step) + " failed: " + ex.what(), step});
+    }
+  }
+}
+
+std::filesystem::path FluxRun::exportLora(train::Trainer::State& st, const config::RunConfig& cfg,
+                                          config::ExportFormat format, const std::filesystem::path& path,
+                                          int64_t step, const std::string& runYaml,
+                                          const std::string& softwareVersion) {
+  lora::writeLoraFile(path, *st.network, *rules_,
+                      fluxExportOptions(cfg, format, step, cfg.network.linearAlpha, runYaml, softwareVersion));
+  return path;
+}
+
+void FluxRun::release() {
+  images_.reset();
+  model_.reset();
+  rules_.reset();
+  dataset_.reset();
+}
+
+lora::LoraFileFormat fluxFileFormatOf(config::ExportFormat f) {
+  switch (f) {
+    case config::ExportFormat::Diffusers:
+      return lora::LoraFileFormat::Diffusers;
+    case config::ExportFormat::Kohya:
+      return lora::LoraFileFormat::Kohya;
+    case config::ExportFormat::Comfy:
+      return lora::LoraFileFormat::Comfy;
+    case config::ExportFormat::Peft:  // refused by FluxFamily::formatProblem; the diffusers / peft names
+      return lora::LoraFileFormat::Diffusers;
+  }
+  return lora::LoraFileFormat::Diffusers;
+}
+
+lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
+                                          double alpha, const std::string& runYaml,
+                                          const std::string& softwareVersion) {
+  lora::LoraExportOptions eo;
+  eo.format = fluxFileFormatOf(format);
+  eo.dtype = train::scalarTypeOf(cfg.save.dtype);
+  eo.softwareVersion = softwareVersion;
+  eo.baseModel = cfg.model.nameOrPath.empty()
+                     ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
+                     : cfg.model.nameOrPath;
+  eo.title = cfg.job.name;
+  eo.rank = cfg.network.linear;
+  eo.alpha = alpha;
+  eo.steps = steps;
+  eo.runYaml = runYaml.empty() ? config::toYaml(cfg) : runYaml;
+  return eo;
+}
+
+}  // namespace strata::families

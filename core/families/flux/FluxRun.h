@@ -1,0 +1,63 @@
+#pragma once
+// FLUX.1's side of one training run (train::FamilyRun): the datasets (latents and
+// text embeddings; an images dataset through the VAE and text encoders), the
+// transformer built, frozen and placed, the flow-matching micro-step, the image
+// samples and the LoRA file forms (diffusers, kohya, comfy).
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "config/RunConfig.h"
+#include "lora/LoraFormats.h"
+#include "models/flux/FluxConfig.h"
+#include "models/flux/FluxLoraRules.h"
+#include "models/flux/FluxTransformer.h"
+#include "train/Datasets.h"
+#include "train/ImagesRun.h"
+#include "train/ModelFamily.h"
+#include "train/TextEmbedder.h"
+
+namespace strata::families {
+
+class FluxRun : public train::FamilyRun {
+ public:
+  void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override;
+  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) override;
+  torch::nn::Module& module() override { return *model_; }
+  const nn::LoraNameRules& loraRules() const override { return *rules_; }
+  at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
+                       int64_t step) override;
+  void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
+                 int64_t step, events::EventBus& bus) override;
+  std::filesystem::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg,
+                                   config::ExportFormat format, const std::filesystem::path& path, int64_t step,
+                                   const std::string& runYaml, const std::string& softwareVersion) override;
+  void release() override;
+
+ private:
+  // The next readable item of the run's data order (an unreadable one is skipped
+  // with a warning).
+  train::TrainItem nextItem(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus,
+                            int64_t step);
+
+  flux::FluxConfig config_;  // the shape prepareRun planned (planFluxConfig)
+  std::shared_ptr<train::Dataset> dataset_;
+  std::unique_ptr<train::WordEmbedder> promptEmbedder_;
+  train::TextEmbedding emptyPrompt_;
+  std::unique_ptr<train::ImagesRun> images_;  // an images run: its encoders, sample prompts and decoder
+  bool pixelCode_ = false;                    // the shapes demo: latents are the pixel code
+  std::shared_ptr<flux::FluxTransformer> model_;
+  std::unique_ptr<flux::FluxLoraRules> rules_;
+};
+
+// The LoRA file's form of an export format (peft: the diffusers / peft tensor names).
+lora::LoraFileFormat fluxFileFormatOf(config::ExportFormat format);
+// The LoRA file's options and metadata for a run (`runYaml` empty: written from cfg).
+lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
+                                          double alpha, const std::string& runYaml,
+                                          const std::string& softwareVersion);
+
+}  // namespace strata::families

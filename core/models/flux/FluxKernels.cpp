@@ -1,0 +1,98 @@
+#include "models/flux/FluxKernels.h"
+
+#include <torch/autograd.h>
+
+#include <string>
+
+#include "common/Error.h"
+
+#ifdef STRATA_FLUX_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "models/flux/cuda/FluxKernels.cuh"
+#endif
+
+namespace strata::flux {
+
+#ifdef STRATA_FLUX_CUDA_KERNELS
+
+bool fluxCudaKernelsBuilt() { return true; }
+
+namespace {
+
+bool aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
+
+void check(const char* error, const char* what) {
+  if (error) throw Error(std::string("FluxTransformer: the CUDA kernel ") + what + " failed: " + error);
+}
+
+void* streamOf(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+struct NormRope : torch::autograd::Function<NormRope> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& cos, const at::Tensor& sin, double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t dim = x.size(-1);
+    const int64_t rows = x.numel() / dim;
+    auto out = at::empty_like(x);
+    auto rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [B*N*H]
+    check(cuda::normRopeForward(x.data_ptr(), weight.data_ptr(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+                                out.data_ptr(), rstd.data_ptr<float>(), rows, x.size(2), x.size(1), dim, eps,
+                                streamOf(x)),
+          "normRopeForward");
+    ctx->save_for_backward({x, rstd, weight, cos, sin});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradOut) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto g = gradOut[0].to(x.scalar_type()).contiguous();  // [B, N, H, Dh]
+    auto gx = at::empty_like(x);
+    const int64_t dim = x.size(-1);
+    check(cuda::normRopeBackward(g.data_ptr(), x.data_ptr(), saved[1].data_ptr<float>(), saved[2].data_ptr(),
+                                 saved[3].data_ptr<float>(), saved[4].data_ptr<float>(), gx.data_ptr(),
+                                 x.numel() / dim, x.size(2), x.size(1), dim, streamOf(x)),
+          "normRopeBackward");
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 4 || !x.is_contiguous() || !aligned4(x))
+    return false;
+  const int64_t dim = x.size(-1);
+  if (dim % 2 != 0 || dim > cuda::maxNormRopeDim()) return false;
+  if (weight.requires_grad() || weight.scalar_type() != at::kBFloat16 || weight.device() != x.device() ||
+      weight.numel() != dim || !weight.is_contiguous() || !aligned4(weight))
+    return false;
+  for (const auto* t : {&cos, &sin})
+    if (t->scalar_type() != at::kFloat || t->device() != x.device() || t->dim() != 2 || t->size(0) != x.size(1) ||
+        t->size(1) != dim || !t->is_contiguous() || reinterpret_cast<uintptr_t>(t->data_ptr()) % 8 != 0)
+      return false;
+  return true;
+}
+
+at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin,
+                    double eps) {
+  return NormRope::apply(x, weight, cos, sin, eps);
+}
+
+#else  // no CUDA kernels in this build
+
+bool fluxCudaKernelsBuilt() { return false; }
+
+bool normRopeFits(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+
+at::Tensor normRope(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
+  throw Error("FluxTransformer: this build has no CUDA kernels (normRope)");
+}
+
+#endif
+
+}  // namespace strata::flux

@@ -1,0 +1,24 @@
+#pragma once
+// Fused CUDA paths of the FLUX transformer, used where the build has them (CMake
+// found a CUDA compiler and LibTorch has CUDA: STRATA_FLUX_CUDA_KERNELS) and the
+// tensors fit; everywhere else the model runs its plain ATen code, which is also
+// the reference the fused paths are tested against (tests/gpu/test_flux_kernels_gpu.cpp).
+#include <ATen/ATen.h>
+
+namespace strata::flux {
+
+// Whether this build has the CUDA kernels.
+bool fluxCudaKernelsBuilt();
+
+// Whether normRope can take these: x [B, N, H, Dh] bf16 CUDA and contiguous, a frozen
+// bf16 weight [Dh] and float32 cos/sin [N, Dh] on x's device, Dh even and small enough.
+bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin);
+
+// applyRotary(rmsNorm(x) * weight, cos, sin) in one pass (and one in the backward),
+// with the unfused path's roundings; keeps x and rstd [B*N*H] for the backward, as
+// the unfused frozen norm does. Gradient only for x (the weight is frozen).
+// x [B, N, H, Dh] -> [B, N, H, Dh]. Call only where normRopeFits.
+at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin,
+                    double eps);
+
+}  // namespace strata::flux

@@ -1,0 +1,149 @@
+// CUDA kernels of the FLUX transformer's bf16 path (built only when CMake finds a
+// CUDA compiler and LibTorch has CUDA; models/flux/FluxKernels.cpp calls them).
+// Raw pointers and the CUDA runtime only, no LibTorch headers: this file builds
+// with nvcc alone and fast.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "models/flux/cuda/FluxKernels.cuh"
+
+namespace strata::flux::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // one warp per row (token, head)
+constexpr int kMaxPairsPerLane = 4;  // head dims up to 256
+
+__device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+__device__ __forceinline__ float warpSum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// out = rotary(bf16(bf16(x * rstd) * w)) with rstd = rsqrt(mean(x^2) + eps) over each
+// row of `dim` (one head of one token), the roundings of the unfused ATen path
+// (FluxRmsNorm then applyRotary): normalised x rounded to bf16, times the bf16
+// weight rounded again, then the rotation in float32 without fused multiply-adds.
+__global__ void normRopeForwardKernel(const __nv_bfloat162* __restrict__ x, const __nv_bfloat162* __restrict__ w,
+                                      const float2* __restrict__ cosTab, const float2* __restrict__ sinTab,
+                                      __nv_bfloat162* __restrict__ out, float* __restrict__ rstdOut, int64_t rows,
+                                      int64_t heads, int64_t tokens, int pairs, float eps) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;  // the whole warp shares the row
+  const int64_t token = (row / heads) % tokens;
+  const __nv_bfloat162* xr = x + row * pairs;
+  float2 v[kMaxPairsPerLane];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPairsPerLane; ++i) {
+    const int p = lane + kWarp * i;
+    v[i] = p < pairs ? __bfloat1622float2(xr[p]) : make_float2(0.f, 0.f);
+    ss += v[i].x * v[i].x + v[i].y * v[i].y;
+  }
+  ss = warpSum(ss);
+  const float rstd = rsqrtf(ss / static_cast<float>(2 * pairs) + eps);
+  const float2* c = cosTab + token * pairs;
+  const float2* s = sinTab + token * pairs;
+#pragma unroll
+  for (int i = 0; i < kMaxPairsPerLane; ++i) {
+    const int p = lane + kWarp * i;
+    if (p >= pairs) break;
+    const float2 wp = __bfloat1622float2(w[p]);
+    const float y0 = roundBf16(roundBf16(v[i].x * rstd) * wp.x);
+    const float y1 = roundBf16(roundBf16(v[i].y * rstd) * wp.y);
+    const float2 cp = c[p], sp = s[p];
+    // pairs (y0, y1) rotate to (-y1, y0): out = y * cos + rotated * sin
+    const float o0 = __fadd_rn(__fmul_rn(y0, cp.x), __fmul_rn(-y1, sp.x));
+    const float o1 = __fadd_rn(__fmul_rn(y1, cp.y), __fmul_rn(y0, sp.y));
+    out[row * pairs + p] = __floats2bfloat162_rn(o0, o1);
+  }
+  if (lane == 0) rstdOut[row] = rstd;
+}
+
+// gx from g = d loss / d out: the rotation transposed (rounded to bf16, the dtype of
+// the norm's output gradient on the unfused path), times w, then the RMSNorm
+// backward rstd * (gn - n * mean(gn * n)) with n = x * rstd, in float32.
+__global__ void normRopeBackwardKernel(const __nv_bfloat162* __restrict__ g, const __nv_bfloat162* __restrict__ x,
+                                       const float* __restrict__ rstdIn, const __nv_bfloat162* __restrict__ w,
+                                       const float2* __restrict__ cosTab, const float2* __restrict__ sinTab,
+                                       __nv_bfloat162* __restrict__ gx, int64_t rows, int64_t heads, int64_t tokens,
+                                       int pairs) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const int64_t token = (row / heads) % tokens;
+  const float rstd = rstdIn[row];
+  const float2* c = cosTab + token * pairs;
+  const float2* s = sinTab + token * pairs;
+  float2 gn[kMaxPairsPerLane];
+  float2 n[kMaxPairsPerLane];
+  float dot = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPairsPerLane; ++i) {
+    const int p = lane + kWarp * i;
+    if (p < pairs) {
+      const float2 gp = __bfloat1622float2(g[row * pairs + p]);
+      const float2 cp = c[p], sp = s[p];
+      const float gy0 = roundBf16(gp.x * cp.x + gp.y * sp.y);
+      const float gy1 = roundBf16(gp.y * cp.y - gp.x * sp.x);
+      const float2 wp = __bfloat1622float2(w[p]);
+      const float2 xp = __bfloat1622float2(x[row * pairs + p]);
+      gn[i] = make_float2(gy0 * wp.x, gy1 * wp.y);
+      n[i] = make_float2(xp.x * rstd, xp.y * rstd);
+    } else {
+      gn[i] = make_float2(0.f, 0.f);
+      n[i] = make_float2(0.f, 0.f);
+    }
+    dot += gn[i].x * n[i].x + gn[i].y * n[i].y;
+  }
+  const float mean = warpSum(dot) / static_cast<float>(2 * pairs);
+#pragma unroll
+  for (int i = 0; i < kMaxPairsPerLane; ++i) {
+    const int p = lane + kWarp * i;
+    if (p >= pairs) break;
+    gx[row * pairs + p] =
+        __floats2bfloat162_rn(rstd * (gn[i].x - n[i].x * mean), rstd * (gn[i].y - n[i].y * mean));
+  }
+}
+
+const char* lastError() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
+
+unsigned gridFor(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+}  // namespace
+
+int maxNormRopeDim() { return 2 * kWarp * kMaxPairsPerLane; }
+
+const char* normRopeForward(const void* x, const void* weight, const float* cosTab, const float* sinTab, void* out,
+                            float* rstd, int64_t rows, int64_t heads, int64_t tokens, int64_t dim, double eps,
+                            void* stream) {
+  if (rows == 0) return nullptr;
+  normRopeForwardKernel<<<gridFor(rows), kRowsPerBlock * kWarp, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const __nv_bfloat162*>(x), static_cast<const __nv_bfloat162*>(weight),
+      reinterpret_cast<const float2*>(cosTab), reinterpret_cast<const float2*>(sinTab),
+      static_cast<__nv_bfloat162*>(out), rstd, rows, heads, tokens, static_cast<int>(dim / 2),
+      static_cast<float>(eps));
+  return lastError();
+}
+
+const char* normRopeBackward(const void* gradOut, const void* x, const float* rstd, const void* weight,
+                             const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
+                             int64_t tokens, int64_t dim, void* stream) {
+  if (rows == 0) return nullptr;
+  normRopeBackwardKernel<<<gridFor(rows), kRowsPerBlock * kWarp, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const __nv_bfloat162*>(gradOut), static_cast<const __nv_bfloat162*>(x), rstd,
+      static_cast<const __nv_bfloat162*>(weight), reinterpret_cast<const float2*>(cosTab),
+      reinterpret_cast<const float2*>(sinTab), static_cast<__nv_bfloat162*>(gradX), rows, heads, tokens,
+      static_cast<int>(dim / 2));
+  return lastError();
+}
+
+}  // namespace strata::flux::cuda

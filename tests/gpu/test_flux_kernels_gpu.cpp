@@ -1,0 +1,103 @@
+// The FLUX CUDA kernels (models/flux/FluxKernels.h) against the ATen ops they
+// replace, on fresh random inputs of several shapes (FLUX.1-dev's q at 1024 px among
+// them): the fused RMSNorm + rotary forward equals FluxRmsNorm then applyRotary, and
+// its input gradient is at least as close to a float64 reference as theirs.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <vector>
+
+#include "common/TestSupport.h"
+#include "models/flux/FluxConfig.h"
+#include "models/flux/FluxKernels.h"
+#include "models/flux/FluxTransformer.h"
+
+using namespace strata;
+using namespace strata::flux;
+
+namespace {
+
+double relL2(const at::Tensor& a, const at::Tensor& ref) {
+  const auto r = ref.to(at::kDouble);
+  return ((a.to(at::kDouble) - r).norm() / r.norm().clamp_min(1e-30)).item<double>();
+}
+
+// The same function in float64 (x -> rotary(rmsnorm(x) * w)), for the gradient.
+at::Tensor reference64(const at::Tensor& x, const at::Tensor& w, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto y = x * at::rsqrt(x.pow(2).mean(-1, true) + FluxConfig::kNormEps) * w;  // [B, N, H, Dh]
+  const auto pairs = y.unflatten(-1, {y.size(-1) / 2, 2});
+  const auto rotated = at::stack({-pairs.select(-1, 1), pairs.select(-1, 0)}, -1).flatten(-2);
+  return y * cos.unsqueeze(0).unsqueeze(2) + rotated * sin.unsqueeze(0).unsqueeze(2);
+}
+
+}  // namespace
+
+TEST(FluxKernelsGpu, FusedNormRopeEqualsTheAtenOpsForwardAndBackward) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  if (!fluxCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
+  const at::Device cuda(at::kCUDA, 0);
+  // [B, N, H, Dh]: FLUX.1-dev's joint q at 1024 px, then odd sizes and the dim limits.
+  const std::vector<std::vector<int64_t>> shapes = {{1, 4608, 24, 128}, {2, 77, 3, 64}, {1, 33, 2, 256}, {3, 5, 3, 2}};
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[1];
+    const int64_t dim = shape[3];
+    const auto angles = at::rand({n, dim / 2}, at::TensorOptions().device(cuda)) * 50.0;  // [N, Dh/2]
+    const auto cos = angles.cos().repeat_interleave(2, 1).contiguous();                 // [N, Dh]
+    const auto sin = angles.sin().repeat_interleave(2, 1).contiguous();
+    FluxBuildOptions o;
+    o.device = cuda;
+    o.dtype = at::kBFloat16;
+    FluxRmsNorm norm(dim, o);
+    {
+      at::NoGradGuard noGrad;
+      norm->weight.copy_(1 + 0.2 * at::randn({dim}, at::TensorOptions().device(cuda)));
+    }
+    norm->weight.requires_grad_(false);
+    const auto x = (at::randn(shape, at::TensorOptions().device(cuda)) * 3).to(at::kBFloat16);
+    ASSERT_TRUE(normRopeFits(x, norm->weight, cos, sin));
+
+    const auto xr = x.clone().requires_grad_(true);
+    const auto ref = applyRotary(norm->forward(xr), cos, sin);
+    const auto xk = x.clone().requires_grad_(true);
+    const auto out = normRope(xk, norm->weight, cos, sin, FluxConfig::kNormEps);
+    const auto g = at::randn(shape, at::TensorOptions().device(cuda)).to(at::kBFloat16);
+    ref.backward(g);
+    out.backward(g);
+
+    const auto x64 = x.to(at::kDouble).requires_grad_(true);
+    const auto o64 = reference64(x64, norm->weight.to(at::kDouble), cos.to(at::kDouble), sin.to(at::kDouble));
+    o64.backward(g.to(at::kDouble));
+
+    const double bitEqual = out.eq(ref).to(at::kDouble).mean().item<double>();
+    const double outErr = relL2(out, ref);
+    const double gradVsAten = relL2(xk.grad(), xr.grad());
+    const double gradErrKernel = relL2(xk.grad(), x64.grad());
+    const double gradErrAten = relL2(xr.grad(), x64.grad());
+    std::cout << "[flux kernels gpu] " << at::IntArrayRef(shape) << ": out bit-equal " << 100 * bitEqual
+              << "%, rel L2 " << outErr << "; grad x vs ATen " << gradVsAten << ", vs float64: kernel "
+              << gradErrKernel << ", ATen " << gradErrAten << std::endl;
+    EXPECT_FALSE(out.isnan().any().item<bool>());
+    EXPECT_FALSE(xk.grad().isnan().any().item<bool>());
+    // Same roundings as the ATen ops: equal but for the odd rstd ulp.
+    EXPECT_GT(bitEqual, 0.999);
+    EXPECT_LT(outErr, 1e-3);
+    // The gradient differs only by rounding (bf16 has 8 mantissa bits).
+    EXPECT_LT(gradVsAten, 2e-2);
+    EXPECT_LT(gradErrKernel, 1.2 * gradErrAten + 1e-4);
+  }
+}
+
+TEST(FluxKernelsGpu, OnlyBf16ContiguousFrozenInputsTakeTheKernel) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  if (!fluxCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
+  const auto opt = at::TensorOptions().device(at::Device(at::kCUDA, 0));
+  const auto x = at::randn({1, 8, 2, 16}, opt).to(at::kBFloat16);
+  const auto w = at::ones({16}, opt).to(at::kBFloat16);
+  const auto cs = at::ones({8, 16}, opt);
+  EXPECT_TRUE(normRopeFits(x, w, cs, cs));
+  EXPECT_FALSE(normRopeFits(x.to(at::kFloat), w, cs, cs));                  // float32 model
+  EXPECT_FALSE(normRopeFits(x.transpose(1, 2), w, cs, cs));                // strided
+  EXPECT_FALSE(normRopeFits(x, w.clone().requires_grad_(true), cs, cs));   // trainable norm weight
+  EXPECT_FALSE(normRopeFits(x, w, cs.narrow(0, 0, 4), cs.narrow(0, 0, 4)));  // tables of other tokens
+  EXPECT_FALSE(normRopeFits(x.cpu(), w.cpu(), cs.cpu(), cs.cpu()));
+}
