@@ -185,8 +185,9 @@ ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), config_(std::make
   family_->setObjectName("familyChoice");
   for (config::ModelArch arch : backend::modelFamilies())
     family_->addItem(backend::familyTitle(arch), QString::fromStdString(config::enumName(arch)));
-  family_->setToolTip(tr("<b>model.arch</b><br>What the run trains: the form shows the settings this family "
-                         "reads."));
+  family_->setToolTip(
+      tr("<b>model.arch</b><br>What the run trains: the form shows the settings this family "
+         "reads."));
   connect(family_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
     const std::string name = family_->itemData(index).toString().toStdString();
     for (config::ModelArch arch : backend::modelFamilies())
@@ -592,7 +593,8 @@ void ConfigEditor::updateChoiceItems(const Field& f) {
       combo->addItem(offered.contains(t) ? t : tr("%1 (not for %2)").arg(t, backend::familyName(arch)), t);
   } else if (f.spec->path == "save.export_formats") {
     QStringList offered;
-    for (config::ExportFormat e : backend::exportFormatsOf(arch)) offered << QString::fromStdString(config::enumName(e));
+    for (config::ExportFormat e : backend::exportFormatsOf(arch))
+      offered << QString::fromStdString(config::enumName(e));
     static_cast<ChoiceListEdit*>(f.editor)->setOffered(offered);
   }
 }
@@ -637,8 +639,9 @@ bool ConfigEditor::chooseFamily(config::ModelArch arch) {
     for (const backend::FamilyChange& c : changes)
       lines << tr("  %1: %2 becomes %3 (%4 does not take %2)").arg(c.key, c.from, c.to, name);
     QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(backend::familyTitle(arch)),
-                    unused.isEmpty() ? tr("Switching to %1 changes these settings:").arg(name)
-                                     : tr("%1 does not read %2 setting(s) of this config:").arg(name).arg(unused.size()),
+                    unused.isEmpty()
+                        ? tr("Switching to %1 changes these settings:").arg(name)
+                        : tr("%1 does not read %2 setting(s) of this config:").arg(name).arg(unused.size()),
                     QMessageBox::NoButton, this);
     box.setObjectName("familySwitchQuestion");
     box.setInformativeText(lines.join('\n'));

@@ -99,8 +99,9 @@ DatasetView::DatasetView(QWidget* parent) : QWidget(parent), cancel_(std::make_s
   jsonlRows_->header()->setSectionResizeMode(1, QHeaderView::Interactive);
   jsonlRows_->header()->resizeSection(1, 320);
   jsonlRows_->setWordWrap(true);
-  jsonlRows_->setToolTip(tr("The first samples of the file, split into prompt and response as the trainer splits "
-                            "them: the loss is on the response only"));
+  jsonlRows_->setToolTip(
+      tr("The first samples of the file, split into prompt and response as the trainer splits "
+         "them: the loss is on the response only"));
   jsonlRows_->hide();
 
   auto* tables = new QSplitter(Qt::Horizontal, this);
@@ -187,8 +188,9 @@ void DatasetView::rescan() {
   std::shared_ptr<std::atomic<bool>> cancel = cancel_;
   pool_->start([self, cfg, cancel, generation] {
     if (cancel->load()) return;
-    DatasetScanView v = cfg.type == config::DatasetType::Jsonl ? previewJsonl(cfg, kMaxJsonlRows, cancel.get())
-                                                               : scanDatasetFolder(cfg, kMaxThumbs, kThumbSide, cancel.get());
+    DatasetScanView v = cfg.type == config::DatasetType::Jsonl
+                            ? previewJsonl(cfg, kMaxJsonlRows, cancel.get())
+                            : scanDatasetFolder(cfg, kMaxThumbs, kThumbSide, cancel.get());
     if (cancel->load()) return;
     QMetaObject::invokeMethod(
         self.data(),

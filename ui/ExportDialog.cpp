@@ -59,9 +59,9 @@ ExportDialog::ExportDialog(const QString& runDir, config::ModelArch family, cons
   setObjectName("exportDialog");
   setWindowTitle(tr("Export LoRA"));
   auto* layout = new QVBoxLayout(this);
-  layout->addWidget(new QLabel(tr("From the last checkpoint of <b>%1</b> (a %2 run)")
-                                  .arg(runDir.toHtmlEscaped(), backend::familyName(family)),
-                              this));
+  layout->addWidget(new QLabel(
+      tr("From the last checkpoint of <b>%1</b> (a %2 run)").arg(runDir.toHtmlEscaped(), backend::familyName(family)),
+      this));
   auto* box = new QGroupBox(tr("Formats"), this);
   auto* fl = new QVBoxLayout(box);
   const std::vector<config::ExportFormat> offered = formatsOf(family);

@@ -824,8 +824,8 @@ void MainWindow::showExportDialog() {
   QStringList chosen;
   for (auto f : runCfg.save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
   // The folder the trainer writes its own exports to: one exports folder per run.
-  auto* dialog = new ExportDialog(runDir, runCfg.model.arch, chosen,
-                                  runFile(runDir, &runner::RunFolderFiles::exportsDir), this);
+  auto* dialog =
+      new ExportDialog(runDir, runCfg.model.arch, chosen, runFile(runDir, &runner::RunFolderFiles::exportsDir), this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   connect(dialog, &QDialog::accepted, this, [this, dialog] {
     QString error;

@@ -19,10 +19,10 @@ enum class ModelArch;  // config/RunConfig.h (core headers are not public to the
 namespace strata::ui {
 
 struct ConfigTemplate {
-  QString id;        // "demo"
-  QString title;     // "CPU demo (tiny model, no download)"
-  QString summary;   // two lines on what it is for
-  QString resource;  // ":/strata/templates/demo.yaml"
+  QString id;                // "demo"
+  QString title;             // "CPU demo (tiny model, no download)"
+  QString summary;           // two lines on what it is for
+  QString resource;          // ":/strata/templates/demo.yaml"
   config::ModelArch family;  // the template's model.arch
 };
 
@@ -43,7 +43,7 @@ class NewConfigDialog : public QDialog {
   config::ModelArch family() const { return family_; }
 
  private:
-  QVector<int> shown_;  // configTemplates() index of each list row
+  QVector<int> shown_;          // configTemplates() index of each list row
   config::ModelArch family_{};  // set by the constructor (FLUX.1 first)
   QComboBox* familyChoice_ = nullptr;
   QListWidget* list_ = nullptr;

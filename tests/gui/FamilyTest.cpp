@@ -227,9 +227,10 @@ void FamilyTest::formShowsOnlyTheFamilysKeys() {
   ConfigEditor e;
   e.newConfig();
   child<QPushButton>(&e, "addDataset")->click();
-  const QStringList fluxOnly = {"sample.width", "sample.guidance_scale", "train.timestep_type",
-                                "datasets[0].folder_path", "datasets[0].resolution", "model.vae_path"};
-  const QStringList llamaOnly = {"sample.max_new_tokens", "sample.temperature", "datasets[0].file_path",
+  const QStringList fluxOnly = {"sample.width",           "sample.guidance_scale",
+                                "train.timestep_type",    "datasets[0].folder_path",
+                                "datasets[0].resolution", "model.vae_path"};
+  const QStringList llamaOnly = {"sample.max_new_tokens",   "sample.temperature",       "datasets[0].file_path",
                                  "datasets[0].max_seq_len", "datasets[0].padding_side", "datasets[0].packing"};
   const QStringList both = {"train.lr", "network.linear", "datasets[0].type", "sample.prompts"};
   for (const QString& k : fluxOnly + both) QVERIFY2(rowShown(&e, k), qPrintable(k));
@@ -275,9 +276,9 @@ void FamilyTest::familyChoicesAgreeWithTheValidator() {
   for (ModelArch arch : backend::modelFamilies()) {
     const auto types = backend::datasetTypesOf(arch);
     const auto formats = backend::exportFormatsOf(arch);
-    for (config::DatasetType t : {config::DatasetType::Images, config::DatasetType::Latents,
-                                  config::DatasetType::Synthetic, config::DatasetType::Shapes,
-                                  config::DatasetType::Jsonl}) {
+    for (config::DatasetType t :
+         {config::DatasetType::Images, config::DatasetType::Latents, config::DatasetType::Synthetic,
+          config::DatasetType::Shapes, config::DatasetType::Jsonl}) {
       config::RunConfig c = backend::defaultConfig();
       c.model.arch = arch;
       c.datasets.resize(1);
@@ -334,8 +335,9 @@ void FamilyTest::jsonlPreviewSplitsLinesAsTheTrainer() {
   QCOMPARE(why[1], QString("blank line"));
   QCOMPARE(why[2], QString("no field 'a'"));
   QCOMPARE(why[3], QString("not a JSON object"));
-  QVERIFY2(view.summaryText().contains("2 sample(s) from 6 line(s)") && view.summaryText().contains("4 line(s) skipped"),
-           qPrintable(view.summaryText()));
+  QVERIFY2(
+      view.summaryText().contains("2 sample(s) from 6 line(s)") && view.summaryText().contains("4 line(s) skipped"),
+      qPrintable(view.summaryText()));
 
   // One text field with the seed's marker: the marker stays with the prompt.
   writeFile(file,
@@ -394,8 +396,7 @@ void FamilyTest::textSamplesShowAsText() {
   const QString text = child<QLabel>(viewer, "sampleViewerImage")->text();
   QVERIFY2(text.contains("It is blue."), qPrintable(text));
   const QString caption = child<QLabel>(viewer, "sampleViewerCaption")->text();
-  QVERIFY2(caption.contains("step 10") && caption.contains("Colour of the sky?") &&
-               caption.contains("temperature 0.7"),
+  QVERIFY2(caption.contains("step 10") && caption.contains("Colour of the sky?") && caption.contains("temperature 0.7"),
            qPrintable(caption));
   viewer->close();
 
@@ -403,8 +404,9 @@ void FamilyTest::textSamplesShowAsText() {
   writeFile(run + "/samples/step_00000015_p00.txt", "Colour of the sky? It is blue!\n");
   QFile index(run + "/samples/index.jsonl");
   QVERIFY(index.open(QIODevice::Append));
-  index.write("{\"file\": \"step_00000015_p00.txt\", \"step\": 15, \"prompt_index\": 0, \"prompt\": \"Colour of the "
-              "sky?\", \"seed\": 42, \"temperature\": 0.0, \"completion\": \" It is blue!\"}\n");
+  index.write(
+      "{\"file\": \"step_00000015_p00.txt\", \"step\": 15, \"prompt_index\": 0, \"prompt\": \"Colour of the "
+      "sky?\", \"seed\": 42, \"temperature\": 0.0, \"completion\": \" It is blue!\"}\n");
   index.close();
   SampleInfo live;
   live.path = run + "/samples/step_00000015_p00.txt";
@@ -450,7 +452,8 @@ void FamilyTest::gpuMapNamesDecoderLayers() {
 
 void FamilyTest::exportOffersTheFamilysForms() {
   ExportDialog flux("run", ModelArch::Flux, {"diffusers"}, tmp_.path());
-  for (const QString& f : {"diffusers", "kohya", "comfy"}) QVERIFY2(flux.findChild<QCheckBox*>("exportFormat_" + f), qPrintable(f));
+  for (const QString& f : {"diffusers", "kohya", "comfy"})
+    QVERIFY2(flux.findChild<QCheckBox*>("exportFormat_" + f), qPrintable(f));
   QVERIFY(!flux.findChild<QCheckBox*>("exportFormat_peft"));
   QCOMPARE(flux.formats(), QStringList({"diffusers"}));
 
