@@ -94,9 +94,9 @@ inline void fusedAdamW(at::TensorList params, at::TensorList grads, at::TensorLi
 // ---- attention backend (added by the flux model) ----------------------------
 // Whether the cuDNN scaled-dot-product backend may be chosen (LibTorch 2.11 picks it
 // first on Hopper and newer: twice flash's speed at FLUX.1-dev sizes, docs/speed.md;
-// an earlier session saw its backward fail there, docs/design.md §4, so
-// model.attention_backend: flash turns it off). Process-wide and idempotent; returns
-// false where this LibTorch has no cuDNN backend switch.
+// but it gave non-finite gradients and illegal memory accesses on a quantized base,
+// docs/design.md §4, so it is opt-in: model.attention_backend: cudnn). Process-wide
+// and idempotent; returns false where this LibTorch has no cuDNN backend switch.
 inline bool setCudnnAttention(bool enabled) {
 #if STRATA_TORCH_AT_LEAST(2, 4)
   at::globalContext().setSDPUseCuDNN(enabled);

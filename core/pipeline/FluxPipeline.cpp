@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/Error.h"
+#include "common/TorchCompat.h"
 #include "io/JsonFile.h"
 #include "common/ShapeText.h"
 #include "io/DiffusersFolder.h"
@@ -123,6 +124,9 @@ flux::ShiftParams readShiftParams(const fs::path& path) {
 }  // namespace
 
 std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, const PipelineOptions& options) {
+  // Standalone sampling runs flash attention: cuDNN's is opt-in, for training only
+  // (model.attention_backend, docs/training.md).
+  compat::setCudnnAttention(false);
   std::shared_ptr<FluxPipeline> p(new FluxPipeline());
   p->files_ = files;
   p->options_ = options;
