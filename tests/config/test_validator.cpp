@@ -650,9 +650,6 @@ TEST(Validator, Fp8MatmulIsRefusedWhereItCannotRun) {
   EXPECT_FALSE(hintHas(off, "", "")) << test::dump(off);
 }
 
-}  // namespace
-}  // namespace strata::config
-
 // cuDNN attention on a quantized base failed on the H200 (non-finite gradients, then an
 // illegal memory access): refused with flash suggested; flash (the default) and cuDNN on
 // a bf16 base pass this rule.
@@ -677,3 +674,6 @@ TEST(Validator, CudnnAttentionIsRefusedOnAQuantizedBase) {
                           h200);
   for (const auto& p : bf16) EXPECT_NE(p.key, "model.attention_backend") << test::dump(bf16);
 }
+
+}  // namespace
+}  // namespace strata::config
