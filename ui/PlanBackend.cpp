@@ -10,7 +10,6 @@
 #include "config/RunConfig.h"
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
-#include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
 

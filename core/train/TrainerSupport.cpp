@@ -132,13 +132,6 @@ OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
   return run;
 }
 
-fs::path exportPath(const RunFolder& folder, const config::RunConfig& cfg, config::ExportFormat format,
-                    std::optional<int64_t> step, const fs::path& outDir) {
-  const std::string name =
-      cfg.job.name + (step ? "_step" + std::to_string(*step) : "") + "_" + config::enumName(format) + ".safetensors";
-  return (outDir.empty() ? folder.exportsDir() : outDir) / name;
-}
-
 size_t nextDrawIndex(Trainer::State& st, const config::RunConfig& cfg, size_t n) {
   if (n == 0) throw Error("the run's data is empty: nothing to draw");
   const auto count = static_cast<int64_t>(n);

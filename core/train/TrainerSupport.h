@@ -124,9 +124,6 @@ struct OpenedRun {
 // "resume from", "export"), ConfigError when its config.yaml has errors.
 OpenedRun openRunFolder(const std::filesystem::path& runDir, const std::string& purpose);
 
-// <outDir or exports/>/<job>[_step<N>]_<format>.safetensors
-std::filesystem::path exportPath(const RunFolder& folder, const config::RunConfig& cfg, config::ExportFormat format,
-                                 std::optional<int64_t> step, const std::filesystem::path& outDir = {});
 // The next index of the run's data order over `n` items: a permutation per epoch
 // from train.seed and the epoch alone, so a resumed run needs only the cursor
 // (st.drawCursor, advanced by one) to draw the same items. Every family draws so.
