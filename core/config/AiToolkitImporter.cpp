@@ -199,12 +199,14 @@ class Importer {
       out_.where.set("train.optimizer", pos);
       std::string lower = scalar;
       for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (lower == "adamw8bit" || lower == "adamw_8bit") {
+        out_.config.train.optimizer = OptimizerType::AdamW8bit;
+        return;
+      }
       if (lower != "adamw")
         reader_.problem(Severity::Warning, "train.optimizer", pos,
                         "ai-toolkit optimizer '" + scalar + "' is not available in Strata; imported as adamw",
-                        lower.find("8bit") != std::string::npos
-                            ? "AdamW with fp32 state: the LoRA optimizer state is small, 8-bit saves little"
-                            : "");
+                        "Strata has adamw and adamw8bit");
       out_.config.train.optimizer = OptimizerType::AdamW;
       return;
     }

@@ -382,7 +382,9 @@ std::vector<KeySpec> buildSchema() {
       .add("train.lr_scheduler", M(train.lrScheduler), "Learning-rate schedule")
       .add("train.lr_warmup_steps", M(train.lrWarmupSteps), "Linear warm-up length (warmup, cosine, linear)",
            Opt().unit("steps").min(0).max(1e8))
-      .add("train.optimizer", M(train.optimizer), "Optimizer")
+      .add("train.optimizer", M(train.optimizer),
+           "Optimizer: adamw (float32 moments) or adamw8bit (the same update with both moments stored in 8 bits: "
+           "a quarter of the optimizer state's memory)")
       .add("train.weight_decay", M(train.weightDecay), "AdamW decoupled weight decay", Opt().min(0).max(1))
       .add("train.betas", M(train.betas), "AdamW beta1, beta2", Opt().min(0).max(1).listSize(2))
       .add("train.eps", M(train.eps), "AdamW epsilon", Opt().min(0).max(1).minExclusive(true))

@@ -23,7 +23,7 @@ enum class ComputeDevice { Auto, Cpu, Cuda };                   // auto | cpu | 
 enum class PlacementMode { ParamCount, Memory };                // param_count | memory
 enum class NetworkType { Lora };                                // lora
 enum class LrScheduler { Constant, Warmup, Cosine, Linear };    // constant | warmup | cosine | linear
-enum class OptimizerType { AdamW };                             // adamw
+enum class OptimizerType { AdamW, AdamW8bit };                  // adamw | adamw8bit
 enum class DType { BF16, FP16, FP32 };                          // bf16 | fp16 | fp32
 enum class TimestepType { Sigmoid, Uniform, Shift };            // sigmoid | uniform | shift
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
@@ -61,7 +61,9 @@ STRATA_ENUM_NAMES(NetworkType, 1, {NetworkType::Lora, "lora", false});
 STRATA_ENUM_NAMES(LrScheduler, 5, {LrScheduler::Constant, "constant", false}, {LrScheduler::Warmup, "warmup", false},
                   {LrScheduler::Cosine, "cosine", false}, {LrScheduler::Linear, "linear", false},
                   {LrScheduler::Warmup, "constant_with_warmup", true});
-STRATA_ENUM_NAMES(OptimizerType, 2, {OptimizerType::AdamW, "adamw", false}, {OptimizerType::AdamW, "AdamW", true});
+STRATA_ENUM_NAMES(OptimizerType, 4, {OptimizerType::AdamW, "adamw", false},
+                  {OptimizerType::AdamW8bit, "adamw8bit", false}, {OptimizerType::AdamW, "AdamW", true},
+                  {OptimizerType::AdamW8bit, "AdamW8bit", true});
 STRATA_ENUM_NAMES(DType, 9, {DType::BF16, "bf16", false}, {DType::FP16, "fp16", false}, {DType::FP32, "fp32", false},
                   {DType::BF16, "bfloat16", true}, {DType::FP16, "float16", true}, {DType::FP32, "float32", true},
                   {DType::FP16, "half", true}, {DType::FP32, "float", true}, {DType::FP32, "full", true});

@@ -50,8 +50,10 @@ std::vector<std::pair<std::string, at::Tensor>> OptimizerStateAttachment::tensor
   } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(s)) {
     out = {{"exp_avg", a->exp_avg()}, {"exp_avg_sq", a->exp_avg_sq()}};
     if (a->max_exp_avg_sq().defined()) out.emplace_back("max_exp_avg_sq", a->max_exp_avg_sq());
+  } else if (auto* own = dynamic_cast<SelfDescribingOptimizerState*>(s)) {
+    out = own->stateTensors();
   } else if (s != nullptr) {
-    throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam and AdamW are supported");
+    throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam, AdamW and Strata's own are supported");
   }
   return out;
 }
@@ -66,8 +68,10 @@ void OptimizerStateAttachment::moveTo(const c10::Device& device) {
     a->exp_avg(movedTo(a->exp_avg(), device));
     a->exp_avg_sq(movedTo(a->exp_avg_sq(), device));
     if (a->max_exp_avg_sq().defined()) a->max_exp_avg_sq(movedTo(a->max_exp_avg_sq(), device));
+  } else if (auto* own = dynamic_cast<SelfDescribingOptimizerState*>(s)) {
+    own->moveStateTo(device);
   } else if (s != nullptr) {
-    throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam and AdamW are supported");
+    throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam, AdamW and Strata's own are supported");
   }
 }
 

@@ -17,6 +17,17 @@ namespace strata::placement {
 // "optimizer_state".
 const AttachmentKind& optimizerStateKind();
 
+// An optimizer state of Strata's own (e.g. train/AdamW8bit's 8-bit moments): it
+// names and moves its tensors itself. The attachment handles LibTorch's Adam and
+// AdamW states directly and any state that also derives from this.
+class SelfDescribingOptimizerState {
+ public:
+  virtual ~SelfDescribingOptimizerState() = default;
+  // Its tensors, named (empty before the first step).
+  virtual std::vector<std::pair<std::string, at::Tensor>> stateTensors() const = 0;
+  virtual void moveStateTo(const c10::Device& device) = 0;
+};
+
 class OptimizerStateAttachment final : public Attachment {
  public:
   // `paramPath`: the parameter's path ("transformer_blocks.3.attn.to_q.lora_A.weight");
@@ -25,7 +36,8 @@ class OptimizerStateAttachment final : public Attachment {
 
   AttachmentKind kind() const override { return optimizerStateKind(); }
   std::string hostPath() const override { return paramPath_; }
-  // exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) once the state exists.
+  // exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) once the state exists;
+  // a SelfDescribingOptimizerState's own tensors.
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
   void moveTo(const c10::Device& device) override;
 

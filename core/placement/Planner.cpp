@@ -494,7 +494,7 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   const int64_t trainable = loraParams * o.loraElementBytes;
   c.adapterBytes = trainable;
   c.gradBytes = trainable;
-  c.optimizerBytes = trainable * o.optimizerStatesPerParam;
+  c.optimizerBytes = static_cast<int64_t>(static_cast<double>(loraParams) * o.optimizerBytesPerParam);
   c.emaBytes = o.ema ? trainable : 0;
   if (unit.isBlock) {
     const double perTokenState = static_cast<double>(o.batchSize * o.tokens * o.hiddenSize * o.activationElementBytes);

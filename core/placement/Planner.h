@@ -218,7 +218,7 @@ struct CostOptions {
   int64_t loraRank = 0;                 // 0 = no adapters
   int64_t loraElementBytes = 4;         // LoRA weights are float32
   bool ema = false;                     // one shadow per trainable weight
-  int64_t optimizerStatesPerParam = 2;  // AdamW: exp_avg, exp_avg_sq
+  double optimizerBytesPerParam = 8.0;  // AdamW: two float32 moments; adamw8bit: ~2
   int64_t batchSize = 1;
   int64_t tokens = 4608;  // tokens through every block (FLUX 1024px: 4096 image + 512 text)
   int64_t hiddenSize = 3072;
@@ -238,7 +238,7 @@ struct CostOptions {
 // their scales; a quantized block also holds its Linears dequantized to the
 // activation dtype while it runs and, for the input gradient, until its backward:
 // workspace with checkpointing, kept activations without); LoRA r(in+out) per Linear in
-// float32, its gradient the same, the optimizer state `optimizerStatesPerParam` x,
+// float32, its gradient the same, the optimizer state `optimizerBytesPerParam` each,
 // EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,
 // without it keeps the full activations. With offloadCheckpoints the kept input is

@@ -1,6 +1,9 @@
 #pragma once
 // AdamW state to and from named tensors, for checkpoints. Keys follow the
-// parameter paths: "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step".
+// parameter paths: "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step"; an
+// adamw8bit state (train/AdamW8bit.h) writes "<param>.exp_avg.blockwise8" and
+// "...blockwise8_absmax" (and the same for exp_avg_sq) in place of the float moments.
+// Either form loads into either optimizer (quantized or dequantized on the way).
 #include <torch/optim/adamw.h>
 
 #include <map>

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "common/Error.h"
 #include "common/Text.h"
@@ -288,7 +289,12 @@ CheckpointData readCheckpoint(const fs::path& dir) {
   std::string first;
   for (const auto& [k, t] : d.lora) {
     const std::string param = k.rfind(prefix, 0) == 0 ? k.substr(prefix.size()) : k;
-    for (const char* sfx : {".exp_avg", ".exp_avg_sq", ".step"})
+    // Float moments (adamw) or 8-bit blocks and their maxima (adamw8bit).
+    const bool eightBit = opt.count(param + ".exp_avg.blockwise8") > 0;
+    const std::vector<const char*> plain = {".exp_avg", ".exp_avg_sq", ".step"};
+    const std::vector<const char*> blocks = {".exp_avg.blockwise8", ".exp_avg.blockwise8_absmax",
+                                             ".exp_avg_sq.blockwise8", ".exp_avg_sq.blockwise8_absmax", ".step"};
+    for (const char* sfx : eightBit ? blocks : plain)
       if (!opt.count(param + sfx)) {
         if (missing++ == 0) first = param + sfx;
       }

@@ -20,6 +20,7 @@
 #include "lora/LoraNetwork.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "placement/Placement.h"
+#include "train/AdamW8bit.h"
 #include "train/CheckpointedRunner.h"
 #include "train/Ema.h"
 #include "train/FusedAdamW.h"
@@ -324,7 +325,10 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     opts.eps(tc.eps);
     opts.weight_decay(tc.weightDecay);
     // After placement: its state is created on each parameter's device (docs/design.md §2.2).
-    st.optimizer = std::make_shared<FusedAdamW>(params, opts);
+    if (tc.optimizer == config::OptimizerType::AdamW8bit)
+      st.optimizer = std::make_shared<AdamW8bit>(params, opts);
+    else
+      st.optimizer = std::make_shared<FusedAdamW>(params, opts);
     st.placement->attachAll(placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams));
     if (tc.ema.useEma) {
       EmaOptions eo;

@@ -329,6 +329,24 @@ TEST(PrepareRun, ParamCountChargesTheRealPartsScaled) {
       << r.plan.reason;
 }
 
+// adamw8bit's state is planned at two bytes a parameter plus a float32 maximum per
+// block of each moment, against AdamW's two float32 moments.
+TEST(PrepareRun, AdamW8bitPlansAQuarterOfTheOptimizerState) {
+  config::RunConfig c = tinyConfig();
+  c.network.linear = 4;
+  const PreparedRun plain = preview(c, "cpu");
+  c.train.optimizer = config::OptimizerType::AdamW8bit;
+  const PreparedRun eight = preview(c, "cpu");
+  ASSERT_TRUE(plain.ok() && eight.ok()) << errors(plain) << errors(eight);
+  const int64_t a = plain.plan.devices.at(0).optimizerBytes, b = eight.plan.devices.at(0).optimizerBytes;
+  const int64_t adapters = plain.plan.devices.at(0).adapterBytes;  // float32 LoRA: 4 bytes a parameter
+  ASSERT_GT(a, 0);
+  EXPECT_EQ(a, 2 * adapters);
+  EXPECT_NEAR(static_cast<double>(b), static_cast<double>(adapters) / 4.0 * (2.0 + 8.0 / 256.0),
+              64.0);  // each unit rounds down to whole bytes
+  EXPECT_EQ(eight.plan.devices.at(0).adapterBytes, adapters);
+}
+
 TEST(PrepareRun, ATextEncoderTooLargeForCachingSaysSo) {
   // T5-XXL in bf16 (9.5 GB) on 10 GB cards: the blocks split, the caching phase does not fit.
   config::RunConfig c = fluxImagesConfig();

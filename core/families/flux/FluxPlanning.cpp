@@ -10,6 +10,7 @@
 #include "models/flux/FluxLoraRules.h"
 #include "pipeline/FluxTextEncoders.h"
 #include "pipeline/PipelineShapes.h"
+#include "train/AdamW8bit.h"
 #include "train/Datasets.h"
 #include "train/EncodeCache.h"
 
@@ -203,6 +204,7 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxC
   co.activationElementBytes = elementBytes;
   co.loraRank = cfg.network.linear;
   co.ema = cfg.train.ema.useEma;
+  co.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
   co.batchSize = cfg.train.batchSize;
   co.tokens = tokens;
   co.hiddenSize = fc.hiddenSize();

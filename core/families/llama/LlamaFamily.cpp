@@ -16,6 +16,7 @@
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaPeft.h"
 #include "nn/Quantize.h"
+#include "train/AdamW8bit.h"
 #include "placement/QuantScaleAttachment.h"
 #include "text/TokenizerFactory.h"
 #include "train/Ema.h"
@@ -41,6 +42,7 @@ LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   o.loraRank = cfg.network.linear;
   o.loraTargets = cfg.network.targetModules;
   o.ema = cfg.train.ema.useEma;
+  o.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
   o.batchSize = cfg.train.batchSize;
   o.seqLen = 0;
   for (const auto& d : cfg.datasets) o.seqLen = std::max(o.seqLen, d.maxSeqLen);

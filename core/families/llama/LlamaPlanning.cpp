@@ -31,6 +31,7 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
   co.activationElementBytes = o.activationElementBytes;
   co.loraRank = o.loraRank;
   co.ema = o.ema;
+  co.optimizerBytesPerParam = o.optimizerBytesPerParam;
   co.batchSize = o.batchSize;
   co.tokens = o.seqLen;
   co.hiddenSize = cfg.hiddenSize;

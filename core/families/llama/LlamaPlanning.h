@@ -20,6 +20,7 @@ struct LlamaPlanOptions {
   int64_t loraRank = 8;                  // 0 = no adapters
   std::vector<std::string> loraTargets;  // LoraTargets patterns; empty = peft's seven projections
   bool ema = false;
+  double optimizerBytesPerParam = 8.0;  // AdamW; adamw8bit ~2 (train/AdamW8bit.h)
   int64_t batchSize = 1;
   int64_t seqLen = 512;  // max_seq_len: every sample padded or cut to it
   bool gradientCheckpointing = true;
