@@ -57,9 +57,11 @@ QString slug(const QString& group) {
   return s;
 }
 
-QString toolTipOf(const KeySpec& spec) {
+// The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX checkpoint).
+QString toolTipOf(const KeySpec& spec, config::ModelArch arch) {
   QString tip = "<b>" + QString::fromStdString(spec.path).toHtmlEscaped() + "</b>";
-  if (!spec.doc.empty()) tip += "<br>" + QString::fromStdString(spec.doc).toHtmlEscaped();
+  const std::string& doc = spec.docFor(arch);
+  if (!doc.empty()) tip += "<br>" + QString::fromStdString(doc).toHtmlEscaped();
   tip += "<br><i>" + QString::fromStdString(config::keyTypeName(spec.type));
   if (!spec.unit.empty()) tip += ", " + QString::fromStdString(spec.unit);
   const std::string range = spec.rangeText();
@@ -355,9 +357,12 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
       return check;
     }
     case KeyType::Int: {
-      if (spec.nullable) {
+      // A spin box holds an int: a seed above 2^31 - 1 would show (and be saved) as
+      // another number. Such keys are typed as text and read back exactly.
+      const bool fitsSpin = spec.max && *spec.max <= std::numeric_limits<int>::max();
+      if (spec.nullable || !fitsSpin) {
         auto* line = new QLineEdit(parent);
-        line->setPlaceholderText(tr("(from the preset)"));
+        if (spec.nullable) line->setPlaceholderText(tr("(from the preset)"));
         connect(line, &QLineEdit::textEdited, this, edited);
         return line;
       }
@@ -494,7 +499,7 @@ void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QStrin
     field.row = holder;
   }
   fields_[key] = field;
-  const QString tip = toolTipOf(spec);
+  const QString tip = toolTipOf(spec, config_->model.arch);
   editor->setToolTip(tip);
   field.label->setToolTip(tip);
 }
@@ -1057,7 +1062,7 @@ void ConfigEditor::markFields() {
       repolish(f.editor);
       repolish(f.label);
     }
-    const QString base = toolTipOf(*f.spec);
+    const QString base = toolTipOf(*f.spec, config_->model.arch);
     f.editor->setToolTip(base + tip);
     f.label->setToolTip(base + tip);
   }

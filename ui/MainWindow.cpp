@@ -101,6 +101,13 @@ QString runFile(const QString& runDir, std::string runner::RunFolderFiles::*memb
 
 // Weight of the newest progress tick in the time-left estimate (ticks come every 150 ms).
 constexpr double kEtaSmoothing = 0.1;
+
+// A component a run streams in (events::LoadProgressEvent::what), in user words.
+QString loadTitle(const QString& what) {
+  if (what == QLatin1String("transformer")) return QObject::tr("the transformer");
+  if (what == QLatin1String("T5")) return QObject::tr("the T5 text encoder");
+  return what;
+}
 }  // namespace
 
 MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
@@ -412,8 +419,10 @@ void MainWindow::connectBridge() {
     if (state == TrainerBridge::State::Idle && queueRunning_ && !closeAfterStop_)
       QTimer::singleShot(0, this, &MainWindow::startNextQueued);
   });
+  connect(bridge_, &TrainerBridge::loadProgress, this, &MainWindow::showLoadProgress);
   connect(bridge_, &TrainerBridge::started, this,
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
+            endLoadProgress();
             lastRunDir_ = absolute(runDir);  // a relative training_folder is relative to where the app started
             addRecent(kRecentRuns, lastRunDir_);
             if (!queuedRunId_.isEmpty())
@@ -488,6 +497,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::resumed, this, [this](qint64) { updateRunHeader(); });
   connect(bridge_, &TrainerBridge::stopped, this, [this](qint64 step, const QString& checkpoint) {
+    endLoadProgress();  // a stop during the load
     queued_.clear();
     // A stop by hand stops the queue too: the rest wait until Run queue is pressed again.
     finishQueuedRun(RunQueue::State::Stopped, tr("stopped at step %1 (resume it from its run folder)").arg(step));
@@ -510,6 +520,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
+            endLoadProgress();  // a load that failed
             queued_.clear();
             // The whole message on one line: a preflight failure's reasons follow its first line.
             finishQueuedRun(RunQueue::State::Failed, QString(message).replace('\n', ' ').simplified() +
@@ -531,6 +542,29 @@ void MainWindow::connectBridge() {
             statusBar()->showMessage(tr("LoRA exported: %1").arg(files.join(", ")), 10000);
           });
 }
+
+// ---- the model load --------------------------------------------------------------
+
+// Before step 1 a large model takes minutes to stream in: the bar counts its
+// blocks and the header and the status line (seen from every tab) say which part.
+void MainWindow::showLoadProgress(const QString& what, qint64 done, qint64 total) {
+  const QString text = tr("Loading %1: %2 of %3").arg(loadTitle(what)).arg(done).arg(total);
+  loading_ = text;
+  progress_->setRange(0, int(std::max<qint64>(1, total)));
+  progress_->setValue(int(std::min(done, total)));
+  progress_->setFormat(tr("loading %1: %v / %m").arg(what));
+  setRunHeader(tr("%1 (block by block; training starts once the model is in).").arg(text));
+  statusBar()->showMessage(text);
+}
+
+void MainWindow::endLoadProgress() {
+  if (loading_.isEmpty()) return;
+  if (statusBar()->currentMessage() == loading_) statusBar()->clearMessage();
+  loading_.clear();
+  progress_->setFormat(tr("step %v / %m"));
+}
+
+QString MainWindow::loadProgressText() const { return loading_; }
 
 // ---- the run header --------------------------------------------------------------
 
@@ -774,7 +808,10 @@ void MainWindow::startRun() {
   if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
   runBlockSizes_ = blockSizes(cfg);
   QString error;
-  if (!bridge_->start(cfg, &error)) showError(tr("Cannot start"), error);
+  if (!bridge_->start(cfg, &error))
+    showError(tr("Cannot start"), error);
+  else
+    setRunHeader(tr("Starting: checking the config and the devices, then loading the model."));
   updateRunControls();
 }
 
@@ -803,6 +840,7 @@ void MainWindow::resumeRunFolder(const QString& dir) {
   }
   lastRunDir_ = runDir;
   addRecent(kRecentRuns, runDir);
+  setRunHeader(tr("Resuming %1: reading its checkpoint, then loading the model.").arg(runDir));
 }
 
 void MainWindow::showExportDialog() {

@@ -144,6 +144,8 @@ struct BridgeAccess {
           if constexpr (std::is_same_v<T, events::StartedEvent>) {
             b->runDir_ = qs(e.runDir);
             emit b->started(qs(e.runDir), e.startStep, e.totalSteps, e.resumed);
+          } else if constexpr (std::is_same_v<T, events::LoadProgressEvent>) {
+            emit b->loadProgress(qs(e.what), e.done, e.total);
           } else if constexpr (std::is_same_v<T, events::PlacementEvent>) {
             emit b->placementChanged(placementViewOf(e));
           } else if constexpr (std::is_same_v<T, events::SampleEvent>) {

@@ -61,6 +61,9 @@ class TrainerBridge : public QObject {
 
  signals:
   void stateChanged(strata::ui::TrainerBridge::State state);
+  // Before `started`: a component streamed in block by block ("transformer", "T5"),
+  // `done` of `total` units (blocks, then the rest of it). One per block: a few dozen a run.
+  void loadProgress(const QString& what, qint64 done, qint64 total);
   void started(const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed);
   void metricsReady(const QVector<strata::ui::MetricPoint>& points);  // one batch per tick
   void progress(qint64 step, qint64 totalSteps, double stepTimeMs, double etaSeconds);

@@ -240,9 +240,15 @@ void FamilyTest::formShowsOnlyTheFamilysKeys() {
     if (spec.isDatasetKey() || spec.path == "model.arch") continue;
     QCOMPARE(e.isFieldShown(QString::fromStdString(spec.path)), spec.appliesTo(ModelArch::Flux));
   }
+  QVERIFY(e.fieldFor("model.name_or_path")->toolTip().contains("FLUX checkpoint"));
 
   answerNext("familySwitchQuestion", "familySwitch");
   QVERIFY(e.chooseFamily(ModelArch::Llama));
+  // A shared key's tooltip is in the family's words: a Llama's base model is a causal LM's folder.
+  const QString modelTip = e.fieldFor("model.name_or_path")->toolTip();
+  QVERIFY2(modelTip.contains("config.json") && !modelTip.contains("FLUX"), qPrintable(modelTip));
+  const QString typeTip = e.fieldFor("datasets[0].type")->toolTip();
+  QVERIFY2(typeTip.contains("jsonl") && !typeTip.contains("images"), qPrintable(typeTip));
   for (const QString& k : llamaOnly + both) QVERIFY2(rowShown(&e, k), qPrintable(k));
   for (const QString& k : fluxOnly) QVERIFY2(!rowShown(&e, k), qPrintable(k));
   for (const config::KeySpec& spec : config::schema()) {
