@@ -26,6 +26,7 @@
 #include <QToolButton>
 #include <QTreeWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <limits>
 
 #include "common/Error.h"
@@ -57,16 +58,35 @@ QString slug(const QString& group) {
   return s;
 }
 
-// The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX checkpoint).
+// The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX
+// checkpoint), and for the dataset kinds and LoRA forms the family's choices and default, as the
+// editor offers them (backend::switchFamily picks the first).
 QString toolTipOf(const KeySpec& spec, config::ModelArch arch) {
   QString tip = "<b>" + QString::fromStdString(spec.path).toHtmlEscaped() + "</b>";
   const std::string& doc = spec.docFor(arch);
   if (!doc.empty()) tip += "<br>" + QString::fromStdString(doc).toHtmlEscaped();
   tip += "<br><i>" + QString::fromStdString(config::keyTypeName(spec.type));
   if (!spec.unit.empty()) tip += ", " + QString::fromStdString(spec.unit);
-  const std::string range = spec.rangeText();
+  std::string range = spec.rangeText();
+  std::string def = config::formatValue(spec.defaultValue);
+  std::vector<std::string> offered;
+  if (spec.path == "datasets[].type")
+    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered.push_back(config::enumName(t));
+  if (spec.path == "save.export_formats")
+    for (config::ExportFormat f : backend::exportFormatsOf(arch)) offered.push_back(config::enumName(f));
+  if (!offered.empty()) {
+    range = "one of:";
+    for (const std::string& c : offered) range += " " + c;
+    auto offers = [&offered](const std::string& c) {
+      return std::find(offered.begin(), offered.end(), c) != offered.end();
+    };
+    bool offersDefault = true;
+    if (auto* s = std::get_if<std::string>(&spec.defaultValue)) offersDefault = offers(*s);
+    if (auto* l = std::get_if<std::vector<std::string>>(&spec.defaultValue))
+      for (const std::string& c : *l) offersDefault = offersDefault && offers(c);
+    if (!offersDefault) def = spec.type == KeyType::ChoiceList ? "[" + offered.front() + "]" : offered.front();
+  }
   if (!range.empty()) tip += ", " + QString::fromStdString(range).toHtmlEscaped();
-  const std::string def = config::formatValue(spec.defaultValue);
   tip += ", default: " + (def.empty() ? QString("unset") : QString::fromStdString(def).toHtmlEscaped());
   tip += "</i>";
   return tip;

@@ -108,6 +108,19 @@ QString loadTitle(const QString& what) {
   if (what == QLatin1String("T5")) return QObject::tr("the T5 text encoder");
   return what;
 }
+
+// The header from Start until the first load or cache figure.
+QString startingHeader() {
+  return QObject::tr("Starting: checking the config and the devices, then loading the model.");
+}
+
+// A stage of an images run's cache (events::CacheProgressEvent::stage), in user words.
+QString cacheTitle(const QString& stage) {
+  if (stage == QLatin1String("latents")) return QObject::tr("the image latents");
+  if (stage == QLatin1String("text")) return QObject::tr("the caption embeddings");
+  if (stage == QLatin1String("sample prompts")) return QObject::tr("the sample prompts' embeddings");
+  return stage;
+}
 }  // namespace
 
 MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
@@ -420,9 +433,10 @@ void MainWindow::connectBridge() {
       QTimer::singleShot(0, this, &MainWindow::startNextQueued);
   });
   connect(bridge_, &TrainerBridge::loadProgress, this, &MainWindow::showLoadProgress);
+  connect(bridge_, &TrainerBridge::cacheProgress, this, &MainWindow::showCacheProgress);
   connect(bridge_, &TrainerBridge::started, this,
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
-            endLoadProgress();
+            endPreparing();
             lastRunDir_ = absolute(runDir);  // a relative training_folder is relative to where the app started
             addRecent(kRecentRuns, lastRunDir_);
             if (!queuedRunId_.isEmpty())
@@ -497,7 +511,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::resumed, this, [this](qint64) { updateRunHeader(); });
   connect(bridge_, &TrainerBridge::stopped, this, [this](qint64 step, const QString& checkpoint) {
-    endLoadProgress();  // a stop during the load
+    endPreparing();  // a stop during the load
     queued_.clear();
     // A stop by hand stops the queue too: the rest wait until Run queue is pressed again.
     finishQueuedRun(RunQueue::State::Stopped, tr("stopped at step %1 (resume it from its run folder)").arg(step));
@@ -520,7 +534,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
-            endLoadProgress();  // a load that failed
+            endPreparing();  // a load that failed
             queued_.clear();
             // The whole message on one line: a preflight failure's reasons follow its first line.
             finishQueuedRun(RunQueue::State::Failed, QString(message).replace('\n', ' ').simplified() +
@@ -543,28 +557,48 @@ void MainWindow::connectBridge() {
           });
 }
 
-// ---- the model load --------------------------------------------------------------
+// ---- before step 1: the model load and the cache -----------------------------------
 
-// Before step 1 a large model takes minutes to stream in: the bar counts its
-// blocks and the header and the status line (seen from every tab) say which part.
-void MainWindow::showLoadProgress(const QString& what, qint64 done, qint64 total) {
-  const QString text = tr("Loading %1: %2 of %3").arg(loadTitle(what)).arg(done).arg(total);
-  loading_ = text;
+// Before step 1 a large model takes minutes to stream in, and an images run
+// encodes its dataset first: the bar counts blocks or items, and the header and
+// the status line (seen from every tab) say what is going on.
+void MainWindow::showPreparing(const QString& line, const QString& header, const QString& barFormat, qint64 done,
+                               qint64 total) {
+  preparing_ = line;
   progress_->setRange(0, int(std::max<qint64>(1, total)));
-  progress_->setValue(int(std::min(done, total)));
-  progress_->setFormat(tr("loading %1: %v / %m").arg(what));
-  setRunHeader(tr("%1 (block by block; training starts once the model is in).").arg(text));
-  statusBar()->showMessage(text);
+  progress_->setValue(int(std::clamp<qint64>(done, 0, std::max<qint64>(1, total))));
+  progress_->setFormat(barFormat);
+  setRunHeader(header);
+  statusBar()->showMessage(line);
 }
 
-void MainWindow::endLoadProgress() {
-  if (loading_.isEmpty()) return;
-  if (statusBar()->currentMessage() == loading_) statusBar()->clearMessage();
-  loading_.clear();
+void MainWindow::showLoadProgress(const QString& what, qint64 done, qint64 total) {
+  const QString line = tr("Loading %1: %2 of %3").arg(loadTitle(what)).arg(done).arg(total);
+  showPreparing(line, tr("%1 (block by block; training starts once the model is in).").arg(line),
+                tr("loading %1: %v / %m").arg(what), done, total);
+}
+
+void MainWindow::showCacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded,
+                                   double itemsPerSecond) {
+  if (total <= 0) return;  // nothing to encode (no sample prompts)
+  const QString line = tr("Caching %1: %2 of %3").arg(cacheTitle(stage)).arg(done).arg(total);
+  QString how;
+  if (done == total && encoded == 0)
+    how = tr("all from the cache");
+  else if (encoded > 0 && itemsPerSecond > 0)
+    how = tr("%1 per second").arg(itemsPerSecond, 0, 'f', 1);
+  showPreparing(line, how.isEmpty() ? line + "." : tr("%1 (%2).").arg(line, how),
+                tr("caching %1: %v / %m").arg(stage), done, total);
+}
+
+void MainWindow::endPreparing() {
+  if (preparing_.isEmpty()) return;
+  if (statusBar()->currentMessage() == preparing_) statusBar()->clearMessage();
+  preparing_.clear();
   progress_->setFormat(tr("step %v / %m"));
 }
 
-QString MainWindow::loadProgressText() const { return loading_; }
+QString MainWindow::preparingText() const { return preparing_; }
 
 // ---- the run header --------------------------------------------------------------
 
@@ -811,7 +845,7 @@ void MainWindow::startRun() {
   if (!bridge_->start(cfg, &error))
     showError(tr("Cannot start"), error);
   else
-    setRunHeader(tr("Starting: checking the config and the devices, then loading the model."));
+    setRunHeader(startingHeader());
   updateRunControls();
 }
 
@@ -985,6 +1019,7 @@ void MainWindow::startNextQueued() {
     }
     queuedRunId_ = e.id;
     queue_->setState(e.id, RunQueue::State::Running, tr("starting"));
+    setRunHeader(startingHeader());
     updateRunControls();
     return;
   }

@@ -145,10 +145,11 @@ class Checker {
 
   // What model.name_or_path takes for the config's family, for hints.
   std::string modelFolderHint() const {
-    return flux() ? "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true"
-                  : "point it at a local " + enumName(cfg_.model.arch) +
-                        "-family model folder (config.json and its .safetensors, as transformers' save_pretrained "
-                        "writes it; with random_weights: true, a folder holding only config.json)";
+    if (flux())
+      return "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true";
+    return "point it at a local " + enumName(cfg_.model.arch) +
+           "-family model folder (config.json and its .safetensors, as transformers' save_pretrained writes it; "
+           "with random_weights: true, a folder holding only config.json)";
   }
 
   // A key set away from its default that the chosen family does not read: said,

@@ -5,7 +5,8 @@
 // its last step, loss history and placement, recent run folders are absolute,
 // the export offers the run's one exports folder, the tabs have shortcuts, and
 // a model streamed in before step 1 (T5, then the transformer, of the
-// flux_pipeline_a fixture) shows what loads and how far, cleared when training starts.
+// flux_pipeline_a fixture) and the images run's cache show what loads or is
+// encoded and how far, cleared when training starts.
 #include <QAction>
 #include <QFile>
 #include <QFileInfo>
@@ -15,12 +16,14 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QProgressBar>
+#include <QRegularExpression>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <algorithm>
 
 #include "GuiTestSupport.h"
 #include "ui/ConfigEditor.h"
@@ -42,7 +45,7 @@ class RunViewTest : public QObject {
   void pausedRunSaysSoAndQueuedRequestsWait();
   void closingDuringARunAsksStopOrKeep();
   void finishedRunNotifiesAndReopensWithItsHistory();
-  void modelLoadShowsWhatLoadsAndHowFar();
+  void modelLoadAndCacheShowWhatAndHowFar();
 
  private:
   // The demo, writing under `runs` (relative: the tests start in the temp folder), sampling every 2 steps.
@@ -222,7 +225,7 @@ struct LoadSeen {
 
 }  // namespace
 
-void RunViewTest::modelLoadShowsWhatLoadsAndHowFar() {
+void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
   const QString model = sourceFile("tests/fixtures/reference/flux_pipeline_a/model");
   if (!QFileInfo::exists(model + "/model_index.json")) QSKIP("no flux_pipeline_a fixture");
   // Units per component: its blocks, then the rest of it (from the fixture's own configs).
@@ -263,10 +266,20 @@ void RunViewTest::modelLoadShowsWhatLoadsAndHowFar() {
   auto* bar = child<QProgressBar>(&w, "runProgress");
   // Connected after the window's own slot: sees what the window shows for each event.
   QVector<LoadSeen> seen;
+  QStringList order;  // "cache latents", "load T5", ... as they came
   connect(w.bridge(), &TrainerBridge::loadProgress, &w, [&](const QString& what, qint64 done, qint64 total) {
     seen << LoadSeen{what, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
-                     w.loadProgressText()};
+                     w.preparingText()};
+    order << "load " + what;
   });
+  // The cache fills before and around T5's load (T5 is read for the first caption it encodes).
+  QVector<LoadSeen> cached;
+  connect(w.bridge(), &TrainerBridge::cacheProgress, &w,
+          [&](const QString& stage, qint64 done, qint64 total, qint64, double) {
+            cached << LoadSeen{stage, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
+                               w.preparingText()};
+            order << "cache " + stage;
+          });
   QSignalSpy started(w.bridge(), &TrainerBridge::started);
   QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
   child<QPushButton>(&w, "startButton")->click();
@@ -294,8 +307,32 @@ void RunViewTest::modelLoadShowsWhatLoadsAndHowFar() {
     QCOMPARE(s.status, line);  // on the status line too, seen from every tab
     QCOMPARE(s.bar, QString("loading %1: %2 / %3").arg(s.what).arg(s.done).arg(s.total));
   }
+  // The latents, then the captions (T5 loads for them), each to its end, before the transformer.
+  const int images = 3;
+  QVERIFY(!cached.isEmpty());
+  for (const char* stage : {"latents", "text"}) {
+    const auto last = std::find_if(cached.rbegin(), cached.rend(), [&](const LoadSeen& s) { return s.what == stage; });
+    QVERIFY2(last != cached.rend(), stage);
+    // One latent per image (one bucket each); the texts are the captions and the empty caption-dropout one.
+    const bool latents = QString(stage) == "latents";
+    if (latents) QCOMPARE(last->total, qint64(images));
+    else QVERIFY(last->total > images);
+    QCOMPARE(last->done, last->total);
+    const QString line = QString("Caching %1: %2 of %2")
+                             .arg(latents ? "the image latents" : "the caption embeddings")
+                             .arg(last->total);
+    QCOMPARE(last->line, line);
+    QVERIFY2(last->header.startsWith(line), qPrintable(last->header));
+    QCOMPARE(last->status, line);
+    QCOMPARE(last->bar, QString("caching %1: %2 / %2").arg(stage).arg(last->total));
+  }
+  const int firstT5 = int(order.indexOf("load T5")), lastT5 = int(order.lastIndexOf("load T5"));
+  QVERIFY2(order.indexOf("cache text") < firstT5 && order.lastIndexOf("cache text") > lastT5,
+           qPrintable(order.join(", ")));
+  QVERIFY2(order.lastIndexOf(QRegularExpression("cache .*")) < int(order.indexOf("load transformer")),
+           qPrintable(order.join(", ")));
   // Training started: the load is gone from the header, the status line and the bar.
-  QVERIFY(w.loadProgressText().isEmpty());
+  QVERIFY(w.preparingText().isEmpty());
   QVERIFY2(!w.runHeader().contains("Loading"), qPrintable(w.runHeader()));
   QVERIFY2(!w.statusBar()->currentMessage().contains("Loading"), qPrintable(w.statusBar()->currentMessage()));
   QVERIFY2(bar->text().startsWith("step "), qPrintable(bar->text()));
