@@ -34,6 +34,7 @@
 #include <algorithm>
 
 #include "config/RunConfig.h"
+#include "events/Events.h"
 #include "ui/ConfigBackend.h"
 #include "ui/ConfigEditor.h"
 #include "ui/DatasetView.h"
@@ -104,8 +105,8 @@ constexpr double kEtaSmoothing = 0.1;
 
 // A component a run streams in (events::LoadProgressEvent::what), in user words.
 QString loadTitle(const QString& what) {
-  if (what == QLatin1String("transformer")) return QObject::tr("the transformer");
-  if (what == QLatin1String("T5")) return QObject::tr("the T5 text encoder");
+  if (what == QLatin1String(events::kLoadTransformer)) return QObject::tr("the transformer");
+  if (what == QLatin1String(events::kLoadT5)) return QObject::tr("the T5 text encoder");
   return what;
 }
 
