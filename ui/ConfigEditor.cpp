@@ -130,6 +130,29 @@ QStringList listItems(const config::Value& v) {
   return out;
 }
 
+// A string list is edited one item per line. A line break inside an item (a chat
+// template's prompt) is shown as \n and a backslash as \\, so editing the list
+// keeps such an item whole instead of splitting it in two.
+QString itemLine(const QString& item) {
+  QString s = item;
+  s.replace('\\', "\\\\");
+  s.replace('\n', "\\n");
+  return s;
+}
+
+QString lineItem(const QString& line) {
+  QString out;
+  for (int i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\')) {
+      out += line[i + 1] == 'n' ? QChar('\n') : QChar('\\');
+      ++i;
+    } else {
+      out += line[i];
+    }
+  }
+  return out;
+}
+
 void repolish(QWidget* w) {
   w->style()->unpolish(w);
   w->style()->polish(w);
@@ -413,7 +436,7 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
     }
     case KeyType::StringList: {
       auto* text = new QPlainTextEdit(parent);
-      text->setPlaceholderText(tr("one per line"));
+      text->setPlaceholderText(tr("one per line (\\n for a line break inside one)"));
       text->setTabChangesFocus(true);
       text->setMaximumHeight(90);
       connect(text, &QPlainTextEdit::textChanged, this, edited);
@@ -752,7 +775,9 @@ void ConfigEditor::refreshField(const Field& f) {
     }
     case KeyType::StringList: {
       auto* plain = static_cast<QPlainTextEdit*>(f.editor);
-      const QString joined = listItems(v).join('\n');
+      QStringList lines;
+      for (const QString& item : listItems(v)) lines << itemLine(item);
+      const QString joined = lines.join('\n');
       if (plain->toPlainText() != joined) plain->setPlainText(joined);
       break;
     }
@@ -806,9 +831,11 @@ void ConfigEditor::onFieldEdited(const QString& key) {
                          config::Value(static_cast<QComboBox*>(f.editor)->currentData().toString().toStdString()));
         break;
       case KeyType::StringList: {
+        // A prompt is kept as typed (its spaces count for a causal LM); module patterns are trimmed.
+        const bool asTyped = f.spec->path == "sample.prompts";
         std::vector<std::string> items;
         for (const QString& l : static_cast<QPlainTextEdit*>(f.editor)->toPlainText().split('\n'))
-          if (!l.trimmed().isEmpty()) items.push_back(l.trimmed().toStdString());
+          if (!l.trimmed().isEmpty()) items.push_back(lineItem(asTyped ? l : l.trimmed()).toStdString());
         config::setValue(next, k, config::Value(items));
         break;
       }

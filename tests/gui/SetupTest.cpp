@@ -64,6 +64,7 @@ class SetupTest : public QObject {
   void newConfigStartsFromAValidTemplate();
   void planFitsAt1400AndScrollsAt1000();
   void aSeedAboveTheIntRangeIsShownAndKeptAsWritten();
+  void aMultiLinePromptSurvivesAnEditOfThePromptList();
 
  private:
   QTemporaryDir tmp_;
@@ -424,6 +425,28 @@ void SetupTest::aSeedAboveTheIntRangeIsShownAndKeptAsWritten() {
   QVERIFY(e.hasErrors());
   // Keys whose range fits an int keep their spin box.
   QVERIFY(qobject_cast<QSpinBox*>(e.fieldFor("network.linear")));
+}
+
+// A chat template's prompt spans lines; the prompt box shows one prompt per line.
+// Adding a prompt used to split it in two (and trim the spaces a causal LM reads).
+void SetupTest::aMultiLinePromptSurvivesAnEditOfThePromptList() {
+  ConfigEditor e;
+  QVERIFY(e.loadFile(demoCopy_));
+  QVERIFY(e.setValueText("sample.prompts", "[\"### INPUT: sky?\\n### OUTPUT:\", \" It is\", \"a \\\\ b\"]"));
+  auto* box = qobject_cast<QPlainTextEdit*>(e.fieldFor("sample.prompts"));
+  QVERIFY(box);
+  QCOMPARE(box->toPlainText(), QString("### INPUT: sky?\\n### OUTPUT:\n It is\na \\\\ b"));
+  box->setPlainText(box->toPlainText() + "\na red circle");  // the user adds a prompt
+  const std::vector<std::string> want = {"### INPUT: sky?\n### OUTPUT:", " It is", "a \\ b", "a red circle"};
+  QCOMPARE(e.config().sample.prompts, want);
+  // Typed as the box shows it: \n is a line break inside the prompt.
+  box->setPlainText("first\\nsecond line");
+  QCOMPARE(e.config().sample.prompts, std::vector<std::string>({"first\nsecond line"}));
+  // Module patterns are still trimmed, one per line.
+  auto* targets = qobject_cast<QPlainTextEdit*>(e.fieldFor("network.target_modules"));
+  QVERIFY(targets);
+  targets->setPlainText("  *attn*  \n\n*ff*");
+  QCOMPARE(e.config().network.targetModules, std::vector<std::string>({"*attn*", "*ff*"}));
 }
 
 QTEST_MAIN(SetupTest)
