@@ -26,6 +26,7 @@
 #include <QToolButton>
 #include <QTreeWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <limits>
 
 #include "common/Error.h"
@@ -57,14 +58,35 @@ QString slug(const QString& group) {
   return s;
 }
 
-QString toolTipOf(const KeySpec& spec) {
+// The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX
+// checkpoint), and for the dataset kinds and LoRA forms the family's choices and default, as the
+// editor offers them (backend::switchFamily picks the first).
+QString toolTipOf(const KeySpec& spec, config::ModelArch arch) {
   QString tip = "<b>" + QString::fromStdString(spec.path).toHtmlEscaped() + "</b>";
-  if (!spec.doc.empty()) tip += "<br>" + QString::fromStdString(spec.doc).toHtmlEscaped();
+  const std::string& doc = spec.docFor(arch);
+  if (!doc.empty()) tip += "<br>" + QString::fromStdString(doc).toHtmlEscaped();
   tip += "<br><i>" + QString::fromStdString(config::keyTypeName(spec.type));
   if (!spec.unit.empty()) tip += ", " + QString::fromStdString(spec.unit);
-  const std::string range = spec.rangeText();
+  std::string range = spec.rangeText();
+  std::string def = config::formatValue(spec.defaultValue);
+  std::vector<std::string> offered;
+  if (spec.path == "datasets[].type")
+    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered.push_back(config::enumName(t));
+  if (spec.path == "save.export_formats")
+    for (config::ExportFormat f : backend::exportFormatsOf(arch)) offered.push_back(config::enumName(f));
+  if (!offered.empty()) {
+    range = "one of:";
+    for (const std::string& c : offered) range += " " + c;
+    auto offers = [&offered](const std::string& c) {
+      return std::find(offered.begin(), offered.end(), c) != offered.end();
+    };
+    bool offersDefault = true;
+    if (auto* s = std::get_if<std::string>(&spec.defaultValue)) offersDefault = offers(*s);
+    if (auto* l = std::get_if<std::vector<std::string>>(&spec.defaultValue))
+      for (const std::string& c : *l) offersDefault = offersDefault && offers(c);
+    if (!offersDefault) def = spec.type == KeyType::ChoiceList ? "[" + offered.front() + "]" : offered.front();
+  }
   if (!range.empty()) tip += ", " + QString::fromStdString(range).toHtmlEscaped();
-  const std::string def = config::formatValue(spec.defaultValue);
   tip += ", default: " + (def.empty() ? QString("unset") : QString::fromStdString(def).toHtmlEscaped());
   tip += "</i>";
   return tip;
@@ -105,6 +127,29 @@ QStringList listItems(const config::Value& v) {
     for (double x : *l) out << QString::fromStdString(config::formatNumber(x));
   else if (auto* l = std::get_if<std::vector<std::string>>(&v))
     for (const std::string& x : *l) out << QString::fromStdString(x);
+  return out;
+}
+
+// A string list is edited one item per line. A line break inside an item (a chat
+// template's prompt) is shown as \n and a backslash as \\, so editing the list
+// keeps such an item whole instead of splitting it in two.
+QString itemLine(const QString& item) {
+  QString s = item;
+  s.replace('\\', "\\\\");
+  s.replace('\n', "\\n");
+  return s;
+}
+
+QString lineItem(const QString& line) {
+  QString out;
+  for (int i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\')) {
+      out += line[i + 1] == 'n' ? QChar('\n') : QChar('\\');
+      ++i;
+    } else {
+      out += line[i];
+    }
+  }
   return out;
 }
 
@@ -355,9 +400,12 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
       return check;
     }
     case KeyType::Int: {
-      if (spec.nullable) {
+      // A spin box holds an int: a seed above 2^31 - 1 would show (and be saved) as
+      // another number. Such keys are typed as text and read back exactly.
+      const bool fitsSpin = spec.max && *spec.max <= std::numeric_limits<int>::max();
+      if (spec.nullable || !fitsSpin) {
         auto* line = new QLineEdit(parent);
-        line->setPlaceholderText(tr("(from the preset)"));
+        if (spec.nullable) line->setPlaceholderText(tr("(from the preset)"));
         connect(line, &QLineEdit::textEdited, this, edited);
         return line;
       }
@@ -388,7 +436,7 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
     }
     case KeyType::StringList: {
       auto* text = new QPlainTextEdit(parent);
-      text->setPlaceholderText(tr("one per line"));
+      text->setPlaceholderText(tr("one per line (\\n for a line break inside one)"));
       text->setTabChangesFocus(true);
       text->setMaximumHeight(90);
       connect(text, &QPlainTextEdit::textChanged, this, edited);
@@ -494,7 +542,7 @@ void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QStrin
     field.row = holder;
   }
   fields_[key] = field;
-  const QString tip = toolTipOf(spec);
+  const QString tip = toolTipOf(spec, config_->model.arch);
   editor->setToolTip(tip);
   field.label->setToolTip(tip);
 }
@@ -727,7 +775,9 @@ void ConfigEditor::refreshField(const Field& f) {
     }
     case KeyType::StringList: {
       auto* plain = static_cast<QPlainTextEdit*>(f.editor);
-      const QString joined = listItems(v).join('\n');
+      QStringList lines;
+      for (const QString& item : listItems(v)) lines << itemLine(item);
+      const QString joined = lines.join('\n');
       if (plain->toPlainText() != joined) plain->setPlainText(joined);
       break;
     }
@@ -781,9 +831,11 @@ void ConfigEditor::onFieldEdited(const QString& key) {
                          config::Value(static_cast<QComboBox*>(f.editor)->currentData().toString().toStdString()));
         break;
       case KeyType::StringList: {
+        // A prompt is kept as typed (its spaces count for a causal LM); module patterns are trimmed.
+        const bool asTyped = f.spec->path == "sample.prompts";
         std::vector<std::string> items;
         for (const QString& l : static_cast<QPlainTextEdit*>(f.editor)->toPlainText().split('\n'))
-          if (!l.trimmed().isEmpty()) items.push_back(l.trimmed().toStdString());
+          if (!l.trimmed().isEmpty()) items.push_back(lineItem(asTyped ? l : l.trimmed()).toStdString());
         config::setValue(next, k, config::Value(items));
         break;
       }
@@ -1057,7 +1109,7 @@ void ConfigEditor::markFields() {
       repolish(f.editor);
       repolish(f.label);
     }
-    const QString base = toolTipOf(*f.spec);
+    const QString base = toolTipOf(*f.spec, config_->model.arch);
     f.editor->setToolTip(base + tip);
     f.label->setToolTip(base + tip);
   }

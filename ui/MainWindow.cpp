@@ -34,6 +34,7 @@
 #include <algorithm>
 
 #include "config/RunConfig.h"
+#include "events/Events.h"
 #include "ui/ConfigBackend.h"
 #include "ui/ConfigEditor.h"
 #include "ui/DatasetView.h"
@@ -101,6 +102,26 @@ QString runFile(const QString& runDir, std::string runner::RunFolderFiles::*memb
 
 // Weight of the newest progress tick in the time-left estimate (ticks come every 150 ms).
 constexpr double kEtaSmoothing = 0.1;
+
+// A component a run streams in (events::LoadProgressEvent::what), in user words.
+QString loadTitle(const QString& what) {
+  if (what == QLatin1String(events::kLoadTransformer)) return QObject::tr("the transformer");
+  if (what == QLatin1String(events::kLoadT5)) return QObject::tr("the T5 text encoder");
+  return what;
+}
+
+// The header from Start until the first load or cache figure.
+QString startingHeader() {
+  return QObject::tr("Starting: checking the config and the devices, then loading the model.");
+}
+
+// A stage of an images run's cache (events::CacheProgressEvent::stage), in user words.
+QString cacheTitle(const QString& stage) {
+  if (stage == QLatin1String("latents")) return QObject::tr("the image latents");
+  if (stage == QLatin1String("text")) return QObject::tr("the caption embeddings");
+  if (stage == QLatin1String("sample prompts")) return QObject::tr("the sample prompts' embeddings");
+  return stage;
+}
 }  // namespace
 
 MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
@@ -412,8 +433,11 @@ void MainWindow::connectBridge() {
     if (state == TrainerBridge::State::Idle && queueRunning_ && !closeAfterStop_)
       QTimer::singleShot(0, this, &MainWindow::startNextQueued);
   });
+  connect(bridge_, &TrainerBridge::loadProgress, this, &MainWindow::showLoadProgress);
+  connect(bridge_, &TrainerBridge::cacheProgress, this, &MainWindow::showCacheProgress);
   connect(bridge_, &TrainerBridge::started, this,
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
+            endPreparing();
             lastRunDir_ = absolute(runDir);  // a relative training_folder is relative to where the app started
             addRecent(kRecentRuns, lastRunDir_);
             if (!queuedRunId_.isEmpty())
@@ -488,6 +512,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::resumed, this, [this](qint64) { updateRunHeader(); });
   connect(bridge_, &TrainerBridge::stopped, this, [this](qint64 step, const QString& checkpoint) {
+    endPreparing();  // a stop during the load
     queued_.clear();
     // A stop by hand stops the queue too: the rest wait until Run queue is pressed again.
     finishQueuedRun(RunQueue::State::Stopped, tr("stopped at step %1 (resume it from its run folder)").arg(step));
@@ -510,6 +535,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::failed, this,
           [this](const QString& message, qint64 step, const QString& lastCheckpoint) {
+            endPreparing();  // a load that failed
             queued_.clear();
             // The whole message on one line: a preflight failure's reasons follow its first line.
             finishQueuedRun(RunQueue::State::Failed, QString(message).replace('\n', ' ').simplified() +
@@ -531,6 +557,49 @@ void MainWindow::connectBridge() {
             statusBar()->showMessage(tr("LoRA exported: %1").arg(files.join(", ")), 10000);
           });
 }
+
+// ---- before step 1: the model load and the cache -----------------------------------
+
+// Before step 1 a large model takes minutes to stream in, and an images run
+// encodes its dataset first: the bar counts blocks or items, and the header and
+// the status line (seen from every tab) say what is going on.
+void MainWindow::showPreparing(const QString& line, const QString& header, const QString& barFormat, qint64 done,
+                               qint64 total) {
+  preparing_ = line;
+  progress_->setRange(0, int(std::max<qint64>(1, total)));
+  progress_->setValue(int(std::clamp<qint64>(done, 0, std::max<qint64>(1, total))));
+  progress_->setFormat(barFormat);
+  setRunHeader(header);
+  statusBar()->showMessage(line);
+}
+
+void MainWindow::showLoadProgress(const QString& what, qint64 done, qint64 total) {
+  const QString line = tr("Loading %1: %2 of %3").arg(loadTitle(what)).arg(done).arg(total);
+  showPreparing(line, tr("%1 (block by block; training starts once the model is in).").arg(line),
+                tr("loading %1: %v / %m").arg(what), done, total);
+}
+
+void MainWindow::showCacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded,
+                                   double itemsPerSecond) {
+  if (total <= 0) return;  // nothing to encode (no sample prompts)
+  const QString line = tr("Caching %1: %2 of %3").arg(cacheTitle(stage)).arg(done).arg(total);
+  QString how;
+  if (done == total && encoded == 0)
+    how = tr("all from the cache");
+  else if (encoded > 0 && itemsPerSecond > 0)
+    how = tr("%1 per second").arg(itemsPerSecond, 0, 'f', 1);
+  showPreparing(line, how.isEmpty() ? line + "." : tr("%1 (%2).").arg(line, how),
+                tr("caching %1: %v / %m").arg(stage), done, total);
+}
+
+void MainWindow::endPreparing() {
+  if (preparing_.isEmpty()) return;
+  if (statusBar()->currentMessage() == preparing_) statusBar()->clearMessage();
+  preparing_.clear();
+  progress_->setFormat(tr("step %v / %m"));
+}
+
+QString MainWindow::preparingText() const { return preparing_; }
 
 // ---- the run header --------------------------------------------------------------
 
@@ -774,7 +843,10 @@ void MainWindow::startRun() {
   if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
   runBlockSizes_ = blockSizes(cfg);
   QString error;
-  if (!bridge_->start(cfg, &error)) showError(tr("Cannot start"), error);
+  if (!bridge_->start(cfg, &error))
+    showError(tr("Cannot start"), error);
+  else
+    setRunHeader(startingHeader());
   updateRunControls();
 }
 
@@ -803,6 +875,7 @@ void MainWindow::resumeRunFolder(const QString& dir) {
   }
   lastRunDir_ = runDir;
   addRecent(kRecentRuns, runDir);
+  setRunHeader(tr("Resuming %1: reading its checkpoint, then loading the model.").arg(runDir));
 }
 
 void MainWindow::showExportDialog() {
@@ -947,6 +1020,7 @@ void MainWindow::startNextQueued() {
     }
     queuedRunId_ = e.id;
     queue_->setState(e.id, RunQueue::State::Running, tr("starting"));
+    setRunHeader(startingHeader());
     updateRunControls();
     return;
   }

@@ -75,6 +75,9 @@ class MainWindow : public QMainWindow {
   QStringList recentRunFolders() const;
   // The header line over the run view ("Paused at step 12 of 100 ...").
   QString runHeader() const;
+  // Before step 1, what the run is doing ("Loading the transformer: 12 of 58",
+  // "Caching the image latents: 40 of 500"); empty once training started.
+  QString preparingText() const;
   // The time left the header shows (smoothed over steps), in seconds; 0 = unknown.
   double shownEtaSeconds() const { return etaSmoothed_; }
 
@@ -123,6 +126,10 @@ class MainWindow : public QMainWindow {
   void notify(const QString& title, const QString& message, bool failure);
   void updateRunHeader();
   void setRunHeader(const QString& text);
+  void showPreparing(const QString& line, const QString& header, const QString& barFormat, qint64 done, qint64 total);
+  void showLoadProgress(const QString& what, qint64 done, qint64 total);
+  void showCacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded, double itemsPerSecond);
+  void endPreparing();  // training started (or the run ended): the bar counts steps again
   void queueRequest(const QString& what);
   void startNextQueued();
   void finishQueuedRun(RunQueue::State state, const QString& message);
@@ -165,6 +172,7 @@ class MainWindow : public QMainWindow {
   // The run header's figures (from the last progress tick).
   qint64 step_ = 0, totalSteps_ = 0;
   double stepTimeMs_ = 0, etaSmoothed_ = 0;
+  QString preparing_;  // the load or cache line shown before step 1
   QStringList queued_;  // requests not done yet (sample, checkpoint): done after the next step
   qint64 queuedAtStep_ = 0;
   bool closeAfterStop_ = false;

@@ -5,7 +5,9 @@
 #include <QPointer>
 #include <QThread>
 #include <QTimer>
+#include <chrono>
 #include <mutex>
+#include <string>
 
 #include "config/RunConfig.h"
 #include "ui/TrainerRunner.h"
@@ -21,6 +23,25 @@ QVector<MemoryView> memoryOf(const std::vector<events::DeviceMemory>& memory) {
   for (const auto& m : memory) out << MemoryView{qs(m.device), m.allocatedBytes, m.reservedBytes, m.capBytes};
   return out;
 }
+
+// Lets a stage's first and last cache progress through, and between them one per
+// kCacheProgressIntervalMs: a folder of thousands of images encodes in as many batches.
+class CacheThrottle {
+ public:
+  bool pass(const events::CacheProgressEvent& e) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool due = e.stage != stage_ || e.done >= e.total ||
+                     now - last_ >= std::chrono::milliseconds(TrainerBridge::kCacheProgressIntervalMs);
+    if (!due) return false;
+    stage_ = e.stage;
+    last_ = now;
+    return true;
+  }
+
+ private:
+  std::string stage_;
+  std::chrono::steady_clock::time_point last_{};
+};
 
 }  // namespace
 
@@ -144,6 +165,10 @@ struct BridgeAccess {
           if constexpr (std::is_same_v<T, events::StartedEvent>) {
             b->runDir_ = qs(e.runDir);
             emit b->started(qs(e.runDir), e.startStep, e.totalSteps, e.resumed);
+          } else if constexpr (std::is_same_v<T, events::LoadProgressEvent>) {
+            emit b->loadProgress(qs(e.what), e.done, e.total);
+          } else if constexpr (std::is_same_v<T, events::CacheProgressEvent>) {
+            emit b->cacheProgress(qs(e.stage), e.done, e.total, e.encoded, e.itemsPerSecond);
           } else if constexpr (std::is_same_v<T, events::PlacementEvent>) {
             emit b->placementChanged(placementViewOf(e));
           } else if constexpr (std::is_same_v<T, events::SampleEvent>) {
@@ -199,9 +224,12 @@ bool TrainerBridge::launchRun(bool resume, std::shared_ptr<const config::RunConf
   const std::string dir = runDir.toStdString();
   auto body = [self, shared, cfg, dir, resume] {
     events::EventBus bus;
+    CacheThrottle cacheThrottle;  // the training thread's own
     // Runs on the training thread. Steps go to the buffer the GUI drains on its
-    // timer; every other event is queued to the GUI thread as one call.
-    events::Subscription sub = bus.subscribe([self, shared](const events::Event& e) {
+    // timer; cache progress is thinned out (CacheThrottle); every other event is
+    // queued to the GUI thread as one call, in order.
+    events::Subscription sub = bus.subscribe([self, shared, &cacheThrottle](const events::Event& e) {
+      if (const auto* c = std::get_if<events::CacheProgressEvent>(&e); c && !cacheThrottle.pass(*c)) return;
       if (const auto* s = std::get_if<events::StepEvent>(&e)) {
         std::lock_guard<std::mutex> lock(shared->mutex);
         shared->pending << MetricPoint{s->step, s->loss, s->lossSmoothed, s->lr};

@@ -36,6 +36,9 @@ class TrainerBridge : public QObject {
   enum class State { Idle, Running, Paused, Stopping, Exporting };
   Q_ENUM(State)
   static constexpr int kDrainIntervalMs = 150;
+  // Cache progress comes once per encoded batch: at most one per this interval
+  // reaches the GUI per stage, and always the first and the last.
+  static constexpr int kCacheProgressIntervalMs = 150;
 
   explicit TrainerBridge(QObject* parent = nullptr);
   ~TrainerBridge() override;  // requests a stop and waits for the thread
@@ -61,6 +64,12 @@ class TrainerBridge : public QObject {
 
  signals:
   void stateChanged(strata::ui::TrainerBridge::State state);
+  // Before `started`: a component streamed in block by block ("transformer", "T5"),
+  // `done` of `total` units (blocks, then the rest of it). One per block: a few dozen a run.
+  void loadProgress(const QString& what, qint64 done, qint64 total);
+  // Before `started`: an images run's cache fills ("latents", "text", "sample prompts"):
+  // `done` of `total` items ready, `encoded` of them encoded now (0: all from the cache).
+  void cacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded, double itemsPerSecond);
   void started(const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed);
   void metricsReady(const QVector<strata::ui::MetricPoint>& points);  // one batch per tick
   void progress(qint64 step, qint64 totalSteps, double stepTimeMs, double etaSeconds);

@@ -603,6 +603,8 @@ const FamilyOnly kFamilyOnly[] = {
     {"model.axes_dims_rope", ModelArch::Flux},
     {"model.guidance_embeds", ModelArch::Flux},
     {"model.quantize_te", ModelArch::Flux},
+    // The text encoders' and VAE's share: a causal LM has no other modules.
+    {"model.split_model_other_module_param_count_scale", ModelArch::Flux},
     {"train.timestep_type", ModelArch::Flux},
     {"train.guidance", ModelArch::Flux},
     {"train.caption_dropout_rate", ModelArch::Flux},
@@ -630,6 +632,27 @@ const FamilyOnly kFamilyOnly[] = {
     {"sample.temperature", ModelArch::Llama},
 };
 
+// The words of a shared key for a family other than FLUX.1 (KeySpec::familyDocs).
+struct FamilyDoc {
+  const char* path;
+  ModelArch arch;
+  const char* doc;
+};
+const FamilyDoc kFamilyDocs[] = {
+    {"model.name_or_path", ModelArch::Llama,
+     "Causal LM folder as transformers writes it: config.json and the .safetensors (local; with random_weights "
+     "config.json alone)"},
+    {"model.tokenizer_path", ModelArch::Llama,
+     "The tokenizer's folder (tokenizer.json or tokenizer.model); empty = model.name_or_path"},
+    {"train.batch_size", ModelArch::Llama, "Token rows (samples of max_seq_len tokens) per forward pass"},
+    {"train.offload_checkpoints", ModelArch::Llama,
+     "With gradient checkpointing: keep each decoder layer's saved input in pinned host memory, not on the GPU"},
+    {"datasets[].type", ModelArch::Llama, "jsonl (one JSON object per line) or synthetic (random tokens)"},
+    {"sample.sample_every", ModelArch::Llama, "Generate text for sample.prompts every N steps; 0 = never"},
+    {"sample.prompts", ModelArch::Llama, "Prompts the model continues at each sample"},
+    {"save.export_formats", ModelArch::Llama, "LoRA written at each save: peft (an adapter folder)"},
+};
+
 void applyLooks(std::vector<KeySpec>& keys) {
   for (KeySpec& k : keys) {
     for (const Look& l : kLooks)
@@ -641,6 +664,8 @@ void applyLooks(std::vector<KeySpec>& keys) {
       }
     for (const FamilyOnly& f : kFamilyOnly)
       if (k.path == f.path) k.families = {f.arch};
+    for (const FamilyDoc& d : kFamilyDocs)
+      if (k.path == d.path) k.familyDocs.emplace_back(d.arch, d.doc);
   }
 }
 
@@ -676,6 +701,12 @@ std::string keyTypeName(KeyType type) {
 
 bool KeySpec::appliesTo(ModelArch arch) const {
   return families.empty() || std::find(families.begin(), families.end(), arch) != families.end();
+}
+
+const std::string& KeySpec::docFor(ModelArch arch) const {
+  for (const auto& [a, d] : familyDocs)
+    if (a == arch) return d;
+  return doc;
 }
 
 std::string KeySpec::rangeText() const {

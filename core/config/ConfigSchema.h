@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -54,7 +55,7 @@ struct KeySpec {
   KeyType type = KeyType::String;
   Value defaultValue;         // from a default-constructed RunConfig / DatasetConfig
   std::string unit;           // "steps", "GB", "pixels", ... or empty
-  std::string doc;            // one line for a tooltip
+  std::string doc;            // one line for a tooltip (the FLUX.1 words where families differ)
   std::optional<double> min;  // numbers and number lists (each element)
   std::optional<double> max;
   bool minExclusive = false;         // (min, ...] rather than [min, ...]
@@ -79,6 +80,11 @@ struct KeySpec {
   // The model families that read the key (model.arch); empty = every family.
   std::vector<ModelArch> families;
   bool appliesTo(ModelArch arch) const;
+  // A key every family reads but whose files or values differ by family
+  // (model.name_or_path: a FLUX checkpoint, a causal LM's folder) has its doc per
+  // family; docFor gives that one, else `doc`.
+  std::vector<std::pair<ModelArch, std::string>> familyDocs;
+  const std::string& docFor(ModelArch arch) const;
 
   std::function<Value(const RunConfig&, size_t datasetIndex)> get;
   // Throws ConfigError when `value` does not hold this key's type.

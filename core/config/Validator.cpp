@@ -64,6 +64,8 @@ class Checker {
   // Every number against the schema's range; lists element by element.
   void ranges() {
     for (const KeySpec& spec : schema()) {
+      // A key the family does not read is said to be ignored (familyKeys), not held to FLUX's ranges.
+      if (!spec.appliesTo(cfg_.model.arch)) continue;
       const size_t count = spec.isDatasetKey() ? cfg_.datasets.size() : 1;
       for (size_t i = 0; i < count; ++i) {
         const std::string key =
@@ -109,6 +111,7 @@ class Checker {
       error("model.is_flux", "is_flux is false but model.arch is flux",
             "set model.arch: llama for a Llama-family causal LM, or is_flux: true with a FLUX checkpoint");
     familyKeys();
+    if (!flux()) return;  // the rest are FLUX.1's shape and single-file keys (familyKeys says they are ignored)
     if (m.attentionHeadDim && !m.axesDimsRope.empty()) {
       int64_t sum = 0;
       for (int64_t a : m.axesDimsRope) sum += a;
@@ -125,8 +128,7 @@ class Checker {
       }
     // An images run with random weights still reads its tokenizers: model.tokenizer_path, else this folder.
     const bool tokenizersHere = hasImages() && m.tokenizerPath.empty();
-    // A causal LM reads its config.json there.
-    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && flux())
+    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere)
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
     // What single files do not hold: read only with a single-file component.
@@ -140,6 +142,15 @@ class Checker {
   }
 
   bool flux() const { return cfg_.model.arch == ModelArch::Flux; }
+
+  // What model.name_or_path takes for the config's family, for hints.
+  std::string modelFolderHint() const {
+    if (flux())
+      return "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true";
+    return "point it at a local " + enumName(cfg_.model.arch) +
+           "-family model folder (config.json and its .safetensors, as transformers' save_pretrained writes it; "
+           "with random_weights: true, a folder holding only config.json)";
+  }
 
   // A key set away from its default that the chosen family does not read: said,
   // not ignored in silence.
@@ -348,28 +359,33 @@ class Checker {
   void paths() {
     if (!opt_.checkPaths) return;
     const ModelConfig& m = cfg_.model;
-    if (m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
+    if (flux() && m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
       error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
             "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
-    if (!m.randomWeights) {
-      if (m.nameOrPath.empty()) {
-        error("model.name_or_path", "no model given",
-              "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true");
-      } else {
-        const std::string why = io::pathProblem(m.nameOrPath);
-        if (!why.empty() && why != "no such file or folder") {
-          error("model.name_or_path", m.nameOrPath + ": " + why);
-        } else if (!why.empty()) {
-          const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos && m.nameOrPath.front() != '/' &&
-                                     m.nameOrPath.front() != '.' &&
-                                     std::count(m.nameOrPath.begin(), m.nameOrPath.end(), '/') == 1;
-          error("model.name_or_path", "not found: " + m.nameOrPath,
-                looksLikeRepo ? "Strata reads local files only: download the repository first and give its folder"
-                              : "give a diffusers folder or a .safetensors file");
-        }
+    // A causal LM reads its shape from config.json even with random weights.
+    if (m.nameOrPath.empty() && (!m.randomWeights || !flux())) {
+      error("model.name_or_path",
+            flux() ? std::string("no model given")
+                   : "no model given: a " + enumName(cfg_.model.arch) + " model reads its config.json there" +
+                         lineOf("model.arch"),
+            modelFolderHint());
+    } else if (!m.randomWeights) {
+      const std::string why = io::pathProblem(m.nameOrPath);
+      if (!why.empty() && why != "no such file or folder") {
+        error("model.name_or_path", m.nameOrPath + ": " + why);
+      } else if (!why.empty()) {
+        const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos && m.nameOrPath.front() != '/' &&
+                                   m.nameOrPath.front() != '.' &&
+                                   std::count(m.nameOrPath.begin(), m.nameOrPath.end(), '/') == 1;
+        error("model.name_or_path", "not found: " + m.nameOrPath,
+              looksLikeRepo ? "Strata reads local files only: download the repository first and give its folder"
+              : flux()      ? "give a diffusers folder or a .safetensors file"
+                            : "give the model folder (config.json and its .safetensors)");
       }
     }
-    if (!flux() && !m.nameOrPath.empty() && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
+    // (A missing folder is said once, above.)
+    const bool missing = !m.randomWeights && !io::pathProblem(m.nameOrPath).empty();
+    if (!flux() && !m.nameOrPath.empty() && !missing && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
       error("model.name_or_path", m.nameOrPath + ": no config.json there",
             "give the model folder that transformers' save_pretrained writes (with random_weights: a folder "
             "holding only config.json is enough)");
@@ -405,7 +421,7 @@ class Checker {
     const TrainConfig& t = cfg_.train;
     if (t.lr > 1e-2 && t.lr <= 1)
       warning("train.lr", "a learning rate of " + formatNumber(t.lr) + " is very high for LoRA",
-              "1e-4 is the usual FLUX LoRA rate");
+              flux() ? "1e-4 is the usual FLUX LoRA rate" : "1e-4 to 3e-4 is the usual rate for a LoRA on a causal LM");
     if (t.lrScheduler != LrScheduler::Constant && t.lrWarmupSteps >= t.steps)
       warning("train.lr_warmup_steps", "the warm-up (" + std::to_string(t.lrWarmupSteps) +
                                            " steps) is not shorter than the run (" + std::to_string(t.steps) + ")");
@@ -423,7 +439,9 @@ class Checker {
 
   void datasets() {
     if (cfg_.datasets.empty())
-      error("datasets", "no dataset", "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]");
+      error("datasets", "no dataset",
+            flux() ? "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]"
+                   : "add one, e.g. datasets: [{type: jsonl, file_path: /data/train.jsonl}]");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
       if (!flux()) {
@@ -517,7 +535,7 @@ class Checker {
     if (cfg_.job.name.empty()) error("job.name", "must not be empty", "it names the run folder and the LoRA files");
     if (cfg_.save.exportFormats.empty())
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
-              "add diffusers, kohya or comfy");
+              flux() ? "add diffusers, kohya or comfy" : "add peft");
     for (ExportFormat f : cfg_.save.exportFormats) {
       if (!flux() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
         error("save.export_formats", enumName(f) + " is a FLUX file form; a " + enumName(cfg_.model.arch) +

@@ -142,10 +142,14 @@ struct CacheProgressEvent {
   double itemsPerSecond = 0.0;  // encoded items per second
 };
 
-// Progress of a long model load (the transformer read block by block).
+// The components a run streams in block by block (LoadProgressEvent::what).
+inline constexpr const char* kLoadTransformer = "transformer";
+inline constexpr const char* kLoadT5 = "T5";  // FLUX.1's T5 text encoder (an images run caching its captions)
+
+// Progress of a long model load: one component read block by block.
 struct LoadProgressEvent {
-  std::string what;  // "transformer"
-  int64_t done = 0;  // units loaded (blocks, then the stem and head as one)
+  std::string what;  // kLoadTransformer, kLoadT5
+  int64_t done = 0;  // units loaded (blocks, then the rest of the model as one)
   int64_t total = 0;
 };
 

@@ -107,6 +107,7 @@ void FluxRunModels::loadTextEncoders() {
   o.t5Dtype = opt_.t5Dtype;
   o.clipDtype = opt_.clipDtype;
   o.t5Quantize = opt_.t5Quantize;
+  o.onT5Progress = opt_.onT5Progress;
   o.maxSequenceLength = opt_.maxSequenceLength;
   std::shared_ptr<FluxTextEncoders> enc;
   if (opt_.randomWeights) {

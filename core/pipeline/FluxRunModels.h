@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct RunModelsOptions {
   at::ScalarType t5Dtype = at::kFloat;
   at::ScalarType clipDtype = at::kFloat;
   nn::QuantType t5Quantize = nn::QuantType::None;  // model.quantize_te (TextEncoderOptions::t5Quantize)
+  std::function<void(int64_t done, int64_t total)> onT5Progress;  // TextEncoderOptions::onT5Progress
 };
 
 class FluxRunModels {

@@ -76,6 +76,7 @@ std::shared_ptr<FluxTextEncoders> FluxTextEncoders::load(const TextEncoderFiles&
   auto enc = open(files, options, t5Cfg, clipCfg);
   t5::T5StreamOptions t5Stream;
   t5Stream.quantize = options.t5Quantize;
+  t5Stream.onProgress = options.onT5Progress;
   enc->t5_ = t5::loadT5Encoder(files.t5, {options.device, options.t5Dtype}, enc->t5Cfg_, t5Stream);
   enc->clip_ = clip::loadClipTextModel(files.clip, {options.device, options.clipDtype}, enc->clipCfg_);
   for (auto& p : enc->t5_->parameters()) p.set_requires_grad(false);

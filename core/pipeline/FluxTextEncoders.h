@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,9 @@ struct TextEncoderOptions {
   // model.quantize_te: T5's Linears in 1 byte + a scale, quantized block by block
   // while loading. CLIP-L stays float: 123M parameters, 0.25 GB in bf16.
   nn::QuantType t5Quantize = nn::QuantType::None;
+  // load(): after each T5 block is streamed in and once at the end, the units
+  // done and in all (blocks + 1; t5::T5StreamOptions::onProgress).
+  std::function<void(int64_t done, int64_t total)> onT5Progress;
 };
 
 struct PromptEmbeddings {

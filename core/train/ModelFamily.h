@@ -46,7 +46,8 @@ class FamilyRun {
   // places it: sets st.placement (applied), st.devices and st.planReason. The
   // devices are those of st.prepared (prepareDevices), the plan its plan for a
   // split (preflight has refused one that does not fit), else the one device.
-  virtual void buildAndPlace(Trainer::State& st, const config::RunConfig& cfg) = 0;
+  // A long load says how far it is on `bus` (events::LoadProgressEvent).
+  virtual void buildAndPlace(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) = 0;
   // The built model, for the LoRA network to attach to.
   virtual torch::nn::Module& module() = 0;
   // The LoRA name rules: default targets, the file forms.

@@ -295,8 +295,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
 void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
   const auto& tc = cfg_.train;
   try {
-    st.bus = &bus_;
-    st.family->buildAndPlace(st, cfg_);
+    st.family->buildAndPlace(st, cfg_, bus_);
     if (options_.phaseTimer) {
       std::vector<int> cuda;
       for (const auto& d : st.devices)

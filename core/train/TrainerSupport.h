@@ -60,7 +60,6 @@ struct Trainer::State {
   at::Generator gen;
   std::vector<c10::Device> devices;
   PhaseTimer* phases = nullptr;  // TrainerOptions::phaseTimer, when timing phases
-  events::EventBus* bus = nullptr;  // the run's bus, for stages that take none (the model load's progress)
 
   // Data cursor and counters (checkpointed).
   int64_t drawCursor = 0;

@@ -131,5 +131,93 @@ TEST_F(FamilyKeys, ATextFieldNeedsItsMarker) {
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "datasets[0].response_marker", 10, "marker"));
 }
 
+// Words that name FLUX.1's files, defaults or forms: none of them belongs in what a
+// Llama config is told.
+bool namesFlux(const std::string& text) {
+  for (const char* w : {"FLUX", "flux", "diffusers", "safetensors file", "kohya", "comfy", "T5", "CLIP", "VAE",
+                        "tokenizer_2", "images"})
+    if (text.find(w) != std::string::npos) return true;
+  return false;
+}
+
+// `strip`: the test's own folder, whose random name could spell one.
+::testing::AssertionResult noFluxWords(const std::vector<Problem>& problems, const std::string& strip) {
+  for (const auto& p : problems) {
+    std::string text = p.message + " " + p.hint;
+    for (size_t at; !strip.empty() && (at = text.find(strip)) != std::string::npos;) text.erase(at, strip.size());
+    if (namesFlux(text))
+      return ::testing::AssertionFailure() << "a FLUX word told to a llama config: " << p.format();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(FamilyKeys, ALlamaConfigIsToldAboutItsOwnFiles) {
+  // No model folder: the hint names a causal LM's folder, not FLUX.1-dev's.
+  auto noModel = llamaBase(tmp_.path());
+  noModel.replace(noModel.find("  name_or_path: "), noModel.find("  random_weights") - noModel.find("  name_or_path: "),
+                  "  name_or_path: \"\"\n");
+  auto noModelReal = noModel;
+  noModelReal.replace(noModelReal.find("random_weights: true"), 20, "random_weights: false");
+  const auto real = check(noModelReal);
+  EXPECT_TRUE(hasProblem(real, Severity::Error, "model.name_or_path", 3, "config.json")) << test::dump(real);
+  EXPECT_TRUE(noFluxWords(real, tmp_.path().string()));
+  // With random weights it still reads config.json there: said by the validator, not at the start.
+  const auto random = check(noModel);
+  EXPECT_TRUE(hasProblem(random, Severity::Error, "model.name_or_path", 3, "config.json")) << test::dump(random);
+  EXPECT_TRUE(noFluxWords(random, tmp_.path().string()));
+
+  // A folder that is not there: said once, with what the folder holds.
+  auto missing = llamaBase(tmp_.path());
+  missing.replace(missing.find("random_weights: true"), 20, "random_weights: false");
+  missing.replace(missing.find((tmp_ / "m").string()), (tmp_ / "m").string().size(), (tmp_ / "gone").string());
+  const auto gone = check(missing);
+  EXPECT_TRUE(hasProblem(gone, Severity::Error, "model.name_or_path", 3, "not found"));
+  int nameErrors = 0;
+  for (const auto& p : gone) nameErrors += p.key == "model.name_or_path" && p.isError();
+  EXPECT_EQ(nameErrors, 1) << test::dump(gone);
+  EXPECT_TRUE(noFluxWords(gone, tmp_.path().string()));
+
+  // A high learning rate, no export form, no dataset: the hints are a causal LM's.
+  auto rest = llamaBase(tmp_.path());
+  rest.replace(rest.find("  export_formats: [peft]\n"), 25, "  export_formats: []\ntrain:\n  lr: 0.05\n");
+  const auto restProblems = check(rest);
+  EXPECT_TRUE(hasProblem(restProblems, Severity::Warning, "save.export_formats", 12, "peft"));
+  EXPECT_TRUE(hasProblem(restProblems, Severity::Warning, "train.lr", 14, "causal LM"));
+  EXPECT_TRUE(noFluxWords(restProblems, tmp_.path().string()));
+  auto noData = llamaBase(tmp_.path());
+  noData.replace(noData.find("datasets:\n"), noData.find("sample:\n") - noData.find("datasets:\n"), "datasets: []\n");
+  const auto noDataProblems = check(noData);
+  EXPECT_TRUE(hasProblem(noDataProblems, Severity::Error, "datasets", 6, "jsonl"));
+  EXPECT_TRUE(noFluxWords(noDataProblems, tmp_.path().string()));
+}
+
+TEST_F(FamilyKeys, FluxShapeKeysSetForLlamaAreIgnoredNotCheckedAsFlux) {
+  // FLUX.1's rotary, single-file and sample-size rules do not apply: each key is only said to be ignored.
+  auto yaml = llamaBase(tmp_.path());
+  yaml.replace(yaml.find("  device: cpu\n"), 14,
+               "  device: cpu\n  axes_dims_rope: [3, 5]\n  attention_head_dim: 16\n  vae_norm_num_groups: 8\n"
+               "  clip_num_attention_heads: 4\n");  // 6..9
+  yaml.replace(yaml.find("  sample_every: 0\n"), 18, "  sample_every: 0\n  width: 10\n");  // width: line 15
+  const auto problems = check(yaml);
+  for (const auto& p : problems) EXPECT_FALSE(p.isError()) << p.format();
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "model.axes_dims_rope", 6, "ignored"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "model.vae_norm_num_groups", 8, "ignored"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "sample.width", 15, "ignored"));
+  EXPECT_TRUE(noFluxWords(problems, tmp_.path().string()));
+}
+
+TEST(FamilySchema, ASharedKeysDocNamesTheFamilyItIsFor) {
+  // What a form shows a Llama config for every key it reads.
+  for (const auto& k : schema()) {
+    // These two name both families on purpose.
+    if (!k.appliesTo(ModelArch::Llama) || k.path == "model.attention_backend" || k.path == "model.arch") continue;
+    EXPECT_FALSE(namesFlux(k.docFor(ModelArch::Llama))) << k.path << ": " << k.docFor(ModelArch::Llama);
+  }
+  EXPECT_NE(findKey("model.name_or_path")->docFor(ModelArch::Llama).find("config.json"), std::string::npos);
+  EXPECT_NE(findKey("model.name_or_path")->docFor(ModelArch::Flux).find("FLUX"), std::string::npos);
+  EXPECT_NE(findKey("datasets[].type")->docFor(ModelArch::Llama).find("jsonl"), std::string::npos);
+  EXPECT_EQ(findKey("train.lr")->docFor(ModelArch::Llama), findKey("train.lr")->doc);
+}
+
 }  // namespace
 }  // namespace strata::config

@@ -5,7 +5,6 @@
 // weights against bf16 for every path, every flux_transformer fixture on CUDA, and a
 // 30-step LoRA loss curve on a qfloat8 + fp8-matmul base beside the bf16 one.
 #include <gtest/gtest.h>
-#include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,10 +18,9 @@
 #include "common/TorchCompat.h"
 #include "device/DeviceInventory.h"
 #include "gpu/GpuStats.h"
+#include "gpu/LoraLossCurve.h"
 #include "io/Safetensors.h"
-#include "lora/LoraNetwork.h"
 #include "models/flux/FluxCheckpoint.h"
-#include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 #include "nn/Linear.h"
@@ -284,7 +282,7 @@ TEST(Fp8Gpu, EveryFluxFixtureForwardAgainstBf16) {
 
 namespace {
 
-// 30 AdamW steps of rank-16 LoRA on a fixed batch; the loss of each step.
+// The base built for `path` (the same random weights every time), then the 30-step LoRA curve on it.
 std::vector<double> lossCurve(const FluxConfig& cfg, nn::QuantType t, Path path, const FluxInputs& in,
                               const at::Tensor& target) {
   at::manual_seed(31);
@@ -292,23 +290,7 @@ std::vector<double> lossCurve(const FluxConfig& cfg, nn::QuantType t, Path path,
   o.onBlockBuilt = [&](torch::nn::Module& b) { prepare(b, t, path); };
   FluxTransformer model(cfg, o);
   for (auto& p : model.parameters()) p.requires_grad_(false);
-  at::manual_seed(32);
-  lora::LoraConfig lc;
-  lc.rank = 16;
-  lc.alpha = 16;
-  auto network = lora::LoraNetwork::create(model, lc, FluxLoraRules(cfg));
-  network->train(true);
-  torch::optim::AdamW opt(network->parameters(), torch::optim::AdamWOptions(1e-3));
-  std::vector<double> losses;
-  for (int step = 0; step < 30; ++step) {
-    const auto loss = (model.forward(in).to(at::kFloat) - target).pow(2).mean();
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    losses.push_back(loss.item<double>());
-  }
-  network->detach();
-  return losses;
+  return loraLossCurve(model, cfg, in, target, 32);
 }
 
 }  // namespace
@@ -332,24 +314,15 @@ TEST(Fp8Gpu, LossCurveOnAQfloat8Fp8MatmulBaseStaysCloseToBf16) {
   in.txtIds = textIds(textTokens, at::TensorOptions(kCuda));
   const auto target = at::randn({1, side * side, cfg.outChannels}, at::TensorOptions(kCuda));
   const auto ref = lossCurve(cfg, nn::QuantType::None, Path::Bf16, in, target);
-  auto print = [](const std::string& name, const std::vector<double>& c) {
-    std::cout << "[fp8 gpu] loss curve " << name << ":";
-    for (double v : c) std::cout << " " << v;
-    std::cout << std::endl;
-  };
-  print("bf16", ref);
+  printLossCurve("fp8 gpu", "bf16", ref);
   for (const auto path : {Path::Dequantized, Path::Fp8Forward, Path::Fp8Both}) {
     const auto curve = lossCurve(cfg, nn::QuantType::QFloat8, path, in, target);
-    print(std::string("qfloat8 ") + pathName(path), curve);
-    double maxGap = 0, sumGap = 0;
-    for (size_t i = 0; i < curve.size(); ++i) {
-      const double gap = std::abs(curve[i] - ref[i]) / ref[i];
-      maxGap = std::max(maxGap, gap);
-      sumGap += gap;
-    }
+    printLossCurve("fp8 gpu", std::string("qfloat8 ") + pathName(path), curve);
+    const CurveGap gap = curveGap(curve, ref);
+    const double maxGap = gap.max;
     std::cout << "[fp8 gpu] qfloat8 " << pathName(path) << ": loss vs bf16 over 30 steps, max relative difference "
-              << maxGap << ", mean " << sumGap / curve.size() << "; first/last " << curve.front() << " / "
-              << curve.back() << " (bf16 " << ref.front() << " / " << ref.back() << ")" << std::endl;
+              << maxGap << ", mean " << gap.mean << "; first/last " << curve.front() << " / " << curve.back()
+              << " (bf16 " << ref.front() << " / " << ref.back() << ")" << std::endl;
     EXPECT_LT(curve.back(), curve.front()) << pathName(path) << ": the LoRA does not learn";
     // The same bound as the FLUX.1-dev-sized curves of the dequantizing matmul
     // (test_quant_gpu.cpp): a tenth of the loss, far above the step-to-step noise of

@@ -4,7 +4,6 @@
 // 1024 px checkpointed quantized run of 30 steps under a 16 GB cap, checkpoints offloaded
 // (peak allocated printed).
 #include <gtest/gtest.h>
-#include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +15,7 @@
 #include "device/DeviceInventory.h"
 #include "events/EventBus.h"
 #include "gpu/GpuStats.h"
-#include "lora/LoraNetwork.h"
-#include "models/flux/FluxLoraRules.h"
+#include "gpu/LoraLossCurve.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 #include "nn/Quantize.h"
@@ -66,28 +64,6 @@ std::vector<nn::QuantType> typesHere() {
   return t;
 }
 
-// 30 AdamW steps of rank-16 LoRA on a fixed batch; the loss of each step.
-std::vector<double> lossCurve(FluxTransformer& model, const FluxConfig& cfg, const FluxInputs& in,
-                              const at::Tensor& target) {
-  at::manual_seed(kSeed + 2);
-  lora::LoraConfig lc;
-  lc.rank = 16;
-  lc.alpha = 16;
-  auto network = lora::LoraNetwork::create(model, lc, FluxLoraRules(cfg));
-  network->train(true);
-  torch::optim::AdamW opt(network->parameters(), torch::optim::AdamWOptions(1e-3));
-  std::vector<double> losses;
-  for (int step = 0; step < 30; ++step) {
-    const auto loss = (model.forward(in).to(at::kFloat) - target).pow(2).mean();
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    losses.push_back(loss.item<double>());
-  }
-  network->detach();
-  return losses;
-}
-
 }  // namespace
 
 TEST(QuantGpu, FluxDevSizedForwardAndLossCurveAgainstBf16) {
@@ -107,15 +83,10 @@ TEST(QuantGpu, FluxDevSizedForwardAndLossCurveAgainstBf16) {
       at::NoGradGuard g;
       refOut = ref->forward(in).to(at::kFloat);
     }
-    refCurve = lossCurve(*ref, cfg, in, target);
+    refCurve = loraLossCurve(*ref, cfg, in, target, kSeed + 2);
   }
   train::releaseDeviceCaches();
-  auto print = [](const std::string& name, const std::vector<double>& c) {
-    std::cout << "[quant gpu] loss curve " << name << ":";
-    for (double v : c) std::cout << " " << v;
-    std::cout << std::endl;
-  };
-  print("bf16", refCurve);
+  printLossCurve("quant gpu", "bf16", refCurve);
   for (auto t : typesHere()) {
     auto model = buildModel(cfg, t);
     double err = 0;
@@ -123,10 +94,9 @@ TEST(QuantGpu, FluxDevSizedForwardAndLossCurveAgainstBf16) {
       at::NoGradGuard g;
       err = relL2(model->forward(in).to(at::kFloat), refOut);
     }
-    const auto curve = lossCurve(*model, cfg, in, target);
-    print(nn::quantTypeName(t), curve);
-    double maxGap = 0;
-    for (size_t i = 0; i < curve.size(); ++i) maxGap = std::max(maxGap, std::abs(curve[i] - refCurve[i]) / refCurve[i]);
+    const auto curve = loraLossCurve(*model, cfg, in, target, kSeed + 2);
+    printLossCurve("quant gpu", nn::quantTypeName(t), curve);
+    const double maxGap = curveGap(curve, refCurve).max;
     std::cout << "[quant gpu] " << nn::quantTypeName(t) << ": FLUX.1-dev-sized forward (512 px, 512 text tokens) "
               << "relative L2 vs bf16 " << err << "; loss curve max relative gap to bf16 " << maxGap
               << "; first/last loss " << curve.front() << " / " << curve.back() << " (bf16 " << refCurve.front()

@@ -240,9 +240,20 @@ void FamilyTest::formShowsOnlyTheFamilysKeys() {
     if (spec.isDatasetKey() || spec.path == "model.arch") continue;
     QCOMPARE(e.isFieldShown(QString::fromStdString(spec.path)), spec.appliesTo(ModelArch::Flux));
   }
+  QVERIFY(e.fieldFor("model.name_or_path")->toolTip().contains("FLUX checkpoint"));
+  QVERIFY(e.fieldFor("save.export_formats")->toolTip().contains("one of: diffusers kohya comfy, default: [diffusers]"));
 
   answerNext("familySwitchQuestion", "familySwitch");
   QVERIFY(e.chooseFamily(ModelArch::Llama));
+  // A shared key's tooltip is in the family's words: a Llama's base model is a causal LM's folder.
+  const QString modelTip = e.fieldFor("model.name_or_path")->toolTip();
+  QVERIFY2(modelTip.contains("config.json") && !modelTip.contains("FLUX"), qPrintable(modelTip));
+  // The dataset kinds and LoRA forms it names, and their default, are the family's too.
+  const QString typeTip = e.fieldFor("datasets[0].type")->toolTip();
+  QVERIFY2(typeTip.contains("one of: jsonl synthetic, default: jsonl") && !typeTip.contains("images"),
+           qPrintable(typeTip));
+  const QString formatTip = e.fieldFor("save.export_formats")->toolTip();
+  QVERIFY2(formatTip.contains("one of: peft, default: [peft]") && !formatTip.contains("kohya"), qPrintable(formatTip));
   for (const QString& k : llamaOnly + both) QVERIFY2(rowShown(&e, k), qPrintable(k));
   for (const QString& k : fluxOnly) QVERIFY2(!rowShown(&e, k), qPrintable(k));
   for (const config::KeySpec& spec : config::schema()) {

@@ -3,16 +3,27 @@
 // requests made while paused say they wait, the time left is smoothed, closing
 // during a run asks stop-or-keep, a finished run notifies, a reopened run shows
 // its last step, loss history and placement, recent run folders are absolute,
-// the export offers the run's one exports folder, and the tabs have shortcuts.
+// the export offers the run's one exports folder, the tabs have shortcuts, and
+// a model streamed in before step 1 (T5, then the transformer, of the
+// flux_pipeline_a fixture) and the images run's cache show what loads or is
+// encoded and how far, cleared when training starts.
 #include <QAction>
+#include <QFile>
+#include <QFileInfo>
+#include <QImage>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QProgressBar>
+#include <QRegularExpression>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <algorithm>
 
 #include "GuiTestSupport.h"
 #include "ui/ConfigEditor.h"
@@ -34,6 +45,7 @@ class RunViewTest : public QObject {
   void pausedRunSaysSoAndQueuedRequestsWait();
   void closingDuringARunAsksStopOrKeep();
   void finishedRunNotifiesAndReopensWithItsHistory();
+  void modelLoadAndCacheShowWhatAndHowFar();
 
  private:
   // The demo, writing under `runs` (relative: the tests start in the temp folder), sampling every 2 steps.
@@ -194,6 +206,138 @@ void RunViewTest::finishedRunNotifiesAndReopensWithItsHistory() {
            qPrintable(again.runHeader()));
   QVERIFY(!again.liveMap()->placement().devices.isEmpty());
   QVERIFY(QDir::setCurrent(tmp_.path()));
+}
+
+namespace {
+
+int jsonInt(const QString& path, const char* key) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return -1;
+  return QJsonDocument::fromJson(f.readAll()).object().value(key).toInt(-1);
+}
+
+// What the window showed when one load event came in.
+struct LoadSeen {
+  QString what;
+  qint64 done = 0, total = 0;
+  QString header, bar, status, line;
+};
+
+}  // namespace
+
+void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
+  const QString model = sourceFile("tests/fixtures/reference/flux_pipeline_a/model");
+  if (!QFileInfo::exists(model + "/model_index.json")) QSKIP("no flux_pipeline_a fixture");
+  // Units per component: its blocks, then the rest of it (from the fixture's own configs).
+  const int t5Units = jsonInt(model + "/text_encoder_2/config.json", "num_layers") + 1;
+  const int transformerUnits = jsonInt(model + "/transformer/config.json", "num_layers") +
+                               jsonInt(model + "/transformer/config.json", "num_single_layers") + 1;
+  QVERIFY(t5Units > 1 && transformerUnits > 1);
+  // An images run on the CPU: T5 (quantized, model.quantize_te) caches the captions, then the transformer loads.
+  QDir().mkpath(tmp_.filePath("load-images"));
+  for (int i = 0; i < 3; ++i) {
+    QImage img(48, 40, QImage::Format_RGB32);
+    for (int y = 0; y < img.height(); ++y)
+      for (int x = 0; x < img.width(); ++x) img.setPixel(x, y, qRgb(x * 5, y * 6, 60 * i));
+    QVERIFY(img.save(tmp_.filePath(QString("load-images/p%1.png").arg(i))));
+    QFile caption(tmp_.filePath(QString("load-images/p%1.txt").arg(i)));
+    QVERIFY(caption.open(QIODevice::WriteOnly));
+    caption.write(QString("picture %1").arg(i).toUtf8());
+  }
+  const QString yaml = QString(
+                           "job: {name: load-view, training_folder: runs-load}\n"
+                           "model: {name_or_path: '%1', device: cpu, quantize_te: true, qtype: int8}\n"
+                           "network: {linear: 2, linear_alpha: 2}\n"
+                           "train: {steps: 2, dtype: fp32, gradient_checkpointing: false}\n"
+                           "datasets: [{type: images, folder_path: '%2', resolution: [32], "
+                           "cache_latents_to_disk: false}]\n"
+                           "sample: {sample_every: 0, prompts: []}\n"
+                           "save: {save_every: 0, export_formats: [diffusers]}\n")
+                           .arg(model, tmp_.filePath("load-images"));
+  QFile f(tmp_.filePath("load.yaml"));
+  QVERIFY(f.open(QIODevice::WriteOnly));
+  f.write(yaml.toUtf8());
+  f.close();
+
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(w.openConfig(tmp_.filePath("load.yaml")));
+  QVERIFY2(!w.configEditor()->hasErrors(), qPrintable(w.configEditor()->yamlText()));
+  auto* bar = child<QProgressBar>(&w, "runProgress");
+  // Connected after the window's own slot: sees what the window shows for each event.
+  QVector<LoadSeen> seen;
+  QStringList order;  // "cache latents", "load T5", ... as they came
+  connect(w.bridge(), &TrainerBridge::loadProgress, &w, [&](const QString& what, qint64 done, qint64 total) {
+    seen << LoadSeen{what, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
+                     w.preparingText()};
+    order << "load " + what;
+  });
+  // The cache fills before and around T5's load (T5 is read for the first caption it encodes).
+  QVector<LoadSeen> cached;
+  connect(w.bridge(), &TrainerBridge::cacheProgress, &w,
+          [&](const QString& stage, qint64 done, qint64 total, qint64, double) {
+            cached << LoadSeen{stage, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
+                               w.preparingText()};
+            order << "cache " + stage;
+          });
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
+  child<QPushButton>(&w, "startButton")->click();
+  QVERIFY2(w.runHeader().startsWith("Starting"), qPrintable(w.runHeader()));
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 1, 120000);
+
+  // Every block of T5, then every block of the transformer, in order, each shown as it came.
+  QVector<LoadSeen> t5, transformer;
+  for (const LoadSeen& s : seen) (s.what == "T5" ? t5 : transformer) << s;
+  QCOMPARE(int(t5.size()), t5Units);
+  QCOMPARE(int(transformer.size()), transformerUnits);
+  QCOMPARE(seen.front().what, QString("T5"));
+  QCOMPARE(seen.back().what, QString("transformer"));
+  for (int i = 0; i < int(seen.size()); ++i) {
+    const LoadSeen& s = seen[i];
+    const bool isT5 = s.what == "T5";
+    QCOMPARE(s.done, qint64((isT5 ? i : i - t5Units) + 1));
+    QCOMPARE(s.total, qint64(isT5 ? t5Units : transformerUnits));
+    const QString line = QString("Loading %1: %2 of %3")
+                             .arg(isT5 ? "the T5 text encoder" : "the transformer")
+                             .arg(s.done)
+                             .arg(s.total);
+    QCOMPARE(s.line, line);
+    QVERIFY2(s.header.startsWith(line), qPrintable(s.header));
+    QCOMPARE(s.status, line);  // on the status line too, seen from every tab
+    QCOMPARE(s.bar, QString("loading %1: %2 / %3").arg(s.what).arg(s.done).arg(s.total));
+  }
+  // The latents, then the captions (T5 loads for them), each to its end, before the transformer.
+  const int images = 3;
+  QVERIFY(!cached.isEmpty());
+  for (const char* stage : {"latents", "text"}) {
+    const auto last = std::find_if(cached.rbegin(), cached.rend(), [&](const LoadSeen& s) { return s.what == stage; });
+    QVERIFY2(last != cached.rend(), stage);
+    // One latent per image (one bucket each); the texts are the captions and the empty caption-dropout one.
+    const bool latents = QString(stage) == "latents";
+    if (latents) QCOMPARE(last->total, qint64(images));
+    else QVERIFY(last->total > images);
+    QCOMPARE(last->done, last->total);
+    const QString line = QString("Caching %1: %2 of %2")
+                             .arg(latents ? "the image latents" : "the caption embeddings")
+                             .arg(last->total);
+    QCOMPARE(last->line, line);
+    QVERIFY2(last->header.startsWith(line), qPrintable(last->header));
+    QCOMPARE(last->status, line);
+    QCOMPARE(last->bar, QString("caching %1: %2 / %2").arg(stage).arg(last->total));
+  }
+  const int firstT5 = int(order.indexOf("load T5")), lastT5 = int(order.lastIndexOf("load T5"));
+  QVERIFY2(order.indexOf("cache text") < firstT5 && order.lastIndexOf("cache text") > lastT5,
+           qPrintable(order.join(", ")));
+  QVERIFY2(order.lastIndexOf(QRegularExpression("cache .*")) < int(order.indexOf("load transformer")),
+           qPrintable(order.join(", ")));
+  // Training started: the load is gone from the header, the status line and the bar.
+  QVERIFY(w.preparingText().isEmpty());
+  QVERIFY2(!w.runHeader().contains("Loading"), qPrintable(w.runHeader()));
+  QVERIFY2(!w.statusBar()->currentMessage().contains("Loading"), qPrintable(w.statusBar()->currentMessage()));
+  QVERIFY2(bar->text().startsWith("step "), qPrintable(bar->text()));
+  QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+  QTRY_VERIFY(!w.bridge()->isActive());
 }
 
 QTEST_MAIN(RunViewTest)

@@ -63,6 +63,8 @@ class SetupTest : public QObject {
   void modelShapeOnlyForACustomModel();
   void newConfigStartsFromAValidTemplate();
   void planFitsAt1400AndScrollsAt1000();
+  void aSeedAboveTheIntRangeIsShownAndKeptAsWritten();
+  void aMultiLinePromptSurvivesAnEditOfThePromptList();
 
  private:
   QTemporaryDir tmp_;
@@ -392,6 +394,59 @@ void SetupTest::planFitsAt1400AndScrollsAt1000() {
   w.resize(1000, 800);
   QTRY_VERIFY(map->canvas()->width() > scroll->viewport()->width());
   QVERIFY(scroll->horizontalScrollBar()->maximum() >= map->blockRect(last).right() - scroll->viewport()->width());
+}
+
+// train.seed and sample.seed take 64-bit values: a 32-bit spin box showed 3000000000 as 0 and a
+// touch of it would have saved another seed. They are text fields that read back exactly.
+void SetupTest::aSeedAboveTheIntRangeIsShownAndKeptAsWritten() {
+  ConfigEditor e;
+  QFile f(demoCopy_);
+  QVERIFY(f.open(QIODevice::ReadOnly));
+  QString yaml = QString::fromUtf8(f.readAll());
+  f.close();
+  QVERIFY(e.loadText(yaml + "\n", "demo.yaml"));
+  QVERIFY(e.setValueText("train.seed", "3000000000"));
+  QVERIFY(e.setValueText("sample.seed", "9000000000000000000"));
+  auto* seed = qobject_cast<QLineEdit*>(e.fieldFor("train.seed"));
+  auto* sampleSeed = qobject_cast<QLineEdit*>(e.fieldFor("sample.seed"));
+  QVERIFY2(seed && sampleSeed, "the seeds are typed as text");
+  QCOMPARE(seed->text(), QString("3000000000"));
+  QCOMPARE(sampleSeed->text(), QString("9000000000000000000"));
+  // Another edit leaves them as they are; typing one sets exactly that value.
+  QVERIFY(e.setValueText("train.steps", "12"));
+  QCOMPARE(e.valueText("train.seed"), QString("3000000000"));
+  seed->setText("4000000001");
+  emit seed->textEdited(seed->text());
+  QCOMPARE(e.valueText("train.seed"), QString("4000000001"));
+  QVERIFY(e.yamlText().contains("seed: 4000000001"));
+  // A value out of the key's range is an error on the field, not a silent clamp.
+  seed->setText("-5");
+  emit seed->textEdited(seed->text());
+  QVERIFY(e.hasErrors());
+  // Keys whose range fits an int keep their spin box.
+  QVERIFY(qobject_cast<QSpinBox*>(e.fieldFor("network.linear")));
+}
+
+// A chat template's prompt spans lines; the prompt box shows one prompt per line.
+// Adding a prompt used to split it in two (and trim the spaces a causal LM reads).
+void SetupTest::aMultiLinePromptSurvivesAnEditOfThePromptList() {
+  ConfigEditor e;
+  QVERIFY(e.loadFile(demoCopy_));
+  QVERIFY(e.setValueText("sample.prompts", "[\"### INPUT: sky?\\n### OUTPUT:\", \" It is\", \"a \\\\ b\"]"));
+  auto* box = qobject_cast<QPlainTextEdit*>(e.fieldFor("sample.prompts"));
+  QVERIFY(box);
+  QCOMPARE(box->toPlainText(), QString("### INPUT: sky?\\n### OUTPUT:\n It is\na \\\\ b"));
+  box->setPlainText(box->toPlainText() + "\na red circle");  // the user adds a prompt
+  const std::vector<std::string> want = {"### INPUT: sky?\n### OUTPUT:", " It is", "a \\ b", "a red circle"};
+  QCOMPARE(e.config().sample.prompts, want);
+  // Typed as the box shows it: \n is a line break inside the prompt.
+  box->setPlainText("first\\nsecond line");
+  QCOMPARE(e.config().sample.prompts, std::vector<std::string>({"first\nsecond line"}));
+  // Module patterns are still trimmed, one per line.
+  auto* targets = qobject_cast<QPlainTextEdit*>(e.fieldFor("network.target_modules"));
+  QVERIFY(targets);
+  targets->setPlainText("  *attn*  \n\n*ff*");
+  QCOMPARE(e.config().network.targetModules, std::vector<std::string>({"*attn*", "*ff*"}));
 }
 
 QTEST_MAIN(SetupTest)

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/Error.h"
+#include "events/EventBus.h"
 #include "models/clip/ClipCheckpoint.h"
 #include "nn/Quantize.h"
 #include "pipeline/FluxPipeline.h"
@@ -73,6 +74,11 @@ std::unique_ptr<train::ImageModels> makeFluxImageModels(const config::RunConfig&
   o.clipDtype = o.t5Dtype;
   // model.quantize_te: T5's Linears quantized while loading, with model.qtype (CLIP stays float).
   if (m.quantizeTe) o.t5Quantize = nn::quantTypeFromName(m.qtype);
+  // T5-XXL (9.5 GB in bf16) streams in block by block: said like the transformer's load.
+  if (ctx.bus)
+    o.onT5Progress = [bus = ctx.bus](int64_t done, int64_t total) {
+      bus->publish(events::LoadProgressEvent{events::kLoadT5, done, total});
+    };
   if (m.randomWeights) {
     o.files.text = randomRunTokenizers(m);
   } else {

@@ -11,8 +11,9 @@
 namespace strata::families {
 
 // FLUX.1's VAE, T5 and CLIP from model.* (diffusers folder, single files, or
-// random weights at the transformer's widths: ctx), on `device`. Throws
-// IoError / LoadError / ConfigError.
+// random weights at the transformer's widths: ctx), on `device`. T5 streamed in
+// from its file says how far it is on ctx.bus (events::LoadProgressEvent "T5").
+// Throws IoError / LoadError / ConfigError.
 std::unique_ptr<train::ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const train::DatasetContext& ctx,
                                                         const c10::Device& device);
 

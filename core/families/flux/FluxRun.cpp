@@ -33,10 +33,10 @@ void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cf
   // An images run: the VAE and text encoders fill the caches on the first device (train/ImagesRun.h).
   if (train::hasImagesDataset(cfg)) {
     train::prepareDevices(cfg, st.prepared);
+    ctx.bus = &bus;  // T5's load progress, then the datasets' summaries and cache progress
     images_ = std::make_unique<train::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(st.prepared)), cfg,
                                                  ctx, bus);
     ctx.encoders = &images_->encoders();
-    ctx.bus = &bus;
   }
   dataset_ = train::makeDatasets(cfg.datasets, ctx);
   emptyPrompt_ = dataset_->emptyPrompt();
@@ -47,7 +47,7 @@ void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cf
   }
 }
 
-void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) {
+void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) {
   const auto& m = cfg.model;
   const train::PreparedRun& run = st.prepared;
   train::prepareDevices(cfg, run);
@@ -75,10 +75,9 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
     flux::FluxStreamOptions so;
     so.quantize = qtype;
     // A checkpoint of FLUX.1-dev's size takes a while to stream in: say how far it is.
-    if (st.bus)
-      so.onProgress = [bus = st.bus](int64_t done, int64_t total) {
-        bus->publish(events::LoadProgressEvent{"transformer", done, total});
-      };
+    so.onProgress = [&bus](int64_t done, int64_t total) {
+      bus.publish(events::LoadProgressEvent{events::kLoadTransformer, done, total});
+    };
     model_ = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), config_, bo, so);
   } else {
     // Random weights: each block is quantized as soon as it exists.

@@ -25,7 +25,7 @@ namespace strata::families {
 class FluxRun : public train::FamilyRun {
  public:
   void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override;
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) override;
+  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override;
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
   at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,

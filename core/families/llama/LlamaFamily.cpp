@@ -157,7 +157,7 @@ class LlamaRun : public train::FamilyRun {
     (void)st;
   }
 
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg) override {
+  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus&) override {
     const auto& m = cfg.model;
     DeviceSetup dev = setUpDevices(cfg, st.prepared);
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume

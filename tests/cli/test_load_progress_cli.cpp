@@ -1,0 +1,67 @@
+// `strata-train run` of an images run on the flux_pipeline_a fixture names each
+// model part as it streams in: "loading T5 N/N" (quantized with model.quantize_te
+// or not) and then "loading transformer M/M", both before step 1. N and M are the
+// fixture's blocks + 1, read from its config files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "CliProcess.h"
+#include "common/TestSupport.h"
+#include "io/Image.h"
+#include "models/flux/FluxConfig.h"
+#include "models/t5/T5Checkpoint.h"
+
+using namespace strata;
+using namespace strata::test::cli;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path modelDir() { return test::referenceDir() / "flux_pipeline_a" / "model"; }
+
+TEST(LoadProgressCli, EachModelPartIsNamedAsItLoadsBeforeStepOne) {
+  if (!fs::exists(modelDir() / "model_index.json")) GTEST_SKIP() << "no flux_pipeline_a fixture at " << modelDir();
+  ASSERT_TRUE(fs::exists(strataTrainPath())) << "strata-train not built at " << strataTrainPath();
+  const auto flux = flux::FluxConfig::fromDiffusersJsonFile(modelDir() / "transformer" / "config.json");
+  const int64_t transformerUnits = flux.numLayers + flux.numSingleLayers + 1;
+  const int64_t t5Units = t5::T5Checkpoint::open(modelDir() / "text_encoder_2").config().numLayers + 1;
+
+  test::TempDir tmp;
+  fs::create_directories(tmp / "images");
+  for (int i = 0; i < 2; ++i) {
+    auto img = at::full({40, 48, 3}, 30 + 90 * i, at::kByte);
+    img.slice(0, 0, 20).fill_(200);
+    io::writePng(tmp / "images" / ("p" + std::to_string(i) + ".png"), img);
+    std::ofstream(tmp / "images" / ("p" + std::to_string(i) + ".txt")) << "picture " << i;
+  }
+  for (const bool quantizeTe : {false, true}) {
+    SCOPED_TRACE(quantizeTe ? "quantize_te" : "float T5");
+    const std::string name = quantizeTe ? "q" : "f";
+    std::ofstream(tmp / (name + ".yaml"))
+        << "job: {name: " << name << ", training_folder: '" << (tmp / "runs").string() << "'}\n"
+        << "model: {name_or_path: '" << modelDir().string() << "', device: cpu, quantize_te: "
+        << (quantizeTe ? "true" : "false") << ", qtype: int8}\n"
+        << "network: {linear: 2, linear_alpha: 2}\n"
+        << "train: {steps: 1, dtype: fp32, gradient_checkpointing: false}\n"
+        << "datasets: [{type: images, folder_path: '" << (tmp / "images").string()
+        << "', resolution: [32], cache_latents_to_disk: false}]\n"
+        << "sample: {sample_every: 0, prompts: []}\n"
+        << "save: {save_every: 0, export_formats: [diffusers]}\n";
+    std::string out;
+    ASSERT_EQ(runStrataTrain({"run", (tmp / (name + ".yaml")).string()}, tmp / (name + ".log"), &out), 0) << out;
+    // Not a terminal: one line per part, when it is in.
+    const std::string t5 = "loading T5 " + std::to_string(t5Units) + "/" + std::to_string(t5Units) + "\n";
+    const std::string tr = "loading transformer " + std::to_string(transformerUnits) + "/" +
+                           std::to_string(transformerUnits) + "\n";
+    const auto t5At = out.find(t5), trAt = out.find(tr), step1 = out.find("step 1/");
+    ASSERT_NE(t5At, std::string::npos) << out;
+    ASSERT_NE(trAt, std::string::npos) << out;
+    EXPECT_LT(t5At, trAt) << out;
+    if (step1 != std::string::npos) EXPECT_LT(trAt, step1) << out;
+  }
+}
+
+}  // namespace
