@@ -149,7 +149,7 @@ class UnitBuilder {
 
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x) {
   // One input: the LoRA downs of q, k and v run as one matmul (nn::forwardSiblings).
-  const auto out = nn::forwardSiblings({p.q.get(), p.k.get(), p.v.get()}, x);
+  const auto out = nn::forwardSiblings({p.q.ptr().get(), p.k.ptr().get(), p.v.ptr().get()}, x);
   return {out[0], out[1], out[2]};
 }
 
