@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <tuple>
 #include <set>
 
 #include "common/ReferenceFixtures.h"
@@ -326,18 +327,53 @@ void expectSameTraining(flux::FluxTransformer& model, const flux::FluxInputs& in
 }  // namespace
 
 // The whole tiny FLUX (every block Linear a LoRA target): the fused paths change neither
-// the loss nor any LoRA gradient; float32 and an int8 base to ~1e-6, bf16 to its rounding.
+// the loss nor any LoRA gradient; float32 and an int8 base to ~1e-6.
 TEST(FusedLora, TinyFluxLossAndLoraGradientsAreUnchanged) {
-  for (const auto kind : {0, 1, 2}) {  // float32, int8 base, bf16
+  for (const bool int8 : {false, true}) {
     TinyFlux f;
-    if (kind == 1)
+    if (int8)
       for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-    if (kind == 2) f.model->to(at::kBFloat16);
     auto net = LoraNetwork::create(*f.model, config(4, 4, {}), f.rules);
     randomizeUps(*net);
-    const char* what = kind == 0 ? "float32" : kind == 1 ? "int8 base" : "bf16";
-    expectSameTraining(*f.model, f.inputs, *net, kind == 2 ? 3e-2 : 2e-5, what);
+    expectSameTraining(*f.model, f.inputs, *net, 2e-5, int8 ? "int8 base" : "float32");
   }
+}
+
+// bf16: the fused and unfused gradients differ by bf16 rounding of differently ordered
+// sums, which the backward through six blocks amplifies for some adapters. The measure is
+// then the truth: both against float32 on the same (bf16-rounded) weights, the fused path
+// no further from it than the unfused one (within a quarter), and close to it overall.
+TEST(FusedLora, TinyFluxInBf16IsAsCloseToFloat32AsTheUnfusedPath) {
+  auto flat = [](const std::vector<at::Tensor>& g) {
+    std::vector<at::Tensor> f;
+    for (const auto& t : g) f.push_back(t.flatten().to(at::kDouble));
+    return at::cat(f);
+  };
+  std::vector<at::Tensor> grads[3];  // fused bf16, unfused bf16, float32
+  double losses[3] = {0, 0, 0};
+  for (int kind = 0; kind < 3; ++kind) {
+    TinyFlux f;
+    f.model->to(at::kBFloat16);
+    if (kind == 2) f.model->to(at::kFloat);  // float32 holding the bf16-rounded weights
+    at::manual_seed(21);
+    auto net = LoraNetwork::create(*f.model, config(4, 4, {}), f.rules);
+    randomizeUps(*net);
+    at::manual_seed(13);
+    const auto target = at::randn({2, 4, f.cfg.outChannels});
+    nn::setFusedPaths(kind != 1);
+    std::tie(losses[kind], grads[kind]) = lossAndGrads(*f.model, f.inputs, target, *net);
+    nn::setFusedPaths(true);
+  }
+  const auto truth = flat(grads[2]);
+  const double errFused = relL2(flat(grads[0]), truth);
+  const double errUnfused = relL2(flat(grads[1]), truth);
+  std::printf("[fused lora] bf16 against float32: LoRA gradients rel L2 %.3g fused, %.3g unfused (fused vs unfused "
+              "%.3g); loss %.8g / %.8g / %.8g\n",
+              errFused, errUnfused, relL2(flat(grads[0]), flat(grads[1])), losses[0], losses[1], losses[2]);
+  EXPECT_GT(errUnfused, 0.0) << "bf16 computed exactly float32: the comparison says nothing";
+  EXPECT_LE(errFused, 1.25 * errUnfused);
+  EXPECT_LT(errFused, 5e-2);  // bf16 itself: ~2e-2 here
+  EXPECT_LT(std::abs(losses[0] - losses[2]) / losses[2], 1e-2);
 }
 
 // The same on every flux_transformer fixture (its config, weights and inputs), with the

@@ -241,8 +241,10 @@ FluxDoubleBlock::FluxDoubleBlock(const FluxConfig& cfg, const FluxBuildOptions& 
 nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   // img [B, Ni, D], txt [B, Nt, D], temb [B, D]
   const auto act = at::silu(io.temb);
-  const auto imgMod = norm1Linear->forward(act).chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
-  const auto txtMod = norm1ContextLinear->forward(act).chunk(6, 1);
+  // Both modulations read act: with LoRA on both, one down matmul.
+  const auto mods = nn::forwardSiblings({norm1Linear.get(), norm1ContextLinear.get()}, act);
+  const auto imgMod = mods[0].chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
+  const auto txtMod = mods[1].chunk(6, 1);
   const int64_t nTxt = io.txt.size(1);
 
   const auto imgNorm = modulate(layerNorm(io.img), imgMod[0], imgMod[1]);
