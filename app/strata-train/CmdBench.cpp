@@ -6,7 +6,10 @@
 // per CUDA device, the FLOP rate (the family's trainStepFlops) and its share of the
 // card's dense bf16 peak where the card is known. --phases adds the median time of
 // each phase of a step (data, forward, backward, clip, optimizer, EMA, report),
-// measured with a device wait between phases (train/PhaseTimer.h). Exit codes as for run.
+// measured with a device wait between phases (train/PhaseTimer.h), and the peak
+// allocated memory reached inside each, which says where a step's memory peaks
+// (the activations kept for the backward, the backward's own, the optimizer's
+// state). Exit codes as for run.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +30,7 @@
 #include "device/DeviceSelection.h"
 #include "events/EventBus.h"
 #include "train/ModelFamily.h"
+#include "train/PhaseTimer.h"
 #include "train/RunPlanning.h"
 #include "train/Trainer.h"
 
@@ -170,8 +174,10 @@ int runBench(const BenchArgs& args) {
     if (info && !info->isCpu()) {
       const auto f = device::memoryFigures(info->index);
       dj["name"] = info->name;
-      dj["peak_allocated_bytes"] = f.peakAllocatedBytes;
-      dj["peak_reserved_bytes"] = f.peakReservedBytes;
+      // The phase timer starts the device's peak figures afresh at each mark: its
+      // own maxima over the marks are the run's peaks then.
+      dj["peak_allocated_bytes"] = to.phaseTimer ? to.phaseTimer->peakAllocatedOn(info->index) : f.peakAllocatedBytes;
+      dj["peak_reserved_bytes"] = to.phaseTimer ? to.phaseTimer->peakReservedOn(info->index) : f.peakReservedBytes;
       if (auto peak = peakTflops(info->name)) {
         dj["peak_tflops"] = *peak;
         // The work is spread over the run's devices: the share of their summed peak.
@@ -195,7 +201,8 @@ int runBench(const BenchArgs& args) {
       pj.push_back({{"phase", name},
                     {"median_ms", ms},
                     {"ms", to.phaseTimer->perStep().at(name)},
-                    {"allocated_bytes_after", to.phaseTimer->allocatedAfter(name)}});
+                    {"allocated_bytes_after", to.phaseTimer->allocatedAfter(name)},
+                    {"peak_allocated_bytes", to.phaseTimer->peakDuring(name, static_cast<size_t>(kWarmupSteps))}});
     }
     j["phases"] = pj;
     j["phases_sum_ms"] = sum;
@@ -239,10 +246,18 @@ int runBench(const BenchArgs& args) {
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
   std::cout << "\n";
   if (j.contains("phases")) {
-    std::cout << "  phases (median ms, with a device wait between phases):\n";
-    for (const auto& pj : j["phases"])
-      std::cout << "    " << std::left << std::setw(12) << pj["phase"].get<std::string>() << std::right
-                << pj["median_ms"].get<double>() << "\n";
+    const bool cuda = std::any_of(j["phases"].begin(), j["phases"].end(),
+                                  [](const nlohmann::json& pj) { return pj["peak_allocated_bytes"].get<int64_t>() > 0; });
+    std::cout << "  phases (median ms, with a device wait between phases"
+              << (cuda ? "; peak allocated inside the phase on the largest device, allocated at its end on all" : "") << "):\n";
+    for (const auto& pj : j["phases"]) {
+      std::cout << "    " << std::left << std::setw(12) << pj["phase"].get<std::string>() << std::right << std::setw(10)
+                << pj["median_ms"].get<double>();
+      if (cuda)
+        std::cout << "  peak " << std::setw(8) << pj["peak_allocated_bytes"].get<int64_t>() / 1e9 << " GB, after "
+                  << std::setw(8) << pj["allocated_bytes_after"].get<int64_t>() / 1e9 << " GB";
+      std::cout << "\n";
+    }
     std::cout << "    " << std::left << std::setw(12) << "sum" << std::right << j["phases_sum_ms"].get<double>()
               << "\n";
   }

@@ -10,9 +10,29 @@ void PhaseTimer::sync() const {
   for (int i : cuda_) device::synchronize(i);
 }
 
+void PhaseTimer::setDevices(std::vector<int> cudaIndices) {
+  cuda_ = std::move(cudaIndices);
+  peakAllocated_.assign(cuda_.size(), 0);
+  peakReserved_.assign(cuda_.size(), 0);
+}
+
+int64_t PhaseTimer::takePeak() {
+  int64_t largest = 0;
+  for (size_t k = 0; k < cuda_.size(); ++k) {
+    const auto f = device::memoryFigures(cuda_[k]);
+    peakAllocated_[k] = std::max(peakAllocated_[k], f.peakAllocatedBytes);
+    peakReserved_[k] = std::max(peakReserved_[k], f.peakReservedBytes);
+    largest = std::max(largest, f.peakAllocatedBytes);
+    device::resetPeakMemory(cuda_[k]);
+  }
+  return largest;
+}
+
 void PhaseTimer::beginStep() {
   sync();
+  takePeak();  // what came before the step (loading, the last step's report) counts for the run only
   current_.clear();
+  currentPeak_.clear();
   last_ = std::chrono::steady_clock::now();
 }
 
@@ -24,6 +44,8 @@ void PhaseTimer::mark(const std::string& name) {
   int64_t bytes = 0;
   for (int i : cuda_) bytes += device::memoryFigures(i).allocatedBytes;
   allocated_[name] = bytes;
+  auto& peak = currentPeak_[name];
+  peak = std::max(peak, takePeak());
   if (std::find(order_.begin(), order_.end(), name) == order_.end()) order_.push_back(name);
 }
 
@@ -34,14 +56,37 @@ void PhaseTimer::endStep() {
     v.resize(stepCount_, 0.0);
     const auto it = current_.find(name);
     v.push_back(it == current_.end() ? 0.0 : it->second);
+    auto& peaks = stepPeaks_[name];
+    peaks.resize(stepCount_, 0);
+    const auto pit = currentPeak_.find(name);
+    peaks.push_back(pit == currentPeak_.end() ? 0 : pit->second);
   }
   ++stepCount_;
   current_.clear();
+  currentPeak_.clear();
 }
 
 int64_t PhaseTimer::allocatedAfter(const std::string& name) const {
   const auto it = allocated_.find(name);
   return it == allocated_.end() ? 0 : it->second;
+}
+
+int64_t PhaseTimer::peakDuring(const std::string& name, size_t skip) const {
+  const auto it = stepPeaks_.find(name);
+  if (it == stepPeaks_.end() || it->second.size() <= skip) return 0;
+  return *std::max_element(it->second.begin() + static_cast<std::ptrdiff_t>(skip), it->second.end());
+}
+
+int64_t PhaseTimer::peakAllocatedOn(int cudaIndex) const {
+  for (size_t k = 0; k < cuda_.size(); ++k)
+    if (cuda_[k] == cudaIndex) return peakAllocated_[k];
+  return 0;
+}
+
+int64_t PhaseTimer::peakReservedOn(int cudaIndex) const {
+  for (size_t k = 0; k < cuda_.size(); ++k)
+    if (cuda_[k] == cudaIndex) return peakReserved_[k];
+  return 0;
 }
 
 double PhaseTimer::medianMs(const std::string& name, size_t skip) const {

@@ -3,7 +3,9 @@
 // waits for the run's CUDA devices (device work is asynchronous: without the wait a
 // phase would show only its launch cost) and adds the wall time since the previous
 // mark to the named phase. The waits slow the step a little; that is why it is an
-// option and plain runs and benches do not time phases.
+// option and plain runs and benches do not time phases. Each mark also takes the
+// devices' peak allocated memory since the previous mark (and starts the peaks
+// afresh), so a bench can say in which phase a step's memory peaks.
 #include <chrono>
 #include <map>
 #include <string>
@@ -14,7 +16,7 @@ namespace strata::train {
 class PhaseTimer {
  public:
   // `cudaIndices`: the CUDA devices to wait for at each mark (none on the CPU).
-  void setDevices(std::vector<int> cudaIndices) { cuda_ = std::move(cudaIndices); }
+  void setDevices(std::vector<int> cudaIndices);
 
   // Opens a step: waits, then starts the clock.
   void beginStep();
@@ -33,11 +35,26 @@ class PhaseTimer {
   // the last closed step: after "forward" that is the weights, the training state
   // and the activations kept for the backward. 0 on the CPU.
   int64_t allocatedAfter(const std::string& name) const;
+  // The highest peak allocated (bytes, the largest of the run's CUDA devices)
+  // reached inside phase `name` in the closed steps from `skip` on; 0 on the CPU.
+  int64_t peakDuring(const std::string& name, size_t skip) const;
+  // Peak allocated / reserved bytes on CUDA device `cudaIndex` since the timer was
+  // given its devices, over every mark (loading and between steps included). The
+  // marks start the device's peak figures afresh, so with a timer these, not
+  // device::memoryFigures' peaks, are the run's peaks. 0 for a device not timed.
+  int64_t peakAllocatedOn(int cudaIndex) const;
+  int64_t peakReservedOn(int cudaIndex) const;
   size_t stepCount() const { return stepCount_; }
 
  private:
   void sync() const;
+  // The largest device's peak allocated since the last call; starts the peaks afresh.
+  int64_t takePeak();
   std::vector<int> cuda_;
+  std::vector<int64_t> peakAllocated_;  // per cuda_ entry, over the whole run
+  std::vector<int64_t> peakReserved_;
+  std::map<std::string, int64_t> currentPeak_;
+  std::map<std::string, std::vector<int64_t>> stepPeaks_;
   std::chrono::steady_clock::time_point last_;
   std::map<std::string, double> current_;
   std::map<std::string, int64_t> allocated_;

@@ -27,6 +27,7 @@
 #include "train/LrSchedule.h"
 #include "train/ModelFamily.h"
 #include "train/OptimizerState.h"
+#include "train/PhaseTimer.h"
 #include "train/RngState.h"
 #include "train/RunFolder.h"
 #include "train/RunFolderLock.h"

@@ -27,9 +27,10 @@
 #include "config/RunConfig.h"
 #include "device/DeviceSelection.h"
 #include "events/EventBus.h"
-#include "train/PhaseTimer.h"
 
 namespace strata::train {
+
+class PhaseTimer;  // train/PhaseTimer.h
 
 enum class RunOutcome { Finished, Stopped, Failed, PreflightFailed };
 const char* toString(RunOutcome outcome);

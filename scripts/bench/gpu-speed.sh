@@ -4,6 +4,10 @@
 # $OUT (default /tmp/strata-speed). Parts:
 #   opt     the optimizer / gradient-norm check and timing (OptimizerGpu.*)
 #   phases  strata-train bench --phases at 512 and 1024 px, no checkpointing
+#   memory  strata-train bench --phases at 512 and 1024 px with checkpointing, peer's targets
+#           (each phase's peak allocated: where the step's memory peaks)
+#   probe   scripts/bench/cudnn-probe.py (which gradient layouts cuDNN attention gets wrong)
+#   cudnn   the table's bf16 rows with model.attention_backend=cudnn, peer's targets
 #   table   strata-train bench at 512/1024 px with and without checkpointing, the
 #           peer's LoRA targets and then Strata's default ones, then the peer
 #           (bench_peer.py: PEER_SCRIPT, PEER_DIFFUSERS name where they are)
@@ -42,8 +46,9 @@ except Exception as e:
 d = j["devices"][0]
 line = f'{sys.argv[1]}: median {j["median_step_ms"]/1000:.3f} s, min {j["min_step_ms"]/1000:.3f} s, peak allocated {d["peak_allocated_bytes"]/2**30:.1f} GiB'
 if "phases" in j:
-    line += "; phases (ms, GiB allocated after) " + ", ".join(
-        f'{p["phase"]} {p["median_ms"]:.1f} ({p["allocated_bytes_after"]/2**30:.1f})' for p in j["phases"])
+    line += "; phases (ms, GiB peak inside / allocated after) " + ", ".join(
+        f'{p["phase"]} {p["median_ms"]:.1f} ({p.get("peak_allocated_bytes", 0)/2**30:.2f} / {p["allocated_bytes_after"]/2**30:.2f})'
+        for p in j["phases"])
     line += f'; sum {j["phases_sum_ms"]:.1f} ms'
 print(line)
 PY
@@ -55,6 +60,16 @@ for part in "$@"; do
     phases)
       bench phases-512-nockpt --phases --set 'datasets[0].resolution=[512]' --set train.gradient_checkpointing=false
       bench phases-1024-nockpt --phases --set train.gradient_checkpointing=false ;;
+    memory)
+      for res in 512 1024; do
+        bench "memory-$res-ckpt" --phases --set "datasets[0].resolution=[$res]" --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
+      done ;;
+    probe) python3 "$ROOT/scripts/bench/cudnn-probe.py" 2>&1 | tee "$OUT/probe.log" ;;
+    cudnn)
+      for res in 512 1024; do for gc in false true; do
+        bench "cudnn-$res-ckpt-$gc" --set model.attention_backend=cudnn --set "datasets[0].resolution=[$res]" \
+          --set "train.gradient_checkpointing=$gc" --set "$PEER_TARGETS"
+      done; done ;;
     table)
       for res in 512 1024; do for gc in false true; do
         bench "peer-targets-$res-ckpt-$gc" --set "datasets[0].resolution=[$res]" --set "train.gradient_checkpointing=$gc" --set "$PEER_TARGETS"

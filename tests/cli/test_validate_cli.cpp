@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -221,6 +222,28 @@ TEST_F(Cli, BenchDemoConfigJson) {
   EXPECT_EQ(j["devices"][0]["device"].get<std::string>(), "cpu");
   EXPECT_TRUE(j["share_of_peak"].is_null());  // no peak figure for a CPU
   EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --steps 0").exitCode, 2);
+}
+
+// `bench --phases`: every phase of a step has its time and memory figures (the
+// memory ones are 0 on the CPU, whose allocator keeps no peak; the GPU test
+// PhaseTimerGpu checks them on a device).
+TEST_F(Cli, BenchPhasesJson) {
+  const Result r = run("bench " + quote(config("demo.yaml").string()) + " --steps 2 --phases --json");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto start = r.output.find('{');
+  ASSERT_NE(start, std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(start));
+  ASSERT_TRUE(j.contains("phases")) << r.output;
+  std::vector<std::string> names;
+  for (const auto& p : j["phases"]) {
+    names.push_back(p["phase"].get<std::string>());
+    for (const char* key : {"median_ms", "ms", "allocated_bytes_after", "peak_allocated_bytes"})
+      EXPECT_TRUE(p.contains(key)) << key << " in " << p.dump();
+    EXPECT_EQ(p["ms"].size(), 4u) << p.dump();  // 2 warm-up + 2 measured steps
+    EXPECT_EQ(p["peak_allocated_bytes"].get<int64_t>(), 0) << p.dump();
+  }
+  for (const char* phase : {"data", "forward", "backward", "optimizer"})
+    EXPECT_NE(std::find(names.begin(), names.end(), phase), names.end()) << phase << "\n" << r.output;
 }
 
 // A config the preflight refuses never starts: bench names the refusal (it used to

@@ -14,6 +14,7 @@
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "train/FlowMatching.h"
+#include "train/PhaseTimer.h"
 #include "train/RngState.h"
 #include "train/SamplingWeights.h"
 #include "train/TrainerSupport.h"
