@@ -289,8 +289,9 @@ at::Tensor LinearImpl::forwardParts(const std::vector<at::Tensor>& partsIn, int6
         biasInside ? c10::optional<at::Tensor>(bias.to(parts[0].scalar_type())) : c10::nullopt;
     bool needGrad = false;
     for (const auto& p : flat) needGrad = needGrad || p.requires_grad();
-    y = needGrad && at::GradMode::is_enabled() ? QuantizedPartsMatmul::apply(at::TensorList(flat), weight, weightScale, inside)
-                                               : quantizedPartsForward(flat, weight, weightScale, inside);
+    y = needGrad && at::GradMode::is_enabled()
+            ? QuantizedPartsMatmul::apply(at::TensorList(flat), weight, weightScale, inside)
+            : quantizedPartsForward(flat, weight, weightScale, inside);  // [M, out]
     if (bias.defined() && !biasInside) y = y + bias.to(y.scalar_type());
   } else {
     int64_t offset = 0;

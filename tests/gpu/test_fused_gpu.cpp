@@ -27,9 +27,20 @@ using namespace strata::test::gpu;
 
 namespace {
 
-const std::vector<std::string> kPeerTargets = {
-    "to_q",          "to_k",     "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
-    "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2", "proj_mlp", "single_transformer_blocks.*.proj_out"};
+const std::vector<std::string> kPeerTargets = {"to_q",
+                                               "to_k",
+                                               "to_v",
+                                               "to_out.0",
+                                               "add_q_proj",
+                                               "add_k_proj",
+                                               "add_v_proj",
+                                               "to_add_out",
+                                               "ff.net.0.proj",
+                                               "ff.net.2",
+                                               "ff_context.net.0.proj",
+                                               "ff_context.net.2",
+                                               "proj_mlp",
+                                               "single_transformer_blocks.*.proj_out"};
 
 // FLUX.1-dev width, one double and one single block.
 FluxConfig twoBlocks() {

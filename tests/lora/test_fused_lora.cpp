@@ -315,8 +315,8 @@ void expectSameTraining(flux::FluxTransformer& model, const flux::FluxInputs& in
   double worst = 0;
   for (size_t i = 0; i < grads.size(); ++i) {
     worst = std::max(worst, relL2(grads[i], ref.second[i]));
-    EXPECT_LE(relL2(grads[i], ref.second[i]), tol) << what << ": " << net.adapters()[i / 2]->hostPath()
-                                                   << (i % 2 ? " up" : " down");
+    EXPECT_LE(relL2(grads[i], ref.second[i]), tol)
+        << what << ": " << net.adapters()[i / 2]->hostPath() << (i % 2 ? " up" : " down");
     nonZero += ref.second[i].abs().sum().item<double>() > 0;
   }
   EXPECT_EQ(nonZero, static_cast<int>(grads.size())) << what << ": a gradient is zero, the check says nothing";
@@ -367,9 +367,10 @@ TEST(FusedLora, TinyFluxInBf16IsAsCloseToFloat32AsTheUnfusedPath) {
   const auto truth = flat(grads[2]);
   const double errFused = relL2(flat(grads[0]), truth);
   const double errUnfused = relL2(flat(grads[1]), truth);
-  std::printf("[fused lora] bf16 against float32: LoRA gradients rel L2 %.3g fused, %.3g unfused (fused vs unfused "
-              "%.3g); loss %.8g / %.8g / %.8g\n",
-              errFused, errUnfused, relL2(flat(grads[0]), flat(grads[1])), losses[0], losses[1], losses[2]);
+  std::printf(
+      "[fused lora] bf16 against float32: LoRA gradients rel L2 %.3g fused, %.3g unfused (fused vs unfused "
+      "%.3g); loss %.8g / %.8g / %.8g\n",
+      errFused, errUnfused, relL2(flat(grads[0]), flat(grads[1])), losses[0], losses[1], losses[2]);
   EXPECT_GT(errUnfused, 0.0) << "bf16 computed exactly float32: the comparison says nothing";
   EXPECT_LE(errFused, 1.25 * errUnfused);
   EXPECT_LT(errFused, 5e-2);  // bf16 itself: ~2e-2 here

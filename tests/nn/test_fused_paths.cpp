@@ -23,15 +23,14 @@ struct Unfused {
 };
 
 // Whether anything still holds the storage of a tensor we let go of.
-c10::weak_intrusive_ptr<c10::StorageImpl> weakStorage(const at::Tensor& t) {
-  return t.storage().getWeakStorageImpl();
-}
+c10::weak_intrusive_ptr<c10::StorageImpl> weakStorage(const at::Tensor& t) { return t.storage().getWeakStorageImpl(); }
 
 // Adds x A^T B^T with float32 masters through plain autograd (no addToGeluParts / siblingAdd).
 class TinyAdapter : public LinearAdapter {
  public:
   TinyAdapter(int64_t in, int64_t out, int64_t rank)
-      : down((at::randn({rank, in}) * 0.1).requires_grad_(true)), up((at::randn({out, rank}) * 0.1).requires_grad_(true)) {}
+      : down((at::randn({rank, in}) * 0.1).requires_grad_(true)),
+        up((at::randn({out, rank}) * 0.1).requires_grad_(true)) {}
   at::Tensor delta(const at::Tensor& x, const at::Tensor&) override {
     return at::linear(at::linear(x.to(at::kFloat), down), up).to(x.scalar_type());
   }
@@ -42,8 +41,7 @@ class TinyAdapter : public LinearAdapter {
 struct GradProbe : torch::autograd::Function<GradProbe> {
   static std::vector<at::Tensor> grads;
   static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) { return x.clone(); }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list g) {
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
     grads.push_back(g[0]);
     return {g[0]};
   }
@@ -62,8 +60,8 @@ TEST(GradLayout, GradientReachesTheProducerInItsOutputLayout) {
     GradProbe::grads.clear();
     const auto o = GradProbe::apply(x).transpose(1, 2);  // [B, H, N, Dh], strides of [B, N, H, Dh]
     const auto laid = gradInLayoutOf(o);
-    const auto flat = laid.transpose(1, 2).flatten(2);                    // [B, N, 12]
-    const auto wide = at::cat({flat, at::randn({2, 5, 7})}, -1);         // [B, N, 19]
+    const auto flat = laid.transpose(1, 2).flatten(2);            // [B, N, 12]
+    const auto wide = at::cat({flat, at::randn({2, 5, 7})}, -1);  // [B, N, 19]
     const auto g = at::randn({2, 5, 19});
     (wide * g).sum().backward();
     // the probe sits before the transpose: O's strides there are [B, N, H, Dh]'s contiguous ones
