@@ -22,8 +22,10 @@ using torch::autograd::variable_list;
 // casts again in the backward. Gradients as the plain ops give them: up's from the
 // bf16 product h^T g, times s; down's from gh^T x; the parts' from gh down.
 struct LoraAdd : torch::autograd::Function<LoraAdd> {
+  // With geluPart >= 0 the part at that index is gelu_tanh(*pre) ([M, n] like it): pre is
+  // kept instead of it and the GELU recomputed in the backward (the GELU keeps pre anyway).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, const at::Tensor& down, const at::Tensor& up,
-                            double s, at::TensorList parts) {
+                            double s, at::TensorList parts, int64_t geluPart, c10::optional<at::Tensor> pre) {
     const auto dtype = output.scalar_type();
     at::Tensor h;  // [M, r]
     int64_t offset = 0;
@@ -36,8 +38,10 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);  // [out, r]
     std::vector<at::Tensor> saved{down, up, h};
     saved.insert(saved.end(), parts.begin(), parts.end());
+    if (geluPart >= 0) saved[3 + geluPart] = *pre;
     ctx->save_for_backward(saved);
     ctx->saved_data["s"] = s;
+    ctx->saved_data["geluPart"] = geluPart;
     return at::addmm(output, h, upScaled.t());  // [M, out], accumulated where the output is
   }
 
@@ -51,7 +55,8 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     const auto g = gradOut[0].to(dtype);                                  // [M, out]
     const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);  // [out, r]
     const auto gh = at::mm(g, upScaled);                                 // [M, r]
-    variable_list grads(4 + saved.size() - 3);  // output, down, up, s (no tensor), parts
+    const int64_t geluPart = ctx->saved_data["geluPart"].toInt();
+    variable_list grads(4 + saved.size() - 3 + 2);  // output, down, up, s (no tensor), parts, geluPart, pre
     grads[0] = ctx->needs_input_grad(0) ? gradOut[0] : at::Tensor();
     if (ctx->needs_input_grad(2)) {
       auto gu = at::mm(g.t(), h).to(up.scalar_type());  // [out, r]
@@ -60,9 +65,10 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     std::vector<at::Tensor> gDown;
     int64_t offset = 0;
     for (size_t i = 3; i < saved.size(); ++i) {
-      const auto& x = saved[i];
-      const int64_t n = x.size(1);
-      if (ctx->needs_input_grad(1)) gDown.push_back(at::mm(gh.t(), x));  // [r, n]
+      const bool gelu = static_cast<int64_t>(i) - 3 == geluPart;
+      const int64_t n = saved[i].size(1);
+      if (ctx->needs_input_grad(1))  // [r, n]
+        gDown.push_back(at::mm(gh.t(), gelu ? at::gelu(saved[i], "tanh") : saved[i]));
       // needs_input_grad counts tensor inputs only (output, down, up, parts...): part i - 3 is edge i
       if (ctx->needs_input_grad(i)) grads[4 + (i - 3)] = at::mm(gh, down.narrow(1, offset, n).to(dtype));
       offset += n;
@@ -72,6 +78,101 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     return grads;
   }
 };
+
+// outputs_i + (x down_i^T)(s_i up_i)^T for adapters that read the same x [M, in]: one
+// matmul x cat(down_i)^T -> h [M, sum r_i] in the forward and one gh cat(down_i) for
+// x's gradient (instead of one per adapter and the sum of their [M, in] results).
+// Keeps x (kept by each adapter alone too), h and the float32 masters, as LoraAdd; the
+// other gradients are LoraAdd's, per adapter.
+struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList outputs, at::TensorList downs,
+                               at::TensorList ups, std::vector<double> scales) {
+    const auto dtype = x.scalar_type();
+    const auto downAll = at::cat(downs, 0).to(dtype);  // [R, in]
+    const auto h = at::mm(x, downAll.t());              // [M, R]
+    variable_list out;
+    int64_t offset = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const int64_t r = downs[i].size(0);
+      const auto& up = ups[i];
+      const auto upScaled = scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype);  // [out_i, r]
+      out.push_back(at::addmm(outputs[i], h.narrow(1, offset, r), upScaled.t()));         // [M, out_i]
+      offset += r;
+    }
+    std::vector<at::Tensor> saved{x, h};
+    saved.insert(saved.end(), downs.begin(), downs.end());
+    saved.insert(saved.end(), ups.begin(), ups.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["scales"] = scales;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list gradOut) {
+    const auto saved = ctx->get_saved_variables();
+    const auto scales = ctx->saved_data["scales"].toDoubleVector();
+    const size_t n = scales.size();
+    const auto& x = saved[0];
+    const auto& h = saved[1];
+    const auto dtype = h.scalar_type();
+    // Edges: x, outputs (n), downs (n), ups (n); returned: those and scales.
+    variable_list grads(1 + 3 * n + 1);
+    std::vector<at::Tensor> ghs;  // [M, r_i]
+    std::vector<at::Tensor> downs;
+    bool anyDown = false;
+    int64_t offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const auto& down = saved[2 + i];
+      const auto& up = saved[2 + n + i];
+      const int64_t r = down.size(0);
+      const auto g = gradOut[i].to(dtype);  // [M, out_i]
+      if (ctx->needs_input_grad(1 + i)) grads[1 + i] = gradOut[i];
+      const auto upScaled = scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype);  // [out_i, r]
+      ghs.push_back(at::mm(g, upScaled));
+      if (ctx->needs_input_grad(1 + 2 * n + i)) {
+        auto gu = at::mm(g.t(), h.narrow(1, offset, r)).to(up.scalar_type());  // [out_i, r]
+        grads[1 + 2 * n + i] = scales[i] == 1.0 ? gu : gu * scales[i];
+      }
+      anyDown = anyDown || ctx->needs_input_grad(1 + n + i);
+      downs.push_back(down);
+      offset += r;
+    }
+    const auto gh = at::cat(ghs, 1);  // [M, R]
+    if (ctx->needs_input_grad(0)) grads[0] = at::mm(gh, at::cat(downs, 0).to(dtype));  // [M, in]
+    if (anyDown) {
+      const auto gDown = at::mm(gh.t(), x);  // [R, in]
+      offset = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t r = downs[i].size(0);
+        if (ctx->needs_input_grad(1 + n + i)) grads[1 + n + i] = gDown.narrow(0, offset, r).to(downs[i].scalar_type());
+        offset += r;
+      }
+    }
+    return grads;
+  }
+};
+
+// nn::SiblingAdd for LoRA adapters (LoraAdapter::siblingAdd).
+bool loraSiblingAdd(const std::vector<nn::LinearAdapter*>& adapters, const at::Tensor& x,
+                    std::vector<at::Tensor>& outputs) {
+  if (adapters.size() != outputs.size() || adapters.size() < 2 || x.dim() < 1) return false;
+  std::vector<at::Tensor> downs, ups, flatOut;
+  std::vector<double> scales;
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const auto* a = dynamic_cast<const LoraAdapter*>(adapters[i]);
+    if (!a || !a->fusesWithSiblings()) return false;
+    const auto& y = outputs[i];
+    if (y.scalar_type() != x.scalar_type() || y.dim() != x.dim() || a->down.device() != x.device()) return false;
+    downs.push_back(a->down);
+    ups.push_back(a->up);
+    scales.push_back(a->scale() * a->multiplierScalar());
+    flatOut.push_back(y.reshape({-1, y.size(-1)}));
+  }
+  const auto flat =
+      LoraSiblingsAdd::apply(x.reshape({-1, x.size(-1)}), at::TensorList(flatOut), at::TensorList(downs),
+                             at::TensorList(ups), scales);
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i] = flat[i].view(outputs[i].sizes());
+  return true;
+}
 
 }  // namespace
 
@@ -166,8 +267,36 @@ at::Tensor LoraAdapter::addToParts(const std::vector<at::Tensor>& parts, const a
   const double s = scale() * multiplier_->scalar();
   const auto outSizes = output.sizes().vec();
   // One GEMM for the up projection: output + h (s up)^T, accumulated where the output is.
-  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat)).view(outSizes);
+  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), int64_t{-1},
+                        c10::optional<at::Tensor>())
+      .view(outSizes);
 }
+
+at::Tensor LoraAdapter::addToGeluParts(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
+                                       const at::Tensor& output) {
+  const bool plain = parts.empty() || multiplier_->isPerSample() || output.dim() != parts[0].dim() ||
+                     (dropout_ > 0.0 && is_training()) || geluPart < 0 ||
+                     geluPart >= static_cast<int64_t>(parts.size()) || !pre.defined() ||
+                     pre.sizes() != parts[geluPart].sizes();
+  if (plain) return addToParts(parts, output);
+  for (const auto& p : parts)
+    if (p.scalar_type() != output.scalar_type() || p.dim() != output.dim()) return addToParts(parts, output);
+  std::vector<at::Tensor> flat;  // [M, n_i]
+  for (const auto& part : parts) flat.push_back(part.reshape({-1, part.size(-1)}));
+  const double s = scale() * multiplier_->scalar();
+  const auto outSizes = output.sizes().vec();
+  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), geluPart,
+                        c10::optional<at::Tensor>(pre.reshape({-1, pre.size(-1)})))
+      .view(outSizes);
+}
+
+nn::SiblingAdd LoraAdapter::siblingAdd() const { return &loraSiblingAdd; }
+
+bool LoraAdapter::fusesWithSiblings() const {
+  return !multiplier_->isPerSample() && !(dropout_ > 0.0 && is_training());
+}
+
+double LoraAdapter::multiplierScalar() const { return multiplier_->scalar(); }
 
 at::Tensor LoraAdapter::deltaWeight() const {
   return at::matmul(up, down) * scale();  // [out, in]

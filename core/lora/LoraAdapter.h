@@ -55,6 +55,15 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   // addTo(cat(parts, -1), output) without the concatenated input: the down projection
   // as one matmul per part over its columns of down, accumulated into [..., r].
   at::Tensor addToParts(const std::vector<at::Tensor>& parts, const at::Tensor& output) override;
+  // addToParts where parts[geluPart] = gelu_tanh(pre): keeps pre instead of that part and
+  // recomputes the GELU in the backward for down's gradient (same op, same values). With
+  // dropout in training the dropped part is kept as in addToParts.
+  at::Tensor addToGeluParts(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
+                            const at::Tensor& output) override;
+  // Sibling LoRAs (nn::forwardSiblings) as one down matmul over the concatenated downs and
+  // one for their input gradient; per-sample multipliers, dropout in training, or
+  // dtypes / devices that differ take the per-adapter path.
+  nn::SiblingAdd siblingAdd() const override;
 
   // scale * up @ down in float32: [out, in] (without the multiplier).
   at::Tensor deltaWeight() const;
@@ -74,6 +83,10 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   double scale() const { return alpha_ / static_cast<double>(rank_); }
   double dropout() const { return dropout_; }
   c10::Device device() const { return down.device(); }
+  // No per-sample multiplier and no dropout in effect: the delta is s * up down x with one
+  // scalar s = scale() * multiplierScalar(), which the sibling fusion can express.
+  bool fusesWithSiblings() const;
+  double multiplierScalar() const;
 
   at::Tensor down;  // lora_A.weight [r, in], float32
   at::Tensor up;    // lora_B.weight [out, r], float32

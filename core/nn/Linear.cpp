@@ -7,10 +7,28 @@
 #include "common/TorchCompat.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace strata::nn {
+
+namespace {
+
+std::atomic<bool>& fusedPathsFlag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("STRATA_FUSED_PATHS");
+    return !(env && std::strcmp(env, "0") == 0);
+  }()};
+  return flag;
+}
+
+}  // namespace
+
+bool fusedPaths() { return fusedPathsFlag().load(std::memory_order_relaxed); }
+void setFusedPaths(bool on) { fusedPathsFlag().store(on, std::memory_order_relaxed); }
 
 LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias, const at::TensorOptions& options)
     : inFeatures_(inFeatures), outFeatures_(outFeatures) {
@@ -126,12 +144,67 @@ struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
   }
 };
 
+// sum_i parts_i W_q[:, cols_i]^T, times the scale (+ bias), without autograd: the weight
+// converted once, one matmul per column block of it, accumulated into one output. The
+// same arithmetic as quantizedForward over cat(parts) up to the order of the sums.
+at::Tensor quantizedPartsForward(at::TensorList parts, const at::Tensor& weightQ, const at::Tensor& scale,
+                                 const c10::optional<at::Tensor>& bias) {
+  const auto dtype = parts[0].scalar_type();
+  const auto w = weightQ.to(dtype);  // [out, in]
+  at::Tensor y;                      // [M, out]
+  int64_t offset = 0;
+  for (const auto& p : parts) {
+    const int64_t n = p.size(1);
+    const auto wi = w.narrow(1, offset, n);  // [out, n], rows of stride in: no copy
+    y = y.defined() ? at::addmm(y, p, wi.t()) : at::mm(p, wi.t());
+    offset += n;
+  }
+  y = y * scale.to(dtype);
+  return bias ? y + *bias : y;
+}
+
+// QuantizedMatmul over column parts [M, n_i] of the input: the concatenated input is
+// neither made nor kept (FLUX's single blocks: [4608, 15360] per block at 1024 px), and
+// each part's gradient is its own contiguous [M, n_i] instead of a strided narrow of
+// one [M, in] gradient. Keeps the quantized weight and the scale, as QuantizedMatmul.
+struct QuantizedPartsMatmul : torch::autograd::Function<QuantizedPartsMatmul> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::TensorList parts, const at::Tensor& weightQ,
+                            const at::Tensor& scale, c10::optional<at::Tensor> bias) {
+    ctx->save_for_backward({weightQ, scale});
+    std::vector<int64_t> widths;
+    for (const auto& p : parts) widths.push_back(p.size(1));
+    ctx->saved_data["widths"] = widths;
+    return quantizedPartsForward(parts, weightQ, scale, bias);  // [M, out]
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradOut) {
+    const auto saved = ctx->get_saved_variables();
+    const auto widths = ctx->saved_data["widths"].toIntVector();
+    const auto& g = gradOut[0];  // [M, out]
+    const auto gs = g * saved[1].to(g.scalar_type());
+    const auto w = saved[0].to(g.scalar_type());  // [out, in]
+    torch::autograd::variable_list grads(widths.size() + 3);  // parts, weight, scale, bias
+    int64_t offset = 0;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      if (ctx->needs_input_grad(i)) grads[i] = at::mm(gs, w.narrow(1, offset, widths[i]));  // [M, n_i]
+      offset += widths[i];
+    }
+    return grads;
+  }
+};
+
+// Whether a quantized Linear multiplies x on the fp8 tensor cores (nn/Quantize.h).
+bool fp8Applies(bool fp8Matmul, const at::Tensor& x) {
+  return fp8Matmul && x.is_cuda() && x.scalar_type() == at::kBFloat16;
+}
+
 }  // namespace
 
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
   if (quantType_ == QuantType::None)
     return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
-  const bool fp8 = fp8Matmul_ && x.is_cuda() && x.scalar_type() == at::kBFloat16;
+  const bool fp8 = fp8Applies(fp8Matmul_, x);
   const int64_t mode = !fp8 ? kDequantized : fp8Backward_ == Fp8Backward::Fp8 ? kFp8ForwardAndBackward : kFp8Forward;
   // A frozen bias goes into the matmul (fused by _scaled_mm); one that trains is added here.
   const bool biasInside = bias.defined() && !bias.requires_grad();
@@ -174,32 +247,65 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return y;
 }
 
-at::Tensor LinearImpl::forwardParts(const std::vector<at::Tensor>& parts) {
+at::Tensor LinearImpl::forwardParts(const std::vector<at::Tensor>& partsIn, int64_t geluPart) {
   int64_t width = 0;
-  for (const auto& p : parts) width += p.size(-1);
-  if (parts.empty() || width != inFeatures_)
+  for (const auto& p : partsIn) width += p.size(-1);
+  if (partsIn.empty() || width != inFeatures_)
     throw Error("nn::Linear: parts of total width " + std::to_string(width) + " for a Linear of " +
                 std::to_string(inFeatures_) + " inputs");
-  // A quantized weight takes the concatenated input (its matmul is one function).
-  if (parts.size() == 1) return forward(parts[0]);
-  if (quantType_ != QuantType::None) return forward(at::cat(parts, -1));
+  if (geluPart >= static_cast<int64_t>(partsIn.size()))
+    throw Error("nn::Linear: GELU part " + std::to_string(geluPart) + " of " + std::to_string(partsIn.size()) +
+                " parts");
+  const bool fused = fusedPaths();
+  std::vector<at::Tensor> parts = partsIn;
+  at::Tensor pre;  // the GELU part before the GELU, or undefined
+  if (geluPart >= 0) {
+    pre = parts[geluPart];
+    parts[geluPart] = at::gelu(pre, "tanh");
+  }
+  auto withAdapters = [&](at::Tensor y) {
+    for (const auto& adapter : adapters_) {
+      if (pre.defined() && fused)
+        y = adapter->addToGeluParts(parts, geluPart, pre, y);
+      else
+        y = parts.size() == 1 ? adapter->addTo(parts[0], y) : adapter->addToParts(parts, y);
+    }
+    return y;
+  };
+  if (parts.size() == 1) return withAdapters(forwardBase(parts[0]));
+
   auto outSizes = parts[0].sizes().vec();
   outSizes.back() = outFeatures_;
+  std::vector<at::Tensor> flat;  // [M, n_i]
+  for (const auto& p : parts) flat.push_back(p.reshape({-1, p.size(-1)}));
   at::Tensor y;  // [M, out]
-  int64_t offset = 0;
-  for (const auto& p : parts) {
-    const int64_t n = p.size(-1);
-    const auto w = weight.narrow(1, offset, n);  // [out, n], rows of stride in: no copy
-    const auto p2 = p.reshape({-1, n});          // [M, n]
-    if (!y.defined())
-      y = bias.defined() ? at::addmm(bias, p2, w.t()) : at::mm(p2, w.t());
-    else
-      y = at::addmm(y, p2, w.t());  // accumulated where the output is
-    offset += n;
+  if (quantType_ != QuantType::None) {
+    // _scaled_mm has no accumulating form (each column block would round to bf16 and
+    // need one more pass over [M, out]) and the per-token input scale spans the whole
+    // row: the fp8 path takes the concatenated input.
+    if (!fused || fp8Applies(fp8Matmul_, parts[0])) return withAdapters(forwardBase(at::cat(parts, -1)));
+    const bool biasInside = bias.defined() && !bias.requires_grad();
+    const c10::optional<at::Tensor> inside =
+        biasInside ? c10::optional<at::Tensor>(bias.to(parts[0].scalar_type())) : c10::nullopt;
+    bool needGrad = false;
+    for (const auto& p : flat) needGrad = needGrad || p.requires_grad();
+    y = needGrad && at::GradMode::is_enabled()
+            ? QuantizedPartsMatmul::apply(at::TensorList(flat), weight, weightScale, inside)
+            : quantizedPartsForward(flat, weight, weightScale, inside);  // [M, out]
+    if (bias.defined() && !biasInside) y = y + bias.to(y.scalar_type());
+  } else {
+    int64_t offset = 0;
+    for (const auto& p2 : flat) {
+      const int64_t n = p2.size(1);
+      const auto w = weight.narrow(1, offset, n);  // [out, n], rows of stride in: no copy
+      if (!y.defined())
+        y = bias.defined() ? at::addmm(bias, p2, w.t()) : at::mm(p2, w.t());
+      else
+        y = at::addmm(y, p2, w.t());  // accumulated where the output is
+      offset += n;
+    }
   }
-  y = y.view(outSizes);  // [..., out]
-  for (const auto& adapter : adapters_) y = adapter->addToParts(parts, y);
-  return y;
+  return withAdapters(y.view(outSizes));  // [..., out]
 }
 
 void LinearImpl::addAdapter(std::shared_ptr<LinearAdapter> adapter) { adapters_.push_back(std::move(adapter)); }
@@ -207,6 +313,47 @@ void LinearImpl::addAdapter(std::shared_ptr<LinearAdapter> adapter) { adapters_.
 void LinearImpl::removeAdapter(const LinearAdapter* adapter) {
   adapters_.erase(std::remove_if(adapters_.begin(), adapters_.end(), [&](const auto& a) { return a.get() == adapter; }),
                   adapters_.end());
+}
+
+std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears, const at::Tensor& x) {
+  std::vector<at::Tensor> out(linears.size());
+  for (size_t i = 0; i < linears.size(); ++i) {
+    if (!linears[i]) throw Error("nn::forwardSiblings: Linear " + std::to_string(i) + " is null");
+    if (x.dim() < 1 || x.size(-1) != linears[i]->inFeatures())
+      throw Error("nn::forwardSiblings: an input of width " + std::to_string(x.dim() < 1 ? 0 : x.size(-1)) +
+                  " for Linear " + std::to_string(i) + " of " + std::to_string(linears[i]->inFeatures()) + " inputs");
+    out[i] = linears[i]->forwardBase(x);  // [..., out_i]
+  }
+  // The Linears with exactly one adapter that fuses, of the first such adapter's kind.
+  std::vector<size_t> group;
+  SiblingAdd add = nullptr;
+  if (fusedPaths()) {
+    for (size_t i = 0; i < linears.size(); ++i) {
+      const auto& a = linears[i]->adapters();
+      if (a.size() != 1 || !a[0]->siblingAdd()) continue;
+      if (!add) add = a[0]->siblingAdd();
+      if (a[0]->siblingAdd() == add) group.push_back(i);
+    }
+  }
+  std::vector<bool> done(linears.size(), false);
+  if (group.size() >= 2) {
+    std::vector<LinearAdapter*> adapters;
+    std::vector<at::Tensor> outputs;
+    for (size_t i : group) {
+      adapters.push_back(linears[i]->adapters()[0].get());
+      outputs.push_back(out[i]);
+    }
+    if (add(adapters, x, outputs)) {
+      for (size_t k = 0; k < group.size(); ++k) {
+        out[group[k]] = outputs[k];
+        done[group[k]] = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < linears.size(); ++i)
+    if (!done[i])
+      for (const auto& adapter : linears[i]->adapters()) out[i] = adapter->addTo(x, out[i]);
+  return out;
 }
 
 }  // namespace strata::nn

@@ -14,6 +14,20 @@
 
 namespace strata::nn {
 
+class LinearAdapter;
+
+// outputs[i] += adapters[i]'s delta(x), for one adapter on each of Linears that read the
+// same x, as one computation; false, with outputs untouched, when the group cannot be
+// fused exactly (then each adapter adds its own). See forwardSiblings.
+using SiblingAdd = bool (*)(const std::vector<LinearAdapter*>& adapters, const at::Tensor& x,
+                            std::vector<at::Tensor>& outputs);
+
+// The fused paths of this file (forwardSiblings, forwardParts' GELU part, the quantized
+// column split) and the attention gradient's layout; on unless STRATA_FUSED_PATHS=0 is in
+// the environment. Off: the plain per-adapter ops, for debugging (docs/speed.md).
+bool fusedPaths();
+void setFusedPaths(bool on);
+
 // Something that adds delta(x) to a Linear's output: y = W x + b + sum delta(x).
 class LinearAdapter {
  public:
@@ -25,6 +39,15 @@ class LinearAdapter {
   virtual at::Tensor addToParts(const std::vector<at::Tensor>& parts, const at::Tensor& output) {
     return addTo(at::cat(parts, -1), output);
   }
+  // addToParts(parts, output) where parts[geluPart] = gelu_tanh(pre): an adapter may keep
+  // `pre` for its backward instead of that part (the GELU's backward keeps it anyway) and
+  // recompute the part there.
+  virtual at::Tensor addToGeluParts(const std::vector<at::Tensor>& parts, int64_t /*geluPart*/,
+                                    const at::Tensor& /*pre*/, const at::Tensor& output) {
+    return addToParts(parts, output);
+  }
+  // Adapters returning the same non-null function may be fused by forwardSiblings.
+  virtual SiblingAdd siblingAdd() const { return nullptr; }
 };
 
 class LinearImpl : public torch::nn::Module {
@@ -42,7 +65,13 @@ class LinearImpl : public torch::nn::Module {
   // through addToParts. The concatenation would be an extra copy, and the copy kept
   // for the backward (FLUX's single blocks: 28 MB of attention output per block at
   // 1024 px besides the attention's own). parts [..., in_i], sum in_i = in -> [..., out].
-  at::Tensor forwardParts(const std::vector<at::Tensor>& parts);
+  // With geluPart >= 0, parts[geluPart] is given before at::gelu(., "tanh") and the Linear
+  // applies it; the GELU output is then kept by nobody for the backward (adapters keep
+  // the pre-activation, which the GELU keeps anyway; a frozen base needs only W): 113 MB
+  // per FLUX.1-dev MLP at 1024 px.
+  at::Tensor forwardParts(const std::vector<at::Tensor>& parts, int64_t geluPart = -1);
+  // forward(gelu_tanh(pre)) keeping only pre: forwardParts({pre}, 0).
+  at::Tensor forwardGelu(const at::Tensor& pre) { return forwardParts({pre}, 0); }
 
   void addAdapter(std::shared_ptr<LinearAdapter> adapter);
   void removeAdapter(const LinearAdapter* adapter);
@@ -80,5 +109,11 @@ class LinearImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<LinearAdapter>> adapters_;
 };
 TORCH_MODULE(Linear);
+
+// The outputs of Linears that read the same x ({q, k, v}): each base projection as it is,
+// and when every Linear of a subset has exactly one adapter with the same siblingAdd,
+// their deltas as one computation (LoRA: one down matmul over the concatenated downs).
+// Anything else goes through each Linear's forward. -> [..., out_i] per Linear.
+std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears, const at::Tensor& x);
 
 }  // namespace strata::nn

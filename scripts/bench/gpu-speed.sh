@@ -13,6 +13,9 @@
 #           (bench_peer.py: PEER_SCRIPT, PEER_DIFFUSERS name where they are)
 #   quant   the 16 GB capped 30-step quantized run (QuantGpu.FluxDevQuantizedChecked...)
 #   int8    strata-train bench of the int8 base at 1024 px with checkpointing
+#   fused   strata-train bench at 1024 px without checkpointing, the peer's targets, bf16
+#           and int8, with the fused paths (docs/speed.md, s21) on and then off
+#           (STRATA_FUSED_PATHS=0)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
@@ -79,6 +82,12 @@ for part in "$@"; do
         python3 "${PEER_SCRIPT:-.carry/bench_peer.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
     quant) "$TESTS" --gtest_filter='QuantGpu.FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap' 2>&1 |
              tee "$OUT/quant.log" | grep -E "\[quant gpu\]|OK \]|FAILED|out of memory" ;;
+    fused)
+      for f in 1 0; do
+        STRATA_FUSED_PATHS=$f bench "fused-$f-bf16-1024-nockpt" --set train.gradient_checkpointing=false --set "$PEER_TARGETS"
+        STRATA_FUSED_PATHS=$f bench "fused-$f-int8-1024-nockpt" --set train.gradient_checkpointing=false --set "$PEER_TARGETS" \
+          --set model.quantize=true --set model.qtype=int8
+      done ;;
     int8) bench int8-1024-ckpt --set model.quantize=true --set model.qtype=int8 --set "$PEER_TARGETS" ;;
     *) echo "unknown part $part" ;;
   esac

@@ -9,6 +9,7 @@
 #include "common/TorchCompat.h"
 #include "models/flux/FluxKernels.h"
 #include "models/flux/FluxLayout.h"
+#include "nn/GradLayout.h"
 
 namespace strata::flux {
 
@@ -28,8 +29,6 @@ at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tens
 at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
   return at::addcmul(x, gate.unsqueeze(1), y);
 }
-
-at::Tensor geluTanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
 
 at::Tensor clipHalf(const at::Tensor& x) {
   // diffusers clamps fp16 activations so the residual stream cannot reach inf.
@@ -149,7 +148,9 @@ class UnitBuilder {
 }  // namespace
 
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x) {
-  return {p.q.ptr()->forward(x), p.k.ptr()->forward(x), p.v.ptr()->forward(x)};
+  // One input: the LoRA downs of q, k and v run as one matmul (nn::forwardSiblings).
+  const auto out = nn::forwardSiblings({p.q.ptr().get(), p.k.ptr().get(), p.v.ptr().get()}, x);
+  return {out[0], out[1], out[2]};
 }
 
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -181,7 +182,11 @@ at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   // The backend (cuDNN or flash on CUDA) is the process's choice: model.attention_backend.
   // [B, N, H, Dh] -> [B, H, N, Dh] for the fused kernel, and back.
-  const auto out = compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
+  // The gradient reaching the attention's backward gets the output's strides: cuDNN's
+  // SDPA backward has required dO laid out as O (flash does not care), and dO may come
+  // back as a strided narrow (a quantized proj_out over cat(attn, mlp) gave one).
+  const auto out = nn::gradInLayoutOf(
+      compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)));  // [B, H, N, Dh]
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
 }
 
@@ -236,8 +241,10 @@ FluxDoubleBlock::FluxDoubleBlock(const FluxConfig& cfg, const FluxBuildOptions& 
 nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   // img [B, Ni, D], txt [B, Nt, D], temb [B, D]
   const auto act = at::silu(io.temb);
-  const auto imgMod = norm1Linear->forward(act).chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
-  const auto txtMod = norm1ContextLinear->forward(act).chunk(6, 1);
+  // Both modulations read act: with LoRA on both, one down matmul.
+  const auto mods = nn::forwardSiblings({norm1Linear.get(), norm1ContextLinear.get()}, act);
+  const auto imgMod = mods[0].chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
+  const auto txtMod = mods[1].chunk(6, 1);
   const int64_t nTxt = io.txt.size(1);
 
   const auto imgNorm = modulate(layerNorm(io.img), imgMod[0], imgMod[1]);
@@ -261,10 +268,11 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
 
   nn::BlockIO out = io;
   auto img = gated(io.img, imgMod[2], imgAttn);
-  img = gated(img, imgMod[5], ffOut->forward(geluTanh(ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4])))));
+  // The MLPs' output Linears apply the GELU themselves, so its [B, N, 4D] output is not kept.
+  img = gated(img, imgMod[5], ffOut->forwardGelu(ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
   txt = gated(txt, txtMod[5],
-              ffContextOut->forward(geluTanh(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4])))));
+              ffContextOut->forwardGelu(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
   out.img = img;
   out.txt = clipHalf(txt);
   return out;
@@ -289,14 +297,19 @@ nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
   const auto mod = normLinear->forward(at::silu(io.temb)).chunk(3, 1);  // shift, scale, gate
   const auto xNorm = modulate(layerNorm(x), mod[0], mod[1]);
 
-  const auto mlp = geluTanh(projMlp->forward(xNorm));  // [B, N, mlp]
-  auto [q, k, v] = projectQkv(qkv, xNorm);
+  // q, k, v and proj_mlp read xNorm: their LoRA downs as one matmul.
+  const auto proj = nn::forwardSiblings({qkv.q.get(), qkv.k.get(), qkv.v.get(), projMlp.get()}, xNorm);
+  const auto& q = proj[0];
+  const auto& k = proj[1];
+  const auto& v = proj[2];
+  const auto& mlpPre = proj[3];  // [B, N, mlp], before the GELU
   const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
   const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
   const auto attn = jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
 
-  // proj_out over concat(attn, mlp), without the concatenated copy
-  const auto y = clipHalf(gated(x, mod[2], projOut->forwardParts({attn, mlp})));
+  // proj_out over concat(attn, gelu(mlpPre)), without the concatenated copy; proj_out
+  // applies the GELU, so its output is not kept for the backward.
+  const auto y = clipHalf(gated(x, mod[2], projOut->forwardParts({attn, mlpPre}, /*geluPart=*/1)));
   nn::BlockIO out = io;
   out.txt = y.narrow(1, 0, nTxt);
   out.img = y.narrow(1, nTxt, y.size(1) - nTxt);
