@@ -137,9 +137,7 @@ TEST(Flux2ConfigTest, ValidationNamesTheKey) {
 
 TEST(Flux2ConfigTest, ConfigFileErrorsNameTheFile) {
   test::TempDir dir;
-  {
-    std::ofstream(dir / "config.json") << R"({"num_attention_heads": "many"})";
-  }
+  { std::ofstream(dir / "config.json") << R"({"num_attention_heads": "many"})"; }
   try {
     Flux2Config::fromDiffusersJsonFile(dir / "config.json");
     FAIL() << "no ConfigError";
@@ -162,7 +160,7 @@ TEST(Flux2NamesTest, EveryParameterHasOneBflKeyAndFusedRowsTile) {
       rowsPerKey[ref->key] += ref->slot.rows;
       EXPECT_LE(rowsPerKey[ref->key], ref->slot.totalRows) << ref->key;
     }
-    EXPECT_FALSE(names.bflParamForKey("transformer_blocks.0.attn.to_q.bias"));  // no biases in FLUX.2
+    EXPECT_FALSE(names.bflParamForKey("transformer_blocks.0.attn.to_q.bias"));            // no biases in FLUX.2
     EXPECT_FALSE(names.bflParamForKey("time_text_embed.text_embedder.linear_1.weight"));  // FLUX.1 only
     const auto qkv = names.diffusersModulesForBfl("double_blocks.0.txt_attn.qkv");
     ASSERT_EQ(qkv.size(), 3u);
@@ -201,6 +199,27 @@ TEST(Flux2ModelTest, DiffusersAndBflFilesRoundTripOnAnotherConfig) {
   const auto out = model.forward(in);
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 12, cfg.outChannels}));
   EXPECT_TRUE(at::isfinite(out).all().item<bool>());
+}
+
+TEST(Flux2ConfigTest, ShapesKeepTheBaseMlpRatioWhenItGivesTheWidth) {
+  auto cfg = otherConfig();
+  cfg.mlpRatio = 2.6;  // int(36 x 2.6) = 93 rows, 93 / 36 is not 2.6
+  flux2::Flux2Transformer model(cfg);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& p : model.named_parameters(true)) shapes[p.key()] = p.value().sizes().vec();
+  EXPECT_EQ(Flux2Config::fromShapes(shapes, cfg), cfg);
+  const auto plain = Flux2Config::fromShapes(shapes, otherConfig());  // ratio 2.5 gives 90, not 93
+  EXPECT_EQ(plain.mlpHiddenSize(), cfg.mlpHiddenSize());
+  EXPECT_FALSE(plain.guidanceEmbeds);
+  EXPECT_EQ(plain.numAttentionHeads, 3);
+  EXPECT_EQ(plain.timestepGuidanceChannels, 64);
+  shapes.erase("x_embedder.weight");
+  try {
+    Flux2Config::fromShapes(shapes);
+    FAIL() << "no LoadError";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("x_embedder.weight"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Flux2ModelTest, GuidanceRequiredWhenEmbedded) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <iostream>
+
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
 #include "models/flux2/Flux2Checkpoint.h"
@@ -57,6 +59,31 @@ void checkForward(const fs::path& dir, const nlohmann::json& manifest, const std
   at::NoGradGuard noGrad;
   const auto out = model.forward(flux2InputsOf(inputs));
   EXPECT_TRUE(test::allClose(out, outputs.at("output"), tol.atol, tol.rtol)) << weightsFile;
+}
+
+// bf16 keeps 8 mantissa bits: the stated tolerance of a bf16 forward (FLUX.1's, also
+// tests/gpu/test_flux2_gpu.cpp on CUDA).
+constexpr double kBf16Atol = 5e-2;
+constexpr double kBf16Rtol = 5e-2;
+constexpr double kBf16MaxRelL2 = 2e-2;
+
+void checkForwardBf16(const fs::path& dir, const nlohmann::json& manifest) {
+  const auto cfg = flux2ConfigOf(manifest);
+  flux2::Flux2BuildOptions options;
+  options.dtype = at::kBFloat16;
+  flux2::Flux2Transformer model(cfg, options);
+  flux2::loadFlux2Weights(model, dir / "transformer_bfl.safetensors");
+  const auto inputs = io::loadSafetensors(dir / "inputs.safetensors");
+  const auto ref = io::loadSafetensors(dir / "outputs.safetensors").at("output");
+  at::NoGradGuard noGrad;
+  const auto out = model.forward(flux2InputsOf(inputs));
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  const auto diff = out.to(at::kDouble) - ref.to(at::kDouble);
+  const double relL2 = diff.norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
+  std::cout << "[parity]     bf16: relative L2 error " << relL2 << ", max abs error " << diff.abs().max().item<double>()
+            << std::endl;
+  EXPECT_TRUE(test::allClose(out, ref, kBf16Atol, kBf16Rtol)) << "bf16 forward";
+  EXPECT_LT(relL2, kBf16MaxRelL2);
 }
 
 // BFL names load the very same numbers, and the model written back in BFL names
@@ -117,8 +144,7 @@ void checkSample(const fs::path& dir, const nlohmann::json& manifest) {
   EXPECT_NEAR(flux2::computeEmpiricalMu(seqLen, steps), sampling.at("mu").get<double>(), 1e-9) << "mu";
   const auto sigmas = flux2::samplingSigmas(steps, seqLen);
   EXPECT_TRUE(test::allClose(sigmas, out.at("sample_sigmas"), 1e-7, 1e-6)) << "sigmas";
-  EXPECT_TRUE(test::allClose(sigmas.narrow(0, 0, steps) * 1000, out.at("sample_timesteps"), 1e-4, 1e-6))
-      << "timesteps";
+  EXPECT_TRUE(test::allClose(sigmas.narrow(0, 0, steps) * 1000, out.at("sample_timesteps"), 1e-4, 1e-6)) << "timesteps";
 
   flux2::Flux2Transformer model(cfg);
   flux2::loadFlux2Weights(model, dir / "transformer.safetensors");
@@ -149,6 +175,8 @@ STRATA_PARITY_CHECK("flux2_transformer", "base forward (diffusers names)",
 STRATA_PARITY_CHECK("flux2_transformer", "base forward (BFL names)", [](const fs::path& d, const nlohmann::json& m) {
   checkForward(d, m, "transformer_bfl.safetensors");
 });
+STRATA_PARITY_CHECK("flux2_transformer", "base forward in bf16 (atol 5e-2, rtol 5e-2, rel. L2 < 2e-2)",
+                    checkForwardBf16);
 STRATA_PARITY_CHECK("flux2_transformer", "BFL names load the same numbers; BFL state dict = the BFL file",
                     checkBflSameNumbers);
 STRATA_PARITY_CHECK("flux2_transformer", "patchify, pack, unpack, img_ids, txt_ids", checkLatentHelpers);

@@ -15,8 +15,8 @@ typename Map::mapped_type findIn(const Map& map, const std::string& path) {
 
 }  // namespace
 
-UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout,
-                         const FluxBuildOptions& o, double rmsEps)
+UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout, const FluxBuildOptions& o,
+                         double rmsEps)
     : root_(root) {
   const auto options = at::TensorOptions().device(o.device).dtype(o.dtype);
   for (const auto& m : layout) {

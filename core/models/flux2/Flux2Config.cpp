@@ -15,8 +15,8 @@ void Flux2Config::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("Flux2Config: " + what);
   };
-  require(patchSize == 1, "patch_size must be 1 (latents are patchified 2x2 outside the model), got " +
-                              std::to_string(patchSize));
+  require(patchSize == 1,
+          "patch_size must be 1 (latents are patchified 2x2 outside the model), got " + std::to_string(patchSize));
   require(inChannels > 0, "in_channels must be positive, got " + std::to_string(inChannels));
   require(outChannels > 0, "out_channels must be positive, got " + std::to_string(outChannels));
   require(numLayers >= 0, "num_layers must be >= 0, got " + std::to_string(numLayers));
@@ -156,11 +156,10 @@ Flux2Config Flux2Config::fromShapes(const std::map<std::string, std::vector<int6
       shapes.count(bfl ? "guidance_in.in_layer.weight" : "time_guidance_embed.guidance_embedder.linear_1.weight") > 0;
   c.numLayers = countBlocks(bfl ? "double_blocks" : "transformer_blocks");
   c.numSingleLayers = countBlocks(bfl ? "single_blocks" : "single_transformer_blocks");
-  const std::string normQ = c.numLayers > 0
-                                ? (bfl ? "double_blocks.0.img_attn.norm.query_norm.scale"
-                                       : "transformer_blocks.0.attn.norm_q.weight")
-                                : (bfl ? "single_blocks.0.norm.query_norm.scale"
-                                       : "single_transformer_blocks.0.attn.norm_q.weight");
+  const std::string normQ =
+      c.numLayers > 0
+          ? (bfl ? "double_blocks.0.img_attn.norm.query_norm.scale" : "transformer_blocks.0.attn.norm_q.weight")
+          : (bfl ? "single_blocks.0.norm.query_norm.scale" : "single_transformer_blocks.0.attn.norm_q.weight");
   c.attentionHeadDim = shapeOf(normQ, 1)[0];
   if (c.attentionHeadDim <= 0 || hidden % c.attentionHeadDim != 0)
     throw LoadError("Flux2Config: hidden size " + std::to_string(hidden) + " is not a multiple of the head dim " +
@@ -168,13 +167,17 @@ Flux2Config Flux2Config::fromShapes(const std::map<std::string, std::vector<int6
   c.numAttentionHeads = hidden / c.attentionHeadDim;
   // The SwiGLU hidden width: the MLP-out input of a double block, else a single block's
   // output projection input minus the attention width.
-  const int64_t mlp = c.numLayers > 0
-                          ? shapeOf(bfl ? "double_blocks.0.img_mlp.2.weight" : "transformer_blocks.0.ff.linear_out.weight",
-                                    2)[1]
-                          : shapeOf(bfl ? "single_blocks.0.linear2.weight"
-                                        : "single_transformer_blocks.0.attn.to_out.weight",
-                                    2)[1] - hidden;
-  c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
+  const int64_t mlp =
+      c.numLayers > 0
+          ? shapeOf(bfl ? "double_blocks.0.img_mlp.2.weight" : "transformer_blocks.0.ff.linear_out.weight", 2)[1]
+          : shapeOf(bfl ? "single_blocks.0.linear2.weight" : "single_transformer_blocks.0.attn.to_out.weight", 2)[1] -
+                hidden;
+  // The base's ratio when it gives this width (3.7 and 118 / 32 both give 118 rows), else the width's own.
+  // Else width / hidden, nudged half a row up where int() would round it down.
+  if (static_cast<int64_t>(static_cast<double>(hidden) * base.mlpRatio) != mlp) {
+    c.mlpRatio = static_cast<double>(mlp) / static_cast<double>(hidden);
+    if (c.mlpHiddenSize() != mlp) c.mlpRatio = (static_cast<double>(mlp) + 0.5) / static_cast<double>(hidden);
+  }
   if (c.mlpHiddenSize() != mlp)  // int(hidden * ratio) must give the width back
     throw LoadError("Flux2Config: MLP width " + std::to_string(mlp) + " is not int(hidden x ratio) for hidden " +
                     std::to_string(hidden));

@@ -57,8 +57,7 @@ std::vector<FluxModuleSpec> flux2UnitLayout(FluxUnit unit, const Flux2Config& cf
     case FluxUnit::Single:
       return {
           linear("attn.to_qkv_mlp_proj", d, 3 * d + 2 * mlp),  // q, k, v, gate, up
-          rmsNorm("attn.norm_q", hd),
-          rmsNorm("attn.norm_k", hd),
+          rmsNorm("attn.norm_q", hd), rmsNorm("attn.norm_k", hd),
           linear("attn.to_out", d + mlp, d),  // over concat(attention, mlp)
       };
     case FluxUnit::Head:

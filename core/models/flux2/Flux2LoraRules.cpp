@@ -75,7 +75,8 @@ std::optional<nn::LoraStemMatch> Flux2LoraRules::matchStem(const std::string& st
     return m;
   };
   if (startsWith(stem, "lora_")) return bflMatch(nn::LoraFileFormat::Kohya, names_.bflModuleFromKohya(stem));
-  if (startsWith(stem, flux::names::kComfyPrefix) || startsWith(stem, std::string("model.") + flux::names::kComfyPrefix))
+  if (startsWith(stem, flux::names::kComfyPrefix) ||
+      startsWith(stem, std::string("model.") + flux::names::kComfyPrefix))
     return bflMatch(nn::LoraFileFormat::Comfy, names_.bflModuleFromComfy(stem));
   if (names_.isBflModule(stem)) return bflMatch(nn::LoraFileFormat::Comfy, stem);  // bare BFL path
 

@@ -148,8 +148,8 @@ std::string Flux2Names::comfyFromBflModule(const std::string& bflModule) {
 }
 
 std::optional<std::string> Flux2Names::bflModuleFromComfy(const std::string& comfyName) const {
-  for (const std::string& prefix : {std::string("model.") + flux::names::kComfyPrefix,
-                                   std::string(flux::names::kComfyPrefix)}) {
+  for (const std::string& prefix :
+       {std::string("model.") + flux::names::kComfyPrefix, std::string(flux::names::kComfyPrefix)}) {
     if (!startsWith(comfyName, prefix)) continue;
     const std::string path = comfyName.substr(prefix.size());
     if (isBflModule(path)) return path;

@@ -58,7 +58,7 @@ at::Tensor unpackLatentsWithIds(const at::Tensor& tokens, const at::Tensor& ids)
     const int64_t ch = tokens.size(2);
     const auto flat = (row * w + col).to(tokens.device());
     auto grid = at::zeros({h * w, ch}, tokens.options());
-    grid.index_copy_(0, flat, tokens[i]);                  // token n to cell (row, col)
+    grid.index_copy_(0, flat, tokens[i]);                     // token n to cell (row, col)
     out.push_back(grid.view({h, w, ch}).permute({2, 0, 1}));  // [C, h, w]
   }
   return at::stack(out, 0);  // [B, C, h, w]
@@ -126,8 +126,8 @@ at::Tensor sample(Flux2Transformer& model, const at::Tensor& noise, const at::Te
   const auto ids = latentIds(noise.size(2), noise.size(3), noise.options().dtype(at::kLong));
   const auto packed = packLatents(noise);
   const auto sigmas = samplingSigmas(steps, packed.size(1));
-  const auto out = samplePacked(model, packed, ids, txt, textIds(txt.size(1), txt.options().dtype(at::kLong)),
-                                guidance, sigmas, runner);
+  const auto out = samplePacked(model, packed, ids, txt, textIds(txt.size(1), txt.options().dtype(at::kLong)), guidance,
+                                sigmas, runner);
   return unpackLatentsWithIds(out, ids);
 }
 

@@ -108,10 +108,12 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
   const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
 
   auto img = gated(io.img, imgMod[2], imgAttn);
-  img = gated(img, imgMod[5], ffOut->forward(swiglu(ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
+  img = gated(img, imgMod[5],
+              ffOut->forward(swiglu(ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
-  txt = gated(txt, txtMod[5],
-              ffContextOut->forward(swiglu(ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
+  txt =
+      gated(txt, txtMod[5],
+            ffContextOut->forward(swiglu(ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
   nn::BlockIO out = io;
   out.img = img;
   out.txt = clipHalf(txt);
@@ -131,8 +133,8 @@ Flux2SingleBlock::Flux2SingleBlock(const Flux2Config& cfg, const Flux2BuildOptio
 
 nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const int64_t nTxt = io.txt.size(1);
-  const auto x = at::cat({io.txt, io.img}, 1);                          // [B, Nt + Ni, D]
-  const auto mod = modulationOf(io.temb, hidden_, M::kSingle, 1);     // shift, scale, gate
+  const auto x = at::cat({io.txt, io.img}, 1);                     // [B, Nt + Ni, D]
+  const auto mod = modulationOf(io.temb, hidden_, M::kSingle, 1);  // shift, scale, gate
   const auto xNorm = modulate(layerNorm(x, eps_), mod[0], mod[1]);
 
   const auto h = toQkvMlp->forward(xNorm);  // [B, N, 3 D + 2 M]
@@ -204,8 +206,7 @@ Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptio
 at::ScalarType Flux2Transformer::dtype() const { return xEmbedder->weight.scalar_type(); }
 
 nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
-  if (!in.img.defined() || !in.txt.defined() || !in.timestep.defined() || !in.imgIds.defined() ||
-      !in.txtIds.defined())
+  if (!in.img.defined() || !in.txt.defined() || !in.timestep.defined() || !in.imgIds.defined() || !in.txtIds.defined())
     throw Error("Flux2Transformer: img, txt, timestep, imgIds and txtIds are required");
   if (cfg_.guidanceEmbeds && !in.guidance.defined())
     throw Error("Flux2Transformer: this model embeds guidance (guidance_embeds) and no guidance was given");
@@ -223,17 +224,19 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
 
   // Conditioning: timestep (and guidance) x1000, sinusoids in float32 (as FLUX.1 keeps them).
   const auto t = perSample(in.timestep).to(at::kFloat) * 1000;
-  auto temb = timeLinear2->forward(at::silu(timeLinear1->forward(flux::timestepSinusoid(t, channels).to(dt))));  // [B, D]
+  auto temb =
+      timeLinear2->forward(at::silu(timeLinear1->forward(flux::timestepSinusoid(t, channels).to(dt))));  // [B, D]
   if (cfg_.guidanceEmbeds) {
     const auto g = perSample(in.guidance).to(at::kFloat) * 1000;
-    temb = temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(flux::timestepSinusoid(g, channels).to(dt))));
+    temb =
+        temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(flux::timestepSinusoid(g, channels).to(dt))));
   }
   // The shared modulation, once per forward: [B, D] -> [B, 16 D] (layout: Flux2Modulation).
   const auto act = at::silu(temb);
   nn::BlockIO io;
   io.temb = at::cat({temb, modDoubleImg->forward(act), modDoubleTxt->forward(act), modSingle->forward(act)}, 1);
-  io.img = xEmbedder->forward(in.img.to(dt));        // [B, Ni, D]
-  io.txt = contextEmbedder->forward(in.txt.to(dt));  // [B, Nt, D]
+  io.img = xEmbedder->forward(in.img.to(dt));                           // [B, Ni, D]
+  io.txt = contextEmbedder->forward(in.txt.to(dt));                     // [B, Nt, D]
   const auto txtIds = in.txtIds.dim() == 3 ? in.txtIds[0] : in.txtIds;  // [Nt, 4]
   const auto imgIds = in.imgIds.dim() == 3 ? in.imgIds[0] : in.imgIds;  // [Ni, 4]
   auto [cos, sin] = flux::rotaryFromIds(at::cat({txtIds.to(at::kFloat), imgIds.to(at::kFloat)}, 0), cfg_.axesDimsRope,
@@ -245,8 +248,8 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
 
 at::Tensor Flux2Transformer::head(const nn::BlockIO& io) {
   const int64_t hidden = cfg_.hiddenSize();
-  const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);  // [B, D]
-  const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);   // scale, shift
+  const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);              // [B, D]
+  const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);              // scale, shift
   return projOut->forward(modulate(layerNorm(io.img, cfg_.eps), mod[1], mod[0]));  // [B, Ni, out_channels]
 }
 

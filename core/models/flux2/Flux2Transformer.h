@@ -32,11 +32,11 @@ using Flux2BuildOptions = flux::FluxBuildOptions;
 
 // The slices of BlockIO::temb (see above), in units of the hidden size D.
 struct Flux2Modulation {
-  static constexpr int64_t kEmbedding = 0;     // [0, D): the conditioning embedding (norm_out reads it)
-  static constexpr int64_t kDoubleImg = 1;     // [D, 7D)
-  static constexpr int64_t kDoubleTxt = 7;     // [7D, 13D)
-  static constexpr int64_t kSingle = 13;       // [13D, 16D)
-  static constexpr int64_t kWidth = 16;        // temb is [B, 16 D]
+  static constexpr int64_t kEmbedding = 0;  // [0, D): the conditioning embedding (norm_out reads it)
+  static constexpr int64_t kDoubleImg = 1;  // [D, 7D)
+  static constexpr int64_t kDoubleTxt = 7;  // [7D, 13D)
+  static constexpr int64_t kSingle = 13;    // [13D, 16D)
+  static constexpr int64_t kWidth = 16;     // temb is [B, 16 D]
 };
 
 // Double-stream block (diffusers Flux2TransformerBlock).
