@@ -20,6 +20,7 @@
 #include "models/flux2/Flux2Names.h"
 #include "models/flux2/Flux2Sampling.h"
 #include "models/flux2/Flux2Transformer.h"
+#include "placement/Placement.h"
 
 using namespace strata;
 using flux2::Flux2Config;
@@ -254,6 +255,55 @@ TEST(Flux2ModelTest, BlockListSplitsStemBlocksHead) {
   int64_t all = 0;
   for (const auto& p : model.parameters()) all += p.numel();
   EXPECT_EQ(counted, all);
+}
+
+TEST(Flux2ModelTest, PlacementOwnsEveryAdapterAndTheSplitChangesNothing) {
+  // Logic only (every "device" is the cpu): Placement takes FLUX.2's block list, the
+  // adapters on the shared modulation belong to the stem, and the relay of BlockIO
+  // (the modulation rides in temb) changes no number. The two-GPU version is in tests/gpu.
+  const auto cfg = otherConfig();
+  at::manual_seed(11);
+  flux2::Flux2Transformer a(cfg), b(cfg);
+  {
+    at::NoGradGuard g;
+    const auto src = a.named_parameters(true);
+    for (auto& p : b.named_parameters(true)) p.value().copy_(src[p.key()]);
+  }
+  lora::LoraConfig c;
+  c.rank = 2;
+  c.alpha = 2;
+  c.targetModules = {"re:.*"};
+  const auto na = lora::LoraNetwork::create(a, c, flux2::Flux2LoraRules(cfg));
+  const auto nb = lora::LoraNetwork::create(b, c, flux2::Flux2LoraRules(cfg));
+  {
+    at::NoGradGuard g;
+    for (size_t i = 0; i < na->adapters().size(); ++i) {
+      na->adapters()[i]->up.normal_(0, 0.1);
+      nb->adapters()[i]->setWeights(na->adapters()[i]->down, na->adapters()[i]->up);
+    }
+  }
+  const std::vector<c10::Device> devs(cfg.numLayers + cfg.numSingleLayers, at::kCPU);
+  placement::Placement split(b.blockList(), devs, at::kCPU, at::kCPU);
+  split.attachAll(nb->attachments());
+  split.apply();
+  EXPECT_TRUE(split.audit().empty());
+  EXPECT_EQ(split.ownerOf("double_stream_modulation_txt.linear"), "stem");
+  EXPECT_EQ(split.ownerOf("norm_out.linear"), "head");
+  EXPECT_EQ(split.ownerOf("single_transformer_blocks.1.attn.to_qkv_mlp_proj"), "single_transformer_blocks.1");
+
+  const auto in = randomInputs(cfg, 2, 2, 3, 4);
+  const auto ya = a.forward(in);
+  const auto yb = b.forward(in, &split);
+  EXPECT_TRUE(at::equal(ya, yb));
+  ya.pow(2).mean().backward();
+  yb.pow(2).mean().backward();
+  for (size_t i = 0; i < na->adapters().size(); ++i) {
+    const auto& la = na->adapters()[i];
+    const auto& lb = nb->adapters()[i];
+    ASSERT_TRUE(la->down.grad().defined() && lb->down.grad().defined()) << la->hostPath();
+    EXPECT_TRUE(at::equal(la->down.grad(), lb->down.grad())) << la->hostPath();
+    EXPECT_TRUE(at::equal(la->up.grad(), lb->up.grad())) << la->hostPath();
+  }
 }
 
 TEST(Flux2LoadTest, RenamedKeyIsNamedWithTheFile) {
