@@ -109,6 +109,7 @@ class Checker {
       error("model.is_flux", "is_flux is false but model.arch is flux",
             "set model.arch: llama for a Llama-family causal LM, or is_flux: true with a FLUX checkpoint");
     familyKeys();
+    flux2Model();
     if (m.attentionHeadDim && !m.axesDimsRope.empty()) {
       int64_t sum = 0;
       for (int64_t a : m.axesDimsRope) sum += a;
@@ -126,7 +127,7 @@ class Checker {
     // An images run with random weights still reads its tokenizers: model.tokenizer_path, else this folder.
     const bool tokenizersHere = hasImages() && m.tokenizerPath.empty();
     // A causal LM reads its config.json there.
-    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && flux())
+    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && (flux() || flux2()))
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
     // What single files do not hold: read only with a single-file component.
@@ -140,6 +141,23 @@ class Checker {
   }
 
   bool flux() const { return cfg_.model.arch == ModelArch::Flux; }
+  bool flux2() const { return cfg_.model.arch == ModelArch::Flux2; }
+  bool llama() const { return cfg_.model.arch == ModelArch::Llama; }
+
+  // FLUX.2 trains its transformer only: Strata has no FLUX.2 VAE or text encoder yet.
+  void flux2Model() {
+    const ModelConfig& m = cfg_.model;
+    if (flux() && m.preset == ModelPreset::Flux2Dev)
+      error("model.preset", "flux2-dev is a FLUX.2 shape, and model.arch is flux", "set model.arch: flux2");
+    if (!flux2()) return;
+    if (m.preset == ModelPreset::FluxDev)
+      error("model.preset", "flux-dev is FLUX.1's shape, and model.arch is flux2", "use preset flux2-dev or tiny");
+    if (m.pooledProjectionDim)
+      error("model.pooled_projection_dim", "FLUX.2 has no pooled text embedding", "remove the key");
+    if (m.quantize)
+      error("model.quantize", "FLUX.2 blocks are not quantized yet (docs/flux2.md)",
+            "set quantize: false (bf16 weights)");
+  }
 
   // A key set away from its default that the chosen family does not read: said,
   // not ignored in silence.
@@ -369,7 +387,7 @@ class Checker {
         }
       }
     }
-    if (!flux() && !m.nameOrPath.empty() && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
+    if (llama() && !m.nameOrPath.empty() && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
       error("model.name_or_path", m.nameOrPath + ": no config.json there",
             "give the model folder that transformers' save_pretrained writes (with random_weights: a folder "
             "holding only config.json is enough)");
@@ -426,8 +444,16 @@ class Checker {
       error("datasets", "no dataset", "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
-      if (!flux()) {
+      if (llama()) {
         llamaDataset(i);
+        continue;
+      }
+      if (flux2() && d.type != DatasetType::Synthetic) {
+        error("datasets[" + std::to_string(i) + "].type",
+              "a flux2 model trains on a synthetic dataset only, not " + enumName(d.type) +
+                  ": Strata has no FLUX.2 VAE or Mistral text encoder yet, so images cannot be encoded and there "
+                  "are no FLUX.2 latents to read",
+              "use type: synthetic (random latents and text embeddings of the model's shapes; docs/flux2.md)");
         continue;
       }
       const std::string at = "datasets[" + std::to_string(i) + "].";
@@ -502,6 +528,9 @@ class Checker {
       error("sample.sample_every",
             "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
             "add sample.prompts, or set sample_every: 0");
+    if (flux2() && s.sampleEvery > 0 && !s.prompts.empty())
+      error("sample.sample_every", "a flux2 run cannot sample yet: there is no FLUX.2 VAE to decode the latents",
+            "set sample_every: 0 (docs/flux2.md)");
     if (!flux()) return;  // width, height: image samples only
     const bool shapes = !cfg_.datasets.empty() && cfg_.datasets.front().type == DatasetType::Shapes;
     const int64_t multiple = shapes ? 4 : 16;
@@ -519,11 +548,11 @@ class Checker {
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
               "add diffusers, kohya or comfy");
     for (ExportFormat f : cfg_.save.exportFormats) {
-      if (!flux() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
+      if (llama() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
         error("save.export_formats", enumName(f) + " is a FLUX file form; a " + enumName(cfg_.model.arch) +
                                          " model's LoRA is written as a peft adapter folder",
               "use export_formats: [peft]");
-      if (flux() && f == ExportFormat::Peft)
+      if (!llama() && f == ExportFormat::Peft)
         error("save.export_formats", "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is one file",
               "use diffusers (the same tensor names, in one .safetensors file)");
     }
