@@ -24,6 +24,7 @@ std::vector<config::ExportFormat> formatsOf(config::ModelArch family) {
   using config::ExportFormat;
   switch (family) {
     case config::ModelArch::Flux:
+    case config::ModelArch::Flux2:
       return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
     case config::ModelArch::Llama:
       return {ExportFormat::Peft};

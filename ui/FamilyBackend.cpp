@@ -52,6 +52,8 @@ QString familyTitle(config::ModelArch arch) {
       return QObject::tr("%1 image LoRA").arg(familyName(arch));
     case config::ModelArch::Llama:
       return QObject::tr("%1-family language-model LoRA (Llama, Mistral, Qwen2)").arg(familyName(arch));
+    case config::ModelArch::Flux2:
+      return QObject::tr("%1 image LoRA (synthetic data only)").arg(familyName(arch));
   }
   return familyName(arch);
 }
@@ -63,6 +65,8 @@ std::vector<config::DatasetType> datasetTypesOf(config::ModelArch arch) {
       return {DatasetType::Images, DatasetType::Latents, DatasetType::Synthetic, DatasetType::Shapes};
     case config::ModelArch::Llama:
       return {DatasetType::Jsonl, DatasetType::Synthetic};
+    case config::ModelArch::Flux2:
+      return {DatasetType::Synthetic};
   }
   return {};
 }
@@ -74,6 +78,8 @@ std::vector<config::ExportFormat> exportFormatsOf(config::ModelArch arch) {
       return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
     case config::ModelArch::Llama:
       return {ExportFormat::Peft};
+    case config::ModelArch::Flux2:
+      return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
   }
   return {};
 }

@@ -317,9 +317,11 @@ std::vector<KeySpec> buildSchema() {
       .add("model.is_flux", M(model.isFlux),
            "ai-toolkit's flag: the model is a FLUX.1 transformer (false is refused with arch flux: set model.arch)")
       .add("model.arch", M(model.arch),
-           "Model family: flux (a FLUX.1 transformer) or llama (a Llama, Mistral or Qwen2 causal LM folder)")
+           "Model family: flux (a FLUX.1 transformer), llama (a Llama, Mistral or Qwen2 causal LM folder) or flux2 "
+           "(a FLUX.2 transformer, synthetic data only: docs/flux2.md)")
       .add("model.preset", M(model.preset),
-           "Architecture: \"\" = detect from the weights (flux-dev with random_weights), flux-dev, tiny")
+           "Architecture: \"\" = detect from the weights (flux-dev, or flux2-dev for arch flux2, with random_weights), "
+           "flux-dev, flux2-dev, tiny")
       .add("model.num_layers", M(model.numLayers), "Override: number of double (joint) blocks", Opt().min(1).max(1000))
       .add("model.num_single_layers", M(model.numSingleLayers), "Override: number of single blocks",
            Opt().min(0).max(1000))
@@ -583,53 +585,54 @@ const Look kLooks[] = {
 // only); every key not listed applies to every family.
 struct FamilyOnly {
   const char* path;
-  ModelArch arch;
+  std::vector<ModelArch> arches;
 };
+// FLUX.2 (synthetic data, no VAE or text encoders yet) reads the shape keys and the flow-matching ones.
 const FamilyOnly kFamilyOnly[] = {
-    {"model.vae_path", ModelArch::Flux},
-    {"model.clip_path", ModelArch::Flux},
-    {"model.t5_path", ModelArch::Flux},
-    {"model.vae_norm_num_groups", ModelArch::Flux},
-    {"model.clip_num_attention_heads", ModelArch::Flux},
-    {"model.is_flux", ModelArch::Flux},
-    {"model.preset", ModelArch::Flux},
-    {"model.num_layers", ModelArch::Flux},
-    {"model.num_single_layers", ModelArch::Flux},
-    {"model.num_attention_heads", ModelArch::Flux},
-    {"model.attention_head_dim", ModelArch::Flux},
-    {"model.in_channels", ModelArch::Flux},
-    {"model.joint_attention_dim", ModelArch::Flux},
-    {"model.pooled_projection_dim", ModelArch::Flux},
-    {"model.axes_dims_rope", ModelArch::Flux},
-    {"model.guidance_embeds", ModelArch::Flux},
-    {"model.quantize_te", ModelArch::Flux},
+    {"model.vae_path", {ModelArch::Flux}},
+    {"model.clip_path", {ModelArch::Flux}},
+    {"model.t5_path", {ModelArch::Flux}},
+    {"model.vae_norm_num_groups", {ModelArch::Flux}},
+    {"model.clip_num_attention_heads", {ModelArch::Flux}},
+    {"model.is_flux", {ModelArch::Flux}},
+    {"model.preset", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.num_layers", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.num_single_layers", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.num_attention_heads", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.attention_head_dim", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.in_channels", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.joint_attention_dim", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.pooled_projection_dim", {ModelArch::Flux}},
+    {"model.axes_dims_rope", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.guidance_embeds", {ModelArch::Flux, ModelArch::Flux2}},
+    {"model.quantize_te", {ModelArch::Flux}},
     // The text encoders' and VAE's share: a causal LM has no other modules.
-    {"model.split_model_other_module_param_count_scale", ModelArch::Flux},
-    {"train.timestep_type", ModelArch::Flux},
-    {"train.guidance", ModelArch::Flux},
-    {"train.caption_dropout_rate", ModelArch::Flux},
-    {"datasets[].folder_path", ModelArch::Flux},
-    {"datasets[].caption_ext", ModelArch::Flux},
-    {"datasets[].default_caption", ModelArch::Flux},
-    {"datasets[].trigger_word", ModelArch::Flux},
-    {"datasets[].num_repeats", ModelArch::Flux},
-    {"datasets[].flip_x", ModelArch::Flux},
-    {"datasets[].resolution", ModelArch::Flux},
-    {"datasets[].cache_latents_to_disk", ModelArch::Flux},
-    {"sample.width", ModelArch::Flux},
-    {"sample.height", ModelArch::Flux},
-    {"sample.sample_steps", ModelArch::Flux},
-    {"sample.guidance_scale", ModelArch::Flux},
-    {"datasets[].file_path", ModelArch::Llama},
-    {"datasets[].prompt_field", ModelArch::Llama},
-    {"datasets[].response_field", ModelArch::Llama},
-    {"datasets[].text_field", ModelArch::Llama},
-    {"datasets[].response_marker", ModelArch::Llama},
-    {"datasets[].max_seq_len", ModelArch::Llama},
-    {"datasets[].padding_side", ModelArch::Llama},
-    {"datasets[].packing", ModelArch::Llama},
-    {"sample.max_new_tokens", ModelArch::Llama},
-    {"sample.temperature", ModelArch::Llama},
+    {"model.split_model_other_module_param_count_scale", {ModelArch::Flux}},
+    {"train.timestep_type", {ModelArch::Flux, ModelArch::Flux2}},
+    {"train.guidance", {ModelArch::Flux, ModelArch::Flux2}},
+    {"train.caption_dropout_rate", {ModelArch::Flux, ModelArch::Flux2}},
+    {"datasets[].folder_path", {ModelArch::Flux}},
+    {"datasets[].caption_ext", {ModelArch::Flux}},
+    {"datasets[].default_caption", {ModelArch::Flux}},
+    {"datasets[].trigger_word", {ModelArch::Flux}},
+    {"datasets[].num_repeats", {ModelArch::Flux}},
+    {"datasets[].flip_x", {ModelArch::Flux}},
+    {"datasets[].resolution", {ModelArch::Flux, ModelArch::Flux2}},
+    {"datasets[].cache_latents_to_disk", {ModelArch::Flux}},
+    {"sample.width", {ModelArch::Flux}},
+    {"sample.height", {ModelArch::Flux}},
+    {"sample.sample_steps", {ModelArch::Flux}},
+    {"sample.guidance_scale", {ModelArch::Flux}},
+    {"datasets[].file_path", {ModelArch::Llama}},
+    {"datasets[].prompt_field", {ModelArch::Llama}},
+    {"datasets[].response_field", {ModelArch::Llama}},
+    {"datasets[].text_field", {ModelArch::Llama}},
+    {"datasets[].response_marker", {ModelArch::Llama}},
+    {"datasets[].max_seq_len", {ModelArch::Llama}},
+    {"datasets[].padding_side", {ModelArch::Llama}},
+    {"datasets[].packing", {ModelArch::Llama}},
+    {"sample.max_new_tokens", {ModelArch::Llama}},
+    {"sample.temperature", {ModelArch::Llama}},
 };
 
 // The words of a shared key for a family other than FLUX.1 (KeySpec::familyDocs).
@@ -663,7 +666,7 @@ void applyLooks(std::vector<KeySpec>& keys) {
         k.modelShape = k.group == "Model shape";
       }
     for (const FamilyOnly& f : kFamilyOnly)
-      if (k.path == f.path) k.families = {f.arch};
+      if (k.path == f.path) k.families = f.arches;
     for (const FamilyDoc& d : kFamilyDocs)
       if (k.path == d.path) k.familyDocs.emplace_back(d.arch, d.doc);
   }

@@ -18,7 +18,7 @@ namespace strata::config {
 
 // ---- choices ---------------------------------------------------------------
 
-enum class ModelPreset { Auto, FluxDev, Tiny };                 // "" | flux-dev | tiny
+enum class ModelPreset { Auto, FluxDev, Tiny, Flux2Dev };       // "" | flux-dev | tiny | flux2-dev
 enum class ComputeDevice { Auto, Cpu, Cuda };                   // auto | cpu | cuda
 enum class PlacementMode { ParamCount, Memory };                // param_count | memory
 enum class NetworkType { Lora };                                // lora
@@ -28,7 +28,7 @@ enum class DType { BF16, FP16, FP32 };                          // bf16 | fp16 |
 enum class TimestepType { Sigmoid, Uniform, Shift };            // sigmoid | uniform | shift
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };      // diffusers | kohya | comfy | peft (a folder)
-enum class ModelArch { Flux, Llama };                           // flux | llama: the model family
+enum class ModelArch { Flux, Llama, Flux2 };                    // flux | llama | flux2: the model family
 enum class PaddingSide { Right, Left };                         // right | left
 enum class AttentionBackend { Cudnn, Flash };                   // cudnn | flash
 
@@ -51,8 +51,9 @@ struct EnumTraits;  // specialised below: static constexpr std::array<EnumName<E
     static constexpr std::array<EnumName<E>, N> kNames{{__VA_ARGS__}}; \
   }
 
-STRATA_ENUM_NAMES(ModelPreset, 4, {ModelPreset::Auto, "", false}, {ModelPreset::FluxDev, "flux-dev", false},
-                  {ModelPreset::Tiny, "tiny", false}, {ModelPreset::Auto, "auto", true});
+STRATA_ENUM_NAMES(ModelPreset, 5, {ModelPreset::Auto, "", false}, {ModelPreset::FluxDev, "flux-dev", false},
+                  {ModelPreset::Tiny, "tiny", false}, {ModelPreset::Flux2Dev, "flux2-dev", false},
+                  {ModelPreset::Auto, "auto", true});
 STRATA_ENUM_NAMES(ComputeDevice, 3, {ComputeDevice::Auto, "auto", false}, {ComputeDevice::Cpu, "cpu", false},
                   {ComputeDevice::Cuda, "cuda", false});
 STRATA_ENUM_NAMES(PlacementMode, 2, {PlacementMode::ParamCount, "param_count", false},
@@ -74,7 +75,8 @@ STRATA_ENUM_NAMES(DatasetType, 5, {DatasetType::Images, "images", false}, {Datas
                   {DatasetType::Jsonl, "jsonl", false});
 STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
                   {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
-STRATA_ENUM_NAMES(ModelArch, 2, {ModelArch::Flux, "flux", false}, {ModelArch::Llama, "llama", false});
+STRATA_ENUM_NAMES(ModelArch, 3, {ModelArch::Flux, "flux", false}, {ModelArch::Llama, "llama", false},
+                  {ModelArch::Flux2, "flux2", false});
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
 STRATA_ENUM_NAMES(AttentionBackend, 2, {AttentionBackend::Cudnn, "cudnn", false},
                   {AttentionBackend::Flash, "flash", false});
@@ -125,7 +127,7 @@ struct ModelConfig {
   std::optional<int64_t> vaeNormNumGroups;       // model.vae_norm_num_groups: with vae_path
   std::optional<int64_t> clipNumAttentionHeads;  // model.clip_num_attention_heads: with clip_path
   bool isFlux = true;                      // model.is_flux (false with arch flux is refused: set model.arch)
-  ModelArch arch = ModelArch::Flux;        // model.arch: the model family (flux, llama)
+  ModelArch arch = ModelArch::Flux;        // model.arch: the model family (flux, llama, flux2)
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
   // Architecture overrides on top of the preset (model.num_layers, ...); unset = preset's value.
   std::optional<int64_t> numLayers;        // double blocks

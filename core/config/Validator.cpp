@@ -111,7 +111,8 @@ class Checker {
       error("model.is_flux", "is_flux is false but model.arch is flux",
             "set model.arch: llama for a Llama-family causal LM, or is_flux: true with a FLUX checkpoint");
     familyKeys();
-    if (!flux()) return;  // the rest are FLUX.1's shape and single-file keys (familyKeys says they are ignored)
+    flux2Model();
+    if (!flux() && !flux2()) return;  // the rest are FLUX's shape and single-file keys (familyKeys: ignored elsewhere)
     if (m.attentionHeadDim && !m.axesDimsRope.empty()) {
       int64_t sum = 0;
       for (int64_t a : m.axesDimsRope) sum += a;
@@ -131,6 +132,7 @@ class Checker {
     if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere)
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
+    if (!flux()) return;  // FLUX.1's single-file keys follow (FLUX.2 ignores them: familyKeys)
     // What single files do not hold: read only with a single-file component.
     if (m.vaeNormNumGroups && (m.randomWeights || m.vaePath.empty()))
       error("model.vae_norm_num_groups", "read only with a single-file VAE (model.vae_path)",
@@ -142,6 +144,23 @@ class Checker {
   }
 
   bool flux() const { return cfg_.model.arch == ModelArch::Flux; }
+  bool flux2() const { return cfg_.model.arch == ModelArch::Flux2; }
+  bool llama() const { return cfg_.model.arch == ModelArch::Llama; }
+
+  // FLUX.2 trains its transformer only: Strata has no FLUX.2 VAE or text encoder yet.
+  void flux2Model() {
+    const ModelConfig& m = cfg_.model;
+    if (flux() && m.preset == ModelPreset::Flux2Dev)
+      error("model.preset", "flux2-dev is a FLUX.2 shape, and model.arch is flux", "set model.arch: flux2");
+    if (!flux2()) return;
+    if (m.preset == ModelPreset::FluxDev)
+      error("model.preset", "flux-dev is FLUX.1's shape, and model.arch is flux2", "use preset flux2-dev or tiny");
+    if (m.pooledProjectionDim)
+      error("model.pooled_projection_dim", "FLUX.2 has no pooled text embedding", "remove the key");
+    if (m.quantize)
+      error("model.quantize", "FLUX.2 blocks are not quantized yet (docs/flux2.md)",
+            "set quantize: false (bf16 weights)");
+  }
 
   // What model.name_or_path takes for the config's family, for hints.
   std::string modelFolderHint() const {
@@ -385,7 +404,7 @@ class Checker {
     }
     // (A missing folder is said once, above.)
     const bool missing = !m.randomWeights && !io::pathProblem(m.nameOrPath).empty();
-    if (!flux() && !m.nameOrPath.empty() && !missing && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
+    if (llama() && !m.nameOrPath.empty() && !missing && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
       error("model.name_or_path", m.nameOrPath + ": no config.json there",
             "give the model folder that transformers' save_pretrained writes (with random_weights: a folder "
             "holding only config.json is enough)");
@@ -444,8 +463,16 @@ class Checker {
                    : "add one, e.g. datasets: [{type: jsonl, file_path: /data/train.jsonl}]");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
-      if (!flux()) {
+      if (llama()) {
         llamaDataset(i);
+        continue;
+      }
+      if (flux2() && d.type != DatasetType::Synthetic) {
+        error("datasets[" + std::to_string(i) + "].type",
+              "a flux2 model trains on a synthetic dataset only, not " + enumName(d.type) +
+                  ": Strata has no FLUX.2 VAE or Mistral text encoder yet, so images cannot be encoded and there "
+                  "are no FLUX.2 latents to read",
+              "use type: synthetic (random latents and text embeddings of the model's shapes; docs/flux2.md)");
         continue;
       }
       const std::string at = "datasets[" + std::to_string(i) + "].";
@@ -520,6 +547,9 @@ class Checker {
       error("sample.sample_every",
             "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
             "add sample.prompts, or set sample_every: 0");
+    if (flux2() && s.sampleEvery > 0 && !s.prompts.empty())
+      error("sample.sample_every", "a flux2 run cannot sample yet: there is no FLUX.2 VAE to decode the latents",
+            "set sample_every: 0 (docs/flux2.md)");
     if (!flux()) return;  // width, height: image samples only
     const bool shapes = !cfg_.datasets.empty() && cfg_.datasets.front().type == DatasetType::Shapes;
     const int64_t multiple = shapes ? 4 : 16;
@@ -537,11 +567,11 @@ class Checker {
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
               flux() ? "add diffusers, kohya or comfy" : "add peft");
     for (ExportFormat f : cfg_.save.exportFormats) {
-      if (!flux() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
+      if (llama() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
         error("save.export_formats", enumName(f) + " is a FLUX file form; a " + enumName(cfg_.model.arch) +
                                          " model's LoRA is written as a peft adapter folder",
               "use export_formats: [peft]");
-      if (flux() && f == ExportFormat::Peft)
+      if (!llama() && f == ExportFormat::Peft)
         error("save.export_formats", "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is one file",
               "use diffusers (the same tensor names, in one .safetensors file)");
     }

@@ -173,8 +173,12 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 }
 
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
-  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
-                                                                    : cfg.network.targetModules);
+  return runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(), flux::FluxLoraRules(fc).defaultTargets(), tokens);
+}
+
+train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxParamPlan& params, int64_t hiddenSize,
+                                 const std::vector<std::string>& defaultTargets, int64_t tokens) {
+  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? defaultTargets : cfg.network.targetModules);
   train::RunPlanInput out;
   auto unitOf = [&](const flux::FluxBlockParams& b) {
     placement::UnitShape u;
@@ -193,7 +197,6 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxC
       }
     return u;
   };
-  const flux::FluxParamPlan params = flux::fluxParamPlan(fc);
   std::vector<placement::UnitShape> blocks;
   for (const auto& b : params.blocks) blocks.push_back(unitOf(b));
 
@@ -207,7 +210,7 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxC
   co.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
   co.batchSize = cfg.train.batchSize;
   co.tokens = tokens;
-  co.hiddenSize = fc.hiddenSize();
+  co.hiddenSize = hiddenSize;
   co.gradientCheckpointing = cfg.train.gradientCheckpointing;
   co.offloadCheckpoints = cfg.train.gradientCheckpointing && cfg.train.offloadCheckpoints;
   out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);

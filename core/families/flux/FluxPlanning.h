@@ -53,5 +53,9 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 // placement mode and ai-toolkit's other-module scale (the other modules
 // themselves depend on the first device: prepareRun adds them).
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens);
+// The same from a param plan in FLUX.1's row type (FLUX.2's layout gives one too),
+// its hidden size and the family's default LoRA targets.
+train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxParamPlan& params, int64_t hiddenSize,
+                                 const std::vector<std::string>& defaultTargets, int64_t tokens);
 
 }  // namespace strata::families

@@ -9,6 +9,7 @@
 #include "common/TorchCompat.h"
 #include "models/flux/FluxKernels.h"
 #include "models/flux/FluxLayout.h"
+#include "models/flux/FluxUnitBuilder.h"
 #include "nn/GradLayout.h"
 
 namespace strata::flux {
@@ -44,7 +45,7 @@ at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
 
 // ---- shared pieces -----------------------------------------------------------
 
-FluxRmsNormImpl::FluxRmsNormImpl(int64_t dim, const FluxBuildOptions& options) {
+FluxRmsNormImpl::FluxRmsNormImpl(int64_t dim, const FluxBuildOptions& options, double normEps) : eps(normEps) {
   weight = register_parameter("weight", at::ones({dim}, at::TensorOptions(options.device).dtype(options.dtype)));
 }
 
@@ -64,8 +65,9 @@ at::Tensor rmsNormValue(const at::Tensor& x, const at::Tensor& rstd, const at::T
 // 4 more bytes per element of every q and k, ~6 GB over FLUX.1-dev at 1024 px
 // without checkpointing.
 struct FrozenRmsNorm : torch::autograd::Function<FrozenRmsNorm> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
-    const auto rstd = at::rsqrt(x.to(at::kFloat).pow(2).mean(-1, /*keepdim=*/true) + kEps);  // [..., 1]
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    const auto rstd = at::rsqrt(x.to(at::kFloat).pow(2).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
     ctx->save_for_backward({x, rstd, weight});
     return rmsNormValue(x, rstd, weight);
   }
@@ -80,7 +82,7 @@ struct FrozenRmsNorm : torch::autograd::Function<FrozenRmsNorm> {
     const auto gn = gradOut[0].to(at::kFloat) * weight.to(at::kFloat);        // d loss / d n
     // d/dx of x * rstd(x): rstd * (gn - n * mean(gn * n)).
     const auto gx = rstd * (gn - n * (gn * n).mean(-1, /*keepdim=*/true));  // float32
-    return {gx.to(x.scalar_type()), at::Tensor()};
+    return {gx.to(x.scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -88,64 +90,10 @@ struct FrozenRmsNorm : torch::autograd::Function<FrozenRmsNorm> {
 
 at::Tensor FluxRmsNormImpl::forward(const at::Tensor& x) {
   if (at::GradMode::is_enabled() && x.requires_grad() && !weight.requires_grad())
-    return FrozenRmsNorm::apply(x, weight);
-  const auto rstd = at::rsqrt(x.to(at::kFloat).pow(2).mean(-1, /*keepdim=*/true) + kEps);
+    return FrozenRmsNorm::apply(x, weight, eps);
+  const auto rstd = at::rsqrt(x.to(at::kFloat).pow(2).mean(-1, /*keepdim=*/true) + eps);
   return rmsNormValue(x, rstd, weight);
 }
-
-namespace {
-
-// Builds one unit's modules from its layout (FluxLayout.h), in layout order, each
-// registered at its path under `root` with plain containers made on the way
-// ("attn.to_out.0"): names, shapes and the order the random init draws in all
-// come from the layout. The constructors below only pick their members by path.
-class UnitBuilder {
- public:
-  UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout, const FluxBuildOptions& o)
-      : root_(root) {
-    const auto options = at::TensorOptions().device(o.device).dtype(o.dtype);
-    for (const auto& m : layout) {
-      const auto dot = m.path.rfind('.');
-      torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(m.path.substr(0, dot));
-      const std::string leaf = dot == std::string::npos ? m.path : m.path.substr(dot + 1);
-      if (m.type == FluxModuleSpec::Type::Linear) {
-        linears_.emplace(m.path,
-                         parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
-      } else {
-        norms_.emplace(m.path, parent.register_module(leaf, FluxRmsNorm(m.outFeatures, o)));
-      }
-    }
-  }
-
-  nn::Linear linear(const std::string& path) const { return find(linears_, path); }
-  FluxRmsNorm rmsNorm(const std::string& path) const { return find(norms_, path); }
-  // The container at `path` ("time_text_embed"), made when the layout first needed it.
-  std::shared_ptr<torch::nn::Module> container(const std::string& path) {
-    const auto it = containers_.find(path);
-    if (it != containers_.end()) return it->second;
-    const auto dot = path.rfind('.');
-    torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(path.substr(0, dot));
-    auto made = parent.register_module(dot == std::string::npos ? path : path.substr(dot + 1),
-                                       std::make_shared<torch::nn::Module>());
-    containers_.emplace(path, made);
-    return made;
-  }
-
- private:
-  template <class Map>
-  static typename Map::mapped_type find(const Map& map, const std::string& path) {
-    const auto it = map.find(path);
-    if (it == map.end()) throw Error("FluxTransformer: the layout has no module '" + path + "' of that type");
-    return it->second;
-  }
-
-  torch::nn::Module& root_;
-  std::map<std::string, nn::Linear> linears_;
-  std::map<std::string, FluxRmsNorm> norms_;
-  std::map<std::string, std::shared_ptr<torch::nn::Module>> containers_;
-};
-
-}  // namespace
 
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x) {
   // One input: the LoRA downs of q, k and v run as one matmul (nn::forwardSiblings).

@@ -37,12 +37,14 @@ struct FluxBuildOptions {
   std::function<at::Device(size_t blockIndex)> blockDevice;
 };
 
-// RMSNorm over the last dim with a learned scale "weight" (diffusers RMSNorm, eps 1e-6).
+// RMSNorm over the last dim with a learned scale "weight" (diffusers RMSNorm; FLUX.1 eps 1e-6,
+// FLUX.2 takes its config's eps).
 class FluxRmsNormImpl : public torch::nn::Module {
  public:
-  FluxRmsNormImpl(int64_t dim, const FluxBuildOptions& options);
+  FluxRmsNormImpl(int64_t dim, const FluxBuildOptions& options, double normEps = FluxConfig::kNormEps);
   at::Tensor forward(const at::Tensor& x);
   at::Tensor weight;  // [dim]
+  double eps;
 };
 TORCH_MODULE(FluxRmsNorm);
 

@@ -1,0 +1,39 @@
+#pragma once
+// FLUX.2 (models/flux2) as a train::ModelFamily. Strata has no FLUX.2 VAE or
+// Mistral text encoder yet, so a run trains the transformer's LoRA on synthetic
+// latents and text embeddings of the model's shapes (the validator refuses the
+// other dataset types and sampling). The rest is FLUX.1's: the planner's
+// per-block input, blocks on their plan devices, the flow-matching loss, the
+// diffusers / kohya / comfy LoRA files (Flux2LoraRules). Registered once, in
+// core/families/Registration.cpp.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/RunConfig.h"
+#include "models/flux2/Flux2Config.h"
+#include "train/ModelFamily.h"
+
+namespace strata::families {
+
+std::shared_ptr<const train::ModelFamily> makeFlux2Family();
+
+// The model's shape: the checkpoint's headers when weights are read (random_weights
+// off, model.name_or_path present here), else the preset (tiny, else flux2-dev);
+// then the config's shape keys (model.num_layers, ...), validated. `source`
+// (optional) says which.
+flux2::Flux2Config planFlux2Config(const config::ModelConfig& m, std::string* source = nullptr);
+
+// Image tokens of one sample at the largest dataset resolution (the VAE's 8x,
+// then the 2x2 patchify) and its text tokens (train::defaultTextTokens).
+int64_t flux2ImageTokens(const config::RunConfig& cfg);
+int64_t flux2TextTokens(const flux2::Flux2Config& fc);
+
+// FLOPs of one LoRA training step (frozen base; FLUX.1's rules, flux::fluxTrainStepFlops):
+// a Linear 4 x tokens x in x out, a LoRA 6 x tokens x r x (in + out), attention
+// 12 x B x L^2 x hidden per block. The embedders and the shared modulation see one
+// token per sample, a double block's text Linears the text tokens, its image
+// Linears the image tokens, a single block both.
+double flux2TrainStepFlops(const config::RunConfig& cfg, const flux2::Flux2Config& fc);
+
+}  // namespace strata::families

@@ -1,0 +1,134 @@
+#include "models/flux2/Flux2Sampling.h"
+
+#include <torch/autograd.h>
+
+#include "common/Error.h"
+#include "models/flux/FluxSampling.h"
+#include "models/flux2/Flux2Transformer.h"
+
+namespace strata::flux2 {
+
+namespace {
+
+std::string dimsText(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+}  // namespace
+
+at::Tensor patchifyLatents(const at::Tensor& latents) {
+  if (latents.dim() != 4 || latents.size(2) % 2 != 0 || latents.size(3) % 2 != 0)
+    throw Error("patchifyLatents: expected [B, C, H, W] with even H and W, got " + dimsText(latents));
+  const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
+  return latents.reshape({b, c, h / 2, 2, w / 2, 2})
+      .permute({0, 1, 3, 5, 2, 4})
+      .reshape({b, c * 4, h / 2, w / 2});  // [B, 4C, H/2, W/2]
+}
+
+at::Tensor unpatchifyLatents(const at::Tensor& patchified) {
+  if (patchified.dim() != 4 || patchified.size(1) % 4 != 0)
+    throw Error("unpatchifyLatents: expected [B, 4C, h, w], got " + dimsText(patchified));
+  const int64_t b = patchified.size(0), c = patchified.size(1) / 4, h = patchified.size(2), w = patchified.size(3);
+  return patchified.reshape({b, c, 2, 2, h, w})
+      .permute({0, 1, 4, 2, 5, 3})
+      .reshape({b, c, h * 2, w * 2});  // [B, C, 2h, 2w]
+}
+
+at::Tensor packLatents(const at::Tensor& patchified) {
+  if (patchified.dim() != 4) throw Error("packLatents: expected [B, C, h, w], got " + dimsText(patchified));
+  const int64_t b = patchified.size(0), c = patchified.size(1);
+  return patchified.reshape({b, c, -1}).permute({0, 2, 1}).contiguous();  // [B, h*w, C]
+}
+
+at::Tensor unpackLatentsWithIds(const at::Tensor& tokens, const at::Tensor& ids) {
+  if (tokens.dim() != 3) throw Error("unpackLatentsWithIds: expected tokens [B, N, C], got " + dimsText(tokens));
+  const auto batchIds = ids.dim() == 2 ? ids.unsqueeze(0).expand({tokens.size(0), ids.size(0), ids.size(1)}) : ids;
+  if (batchIds.dim() != 3 || batchIds.size(0) != tokens.size(0) || batchIds.size(1) != tokens.size(1) ||
+      batchIds.size(2) < 3)
+    throw Error("unpackLatentsWithIds: ids " + dimsText(ids) + " do not fit tokens " + dimsText(tokens));
+  std::vector<at::Tensor> out;
+  for (int64_t i = 0; i < tokens.size(0); ++i) {
+    const auto pos = batchIds[i].to(at::kLong).cpu();  // [N, 4]
+    const auto row = pos.select(1, 1);
+    const auto col = pos.select(1, 2);
+    const int64_t h = row.max().item<int64_t>() + 1;
+    const int64_t w = col.max().item<int64_t>() + 1;
+    const int64_t ch = tokens.size(2);
+    const auto flat = (row * w + col).to(tokens.device());
+    auto grid = at::zeros({h * w, ch}, tokens.options());
+    grid.index_copy_(0, flat, tokens[i]);                     // token n to cell (row, col)
+    out.push_back(grid.view({h, w, ch}).permute({2, 0, 1}));  // [C, h, w]
+  }
+  return at::stack(out, 0);  // [B, C, h, w]
+}
+
+at::Tensor latentIds(int64_t height, int64_t width, const at::TensorOptions& options) {
+  auto ids = at::zeros({height, width, 4}, options);
+  ids.select(2, 1).copy_(at::arange(height, options).unsqueeze(1).expand({height, width}));
+  ids.select(2, 2).copy_(at::arange(width, options).unsqueeze(0).expand({height, width}));
+  return ids.reshape({height * width, 4});  // [h*w, 4]
+}
+
+at::Tensor textIds(int64_t tokens, const at::TensorOptions& options) {
+  auto ids = at::zeros({tokens, 4}, options);
+  ids.select(1, 3).copy_(at::arange(tokens, options));
+  return ids;  // [tokens, 4]
+}
+
+double computeEmpiricalMu(int64_t imageSeqLen, int64_t numSteps) {
+  // Flux2Pipeline's fit: mu on two lines in the token count, for 10 and 200 steps,
+  // interpolated linearly in the step count.
+  constexpr double kA1 = 8.73809524e-05, kB1 = 1.89833333;
+  constexpr double kA2 = 0.00016927, kB2 = 0.45666666;
+  const double seq = static_cast<double>(imageSeqLen);
+  if (imageSeqLen > 4300) return kA2 * seq + kB2;
+  const double m200 = kA2 * seq + kB2;
+  const double m10 = kA1 * seq + kB1;
+  const double a = (m200 - m10) / 190.0;
+  const double b = m200 - 200.0 * a;
+  return a * static_cast<double>(numSteps) + b;
+}
+
+at::Tensor samplingSigmas(int64_t steps, int64_t imageSeqLen) {
+  return flux::samplingSigmas(steps, computeEmpiricalMu(imageSeqLen, steps));
+}
+
+at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
+                        const at::Tensor& txt, const at::Tensor& txtIds, double guidance, const at::Tensor& sigmas,
+                        nn::BlockRunner* runner, const Flux2StepCallback& onStep) {
+  at::NoGradGuard noGrad;
+  if (noise.dim() != 3) throw Error("Flux2 samplePacked: noise must be packed [B, N, C], got " + dimsText(noise));
+  const int64_t batch = noise.size(0);
+  const auto sig = sigmas.to(at::kFloat).cpu();
+  Flux2Inputs in;
+  in.txt = txt;
+  in.imgIds = imgIds;
+  in.txtIds = txtIds;
+  in.guidance = at::full({batch}, guidance, noise.options().dtype(at::kFloat));
+  at::Tensor x = noise.to(at::kFloat);
+  for (int64_t i = 0; i + 1 < sig.size(0); ++i) {
+    // The pipeline feeds timestep = (sigma * 1000) / 1000 in float32.
+    const auto t = (sig[i] * 1000) / 1000;
+    in.timestep = t.to(noise.device()).expand({batch}).contiguous();
+    in.img = x;
+    const auto v = model.forward(in, runner);  // [B, N, C]
+    x = flux::eulerStep(x, v.to(at::kFloat), sig[i], sig[i + 1]);
+    if (onStep) onStep(i + 1, x);
+  }
+  return x;
+}
+
+at::Tensor sample(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& txt, double guidance,
+                  int64_t steps, nn::BlockRunner* runner) {
+  if (noise.dim() != 4) throw Error("Flux2 sample: noise must be patchified [B, 4C, h, w], got " + dimsText(noise));
+  const auto ids = latentIds(noise.size(2), noise.size(3), noise.options().dtype(at::kLong));
+  const auto packed = packLatents(noise);
+  const auto sigmas = samplingSigmas(steps, packed.size(1));
+  const auto out = samplePacked(model, packed, ids, txt, textIds(txt.size(1), txt.options().dtype(at::kLong)), guidance,
+                                sigmas, runner);
+  return unpackLatentsWithIds(out, ids);
+}
+
+}  // namespace strata::flux2

@@ -1,0 +1,58 @@
+#pragma once
+// FLUX.2 sampling and latent helpers (diffusers Flux2Pipeline): the 2x2 patchify
+// of VAE latents into channels, token packing, 4-axis position ids, the
+// empirical shift mu, and Euler sampling over the FLUX.1 flow-match schedule
+// (flux::samplingSigmas, flux::eulerStep: same sigmas rule, a different mu).
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "nn/Block.h"
+
+namespace strata::flux2 {
+
+class Flux2Transformer;
+
+// [B, C, H, W] -> [B, 4C, H/2, W/2]: each 2x2 patch into channels, order (c, dy, dx)
+// (Flux2Pipeline._patchify_latents). H and W must be even.
+at::Tensor patchifyLatents(const at::Tensor& latents);
+// [B, 4C, h, w] -> [B, C, 2h, 2w] (_unpatchify_latents).
+at::Tensor unpatchifyLatents(const at::Tensor& patchified);
+
+// [B, C, h, w] -> [B, h*w, C], tokens row-major (_pack_latents).
+at::Tensor packLatents(const at::Tensor& patchified);
+// Tokens back to [B, C, h, w] by their position ids (t, row, col, l): ids [B, N, 4]
+// or [N, 4] (shared); h and w are the largest row / col + 1 (_unpack_latents_with_ids).
+at::Tensor unpackLatentsWithIds(const at::Tensor& tokens, const at::Tensor& ids);
+
+// Position ids of the packed image tokens of an h x w patchified latent: [h*w, 4]
+// rows (0, row, col, 0), int64 (_prepare_latent_ids).
+at::Tensor latentIds(int64_t height, int64_t width, const at::TensorOptions& options = at::kLong);
+// Text position ids: [tokens, 4] rows (0, 0, 0, l) (_prepare_text_ids).
+at::Tensor textIds(int64_t tokens, const at::TensorOptions& options = at::kLong);
+
+// Flux2Pipeline's compute_empirical_mu: fitted on the image token count and the
+// number of steps (token counts above 4300 use the 200-step line alone).
+double computeEmpiricalMu(int64_t imageSeqLen, int64_t numSteps);
+
+// Sigmas of a `steps`-step sample of `imageSeqLen` tokens: linspace(1, 1/steps) in
+// float32 shifted with computeEmpiricalMu (exponential), then 0: [steps + 1].
+at::Tensor samplingSigmas(int64_t steps, int64_t imageSeqLen);
+
+// Euler sampling on packed tokens: noise [B, N_img, C] packed; imgIds [N, 4] or
+// [B, N, 4]; txt [B, N_txt, joint_attention_dim]; txtIds; guidance the user's scale
+// (fed x1000 to the guidance embedding, ignored without one); sigmas [steps + 1].
+// Returns the packed latents [B, N_img, C] float32. onStep, when set, gets the
+// step number (1-based) and the latents after it.
+using Flux2StepCallback = std::function<void(int64_t step, const at::Tensor& latents)>;
+at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
+                        const at::Tensor& txt, const at::Tensor& txtIds, double guidance, const at::Tensor& sigmas,
+                        nn::BlockRunner* runner = nullptr, const Flux2StepCallback& onStep = {});
+
+// Convenience: patchified noise [B, 4C, h, w] -> sampled patchified latents
+// [B, 4C, h, w] with the Flux2Pipeline schedule, text ids (0, 0, 0, l).
+at::Tensor sample(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& txt, double guidance,
+                  int64_t steps, nn::BlockRunner* runner = nullptr);
+
+}  // namespace strata::flux2

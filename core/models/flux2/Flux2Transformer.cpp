@@ -1,0 +1,285 @@
+#include "models/flux2/Flux2Transformer.h"
+
+#include "common/Error.h"
+#include "models/flux/FluxKernels.h"
+#include "models/flux/FluxUnitBuilder.h"
+#include "models/flux2/Flux2Layout.h"
+
+namespace strata::flux2 {
+
+namespace {
+
+using M = Flux2Modulation;
+
+at::Tensor layerNorm(const at::Tensor& x, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, eps);
+}
+
+// x * (1 + scale) + shift, per-sample modulation [B, D] over tokens [B, N, D], in one pass.
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
+}
+
+// x + gate * y, gate [B, D] over tokens [B, N, D].
+at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+  return at::addcmul(x, gate.unsqueeze(1), y);
+}
+
+// SwiGLU over the fused (gate, up) projection: [..., 2M] -> [..., M].
+at::Tensor swiglu(const at::Tensor& x) {
+  const auto parts = x.chunk(2, -1);
+  return at::silu(parts[0]) * parts[1];
+}
+
+at::Tensor clipHalf(const at::Tensor& x) {
+  // diffusers clamps fp16 activations so the residual stream cannot reach inf.
+  return x.scalar_type() == at::kHalf ? x.clamp(-65504.0, 65504.0) : x;
+}
+
+// [B, N, H*Dh] -> [B, N, H, Dh]
+at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads});
+}
+
+// The `count` (shift, scale, gate) modulations of one slice of BlockIO::temb:
+// temb [B, 16 D] -> 3 * count tensors [B, D].
+std::vector<at::Tensor> modulationOf(const at::Tensor& temb, int64_t hidden, int64_t offset, int64_t count) {
+  if (temb.dim() != 2 || temb.size(1) != M::kWidth * hidden)
+    throw Error("Flux2Transformer: BlockIO::temb must be [B, " + std::to_string(M::kWidth * hidden) +
+                "] (embedding + shared modulation), got last dim " + std::to_string(temb.size(-1)));
+  return temb.narrow(1, offset * hidden, 3 * count * hidden).chunk(3 * count, 1);
+}
+
+// rotary(norm(x)) over the tokens [offset, offset + N) of the joint tables: x [B, N, H, Dh].
+// FLUX.1's fused CUDA kernel where it fits, else the ATen ops.
+at::Tensor normThenRotary(flux::FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos,
+                          const at::Tensor& sin, int64_t offset) {
+  const auto c = cos.narrow(0, offset, x.size(1));  // [N, Dh]
+  const auto s = sin.narrow(0, offset, x.size(1));
+  if (flux::normRopeFits(x, norm.weight, c, s)) return flux::normRope(x, norm.weight, c, s, norm.eps);
+  return flux::applyRotary(norm.forward(x), c, s);
+}
+
+}  // namespace
+
+// ---- double block --------------------------------------------------------------
+
+Flux2DoubleBlock::Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
+    : heads_(cfg.numAttentionHeads), eps_(cfg.eps) {
+  flux::UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Double, cfg), o, cfg.eps);
+  imgQkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
+  txtQkv = {b.linear("attn.add_q_proj"), b.linear("attn.add_k_proj"), b.linear("attn.add_v_proj")};
+  normQ = b.rmsNorm("attn.norm_q");
+  normK = b.rmsNorm("attn.norm_k");
+  normAddedQ = b.rmsNorm("attn.norm_added_q");
+  normAddedK = b.rmsNorm("attn.norm_added_k");
+  toOut = b.linear("attn.to_out.0");
+  toAddOut = b.linear("attn.to_add_out");
+  ffIn = b.linear("ff.linear_in");
+  ffOut = b.linear("ff.linear_out");
+  ffContextIn = b.linear("ff_context.linear_in");
+  ffContextOut = b.linear("ff_context.linear_out");
+}
+
+nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
+  // img [B, Ni, D], txt [B, Nt, D], temb [B, 16 D]
+  const int64_t hidden = io.img.size(2);
+  const int64_t nTxt = io.txt.size(1);
+  // shift, scale, gate (attention), shift, scale, gate (MLP): each [B, D]
+  const auto imgMod = modulationOf(io.temb, hidden, M::kDoubleImg, 2);
+  const auto txtMod = modulationOf(io.temb, hidden, M::kDoubleTxt, 2);
+
+  const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
+  const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
+  auto [q, k, v] = flux::projectQkv(imgQkv, imgNorm);
+  auto [tq, tk, tv] = flux::projectQkv(txtQkv, txtNorm);
+  // [B, Nt + Ni, H, Dh], text first: the rotary tables cover [text; image].
+  const auto& cos = io.ropeCos;
+  const auto& sin = io.ropeSin;
+  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads_), cos, sin, 0),
+                              normThenRotary(*normQ, splitHeads(q, heads_), cos, sin, nTxt)},
+                             1);
+  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads_), cos, sin, 0),
+                            normThenRotary(*normK, splitHeads(k, heads_), cos, sin, nTxt)},
+                           1);
+  const auto value = at::cat({splitHeads(tv, heads_), splitHeads(v, heads_)}, 1);
+  const auto attn = flux::jointAttention(query, key, value);  // [B, Nt + Ni, D]
+  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
+  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+
+  auto img = gated(io.img, imgMod[2], imgAttn);
+  img = gated(img, imgMod[5],
+              ffOut->forward(swiglu(ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
+  auto txt = gated(io.txt, txtMod[2], txtAttn);
+  txt =
+      gated(txt, txtMod[5],
+            ffContextOut->forward(swiglu(ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
+  nn::BlockIO out = io;
+  out.img = img;
+  out.txt = clipHalf(txt);
+  return out;
+}
+
+// ---- single block --------------------------------------------------------------
+
+Flux2SingleBlock::Flux2SingleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
+    : heads_(cfg.numAttentionHeads), hidden_(cfg.hiddenSize()), mlpHidden_(cfg.mlpHiddenSize()), eps_(cfg.eps) {
+  flux::UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Single, cfg), o, cfg.eps);
+  toQkvMlp = b.linear("attn.to_qkv_mlp_proj");
+  normQ = b.rmsNorm("attn.norm_q");
+  normK = b.rmsNorm("attn.norm_k");
+  toOut = b.linear("attn.to_out");
+}
+
+nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
+  const int64_t nTxt = io.txt.size(1);
+  const auto x = at::cat({io.txt, io.img}, 1);                     // [B, Nt + Ni, D]
+  const auto mod = modulationOf(io.temb, hidden_, M::kSingle, 1);  // shift, scale, gate
+  const auto xNorm = modulate(layerNorm(x, eps_), mod[0], mod[1]);
+
+  const auto h = toQkvMlp->forward(xNorm);  // [B, N, 3 D + 2 M]
+  const auto q = h.narrow(-1, 0, hidden_);
+  const auto k = h.narrow(-1, hidden_, hidden_);
+  const auto v = h.narrow(-1, 2 * hidden_, hidden_);
+  const auto mlp = swiglu(h.narrow(-1, 3 * hidden_, 2 * mlpHidden_));  // [B, N, M]
+  const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
+  const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
+  const auto attn = flux::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
+
+  // to_out over concat(attention, mlp), without the concatenated copy
+  const auto y = clipHalf(gated(x, mod[2], toOut->forwardParts({attn, mlp})));
+  nn::BlockIO out = io;
+  out.txt = y.narrow(1, 0, nTxt);
+  out.img = y.narrow(1, nTxt, y.size(1) - nTxt);
+  return out;
+}
+
+// ---- the model -----------------------------------------------------------------
+
+Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : cfg_(cfg) {
+  cfg_.validate();
+  flux::UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
+  timeLinear1 = stem.linear("time_guidance_embed.timestep_embedder.linear_1");
+  timeLinear2 = stem.linear("time_guidance_embed.timestep_embedder.linear_2");
+  if (cfg_.guidanceEmbeds) {
+    guidanceLinear1 = stem.linear("time_guidance_embed.guidance_embedder.linear_1");
+    guidanceLinear2 = stem.linear("time_guidance_embed.guidance_embedder.linear_2");
+  }
+  modDoubleImg = stem.linear("double_stream_modulation_img.linear");
+  modDoubleTxt = stem.linear("double_stream_modulation_txt.linear");
+  modSingle = stem.linear("single_stream_modulation.linear");
+  xEmbedder = stem.linear("x_embedder");
+  contextEmbedder = stem.linear("context_embedder");
+  stemModules_ = {{"time_guidance_embed", stem.container("time_guidance_embed")},
+                  {"double_stream_modulation_img", stem.container("double_stream_modulation_img")},
+                  {"double_stream_modulation_txt", stem.container("double_stream_modulation_txt")},
+                  {"single_stream_modulation", stem.container("single_stream_modulation")},
+                  {"x_embedder", xEmbedder.ptr()},
+                  {"context_embedder", contextEmbedder.ptr()}};
+
+  auto blockOptions = [&o](size_t i) {  // block i on its own device when the blocks are split
+    Flux2BuildOptions bo = o;
+    if (o.blockDevice) bo.device = o.blockDevice(i);
+    return bo;
+  };
+  doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg_.numLayers; ++i) {
+    auto b = std::make_shared<Flux2DoubleBlock>(cfg_, blockOptions(blocks_.size()));
+    if (o.onBlockBuilt) o.onBlockBuilt(*b);
+    doubleBlocks_->push_back(b);
+    blocks_.push_back(b);
+  }
+  singleBlocks_ = register_module("single_transformer_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
+    auto b = std::make_shared<Flux2SingleBlock>(cfg_, blockOptions(blocks_.size()));
+    if (o.onBlockBuilt) o.onBlockBuilt(*b);
+    singleBlocks_->push_back(b);
+    blocks_.push_back(b);
+  }
+
+  flux::UnitBuilder head(*this, flux2UnitLayout(FluxUnit::Head, cfg_), o, cfg_.eps);
+  normOut_ = head.container("norm_out");
+  normOutLinear = head.linear("norm_out.linear");
+  projOut = head.linear("proj_out");
+}
+
+at::ScalarType Flux2Transformer::dtype() const { return xEmbedder->weight.scalar_type(); }
+
+nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
+  if (!in.img.defined() || !in.txt.defined() || !in.timestep.defined() || !in.imgIds.defined() || !in.txtIds.defined())
+    throw Error("Flux2Transformer: img, txt, timestep, imgIds and txtIds are required");
+  if (cfg_.guidanceEmbeds && !in.guidance.defined())
+    throw Error("Flux2Transformer: this model embeds guidance (guidance_embeds) and no guidance was given");
+  if (in.img.dim() != 3 || in.img.size(2) != cfg_.inChannels)
+    throw Error("Flux2Transformer: img must be [B, N, " + std::to_string(cfg_.inChannels) + "] (in_channels)");
+  if (in.txt.dim() != 3 || in.txt.size(2) != cfg_.jointAttentionDim)
+    throw Error("Flux2Transformer: txt must be [B, N, " + std::to_string(cfg_.jointAttentionDim) +
+                "] (joint_attention_dim)");
+  const auto dt = dtype();
+  const int64_t batch = in.img.size(0);
+  const int64_t channels = cfg_.timestepGuidanceChannels;
+  auto perSample = [&](const at::Tensor& t) {  // scalar or [B] -> [B]
+    return t.dim() == 0 ? t.reshape({1}).expand({batch}) : t.reshape({-1});
+  };
+
+  // Conditioning: timestep (and guidance) x1000, sinusoids in float32 (as FLUX.1 keeps them).
+  const auto t = perSample(in.timestep).to(at::kFloat) * 1000;
+  auto temb =
+      timeLinear2->forward(at::silu(timeLinear1->forward(flux::timestepSinusoid(t, channels).to(dt))));  // [B, D]
+  if (cfg_.guidanceEmbeds) {
+    const auto g = perSample(in.guidance).to(at::kFloat) * 1000;
+    temb =
+        temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(flux::timestepSinusoid(g, channels).to(dt))));
+  }
+  // The shared modulation, once per forward: [B, D] -> [B, 16 D] (layout: Flux2Modulation).
+  const auto act = at::silu(temb);
+  nn::BlockIO io;
+  io.temb = at::cat({temb, modDoubleImg->forward(act), modDoubleTxt->forward(act), modSingle->forward(act)}, 1);
+  io.img = xEmbedder->forward(in.img.to(dt));                           // [B, Ni, D]
+  io.txt = contextEmbedder->forward(in.txt.to(dt));                     // [B, Nt, D]
+  const auto txtIds = in.txtIds.dim() == 3 ? in.txtIds[0] : in.txtIds;  // [Nt, 4]
+  const auto imgIds = in.imgIds.dim() == 3 ? in.imgIds[0] : in.imgIds;  // [Ni, 4]
+  auto [cos, sin] = flux::rotaryFromIds(at::cat({txtIds.to(at::kFloat), imgIds.to(at::kFloat)}, 0), cfg_.axesDimsRope,
+                                        cfg_.ropeTheta);  // [Nt + Ni, Dh]
+  io.ropeCos = cos;
+  io.ropeSin = sin;
+  return io;
+}
+
+at::Tensor Flux2Transformer::head(const nn::BlockIO& io) {
+  const int64_t hidden = cfg_.hiddenSize();
+  const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);              // [B, D]
+  const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);              // scale, shift
+  return projOut->forward(modulate(layerNorm(io.img, cfg_.eps), mod[1], mod[0]));  // [B, Ni, out_channels]
+}
+
+at::Tensor Flux2Transformer::forward(const Flux2Inputs& in, nn::BlockRunner* runner) {
+  nn::LocalRunner local;
+  if (!runner) runner = &local;
+  nn::BlockIO io = stem(in);
+  for (size_t i = 0; i < blocks_.size(); ++i) io = runner->run(i, *blocks_[i], io);
+  io = runner->toHead(io);
+  return head(io);
+}
+
+nn::BlockList Flux2Transformer::blockList() {
+  nn::BlockList list;
+  list.stem.id = "stem";
+  list.stem.kind = "stem";
+  list.stem.modules = stemModules_;
+  for (int64_t i = 0; i < cfg_.numLayers; ++i) {
+    const std::string id = "transformer_blocks." + std::to_string(i);
+    list.blocks.push_back({id, "double", {{id, blocks_[i]}}, blocks_[i]});
+  }
+  for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
+    const std::string id = "single_transformer_blocks." + std::to_string(i);
+    const auto& b = blocks_[cfg_.numLayers + i];
+    list.blocks.push_back({id, "single", {{id, b}}, b});
+  }
+  list.head.id = "head";
+  list.head.kind = "head";
+  list.head.modules = {{"norm_out", normOut_}, {"proj_out", projOut.ptr()}};
+  return list;
+}
+
+}  // namespace strata::flux2

@@ -1,0 +1,130 @@
+#pragma once
+// The FLUX.2 transformer (diffusers Flux2Transformer2DModel), modules named by the
+// diffusers state-dict keys, so named_parameters() equals a diffusers checkpoint's
+// key set. Unlike FLUX.1 the modulation is shared: three Linears at model level
+// (double_stream_modulation_img / _txt, single_stream_modulation) compute it once
+// per forward from the timestep (+ guidance) embedding, and every block reads its
+// part. It travels in BlockIO::temb, so a block split over devices gets it with
+// the rotary tables:
+//   temb [B, 16 D] = (embedding [D], image-stream (shift, scale, gate) x 2 [6 D],
+//                     text-stream (shift, scale, gate) x 2 [6 D], single (shift, scale, gate) [3 D]).
+// SwiGLU MLPs, no biases anywhere, 4-axis rotary (t, h, w, l). To placement it is
+// a stem (embedders, modulation, rotary), double blocks, single blocks and a head
+// (norm_out, proj_out), every block an nn::Block over BlockIO.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/flux/FluxTransformer.h"
+#include "models/flux2/Flux2Config.h"
+#include "nn/Block.h"
+#include "nn/Linear.h"
+
+namespace strata::flux2 {
+
+// Device, dtype and per-block hooks: FLUX.1's options (FluxBuildOptions).
+using Flux2BuildOptions = flux::FluxBuildOptions;
+
+// The slices of BlockIO::temb (see above), in units of the hidden size D.
+struct Flux2Modulation {
+  static constexpr int64_t kEmbedding = 0;  // [0, D): the conditioning embedding (norm_out reads it)
+  static constexpr int64_t kDoubleImg = 1;  // [D, 7D)
+  static constexpr int64_t kDoubleTxt = 7;  // [7D, 13D)
+  static constexpr int64_t kSingle = 13;    // [13D, 16D)
+  static constexpr int64_t kWidth = 16;     // temb is [B, 16 D]
+};
+
+// Double-stream block (diffusers Flux2TransformerBlock).
+class Flux2DoubleBlock : public nn::Block {
+ public:
+  Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& options);
+  nn::BlockIO forward(const nn::BlockIO& io) override;
+
+  flux::QkvProjections imgQkv;  // attn.to_q / to_k / to_v
+  flux::QkvProjections txtQkv;  // attn.add_q_proj / add_k_proj / add_v_proj
+  flux::FluxRmsNorm normQ{nullptr}, normK{nullptr}, normAddedQ{nullptr}, normAddedK{nullptr};
+  nn::Linear toOut{nullptr};         // attn.to_out.0
+  nn::Linear toAddOut{nullptr};      // attn.to_add_out
+  nn::Linear ffIn{nullptr};          // ff.linear_in: (gate, up)
+  nn::Linear ffOut{nullptr};         // ff.linear_out
+  nn::Linear ffContextIn{nullptr};   // ff_context.linear_in
+  nn::Linear ffContextOut{nullptr};  // ff_context.linear_out
+
+ private:
+  int64_t heads_;
+  double eps_;
+};
+
+// Single-stream block (diffusers Flux2SingleTransformerBlock): attention and MLP
+// in parallel over [text; image], their inputs one fused projection and their
+// outputs one projection over concat(attention, mlp).
+class Flux2SingleBlock : public nn::Block {
+ public:
+  Flux2SingleBlock(const Flux2Config& cfg, const Flux2BuildOptions& options);
+  nn::BlockIO forward(const nn::BlockIO& io) override;
+
+  nn::Linear toQkvMlp{nullptr};  // attn.to_qkv_mlp_proj: q, k, v, gate, up
+  flux::FluxRmsNorm normQ{nullptr}, normK{nullptr};
+  nn::Linear toOut{nullptr};  // attn.to_out
+
+ private:
+  int64_t heads_;
+  int64_t hidden_;
+  int64_t mlpHidden_;
+  double eps_;
+};
+
+// Inputs of one forward pass, all on the stem's device.
+struct Flux2Inputs {
+  at::Tensor img;       // [B, N_img, in_channels] packed latents ("hidden_states")
+  at::Tensor txt;       // [B, N_txt, joint_attention_dim] text encoder states
+  at::Tensor timestep;  // [B] sigma in 0..1 (multiplied by 1000 inside)
+  at::Tensor guidance;  // [B] guidance scale (x1000 inside); ignored without guidance_embeds
+  at::Tensor imgIds;    // [N_img, 4] or [B, N_img, 4] (t, row, col, l); the first batch row is used
+  at::Tensor txtIds;    // [N_txt, 4] or [B, N_txt, 4] (0, 0, 0, l)
+};
+
+class Flux2Transformer : public torch::nn::Module, public nn::BlockModel {
+ public:
+  explicit Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& options = {});
+
+  // stem -> runner->run(i, block, io) for every block -> runner->toHead -> head.
+  // Output: [B, N_img, out_channels] (the flow velocity). Runner null = local.
+  at::Tensor forward(const Flux2Inputs& in, nn::BlockRunner* runner = nullptr);
+
+  // Embeddings, the shared modulation and the rotary tables; and norm_out + proj_out.
+  nn::BlockIO stem(const Flux2Inputs& in);
+  at::Tensor head(const nn::BlockIO& io);
+
+  nn::BlockList blockList() override;
+
+  const Flux2Config& config() const { return cfg_; }
+  size_t blockCount() const { return blocks_.size(); }
+  std::shared_ptr<nn::Block> block(size_t i) const { return blocks_.at(i); }
+  at::ScalarType dtype() const;  // of x_embedder; inputs are cast to it
+
+  nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};          // time_guidance_embed.timestep_embedder.linear_1/2
+  nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // ...guidance_embedder.linear_1/2 (if enabled)
+  nn::Linear modDoubleImg{nullptr};                               // double_stream_modulation_img.linear
+  nn::Linear modDoubleTxt{nullptr};                               // double_stream_modulation_txt.linear
+  nn::Linear modSingle{nullptr};                                  // single_stream_modulation.linear
+  nn::Linear xEmbedder{nullptr};                                  // x_embedder
+  nn::Linear contextEmbedder{nullptr};                            // context_embedder
+  nn::Linear normOutLinear{nullptr};                              // norm_out.linear: (scale, shift)
+  nn::Linear projOut{nullptr};                                    // proj_out
+
+ private:
+  Flux2Config cfg_;
+  std::vector<nn::NamedModule> stemModules_;
+  std::shared_ptr<torch::nn::Module> normOut_;
+  torch::nn::ModuleList doubleBlocks_{nullptr};
+  torch::nn::ModuleList singleBlocks_{nullptr};
+  std::vector<std::shared_ptr<nn::Block>> blocks_;  // double, then single
+};
+
+}  // namespace strata::flux2

@@ -1,0 +1,123 @@
+// model.arch: flux2 in the validator: what a FLUX.2 run can train now (synthetic
+// data, no samples, diffusers / kohya / comfy files) and the refusals that say why.
+#include <gtest/gtest.h>
+
+#include "ConfigTestSupport.h"
+#include "common/TestSupport.h"
+#include "config/ConfigSchema.h"
+#include "config/RunConfigYaml.h"
+#include "config/Validator.h"
+
+namespace strata::config {
+namespace {
+
+using test::hasProblem;
+
+std::vector<Problem> check(const std::string& yaml) {
+  return validateLoaded(parseRunConfig(yaml, "flux2.yaml"), std::nullopt, true);
+}
+
+// A valid FLUX.2 run: the tiny preset, random weights, a synthetic dataset.
+const std::string kHead =
+    "model:\n"                  // 1
+    "  arch: flux2\n"           // 2
+    "  preset: tiny\n"          // 3
+    "  random_weights: true\n"  // 4
+    "  device: cpu\n";          // 5
+
+TEST(ValidatorFlux2, SyntheticTinyIsClean) {
+  const auto problems = check(kHead +
+                              "datasets: [{type: synthetic, resolution: [64]}]\n"
+                              "sample: {sample_every: 0}\n"
+                              "save: {export_formats: [diffusers, kohya, comfy]}\n");
+  EXPECT_EQ(countErrors(problems), 0u) << test::dump(problems);
+  EXPECT_TRUE(problems.empty()) << test::dump(problems);
+}
+
+TEST(ValidatorFlux2, AnImagesDatasetIsRefusedWithWhyAndWhatWorks) {
+  const auto problems = check(kHead +
+                              "datasets:\n"
+                              "  - type: images\n"  // 7
+                              "    folder_path: /nonexistent\n"
+                              "sample: {sample_every: 0}\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 7, "no FLUX.2 VAE or Mistral text encoder"))
+      << test::dump(problems);
+  bool says = false;
+  for (const auto& p : problems) says |= p.key == "datasets[0].type" && p.hint.find("type: synthetic") != std::string::npos;
+  EXPECT_TRUE(says) << test::dump(problems);
+}
+
+TEST(ValidatorFlux2, LatentsShapesAndJsonlAreRefusedToo) {
+  for (const char* type : {"latents", "shapes", "jsonl"}) {
+    const auto problems =
+        check(kHead + "datasets: [{type: " + type + ", resolution: [64]}]\nsample: {sample_every: 0}\n");
+    EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 6, "synthetic dataset only"))
+        << type << "\n"
+        << test::dump(problems);
+  }
+}
+
+TEST(ValidatorFlux2, SamplingIsRefusedWithoutAVae) {
+  const auto problems = check(kHead +
+                              "datasets: [{type: synthetic, resolution: [64]}]\n"
+                              "sample:\n"
+                              "  sample_every: 10\n"  // 8
+                              "  prompts: [a cat]\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "sample.sample_every", 8, "no FLUX.2 VAE")) << test::dump(problems);
+}
+
+TEST(ValidatorFlux2, PeftQuantizeAndFlux1OnlyKeysAreRefusedOrSaid) {
+  const auto problems = check(
+      "model:\n"
+      "  arch: flux2\n"
+      "  preset: flux-dev\n"  // 3
+      "  random_weights: true\n"
+      "  device: cpu\n"
+      "  quantize: true\n"                // 6
+      "  pooled_projection_dim: 768\n"    // 7
+      "  t5_path: /models/t5.safetensors\n"  // 8
+      "datasets: [{type: synthetic, resolution: [64]}]\n"
+      "sample: {sample_every: 0}\n"
+      "save: {export_formats: [peft]}\n");  // 11
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 3, "FLUX.1's shape")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.quantize", 6, "not quantized yet")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.pooled_projection_dim", 7, "no pooled"))
+      << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "model.t5_path", 8, "does not read it")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "save.export_formats", 11, "causal-LM form"))
+      << test::dump(problems);
+}
+
+TEST(ValidatorFlux2, Flux2DevPresetNeedsArchFlux2) {
+  const auto problems = check(
+      "model:\n"
+      "  preset: flux2-dev\n"  // 2
+      "  random_weights: true\n"
+      "  device: cpu\n"
+      "datasets: [{type: synthetic, resolution: [64]}]\n"
+      "sample: {sample_every: 0}\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 2, "set model.arch: flux2") ||
+              hasProblem(problems, Severity::Error, "model.preset", 2, "FLUX.2 shape"))
+      << test::dump(problems);
+}
+
+TEST(ValidatorFlux2, TheSchemaSaysWhichKeysFlux2Reads) {
+  for (const auto& k : schema()) {
+    if (k.path == "model.num_layers" || k.path == "model.preset" || k.path == "train.guidance" ||
+        k.path == "datasets[].resolution")
+      EXPECT_TRUE(k.appliesTo(ModelArch::Flux2)) << k.path;
+    if (k.path == "model.t5_path" || k.path == "model.pooled_projection_dim" || k.path == "datasets[].folder_path" ||
+        k.path == "datasets[].file_path")
+      EXPECT_FALSE(k.appliesTo(ModelArch::Flux2)) << k.path;
+  }
+}
+
+TEST(ValidatorFlux2, TheShippedConfigHasNoProblems) {
+  const auto loaded = loadRunConfig(strata::test::sourceDir() / "configs" / "flux2-dev-4x24gb.yaml");
+  EXPECT_EQ(loaded.config.model.arch, ModelArch::Flux2);
+  const auto problems = validateLoaded(loaded, std::nullopt);
+  EXPECT_TRUE(problems.empty()) << test::dump(problems);
+}
+
+}  // namespace
+}  // namespace strata::config
