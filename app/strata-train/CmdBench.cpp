@@ -239,7 +239,7 @@ int runBench(const BenchArgs& args) {
     return kExitOk;
   }
   std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps << " warm-up, "
-            << (cfg.model.arch == config::ModelArch::Flux ? std::to_string(px) + " px, " : std::string())
+            << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string())
             << "batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
