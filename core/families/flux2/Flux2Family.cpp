@@ -19,6 +19,7 @@
 #include "placement/Planner.h"
 #include "train/Datasets.h"
 #include "train/FlowMatching.h"
+#include "train/PhaseTimer.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::families {
