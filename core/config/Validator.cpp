@@ -166,6 +166,9 @@ class Checker {
   std::string modelFolderHint() const {
     if (flux())
       return "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true";
+    if (flux2())
+      return "point it at a local FLUX.2 transformer (a diffusers folder or a BFL .safetensors file), or set "
+             "random_weights: true";
     return "point it at a local " + enumName(cfg_.model.arch) +
            "-family model folder (config.json and its .safetensors, as transformers' save_pretrained writes it; "
            "with random_weights: true, a folder holding only config.json)";
@@ -382,11 +385,11 @@ class Checker {
       error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
             "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
     // A causal LM reads its shape from config.json even with random weights.
-    if (m.nameOrPath.empty() && (!m.randomWeights || !flux())) {
+    if (m.nameOrPath.empty() && (!m.randomWeights || llama())) {
       error("model.name_or_path",
-            flux() ? std::string("no model given")
-                   : "no model given: a " + enumName(cfg_.model.arch) + " model reads its config.json there" +
-                         lineOf("model.arch"),
+            !llama() ? std::string("no model given")
+                     : "no model given: a " + enumName(cfg_.model.arch) + " model reads its config.json there" +
+                           lineOf("model.arch"),
             modelFolderHint());
     } else if (!m.randomWeights) {
       const std::string why = io::pathProblem(m.nameOrPath);

@@ -16,6 +16,7 @@
 #   fused   strata-train bench at 1024 px without checkpointing, the peer's targets, bf16
 #           and int8, with the fused paths (docs/speed.md, s21) on and then off
 #           (STRATA_FUSED_PATHS=0)
+#   adamw8bit  the memory part's benches with train.optimizer=adamw8bit (the 8-bit moments)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
@@ -87,6 +88,11 @@ for part in "$@"; do
         STRATA_FUSED_PATHS=$f bench "fused-$f-bf16-1024-nockpt" --set train.gradient_checkpointing=false --set "$PEER_TARGETS"
         STRATA_FUSED_PATHS=$f bench "fused-$f-int8-1024-nockpt" --set train.gradient_checkpointing=false --set "$PEER_TARGETS" \
           --set model.quantize=true --set model.qtype=int8
+      done ;;
+    adamw8bit)
+      for res in 512 1024; do
+        bench "adamw8bit-$res-ckpt" --phases --set train.optimizer=adamw8bit --set "datasets[0].resolution=[$res]" \
+          --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
       done ;;
     int8) bench int8-1024-ckpt --set model.quantize=true --set model.qtype=int8 --set "$PEER_TARGETS" ;;
     *) echo "unknown part $part" ;;
