@@ -8,9 +8,12 @@
 #           (each phase's peak allocated: where the step's memory peaks)
 #   probe   scripts/bench/cudnn-probe.py (which gradient layouts cuDNN attention gets wrong)
 #   cudnn   the table's bf16 rows with model.attention_backend=cudnn, peer's targets
-#   table   strata-train bench at 512/1024 px with and without checkpointing, the
-#           peer's LoRA targets and then Strata's default ones, then the peer
-#           (bench_peer.py: PEER_SCRIPT, PEER_DIFFUSERS name where they are)
+#   strata  strata-train bench at 512/1024 px with and without checkpointing, the peer's
+#           LoRA targets
+#   defaults  the same four rows with Strata's default LoRA targets
+#   peer    the peer, right after (bench_peer.py: PEER_SCRIPT, PEER_DIFFUSERS name where
+#           they are)
+#   table   strata, defaults, then peer
 #   quant   the 16 GB capped 30-step quantized run (QuantGpu.FluxDevQuantizedChecked...)
 #   int8    strata-train bench of the int8 base at 1024 px with checkpointing
 #   fused   strata-train bench at 1024 px without checkpointing, the peer's targets, bf16
@@ -23,6 +26,7 @@ OUT="${OUT:-/tmp/strata-speed}"
 mkdir -p "$OUT"
 BUILD="$ROOT/build-gpu"
 STEPS="${STEPS:-6}"
+START="$(date +%s)"
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_UI=OFF \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
@@ -36,7 +40,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 
 bench() {  # name, then --set arguments
   local name="$1"; shift
-  echo "== bench $name: $*" | tee -a "$OUT/bench.log"
+  echo "== bench $name at $(( $(date +%s) - START )) s: $*" | tee -a "$OUT/bench.log"
   "$CLI" bench "$CFG" --steps "$STEPS" --json "$@" >"$OUT/bench-$name.json" 2>>"$OUT/bench.log"
   python3 - "$name" "$OUT/bench-$name.json" <<'PY' | tee -a "$OUT/bench.log"
 import json, sys
@@ -71,16 +75,19 @@ for part in "$@"; do
         bench "cudnn-$res-ckpt-$gc" --set model.attention_backend=cudnn --set "datasets[0].resolution=[$res]" \
           --set "train.gradient_checkpointing=$gc" --set "$PEER_TARGETS"
       done; done ;;
-    table)
+    strata)
       for res in 512 1024; do for gc in false true; do
         bench "peer-targets-$res-ckpt-$gc" --set "datasets[0].resolution=[$res]" --set "train.gradient_checkpointing=$gc" --set "$PEER_TARGETS"
-      done; done
+      done; done ;;
+    defaults)
       for res in 512 1024; do for gc in false true; do
         bench "default-targets-$res-ckpt-$gc" --set "datasets[0].resolution=[$res]" --set "train.gradient_checkpointing=$gc"
-      done; done
+      done; done ;;
+    peer)
       echo "== peer" | tee -a "$OUT/bench.log"
       PYTHONUNBUFFERED=1 PEER_DIFFUSERS="${PEER_DIFFUSERS:-.carry}" PEER_SDP=flash PEER_ONLY=512/0,1024/0,512/1,1024/1 \
         python3 "${PEER_SCRIPT:-.carry/bench_peer.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
+    table) "$0" strata defaults peer ;;
     quant) "$TESTS" --gtest_filter='QuantGpu.FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap' 2>&1 |
              tee "$OUT/quant.log" | grep -E "\[quant gpu\]|OK \]|FAILED|out of memory" ;;
     fused)
