@@ -17,11 +17,9 @@ namespace strata::train {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-namespace {
-
 // What the backward needs besides the saved inputs. Raw pointers: the runner
 // and the block outlive the graph (documented on CheckpointedRunner).
-struct CallState : torch::CustomClassHolder {
+struct CheckpointCallState : torch::CustomClassHolder {
   CheckpointedRunner* runner = nullptr;
   nn::BlockRunner* inner = nullptr;
   nn::Block* block = nullptr;
@@ -32,12 +30,23 @@ struct CallState : torch::CustomClassHolder {
   std::vector<bool> offload;       // per given field: kept in host memory (train.offload_checkpoints)
   std::vector<at::Tensor> host;    // per given field: its pinned host copy, or undefined
   std::vector<c10::Device> hostOf; // per given field: the device it came from
+  bool recomputed = false;
 #ifdef STRATA_HAS_CUDA
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> copied;  // per given field: its host copy is done
+  std::vector<at::Tensor> prefetched;                        // per given field: on its device again, early
+  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> arrived; // per given field: the prefetch is done
 #endif
+  // The block that ran just before this one in the forward: the next one the
+  // backward recomputes, whose offloaded inputs this one's backward prefetches.
+  // Typed as the base: the struct is incomplete here.
+  c10::weak_intrusive_ptr<c10::intrusive_ptr_target> previous{c10::intrusive_ptr<c10::intrusive_ptr_target>()};
   at::Tensor cpuRngState;
   std::vector<std::pair<c10::Device, at::Tensor>> cudaRngStates;
 };
+
+namespace {
+
+using CallState = CheckpointCallState;
 
 std::vector<c10::Device> cudaDevicesOf(const nn::Block& block, const std::vector<at::Tensor>& inputs) {
   std::vector<c10::Device> out;
@@ -90,15 +99,50 @@ at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
 }
 
 // The device copy of an offloaded field, queued on the current stream after its
-// host copy is complete.
-at::Tensor copyBack(const CallState& state, size_t i) {
+// host copy is complete; taken from the prefetch when there is one.
+at::Tensor copyBack(CallState& state, size_t i) {
 #ifdef STRATA_HAS_CUDA
+  if (state.hostOf[i].is_cuda() && i < state.prefetched.size() && state.prefetched[i].defined()) {
+    const c10::cuda::CUDAGuard guard(state.hostOf[i]);
+    const auto compute = c10::cuda::getCurrentCUDAStream(state.hostOf[i].index());
+    state.arrived[i]->block(compute);
+    auto t = std::move(state.prefetched[i]);
+    t.record_stream(compute);  // allocated on the side stream, used and freed on this one
+    return t;
+  }
   if (state.hostOf[i].is_cuda() && i < state.copied.size() && state.copied[i]) {
     const c10::cuda::CUDAGuard guard(state.hostOf[i]);
     state.copied[i]->block(c10::cuda::getCurrentCUDAStream(state.hostOf[i].index()));
   }
 #endif
   return state.host[i].to(state.hostOf[i], /*non_blocking=*/true);
+}
+
+// Starts bringing `state`'s offloaded inputs back on a side stream, so the copy runs
+// while the block recomputed now computes instead of before the next one. Returns
+// how many inputs it started.
+int prefetch(CallState& state) {
+  int started = 0;
+#ifdef STRATA_HAS_CUDA
+  state.prefetched.resize(state.host.size());
+  state.arrived.resize(state.host.size());
+  for (size_t i = 0; i < state.host.size(); ++i) {
+    if (!state.host[i].defined() || !state.hostOf[i].is_cuda() || state.prefetched[i].defined()) continue;
+    const c10::cuda::CUDAGuard guard(state.hostOf[i]);
+    const auto side = c10::cuda::getStreamFromPool(false, state.hostOf[i].index());
+    if (i < state.copied.size() && state.copied[i]) state.copied[i]->block(side);
+    {
+      const c10::cuda::CUDAStreamGuard onSide(side);
+      state.prefetched[i] = state.host[i].to(state.hostOf[i], /*non_blocking=*/true);
+    }
+    state.arrived[i] = std::make_shared<at::cuda::CUDAEvent>();
+    state.arrived[i]->record(side);
+    ++started;
+  }
+#else
+  (void)state;
+#endif
+  return started;
 }
 
 }  // namespace
@@ -151,6 +195,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       if (state->requiresGrad[i]) d.requires_grad_(true);
       inputs.push_back(d);
     }
+    if (auto locked = state->previous.lock()) {
+      auto previous = c10::static_intrusive_pointer_cast<CallState>(locked);
+      if (!previous->recomputed && prefetch(*previous) > 0) ++state->runner->prefetches_;
+    }
     std::vector<at::Tensor> fields;
     size_t k = 0;
     for (bool def : state->defined) fields.push_back(def ? inputs[k++] : at::Tensor());
@@ -169,6 +217,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     setRngState(c10::Device(c10::kCPU), cpuNow);
     for (const auto& [d, s] : cudaNow) setRngState(d, s);
     ++state->runner->recomputes_;
+    state->recomputed = true;
 
     std::vector<at::Tensor> outs, grads;
     size_t g = 0;
@@ -191,7 +240,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 };
 
 CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs)
-    : inner_(inner), anchor_(at::zeros({}, at::kFloat).requires_grad_(true)), offloadInputs_(offloadInputs) {}
+    : inner_(inner),
+      anchor_(at::zeros({}, at::kFloat).requires_grad_(true)),
+      offloadInputs_(offloadInputs),
+      lastOffloaded_(c10::intrusive_ptr<c10::intrusive_ptr_target>()) {}
+
+CheckpointedRunner::~CheckpointedRunner() = default;
 
 nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) {
   if (!at::GradMode::is_enabled()) return inner_.run(blockIndex, block, in);
@@ -200,6 +254,11 @@ nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const n
   state->inner = &inner_;
   state->block = &block;
   state->blockIndex = blockIndex;
+  if (offloadInputs_) {
+    state->previous = lastOffloaded_;
+    lastOffloaded_ = c10::weak_intrusive_ptr<c10::intrusive_ptr_target>(
+        c10::static_intrusive_pointer_cast<c10::intrusive_ptr_target>(state));
+  }
   std::vector<at::Tensor> given;
   const auto inFields = in.fields();
   for (size_t f = 0; f < inFields.size(); ++f) {

@@ -19,6 +19,7 @@
 #   fused   strata-train bench at 1024 px without checkpointing, the peer's targets, bf16
 #           and int8, with the fused paths (docs/speed.md, s21) on and then off
 #           (STRATA_FUSED_PATHS=0)
+#   offload the checkpointed rows with train.offload_checkpoints (block inputs in host memory)
 #   adamw8bit  the memory part's benches with train.optimizer=adamw8bit (the 8-bit moments)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -99,6 +100,11 @@ for part in "$@"; do
     adamw8bit)
       for res in 512 1024; do
         bench "adamw8bit-$res-ckpt" --phases --set train.optimizer=adamw8bit --set "datasets[0].resolution=[$res]" \
+          --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
+      done ;;
+    offload)
+      for res in 512 1024; do
+        bench "offload-$res-ckpt" --set train.offload_checkpoints=true --set "datasets[0].resolution=[$res]" \
           --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
       done ;;
     int8) bench int8-1024-ckpt --set model.quantize=true --set model.qtype=int8 --set "$PEER_TARGETS" ;;
