@@ -173,11 +173,13 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 }
 
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
-  return runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(), flux::FluxLoraRules(fc).defaultTargets(), tokens);
+  return runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(), flux::FluxLoraRules(fc).defaultTargets(), tokens,
+                      kFluxActivationElementsPerTokenPerHidden);
 }
 
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxParamPlan& params, int64_t hiddenSize,
-                                 const std::vector<std::string>& defaultTargets, int64_t tokens) {
+                                 const std::vector<std::string>& defaultTargets, int64_t tokens,
+                                 double activationElementsPerTokenPerHidden) {
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? defaultTargets : cfg.network.targetModules);
   train::RunPlanInput out;
   auto unitOf = [&](const flux::FluxBlockParams& b) {
@@ -213,6 +215,7 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
   co.hiddenSize = hiddenSize;
   co.gradientCheckpointing = cfg.train.gradientCheckpointing;
   co.offloadCheckpoints = cfg.train.gradientCheckpointing && cfg.train.offloadCheckpoints;
+  co.activationElementsPerTokenPerHidden = activationElementsPerTokenPerHidden;
   out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
   out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
                                                                         : placement::PlanMode::ParamCount;

@@ -14,6 +14,7 @@
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "train/FlowMatching.h"
+#include "train/HostToDevice.h"
 #include "train/PhaseTimer.h"
 #include "train/RngState.h"
 #include "train/SamplingWeights.h"
@@ -167,16 +168,18 @@ at::Tensor FluxRun::microStep(train::Trainer::State& st, const config::RunConfig
 
   const auto dev = st.placement->stemDevice();
   flux::FluxInputs in;
-  in.img = flux::packLatents(noised.noisy).to(dev);  // [B, HW/4, 4C]
-  in.txt = text.to(dev);
-  in.pooled = pool.to(dev);
-  in.timestep = sigmas.to(dev);
-  in.guidance = at::full({batch}, cfg.train.guidance, at::kFloat).to(dev);
-  in.imgIds = flux::imageIds(h, w).to(dev);
-  in.txtIds = flux::textIds(tokens).to(dev);
+  // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
+  in.img = train::toDeviceAsync(flux::packLatents(noised.noisy), dev);  // [B, HW/4, 4C]
+  in.txt = train::toDeviceAsync(text, dev);
+  in.pooled = train::toDeviceAsync(pool, dev);
+  in.timestep = train::toDeviceAsync(sigmas, dev);
+  in.guidance = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
+  in.imgIds = train::toDeviceAsync(flux::imageIds(h, w), dev);
+  in.txtIds = train::toDeviceAsync(flux::textIds(tokens), dev);
+  const auto target = train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice());
   if (st.phases) st.phases->mark("data");
   auto prediction = model_->forward(in, st.runner);  // [B, HW/4, 4C]
-  return train::flowMatchingLoss(prediction, flux::packLatents(noised.target));
+  return train::flowMatchingLoss(prediction, target);
 }
 
 void FluxRun::sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,

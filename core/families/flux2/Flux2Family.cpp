@@ -19,6 +19,7 @@
 #include "placement/Planner.h"
 #include "train/Datasets.h"
 #include "train/FlowMatching.h"
+#include "train/HostToDevice.h"
 #include "train/PhaseTimer.h"
 #include "train/TrainerSupport.h"
 
@@ -229,17 +230,19 @@ class Flux2Run : public train::FamilyRun {
 
     const auto dev = st.placement->stemDevice();
     flux2::Flux2Inputs in;
-    in.img = flux2::packLatents(noised.noisy).to(dev);  // [B, hw, 4C]
-    in.txt = text.to(dev);
-    in.timestep = sigmas.to(dev);
-    in.guidance = at::full({batch}, cfg.train.guidance, at::kFloat).to(dev);
-    in.imgIds = flux2::latentIds(h, w).to(dev);
-    in.txtIds = flux2::textIds(tokens).to(dev);
+    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
+    in.img = train::toDeviceAsync(flux2::packLatents(noised.noisy), dev);  // [B, hw, 4C]
+    in.txt = train::toDeviceAsync(text, dev);
+    in.timestep = train::toDeviceAsync(sigmas, dev);
+    in.guidance = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
+    in.imgIds = train::toDeviceAsync(flux2::latentIds(h, w), dev);
+    in.txtIds = train::toDeviceAsync(flux2::textIds(tokens), dev);
+    const auto target = train::toDeviceAsync(flux2::packLatents(noised.target), st.placement->headDevice());
     if (st.phases) st.phases->mark("data");
     (void)bus;
     (void)step;
     auto prediction = model_->forward(in, st.runner);  // [B, hw, 4C]
-    return train::flowMatchingLoss(prediction, flux2::packLatents(noised.target));
+    return train::flowMatchingLoss(prediction, target);
   }
 
   // The validator refuses sampling for flux2; a config that got past it is told why.
@@ -285,7 +288,9 @@ class Flux2Family : public train::ModelFamily {
     const auto fc = planFlux2Config(cfg.model, &out.source);
     out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(fc);
     const auto params = flux2::flux2ParamPlan(fc);
-    out.input = runPlanInput(cfg, params, fc.hiddenSize(), flux2::Flux2LoraRules(fc).defaultTargets(), out.tokens);
+    // FLUX.2's blocks are not on FLUX.1's fused paths: PyTorch's figure.
+    out.input = runPlanInput(cfg, params, fc.hiddenSize(), flux2::Flux2LoraRules(fc).defaultTargets(), out.tokens,
+                             placement::CostOptions{}.activationElementsPerTokenPerHidden);
     out.summary = "FLUX.2 " + out.source + ", " + std::to_string(fc.numLayers) + " double + " +
                   std::to_string(fc.numSingleLayers) + " single blocks, " +
                   placement::formatParams(params.totalParams()) + " parameters";

@@ -20,6 +20,7 @@
 #include "placement/QuantScaleAttachment.h"
 #include "text/TokenizerFactory.h"
 #include "train/Ema.h"
+#include "train/HostToDevice.h"
 #include "train/RngState.h"
 #include "train/SamplingWeights.h"
 #include "train/TrainerSupport.h"
@@ -197,12 +198,14 @@ class LlamaRun : public train::FamilyRun {
     const LmBatch b = collateLm(rows, padId_, paddingSide_);
     llama::LlamaInputs in;
     const auto dev = st.placement->stemDevice();
-    in.inputIds = b.inputIds.to(dev);  // [B, L]
-    in.attentionMask = b.attentionMask.to(dev);
+    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
+    in.inputIds = train::toDeviceAsync(b.inputIds, dev);  // [B, L]
+    in.attentionMask = train::toDeviceAsync(b.attentionMask, dev);
+    const auto labels = train::toDeviceAsync(b.labels, st.placement->headDevice());
     (void)bus;
     (void)step;
     auto logits = model_->forward(in, st.runner);  // [B, L, V]
-    return llama::causalLmLoss(logits, b.labels.to(logits.device()));
+    return llama::causalLmLoss(logits, labels);
   }
 
   void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
