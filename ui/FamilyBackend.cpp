@@ -36,7 +36,9 @@ QString concreteKey(const config::KeySpec& spec, size_t i) {
 
 }  // namespace
 
-std::vector<config::ModelArch> modelFamilies() { return {config::ModelArch::Flux, config::ModelArch::Llama}; }
+std::vector<config::ModelArch> modelFamilies() {
+  return {config::ModelArch::Flux, config::ModelArch::Llama, config::ModelArch::Flux2};
+}
 
 QString familyName(config::ModelArch arch) {
   try {

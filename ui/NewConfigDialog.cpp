@@ -39,6 +39,12 @@ const QVector<ConfigTemplate>& configTemplates() {
                    "weights with Llama-3-8B's shape (configs/llama3-8b, run from the project folder): set the "
                    "base model folder and a jsonl dataset for a real LoRA."),
        ":/strata/templates/llama3-8b-1gpu-bench.yaml", config::ModelArch::Llama},
+      {"flux2-dev-4x24gb", QObject::tr("FLUX.2-dev split over four 24 GB GPUs (synthetic data)"),
+       QObject::tr("The 32 B FLUX.2-dev transformer, its blocks shared out over four cards capped at 24 GB. "
+                   "Trains on random latents and text embeddings of FLUX.2's shapes: Strata has no FLUX.2 "
+                   "VAE or text encoder yet, so no images, captions or samples. Starts from random weights: "
+                   "set the base model to train on the real transformer."),
+       ":/strata/templates/flux2-dev-4x24gb.yaml", config::ModelArch::Flux2},
   };
   return kTemplates;
 }

@@ -108,6 +108,7 @@ void FamilyTest::newConfigDialogAsksForTheFamilyFirst() {
   QCOMPARE(family->count(), int(backend::modelFamilies().size()));
   QVERIFY(family->itemText(0).contains("FLUX.1") && family->itemText(0).contains("image"));
   QVERIFY(family->itemText(1).contains("Llama") && family->itemText(1).contains("language-model"));
+  QVERIFY(family->itemText(2).contains("FLUX.2") && family->itemText(2).contains("synthetic"));
   // FLUX first: only FLUX templates, the demo on top.
   QCOMPARE(dialog.chosen().id, QString("demo"));
   for (int i = 0; i < list->count(); ++i) QVERIFY(!list->item(i)->text().contains("Llama"));
@@ -124,6 +125,18 @@ void FamilyTest::newConfigDialogAsksForTheFamilyFirst() {
     QCOMPARE(parsed.config.model.arch, ModelArch::Llama);
   }
   QVERIFY(!child<QLabel>(&dialog, "templateSummary")->text().isEmpty());
+  // FLUX.2: its template, a flux2 config that opens valid.
+  emit family->activated(2);
+  QCOMPARE(dialog.family(), ModelArch::Flux2);
+  QCOMPARE(list->count(), 1);
+  list->setCurrentRow(0);
+  {
+    const ConfigTemplate& t = dialog.chosen();
+    QCOMPARE(t.family, ModelArch::Flux2);
+    const backend::ParseResult parsed = backend::parseYaml(templateText(t).toStdString(), t.id.toStdString());
+    QVERIFY2(parsed.ok, qPrintable(t.id));
+    QCOMPARE(parsed.config.model.arch, ModelArch::Flux2);
+  }
   // choose() picks the family of the template.
   dialog.choose("flux-dev-1gpu");
   QCOMPARE(dialog.family(), ModelArch::Flux);
