@@ -1,5 +1,8 @@
 #include "train/CheckpointedRunner.h"
 
+#include <cstdlib>
+#include <string>
+
 #include <ATen/Context.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -195,9 +198,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       if (state->requiresGrad[i]) d.requires_grad_(true);
       inputs.push_back(d);
     }
-    if (auto locked = state->previous.lock()) {
-      auto previous = c10::static_intrusive_pointer_cast<CallState>(locked);
-      if (!previous->recomputed && prefetch(*previous) > 0) ++state->runner->prefetches_;
+    if (state->runner->prefetch_) {
+      if (auto locked = state->previous.lock()) {
+        auto previous = c10::static_intrusive_pointer_cast<CallState>(locked);
+        if (!previous->recomputed && prefetch(*previous) > 0) ++state->runner->prefetches_;
+      }
     }
     std::vector<at::Tensor> fields;
     size_t k = 0;
@@ -243,7 +248,12 @@ CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner, bool offloadInput
     : inner_(inner),
       anchor_(at::zeros({}, at::kFloat).requires_grad_(true)),
       offloadInputs_(offloadInputs),
-      lastOffloaded_(c10::intrusive_ptr<c10::intrusive_ptr_target>()) {}
+      lastOffloaded_(c10::intrusive_ptr<c10::intrusive_ptr_target>()) {
+  // STRATA_OFFLOAD_PREFETCH=0: each offloaded input comes back only when its block
+  // is recomputed (to measure what the prefetch buys; docs/speed.md).
+  const char* env = std::getenv("STRATA_OFFLOAD_PREFETCH");
+  prefetch_ = !(env && std::string(env) == "0");
+}
 
 CheckpointedRunner::~CheckpointedRunner() = default;
 

@@ -43,6 +43,7 @@ class CheckpointedRunner final : public nn::BlockRunner {
   bool offloadInputs_ = false;
   int64_t offloads_ = 0;
   int64_t prefetches_ = 0;
+  bool prefetch_ = true;  // STRATA_OFFLOAD_PREFETCH=0 turns the prefetch off
   // The CheckpointCallState of the block run last with offloaded inputs: the next
   // one links to it (prefetch). Typed as its base, which this header can name.
   c10::weak_intrusive_ptr<c10::intrusive_ptr_target> lastOffloaded_;
