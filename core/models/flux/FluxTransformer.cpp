@@ -9,39 +9,11 @@
 #include "common/TorchCompat.h"
 #include "models/flux/FluxKernels.h"
 #include "models/flux/FluxLayout.h"
+#include "models/flux/FluxOps.h"
 #include "models/flux/FluxUnitBuilder.h"
 #include "nn/GradLayout.h"
 
 namespace strata::flux {
-
-namespace {
-
-constexpr double kEps = FluxConfig::kNormEps;
-
-at::Tensor layerNorm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, kEps); }
-
-// x * (1 + scale) + shift with per-sample modulation [B, D] over tokens [B, N, D]: one
-// pass over x (addcmul) instead of a product and a sum, each a pass over [B, N, D].
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
-}
-
-// x + gate * y (gate [B, D] per sample over tokens [B, N, D]) in one pass.
-at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
-  return at::addcmul(x, gate.unsqueeze(1), y);
-}
-
-at::Tensor clipHalf(const at::Tensor& x) {
-  // diffusers clamps fp16 activations so the residual stream cannot reach inf.
-  return x.scalar_type() == at::kHalf ? x.clamp(-65504.0, 65504.0) : x;
-}
-
-// [B, N, H*Dh] -> [B, N, H, Dh]
-at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
-  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads});
-}
-
-}  // namespace
 
 // ---- shared pieces -----------------------------------------------------------
 
@@ -112,20 +84,13 @@ at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   return (x.to(at::kFloat) * c + rotated.to(at::kFloat) * s).to(x.scalar_type());
 }
 
-namespace {
-
-// applyRotary(norm(x)) over the tokens [offset, offset + N) of the joint rotary
-// tables: x [B, N, H, Dh]. One CUDA kernel where the build has it and the tensors fit
-// (bf16 on CUDA, frozen norm weight), else the ATen ops.
 at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           int64_t offset) {
   const auto c = cos.narrow(0, offset, x.size(1));  // [N, Dh]
   const auto s = sin.narrow(0, offset, x.size(1));
-  if (normRopeFits(x, norm.weight, c, s)) return normRope(x, norm.weight, c, s, kEps);
+  if (normRopeFits(x, norm.weight, c, s)) return normRope(x, norm.weight, c, s, norm.eps);
   return applyRotary(norm.forward(x), c, s);
 }
-
-}  // namespace
 
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   // The backend (cuDNN or flash on CUDA) is the process's choice: model.attention_backend.

@@ -61,6 +61,12 @@ std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& 
 // Rotary embedding applied to q or k: x [B, N, H, Dh], cos/sin [N, Dh] (interleaved pairs).
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// applyRotary(norm(x)) over the tokens [offset, offset + N) of the joint rotary tables
+// cos/sin [Ntotal, Dh]: x [B, N, H, Dh], norm at its own eps. One CUDA kernel where the
+// build has it and the tensors fit (bf16 on CUDA, frozen norm weight), else the ATen ops.
+at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                          int64_t offset);
+
 // Joint attention: q, k, v [B, N, H, Dh] -> [B, N, H * Dh] (scaled dot product).
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
