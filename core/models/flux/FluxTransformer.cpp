@@ -103,6 +103,26 @@ at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
 }
 
+std::pair<at::Tensor, at::Tensor> doubleBlockAttention(const DoubleAttentionModules& m, const at::Tensor& imgNorm,
+                                                       const at::Tensor& txtNorm, const at::Tensor& cos,
+                                                       const at::Tensor& sin) {
+  const int64_t nTxt = txtNorm.size(1);
+  auto [q, k, v] = projectQkv(m.imgQkv, imgNorm);
+  auto [tq, tk, tv] = projectQkv(m.txtQkv, txtNorm);
+  // [B, N, H, Dh], text first; the rotary tables cover [text; image] tokens.
+  const auto query = at::cat({normThenRotary(m.normAddedQ, splitHeads(tq, m.heads), cos, sin, 0),
+                              normThenRotary(m.normQ, splitHeads(q, m.heads), cos, sin, nTxt)},
+                             1);
+  const auto key = at::cat({normThenRotary(m.normAddedK, splitHeads(tk, m.heads), cos, sin, 0),
+                            normThenRotary(m.normK, splitHeads(k, m.heads), cos, sin, nTxt)},
+                           1);
+  const auto value = at::cat({splitHeads(tv, m.heads), splitHeads(v, m.heads)}, 1);
+  const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
+  const auto txtAttn = m.toAddOut.forward(attn.narrow(1, 0, nTxt));
+  const auto imgAttn = m.toOut.forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  return {imgAttn, txtAttn};
+}
+
 std::pair<at::Tensor, at::Tensor> rotaryFromIds(const at::Tensor& idsIn, const std::vector<int64_t>& axesDims,
                                                 double theta) {
   const at::Tensor ids = idsIn.dim() == 3 ? idsIn[0] : idsIn;  // [N, n_axes]
@@ -158,26 +178,13 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   const auto mods = nn::forwardSiblings({norm1Linear.get(), norm1ContextLinear.get()}, act);
   const auto imgMod = mods[0].chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
   const auto txtMod = mods[1].chunk(6, 1);
-  const int64_t nTxt = io.txt.size(1);
 
   const auto imgNorm = modulate(layerNorm(io.img), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt), txtMod[0], txtMod[1]);
 
-  auto [q, k, v] = projectQkv(imgQkv, imgNorm);
-  auto [tq, tk, tv] = projectQkv(txtQkv, txtNorm);
-  // [B, N, H, Dh], text first; the rotary tables cover [text; image] tokens.
-  const auto& cos = io.ropeCos;
-  const auto& sin = io.ropeSin;
-  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads_), cos, sin, 0),
-                              normThenRotary(*normQ, splitHeads(q, heads_), cos, sin, nTxt)},
-                             1);
-  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads_), cos, sin, 0),
-                            normThenRotary(*normK, splitHeads(k, heads_), cos, sin, nTxt)},
-                           1);
-  const auto value = at::cat({splitHeads(tv, heads_), splitHeads(v, heads_)}, 1);
-  const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
-  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
-  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  const auto [imgAttn, txtAttn] =
+      doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
+                           imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   nn::BlockIO out = io;
   auto img = gated(io.img, imgMod[2], imgAttn);

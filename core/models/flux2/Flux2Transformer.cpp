@@ -57,28 +57,15 @@ Flux2DoubleBlock::Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptio
 nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
   // img [B, Ni, D], txt [B, Nt, D], temb [B, 16 D]
   const int64_t hidden = io.img.size(2);
-  const int64_t nTxt = io.txt.size(1);
   // shift, scale, gate (attention), shift, scale, gate (MLP): each [B, D]
   const auto imgMod = modulationOf(io.temb, hidden, M::kDoubleImg, 2);
   const auto txtMod = modulationOf(io.temb, hidden, M::kDoubleTxt, 2);
 
   const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
-  auto [q, k, v] = flux::projectQkv(imgQkv, imgNorm);
-  auto [tq, tk, tv] = flux::projectQkv(txtQkv, txtNorm);
-  // [B, Nt + Ni, H, Dh], text first: the rotary tables cover [text; image].
-  const auto& cos = io.ropeCos;
-  const auto& sin = io.ropeSin;
-  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads_), cos, sin, 0),
-                              normThenRotary(*normQ, splitHeads(q, heads_), cos, sin, nTxt)},
-                             1);
-  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads_), cos, sin, 0),
-                            normThenRotary(*normK, splitHeads(k, heads_), cos, sin, nTxt)},
-                           1);
-  const auto value = at::cat({splitHeads(tv, heads_), splitHeads(v, heads_)}, 1);
-  const auto attn = flux::jointAttention(query, key, value);  // [B, Nt + Ni, D]
-  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
-  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  const auto [imgAttn, txtAttn] =
+      flux::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
+                                 imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   auto img = gated(io.img, imgMod[2], imgAttn);
   img = gated(img, imgMod[5],
