@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the tests that run the Trainer on the CPU (tests/train, tests/families):
-// a recorder of the run's events and the settings every tiny CPU run starts from.
+// a recorder of the run's events, the settings every tiny CPU run starts from and its
+// shapes dataset.
 // Header only: include it from a test area that links strata_core.
 #include <filesystem>
 #include <mutex>
@@ -76,6 +77,16 @@ inline config::RunConfig tinyCpuRun(const std::string& name, const std::filesyst
   c.save.maxStepSavesToKeep = 10;
   c.save.exportFormats = {config::ExportFormat::Diffusers};
   return c;
+}
+
+// A shapes dataset (drawn by the trainer, captions embedded by word): `items` images of
+// `px` pixels.
+inline config::DatasetConfig shapesDataset(int64_t px, int64_t items) {
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Shapes;
+  d.resolution = {px};
+  d.numItems = items;
+  return d;
 }
 
 }  // namespace strata::test

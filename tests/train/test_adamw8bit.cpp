@@ -274,11 +274,7 @@ TEST(AdamW8bit, TrainerRunResumesOnTheSameCurve) {
   auto c = test::tinyCpuRun("tiny8", tmp.path(), 12);
   c.train.optimizer = config::OptimizerType::AdamW8bit;
   c.train.seed = 5;
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Shapes;
-  d.resolution = {16};
-  d.numItems = 8;
-  c.datasets = {d};
+  c.datasets = {test::shapesDataset(16, 8)};
   c.save.saveEvery = 6;
 
   events::EventBus busA, busB;

@@ -35,11 +35,7 @@ config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
   c.train.seed = 11;
   c.train.ema.useEma = true;
   c.train.ema.emaDecay = 0.9;
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Shapes;
-  d.resolution = {16};
-  d.numItems = 8;
-  c.datasets = {d};
+  c.datasets = {test::shapesDataset(16, 8)};
   c.save.saveEvery = 2;
   return c;
 }

@@ -30,11 +30,7 @@ config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
   c.train.gradientCheckpointing = true;
   c.train.captionDropoutRate = 0.2;
   c.train.seed = 5;
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Shapes;
-  d.resolution = {16};
-  d.numItems = 8;
-  c.datasets = {d};
+  c.datasets = {test::shapesDataset(16, 8)};
   c.save.saveEvery = 5;
   return c;
 }
