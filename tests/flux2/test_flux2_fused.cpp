@@ -34,9 +34,11 @@ namespace {
 // another order (one [M, sum r] matmul instead of one per adapter).
 constexpr double kFusedRelTol = 2e-5;
 
-struct Unfused {
-  Unfused() { nn::setFusedPaths(false); }
-  ~Unfused() { nn::setFusedPaths(true); }
+// The fused paths on or off for one scope, whatever STRATA_FUSED_PATHS says.
+struct FusedPathsAs {
+  explicit FusedPathsAs(bool on) : was(nn::fusedPaths()) { nn::setFusedPaths(on); }
+  ~FusedPathsAs() { nn::setFusedPaths(was); }
+  bool was;
 };
 
 double relL2(const at::Tensor& a, const at::Tensor& ref) {
@@ -104,10 +106,13 @@ void expectFusedEqualsUnfused(flux2::Flux2Transformer& model, const flux2::Flux2
     at::NoGradGuard g;
     return at::randn_like(model.forward(in).to(at::kFloat));
   }();
-  const auto fused = train(model, in, target, net);
-  Training plain;
+  Training fused, plain;
   {
-    Unfused off;
+    FusedPathsAs on(true);
+    fused = train(model, in, target, net);
+  }
+  {
+    FusedPathsAs off(false);
     plain = train(model, in, target, net);
   }
   const int64_t doubleBlocks = model.config().numLayers;
