@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/TestSupport.h"
+#include "common/TrainTestSupport.h"
 #include "events/EventBus.h"
 #include "families/flux2/Flux2Family.h"
 #include "io/Safetensors.h"
@@ -28,18 +29,8 @@ namespace fs = std::filesystem;
 namespace {
 
 config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
-  config::RunConfig c;
-  c.job.name = "flux2";
-  c.job.trainingFolder = folder.string();
+  auto c = test::tinyCpuRun("flux2", folder, steps);
   c.model.arch = config::ModelArch::Flux2;
-  c.model.preset = config::ModelPreset::Tiny;
-  c.model.randomWeights = true;
-  c.model.device = config::ComputeDevice::Cpu;
-  c.network.linear = 4;
-  c.network.linearAlpha = 4;
-  c.train.steps = steps;
-  c.train.lr = 2e-3;
-  c.train.dtype = config::DType::FP32;
   c.train.batchSize = 2;
   c.train.guidance = 4.0;
   c.train.captionDropoutRate = 0.1;
@@ -49,31 +40,10 @@ config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
   d.resolution = {64};  // 8x8 latents -> 4x4 patches: 16 image tokens
   d.numItems = 4;
   c.datasets = {d};
-  c.sample.sampleEvery = 0;
-  c.sample.prompts = {};
   c.save.saveEvery = 5;
-  c.save.maxStepSavesToKeep = 10;
   c.save.exportFormats = {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy};
   return c;
 }
-
-struct Recorder {
-  std::vector<events::Event> all;
-  template <class T>
-  std::vector<T> of() const {
-    std::vector<T> out;
-    for (const auto& e : all)
-      if (auto* p = std::get_if<T>(&e)) out.push_back(*p);
-    return out;
-  }
-  std::string failures() const {
-    std::string s;
-    for (const auto& p : of<events::PreflightFailedEvent>())
-      for (const auto& m : p.problems) s += m + "\n";
-    for (const auto& f : of<events::FailedEvent>()) s += f.message + "\n";
-    return s;
-  }
-};
 
 // The run's random base, rebuilt as the family builds it (seeded by train.seed).
 std::shared_ptr<flux2::Flux2Transformer> baseModel(const config::RunConfig& cfg) {
@@ -149,8 +119,8 @@ TEST(Flux2Train, TinyLoraLowersTheLossAndItsFilesLoadBackInEveryForm) {
                                "context_embedder", "proj_out"};
   cfg.train.lr = 1e-2;
   events::EventBus bus;
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   TrainerOptions o;
   o.runDir = tmp / "run";
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
@@ -214,8 +184,8 @@ TEST(Flux2Train, StopAndResumeEndWhereAStraightRunEnds) {
   b.runDir = tmp / "split";
   b.stopAfterStep = 6;
   ASSERT_EQ(Trainer(cfg, bus, b).run(), RunOutcome::Stopped);
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   ASSERT_EQ(Trainer::resumeFrom(tmp / "split", bus)->run(), RunOutcome::Finished) << rec.failures();
   RunFolder fa(a.runDir), fb(b.runDir);
   ASSERT_EQ(fa.latestCheckpoint()->step, 12);

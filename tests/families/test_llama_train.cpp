@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "common/TestSupport.h"
+#include "common/TrainTestSupport.h"
 #include "events/EventBus.h"
 #include "families/llama/LmDataset.h"
 #include "io/Safetensors.h"
@@ -30,17 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path modelDir() { return test::referenceDir() / "causal_lm_a" / "model"; }
-
-struct Recorder {
-  std::vector<events::Event> all;
-  template <class T>
-  std::vector<T> of() const {
-    std::vector<T> out;
-    for (const auto& e : all)
-      if (auto* p = std::get_if<T>(&e)) out.push_back(*p);
-    return out;
-  }
-};
 
 class LlamaTrain : public ::testing::Test {
  protected:
@@ -108,17 +98,11 @@ class LlamaTrain : public ::testing::Test {
 TEST_F(LlamaTrain, ThirtyStepsLowerTheResponseLossAndTheAdapterLoadsBack) {
   const auto cfg = config("lm", 30);
   events::EventBus bus;
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   TrainerOptions o;
   o.runDir = tmp_ / "lm";
-  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << [&] {
-    std::string s;
-    for (const auto& p : rec.of<events::PreflightFailedEvent>())
-      for (const auto& m : p.problems) s += m + "\n";
-    for (const auto& f : rec.of<events::FailedEvent>()) s += f.message + "\n";
-    return s;
-  }();
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
 
   // The bad lines were reported with their numbers (4 and 8 of the file).
   std::string warnings;
@@ -235,15 +219,9 @@ TEST_F(LlamaTrain, StopAndResumeEndWhereAStraightRunEnds) {
   b.runDir = tmp_ / "split";
   b.stopAfterStep = 7;
   ASSERT_EQ(Trainer(cfg, bus, b).run(), RunOutcome::Stopped);
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
-  ASSERT_EQ(Trainer::resumeFrom(tmp_ / "split", bus)->run(), RunOutcome::Finished) << [&] {
-    std::string s;
-    for (const auto& p : rec.of<events::PreflightFailedEvent>())
-      for (const auto& m : p.problems) s += m + "\n";
-    for (const auto& f : rec.of<events::FailedEvent>()) s += f.message + "\n";
-    return s;
-  }();
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+  ASSERT_EQ(Trainer::resumeFrom(tmp_ / "split", bus)->run(), RunOutcome::Finished) << rec.failures();
   const auto la = io::loadSafetensors(RunFolder(a.runDir).latestCheckpoint()->path / "lora.safetensors");
   const auto lb = io::loadSafetensors(RunFolder(b.runDir).latestCheckpoint()->path / "lora.safetensors");
   ASSERT_EQ(la.size(), lb.size());

@@ -11,6 +11,7 @@
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "flux2/Flux2TestSupport.h"
 #include "io/Safetensors.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
@@ -25,28 +26,10 @@
 
 using namespace strata;
 using flux2::Flux2Config;
+using flux2::test::otherConfig;
+using flux2::test::randomInputs;
 
 namespace {
-
-// A small config unlike the reference fixture's: no guidance embedding, other head
-// counts, mlp ratio, axes, theta and eps.
-Flux2Config otherConfig() {
-  Flux2Config c;
-  c.inChannels = 12;
-  c.outChannels = 12;
-  c.numLayers = 1;
-  c.numSingleLayers = 3;
-  c.attentionHeadDim = 12;
-  c.numAttentionHeads = 3;
-  c.jointAttentionDim = 20;
-  c.timestepGuidanceChannels = 64;
-  c.mlpRatio = 2.5;
-  c.axesDimsRope = {2, 4, 4, 2};
-  c.ropeTheta = 500;
-  c.eps = 1e-5;
-  c.guidanceEmbeds = false;
-  return c;
-}
 
 // The message of the ConfigError that fromDiffusersJson throws for `j` ("" when none).
 std::string configErrorOf(const nlohmann::json& j) {
@@ -71,17 +54,6 @@ std::vector<std::pair<std::string, at::Tensor>> diffusersTensors(flux2::Flux2Tra
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& p : model.named_parameters(true)) out.emplace_back(p.key(), p.value().detach().clone());
   return out;
-}
-
-flux2::Flux2Inputs randomInputs(const Flux2Config& c, int64_t batch, int64_t h, int64_t w, int64_t textTokens) {
-  flux2::Flux2Inputs in;
-  in.img = at::randn({batch, h * w, c.inChannels});
-  in.txt = at::randn({batch, textTokens, c.jointAttentionDim});
-  in.timestep = at::rand({batch});
-  in.guidance = at::full({batch}, 4.0);
-  in.imgIds = flux2::latentIds(h, w);
-  in.txtIds = flux2::textIds(textTokens);
-  return in;
 }
 
 }  // namespace

@@ -27,14 +27,7 @@
 using namespace strata;
 using namespace strata::test::gpu;
 
-namespace {
-
-// bf16 keeps 8 mantissa bits: the same stated tolerance as FLUX.1's bf16 checks.
-constexpr double kBf16Atol = 5e-2;
-constexpr double kBf16Rtol = 5e-2;
-constexpr double kBf16MaxRelL2 = 2e-2;
-
-}  // namespace
+// bf16 on CUDA: parity::kBf16Atol / kBf16Rtol / kBf16MaxRelL2, the CPU checks' stated tolerance.
 
 TEST(Flux2Gpu, ReferenceParityOnCudaFloat32Bf16AndSample) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
@@ -63,8 +56,8 @@ TEST(Flux2Gpu, ReferenceParityOnCudaFloat32Bf16AndSample) {
       EXPECT_EQ(out16.scalar_type(), at::kBFloat16);
       const double rel = relL2(out16, ref);
       std::cout << "[flux2 gpu]   " << weights << ": bf16 relative L2 error " << rel << std::endl;
-      EXPECT_TRUE(test::allClose(out16, ref, kBf16Atol, kBf16Rtol)) << weights << " bf16 on CUDA";
-      EXPECT_LT(rel, kBf16MaxRelL2) << weights;
+      EXPECT_TRUE(test::allClose(out16, ref, parity::kBf16Atol, parity::kBf16Rtol)) << weights << " bf16 on CUDA";
+      EXPECT_LT(rel, parity::kBf16MaxRelL2) << weights;
     }
     const auto& sampling = manifest.at("sampling");
     flux2::Flux2Transformer model(cfg, {cuda, at::kFloat});

@@ -31,15 +31,7 @@ using namespace strata;
 using namespace strata::flux;
 using namespace strata::test::gpu;
 
-namespace {
-
-// bf16 keeps 8 mantissa bits; through a few blocks of random tiny weights the
-// output drifts by about 1% of its scale. Stated tolerance for bf16 on CUDA:
-constexpr double kBf16Atol = 5e-2;
-constexpr double kBf16Rtol = 5e-2;
-constexpr double kBf16MaxRelL2 = 2e-2;  // ||out - ref|| / ||ref||
-
-}  // namespace
+// bf16 on CUDA: parity::kBf16Atol / kBf16Rtol / kBf16MaxRelL2, the CPU checks' stated tolerance.
 
 TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
@@ -70,8 +62,8 @@ TEST(FluxGpu, ReferenceParityOnCudaFloat32AndBf16) {
       const double rel = relL2(out16, ref);
       std::cout << "[flux gpu]   " << weights << ": bf16 relative L2 error " << rel << ", max abs error "
                 << (out16.to(at::kFloat).cpu() - ref).abs().max().item<double>() << std::endl;
-      EXPECT_TRUE(test::allClose(out16, ref, kBf16Atol, kBf16Rtol)) << weights << " bf16 on CUDA";
-      EXPECT_LT(rel, kBf16MaxRelL2) << weights;
+      EXPECT_TRUE(test::allClose(out16, ref, parity::kBf16Atol, parity::kBf16Rtol)) << weights << " bf16 on CUDA";
+      EXPECT_LT(rel, parity::kBf16MaxRelL2) << weights;
     }
     // The 4-step Euler sample in float32 on CUDA.
     const auto& sampling = manifest.at("sampling");

@@ -5,7 +5,6 @@
 // AdamW step, and the adapter written back in peft's form.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <torch/optim/adamw.h>
 
 #include <set>
 
@@ -13,6 +12,7 @@
 #include "lora/LoraTargets.h"
 #include "models/llama/LlamaConfig.h"
 #include "parity/CausalLmFixture.h"
+#include "parity/LoraParityChecks.h"
 #include "parity/ParityRegistry.h"
 
 namespace fs = std::filesystem;
@@ -88,25 +88,7 @@ void checkLoraTargetsForwardAndLoss(const fs::path& dir, const nlohmann::json& m
 void checkLoraGradsAndAdamW(const fs::path& dir, const nlohmann::json& manifest) {
   CausalLmFixture f(dir, manifest);
   f.withAdapter(dir);
-  f.loss(f.forward()).backward();
-  const auto grads = io::loadSafetensors(dir / "lora_grads.safetensors");
-  const auto after = io::loadSafetensors(dir / "lora_after_adamw.safetensors");
-  const auto sd = f.net->stateDict("base_model.model.");
-  std::set<std::string> ours, theirs;
-  for (const auto& [k, v] : sd) ours.insert(k);
-  for (const auto& [k, v] : grads) theirs.insert(k);
-  EXPECT_EQ(ours, theirs) << "LoRA state dict keys differ from lora_grads.safetensors";
-  for (const auto& [key, param] : sd) {
-    if (!grads.count(key)) continue;
-    ASSERT_TRUE(param.grad().defined()) << key;
-    EXPECT_TRUE(test::allClose(param.grad(), grads.at(key), f.tol.atol, f.tol.rtol)) << "grad " << key;
-  }
-  torch::optim::AdamW optimizer(f.net->parameters(), parity::adamwOptionsOf(manifest));
-  optimizer.step();
-  for (const auto& [key, param] : sd) {
-    if (!after.count(key)) continue;
-    EXPECT_TRUE(test::allClose(param, after.at(key), f.tol.atol, f.tol.rtol)) << "after AdamW " << key;
-  }
+  parity::expectLoraGradsAndAdamW(f, dir, manifest, "base_model.model.");
 }
 
 // Written back in peft's form and read again: the same keys, tensors and scale.

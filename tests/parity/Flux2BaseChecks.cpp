@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <iostream>
-
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
 #include "models/flux2/Flux2Checkpoint.h"
@@ -27,19 +25,12 @@ using parity::flux2ConfigOf;
 using parity::flux2InputsOf;
 using parity::toleranceOf;
 
-std::map<std::string, std::vector<int64_t>> shapesOf(const fs::path& file) {
-  const auto f = io::SafetensorsFile::open(file);
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& n : f.names()) shapes[n] = f.info(n).shape;
-  return shapes;
-}
-
 void checkKeySet(const fs::path& dir, const nlohmann::json& manifest) {
   const auto cfg = flux2ConfigOf(manifest);
   flux2::Flux2Transformer model(cfg);
   std::map<std::string, std::vector<int64_t>> modelShapes;
   for (const auto& p : model.named_parameters(true)) modelShapes[p.key()] = p.value().sizes().vec();
-  const auto fileShapes = shapesOf(dir / "transformer.safetensors");
+  const auto fileShapes = parity::safetensorsShapes(dir / "transformer.safetensors");
   EXPECT_EQ(modelShapes, fileShapes) << "named_parameters() differs from the diffusers key set";
   // The shapes of either file give back the manifest's architecture (axes, theta, eps are not in the weights).
   EXPECT_EQ(flux2::Flux2Config::fromShapes(fileShapes, cfg), cfg) << "from diffusers shapes";
@@ -61,12 +52,7 @@ void checkForward(const fs::path& dir, const nlohmann::json& manifest, const std
   EXPECT_TRUE(test::allClose(out, outputs.at("output"), tol.atol, tol.rtol)) << weightsFile;
 }
 
-// bf16 keeps 8 mantissa bits: the stated tolerance of a bf16 forward (FLUX.1's, also
-// tests/gpu/test_flux2_gpu.cpp on CUDA).
-constexpr double kBf16Atol = 5e-2;
-constexpr double kBf16Rtol = 5e-2;
-constexpr double kBf16MaxRelL2 = 2e-2;
-
+// bf16: at parity::kBf16Atol / kBf16Rtol / kBf16MaxRelL2 (FluxFixture.h).
 void checkForwardBf16(const fs::path& dir, const nlohmann::json& manifest) {
   const auto cfg = flux2ConfigOf(manifest);
   flux2::Flux2BuildOptions options;
@@ -77,13 +63,7 @@ void checkForwardBf16(const fs::path& dir, const nlohmann::json& manifest) {
   const auto ref = io::loadSafetensors(dir / "outputs.safetensors").at("output");
   at::NoGradGuard noGrad;
   const auto out = model.forward(flux2InputsOf(inputs));
-  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
-  const auto diff = out.to(at::kDouble) - ref.to(at::kDouble);
-  const double relL2 = diff.norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
-  std::cout << "[parity]     bf16: relative L2 error " << relL2 << ", max abs error " << diff.abs().max().item<double>()
-            << std::endl;
-  EXPECT_TRUE(test::allClose(out, ref, kBf16Atol, kBf16Rtol)) << "bf16 forward";
-  EXPECT_LT(relL2, kBf16MaxRelL2);
+  parity::expectBf16Forward(out, ref);
 }
 
 // BFL names load the very same numbers, and the model written back in BFL names

@@ -5,7 +5,6 @@
 // rank, alpha and tolerance come from each folder's manifest.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <torch/optim/adamw.h>
 
 #include <set>
 
@@ -18,6 +17,7 @@
 #include "models/flux2/Flux2Transformer.h"
 #include "parity/FluxFixture.h"
 #include "parity/Flux2Fixture.h"
+#include "parity/LoraParityChecks.h"
 #include "parity/ParityRegistry.h"
 
 namespace fs = std::filesystem;
@@ -25,7 +25,6 @@ using namespace strata;
 
 namespace {
 
-using parity::adamwOptionsOf;
 using parity::flux2ConfigOf;
 using parity::flux2InputsOf;
 using parity::Tolerance;
@@ -60,15 +59,8 @@ struct Flux2LoraFixture {
 
 void checkLoraTargets(const fs::path& dir, const nlohmann::json& manifest) {
   Flux2LoraFixture f(dir, manifest);
+  const auto fromFile = parity::expectFileAdaptersAtRankAndAlpha(f, manifest);
   const auto& l = manifest.at("lora");
-  const int64_t rank = l.at("rank").get<int64_t>();
-  const double alpha = l.at("alpha").get<double>();
-  std::set<std::string> fromFile;
-  for (const auto& a : f.net->adapters()) {
-    fromFile.insert(a->hostPath());
-    EXPECT_EQ(a->rank(), rank) << a->hostPath();
-    EXPECT_DOUBLE_EQ(a->scale(), alpha / static_cast<double>(rank)) << a->hostPath();
-  }
   if (l.contains("modules")) {
     const auto listed = l.at("modules").get<std::vector<std::string>>();
     EXPECT_EQ(fromFile, std::set<std::string>(listed.begin(), listed.end())) << "modules the file's LoRA sits on";
@@ -76,70 +68,29 @@ void checkLoraTargets(const fs::path& dir, const nlohmann::json& manifest) {
   if (l.contains("target_patterns")) {
     // peft's regex targets (full match) pick the same Linears of a fresh model.
     flux2::Flux2Transformer fresh(f.cfg);
-    lora::LoraConfig c;
-    c.rank = rank;
-    c.alpha = alpha;
-    for (const auto& p : l.at("target_patterns")) c.targetModules.push_back("re:" + p.get<std::string>());
-    const auto created = lora::LoraNetwork::create(fresh, c, flux2::Flux2LoraRules(f.cfg));
-    std::set<std::string> fromTargets;
-    for (const auto& a : created->adapters()) fromTargets.insert(a->hostPath());
-    EXPECT_EQ(fromTargets, fromFile) << "manifest target_patterns vs the file";
+    const flux2::Flux2LoraRules rules(f.cfg);
+    std::vector<std::string> targets;
+    for (const auto& p : l.at("target_patterns")) targets.push_back("re:" + p.get<std::string>());
+    EXPECT_EQ(parity::adapterPathsOfTargets(fresh, &rules, manifest, targets), fromFile)
+        << "manifest target_patterns vs the file";
   }
 }
 
 void checkLoraForwardAndLoss(const fs::path& dir, const nlohmann::json& manifest) {
   Flux2LoraFixture f(dir, manifest);
-  at::NoGradGuard noGrad;
-  const auto out = f.forward();
-  EXPECT_TRUE(test::allClose(out, f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol)) << "output_lora";
-  const auto& refLoss = f.outputs.at("loss");
-  EXPECT_TRUE(test::allClose(f.loss(out).reshape(refLoss.sizes()), refLoss, f.tol.atol, f.tol.rtol)) << "loss";
-  f.net->merge();  // folded into the base weights: the same output
-  EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol)) << "merged";
-  f.net->unmerge();
-  f.net->detach();
-  EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output"), f.tol.atol, f.tol.rtol)) << "detached = base";
+  parity::expectLoraForwardLossMergeDetach(f);
 }
 
 void checkLoraGradsAndAdamW(const fs::path& dir, const nlohmann::json& manifest) {
   Flux2LoraFixture f(dir, manifest);
-  f.loss(f.forward()).backward();
-  const auto grads = io::loadSafetensors(dir / "lora_grads.safetensors");
-  const auto after = io::loadSafetensors(dir / "lora_after_adamw.safetensors");
-  const auto sd = f.net->stateDict("transformer.");
-  std::set<std::string> ours, theirs;
-  for (const auto& [k, v] : sd) ours.insert(k);
-  for (const auto& [k, v] : grads) theirs.insert(k);
-  EXPECT_EQ(ours, theirs) << "LoRA state dict keys differ from lora_grads.safetensors";
-  for (const auto& [key, param] : sd) {
-    if (!grads.count(key)) continue;
-    ASSERT_TRUE(param.grad().defined()) << key;
-    EXPECT_TRUE(test::allClose(param.grad(), grads.at(key), f.tol.atol, f.tol.rtol)) << "grad " << key;
-  }
-  torch::optim::AdamW optimizer(f.net->parameters(), adamwOptionsOf(manifest));
-  optimizer.step();
-  for (const auto& [key, param] : sd) {
-    if (!after.count(key)) continue;
-    EXPECT_TRUE(test::allClose(param, after.at(key), f.tol.atol, f.tol.rtol)) << "after AdamW " << key;
-  }
+  parity::expectLoraGradsAndAdamW(f, dir, manifest);
 }
 
 // The folder's LoRA through the kohya and ComfyUI forms (BFL names: fused q/k/v,
 // swapped final modulation) and back gives the same output.
 void checkLoraFormsRoundTrip(const fs::path& dir, const nlohmann::json& manifest) {
   Flux2LoraFixture f(dir, manifest);
-  const auto weights = f.net->moduleWeights();
-  f.net.reset();
-  const flux2::Flux2LoraRules rules(f.cfg);
-  for (const auto format :
-       {lora::LoraFileFormat::Diffusers, lora::LoraFileFormat::Kohya, lora::LoraFileFormat::Comfy}) {
-    const auto exported = lora::loraTensorsForExport(weights, format, rules);
-    const std::map<std::string, at::Tensor> tensors(exported.begin(), exported.end());
-    auto net = lora::LoraNetwork::fromWeights(*f.model, lora::convertLoraTensors(tensors, {}, rules).modules);
-    at::NoGradGuard noGrad;
-    EXPECT_TRUE(test::allClose(f.forward(), f.outputs.at("output_lora"), f.tol.atol, f.tol.rtol))
-        << "through " << lora::toString(format);
-  }
+  parity::expectLoraFormsRoundTrip(f, flux2::Flux2LoraRules(f.cfg));
 }
 
 }  // namespace

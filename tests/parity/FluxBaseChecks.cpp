@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <iostream>
 #include <set>
 
 #include "common/TestSupport.h"
@@ -37,12 +36,7 @@ void checkForward(const fs::path& dir, const nlohmann::json& manifest, const std
   EXPECT_TRUE(test::allClose(out, outputs.at("output"), tol.atol, tol.rtol)) << weightsFile;
 }
 
-// bf16 keeps 8 mantissa bits: the stated tolerance for a bf16 forward (also used
-// by tests/gpu/test_flux_gpu.cpp on CUDA).
-constexpr double kBf16Atol = 5e-2;
-constexpr double kBf16Rtol = 5e-2;
-constexpr double kBf16MaxRelL2 = 2e-2;
-
+// bf16: at parity::kBf16Atol / kBf16Rtol / kBf16MaxRelL2 (FluxFixture.h).
 void checkForwardBf16(const fs::path& dir, const nlohmann::json& manifest) {
   const auto cfg = flux::FluxConfig::fromDiffusersJson(manifest.at("config"));
   flux::FluxBuildOptions options;
@@ -53,21 +47,13 @@ void checkForwardBf16(const fs::path& dir, const nlohmann::json& manifest) {
   const auto ref = io::loadSafetensors(dir / "outputs.safetensors").at("output");
   at::NoGradGuard noGrad;
   const auto out = model.forward(inputsOf(inputs));
-  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
-  const auto diff = out.to(at::kDouble) - ref.to(at::kDouble);
-  const double relL2 = diff.norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
-  std::cout << "[parity]     bf16: relative L2 error " << relL2 << ", max abs error " << diff.abs().max().item<double>()
-            << std::endl;
-  EXPECT_TRUE(test::allClose(out, ref, kBf16Atol, kBf16Rtol)) << "bf16 forward";
-  EXPECT_LT(relL2, kBf16MaxRelL2);
+  parity::expectBf16Forward(out, ref);
 }
 
 void checkKeySet(const fs::path& dir, const nlohmann::json& manifest) {
   const auto cfg = flux::FluxConfig::fromDiffusersJson(manifest.at("config"));
   flux::FluxTransformer model(cfg);
-  const auto file = io::SafetensorsFile::open(dir / "transformer.safetensors");
-  std::map<std::string, std::vector<int64_t>> fileShapes;
-  for (const auto& n : file.names()) fileShapes[n] = file.info(n).shape;
+  const auto fileShapes = parity::safetensorsShapes(dir / "transformer.safetensors");
   std::map<std::string, std::vector<int64_t>> modelShapes;
   for (const auto& p : model.named_parameters(true)) modelShapes[p.key()] = p.value().sizes().vec();
   EXPECT_EQ(modelShapes, fileShapes) << "named_parameters() differs from the diffusers key set";

@@ -1,15 +1,21 @@
 #pragma once
-// Helpers shared by the FLUX transformer parity checks (CPU, label parity) and
-// their CUDA versions (label gpu): the manifest's tolerance, the fixture inputs
-// as model inputs, the reference's AdamW settings.
+// Helpers shared by the FLUX.1 and FLUX.2 transformer parity checks (CPU, label parity)
+// and their CUDA versions (label gpu): the manifest's tolerance, the fixture inputs as
+// model inputs, the reference's AdamW settings, the stated bf16 tolerance, a file's shapes.
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
 
+#include <filesystem>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "common/TestSupport.h"
+#include "io/Safetensors.h"
 #include "models/flux/FluxTransformer.h"
 
 namespace strata::parity {
@@ -69,6 +75,31 @@ inline torch::optim::AdamWOptions adamwOptionsOf(const nlohmann::json& manifest)
     }
   }
   return torch::optim::AdamWOptions(lr).betas({beta1, beta2}).eps(eps).weight_decay(wd);
+}
+
+// bf16 keeps 8 mantissa bits: the stated tolerance of a bf16 forward against the float32
+// reference, FLUX.1 and FLUX.2 alike.
+constexpr double kBf16Atol = 5e-2;
+constexpr double kBf16Rtol = 5e-2;
+constexpr double kBf16MaxRelL2 = 2e-2;
+
+// A bf16 forward `out` against the float32 reference `ref` at that tolerance (printed).
+inline void expectBf16Forward(const at::Tensor& out, const at::Tensor& ref) {
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  const auto diff = out.to(at::kDouble) - ref.to(at::kDouble);
+  const double relL2 = diff.norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
+  std::cout << "[parity]     bf16: relative L2 error " << relL2 << ", max abs error " << diff.abs().max().item<double>()
+            << std::endl;
+  EXPECT_TRUE(test::allClose(out, ref, kBf16Atol, kBf16Rtol)) << "bf16 forward";
+  EXPECT_LT(relL2, kBf16MaxRelL2);
+}
+
+// The shape of every tensor of a .safetensors file, by name (header only).
+inline std::map<std::string, std::vector<int64_t>> safetensorsShapes(const std::filesystem::path& file) {
+  const auto f = io::SafetensorsFile::open(file);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& n : f.names()) shapes[n] = f.info(n).shape;
+  return shapes;
 }
 
 }  // namespace strata::parity

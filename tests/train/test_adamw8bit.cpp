@@ -8,6 +8,7 @@
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "common/TrainTestSupport.h"
 #include "events/EventBus.h"
 #include "io/Safetensors.h"
 #include "placement/OptimizerStateAttachment.h"
@@ -270,36 +271,15 @@ TEST(AdamW8bit, TheAttachmentNamesAndMovesTheState) {
 // ends where the straight one does.
 TEST(AdamW8bit, TrainerRunResumesOnTheSameCurve) {
   test::TempDir tmp;
-  config::RunConfig c;
-  c.job.name = "tiny8";
-  c.job.trainingFolder = tmp.path().string();
-  c.model.preset = config::ModelPreset::Tiny;
-  c.model.randomWeights = true;
-  c.model.device = config::ComputeDevice::Cpu;
-  c.network.linear = 4;
-  c.network.linearAlpha = 4;
-  c.train.steps = 12;
-  c.train.lr = 2e-3;
-  c.train.dtype = config::DType::FP32;
+  auto c = test::tinyCpuRun("tiny8", tmp.path(), 12);
   c.train.optimizer = config::OptimizerType::AdamW8bit;
   c.train.seed = 5;
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Shapes;
-  d.resolution = {16};
-  d.numItems = 8;
-  c.datasets = {d};
-  c.sample.sampleEvery = 0;
-  c.sample.prompts = {};
+  c.datasets = {test::shapesDataset(16, 8)};
   c.save.saveEvery = 6;
-  c.save.exportFormats = {config::ExportFormat::Diffusers};
 
   events::EventBus busA, busB;
-  std::vector<std::string> problems;
-  auto sub = busB.subscribe([&](const events::Event& e) {
-    if (auto* p = std::get_if<events::PreflightFailedEvent>(&e))
-      problems.insert(problems.end(), p->problems.begin(), p->problems.end());
-    if (auto* f = std::get_if<events::FailedEvent>(&e)) problems.push_back(f->message);
-  });
+  test::EventRecorder rec;
+  auto sub = busB.subscribe([&](const events::Event& e) { rec(e); });
   TrainerOptions a;
   a.runDir = tmp / "straight";
   ASSERT_EQ(Trainer(c, busA, a).run(), RunOutcome::Finished);
@@ -307,11 +287,7 @@ TEST(AdamW8bit, TrainerRunResumesOnTheSameCurve) {
   b.runDir = tmp / "split";
   b.stopAfterStep = 6;
   ASSERT_EQ(Trainer(c, busB, b).run(), RunOutcome::Stopped);
-  ASSERT_EQ(Trainer::resumeFrom(tmp / "split", busB)->run(), RunOutcome::Finished) << [&] {
-    std::string all;
-    for (const auto& p : problems) all += p + "\n";
-    return all;
-  }();
+  ASSERT_EQ(Trainer::resumeFrom(tmp / "split", busB)->run(), RunOutcome::Finished) << rec.failures();
 
   RunFolder fa(tmp / "straight"), fb(tmp / "split");
   const auto ca = fa.latestCheckpoint(), cb = fb.latestCheckpoint();

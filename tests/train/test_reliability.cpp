@@ -16,6 +16,7 @@
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "common/TrainTestSupport.h"
 #include "events/EventBus.h"
 #include "io/Safetensors.h"
 #include "train/RunFolder.h"
@@ -30,59 +31,16 @@ namespace fs = std::filesystem;
 namespace {
 
 config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
-  config::RunConfig c;
-  c.job.name = "tiny";
-  c.job.trainingFolder = folder.string();
-  c.model.preset = config::ModelPreset::Tiny;
-  c.model.randomWeights = true;
-  c.model.device = config::ComputeDevice::Cpu;
-  c.network.linear = 4;
-  c.network.linearAlpha = 4;
-  c.train.steps = steps;
-  c.train.lr = 2e-3;
-  c.train.dtype = config::DType::FP32;
+  auto c = test::tinyCpuRun("tiny", folder, steps);
   c.train.seed = 11;
   c.train.ema.useEma = true;
   c.train.ema.emaDecay = 0.9;
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Shapes;
-  d.resolution = {16};
-  d.numItems = 8;
-  c.datasets = {d};
-  c.sample.sampleEvery = 0;
-  c.sample.prompts = {};
+  c.datasets = {test::shapesDataset(16, 8)};
   c.save.saveEvery = 2;
-  c.save.maxStepSavesToKeep = 10;
-  c.save.exportFormats = {config::ExportFormat::Diffusers};
   return c;
 }
 
-struct Recorder {
-  std::mutex m;
-  std::vector<events::Event> all;
-  void operator()(const events::Event& e) {
-    std::lock_guard<std::mutex> l(m);
-    all.push_back(e);
-  }
-  template <class T>
-  std::vector<T> of() {
-    std::lock_guard<std::mutex> l(m);
-    std::vector<T> out;
-    for (const auto& e : all)
-      if (auto* p = std::get_if<T>(&e)) out.push_back(*p);
-    return out;
-  }
-  std::string text() {
-    std::string s;
-    for (const auto& w : of<events::WarningEvent>()) s += "warning: " + w.message + "\n";
-    for (const auto& p : of<events::PreflightFailedEvent>())
-      for (const auto& x : p.problems) s += "preflight: " + x + "\n";
-    for (const auto& f : of<events::FailedEvent>()) s += "failed: " + f.message + "\n";
-    return s;
-  }
-};
-
-RunOutcome runTrainer(const config::RunConfig& cfg, const fs::path& dir, Recorder* rec = nullptr,
+RunOutcome runTrainer(const config::RunConfig& cfg, const fs::path& dir, test::EventRecorder* rec = nullptr,
                       int64_t stopAfter = 0) {
   events::EventBus bus;
   auto sub = bus.subscribe([&](const events::Event& e) {
@@ -94,7 +52,7 @@ RunOutcome runTrainer(const config::RunConfig& cfg, const fs::path& dir, Recorde
   return Trainer(cfg, bus, o).run();
 }
 
-RunOutcome resumeTrainer(const fs::path& dir, Recorder* rec = nullptr) {
+RunOutcome resumeTrainer(const fs::path& dir, test::EventRecorder* rec = nullptr) {
   events::EventBus bus;
   auto sub = bus.subscribe([&](const events::Event& e) {
     if (rec) (*rec)(e);
@@ -178,18 +136,18 @@ TEST(Trainer, TwoRunsInOneFolderAreRefusedAndResumeLeavesALiveRunAlone) {
   live.start();
   while (steps < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 
-  Recorder second;
+  test::EventRecorder second;
   EXPECT_EQ(runTrainer(cfg, tmp / "run", &second), RunOutcome::PreflightFailed);
   EXPECT_NE(second.text().find("in use by process " + std::to_string(::getpid())), std::string::npos) << second.text();
 
   const size_t before = RunFolder(tmp / "run").readMetrics().size();
-  Recorder resumed;
+  test::EventRecorder resumed;
   EXPECT_EQ(resumeTrainer(tmp / "run", &resumed), RunOutcome::PreflightFailed);
   EXPECT_NE(resumed.text().find("in use by process"), std::string::npos) << resumed.text();
   EXPECT_GE(RunFolder(tmp / "run").readMetrics().size(), before);  // not truncated under the live run
 
   // Without --run-dir the derived folder is taken: the new run gets the next name.
-  Recorder derived;
+  test::EventRecorder derived;
   auto cfg2 = tinyConfig(tmp.path(), 2);
   cfg2.job.name = "run";
   events::EventBus bus2;
@@ -222,7 +180,7 @@ TEST(Trainer, StopBeforeTheFirstStepLeavesACheckpointThatResumesToTheStraightRes
   ASSERT_TRUE(latest);
   EXPECT_EQ(latest->step, 0);
   EXPECT_NO_THROW(readCheckpoint(latest->path));  // whole: optimizer state for every LoRA weight
-  Recorder rec;
+  test::EventRecorder rec;
   ASSERT_EQ(resumeTrainer(tmp / "stopped", &rec), RunOutcome::Finished) << rec.text();
   expectSameLora(tmp / "straight", tmp / "stopped");
 }
@@ -267,7 +225,7 @@ TEST(Trainer, BadRunNamesAreRefusedBeforeAnythingIsWritten) {
     auto cfg = tinyConfig(tmp / "a" / "b", 2);
     cfg.job.name = name;
     events::EventBus bus;
-    Recorder rec;
+    test::EventRecorder rec;
     auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
     EXPECT_EQ(Trainer(cfg, bus).run(), RunOutcome::PreflightFailed) << name;
     EXPECT_NE(rec.text().find("job.name"), std::string::npos) << rec.text();
@@ -300,7 +258,7 @@ TEST(Trainer, StopWhoseCheckpointCannotBeWrittenIsAFailureNamingTheCause) {
   test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 10);
   cfg.save.saveEvery = 0;
-  Recorder rec;
+  test::EventRecorder rec;
   RunOutcome outcome;
   {
     // config.yaml and the metrics fit; the checkpoint's LoRA file does not.
@@ -332,7 +290,7 @@ TEST(RunFolder, PruneLeavesNoHalfDeletedCheckpointAndOpenCleansLeftovers) {
   std::ofstream(f.root() / ".config.yaml.tmp.AbC123") << "half";
   std::ofstream(f.metricsPath(), std::ios::app) << "{\"step\": 5, \"lo";
 
-  Recorder rec;
+  test::EventRecorder rec;
   ASSERT_EQ(resumeTrainer(tmp / "run", &rec), RunOutcome::Finished) << rec.text();
   for (const auto& e : fs::directory_iterator(ck))
     EXPECT_NE(e.path().filename().string()[0], '.') << "left over: " << e.path();
@@ -372,7 +330,7 @@ TEST(Trainer, DamagedLatestCheckpointFallsBackToThePreviousIntactOneAndSaysSo) {
   EXPECT_NE(all.find("step_00000004"), std::string::npos) << all;
 
   // resume continues from step 4, sets the damaged one aside, and ends as the straight run.
-  Recorder rec;
+  test::EventRecorder rec;
   ASSERT_EQ(resumeTrainer(tmp / "run", &rec), RunOutcome::Finished) << rec.text();
   EXPECT_NE(rec.text().find("resuming from " + (f.checkpointsDir() / "step_00000004").string()), std::string::npos)
       << rec.text();

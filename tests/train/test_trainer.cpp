@@ -14,6 +14,7 @@
 #include "models/flux/FluxConfig.h"
 #include "models/flux/FluxLoraRules.h"
 #include "common/TestSupport.h"
+#include "common/TrainTestSupport.h"
 #include "train/RunFolder.h"
 #include "io/Image.h"
 #include "train/Trainer.h"
@@ -25,43 +26,14 @@ namespace fs = std::filesystem;
 namespace {
 
 config::RunConfig tinyConfig(const fs::path& folder, int64_t steps) {
-  config::RunConfig c;
-  c.job.name = "tiny";
-  c.job.trainingFolder = folder.string();
-  c.model.preset = config::ModelPreset::Tiny;
-  c.model.randomWeights = true;
-  c.model.device = config::ComputeDevice::Cpu;
-  c.network.linear = 4;
-  c.network.linearAlpha = 4;
-  c.train.steps = steps;
-  c.train.lr = 2e-3;
-  c.train.dtype = config::DType::FP32;
+  auto c = test::tinyCpuRun("tiny", folder, steps);
   c.train.gradientCheckpointing = true;
   c.train.captionDropoutRate = 0.2;
   c.train.seed = 5;
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Shapes;
-  d.resolution = {16};
-  d.numItems = 8;
-  c.datasets = {d};
-  c.sample.sampleEvery = 0;
-  c.sample.prompts = {};
+  c.datasets = {test::shapesDataset(16, 8)};
   c.save.saveEvery = 5;
-  c.save.maxStepSavesToKeep = 10;
-  c.save.exportFormats = {config::ExportFormat::Diffusers};
   return c;
 }
-
-struct Recorder {
-  std::vector<events::Event> all;
-  template <class T>
-  std::vector<T> of() const {
-    std::vector<T> out;
-    for (const auto& e : all)
-      if (auto* p = std::get_if<T>(&e)) out.push_back(*p);
-    return out;
-  }
-};
 
 std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) {
   return io::loadSafetensors(ckpt / "lora.safetensors");
@@ -84,8 +56,8 @@ TEST(Trainer, ResumeContinuesTheSameCurve) {
   ASSERT_EQ(Trainer(cfg, busA, a).run(), RunOutcome::Finished);
 
   events::EventBus busB;
-  Recorder rec;
-  auto sub = busB.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = busB.subscribe([&](const events::Event& e) { rec(e); });
   TrainerOptions b;
   b.runDir = tmp / "split";
   b.stopAfterStep = 10;
@@ -132,8 +104,8 @@ TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
   cfg.datasets[0].numItems = config::DatasetConfig{}.numItems;  // a latents dataset refuses num_items
   cfg.save.saveEvery = 1;
   events::EventBus bus;
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   TrainerOptions o;
   o.runDir = tmp / "run";
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Failed);
@@ -163,8 +135,8 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   cfg.datasets[0].folderPath = data.string();
   cfg.datasets[0].numItems = config::DatasetConfig{}.numItems;  // a latents dataset refuses num_items
   events::EventBus bus;
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   TrainerOptions o;
   o.runDir = tmp / "run";
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished);
@@ -182,8 +154,8 @@ TEST(Trainer, PreflightListsEveryProblem) {
   auto cfg = tinyConfig(tmp.path(), 0);
   cfg.network.linear = 0;
   events::EventBus bus;
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   ASSERT_EQ(Trainer(cfg, bus).run(), RunOutcome::PreflightFailed);
   const auto pf = rec.of<events::PreflightFailedEvent>();
   ASSERT_EQ(pf.size(), 1u);
@@ -247,8 +219,8 @@ TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
   ASSERT_NE(loaded.config.sample.prompts[0].find("dark background"), std::string::npos);
   ASSERT_NE(loaded.config.sample.prompts[2].find("dark background"), std::string::npos);
   events::EventBus bus;
-  Recorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec.all.push_back(e); });
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
   const auto t0 = std::chrono::steady_clock::now();
   Trainer trainer(loaded.config, bus);
   ASSERT_EQ(trainer.run(), RunOutcome::Finished);

@@ -85,6 +85,9 @@ std::string whyNoEncoders(const config::RunConfig& cfg) {
       return "the synthetic dataset is random latents and embeddings";
     case config::DatasetType::Latents:
       return "the latents dataset holds encoded images and text embeddings";
+    case config::DatasetType::Jsonl:
+      // The validator refuses it for FLUX; a plan made without validating still says why.
+      return "a jsonl dataset is text for a causal LM, with no images to encode (FLUX cannot train on it)";
     case config::DatasetType::Images:
       break;
   }

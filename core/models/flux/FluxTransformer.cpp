@@ -9,39 +9,11 @@
 #include "common/TorchCompat.h"
 #include "models/flux/FluxKernels.h"
 #include "models/flux/FluxLayout.h"
+#include "models/flux/FluxOps.h"
 #include "models/flux/FluxUnitBuilder.h"
 #include "nn/GradLayout.h"
 
 namespace strata::flux {
-
-namespace {
-
-constexpr double kEps = FluxConfig::kNormEps;
-
-at::Tensor layerNorm(const at::Tensor& x) { return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, kEps); }
-
-// x * (1 + scale) + shift with per-sample modulation [B, D] over tokens [B, N, D]: one
-// pass over x (addcmul) instead of a product and a sum, each a pass over [B, N, D].
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
-}
-
-// x + gate * y (gate [B, D] per sample over tokens [B, N, D]) in one pass.
-at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
-  return at::addcmul(x, gate.unsqueeze(1), y);
-}
-
-at::Tensor clipHalf(const at::Tensor& x) {
-  // diffusers clamps fp16 activations so the residual stream cannot reach inf.
-  return x.scalar_type() == at::kHalf ? x.clamp(-65504.0, 65504.0) : x;
-}
-
-// [B, N, H*Dh] -> [B, N, H, Dh]
-at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
-  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads});
-}
-
-}  // namespace
 
 // ---- shared pieces -----------------------------------------------------------
 
@@ -112,20 +84,13 @@ at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Ten
   return (x.to(at::kFloat) * c + rotated.to(at::kFloat) * s).to(x.scalar_type());
 }
 
-namespace {
-
-// applyRotary(norm(x)) over the tokens [offset, offset + N) of the joint rotary
-// tables: x [B, N, H, Dh]. One CUDA kernel where the build has it and the tensors fit
-// (bf16 on CUDA, frozen norm weight), else the ATen ops.
 at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           int64_t offset) {
   const auto c = cos.narrow(0, offset, x.size(1));  // [N, Dh]
   const auto s = sin.narrow(0, offset, x.size(1));
-  if (normRopeFits(x, norm.weight, c, s)) return normRope(x, norm.weight, c, s, kEps);
+  if (normRopeFits(x, norm.weight, c, s)) return normRope(x, norm.weight, c, s, norm.eps);
   return applyRotary(norm.forward(x), c, s);
 }
-
-}  // namespace
 
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   // The backend (cuDNN or flash on CUDA) is the process's choice: model.attention_backend.
@@ -136,6 +101,26 @@ at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
   const auto out = nn::gradInLayoutOf(
       compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)));  // [B, H, N, Dh]
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
+}
+
+std::pair<at::Tensor, at::Tensor> doubleBlockAttention(const DoubleAttentionModules& m, const at::Tensor& imgNorm,
+                                                       const at::Tensor& txtNorm, const at::Tensor& cos,
+                                                       const at::Tensor& sin) {
+  const int64_t nTxt = txtNorm.size(1);
+  auto [q, k, v] = projectQkv(m.imgQkv, imgNorm);
+  auto [tq, tk, tv] = projectQkv(m.txtQkv, txtNorm);
+  // [B, N, H, Dh], text first; the rotary tables cover [text; image] tokens.
+  const auto query = at::cat({normThenRotary(m.normAddedQ, splitHeads(tq, m.heads), cos, sin, 0),
+                              normThenRotary(m.normQ, splitHeads(q, m.heads), cos, sin, nTxt)},
+                             1);
+  const auto key = at::cat({normThenRotary(m.normAddedK, splitHeads(tk, m.heads), cos, sin, 0),
+                            normThenRotary(m.normK, splitHeads(k, m.heads), cos, sin, nTxt)},
+                           1);
+  const auto value = at::cat({splitHeads(tv, m.heads), splitHeads(v, m.heads)}, 1);
+  const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
+  const auto txtAttn = m.toAddOut.forward(attn.narrow(1, 0, nTxt));
+  const auto imgAttn = m.toOut.forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  return {imgAttn, txtAttn};
 }
 
 std::pair<at::Tensor, at::Tensor> rotaryFromIds(const at::Tensor& idsIn, const std::vector<int64_t>& axesDims,
@@ -193,26 +178,13 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   const auto mods = nn::forwardSiblings({norm1Linear.get(), norm1ContextLinear.get()}, act);
   const auto imgMod = mods[0].chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
   const auto txtMod = mods[1].chunk(6, 1);
-  const int64_t nTxt = io.txt.size(1);
 
   const auto imgNorm = modulate(layerNorm(io.img), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt), txtMod[0], txtMod[1]);
 
-  auto [q, k, v] = projectQkv(imgQkv, imgNorm);
-  auto [tq, tk, tv] = projectQkv(txtQkv, txtNorm);
-  // [B, N, H, Dh], text first; the rotary tables cover [text; image] tokens.
-  const auto& cos = io.ropeCos;
-  const auto& sin = io.ropeSin;
-  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads_), cos, sin, 0),
-                              normThenRotary(*normQ, splitHeads(q, heads_), cos, sin, nTxt)},
-                             1);
-  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads_), cos, sin, 0),
-                            normThenRotary(*normK, splitHeads(k, heads_), cos, sin, nTxt)},
-                           1);
-  const auto value = at::cat({splitHeads(tv, heads_), splitHeads(v, heads_)}, 1);
-  const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
-  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
-  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  const auto [imgAttn, txtAttn] =
+      doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
+                           imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   nn::BlockIO out = io;
   auto img = gated(io.img, imgMod[2], imgAttn);

@@ -61,8 +61,35 @@ std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& 
 // Rotary embedding applied to q or k: x [B, N, H, Dh], cos/sin [N, Dh] (interleaved pairs).
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// applyRotary(norm(x)) over the tokens [offset, offset + N) of the joint rotary tables
+// cos/sin [Ntotal, Dh]: x [B, N, H, Dh], norm at its own eps. One CUDA kernel where the
+// build has it and the tensors fit (bf16 on CUDA, frozen norm weight), else the ATen ops.
+at::Tensor normThenRotary(FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                          int64_t offset);
+
 // Joint attention: q, k, v [B, N, H, Dh] -> [B, N, H * Dh] (scaled dot product).
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// The modules of a double block's attention (FLUX.1 and FLUX.2 name them alike).
+struct DoubleAttentionModules {
+  const QkvProjections& imgQkv;
+  const QkvProjections& txtQkv;
+  FluxRmsNormImpl& normQ;
+  FluxRmsNormImpl& normK;
+  FluxRmsNormImpl& normAddedQ;
+  FluxRmsNormImpl& normAddedK;
+  nn::LinearImpl& toOut;
+  nn::LinearImpl& toAddOut;
+  int64_t heads;
+};
+
+// A double block's joint attention from its streams' modulated norms imgNorm [B, Ni, D] and
+// txtNorm [B, Nt, D]: q, k, v of each stream (projectQkv), RMSNorm + rotary of q and k, one
+// attention over [text; image] (the rotary tables' order), each stream's output Linear.
+// -> {image [B, Ni, D], text [B, Nt, D]}.
+std::pair<at::Tensor, at::Tensor> doubleBlockAttention(const DoubleAttentionModules& m, const at::Tensor& imgNorm,
+                                                       const at::Tensor& txtNorm, const at::Tensor& cos,
+                                                       const at::Tensor& sin);
 
 // Rotary cos/sin [N, Dh] (float32) from position ids [N, n_axes] (or [B, N, n_axes],
 // first batch used, as diffusers does).

@@ -1,7 +1,7 @@
 #include "models/flux2/Flux2Transformer.h"
 
 #include "common/Error.h"
-#include "models/flux/FluxKernels.h"
+#include "models/flux/FluxOps.h"
 #include "models/flux/FluxUnitBuilder.h"
 #include "models/flux2/Flux2Layout.h"
 
@@ -11,34 +11,17 @@ namespace {
 
 using M = Flux2Modulation;
 
-at::Tensor layerNorm(const at::Tensor& x, double eps) {
-  return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, eps);
-}
-
-// x * (1 + scale) + shift, per-sample modulation [B, D] over tokens [B, N, D], in one pass.
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
-}
-
-// x + gate * y, gate [B, D] over tokens [B, N, D].
-at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
-  return at::addcmul(x, gate.unsqueeze(1), y);
-}
+using flux::clipHalf;
+using flux::gated;
+using flux::layerNorm;
+using flux::modulate;
+using flux::normThenRotary;
+using flux::splitHeads;
 
 // SwiGLU over the fused (gate, up) projection: [..., 2M] -> [..., M].
 at::Tensor swiglu(const at::Tensor& x) {
   const auto parts = x.chunk(2, -1);
   return at::silu(parts[0]) * parts[1];
-}
-
-at::Tensor clipHalf(const at::Tensor& x) {
-  // diffusers clamps fp16 activations so the residual stream cannot reach inf.
-  return x.scalar_type() == at::kHalf ? x.clamp(-65504.0, 65504.0) : x;
-}
-
-// [B, N, H*Dh] -> [B, N, H, Dh]
-at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
-  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads});
 }
 
 // The `count` (shift, scale, gate) modulations of one slice of BlockIO::temb:
@@ -48,16 +31,6 @@ std::vector<at::Tensor> modulationOf(const at::Tensor& temb, int64_t hidden, int
     throw Error("Flux2Transformer: BlockIO::temb must be [B, " + std::to_string(M::kWidth * hidden) +
                 "] (embedding + shared modulation), got last dim " + std::to_string(temb.size(-1)));
   return temb.narrow(1, offset * hidden, 3 * count * hidden).chunk(3 * count, 1);
-}
-
-// rotary(norm(x)) over the tokens [offset, offset + N) of the joint tables: x [B, N, H, Dh].
-// FLUX.1's fused CUDA kernel where it fits, else the ATen ops.
-at::Tensor normThenRotary(flux::FluxRmsNormImpl& norm, const at::Tensor& x, const at::Tensor& cos,
-                          const at::Tensor& sin, int64_t offset) {
-  const auto c = cos.narrow(0, offset, x.size(1));  // [N, Dh]
-  const auto s = sin.narrow(0, offset, x.size(1));
-  if (flux::normRopeFits(x, norm.weight, c, s)) return flux::normRope(x, norm.weight, c, s, norm.eps);
-  return flux::applyRotary(norm.forward(x), c, s);
 }
 
 }  // namespace
@@ -84,28 +57,15 @@ Flux2DoubleBlock::Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptio
 nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
   // img [B, Ni, D], txt [B, Nt, D], temb [B, 16 D]
   const int64_t hidden = io.img.size(2);
-  const int64_t nTxt = io.txt.size(1);
   // shift, scale, gate (attention), shift, scale, gate (MLP): each [B, D]
   const auto imgMod = modulationOf(io.temb, hidden, M::kDoubleImg, 2);
   const auto txtMod = modulationOf(io.temb, hidden, M::kDoubleTxt, 2);
 
   const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
-  auto [q, k, v] = flux::projectQkv(imgQkv, imgNorm);
-  auto [tq, tk, tv] = flux::projectQkv(txtQkv, txtNorm);
-  // [B, Nt + Ni, H, Dh], text first: the rotary tables cover [text; image].
-  const auto& cos = io.ropeCos;
-  const auto& sin = io.ropeSin;
-  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads_), cos, sin, 0),
-                              normThenRotary(*normQ, splitHeads(q, heads_), cos, sin, nTxt)},
-                             1);
-  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads_), cos, sin, 0),
-                            normThenRotary(*normK, splitHeads(k, heads_), cos, sin, nTxt)},
-                           1);
-  const auto value = at::cat({splitHeads(tv, heads_), splitHeads(v, heads_)}, 1);
-  const auto attn = flux::jointAttention(query, key, value);  // [B, Nt + Ni, D]
-  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
-  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  const auto [imgAttn, txtAttn] =
+      flux::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
+                                 imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   auto img = gated(io.img, imgMod[2], imgAttn);
   img = gated(img, imgMod[5],
@@ -232,9 +192,11 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
         temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(flux::timestepSinusoid(g, channels).to(dt))));
   }
   // The shared modulation, once per forward: [B, D] -> [B, 16 D] (layout: Flux2Modulation).
+  // The three modulation Linears read the same act: with LoRA on them, one down matmul.
   const auto act = at::silu(temb);
+  const auto mods = nn::forwardSiblings({modDoubleImg.get(), modDoubleTxt.get(), modSingle.get()}, act);
   nn::BlockIO io;
-  io.temb = at::cat({temb, modDoubleImg->forward(act), modDoubleTxt->forward(act), modSingle->forward(act)}, 1);
+  io.temb = at::cat({temb, mods[0], mods[1], mods[2]}, 1);
   io.img = xEmbedder->forward(in.img.to(dt));                           // [B, Ni, D]
   io.txt = contextEmbedder->forward(in.txt.to(dt));                     // [B, Nt, D]
   const auto txtIds = in.txtIds.dim() == 3 ? in.txtIds[0] : in.txtIds;  // [Nt, 4]

@@ -1,0 +1,37 @@
+#pragma once
+// The ATen pieces of a FLUX block, shared by FLUX.1 (FluxTransformer.cpp) and FLUX.2
+// (Flux2Transformer.cpp): one definition, so the two models cannot drift apart in how
+// they normalise, modulate, gate or split heads.
+#include <ATen/ATen.h>
+
+#include "models/flux/FluxConfig.h"
+
+namespace strata::flux {
+
+// LayerNorm over the last dim without affine parameters (FLUX's norm1 / norm2 / norm_out).
+inline at::Tensor layerNorm(const at::Tensor& x, double eps = FluxConfig::kNormEps) {
+  return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, eps);
+}
+
+// x * (1 + scale) + shift with per-sample modulation [B, D] over tokens [B, N, D]: one
+// pass over x (addcmul) instead of a product and a sum, each a pass over [B, N, D].
+inline at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
+}
+
+// x + gate * y (gate [B, D] per sample over tokens [B, N, D]) in one pass.
+inline at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+  return at::addcmul(x, gate.unsqueeze(1), y);
+}
+
+// diffusers clamps fp16 activations so the residual stream cannot reach inf.
+inline at::Tensor clipHalf(const at::Tensor& x) {
+  return x.scalar_type() == at::kHalf ? x.clamp(-65504.0, 65504.0) : x;
+}
+
+// [B, N, H*Dh] -> [B, N, H, Dh]
+inline at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads});
+}
+
+}  // namespace strata::flux
