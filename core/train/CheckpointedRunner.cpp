@@ -1,8 +1,5 @@
 #include "train/CheckpointedRunner.h"
 
-#include <cstdlib>
-#include <string>
-
 #include <ATen/Context.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -20,9 +17,11 @@ namespace strata::train {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+namespace {
+
 // What the backward needs besides the saved inputs. Raw pointers: the runner
 // and the block outlive the graph (documented on CheckpointedRunner).
-struct CheckpointCallState : torch::CustomClassHolder {
+struct CallState : torch::CustomClassHolder {
   CheckpointedRunner* runner = nullptr;
   nn::BlockRunner* inner = nullptr;
   nn::Block* block = nullptr;
@@ -33,23 +32,12 @@ struct CheckpointCallState : torch::CustomClassHolder {
   std::vector<bool> offload;       // per given field: kept in host memory (train.offload_checkpoints)
   std::vector<at::Tensor> host;    // per given field: its pinned host copy, or undefined
   std::vector<c10::Device> hostOf; // per given field: the device it came from
-  bool recomputed = false;
 #ifdef STRATA_HAS_CUDA
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> copied;  // per given field: its host copy is done
-  std::vector<at::Tensor> prefetched;                        // per given field: on its device again, early
-  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> arrived; // per given field: the prefetch is done
 #endif
-  // The block that ran just before this one in the forward: the next one the
-  // backward recomputes, whose offloaded inputs this one's backward prefetches.
-  // Typed as the base: the struct is incomplete here.
-  c10::weak_intrusive_ptr<c10::intrusive_ptr_target> previous{c10::intrusive_ptr<c10::intrusive_ptr_target>()};
   at::Tensor cpuRngState;
   std::vector<std::pair<c10::Device, at::Tensor>> cudaRngStates;
 };
-
-namespace {
-
-using CallState = CheckpointCallState;
 
 std::vector<c10::Device> cudaDevicesOf(const nn::Block& block, const std::vector<at::Tensor>& inputs) {
   std::vector<c10::Device> out;
@@ -102,50 +90,15 @@ at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
 }
 
 // The device copy of an offloaded field, queued on the current stream after its
-// host copy is complete; taken from the prefetch when there is one.
-at::Tensor copyBack(CallState& state, size_t i) {
+// host copy is complete.
+at::Tensor copyBack(const CallState& state, size_t i) {
 #ifdef STRATA_HAS_CUDA
-  if (state.hostOf[i].is_cuda() && i < state.prefetched.size() && state.prefetched[i].defined()) {
-    const c10::cuda::CUDAGuard guard(state.hostOf[i]);
-    const auto compute = c10::cuda::getCurrentCUDAStream(state.hostOf[i].index());
-    state.arrived[i]->block(compute);
-    auto t = std::move(state.prefetched[i]);
-    t.record_stream(compute);  // allocated on the side stream, used and freed on this one
-    return t;
-  }
   if (state.hostOf[i].is_cuda() && i < state.copied.size() && state.copied[i]) {
     const c10::cuda::CUDAGuard guard(state.hostOf[i]);
     state.copied[i]->block(c10::cuda::getCurrentCUDAStream(state.hostOf[i].index()));
   }
 #endif
   return state.host[i].to(state.hostOf[i], /*non_blocking=*/true);
-}
-
-// Starts bringing `state`'s offloaded inputs back on a side stream, so the copy runs
-// while the block recomputed now computes instead of before the next one. Returns
-// how many inputs it started.
-int prefetch(CallState& state) {
-  int started = 0;
-#ifdef STRATA_HAS_CUDA
-  state.prefetched.resize(state.host.size());
-  state.arrived.resize(state.host.size());
-  for (size_t i = 0; i < state.host.size(); ++i) {
-    if (!state.host[i].defined() || !state.hostOf[i].is_cuda() || state.prefetched[i].defined()) continue;
-    const c10::cuda::CUDAGuard guard(state.hostOf[i]);
-    const auto side = c10::cuda::getStreamFromPool(false, state.hostOf[i].index());
-    if (i < state.copied.size() && state.copied[i]) state.copied[i]->block(side);
-    {
-      const c10::cuda::CUDAStreamGuard onSide(side);
-      state.prefetched[i] = state.host[i].to(state.hostOf[i], /*non_blocking=*/true);
-    }
-    state.arrived[i] = std::make_shared<at::cuda::CUDAEvent>();
-    state.arrived[i]->record(side);
-    ++started;
-  }
-#else
-  (void)state;
-#endif
-  return started;
 }
 
 }  // namespace
@@ -198,12 +151,6 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       if (state->requiresGrad[i]) d.requires_grad_(true);
       inputs.push_back(d);
     }
-    if (state->runner->prefetch_) {
-      if (auto locked = state->previous.lock()) {
-        auto previous = c10::static_intrusive_pointer_cast<CallState>(locked);
-        if (!previous->recomputed && prefetch(*previous) > 0) ++state->runner->prefetches_;
-      }
-    }
     std::vector<at::Tensor> fields;
     size_t k = 0;
     for (bool def : state->defined) fields.push_back(def ? inputs[k++] : at::Tensor());
@@ -222,7 +169,6 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     setRngState(c10::Device(c10::kCPU), cpuNow);
     for (const auto& [d, s] : cudaNow) setRngState(d, s);
     ++state->runner->recomputes_;
-    state->recomputed = true;
 
     std::vector<at::Tensor> outs, grads;
     size_t g = 0;
@@ -245,17 +191,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 };
 
 CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs)
-    : inner_(inner),
-      anchor_(at::zeros({}, at::kFloat).requires_grad_(true)),
-      offloadInputs_(offloadInputs),
-      lastOffloaded_(c10::intrusive_ptr<c10::intrusive_ptr_target>()) {
-  // STRATA_OFFLOAD_PREFETCH=0: each offloaded input comes back only when its block
-  // is recomputed (to measure what the prefetch buys; docs/speed.md).
-  const char* env = std::getenv("STRATA_OFFLOAD_PREFETCH");
-  prefetch_ = !(env && std::string(env) == "0");
-}
-
-CheckpointedRunner::~CheckpointedRunner() = default;
+    : inner_(inner), anchor_(at::zeros({}, at::kFloat).requires_grad_(true)), offloadInputs_(offloadInputs) {}
 
 nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) {
   if (!at::GradMode::is_enabled()) return inner_.run(blockIndex, block, in);
@@ -264,11 +200,6 @@ nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const n
   state->inner = &inner_;
   state->block = &block;
   state->blockIndex = blockIndex;
-  if (offloadInputs_) {
-    state->previous = lastOffloaded_;
-    lastOffloaded_ = c10::weak_intrusive_ptr<c10::intrusive_ptr_target>(
-        c10::static_intrusive_pointer_cast<c10::intrusive_ptr_target>(state));
-  }
   std::vector<at::Tensor> given;
   const auto inFields = in.fields();
   for (size_t f = 0; f < inFields.size(); ++f) {

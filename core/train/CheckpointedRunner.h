@@ -16,12 +16,10 @@ class CheckpointedRunner final : public nn::BlockRunner {
  public:
   // `inner` must outlive this runner and every graph built through it.
   // `offloadInputs` (train.offload_checkpoints): the image and text tokens each
-  // block saves for its recompute are copied to pinned host memory on a side
-  // stream and brought back in the backward, so only the block being recomputed
-  // (and the next one, whose inputs are prefetched while it computes) holds them
-  // on the GPU. CPU tensors are kept as they are.
+  // block saves for its recompute are copied to pinned host memory and brought
+  // back in the backward, so only the block being recomputed holds them on the
+  // GPU. CPU tensors are kept as they are.
   explicit CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs = false);
-  ~CheckpointedRunner() override;
 
   // Without grad mode (sampling) the block simply runs through `inner`.
   nn::BlockIO run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) override;
@@ -31,8 +29,6 @@ class CheckpointedRunner final : public nn::BlockRunner {
   int64_t recomputeCount() const { return recomputes_; }
   // How many block inputs went to host memory so far (tests).
   int64_t offloadCount() const { return offloads_; }
-  // How many backward recomputes started the next block's copy back early (tests).
-  int64_t prefetchCount() const { return prefetches_; }
 
  private:
   nn::BlockRunner& inner_;
@@ -42,11 +38,6 @@ class CheckpointedRunner final : public nn::BlockRunner {
   int64_t recomputes_ = 0;
   bool offloadInputs_ = false;
   int64_t offloads_ = 0;
-  int64_t prefetches_ = 0;
-  bool prefetch_ = true;  // STRATA_OFFLOAD_PREFETCH=0 turns the prefetch off
-  // The CheckpointCallState of the block run last with offloaded inputs: the next
-  // one links to it (prefetch). Typed as its base, which this header can name.
-  c10::weak_intrusive_ptr<c10::intrusive_ptr_target> lastOffloaded_;
   friend struct CheckpointFunction;
 };
 

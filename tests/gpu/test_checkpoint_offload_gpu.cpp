@@ -1,7 +1,6 @@
 // train.offload_checkpoints on CUDA: the checkpointed block inputs go to pinned host
 // memory and come back for the recompute. The LoRA-like gradients equal those of a
 // plain checkpointed run, and the device holds less between forward and backward.
-// Each recompute prefetches the inputs of the block the backward reaches next.
 #include <gtest/gtest.h>
 
 #include "common/TestSupport.h"
@@ -58,7 +57,6 @@ TEST(CheckpointOffloadGpu, SameGradientsAndLessHeldOnTheDevice) {
   in.img = at::randn({2, 4096, dim}, o);  // 8 MB per block input
   in.txt = at::randn({2, 512, dim}, o);
   in.temb = at::randn({2, dim}, o);
-  int64_t prefetches = -1;
   auto run = [&](bool offload, int64_t& heldAfterForward, int64_t& offloads) {
     for (auto& d : ds) d->down.mutable_grad() = d->up.mutable_grad() = at::Tensor();
     Plain inner;
@@ -72,7 +70,6 @@ TEST(CheckpointOffloadGpu, SameGradientsAndLessHeldOnTheDevice) {
     heldAfterForward = currentAllocatedBytes() - before;
     loss.backward();
     offloads = ckpt.offloadCount();
-    prefetches = ckpt.prefetchCount();
     std::vector<at::Tensor> g;
     for (auto& d : ds) g.push_back(d->down.grad().detach().cpu());
     return g;
@@ -87,8 +84,6 @@ TEST(CheckpointOffloadGpu, SameGradientsAndLessHeldOnTheDevice) {
             << " MB with offload; " << offOn << " inputs offloaded; gradients relative L2 " << worst << std::endl;
   EXPECT_EQ(offPlain, 0);
   EXPECT_EQ(offOn, 2 * blocks);
-  // Every recompute but the last one starts the copy back of the block before it.
-  EXPECT_EQ(prefetches, blocks - 1);
   EXPECT_LT(worst, 1e-6);
   EXPECT_LT(heldOff, heldPlain - (blocks - 1) * 8'000'000);
 }
