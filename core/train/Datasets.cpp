@@ -304,6 +304,10 @@ std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const Dat
       if (!ctx.encoders)
         throw ConfigError(key(index, "type") + ": 'images' needs the model's VAE and text encoders (none were loaded)");
       return std::make_shared<ImageDataset>(cfg, index, *ctx.encoders, ctx.bus);
+    case config::DatasetType::Jsonl:
+      // Token rows, not latents: the causal-LM family reads them itself.
+      throw ConfigError(key(index, "type") + ": 'jsonl' is text for a language model (model.arch: llama); an " +
+                        "image model trains on images, latents, synthetic or shapes");
   }
   throw ConfigError(key(index, "type") + ": unknown dataset type");
 }

@@ -146,6 +146,18 @@ TEST(ShapesDataset, RejectsBadResolution) {
   EXPECT_THROW(makeDataset(dc, DatasetContext{}, 2), ConfigError);
 }
 
+TEST(MakeDataset, JsonlIsALanguageModelsAndSaysSoWithTheKey) {
+  config::DatasetConfig dc;
+  dc.type = config::DatasetType::Jsonl;
+  try {
+    makeDataset(dc, DatasetContext{}, 1);
+    ADD_FAILURE() << "jsonl made an image dataset";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("datasets[1].type"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("language model"), std::string::npos) << e.what();
+  }
+}
+
 TEST(WordEmbedder, SharedWordsShareVectors) {
   WordEmbedder e(6, 10, 4);
   auto a = e.embed("A red circle"), b = e.embed("red square");
