@@ -133,8 +133,10 @@ std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, con
   p->options_.text.device = options.device;
   p->shift_ = readShiftParams(files.schedulerConfig);
   // The cheap checks first: every header is read before any weight is copied.
-  p->transformer_ =
-      flux::loadFluxTransformer(files.transformer, {options.device, options.transformerDtype}, files.axesDimsRope);
+  flux::FluxBuildOptions build;
+  build.device = options.device;
+  build.dtype = options.transformerDtype;
+  p->transformer_ = flux::loadFluxTransformer(files.transformer, build, files.axesDimsRope);
   for (auto& t : p->transformer_->parameters()) t.set_requires_grad(false);
   p->vae_ = vae::loadAutoencoderKL(files.vae, {options.device, options.vaeDtype}, files.vaeHints);
   for (auto& t : p->vae_->parameters()) t.set_requires_grad(false);
