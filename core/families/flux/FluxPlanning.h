@@ -64,8 +64,8 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
 // FLUX.1's blocks keep less than PyTorch's placement default of 18 (the fused paths
 // keep no GELU output and no [attention, MLP] concatenation). Measured on an H200
 // (2026-12-01), 1024 px without checkpointing, the default LoRA targets: 47.0 GiB
-// peak, 23.5 GiB of it weights, LoRA and optimizer state, 57 blocks of 4608 tokens
-// x 3072 in bf16: 15.6; rounded up.
+// peak, 23.5 GiB of it weights, LoRA, gradients and optimizer state; over 57 blocks
+// of 4608 tokens x 3072 in bf16 (1.5 GiB per element) that is 15.6; rounded up.
 inline constexpr double kFluxActivationElementsPerTokenPerHidden = 16.0;
 
 }  // namespace strata::families
