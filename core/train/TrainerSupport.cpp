@@ -113,6 +113,27 @@ c10::Device firstDevice(const PreparedRun& run) {
   return c10::Device(c10::kCPU);
 }
 
+DeviceSetup setUpDevices(const config::RunConfig& cfg, const PreparedRun& run) {
+  prepareDevices(cfg, run);
+  DeviceSetup s;
+  s.buildDevice = firstDevice(run);
+  if (cfg.model.splitModelOverGpus) {
+    s.plan = run.plan;  // preflight refused a plan that does not fit (train::planRefusal)
+    if (!cfg.model.gpuMemoryLimitGb.empty()) s.buildDevice = c10::Device(c10::kCPU);
+  }
+  return s;
+}
+
+void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup) {
+  if (setup.plan) {
+    st.placement = std::make_unique<placement::Placement>(std::move(blocks), *setup.plan);
+    st.planReason = setup.plan->reason;
+  } else {
+    st.placement = placement::Placement::singleDevice(std::move(blocks), setup.buildDevice);
+    st.planReason = "single device " + setup.buildDevice.str();
+  }
+}
+
 OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
   OpenedRun run{RunFolder(runDir), {}, {}};
   std::error_code ec;

@@ -113,6 +113,19 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
 // text encoders are loaded there.
 c10::Device firstDevice(const PreparedRun& run);
 
+// Where a family builds its model and how the model is split, with the devices made
+// ready (prepareDevices): the first device of the run and no plan, or with
+// model.split_model_over_gpus the run's plan, built on the CPU under per-card caps
+// (the whole model may not fit the first card).
+struct DeviceSetup {
+  c10::Device buildDevice = c10::Device(c10::kCPU);
+  std::optional<placement::Plan> plan;
+};
+DeviceSetup setUpDevices(const config::RunConfig& cfg, const PreparedRun& run);
+// st.placement of `blocks` by setup's plan, or all on its build device, and
+// st.planReason saying which. Attachments and apply() are the family's.
+void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup);
+
 // A run folder with its config and latest checkpoint, for resume and export.
 struct OpenedRun {
   RunFolder folder;

@@ -50,18 +50,11 @@ void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cf
 
 void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) {
   const auto& m = cfg.model;
-  const train::PreparedRun& run = st.prepared;
-  train::prepareDevices(cfg, run);
-  c10::Device buildDevice = train::firstDevice(run);
-  std::optional<placement::Plan> plan;
-  if (m.splitModelOverGpus) {
-    plan = run.plan;  // preflight refused a plan that does not fit (train::planRefusal)
-    // Under caps the whole model may not fit the first device: build on the CPU.
-    if (!m.gpuMemoryLimitGb.empty()) buildDevice = c10::Device(c10::kCPU);
-  }
+  const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
+  const auto& plan = dev.plan;
   at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
   flux::FluxBuildOptions bo;
-  bo.device = buildDevice;
+  bo.device = dev.buildDevice;
   bo.dtype = train::scalarTypeOf(cfg.train.dtype);
   const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
   const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
@@ -90,13 +83,7 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
   if (fp8Matmul)
     for (auto& slot : model_->blockList().blocks) fp8 += nn::enableFp8Matmul(*slot.block);
   for (auto& p : model_->parameters()) p.requires_grad_(false);
-  if (plan) {
-    st.placement = std::make_unique<placement::Placement>(model_->blockList(), *plan);
-    st.planReason = plan->reason;
-  } else {
-    st.placement = placement::Placement::singleDevice(model_->blockList(), buildDevice);
-    st.planReason = "single device " + buildDevice.str();
-  }
+  train::placeBlocks(st, model_->blockList(), dev);
   if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
   if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
   st.placement->apply();

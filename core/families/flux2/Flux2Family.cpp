@@ -169,17 +169,11 @@ class Flux2Run : public train::FamilyRun {
 
   void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& /*bus*/) override {
     const auto& m = cfg.model;
-    const train::PreparedRun& run = st.prepared;
-    train::prepareDevices(cfg, run);
-    c10::Device buildDevice = train::firstDevice(run);
-    std::optional<placement::Plan> plan;
-    if (m.splitModelOverGpus) {
-      plan = run.plan;  // preflight refused a plan that does not fit (train::planRefusal)
-      if (!m.gpuMemoryLimitGb.empty()) buildDevice = c10::Device(c10::kCPU);
-    }
+    const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
+    const auto& plan = dev.plan;
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     flux2::Flux2BuildOptions bo;
-    bo.device = buildDevice;
+    bo.device = dev.buildDevice;
     bo.dtype = train::scalarTypeOf(cfg.train.dtype);
     const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
     // Loaded weights: each block is built on its plan device, so the model is never
@@ -189,13 +183,7 @@ class Flux2Run : public train::FamilyRun {
     model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
     if (loadWeights) flux2::loadFlux2Weights(*model_, m.nameOrPath);
     for (auto& p : model_->parameters()) p.requires_grad_(false);
-    if (plan) {
-      st.placement = std::make_unique<placement::Placement>(model_->blockList(), *plan);
-      st.planReason = plan->reason;
-    } else {
-      st.placement = placement::Placement::singleDevice(model_->blockList(), buildDevice);
-      st.planReason = "single device " + buildDevice.str();
-    }
+    train::placeBlocks(st, model_->blockList(), dev);
     st.placement->apply();
     st.devices = st.placement->devices();
     rules_ = std::make_unique<flux2::Flux2LoraRules>(config_);

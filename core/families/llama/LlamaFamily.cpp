@@ -81,27 +81,6 @@ std::vector<int> generateTokens(llama::LlamaForCausalLM& model, nn::BlockRunner*
 
 namespace {
 
-// The run's devices made ready (train::prepareDevices: allocators, caps), the
-// build device and the plan.
-struct DeviceSetup {
-  c10::Device buildDevice = c10::Device(c10::kCPU);
-  std::optional<placement::Plan> plan;
-  std::string reason;
-};
-
-DeviceSetup setUpDevices(const config::RunConfig& cfg, const train::PreparedRun& run) {
-  train::prepareDevices(cfg, run);
-  DeviceSetup s;
-  s.buildDevice = train::firstDevice(run);
-  if (cfg.model.splitModelOverGpus) {
-    s.plan = run.plan;  // preflight refused a plan that does not fit (train::planRefusal)
-    s.reason = run.plan.reason;
-    // Under caps the whole model may not fit the first device: build on the CPU.
-    if (!cfg.model.gpuMemoryLimitGb.empty()) s.buildDevice = c10::Device(c10::kCPU);
-  }
-  return s;
-}
-
 class LlamaRun : public train::FamilyRun {
  public:
   void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
@@ -160,7 +139,7 @@ class LlamaRun : public train::FamilyRun {
 
   void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus&) override {
     const auto& m = cfg.model;
-    DeviceSetup dev = setUpDevices(cfg, st.prepared);
+    const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     llama::LlamaBuildOptions bo;
     bo.device = dev.buildDevice;
@@ -175,13 +154,7 @@ class LlamaRun : public train::FamilyRun {
         if (m.fp8Matmul && nn::isFloat8(qtype)) fp8 += nn::enableFp8Matmul(*model_->layer(i));
       }
     for (auto& p : model_->parameters()) p.requires_grad_(false);
-    if (dev.plan) {
-      st.placement = std::make_unique<placement::Placement>(model_->blockList(), *dev.plan);
-      st.planReason = dev.reason;
-    } else {
-      st.placement = placement::Placement::singleDevice(model_->blockList(), dev.buildDevice);
-      st.planReason = "single device " + dev.buildDevice.str();
-    }
+    train::placeBlocks(st, model_->blockList(), dev);
     if (m.fp8Matmul && nn::isFloat8(qtype)) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
     if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
     st.placement->apply();
