@@ -79,24 +79,41 @@ constexpr bool kHasFusedAdamW = STRATA_TORCH_AT_LEAST(2, 1);
 
 // One AdamW step of lists of one device and dtype in one kernel. `steps`: float32
 // step counts (already counting this step) on the same device, one per tensor.
+// `foundInf` (optional, a float32 scalar on the same device): where it is 1 the
+// kernel leaves every tensor as it is, decided on the device.
 inline void fusedAdamW(at::TensorList params, at::TensorList grads, at::TensorList expAvgs, at::TensorList expAvgSqs,
-                       at::TensorList steps, double lr, double beta1, double beta2, double weightDecay, double eps) {
+                       at::TensorList steps, double lr, double beta1, double beta2, double weightDecay, double eps,
+                       const at::Tensor& foundInf = at::Tensor()) {
 #if STRATA_TORCH_AT_LEAST(2, 1)
-  at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, at::TensorList(), steps, lr, beta1, beta2, weightDecay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false);
+  if (foundInf.defined())
+    at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, at::TensorList(), steps, lr, beta1, beta2, weightDecay, eps,
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/{}, foundInf);
+  else
+    at::_fused_adamw_(params, grads, expAvgs, expAvgSqs, at::TensorList(), steps, lr, beta1, beta2, weightDecay, eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
 #else
-  (void)params, (void)grads, (void)expAvgs, (void)expAvgSqs, (void)steps;
+  (void)params, (void)grads, (void)expAvgs, (void)expAvgSqs, (void)steps, (void)foundInf;
   (void)lr, (void)beta1, (void)beta2, (void)weightDecay, (void)eps;
   throw std::runtime_error("this LibTorch has no fused AdamW kernel (it exists from 2.1 on)");
+#endif
+}
+
+// Multiplies every tensor of the list in place by the 0-dim tensor `factor` (same
+// device and dtype as the list), without reading it on the host where this
+// LibTorch can (2.1+); 1.13 reads it (a wait on the device).
+inline void foreachMulByScalarTensor(at::TensorList tensors, const at::Tensor& factor) {
+#if STRATA_TORCH_AT_LEAST(2, 1)
+  at::_foreach_mul_(tensors, factor);
+#else
+  at::_foreach_mul_(tensors, factor.item());
 #endif
 }
 
 // ---- attention backend (added by the flux model) ----------------------------
 // Whether the cuDNN scaled-dot-product backend may be chosen (LibTorch 2.11 picks it
 // first on Hopper and newer: twice flash's speed at FLUX.1-dev sizes, docs/speed.md;
-// but it gave non-finite gradients and illegal memory accesses on a quantized base,
-// docs/design.md §4, so it is opt-in: model.attention_backend: cudnn). Process-wide
-// and idempotent; returns false where this LibTorch has no cuDNN backend switch.
+// model.attention_backend, docs/design.md §4). Process-wide and idempotent; returns
+// false where this LibTorch has no cuDNN backend switch.
 inline bool setCudnnAttention(bool enabled) {
 #if STRATA_TORCH_AT_LEAST(2, 4)
   at::globalContext().setSDPUseCuDNN(enabled);

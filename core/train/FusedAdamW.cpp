@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
@@ -24,7 +25,30 @@ using BucketKey = std::tuple<std::string, int, int64_t>;  // device, dtype, step
 
 }  // namespace
 
+namespace {
+
+bool fusableType(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
+
+}  // namespace
+
+bool FusedAdamW::canSkipOnDevice() const {
+  if (!allowFused_) return false;
+  for (const auto& group : param_groups_) {
+    if (static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()) return false;
+    for (const auto& p : group.params())
+      if (!fusedAdamWAvailable(p.device()) || !fusableType(p.scalar_type())) return false;
+  }
+  return true;
+}
+
+void FusedAdamW::skipNextStepIfNotFinite(at::Tensor value) {
+  if (!canSkipOnDevice()) throw Error("FusedAdamW: a step can be skipped on the device only on the fused path");
+  skipIfNotFinite_ = std::move(value);
+}
+
 at::Tensor FusedAdamW::step(LossClosure closure) {
+  // Taken for this step only, whichever path it takes.
+  const at::Tensor skipIf = std::exchange(skipIfNotFinite_, at::Tensor());
   for (const auto& group : param_groups_)
     if (static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()) {
       lastPath_ = "per-tensor";
@@ -67,12 +91,14 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       const int64_t step = std::get<2>(key);
       const auto device = b.params.front().device();
       const auto dtype = b.params.front().scalar_type();
-      const bool fusable = dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
-      if (allowFused_ && fusable && fusedAdamWAvailable(device)) {
+      if (allowFused_ && fusableType(dtype) && fusedAdamWAvailable(device)) {
         // The kernel reads one float step per tensor; all of this bucket share one.
         const auto stepTensor = at::full({}, static_cast<double>(step), at::TensorOptions(device).dtype(at::kFloat));
         const std::vector<at::Tensor> steps(b.params.size(), stepTensor);
-        compat::fusedAdamW(b.params, b.grads, b.avgs, b.sqs, steps, lr, beta1, beta2, wd, eps);
+        at::Tensor foundInf;  // 1 where the step is to be skipped
+        if (skipIf.defined())
+          foundInf = at::logical_not(at::isfinite(skipIf)).to(device, at::kFloat, /*non_blocking=*/true);
+        compat::fusedAdamW(b.params, b.grads, b.avgs, b.sqs, steps, lr, beta1, beta2, wd, eps, foundInf);
         path = "fused";
         continue;
       }

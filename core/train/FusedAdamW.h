@@ -29,9 +29,20 @@ class FusedAdamW : public torch::optim::AdamW {
   // Set false to keep the foreach path on CUDA too (tests compare the two).
   void setAllowFused(bool allow) { allowFused_ = allow; }
 
+  // Whether the next step() takes the fused kernel for every parameter (CUDA,
+  // LibTorch 2.1+, float types, no amsgrad): only that path can skip on the device.
+  bool canSkipOnDevice() const;
+  // The next step() leaves every parameter and moment as it is where `value` (a
+  // scalar, e.g. the gradient norm still being computed) is not finite, decided on
+  // the device, so the host need not wait for `value` before queuing the step.
+  // Only with canSkipOnDevice(); the step counts still advance (the caller stops
+  // the run on a non-finite value).
+  void skipNextStepIfNotFinite(at::Tensor value);
+
  private:
   std::string lastPath_;
   bool allowFused_ = true;
+  at::Tensor skipIfNotFinite_;
 };
 
 // Whether this LibTorch has the fused AdamW kernel for `device` (CUDA, 2.1+).

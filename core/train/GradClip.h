@@ -1,20 +1,28 @@
 #pragma once
 // Gradient-norm clipping over parameters that live on several devices (a split
-// model): one partial norm per device, summed on the CPU, then each gradient is
-// scaled on its own device. No tensor crosses devices except one scalar each.
+// model): one partial norm per device, summed on the first device, then each
+// gradient is scaled on its own device. No tensor crosses devices except one
+// scalar each, and the queued forms never wait for the device: a training step
+// reads the norm once, after its optimizer step is queued (Trainer::trainStep).
 #include <ATen/ATen.h>
 
 #include <vector>
 
 namespace strata::train {
 
-// The total L2 norm of every defined gradient: per device and dtype one foreach
-// norm launch, squares summed in float32 there, devices summed in float64. Returns NaN/Inf when any gradient has them.
-double gradNorm(const std::vector<at::Tensor>& params);
+// The total L2 norm of every defined gradient as a float64 scalar on the first
+// gradient's device (CPU when none is defined: 0): per device and dtype one
+// foreach norm launch, squares summed in float32 there, devices in float64.
+// NaN/Inf when any gradient has them.
+at::Tensor gradNormQueued(const std::vector<at::Tensor>& params);
 
-// Scales every gradient by min(1, maxNorm / (norm + 1e-6)) and returns the norm
-// before clipping. maxNorm <= 0 only measures. Non-finite norms are returned
-// without touching the gradients (the caller stops the run).
+// Queues the scaling of every gradient by min(1, maxNorm / (norm + 1e-6)) and
+// returns the norm before clipping (as gradNormQueued). maxNorm <= 0 only
+// measures. A non-finite norm leaves the gradients as they are (factor 1).
+at::Tensor clipGradNormQueued(const std::vector<at::Tensor>& params, double maxNorm);
+
+// The same, waiting for the value.
+double gradNorm(const std::vector<at::Tensor>& params);
 double clipGradNorm(const std::vector<at::Tensor>& params, double maxNorm);
 
 }  // namespace strata::train

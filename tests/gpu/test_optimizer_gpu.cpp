@@ -7,6 +7,7 @@
 #include <torch/optim/adamw.h>
 
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <vector>
 
@@ -122,4 +123,44 @@ TEST(OptimizerGpu, FusedAdamWMatchesLibTorchAdamWOnFluxDevLoraTensorsAndIsTimed)
             << fusedMs << " ms; gradient norm: per tensor " << oldNormMs << " ms, foreach " << newNormMs << " ms ("
             << oldNorm << " vs " << newNorm << ")" << std::endl;
   EXPECT_NEAR(newNorm, oldNorm, 1e-4 * oldNorm);
+}
+
+// The trainer's one-wait step: the clip queued on the device and a fused AdamW that
+// skips itself there when the norm is not finite. Same update as waiting for the
+// norm first; a NaN gradient leaves parameters and moments as they were.
+TEST(OptimizerGpu, QueuedClipAndOnDeviceSkipMatchTheWaitingStep) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  auto shapes = loraShapes(flux::FluxConfig::fluxDev());
+  shapes.resize(96);
+  auto waited = makeParams(shapes, 3);
+  auto queued = makeParams(shapes, 3);
+  train::FusedAdamW waitedOpt(waited, options()), queuedOpt(queued, options());
+  ASSERT_TRUE(queuedOpt.canSkipOnDevice());
+  for (int s = 0; s < 3; ++s) {
+    setGrads(waited, 200 + s);
+    setGrads(queued, 200 + s);
+    const double n = train::clipGradNorm(waited, 1e-3);  // small enough to clip
+    waitedOpt.step();
+    const auto norm = train::clipGradNormQueued(queued, 1e-3);
+    queuedOpt.skipNextStepIfNotFinite(norm);
+    queuedOpt.step();
+    EXPECT_EQ(norm.item<double>(), n) << "step " << s;
+  }
+  for (size_t i = 0; i < waited.size(); ++i) ASSERT_TRUE(at::equal(waited[i], queued[i])) << "tensor " << i;
+
+  std::vector<at::Tensor> before;
+  for (const auto& p : queued) before.push_back(p.detach().clone());
+  setGrads(queued, 300);
+  queued[7].mutable_grad()[0][0] = NAN;
+  const auto norm = train::clipGradNormQueued(queued, 1e-3);
+  queuedOpt.skipNextStepIfNotFinite(norm);
+  queuedOpt.step();
+  EXPECT_TRUE(std::isnan(norm.item<double>()));
+  for (size_t i = 0; i < queued.size(); ++i) ASSERT_TRUE(at::equal(before[i], queued[i])) << "tensor " << i;
+  // The next step, given finite gradients, updates again.
+  setGrads(queued, 301);
+  queuedOpt.step();
+  EXPECT_FALSE(at::equal(before[0], queued[0]));
+  std::cout << "[optimizer gpu] queued clip + on-device skip: " << queued.size()
+            << " tensors equal to the waiting step over 3 steps; a NaN gradient skipped the update" << std::endl;
 }

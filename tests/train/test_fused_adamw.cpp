@@ -165,3 +165,11 @@ TEST(FusedAdamW, AmsgradTakesAdamWsOwnStep) {
   EXPECT_EQ(fused.lastPath(), "per-tensor");
   EXPECT_TRUE(at::equal(p, q));
 }
+
+TEST(FusedAdamW, OnlyTheFusedPathCanSkipOnTheDevice) {
+  auto p = at::randn({3, 3}).requires_grad_(true);
+  FusedAdamW fused(std::vector<at::Tensor>{p}, options());
+  // No fused kernel for the CPU: the trainer then reads the norm before stepping.
+  EXPECT_FALSE(fused.canSkipOnDevice());
+  EXPECT_THROW(fused.skipNextStepIfNotFinite(at::full({}, NAN)), std::exception);
+}

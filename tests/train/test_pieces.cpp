@@ -118,6 +118,24 @@ TEST(GradClip, NonFiniteNormIsReportedNotApplied) {
   EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 1.0f);
 }
 
+TEST(GradClip, QueuedFormsGiveTheSameNormsAndGradients) {
+  auto make = [] {
+    auto a = at::zeros({2}).requires_grad_(true);
+    auto b = at::zeros({1}, at::kDouble).requires_grad_(true);  // a second dtype: a second foreach list
+    a.mutable_grad() = at::tensor({3.0f, 0.0f});
+    b.mutable_grad() = at::tensor({4.0}, at::kDouble);
+    return std::vector<at::Tensor>{a, b};
+  };
+  auto waited = make(), queued = make();
+  const auto norm = clipGradNormQueued(queued, 1.0);
+  EXPECT_EQ(norm.scalar_type(), at::kDouble);
+  EXPECT_EQ(norm.dim(), 0);
+  EXPECT_EQ(norm.item<double>(), clipGradNorm(waited, 1.0));
+  for (size_t i = 0; i < waited.size(); ++i) EXPECT_TRUE(at::equal(waited[i].grad(), queued[i].grad())) << i;
+  EXPECT_NEAR(gradNormQueued(queued).item<double>(), 1.0, 1e-6);
+  EXPECT_EQ(gradNormQueued({at::zeros({2}).requires_grad_(true)}).item<double>(), 0.0);  // no gradient yet
+}
+
 TEST(LossScaler, DisabledChangesNothing) {
   LossScaler off;
   EXPECT_FALSE(off.enabled());

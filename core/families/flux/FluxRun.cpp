@@ -1,5 +1,7 @@
 #include "families/flux/FluxRun.h"
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -165,6 +167,7 @@ at::Tensor FluxRun::microStep(train::Trainer::State& st, const config::RunConfig
   in.txtIds = train::toDeviceAsync(flux::textIds(tokens), dev);
   const auto target = train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice());
   if (st.phases) st.phases->mark("data");
+  RECORD_USER_SCOPE("strata::forward");  // for bench --profile traces: data is the time before it
   auto prediction = model_->forward(in, st.runner);  // [B, HW/4, 4C]
   return train::flowMatchingLoss(prediction, target);
 }
