@@ -351,8 +351,9 @@ std::vector<KeySpec> buildSchema() {
            "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
       .add("model.attention_backend", M(model.attentionBackend),
-           "FLUX's CUDA attention kernel: flash (the default) or cudnn (faster on Hopper and newer, but it "
-           "has failed in LibTorch 2.11: refused with a quantized base; Llama always runs flash)")
+           "FLUX's CUDA attention kernel: cudnn (the default: cuDNN's fused attention where LibTorch prefers it, "
+           "Hopper and newer; flash elsewhere) or flash (flash attention only, if a run fails in cuDNN's "
+           "attention); Llama always runs flash")
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")
       .add("model.split_model_other_module_param_count_scale", M(model.splitModelOtherModuleParamCountScale),

@@ -153,7 +153,7 @@ struct ModelConfig {
   std::vector<double> gpuMemoryLimitGb;  // model.gpu_memory_limit_gb: one value = every device; empty = no cap
   double memoryReserveGb = 1.0;          // model.memory_reserve_gb: kept free per device (context, workspace)
   // model.attention_backend: the CUDA scaled-dot-product attention kernel (docs/speed.md).
-  AttentionBackend attentionBackend = AttentionBackend::Flash;  // cudnn: faster, opt-in (docs/training.md)
+  AttentionBackend attentionBackend = AttentionBackend::Cudnn;  // cuDNN where LibTorch prefers it (docs/training.md)
   bool operator==(const ModelConfig& o) const;
 };
 

@@ -296,18 +296,6 @@ class Checker {
     }
   }
 
-  // cuDNN's fused attention (LibTorch 2.11, H200) produced non-finite gradients and
-  // then an illegal memory access on a quantized FLUX base, at 512 and 1024 px and on
-  // the tiny preset (docs/gpu-runs/2026-12-01-s20-final-*.txt), while flash trained
-  // the same runs: refused rather than left to crash mid-run.
-  void attentionBackend() {
-    const ModelConfig& m = cfg_.model;
-    if (m.attentionBackend != AttentionBackend::Cudnn || !m.quantize) return;
-    error("model.attention_backend",
-          "cudnn attention failed on a quantized base (non-finite gradients, then an illegal memory access)",
-          "set attention_backend: flash (the default), or quantize: false");
-  }
-
   // model.fp8_matmul: fp8 weights multiplied on fp8 tensor cores (at::_scaled_mm),
   // which exist on CUDA sm_89+ with LibTorch 2.5+ and write bf16. Every reason that
   // applies is said, each with what works instead.
@@ -356,7 +344,6 @@ class Checker {
   void quantization() {
     const ModelConfig& m = cfg_.model;
     fp8Matmul();
-    attentionBackend();
     if (!m.quantize && !m.quantizeTe) return;
     const auto& known = knownQtypes();
     if (std::find(known.begin(), known.end(), m.qtype) == known.end()) {

@@ -124,8 +124,8 @@ flux::ShiftParams readShiftParams(const fs::path& path) {
 }  // namespace
 
 std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, const PipelineOptions& options) {
-  // Standalone sampling runs flash attention: cuDNN's is opt-in, for training only
-  // (model.attention_backend, docs/training.md).
+  // Standalone sampling runs flash attention: model.attention_backend (cuDNN by
+  // default) is a training setting, measured in training (docs/training.md).
   compat::setCudnnAttention(false);
   std::shared_ptr<FluxPipeline> p(new FluxPipeline());
   p->files_ = files;

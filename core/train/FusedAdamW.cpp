@@ -23,10 +23,6 @@ struct Bucket {
 
 using BucketKey = std::tuple<std::string, int, int64_t>;  // device, dtype, step
 
-}  // namespace
-
-namespace {
-
 bool fusableType(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <ATen/record_function.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -69,6 +70,10 @@ int exitCodeOf(RunOutcome outcome) {
 }
 
 namespace {
+
+bool onCuda(const std::vector<c10::Device>& devices) {
+  return std::any_of(devices.begin(), devices.end(), [](const c10::Device& d) { return d.is_cuda(); });
+}
 
 std::vector<events::DeviceMemory> memoryOf(const std::vector<c10::Device>& devices) {
   std::vector<events::DeviceMemory> out;
@@ -466,7 +471,7 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   }
   if (st.phases) st.phases->mark("zero_grad");
   // The host waits for the device once a step, after the optimizer step is queued
-  // (the fused AdamW skips it on the device when the gradient norm is not finite).
+  // (the fused AdamW skips it on the device when the norm or the loss is not finite).
   // Waiting earlier, for the loss before the backward or for the norm before the
   // optimizer, would leave the card idle while the host walks the autograd graph
   // and launches the next kernels. Other optimizers, and fp16's loss scaling, look
@@ -474,8 +479,13 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   auto* fused = dynamic_cast<FusedAdamW*>(st.optimizer.get());
   const bool queued = !st.scaler.enabled() && fused != nullptr && fused->canSkipOnDevice();
   std::vector<at::Tensor> losses;  // detached, one per micro-batch
-  std::vector<at::Tensor> graphs;  // released once the step is queued: their teardown overlaps the device's work
+  // The last micro-batch's loss with its autograd graph, released once the step is
+  // queued so that the teardown overlaps the device's work. An earlier micro-batch's
+  // graph goes before the next forward: it can hold pinned host copies
+  // (train.offload_checkpoints).
+  at::Tensor lastGraph;
   for (int64_t m = 0; m < microBatches; ++m) {
+    lastGraph.reset();
     at::Tensor l;
     {
       RECORD_USER_SCOPE("strata::data_and_forward");
@@ -488,7 +498,7 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
     }
     if (st.phases) st.phases->mark("backward");
     losses.push_back(l.detach());
-    graphs.push_back(std::move(l));
+    lastGraph = std::move(l);
   }
   // The mean loss; a non-finite one stops the run.
   auto readLoss = [&] {
@@ -525,7 +535,7 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
       st.optimizer->step();
     }
     if (st.phases) st.phases->mark("optimizer");
-    graphs.clear();
+    lastGraph.reset();
     readLoss();
     gradNorm = norm.item<double>();
     if (!std::isfinite(gradNorm))
@@ -648,12 +658,14 @@ RunOutcome Trainer::loop(State& st) {
   } catch (const NonFiniteLoss& e) {
     bus_.publish(events::FailedEvent{
         std::string(e.what()) + (st.lastCheckpoint.empty() ? "; no checkpoint was written before it"
-                                                           : "; last good checkpoint: " + st.lastCheckpoint),
+                                                           : "; last good checkpoint: " + st.lastCheckpoint) +
+            attentionBackendHint(e.what(), cfg_, onCuda(st.devices)),
         step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (device::isOutOfMemory(e)) msg = "out of memory at step " + std::to_string(step + 1) + ": " + msg;
+    else msg += attentionBackendHint(msg, cfg_, onCuda(st.devices));
     bus_.publish(events::FailedEvent{msg, step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   }

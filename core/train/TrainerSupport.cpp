@@ -6,6 +6,9 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <algorithm>
+#include <cctype>
+
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
@@ -103,8 +106,27 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
   if (!cfg.model.gpuMemoryLimitGb.empty())
     for (size_t i = 0; i < run.devices.size(); ++i)
       if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
-  // model.attention_backend: cuDNN attention where LibTorch prefers it, or flash only.
-  compat::setCudnnAttention(cfg.model.attentionBackend == config::AttentionBackend::Cudnn);
+  // model.attention_backend (FLUX families): cuDNN attention where LibTorch prefers
+  // it, or flash only. Llama runs flash (its layers turn cuDNN's off as well).
+  compat::setCudnnAttention(cfg.model.arch != config::ModelArch::Llama &&
+                            cfg.model.attentionBackend == config::AttentionBackend::Cudnn);
+}
+
+std::string attentionBackendHint(const std::string& what, const config::RunConfig& cfg, bool onCuda) {
+  if (!onCuda || cfg.model.arch == config::ModelArch::Llama ||
+      cfg.model.attentionBackend != config::AttentionBackend::Cudnn)
+    return "";
+  std::string lower = what;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  auto has = [&](const char* s) { return lower.find(s) != std::string::npos; };
+  if (has("mha_graph") || has("cudnn"))
+    return "; cuDNN's attention failed (model.attention_backend: cudnn, the default): set attention_backend: "
+           "flash and resume from the last checkpoint (docs/training.md)";
+  // The trainer's own words for non-finite values (NonFiniteLoss), and the fault.
+  if (has("illegal memory access") || has("not finite") || has("loss is nan") || has("loss is inf"))
+    return "; if it happens again, try model.attention_backend: flash: cuDNN's attention has failed this way "
+           "before (docs/training.md)";
+  return "";
 }
 
 c10::Device firstDevice(const PreparedRun& run) {

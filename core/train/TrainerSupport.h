@@ -107,8 +107,15 @@ OpenedRunFolder lockRunFolder(const std::filesystem::path& dir, bool derivedNewR
 
 // The run's CUDA devices made ready, once per run and before anything is put
 // there: each allocator initialised, the memory caps (model.gpu_memory_limit_gb)
-// set, cuDNN attention off. A no-op for a CPU run.
+// set, cuDNN attention allowed or not (model.attention_backend). A no-op for a CPU run.
 void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
+// What to add to the message of a run that failed with `what` on a CUDA device
+// while cuDNN's attention was allowed (model.attention_backend: cudnn, FLUX
+// families): cuDNN's attention has failed with its own message, with an illegal
+// memory access and with non-finite gradients (docs/training.md), and flash is the
+// way out. "" where the message points elsewhere or the setting does not apply.
+std::string attentionBackendHint(const std::string& what, const config::RunConfig& cfg, bool onCuda);
+
 // Where the stem goes (the first device of the run): the images run's VAE and
 // text encoders are loaded there.
 c10::Device firstDevice(const PreparedRun& run);

@@ -18,6 +18,7 @@
 #include "train/RunFolder.h"
 #include "io/Image.h"
 #include "train/Trainer.h"
+#include "train/TrainerSupport.h"
 
 using namespace strata;
 using namespace strata::train;
@@ -119,6 +120,28 @@ TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
     EXPECT_EQ(f.latestCheckpoint()->step, step - 1);
     EXPECT_EQ(failed[0].lastGoodCheckpoint, f.latestCheckpoint()->path.string());
   }
+}
+
+// A failed CUDA run with cuDNN attention allowed (the default) is told to try flash
+// when its message points at cuDNN, a fault or non-finite values; not otherwise, not
+// on the CPU, not with flash and not for Llama (which runs flash).
+TEST(Trainer, FailureMessagesPointAtFlashWhenCudnnMayBeTheCause) {
+  config::RunConfig cfg;
+  ASSERT_EQ(cfg.model.attentionBackend, config::AttentionBackend::Cudnn);
+  const std::string cudnnError = "Expected mha_graph.execute(handle, variant_pack, workspace_ptr).is_good() to be true";
+  EXPECT_NE(attentionBackendHint(cudnnError, cfg, true).find("set attention_backend: flash"), std::string::npos);
+  EXPECT_NE(attentionBackendHint("CUDA error: an illegal memory access was encountered", cfg, true).find("flash"),
+            std::string::npos);
+  EXPECT_NE(attentionBackendHint("gradient norm is not finite at step 3", cfg, true).find("flash"), std::string::npos);
+  EXPECT_NE(attentionBackendHint("loss is NaN at step 3", cfg, true).find("flash"), std::string::npos);
+  EXPECT_EQ(attentionBackendHint("maintenance: disk full while writing", cfg, true), "");
+  EXPECT_EQ(attentionBackendHint(cudnnError, cfg, false), "");  // a CPU run
+  auto flash = cfg;
+  flash.model.attentionBackend = config::AttentionBackend::Flash;
+  EXPECT_EQ(attentionBackendHint(cudnnError, flash, true), "");
+  auto llama = cfg;
+  llama.model.arch = config::ModelArch::Llama;
+  EXPECT_EQ(attentionBackendHint(cudnnError, llama, true), "");
 }
 
 TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {

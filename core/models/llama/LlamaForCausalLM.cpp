@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
@@ -150,9 +149,9 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& cfg, const LlamaBuildOpt
 
 nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
   if (io.img.is_cuda()) {
-    // The cuDNN attention backend fails in backward passes on LibTorch 2.11 (DESIGN §4).
-    static std::once_flag cudnnOff;
-    std::call_once(cudnnOff, [] { compat::disableCudnnAttention(); });
+    // Llama runs flash attention: cuDNN's is checked on FLUX only (DESIGN §4). Set at
+    // every forward, not once: a FLUX run in the same process (the app) turns it on.
+    compat::disableCudnnAttention();
   }
   const at::Tensor& x = io.img;  // [B, L, D]
   const int64_t batch = x.size(0), length = x.size(1);
