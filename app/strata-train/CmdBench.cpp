@@ -191,6 +191,13 @@ int runBench(const BenchArgs& args) {
     j["devices"].push_back(dj);
   }
   j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
+  // The attention setting the numbers were measured with (CUDA only; Llama runs flash).
+  const bool onCuda = std::any_of(j["devices"].begin(), j["devices"].end(),
+                                  [](const nlohmann::json& d) { return d["name"].get<std::string>() != "cpu"; });
+  j["attention_backend"] = nullptr;
+  if (onCuda)
+    j["attention_backend"] =
+        cfg.model.arch == config::ModelArch::Llama ? "flash" : config::enumName(cfg.model.attentionBackend);
   if (to.phaseTimer) {
     // Medians over the measured steps (the warm-up steps are skipped), in step order.
     nlohmann::json pj = nlohmann::json::array();
@@ -239,8 +246,11 @@ int runBench(const BenchArgs& args) {
     return kExitOk;
   }
   std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps << " warm-up, "
-            << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string())
-            << "batch " << cfg.train.batchSize << ", " << prepared.tokens << " tokens\n";
+            << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string()) << "batch "
+            << cfg.train.batchSize << ", " << prepared.tokens << " tokens"
+            << (j["attention_backend"].is_null() ? std::string()
+                                                 : ", " + j["attention_backend"].get<std::string>() + " attention")
+            << "\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";

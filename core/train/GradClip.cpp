@@ -42,10 +42,11 @@ at::Tensor clipGradNormQueued(const std::vector<at::Tensor>& params, double maxN
   if (maxNorm <= 0.0) return norm;
   // min(1, maxNorm / (norm + eps)); 1 where the norm is not finite, so those
   // gradients are left as they are (the caller stops the run). Scaling by 1 is exact.
-  const auto coef = at::where(at::isfinite(norm), at::full_like(norm, maxNorm).div(norm + 1e-6).clamp_max(1.0), at::ones_like(norm));
+  const auto coef =
+      at::where(at::isfinite(norm), at::full_like(norm, maxNorm).div(norm + 1e-6).clamp_max(1.0), at::ones_like(norm));
   for (auto& [key, grads] : gradsByDeviceAndType(params))
     compat::foreachMulByScalarTensor(grads, coef.to(grads.front().device(), grads.front().scalar_type(),
-                                                     /*non_blocking=*/true));
+                                                    /*non_blocking=*/true));
   return norm;
 }
 

@@ -656,16 +656,18 @@ RunOutcome Trainer::loop(State& st) {
       if (exportRequested_.exchange(false) && !last) exportLora(st, step, false);
     }
   } catch (const NonFiniteLoss& e) {
-    bus_.publish(events::FailedEvent{
-        std::string(e.what()) + (st.lastCheckpoint.empty() ? "; no checkpoint was written before it"
-                                                           : "; last good checkpoint: " + st.lastCheckpoint) +
-            attentionBackendHint(e.what(), cfg_, onCuda(st.devices)),
-        step + 1, st.lastCheckpoint});
+    std::string msg = e.what();
+    msg += st.lastCheckpoint.empty() ? "; no checkpoint was written before it"
+                                     : "; last good checkpoint: " + st.lastCheckpoint;
+    msg += attentionBackendHint(e.what(), cfg_, onCuda(st.devices));
+    bus_.publish(events::FailedEvent{msg, step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   } catch (const std::exception& e) {
     std::string msg = e.what();
-    if (device::isOutOfMemory(e)) msg = "out of memory at step " + std::to_string(step + 1) + ": " + msg;
-    else msg += attentionBackendHint(msg, cfg_, onCuda(st.devices));
+    if (device::isOutOfMemory(e))
+      msg = "out of memory at step " + std::to_string(step + 1) + ": " + msg;
+    else
+      msg += attentionBackendHint(msg, cfg_, onCuda(st.devices));
     bus_.publish(events::FailedEvent{msg, step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   }

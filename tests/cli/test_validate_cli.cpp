@@ -220,7 +220,8 @@ TEST_F(Cli, BenchDemoConfigJson) {
   EXPECT_GT(j["flops_per_step"].get<double>(), 0.0);
   ASSERT_EQ(j["devices"].size(), 1u);
   EXPECT_EQ(j["devices"][0]["device"].get<std::string>(), "cpu");
-  EXPECT_TRUE(j["share_of_peak"].is_null());  // no peak figure for a CPU
+  EXPECT_TRUE(j["share_of_peak"].is_null());      // no peak figure for a CPU
+  EXPECT_TRUE(j["attention_backend"].is_null());  // a CUDA setting
   EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --steps 0").exitCode, 2);
 }
 
