@@ -191,7 +191,8 @@ int runBench(const BenchArgs& args) {
     j["devices"].push_back(dj);
   }
   j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
-  // The attention setting the numbers were measured with (CUDA only; Llama runs flash).
+  // The attention setting the numbers were measured with (CUDA only; Llama runs with
+  // cuDNN's attention off, as `flash` says, whatever its config says).
   const bool onCuda = std::any_of(j["devices"].begin(), j["devices"].end(),
                                   [](const nlohmann::json& d) { return d["name"].get<std::string>() != "cpu"; });
   j["attention_backend"] = nullptr;
@@ -249,7 +250,7 @@ int runBench(const BenchArgs& args) {
             << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string()) << "batch "
             << cfg.train.batchSize << ", " << prepared.tokens << " tokens"
             << (j["attention_backend"].is_null() ? std::string()
-                                                 : ", " + j["attention_backend"].get<std::string>() + " attention")
+                                                 : ", attention_backend " + j["attention_backend"].get<std::string>())
             << "\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";

@@ -341,7 +341,8 @@ std::vector<KeySpec> buildSchema() {
            "Start from random weights instead of a checkpoint (demos and benchmarks)")
       .add("model.quantize", M(model.quantize),
            "Quantize the frozen transformer blocks' Linear weights (model.qtype; docs/quantization.md)")
-      .add("model.quantize_te", M(model.quantizeTe), "Quantize T5's Linear weights with model.qtype while loading (CLIP stays float)")
+      .add("model.quantize_te", M(model.quantizeTe),
+           "Quantize T5's Linear weights with model.qtype while loading (CLIP stays float)")
       .add("model.qtype", M(model.qtype),
            "int8 (per output row), qfloat8 (fp8 e4m3, per output row), float8_e4m3 (fp8 e4m3, per tensor)")
       .add("model.fp8_matmul", M(model.fp8Matmul),
@@ -352,8 +353,8 @@ std::vector<KeySpec> buildSchema() {
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
       .add("model.attention_backend", M(model.attentionBackend),
            "FLUX's CUDA attention kernel: cudnn (the default: cuDNN's fused attention where LibTorch prefers it, "
-           "Hopper and newer; flash elsewhere) or flash (flash attention only, if a run fails in cuDNN's "
-           "attention); Llama always runs flash")
+           "Hopper and newer; flash attention elsewhere) or flash (cuDNN's off: flash attention, for a run that "
+           "fails in cuDNN's); Llama never uses cuDNN's attention")
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids")
       .add("model.split_model_other_module_param_count_scale", M(model.splitModelOtherModuleParamCountScale),

@@ -21,19 +21,34 @@ std::map<std::pair<std::string, int>, std::vector<at::Tensor>> gradsByDeviceAndT
   return out;
 }
 
+// A copy queued on the device's stream where it goes to CUDA. Towards the CPU it
+// waits: a non-blocking copy from CUDA lands in pinned memory later, and the CPU op
+// reading it next would not wait for it.
+at::Tensor moveScalar(const at::Tensor& t, const c10::Device& device, at::ScalarType dtype) {
+  return t.to(device, dtype, /*non_blocking=*/device.is_cuda());
+}
+
 }  // namespace
 
 at::Tensor gradNormQueued(const std::vector<at::Tensor>& params) {
+  const auto groups = gradsByDeviceAndType(params);
+  if (groups.empty()) return at::zeros({}, at::kDouble);
+  // The sum lives on the first CUDA device when there is one (CPU partials go there
+  // with a plain copy), so nothing waits for the device.
+  c10::Device sumDevice(c10::kCPU);
+  for (const auto& [key, grads] : groups)
+    if (grads.front().is_cuda()) {
+      sumDevice = grads.front().device();
+      break;
+    }
   // Per device and dtype the squares of each list's norms (one foreach launch per
-  // list), summed on the first device: copies of single scalars, queued.
+  // list), summed in float32 there, then in float64 on sumDevice.
   at::Tensor sumSquares;
-  for (auto& [key, grads] : gradsByDeviceAndType(params)) {
+  for (const auto& [key, grads] : groups) {
     const auto norms = at::stack(at::_foreach_norm(grads)).to(at::kFloat);  // [n]
-    auto sq = norms.pow(2).sum().to(at::kDouble);
-    if (sumSquares.defined()) sq = sq.to(sumSquares.device(), /*non_blocking=*/true);
+    const auto sq = moveScalar(norms.pow(2).sum(), sumDevice, at::kDouble);
     sumSquares = sumSquares.defined() ? sumSquares + sq : sq;
   }
-  if (!sumSquares.defined()) return at::zeros({}, at::kDouble);
   return sumSquares.sqrt();
 }
 
@@ -45,8 +60,7 @@ at::Tensor clipGradNormQueued(const std::vector<at::Tensor>& params, double maxN
   const auto coef =
       at::where(at::isfinite(norm), at::full_like(norm, maxNorm).div(norm + 1e-6).clamp_max(1.0), at::ones_like(norm));
   for (auto& [key, grads] : gradsByDeviceAndType(params))
-    compat::foreachMulByScalarTensor(grads, coef.to(grads.front().device(), grads.front().scalar_type(),
-                                                    /*non_blocking=*/true));
+    compat::foreachMulByScalarTensor(grads, moveScalar(coef, grads.front().device(), grads.front().scalar_type()));
   return norm;
 }
 

@@ -107,7 +107,7 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
     for (size_t i = 0; i < run.devices.size(); ++i)
       if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
   // model.attention_backend (FLUX families): cuDNN attention where LibTorch prefers
-  // it, or flash only. Llama runs flash (its layers turn cuDNN's off as well).
+  // it, or off. Llama never uses it (its layers turn it off as well).
   compat::setCudnnAttention(cfg.model.arch != config::ModelArch::Llama &&
                             cfg.model.attentionBackend == config::AttentionBackend::Cudnn);
 }
@@ -119,13 +119,17 @@ std::string attentionBackendHint(const std::string& what, const config::RunConfi
   std::string lower = what;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   auto has = [&](const char* s) { return lower.find(s) != std::string::npos; };
-  if (has("mha_graph") || has("cudnn"))
+  // cuDNN's attention graph names itself; other cuDNN errors (convolutions) may not be it.
+  if (has("mha_graph") || (has("cudnn") && (has("attention") || has("sdpa") || has("fmha"))))
     return "; cuDNN's attention failed (model.attention_backend: cudnn, the default): set attention_backend: "
            "flash and resume from the last checkpoint (docs/training.md)";
-  // The trainer's own words for non-finite values (NonFiniteLoss), and the fault.
-  if (has("illegal memory access") || has("not finite") || has("loss is nan") || has("loss is inf"))
-    return "; if it happens again, try model.attention_backend: flash: cuDNN's attention has failed this way "
-           "before (docs/training.md)";
+  if (has("illegal memory access") || has("cudnn"))
+    return "; this may be cuDNN's attention (model.attention_backend: cudnn, the default): if it happens again, "
+           "set attention_backend: flash and resume (docs/training.md)";
+  // The trainer's own words for non-finite values (NonFiniteLoss).
+  if (has("not finite") || has("loss is nan") || has("loss is inf"))
+    return "; if the learning rate and the data are not the cause, try model.attention_backend: flash: cuDNN's "
+           "attention has given non-finite gradients before (docs/training.md)";
   return "";
 }
 

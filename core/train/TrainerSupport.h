@@ -113,7 +113,8 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
 // while cuDNN's attention was allowed (model.attention_backend: cudnn, FLUX
 // families): cuDNN's attention has failed with its own message, with an illegal
 // memory access and with non-finite gradients (docs/training.md), and flash is the
-// way out. "" where the message points elsewhere or the setting does not apply.
+// way out. Definite for cuDNN's attention message, hedged for the others; "" where
+// the message points elsewhere or the setting does not apply.
 std::string attentionBackendHint(const std::string& what, const config::RunConfig& cfg, bool onCuda);
 
 // Where the stem goes (the first device of the run): the images run's VAE and

@@ -7,7 +7,8 @@
 #   memory  strata-train bench --phases at 512 and 1024 px with checkpointing, peer's targets
 #           (each phase's peak allocated: where the step's memory peaks)
 #   probe   scripts/bench/cudnn-probe.py (which gradient layouts cuDNN attention gets wrong)
-#   cudnn   the table's bf16 rows with model.attention_backend=cudnn, peer's targets
+#   flash   the table's bf16 rows with model.attention_backend=flash (cuDNN's attention off;
+#           the default is cudnn), peer's targets
 #   strata  strata-train bench at 512/1024 px with and without checkpointing, the peer's
 #           LoRA targets
 #   defaults  the same four rows with Strata's default LoRA targets
@@ -71,9 +72,9 @@ for part in "$@"; do
         bench "memory-$res-ckpt" --phases --set "datasets[0].resolution=[$res]" --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
       done ;;
     probe) python3 "$ROOT/scripts/bench/cudnn-probe.py" 2>&1 | tee "$OUT/probe.log" ;;
-    cudnn)
+    flash)
       for res in 512 1024; do for gc in false true; do
-        bench "cudnn-$res-ckpt-$gc" --set model.attention_backend=cudnn --set "datasets[0].resolution=[$res]" \
+        bench "flash-$res-ckpt-$gc" --set model.attention_backend=flash --set "datasets[0].resolution=[$res]" \
           --set "train.gradient_checkpointing=$gc" --set "$PEER_TARGETS"
       done; done ;;
     strata)

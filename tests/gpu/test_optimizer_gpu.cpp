@@ -11,6 +11,7 @@
 #include <iostream>
 #include <vector>
 
+#include "common/GradClipReference.h"
 #include "common/TestSupport.h"
 #include "common/TorchCompat.h"
 #include "gpu/GpuStats.h"
@@ -126,8 +127,9 @@ TEST(OptimizerGpu, FusedAdamWMatchesLibTorchAdamWOnFluxDevLoraTensorsAndIsTimed)
 }
 
 // The trainer's one-wait step: the clip queued on the device and a fused AdamW that
-// skips itself there when the norm is not finite. Same update as waiting for the
-// norm first; a NaN gradient leaves parameters and moments as they were.
+// skips itself there when the norm is not finite. Same update as the clip read on
+// the host before stepping (the pre-s23 arithmetic); a NaN gradient leaves
+// parameters and moments as they were.
 TEST(OptimizerGpu, QueuedClipAndOnDeviceSkipMatchTheWaitingStep) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   auto shapes = loraShapes(flux::FluxConfig::fluxDev());
@@ -139,7 +141,7 @@ TEST(OptimizerGpu, QueuedClipAndOnDeviceSkipMatchTheWaitingStep) {
   for (int s = 0; s < 3; ++s) {
     setGrads(waited, 200 + s);
     setGrads(queued, 200 + s);
-    const double n = train::clipGradNorm(waited, 1e-3);  // small enough to clip
+    const double n = test::clipGradNormOnTheHost(waited, 1e-3);  // small enough to clip
     waitedOpt.step();
     const auto norm = train::clipGradNormQueued(queued, 1e-3);
     queuedOpt.skipNextStepIfNotFinite(norm);
@@ -163,4 +165,28 @@ TEST(OptimizerGpu, QueuedClipAndOnDeviceSkipMatchTheWaitingStep) {
   EXPECT_FALSE(at::equal(before[0], queued[0]));
   std::cout << "[optimizer gpu] queued clip + on-device skip: " << queued.size()
             << " tensors equal to the waiting step over 3 steps; a NaN gradient skipped the update" << std::endl;
+}
+
+// Gradients on the CPU and on a card (a plan that puts blocks on the CPU): the sum
+// must not read a copy from the card before it has landed. The card's gradient comes
+// out of a long queue of kernels, so a copy that did not wait would read too early.
+TEST(OptimizerGpu, NormOverCpuAndCudaGradientsWaitsForTheCard) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  auto onCpu = at::zeros({2}).requires_grad_(true);
+  onCpu.mutable_grad() = at::tensor({3.0f, 0.0f});
+  const auto o = at::TensorOptions().device(at::kCUDA, 0);
+  auto onCard = at::zeros({4096}, o).requires_grad_(true);
+  for (int round = 0; round < 5; ++round) {
+    const auto m = at::randn({4096, 4096}, o);
+    for (int i = 0; i < 20; ++i) (void)at::mm(m, m);  // ~tens of ms queued ahead of the gradient
+    // Written by kernels queued behind that work: ready only once the card gets there.
+    onCard.mutable_grad() = at::zeros({4096}, o);
+    onCard.mutable_grad()[0].fill_(4.0);
+    EXPECT_EQ(train::gradNorm({onCpu, onCard}), 5.0) << "round " << round;
+    auto a = onCpu, b = onCard;
+    EXPECT_EQ(train::clipGradNorm({a, b}, 1.0), 5.0) << "round " << round;
+    EXPECT_FLOAT_EQ(a.grad()[0].item<float>(), 0.6f) << "round " << round;
+    EXPECT_FLOAT_EQ(b.grad()[0].item<float>(), 0.8f) << "round " << round;
+    onCpu.mutable_grad() = at::tensor({3.0f, 0.0f});
+  }
 }

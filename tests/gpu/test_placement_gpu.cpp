@@ -281,7 +281,7 @@ void printSnapshot(const PlacementSnapshot& snap) {
 TEST(PlacementGpuProof, FluxDevSizedLoraEmaSplitOverTwoCappedGpus) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
   if (std::getenv("STRATA_RUN_PROOF") == nullptr) GTEST_SKIP() << "set STRATA_RUN_PROOF=1 to run the proof";
-  compat::disableCudnnAttention();  // cuDNN SDPA backward fails on FLUX-sized inputs (docs/design.md §4)
+  compat::disableCudnnAttention();  // flash, as when the proof was first run (docs/design.md §4)
   const int64_t kCapBytes = 20000000000LL;
   const int steps = std::getenv("STRATA_PROOF_STEPS") ? std::atoi(std::getenv("STRATA_PROOF_STEPS")) : 20;
   const int64_t side = std::getenv("STRATA_PROOF_SIDE") ? std::atoll(std::getenv("STRATA_PROOF_SIDE")) : 32;

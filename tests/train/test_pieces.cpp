@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/Error.h"
+#include "common/GradClipReference.h"
 #include "train/FlowMatching.h"
 #include "train/GradClip.h"
 #include "train/LossScaler.h"
@@ -118,22 +119,34 @@ TEST(GradClip, NonFiniteNormIsReportedNotApplied) {
   EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 1.0f);
 }
 
-TEST(GradClip, QueuedFormsGiveTheSameNormsAndGradients) {
-  auto make = [] {
-    auto a = at::zeros({2}).requires_grad_(true);
-    auto b = at::zeros({1}, at::kDouble).requires_grad_(true);  // a second dtype: a second foreach list
-    a.mutable_grad() = at::tensor({3.0f, 0.0f});
-    b.mutable_grad() = at::tensor({4.0}, at::kDouble);
-    return std::vector<at::Tensor>{a, b};
+TEST(GradClip, QueuedFormsEqualTheOldArithmeticBitForBit) {
+  auto make = [](uint64_t seed) {
+    at::manual_seed(seed);
+    std::vector<at::Tensor> ps;
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{16, 64}, {64, 16}, {16, 96}, {7}}) {
+      auto p = at::zeros(shape).requires_grad_(true);
+      p.mutable_grad() = at::randn(shape) * 0.3;
+      ps.push_back(p);
+    }
+    return ps;
   };
-  auto waited = make(), queued = make();
-  const auto norm = clipGradNormQueued(queued, 1.0);
-  EXPECT_EQ(norm.scalar_type(), at::kDouble);
-  EXPECT_EQ(norm.dim(), 0);
-  EXPECT_EQ(norm.item<double>(), clipGradNorm(waited, 1.0));
-  for (size_t i = 0; i < waited.size(); ++i) EXPECT_TRUE(at::equal(waited[i].grad(), queued[i].grad())) << i;
-  EXPECT_NEAR(gradNormQueued(queued).item<double>(), 1.0, 1e-6);
-  EXPECT_EQ(gradNormQueued({at::zeros({2}).requires_grad_(true)}).item<double>(), 0.0);  // no gradient yet
+  for (const double maxNorm : {1e-2, 1.0, 1e3}) {  // clipped, clipped, untouched
+    auto reference = make(7), queued = make(7);
+    const double n = test::clipGradNormOnTheHost(reference, maxNorm);
+    const auto norm = clipGradNormQueued(queued, maxNorm);
+    EXPECT_EQ(norm.scalar_type(), at::kDouble);
+    EXPECT_EQ(norm.dim(), 0);
+    EXPECT_EQ(norm.item<double>(), n) << maxNorm;
+    for (size_t i = 0; i < reference.size(); ++i)
+      EXPECT_TRUE(at::equal(reference[i].grad(), queued[i].grad())) << "tensor " << i << ", limit " << maxNorm;
+  }
+  // Two dtypes make two foreach lists; no gradient yet is a norm of 0.
+  auto a = at::zeros({2}).requires_grad_(true);
+  auto b = at::zeros({1}, at::kDouble).requires_grad_(true);
+  a.mutable_grad() = at::tensor({3.0f, 0.0f});
+  b.mutable_grad() = at::tensor({4.0}, at::kDouble);
+  EXPECT_EQ(gradNormQueued({a, b}).item<double>(), 5.0);
+  EXPECT_EQ(gradNormQueued({at::zeros({2}).requires_grad_(true)}).item<double>(), 0.0);
 }
 
 TEST(LossScaler, DisabledChangesNothing) {

@@ -149,7 +149,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& cfg, const LlamaBuildOpt
 
 nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
   if (io.img.is_cuda()) {
-    // Llama runs flash attention: cuDNN's is checked on FLUX only (DESIGN §4). Set at
+    // Llama runs without cuDNN's attention: it is checked on FLUX only (DESIGN §4). Set at
     // every forward, not once: a FLUX run in the same process (the app) turns it on.
     compat::disableCudnnAttention();
   }
