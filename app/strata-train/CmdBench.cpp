@@ -165,6 +165,7 @@ int runBench(const BenchArgs& args) {
   j["tflops"] = tflops;
   j["devices"] = nlohmann::json::array();
   std::optional<double> share;
+  bool onCuda = false;
   for (const auto& label : runDevices) {
     nlohmann::json dj;
     dj["device"] = label;
@@ -172,6 +173,7 @@ int runBench(const BenchArgs& args) {
     for (const auto& dev : inventory.devices)
       if (dev.label() == label) info = &dev;
     if (info && !info->isCpu()) {
+      onCuda = true;
       const auto f = device::memoryFigures(info->index);
       dj["name"] = info->name;
       // The phase timer starts the device's peak figures afresh at each mark: its
@@ -193,8 +195,6 @@ int runBench(const BenchArgs& args) {
   j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
   // The attention setting the numbers were measured with (CUDA only; Llama runs with
   // cuDNN's attention off, as `flash` says, whatever its config says).
-  const bool onCuda = std::any_of(j["devices"].begin(), j["devices"].end(),
-                                  [](const nlohmann::json& d) { return d["name"].get<std::string>() != "cpu"; });
   j["attention_backend"] = nullptr;
   if (onCuda)
     j["attention_backend"] =

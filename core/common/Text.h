@@ -17,6 +17,13 @@ inline bool endsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// `s` with ASCII letters lowered (extensions, keywords, error texts: not locale text).
+inline std::string toLowerAscii(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+
 // "15.3 GB": decimal GB with one digit; MB below 1 GB.
 inline std::string formatBytes(int64_t bytes) {
   char buf[64];

@@ -1,6 +1,7 @@
 #include "config/AiToolkitImporter.h"
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "config/ConfigSchema.h"
 #include "config/YamlValue.h"
 #include "io/FileBytes.h"
@@ -197,8 +198,7 @@ class Importer {
       return;
     if (pattern == "train.optimizer") {
       out_.where.set("train.optimizer", pos);
-      std::string lower = scalar;
-      for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      const std::string lower = toLowerAscii(scalar);
       if (lower == "adamw8bit" || lower == "adamw_8bit") {
         out_.config.train.optimizer = OptimizerType::AdamW8bit;
         return;

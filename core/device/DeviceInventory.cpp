@@ -17,6 +17,7 @@
 #include <c10/util/Exception.h>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "common/TorchCompat.h"
 #include "device/DeviceSelection.h"
 
@@ -41,15 +42,10 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 int64_t parseByteSize(const std::string& text) {
-  const std::string t = lower(trim(text));
+  const std::string t = toLowerAscii(trim(text));
   size_t pos = 0;
   while (pos < t.size() && (std::isdigit(static_cast<unsigned char>(t[pos])) || t[pos] == '.')) ++pos;
   if (pos == 0) throw ConfigError("size '" + text + "': expected a number with a unit, e.g. 16GB");
@@ -105,7 +101,7 @@ std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     const std::string raw = trim(item);
-    const std::string it = lower(raw);
+    const std::string it = toLowerAscii(raw);
     if (it.empty()) throw ConfigError("--devices '" + spec + "': empty item between commas");
     if (it == "cpu" || startsWith(it, "cpu:")) {
       if (haveCpu) throw ConfigError("--devices '" + spec + "': cpu listed twice");

@@ -1,12 +1,11 @@
 #include "io/CheckpointGuard.h"
 
-#include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstring>
 #include <sys/stat.h>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "io/FileBytes.h"
 
 namespace strata::io {
@@ -23,8 +22,7 @@ std::string advice(const std::filesystem::path& path, const std::string& what) {
 }  // namespace
 
 std::optional<std::string> unsafeCheckpointReason(const std::filesystem::path& path) {
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string ext = toLowerAscii(path.extension().string());
   for (const char* bad : kPickleExtensions)
     if (ext == bad) return advice(path, "is a pickle checkpoint (" + ext + ")");
 

@@ -11,9 +11,10 @@ namespace strata::train {
 namespace {
 
 // Defined gradients by (device, dtype): the foreach kernels take one list of each.
-std::map<std::pair<std::string, int>, std::vector<at::Tensor>> gradsByDeviceAndType(
-    const std::vector<at::Tensor>& params) {
-  std::map<std::pair<std::string, int>, std::vector<at::Tensor>> out;
+using Groups = std::map<std::pair<std::string, int>, std::vector<at::Tensor>>;
+
+Groups gradsByDeviceAndType(const std::vector<at::Tensor>& params) {
+  Groups out;
   for (const auto& p : params) {
     const auto& g = p.grad();
     if (g.defined()) out[{g.device().str(), static_cast<int>(g.scalar_type())}].push_back(g);
@@ -28,10 +29,8 @@ at::Tensor moveScalar(const at::Tensor& t, const c10::Device& device, at::Scalar
   return t.to(device, dtype, /*non_blocking=*/device.is_cuda());
 }
 
-}  // namespace
-
-at::Tensor gradNormQueued(const std::vector<at::Tensor>& params) {
-  const auto groups = gradsByDeviceAndType(params);
+// The groups' total norm (gradNormQueued's contract).
+at::Tensor normOf(const Groups& groups) {
   if (groups.empty()) return at::zeros({}, at::kDouble);
   // The sum lives on the first CUDA device when there is one (CPU partials go there
   // with a plain copy), so nothing waits for the device.
@@ -52,14 +51,19 @@ at::Tensor gradNormQueued(const std::vector<at::Tensor>& params) {
   return sumSquares.sqrt();
 }
 
+}  // namespace
+
+at::Tensor gradNormQueued(const std::vector<at::Tensor>& params) { return normOf(gradsByDeviceAndType(params)); }
+
 at::Tensor clipGradNormQueued(const std::vector<at::Tensor>& params, double maxNorm) {
-  const auto norm = gradNormQueued(params);
+  auto groups = gradsByDeviceAndType(params);
+  const auto norm = normOf(groups);
   if (maxNorm <= 0.0) return norm;
   // min(1, maxNorm / (norm + eps)); 1 where the norm is not finite, so those
   // gradients are left as they are (the caller stops the run). Scaling by 1 is exact.
   const auto coef =
       at::where(at::isfinite(norm), at::full_like(norm, maxNorm).div(norm + 1e-6).clamp_max(1.0), at::ones_like(norm));
-  for (auto& [key, grads] : gradsByDeviceAndType(params))
+  for (auto& [key, grads] : groups)
     compat::foreachMulByScalarTensor(grads, moveScalar(coef, grads.front().device(), grads.front().scalar_type()));
   return norm;
 }

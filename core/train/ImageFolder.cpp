@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "io/FileBytes.h"
 #include "io/Image.h"
 
@@ -13,11 +14,6 @@ namespace strata::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -27,7 +23,7 @@ std::string trim(const std::string& s) {
 
 bool isImageFile(const fs::path& p) {
   static const std::set<std::string> kExt = {".png", ".jpg", ".jpeg", ".webp"};
-  return kExt.count(lower(p.extension().string())) > 0;
+  return kExt.count(toLowerAscii(p.extension().string())) > 0;
 }
 
 // uint8 [H, W, 3] upright.

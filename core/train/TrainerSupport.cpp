@@ -6,9 +6,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-#include <algorithm>
-#include <cctype>
-
+#include "common/Text.h"
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
@@ -116,8 +114,7 @@ std::string attentionBackendHint(const std::string& what, const config::RunConfi
   if (!onCuda || cfg.model.arch == config::ModelArch::Llama ||
       cfg.model.attentionBackend != config::AttentionBackend::Cudnn)
     return "";
-  std::string lower = what;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = toLowerAscii(what);
   auto has = [&](const char* s) { return lower.find(s) != std::string::npos; };
   // cuDNN's attention graph names itself; other cuDNN errors (convolutions) may not be it.
   if (has("mha_graph") || (has("cudnn") && (has("attention") || has("sdpa") || has("fmha"))))
