@@ -348,6 +348,9 @@ std::vector<KeySpec> buildSchema() {
       .add("model.fp8_matmul", M(model.fp8Matmul),
            "With an fp8 qtype: multiply on the fp8 tensor cores (inputs quantized per token; CUDA sm_89+, "
            "LibTorch 2.5+, bf16) instead of converting the weight to bf16 per matmul (docs/quantization.md)")
+      .add("model.fp8_backward", M(model.fp8Backward),
+           "With fp8_matmul: the input gradients on the fp8 tensor cores too (gradients quantized per token), "
+           "instead of a bf16 matmul over the dequantized weight (docs/quantization.md)")
       .add("model.low_vram", M(model.lowVram),
            "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
@@ -514,6 +517,7 @@ const Look kLooks[] = {
     {"model.quantize_te", "Quantize the text encoders", "Model", false},
     {"model.qtype", "Quantization type", "Model", false},
     {"model.fp8_matmul", "fp8 matrix multiplies", "Model", false},
+    {"model.fp8_backward", "fp8 matrix multiplies in the backward", "Model", false},
     {"model.low_vram", "Keep idle weights in CPU memory", "GPUs", false},
     {"model.device", "Train on", "GPUs", true},
     {"model.attention_backend", "Attention kernel (CUDA)", "GPUs", false},

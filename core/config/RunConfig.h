@@ -144,6 +144,7 @@ struct ModelConfig {
   bool quantizeTe = false;                              // model.quantize_te: text encoders
   std::string qtype = "qfloat8";                        // model.qtype
   bool fp8Matmul = false;                               // model.fp8_matmul: fp8 tensor-core matmuls (sm_89+)
+  bool fp8Backward = false;                             // model.fp8_backward: the input gradients in fp8 too
   bool lowVram = false;                                 // model.low_vram
   ComputeDevice device = ComputeDevice::Auto;           // model.device
   bool splitModelOverGpus = false;                      // model.split_model_over_gpus

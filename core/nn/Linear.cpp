@@ -5,6 +5,7 @@
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
+#include "nn/QuantKernels.h"
 
 #include <algorithm>
 #include <atomic>
@@ -51,25 +52,11 @@ enum MatmulMode : int64_t { kDequantized = 0, kFp8Forward = 1, kFp8ForwardAndBac
 // to bf16 before the cast, and e4m3fn has no infinity (past 464 a value is NaN).
 constexpr double kFp8Target = 440.0;
 // The forward accumulates in the tensor cores' fast mode (what fp8 training recipes
-// use for the forward); the gradient matmul does not.
+// use for the forward), and so does the input gradient's matmul: measured in
+// docs/quantization.md, its error against the dequantized gradient stays that of the
+// e4m3 rounding itself.
 constexpr bool kFastAccumForward = true;
-
-struct Fp8Rows {
-  at::Tensor data;   // [M, K] e4m3
-  at::Tensor scale;  // [M, 1] float32: data * scale ~ the input
-};
-
-// Per-row (per-token) e4m3 quantization of x [M, K]: one read for the amax, a
-// scaled copy, a cast. The scale returned is the inverse of the one applied.
-Fp8Rows quantizeRows(const at::Tensor& x) {
-  const auto amax =
-      at::linalg_vector_norm(x, std::numeric_limits<double>::infinity(), {1}, /*keepdim=*/true, at::kFloat);  // [M, 1]
-  const auto inv = (kFp8Target / amax.clamp_min(1e-30)).to(x.scalar_type());                                  // [M, 1]
-  Fp8Rows r;
-  r.data = (x * inv).to(compat::float8E4m3Type());
-  r.scale = inv.to(at::kFloat).reciprocal();
-  return r;
-}
+constexpr bool kFastAccumInputGrad = true;
 
 // The weight's scale as _scaled_mm's row-wise second scale: [1, n] float32. A
 // per-tensor scale is repeated (_scaled_mm does not mix row-wise and per-tensor).
@@ -83,7 +70,7 @@ at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::
                       const c10::optional<at::Tensor>& bias) {
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
-  const auto q = quantizeRows(x.reshape({-1, k}));  // [M, K]
+  const auto q = quantizeRowsE4m3(x.reshape({-1, k}), at::Tensor(), kFp8Target);  // [M, K]
   const auto y = compat::scaledMm(q.data, weightQ.t(), q.scale, columnScale(scale, n), bias.value_or(at::Tensor()),
                                   x.scalar_type(), kFastAccumForward);  // [M, N]
   auto shape = x.sizes().vec();
@@ -97,13 +84,12 @@ at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::
 at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at::Tensor& scale) {
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
-  const auto g2 = g.reshape({-1, n});  // [M, N]
   const bool perTensor = scale.numel() == 1;
-  const auto q = quantizeRows(perTensor ? g2 : g2 * scale.to(g.scalar_type()));  // [M, N]
-  // The byte view transposes with the plain copy kernel, whatever it does with float8.
-  const auto wT = weightQ.view(at::kByte).t().contiguous().view(weightQ.scalar_type());                 // [K, N]
+  const auto q = quantizeRowsE4m3(g.reshape({-1, n}), perTensor ? at::Tensor() : scale, kFp8Target);  // [M, N]
+  const auto wT = transposedCopy(weightQ);                                                              // [K, N]
   const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());                // [1, K]
-  const auto gx = compat::scaledMm(q.data, wT.t(), q.scale, sb, at::Tensor(), g.scalar_type(), false);  // [M, K]
+  const auto gx =
+      compat::scaledMm(q.data, wT.t(), q.scale, sb, at::Tensor(), g.scalar_type(), kFastAccumInputGrad);  // [M, K]
   auto shape = g.sizes().vec();
   shape.back() = k;
   return gx.view(shape);  // [..., K]
@@ -121,7 +107,8 @@ at::Tensor quantizedForward(const at::Tensor& x, const at::Tensor& weightQ, cons
 // a dequantized copy of W; int8 and fp8 e4m3 are exact in bf16. Plain autograd would
 // keep the converted copy of W for the input gradient until the backward (0.7 GB per
 // FLUX.1-dev double block); this keeps only the quantized weight and the scale, which
-// live anyway, and converts W again in the backward (or multiplies in fp8). The base
+// live anyway, and dequantizes W again in the backward, its scale folded in (one
+// kernel on CUDA: nn/QuantKernels.h), or multiplies in fp8. The base
 // is frozen: no gradient for W, its scale or the bias (passed only when frozen).
 struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weightQ,
@@ -139,7 +126,7 @@ struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
     if (ctx->saved_data["mode"].toInt() == kFp8ForwardAndBackward)
       gx = fp8InputGrad(g, saved[0], saved[1]);
     else
-      gx = at::matmul(g * saved[1].to(g.scalar_type()), saved[0].to(g.scalar_type()));  // [..., in]
+      gx = at::matmul(g, dequantizeRows(saved[0], saved[1], g.scalar_type()));  // [..., in]
     return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -182,12 +169,11 @@ struct QuantizedPartsMatmul : torch::autograd::Function<QuantizedPartsMatmul> {
     const auto saved = ctx->get_saved_variables();
     const auto widths = ctx->saved_data["widths"].toIntVector();
     const auto& g = gradOut[0];  // [M, out]
-    const auto gs = g * saved[1].to(g.scalar_type());
-    const auto w = saved[0].to(g.scalar_type());  // [out, in]
+    const auto w = dequantizeRows(saved[0], saved[1], g.scalar_type());  // [out, in]
     torch::autograd::variable_list grads(widths.size() + 3);  // parts, weight, scale, bias
     int64_t offset = 0;
     for (size_t i = 0; i < widths.size(); ++i) {
-      if (ctx->needs_input_grad(i)) grads[i] = at::mm(gs, w.narrow(1, offset, widths[i]));  // [M, n_i]
+      if (ctx->needs_input_grad(i)) grads[i] = at::mm(g, w.narrow(1, offset, widths[i]));  // [M, n_i]
       offset += widths[i];
     }
     return grads;

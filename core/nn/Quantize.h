@@ -54,6 +54,8 @@ int64_t quantizeLinears(torch::nn::Module& module, QuantType t);
 //   Fp8   grad_out times the weight's scale, quantized per row to e4m3, times a
 //         transposed copy of the fp8 weight made per backward
 enum class Fp8Backward { Bf16, Fp8 };
+// model.fp8_backward.
+inline Fp8Backward fp8BackwardOf(bool fp8) { return fp8 ? Fp8Backward::Fp8 : Fp8Backward::Bf16; }
 
 // _scaled_mm needs both weight dims to be multiples of 16 and fp8 storage.
 bool fp8MatmulQualifies(int64_t inFeatures, int64_t outFeatures, QuantType t);

@@ -650,6 +650,21 @@ TEST(Validator, Fp8MatmulIsRefusedWhereItCannotRun) {
   EXPECT_FALSE(hintHas(off, "", "")) << test::dump(off);
 }
 
+// model.fp8_backward belongs to the fp8 matmul: alone it is refused, naming its line.
+TEST(Validator, Fp8BackwardNeedsTheFp8Matmul) {
+  const auto alone = check(
+      "model:\n  random_weights: true\n  quantize: true\n  fp8_backward: true\n"  // 4
+      "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n",
+      std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(alone, Severity::Error, "model.fp8_backward", 4, "model.fp8_matmul is false"))
+      << test::dump(alone);
+  const auto withMatmul = check(
+      "model:\n  random_weights: true\n  quantize: true\n  fp8_matmul: true\n  fp8_backward: true\n"
+      "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n",
+      std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_FALSE(hasKey(withMatmul, "model.fp8_backward")) << test::dump(withMatmul);
+}
+
 // cuDNN attention on a quantized base failed on the H200 in s20 (non-finite gradients,
 // then an illegal memory access) and was refused; since the gradient-layout fix of s21
 // the same runs train (docs/gpu-runs/2026-12-02-s23-lease*.txt), so it is allowed with
