@@ -657,6 +657,9 @@ const FamilyDoc kFamilyDocs[] = {
     {"train.batch_size", ModelArch::Llama, "Token rows (samples of max_seq_len tokens) per forward pass"},
     {"train.offload_checkpoints", ModelArch::Llama,
      "With gradient checkpointing: keep each decoder layer's saved input in pinned host memory, not on the GPU"},
+    {"train.offload_optimizer_state", ModelArch::Llama,
+     "adamw: keep the optimizer's moments in pinned host memory between steps, not on the GPU; each step copies "
+     "them to the card in 64 MiB pieces and back (8 bytes per LoRA parameter less on the card)"},
     {"datasets[].type", ModelArch::Llama, "jsonl (one JSON object per line) or synthetic (random tokens)"},
     {"sample.sample_every", ModelArch::Llama, "Generate text for sample.prompts every N steps; 0 = never"},
     {"sample.prompts", ModelArch::Llama, "Prompts the model continues at each sample"},

@@ -183,7 +183,8 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       if (staged.empty()) continue;
       std::vector<int64_t> bytes;
       for (size_t i : staged) bytes.push_back(tensorBytes(b.avgs[i]) + tensorBytes(b.sqs[i]));
-      for (const auto& [begin, end] : stagingChunks(bytes, stagingChunkBytes_)) {
+      for (const auto& chunk : stagingChunks(bytes, stagingChunkBytes_)) {
+        const size_t begin = chunk.first, end = chunk.second;  // not bindings: the lambda captures them
         // Host -> device without blocking (pinned sources); the update and the copies
         // back queue behind it on the same stream.
         auto stage = [&](const std::vector<at::Tensor>& host) {
