@@ -93,8 +93,8 @@ QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
   tip += QString("<br>EMA shadows: %1").arg(b.emaBytes ? formatBytes(b.emaBytes) : QString("none"));
   tip += QString("<br>optimizer state: %1").arg(b.optimizerBytes ? formatBytes(b.optimizerBytes) : QString("none"));
   if (b.hostOptimizerBytes)
-    tip += QString("<br>optimizer state in host memory: %1 (staged for each step)")
-               .arg(formatBytes(b.hostOptimizerBytes));
+    tip +=
+        QString("<br>optimizer state in host memory: %1 (staged for each step)").arg(formatBytes(b.hostOptimizerBytes));
   if (b.quantScaleBytes) tip += QString("<br>quantization scales: %1").arg(formatBytes(b.quantScaleBytes));
   if (b.otherAttachmentBytes) tip += QString("<br>other attachments: %1").arg(formatBytes(b.otherAttachmentBytes));
   if (b.activationBytes) tip += QString("<br>activations (planned): %1").arg(formatBytes(b.activationBytes));

@@ -41,9 +41,8 @@ bool TrainConfig::operator==(const TrainConfig& o) const {
                   betas, eps, maxGradNorm, dtype, gradientCheckpointing, offloadCheckpoints, offloadOptimizerState,
                   timestepType, guidance, captionDropoutRate, seed, ema) ==
          std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler, o.lrWarmupSteps, o.optimizer,
-                  o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype, o.gradientCheckpointing,
-                  o.offloadCheckpoints, o.offloadOptimizerState, o.timestepType, o.guidance, o.captionDropoutRate,
-                  o.seed, o.ema);
+                  o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype, o.gradientCheckpointing, o.offloadCheckpoints,
+                  o.offloadOptimizerState, o.timestepType, o.guidance, o.captionDropoutRate, o.seed, o.ema);
 }
 
 bool DatasetConfig::operator==(const DatasetConfig& o) const {

@@ -90,8 +90,9 @@ void OptimizerStateAttachment::moveTo(const c10::Device& device) {
     // Strata's own states (adamw8bit) stay with their parameter: the validator
     // refuses train.offload_optimizer_state with them.
     if (inHostMemory_ && to.device != device)
-      throw PlacementError("optimizer state for '" + paramPath_ + "': this optimizer's state cannot be kept in host "
-                           "memory (train.offload_optimizer_state works with adamw)");
+      throw PlacementError("optimizer state for '" + paramPath_ +
+                           "': this optimizer's state cannot be kept in host memory "
+                           "(train.offload_optimizer_state works with adamw)");
     own->moveStateTo(device);
   } else if (s != nullptr) {
     throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam, AdamW and Strata's own are supported");

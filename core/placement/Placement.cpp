@@ -325,7 +325,8 @@ void Placement::auditOrThrow(const std::string& when) const {
   if (issues.empty()) return;
   throw PlacementError("placement audit " + when + ": " + std::to_string(issues.size()) +
                        " tensor(s) not where they belong (their block's device, or pinned host memory for "
-                       "state kept off the card):\n" + formatAudit(issues));
+                       "state kept off the card):\n" +
+                       formatAudit(issues));
 }
 
 }  // namespace strata::placement

@@ -148,8 +148,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
                         std::vector<at::Tensor> sqs) {
         if (fused) {
           // The kernel reads one float step per tensor; all of this bucket share one.
-          const auto stepTensor =
-              at::full({}, static_cast<double>(step), at::TensorOptions(device).dtype(at::kFloat));
+          const auto stepTensor = at::full({}, static_cast<double>(step), at::TensorOptions(device).dtype(at::kFloat));
           const std::vector<at::Tensor> steps(params.size(), stepTensor);
           compat::fusedAdamW(params, grads, avgs, sqs, steps, lr, beta1, beta2, wd, eps, foundInf);
           path = "fused";

@@ -341,8 +341,8 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
       fused->setStateInHostMemory(tc.offloadOptimizerState);
       st.optimizer = std::move(fused);
     }
-    st.placement->attachAll(placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams,
-                                                                               tc.offloadOptimizerState));
+    st.placement->attachAll(
+        placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams, tc.offloadOptimizerState));
     if (tc.ema.useEma) {
       EmaOptions eo;
       eo.decay = tc.ema.emaDecay;

@@ -100,8 +100,8 @@ TEST(Validator, OffloadingOptimizerStateWantsAdamwAndACard) {
            "  random_weights: true\n"
            "  device: " +
            device +
-           "\n"                                // 4
-           "train:\n"                          // 5
+           "\n"                                 // 4
+           "train:\n"                           // 5
            "  offload_optimizer_state: true\n"  // 6
            "  optimizer: " +
            optimizer +

@@ -266,7 +266,8 @@ TEST(OptimizerGpu, OffloadedMomentsMatchOnDeviceMoments) {
   keepTheCardBusy();
   hostOpt.step();
   std::vector<at::Tensor> readAtOnce;
-  for (size_t i = 0; i < shapes.size(); i += 37) readAtOnce.push_back(adamState(hostOpt, offloaded[i]).exp_avg().clone());
+  for (size_t i = 0; i < shapes.size(); i += 37)
+    readAtOnce.push_back(adamState(hostOpt, offloaded[i]).exp_avg().clone());
   cardOpt.step();
   for (size_t i = 0, k = 0; i < shapes.size(); i += 37, ++k)
     ASSERT_TRUE(at::equal(readAtOnce[k], adamState(cardOpt, onCard[i]).exp_avg().cpu())) << "exp_avg " << i;

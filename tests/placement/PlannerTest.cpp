@@ -456,7 +456,7 @@ TEST(Planner, OffloadedOptimizerStateIsHostMemoryAndOneChunkOfWorkspace) {
   o.loraRank = 4;
   o.tokens = 16;
   o.hiddenSize = 64;
-  const int64_t optimizer = 2 * 6144;                            // per block: two float32 moments
+  const int64_t optimizer = 2 * 6144;                                  // per block: two float32 moments
   const int64_t workspace = static_cast<int64_t>(16 * 64 * 2 * 18.0);  // one block recomputed
   auto plan = [&](const CostOptions& opts, const std::string& device) {
     PlannerInput in = estimateInput(stem, blocks, head, opts);
