@@ -92,6 +92,9 @@ QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
   tip += QString("<br>LoRA adapters: %1 (%2)").arg(b.adapterCount).arg(formatBytes(b.adapterBytes));
   tip += QString("<br>EMA shadows: %1").arg(b.emaBytes ? formatBytes(b.emaBytes) : QString("none"));
   tip += QString("<br>optimizer state: %1").arg(b.optimizerBytes ? formatBytes(b.optimizerBytes) : QString("none"));
+  if (b.hostOptimizerBytes)
+    tip +=
+        QString("<br>optimizer state in host memory: %1 (staged for each step)").arg(formatBytes(b.hostOptimizerBytes));
   if (b.quantScaleBytes) tip += QString("<br>quantization scales: %1").arg(formatBytes(b.quantScaleBytes));
   if (b.otherAttachmentBytes) tip += QString("<br>other attachments: %1").arg(formatBytes(b.otherAttachmentBytes));
   if (b.activationBytes) tip += QString("<br>activations (planned): %1").arg(formatBytes(b.activationBytes));
@@ -197,6 +200,7 @@ class GpuMapCanvas : public QWidget {
     }
     tip += "<br>cap: " + (d.capBytes ? formatBytes(d.capBytes) : QString("none"));
     tip += "<br>total: " + (d.totalBytes ? formatBytes(d.totalBytes) : QString("unknown"));
+    if (d.hostBytes) tip += "<br>in host memory (optimizer state, not counted above): " + formatBytes(d.hostBytes);
     return tip;
   }
 

@@ -26,6 +26,7 @@ BlockView blockViewOf(const placement::BlockCost& c, int adapters) {
   b.adapterCount = adapters;
   b.emaBytes = c.emaBytes;
   b.optimizerBytes = c.optimizerBytes;
+  b.hostOptimizerBytes = c.hostBytes;
   b.activationBytes = c.activationBytes;
   return b;
 }
@@ -62,6 +63,7 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
       d.plannedBytes = dp.totalBytes;
       d.budgetBytes = dp.budgetBytes;
       d.missingBytes = dp.missingBytes;
+      d.hostBytes = dp.device == "cpu" ? 0 : dp.hostBytes;  // a cpu device's total counts it already
       if (dp.hasStem) d.blocks << blockViewOf(input.stem, adapterCount.at(input.stem.id));
       for (size_t b = dp.firstBlock; b < dp.endBlock; ++b)
         d.blocks << blockViewOf(input.blocks[b], adapterCount.at(input.blocks[b].id));

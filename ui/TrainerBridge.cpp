@@ -80,8 +80,11 @@ PlacementView placementViewOf(const events::PlacementEvent& e) {
         bv.otherAttachmentBytes += a.bytes;
       }
     }
+    for (const auto& a : b.hostAttachments)
+      if (a.kind == "optimizer_state") bv.hostOptimizerBytes += a.bytes;
     DeviceView& d = v.devices[deviceIndex(qs(b.device))];
     d.plannedBytes += b.paramBytes + b.attachmentBytes;
+    d.hostBytes += b.hostBytes;
     d.blocks << bv;
   }
   for (const auto& m : e.memory) {

@@ -23,6 +23,7 @@ struct BlockView {
   int adapterCount = 0;             // LoRA adapters attached to the block
   qint64 emaBytes = 0;              // EMA shadows
   qint64 optimizerBytes = 0;        // optimizer state
+  qint64 hostOptimizerBytes = 0;    // optimizer state kept in host memory (train.offload_optimizer_state)
   qint64 quantScaleBytes = 0;       // quantization scales
   qint64 otherAttachmentBytes = 0;  // attachments of kinds the map has no row for
   qint64 activationBytes = 0;       // planned activations (planner only)
@@ -48,6 +49,7 @@ struct DeviceView {
   qint64 plannedBytes = 0;    // planner's estimate for this device
   qint64 budgetBytes = 0;     // planner's budget; 0 = unknown
   qint64 missingBytes = 0;    // planner: over budget by
+  qint64 hostBytes = 0;       // host memory its blocks keep (offloaded optimizer state), not in the figures above
   QVector<BlockView> blocks;  // in forward order
   QVector<MismatchView> mismatches;
 };

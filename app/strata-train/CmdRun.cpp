@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
@@ -105,6 +106,9 @@ class ProgressPrinter {
     s << "\naudit: " << (e.audit.empty() ? "clean" : std::to_string(e.audit.size()) + " mismatch(es)") << " ("
       << e.checkedTensors << " attachment tensors checked)";
     for (const auto& a : e.audit) s << "\n  " << a.path << ": expected " << a.expected << ", found " << a.actual;
+    int64_t hostBytes = 0;  // attachments kept off the cards (train.offload_optimizer_state)
+    for (const auto& b : e.blocks) hostBytes += b.hostBytes;
+    if (hostBytes > 0) s << "\nin host memory, not on the cards: " << formatBytes(hostBytes) << " of optimizer state";
     line(s.str());
   }
   void on(const events::SampleEvent& e) { line("sample: " + e.path + "  \"" + e.prompt + "\""); }

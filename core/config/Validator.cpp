@@ -448,6 +448,31 @@ class Checker {
               "has no effect: it keeps checkpointed block inputs in host memory, and gradient_checkpointing is off" +
                   lineOf("train.gradient_checkpointing"),
               "set gradient_checkpointing: true, or offload_checkpoints: false");
+    if (t.offloadOptimizerState) offloadOptimizerState();
+  }
+
+  // train.offload_optimizer_state stages adamw's float moments to the card each
+  // step; the 8-bit moments are not staged (a quarter of the size already).
+  void offloadOptimizerState() {
+    const std::string key = "train.offload_optimizer_state";
+    if (cfg_.train.optimizer == OptimizerType::AdamW8bit) {
+      error(key, "works with optimizer adamw only, and train.optimizer is adamw8bit" + lineOf("train.optimizer"),
+            "set optimizer: adamw (its moments then go to host memory), or offload_optimizer_state: false "
+            "(adamw8bit's moments are a quarter of adamw's already)");
+      return;
+    }
+    const ModelConfig& m = cfg_.model;
+    bool cpuRun = m.device == ComputeDevice::Cpu || (m.device == ComputeDevice::Auto && opt_.devices && gpus().empty());
+    if (!cpuRun && opt_.devices) {
+      const device::DeviceSelection sel = device::selectDevices(deviceRequestOf(m), *opt_.devices);
+      cpuRun = !sel.devices.empty() &&
+               std::all_of(sel.devices.begin(), sel.devices.end(), [](const auto& d) { return d.isCpu(); });
+    }
+    if (cpuRun)
+      warning(key,
+              "has no effect: no CUDA device is in this run" + lineOf("model.device") +
+                  ", so the optimizer state already is in host memory",
+              "set offload_optimizer_state: false");
   }
 
   void datasets() {

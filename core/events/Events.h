@@ -54,6 +54,10 @@ struct PlacedBlock {
   int64_t paramBytes = 0;                    // parameters and buffers of its modules
   int64_t attachmentBytes = 0;               // sum of `attachments`
   std::vector<AttachmentBytes> attachments;  // per kind, kinds with none left out
+  // Registered to the block but kept in host memory (train.offload_optimizer_state):
+  // not the device's, and not in attachmentBytes.
+  int64_t hostBytes = 0;
+  std::vector<AttachmentBytes> hostAttachments;
 };
 
 struct AuditIssue {

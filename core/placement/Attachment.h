@@ -1,9 +1,10 @@
 #pragma once
-// Something that hangs off a block and must live on that block's device: a LoRA
+// Something that hangs off a block and lives on that block's device: a LoRA
 // adapter, an EMA shadow, optimizer state, quantization scales (docs/design.md §2.2).
 // Attachments are registered with Placement by the module path of their host;
 // Placement moves them with their block, counts them in its snapshot and the
-// audit checks them.
+// audit checks them. One may instead live in host memory whatever its block's
+// device (an offloaded optimizer state): it says so through residence().
 #include <ATen/ATen.h>
 
 #include <string>
@@ -36,6 +37,12 @@ class AttachmentKind {
   const std::string* name_;  // interned in the registry, so equal names share one pointer
 };
 
+// Where an attachment's tensors live while its block is on some device.
+struct Residence {
+  c10::Device device{c10::kCPU};
+  bool pinned = false;  // page-locked host memory: copies to and from a card do not block the host
+};
+
 class Attachment {
  public:
   virtual ~Attachment() = default;
@@ -45,7 +52,12 @@ class Attachment {
   virtual std::string hostPath() const = 0;
   // Every tensor it holds, with a name for the audit ("lora_A.weight").
   virtual std::vector<std::pair<std::string, at::Tensor>> tensors() const = 0;
-  // Called by Placement only.
+  // Where its tensors live while its block is on `blockDevice`: that device, unless
+  // the attachment keeps them in host memory (pinned when the block is on CUDA, so
+  // the copies to the card can be asynchronous). The audit checks against it.
+  virtual Residence residence(const c10::Device& blockDevice) const { return {blockDevice, false}; }
+  // Called by Placement only, with the block's device: the tensors go to
+  // residence(device).
   virtual void moveTo(const c10::Device& device) = 0;
 };
 

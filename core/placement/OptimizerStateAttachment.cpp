@@ -18,8 +18,16 @@ typename StateMap::iterator findState(StateMap& map, const at::Tensor& param) {
   return map.find(compat::optimizerStateKey(param));
 }
 
-at::Tensor movedTo(const at::Tensor& t, const c10::Device& device) {
-  return t.defined() && t.device() != device ? t.to(device) : t;
+// `to` is where the tensor lives: a device, pinned host memory included.
+at::Tensor movedTo(const at::Tensor& t, const Residence& to) {
+  if (!t.defined()) return t;
+  if (to.pinned) {
+    if (t.is_cpu() && t.is_pinned()) return t;
+    at::Tensor out = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+    out.copy_(t);  // blocking: the source may be freed right after
+    return out;
+  }
+  return t.device() != to.device ? t.to(to.device) : t;
 }
 
 }  // namespace
@@ -30,8 +38,12 @@ const AttachmentKind& optimizerStateKind() {
 }
 
 OptimizerStateAttachment::OptimizerStateAttachment(std::string paramPath,
-                                                   std::shared_ptr<torch::optim::Optimizer> optimizer, at::Tensor param)
-    : paramPath_(std::move(paramPath)), optimizer_(std::move(optimizer)), param_(std::move(param)) {
+                                                   std::shared_ptr<torch::optim::Optimizer> optimizer, at::Tensor param,
+                                                   bool inHostMemory)
+    : paramPath_(std::move(paramPath)),
+      optimizer_(std::move(optimizer)),
+      param_(std::move(param)),
+      inHostMemory_(inHostMemory) {
   if (!optimizer_) throw PlacementError("optimizer state for '" + paramPath_ + "': null optimizer");
 }
 
@@ -58,17 +70,29 @@ std::vector<std::pair<std::string, at::Tensor>> OptimizerStateAttachment::tensor
   return out;
 }
 
+Residence OptimizerStateAttachment::residence(const c10::Device& blockDevice) const {
+  if (!inHostMemory_) return {blockDevice, false};
+  return {c10::Device(c10::kCPU), blockDevice.is_cuda()};
+}
+
 void OptimizerStateAttachment::moveTo(const c10::Device& device) {
+  const Residence to = residence(device);
   auto* s = state();
   if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(s)) {
-    w->exp_avg(movedTo(w->exp_avg(), device));
-    w->exp_avg_sq(movedTo(w->exp_avg_sq(), device));
-    if (w->max_exp_avg_sq().defined()) w->max_exp_avg_sq(movedTo(w->max_exp_avg_sq(), device));
+    w->exp_avg(movedTo(w->exp_avg(), to));
+    w->exp_avg_sq(movedTo(w->exp_avg_sq(), to));
+    if (w->max_exp_avg_sq().defined()) w->max_exp_avg_sq(movedTo(w->max_exp_avg_sq(), to));
   } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(s)) {
-    a->exp_avg(movedTo(a->exp_avg(), device));
-    a->exp_avg_sq(movedTo(a->exp_avg_sq(), device));
-    if (a->max_exp_avg_sq().defined()) a->max_exp_avg_sq(movedTo(a->max_exp_avg_sq(), device));
+    a->exp_avg(movedTo(a->exp_avg(), to));
+    a->exp_avg_sq(movedTo(a->exp_avg_sq(), to));
+    if (a->max_exp_avg_sq().defined()) a->max_exp_avg_sq(movedTo(a->max_exp_avg_sq(), to));
   } else if (auto* own = dynamic_cast<SelfDescribingOptimizerState*>(s)) {
+    // Strata's own states (adamw8bit) stay with their parameter: the validator
+    // refuses train.offload_optimizer_state with them.
+    if (inHostMemory_ && to.device != device)
+      throw PlacementError("optimizer state for '" + paramPath_ +
+                           "': this optimizer's state cannot be kept in host memory "
+                           "(train.offload_optimizer_state works with adamw)");
     own->moveStateTo(device);
   } else if (s != nullptr) {
     throw PlacementError("optimizer state for '" + paramPath_ + "': only Adam, AdamW and Strata's own are supported");
@@ -77,10 +101,10 @@ void OptimizerStateAttachment::moveTo(const c10::Device& device) {
 
 std::vector<std::shared_ptr<Attachment>> OptimizerStateAttachment::forParameters(
     const std::shared_ptr<torch::optim::Optimizer>& optimizer,
-    const std::vector<std::pair<std::string, at::Tensor>>& namedParams) {
+    const std::vector<std::pair<std::string, at::Tensor>>& namedParams, bool inHostMemory) {
   std::vector<std::shared_ptr<Attachment>> out;
   for (const auto& np : namedParams) {
-    out.push_back(std::make_shared<OptimizerStateAttachment>(np.first, optimizer, np.second));
+    out.push_back(std::make_shared<OptimizerStateAttachment>(np.first, optimizer, np.second, inHostMemory));
   }
   return out;
 }

@@ -179,6 +179,12 @@ void Placement::detachAll(AttachmentKind kind) {
   }
 }
 
+void Placement::placeAttachments(AttachmentKind kind) {
+  for (auto& u : units_)
+    for (auto& a : u.attachments)
+      if (a->kind() == kind) a->moveTo(u.device);
+}
+
 std::vector<std::shared_ptr<Attachment>> Placement::attachments() const {
   std::vector<std::shared_ptr<Attachment>> out;
   for (const auto& u : units_) out.insert(out.end(), u.attachments.begin(), u.attachments.end());
@@ -245,7 +251,7 @@ PlacementSnapshot Placement::snapshot() const {
     return snap.devices.back();
   };
   for (const auto& u : units_) {
-    BlockInfo block{u.slot.id, u.slot.kind, 0, {}};
+    BlockInfo block{u.slot.id, u.slot.kind, 0, {}, {}};
     for (const auto& nm : u.slot.modules) {
       if (!nm.module) continue;
       for (const auto& p : nm.module->parameters(true)) block.weightBytes += tensorBytes(p);
@@ -254,10 +260,20 @@ PlacementSnapshot Placement::snapshot() const {
     DeviceSnapshot& ds = slotFor(u.device);
     ds.weightBytes += block.weightBytes;
     for (const auto& a : u.attachments) {
-      int64_t bytes = 0;
-      for (const auto& nt : a->tensors()) bytes += tensorBytes(nt.second);
-      block.attachments.add(a->kind().name(), bytes);
-      ds.attachments.add(a->kind().name(), bytes);
+      // Host memory of an attachment on a card's block is not the card's (the GPU map reads this).
+      int64_t bytes = 0, hostBytes = 0;
+      for (const auto& nt : a->tensors()) {
+        const bool onHost = nt.second.defined() && nt.second.is_cpu() && !u.device.is_cpu();
+        (onHost ? hostBytes : bytes) += tensorBytes(nt.second);
+      }
+      if (bytes > 0 || hostBytes == 0) {
+        block.attachments.add(a->kind().name(), bytes);
+        ds.attachments.add(a->kind().name(), bytes);
+      }
+      if (hostBytes > 0) {
+        block.hostAttachments.add(a->kind().name(), hostBytes);
+        ds.hostAttachments.add(a->kind().name(), hostBytes);
+      }
     }
     ds.blocks.push_back(std::move(block));
   }
@@ -283,7 +299,22 @@ std::vector<AuditIssue> Placement::audit() const {
     }
     for (const auto& a : u.attachments) {
       const std::string base = a->hostPath() + " [" + a->kind().name() + "] ";
-      for (const auto& nt : a->tensors()) check(base + nt.first, nt.second);
+      const Residence r = a->residence(u.device);
+      if (r.device == u.device && !r.pinned) {
+        for (const auto& nt : a->tensors()) check(base + nt.first, nt.second);
+        continue;
+      }
+      // Kept in host memory: pinned where the block is on CUDA, or the copies to the card would block the host.
+      const std::string want = deviceText(r.device) + (r.pinned ? " (pinned)" : "");
+      for (const auto& nt : a->tensors()) {
+        const at::Tensor& t = nt.second;
+        if (!t.defined()) continue;
+        if (t.device() != r.device) {
+          issues.push_back(AuditIssue{base + nt.first, u.slot.id, want, deviceText(t.device())});
+        } else if (r.pinned && !t.is_pinned()) {
+          issues.push_back(AuditIssue{base + nt.first, u.slot.id, want, deviceText(t.device()) + " (pageable)"});
+        }
+      }
     }
   }
   return issues;
@@ -293,7 +324,9 @@ void Placement::auditOrThrow(const std::string& when) const {
   const auto issues = audit();
   if (issues.empty()) return;
   throw PlacementError("placement audit " + when + ": " + std::to_string(issues.size()) +
-                       " tensor(s) not on their block's device:\n" + formatAudit(issues));
+                       " tensor(s) not where they belong (their block's device, or pinned host memory for "
+                       "state kept off the card):\n" +
+                       formatAudit(issues));
 }
 
 }  // namespace strata::placement

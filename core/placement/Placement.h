@@ -41,7 +41,8 @@ struct BlockInfo {
   std::string id;                // "transformer_blocks.3", "stem", "head"
   std::string kind;              // "double", "single", "stem", "head", ...
   int64_t weightBytes = 0;       // parameters and buffers of the block's modules
-  AttachmentTotals attachments;  // what is registered to it, by kind
+  AttachmentTotals attachments;  // what is registered to it and lives on its device, by kind
+  AttachmentTotals hostAttachments;  // registered to it but kept in host memory (offloaded optimizer state)
 };
 
 // What lives on one device: plain values, no tensors (the GUI's GPU map reads it).
@@ -50,6 +51,7 @@ struct DeviceSnapshot {
   std::vector<BlockInfo> blocks;  // forward order, stem/head included
   int64_t weightBytes = 0;        // sum over its blocks
   AttachmentTotals attachments;   // sum over its blocks
+  AttachmentTotals hostAttachments;  // sum over its blocks: host memory, not this device's
   device::MemoryFigures memory;   // allocated / reserved / cap / total (CUDA only)
 };
 
@@ -57,13 +59,14 @@ struct PlacementSnapshot {
   std::vector<DeviceSnapshot> devices;  // in the order blocks use them
 };
 
-// One tensor that is not on its block's device.
+// One tensor that is not where it should live: its block's device, or for a
+// host-resident attachment host memory (pinned when the block is on CUDA).
 struct AuditIssue {
   std::string
       path;  // "transformer_blocks.3.attn.to_q.weight", "transformer_blocks.3.attn.to_q [lora_adapter] lora_A.weight"
   std::string blockId;   // owning block
-  std::string expected;  // "cuda:1"
-  std::string actual;    // "cuda:0"
+  std::string expected;  // "cuda:1"; a host-resident attachment: "cpu (pinned)" or "cpu"
+  std::string actual;    // "cuda:0"; "cpu (pageable)" for a host tensor that should be pinned
 };
 
 // "cuda:1 expected, cuda:0 found: <path>" one per line.
@@ -100,6 +103,9 @@ class Placement final : public nn::BlockRunner {
   // Unregisters every attachment of `kind`.
   void detachAll(AttachmentKind kind);
   std::vector<std::shared_ptr<Attachment>> attachments() const;
+  // Moves every registered attachment of `kind` to where it lives, its block
+  // unmoved: after a load replaced its tensors (a resumed optimizer state).
+  void placeAttachments(AttachmentKind kind);
 
   // Re-placement: moves one block ("stem", "head" or a block id) and its
   // attachments to `device`.

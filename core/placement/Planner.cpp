@@ -88,6 +88,7 @@ void summarise(const PlannerInput& in, Plan& plan) {
     dp.optimizerBytes += c.optimizerBytes;
     dp.activationBytes += c.activationBytes;
     dp.workspaceBytes = std::max(dp.workspaceBytes, c.workspaceBytes);
+    dp.hostBytes += c.hostBytes;
   };
   DevicePlan& d0 = plan.devices.front();
   d0.hasStem = d0.hasHead = true;
@@ -112,6 +113,7 @@ void summarise(const PlannerInput& in, Plan& plan) {
     if (dp.blockIds.empty()) dp.firstBlock = dp.endBlock = 0;
     dp.totalBytes = dp.weightBytes + dp.adapterBytes + dp.gradBytes + dp.emaBytes + dp.optimizerBytes + dp.otherBytes +
                     std::max(dp.activationBytes + dp.workspaceBytes, dp.otherPeakBytes);
+    if (dp.device == "cpu") dp.totalBytes += dp.hostBytes;  // host memory is the cpu device's own
     dp.missingBytes = dp.budgetBytes > 0 && dp.totalBytes > dp.budgetBytes ? dp.totalBytes - dp.budgetBytes : 0;
     if (dp.missingBytes > 0) plan.fits = false;
   }
@@ -237,7 +239,11 @@ bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std
   // total = resident + max(activations + workspace, peak).
   const double otherPeak = static_cast<double>(in.otherTrainingPeakBytes());
   size_t d = 0;
-  double used = static_cast<double>(in.stem.residentBytes() + in.head.residentBytes() + in.otherResidentBytes());
+  // On a cpu device the host memory an offloaded optimizer state takes is its own.
+  auto resident = [&](const BlockCost& c) {
+    return static_cast<double>(c.residentBytes() + (in.devices[d].device == "cpu" ? c.hostBytes : 0));
+  };
+  double used = resident(in.stem) + resident(in.head) + static_cast<double>(in.otherResidentBytes());
   double activations = static_cast<double>(in.stem.activationBytes + in.head.activationBytes);
   double workspace = static_cast<double>(std::max(in.stem.workspaceBytes, in.head.workspaceBytes));
   auto need = [&](double u, double act, double ws) { return u + (d == 0 ? std::max(ws, otherPeak - act) : ws); };
@@ -253,10 +259,9 @@ bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std
     const BlockCost& c = in.blocks[b];
     for (;;) {
       const double ws = std::max(workspace, static_cast<double>(c.workspaceBytes));
-      if (need(used + static_cast<double>(c.residentBytes()), activations + static_cast<double>(c.activationBytes),
-               ws) <= capacity[d]) {
+      if (need(used + resident(c), activations + static_cast<double>(c.activationBytes), ws) <= capacity[d]) {
         out[b] = d;
-        used += static_cast<double>(c.residentBytes());
+        used += resident(c);
         activations += static_cast<double>(c.activationBytes);
         workspace = ws;
         break;
@@ -496,6 +501,11 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   c.gradBytes = trainable;
   c.optimizerBytes = static_cast<int64_t>(static_cast<double>(loraParams) * o.optimizerBytesPerParam);
   c.emaBytes = o.ema ? trainable : 0;
+  if (o.offloadOptimizerState) {
+    // In host memory between steps; the step stages at most one chunk of it.
+    c.hostBytes = c.optimizerBytes;
+    c.optimizerBytes = 0;
+  }
   if (unit.isBlock) {
     const double perTokenState = static_cast<double>(o.batchSize * o.tokens * o.hiddenSize * o.activationElementBytes);
     const auto full = static_cast<int64_t>(perTokenState * o.activationElementsPerTokenPerHidden);
@@ -507,6 +517,8 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
       c.activationBytes = full + dequantizedBytes;
     }
   }
+  // The staged chunk is there only during the optimizer step, when no block runs.
+  if (c.hostBytes > 0) c.workspaceBytes = std::max(c.workspaceBytes, std::min(o.optimizerStagingBytes, c.hostBytes));
   return c;
 }
 
@@ -516,6 +528,17 @@ PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& 
   in.stem = estimateCost(stem, options);
   in.head = estimateCost(head, options);
   for (const auto& b : blocks) in.blocks.push_back(estimateCost(b, options));
+  // A staged chunk spans the moments of several units: its size is the whole
+  // state's, capped by the chunk, not one unit's.
+  int64_t hostTotal = in.stem.hostBytes + in.head.hostBytes;
+  for (const auto& c : in.blocks) hostTotal += c.hostBytes;
+  const int64_t staging = std::min(options.optimizerStagingBytes, hostTotal);
+  for (BlockCost* c : {&in.stem, &in.head}) {
+    if (c->hostBytes > 0) c->workspaceBytes = std::max(c->workspaceBytes, staging);
+  }
+  for (auto& c : in.blocks) {
+    if (c.hostBytes > 0) c.workspaceBytes = std::max(c.workspaceBytes, staging);
+  }
   return in;
 }
 
@@ -538,7 +561,9 @@ std::string formatPlanTable(const Plan& plan) {
     os << "  weights     " << formatBytes(dp.weightBytes) << "  (" << formatParams(dp.paramCount) << " params)\n";
     os << "  adapters    " << formatBytes(dp.adapterBytes) << "  + grads " << formatBytes(dp.gradBytes) << "\n";
     os << "  EMA         " << formatBytes(dp.emaBytes) << "\n";
-    os << "  optimizer   " << formatBytes(dp.optimizerBytes) << "\n";
+    os << "  optimizer   " << formatBytes(dp.optimizerBytes);
+    if (dp.hostBytes > 0) os << "  (+ " << formatBytes(dp.hostBytes) << " in host memory, staged for the step)";
+    os << "\n";
     os << "  activations " << formatBytes(dp.activationBytes) << "  + workspace " << formatBytes(dp.workspaceBytes)
        << "\n";
     if (dp.hasStem) {
@@ -594,6 +619,7 @@ nlohmann::json planToJson(const Plan& plan) {
                     {"grad_bytes", dp.gradBytes},
                     {"ema_bytes", dp.emaBytes},
                     {"optimizer_bytes", dp.optimizerBytes},
+                    {"host_bytes", dp.hostBytes},
                     {"activation_bytes", dp.activationBytes},
                     {"workspace_bytes", dp.workspaceBytes},
                     {"other_bytes", dp.otherBytes},

@@ -60,6 +60,7 @@ struct BlockCost {
   int64_t optimizerBytes = 0;   // optimizer state (AdamW: 2 x the trainable weights)
   int64_t activationBytes = 0;  // kept for the backward pass (summed over blocks)
   int64_t workspaceBytes = 0;   // transient while the block runs (max over a device's blocks)
+  int64_t hostBytes = 0;        // kept in host memory for it (offloaded optimizer state): not the device's
 
   int64_t residentBytes() const {
     return weightBytes + adapterBytes + gradBytes + emaBytes + optimizerBytes + activationBytes;
@@ -150,6 +151,7 @@ struct DevicePlan {
   int64_t totalBytes = 0;      // everything above; workspace counted once (its max), the larger of
                                // activations + workspace and otherPeakBytes
   int64_t missingBytes = 0;    // totalBytes - budgetBytes when over a known budget, else 0
+  int64_t hostBytes = 0;       // host memory its blocks keep (offloaded optimizer state), not in totalBytes
 };
 
 struct Plan {
@@ -227,6 +229,10 @@ struct CostOptions {
   // train.offload_checkpoints: a checkpointed block's input waits in host memory;
   // on the device only the block being recomputed holds it (in its workspace).
   bool offloadCheckpoints = false;
+  // train.offload_optimizer_state: the optimizer state waits in host memory; the
+  // device holds one staged chunk of it during the step (workspace, at most this).
+  bool offloadOptimizerState = false;
+  int64_t optimizerStagingBytes = int64_t{64} << 20;
   // Elements of activation kept per token, per hidden unit, by one block when it is
   // not checkpointed (q, k, v, attention, MLP hidden, norms, residuals). 18 matches
   // a FLUX.1-dev step measured with PyTorch: 49.1 GiB peak without checkpointing,
@@ -242,7 +248,8 @@ struct CostOptions {
 // EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,
 // without it keeps the full activations. With offloadCheckpoints the kept input is
-// on the host and counted in the workspace instead.
+// on the host and counted in the workspace instead. With offloadOptimizerState the
+// optimizer state is host memory (hostBytes) and the staging chunk is workspace.
 BlockCost estimateCost(const UnitShape& unit, const CostOptions& options);
 
 // The whole input, devices and mode left for the caller.

@@ -25,7 +25,40 @@ using BucketKey = std::tuple<std::string, int, int64_t>;  // device, dtype, step
 
 bool fusableType(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
 
+int64_t tensorBytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * t.element_size(); }
+
+// The entries `idx` of `v`.
+std::vector<at::Tensor> pick(const std::vector<at::Tensor>& v, const std::vector<size_t>& idx, size_t begin,
+                             size_t end) {
+  std::vector<at::Tensor> out;
+  out.reserve(end - begin);
+  for (size_t k = begin; k < end; ++k) out.push_back(v[idx[k]]);
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::pair<size_t, size_t>> stagingChunks(const std::vector<int64_t>& bytes, int64_t limit) {
+  if (limit < 1) throw Error("FusedAdamW: staging chunk of " + std::to_string(limit) + " bytes (must be >= 1)");
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0;
+  int64_t sum = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (i > begin && sum + bytes[i] > limit) {
+      out.emplace_back(begin, i);
+      begin = i;
+      sum = 0;
+    }
+    sum += bytes[i];
+  }
+  if (begin < bytes.size()) out.emplace_back(begin, bytes.size());
+  return out;
+}
+
+void FusedAdamW::setStagingChunkBytes(int64_t bytes) {
+  if (bytes < 1) throw Error("FusedAdamW: staging chunk of " + std::to_string(bytes) + " bytes (must be >= 1)");
+  stagingChunkBytes_ = bytes;
+}
 
 bool FusedAdamW::canSkipOnDevice() const {
   if (!allowFused_) return false;
@@ -47,6 +80,8 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   const at::Tensor skipIf = std::exchange(skipIfNotFinite_, at::Tensor());
   for (const auto& group : param_groups_)
     if (static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()) {
+      // AdamW's own step needs the state on the parameter's device.
+      if (stateInHostMemory_) throw Error("FusedAdamW: amsgrad cannot keep its state in host memory");
       lastPath_ = "per-tensor";
       return torch::optim::AdamW::step(std::move(closure));
     }
@@ -57,6 +92,22 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     loss = closure();
   }
   std::string path;
+  lastStagedChunks_ = 0;
+  // A moment with the parameter's device and dtype, zero: pinned host memory for a
+  // CUDA parameter whose state is kept off the card.
+  auto newMoment = [&](const at::Tensor& p) {
+    if (stateInHostMemory_ && p.is_cuda())
+      return at::zeros(p.sizes(), p.options().device(at::kCPU).pinned_memory(true));
+    return at::zeros_like(p, at::MemoryFormat::Preserve);
+  };
+  // Per device, the last staged moment's copy back, issued blocking once every other
+  // copy is queued: when step() returns the host copies have landed.
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> lastCopyBack;  // device -> (host, staged)
+  auto copyBack = [&](const at::Tensor& host, const at::Tensor& staged) {
+    auto& last = lastCopyBack[staged.device().str()];
+    if (last.first.defined()) last.first.copy_(last.second, /*non_blocking=*/true);
+    last = {host, staged};
+  };
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     const double lr = o.lr(), wd = o.weight_decay(), eps = o.eps();
@@ -71,8 +122,8 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
         // As AdamW starts a parameter: step 0, zero moments.
         auto s = std::make_unique<torch::optim::AdamWParamState>();
         s->step(0);
-        s->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        s->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+        s->exp_avg(newMoment(p));
+        s->exp_avg_sq(newMoment(p));
         slot = std::move(s);
       }
       auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
@@ -87,32 +138,76 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       const int64_t step = std::get<2>(key);
       const auto device = b.params.front().device();
       const auto dtype = b.params.front().scalar_type();
-      if (allowFused_ && fusableType(dtype) && fusedAdamWAvailable(device)) {
-        // The kernel reads one float step per tensor; all of this bucket share one.
-        const auto stepTensor = at::full({}, static_cast<double>(step), at::TensorOptions(device).dtype(at::kFloat));
-        const std::vector<at::Tensor> steps(b.params.size(), stepTensor);
-        at::Tensor foundInf;  // 1 where the step is to be skipped
-        if (skipIf.defined())
-          foundInf = at::logical_not(at::isfinite(skipIf)).to(device, at::kFloat, /*non_blocking=*/true);
-        compat::fusedAdamW(b.params, b.grads, b.avgs, b.sqs, steps, lr, beta1, beta2, wd, eps, foundInf);
-        path = "fused";
-        continue;
+      const bool fused = allowFused_ && fusableType(dtype) && fusedAdamWAvailable(device);
+      at::Tensor foundInf;  // 1 where the step is to be skipped (fused path)
+      if (fused && skipIf.defined())
+        foundInf = at::logical_not(at::isfinite(skipIf)).to(device, at::kFloat, /*non_blocking=*/true);
+      // One update over lists of tensors on `device`: the same arithmetic whether the
+      // moments are the state itself or staged copies of it.
+      auto update = [&](std::vector<at::Tensor> params, std::vector<at::Tensor> grads, std::vector<at::Tensor> avgs,
+                        std::vector<at::Tensor> sqs) {
+        if (fused) {
+          // The kernel reads one float step per tensor; all of this bucket share one.
+          const auto stepTensor = at::full({}, static_cast<double>(step), at::TensorOptions(device).dtype(at::kFloat));
+          const std::vector<at::Tensor> steps(params.size(), stepTensor);
+          compat::fusedAdamW(params, grads, avgs, sqs, steps, lr, beta1, beta2, wd, eps, foundInf);
+          path = "fused";
+          return;
+        }
+        // AdamW's own arithmetic, op for op, over the whole list.
+        if (wd != 0.0) at::_foreach_mul_(params, 1.0 - lr * wd);
+        const double biasCorrection1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+        const double biasCorrection2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+        at::_foreach_mul_(avgs, beta1);
+        at::_foreach_add_(avgs, grads, 1.0 - beta1);
+        at::_foreach_mul_(sqs, beta2);
+        at::_foreach_addcmul_(sqs, grads, grads, 1.0 - beta2);
+        auto denom = at::_foreach_sqrt(sqs);
+        at::_foreach_div_(denom, std::sqrt(biasCorrection2));
+        at::_foreach_add_(denom, eps);
+        at::_foreach_addcdiv_(params, avgs, denom, -lr / biasCorrection1);
+        if (path.empty()) path = "foreach";
+      };
+      // Moments kept on another device than their parameter (pinned host memory) are
+      // staged; the rest are updated where they are.
+      std::vector<size_t> direct, staged;
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        const bool away = b.avgs[i].device() != device || b.sqs[i].device() != device;
+        (away || stageOnSameDevice_ ? staged : direct).push_back(i);
       }
-      // AdamW's own arithmetic, op for op, over the whole list.
-      if (wd != 0.0) at::_foreach_mul_(b.params, 1.0 - lr * wd);
-      const double biasCorrection1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-      const double biasCorrection2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-      at::_foreach_mul_(b.avgs, beta1);
-      at::_foreach_add_(b.avgs, b.grads, 1.0 - beta1);
-      at::_foreach_mul_(b.sqs, beta2);
-      at::_foreach_addcmul_(b.sqs, b.grads, b.grads, 1.0 - beta2);
-      auto denom = at::_foreach_sqrt(b.sqs);
-      at::_foreach_div_(denom, std::sqrt(biasCorrection2));
-      at::_foreach_add_(denom, eps);
-      at::_foreach_addcdiv_(b.params, b.avgs, denom, -lr / biasCorrection1);
-      if (path.empty()) path = "foreach";
+      if (!direct.empty()) {
+        update(pick(b.params, direct, 0, direct.size()), pick(b.grads, direct, 0, direct.size()),
+               pick(b.avgs, direct, 0, direct.size()), pick(b.sqs, direct, 0, direct.size()));
+      }
+      if (staged.empty()) continue;
+      std::vector<int64_t> bytes;
+      for (size_t i : staged) bytes.push_back(tensorBytes(b.avgs[i]) + tensorBytes(b.sqs[i]));
+      for (const auto& chunk : stagingChunks(bytes, stagingChunkBytes_)) {
+        const size_t begin = chunk.first, end = chunk.second;  // not bindings: the lambda captures them
+        // Host -> device without blocking (pinned sources); the update and the copies
+        // back queue behind it on the same stream.
+        auto stage = [&](const std::vector<at::Tensor>& host) {
+          std::vector<at::Tensor> out;
+          for (size_t k = begin; k < end; ++k) {
+            const at::Tensor& h = host[staged[k]];
+            at::Tensor d = at::empty(h.sizes(), at::TensorOptions().dtype(h.scalar_type()).device(device));
+            d.copy_(h, /*non_blocking=*/true);
+            out.push_back(std::move(d));
+          }
+          return out;
+        };
+        std::vector<at::Tensor> avgs = stage(b.avgs), sqs = stage(b.sqs);
+        update(pick(b.params, staged, begin, end), pick(b.grads, staged, begin, end), avgs, sqs);
+        for (size_t k = begin; k < end; ++k) {
+          copyBack(b.avgs[staged[k]], avgs[k - begin]);
+          copyBack(b.sqs[staged[k]], sqs[k - begin]);
+        }
+        ++lastStagedChunks_;
+      }
     }
   }
+  // Blocking: the device has run everything before it, the other copies back included.
+  for (auto& [device, last] : lastCopyBack) last.first.copy_(last.second, /*non_blocking=*/false);
   lastPath_ = path;
   return loss;
 }

@@ -9,9 +9,17 @@
 // (step count, exp_avg, exp_avg_sq), so the checkpoint code (train/OptimizerState)
 // and the placement attachment (placement/OptimizerStateAttachment) see no
 // difference. amsgrad is not fused: a group with it takes AdamW's own step.
+//
+// State in host memory (train.offload_optimizer_state): the moments of a CUDA
+// parameter are created in pinned host memory; each step copies them to the card in
+// chunks of at most stagingChunkBytes() of moments (so the card never holds all of
+// them), runs the same kernel on the staged copies and copies them back without
+// blocking; step() returns once the host copies have landed.
 #include <torch/optim/adamw.h>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::train {
@@ -29,6 +37,21 @@ class FusedAdamW : public torch::optim::AdamW {
   // Set false to keep the foreach path on CUDA too (tests compare the two).
   void setAllowFused(bool allow) { allowFused_ = allow; }
 
+  static constexpr int64_t kDefaultStagingChunkBytes = int64_t{64} << 20;
+  // New moments of a CUDA parameter go to pinned host memory (a CPU parameter's stay
+  // with it); moments on another device than their parameter are staged each step.
+  void setStateInHostMemory(bool inHost) { stateInHostMemory_ = inHost; }
+  bool stateInHostMemory() const { return stateInHostMemory_; }
+  // Moments staged at a time (exp_avg and exp_avg_sq together); a tensor larger than
+  // this is staged alone. Throws Error for a value < 1.
+  void setStagingChunkBytes(int64_t bytes);
+  int64_t stagingChunkBytes() const { return stagingChunkBytes_; }
+  // Tests without CUDA: stage the moments of CPU parameters as well (CPU to CPU), so
+  // the chunked path runs and can be compared with the direct one.
+  void setStageOnSameDevice(bool stage) { stageOnSameDevice_ = stage; }
+  // How many chunks the last step staged (0: none); for tests and the bench.
+  int64_t lastStagedChunks() const { return lastStagedChunks_; }
+
   // Whether the next step() takes the fused kernel for every parameter (CUDA,
   // LibTorch 2.1+, float types, no amsgrad): only that path can skip on the device.
   bool canSkipOnDevice() const;
@@ -43,7 +66,15 @@ class FusedAdamW : public torch::optim::AdamW {
   std::string lastPath_;
   bool allowFused_ = true;
   at::Tensor skipIfNotFinite_;
+  bool stateInHostMemory_ = false;
+  bool stageOnSameDevice_ = false;
+  int64_t stagingChunkBytes_ = kDefaultStagingChunkBytes;
+  int64_t lastStagedChunks_ = 0;
 };
+
+// Consecutive ranges [begin, end) of `bytes` (moment bytes per tensor, in order),
+// each summing to at most `limit`, or a single tensor larger than it.
+std::vector<std::pair<size_t, size_t>> stagingChunks(const std::vector<int64_t>& bytes, int64_t limit);
 
 // Whether this LibTorch has the fused AdamW kernel for `device` (CUDA, 2.1+).
 bool fusedAdamWAvailable(const c10::Device& device);

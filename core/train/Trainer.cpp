@@ -103,6 +103,8 @@ events::PlacementEvent placementEventOf(const placement::Placement& p, const std
       pb.paramBytes = b.weightBytes;
       pb.attachmentBytes = b.attachments.totalBytes();
       for (const auto& k : b.attachments.kinds) pb.attachments.push_back({k.kind, k.count, k.bytes});
+      pb.hostBytes = b.hostAttachments.totalBytes();
+      for (const auto& k : b.hostAttachments.kinds) pb.hostAttachments.push_back({k.kind, k.count, k.bytes});
       e.blocks.push_back(pb);
     }
     events::DeviceMemory m;
@@ -329,12 +331,18 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     opts.betas(std::make_tuple(tc.betas.size() > 0 ? tc.betas[0] : 0.9, tc.betas.size() > 1 ? tc.betas[1] : 0.999));
     opts.eps(tc.eps);
     opts.weight_decay(tc.weightDecay);
-    // After placement: its state is created on each parameter's device (docs/design.md §2.2).
-    if (tc.optimizer == config::OptimizerType::AdamW8bit)
+    // After placement: its state is created on each parameter's device (docs/design.md §2.2),
+    // or with train.offload_optimizer_state in pinned host memory (the validator keeps
+    // that to adamw).
+    if (tc.optimizer == config::OptimizerType::AdamW8bit) {
       st.optimizer = std::make_shared<AdamW8bit>(params, opts);
-    else
-      st.optimizer = std::make_shared<FusedAdamW>(params, opts);
-    st.placement->attachAll(placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams));
+    } else {
+      auto fused = std::make_shared<FusedAdamW>(params, opts);
+      fused->setStateInHostMemory(tc.offloadOptimizerState);
+      st.optimizer = std::move(fused);
+    }
+    st.placement->attachAll(
+        placement::OptimizerStateAttachment::forParameters(st.optimizer, st.namedParams, tc.offloadOptimizerState));
     if (tc.ema.useEma) {
       EmaOptions eo;
       eo.decay = tc.ema.emaDecay;
@@ -360,6 +368,9 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
     try {
       st.network->loadStateDict(toMap(st.resumeData->lora), st.familyDef->checkpointPrefix());
       loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer));
+      // Loaded on each parameter's device; placement puts it where this run keeps it
+      // (pinned host memory with train.offload_optimizer_state), whatever the saved run did.
+      st.placement->placeAttachments(placement::optimizerStateKind());
       if (st.ema) {
         const auto shadows = toMap(st.resumeData->ema);
         for (size_t i = 0; i < st.ema->size(); ++i) {
@@ -532,6 +543,10 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
       auto check = norm;
       for (const auto& l : losses) check = check + l.to(norm.device(), at::kDouble, /*non_blocking=*/true).sum();
       fused->skipNextStepIfNotFinite(check);
+      // With the state in host memory step() itself waits for its copies back (the
+      // one host wait of the step): the graph's teardown goes first, while the card
+      // still works through the backward and the clip.
+      if (fused->stateInHostMemory()) lastGraph.reset();
       st.optimizer->step();
     }
     if (st.phases) st.phases->mark("optimizer");

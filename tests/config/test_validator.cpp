@@ -93,6 +93,37 @@ TEST(Validator, OffloadingCheckpointsWithoutCheckpointingIsSaidToDoNothing) {
   for (const auto& p : on) EXPECT_NE(p.key, "train.offload_checkpoints") << test::dump(on);
 }
 
+TEST(Validator, OffloadingOptimizerStateWantsAdamwAndACard) {
+  const auto yaml = [](const std::string& device, const std::string& optimizer) {
+    return "model:\n"
+           "  preset: tiny\n"
+           "  random_weights: true\n"
+           "  device: " +
+           device +
+           "\n"                                 // 4
+           "train:\n"                           // 5
+           "  offload_optimizer_state: true\n"  // 6
+           "  optimizer: " +
+           optimizer +
+           "\n"  // 7
+           "datasets: [{type: shapes, resolution: [32]}]\n"
+           "sample: {sample_every: 0}\n";
+  };
+  const std::string key = "train.offload_optimizer_state";
+  // adamw on a card: nothing to say.
+  for (const auto& p : check(yaml("cuda", "adamw"), std::vector{gpu(0, 9)})) EXPECT_NE(p.key, key) << p.format();
+  // No card in the run: the state is in host memory already.
+  const auto cpu = check(yaml("cpu", "adamw"));
+  EXPECT_TRUE(hasProblem(cpu, Severity::Warning, key, 6, "no CUDA device")) << test::dump(cpu);
+  EXPECT_EQ(countErrors(cpu), 0u) << test::dump(cpu);
+  const auto autoWithoutGpus = check(yaml("auto", "adamw"), std::vector<device::DeviceInfo>{});
+  EXPECT_TRUE(hasProblem(autoWithoutGpus, Severity::Warning, key, 6, "no CUDA device")) << test::dump(autoWithoutGpus);
+  for (const auto& p : check(yaml("auto", "adamw"), std::vector{gpu(0, 9)})) EXPECT_NE(p.key, key) << p.format();
+  // adamw8bit: refused, naming the optimizer's line.
+  const auto eight = check(yaml("cuda", "adamw8bit"), std::vector{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(eight, Severity::Error, key, 6, "adamw8bit (line 7)")) << test::dump(eight);
+}
+
 TEST(Validator, ImagesDatasetsAreAcceptedAndEveryKeyIsRead) {
   const auto problems = check(
       "model: {preset: tiny, random_weights: true, device: cpu, tokenizer_path: /models/flux}\n"

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "common/GradClipReference.h"
@@ -16,8 +18,10 @@
 #include "common/TorchCompat.h"
 #include "gpu/GpuStats.h"
 #include "models/flux/FluxLayout.h"
+#include "placement/OptimizerStateAttachment.h"
 #include "train/FusedAdamW.h"
 #include "train/GradClip.h"
+#include "train/OptimizerState.h"
 
 using namespace strata;
 using namespace strata::test::gpu;
@@ -188,5 +192,162 @@ TEST(OptimizerGpu, NormOverCpuAndCudaGradientsWaitsForTheCard) {
     EXPECT_FLOAT_EQ(a.grad()[0].item<float>(), 0.6f) << "round " << round;
     EXPECT_FLOAT_EQ(b.grad()[0].item<float>(), 0.8f) << "round " << round;
     onCpu.mutable_grad() = at::tensor({3.0f, 0.0f});
+  }
+}
+
+namespace {
+
+torch::optim::AdamWParamState& adamState(train::FusedAdamW& opt, const at::Tensor& p) {
+  return static_cast<torch::optim::AdamWParamState&>(*opt.state().at(compat::optimizerStateKey(p)));
+}
+
+// Kernels queued ahead of what follows, so a copy that does not wait reads too early.
+void keepTheCardBusy() {
+  const auto m = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA, 0));
+  for (int i = 0; i < 20; ++i) (void)at::mm(m, m);
+}
+
+}  // namespace
+
+// train.offload_optimizer_state: FLUX.1-dev's LoRA moments in pinned host memory,
+// staged to the card in chunks for the fused step. The same bits as moments kept on
+// the card; the card's peak during the step lower by about the moments' bytes; the
+// host copies readable when step() returns; the on-device skip leaves all as it was.
+TEST(OptimizerGpu, OffloadedMomentsMatchOnDeviceMoments) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const auto shapes = loraShapes(flux::FluxConfig::fluxDev());
+  int64_t momentBytes = 0;
+  for (const auto& s : shapes) momentBytes += 2 * s[0] * s[1] * 4;
+  auto onCard = makeParams(shapes, 5);
+  auto offloaded = makeParams(shapes, 5);
+  train::FusedAdamW cardOpt(onCard, options()), hostOpt(offloaded, options());
+  hostOpt.setStateInHostMemory(true);
+  // The offloaded steps first, then the on-card ones: the other's state is never on the card meanwhile,
+  // and both sets of gradients are there in both phases.
+  int64_t hostPeak = 0, cardPeak = 0;
+  setGrads(onCard, 400);
+  for (int s = 0; s < 3; ++s) {
+    setGrads(offloaded, 400 + s);
+    synchronize();
+    resetPeak();
+    hostOpt.step();
+    synchronize();
+    hostPeak = std::max(hostPeak, peakAllocatedBytes());
+    EXPECT_GT(hostOpt.lastStagedChunks(), 1) << "step " << s + 1;
+  }
+  for (int s = 0; s < 3; ++s) {
+    setGrads(onCard, 400 + s);
+    synchronize();
+    resetPeak();
+    cardOpt.step();
+    synchronize();
+    cardPeak = std::max(cardPeak, peakAllocatedBytes());
+  }
+  EXPECT_EQ(hostOpt.lastPath(), cardOpt.lastPath());
+  EXPECT_EQ(hostOpt.lastPath(), compat::kHasFusedAdamW ? "fused" : "foreach");
+  std::cout << "[optimizer gpu] offloaded moments: " << shapes.size() << " tensors, " << gib(momentBytes)
+            << " GiB of moments in " << hostOpt.lastStagedChunks() << " chunks; peak allocated during the step "
+            << gib(cardPeak) << " GiB with them on the card, " << gib(hostPeak) << " GiB offloaded ("
+            << gib(cardPeak - hostPeak) << " GiB less)" << std::endl;
+  EXPECT_GE(cardPeak - hostPeak, momentBytes - 2 * train::FusedAdamW::kDefaultStagingChunkBytes);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    ASSERT_TRUE(at::equal(offloaded[i].detach(), onCard[i].detach())) << "param " << i;
+    const auto& h = adamState(hostOpt, offloaded[i]);
+    const auto& c = adamState(cardOpt, onCard[i]);
+    ASSERT_TRUE(h.exp_avg().is_cpu() && h.exp_avg().is_pinned()) << "param " << i;
+    ASSERT_TRUE(h.exp_avg_sq().is_cpu() && h.exp_avg_sq().is_pinned()) << "param " << i;
+    ASSERT_TRUE(at::equal(h.exp_avg(), c.exp_avg().cpu())) << "exp_avg " << i;
+    ASSERT_TRUE(at::equal(h.exp_avg_sq(), c.exp_avg_sq().cpu())) << "exp_avg_sq " << i;
+  }
+
+  // Readable when step() returns: copied on the host before any other wait, behind a busy card.
+  setGrads(offloaded, 410);
+  setGrads(onCard, 410);
+  keepTheCardBusy();
+  hostOpt.step();
+  std::vector<at::Tensor> readAtOnce;
+  for (size_t i = 0; i < shapes.size(); i += 37)
+    readAtOnce.push_back(adamState(hostOpt, offloaded[i]).exp_avg().clone());
+  cardOpt.step();
+  for (size_t i = 0, k = 0; i < shapes.size(); i += 37, ++k)
+    ASSERT_TRUE(at::equal(readAtOnce[k], adamState(cardOpt, onCard[i]).exp_avg().cpu())) << "exp_avg " << i;
+
+  // The on-device skip (a NaN gradient): parameters and host moments as they were.
+  if (!hostOpt.canSkipOnDevice()) return;  // LibTorch before 2.1: no fused kernel to skip in
+  std::vector<at::Tensor> params, avgs, sqs;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    params.push_back(offloaded[i].detach().clone());
+    avgs.push_back(adamState(hostOpt, offloaded[i]).exp_avg().clone());
+    sqs.push_back(adamState(hostOpt, offloaded[i]).exp_avg_sq().clone());
+  }
+  setGrads(offloaded, 500);
+  offloaded[11].mutable_grad()[0][0] = NAN;
+  const auto norm = train::clipGradNormQueued(offloaded, 1.0);
+  hostOpt.skipNextStepIfNotFinite(norm);
+  hostOpt.step();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    ASSERT_TRUE(at::equal(offloaded[i].detach(), params[i])) << "param " << i;
+    ASSERT_TRUE(at::equal(adamState(hostOpt, offloaded[i]).exp_avg(), avgs[i])) << "exp_avg " << i;
+    ASSERT_TRUE(at::equal(adamState(hostOpt, offloaded[i]).exp_avg_sq(), sqs[i])) << "exp_avg_sq " << i;
+  }
+  std::cout << "[optimizer gpu] offloaded moments: bit-equal to on-card moments over 4 steps, readable when step() "
+               "returns, a NaN gradient skipped the update"
+            << std::endl;
+}
+
+// Checkpoints across the setting: a state saved from pinned host memory loads onto
+// the card and one saved from the card loads into pinned host memory (through the
+// placement attachment, as the trainer's resume does), bit for bit, and steps alike.
+TEST(OptimizerGpu, OffloadedStateSavesAndLoadsEitherWay) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  auto shapes = loraShapes(flux::FluxConfig::fluxDev());
+  shapes.resize(96);
+  auto saved = makeParams(shapes, 7);
+  train::FusedAdamW source(saved, options());
+  source.setStateInHostMemory(true);
+  train::NamedParams named;
+  for (size_t i = 0; i < saved.size(); ++i) named.emplace_back("transformer_blocks.0.p" + std::to_string(i), saved[i]);
+  for (int s = 0; s < 2; ++s) {
+    setGrads(saved, 600 + s);
+    source.step();
+  }
+  std::map<std::string, at::Tensor> file;
+  for (const auto& [k, t] : train::saveAdamWState(source, named)) file[k] = t.clone();
+  for (const bool intoHost : {false, true}) {
+    SCOPED_TRACE(intoHost ? "into pinned host memory" : "onto the card");
+    auto params = makeParams(shapes, 7);
+    for (size_t i = 0; i < params.size(); ++i) {
+      at::NoGradGuard ng;
+      params[i].copy_(saved[i]);
+    }
+    train::NamedParams n2;
+    for (size_t i = 0; i < params.size(); ++i) n2.emplace_back(named[i].first, params[i]);
+    auto opt = std::make_shared<train::FusedAdamW>(params, options());
+    opt->setStateInHostMemory(intoHost);
+    train::loadAdamWState(*opt, n2, file);
+    for (const auto& a : placement::OptimizerStateAttachment::forParameters(opt, n2, intoHost))
+      a->moveTo(c10::Device(c10::kCUDA, 0));  // what Placement::placeAttachments does for the block on cuda:0
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& st = adamState(*opt, params[i]);
+      ASSERT_EQ(st.exp_avg().is_cpu(), intoHost) << i;
+      if (intoHost) ASSERT_TRUE(st.exp_avg().is_pinned() && st.exp_avg_sq().is_pinned()) << i;
+      ASSERT_TRUE(at::equal(st.exp_avg().cpu(), adamState(source, saved[i]).exp_avg())) << i;
+      ASSERT_TRUE(at::equal(st.exp_avg_sq().cpu(), adamState(source, saved[i]).exp_avg_sq())) << i;
+    }
+    auto ref = makeParams(shapes, 7);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      at::NoGradGuard ng;
+      ref[i].copy_(saved[i]);
+    }
+    // One more step of each from the same state: the same parameters.
+    train::FusedAdamW cont(ref, options());
+    train::NamedParams n3;
+    for (size_t i = 0; i < ref.size(); ++i) n3.emplace_back(named[i].first, ref[i]);
+    train::loadAdamWState(cont, n3, file);
+    setGrads(params, 700);
+    setGrads(ref, 700);
+    opt->step();
+    cont.step();
+    for (size_t i = 0; i < params.size(); ++i) ASSERT_TRUE(at::equal(params[i], ref[i])) << i;
   }
 }

@@ -147,3 +147,56 @@ TEST(TrainGpu, Fp16RunScalesTheLossAndCheckpointsTheScale) {
             << data.state["loss_scale"].get<double>() << "\n";
   EXPECT_EQ(allocated(0), 0);
 }
+
+// train.offload_optimizer_state through the trainer: a run with it stops and saves,
+// then resumes with it (the loaded state goes to pinned host memory: the placement
+// event counts it as host bytes, not the card's) or without it (back on the card);
+// every audit is clean and the resumed runs train on.
+TEST(TrainGpu, OffloadedOptimizerStateSavesResumesAndPassesTheAudit) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  test::TempDir tmp;
+  auto cfg = gpuTiny(tmp.path());
+  cfg.sample.sampleEvery = 0;
+  cfg.train.offloadOptimizerState = true;
+  for (const bool resumeWith : {true, false}) {
+    SCOPED_TRACE(resumeWith ? "resumed with the option" : "resumed without it");
+    const auto dir = tmp / (resumeWith ? "with" : "without");
+    events::EventBus bus;
+    std::vector<events::PlacementEvent> placements;
+    std::vector<events::StepEvent> steps;
+    std::string failures;
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (auto* p = std::get_if<events::PlacementEvent>(&e)) placements.push_back(*p);
+      if (auto* s = std::get_if<events::StepEvent>(&e)) steps.push_back(*s);
+      if (auto* f = std::get_if<events::FailedEvent>(&e)) failures += f->message + "\n";
+      if (auto* f = std::get_if<events::PreflightFailedEvent>(&e))
+        for (const auto& p : f->problems) failures += p + "\n";
+    });
+    TrainerOptions first;
+    first.runDir = dir;
+    first.stopAfterStep = 3;
+    ASSERT_EQ(Trainer(cfg, bus, first).run(), RunOutcome::Stopped) << failures;
+    auto second = cfg;
+    second.train.offloadOptimizerState = resumeWith;
+    TrainerOptions again;
+    again.runDir = dir;
+    again.resume = true;
+    ASSERT_EQ(Trainer(second, bus, again).run(), RunOutcome::Finished) << failures;
+    ASSERT_EQ(placements.size(), 2u);
+    for (const auto& p : placements) EXPECT_TRUE(p.audit.empty()) << p.audit.size() << " audit issues";
+    int64_t onCard = 0, onHost = 0;
+    for (const auto& b : placements[1].blocks) {
+      for (const auto& a : b.attachments)
+        if (a.kind == "optimizer_state") onCard += a.bytes;
+      for (const auto& a : b.hostAttachments)
+        if (a.kind == "optimizer_state") onHost += a.bytes;
+    }
+    std::cout << "[train gpu] offloaded optimizer state resumed " << (resumeWith ? "with" : "without")
+              << " the option: " << onHost << " bytes of it in host memory, " << onCard << " on the card" << std::endl;
+    EXPECT_EQ(onHost > 0, resumeWith);
+    EXPECT_EQ(onCard > 0, !resumeWith);
+    ASSERT_EQ(steps.size(), 6u);
+    for (const auto& s : steps) EXPECT_TRUE(std::isfinite(s.loss)) << "step " << s.step;
+    EXPECT_EQ(RunFolder(dir).latestCheckpoint()->step, 6);
+  }
+}

@@ -443,6 +443,58 @@ TEST(Planner, ReportCarriesEveryCostColumn) {
   EXPECT_NE(text.find("budget"), std::string::npos);
 }
 
+// train.offload_optimizer_state: the optimizer state is host memory; the card holds
+// one staged chunk of it during the step, as workspace (the whole state's size when
+// that is smaller than the chunk).
+TEST(Planner, OffloadedOptimizerStateIsHostMemoryAndOneChunkOfWorkspace) {
+  UnitShape stem{"stem", "stem", 1000, {}, false};
+  UnitShape head{"head", "head", 500, {}, false};
+  std::vector<UnitShape> blocks;
+  for (int i = 0; i < 4; ++i)
+    blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {128, 64}}, true});
+  CostOptions o;
+  o.loraRank = 4;
+  o.tokens = 16;
+  o.hiddenSize = 64;
+  const int64_t optimizer = 2 * 6144;                                  // per block: two float32 moments
+  const int64_t workspace = static_cast<int64_t>(16 * 64 * 2 * 18.0);  // one block recomputed
+  auto plan = [&](const CostOptions& opts, const std::string& device) {
+    PlannerInput in = estimateInput(stem, blocks, head, opts);
+    in.devices = {DeviceBudget{device, device, 1 * kGB}};
+    in.mode = PlanMode::Memory;
+    return planPlacement(in);
+  };
+  const Plan onCard = plan(o, "cuda:0");
+  CostOptions off = o;
+  off.offloadOptimizerState = true;
+  const PlannerInput in = estimateInput(stem, blocks, head, off);
+  EXPECT_EQ(in.blocks[0].optimizerBytes, 0);
+  EXPECT_EQ(in.blocks[0].hostBytes, optimizer);
+  // The default chunk (64 MiB) holds the whole state (4 blocks), more than the recompute's workspace.
+  EXPECT_EQ(in.blocks[0].workspaceBytes, 4 * optimizer);
+  EXPECT_EQ(in.stem.workspaceBytes, 0);  // no adapters there, nothing staged for it
+  const Plan offloaded = plan(off, "cuda:0");
+  const DevicePlan &a = onCard.devices[0], &b = offloaded.devices[0];
+  EXPECT_EQ(a.optimizerBytes, 4 * optimizer);
+  EXPECT_EQ(a.hostBytes, 0);
+  EXPECT_EQ(b.optimizerBytes, 0);
+  EXPECT_EQ(b.hostBytes, 4 * optimizer);
+  EXPECT_EQ(b.workspaceBytes, 4 * optimizer);
+  EXPECT_EQ(b.totalBytes, a.totalBytes - 4 * optimizer + (4 * optimizer - workspace));
+  // A chunk smaller than the recompute's workspace adds nothing: the card saves the whole state.
+  off.optimizerStagingBytes = 1024;
+  const Plan small = plan(off, "cuda:0");
+  EXPECT_EQ(small.devices[0].workspaceBytes, workspace);
+  EXPECT_EQ(small.devices[0].totalBytes, a.totalBytes - 4 * optimizer);
+  // Reported: the text and the JSON carry the host figure.
+  EXPECT_NE(formatPlan(small).find("in host memory"), std::string::npos) << formatPlan(small);
+  EXPECT_EQ(planToJson(small)["devices"][0]["host_bytes"].get<int64_t>(), 4 * optimizer);
+  EXPECT_EQ(formatPlan(onCard).find("in host memory"), std::string::npos);
+  // On a cpu device host memory is its own: the state still counts there.
+  const Plan cpu = plan(o, "cpu"), cpuOff = plan(off, "cpu");
+  EXPECT_EQ(cpuOff.devices[0].totalBytes, cpu.devices[0].totalBytes);
+}
+
 TEST(DeviceSpec, ParsesCountsSizesAndCpu) {
   auto d = device::parseDeviceSpec("4x16GB");
   ASSERT_EQ(d.size(), 4u);

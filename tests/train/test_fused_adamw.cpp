@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <utility>
 #include <torch/optim/adamw.h>
 
+#include "common/Error.h"
+#include "common/TorchCompat.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "train/FusedAdamW.h"
 #include "train/OptimizerState.h"
@@ -172,4 +175,94 @@ TEST(FusedAdamW, OnlyTheFusedPathCanSkipOnTheDevice) {
   // No fused kernel for the CPU: the trainer then reads the norm before stepping.
   EXPECT_FALSE(fused.canSkipOnDevice());
   EXPECT_THROW(fused.skipNextStepIfNotFinite(at::full({}, NAN)), std::exception);
+}
+
+TEST(FusedAdamW, StagingChunksStayWithinTheLimit) {
+  using Chunks = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(stagingChunks({10, 20, 30, 5}, 30), (Chunks{{0, 2}, {2, 3}, {3, 4}}));
+  EXPECT_EQ(stagingChunks({10, 20, 30, 5}, 1000), (Chunks{{0, 4}}));
+  EXPECT_EQ(stagingChunks({100, 5, 5}, 30), (Chunks{{0, 1}, {1, 3}}));  // larger than the limit: alone
+  EXPECT_EQ(stagingChunks({}, 30), Chunks{});
+  EXPECT_THROW(stagingChunks({1}, 0), Error);
+  FusedAdamW opt(std::vector<at::Tensor>{at::zeros({1}).requires_grad_(true)}, options());
+  EXPECT_EQ(opt.stagingChunkBytes(), FusedAdamW::kDefaultStagingChunkBytes);
+  EXPECT_THROW(opt.setStagingChunkBytes(0), Error);
+}
+
+// train.offload_optimizer_state's step, on the CPU: the moments staged in chunks
+// (copied out, updated, copied back) give the same bits as updating them in place.
+// On CUDA the copies go between pinned host memory and the card (tests/gpu).
+TEST(FusedAdamW, StagedMomentsGiveTheSameBitsAsTheDirectStep) {
+  const std::vector<std::vector<int64_t>> shapes{{16, 64}, {48, 16}, {16, 3}, {5}, {64, 16}, {7, 7}};
+  const auto prob = makeProblem(23, 5, shapes);
+  auto directParams = clones(prob.params);
+  auto stagedParams = clones(prob.params);
+  FusedAdamW direct(directParams, options());
+  FusedAdamW staged(stagedParams, options());
+  staged.setStateInHostMemory(true);
+  staged.setStageOnSameDevice(true);
+  staged.setStagingChunkBytes(2 * 16 * 64 * 4);  // one of the largest tensors' two moments: several chunks
+  std::vector<at::Tensor> firstAvgs;
+  for (size_t s = 0; s < prob.grads.size(); ++s) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      directParams[i].mutable_grad() = prob.grads[s][i].clone();
+      stagedParams[i].mutable_grad() = prob.grads[s][i].clone();
+    }
+    if (s == 2) {  // a parameter without a gradient: its step count lags, a bucket of its own later
+      directParams[2].mutable_grad() = at::Tensor();
+      stagedParams[2].mutable_grad() = at::Tensor();
+    }
+    direct.step();
+    staged.step();
+    EXPECT_EQ(direct.lastStagedChunks(), 0);
+    EXPECT_GT(staged.lastStagedChunks(), 2) << "step " << s + 1;
+    EXPECT_EQ(staged.lastPath(), direct.lastPath());
+    for (size_t i = 0; i < shapes.size(); ++i)
+      ASSERT_TRUE(at::equal(stagedParams[i], directParams[i])) << "step " << s + 1 << " param " << i;
+    if (s == 0) {
+      for (const auto& p : stagedParams)
+        firstAvgs.push_back(
+            static_cast<torch::optim::AdamWParamState&>(*staged.state().at(compat::optimizerStateKey(p))).exp_avg());
+    }
+  }
+  EXPECT_GT(maxRelDiff(stagedParams[0], prob.params[0]), 1e-4);  // the steps did move them
+  NamedParams directNamed, stagedNamed;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    directNamed.emplace_back("p" + std::to_string(i), directParams[i]);
+    stagedNamed.emplace_back("p" + std::to_string(i), stagedParams[i]);
+  }
+  const auto a = saveAdamWState(direct, directNamed), b = saveAdamWState(staged, stagedNamed);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+  // The copies went back into the state's own tensors (a checkpoint reads those), not into new ones.
+  for (size_t i = 0; i < stagedParams.size(); ++i) {
+    const auto& s =
+        static_cast<torch::optim::AdamWParamState&>(*staged.state().at(compat::optimizerStateKey(stagedParams[i])));
+    EXPECT_TRUE(s.exp_avg().is_same(firstAvgs[i])) << "param " << i;
+  }
+}
+
+// A CPU parameter's state is in host memory already: the option changes nothing there.
+TEST(FusedAdamW, StateInHostMemoryLeavesCpuParametersAlone) {
+  const auto prob = makeProblem(29, 3, {{8, 32}, {32, 8}});
+  auto plainParams = clones(prob.params), hostParams = clones(prob.params);
+  FusedAdamW plain(plainParams, options()), host(hostParams, options());
+  host.setStateInHostMemory(true);
+  for (int s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < plainParams.size(); ++i) {
+      plainParams[i].mutable_grad() = prob.grads[s][i].clone();
+      hostParams[i].mutable_grad() = prob.grads[s][i].clone();
+    }
+    plain.step();
+    host.step();
+    EXPECT_EQ(host.lastStagedChunks(), 0);
+  }
+  for (size_t i = 0; i < plainParams.size(); ++i) EXPECT_TRUE(at::equal(hostParams[i], plainParams[i])) << i;
+  for (const auto& p : hostParams) {
+    const auto& s = static_cast<torch::optim::AdamWParamState&>(*host.state().at(compat::optimizerStateKey(p)));
+    EXPECT_TRUE(s.exp_avg().is_cpu());
+  }
 }

@@ -347,6 +347,25 @@ TEST(PrepareRun, AdamW8bitPlansAQuarterOfTheOptimizerState) {
   EXPECT_EQ(eight.plan.devices.at(0).adapterBytes, adapters);
 }
 
+// train.offload_optimizer_state, read by the FLUX family's planning: the card holds no
+// optimizer state (only the staged chunk, inside the workspace), the plan names the host part.
+TEST(PrepareRun, OffloadedOptimizerStatePlansLessOnTheCard) {
+  config::RunConfig c = tinyConfig();
+  c.model.device = config::ComputeDevice::Cuda;
+  c.network.linear = 4;
+  const PreparedRun plain = preview(c, "1x16GB");
+  c.train.offloadOptimizerState = true;
+  const PreparedRun off = preview(c, "1x16GB");
+  ASSERT_TRUE(plain.ok() && off.ok()) << errors(plain) << errors(off);
+  const auto &a = plain.plan.devices.at(0), &b = off.plan.devices.at(0);
+  ASSERT_GT(a.optimizerBytes, 0);
+  EXPECT_EQ(b.optimizerBytes, 0);
+  EXPECT_EQ(b.hostBytes, a.optimizerBytes);
+  EXPECT_LT(b.totalBytes, a.totalBytes);
+  EXPECT_GE(b.totalBytes, a.totalBytes - a.optimizerBytes);  // the staged chunk is not free
+  EXPECT_NE(placement::formatPlan(off.plan).find("in host memory"), std::string::npos);
+}
+
 TEST(PrepareRun, ATextEncoderTooLargeForCachingSaysSo) {
   // T5-XXL in bf16 (9.5 GB) on 10 GB cards: the blocks split, the caching phase does not fit.
   config::RunConfig c = fluxImagesConfig();

@@ -89,6 +89,52 @@ TEST(Trainer, ResumeContinuesTheSameCurve) {
   for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>(), 1e-5) << i;
 }
 
+// train.offload_optimizer_state: a run saved with it resumes without it and the other
+// way round, as a run that never stopped. On the CPU the state is in host memory either
+// way, so this is the config, checkpoint and placement path; tests/gpu has the card's.
+TEST(Trainer, OffloadedOptimizerStateResumesAcrossTheSetting) {
+  test::TempDir tmp;
+  const auto cfg = tinyConfig(tmp.path(), 10);
+  events::EventBus busA;
+  TrainerOptions a;
+  a.runDir = tmp / "straight";
+  ASSERT_EQ(Trainer(cfg, busA, a).run(), RunOutcome::Finished);
+  const auto straight = RunFolder(tmp / "straight").latestCheckpoint()->path;
+  const auto optA = io::loadSafetensors(straight / "optimizer.safetensors");
+  const auto loraA = loraOf(straight);
+  for (const bool savedWithOffload : {true, false}) {
+    SCOPED_TRACE(savedWithOffload ? "saved with offload, resumed without" : "saved without, resumed with");
+    const auto dir = tmp / (savedWithOffload ? "from_offload" : "to_offload");
+    auto first = cfg, second = cfg;
+    first.train.offloadOptimizerState = savedWithOffload;
+    second.train.offloadOptimizerState = !savedWithOffload;
+    events::EventBus bus;
+    test::EventRecorder rec;
+    auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+    TrainerOptions b;
+    b.runDir = dir;
+    b.stopAfterStep = 5;
+    ASSERT_EQ(Trainer(first, bus, b).run(), RunOutcome::Stopped) << rec.failures();
+    TrainerOptions r;
+    r.runDir = dir;
+    r.resume = true;
+    ASSERT_EQ(Trainer(second, bus, r).run(), RunOutcome::Finished) << rec.failures();
+    const auto placements = rec.of<events::PlacementEvent>();
+    ASSERT_EQ(placements.size(), 2u);
+    for (const auto& pe : placements) EXPECT_TRUE(pe.audit.empty());
+    const auto ckpt = RunFolder(dir).latestCheckpoint();
+    ASSERT_EQ(ckpt->step, 10);
+    const auto optB = io::loadSafetensors(ckpt->path / "optimizer.safetensors");
+    ASSERT_EQ(optB.size(), optA.size());
+    for (const auto& [k, t] : optA) {
+      ASSERT_TRUE(optB.count(k)) << k;
+      EXPECT_TRUE(test::allClose(optB.at(k), t, 1e-6, 1e-5)) << k;
+    }
+    const auto loraB = loraOf(ckpt->path);
+    for (const auto& [k, t] : loraA) EXPECT_TRUE(test::allClose(loraB.at(k), t, 1e-6, 1e-5)) << k;
+  }
+}
+
 TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
   test::TempDir tmp;
   const auto data = tmp / "latents";

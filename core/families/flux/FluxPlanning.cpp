@@ -218,6 +218,7 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
   co.hiddenSize = hiddenSize;
   co.gradientCheckpointing = cfg.train.gradientCheckpointing;
   co.offloadCheckpoints = cfg.train.gradientCheckpointing && cfg.train.offloadCheckpoints;
+  co.offloadOptimizerState = cfg.train.offloadOptimizerState;
   co.activationElementsPerTokenPerHidden = activationElementsPerTokenPerHidden;
   out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
   out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory

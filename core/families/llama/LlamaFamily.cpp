@@ -44,6 +44,7 @@ LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   o.loraTargets = cfg.network.targetModules;
   o.ema = cfg.train.ema.useEma;
   o.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
+  o.offloadOptimizerState = cfg.train.offloadOptimizerState;
   o.batchSize = cfg.train.batchSize;
   o.seqLen = 0;
   for (const auto& d : cfg.datasets) o.seqLen = std::max(o.seqLen, d.maxSeqLen);

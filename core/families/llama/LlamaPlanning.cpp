@@ -32,6 +32,7 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
   co.loraRank = o.loraRank;
   co.ema = o.ema;
   co.optimizerBytesPerParam = o.optimizerBytesPerParam;
+  co.offloadOptimizerState = o.offloadOptimizerState;
   co.batchSize = o.batchSize;
   co.tokens = o.seqLen;
   co.hiddenSize = cfg.hiddenSize;

@@ -21,6 +21,7 @@ struct LlamaPlanOptions {
   std::vector<std::string> loraTargets;  // LoraTargets patterns; empty = peft's seven projections
   bool ema = false;
   double optimizerBytesPerParam = 8.0;  // AdamW; adamw8bit ~2 (train/AdamW8bit.h)
+  bool offloadOptimizerState = false;   // train.offload_optimizer_state: in host memory, staged for the step
   int64_t batchSize = 1;
   int64_t seqLen = 512;  // max_seq_len: every sample padded or cut to it
   bool gradientCheckpointing = true;
