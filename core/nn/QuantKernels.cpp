@@ -1,5 +1,6 @@
 #include "nn/QuantKernels.h"
 
+#include <atomic>
 #include <limits>
 #include <string>
 
@@ -18,6 +19,8 @@
 namespace strata::nn {
 
 namespace {
+
+std::atomic<int64_t> launches{0};
 
 // The ATen ops the kernels replace (and must equal).
 Fp8Rows quantizeRowsAten(const at::Tensor& x, const at::Tensor& colScale, double target) {
@@ -60,6 +63,8 @@ bool quantKernelsBuilt() { return true; }
 bool quantKernelsBuilt() { return false; }
 #endif
 
+int64_t quantKernelLaunches() { return launches.load(std::memory_order_relaxed); }
+
 Fp8Rows quantizeRowsE4m3(const at::Tensor& x, const at::Tensor& colScale, double target) {
   if (x.dim() != 2) throw Error("quantizeRowsE4m3: a [rows, cols] input expected, got " + std::to_string(x.dim()) + "-d");
 #ifdef STRATA_NN_CUDA_KERNELS
@@ -77,6 +82,7 @@ Fp8Rows quantizeRowsE4m3(const at::Tensor& x, const at::Tensor& colScale, double
                                  r.data.data_ptr(), r.scale.data_ptr<float>(), x.size(0), cols,
                                  static_cast<float>(target), streamOf(x)),
           "quantizeRowsE4m3");
+    launches.fetch_add(1, std::memory_order_relaxed);
     return r;
   }
 #endif
@@ -86,10 +92,13 @@ Fp8Rows quantizeRowsE4m3(const at::Tensor& x, const at::Tensor& colScale, double
 at::Tensor transposedCopy(const at::Tensor& w) {
   if (w.dim() != 2) throw Error("transposedCopy: a [rows, cols] weight expected, got " + std::to_string(w.dim()) + "-d");
 #ifdef STRATA_NN_CUDA_KERNELS
-  if (kernelsOn(w) && oneByte(w) && w.is_contiguous() && w.size(0) % 4 == 0 && w.size(1) % 4 == 0 && alignedTo(w, 4)) {
+  // The kernel's grid has a tile row per 64 rows, at most 65535 of them.
+  if (kernelsOn(w) && oneByte(w) && w.is_contiguous() && w.size(0) % 4 == 0 && w.size(1) % 4 == 0 &&
+      w.size(0) <= int64_t{65535} * 64 && alignedTo(w, 4)) {
     const c10::cuda::CUDAGuard guard(w.device());
     auto out = at::empty({w.size(1), w.size(0)}, w.options());  // [C, R]
     check(cuda::transposeBytes(w.data_ptr(), out.data_ptr(), w.size(0), w.size(1), streamOf(w)), "transposeBytes");
+    launches.fetch_add(1, std::memory_order_relaxed);
     return out;
   }
 #endif
@@ -109,6 +118,7 @@ at::Tensor dequantizeRows(const at::Tensor& data, const at::Tensor& scale, at::S
     check(cuda::dequantizeRowsBf16(data.data_ptr(), float8, scale.data_ptr<float>(), scale.numel() == 1,
                                    out.data_ptr(), data.size(0), data.size(1), streamOf(data)),
           "dequantizeRowsBf16");
+    launches.fetch_add(1, std::memory_order_relaxed);
     return out;
   }
 #endif

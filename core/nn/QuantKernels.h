@@ -10,6 +10,9 @@ namespace strata::nn {
 
 // Whether this build has the CUDA kernels (LibTorch with CUDA and a CUDA compiler).
 bool quantKernelsBuilt();
+// How many times the functions below took a CUDA kernel in this process (a test's
+// proof that a call did not fall back to the ATen ops).
+int64_t quantKernelLaunches();
 
 struct Fp8Rows {
   at::Tensor data;   // [M, K] e4m3

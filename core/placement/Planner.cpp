@@ -517,8 +517,18 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
       c.activationBytes = full + dequantizedBytes;
     }
   }
-  // The staged chunk is there only during the optimizer step, when no block runs.
-  if (c.hostBytes > 0) c.workspaceBytes = std::max(c.workspaceBytes, std::min(o.optimizerStagingBytes, c.hostBytes));
+  // The staged chunk is there only during the optimizer step, when no block runs: one
+  // chunk, plus the largest tensor's moments (one over the chunk is staged alone, and
+  // the last staged tensor waits for its copy back while the next chunk comes in).
+  if (c.hostBytes > 0) {
+    c.largestStagedBytes = 0;
+    for (const auto& l : unit.loraLinears)
+      c.largestStagedBytes = std::max(c.largestStagedBytes, static_cast<int64_t>(static_cast<double>(
+                                                                o.loraRank * std::max(l.inFeatures, l.outFeatures)) *
+                                                            o.optimizerBytesPerParam));
+    c.workspaceBytes =
+        std::max(c.workspaceBytes, std::min(o.optimizerStagingBytes + c.largestStagedBytes, c.hostBytes));
+  }
   return c;
 }
 
@@ -531,8 +541,12 @@ PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& 
   // A staged chunk spans the moments of several units: its size is the whole
   // state's, capped by the chunk, not one unit's.
   int64_t hostTotal = in.stem.hostBytes + in.head.hostBytes;
-  for (const auto& c : in.blocks) hostTotal += c.hostBytes;
-  const int64_t staging = std::min(options.optimizerStagingBytes, hostTotal);
+  int64_t largest = std::max(in.stem.largestStagedBytes, in.head.largestStagedBytes);
+  for (const auto& c : in.blocks) {
+    hostTotal += c.hostBytes;
+    largest = std::max(largest, c.largestStagedBytes);
+  }
+  const int64_t staging = std::min(options.optimizerStagingBytes + largest, hostTotal);
   for (BlockCost* c : {&in.stem, &in.head}) {
     if (c->hostBytes > 0) c->workspaceBytes = std::max(c->workspaceBytes, staging);
   }

@@ -45,6 +45,10 @@
 
 namespace strata::placement {
 
+// train.offload_optimizer_state: the moments staged to the card per piece of the step
+// (train/FusedAdamW stages them; the planner counts one piece as workspace).
+constexpr int64_t kOptimizerStagingChunkBytes = int64_t{64} << 20;
+
 enum class PlanMode { ParamCount, Memory };
 const char* toString(PlanMode mode);
 
@@ -61,6 +65,7 @@ struct BlockCost {
   int64_t activationBytes = 0;  // kept for the backward pass (summed over blocks)
   int64_t workspaceBytes = 0;   // transient while the block runs (max over a device's blocks)
   int64_t hostBytes = 0;        // kept in host memory for it (offloaded optimizer state): not the device's
+  int64_t largestStagedBytes = 0;  // the moments of its largest LoRA tensor (staged for the step)
 
   int64_t residentBytes() const {
     return weightBytes + adapterBytes + gradBytes + emaBytes + optimizerBytes + activationBytes;
@@ -151,7 +156,8 @@ struct DevicePlan {
   int64_t totalBytes = 0;      // everything above; workspace counted once (its max), the larger of
                                // activations + workspace and otherPeakBytes
   int64_t missingBytes = 0;    // totalBytes - budgetBytes when over a known budget, else 0
-  int64_t hostBytes = 0;       // host memory its blocks keep (offloaded optimizer state), not in totalBytes
+  int64_t hostBytes = 0;       // host memory its blocks keep (offloaded optimizer state): in totalBytes
+                               // only on the cpu device, whose memory it is
 };
 
 struct Plan {
@@ -230,9 +236,10 @@ struct CostOptions {
   // on the device only the block being recomputed holds it (in its workspace).
   bool offloadCheckpoints = false;
   // train.offload_optimizer_state: the optimizer state waits in host memory; the
-  // device holds one staged chunk of it during the step (workspace, at most this).
+  // device holds one staged chunk of it during the step (workspace: this, plus the
+  // largest tensor's moments).
   bool offloadOptimizerState = false;
-  int64_t optimizerStagingBytes = int64_t{64} << 20;
+  int64_t optimizerStagingBytes = kOptimizerStagingChunkBytes;
   // Elements of activation kept per token, per hidden unit, by one block when it is
   // not checkpointed (q, k, v, attention, MLP hidden, norms, residuals). 18 matches
   // a FLUX.1-dev step measured with PyTorch: 49.1 GiB peak without checkpointing,

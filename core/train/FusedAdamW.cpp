@@ -96,8 +96,11 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   // A moment with the parameter's device and dtype, zero: pinned host memory for a
   // CUDA parameter whose state is kept off the card.
   auto newMoment = [&](const at::Tensor& p) {
-    if (stateInHostMemory_ && p.is_cuda())
+    if (stateInHostMemory_ && p.is_cuda()) {
+      // The staged copies are contiguous, and the kernels pair elements by index.
+      if (!p.is_contiguous()) throw Error("FusedAdamW: a parameter whose state is in host memory must be contiguous");
       return at::zeros(p.sizes(), p.options().device(at::kCPU).pinned_memory(true));
+    }
     return at::zeros_like(p, at::MemoryFormat::Preserve);
   };
   // Per device, the last staged moment's copy back, issued blocking once every other
@@ -108,6 +111,17 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     if (last.first.defined()) last.first.copy_(last.second, /*non_blocking=*/true);
     last = {host, staged};
   };
+  // Should the step throw half way, the moments already updated still reach the host,
+  // and nothing is in flight into the state when the exception leaves step().
+  struct FinishCopiesBack {
+    std::map<std::string, std::pair<at::Tensor, at::Tensor>>& pending;
+    ~FinishCopiesBack() {
+      for (auto& [device, last] : pending) try {
+          last.first.copy_(last.second, /*non_blocking=*/false);
+        } catch (...) {  // already unwinding: the first error is the one reported
+        }
+    }
+  } finishOnThrow{lastCopyBack};
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     const double lr = o.lr(), wd = o.weight_decay(), eps = o.eps();
@@ -208,6 +222,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   }
   // Blocking: the device has run everything before it, the other copies back included.
   for (auto& [device, last] : lastCopyBack) last.first.copy_(last.second, /*non_blocking=*/false);
+  lastCopyBack.clear();
   lastPath_ = path;
   return loss;
 }

@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "placement/Planner.h"
+
 namespace strata::train {
 
 class FusedAdamW : public torch::optim::AdamW {
@@ -37,7 +39,7 @@ class FusedAdamW : public torch::optim::AdamW {
   // Set false to keep the foreach path on CUDA too (tests compare the two).
   void setAllowFused(bool allow) { allowFused_ = allow; }
 
-  static constexpr int64_t kDefaultStagingChunkBytes = int64_t{64} << 20;
+  static constexpr int64_t kDefaultStagingChunkBytes = placement::kOptimizerStagingChunkBytes;
   // New moments of a CUDA parameter go to pinned host memory (a CPU parameter's stay
   // with it); moments on another device than their parameter are staged each step.
   void setStateInHostMemory(bool inHost) { stateInHostMemory_ = inHost; }

@@ -102,7 +102,7 @@ std::string readMoments(const std::map<std::string, at::Tensor>& tensors, const 
 }  // namespace
 
 void loadAdamWState(torch::optim::AdamW& optimizer, const NamedParams& params,
-                    const std::map<std::string, at::Tensor>& tensors) {
+                    const std::map<std::string, at::Tensor>& tensors, bool momentsInHostMemory) {
   using Map = std::decay_t<decltype(optimizer.state())>;
   std::string problems;
   std::vector<SavedMoments> pending;
@@ -143,6 +143,10 @@ void loadAdamWState(torch::optim::AdamW& optimizer, const NamedParams& params,
       q.sqAbsmax = e.sqMax.to(device);
       st->exp_avg(q.expAvg(e.param).to(e.param.scalar_type()));
       st->exp_avg_sq(q.expAvgSq(e.param).to(e.param.scalar_type()));
+    } else if (momentsInHostMemory && device.is_cuda()) {
+      // pin_memory() copies: the state owns its tensors, as clone() gives below.
+      st->exp_avg(e.avg.to(at::kCPU, e.param.scalar_type()).contiguous().pin_memory());
+      st->exp_avg_sq(e.avgSq.to(at::kCPU, e.param.scalar_type()).contiguous().pin_memory());
     } else {
       st->exp_avg(e.avg.to(device, e.param.scalar_type()).clone());
       st->exp_avg_sq(e.avgSq.to(device, e.param.scalar_type()).clone());

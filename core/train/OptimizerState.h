@@ -21,10 +21,12 @@ std::vector<std::pair<std::string, at::Tensor>> saveAdamWState(torch::optim::Ada
                                                                const NamedParams& params);
 
 // Restores the state of every parameter found in `tensors`, on the parameter's
-// device. Throws LoadError naming a parameter whose state is missing or
-// mis-shaped (a checkpoint of another network), listing all of them.
+// device, or in pinned host memory for a CUDA parameter with `momentsInHostMemory`
+// (train.offload_optimizer_state: the card never holds the whole state). Throws
+// LoadError naming a parameter whose state is missing or mis-shaped (a checkpoint of
+// another network), listing all of them.
 void loadAdamWState(torch::optim::AdamW& optimizer, const NamedParams& params,
-                    const std::map<std::string, at::Tensor>& tensors);
+                    const std::map<std::string, at::Tensor>& tensors, bool momentsInHostMemory = false);
 
 void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 

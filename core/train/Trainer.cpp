@@ -367,9 +367,11 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   if (st.resumeData) {
     try {
       st.network->loadStateDict(toMap(st.resumeData->lora), st.familyDef->checkpointPrefix());
-      loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer));
-      // Loaded on each parameter's device; placement puts it where this run keeps it
-      // (pinned host memory with train.offload_optimizer_state), whatever the saved run did.
+      loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer),
+                     cfg_.train.offloadOptimizerState);
+      // Loaded where this run keeps it (pinned host memory with train.offload_optimizer_state,
+      // else the parameter's device), whatever the saved run did; placement re-places what
+      // the load could not put there (an adamw8bit checkpoint decoded on the card).
       st.placement->placeAttachments(placement::optimizerStateKind());
       if (st.ema) {
         const auto shadows = toMap(st.resumeData->ema);
@@ -387,7 +389,8 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   }
   // The audit: every parameter, buffer and attachment where its block is.
   for (const auto& i : st.placement->audit())
-    problems.push_back("audit: " + i.path + " is on " + i.actual + ", its block " + i.blockId + " is on " + i.expected);
+    problems.push_back("audit: " + i.path + " is on " + i.actual + ", expected " + i.expected + " (block " + i.blockId +
+                       ")");
   bus_.publish(placementEventOf(*st.placement, st.planReason));
   if (!problems.empty()) return;
 

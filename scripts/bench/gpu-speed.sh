@@ -22,6 +22,10 @@
 #           (STRATA_FUSED_PATHS=0)
 #   offload the checkpointed rows with train.offload_checkpoints (block inputs in host memory)
 #   adamw8bit  the memory part's benches with train.optimizer=adamw8bit (the 8-bit moments)
+#   optstate   the checkpointed rows with train.offload_optimizer_state (AdamW moments in host
+#           memory), peer's targets
+#   fp8     1024 px without checkpointing on a qfloat8 base with model.fp8_matmul and
+#           model.fp8_backward, peer's targets
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
@@ -51,7 +55,7 @@ try:
 except Exception as e:
     print(sys.argv[1], "failed:", e); sys.exit()
 d = j["devices"][0]
-line = f'{sys.argv[1]}: median {j["median_step_ms"]/1000:.3f} s, min {j["min_step_ms"]/1000:.3f} s, peak allocated {d["peak_allocated_bytes"]/2**30:.1f} GiB'
+line = f'{sys.argv[1]}: median {j["median_step_ms"]/1000:.3f} s, min {j["min_step_ms"]/1000:.3f} s, peak allocated {d["peak_allocated_bytes"]/2**30:.2f} GiB'
 if "phases" in j:
     line += "; phases (ms, GiB peak inside / allocated after) " + ", ".join(
         f'{p["phase"]} {p["median_ms"]:.1f} ({p.get("peak_allocated_bytes", 0)/2**30:.2f} / {p["allocated_bytes_after"]/2**30:.2f})'
@@ -90,6 +94,14 @@ for part in "$@"; do
       PYTHONUNBUFFERED=1 PEER_DIFFUSERS="${PEER_DIFFUSERS:-.carry}" PEER_SDP=flash PEER_ONLY=512/0,1024/0,512/1,1024/1 \
         python3 "${PEER_SCRIPT:-.carry/bench_peer.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
     table) "$0" strata defaults peer ;;
+    optstate)
+      for res in 512 1024; do
+        bench "optstate-$res-ckpt" --set "datasets[0].resolution=[$res]" --set train.gradient_checkpointing=true \
+          --set train.offload_optimizer_state=true --set "$PEER_TARGETS"
+      done ;;
+    fp8)
+      bench fp8-1024-nockpt --set train.gradient_checkpointing=false --set model.quantize=true --set model.qtype=qfloat8 \
+        --set model.fp8_matmul=true --set model.fp8_backward=true --set "$PEER_TARGETS" ;;
     quant) "$TESTS" --gtest_filter='QuantGpu.FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap' 2>&1 |
              tee "$OUT/quant.log" | grep -E "\[quant gpu\]|OK \]|FAILED|out of memory" ;;
     fused)

@@ -28,12 +28,14 @@ const at::Device kCuda(at::kCUDA, 0);
   if (!nn::quantKernelsBuilt()) GTEST_SKIP() << "this build has no CUDA kernels (no CUDA compiler)"; \
   if (!compat::kHasFloat8) GTEST_SKIP() << "this LibTorch has no float8 dtypes";
 
-// The ATen path's result of `f` and the kernel's, the kernel's time and ATen's (ms, median of 20).
+// The ATen path's result of `f` and the kernel's, the kernel's time and ATen's (ms, median of
+// 20), and whether the kernel call took a kernel (not a silent fallback to the ATen ops).
 template <class F>
 auto bothPaths(F&& f) {
   struct Result {
     decltype(f()) aten, kernel;
     double atenMs = 0, kernelMs = 0;
+    bool kernelRan = false;
   } r;
   auto timed = [&](double* ms) {
     f();
@@ -51,7 +53,9 @@ auto bothPaths(F&& f) {
   r.aten = f();
   timed(&r.atenMs);
   nn::setFusedPaths(true);
+  const int64_t before = nn::quantKernelLaunches();
   r.kernel = f();
+  r.kernelRan = nn::quantKernelLaunches() > before;
   timed(&r.kernelMs);
   return r;
 }
@@ -85,6 +89,7 @@ TEST(QuantKernelsGpu, RowQuantizationEqualsTheAtenOps) {
       const auto r = bothPaths([&] { return nn::quantizeRowsE4m3(x, colScale, 440.0); });
       const std::string what = std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                (withColumnScale ? " with column scale" : "");
+      EXPECT_TRUE(r.kernelRan) << what << ": the kernel did not run";
       EXPECT_TRUE(sameBytes(r.kernel.data, r.aten.data)) << what << ": e4m3 data differ";
       EXPECT_TRUE(sameBytes(r.kernel.scale, r.aten.scale)) << what << ": row scales differ";
       EXPECT_FALSE(at::isnan(r.kernel.data.to(at::kFloat)).any().item<bool>()) << what;
@@ -109,9 +114,11 @@ TEST(QuantKernelsGpu, WeightTransposeAndDequantizationEqualTheAtenOps) {
       const std::string what = std::string(nn::quantTypeName(t)) + " [" + std::to_string(s.rows) + "x" +
                                std::to_string(s.cols) + "]";
       const auto tr = bothPaths([&] { return nn::transposedCopy(q.data); });
+      EXPECT_TRUE(tr.kernelRan) << what << ": the transpose kernel did not run";
       EXPECT_TRUE(sameBytes(tr.kernel, tr.aten)) << what << ": transposes differ";
       EXPECT_TRUE(sameBytes(tr.kernel, q.data.t().contiguous())) << what << ": not the transpose";
       const auto dq = bothPaths([&] { return nn::dequantizeRows(q.data, q.scale, at::kBFloat16); });
+      EXPECT_TRUE(dq.kernelRan) << what << ": the dequantize kernel did not run";
       EXPECT_TRUE(sameBytes(dq.kernel, dq.aten)) << what << ": dequantized weights differ";
       std::cout << "[quant kernels gpu] " << what << ": transpose kernel " << tr.kernelMs << " ms (ATen "
                 << tr.atenMs << "), dequantize kernel " << dq.kernelMs << " ms (ATen " << dq.atenMs << ")"

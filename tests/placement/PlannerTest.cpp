@@ -495,6 +495,31 @@ TEST(Planner, OffloadedOptimizerStateIsHostMemoryAndOneChunkOfWorkspace) {
   EXPECT_EQ(cpuOff.devices[0].totalBytes, cpu.devices[0].totalBytes);
 }
 
+// A LoRA tensor whose moments exceed the staging chunk is staged alone, and the last
+// tensor of a piece waits for its copy back while the next piece comes in: the card's
+// workspace for the step is a chunk plus the largest tensor's moments.
+TEST(Planner, OffloadedStateWorkspaceCoversATensorLargerThanTheChunk) {
+  UnitShape stem{"stem", "stem", 1000, {}, false};
+  UnitShape head{"head", "head", 500, {}, false};
+  std::vector<UnitShape> blocks;
+  for (int i = 0; i < 2; ++i)
+    blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {4096, 64}}, true});
+  CostOptions o;
+  o.loraRank = 4;
+  o.tokens = 16;
+  o.hiddenSize = 64;
+  o.offloadOptimizerState = true;
+  o.optimizerStagingBytes = 1024;
+  const int64_t largest = 4 * 4096 * 8;  // lora_A of the 4096-wide Linear: rank x in, two float32 moments
+  const PlannerInput in = estimateInput(stem, blocks, head, o);
+  EXPECT_EQ(in.blocks[0].largestStagedBytes, largest);
+  EXPECT_EQ(in.blocks[0].workspaceBytes, std::max<int64_t>(1024 + largest, 16 * 64 * 2 * 18));
+  // Never more than the whole state.
+  o.optimizerStagingBytes = int64_t{1} << 30;
+  const PlannerInput whole = estimateInput(stem, blocks, head, o);
+  EXPECT_EQ(whole.blocks[0].workspaceBytes, whole.blocks[0].hostBytes + whole.blocks[1].hostBytes);
+}
+
 TEST(DeviceSpec, ParsesCountsSizesAndCpu) {
   auto d = device::parseDeviceSpec("4x16GB");
   ASSERT_EQ(d.size(), 4u);
