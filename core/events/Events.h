@@ -62,7 +62,7 @@ struct PlacedBlock {
 
 struct AuditIssue {
   std::string path;      // module/parameter/attachment path
-  std::string expected;  // device of its block
+  std::string expected;  // where it belongs: its block's device, or "cpu (pinned)" for host-resident state
   std::string actual;
 };
 

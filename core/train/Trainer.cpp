@@ -387,7 +387,8 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
       return;
     }
   }
-  // The audit: every parameter, buffer and attachment where its block is.
+  // The audit: every parameter, buffer and attachment where it belongs (its block's device, or
+  // pinned host memory for an offloaded optimizer state).
   for (const auto& i : st.placement->audit())
     problems.push_back("audit: " + i.path + " is on " + i.actual + ", expected " + i.expected + " (block " + i.blockId +
                        ")");
