@@ -302,8 +302,8 @@ class Checker {
   void fp8Matmul() {
     const ModelConfig& m = cfg_.model;
     if (m.fp8Backward && !m.fp8Matmul)
-      error("model.fp8_backward", "fp8 input gradients belong to the fp8 matmul, but model.fp8_matmul is false" +
-                                      lineOf("model.fp8_matmul"),
+      error("model.fp8_backward",
+            "fp8 input gradients belong to the fp8 matmul, but model.fp8_matmul is false" + lineOf("model.fp8_matmul"),
             "set fp8_matmul: true (with an fp8 qtype), or fp8_backward: false");
     if (!m.fp8Matmul) return;
     const std::string key = "model.fp8_matmul";

@@ -84,7 +84,7 @@ at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
   const bool perTensor = scale.numel() == 1;
-  const auto q = quantizeRowsE4m3(g.reshape({-1, n}), perTensor ? at::Tensor() : scale, kFp8Target);  // [M, N]
+  const auto q = quantizeRowsE4m3(g.reshape({-1, n}), perTensor ? at::Tensor() : scale, kFp8Target);    // [M, N]
   const auto wT = transposedCopy(weightQ);                                                              // [K, N]
   const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());                // [1, K]
   const auto gx =

@@ -27,7 +27,7 @@ Fp8Rows quantizeRowsAten(const at::Tensor& x, const at::Tensor& colScale, double
   const auto y = colScale.defined() ? x * colScale.to(x.scalar_type()) : x;  // [M, K]
   const auto amax =
       at::linalg_vector_norm(y, std::numeric_limits<double>::infinity(), {1}, /*keepdim=*/true, at::kFloat);  // [M, 1]
-  const auto inv = (target / amax.clamp_min(1e-30)).to(x.scalar_type());                                     // [M, 1]
+  const auto inv = (target / amax.clamp_min(1e-30)).to(x.scalar_type());                                      // [M, 1]
   Fp8Rows r;
   r.data = (y * inv).to(compat::float8E4m3Type());
   r.scale = inv.to(at::kFloat).reciprocal();
@@ -66,12 +66,13 @@ bool quantKernelsBuilt() { return false; }
 int64_t quantKernelLaunches() { return launches.load(std::memory_order_relaxed); }
 
 Fp8Rows quantizeRowsE4m3(const at::Tensor& x, const at::Tensor& colScale, double target) {
-  if (x.dim() != 2) throw Error("quantizeRowsE4m3: a [rows, cols] input expected, got " + std::to_string(x.dim()) + "-d");
+  if (x.dim() != 2)
+    throw Error("quantizeRowsE4m3: a [rows, cols] input expected, got " + std::to_string(x.dim()) + "-d");
 #ifdef STRATA_NN_CUDA_KERNELS
   const int64_t cols = x.size(1);
-  const bool scaleFits = !colScale.defined() || (colScale.scalar_type() == at::kFloat && colScale.is_contiguous() &&
-                                                 colScale.numel() == cols && colScale.device() == x.device() &&
-                                                 alignedTo(colScale, 16));
+  const bool scaleFits =
+      !colScale.defined() || (colScale.scalar_type() == at::kFloat && colScale.is_contiguous() &&
+                              colScale.numel() == cols && colScale.device() == x.device() && alignedTo(colScale, 16));
   if (kernelsOn(x) && x.scalar_type() == at::kBFloat16 && x.is_contiguous() && cols % 8 == 0 && alignedTo(x, 16) &&
       scaleFits) {
     const c10::cuda::CUDAGuard guard(x.device());
@@ -90,7 +91,8 @@ Fp8Rows quantizeRowsE4m3(const at::Tensor& x, const at::Tensor& colScale, double
 }
 
 at::Tensor transposedCopy(const at::Tensor& w) {
-  if (w.dim() != 2) throw Error("transposedCopy: a [rows, cols] weight expected, got " + std::to_string(w.dim()) + "-d");
+  if (w.dim() != 2)
+    throw Error("transposedCopy: a [rows, cols] weight expected, got " + std::to_string(w.dim()) + "-d");
 #ifdef STRATA_NN_CUDA_KERNELS
   // The kernel's grid has a tile row per 64 rows, at most 65535 of them.
   if (kernelsOn(w) && oneByte(w) && w.is_contiguous() && w.size(0) % 4 == 0 && w.size(1) % 4 == 0 &&
@@ -108,15 +110,16 @@ at::Tensor transposedCopy(const at::Tensor& w) {
 at::Tensor dequantizeRows(const at::Tensor& data, const at::Tensor& scale, at::ScalarType dtype) {
 #ifdef STRATA_NN_CUDA_KERNELS
   const bool float8 = data.scalar_type() != at::kChar;
-  const bool scaleFits = scale.scalar_type() == at::kFloat && scale.is_contiguous() && scale.device() == data.device() &&
+  const bool scaleFits = scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+                         scale.device() == data.device() &&
                          (scale.numel() == 1 || (data.dim() == 2 && scale.numel() == data.size(0)));
   if (kernelsOn(data) && dtype == at::kBFloat16 && data.dim() == 2 && oneByte(data) && data.is_contiguous() &&
       data.size(1) % 4 == 0 && alignedTo(data, 4) && scaleFits &&
       (!float8 || data.scalar_type() == compat::float8E4m3Type())) {
     const c10::cuda::CUDAGuard guard(data.device());
     auto out = at::empty(data.sizes(), data.options().dtype(at::kBFloat16));  // [out, in]
-    check(cuda::dequantizeRowsBf16(data.data_ptr(), float8, scale.data_ptr<float>(), scale.numel() == 1,
-                                   out.data_ptr(), data.size(0), data.size(1), streamOf(data)),
+    check(cuda::dequantizeRowsBf16(data.data_ptr(), float8, scale.data_ptr<float>(), scale.numel() == 1, out.data_ptr(),
+                                   data.size(0), data.size(1), streamOf(data)),
           "dequantizeRowsBf16");
     launches.fetch_add(1, std::memory_order_relaxed);
     return out;

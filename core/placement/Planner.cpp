@@ -523,9 +523,10 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   if (c.hostBytes > 0) {
     c.largestStagedBytes = 0;
     for (const auto& l : unit.loraLinears)
-      c.largestStagedBytes = std::max(c.largestStagedBytes, static_cast<int64_t>(static_cast<double>(
-                                                                o.loraRank * std::max(l.inFeatures, l.outFeatures)) *
-                                                            o.optimizerBytesPerParam));
+      c.largestStagedBytes =
+          std::max(c.largestStagedBytes,
+                   static_cast<int64_t>(static_cast<double>(o.loraRank * std::max(l.inFeatures, l.outFeatures)) *
+                                        o.optimizerBytesPerParam));
     c.workspaceBytes =
         std::max(c.workspaceBytes, std::min(o.optimizerStagingBytes + c.largestStagedBytes, c.hostBytes));
   }

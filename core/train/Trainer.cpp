@@ -367,8 +367,7 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   if (st.resumeData) {
     try {
       st.network->loadStateDict(toMap(st.resumeData->lora), st.familyDef->checkpointPrefix());
-      loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer),
-                     cfg_.train.offloadOptimizerState);
+      loadAdamWState(*st.optimizer, st.namedParams, toMap(st.resumeData->optimizer), cfg_.train.offloadOptimizerState);
       // Loaded where this run keeps it (pinned host memory with train.offload_optimizer_state,
       // else the parameter's device), whatever the saved run did; placement re-places what
       // the load could not put there (an adamw8bit checkpoint decoded on the card).

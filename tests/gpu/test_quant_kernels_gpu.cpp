@@ -23,8 +23,8 @@ namespace {
 
 const at::Device kCuda(at::kCUDA, 0);
 
-#define STRATA_REQUIRE_QUANT_KERNELS()                                                              \
-  STRATA_REQUIRE_CUDA_DEVICES(1);                                                                   \
+#define STRATA_REQUIRE_QUANT_KERNELS()                                                               \
+  STRATA_REQUIRE_CUDA_DEVICES(1);                                                                    \
   if (!nn::quantKernelsBuilt()) GTEST_SKIP() << "this build has no CUDA kernels (no CUDA compiler)"; \
   if (!compat::kHasFloat8) GTEST_SKIP() << "this LibTorch has no float8 dtypes";
 
@@ -76,8 +76,8 @@ TEST(QuantKernelsGpu, RowQuantizationEqualsTheAtenOps) {
   // image stream's mlp out input (12288), the single block's fused projection gradient
   // (21504), a row longer than the register-resident kernels take (the two-pass one),
   // a row count that is no multiple of anything.
-  for (const auto& s : std::vector<Shape>{
-           {4608, 3072}, {4608, 15360}, {4096, 12288}, {64, 21504}, {3, 32768}, {77, 136}, {1, 8}}) {
+  for (const auto& s :
+       std::vector<Shape>{{4608, 3072}, {4608, 15360}, {4096, 12288}, {64, 21504}, {3, 32768}, {77, 136}, {1, 8}}) {
     for (const bool withColumnScale : {false, true}) {
       at::manual_seed(s.rows + s.cols);
       const auto x = (at::randn({s.rows, s.cols}, at::TensorOptions(kCuda)) * 3).to(at::kBFloat16);
@@ -87,14 +87,14 @@ TEST(QuantKernelsGpu, RowQuantizationEqualsTheAtenOps) {
       const auto colScale =
           withColumnScale ? at::rand({s.cols}, at::TensorOptions(kCuda)) * 0.01 + 1e-4 : at::Tensor();  // [cols]
       const auto r = bothPaths([&] { return nn::quantizeRowsE4m3(x, colScale, 440.0); });
-      const std::string what = std::to_string(s.rows) + "x" + std::to_string(s.cols) +
-                               (withColumnScale ? " with column scale" : "");
+      const std::string what =
+          std::to_string(s.rows) + "x" + std::to_string(s.cols) + (withColumnScale ? " with column scale" : "");
       EXPECT_TRUE(r.kernelRan) << what << ": the kernel did not run";
       EXPECT_TRUE(sameBytes(r.kernel.data, r.aten.data)) << what << ": e4m3 data differ";
       EXPECT_TRUE(sameBytes(r.kernel.scale, r.aten.scale)) << what << ": row scales differ";
       EXPECT_FALSE(at::isnan(r.kernel.data.to(at::kFloat)).any().item<bool>()) << what;
-      std::cout << "[quant kernels gpu] quantize rows " << what << ": kernel " << r.kernelMs << " ms, ATen "
-                << r.atenMs << " ms" << std::endl;
+      std::cout << "[quant kernels gpu] quantize rows " << what << ": kernel " << r.kernelMs << " ms, ATen " << r.atenMs
+                << " ms" << std::endl;
     }
   }
 }
@@ -111,8 +111,8 @@ TEST(QuantKernelsGpu, WeightTransposeAndDequantizationEqualTheAtenOps) {
     const auto w = at::randn({s.rows, s.cols}, at::TensorOptions(kCuda).dtype(at::kBFloat16));
     for (const auto t : {nn::QuantType::QFloat8, nn::QuantType::Float8E4m3, nn::QuantType::Int8}) {
       const auto q = nn::quantizeWeight(w, t);
-      const std::string what = std::string(nn::quantTypeName(t)) + " [" + std::to_string(s.rows) + "x" +
-                               std::to_string(s.cols) + "]";
+      const std::string what =
+          std::string(nn::quantTypeName(t)) + " [" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "]";
       const auto tr = bothPaths([&] { return nn::transposedCopy(q.data); });
       EXPECT_TRUE(tr.kernelRan) << what << ": the transpose kernel did not run";
       EXPECT_TRUE(sameBytes(tr.kernel, tr.aten)) << what << ": transposes differ";
@@ -120,9 +120,8 @@ TEST(QuantKernelsGpu, WeightTransposeAndDequantizationEqualTheAtenOps) {
       const auto dq = bothPaths([&] { return nn::dequantizeRows(q.data, q.scale, at::kBFloat16); });
       EXPECT_TRUE(dq.kernelRan) << what << ": the dequantize kernel did not run";
       EXPECT_TRUE(sameBytes(dq.kernel, dq.aten)) << what << ": dequantized weights differ";
-      std::cout << "[quant kernels gpu] " << what << ": transpose kernel " << tr.kernelMs << " ms (ATen "
-                << tr.atenMs << "), dequantize kernel " << dq.kernelMs << " ms (ATen " << dq.atenMs << ")"
-                << std::endl;
+      std::cout << "[quant kernels gpu] " << what << ": transpose kernel " << tr.kernelMs << " ms (ATen " << tr.atenMs
+                << "), dequantize kernel " << dq.kernelMs << " ms (ATen " << dq.atenMs << ")" << std::endl;
     }
   }
 }

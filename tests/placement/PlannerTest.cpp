@@ -443,19 +443,30 @@ TEST(Planner, ReportCarriesEveryCostColumn) {
   EXPECT_NE(text.find("budget"), std::string::npos);
 }
 
+// A small LoRA model for the offloaded-state tests: a stem and a head without adapters,
+// `count` blocks of the given LoRA Linears, rank 4, 16 tokens of width 64.
+struct SmallLoraModel {
+  UnitShape stem{"stem", "stem", 1000, {}, false};
+  UnitShape head{"head", "head", 500, {}, false};
+  std::vector<UnitShape> blocks;
+  CostOptions options;
+  SmallLoraModel(int count, const std::vector<LinearShape>& linears) {
+    for (int i = 0; i < count; ++i)
+      blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, linears, true});
+    options.loraRank = 4;
+    options.tokens = 16;
+    options.hiddenSize = 64;
+  }
+};
+
 // train.offload_optimizer_state: the optimizer state is host memory; the card holds
 // one staged chunk of it during the step, as workspace (the whole state's size when
 // that is smaller than the chunk).
 TEST(Planner, OffloadedOptimizerStateIsHostMemoryAndOneChunkOfWorkspace) {
-  UnitShape stem{"stem", "stem", 1000, {}, false};
-  UnitShape head{"head", "head", 500, {}, false};
-  std::vector<UnitShape> blocks;
-  for (int i = 0; i < 4; ++i)
-    blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {128, 64}}, true});
-  CostOptions o;
-  o.loraRank = 4;
-  o.tokens = 16;
-  o.hiddenSize = 64;
+  const SmallLoraModel m(4, {{64, 128}, {128, 64}});
+  const auto &stem = m.stem, &head = m.head;
+  const auto& blocks = m.blocks;
+  CostOptions o = m.options;
   const int64_t optimizer = 2 * 6144;                                  // per block: two float32 moments
   const int64_t workspace = static_cast<int64_t>(16 * 64 * 2 * 18.0);  // one block recomputed
   auto plan = [&](const CostOptions& opts, const std::string& device) {
@@ -499,15 +510,10 @@ TEST(Planner, OffloadedOptimizerStateIsHostMemoryAndOneChunkOfWorkspace) {
 // tensor of a piece waits for its copy back while the next piece comes in: the card's
 // workspace for the step is a chunk plus the largest tensor's moments.
 TEST(Planner, OffloadedStateWorkspaceCoversATensorLargerThanTheChunk) {
-  UnitShape stem{"stem", "stem", 1000, {}, false};
-  UnitShape head{"head", "head", 500, {}, false};
-  std::vector<UnitShape> blocks;
-  for (int i = 0; i < 2; ++i)
-    blocks.push_back(UnitShape{"blocks." + std::to_string(i), "layer", 10000, {{64, 128}, {4096, 64}}, true});
-  CostOptions o;
-  o.loraRank = 4;
-  o.tokens = 16;
-  o.hiddenSize = 64;
+  const SmallLoraModel m(2, {{64, 128}, {4096, 64}});
+  const auto &stem = m.stem, &head = m.head;
+  const auto& blocks = m.blocks;
+  CostOptions o = m.options;
   o.offloadOptimizerState = true;
   o.optimizerStagingBytes = 1024;
   const int64_t largest = 4 * 4096 * 8;  // lora_A of the 4096-wide Linear: rank x in, two float32 moments

@@ -152,7 +152,8 @@ class LlamaRun : public train::FamilyRun {
     if (qtype != nn::QuantType::None)
       for (size_t i = 0; i < model_->layerCount(); ++i) {
         nn::quantizeLinears(*model_->layer(i), qtype);
-        if (m.fp8Matmul && nn::isFloat8(qtype)) fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward));
+        if (m.fp8Matmul && nn::isFloat8(qtype))
+          fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward));
       }
     for (auto& p : model_->parameters()) p.requires_grad_(false);
     train::placeBlocks(st, model_->blockList(), dev);
