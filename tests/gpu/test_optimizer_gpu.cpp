@@ -224,25 +224,23 @@ TEST(OptimizerGpu, OffloadedMomentsMatchOnDeviceMoments) {
   hostOpt.setStateInHostMemory(true);
   // The offloaded steps first, then the on-card ones: the other's state is never on the card meanwhile,
   // and both sets of gradients are there in both phases.
-  int64_t hostPeak = 0, cardPeak = 0;
+  // Three steps of `opt` over `params`; the largest peak allocated inside a step.
+  auto peakOverSteps = [&](train::FusedAdamW& opt, std::vector<at::Tensor>& params, bool staged) {
+    int64_t peak = 0;
+    for (int s = 0; s < 3; ++s) {
+      setGrads(params, 400 + s);
+      synchronize();
+      resetPeak();
+      opt.step();
+      synchronize();
+      peak = std::max(peak, peakAllocatedBytes());
+      if (staged) EXPECT_GT(opt.lastStagedChunks(), 1) << "step " << s + 1;
+    }
+    return peak;
+  };
   setGrads(onCard, 400);
-  for (int s = 0; s < 3; ++s) {
-    setGrads(offloaded, 400 + s);
-    synchronize();
-    resetPeak();
-    hostOpt.step();
-    synchronize();
-    hostPeak = std::max(hostPeak, peakAllocatedBytes());
-    EXPECT_GT(hostOpt.lastStagedChunks(), 1) << "step " << s + 1;
-  }
-  for (int s = 0; s < 3; ++s) {
-    setGrads(onCard, 400 + s);
-    synchronize();
-    resetPeak();
-    cardOpt.step();
-    synchronize();
-    cardPeak = std::max(cardPeak, peakAllocatedBytes());
-  }
+  const int64_t hostPeak = peakOverSteps(hostOpt, offloaded, true);
+  const int64_t cardPeak = peakOverSteps(cardOpt, onCard, false);
   EXPECT_EQ(hostOpt.lastPath(), cardOpt.lastPath());
   EXPECT_EQ(hostOpt.lastPath(), compat::kHasFusedAdamW ? "fused" : "foreach");
   std::cout << "[optimizer gpu] offloaded moments: " << shapes.size() << " tensors, " << gib(momentBytes)

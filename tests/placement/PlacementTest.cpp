@@ -24,6 +24,7 @@
 using namespace strata;
 using namespace strata::placement;
 using strata::test::addToyAdapters;
+using strata::test::emptyBlocks;
 using strata::test::RecordingBlock;
 using strata::test::ToyAdapters;
 using strata::test::ToyModel;
@@ -58,24 +59,6 @@ class ProbeAttachment final : public Attachment {
   std::string host_;
   at::Tensor t_;
 };
-
-// Blocks without parameters (Module::to is then a no-op even to meta), so the
-// attachment moves of moveBlock can be followed on a cpu-only machine.
-class EmptyBlock : public nn::Block {
- public:
-  nn::BlockIO forward(const nn::BlockIO& io) override { return io; }
-};
-nn::BlockList emptyBlocks(size_t n) {
-  nn::BlockList list;
-  list.stem = nn::BlockSlot{"stem", "stem", {}, nullptr};
-  for (size_t i = 0; i < n; ++i) {
-    auto b = std::make_shared<EmptyBlock>();
-    const std::string id = "blocks." + std::to_string(i);
-    list.blocks.push_back(nn::BlockSlot{id, "layer", {{id, b}}, b});
-  }
-  list.head = nn::BlockSlot{"head", "head", {}, nullptr};
-  return list;
-}
 
 // Blocks [0, split) on cpu, the rest planned on meta; stem and head on cpu.
 std::unique_ptr<Placement> planned(nn::BlockList list, size_t split) {

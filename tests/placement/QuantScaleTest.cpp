@@ -16,11 +16,6 @@ namespace {
 const c10::Device kCpu(c10::kCPU);
 const c10::Device kMeta(c10::kMeta);
 
-class EmptyBlock : public nn::Block {
- public:
-  nn::BlockIO forward(const nn::BlockIO& io) override { return io; }
-};
-
 }  // namespace
 
 TEST(QuantScale, OneAttachmentPerQuantizedLinearAuditCatchesAStrayScale) {
@@ -59,15 +54,7 @@ TEST(QuantScale, OneAttachmentPerQuantizedLinearAuditCatchesAStrayScale) {
 TEST(QuantScale, ScalesFollowTheirBlocksMoves) {
   // Blocks without parameters (a module with parameters cannot go to meta on
   // LibTorch 1.13); the quantized Linear stands outside them, owned by blocks.2 by path.
-  nn::BlockList list;
-  list.stem = nn::BlockSlot{"stem", "stem", {}, nullptr};
-  for (int i = 0; i < 3; ++i) {
-    auto b = std::make_shared<EmptyBlock>();
-    const std::string id = "blocks." + std::to_string(i);
-    list.blocks.push_back(nn::BlockSlot{id, "layer", {{id, b}}, b});
-  }
-  list.head = nn::BlockSlot{"head", "head", {}, nullptr};
-  auto p = std::make_unique<Placement>(std::move(list), std::vector<c10::Device>{kCpu, kCpu, kCpu}, kCpu, kCpu);
+  auto p = std::make_unique<Placement>(test::emptyBlocks(3), std::vector<c10::Device>{kCpu, kCpu, kCpu}, kCpu, kCpu);
   nn::Linear lin(8, 4);
   lin->quantize(nn::QuantType::Int8);
   p->attach(std::make_shared<QuantScaleAttachment>("blocks.2.fc", lin.ptr()));

@@ -11,6 +11,8 @@
 #include "placement/OptimizerStateAttachment.h"
 #include "placement/Placement.h"
 
+#include "ToyModel.h"
+
 using namespace strata;
 using namespace strata::placement;
 
@@ -56,22 +58,9 @@ class DeviceProbe final : public Attachment {
   at::Tensor t_;
 };
 
-class EmptyBlock : public nn::Block {
- public:
-  nn::BlockIO forward(const nn::BlockIO& io) override { return io; }
-};
-
 // blocks.0 on the cpu, blocks.1 on meta (no parameters, so nothing refuses the move).
 std::unique_ptr<Placement> cpuAndMeta() {
-  nn::BlockList list;
-  list.stem = nn::BlockSlot{"stem", "stem", {}, nullptr};
-  for (int i = 0; i < 2; ++i) {
-    auto b = std::make_shared<EmptyBlock>();
-    const std::string id = "blocks." + std::to_string(i);
-    list.blocks.push_back(nn::BlockSlot{id, "layer", {{id, b}}, b});
-  }
-  list.head = nn::BlockSlot{"head", "head", {}, nullptr};
-  auto p = std::make_unique<Placement>(std::move(list), std::vector<c10::Device>{kCpu, kMeta}, kCpu, kCpu);
+  auto p = std::make_unique<Placement>(test::emptyBlocks(2), std::vector<c10::Device>{kCpu, kMeta}, kCpu, kCpu);
   p->apply();
   return p;
 }

@@ -15,6 +15,26 @@
 
 namespace strata::test {
 
+// Blocks without parameters (Module::to is then a no-op even to meta), so the
+// attachment moves of a placement can be followed on a cpu-only machine.
+class EmptyBlock : public nn::Block {
+ public:
+  nn::BlockIO forward(const nn::BlockIO& io) override { return io; }
+};
+
+// A stem and a head without modules around n EmptyBlocks "blocks.0" .. "blocks.<n-1>".
+inline nn::BlockList emptyBlocks(size_t n) {
+  nn::BlockList list;
+  list.stem = nn::BlockSlot{"stem", "stem", {}, nullptr};
+  for (size_t i = 0; i < n; ++i) {
+    auto b = std::make_shared<EmptyBlock>();
+    const std::string id = "blocks." + std::to_string(i);
+    list.blocks.push_back(nn::BlockSlot{id, "layer", {{id, b}}, b});
+  }
+  list.head = nn::BlockSlot{"head", "head", {}, nullptr};
+  return list;
+}
+
 class ToyBlock : public nn::Block {
  public:
   explicit ToyBlock(int64_t dim) {
