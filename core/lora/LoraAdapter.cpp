@@ -15,6 +15,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Whether an adapter may add its delta into the host's output itself (the caller hands the
+// output over: nn::LinearAdapter): a plain contiguous result, no view (autograd forbids
+// in-place on some and would re-route gradients through others) and no leaf that trains.
+// It saves the copy an out-of-place addmm makes of the [M, out] output (28 MB per
+// projection at 1024 px). A node that kept the output for its backward would fail loudly
+// there on the version check; the bases' nodes keep only their inputs and weights.
+// Off with the fused paths (nn::setFusedPaths), for debugging.
+bool addsInPlace(const at::Tensor& output) {
+  return nn::fusedPaths() && output.defined() && output.dim() >= 1 && output.is_contiguous() && !output.is_view() &&
+         !(output.is_leaf() && output.requires_grad());
+}
+
 // output + (x down^T)(s up)^T for x given as column parts [M, n_i] (one part: the whole
 // input), in the activations' dtype. Autograd through the plain ops would keep the
 // bf16 casts of down and up for the backward, one pair per adapter (0.12 GiB over
@@ -24,8 +36,11 @@ using torch::autograd::variable_list;
 struct LoraAdd : torch::autograd::Function<LoraAdd> {
   // With geluPart >= 0 the part at that index is gelu_tanh(*pre) ([M, n] like it): pre is
   // kept instead of it and the GELU recomputed in the backward (the GELU keeps pre anyway).
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, const at::Tensor& down, const at::Tensor& up,
-                            double s, at::TensorList parts, int64_t geluPart, c10::optional<at::Tensor> pre) {
+  // inPlace (addsInPlace(output)): output [..., out] gets the delta added where it is and is
+  // returned; otherwise output is [M, out] and a new tensor is returned.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, const at::Tensor& down,
+                            const at::Tensor& up, double s, at::TensorList parts, int64_t geluPart,
+                            c10::optional<at::Tensor> pre, bool inPlace) {
     const auto dtype = output.scalar_type();
     at::Tensor h;  // [M, r]
     int64_t offset = 0;
@@ -42,7 +57,12 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     ctx->save_for_backward(saved);
     ctx->saved_data["s"] = s;
     ctx->saved_data["geluPart"] = geluPart;
-    return at::addmm(output, h, upScaled.t());  // [M, out], accumulated where the output is
+    if (inPlace) {
+      output.view({-1, output.size(-1)}).addmm_(h, upScaled.t());  // [M, out]
+      ctx->mark_dirty({output});
+      return output;
+    }
+    return at::addmm(output, h, upScaled.t());  // [M, out]
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list gradOut) {
@@ -52,11 +72,11 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     const auto& h = saved[2];
     const double s = ctx->saved_data["s"].toDouble();
     const auto dtype = h.scalar_type();
-    const auto g = gradOut[0].to(dtype);                                  // [M, out]
-    const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);  // [out, r]
+    const auto g = gradOut[0].reshape({-1, gradOut[0].size(-1)}).to(dtype);  // [M, out]
+    const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);      // [out, r]
     const auto gh = at::mm(g, upScaled);                                 // [M, r]
     const int64_t geluPart = ctx->saved_data["geluPart"].toInt();
-    variable_list grads(4 + saved.size() - 3 + 2);  // output, down, up, s (no tensor), parts, geluPart, pre
+    variable_list grads(4 + saved.size() - 3 + 3);  // output, down, up, s (no tensor), parts, geluPart, pre, inPlace
     grads[0] = ctx->needs_input_grad(0) ? gradOut[0] : at::Tensor();
     if (ctx->needs_input_grad(2)) {
       auto gu = at::mm(g.t(), h).to(up.scalar_type());  // [out, r]
@@ -85,8 +105,10 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
 // Keeps x (kept by each adapter alone too), h and the float32 masters, as LoraAdd; the
 // other gradients are LoraAdd's, per adapter.
 struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
+  // inPlace: every output [..., out_i] passes addsInPlace and gets its delta added where it
+  // is; otherwise the outputs are [M, out_i] and new tensors are returned.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList outputs, at::TensorList downs,
-                               at::TensorList ups, std::vector<double> scales) {
+                               at::TensorList ups, std::vector<double> scales, bool inPlace) {
     const auto dtype = x.scalar_type();
     const auto downAll = at::cat(downs, 0).to(dtype);  // [R, in]
     const auto h = at::mm(x, downAll.t());              // [M, R]
@@ -96,9 +118,15 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
       const int64_t r = downs[i].size(0);
       const auto& up = ups[i];
       const auto upScaled = scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype);  // [out_i, r]
-      out.push_back(at::addmm(outputs[i], h.narrow(1, offset, r), upScaled.t()));         // [M, out_i]
+      if (inPlace) {
+        outputs[i].view({-1, outputs[i].size(-1)}).addmm_(h.narrow(1, offset, r), upScaled.t());  // [M, out_i]
+        out.push_back(outputs[i]);
+      } else {
+        out.push_back(at::addmm(outputs[i], h.narrow(1, offset, r), upScaled.t()));  // [M, out_i]
+      }
       offset += r;
     }
+    if (inPlace) ctx->mark_dirty(variable_list(outputs.begin(), outputs.end()));
     std::vector<at::Tensor> saved{x, h};
     saved.insert(saved.end(), downs.begin(), downs.end());
     saved.insert(saved.end(), ups.begin(), ups.end());
@@ -114,8 +142,8 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
     const auto& x = saved[0];
     const auto& h = saved[1];
     const auto dtype = h.scalar_type();
-    // Edges: x, outputs (n), downs (n), ups (n); returned: those and scales.
-    variable_list grads(1 + 3 * n + 1);
+    // Edges: x, outputs (n), downs (n), ups (n); returned: those, scales and inPlace.
+    variable_list grads(1 + 3 * n + 2);
     std::vector<at::Tensor> ghs;  // [M, r_i]
     std::vector<at::Tensor> downs;
     bool anyDown = false;
@@ -124,7 +152,7 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
       const auto& down = saved[2 + i];
       const auto& up = saved[2 + n + i];
       const int64_t r = down.size(0);
-      const auto g = gradOut[i].to(dtype);  // [M, out_i]
+      const auto g = gradOut[i].reshape({-1, gradOut[i].size(-1)}).to(dtype);  // [M, out_i]
       if (ctx->needs_input_grad(1 + i)) grads[1 + i] = gradOut[i];
       const auto upScaled = scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype);  // [out_i, r]
       ghs.push_back(at::mm(g, upScaled));
@@ -157,6 +185,7 @@ bool loraSiblingAdd(const std::vector<nn::LinearAdapter*>& adapters, const at::T
   if (adapters.size() != outputs.size() || adapters.size() < 2 || x.dim() < 1) return false;
   std::vector<at::Tensor> downs, ups, flatOut;
   std::vector<double> scales;
+  bool inPlace = true;
   for (size_t i = 0; i < adapters.size(); ++i) {
     const auto* a = dynamic_cast<const LoraAdapter*>(adapters[i]);
     if (!a || !a->fusesWithSiblings()) return false;
@@ -165,12 +194,12 @@ bool loraSiblingAdd(const std::vector<nn::LinearAdapter*>& adapters, const at::T
     downs.push_back(a->down);
     ups.push_back(a->up);
     scales.push_back(a->scale() * a->multiplierScalar());
-    flatOut.push_back(y.reshape({-1, y.size(-1)}));
+    inPlace = inPlace && addsInPlace(y);
   }
-  const auto flat =
-      LoraSiblingsAdd::apply(x.reshape({-1, x.size(-1)}), at::TensorList(flatOut), at::TensorList(downs),
-                             at::TensorList(ups), scales);
-  for (size_t i = 0; i < outputs.size(); ++i) outputs[i] = flat[i].view(outputs[i].sizes());
+  for (const auto& y : outputs) flatOut.push_back(inPlace ? y : y.reshape({-1, y.size(-1)}));
+  const auto sums = LoraSiblingsAdd::apply(x.reshape({-1, x.size(-1)}), at::TensorList(flatOut), at::TensorList(downs),
+                                           at::TensorList(ups), scales, inPlace);
+  for (size_t i = 0; i < outputs.size(); ++i) outputs[i] = inPlace ? sums[i] : sums[i].view(outputs[i].sizes());
   return true;
 }
 
@@ -265,11 +294,12 @@ at::Tensor LoraAdapter::addToParts(const std::vector<at::Tensor>& parts, const a
     // Dropout is elementwise: per part it is the dropout of the concatenation.
     flat.push_back((drop ? at::dropout(part, dropout_, true) : part).reshape({-1, part.size(-1)}));
   const double s = scale() * multiplier_->scalar();
-  const auto outSizes = output.sizes().vec();
-  // One GEMM for the up projection: output + h (s up)^T, accumulated where the output is.
+  // One GEMM for the up projection: output + h (s up)^T, accumulated into the output.
+  if (addsInPlace(output))
+    return LoraAdd::apply(output, down, up, s, at::TensorList(flat), int64_t{-1}, c10::optional<at::Tensor>(), true);
   return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), int64_t{-1},
-                        c10::optional<at::Tensor>())
-      .view(outSizes);
+                        c10::optional<at::Tensor>(), false)
+      .view(output.sizes());
 }
 
 at::Tensor LoraAdapter::addToGeluParts(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
@@ -284,10 +314,10 @@ at::Tensor LoraAdapter::addToGeluParts(const std::vector<at::Tensor>& parts, int
   std::vector<at::Tensor> flat;  // [M, n_i]
   for (const auto& part : parts) flat.push_back(part.reshape({-1, part.size(-1)}));
   const double s = scale() * multiplier_->scalar();
-  const auto outSizes = output.sizes().vec();
-  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), geluPart,
-                        c10::optional<at::Tensor>(pre.reshape({-1, pre.size(-1)})))
-      .view(outSizes);
+  const c10::optional<at::Tensor> pre2(pre.reshape({-1, pre.size(-1)}));
+  if (addsInPlace(output)) return LoraAdd::apply(output, down, up, s, at::TensorList(flat), geluPart, pre2, true);
+  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), geluPart, pre2, false)
+      .view(output.sizes());
 }
 
 nn::SiblingAdd LoraAdapter::siblingAdd() const { return &loraSiblingAdd; }

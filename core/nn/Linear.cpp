@@ -74,7 +74,8 @@ at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::
                                   x.scalar_type(), kFastAccumForward);  // [M, N]
   auto shape = x.sizes().vec();
   shape.back() = n;
-  return y.view(shape);  // [..., N]
+  // Not a view of y (no one else holds y): an adapter may then add into it in place.
+  return at::_unsafe_view(y, shape);  // [..., N]
 }
 
 // The input gradient on the fp8 tensor cores: g [..., N] times the weight's scale,
@@ -187,8 +188,16 @@ bool fp8Applies(bool fp8Matmul, const at::Tensor& x) {
 }  // namespace
 
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
-  if (quantType_ == QuantType::None)
-    return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+  if (quantType_ == QuantType::None) {
+    const auto b = bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt;
+    if (x.dim() <= 2) return at::linear(x, weight, b);
+    // at::linear returns a view of its [M, out] result here; the same values as a plain
+    // tensor let an adapter add into the output in place (LoraAdapter). addmm keeps its
+    // inputs for the backward, not the result.
+    auto shape = x.sizes().vec();
+    shape.back() = outFeatures_;
+    return at::_unsafe_view(at::linear(x.reshape({-1, x.size(-1)}), weight, b), shape);  // [..., out]
+  }
   const bool fp8 = fp8Applies(fp8Matmul_, x);
   const int64_t mode = !fp8 ? kDequantized : fp8Backward_ == Fp8Backward::Fp8 ? kFp8ForwardAndBackward : kFp8Forward;
   // A frozen bias goes into the matmul (fused by _scaled_mm); one that trains is added here.

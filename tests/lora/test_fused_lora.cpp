@@ -141,6 +141,61 @@ TEST(FusedLora, SiblingDownsAsOneMatmulEqualPerAdapter) {
   }
 }
 
+// The adapter adds its delta into the host's output where it is (no copy of [M, out]), as
+// the out-of-place sum would: same values and the same input, down and up gradients,
+// float and bf16, one and two adapters on a Linear, a float and an int8 base. A view
+// (autograd would re-route its gradient) and the fused paths off take the sum.
+TEST(FusedLora, UpProjectionAddsIntoTheOutputInPlace) {
+  for (const bool int8 : {false, true}) {
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      TinyFlux f;
+      if (dtype != at::kFloat) f.model->to(dtype);
+      if (int8)
+        for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
+      auto net = LoraNetwork::create(*f.model, config(3, 6, {"transformer_blocks.0.attn.to_out.0"}), f.rules);
+      randomizeUps(*net);
+      const auto a = net->adapters().at(0);
+      auto* host = a->host().get();
+      const auto x0 = at::randn({2, 5, host->inFeatures()}).to(dtype);
+      const auto g = at::randn({2, 5, host->outFeatures()}).to(dtype);
+      // in place: the view (asView) or the fused paths off take the out-of-place sum
+      auto run = [&](bool asView, bool fused) {
+        nn::setFusedPaths(fused);
+        const auto x = x0.clone().requires_grad_(true);
+        auto base = host->forwardBase(x);
+        if (asView) base = base.view(base.sizes());
+        const auto y = a->addTo(x, base);
+        const bool inPlace = y.data_ptr() == base.data_ptr();
+        (y * g).sum().backward();
+        nn::setFusedPaths(true);
+        std::vector<at::Tensor> r{y.detach().clone(), x.grad(), a->down.grad().clone(), a->up.grad().clone()};
+        clearGrads(*net);
+        return std::make_pair(inPlace, r);
+      };
+      const auto [inPlace, got] = run(false, true);
+      EXPECT_TRUE(inPlace) << "the delta was not added in place";
+      for (const auto& [asView, fused] : {std::make_pair(true, true), std::make_pair(false, false)}) {
+        const auto [refInPlace, ref] = run(asView, fused);
+        EXPECT_FALSE(refInPlace);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(allClose(got[i], ref[i], 0, 0)) << i;
+      }
+      // the host's forward with a second adapter on the same Linear: both add in place
+      const auto second = LoraNetwork::create(*f.model, config(2, 2, {"transformer_blocks.0.attn.to_out.0"}), f.rules);
+      ASSERT_EQ(host->adapters().size(), 2u);
+      const auto x = x0.clone().requires_grad_(true);
+      const auto y = host->forward(x);
+      at::Tensor sum = host->forwardBase(x0);
+      {
+        Unfused off;
+        for (const auto& ad : host->adapters()) sum = ad->addTo(x0, sum);
+      }
+      EXPECT_TRUE(allClose(y.detach(), sum, 0, 0));
+      (y * g).sum().backward();
+      EXPECT_TRUE(x.grad().defined());
+    }
+  }
+}
+
 // A subset with adapters fuses; a Linear without one takes its base only; removed adapters
 // leave the bases; an int8 base fuses like a float one.
 TEST(FusedLora, SiblingSubsetsRemovedAdaptersAndAnInt8Base) {

@@ -213,7 +213,7 @@ FluxSingleBlock::FluxSingleBlock(const FluxConfig& cfg, const FluxBuildOptions& 
 
 nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
   const int64_t nTxt = io.txt.size(1);
-  const auto x = at::cat({io.txt, io.img}, 1);                          // [B, Nt+Ni, D]
+  const auto x = joinedTokens(io.txt, io.img);                          // [B, Nt+Ni, D]
   const auto mod = normLinear->forward(at::silu(io.temb)).chunk(3, 1);  // shift, scale, gate
   const auto xNorm = modulate(layerNorm(x), mod[0], mod[1]);
 

@@ -13,6 +13,7 @@ using M = Flux2Modulation;
 
 using flux::clipHalf;
 using flux::gated;
+using flux::joinedTokens;
 using flux::layerNorm;
 using flux::modulate;
 using flux::normThenRotary;
@@ -93,7 +94,7 @@ Flux2SingleBlock::Flux2SingleBlock(const Flux2Config& cfg, const Flux2BuildOptio
 
 nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const int64_t nTxt = io.txt.size(1);
-  const auto x = at::cat({io.txt, io.img}, 1);                     // [B, Nt + Ni, D]
+  const auto x = joinedTokens(io.txt, io.img);                     // [B, Nt + Ni, D]
   const auto mod = modulationOf(io.temb, hidden_, M::kSingle, 1);  // shift, scale, gate
   const auto xNorm = modulate(layerNorm(x, eps_), mod[0], mod[1]);
 
