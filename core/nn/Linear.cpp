@@ -63,13 +63,35 @@ at::Tensor columnScale(const at::Tensor& scale, int64_t n) {
   return scale.numel() == 1 ? scale.reshape({1, 1}).expand({1, n}).contiguous() : scale.reshape({1, n});
 }
 
+// While forwardSiblings runs on this thread: the input its Linears share, quantized by
+// the first fp8 one, so the others reuse it (per token: the same rows each would make).
+// The entry is the tensor and its version at quantization: an in-place change since, or
+// another tensor, quantizes anew. Cleared when forwardSiblings returns, so nothing is held
+// past it.
+struct SharedInputQuantization {
+  at::Tensor x;
+  int64_t version = -1;
+  Fp8Rows q;
+};
+thread_local SharedInputQuantization* sharedInput = nullptr;
+
+// x [M, K] (a view of `x`) quantized per token, or the siblings' shared quantization of it.
+Fp8Rows quantizedInput(const at::Tensor& x, int64_t k) {
+  SharedInputQuantization* shared = sharedInput;
+  const int64_t version = static_cast<int64_t>(x._version());
+  if (shared && shared->x.defined() && shared->x.is_same(x) && shared->version == version) return shared->q;
+  auto q = quantizeRowsE4m3(x.reshape({-1, k}), at::Tensor(), kFp8Target);  // [M, K]
+  if (shared) *shared = {x, version, q};
+  return q;
+}
+
 // x [..., K] bf16 on CUDA times the fp8 weight [N, K] on the fp8 tensor cores, bias
 // fused: [..., N]. W^T is W's storage read column-major, as _scaled_mm wants.
 at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::Tensor& scale,
                       const c10::optional<at::Tensor>& bias) {
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
-  const auto q = quantizeRowsE4m3(x.reshape({-1, k}), at::Tensor(), kFp8Target);  // [M, K]
+  const auto q = quantizedInput(x, k);  // [M, K]
   const auto y = compat::scaledMm(q.data, weightQ.t(), q.scale, columnScale(scale, n), bias.value_or(at::Tensor()),
                                   x.scalar_type(), kFastAccumForward);  // [M, N]
   auto shape = x.sizes().vec();
@@ -310,6 +332,13 @@ void LinearImpl::removeAdapter(const LinearAdapter* adapter) {
 }
 
 std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears, const at::Tensor& x) {
+  // The fp8 bases quantize x once between them (fp8Forward); restored on return or throw.
+  struct ShareInput {
+    SharedInputQuantization entry;
+    SharedInputQuantization* previous = sharedInput;
+    ShareInput() { sharedInput = fusedPaths() ? &entry : nullptr; }
+    ~ShareInput() { sharedInput = previous; }
+  } share;
   std::vector<at::Tensor> out(linears.size());
   for (size_t i = 0; i < linears.size(); ++i) {
     if (!linears[i]) throw Error("nn::forwardSiblings: Linear " + std::to_string(i) + " is null");

@@ -2,8 +2,9 @@
 // without at::_scaled_mm, or on a card below sm_89): a quantized Linear's fp8 matmul
 // against its dequantizing matmul at FLUX.1-dev shapes (forward and input gradient,
 // both backward choices, timed), one FLUX.1-dev double and single block with random
-// weights against bf16 for every path, every flux_transformer fixture on CUDA, and a
-// 30-step LoRA loss curve on a qfloat8 + fp8-matmul base beside the bf16 one.
+// weights against bf16 for every path, every flux_transformer fixture on CUDA, a
+// 30-step LoRA loss curve on a qfloat8 + fp8-matmul base beside the bf16 one, and
+// sibling Linears quantizing their shared input once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <iostream>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "common/ReferenceFixtures.h"
@@ -24,6 +26,7 @@
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 #include "nn/Linear.h"
+#include "nn/QuantKernels.h"
 #include "nn/Quantize.h"
 #include "parity/FluxFixture.h"
 #include "train/TrainerSupport.h"
@@ -154,6 +157,56 @@ TEST(Fp8Gpu, LinearMatchesTheDequantizedMatmulAtFluxDevShapes) {
       }
     }
   }
+}
+
+// Linears that read one input (nn::forwardSiblings: a single block's q, k, v, proj_mlp)
+// quantize it once between them: one quantization kernel for the four forwards, and the
+// same outputs and input gradient, bit for bit, as each Linear's own forward.
+TEST(Fp8Gpu, SiblingsQuantizeTheirSharedInputOnce) {
+  STRATA_REQUIRE_FP8();
+  ASSERT_TRUE(nn::quantKernelsBuilt()) << "a CUDA build without the nn kernels";
+  const auto opts = at::TensorOptions(kCuda).dtype(at::kBFloat16);
+  at::manual_seed(17);
+  std::vector<nn::Linear> lins{nn::Linear(256, 256, true, opts), nn::Linear(256, 256, true, opts),
+                               nn::Linear(256, 256, true, opts), nn::Linear(256, 1024, true, opts)};
+  std::vector<nn::LinearImpl*> ptrs;
+  for (auto& lin : lins) {
+    for (auto& p : lin->parameters()) p.requires_grad_(false);
+    lin->quantize(nn::QuantType::QFloat8);
+    ASSERT_TRUE(lin->useFp8Matmul(nn::Fp8Backward::Fp8));
+    ptrs.push_back(lin.get());
+  }
+  const auto x0 = at::randn({2, 96, 256}, opts);
+  const auto g = at::randn({2, 96, 256 * 3 + 1024}, opts);
+  auto run = [&](bool siblings) {
+    const auto x = x0.detach().requires_grad_(true);
+    const int64_t before = nn::quantKernelLaunches();
+    std::vector<at::Tensor> out;
+    if (siblings) {
+      out = nn::forwardSiblings(ptrs, x);
+    } else {
+      for (auto* lin : ptrs) out.push_back(lin->forward(x));
+    }
+    const int64_t launches = nn::quantKernelLaunches() - before;
+    const auto y = at::cat(out, -1);
+    (y.to(at::kFloat) * g.to(at::kFloat)).sum().backward();
+    return std::make_tuple(launches, y.detach(), x.grad());
+  };
+  const auto [eachLaunches, yEach, gEach] = run(false);
+  const auto [launches, y, gx] = run(true);
+  EXPECT_EQ(eachLaunches, 4);
+  EXPECT_EQ(launches, 1) << "the shared input was quantized more than once";
+  EXPECT_TRUE(at::equal(y, yEach));
+  EXPECT_TRUE(at::equal(gx, gEach));
+  // Nothing is kept past a call: the same tensor, changed in place, is quantized anew.
+  at::NoGradGuard noGrad;
+  auto x = x0.clone();
+  const int64_t before = nn::quantKernelLaunches();
+  const auto a = nn::forwardSiblings({ptrs[0]}, x);
+  x.mul_(2);
+  const auto b = nn::forwardSiblings({ptrs[0]}, x);
+  EXPECT_EQ(nn::quantKernelLaunches() - before, 2);
+  EXPECT_FALSE(at::equal(a[0], b[0]));
 }
 
 namespace {
