@@ -48,9 +48,10 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   // y-delta for input x: [..., in] -> [..., out], in x's dtype. Used by the host's forward.
   at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) override;
   // output + delta(input): the up projection accumulates into the output in one
-  // matmul (addmm), with alpha/r and a scalar multiplier folded into the small up
-  // weight, not applied to the [..., out] activations; the backward keeps the float32
-  // masters, not their casts. A per-sample multiplier takes delta().
+  // matmul (addmm), in place where the output allows it (no copy of it), with alpha/r
+  // and a scalar multiplier folded into the small up weight, not applied to the
+  // [..., out] activations; the backward keeps the float32 masters, not their casts.
+  // A per-sample multiplier takes delta().
   at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) override;
   // addTo(cat(parts, -1), output) without the concatenated input: the down projection
   // as one matmul per part over its columns of down, accumulated into [..., r].

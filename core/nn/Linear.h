@@ -33,7 +33,8 @@ class LinearAdapter {
  public:
   virtual ~LinearAdapter() = default;
   virtual at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) = 0;
-  // output + delta(input, output); an adapter may fold the sum into its last matmul.
+  // output + delta(input, output); an adapter may fold the sum into its last matmul, and
+  // add into `output` in place: the caller hands the output over and uses the result.
   virtual at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) { return output + delta(input, output); }
   // addTo(cat(parts, -1), output); an adapter may avoid the concatenated copy.
   virtual at::Tensor addToParts(const std::vector<at::Tensor>& parts, const at::Tensor& output) {
