@@ -19,8 +19,10 @@ using torch::autograd::variable_list;
 // output over: nn::LinearAdapter): a plain contiguous result, no view (autograd forbids
 // in-place on some and would re-route gradients through others) and no leaf that trains.
 // It saves the copy an out-of-place addmm makes of the [M, out] output (28 MB per
-// projection at 1024 px). A node that kept the output for its backward would fail loudly
-// there on the version check; the bases' nodes keep only their inputs and weights.
+// projection at 1024 px). The bases return plain tensors (nn::LinearImpl: an _unsafe_view
+// of their [M, out] result, which has its own version counter), so no check would catch a
+// node that kept that result: none does (addmm, mm, the quantized matmuls and the bias
+// add keep inputs and weights only), and a new base must not either.
 // Off with the fused paths (nn::setFusedPaths), for debugging.
 bool addsInPlace(const at::Tensor& output) {
   return nn::fusedPaths() && output.defined() && output.dim() >= 1 && output.is_contiguous() && !output.is_view() &&

@@ -75,10 +75,11 @@ struct SharedInputQuantization {
 };
 thread_local SharedInputQuantization* sharedInput = nullptr;
 
-// x [M, K] (a view of `x`) quantized per token, or the siblings' shared quantization of it.
+// x [..., K] quantized per token as [M, K], or the siblings' shared quantization of it.
+// Inference tensors keep no version counter: they are not shared.
 Fp8Rows quantizedInput(const at::Tensor& x, int64_t k) {
-  SharedInputQuantization* shared = sharedInput;
-  const int64_t version = static_cast<int64_t>(x._version());
+  SharedInputQuantization* shared = x.is_inference() ? nullptr : sharedInput;
+  const int64_t version = shared ? static_cast<int64_t>(x._version()) : -1;
   if (shared && shared->x.defined() && shared->x.is_same(x) && shared->version == version) return shared->q;
   auto q = quantizeRowsE4m3(x.reshape({-1, k}), at::Tensor(), kFp8Target);  // [M, K]
   if (shared) *shared = {x, version, q};

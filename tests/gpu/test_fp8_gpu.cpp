@@ -165,6 +165,11 @@ TEST(Fp8Gpu, LinearMatchesTheDequantizedMatmulAtFluxDevShapes) {
 TEST(Fp8Gpu, SiblingsQuantizeTheirSharedInputOnce) {
   STRATA_REQUIRE_FP8();
   ASSERT_TRUE(nn::quantKernelsBuilt()) << "a CUDA build without the nn kernels";
+  struct FusedOn {  // whatever STRATA_FUSED_PATHS says: the sharing is a fused path
+    bool was = nn::fusedPaths();
+    FusedOn() { nn::setFusedPaths(true); }
+    ~FusedOn() { nn::setFusedPaths(was); }
+  } fusedOn;
   const auto opts = at::TensorOptions(kCuda).dtype(at::kBFloat16);
   at::manual_seed(17);
   std::vector<nn::Linear> lins{nn::Linear(256, 256, true, opts), nn::Linear(256, 256, true, opts),
@@ -198,7 +203,8 @@ TEST(Fp8Gpu, SiblingsQuantizeTheirSharedInputOnce) {
   EXPECT_EQ(launches, 1) << "the shared input was quantized more than once";
   EXPECT_TRUE(at::equal(y, yEach));
   EXPECT_TRUE(at::equal(gx, gEach));
-  // Nothing is kept past a call: the same tensor, changed in place, is quantized anew.
+  // Nothing is kept past a call (the scope, not the version key, which one call cannot
+  // show from outside): the same tensor, changed in place, is quantized anew.
   at::NoGradGuard noGrad;
   auto x = x0.clone();
   const int64_t before = nn::quantKernelLaunches();

@@ -179,19 +179,29 @@ TEST(FusedLora, UpProjectionAddsIntoTheOutputInPlace) {
         EXPECT_FALSE(refInPlace);
         for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(allClose(got[i], ref[i], 0, 0)) << i;
       }
-      // the host's forward with a second adapter on the same Linear: both add in place
+      // the host's forward with a second adapter on the same Linear, both adding in place:
+      // the values and the gradients of x and of both adapters as out of place
       const auto second = LoraNetwork::create(*f.model, config(2, 2, {"transformer_blocks.0.attn.to_out.0"}), f.rules);
+      randomizeUps(*second);
       ASSERT_EQ(host->adapters().size(), 2u);
-      const auto x = x0.clone().requires_grad_(true);
-      const auto y = host->forward(x);
-      at::Tensor sum = host->forwardBase(x0);
-      {
-        Unfused off;
-        for (const auto& ad : host->adapters()) sum = ad->addTo(x0, sum);
-      }
-      EXPECT_TRUE(allClose(y.detach(), sum, 0, 0));
-      (y * g).sum().backward();
-      EXPECT_TRUE(x.grad().defined());
+      const auto b = second->adapters().at(0);
+      auto both = [&](bool fused) {
+        nn::setFusedPaths(fused);
+        const auto x = x0.clone().requires_grad_(true);
+        const auto y = host->forward(x);
+        (y * g).sum().backward();
+        nn::setFusedPaths(true);
+        std::vector<at::Tensor> r{y.detach().clone(),     x.grad(),
+                                  a->down.grad().clone(), a->up.grad().clone(),
+                                  b->down.grad().clone(), b->up.grad().clone()};
+        clearGrads(*net);
+        clearGrads(*second);
+        return r;
+      };
+      const auto inPlaceBoth = both(true);
+      const auto outOfPlaceBoth = both(false);
+      for (size_t i = 0; i < inPlaceBoth.size(); ++i)
+        EXPECT_TRUE(allClose(inPlaceBoth[i], outOfPlaceBoth[i], 0, 0)) << "two adapters, " << i;
     }
   }
 }

@@ -30,23 +30,12 @@ inline at::Tensor clipHalf(const at::Tensor& x) {
 }
 
 // cat({txt, img}, 1): [B, Nt + Ni, D]. When txt and img are, in that order, the two halves
-// of one contiguous tensor (a single block's output narrowed into BlockIO), that tensor
-// itself: the same values without the copy, and in the backward its gradient arrives
-// whole instead of as two zero-padded halves summed (two fills and a strided add per
-// block, 28 MB each at 1024 px).
-inline at::Tensor joinedTokens(const at::Tensor& txt, const at::Tensor& img) {
-  if (txt.dim() == 3 && img.dim() == 3 && txt.is_view() && img.is_view()) {
-    const auto& base = txt._base();  // a TensorBase in some LibTorch versions
-    const bool halves = base.is_same(img._base()) && base.dim() == 3 && base.is_contiguous() &&
-                        base.size(0) == txt.size(0) && base.size(0) == img.size(0) && base.size(2) == txt.size(2) &&
-                        base.size(2) == img.size(2) && base.size(1) == txt.size(1) + img.size(1) &&
-                        txt.strides() == base.strides() && img.strides() == base.strides() &&
-                        txt.storage_offset() == base.storage_offset() &&
-                        img.storage_offset() == base.storage_offset() + txt.size(1) * base.stride(1);
-    if (halves) return at::Tensor(base);
-  }
-  return at::cat({txt, img}, 1);
-}
+// of one contiguous tensor (a single block's output narrowed into BlockIO) and autograd
+// reaches that tensor through them, that tensor itself: no copy forward, and without
+// checkpointing its gradient arrives whole instead of as two zero-padded halves summed
+// (two fills and a strided add per block, 28 MB each at 1024 px). A checkpointed block's
+// recompute gets detached inputs and takes the concatenation. Off with the fused paths.
+at::Tensor joinedTokens(const at::Tensor& txt, const at::Tensor& img);
 
 // [B, N, H*Dh] -> [B, N, H, Dh]
 inline at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {

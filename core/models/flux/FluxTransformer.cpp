@@ -73,6 +73,38 @@ std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& 
   return {out[0], out[1], out[2]};
 }
 
+namespace {
+
+// Whether view `v` hands its gradient to `base` (its narrow's node leads to base's
+// gradient edge): not so for views a custom Function returned (a checkpoint's outputs),
+// whose base autograd never reaches through them.
+bool gradientReaches(const at::Tensor& v, const at::Tensor& base) {
+  const auto& fn = v.grad_fn();
+  if (!fn || fn->num_outputs() != 1 || fn->next_edges().empty()) return false;
+  const auto edge = torch::autograd::impl::gradient_edge(base);
+  const auto& next = fn->next_edge(0);
+  return next.function == edge.function && next.input_nr == edge.input_nr;
+}
+
+}  // namespace
+
+at::Tensor joinedTokens(const at::Tensor& txt, const at::Tensor& img) {
+  if (nn::fusedPaths() && txt.dim() == 3 && img.dim() == 3 && txt.is_view() && img.is_view()) {
+    const at::Tensor base(txt._base());  // a TensorBase in some LibTorch versions
+    const bool halves = base.is_same(img._base()) && base.dim() == 3 && base.is_contiguous() &&
+                        base.scalar_type() == txt.scalar_type() && base.scalar_type() == img.scalar_type() &&
+                        base.size(0) == txt.size(0) && base.size(0) == img.size(0) && base.size(2) == txt.size(2) &&
+                        base.size(2) == img.size(2) && base.size(1) == txt.size(1) + img.size(1) &&
+                        txt.strides() == base.strides() && img.strides() == base.strides() &&
+                        txt.storage_offset() == base.storage_offset() &&
+                        img.storage_offset() == base.storage_offset() + txt.size(1) * base.stride(1);
+    const bool tracked = txt.requires_grad() || img.requires_grad() || base.requires_grad();
+    if (halves && (!tracked || (base.requires_grad() && gradientReaches(txt, base) && gradientReaches(img, base))))
+      return base;
+  }
+  return at::cat({txt, img}, 1);
+}
+
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   // x: [B, N, H, Dh]; pairs (x0, x1) rotate to (-x1, x0).
   const auto pairs = x.unflatten(-1, {x.size(-1) / 2, 2});  // [B, N, H, Dh/2, 2]
