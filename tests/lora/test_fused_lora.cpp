@@ -44,6 +44,16 @@ LoraConfig config(int64_t rank, double alpha, std::vector<std::string> targets, 
   return c;
 }
 
+// f's model, its blocks quantized to int8 when asked, with the LoRA `c` asks for and the ups
+// random (zero ups would hide every gradient but the ups').
+std::shared_ptr<LoraNetwork> adaptedTinyFlux(TinyFlux& f, bool int8, const LoraConfig& c) {
+  if (int8)
+    for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
+  auto net = LoraNetwork::create(*f.model, c, f.rules);
+  randomizeUps(*net);
+  return net;
+}
+
 double relL2(const at::Tensor& a, const at::Tensor& ref) {
   return (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
 }
@@ -150,10 +160,7 @@ TEST(FusedLora, UpProjectionAddsIntoTheOutputInPlace) {
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       TinyFlux f;
       if (dtype != at::kFloat) f.model->to(dtype);
-      if (int8)
-        for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-      auto net = LoraNetwork::create(*f.model, config(3, 6, {"transformer_blocks.0.attn.to_out.0"}), f.rules);
-      randomizeUps(*net);
+      auto net = adaptedTinyFlux(f, int8, config(3, 6, {"transformer_blocks.0.attn.to_out.0"}));
       const auto a = net->adapters().at(0);
       auto* host = a->host().get();
       const auto x0 = at::randn({2, 5, host->inFeatures()}).to(dtype);
@@ -211,12 +218,8 @@ TEST(FusedLora, UpProjectionAddsIntoTheOutputInPlace) {
 TEST(FusedLora, SiblingSubsetsRemovedAdaptersAndAnInt8Base) {
   for (const bool int8 : {false, true}) {
     TinyFlux f;
-    if (int8)
-      for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-    auto net = LoraNetwork::create(
-        *f.model, config(4, 4, {"single_transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.attn.to_v"}),
-        f.rules);
-    randomizeUps(*net);
+    auto net = adaptedTinyFlux(
+        f, int8, config(4, 4, {"single_transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.attn.to_v"}));
     const auto siblings = singleBlockSiblings(f);
     const auto x = at::randn({2, 5, f.cfg.hiddenSize()});
     bool fusedNode = false;
@@ -277,10 +280,7 @@ TEST(FusedLora, PerSampleMultiplierAndDropoutTakeThePerAdapterPath) {
 TEST(FusedLora, GeluOutputIsNotKeptAndGradientsAreExact) {
   for (const bool int8 : {false, true}) {
     TinyFlux f;
-    if (int8)
-      for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-    auto net = LoraNetwork::create(*f.model, config(4, 8, {"transformer_blocks.0.ff.net.2"}), f.rules);
-    randomizeUps(*net);
+    auto net = adaptedTinyFlux(f, int8, config(4, 8, {"transformer_blocks.0.ff.net.2"}));
     const auto a = net->adapters().at(0);
     auto* host = a->host().get();
     const auto pre0 = at::randn({2, 5, host->inFeatures()});
@@ -317,10 +317,7 @@ TEST(FusedLora, GeluOutputIsNotKeptAndGradientsAreExact) {
 TEST(FusedLora, ProjOutWithAGeluPartEqualsTheUnfusedParts) {
   for (const bool int8 : {false, true}) {
     TinyFlux f;
-    if (int8)
-      for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-    auto net = LoraNetwork::create(*f.model, config(4, 8, {"single_transformer_blocks.1.proj_out"}), f.rules);
-    randomizeUps(*net);
+    auto net = adaptedTinyFlux(f, int8, config(4, 8, {"single_transformer_blocks.1.proj_out"}));
     const auto a = net->adapters().at(0);
     auto* host = a->host().get();
     const int64_t d = f.cfg.hiddenSize();
@@ -396,10 +393,7 @@ void expectSameTraining(flux::FluxTransformer& model, const flux::FluxInputs& in
 TEST(FusedLora, TinyFluxLossAndLoraGradientsAreUnchanged) {
   for (const bool int8 : {false, true}) {
     TinyFlux f;
-    if (int8)
-      for (auto& slot : f.model->blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-    auto net = LoraNetwork::create(*f.model, config(4, 4, {}), f.rules);
-    randomizeUps(*net);
+    auto net = adaptedTinyFlux(f, int8, config(4, 4, {}));
     expectSameTraining(*f.model, f.inputs, *net, 2e-5, int8 ? "int8 base" : "float32");
   }
 }
