@@ -181,6 +181,15 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
   }
 };
 
+// LoraAdd into output [..., out]: in place where addsInPlace allows it, else on its
+// [M, out] view with a new [..., out] result.
+at::Tensor addUp(const at::Tensor& output, const at::Tensor& down, const at::Tensor& up, double s,
+                 const std::vector<at::Tensor>& parts, int64_t geluPart, const c10::optional<at::Tensor>& pre) {
+  if (addsInPlace(output)) return LoraAdd::apply(output, down, up, s, at::TensorList(parts), geluPart, pre, true);
+  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(parts), geluPart, pre, false)
+      .view(output.sizes());
+}
+
 // nn::SiblingAdd for LoRA adapters (LoraAdapter::siblingAdd).
 bool loraSiblingAdd(const std::vector<nn::LinearAdapter*>& adapters, const at::Tensor& x,
                     std::vector<at::Tensor>& outputs) {
@@ -297,11 +306,7 @@ at::Tensor LoraAdapter::addToParts(const std::vector<at::Tensor>& parts, const a
     flat.push_back((drop ? at::dropout(part, dropout_, true) : part).reshape({-1, part.size(-1)}));
   const double s = scale() * multiplier_->scalar();
   // One GEMM for the up projection: output + h (s up)^T, accumulated into the output.
-  if (addsInPlace(output))
-    return LoraAdd::apply(output, down, up, s, at::TensorList(flat), int64_t{-1}, c10::optional<at::Tensor>(), true);
-  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), int64_t{-1},
-                        c10::optional<at::Tensor>(), false)
-      .view(output.sizes());
+  return addUp(output, down, up, s, flat, -1, c10::nullopt);
 }
 
 at::Tensor LoraAdapter::addToGeluParts(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
@@ -316,10 +321,7 @@ at::Tensor LoraAdapter::addToGeluParts(const std::vector<at::Tensor>& parts, int
   std::vector<at::Tensor> flat;  // [M, n_i]
   for (const auto& part : parts) flat.push_back(part.reshape({-1, part.size(-1)}));
   const double s = scale() * multiplier_->scalar();
-  const c10::optional<at::Tensor> pre2(pre.reshape({-1, pre.size(-1)}));
-  if (addsInPlace(output)) return LoraAdd::apply(output, down, up, s, at::TensorList(flat), geluPart, pre2, true);
-  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(flat), geluPart, pre2, false)
-      .view(output.sizes());
+  return addUp(output, down, up, s, flat, geluPart, pre.reshape({-1, pre.size(-1)}));
 }
 
 nn::SiblingAdd LoraAdapter::siblingAdd() const { return &loraSiblingAdd; }

@@ -80,7 +80,7 @@ thread_local SharedInputQuantization* sharedInput = nullptr;
 Fp8Rows quantizedInput(const at::Tensor& x, int64_t k) {
   SharedInputQuantization* shared = x.is_inference() ? nullptr : sharedInput;
   const int64_t version = shared ? static_cast<int64_t>(x._version()) : -1;
-  if (shared && shared->x.defined() && shared->x.is_same(x) && shared->version == version) return shared->q;
+  if (shared && shared->x.is_same(x) && shared->version == version) return shared->q;
   auto q = quantizeRowsE4m3(x.reshape({-1, k}), at::Tensor(), kFp8Target);  // [M, K]
   if (shared) *shared = {x, version, q};
   return q;
