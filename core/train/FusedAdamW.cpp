@@ -91,14 +91,21 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     at::AutoGradMode enable(true);
     loss = closure();
   }
+  // What the step refuses, refused before any parameter, moment or step count changes.
+  for (const auto& group : param_groups_)
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (p.grad().is_sparse()) throw Error("FusedAdamW: sparse gradients are not supported");
+      // The staged copies are contiguous, and the kernels pair elements by index.
+      if (stateInHostMemory_ && p.is_cuda() && !p.is_contiguous() && !state_.count(compat::optimizerStateKey(p)))
+        throw Error("FusedAdamW: a parameter whose state is in host memory must be contiguous");
+    }
   std::string path;
   lastStagedChunks_ = 0;
   // A moment with the parameter's device and dtype, zero: pinned host memory for a
   // CUDA parameter whose state is kept off the card.
   auto newMoment = [&](const at::Tensor& p) {
     if (stateInHostMemory_ && p.is_cuda()) {
-      // The staged copies are contiguous, and the kernels pair elements by index.
-      if (!p.is_contiguous()) throw Error("FusedAdamW: a parameter whose state is in host memory must be contiguous");
       return at::zeros(p.sizes(), p.options().device(at::kCPU).pinned_memory(true));
     }
     return at::zeros_like(p, at::MemoryFormat::Preserve);
@@ -130,7 +137,6 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       const auto& grad = p.grad();
-      if (grad.is_sparse()) throw Error("FusedAdamW: sparse gradients are not supported");
       auto& slot = state_[compat::optimizerStateKey(p)];
       if (!slot) {
         // As AdamW starts a parameter: step 0, zero moments.

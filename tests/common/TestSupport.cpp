@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,11 @@ TempDir::~TempDir() {
 }
 
 int cudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
+
+double relL2(const at::Tensor& a, const at::Tensor& ref) {
+  const auto r = ref.detach().to(at::kCPU, at::kDouble);
+  return (a.detach().to(at::kCPU, at::kDouble) - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-300);
+}
 
 ::testing::AssertionResult allClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol) {
   if (actual.sizes() != expected.sizes()) {

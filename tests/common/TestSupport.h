@@ -35,6 +35,9 @@ int cudaDeviceCount();
 // message with the largest deviation and where it is.
 ::testing::AssertionResult allClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol);
 
+// ||a - ref|| / ||ref|| in double precision (on the CPU); 0 / 0 counts as 0.
+double relL2(const at::Tensor& a, const at::Tensor& ref);
+
 }  // namespace strata::test
 
 // Skips the current test (with the reason) unless `n` CUDA devices exist.

@@ -3,9 +3,12 @@
 // must be those of the plain formula it replaces, in float32 and in bf16.
 #include <gtest/gtest.h>
 
+#include "common/TestSupport.h"
 #include "models/flux/FluxTransformer.h"
 
 using namespace strata::flux;
+
+using strata::test::relL2;
 
 namespace {
 
@@ -15,11 +18,6 @@ at::Tensor plainRmsNorm(const at::Tensor& x, const at::Tensor& weight) {
   auto y = x * at::rsqrt(variance + FluxConfig::kNormEps);
   if (weight.scalar_type() == at::kBFloat16) return y.to(at::kBFloat16) * weight;
   return (y * weight).to(x.scalar_type());
-}
-
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  const auto r = ref.to(at::kDouble);
-  return (a.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
 }
 
 void checkAgainstPlain(at::ScalarType dtype, double valueTol, double gradTol) {

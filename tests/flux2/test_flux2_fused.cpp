@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/ReferenceFixtures.h"
+#include "common/FusedPaths.h"
 #include "common/TestSupport.h"
 #include "flux2/Flux2TestSupport.h"
 #include "io/Safetensors.h"
@@ -28,35 +29,15 @@
 using namespace strata;
 using flux2::Flux2Config;
 
+using strata::test::countGraphNodes;
+using strata::test::FusedPathsAs;
+using strata::test::relL2;
+
 namespace {
 
 // The fused LoRA paths' relative error bound against the unfused ones: float32 sums in
 // another order (one [M, sum r] matmul instead of one per adapter).
 constexpr double kFusedRelTol = 2e-5;
-
-// The fused paths on or off for one scope, whatever STRATA_FUSED_PATHS says.
-struct FusedPathsAs {
-  explicit FusedPathsAs(bool on) : was(nn::fusedPaths()) { nn::setFusedPaths(on); }
-  ~FusedPathsAs() { nn::setFusedPaths(was); }
-  bool was;
-};
-
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  return (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
-}
-
-// How many distinct nodes whose name contains `name` t's backward graph holds.
-int countNodes(const at::Tensor& t, const std::string& name) {
-  std::set<torch::autograd::Node*> seen;
-  int found = 0;
-  std::function<void(torch::autograd::Node*)> visit = [&](torch::autograd::Node* n) {
-    if (!n || !seen.insert(n).second) return;
-    if (n->name().find(name) != std::string::npos) ++found;
-    for (const auto& e : n->next_edges()) visit(e.function.get());
-  };
-  visit(t.grad_fn().get());
-  return found;
-}
 
 // A rank-4 LoRA on every Linear of `model`, its ups random (a fresh up is zero: no delta,
 // and no gradient reaches the downs).
@@ -84,7 +65,7 @@ Training train(flux2::Flux2Transformer& model, const flux2::Flux2Inputs& in, con
   Training t;
   const auto out = model.forward(in);
   const auto loss = (out.to(at::kFloat) - target).pow(2).mean();
-  t.fusedNodes = countNodes(loss, "LoraSiblingsAdd");
+  t.fusedNodes = countGraphNodes(loss, "LoraSiblingsAdd");
   loss.backward();
   t.loss = loss.item<double>();
   for (const auto& a : net.adapters()) {

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/ReferenceFixtures.h"
+#include "common/FusedPaths.h"
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
 #include "lora/LoraNetwork.h"
@@ -27,13 +28,10 @@ using namespace strata::lora;
 using strata::lora::test::randomizeUps;
 using strata::lora::test::TinyFlux;
 using strata::test::allClose;
+using strata::test::FusedPathsAs;
+using strata::test::relL2;
 
 namespace {
-
-struct Unfused {
-  Unfused() { nn::setFusedPaths(false); }
-  ~Unfused() { nn::setFusedPaths(true); }
-};
 
 LoraConfig config(int64_t rank, double alpha, std::vector<std::string> targets, double dropout = 0.0) {
   LoraConfig c;
@@ -54,23 +52,6 @@ std::shared_ptr<LoraNetwork> adaptedTinyFlux(TinyFlux& f, bool int8, const LoraC
   return net;
 }
 
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  return (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
-}
-
-// Whether a node whose name contains `name` is in t's backward graph.
-bool graphHas(const at::Tensor& t, const std::string& name) {
-  std::set<torch::autograd::Node*> seen;
-  std::function<bool(torch::autograd::Node*)> visit = [&](torch::autograd::Node* n) {
-    if (!n || !seen.insert(n).second) return false;
-    if (n->name().find(name) != std::string::npos) return true;
-    for (const auto& e : n->next_edges())
-      if (visit(e.function.get())) return true;
-    return false;
-  };
-  return visit(t.grad_fn().get());
-}
-
 // The gradients of one backward: the input's, then down and up of every adapter.
 struct Grads {
   at::Tensor out0;
@@ -89,7 +70,7 @@ Grads siblingGrads(const std::vector<nn::LinearImpl*>& linears, const at::Tensor
                    bool* fusedNode = nullptr) {
   const auto x = xIn.detach().clone().requires_grad_(true);
   const auto out = nn::forwardSiblings(linears, x);
-  if (fusedNode) *fusedNode = graphHas(out[0], "LoraSiblingsAdd");
+  if (fusedNode) *fusedNode = strata::test::countGraphNodes(out[0], "LoraSiblingsAdd") > 0;
   at::Tensor loss = at::zeros({}, at::kDouble);
   at::manual_seed(99);
   for (const auto& o : out) loss = loss + (o.to(at::kDouble) * at::randn(o.sizes(), at::kDouble)).sum();
@@ -137,7 +118,7 @@ TEST(FusedLora, SiblingDownsAsOneMatmulEqualPerAdapter) {
     EXPECT_TRUE(fusedNode) << "the siblings did not take the fused path";
     Grads ref;
     {
-      Unfused off;
+      FusedPathsAs off(false);
       bool node = true;
       ref = siblingGrads(siblings, x, *net, &node);
       EXPECT_FALSE(node);
@@ -227,7 +208,7 @@ TEST(FusedLora, SiblingSubsetsRemovedAdaptersAndAnInt8Base) {
     EXPECT_TRUE(fusedNode);
     Grads ref;
     {
-      Unfused off;
+      FusedPathsAs off(false);
       ref = siblingGrads(siblings, x, *net);
     }
     expectGradsClose(got, ref, 1e-6, int8 ? "int8 base" : "float base");
@@ -368,7 +349,7 @@ void expectSameTraining(flux::FluxTransformer& model, const flux::FluxInputs& in
   const auto [loss, grads] = lossAndGrads(model, in, target, net);
   std::pair<double, std::vector<at::Tensor>> ref;
   {
-    Unfused off;
+    FusedPathsAs off(false);
     ref = lossAndGrads(model, in, target, net);
   }
   EXPECT_LE(std::abs(loss - ref.first) / ref.first, tol) << what << ": loss";

@@ -5,6 +5,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "common/Error.h"
+#include "common/FusedPaths.h"
 #include "common/TestSupport.h"
 #include "nn/GradLayout.h"
 #include "nn/Linear.h"
@@ -13,14 +14,9 @@
 using namespace strata;
 using namespace strata::nn;
 using strata::test::allClose;
+using strata::test::FusedPathsAs;
 
 namespace {
-
-// Turns the fused paths off for one scope.
-struct Unfused {
-  Unfused() { setFusedPaths(false); }
-  ~Unfused() { setFusedPaths(true); }
-};
 
 // Whether anything still holds the storage of a tensor we let go of.
 c10::weak_intrusive_ptr<c10::StorageImpl> weakStorage(const at::Tensor& t) { return t.storage().getWeakStorageImpl(); }
@@ -104,7 +100,7 @@ TEST(FusedPaths, QuantizedForwardPartsSplitsByColumnsLikeTheConcatenation) {
         const auto g = at::randn({2, 3, 24}).to(dtype);
         at::Tensor ref, refG0, refG1;
         {
-          Unfused off;
+          FusedPathsAs off(false);
           GradProbe::grads.clear();
           ref = lin->forwardParts({GradProbe::apply(p0), GradProbe::apply(p1)});
           (ref * g).sum().backward();
@@ -183,7 +179,7 @@ TEST(FusedPaths, GeluPartEqualsTheGeluAppliedFirst) {
     m.mutable_grad() = at::Tensor();
     at::Tensor ref;
     {
-      Unfused off;
+      FusedPathsAs off(false);
       ref = lin->forwardParts({a, at::gelu(m, "tanh")});
       (ref * g).sum().backward();
     }

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "common/Error.h"
+#include "common/TestSupport.h"
 #include "common/TorchCompat.h"
 #include "nn/Linear.h"
 #include "nn/Quantize.h"
@@ -15,11 +16,9 @@
 using namespace strata;
 using namespace strata::nn;
 
-namespace {
+using strata::test::relL2;
 
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  return (a.to(at::kDouble) - ref.to(at::kDouble)).norm().item<double>() / ref.to(at::kDouble).norm().item<double>();
-}
+namespace {
 
 // A float copy of `lin` (same weight and bias) before it is quantized.
 Linear floatCopy(const LinearImpl& lin) {

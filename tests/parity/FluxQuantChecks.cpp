@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "common/TestSupport.h"
 #include "common/TorchCompat.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxCheckpoint.h"
@@ -17,6 +18,8 @@
 
 namespace fs = std::filesystem;
 using namespace strata;
+
+using strata::test::relL2;
 
 namespace {
 
@@ -35,10 +38,6 @@ at::Tensor forwardOf(const fs::path& dir, const flux::FluxConfig& cfg, const flu
   if (t != nn::QuantType::None)
     for (auto& slot : model.blockList().blocks) *quantized += nn::quantizeLinears(*slot.block, t);
   return model.forward(inputs).to(at::kDouble);
-}
-
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  return (a - ref).norm().item<double>() / ref.norm().item<double>();
 }
 
 void checkQuantizedForward(const fs::path& dir, const nlohmann::json& manifest) {

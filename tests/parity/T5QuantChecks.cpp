@@ -7,6 +7,7 @@
 
 #include <iostream>
 
+#include "common/TestSupport.h"
 #include "common/TorchCompat.h"
 #include "io/Safetensors.h"
 #include "models/t5/T5Checkpoint.h"
@@ -18,6 +19,8 @@
 
 namespace fs = std::filesystem;
 using namespace strata;
+
+using strata::test::relL2;
 
 namespace {
 
@@ -32,11 +35,6 @@ std::vector<nn::QuantType> quantTypes() {
   std::vector<nn::QuantType> types = {nn::QuantType::Int8};
   if (compat::kHasFloat8) types.insert(types.end(), {nn::QuantType::QFloat8, nn::QuantType::Float8E4m3});
   return types;
-}
-
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  const auto r = ref.to(at::kDouble);
-  return (a.to(at::kDouble) - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
 }
 
 // T5 at `weights` loaded float and quantized-while-loading, run on `ids`; the

@@ -23,6 +23,8 @@
 namespace fs = std::filesystem;
 using namespace strata;
 
+using strata::test::relL2;
+
 namespace {
 
 using parity::toleranceOf;
@@ -34,11 +36,6 @@ using parity::toleranceOf;
 // measured 2.6e-2 on t5_encoder_a, hence T5's looser bound.
 constexpr double kBf16MaxRelL2 = 2e-2;
 constexpr double kT5Bf16MaxRelL2 = 5e-2;
-
-double relL2(const at::Tensor& a, const at::Tensor& ref) {
-  const auto r = ref.to(at::kDouble);
-  return (a.to(at::kDouble) - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
-}
 
 std::map<std::string, std::vector<int64_t>> shapesOf(torch::nn::Module& m) {
   std::map<std::string, std::vector<int64_t>> out;

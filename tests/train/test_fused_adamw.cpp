@@ -266,3 +266,58 @@ TEST(FusedAdamW, StateInHostMemoryLeavesCpuParametersAlone) {
     EXPECT_TRUE(s.exp_avg().is_cpu());
   }
 }
+
+// A step that fails part way (here a gradient of the wrong shape in the second
+// group; on a card, a staging allocation can fail the same way) still lands every
+// moment it updated in the state: no copy back is left in flight or dropped.
+TEST(FusedAdamW, AStepThatFailsPartWayLandsTheMomentsItUpdated) {
+  const std::vector<std::vector<int64_t>> shapes{{16, 64}, {48, 16}, {5}};
+  const auto prob = makeProblem(31, 1, shapes);
+  auto referenceParams = clones(prob.params), params = clones(prob.params);
+  FusedAdamW reference(referenceParams, options());
+  FusedAdamW staged(params, options());
+  staged.setStateInHostMemory(true);
+  staged.setStageOnSameDevice(true);
+  staged.setStagingChunkBytes(2 * 16 * 64 * 4);  // several chunks, so copies back are pending between them
+  auto misfit = at::zeros({4, 4}).requires_grad_(true);
+  staged.add_param_group(torch::optim::OptimizerParamGroup({misfit}));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    referenceParams[i].mutable_grad() = prob.grads[0][i].clone();
+    params[i].mutable_grad() = prob.grads[0][i].clone();
+  }
+  misfit.mutable_grad() = at::ones({5});
+  EXPECT_ANY_THROW(staged.step());
+  reference.step();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_TRUE(at::equal(params[i], referenceParams[i])) << "param " << i;
+    const auto& s =
+        static_cast<torch::optim::AdamWParamState&>(*staged.state().at(compat::optimizerStateKey(params[i])));
+    const auto& r = static_cast<torch::optim::AdamWParamState&>(
+        *reference.state().at(compat::optimizerStateKey(referenceParams[i])));
+    EXPECT_EQ(s.step(), 1);
+    EXPECT_TRUE(at::equal(s.exp_avg(), r.exp_avg())) << "exp_avg of param " << i;
+    EXPECT_TRUE(at::equal(s.exp_avg_sq(), r.exp_avg_sq())) << "exp_avg_sq of param " << i;
+  }
+}
+
+// A gradient the step refuses leaves every parameter, moment and step count as it was.
+TEST(FusedAdamW, ARefusedGradientChangesNothing) {
+  const auto prob = makeProblem(37, 2, {{8, 32}, {32, 8}});
+  auto params = clones(prob.params);
+  FusedAdamW opt(params, options());
+  params[0].mutable_grad() = prob.grads[0][0].clone();
+  params[1].mutable_grad() = prob.grads[0][1].to_sparse();
+  try {
+    opt.step();
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sparse gradients are not supported"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(opt.state().empty()) << "no parameter started its state";
+  EXPECT_TRUE(at::equal(params[0], prob.params[0]));
+  // The same step with a dense gradient then goes through as the first one.
+  params[1].mutable_grad() = prob.grads[0][1].clone();
+  opt.step();
+  EXPECT_EQ(static_cast<torch::optim::AdamWParamState&>(*opt.state().at(compat::optimizerStateKey(params[0]))).step(),
+            1);
+}

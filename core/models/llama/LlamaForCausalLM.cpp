@@ -156,9 +156,12 @@ nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
   const at::Tensor& x = io.img;  // [B, L, D]
   const int64_t batch = x.size(0), length = x.size(1);
   const auto h = inputLayernorm->forward(x);
-  auto q = headsFirst(qProj->forward(h), heads_, headDim_);    // [B, H, L, Dh]
-  auto k = headsFirst(kProj->forward(h), kvHeads_, headDim_);  // [B, Hkv, L, Dh]
-  auto v = headsFirst(vProj->forward(h), kvHeads_, headDim_);
+  // One input each: q, k, v (and below gate, up) as siblings, so their LoRA downs run
+  // as one matmul and an fp8 base quantizes the input once (nn::forwardSiblings).
+  const auto qkv = nn::forwardSiblings({qProj.get(), kProj.get(), vProj.get()}, h);
+  auto q = headsFirst(qkv[0], heads_, headDim_);    // [B, H, L, Dh]
+  auto k = headsFirst(qkv[1], kvHeads_, headDim_);  // [B, Hkv, L, Dh]
+  auto v = headsFirst(qkv[2], kvHeads_, headDim_);
   q = applyRotaryHalves(q, io.ropeCos, io.ropeSin);
   k = applyRotaryHalves(k, io.ropeCos, io.ropeSin);
   if (kvHeads_ != heads_) {
@@ -173,7 +176,8 @@ nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
   const auto hidden = x + oProj->forward(attn);
   const auto m = postAttentionLayernorm->forward(hidden);
   nn::BlockIO out = io;
-  out.img = hidden + downProj->forward(at::silu(gateProj->forward(m)) * upProj->forward(m));
+  const auto gateUp = nn::forwardSiblings({gateProj.get(), upProj.get()}, m);
+  out.img = hidden + downProj->forward(at::silu(gateUp[0]) * gateUp[1]);
   return out;
 }
 
