@@ -140,6 +140,32 @@ class Importer {
         readKey(key, "", aiPrefix, value, pos, 0);
       }
     }
+    readTextEncoderQuantization();
+  }
+
+  // ai-toolkit quantizes the text encoder along with the transformer unless quantize_te
+  // says otherwise (quantize_te defaults to quantize), and as qtype_te (default qfloat8);
+  // Strata has one qtype for both.
+  void readTextEncoderQuantization() {
+    ModelConfig& m = out_.config.model;
+    if (out_.where.has("model.quantize") && !out_.where.has("model.quantize_te")) {
+      m.quantizeTe = m.quantize;
+      out_.where.set("model.quantize_te", out_.where.find("model.quantize"));
+    }
+    const std::string aiPath = "config.process[0].model.qtype_te";
+    if (!m.quantizeTe) {
+      if (!qtypeTe_.empty()) drop(aiPath, qtypeTePos_, "the text encoder is not quantized (quantize_te is false)");
+      return;
+    }
+    const std::string teType = qtypeTe_.empty() ? "qfloat8" : qtypeTe_;
+    if (teType == m.qtype) return;
+    const bool explicitTe = !qtypeTe_.empty();
+    reader_.problem(Severity::Warning, explicitTe ? aiPath : "model.qtype",
+                    explicitTe ? qtypeTePos_ : out_.where.find("model.qtype"),
+                    "ai-toolkit quantizes the text encoder as " + teType +
+                        (explicitTe ? "" : " (its qtype_te default)") + "; Strata quantizes it with model.qtype (" +
+                        m.qtype + ")",
+                    "set qtype_te to " + m.qtype + ", or quantize_te: false to keep the text encoder in bf16");
   }
 
   static bool isSection(const std::string& pattern) {
@@ -210,6 +236,11 @@ class Importer {
       out_.config.train.optimizer = OptimizerType::AdamW;
       return;
     }
+    if (pattern == "model.qtype_te") {  // compared with model.qtype once the process is read
+      qtypeTe_ = scalar;
+      qtypeTePos_ = pos;
+      return;
+    }
     if (pattern == "model.arch") {
       out_.where.set("model.is_flux", pos);
       out_.config.model.isFlux = scalar.rfind("flux", 0) == 0;
@@ -249,6 +280,8 @@ class Importer {
   LoadedConfig& out_;
   std::vector<UnusedKey>& unused_;
   YamlReader reader_;
+  std::string qtypeTe_;  // model.qtype_te as written, empty when absent
+  SourcePos qtypeTePos_;
 };
 
 }  // namespace

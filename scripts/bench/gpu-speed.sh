@@ -12,8 +12,8 @@
 #   strata  strata-train bench at 512/1024 px with and without checkpointing, the peer's
 #           LoRA targets
 #   defaults  the same four rows with Strata's default LoRA targets
-#   peer    the peer, right after (bench_peer.py: PEER_SCRIPT, PEER_DIFFUSERS name where
-#           they are)
+#   peer    the peer, right after (scripts/bench/peer_flux.py, or PEER_SCRIPT; PEER_DIFFUSERS
+#           names the folder holding diffusers' package, default .carry)
 #   table   strata, defaults, then peer
 #   quant   the 16 GB capped 30-step quantized run (QuantGpu.FluxDevQuantizedChecked...)
 #   int8    strata-train bench of the int8 base at 1024 px with checkpointing
@@ -91,8 +91,8 @@ for part in "$@"; do
       done; done ;;
     peer)
       echo "== peer" | tee -a "$OUT/bench.log"
-      PYTHONUNBUFFERED=1 PEER_DIFFUSERS="${PEER_DIFFUSERS:-.carry}" PEER_SDP=flash PEER_ONLY=512/0,1024/0,512/1,1024/1 \
-        python3 "${PEER_SCRIPT:-.carry/bench_peer.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
+      PYTHONUNBUFFERED=1 PEER_DIFFUSERS="${PEER_DIFFUSERS:-$ROOT/.carry}" PEER_SDP=flash PEER_ONLY=512/0,1024/0,512/1,1024/1 \
+        python3 "${PEER_SCRIPT:-$ROOT/scripts/bench/peer_flux.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
     table) "$0" strata defaults peer ;;
     optstate)
       for res in 512 1024; do

@@ -94,6 +94,8 @@ TEST(AiToolkit, ImportsTheJobAndReportsUnusedKeys) {
   EXPECT_TRUE(c.train.ema.useEma);
   EXPECT_EQ(c.train.optimizer, OptimizerType::AdamW8bit);  // ai-toolkit's adamw8bit is kept
   EXPECT_TRUE(c.model.quantize);
+  EXPECT_TRUE(c.model.quantizeTe) << "ai-toolkit's quantize_te defaults to quantize";
+  EXPECT_EQ(r.loaded.where.find("model.quantize_te").line, 45);
   EXPECT_TRUE(c.model.splitModelOverGpus);
   EXPECT_EQ(c.model.gpuIds, (std::vector<int>{0, 1, 2, 3}));  // gpu_ids wins over device: cuda:0
   EXPECT_EQ(c.model.device, ComputeDevice::Cuda);
@@ -156,6 +158,54 @@ TEST(AiToolkit, WrongValuesAndShapesAreErrors) {
   EXPECT_TRUE(hasErrors(importAiToolkit("job: extension\nconfig: {name: x}\n").loaded.problems));
   EXPECT_TRUE(hasErrors(importAiToolkit("job: extension\nconfig: {process: []}\n").loaded.problems));
   EXPECT_TRUE(hasErrors(importAiToolkit("job: extension\nconfig: [\n").loaded.problems));
+}
+
+// ai-toolkit's text encoder quantization: quantize_te defaults to quantize, and the type
+// is qtype_te (default qfloat8), where Strata quantizes both with model.qtype.
+TEST(AiToolkit, TextEncoderQuantizationFollowsAiToolkitsDefaults) {
+  auto job = [](const std::string& modelLines) {
+    return "job: extension\n"
+           "config:\n"
+           "  process:\n"
+           "    - type: sd_trainer\n"
+           "      model:\n"  // 5
+           "        is_flux: true\n" +
+           modelLines;  // from line 7
+  };
+  {  // quantize alone, qtype as qtype_te's default: the text encoder too, nothing to say
+    const ImportResult r = importAiToolkit(job("        quantize: true\n"));
+    EXPECT_TRUE(r.loaded.config.model.quantizeTe);
+    EXPECT_TRUE(r.loaded.problems.empty()) << test::dump(r.loaded.problems);
+  }
+  {  // quantize_te: false wins
+    const ImportResult r = importAiToolkit(job("        quantize: true\n        quantize_te: false\n"));
+    EXPECT_TRUE(r.loaded.config.model.quantize);
+    EXPECT_FALSE(r.loaded.config.model.quantizeTe);
+  }
+  {  // qtype int8 where ai-toolkit would quantize the text encoder as qfloat8: said, at qtype's line
+    const ImportResult r = importAiToolkit(job("        quantize: true\n        qtype: int8\n"));
+    EXPECT_TRUE(r.loaded.config.model.quantizeTe);
+    EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "model.qtype", 8, "qtype_te default"))
+        << test::dump(r.loaded.problems);
+  }
+  {  // qtype_te equal to qtype: nothing to say, and qtype_te is not an unused key
+    const ImportResult r = importAiToolkit(job("        quantize: true\n        qtype: int8\n        qtype_te: int8\n"));
+    EXPECT_TRUE(r.loaded.problems.empty()) << test::dump(r.loaded.problems);
+    EXPECT_TRUE(r.unused.empty());
+  }
+  {  // qtype_te different from qtype: said at qtype_te's line
+    const ImportResult r = importAiToolkit(job("        quantize: true\n        qtype_te: int8\n"));
+    EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].model.qtype_te", 8,
+                                 "quantizes it with model.qtype (qfloat8)"))
+        << test::dump(r.loaded.problems);
+  }
+  {  // no text encoder quantization: qtype_te is unused
+    const ImportResult r = importAiToolkit(job("        quantize: false\n        qtype_te: int8\n"));
+    EXPECT_FALSE(r.loaded.config.model.quantizeTe);
+    ASSERT_EQ(r.unused.size(), 1u);
+    EXPECT_EQ(r.unused[0].key, "config.process[0].model.qtype_te");
+    EXPECT_EQ(r.unused[0].pos.line, 8);
+  }
 }
 
 TEST(AiToolkit, ExtraProcessesAreReported) {
