@@ -117,4 +117,21 @@ Fp8MatmulCount enableFp8Matmul(torch::nn::Module& module, Fp8Backward backward) 
   return c;
 }
 
+bool checkFp8Matmul(torch::nn::Module& module, at::ScalarType dtype) {
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    auto* lin = dynamic_cast<LinearImpl*>(m.get());
+    if (!lin || !lin->fp8Matmul()) continue;
+    const auto device = lin->weight.device();
+    try {
+      at::NoGradGuard noGrad;
+      (void)lin->forwardBase(at::zeros({16, lin->inFeatures()}, at::TensorOptions().dtype(dtype).device(device)));
+    } catch (const std::exception& e) {
+      throw Error("the fp8 matmul does not run on " + device.str() + " (a " + std::to_string(lin->inFeatures()) +
+                  " x " + std::to_string(lin->outFeatures()) + " Linear): " + e.what());
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace strata::nn

@@ -75,5 +75,11 @@ std::string fp8MatmulSummary(const Fp8MatmulCount& c);
 // Where the matmul runs, the input must be bf16 on CUDA; any other input takes
 // the dequantizing matmul.
 Fp8MatmulCount enableFp8Matmul(torch::nn::Module& module, Fp8Backward backward = Fp8Backward::Bf16);
+// Runs the first fp8-matmul Linear inside `module` once on a [16, in] zero input in
+// `dtype` on its device, without autograd: whether this LibTorch and this card can do
+// the row-wise fp8 matmul (builds without CUDA 12, and some cards on some LibTorch
+// versions, cannot) is known before a step runs. Throws Error naming the Linear's
+// device with what LibTorch said; returns false where `module` has no such Linear.
+bool checkFp8Matmul(torch::nn::Module& module, at::ScalarType dtype);
 
 }  // namespace strata::nn

@@ -11,6 +11,7 @@
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
 #include "io/FileBytes.h"
+#include "nn/Quantize.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "train/ModelFamily.h"
 #include "train/RngState.h"
@@ -154,6 +155,17 @@ void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& se
   } else {
     st.placement = placement::Placement::singleDevice(std::move(blocks), setup.buildDevice);
     st.planReason = "single device " + setup.buildDevice.str();
+  }
+}
+
+void checkFp8MatmulRuns(const nn::BlockList& blocks, at::ScalarType dtype) {
+  for (const auto& slot : blocks.blocks) {
+    try {
+      nn::checkFp8Matmul(*slot.block, dtype);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("model.fp8_matmul: ") + e.what() +
+                        "; set model.fp8_matmul: false (the quantized base then converts its weights per matmul)");
+    }
   }
 }
 

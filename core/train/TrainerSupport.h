@@ -133,6 +133,10 @@ DeviceSetup setUpDevices(const config::RunConfig& cfg, const PreparedRun& run);
 // st.placement of `blocks` by setup's plan, or all on its build device, and
 // st.planReason saying which. Attachments and apply() are the family's.
 void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup);
+// model.fp8_matmul, once the blocks are placed: each block's first fp8 Linear runs one
+// tiny matmul in `dtype` where it lives (nn::checkFp8Matmul), so a LibTorch build or a
+// card without the row-wise fp8 matmul is refused before the first step, naming the key.
+void checkFp8MatmulRuns(const nn::BlockList& blocks, at::ScalarType dtype);
 
 // A run folder with its config and latest checkpoint, for resume and export.
 struct OpenedRun {

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/Error.h"
 #include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
 #include "common/TorchCompat.h"
@@ -387,5 +388,30 @@ TEST(Fp8Gpu, LossCurveOnAQfloat8Fp8MatmulBaseStaysCloseToBf16) {
     // (test_quant_gpu.cpp): a tenth of the loss, far above the step-to-step noise of
     // bf16 and far below the loss's fall over the run.
     EXPECT_LT(maxGap, 0.1) << pathName(path);
+  }
+}
+
+// The probe a run makes before its first step (model.fp8_matmul): a module without an
+// fp8-matmul Linear is not probed; one with it runs the fp8 matmul on the card; one
+// whose fp8 matmul throws (here its scale is not the [out] rows the matmul reads) is
+// refused with an Error naming the device.
+TEST(Fp8Gpu, TheFp8MatmulProbeRunsOnTheCardAndNamesTheDeviceWhenItFails) {
+  STRATA_REQUIRE_FP8();
+  const auto opts = at::TensorOptions(kCuda).dtype(at::kBFloat16);
+  nn::Linear int8(64, 32, true, opts);
+  int8->quantize(nn::QuantType::Int8);
+  EXPECT_FALSE(nn::checkFp8Matmul(*int8, at::kBFloat16));
+  nn::Linear fp8(64, 32, true, opts);
+  fp8->quantize(nn::QuantType::QFloat8);
+  ASSERT_TRUE(fp8->useFp8Matmul());
+  EXPECT_TRUE(nn::checkFp8Matmul(*fp8, at::kBFloat16));
+  fp8->weightScale = at::ones({3}, fp8->weightScale.options());
+  try {
+    nn::checkFp8Matmul(*fp8, at::kBFloat16);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the fp8 matmul does not run on cuda:0 (a 64 x 32 Linear)"),
+              std::string::npos)
+        << e.what();
   }
 }

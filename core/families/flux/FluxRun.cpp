@@ -91,6 +91,7 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
   if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
   st.placement->apply();
   st.devices = st.placement->devices();
+  if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
   rules_ = std::make_unique<flux::FluxLoraRules>(config_);
 }
 
