@@ -122,12 +122,25 @@ at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at
 at::Tensor quantizedForward(const at::Tensor& x, const at::Tensor& weightQ, const at::Tensor& scale,
                             const c10::optional<at::Tensor>& bias, int64_t mode) {
   if (mode != kDequantized) return fp8Forward(x, weightQ, scale, bias);
-  at::Tensor y = at::linear(x, weightQ.to(x.scalar_type())) * scale.to(x.scalar_type());  // [..., out]
+  const auto dtype = x.scalar_type();
+  at::Tensor y;  // [..., out]
+  if (dtype == at::kHalf) {
+    // fp16 tops out at 65504: a sum over raw values (to 127 int8, 448 fp8) scaled after
+    // would overflow for outputs past ~516 (int8) or ~146 (fp8) times the row's max. The
+    // weight dequantized with its scale instead: the same transient [out, in] copy.
+    auto shape = x.sizes().vec();
+    shape.back() = weightQ.size(0);
+    y = at::_unsafe_view(at::mm(x.reshape({-1, x.size(-1)}), dequantizeRows(weightQ, scale, dtype).t()), shape);
+  } else {
+    y = at::linear(x, weightQ.to(dtype)) * scale.to(dtype);
+  }
   return bias ? y + *bias : y;
 }
 
 // Per-row (or per-tensor) scales commute with the matmul: the output is scaled, not
-// a dequantized copy of W; int8 and fp8 e4m3 are exact in bf16. Plain autograd would
+// a dequantized copy of W; int8 and fp8 e4m3 are exact in bf16 (fp16 multiplies the
+// dequantized W, quantizedForward says why). The backward's W has its scale folded in
+// for every dtype, so its products stay in range in fp16 too. Plain autograd would
 // keep the converted copy of W for the input gradient until the backward (0.7 GB per
 // FLUX.1-dev double block); this keeps only the quantized weight and the scale, which
 // live anyway, and dequantizes W again in the backward, its scale folded in (one
@@ -160,7 +173,9 @@ struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
 at::Tensor quantizedPartsForward(at::TensorList parts, const at::Tensor& weightQ, const at::Tensor& scale,
                                  const c10::optional<at::Tensor>& bias) {
   const auto dtype = parts[0].scalar_type();
-  const auto w = weightQ.to(dtype);  // [out, in]
+  // fp16: the scale folded into the weight, as in quantizedForward (overflow).
+  const bool half = dtype == at::kHalf;
+  const auto w = half ? dequantizeRows(weightQ, scale, dtype) : weightQ.to(dtype);  // [out, in]
   at::Tensor y;                      // [M, out]
   int64_t offset = 0;
   for (const auto& p : parts) {
@@ -169,7 +184,7 @@ at::Tensor quantizedPartsForward(at::TensorList parts, const at::Tensor& weightQ
     y = y.defined() ? at::addmm(y, p, wi.t()) : at::mm(p, wi.t());
     offset += n;
   }
-  y = y * scale.to(dtype);
+  if (!half) y = y * scale.to(dtype);
   return bias ? y + *bias : y;
 }
 

@@ -232,3 +232,50 @@ TEST(Quantize, Fp8MatmulIsCountedAndOffCudaTheDequantizedPathRuns) {
   const auto after = m.c->forward(m.b->forward(m.a->forward(x)));
   EXPECT_TRUE(at::equal(before, after));
 }
+
+// fp16 (max 65504) on a quantized base: a sum over the raw quantized values (127 per
+// int8 weight, 448 per fp8 one) scaled afterwards would be inf here (4 * 200 * 127 =
+// 101600), while the true output is 4 * 200 * 0.01 = 8. Forward, forwardParts (its
+// column blocks accumulate past the range too) and the input gradient (1000 * 127 would
+// be inf; the true one is 1000 * 0.01 = 10).
+TEST(Quantize, Fp16OnAQuantizedBaseDoesNotOverflow) {
+  try {
+    (void)at::matmul(at::ones({2, 2}, at::kHalf), at::ones({2, 2}, at::kHalf));
+  } catch (const std::exception&) {
+    GTEST_SKIP() << "this LibTorch has no fp16 matmul on the CPU (1.13); LibTorch 2.x runs this";
+  }
+  for (auto t : {QuantType::Int8, QuantType::QFloat8, QuantType::Float8E4m3}) {
+    if (!quantTypeAvailable(t)) continue;
+    SCOPED_TRACE(quantTypeName(t));
+    Linear lin(4, 1, /*withBias=*/false);
+    {
+      at::NoGradGuard g;
+      lin->weight.fill_(0.01);
+    }
+    lin->quantize(t);
+    const auto x = at::full({1, 4}, 200.0, at::kHalf);
+    const auto upstream = at::full({1, 1}, 1000.0, at::kHalf);
+    {
+      at::NoGradGuard g;
+      const auto y = lin->forward(x);  // [1, 1]
+      EXPECT_EQ(y.scalar_type(), at::kHalf);
+      EXPECT_NEAR(y.item<double>(), 8.0, 0.05);
+      const auto yp = lin->forwardParts({x.narrow(1, 0, 2), x.narrow(1, 2, 2)});
+      EXPECT_NEAR(yp.item<double>(), 8.0, 0.05);
+    }
+    // With autograd: the custom Functions' forward and backward.
+    auto xg = x.clone().requires_grad_(true);
+    const auto y = lin->forward(xg);
+    EXPECT_NEAR(y.item<double>(), 8.0, 0.05);
+    y.backward(upstream);
+    ASSERT_TRUE(xg.grad().defined());
+    EXPECT_TRUE(at::allclose(xg.grad().to(at::kFloat), at::full({1, 4}, 10.0), 0.0, 0.05)) << xg.grad();
+    auto a = x.narrow(1, 0, 2).clone().requires_grad_(true);
+    auto b = x.narrow(1, 2, 2).clone().requires_grad_(true);
+    const auto yp = lin->forwardParts({a, b});
+    EXPECT_NEAR(yp.item<double>(), 8.0, 0.05);
+    yp.backward(upstream);
+    ASSERT_TRUE(a.grad().defined() && b.grad().defined());
+    EXPECT_TRUE(at::allclose(at::cat({a.grad(), b.grad()}, 1).to(at::kFloat), at::full({1, 4}, 10.0), 0.0, 0.05));
+  }
+}
