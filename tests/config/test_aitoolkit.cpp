@@ -189,7 +189,8 @@ TEST(AiToolkit, TextEncoderQuantizationFollowsAiToolkitsDefaults) {
         << test::dump(r.loaded.problems);
   }
   {  // qtype_te equal to qtype: nothing to say, and qtype_te is not an unused key
-    const ImportResult r = importAiToolkit(job("        quantize: true\n        qtype: int8\n        qtype_te: int8\n"));
+    const ImportResult r =
+        importAiToolkit(job("        quantize: true\n        qtype: int8\n        qtype_te: int8\n"));
     EXPECT_TRUE(r.loaded.problems.empty()) << test::dump(r.loaded.problems);
     EXPECT_TRUE(r.unused.empty());
   }

@@ -410,8 +410,7 @@ TEST(Fp8Gpu, TheFp8MatmulProbeRunsOnTheCardAndNamesTheDeviceWhenItFails) {
     nn::checkFp8Matmul(*fp8, at::kBFloat16);
     FAIL() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the fp8 matmul does not run on cuda:0 (a 64 x 32 Linear)"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("the fp8 matmul does not run on cuda:0 (a 64 x 32 Linear)"), std::string::npos)
         << e.what();
   }
 }
