@@ -15,6 +15,7 @@
 
 #include "common/ReferenceFixtures.h"
 #include "common/FusedPaths.h"
+#include "common/LoraTraining.h"
 #include "common/TestSupport.h"
 #include "flux2/Flux2TestSupport.h"
 #include "io/Safetensors.h"
@@ -29,8 +30,9 @@
 using namespace strata;
 using flux2::Flux2Config;
 
-using strata::test::countGraphNodes;
+using strata::test::backwardThrough;
 using strata::test::FusedPathsAs;
+using strata::test::LoraTraining;
 using strata::test::relL2;
 
 namespace {
@@ -53,28 +55,10 @@ std::shared_ptr<lora::LoraNetwork> loraOnEveryLinear(flux2::Flux2Transformer& mo
   return net;
 }
 
-struct Training {
-  double loss = 0;
-  std::vector<at::Tensor> grads;  // down, up of every adapter
-  int fusedNodes = 0;             // LoraSiblingsAdd nodes in the backward graph
-};
-
 // One forward / backward of the mean squared error to `target`.
-Training train(flux2::Flux2Transformer& model, const flux2::Flux2Inputs& in, const at::Tensor& target,
-               lora::LoraNetwork& net) {
-  Training t;
-  const auto out = model.forward(in);
-  const auto loss = (out.to(at::kFloat) - target).pow(2).mean();
-  t.fusedNodes = countGraphNodes(loss, "LoraSiblingsAdd");
-  loss.backward();
-  t.loss = loss.item<double>();
-  for (const auto& a : net.adapters()) {
-    t.grads.push_back(a->down.grad().clone());
-    t.grads.push_back(a->up.grad().clone());
-    a->down.mutable_grad() = at::Tensor();
-    a->up.mutable_grad() = at::Tensor();
-  }
-  return t;
+LoraTraining train(flux2::Flux2Transformer& model, const flux2::Flux2Inputs& in, const at::Tensor& target,
+                   lora::LoraNetwork& net) {
+  return backwardThrough((model.forward(in).to(at::kFloat) - target).pow(2).mean(), net);
 }
 
 // The fused paths against the unfused ones on `model` with `net`: the fused node runs once
@@ -87,7 +71,7 @@ void expectFusedEqualsUnfused(flux2::Flux2Transformer& model, const flux2::Flux2
     at::NoGradGuard g;
     return at::randn_like(model.forward(in).to(at::kFloat));
   }();
-  Training fused, plain;
+  LoraTraining fused, plain;
   {
     FusedPathsAs on(true);
     fused = train(model, in, target, net);

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/FusedPaths.h"
+#include "common/LoraTraining.h"
 #include "common/TestSupport.h"
 #include "lora/LoraNetwork.h"
 #include "models/llama/LlamaForCausalLM.h"
@@ -14,32 +15,16 @@
 #include "nn/Quantize.h"
 
 using namespace strata;
-using strata::test::countGraphNodes;
+using strata::test::backwardThrough;
 using strata::test::FusedPathsAs;
+using strata::test::LoraTraining;
 using strata::test::relL2;
 
 namespace {
 
-struct Training {
-  double loss = 0;
-  std::vector<at::Tensor> grads;  // down, up of every adapter
-  int fusedNodes = 0;
-};
-
-Training train(llama::LlamaForCausalLM& model, const llama::LlamaInputs& in, lora::LoraNetwork& net) {
-  Training t;
+LoraTraining train(llama::LlamaForCausalLM& model, const llama::LlamaInputs& in, lora::LoraNetwork& net) {
   const auto labels = in.inputIds.masked_fill(in.attentionMask.eq(0), -100);
-  const auto loss = llama::causalLmLoss(model.forward(in), labels);
-  t.fusedNodes = countGraphNodes(loss, "LoraSiblingsAdd");
-  loss.backward();
-  t.loss = loss.item<double>();
-  for (const auto& a : net.adapters()) {
-    t.grads.push_back(a->down.grad().clone());
-    t.grads.push_back(a->up.grad().clone());
-    a->down.mutable_grad() = at::Tensor();
-    a->up.mutable_grad() = at::Tensor();
-  }
-  return t;
+  return backwardThrough(llama::causalLmLoss(model.forward(in), labels), net);
 }
 
 }  // namespace
@@ -66,7 +51,7 @@ TEST(LlamaFused, SiblingProjectionsTrainTheSameFusedAndUnfused) {
     in.attentionMask = at::ones({2, 9}, at::kLong);
     in.attentionMask[1].narrow(0, 0, 3).zero_();
 
-    Training fused, plain;
+    LoraTraining fused, plain;
     {
       FusedPathsAs on(true);
       fused = train(model, in, *net);
