@@ -50,8 +50,8 @@ class Checker {
     ranges();
     model();
     devices();
+    quantization();  // needs no paths: a plan with an unknown qtype is refused too
     if (opt_.placementOnly) return std::move(problems_);
-    quantization();
     paths();
     training();
     datasets();
@@ -335,7 +335,7 @@ class Checker {
         break;
       }
     }
-    if (!compat::kHasScaledMm)
+    if (!compat::kHasScaledMm && !opt_.placementOnly)
       error(key,
             "this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
                 ") has no fp8 matmul with row-wise scales (at::_scaled_mm, 2.5 on)",
@@ -357,7 +357,8 @@ class Checker {
             "Strata knows only: " + list);
       return;
     }
-    if (!qtypeAvailable(m.qtype)) {
+    // A preview may be for another machine's build: what this LibTorch has is a run's check.
+    if (!opt_.placementOnly && !qtypeAvailable(m.qtype)) {
       error("model.qtype",
             "'" + m.qtype + "' needs float8 tensors, which this LibTorch (" + std::to_string(TORCH_VERSION_MAJOR) +
                 "." + std::to_string(TORCH_VERSION_MINOR) + ") does not have (they exist from 2.1 on)",
@@ -525,6 +526,12 @@ class Checker {
                   " are given",
               "several resolutions (one set of buckets each) are for images datasets");
       const std::string key = "datasets[" + std::to_string(i) + "].resolution";
+      // A latents item's size is its file's; `strata-train plan` reads it from the
+      // headers and falls back to resolution only where the folder is not readable.
+      const bool written = opt_.where ? opt_.where->has(key) : d.resolution != defaults.resolution;
+      if (d.type == DatasetType::Latents && written)
+        warning(key, "a latents dataset does not read resolution: each item's size is its file's latents",
+                "remove it; a plan made where the folder cannot be read uses it as the size");
       if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
       // Shapes are drawn at pixel size and packed 2x2 twice (multiple of 4);
       // real images go through the 8x VAE and 2x2 packing (multiple of 16).

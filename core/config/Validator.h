@@ -22,8 +22,9 @@ struct ValidateOptions {
   // means "this machine has no GPU".
   std::optional<std::vector<device::DeviceInfo>> devices;
   bool checkPaths = true;  // model and dataset paths must exist (relative to the working directory)
-  // Only what a placement preview needs: the schema's ranges and the model and
-  // device rules (no paths, datasets, sampling or saving).
+  // Only what a placement preview needs: the schema's ranges and the model, device
+  // and quantization rules (no paths, datasets, sampling or saving, nor what this
+  // LibTorch build has: a preview may be for another machine).
   bool placementOnly = false;
 };
 

@@ -491,7 +491,9 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   c.paramCount = unit.paramCount;
   c.weightBytes = (unit.paramCount - unit.quantizedWeightCount) * o.weightElementBytes +
                   unit.quantizedWeightCount * o.quantizedElementBytes + unit.quantScaleCount * o.quantScaleElementBytes;
-  const int64_t dequantizedBytes = unit.quantizedWeightCount * o.activationElementBytes;
+  // A quantized Linear's weight converted to the activation dtype lives while its
+  // matmul runs, forward or backward; none waits for the backward (nn/Linear.cpp).
+  const int64_t convertedBytes = unit.largestQuantizedWeightCount * o.activationElementBytes;
   int64_t loraParams = 0;
   if (o.loraRank > 0) {
     for (const auto& l : unit.loraLinears) loraParams += o.loraRank * (l.inFeatures + l.outFeatures);
@@ -512,9 +514,10 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
     if (o.gradientCheckpointing) {
       const auto input = static_cast<int64_t>(perTokenState);  // the block's input
       c.activationBytes = o.offloadCheckpoints ? 0 : input;
-      c.workspaceBytes = full + dequantizedBytes + (o.offloadCheckpoints ? input : 0);
+      c.workspaceBytes = full + convertedBytes + (o.offloadCheckpoints ? input : 0);
     } else {
-      c.activationBytes = full + dequantizedBytes;
+      c.activationBytes = full;
+      c.workspaceBytes = convertedBytes;
     }
   }
   // The staged chunk is there only during the optimizer step, when no block runs: one

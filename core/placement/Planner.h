@@ -217,6 +217,9 @@ struct UnitShape {
   // quantizedElementBytes instead, and their float32 scales.
   int64_t quantizedWeightCount = 0;
   int64_t quantScaleCount = 0;
+  // The largest quantized Linear's weight (in x out): its copy converted to the
+  // activation dtype while its matmul runs is the only one alive at a time.
+  int64_t largestQuantizedWeightCount = 0;
 };
 
 struct CostOptions {
@@ -248,9 +251,10 @@ struct CostOptions {
 };
 
 // Per-unit costs: weights = paramCount x weight bytes (quantized ones at 1 byte plus
-// their scales; a quantized block also holds its Linears dequantized to the
-// activation dtype while it runs and, for the input gradient, until its backward:
-// workspace with checkpointing, kept activations without); LoRA r(in+out) per Linear in
+// their scales; a quantized Linear converts its weight to the activation dtype for as
+// long as its matmul runs, forward or backward, and keeps no copy for the backward
+// (nn/Linear.cpp), so the largest one's copy is workspace, checkpointing or not, and
+// nothing is kept activation); LoRA r(in+out) per Linear in
 // float32, its gradient the same, the optimizer state `optimizerBytesPerParam` each,
 // EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,

@@ -180,6 +180,20 @@ class SyntheticDataset final : public Dataset {
   mutable int64_t cachedBytes_ = 0;
 };
 
+// The tensor names of a latents file (diffusers' too).
+const std::vector<std::string> kLatentsNames = {"latents", "latent"};
+const std::vector<std::string> kTxtNames = {"txt", "prompt_embeds", "encoder_hidden_states"};
+const std::vector<std::string> kPooledNames = {"pooled", "pooled_prompt_embeds", "pooled_projections"};
+
+template <class Map>
+auto firstOf(const Map& t, const std::vector<std::string>& names) -> const typename Map::mapped_type* {
+  for (const auto& n : names) {
+    auto it = t.find(n);
+    if (it != t.end()) return &it->second;
+  }
+  return nullptr;
+}
+
 at::Tensor firstOf(const std::map<std::string, at::Tensor>& t, std::initializer_list<const char*> names) {
   for (const char* n : names) {
     auto it = t.find(n);
@@ -188,22 +202,56 @@ at::Tensor firstOf(const std::map<std::string, at::Tensor>& t, std::initializer_
   return {};
 }
 
+// A latents item's shapes with a leading batch of one dropped ([1, C, H, W] -> [C, H, W]).
+struct LatentsItemShapes {
+  std::vector<int64_t> latents, txt, pooled;
+};
+
+std::vector<int64_t> withoutBatchOfOne(std::vector<int64_t> shape, size_t rank) {
+  if (shape.size() == rank + 1 && shape.front() == 1) shape.erase(shape.begin());
+  return shape;
+}
+
+// Why an item of these shapes cannot be trained, or "" (the item reader and the
+// plan's header reader judge alike).
+std::string latentsShapeProblem(const LatentsItemShapes& s, const DatasetContext& ctx) {
+  const auto& l = s.latents;
+  if (l.size() != 3 || l[0] != ctx.latentChannels || l[1] % 2 || l[2] % 2)
+    return "'latents' must be [" + std::to_string(ctx.latentChannels) + ", H, W] with even H, W";
+  if (s.txt.size() != 2 || s.txt[1] != ctx.textDim) return "'txt' must be [N, " + std::to_string(ctx.textDim) + "]";
+  if (s.pooled.size() != 1 || s.pooled[0] != ctx.pooledDim)
+    return "'pooled' must be [" + std::to_string(ctx.pooledDim) + "]";
+  return "";
+}
+
+const char* const kNeedsTensors = "needs tensors 'latents', 'txt' and 'pooled'";
+
+// The files a latents dataset reads: its *.safetensors, sorted, without the empty
+// prompt's. `prefix` starts each error ("datasets[0].folder_path: " or "").
+std::vector<fs::path> latentsFiles(const fs::path& folder, const std::string& prefix) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    const std::string why = io::pathProblem(folder);
+    throw IoError(prefix + folder.string() + ": " + (why.empty() ? "not a folder" : why));
+  }
+  std::vector<fs::path> files;
+  fs::directory_iterator it(folder, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".safetensors" && it->path().filename() != "empty_prompt.safetensors")
+      files.push_back(it->path());
+  }
+  if (ec) throw IoError(prefix + folder.string() + ": cannot be listed: " + ec.message());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw IoError(prefix + "no .safetensors files in " + folder.string());
+  return files;
+}
+
 class LatentsDataset final : public Dataset {
  public:
   LatentsDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index) : ctx_(ctx) {
     folder_ = cfg.folderPath;
     if (folder_.empty()) throw ConfigError(key(index, "folder_path") + ": the latents dataset needs a folder");
-    std::error_code ec;
-    if (!fs::is_directory(folder_, ec)) {
-      const std::string why = io::pathProblem(folder_);
-      throw IoError(key(index, "folder_path") + ": " + folder_.string() + ": " + (why.empty() ? "not a folder" : why));
-    }
-    for (const auto& e : fs::directory_iterator(folder_)) {
-      if (e.path().extension() == ".safetensors" && e.path().filename() != "empty_prompt.safetensors")
-        files_.push_back(e.path());
-    }
-    std::sort(files_.begin(), files_.end());
-    if (files_.empty()) throw IoError(key(index, "folder_path") + ": no .safetensors files in " + folder_.string());
+    files_ = latentsFiles(folder_, key(index, "folder_path") + ": ");
   }
   size_t size() const override { return files_.size(); }
   TrainItem item(size_t i) const override {
@@ -217,23 +265,19 @@ class LatentsDataset final : public Dataset {
     } catch (const std::exception& e) {
       throw IoError(path.string() + ": unreadable: " + e.what());
     }
+    const at::Tensor* latents = firstOf(t, kLatentsNames);
+    const at::Tensor* txt = firstOf(t, kTxtNames);
+    const at::Tensor* pooled = firstOf(t, kPooledNames);
+    if (!latents || !txt || !pooled) throw IoError(path.string() + ": " + kNeedsTensors);
     TrainItem it;
-    it.latents = firstOf(t, {"latents", "latent"});
-    it.txt = firstOf(t, {"txt", "prompt_embeds", "encoder_hidden_states"});
-    it.pooled = firstOf(t, {"pooled", "pooled_prompt_embeds", "pooled_projections"});
-    if (!it.latents.defined() || !it.txt.defined() || !it.pooled.defined())
-      throw IoError(path.string() + ": needs tensors 'latents', 'txt' and 'pooled'");
-    if (it.latents.dim() == 4 && it.latents.size(0) == 1) it.latents = it.latents[0];
-    if (it.txt.dim() == 3 && it.txt.size(0) == 1) it.txt = it.txt[0];
-    if (it.pooled.dim() == 2 && it.pooled.size(0) == 1) it.pooled = it.pooled[0];
-    if (it.latents.dim() != 3 || it.latents.size(0) != ctx_.latentChannels || it.latents.size(1) % 2 ||
-        it.latents.size(2) % 2)
-      throw IoError(path.string() + ": 'latents' must be [" + std::to_string(ctx_.latentChannels) +
-                    ", H, W] with even H, W");
-    if (it.txt.dim() != 2 || it.txt.size(1) != ctx_.textDim)
-      throw IoError(path.string() + ": 'txt' must be [N, " + std::to_string(ctx_.textDim) + "]");
-    if (it.pooled.dim() != 1 || it.pooled.size(0) != ctx_.pooledDim)
-      throw IoError(path.string() + ": 'pooled' must be [" + std::to_string(ctx_.pooledDim) + "]");
+    const LatentsItemShapes shapes{withoutBatchOfOne(latents->sizes().vec(), 3),
+                                   withoutBatchOfOne(txt->sizes().vec(), 2),
+                                   withoutBatchOfOne(pooled->sizes().vec(), 1)};
+    const std::string problem = latentsShapeProblem(shapes, ctx_);
+    if (!problem.empty()) throw IoError(path.string() + ": " + problem);
+    it.latents = latents->reshape(shapes.latents);
+    it.txt = txt->reshape(shapes.txt);
+    it.pooled = pooled->reshape(shapes.pooled);
     it.latents = it.latents.to(at::kFloat);
     it.txt = it.txt.to(at::kFloat);
     it.pooled = it.pooled.to(at::kFloat);
@@ -291,6 +335,48 @@ class ConcatDataset final : public Dataset {
 };
 
 }  // namespace
+
+LatentsFolderShape readLatentsFolderShape(const fs::path& folder, const DatasetContext& ctx) {
+  LatentsFolderShape out;
+  std::string firstProblem;
+  for (const auto& path : latentsFiles(folder, "")) {
+    std::string problem;
+    try {
+      const auto f = io::SafetensorsFile::open(path);  // the header only: no tensor data is read
+      const auto& tensors = f.header().tensors;
+      const io::TensorInfo* latents = firstOf(tensors, kLatentsNames);
+      const io::TensorInfo* txt = firstOf(tensors, kTxtNames);
+      const io::TensorInfo* pooled = firstOf(tensors, kPooledNames);
+      if (!latents || !txt || !pooled) {
+        problem = kNeedsTensors;
+      } else {
+        const LatentsItemShapes s{withoutBatchOfOne(latents->shape, 3), withoutBatchOfOne(txt->shape, 2),
+                                  withoutBatchOfOne(pooled->shape, 1)};
+        problem = latentsShapeProblem(s, ctx);
+        if (problem.empty()) {
+          ++out.files;
+          const int64_t image = (s.latents[1] / 2) * (s.latents[2] / 2);  // FLUX packs 2x2 latent patches
+          if (image > out.imageTokens) {
+            out.imageTokens = image;
+            out.latentHeight = s.latents[1];
+            out.latentWidth = s.latents[2];
+          }
+          out.textTokens = std::max(out.textTokens, s.txt[0]);
+        }
+      }
+    } catch (const std::exception& e) {
+      problem = std::string("unreadable: ") + e.what();
+    }
+    if (!problem.empty()) {
+      ++out.skipped;
+      if (firstProblem.empty()) firstProblem = path.string() + ": " + problem;
+    }
+  }
+  if (out.files == 0)
+    throw IoError(folder.string() + ": no usable latents file (" + std::to_string(out.skipped) +
+                  " skipped; the first: " + firstProblem + ")");
+  return out;
+}
 
 std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index) {
   switch (cfg.type) {

@@ -89,6 +89,21 @@ class Dataset {
 std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index);
 std::shared_ptr<Dataset> makeDatasets(const std::vector<config::DatasetConfig>& cfgs, const DatasetContext& ctx);
 
+// The largest item of a latents folder, read from the files' headers only (no
+// tensor data): what a plan needs. The files are those the latents dataset reads;
+// one that is unreadable or not of its shapes (ctx's channels and widths) is skipped
+// (counted), as the loader skips it. Throws IoError naming the folder when it cannot be listed or no
+// file is usable (with the first file's problem).
+struct LatentsFolderShape {
+  int64_t files = 0;         // usable files
+  int64_t skipped = 0;       // files left out (unreadable or mis-shaped)
+  int64_t latentHeight = 0;  // of the file with the most image tokens
+  int64_t latentWidth = 0;
+  int64_t imageTokens = 0;  // the most over the files: (H/2) x (W/2), FLUX's 2x2 packing
+  int64_t textTokens = 0;   // the most over the files: N of 'txt'
+};
+LatentsFolderShape readLatentsFolderShape(const std::filesystem::path& folder, const DatasetContext& ctx);
+
 // Text tokens of the built-in datasets: 512 (T5's length) for a FLUX.1-dev-wide
 // text input (4096), else 16.
 int64_t defaultTextTokens(int64_t jointAttentionDim);

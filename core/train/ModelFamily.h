@@ -82,6 +82,9 @@ struct FamilyPlan {
   int64_t tokens = 0;   // per sample, through every block
   std::string source;   // where the shape came from: "preset tiny", "shapes of /m (headers only)", ...
   std::string summary;  // the model in one line, for `strata-train plan`
+  // Where `tokens` came from when the config alone does not say (a latents dataset's
+  // files); empty otherwise. One sentence, for describePlan.
+  std::string tokensNote;
 };
 
 class ModelFamily {

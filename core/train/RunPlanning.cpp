@@ -33,6 +33,7 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     run.tokens = fp.tokens;
     run.modelSource = std::move(fp.source);
     run.modelSummary = std::move(fp.summary);
+    run.tokensNote = std::move(fp.tokensNote);
   } catch (const std::exception& e) {
     return fail(family ? family->planKey(cfg) : "model.arch", e.what());
   }
@@ -93,7 +94,7 @@ std::string planRefusal(const PreparedRun& run) {
 
 std::string describePlan(const PreparedRun& run) {
   std::string out;
-  for (const std::string* part : {&run.devicesNote, &run.otherModulesNote, &run.plan.reason}) {
+  for (const std::string* part : {&run.devicesNote, &run.tokensNote, &run.otherModulesNote, &run.plan.reason}) {
     if (part->empty()) continue;
     if (!out.empty()) out += " ";
     out += *part;

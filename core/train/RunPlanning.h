@@ -44,6 +44,7 @@ struct PreparedRun {
   std::string modelSource;   // "preset tiny", "shapes of /models/x (headers only)", ...
   std::string modelSummary;  // the model in one line, from its family ("FLUX preset tiny, 2 double + ...")
   int64_t tokens = 0;
+  std::string tokensNote;                   // FamilyPlan::tokensNote
   std::string devicesSource;                // the inventory's source
   std::vector<device::DeviceInfo> devices;  // the run's, in fill order (the cpu alone for a CPU run)
   std::vector<int64_t> capBytes;            // per device; 0 = no cap
@@ -57,8 +58,8 @@ struct PreparedRun {
   std::string otherModulesNote;
 };
 
-// The plan in words, one paragraph: the devices note, the other modules' note
-// and the planner's reason. `strata-train plan` prints it under the table and the
+// The plan in words, one paragraph: the devices note, the tokens note, the other
+// modules' note and the planner's reason. `strata-train plan` prints it under the table and the
 // app's plan view shows it: one text for both.
 std::string describePlan(const PreparedRun& run);
 

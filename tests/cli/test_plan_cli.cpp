@@ -1,7 +1,8 @@
 // `strata-train plan` for a FLUX.1 images config: the text encoders and the VAE
 // are counted (the caching phase and what is freed before step 1), the text under
 // the table is the JSON's "description" (the words the app's plan view shows),
-// and a caching phase that does not fit makes the plan fail (exit 1).
+// a caching phase that does not fit makes the plan fail (exit 1), and an unknown
+// qtype is refused (exit 2).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -76,4 +77,18 @@ TEST_F(PlanCli, AQuantizedT5MakesTheCachingPhaseSmaller) {
   EXPECT_NE(q.at("description").get<std::string>().find("T5 (preset t5-xxl, bf16 + int8 Linears, 4.9 GB)"),
             std::string::npos)
       << js;
+}
+
+// A plan checks the qtype as a run does (it used to return before the quantization
+// rules and plan an int4 base that no run can build): exit 2, naming the key.
+TEST_F(PlanCli, AnUnknownQtypeIsRefused) {
+  std::string out;
+  const std::vector<std::string> args = {
+      "plan",      (strata::test::sourceDir() / "configs" / "flux-dev-1gpu.yaml").string(),
+      "--devices", "1x16GB",
+      "--set",     "model.quantize=true",
+      "--set",     "model.qtype=int4"};
+  EXPECT_EQ(runStrataTrain(args, log("int4"), &out), 2) << out;
+  EXPECT_NE(out.find("model.qtype"), std::string::npos) << out;
+  EXPECT_NE(out.find("'int4' is not supported"), std::string::npos) << out;
 }

@@ -506,6 +506,46 @@ TEST(Validator, QuantizationTypesThisBuildCanOrCannotDo) {
   EXPECT_FALSE(qtypeAvailable("uint4"));
 }
 
+// A preview (`strata-train plan`) checks the qtype too, but not what this build has:
+// the plan may be for another machine's.
+TEST(Validator, APreviewChecksTheQtypeButNotThisBuild) {
+  auto preview = [](const std::string& qtype) {
+    ValidateOptions o;
+    o.checkPaths = false;
+    o.placementOnly = true;
+    const auto loaded = parseRunConfig("model:\n  random_weights: true\n  quantize: true\n  qtype: " + qtype +
+                                           "\n"  // 4
+                                           "datasets: [{type: synthetic}]\nsample: {sample_every: 0}\n",
+                                       "bad.yaml");
+    o.where = &loaded.where;
+    return validate(loaded.config, o);
+  };
+  EXPECT_TRUE(hasProblem(preview("int4"), Severity::Error, "model.qtype", 4, "not supported"))
+      << test::dump(preview("int4"));
+  EXPECT_FALSE(hasErrors(preview("int8"))) << test::dump(preview("int8"));
+  EXPECT_FALSE(hasErrors(preview("qfloat8"))) << test::dump(preview("qfloat8"));  // even without float8 here
+}
+
+// A latents item's size is its file's: a resolution written for a latents dataset is
+// not read, which is said (a warning: a plan made where the folder cannot be read
+// falls back on it); left out, nothing is said.
+TEST(Validator, AResolutionOnALatentsDatasetIsSaidNotToBeRead) {
+  const auto problems = check(
+      "model: {preset: tiny, random_weights: true, device: cpu}\n"
+      "datasets:\n"
+      "  - type: latents\n"
+      "    folder_path: /nonexistent\n"
+      "    resolution: [1024]\n"  // 5
+      "  - type: latents\n"
+      "    folder_path: /nonexistent\n"
+      "sample: {sample_every: 0}\n",
+      std::nullopt, false);
+  EXPECT_TRUE(hasProblem(problems, Severity::Warning, "datasets[0].resolution", 5, "does not read resolution"))
+      << test::dump(problems);
+  EXPECT_FALSE(hasKey(problems, "datasets[1].resolution")) << test::dump(problems);
+  EXPECT_EQ(countErrors(problems), 0u) << test::dump(problems);
+}
+
 TEST(Validator, QuantizeTeIsCheckedLikeTheTransformerAndNoLongerWarned) {
   auto yamlFor = [](const std::string& qtype) {
     return "model:\n"

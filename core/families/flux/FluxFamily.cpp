@@ -19,7 +19,9 @@ class FluxFamily : public train::ModelFamily {
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {
     train::FamilyPlan out;
     const auto fc = planFluxConfig(cfg.model, &out.source);
-    out.tokens = planTokens(cfg, fc);
+    PlannedTokens tokens = planTokenCounts(cfg, fc);
+    out.tokens = tokens.total();
+    out.tokensNote = std::move(tokens.note);
     out.input = runPlanInput(cfg, fc, out.tokens);
     out.summary = "FLUX " + out.source + ", " + std::to_string(fc.numLayers) + " double + " +
                   std::to_string(fc.numSingleLayers) + " single blocks, " +

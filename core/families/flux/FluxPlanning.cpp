@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/Error.h"
 #include "common/Text.h"
 #include "lora/LoraTargets.h"
 #include "models/flux/FluxLoraRules.h"
@@ -52,22 +53,61 @@ flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* sourc
   return withShapeOverrides(c, m);
 }
 
-int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
-  int64_t px = 0;
-  for (const auto& d : cfg.datasets)
+PlannedTokens planTokenCounts(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
+  PlannedTokens out;
+  const int64_t defaultText = defaultTextTokens(fc.jointAttentionDim);
+  auto fromResolution = [&](const config::DatasetConfig& d) {
+    int64_t px = 0;
     for (int64_t r : d.resolution) px = std::max(px, r);
-  if (px == 0) px = 512;
-  const bool pixelCode = !cfg.datasets.empty() && cfg.datasets.front().type == config::DatasetType::Shapes;
-  const int64_t latent = px / (pixelCode ? kPixelCodeScale : 8);
-  return (latent / 2) * (latent / 2) + defaultTextTokens(fc.jointAttentionDim);
+    if (px == 0) px = 512;
+    const int64_t latent = px / (d.type == config::DatasetType::Shapes ? kPixelCodeScale : 8);
+    out.image = std::max(out.image, (latent / 2) * (latent / 2));
+    out.text = std::max(out.text, defaultText);
+    return px;
+  };
+  if (cfg.datasets.empty()) fromResolution(config::DatasetConfig{});
+  for (size_t i = 0; i < cfg.datasets.size(); ++i) {
+    const auto& d = cfg.datasets[i];
+    if (d.type != config::DatasetType::Latents) {
+      fromResolution(d);
+      continue;
+    }
+    // The run reads a latents item's size from its file, never datasets[i].resolution.
+    const std::string at = "datasets[" + std::to_string(i) + "]";
+    std::ostringstream note;
+    try {
+      if (d.folderPath.empty()) throw Error("no folder_path");
+      train::DatasetContext ctx;
+      ctx.latentChannels = fc.latentChannels();
+      ctx.textDim = fc.jointAttentionDim;
+      ctx.pooledDim = fc.pooledProjectionDim;
+      const train::LatentsFolderShape shape = train::readLatentsFolderShape(d.folderPath, ctx);
+      out.image = std::max(out.image, shape.imageTokens);
+      out.text = std::max(out.text, shape.textTokens);
+      note << "Tokens of " << at << " from the headers of its " << shape.files << " latents files in " << d.folderPath
+           << ": the largest latents are " << shape.latentHeight << "x" << shape.latentWidth << " ("
+           << shape.imageTokens << " image tokens), the longest text " << shape.textTokens << " tokens";
+      if (shape.skipped > 0) note << " (" << shape.skipped << " files left out: unreadable or mis-shaped)";
+      note << ".";
+    } catch (const std::exception& e) {
+      const int64_t px = fromResolution(d);
+      note << at << " (latents): " << e.what() << "; the plan takes its size from " << at << ".resolution (" << px
+           << " px), which the run does not read: its size is its files'.";
+    }
+    out.note += (out.note.empty() ? "" : " ") + note.str();
+  }
+  return out;
+}
+
+int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
+  return planTokenCounts(cfg, fc).total();
 }
 
 double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc) {
-  const int64_t text = defaultTextTokens(fc.jointAttentionDim);
-  const int64_t image = planTokens(cfg, fc) - text;
+  const PlannedTokens tokens = planTokenCounts(cfg, fc);
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux::FluxLoraRules(fc).defaultTargets()
                                                                     : cfg.network.targetModules);
-  return flux::fluxTrainStepFlops(fc, cfg.train.batchSize, image, text, cfg.network.linear,
+  return flux::fluxTrainStepFlops(fc, cfg.train.batchSize, tokens.image, tokens.text, cfg.network.linear,
                                   [&](const std::string& path) { return targets.matches(path); });
 }
 
@@ -198,6 +238,7 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
     if (cfg.model.quantize && u.isBlock)
       for (const auto& l : b.linears) {
         u.quantizedWeightCount += l.inFeatures * l.outFeatures;
+        u.largestQuantizedWeightCount = std::max(u.largestQuantizedWeightCount, l.inFeatures * l.outFeatures);
         u.quantScaleCount += cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8" ? l.outFeatures : 1;
       }
     return u;

@@ -25,10 +25,21 @@ flux::FluxConfig withShapeOverrides(flux::FluxConfig base, const config::ModelCo
 // overrides. `source` (optional) says which, for the user. Throws on a bad header.
 flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* source = nullptr);
 
-// Image plus text tokens of one training sample at the largest dataset
-// resolution: through the VAE (8x), or the demo's pixel code, packed 2x2; the
-// text tokens the trainer gives a model of this width (train::defaultTextTokens).
-int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc);
+// Image and text tokens of one training sample, the most over the datasets. A
+// latents dataset's from its files' headers (the largest latents, packed 2x2, and
+// the longest 'txt'; train::readLatentsFolderShape), or, where its folder cannot be
+// read here, from its resolution as below, which `note` then says. Any other
+// dataset's at its largest resolution: through the VAE (8x), or the demo's pixel
+// code, packed 2x2; the text tokens the trainer gives a model of this width
+// (train::defaultTextTokens).
+struct PlannedTokens {
+  int64_t image = 0;
+  int64_t text = 0;
+  std::string note;  // for a latents dataset: where its tokens came from; else empty
+  int64_t total() const { return image + text; }
+};
+PlannedTokens planTokenCounts(const config::RunConfig& cfg, const flux::FluxConfig& fc);
+int64_t planTokens(const config::RunConfig& cfg, const flux::FluxConfig& fc);  // planTokenCounts(...).total()
 // FLOPs of one training step of this config (flux::fluxTrainStepFlops at the
 // planned tokens, the batch size and the LoRA targets of the config).
 double trainStepFlops(const config::RunConfig& cfg, const flux::FluxConfig& fc);

@@ -1,5 +1,7 @@
 #include "families/llama/LlamaPlanning.h"
 
+#include <algorithm>
+
 #include "lora/LoraTargets.h"
 #include "models/llama/LlamaPeft.h"
 
@@ -18,6 +20,7 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
       if (targets.matches(l.path)) s.loraLinears.push_back({l.inFeatures, l.outFeatures});
       if (o.quantize && s.isBlock) {
         s.quantizedWeightCount += l.inFeatures * l.outFeatures;
+        s.largestQuantizedWeightCount = std::max(s.largestQuantizedWeightCount, l.inFeatures * l.outFeatures);
         s.quantScaleCount += o.perRowScales ? l.outFeatures : 1;
       }
     }
