@@ -24,6 +24,21 @@ inline CLI::Validator stopAfterCheck() {
       "STEP>=1");
 }
 
+// A count from 1 to `max` (`strata-train bench --steps`, --profile-steps); `what`
+// names it in the message ("a number of measured steps").
+inline CLI::Validator countCheck(const std::string& what, long long max) {
+  return CLI::Validator(
+      [what, max](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || v < 1 || v > max)
+          return "'" + text + "' is not " + what + ": give 1 to " + std::to_string(max);
+        return "";
+      },
+      "1.." + std::to_string(max));
+}
+
 // A size in GB: finite, 0 .. 10^6.
 inline CLI::Validator gigabytesCheck() {
   return CLI::Validator(

@@ -1,37 +1,47 @@
 // `strata-train bench CONFIG [--steps N] [--phases] [--profile FILE] [--json] [--set key=value]...`: what a run of
 // this config costs before committing to it. Trains N steps (after 2 warm-up
-// steps) on synthetic data of the config's shapes (its resolution, batch size,
-// model, LoRA, dtype and placement; no samples, no saves, a temporary run folder)
-// and prints the median and min step time, the peak allocated and reserved memory
-// per CUDA device, the FLOP rate (the family's trainStepFlops) and its share of the
-// card's dense bf16 peak where the card is known. --phases adds the median time of
-// each phase of a step (data, forward, backward, clip, optimizer, EMA, report),
-// measured with a device wait between phases (train/PhaseTimer.h), and the peak
-// allocated memory reached inside each, which says where a step's memory peaks
-// (the activations kept for the backward, the backward's own, the optimizer's
-// state). Exit codes as for run.
+// steps) of the config's shapes (its resolution, batch size, gradient
+// accumulation, model, LoRA, dtype and placement) on data that reads no files: a
+// shapes or synthetic dataset as the config has it, any other dataset replaced by
+// synthetic data of its largest resolution. No samples, no checkpoints, no
+// exports, a temporary run folder removed on every way out (Ctrl-C stops after the
+// current step). Prints the median and min step time, the peak allocated and
+// reserved memory per CUDA device, the FLOP rate (the family's trainStepFlops per
+// micro-batch, times the micro-batches of a step) and its share of the card's
+// dense bf16 peak where the card is known (device/CardPeaks.h). --phases adds the
+// median time of each phase of a step (data, forward, backward, clip, optimizer,
+// EMA, report), measured with a device wait between phases (train/PhaseTimer.h),
+// and the peak allocated memory reached inside each, which says where a step's
+// memory peaks (the activations kept for the backward, the backward's own, the
+// optimizer's state). Exit codes as for run: 0 measured, 1 failed while training,
+// 2 bad command line, config or preflight, 130 stopped.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 
 #include "BenchProfile.h"
+#include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
+#include "device/CardPeaks.h"
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
 #include "events/EventBus.h"
 #include "train/ModelFamily.h"
 #include "train/PhaseTimer.h"
 #include "train/RunPlanning.h"
+#include "train/StopSignals.h"
 #include "train/Trainer.h"
 
 namespace fs = std::filesystem;
@@ -41,6 +51,7 @@ namespace strata::cli {
 namespace {
 
 constexpr int64_t kWarmupSteps = 2;
+constexpr long long kMaxBenchSteps = 1000000;  // far beyond a useful bench; keeps warm-up + N in range
 
 struct BenchArgs {
   std::string configPath;
@@ -52,67 +63,127 @@ struct BenchArgs {
   std::vector<std::string> sets;
 };
 
-// Dense bf16 tensor-core peaks from the vendors' data sheets (TFLOP/s), by name part.
-std::optional<double> peakTflops(const std::string& name) {
-  static const std::vector<std::pair<const char*, double>> kPeaks = {
-      {"H200", 989.0}, {"H100", 989.0},     {"A100", 312.0},    {"L40S", 362.0},
-      {"L4", 121.0},   {"RTX 4090", 165.0}, {"RTX 3090", 71.0}, {"A10", 125.0}};
-  for (const auto& [part, tf] : kPeaks)
-    if (name.find(part) != std::string::npos) return tf;
-  return std::nullopt;
-}
-
-int runBench(const BenchArgs& args) {
-  if (args.steps < 1) {
-    std::cerr << "strata-train bench: --steps must be at least 1" << std::endl;
-    return kExitBadInput;
+// The bench's run folder: made unique by mkdtemp, removed with all it holds when
+// the bench returns or throws (Ctrl-C stops the trainer, so that returns too).
+class ScratchFolder {
+ public:
+  ScratchFolder() {
+    std::error_code ec;
+    const fs::path base = fs::temp_directory_path(ec);
+    if (ec) throw IoError("no folder for temporary files (TMPDIR): " + ec.message());
+    std::string name = (base / "strata-bench-XXXXXX").string();
+    if (::mkdtemp(name.data()) == nullptr)
+      throw IoError(name + ": cannot create a temporary run folder: " + std::strerror(errno));
+    path_ = name;
   }
+  ~ScratchFolder() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The config as benched, validated and planned.
+struct BenchSetup {
+  config::RunConfig cfg;
+  train::PreparedRun prepared;
+  int64_t px = 0;      // the largest resolution of the data benched
+  double flops = 0.0;  // per optimizer step
+};
+
+// Reads, overrides, swaps in data that reads no files and validates the config with
+// every rule a run has, its problems on stderr with the config's lines. nullopt: bad
+// input, said. Throws strata::Error for a file it cannot read (bad input as well).
+std::optional<BenchSetup> setUpBench(const BenchArgs& args, const fs::path& runFolder,
+                                     const device::Inventory& inventory) {
   config::LoadedConfig loaded = config::loadRunConfig(args.configPath);
   if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
+  bool bad = false;
   for (const auto& p : loaded.problems)
     if (p.isError()) {
       std::cerr << p.format() << "\n";
-      return kExitBadInput;
+      bad = true;
     }
-  config::RunConfig cfg = loaded.config;
-  // Synthetic data of the config's largest resolution; nothing written that is kept.
-  int64_t px = 0;
+  if (bad) return std::nullopt;
+  BenchSetup b;
+  b.cfg = loaded.config;
+  config::RunConfig& cfg = b.cfg;
   for (const auto& d : cfg.datasets)
-    for (int64_t r : d.resolution) px = std::max(px, r);
-  if (px == 0) px = 512;
-  int64_t seq = 0;  // a causal LM's rows: max_seq_len random tokens
-  for (const auto& d : cfg.datasets) seq = std::max(seq, d.maxSeqLen);
-  config::DatasetConfig d;
-  d.type = config::DatasetType::Synthetic;
-  d.resolution = {px};
-  if (seq > 0) d.maxSeqLen = seq;
-  d.numItems = std::max<int64_t>(cfg.train.batchSize, 2);
-  cfg.datasets = {d};
-  cfg.train.steps = kWarmupSteps + args.steps;
+    for (int64_t r : d.resolution) b.px = std::max(b.px, r);
+  // Shapes and synthetic datasets read no files: benched as they are, so the latent
+  // scale and the tokens are those plan and run use (shapes' pixel code is px/2,
+  // synthetic's VAE scale px/8). Any other dataset is replaced by synthetic data of
+  // the largest resolution (a causal LM's: max_seq_len random tokens).
+  const bool readsNoFiles =
+      !cfg.datasets.empty() && std::all_of(cfg.datasets.begin(), cfg.datasets.end(), [](const auto& d) {
+        return d.type == config::DatasetType::Shapes || d.type == config::DatasetType::Synthetic;
+      });
+  if (!readsNoFiles) {
+    if (b.px == 0) b.px = 512;
+    int64_t seq = 0;
+    for (const auto& d : cfg.datasets) seq = std::max(seq, d.maxSeqLen);
+    config::DatasetConfig d;
+    d.type = config::DatasetType::Synthetic;
+    d.resolution = {b.px};
+    if (seq > 0) d.maxSeqLen = seq;
+    d.numItems = std::max<int64_t>(cfg.train.batchSize, 2);
+    cfg.datasets = {d};
+  }
+  cfg.train.steps = kWarmupSteps + args.steps;  // both bounded by the command line's ranges
   cfg.sample.sampleEvery = 0;
   cfg.sample.prompts.clear();
   cfg.save.saveEvery = 0;
-  std::random_device rd;
-  const fs::path tmp = fs::temp_directory_path() / ("strata-bench-" + std::to_string(rd()));
-  cfg.job.trainingFolder = tmp.string();
+  cfg.job.trainingFolder = runFolder.string();
 
-  const auto inventory = device::thisMachine();
+  // Every rule of a run (not a preview's): what the trainer's preflight would refuse
+  // is said here, with the config's lines.
   train::PrepareOptions po;
-  po.preview = true;
-  const auto prepared = train::prepareRun(cfg, inventory, po);
-  if (!prepared.ok()) {
-    for (const auto& p : prepared.problems)
+  po.where = &loaded.where;
+  b.prepared = train::prepareRun(cfg, inventory, po);
+  if (!b.prepared.ok()) {
+    for (const auto& p : b.prepared.problems)
       if (p.isError()) std::cerr << p.format() << "\n";
+    return std::nullopt;
+  }
+  // trainStepFlops counts one micro-batch; the timed step runs all of them.
+  b.flops = train::modelFamily(cfg.model.arch).trainStepFlops(cfg) *
+            static_cast<double>(std::max<int64_t>(cfg.train.gradientAccumulationSteps, 1));
+  return b;
+}
+
+int runBench(const BenchArgs& args) {
+  if (args.profileSteps > args.steps) {
+    std::cerr << "strata-train bench: error: --profile-steps " << args.profileSteps << " is more than the "
+              << args.steps << " measured steps (--steps)\n";
     return kExitBadInput;
   }
-  const double flops = train::modelFamily(cfg.model.arch).trainStepFlops(cfg);
+  const auto inventory = device::thisMachine();
+  std::optional<ScratchFolder> scratch;
+  std::optional<BenchSetup> setup;
+  try {
+    scratch.emplace();
+    setup = setUpBench(args, scratch->path(), inventory);
+  } catch (const Error& e) {  // an unreadable config or model file: bad input, one line
+    std::cerr << "strata-train bench: error: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  if (!setup) return kExitBadInput;
+  const config::RunConfig& cfg = setup->cfg;
+  const train::PreparedRun& prepared = setup->prepared;
+  const int64_t px = setup->px;
+  const double flops = setup->flops;
 
   for (const auto& dev : inventory.devices)
     if (!dev.isCpu()) device::resetPeakMemory(dev.index);
   events::EventBus bus;
   BenchProfile profile;
   const bool profiling = !args.profilePath.empty();
-  const int64_t profileSteps = std::clamp<int64_t>(args.profileSteps, 1, args.steps);
+  const int64_t profileSteps = args.profileSteps;  // 1 .. steps, checked above
   std::vector<KernelTotal> kernels;
   std::vector<double> stepMs;
   std::vector<std::string> failures;
@@ -134,21 +205,31 @@ int runBench(const BenchArgs& args) {
   });
   train::TrainerOptions to;
   to.reportConfigWarnings = false;
+  to.skipSaves = true;  // the folder is scratch: a save would only cost time, and could fail the measurement
   if (args.phases) to.phaseTimer = std::make_shared<train::PhaseTimer>();
   train::Trainer trainer(cfg, bus, to);
-  const auto outcome = trainer.run();
+  train::RunOutcome outcome = train::RunOutcome::Failed;
+  {
+    // Ctrl-C, SIGTERM, SIGHUP: stop after the current step; the scratch folder goes with the return.
+    const train::StopOnSignals signals(
+        trainer, "strata-train bench",
+        "stopping after this step (nothing is saved; the temporary run folder is removed)");
+    outcome = trainer.run();
+  }
   if (profile.running()) kernels = profile.stop(args.profilePath);
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
+  if (outcome == train::RunOutcome::Stopped) {
+    std::cerr << "strata-train bench: stopped at step " << trainer.currentStep() << " of " << cfg.train.steps
+              << "; no figures\n";
+    return train::exitCodeOf(outcome);
+  }
   if (outcome != train::RunOutcome::Finished || stepMs.empty()) {
     for (const auto& f : failures) std::cerr << "strata-train bench: " << f << "\n";
     if (failures.empty()) std::cerr << "strata-train bench: the run did not finish\n";
-    return kExitFailed;
+    // A refused preflight is bad input (2), as for run; a failure while training is 1.
+    return outcome == train::RunOutcome::Finished ? kExitFailed : train::exitCodeOf(outcome);
   }
-  std::vector<double> sorted = stepMs;
-  std::sort(sorted.begin(), sorted.end());
-  const double medianMs = sorted[sorted.size() / 2];
-  const double minMs = sorted.front();
+  const double medianMs = train::medianOf(stepMs);
+  const double minMs = *std::min_element(stepMs.begin(), stepMs.end());
   const double tflops = flops / (medianMs * 1e-3) / 1e12;
 
   nlohmann::json j;
@@ -157,6 +238,7 @@ int runBench(const BenchArgs& args) {
   j["warmup_steps"] = kWarmupSteps;
   j["resolution"] = px;
   j["batch_size"] = cfg.train.batchSize;
+  j["gradient_accumulation_steps"] = std::max<int64_t>(cfg.train.gradientAccumulationSteps, 1);
   j["tokens"] = prepared.tokens;
   j["step_ms"] = stepMs;
   j["median_step_ms"] = medianMs;
@@ -180,7 +262,7 @@ int runBench(const BenchArgs& args) {
       // own maxima over the marks are the run's peaks then.
       dj["peak_allocated_bytes"] = to.phaseTimer ? to.phaseTimer->peakAllocatedOn(info->index) : f.peakAllocatedBytes;
       dj["peak_reserved_bytes"] = to.phaseTimer ? to.phaseTimer->peakReservedOn(info->index) : f.peakReservedBytes;
-      if (auto peak = peakTflops(info->name)) {
+      if (auto peak = device::denseBf16PeakTflops(info->name)) {
         dj["peak_tflops"] = *peak;
         // The work is spread over the run's devices: the share of their summed peak.
         share = share.value_or(0.0) + *peak;
@@ -248,7 +330,11 @@ int runBench(const BenchArgs& args) {
   }
   std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps << " warm-up, "
             << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string()) << "batch "
-            << cfg.train.batchSize << ", " << prepared.tokens << " tokens"
+            << cfg.train.batchSize
+            << (cfg.train.gradientAccumulationSteps > 1
+                    ? " x " + std::to_string(cfg.train.gradientAccumulationSteps) + " micro-batches"
+                    : std::string())
+            << ", " << prepared.tokens << " tokens"
             << (j["attention_backend"].is_null() ? std::string()
                                                  : ", attention_backend " + j["attention_backend"].get<std::string>())
             << "\n";
@@ -300,24 +386,26 @@ int runBench(const BenchArgs& args) {
 
 void addBenchCommand(CLI::App& app, int& exitCode) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* cmd = app.add_subcommand("bench", "Time a few training steps of a config on synthetic data of its shapes");
+  CLI::App* cmd = app.add_subcommand("bench", "Time a few training steps of a config on data of its shapes");
   cmd->add_option("config", args->configPath, "Run config (YAML)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--steps", args->steps, "Measured steps (after 2 warm-up steps; default 10)");
+  cmd->add_option("--steps", args->steps, "Measured steps (after 2 warm-up steps; default 10)")
+      ->check(countCheck("a number of measured steps", kMaxBenchSteps));
   cmd->add_flag("--json", args->json, "Print the figures as JSON");
   cmd->add_flag("--phases", args->phases,
                 "Also time each phase of a step (data, forward, backward, clip, optimizer, EMA, report)");
-  cmd->add_option("--profile", args->profilePath,
-                  "Profile the first measured steps (LibTorch's kineto profiler): write the trace to this file and "
-                  "sum the device kernels by name");
-  cmd->add_option("--profile-steps", args->profileSteps, "Measured steps to profile (default 1)");
+  CLI::Option* profile =
+      cmd->add_option("--profile", args->profilePath,
+                      "Profile the first measured steps (LibTorch's kineto profiler): write the trace to this file "
+                      "and sum the device kernels by name");
+  cmd->add_option("--profile-steps", args->profileSteps, "Measured steps to profile (default 1, at most --steps)")
+      ->check(countCheck("a number of steps to profile", kMaxBenchSteps))
+      ->needs(profile);
   cmd->add_option("--set", args->sets, "Override a key: --set train.batch_size=2 (repeatable)");
+  cmd->footer("Exit codes: 0 measured, 1 failed while training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] {
     try {
       exitCode = runBench(*args);
-    } catch (const ConfigError& e) {
-      std::cerr << "strata-train bench: " << e.what() << std::endl;
-      exitCode = kExitBadInput;
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // after the setup: the measurement failed
       std::cerr << "strata-train bench: " << e.what() << std::endl;
       exitCode = kExitFailed;
     }

@@ -110,8 +110,10 @@ class ModelFamily {
   virtual std::vector<placement::OtherModule> otherModules(const config::RunConfig& cfg, const std::string& device,
                                                            std::string* note) const;
 
-  // The work of one training step of this config (frozen base, LoRA trained), in
-  // FLOPs, for `strata-train bench`; activation recompute not counted.
+  // The work of one micro-batch of this config (train.batch_size samples, forward
+  // and backward, frozen base, LoRA trained), in FLOPs, for `strata-train bench`;
+  // activation recompute not counted. An optimizer step runs
+  // train.gradient_accumulation_steps of them.
   virtual double trainStepFlops(const config::RunConfig& cfg) const = 0;
 
   // The prefix of the LoRA keys in a run's checkpoint ("transformer.").

@@ -89,14 +89,22 @@ int64_t PhaseTimer::peakReservedOn(int cudaIndex) const {
   return 0;
 }
 
+double medianOf(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  // The lower middle value is the largest of those before `mid`.
+  const double lower = *std::max_element(values.begin(), values.begin() + mid);
+  return 0.5 * (lower + values[mid]);
+}
+
 double PhaseTimer::medianMs(const std::string& name, size_t skip) const {
   const auto it = steps_.find(name);
   if (it == steps_.end()) return 0.0;
   std::vector<double> v;
   for (size_t i = skip; i < it->second.size(); ++i) v.push_back(it->second[i]);
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return medianOf(std::move(v));
 }
 
 }  // namespace strata::train

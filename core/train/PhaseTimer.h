@@ -13,6 +13,10 @@
 
 namespace strata::train {
 
+// The median of `values`: the middle one of an odd count, the mean of the two
+// middle ones of an even count; 0 for none.
+double medianOf(std::vector<double> values);
+
 class PhaseTimer {
  public:
   // `cudaIndices`: the CUDA devices to wait for at each mark (none on the CPU).

@@ -133,9 +133,11 @@ bool isManual(const fs::path& statePath) {
 
 RunFolder::RunFolder(fs::path root) : root_(std::move(root)) {}
 
-void RunFolder::create() const {
+void RunFolder::create(bool withSaves) const {
   std::error_code ec;
-  for (const auto& d : {root_, samplesDir(), checkpointsDir(), exportsDir()}) {
+  std::vector<fs::path> dirs = {root_, samplesDir()};
+  if (withSaves) dirs.insert(dirs.end(), {checkpointsDir(), exportsDir()});
+  for (const auto& d : dirs) {
     fs::create_directories(d, ec);
     if (ec) throw IoError(d.string() + ": cannot create folder: " + ec.message());
   }

@@ -54,8 +54,9 @@ class RunFolder {
   std::filesystem::path checkpointsDir() const { return root_ / "checkpoints"; }
   std::filesystem::path exportsDir() const { return root_ / "exports"; }
 
-  // Creates the folders. Throws IoError.
-  void create() const;
+  // Creates the folders (without checkpoints/ and exports/ when `withSaves` is
+  // false: a run that saves nothing). Throws IoError.
+  void create(bool withSaves = true) const;
   // Cleans what a killed process left behind; call it holding the folder's lock
   // (RunFolderLock), since a live run's partial files look the same. Removes
   // partial and trash checkpoint folders and temp files, puts back a checkpoint

@@ -15,6 +15,7 @@ namespace {
 std::atomic<Trainer*> gTarget{nullptr};
 std::atomic<int> gSignal{0};
 const char* gWho = "strata";
+const char* gAction = "";
 
 void say(const char* text) {
   const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
@@ -42,7 +43,9 @@ extern "C" void onStopSignal(int sig) {
   say(gWho);
   say(": ");
   say(name);
-  say(": writing a checkpoint, then stopping (send it again to stop at once)\n");
+  say(": ");
+  say(gAction);
+  say(" (send it again to stop at once)\n");
   errno = saved;
 }
 
@@ -51,8 +54,9 @@ static_assert(std::atomic<Trainer*>::is_always_lock_free && std::atomic<int>::is
 
 }  // namespace
 
-StopOnSignals::StopOnSignals(Trainer& trainer, const char* who) {
+StopOnSignals::StopOnSignals(Trainer& trainer, const char* who, const char* action) {
   gWho = who;
+  gAction = action;
   gSignal.store(0);
   previousTarget_ = gTarget.exchange(&trainer);
   struct sigaction sa {};

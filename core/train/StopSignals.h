@@ -16,8 +16,10 @@ class Trainer;
 class StopOnSignals {
  public:
   // Installs the handlers for `trainer` until destroyed (the previous handlers
-  // come back then). `who` prefixes the stderr line ("strata-train", "strata").
-  explicit StopOnSignals(Trainer& trainer, const char* who = "strata");
+  // come back then). `who` prefixes the stderr line ("strata-train", "strata");
+  // `action` says what the stop does (a string literal: the handler writes it).
+  explicit StopOnSignals(Trainer& trainer, const char* who = "strata",
+                         const char* action = "writing a checkpoint, then stopping");
   ~StopOnSignals();
   StopOnSignals(const StopOnSignals&) = delete;
   StopOnSignals& operator=(const StopOnSignals&) = delete;

@@ -205,7 +205,7 @@ RunOutcome Trainer::runImpl() {
   if (problems.empty()) {
     try {
       RunFolder folder(runDir_);
-      folder.create();
+      folder.create(!options_.skipSaves);
       if (!options_.resume)
         io::writeFileAtomic(folder.configPath(),
                             options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
@@ -633,7 +633,7 @@ RunOutcome Trainer::loop(State& st) {
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
       if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
-        if (st.lastCheckpointStep != step && !checkpoint(st, step)) {
+        if (!options_.skipSaves && st.lastCheckpointStep != step && !checkpoint(st, step)) {
           // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
           bus_.publish(events::FailedEvent{
               "stopped at step " + std::to_string(step) + " but its checkpoint could not be written" +
@@ -669,9 +669,11 @@ RunOutcome Trainer::loop(State& st) {
           (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last)))
         doSamples(step);
       const bool manualSave = saveRequested_.exchange(false);
+      const bool manualExport = exportRequested_.exchange(false);
+      if (options_.skipSaves) continue;
       if (manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
         checkpoint(st, step, manualSave);
-      if (exportRequested_.exchange(false) && !last) exportLora(st, step, false);
+      if (manualExport && !last) exportLora(st, step, false);
     }
   } catch (const NonFiniteLoss& e) {
     std::string msg = e.what();
@@ -696,7 +698,7 @@ RunOutcome Trainer::finish(State& st) {
   const int64_t step = step_.load();
   std::vector<std::string> exports;
   try {
-    exports = exportLora(st, step, true);
+    if (!options_.skipSaves) exports = exportLora(st, step, true);
   } catch (const std::exception& e) {
     bus_.publish(events::FailedEvent{std::string("LoRA export failed: ") + e.what() +
                                          (st.lastCheckpoint.empty() ? "" : "; checkpoint kept: " + st.lastCheckpoint),

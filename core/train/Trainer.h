@@ -65,6 +65,11 @@ struct TrainerOptions {
   // check, as a preflight problem either way: nothing is loaded or trained on
   // devices that are not there.
   std::optional<device::Inventory> devices;
+  // No checkpoint (periodic, final, on a stop or on request) and no LoRA export, and
+  // no checkpoints/ or exports/ folder: for a run whose folder is scratch
+  // (strata-train bench), where a write would only cost time and could fail a
+  // measurement that is done. A stop then ends as Stopped with no checkpoint.
+  bool skipSaves = false;
 };
 
 class Trainer {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -252,7 +253,78 @@ TEST_F(Cli, BenchPhasesJson) {
 TEST_F(Cli, BenchNamesAPreflightRefusal) {
   const Result r = run("bench " + quote(config("demo.yaml").string()) + " --steps 1 --set model.quantize=true" +
                        " --set model.qtype=int8 --set model.fp8_matmul=true");
-  EXPECT_NE(r.exitCode, 0) << r.output;
-  EXPECT_NE(r.output.find("preflight: error: model.fp8_matmul"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exitCode, 2) << r.output;  // a refusal is bad input, as for run (it was 1)
+  EXPECT_NE(r.output.find("error: model.fp8_matmul"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("the run did not finish"), std::string::npos) << r.output;
+}
+
+nlohmann::json benchJson(const std::string& args) {
+  const Result r = run("bench " + args + " --json");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  const auto start = r.output.find('{');
+  if (start == std::string::npos) return {};
+  return nlohmann::json::parse(r.output.substr(start));
+}
+
+// A step of 2 micro-batches is twice the work of one (trainStepFlops counts one).
+TEST_F(Cli, BenchFlopsCountEveryMicroBatch) {
+  const std::string demo = quote(config("demo.yaml").string());
+  const auto one = benchJson(demo + " --steps 1");
+  const auto two = benchJson(demo + " --steps 1 --set train.gradient_accumulation_steps=2");
+  ASSERT_TRUE(one.contains("flops_per_step") && two.contains("flops_per_step"));
+  EXPECT_NEAR(two["flops_per_step"].get<double>() / one["flops_per_step"].get<double>(), 2.0, 1e-9);
+}
+
+// The demo's shapes dataset is benched as it is: the tokens plan counts (80 at
+// 32 px, shapes' pixel code), not synthetic data's VAE scale (20).
+TEST_F(Cli, BenchTimesThePlansTokens) {
+  const std::string demo = quote(config("demo.yaml").string());
+  const Result plan = run("plan " + demo + " --json");
+  ASSERT_EQ(plan.exitCode, 0) << plan.output;
+  const auto pj = nlohmann::json::parse(plan.output.substr(plan.output.find('{')));
+  const auto bj = benchJson(demo + " --steps 1");
+  ASSERT_TRUE(bj.contains("tokens"));
+  EXPECT_EQ(bj["tokens"].get<int64_t>(), pj["tokens"].get<int64_t>());
+}
+
+// Bad input is exit 2 with what is wrong: an unreadable config, a config error
+// with its file and line, numbers out of range on the command line.
+TEST_F(Cli, BenchBadInputIsExitTwo) {
+  strata::test::TempDir tmp;
+  writeFile(tmp / "nul.yaml", std::string("model:\0\n", 8));
+  Result r = run("bench " + quote((tmp / "nul.yaml").string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("NUL"), std::string::npos) << r.output;
+  writeFile(tmp / "lr.yaml",
+            "model: {preset: tiny, random_weights: true, device: cpu}\n"
+            "datasets: [{type: shapes, resolution: [32], num_items: 8}]\n"
+            "train: {lr: -1}\n");
+  r = run("bench " + quote((tmp / "lr.yaml").string()));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find((tmp / "lr.yaml").string() + ":3:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.lr"), std::string::npos) << r.output;
+  const std::string demo = quote(config("demo.yaml").string());
+  EXPECT_EQ(run("bench " + demo + " --profile x.json --profile-steps 0").exitCode, 2);
+  EXPECT_EQ(run("bench " + demo + " --steps 2 --profile x.json --profile-steps 3").exitCode, 2);
+  EXPECT_EQ(run("bench " + demo + " --profile-steps 1").exitCode, 2);  // without --profile: not ignored
+  EXPECT_EQ(run("bench " + demo + " --steps 99999999999999999999").exitCode, 2);
+}
+
+// The bench's scratch run folder is gone after a bench and after a refusal.
+TEST_F(Cli, BenchLeavesNoFolderBehind) {
+  strata::test::TempDir tmp;
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.path().c_str(), 1);
+  const std::string demo = quote(config("demo.yaml").string());
+  const Result ok = run("bench " + demo + " --steps 1");
+  const Result refused = run("bench " + demo + " --steps 1 --set model.quantize=true --set model.qtype=int8" +
+                             " --set model.fp8_matmul=true");
+  if (old)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  EXPECT_EQ(ok.exitCode, 0) << ok.output;
+  EXPECT_EQ(refused.exitCode, 2) << refused.output;
+  EXPECT_TRUE(fs::is_empty(tmp.path())) << fs::directory_iterator(tmp.path())->path();
 }
