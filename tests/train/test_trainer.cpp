@@ -266,6 +266,37 @@ TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
   EXPECT_FALSE(t.running());
 }
 
+// skipSaves (strata-train bench): a finished run and a stopped one write no
+// checkpoint and no export, and make no checkpoints/ or exports/ folder.
+TEST(Trainer, SkipSavesWritesNoCheckpointOrExport) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 3);
+  cfg.save.saveEvery = 1;  // would save every step
+  events::EventBus bus;
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  o.skipSaves = true;
+  Trainer t(cfg, bus, o);
+  ASSERT_EQ(t.run(), RunOutcome::Finished) << rec.text();
+  const RunFolder f(tmp / "run");
+  EXPECT_TRUE(fs::exists(f.metricsPath()));
+  EXPECT_FALSE(fs::exists(f.checkpointsDir()));
+  EXPECT_FALSE(fs::exists(f.exportsDir()));
+  EXPECT_TRUE(rec.of<events::CheckpointEvent>().empty());
+  EXPECT_TRUE(rec.of<events::ExportEvent>().empty());
+
+  Trainer stopped(tinyConfig(tmp.path(), 100000), bus, [&] {
+    TrainerOptions s = o;
+    s.runDir = tmp / "stopped";
+    s.stopAfterStep = 2;
+    return s;
+  }());
+  EXPECT_EQ(stopped.run(), RunOutcome::Stopped) << rec.text();
+  EXPECT_FALSE(fs::exists(RunFolder(tmp / "stopped").checkpointsDir()));
+}
+
 // Mean brightness (0..1) of a sample PNG.
 double meanBrightness(const fs::path& png) {
   return io::readImage(png).pixels.to(at::kFloat).mean().item<double>() / 255.0;
