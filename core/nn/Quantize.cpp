@@ -3,6 +3,7 @@
 #include "common/Error.h"
 #include "common/TorchCompat.h"
 #include "nn/Linear.h"
+#include "nn/QuantizedWrite.h"
 
 #include <algorithm>
 
@@ -91,6 +92,20 @@ int64_t quantizeLinears(torch::nn::Module& module, QuantType t) {
     }
   }
   return n;
+}
+
+void requireUnquantized(const torch::nn::Module& module, const std::string& writer) {
+  auto check = [&](const torch::nn::Module* m, const std::string& path) {
+    const auto* lin = dynamic_cast<const LinearImpl*>(m);
+    if (!lin || lin->quantType() == QuantType::None) return;
+    throw Error(writer + ": the Linear " + path + " is quantized (" + quantTypeName(lin->quantType()) +
+                "): its weight is 1-byte storage whose scale no file format here holds, and would reload as "
+                "garbage; write the float base (the model loaded without model.quantize) instead");
+  };
+  // Itself apart: include_self needs a module held by a shared_ptr (models live on the stack too).
+  check(&module, "(the model itself)");
+  for (const auto& item : module.named_modules("", /*include_self=*/false))
+    check(item.value().get(), "'" + item.key() + "'");
 }
 
 bool fp8MatmulQualifies(int64_t inFeatures, int64_t outFeatures, QuantType t) {

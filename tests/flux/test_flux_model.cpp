@@ -10,6 +10,8 @@
 #include "models/flux/FluxConfig.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
+#include "nn/Linear.h"
+#include "nn/Quantize.h"
 
 using namespace strata;
 using namespace strata::flux;
@@ -208,6 +210,29 @@ TEST(FluxCheckpoint, DiffusersAndBflFilesLoadTheSameWeights) {
   EXPECT_EQ(half->dtype(), at::kBFloat16);
   EXPECT_TRUE(test::allClose(half->xEmbedder->weight.to(at::kFloat), src.xEmbedder->weight, 1e-2, 1e-2));
   EXPECT_TRUE(test::allClose(half->forward(in).to(at::kFloat), expected, 0.1, 0.1));
+}
+
+// A quantized Linear's "weight" is 1-byte storage without its scale: written as it is,
+// it would reload as garbage. Both writers refuse, naming the Linear.
+TEST(FluxCheckpoint, WritersRefuseAQuantizedModelNamingTheLinear) {
+  FluxTransformer src(smallConfig());
+  ASSERT_NO_THROW(diffusersStateDict(src));
+  const std::string path = "single_transformer_blocks.1.proj_out";
+  auto* lin = dynamic_cast<nn::LinearImpl*>(src.named_modules("", false)[path].get());
+  ASSERT_NE(lin, nullptr) << path;
+  lin->quantize(nn::QuantType::Int8);
+  for (int bfl = 0; bfl < 2; ++bfl) {
+    const char* writer = bfl ? "bflStateDict" : "diffusersStateDict";
+    try {
+      (void)(bfl ? bflStateDict(src) : diffusersStateDict(src));
+      ADD_FAILURE() << writer << " wrote a quantized model";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(writer), std::string::npos) << msg;
+      EXPECT_NE(msg.find("'" + path + "' is quantized (int8)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("write the float base"), std::string::npos) << msg;
+    }
+  }
 }
 
 TEST(FluxCheckpoint, ShardedDiffusersFolderWithIndex) {

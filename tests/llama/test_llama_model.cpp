@@ -14,6 +14,8 @@
 #include "io/Safetensors.h"
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaForCausalLM.h"
+#include "nn/Linear.h"
+#include "nn/Quantize.h"
 
 using namespace strata;
 using namespace strata::llama;
@@ -235,6 +237,26 @@ TEST(LlamaModel, LoadConvertsTheDtypeAndReadsShards) {
   std::ofstream(dir / "model.safetensors.index.json", std::ios::trunc)
       << R"({"weight_map": {"model.norm.weight": "model-00009-of-00009.safetensors"}})";
   EXPECT_THROW(openLlamaWeights(dir.path()), LoadError);
+}
+
+// A quantized Linear's "weight" is 1-byte storage without its scale: saveLlamaFolder
+// refuses, naming the Linear, and writes nothing (not even config.json).
+TEST(LlamaModel, SaveRefusesAQuantizedModelNamingTheLinear) {
+  LlamaForCausalLM model(LlamaConfig::tiny());
+  nn::quantizeLinears(*model.layer(1), nn::QuantType::Int8);
+  test::TempDir dir;
+  const auto folder = dir / "out";
+  try {
+    saveLlamaFolder(model, folder);
+    ADD_FAILURE() << "saveLlamaFolder wrote a quantized model";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("saveLlamaFolder: the Linear 'model.layers.1.self_attn.q_proj' is quantized (int8)"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("write the float base"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(fs::exists(folder));
 }
 
 TEST(LlamaModel, FolderWithoutSafetensorsSaysSo) {

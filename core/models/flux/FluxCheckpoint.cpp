@@ -17,6 +17,7 @@
 #include "models/flux/FluxLayout.h"
 #include "models/flux/FluxNames.h"
 #include "models/flux/FluxTransformer.h"
+#include "nn/QuantizedWrite.h"
 
 namespace fs = std::filesystem;
 
@@ -314,12 +315,14 @@ std::shared_ptr<FluxTransformer> loadFluxTransformer(const fs::path& path, const
 }
 
 std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(FluxTransformer& model) {
+  nn::requireUnquantized(model, "diffusersStateDict");
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : model.named_parameters(true)) out.emplace_back(item.key(), item.value().detach().cpu());
   return out;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> bflStateDict(FluxTransformer& model) {
+  nn::requireUnquantized(model, "bflStateDict");
   const FluxConfig& cfg = model.config();
   // BFL key -> its parts (row offset, tensor), assembled once every part is seen.
   std::map<std::string, std::vector<std::pair<int64_t, at::Tensor>>> parts;

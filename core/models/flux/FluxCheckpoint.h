@@ -94,7 +94,8 @@ std::shared_ptr<FluxTransformer> loadFluxTransformer(const std::filesystem::path
                                                      const std::vector<int64_t>& axesDimsRope = {});
 
 // The model's weights in BFL single-file naming (fused qkv / linear1, final
-// modulation halves swapped), CPU tensors in the model's dtype.
+// modulation halves swapped), CPU tensors in the model's dtype. Both throw
+// strata::Error on a model with a quantized Linear (nn/QuantizedWrite.h).
 std::vector<std::pair<std::string, at::Tensor>> bflStateDict(FluxTransformer& model);
 // The model's weights in diffusers naming (named_parameters), CPU tensors.
 std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(FluxTransformer& model);

@@ -12,6 +12,7 @@
 #include "io/AtomicFile.h"
 #include "io/Safetensors.h"
 #include "io/StrictLoad.h"
+#include "nn/QuantizedWrite.h"
 
 namespace fs = std::filesystem;
 
@@ -77,6 +78,7 @@ std::shared_ptr<LlamaForCausalLM> loadLlamaForCausalLM(const fs::path& folder, c
 }
 
 void saveLlamaFolder(LlamaForCausalLM& model, const fs::path& folder, int64_t maxShardBytes) {
+  nn::requireUnquantized(model, "saveLlamaFolder");  // before anything is written
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) throw IoError(folder.string() + ": cannot create the folder: " + ec.message());

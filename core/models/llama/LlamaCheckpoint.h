@@ -33,7 +33,8 @@ std::shared_ptr<LlamaForCausalLM> loadLlamaForCausalLM(const std::filesystem::pa
 // Writes config.json and the weights (named_parameters, CPU, the model dtype) as
 // transformers does: model.safetensors, or shards of at most `maxShardBytes`
 // (model-0000N-of-0000M.safetensors) and model.safetensors.index.json when the
-// weights are larger. Every file is written atomically.
+// weights are larger. Every file is written atomically. Throws strata::Error, writing
+// nothing, on a model with a quantized Linear (nn/QuantizedWrite.h).
 void saveLlamaFolder(LlamaForCausalLM& model, const std::filesystem::path& folder, int64_t maxShardBytes = 0);
 
 }  // namespace strata::llama
