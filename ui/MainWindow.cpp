@@ -107,6 +107,7 @@ constexpr double kEtaSmoothing = 0.1;
 QString loadTitle(const QString& what) {
   if (what == QLatin1String(events::kLoadTransformer)) return QObject::tr("the transformer");
   if (what == QLatin1String(events::kLoadT5)) return QObject::tr("the T5 text encoder");
+  if (what == QLatin1String(events::kLoadLanguageModel)) return QObject::tr("the language model");
   return what;
 }
 

@@ -149,10 +149,11 @@ struct CacheProgressEvent {
 // The components a run streams in block by block (LoadProgressEvent::what).
 inline constexpr const char* kLoadTransformer = "transformer";
 inline constexpr const char* kLoadT5 = "T5";  // FLUX.1's T5 text encoder (an images run caching its captions)
+inline constexpr const char* kLoadLanguageModel = "language model";  // a Llama-family model, layer by layer
 
 // Progress of a long model load: one component read block by block.
 struct LoadProgressEvent {
-  std::string what;  // kLoadTransformer, kLoadT5
+  std::string what;  // kLoadTransformer, kLoadT5, kLoadLanguageModel
   int64_t done = 0;  // units loaded (blocks, then the rest of the model as one)
   int64_t total = 0;
 };

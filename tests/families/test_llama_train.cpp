@@ -239,3 +239,40 @@ TEST_F(LlamaTrain, StopAndResumeEndWhereAStraightRunEnds) {
 }
 
 }  // namespace
+
+// model.quantize with the reference folder: the model streams in layer by layer (one
+// load-progress event per layer, then one for the rest), each layer int8 once built,
+// and the run still learns the template.
+TEST_F(LlamaTrain, AnInt8BaseStreamsInLayerByLayerAndTrains) {
+  auto cfg = config("lmq", 20);
+  cfg.model.quantize = true;
+  cfg.model.qtype = "int8";
+  cfg.train.ema.useEma = false;
+  cfg.sample.sampleEvery = 0;
+  cfg.save.saveEvery = 0;
+  cfg.save.exportFormats = {};
+  events::EventBus bus;
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+  TrainerOptions o;
+  o.runDir = tmp_ / "lmq";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
+
+  const int64_t layers = llama::LlamaConfig::fromFile(modelDir()).numHiddenLayers;
+  std::vector<int64_t> done;
+  for (const auto& e : rec.of<events::LoadProgressEvent>()) {
+    EXPECT_EQ(e.what, events::kLoadLanguageModel);
+    EXPECT_EQ(e.total, layers + 1);
+    done.push_back(e.done);
+  }
+  std::vector<int64_t> expected(static_cast<size_t>(layers + 1));
+  std::iota(expected.begin(), expected.end(), int64_t{1});
+  EXPECT_EQ(done, expected);
+
+  const auto steps = rec.of<events::StepEvent>();
+  ASSERT_EQ(steps.size(), 20u);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 5; ++i) first += steps[i].loss / 5;
+  for (size_t i = 15; i < 20; ++i) last += steps[i].loss / 5;
+  EXPECT_LT(last, 0.85 * first) << "int8 base: first 5 steps " << first << ", last 5 " << last;
+}

@@ -15,9 +15,11 @@
 #include "lora/LoraTargets.h"
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaPeft.h"
+#include "events/Events.h"
 #include "nn/Quantize.h"
-#include "train/AdamW8bit.h"
+#include "placement/Placement.h"
 #include "placement/QuantScaleAttachment.h"
+#include "train/AdamW8bit.h"
 #include "text/TokenizerFactory.h"
 #include "train/Ema.h"
 #include "train/HostToDevice.h"
@@ -138,29 +140,45 @@ class LlamaRun : public train::FamilyRun {
     (void)st;
   }
 
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus&) override {
+  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
     const auto& m = cfg.model;
     const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     llama::LlamaBuildOptions bo;
     bo.device = dev.buildDevice;
     bo.dtype = train::scalarTypeOf(cfg.train.dtype);
-    model_ = std::make_shared<llama::LlamaForCausalLM>(config_, bo);
-    if (!m.randomWeights) llama::loadLlamaWeights(*model_, m.nameOrPath);
     const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+    // model.fp8_matmul (the validator allows it only with an fp8 qtype on a card that has it).
+    const bool fp8Matmul = m.fp8Matmul && nn::isFloat8(qtype);
+    if (!m.randomWeights) {
+      // Each layer is built on its plan device, filled from the file and quantized
+      // there before the next one exists: the base is never whole in bf16 anywhere.
+      const auto& plan = dev.plan;
+      if (plan) bo.layerDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
+      llama::LlamaStreamOptions so;
+      so.quantize = qtype;
+      so.onProgress = [&bus](int64_t done, int64_t total) {
+        bus.publish(events::LoadProgressEvent{events::kLoadLanguageModel, done, total});
+      };
+      model_ = llama::streamLlamaForCausalLM(llama::openLlamaWeights(m.nameOrPath), config_, bo, so);
+    } else {
+      // Random weights: each layer is quantized as soon as it exists, on the build
+      // device (its values come from that device's generator).
+      if (qtype != nn::QuantType::None)
+        bo.onLayerBuilt = [qtype](size_t, torch::nn::Module& layer) { nn::quantizeLinears(layer, qtype); };
+      model_ = std::make_shared<llama::LlamaForCausalLM>(config_, bo);
+    }
     nn::Fp8MatmulCount fp8;
-    if (qtype != nn::QuantType::None)
-      for (size_t i = 0; i < model_->layerCount(); ++i) {
-        nn::quantizeLinears(*model_->layer(i), qtype);
-        if (m.fp8Matmul && nn::isFloat8(qtype))
-          fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward));
-      }
+    if (fp8Matmul)
+      for (size_t i = 0; i < model_->layerCount(); ++i)
+        fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward));
     for (auto& p : model_->parameters()) p.requires_grad_(false);
     train::placeBlocks(st, model_->blockList(), dev);
-    if (m.fp8Matmul && nn::isFloat8(qtype)) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
+    if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
     if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
     st.placement->apply();
     st.devices = st.placement->devices();
+    if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
     for (const auto& [path, l] : model_->linears()) linearPaths_.push_back(path);
   }
   torch::nn::Module& module() override { return *model_; }

@@ -1,9 +1,6 @@
 #include "models/flux/FluxCheckpoint.h"
 
 #include <torch/autograd.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <algorithm>
 #include <set>
@@ -12,6 +9,7 @@
 #include "common/Error.h"
 #include "common/ShapeText.h"
 #include "common/Text.h"
+#include "io/HostMemory.h"
 #include "io/Safetensors.h"
 #include "io/SafetensorsCheckpoint.h"
 #include "models/flux/FluxLayout.h"
@@ -178,16 +176,6 @@ void fill(at::Tensor& param, const FluxCheckpoint& ckpt, const Source& src) {
   param.copy_(t);
 }
 
-// The float copies a block's quantization freed lie between the quantized
-// tensors the heap keeps; glibc keeps such holes resident (its mmap threshold
-// grows with the sizes freed), so a CPU load would creep up by a block's worth
-// of holes each time. Hands free heap pages back to the kernel.
-void releaseFreedHostMemory() {
-#ifdef __GLIBC__
-  ::malloc_trim(0);
-#endif
-}
-
 // The model's parameters (diffusers names) and shapes from its layout, without
 // building it: what the streaming loader checks the file against up front.
 ShapeMap layoutParams(const FluxConfig& cfg) {
@@ -282,7 +270,7 @@ std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckp
     // Quantized here, on the block's device, before the next block exists.
     if (stream.quantize != nn::QuantType::None) {
       nn::quantizeLinears(block, stream.quantize);
-      releaseFreedHostMemory();
+      io::releaseFreedHostMemory();
     }
     if (userHook) userHook(block);
     if (stream.onProgress) stream.onProgress(i + 1, units);

@@ -8,10 +8,12 @@
 // in a folder whose config ties it to the embeddings.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "io/SafetensorsCheckpoint.h"
 #include "models/llama/LlamaForCausalLM.h"
+#include "nn/Quantize.h"
 
 namespace strata::llama {
 
@@ -26,7 +28,26 @@ io::SafetensorsCheckpoint openLlamaWeights(const std::filesystem::path& folderOr
 void loadLlamaWeights(LlamaForCausalLM& model, const io::SafetensorsCheckpoint& weights);
 void loadLlamaWeights(LlamaForCausalLM& model, const std::filesystem::path& folderOrFile);
 
-// config.json -> model built with `options` -> strict load.
+// How streamLlamaForCausalLM treats each decoder layer once it is filled.
+struct LlamaStreamOptions {
+  // Quantize the layer's Linears right after it is filled (model.quantize); the
+  // embeddings, the norms and lm_head stay in the build dtype.
+  nn::QuantType quantize = nn::QuantType::None;
+  // After each layer and once at the end: units done, units in all (layers + 1).
+  std::function<void(int64_t done, int64_t total)> onProgress;
+};
+
+// Builds the model layer by layer from `weights`: the file is checked first (the
+// same LoadError as loadLlamaWeights, nothing built), then each layer is built on
+// its device (options.layerDevice, else options.device), filled with only its
+// tensors, quantized there when asked and its file pages released before the next
+// layer exists, so a quantized base is never whole in the build dtype on any device.
+// Without quantization the same model as building and loadLlamaWeights.
+std::shared_ptr<LlamaForCausalLM> streamLlamaForCausalLM(const io::SafetensorsCheckpoint& weights,
+                                                         const LlamaConfig& cfg, LlamaBuildOptions options,
+                                                         const LlamaStreamOptions& stream = {});
+
+// config.json -> the model streamed in with `options` (streamLlamaForCausalLM).
 std::shared_ptr<LlamaForCausalLM> loadLlamaForCausalLM(const std::filesystem::path& folder,
                                                        const LlamaBuildOptions& options = {});
 

@@ -268,6 +268,31 @@ LlamaParamPlan llamaParamPlan(const LlamaConfig& cfg) {
   return plan;
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> llamaParamShapes(const LlamaConfig& cfg) {
+  const LlamaParamPlan plan = llamaParamPlan(cfg);
+  const int64_t d = cfg.hiddenSize;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  auto linears = [&out](const std::vector<LlamaLinearShape>& ls, size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) {
+      const auto& l = ls[k];
+      out.push_back({l.path + ".weight", {l.outFeatures, l.inFeatures}});
+      if (l.bias) out.push_back({l.path + ".bias", {l.outFeatures}});
+    }
+  };
+  out.push_back({"model.embed_tokens.weight", {cfg.vocabSize, d}});
+  for (const auto& layer : plan.blocks) {
+    // The modules' registration order: input_layernorm, self_attn (q, k, v, o),
+    // post_attention_layernorm, mlp (gate, up, down).
+    out.push_back({layer.id + ".input_layernorm.weight", {d}});
+    linears(layer.linears, 0, 4);
+    out.push_back({layer.id + ".post_attention_layernorm.weight", {d}});
+    linears(layer.linears, 4, layer.linears.size());
+  }
+  out.push_back({"model.norm.weight", {d}});
+  linears(plan.head.linears, 0, plan.head.linears.size());
+  return out;
+}
+
 double llamaActivationElementsPerTokenPerHidden(const LlamaConfig& cfg) {
   const double d = static_cast<double>(cfg.hiddenSize);
   const double q = static_cast<double>(cfg.qDim());

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::llama {
@@ -97,6 +98,11 @@ struct LlamaParamPlan {
 // built), the same description the modules are built from: equals the built
 // model's named_parameters() exactly (a tied lm_head counts once, in the stem).
 LlamaParamPlan llamaParamPlan(const LlamaConfig& cfg);
+
+// Every parameter's state-dict name and shape from the config alone, in the built
+// model's named_parameters() order: what a streamed load checks the file against
+// before anything is built.
+std::vector<std::pair<std::string, std::vector<int64_t>>> llamaParamShapes(const LlamaConfig& cfg);
 
 // Elements kept for the backward pass by one decoder layer per token, when it
 // is not checkpointed, with a frozen base (LoRA training), fused attention (no

@@ -189,9 +189,13 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& cfg, const LlamaBuildOptio
   embedTokens = model_->register_module("embed_tokens", LlamaEmbedding(cfg_.vocabSize, cfg_.hiddenSize, o));
   layerList_ = model_->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg_.numHiddenLayers; ++i) {
-    auto layer = std::make_shared<LlamaDecoderLayer>(cfg_, o);
+    const auto index = static_cast<size_t>(i);
+    LlamaBuildOptions lo = o;
+    if (o.layerDevice) lo.device = o.layerDevice(index);
+    auto layer = std::make_shared<LlamaDecoderLayer>(cfg_, lo);
     layerList_->push_back(layer);
     layers_.push_back(layer);
+    if (o.onLayerBuilt) o.onLayerBuilt(index, *layer);
   }
   norm = model_->register_module("norm", LlamaRmsNorm(cfg_.hiddenSize, cfg_.rmsNormEps, o));
   model_->register_module("rotary_emb", std::make_shared<RotaryEmbedding>(ropeInvFreq(cfg_), o.device));

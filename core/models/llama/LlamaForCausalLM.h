@@ -19,6 +19,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,6 +34,12 @@ namespace strata::llama {
 struct LlamaBuildOptions {
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
+  // Where decoder layer i is built (unset: `device`). A split builds each layer on
+  // its plan device, so no card ever holds more than its share of the model.
+  std::function<at::Device(size_t layerIndex)> layerDevice;
+  // Called with each decoder layer right after it is built, before the next one
+  // exists: where a streamed load fills and quantizes it (streamLlamaForCausalLM).
+  std::function<void(size_t layerIndex, torch::nn::Module& layer)> onLayerBuilt;
 };
 
 // transformers LlamaRMSNorm: normalised in float32, cast back, then scaled.

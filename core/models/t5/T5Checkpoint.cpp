@@ -1,14 +1,12 @@
 #include "models/t5/T5Checkpoint.h"
 
 #include <torch/autograd.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <set>
 
 #include "common/Error.h"
 #include "common/Text.h"
+#include "io/HostMemory.h"
 #include "io/SafetensorsCheckpoint.h"
 #include "io/StrictLoad.h"
 
@@ -103,12 +101,6 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> t5ParamShapes(const T5
   return out;
 }
 
-#ifdef __GLIBC__
-void releaseFreedHostMemory() { ::malloc_trim(0); }  // see FluxCheckpoint.cpp: freed float copies between int8 ones
-#else
-void releaseFreedHostMemory() {}
-#endif
-
 }  // namespace
 
 std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Config& cfg, T5BuildOptions options,
@@ -159,7 +151,7 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
     // Quantized on its device before the next block exists.
     if (stream.quantize != nn::QuantType::None) {
       nn::quantizeLinears(block, stream.quantize);
-      releaseFreedHostMemory();
+      io::releaseFreedHostMemory();
     }
     if (userHook) userHook(block);
     if (stream.onProgress) stream.onProgress(i + 1, units);
