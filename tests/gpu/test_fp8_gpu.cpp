@@ -4,7 +4,8 @@
 // both backward choices, timed), one FLUX.1-dev double and single block with random
 // weights against bf16 for every path, every flux_transformer fixture on CUDA, a
 // 30-step LoRA loss curve on a qfloat8 + fp8-matmul base beside the bf16 one, and
-// sibling Linears quantizing their shared input once.
+// sibling Linears quantizing their shared input once, and a Llama run from a folder
+// on a qfloat8 base with the fp8 matmul.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,16 +21,19 @@
 #include "common/TestSupport.h"
 #include "common/TorchCompat.h"
 #include "device/DeviceInventory.h"
+#include "events/EventBus.h"
 #include "gpu/GpuStats.h"
 #include "gpu/LoraLossCurve.h"
 #include "io/Safetensors.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
+#include "models/llama/LlamaCheckpoint.h"
 #include "nn/Linear.h"
 #include "nn/QuantKernels.h"
 #include "nn/Quantize.h"
 #include "parity/FluxFixture.h"
+#include "train/Trainer.h"
 #include "train/TrainerSupport.h"
 
 using namespace strata;
@@ -413,4 +417,91 @@ TEST(Fp8Gpu, TheFp8MatmulProbeRunsOnTheCardAndNamesTheDeviceWhenItFails) {
     EXPECT_NE(std::string(e.what()).find("the fp8 matmul does not run on cuda:0 (a 64 x 32 Linear)"), std::string::npos)
         << e.what();
   }
+}
+
+// A Llama-family run from a model folder with model.quantize (qfloat8) and
+// model.fp8_matmul: the model streams in layer by layer, every decoder Linear takes
+// the fp8 matmul (the plan says how many), the probe passes on the card, and the
+// first losses stay close to the same run on the bf16 base.
+TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
+  STRATA_REQUIRE_FP8();
+  test::TempDir tmp;
+  llama::LlamaConfig lc = llama::LlamaConfig::tiny();
+  lc.hiddenSize = 128;
+  lc.intermediateSize = 256;
+  lc.numHiddenLayers = 3;
+  lc.numAttentionHeads = 4;
+  lc.numKeyValueHeads = 2;
+  lc.headDim = 32;
+  lc.vocabSize = 256;
+  at::manual_seed(21);
+  {
+    llama::LlamaForCausalLM source(lc, llama::LlamaBuildOptions{at::kCPU, at::kBFloat16});
+    llama::saveLlamaFolder(source, tmp / "model");
+  }
+  auto runWith = [&](bool quantized, std::vector<events::LoadProgressEvent>* loads, std::string* reason) {
+    config::RunConfig c;
+    c.job.name = quantized ? "q" : "b";
+    c.job.trainingFolder = tmp.path().string();
+    c.model.arch = config::ModelArch::Llama;
+    c.model.nameOrPath = (tmp / "model").string();
+    c.model.device = config::ComputeDevice::Cuda;
+    c.model.gpuIds = {0};
+    c.model.quantize = quantized;
+    c.model.qtype = "qfloat8";
+    c.model.fp8Matmul = quantized;
+    c.model.fp8Backward = quantized;
+    c.network.linear = 8;
+    c.network.linearAlpha = 8;
+    c.train.steps = 12;
+    c.train.batchSize = 2;
+    c.train.lr = 1e-3;
+    c.train.dtype = config::DType::BF16;
+    c.train.seed = 5;
+    config::DatasetConfig d;
+    d.type = config::DatasetType::Synthetic;
+    d.numItems = 16;
+    d.maxSeqLen = 64;
+    c.datasets = {d};
+    c.sample.sampleEvery = 0;
+    c.save.saveEvery = 0;
+    c.save.exportFormats = {};
+    events::EventBus bus;
+    std::vector<double> losses;
+    std::string problems;
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (auto* s = std::get_if<events::StepEvent>(&e)) losses.push_back(s->loss);
+      if (auto* l = std::get_if<events::LoadProgressEvent>(&e); l && loads) loads->push_back(*l);
+      if (auto* p = std::get_if<events::PlacementEvent>(&e); p && reason) *reason = p->reason;
+      if (auto* f = std::get_if<events::FailedEvent>(&e)) problems += f->message + "\n";
+      if (auto* f = std::get_if<events::PreflightFailedEvent>(&e))
+        for (const auto& m : f->problems) problems += m + "\n";
+    });
+    train::TrainerOptions o;
+    o.runDir = tmp / (quantized ? "run-q" : "run-b");
+    EXPECT_EQ(train::Trainer(c, bus, o).run(), train::RunOutcome::Finished) << problems;
+    return losses;
+  };
+  std::vector<events::LoadProgressEvent> loads;
+  std::string reason;
+  const auto fp8 = runWith(true, &loads, &reason);
+  const auto bf16 = runWith(false, nullptr, nullptr);
+  ASSERT_EQ(fp8.size(), 12u);
+  ASSERT_EQ(bf16.size(), 12u);
+  EXPECT_NE(reason.find("fp8 matmul: 21 Linears"), std::string::npos) << reason;  // 7 per layer, lm_head stays bf16
+  ASSERT_EQ(loads.size(), 4u);                                                    // three layers, then the rest
+  for (size_t i = 0; i < loads.size(); ++i) {
+    EXPECT_EQ(loads[i].what, events::kLoadLanguageModel);
+    EXPECT_EQ(loads[i].done, static_cast<int64_t>(i) + 1);
+  }
+  double worst = 0;
+  std::string curve;
+  for (size_t i = 0; i < fp8.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(fp8[i])) << "step " << i + 1;
+    worst = std::max(worst, std::abs(fp8[i] - bf16[i]) / bf16[i]);
+    curve += " " + std::to_string(fp8[i]) + "/" + std::to_string(bf16[i]);
+  }
+  std::cout << "[fp8 gpu] Llama qfloat8 + fp8 matmul from a folder, losses fp8/bf16:" << curve
+            << "; max relative difference " << worst << std::endl;
+  EXPECT_LT(worst, 0.05) << curve;
 }
