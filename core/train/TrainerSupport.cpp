@@ -102,9 +102,11 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
   // Initialise the allocator of each device: device::memoryFigures (free
   // bytes, stats) refuses a device LibTorch has not touched yet.
   for (int id : ids) (void)at::empty({1}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(id)));
-  if (!cfg.model.gpuMemoryLimitGb.empty())
-    for (size_t i = 0; i < run.devices.size(); ++i)
-      if (!run.devices[i].isCpu()) device::setMemoryCap(run.devices[i].index, run.capBytes[i]);
+  // Every run sets its devices' caps, none included: the allocator keeps a cap for the
+  // process, so a capped run would otherwise cap the next run in the app or a test.
+  for (size_t i = 0; i < run.devices.size(); ++i)
+    if (!run.devices[i].isCpu())
+      device::setMemoryCap(run.devices[i].index, i < run.capBytes.size() ? run.capBytes[i] : 0);
   // model.attention_backend (FLUX families): cuDNN attention where LibTorch prefers
   // it, or off. Llama never uses it (its layers turn it off as well).
   compat::setCudnnAttention(cfg.model.arch != config::ModelArch::Llama &&

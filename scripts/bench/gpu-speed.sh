@@ -24,6 +24,8 @@
 #   adamw8bit  the memory part's benches with train.optimizer=adamw8bit (the 8-bit moments)
 #   optstate   the checkpointed rows with train.offload_optimizer_state (AdamW moments in host
 #           memory), peer's targets
+#   onboard the four rows of strata with the moments on the card (train.offload_optimizer_state:
+#           false; configs/flux-dev-1gpu.yaml keeps them in host memory)
 #   fp8     1024 px without checkpointing on a qfloat8 base with model.fp8_matmul and
 #           model.fp8_backward, peer's targets
 set -uo pipefail
@@ -94,6 +96,11 @@ for part in "$@"; do
       PYTHONUNBUFFERED=1 PEER_DIFFUSERS="${PEER_DIFFUSERS:-$ROOT/.carry}" PEER_SDP=flash PEER_ONLY=512/0,1024/0,512/1,1024/1 \
         python3 "${PEER_SCRIPT:-$ROOT/scripts/bench/peer_flux.py}" 2>&1 | grep -v Warning | tee -a "$OUT/bench.log" ;;
     table) "$0" strata defaults peer ;;
+    onboard)
+      for res in 512 1024; do for gc in false true; do
+        bench "onboard-$res-ckpt-$gc" --set "datasets[0].resolution=[$res]" --set "train.gradient_checkpointing=$gc" \
+          --set train.offload_optimizer_state=false --set "$PEER_TARGETS"
+      done; done ;;
     optstate)
       for res in 512 1024; do
         bench "optstate-$res-ckpt" --set "datasets[0].resolution=[$res]" --set train.gradient_checkpointing=true \

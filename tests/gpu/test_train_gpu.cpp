@@ -78,6 +78,24 @@ TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
   EXPECT_EQ(device::memoryFigures(0).reservedBytes, 0) << "the CUDA cache was not emptied";
 }
 
+// The allocator's cap outlives a run: a run with model.gpu_memory_limit_gb caps the
+// card, and the next run without one (the app's next Start) has the whole card back.
+TEST(TrainGpu, ACappedRunDoesNotCapTheNextRun) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  test::TempDir tmp;
+  touch(0);
+  auto capped = gpuTiny(tmp / "capped");
+  capped.model.gpuMemoryLimitGb = {4.0};
+  events::EventBus bus;
+  ASSERT_EQ(Trainer(capped, bus).run(), RunOutcome::Finished);
+  EXPECT_EQ(device::memoryCap(0), static_cast<int64_t>(4e9)) << "the capped run did not cap cuda:0";
+  ASSERT_EQ(Trainer(gpuTiny(tmp / "free"), bus).run(), RunOutcome::Finished);
+  EXPECT_EQ(device::memoryCap(0), 0) << "the run without a cap kept the earlier run's";
+  // The whole card is usable again: more than the old cap in one allocation.
+  const auto big = at::empty({static_cast<int64_t>(5e9)}, at::TensorOptions().device(at::kCUDA, 0).dtype(at::kByte));
+  EXPECT_EQ(big.numel(), static_cast<int64_t>(5e9));
+}
+
 TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
   STRATA_REQUIRE_CUDA_DEVICES(2);
   test::TempDir tmp;
