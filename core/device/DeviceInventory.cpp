@@ -268,6 +268,11 @@ int64_t memoryCap(int index) {
   return it == gCaps.end() ? 0 : it->second;
 }
 
+std::map<int, int64_t> memoryCaps() {
+  std::lock_guard<std::mutex> lock(gCapMutex);
+  return {gCaps.begin(), gCaps.end()};
+}
+
 void applyMemoryCaps(const std::vector<int>& indices, const std::vector<double>& limitGb) {
   std::vector<DeviceInfo> devices;
   for (int i : indices) {

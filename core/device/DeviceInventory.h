@@ -3,6 +3,7 @@
 // their memory figures, and per-device memory caps (docs/design.md §2.8).
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,8 @@ MemoryFigures memoryFigures(int index);
 void setMemoryCap(int index, int64_t capBytes);
 // The cap last set for `index` by setMemoryCap, 0 if none.
 int64_t memoryCap(int index);
+// Every cap set now, by device index (a device without one is absent).
+std::map<int, int64_t> memoryCaps();
 
 // Caps the CUDA devices `indices` at `limitGb` (one value for all, else one per
 // device, as resolveCaps reads them). Throws ConfigError when the count matches

@@ -19,6 +19,7 @@ namespace {
 // The tensors of one kernel call: same device, same dtype, same step count.
 struct Bucket {
   std::vector<at::Tensor> params, grads, avgs, sqs;
+  std::vector<torch::optim::AdamWParamState*> states;  // of params, in order
 };
 
 using BucketKey = std::tuple<std::string, int, int64_t>;  // device, dtype, step
@@ -34,6 +35,43 @@ std::vector<at::Tensor> pick(const std::vector<at::Tensor>& v, const std::vector
   out.reserve(end - begin);
   for (size_t k = begin; k < end; ++k) out.push_back(v[idx[k]]);
   return out;
+}
+
+// The moments host[idx[begin..end)] as one flat tensor over their shared storage when
+// they lie back to back in it (contiguous, one dtype, in this order); else undefined.
+at::Tensor flatSpan(const std::vector<at::Tensor>& host, const std::vector<size_t>& idx, size_t begin, size_t end) {
+  const at::Tensor& first = host[idx[begin]];
+  int64_t numel = 0;
+  for (size_t k = begin; k < end; ++k) {
+    const at::Tensor& h = host[idx[k]];
+    if (!h.is_contiguous() || h.scalar_type() != first.scalar_type() || !h.is_alias_of(first) ||
+        h.storage_offset() != first.storage_offset() + numel)
+      return {};
+    numel += h.numel();
+  }
+  return at::empty({0}, first.options()).set_(first.storage(), first.storage_offset(), {numel}, {1});
+}
+
+// Moves host[idx[begin..end)] into one new flat host buffer (pinned or not) and makes
+// each state's moment (exp_avg or exp_avg_sq, by `set`) a view of it, so the chunk
+// crosses to the card in one copy each way. Returns the buffer.
+template <typename Set>
+at::Tensor packFlat(std::vector<at::Tensor>& host, const std::vector<torch::optim::AdamWParamState*>& states,
+                    const std::vector<size_t>& idx, size_t begin, size_t end, bool pinned, Set set) {
+  const at::Tensor& first = host[idx[begin]];
+  int64_t numel = 0;
+  for (size_t k = begin; k < end; ++k) numel += host[idx[k]].numel();
+  at::Tensor flat = at::empty({numel}, at::TensorOptions().dtype(first.scalar_type()).pinned_memory(pinned));
+  int64_t offset = 0;
+  for (size_t k = begin; k < end; ++k) {
+    at::Tensor& h = host[idx[k]];
+    at::Tensor view = flat.narrow(0, offset, h.numel()).view(h.sizes());
+    view.copy_(h);
+    set(*states[idx[k]], view);
+    offset += h.numel();
+    h = view;
+  }
+  return flat;
 }
 
 }  // namespace
@@ -102,12 +140,11 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     }
   std::string path;
   lastStagedChunks_ = 0;
-  // A moment with the parameter's device and dtype, zero: pinned host memory for a
-  // CUDA parameter whose state is kept off the card.
+  // A moment with the parameter's device and dtype, zero; in host memory for a CUDA
+  // parameter whose state is kept off the card (pageable here: the staging below
+  // packs each chunk's moments into one pinned buffer before anything is copied).
   auto newMoment = [&](const at::Tensor& p) {
-    if (stateInHostMemory_ && p.is_cuda()) {
-      return at::zeros(p.sizes(), p.options().device(at::kCPU).pinned_memory(true));
-    }
+    if (stateInHostMemory_ && p.is_cuda()) return at::zeros(p.sizes(), p.options().device(at::kCPU));
     return at::zeros_like(p, at::MemoryFormat::Preserve);
   };
   // Per device, the last staged moment's copy back, issued blocking once every other
@@ -153,6 +190,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       b.grads.push_back(grad);
       b.avgs.push_back(s.exp_avg());
       b.sqs.push_back(s.exp_avg_sq());
+      b.states.push_back(&s);
     }
     for (auto& [key, b] : buckets) {
       const int64_t step = std::get<2>(key);
@@ -204,10 +242,41 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       for (size_t i : staged) bytes.push_back(tensorBytes(b.avgs[i]) + tensorBytes(b.sqs[i]));
       for (const auto& chunk : stagingChunks(bytes, stagingChunkBytes_)) {
         const size_t begin = chunk.first, end = chunk.second;  // not bindings: the lambda captures them
+        // One copy each way per chunk and moment: the chunk's host moments are packed
+        // back to back into one buffer (once; again only if the state was replaced,
+        // as a resume does, or the chunk changed). Per-tensor copies of ~1,700 LoRA
+        // moments cost more in latency than their bytes do.
+        auto span = [&](std::vector<at::Tensor>& host, bool avg) {
+          // Copies from pageable memory would wait for the card: a CUDA chunk is pinned.
+          const bool pinned = device.is_cuda();
+          at::Tensor flat = flatSpan(host, staged, begin, end);
+          if (flat.defined() && (!pinned || flat.is_pinned())) return flat;
+          for (size_t k = begin + 1; k < end; ++k)
+            if (host[staged[k]].scalar_type() != host[staged[begin]].scalar_type()) return at::Tensor();
+          if (avg)
+            return packFlat(host, b.states, staged, begin, end, pinned,
+                            [](torch::optim::AdamWParamState& st, const at::Tensor& v) { st.exp_avg(v); });
+          return packFlat(host, b.states, staged, begin, end, pinned,
+                          [](torch::optim::AdamWParamState& st, const at::Tensor& v) { st.exp_avg_sq(v); });
+        };
         // Host -> device without blocking (pinned sources); the update and the copies
-        // back queue behind it on the same stream.
-        auto stage = [&](const std::vector<at::Tensor>& host) {
+        // back queue behind it on the same stream. Returns the staged views and, where
+        // the host side is one span, the (span, device buffer) pair for the copy back.
+        auto stage = [&](std::vector<at::Tensor>& host, bool avg, std::pair<at::Tensor, at::Tensor>& whole) {
           std::vector<at::Tensor> out;
+          const at::Tensor flat = span(host, avg);
+          if (flat.defined()) {
+            at::Tensor d = at::empty(flat.sizes(), at::TensorOptions().dtype(flat.scalar_type()).device(device));
+            d.copy_(flat, /*non_blocking=*/true);
+            int64_t offset = 0;
+            for (size_t k = begin; k < end; ++k) {
+              const at::Tensor& h = host[staged[k]];
+              out.push_back(d.narrow(0, offset, h.numel()).view(h.sizes()));
+              offset += h.numel();
+            }
+            whole = {flat, d};
+            return out;
+          }
           for (size_t k = begin; k < end; ++k) {
             const at::Tensor& h = host[staged[k]];
             at::Tensor d = at::empty(h.sizes(), at::TensorOptions().dtype(h.scalar_type()).device(device));
@@ -216,12 +285,19 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
           }
           return out;
         };
-        std::vector<at::Tensor> avgs = stage(b.avgs), sqs = stage(b.sqs);
+        std::pair<at::Tensor, at::Tensor> wholeAvgs, wholeSqs;
+        std::vector<at::Tensor> avgs = stage(b.avgs, true, wholeAvgs), sqs = stage(b.sqs, false, wholeSqs);
         update(pick(b.params, staged, begin, end), pick(b.grads, staged, begin, end), avgs, sqs);
-        for (size_t k = begin; k < end; ++k) {
-          copyBack(b.avgs[staged[k]], avgs[k - begin]);
-          copyBack(b.sqs[staged[k]], sqs[k - begin]);
-        }
+        auto back = [&](const std::vector<at::Tensor>& host, const std::vector<at::Tensor>& copies,
+                        const std::pair<at::Tensor, at::Tensor>& whole) {
+          if (whole.first.defined()) {
+            copyBack(whole.first, whole.second);
+            return;
+          }
+          for (size_t k = begin; k < end; ++k) copyBack(host[staged[k]], copies[k - begin]);
+        };
+        back(b.avgs, avgs, wholeAvgs);
+        back(b.sqs, sqs, wholeSqs);
         ++lastStagedChunks_;
       }
     }

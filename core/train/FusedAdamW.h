@@ -11,10 +11,12 @@
 // difference. amsgrad is not fused: a group with it takes AdamW's own step.
 //
 // State in host memory (train.offload_optimizer_state): the moments of a CUDA
-// parameter are created in pinned host memory; each step copies them to the card in
-// chunks of at most stagingChunkBytes() of moments (so the card never holds all of
-// them), runs the same kernel on the staged copies and copies them back without
-// blocking; step() returns once the host copies have landed.
+// parameter live in pinned host memory; each step copies them to the card in chunks
+// of at most stagingChunkBytes() of moments (so the card never holds all of them),
+// runs the same kernel on the staged copies and copies them back without blocking;
+// step() returns once the host copies have landed. A chunk's moments are packed back
+// to back into one host buffer (the state's tensors become views of it), so a chunk
+// is one copy each way, not one per tensor.
 #include <torch/optim/adamw.h>
 
 #include <cstdint>

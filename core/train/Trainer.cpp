@@ -182,6 +182,9 @@ RunOutcome Trainer::run() {
     return RunOutcome::Failed;
   }
   running_ = true;
+  // model.gpu_memory_limit_gb holds for this run only: the allocator keeps a cap for
+  // the process, so the caps are put back as they were once the run is over.
+  const auto capsBefore = device::memoryCaps();
   RunOutcome outcome = RunOutcome::Failed;
   try {
     outcome = runImpl();
@@ -192,6 +195,7 @@ RunOutcome Trainer::run() {
     bus_.publish(events::FailedEvent{"unknown error", step_.load(), ""});
   }
   releaseDeviceCaches();
+  restoreMemoryCaps(capsBefore);
   running_ = false;
   return outcome;
 }

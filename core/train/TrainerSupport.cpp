@@ -1,6 +1,8 @@
 #include "train/TrainerSupport.h"
 
 #include <ATen/Context.h>
+
+#include <iostream>
 #ifdef STRATA_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -157,6 +159,19 @@ void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& se
   } else {
     st.placement = placement::Placement::singleDevice(std::move(blocks), setup.buildDevice);
     st.planReason = "single device " + setup.buildDevice.str();
+  }
+}
+
+void restoreMemoryCaps(const std::map<int, int64_t>& before) {
+  std::map<int, int64_t> wanted = before;
+  for (const auto& [index, cap] : device::memoryCaps()) wanted.emplace(index, 0);  // capped by the run only
+  for (const auto& [index, cap] : wanted) {
+    if (device::memoryCap(index) == cap) continue;
+    try {
+      device::setMemoryCap(index, cap);
+    } catch (const std::exception& e) {
+      std::cerr << "strata: could not restore the memory cap of cuda:" << index << ": " << e.what() << std::endl;
+    }
   }
 }
 

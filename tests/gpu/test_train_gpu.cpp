@@ -78,22 +78,36 @@ TEST(TrainGpu, AllocatedMemoryReturnsToZeroAfterARun) {
   EXPECT_EQ(device::memoryFigures(0).reservedBytes, 0) << "the CUDA cache was not emptied";
 }
 
-// The allocator's cap outlives a run: a run with model.gpu_memory_limit_gb caps the
-// card, and the next run without one (the app's next Start) has the whole card back.
+// The allocator's cap outlives a run unless the run puts it back: a run with
+// model.gpu_memory_limit_gb caps the card while it runs and not after, and a run
+// without one has the whole card even where a cap was set before it (and is put back).
 TEST(TrainGpu, ACappedRunDoesNotCapTheNextRun) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   test::TempDir tmp;
   touch(0);
+  auto runAndWatchTheCap = [](const config::RunConfig& cfg) {
+    events::EventBus bus;
+    int64_t during = -1;
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (std::holds_alternative<events::StepEvent>(e)) during = device::memoryCap(0);
+    });
+    EXPECT_EQ(Trainer(cfg, bus).run(), RunOutcome::Finished);
+    return during;
+  };
   auto capped = gpuTiny(tmp / "capped");
   capped.model.gpuMemoryLimitGb = {4.0};
-  events::EventBus bus;
-  ASSERT_EQ(Trainer(capped, bus).run(), RunOutcome::Finished);
-  EXPECT_EQ(device::memoryCap(0), static_cast<int64_t>(4e9)) << "the capped run did not cap cuda:0";
-  ASSERT_EQ(Trainer(gpuTiny(tmp / "free"), bus).run(), RunOutcome::Finished);
-  EXPECT_EQ(device::memoryCap(0), 0) << "the run without a cap kept the earlier run's";
+  EXPECT_EQ(runAndWatchTheCap(capped), static_cast<int64_t>(4e9)) << "the capped run did not cap cuda:0";
+  EXPECT_EQ(device::memoryCap(0), 0) << "the cap outlived its run";
   // The whole card is usable again: more than the old cap in one allocation.
-  const auto big = at::empty({static_cast<int64_t>(5e9)}, at::TensorOptions().device(at::kCUDA, 0).dtype(at::kByte));
-  EXPECT_EQ(big.numel(), static_cast<int64_t>(5e9));
+  {
+    const auto big = at::empty({static_cast<int64_t>(5e9)}, at::TensorOptions().device(at::kCUDA, 0).dtype(at::kByte));
+    EXPECT_EQ(big.numel(), static_cast<int64_t>(5e9));
+  }
+  releaseDeviceCaches();
+  device::setMemoryCap(0, static_cast<int64_t>(6e9));  // set outside any run (a test, an embedding program)
+  EXPECT_EQ(runAndWatchTheCap(gpuTiny(tmp / "free")), 0) << "the run without a cap ran under an earlier cap";
+  EXPECT_EQ(device::memoryCap(0), static_cast<int64_t>(6e9)) << "the cap set before the run was not put back";
+  device::setMemoryCap(0, 0);
 }
 
 TEST(TrainGpu, SplitOverTwoGpusWithEmaHasACleanAuditAndReleasesBoth) {
