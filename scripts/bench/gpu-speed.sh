@@ -28,6 +28,9 @@
 #           false; configs/flux-dev-1gpu.yaml keeps them in host memory)
 #   fp8     1024 px without checkpointing on a qfloat8 base with model.fp8_matmul and
 #           model.fp8_backward, peer's targets
+#   fp8onboard  the same with the moments on the card (train.offload_optimizer_state: false)
+#   cap16   the config as shipped with model.quantize (qfloat8, then int8) under a 16 GB cap,
+#           30 steps at 1024 px with checkpointing: what `plan --devices 1x16GB` promises
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
@@ -109,6 +112,15 @@ for part in "$@"; do
     fp8)
       bench fp8-1024-nockpt --set train.gradient_checkpointing=false --set model.quantize=true --set model.qtype=qfloat8 \
         --set model.fp8_matmul=true --set model.fp8_backward=true --set "$PEER_TARGETS" ;;
+    fp8onboard)
+      bench fp8-onboard-1024-nockpt --set train.gradient_checkpointing=false --set train.offload_optimizer_state=false \
+        --set model.quantize=true --set model.qtype=qfloat8 --set model.fp8_matmul=true --set model.fp8_backward=true \
+        --set "$PEER_TARGETS" ;;
+    cap16)
+      for q in qfloat8 int8; do
+        STEPS=30 bench "cap16-$q-1024-ckpt" --set model.quantize=true --set "model.qtype=$q" \
+          --set 'model.gpu_memory_limit_gb=[16]'
+      done ;;
     quant) "$TESTS" --gtest_filter='QuantGpu.FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap' 2>&1 |
              tee "$OUT/quant.log" | grep -E "\[quant gpu\]|OK \]|FAILED|out of memory" ;;
     fused)
