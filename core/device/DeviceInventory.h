@@ -61,7 +61,8 @@ MemoryFigures memoryFigures(int index);
 // Caps this process's use of CUDA device `index` at `capBytes` through the caching
 // allocator's memory fraction (capBytes / total). capBytes <= 0 removes the cap.
 // Throws PlacementError on a CPU build or a device that does not exist, and when
-// the cap exceeds the device's memory.
+// the cap exceeds the device's memory. A cap also turns on the allocator's expandable
+// segments (unless PYTORCH_CUDA_ALLOC_CONF is set); they stay on for the process.
 void setMemoryCap(int index, int64_t capBytes);
 // The cap last set for `index` by setMemoryCap, 0 if none.
 int64_t memoryCap(int index);

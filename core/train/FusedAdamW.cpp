@@ -10,6 +10,14 @@
 #include "common/Error.h"
 #include "common/TorchCompat.h"
 
+#ifdef STRATA_HAS_CUDA
+#if STRATA_TORCH_AT_LEAST(2, 8)
+#include <ATen/core/CachingHostAllocator.h>
+#else
+#include <ATen/cuda/CachingHostAllocator.h>
+#endif
+#endif
+
 namespace strata::train {
 
 bool fusedAdamWAvailable(const c10::Device& device) { return compat::kHasFusedAdamW && device.is_cuda(); }
@@ -72,6 +80,18 @@ at::Tensor packFlat(std::vector<at::Tensor>& host, const std::vector<torch::opti
     h = view;
   }
   return flat;
+}
+
+// Hands the pinned blocks LibTorch caches but no tensor uses back to the system: the
+// moments a resume pinned one by one, once packed, would otherwise stay held twice.
+void releaseCachedPinnedMemory() {
+#ifdef STRATA_HAS_CUDA
+#if STRATA_TORCH_AT_LEAST(2, 8)
+  at::getHostAllocator(at::kCUDA)->empty_cache();
+#else
+  at::cuda::CachingHostAllocator_emptyCache();
+#endif
+#endif
 }
 
 }  // namespace
@@ -140,6 +160,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     }
   std::string path;
   lastStagedChunks_ = 0;
+  bool packedPinnedMoments = false;  // pinned moments replaced by packed ones this step
   // A moment with the parameter's device and dtype, zero; in host memory for a CUDA
   // parameter whose state is kept off the card (pageable here: the staging below
   // packs each chunk's moments into one pinned buffer before anything is copied).
@@ -250,9 +271,12 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
           // Copies from pageable memory would wait for the card: a CUDA chunk is pinned.
           const bool pinned = device.is_cuda();
           at::Tensor flat = flatSpan(host, staged, begin, end);
-          if (flat.defined() && (!pinned || flat.is_pinned())) return flat;
-          for (size_t k = begin + 1; k < end; ++k)
-            if (host[staged[k]].scalar_type() != host[staged[begin]].scalar_type()) return at::Tensor();
+          if (flat.defined() && (!flat.is_cpu() || !pinned || flat.is_pinned())) return flat;
+          // Only host moments are packed (moments on another card stay where they are).
+          for (size_t k = begin; k < end; ++k)
+            if (!host[staged[k]].is_cpu() || host[staged[k]].scalar_type() != host[staged[begin]].scalar_type())
+              return at::Tensor();
+          packedPinnedMoments = packedPinnedMoments || host[staged[begin]].is_pinned();
           if (avg)
             return packFlat(host, b.states, staged, begin, end, pinned,
                             [](torch::optim::AdamWParamState& st, const at::Tensor& v) { st.exp_avg(v); });
@@ -305,6 +329,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   // Blocking: the device has run everything before it, the other copies back included.
   for (auto& [device, last] : lastCopyBack) last.first.copy_(last.second, /*non_blocking=*/false);
   lastCopyBack.clear();
+  if (packedPinnedMoments) releaseCachedPinnedMemory();
   lastPath_ = path;
   return loss;
 }

@@ -195,7 +195,7 @@ RunOutcome Trainer::run() {
     bus_.publish(events::FailedEvent{"unknown error", step_.load(), ""});
   }
   releaseDeviceCaches();
-  restoreMemoryCaps(capsBefore);
+  for (const auto& problem : restoreMemoryCaps(capsBefore)) bus_.publish(events::WarningEvent{problem, step_.load()});
   running_ = false;
   return outcome;
 }

@@ -2,7 +2,6 @@
 
 #include <ATen/Context.h>
 
-#include <iostream>
 #ifdef STRATA_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -162,17 +161,20 @@ void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& se
   }
 }
 
-void restoreMemoryCaps(const std::map<int, int64_t>& before) {
+std::vector<std::string> restoreMemoryCaps(const std::map<int, int64_t>& before) {
   std::map<int, int64_t> wanted = before;
   for (const auto& [index, cap] : device::memoryCaps()) wanted.emplace(index, 0);  // capped by the run only
+  std::vector<std::string> problems;
   for (const auto& [index, cap] : wanted) {
     if (device::memoryCap(index) == cap) continue;
     try {
       device::setMemoryCap(index, cap);
     } catch (const std::exception& e) {
-      std::cerr << "strata: could not restore the memory cap of cuda:" << index << ": " << e.what() << std::endl;
+      problems.push_back("the memory cap of cuda:" + std::to_string(index) +
+                         " was not put back after the run: " + e.what());
     }
   }
+  return problems;
 }
 
 void checkFp8MatmulRuns(const nn::BlockList& blocks, at::ScalarType dtype) {

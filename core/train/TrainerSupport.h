@@ -156,7 +156,8 @@ size_t nextDrawIndex(Trainer::State& st, const config::RunConfig& cfg, size_t n)
 // Empties the CUDA caching allocator (no-op on a CPU build).
 void releaseDeviceCaches();
 // Sets every device's memory cap back to `before` (device::memoryCaps() taken
-// earlier) where it differs now; a failure is reported on stderr, not thrown.
-void restoreMemoryCaps(const std::map<int, int64_t>& before);
+// earlier) where it differs now. Returns a line per device it could not restore
+// (nothing is thrown: it runs after the run, whatever ended it).
+std::vector<std::string> restoreMemoryCaps(const std::map<int, int64_t>& before);
 
 }  // namespace strata::train

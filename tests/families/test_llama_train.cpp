@@ -258,7 +258,16 @@ TEST_F(LlamaTrain, AnInt8BaseStreamsInLayerByLayerAndTrains) {
   o.runDir = tmp_ / "lmq";
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
 
+  // Quantized: each of the 7 Linears per layer has its scale attached to its layer.
+  const auto placements = rec.of<events::PlacementEvent>();
+  ASSERT_EQ(placements.size(), 1u);
+  int64_t scales = 0;
+  for (const auto& b : placements[0].blocks)
+    for (const auto& a : b.attachments)
+      if (a.kind == "quant_scale") scales += a.count;
+
   const int64_t layers = llama::LlamaConfig::fromFile(modelDir()).numHiddenLayers;
+  EXPECT_EQ(scales, 7 * layers);
   std::vector<int64_t> done;
   for (const auto& e : rec.of<events::LoadProgressEvent>()) {
     EXPECT_EQ(e.what, events::kLoadLanguageModel);

@@ -107,6 +107,9 @@ TEST(TrainGpu, ACappedRunDoesNotCapTheNextRun) {
   device::setMemoryCap(0, static_cast<int64_t>(6e9));  // set outside any run (a test, an embedding program)
   EXPECT_EQ(runAndWatchTheCap(gpuTiny(tmp / "free")), 0) << "the run without a cap ran under an earlier cap";
   EXPECT_EQ(device::memoryCap(0), static_cast<int64_t>(6e9)) << "the cap set before the run was not put back";
+  releaseDeviceCaches();
+  EXPECT_ANY_THROW(at::empty({static_cast<int64_t>(7e9)}, at::TensorOptions().device(at::kCUDA, 0).dtype(at::kByte)))
+      << "7 GB allocated under the 6 GB cap put back";
   device::setMemoryCap(0, 0);
 }
 

@@ -63,7 +63,8 @@ TEST(LlamaStream, UnquantizedStreamEqualsBuildThenLoad) {
 }
 
 // Each layer is quantized inside its own build, before the next layer exists: the
-// user hook of layer i runs after the quantization and before layer i + 1 is built.
+// user hook of layer i runs after the quantization and before layer i + 1 is built
+// (options.layerDevice is asked for each layer right before it is built).
 TEST(LlamaStream, EachLayerIsQuantizedBeforeTheNextIsBuilt) {
   torch::manual_seed(12);
   const LlamaConfig cfg = LlamaConfig::tiny();
@@ -72,6 +73,11 @@ TEST(LlamaStream, EachLayerIsQuantizedBeforeTheNextIsBuilt) {
   saveLlamaFolder(source, dir.path());
   std::vector<std::string> events;
   LlamaBuildOptions bo;
+  // Asked right before layer i is built: the order shows each layer quantized before the next exists.
+  bo.layerDevice = [&events](size_t i) {
+    events.push_back("build " + std::to_string(i));
+    return at::Device(at::kCPU);
+  };
   bo.onLayerBuilt = [&events](size_t i, torch::nn::Module& layer) {
     int64_t quantized = 0, linears = 0;
     for (const auto& m : layer.modules(/*include_self=*/false))
@@ -91,6 +97,7 @@ TEST(LlamaStream, EachLayerIsQuantizedBeforeTheNextIsBuilt) {
   std::vector<std::string> expected;
   const int64_t n = cfg.numHiddenLayers;
   for (int64_t i = 0; i < n; ++i) {
+    expected.push_back("build " + std::to_string(i));
     expected.push_back("layer " + std::to_string(i) + ": 7/7 int8");
     expected.push_back("progress " + std::to_string(i + 1) + "/" + std::to_string(n + 1));
   }
@@ -134,4 +141,25 @@ TEST(LlamaStream, ABadFileIsRefusedBeforeAnyLayerIsBuilt) {
     EXPECT_NE(msg.find("missing: model.layers.2.mlp.gate_proj.weight [48, 32]"), std::string::npos) << msg;
   }
   EXPECT_EQ(built, 0) << "layers were built before the file was checked";
+}
+
+// A tied model (no lm_head) streams from a folder whose file also holds lm_head.weight,
+// as transformers sometimes saves one: the copy is skipped, the head is the embedding.
+TEST(LlamaStream, ATiedModelSkipsAStoredHeadCopy) {
+  torch::manual_seed(14);
+  LlamaConfig cfg = LlamaConfig::tiny();
+  cfg.tieWordEmbeddings = true;
+  LlamaForCausalLM source(cfg);
+  test::TempDir dir;
+  saveLlamaFolder(source, dir.path());
+  auto tensors = io::loadSafetensors(dir / "model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> withHead(tensors.begin(), tensors.end());
+  withHead.emplace_back("lm_head.weight", at::zeros_like(tensors.at("model.embed_tokens.weight")));
+  io::writeSafetensors(dir / "model.safetensors", withHead);
+  const auto model = streamLlamaForCausalLM(openLlamaWeights(dir.path()), cfg, LlamaBuildOptions{});
+  EXPECT_FALSE(model->lmHead);
+  at::NoGradGuard g;
+  LlamaInputs in;
+  in.inputIds = at::randint(0, cfg.vocabSize, {1, 6}, at::kLong);
+  EXPECT_TRUE(at::equal(model->forward(in), source.forward(in)));
 }

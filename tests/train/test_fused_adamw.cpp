@@ -8,7 +8,9 @@
 #include <torch/optim/adamw.h>
 
 #include "common/Error.h"
+#include "common/TestSupport.h"
 #include "common/TorchCompat.h"
+#include "io/Safetensors.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "train/FusedAdamW.h"
 #include "train/OptimizerState.h"
@@ -238,15 +240,17 @@ TEST(FusedAdamW, StagedMomentsGiveTheSameBitsAsTheDirectStep) {
     EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
   }
   // The copies went back into the state's own tensors (a checkpoint reads those): the
-  // ones packed at the first step, kept since, except param 2's chunk, packed again
-  // when its lagging step count moved it into a bucket of its own.
-  int kept = 0;
-  for (size_t i = 0; i < stagedParams.size(); ++i) {
-    const auto& s =
-        static_cast<torch::optim::AdamWParamState&>(*staged.state().at(compat::optimizerStateKey(stagedParams[i])));
-    kept += s.exp_avg().is_same(firstAvgs[i]);
-  }
-  EXPECT_GE(kept, 1) << "every moment was re-packed after the first step";
+  // chunks are [0], [1, 2, 3], [4], [5]; at step 3 param 2 has no gradient, so 1 and 3
+  // make a chunk of their own and are packed again, next to each other, and stay so
+  // (param 2 steps alone from then on, in its old place).
+  auto avgOf = [&](size_t i) {
+    return static_cast<torch::optim::AdamWParamState&>(*staged.state().at(compat::optimizerStateKey(stagedParams[i])))
+        .exp_avg();
+  };
+  for (size_t i : {0, 2, 4, 5}) EXPECT_TRUE(avgOf(i).is_same(firstAvgs[i])) << "param " << i << " was re-packed";
+  for (size_t i : {1, 3}) EXPECT_FALSE(avgOf(i).is_same(firstAvgs[i])) << "param " << i << " was not re-packed";
+  EXPECT_TRUE(avgOf(3).is_alias_of(avgOf(1)));
+  EXPECT_EQ(avgOf(3).storage_offset(), avgOf(1).storage_offset() + avgOf(1).numel());
 }
 
 // A staged chunk crosses in one copy each way: its moments are views back to back in
@@ -259,7 +263,7 @@ TEST(FusedAdamW, StagedMomentsArePackedPerChunkAndRepackedAfterAResume) {
   FusedAdamW direct(directParams, options()), staged(stagedParams, options());
   staged.setStateInHostMemory(true);
   staged.setStageOnSameDevice(true);
-  staged.setStagingChunkBytes(2 * (16 * 64 + 48 * 16) * 4);  // params 0-1 fit one chunk; 4 starts the next
+  staged.setStagingChunkBytes(2 * (16 * 64 + 48 * 16) * 4);  // chunks [0, 1] and [2, 3, 4]
   auto stateOf = [&](size_t i) -> torch::optim::AdamWParamState& {
     return static_cast<torch::optim::AdamWParamState&>(*staged.state().at(compat::optimizerStateKey(stagedParams[i])));
   };
@@ -272,13 +276,18 @@ TEST(FusedAdamW, StagedMomentsArePackedPerChunkAndRepackedAfterAResume) {
     staged.step();
     for (size_t i = 0; i < shapes.size(); ++i)
       ASSERT_TRUE(at::equal(stagedParams[i], directParams[i])) << "step " << s + 1 << " param " << i;
-    // Params 0 and 1 share a chunk: their moments are one buffer, 1's right after 0's.
-    const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {{stateOf(0).exp_avg(), stateOf(1).exp_avg()},
-                                                                  {stateOf(0).exp_avg_sq(), stateOf(1).exp_avg_sq()}};
-    for (const auto& [first, second] : pairs) {
-      EXPECT_TRUE(second.is_alias_of(first)) << "step " << s + 1;
-      EXPECT_EQ(second.storage_offset(), first.storage_offset() + first.numel()) << "step " << s + 1;
-    }
+    // Each chunk's moments are one buffer, back to back in order; the two chunks' are two.
+    for (const auto& chunk : std::vector<std::vector<size_t>>{{0, 1}, {2, 3, 4}})
+      for (size_t k = 1; k < chunk.size(); ++k) {
+        const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {
+            {stateOf(chunk[k - 1]).exp_avg(), stateOf(chunk[k]).exp_avg()},
+            {stateOf(chunk[k - 1]).exp_avg_sq(), stateOf(chunk[k]).exp_avg_sq()}};
+        for (const auto& [before, after] : pairs) {
+          EXPECT_TRUE(after.is_alias_of(before)) << "step " << s + 1 << " param " << chunk[k];
+          EXPECT_EQ(after.storage_offset(), before.storage_offset() + before.numel()) << "step " << s + 1;
+        }
+      }
+    EXPECT_FALSE(stateOf(2).exp_avg().is_alias_of(stateOf(1).exp_avg())) << "step " << s + 1;
     if (s == 0) {
       // A resume: every moment a tensor of its own again, same values.
       for (size_t i = 0; i < shapes.size(); ++i) {
@@ -287,6 +296,22 @@ TEST(FusedAdamW, StagedMomentsArePackedPerChunkAndRepackedAfterAResume) {
       }
       EXPECT_FALSE(stateOf(1).exp_avg().is_alias_of(stateOf(0).exp_avg()));
     }
+  }
+  // The packed views (offsets into a shared buffer) write to a checkpoint file and read
+  // back as the direct optimizer's state.
+  NamedParams directNamed, stagedNamed;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    directNamed.emplace_back("p" + std::to_string(i), directParams[i]);
+    stagedNamed.emplace_back("p" + std::to_string(i), stagedParams[i]);
+  }
+  test::TempDir dir;
+  io::writeSafetensors(dir / "optimizer.safetensors", saveAdamWState(staged, stagedNamed));
+  const auto back = io::loadSafetensors(dir / "optimizer.safetensors");
+  const auto want = saveAdamWState(direct, directNamed);
+  ASSERT_EQ(back.size(), want.size());
+  for (const auto& [key, t] : want) {
+    ASSERT_TRUE(back.count(key)) << key;
+    EXPECT_TRUE(at::equal(back.at(key), t)) << key;
   }
 }
 

@@ -76,9 +76,17 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
     };
     model_ = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), config_, bo, so);
   } else {
-    // Random weights: each block is quantized as soon as it exists.
-    if (qtype != nn::QuantType::None)
-      bo.onBlockBuilt = [qtype](torch::nn::Module& block) { nn::quantizeLinears(block, qtype); };
+    // Random weights: each block is quantized as soon as it exists and, in a split,
+    // goes to its plan device before the next one is built, so the build device never
+    // holds the whole model. Its values come from the build device's generator, so the
+    // random base does not depend on the plan (and a resume rebuilds the same one).
+    size_t built = 0;
+    if (qtype != nn::QuantType::None || plan)
+      bo.onBlockBuilt = [qtype, &plan, &built](torch::nn::Module& block) {
+        const size_t i = built++;
+        if (qtype != nn::QuantType::None) nn::quantizeLinears(block, qtype);
+        if (plan) block.to(placement::parseDevice(plan->blockDevice.at(i)));
+      };
     model_ = std::make_shared<flux::FluxTransformer>(config_, bo);
   }
   nn::Fp8MatmulCount fp8;

@@ -177,9 +177,15 @@ class Flux2Run : public train::FamilyRun {
     bo.dtype = train::scalarTypeOf(cfg.train.dtype);
     const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
     // Loaded weights: each block is built on its plan device, so the model is never
-    // whole on one. Random blocks keep the build device: their values come from its generator.
+    // whole on one. Random blocks are built on the build device (their values come from
+    // its generator, whatever the plan) and moved to their plan device before the next.
+    size_t built = 0;
     if (loadWeights && plan)
       bo.blockDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
+    else if (plan)
+      bo.onBlockBuilt = [&plan, &built](torch::nn::Module& block) {
+        block.to(placement::parseDevice(plan->blockDevice.at(built++)));
+      };
     model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
     if (loadWeights) flux2::loadFlux2Weights(*model_, m.nameOrPath);
     for (auto& p : model_->parameters()) p.requires_grad_(false);
