@@ -82,4 +82,30 @@ std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const Wei
   return ignored;
 }
 
+StreamedFill::StreamedFill(const SafetensorsCheckpoint& ckpt,
+                           const std::vector<std::pair<std::string, std::vector<int64_t>>>& layout, std::string who,
+                           std::function<std::string(const std::string&)> fileKey)
+    : ckpt_(ckpt), shapeOf_(layout.begin(), layout.end()), who_(std::move(who)), fileKey_(std::move(fileKey)) {}
+
+void StreamedFill::fill(torch::nn::Module& module, const std::string& prefix) {
+  at::NoGradGuard noGrad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    const std::string name = prefix + item.key();
+    if (filled_.count(name)) continue;
+    auto it = shapeOf_.find(name);
+    if (it == shapeOf_.end() || it->second != item.value().sizes().vec())
+      throw Error(who_ + ": model parameter '" + name + "' is not in the layout");
+    const std::string key = fileKey_ ? fileKey_(name) : name;
+    item.value().copy_(ckpt_.tensor(key));
+    ckpt_.releasePages(key);  // copied out: its file pages need not stay resident
+    filled_.insert(name);
+  }
+}
+
+void StreamedFill::requireComplete() const {
+  if (filled_.size() != shapeOf_.size())
+    throw Error(who_ + ": the model has " + std::to_string(filled_.size()) + " of the layout's " +
+                std::to_string(shapeOf_.size()) + " parameters");
+}
+
 }  // namespace strata::io

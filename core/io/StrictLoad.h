@@ -5,8 +5,11 @@
 // checked before the first tensor is copied, so a bad file never leaves a
 // half-loaded model.
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,5 +44,27 @@ std::vector<std::string> checkStrict(const SafetensorsCheckpoint& ckpt,
 
 std::vector<std::string> loadStrict(const SafetensorsCheckpoint& ckpt, const WeightPlan& plan,
                                     const std::string& label);
+
+// Fills a model that is built piece by piece from a checkpoint already checked
+// against `layout` (checkStrict): each fill() copies the parameters of one module
+// (model names under `prefix`) not filled yet, from the file key fileKey(name), and
+// lets those file pages go. Throws Error, naming `who`, for a parameter the layout
+// does not have with that shape (a loader bug, not a file problem).
+class StreamedFill {
+ public:
+  StreamedFill(const SafetensorsCheckpoint& ckpt,
+               const std::vector<std::pair<std::string, std::vector<int64_t>>>& layout, std::string who,
+               std::function<std::string(const std::string&)> fileKey = {});
+  void fill(torch::nn::Module& module, const std::string& prefix);
+  // Throws Error unless every parameter of the layout was filled.
+  void requireComplete() const;
+
+ private:
+  const SafetensorsCheckpoint& ckpt_;
+  std::map<std::string, std::vector<int64_t>> shapeOf_;
+  std::string who_;
+  std::function<std::string(const std::string&)> fileKey_;
+  std::set<std::string> filled_;
+};
 
 }  // namespace strata::io

@@ -44,14 +44,17 @@ const char* quantTypeName(QuantType t) {
 bool isFloat8(QuantType t) { return t == QuantType::QFloat8 || t == QuantType::Float8E4m3; }
 bool perRowScale(QuantType t) { return t == QuantType::Int8 || t == QuantType::QFloat8; }
 bool quantTypeAvailable(QuantType t) { return !isFloat8(t) || compat::kHasFloat8; }
+void requireQuantTypeAvailable(QuantType t) {
+  if (!quantTypeAvailable(t))
+    throw ConfigError(std::string("quantization type ") + quantTypeName(t) +
+                      " needs float8 tensors, which this LibTorch does not have; use int8");
+}
 
 QuantizedWeight quantizeWeight(const at::Tensor& w, QuantType t) {
   if (t == QuantType::None) throw ConfigError("quantizeWeight: no quantization type given");
   if (w.dim() != 2)
     throw ConfigError("quantizeWeight: expected a [out, in] weight, got " + std::to_string(w.dim()) + " dims");
-  if (!quantTypeAvailable(t))
-    throw ConfigError(std::string("quantization type ") + quantTypeName(t) +
-                      " needs float8 tensors, which this LibTorch does not have; use int8");
+  requireQuantTypeAvailable(t);
   at::NoGradGuard noGrad;
   const double qmax = isFloat8(t) ? kFloat8E4m3Max : kInt8Max;
   // Rows are converted to float32 a chunk at a time: the workspace is bounded by

@@ -26,6 +26,8 @@ const char* quantTypeName(QuantType t);
 const std::vector<std::string>& quantTypeNames();
 // Whether this LibTorch can store `t` (float8 needs 2.1+).
 bool quantTypeAvailable(QuantType t);
+// Throws ConfigError naming `t` and suggesting int8 when this LibTorch cannot store it.
+void requireQuantTypeAvailable(QuantType t);
 bool isFloat8(QuantType t);
 bool perRowScale(QuantType t);
 

@@ -225,9 +225,7 @@ std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckp
     for (const auto& [name, shape] : params) (void)sourceOf(name, shape, cfg, bfl, expected);
     checkKeys(ckpt, expected);
   }
-  if (stream.quantize != nn::QuantType::None && !nn::quantTypeAvailable(stream.quantize))
-    throw ConfigError(std::string("quantization type ") + nn::quantTypeName(stream.quantize) +
-                      " needs float8 tensors, which this LibTorch does not have; use int8");
+  if (stream.quantize != nn::QuantType::None) nn::requireQuantTypeAvailable(stream.quantize);
 
   const int64_t blocks = cfg.numLayers + cfg.numSingleLayers;
   const int64_t units = blocks + 1;  // the blocks, then the stem and head together

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "common/Error.h"
@@ -84,29 +83,12 @@ std::shared_ptr<LlamaForCausalLM> streamLlamaForCausalLM(const io::SafetensorsCh
     }
     io::checkStrict(weights, params, ignored, "Llama-family causal LM");
   }
-  if (stream.quantize != nn::QuantType::None && !nn::quantTypeAvailable(stream.quantize))
-    throw ConfigError(std::string("quantization type ") + nn::quantTypeName(stream.quantize) +
-                      " needs float8 tensors, which this LibTorch does not have; use int8");
-  const std::map<std::string, std::vector<int64_t>> shapeOf(params.begin(), params.end());
-  std::set<std::string> filled;
-  // Fills `module`'s parameters (model paths under `prefix`) that are not filled yet.
-  auto fillModule = [&](torch::nn::Module& module, const std::string& prefix) {
-    at::NoGradGuard noGrad;
-    for (auto& item : module.named_parameters(/*recurse=*/true)) {
-      const std::string name = prefix + item.key();
-      if (filled.count(name)) continue;
-      auto it = shapeOf.find(name);
-      if (it == shapeOf.end() || it->second != item.value().sizes().vec())
-        throw Error("streamLlamaForCausalLM: model parameter '" + name + "' is not in the Llama layout");
-      item.value().copy_(weights.tensor(name));
-      weights.releasePages(name);  // copied out: its file pages need not stay resident
-      filled.insert(name);
-    }
-  };
+  if (stream.quantize != nn::QuantType::None) nn::requireQuantTypeAvailable(stream.quantize);
+  io::StreamedFill fill(weights, params, "streamLlamaForCausalLM");
   const int64_t units = cfg.numHiddenLayers + 1;  // the layers, then the embeddings, final norm and head
   auto userHook = options.onLayerBuilt;
   options.onLayerBuilt = [&](size_t i, torch::nn::Module& layer) {
-    fillModule(layer, "model.layers." + std::to_string(i) + ".");
+    fill.fill(layer, "model.layers." + std::to_string(i) + ".");
     // Quantized on its device before the next layer exists.
     if (stream.quantize != nn::QuantType::None) {
       nn::quantizeLinears(layer, stream.quantize);
@@ -116,10 +98,8 @@ std::shared_ptr<LlamaForCausalLM> streamLlamaForCausalLM(const io::SafetensorsCh
     if (stream.onProgress) stream.onProgress(static_cast<int64_t>(i) + 1, units);
   };
   auto model = std::make_shared<LlamaForCausalLM>(cfg, options);
-  fillModule(*model, "");  // embed_tokens, norm, lm_head
-  if (filled.size() != params.size())
-    throw Error("streamLlamaForCausalLM: the model has " + std::to_string(filled.size()) + " of the layout's " +
-                std::to_string(params.size()) + " parameters");
+  fill.fill(*model, "");  // embed_tokens, norm, lm_head
+  fill.requireComplete();
   if (stream.onProgress) stream.onProgress(units, units);
   return model;
 }

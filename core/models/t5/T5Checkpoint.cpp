@@ -2,8 +2,6 @@
 
 #include <torch/autograd.h>
 
-#include <set>
-
 #include "common/Error.h"
 #include "common/Text.h"
 #include "io/HostMemory.h"
@@ -107,7 +105,6 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
                                            const T5StreamOptions& stream) {
   cfg.validate();
   const auto params = t5ParamShapes(cfg);
-  std::map<std::string, std::vector<int64_t>> shapeOf(params.begin(), params.end());
   auto fileKey = [&ckpt](const std::string& name) {
     return name == kShared ? ckpt.embeddingKey() : ckpt.prefix() + name;
   };
@@ -123,31 +120,15 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
                     "T5 encoder, transformers names" +
                         (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
   }
-  if (stream.quantize != nn::QuantType::None && !nn::quantTypeAvailable(stream.quantize))
-    throw ConfigError(std::string("quantization type ") + nn::quantTypeName(stream.quantize) +
-                      " needs float8 tensors, which this LibTorch does not have; use int8");
+  if (stream.quantize != nn::QuantType::None) nn::requireQuantTypeAvailable(stream.quantize);
 
-  std::set<std::string> filled;
-  // Fills `module`'s parameters (model paths under `prefix`) through its own names.
-  auto fillModule = [&](torch::nn::Module& module, const std::string& prefix) {
-    at::NoGradGuard noGrad;
-    for (auto& item : module.named_parameters(/*recurse=*/true)) {
-      const std::string name = prefix + item.key();
-      if (filled.count(name)) continue;
-      auto it = shapeOf.find(name);
-      if (it == shapeOf.end() || it->second != item.value().sizes().vec())
-        throw Error("streamT5Encoder: model parameter '" + name + "' is not in the T5 layout");
-      item.value().copy_(ckpt.files().tensor(fileKey(name)));
-      ckpt.files().releasePages(fileKey(name));  // copied out: its file pages need not stay resident
-      filled.insert(name);
-    }
-  };
+  io::StreamedFill fill(ckpt.files(), params, "streamT5Encoder", fileKey);
   const int64_t units = cfg.numLayers + 1;  // the blocks, then the embedding and final norm
   int64_t built = 0;
   auto userHook = options.onBlockBuilt;
   options.onBlockBuilt = [&](torch::nn::Module& block) {
     const int64_t i = built++;
-    fillModule(block, "encoder.block." + std::to_string(i) + ".");
+    fill.fill(block, "encoder.block." + std::to_string(i) + ".");
     // Quantized on its device before the next block exists.
     if (stream.quantize != nn::QuantType::None) {
       nn::quantizeLinears(block, stream.quantize);
@@ -157,10 +138,8 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
     if (stream.onProgress) stream.onProgress(i + 1, units);
   };
   auto model = std::make_shared<T5Encoder>(cfg, options);
-  fillModule(*model, "");  // the embedding and the final norm
-  if (filled.size() != params.size())
-    throw Error("streamT5Encoder: the model has " + std::to_string(filled.size()) + " of the layout's " +
-                std::to_string(params.size()) + " parameters");
+  fill.fill(*model, "");  // the embedding and the final norm
+  fill.requireComplete();
   if (stream.onProgress) stream.onProgress(units, units);
   return model;
 }
