@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # For the GPU machine (LibTorch from the Python torch, CUDA): builds strata-train and
 # the gpu tests, then runs the named parts, one right after the other, logging each to
-# $OUT (default /tmp/strata-speed). Parts:
+# $OUT (default /tmp/strata-speed). Every bench runs configs/flux-dev-1gpu.yaml as it ships
+# (since s27 with train.offload_optimizer_state: true) plus the part's --set lines, so rows
+# from before s27 had the moments on the card (the onboard part has them there). Parts:
 #   opt     the optimizer / gradient-norm check and timing (OptimizerGpu.*)
 #   phases  strata-train bench --phases at 512 and 1024 px, no checkpointing
 #   memory  strata-train bench --phases at 512 and 1024 px with checkpointing, peer's targets
@@ -23,7 +25,7 @@
 #   offload the checkpointed rows with train.offload_checkpoints (block inputs in host memory)
 #   adamw8bit  the memory part's benches with train.optimizer=adamw8bit (the 8-bit moments)
 #   optstate   the checkpointed rows with train.offload_optimizer_state (AdamW moments in host
-#           memory), peer's targets
+#           memory), peer's targets (since s27 the config's own setting: the strata part's rows)
 #   onboard the four rows of strata with the moments on the card (train.offload_optimizer_state:
 #           false; configs/flux-dev-1gpu.yaml keeps them in host memory)
 #   fp8     1024 px without checkpointing on a qfloat8 base with model.fp8_matmul and
