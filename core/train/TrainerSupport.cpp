@@ -151,6 +151,19 @@ DeviceSetup setUpDevices(const config::RunConfig& cfg, const PreparedRun& run) {
   return s;
 }
 
+std::function<c10::Device(size_t)> planBlockDevice(const DeviceSetup& setup) {
+  if (!setup.plan) return {};
+  return [devices = setup.plan->blockDevice](size_t i) { return placement::parseDevice(devices.at(i)); };
+}
+
+std::function<void(size_t, torch::nn::Module&)> randomBlockHook(nn::QuantType qtype, const DeviceSetup& setup) {
+  if (qtype == nn::QuantType::None && !setup.plan) return {};
+  return [qtype, to = planBlockDevice(setup)](size_t i, torch::nn::Module& block) {
+    if (qtype != nn::QuantType::None) nn::quantizeLinears(block, qtype);
+    if (to) block.to(to(i));
+  };
+}
+
 void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup) {
   if (setup.plan) {
     st.placement = std::make_unique<placement::Placement>(std::move(blocks), *setup.plan);

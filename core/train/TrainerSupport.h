@@ -10,6 +10,7 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
 #include "lora/LoraNetwork.h"
+#include "nn/Quantize.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"
 #include "train/Ema.h"
@@ -130,6 +132,16 @@ struct DeviceSetup {
   std::optional<placement::Plan> plan;
 };
 DeviceSetup setUpDevices(const config::RunConfig& cfg, const PreparedRun& run);
+// With a plan, where a family builds block i of a model it loads from a file: on its
+// plan device, so the model is never whole on one card. Empty without a plan.
+std::function<c10::Device(size_t blockIndex)> planBlockDevice(const DeviceSetup& setup);
+// For a model built from random weights, called with block i once it is built: it
+// quantizes the block (unless qtype is None) and, with a plan, moves it to its plan
+// device before the next one exists, so the build device never holds the whole model.
+// The values come from the build device's generator: the random base does not depend
+// on the plan, and a resume rebuilds the same one. Empty when there is nothing to do.
+std::function<void(size_t blockIndex, torch::nn::Module& block)> randomBlockHook(nn::QuantType qtype,
+                                                                                 const DeviceSetup& setup);
 // st.placement of `blocks` by setup's plan, or all on its build device, and
 // st.planReason saying which. Attachments and apply() are the family's.
 void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup);

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "common/Error.h"
@@ -17,6 +19,7 @@
 
 using namespace strata;
 using namespace strata::llama;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -26,6 +29,15 @@ LlamaConfig withBiases() {
   cfg.outputBias = true;
   cfg.mlpBias = true;
   return cfg;
+}
+
+// A random model of `cfg` drawn from `seed`, saved in `dir` as transformers saves one.
+std::shared_ptr<LlamaForCausalLM> savedRandomModel(uint64_t seed, const LlamaConfig& cfg, const fs::path& dir,
+                                                   const LlamaBuildOptions& options = {}, int64_t maxShardBytes = 0) {
+  torch::manual_seed(seed);
+  auto model = std::make_shared<LlamaForCausalLM>(cfg, options);
+  saveLlamaFolder(*model, dir, maxShardBytes);
+  return model;
 }
 
 }  // namespace
@@ -42,11 +54,10 @@ TEST(LlamaStream, ParamShapesAreTheBuiltModelsParametersInOrder) {
 }
 
 TEST(LlamaStream, UnquantizedStreamEqualsBuildThenLoad) {
-  torch::manual_seed(11);
   const LlamaConfig cfg = withBiases();
-  LlamaForCausalLM source(cfg, LlamaBuildOptions{at::kCPU, at::kBFloat16});
   test::TempDir dir;
-  saveLlamaFolder(source, dir.path(), /*maxShardBytes=*/6000);  // shards: layers spread over files
+  // Shards: layers spread over files.
+  savedRandomModel(11, cfg, dir.path(), LlamaBuildOptions{at::kCPU, at::kBFloat16}, /*maxShardBytes=*/6000);
   LlamaForCausalLM loaded(cfg);
   loadLlamaWeights(loaded, dir.path());
   std::vector<std::pair<int64_t, int64_t>> progress;
@@ -66,11 +77,9 @@ TEST(LlamaStream, UnquantizedStreamEqualsBuildThenLoad) {
 // user hook of layer i runs after the quantization and before layer i + 1 is built
 // (options.layerDevice is asked for each layer right before it is built).
 TEST(LlamaStream, EachLayerIsQuantizedBeforeTheNextIsBuilt) {
-  torch::manual_seed(12);
   const LlamaConfig cfg = LlamaConfig::tiny();
-  LlamaForCausalLM source(cfg);
   test::TempDir dir;
-  saveLlamaFolder(source, dir.path());
+  const auto source = savedRandomModel(12, cfg, dir.path());
   std::vector<std::string> events;
   LlamaBuildOptions bo;
   // Asked right before layer i is built: the order shows each layer quantized before the next exists.
@@ -107,21 +116,19 @@ TEST(LlamaStream, EachLayerIsQuantizedBeforeTheNextIsBuilt) {
   // The quantized layers compute close to the float source (int8 per row), and the
   // embeddings, norms and head are exact copies.
   at::NoGradGuard g;
-  EXPECT_TRUE(at::equal(model->embedTokens->weight, source.embedTokens->weight));
-  EXPECT_TRUE(at::equal(model->lmHead->weight, source.lmHead->weight));
+  EXPECT_TRUE(at::equal(model->embedTokens->weight, source->embedTokens->weight));
+  EXPECT_TRUE(at::equal(model->lmHead->weight, source->lmHead->weight));
   LlamaInputs in;
   in.inputIds = at::randint(0, cfg.vocabSize, {2, 9}, at::kLong);
-  const auto want = source.forward(in), got = model->forward(in);
+  const auto want = source->forward(in), got = model->forward(in);
   EXPECT_LT(test::relL2(got, want), 0.05) << "int8 streamed model far from its float source";
   EXPECT_GT(test::relL2(got, want), 0.0) << "the layers were not quantized";
 }
 
 TEST(LlamaStream, ABadFileIsRefusedBeforeAnyLayerIsBuilt) {
-  torch::manual_seed(13);
   const LlamaConfig cfg = LlamaConfig::tiny();
-  LlamaForCausalLM source(cfg);
   test::TempDir dir;
-  saveLlamaFolder(source, dir.path());
+  savedRandomModel(13, cfg, dir.path());
   auto tensors = io::loadSafetensors(dir / "model.safetensors");
   std::vector<std::pair<std::string, at::Tensor>> bad;
   for (const auto& [k, t] : tensors)
@@ -146,12 +153,10 @@ TEST(LlamaStream, ABadFileIsRefusedBeforeAnyLayerIsBuilt) {
 // A tied model (no lm_head) streams from a folder whose file also holds lm_head.weight,
 // as transformers sometimes saves one: the copy is skipped, the head is the embedding.
 TEST(LlamaStream, ATiedModelSkipsAStoredHeadCopy) {
-  torch::manual_seed(14);
   LlamaConfig cfg = LlamaConfig::tiny();
   cfg.tieWordEmbeddings = true;
-  LlamaForCausalLM source(cfg);
   test::TempDir dir;
-  saveLlamaFolder(source, dir.path());
+  const auto source = savedRandomModel(14, cfg, dir.path());
   auto tensors = io::loadSafetensors(dir / "model.safetensors");
   std::vector<std::pair<std::string, at::Tensor>> withHead(tensors.begin(), tensors.end());
   withHead.emplace_back("lm_head.weight", at::zeros_like(tensors.at("model.embed_tokens.weight")));
@@ -161,5 +166,5 @@ TEST(LlamaStream, ATiedModelSkipsAStoredHeadCopy) {
   at::NoGradGuard g;
   LlamaInputs in;
   in.inputIds = at::randint(0, cfg.vocabSize, {1, 6}, at::kLong);
-  EXPECT_TRUE(at::equal(model->forward(in), source.forward(in)));
+  EXPECT_TRUE(at::equal(model->forward(in), source->forward(in)));
 }

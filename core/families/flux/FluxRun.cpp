@@ -53,7 +53,6 @@ void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cf
 void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) {
   const auto& m = cfg.model;
   const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
-  const auto& plan = dev.plan;
   at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
   flux::FluxBuildOptions bo;
   bo.device = dev.buildDevice;
@@ -63,11 +62,9 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
   // model.fp8_matmul (the validator allows it only with an fp8 qtype on a card that has it).
   const bool fp8Matmul = m.fp8Matmul && nn::isFloat8(qtype);
   if (loadWeights) {
-    // A split builds each block on its plan device, so the model is never whole on
-    // one; each is read from the file (and quantized) before the next one exists
-    // (flux::streamFluxTransformer). Random blocks keep the build device: their
-    // values come from its generator.
-    if (plan) bo.blockDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
+    // Each block is read from the file (and quantized) on its plan device before the
+    // next one exists (flux::streamFluxTransformer).
+    bo.blockDevice = train::planBlockDevice(dev);
     flux::FluxStreamOptions so;
     so.quantize = qtype;
     // A checkpoint of FLUX.1-dev's size takes a while to stream in: say how far it is.
@@ -76,17 +73,10 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
     };
     model_ = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), config_, bo, so);
   } else {
-    // Random weights: each block is quantized as soon as it exists and, in a split,
-    // goes to its plan device before the next one is built, so the build device never
-    // holds the whole model. Its values come from the build device's generator, so the
-    // random base does not depend on the plan (and a resume rebuilds the same one).
+    // Random weights: each block quantized and on its plan device as soon as it exists.
     size_t built = 0;
-    if (qtype != nn::QuantType::None || plan)
-      bo.onBlockBuilt = [qtype, &plan, &built](torch::nn::Module& block) {
-        const size_t i = built++;
-        if (qtype != nn::QuantType::None) nn::quantizeLinears(block, qtype);
-        if (plan) block.to(placement::parseDevice(plan->blockDevice.at(i)));
-      };
+    if (auto hook = train::randomBlockHook(qtype, dev))
+      bo.onBlockBuilt = [hook, &built](torch::nn::Module& block) { hook(built++, block); };
     model_ = std::make_shared<flux::FluxTransformer>(config_, bo);
   }
   nn::Fp8MatmulCount fp8;

@@ -170,22 +170,18 @@ class Flux2Run : public train::FamilyRun {
   void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& /*bus*/) override {
     const auto& m = cfg.model;
     const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
-    const auto& plan = dev.plan;
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     flux2::Flux2BuildOptions bo;
     bo.device = dev.buildDevice;
     bo.dtype = train::scalarTypeOf(cfg.train.dtype);
     const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
-    // Loaded weights: each block is built on its plan device, so the model is never
-    // whole on one. Random blocks are built on the build device (their values come from
-    // its generator, whatever the plan) and moved to their plan device before the next.
+    // Loaded weights: each block is built on its plan device. Random weights: each
+    // block goes to its plan device as soon as it exists (train::randomBlockHook).
     size_t built = 0;
-    if (loadWeights && plan)
-      bo.blockDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
-    else if (plan)
-      bo.onBlockBuilt = [&plan, &built](torch::nn::Module& block) {
-        block.to(placement::parseDevice(plan->blockDevice.at(built++)));
-      };
+    if (loadWeights)
+      bo.blockDevice = train::planBlockDevice(dev);
+    else if (auto hook = train::randomBlockHook(nn::QuantType::None, dev))
+      bo.onBlockBuilt = [hook, &built](torch::nn::Module& block) { hook(built++, block); };
     model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
     if (loadWeights) flux2::loadFlux2Weights(*model_, m.nameOrPath);
     for (auto& p : model_->parameters()) p.requires_grad_(false);

@@ -17,7 +17,6 @@
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaPeft.h"
 #include "nn/Quantize.h"
-#include "placement/Placement.h"
 #include "placement/QuantScaleAttachment.h"
 #include "train/AdamW8bit.h"
 #include "text/TokenizerFactory.h"
@@ -143,7 +142,6 @@ class LlamaRun : public train::FamilyRun {
   void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
     const auto& m = cfg.model;
     const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
-    const auto& plan = dev.plan;
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     llama::LlamaBuildOptions bo;
     bo.device = dev.buildDevice;
@@ -154,7 +152,7 @@ class LlamaRun : public train::FamilyRun {
     if (!m.randomWeights) {
       // Each layer is built on its plan device, filled from the file and quantized
       // there before the next one exists: the base is never whole in bf16 anywhere.
-      if (plan) bo.layerDevice = [&plan](size_t i) { return placement::parseDevice(plan->blockDevice.at(i)); };
+      bo.layerDevice = train::planBlockDevice(dev);
       llama::LlamaStreamOptions so;
       so.quantize = qtype;
       so.onProgress = [&bus](int64_t done, int64_t total) {
@@ -162,14 +160,8 @@ class LlamaRun : public train::FamilyRun {
       };
       model_ = llama::streamLlamaForCausalLM(llama::openLlamaWeights(m.nameOrPath), config_, bo, so);
     } else {
-      // Random weights: each layer is built on the build device (its values come from
-      // that device's generator, whatever the plan), quantized as soon as it exists and,
-      // in a split, moved to its plan device before the next one is built.
-      if (qtype != nn::QuantType::None || plan)
-        bo.onLayerBuilt = [qtype, &plan](size_t i, torch::nn::Module& layer) {
-          if (qtype != nn::QuantType::None) nn::quantizeLinears(layer, qtype);
-          if (plan) layer.to(placement::parseDevice(plan->blockDevice.at(i)));
-        };
+      // Random weights: each layer quantized and on its plan device as soon as it exists.
+      bo.onLayerBuilt = train::randomBlockHook(qtype, dev);
       model_ = std::make_shared<llama::LlamaForCausalLM>(config_, bo);
     }
     nn::Fp8MatmulCount fp8;
