@@ -351,6 +351,9 @@ std::vector<KeySpec> buildSchema() {
       .add("model.fp8_backward", M(model.fp8Backward),
            "With fp8_matmul: the input gradients on the fp8 tensor cores too (gradients quantized per token), "
            "instead of a bf16 matmul over the dequantized weight (docs/quantization.md)")
+      .add("model.fp8_keep_transpose", M(model.fp8KeepTranspose),
+           "With fp8_backward: keep each fp8 weight's transposed copy for the run instead of making it in every "
+           "backward (faster; 1 byte more per weight on its card, which the planner counts)")
       .add("model.low_vram", M(model.lowVram),
            "ai-toolkit's quantize-on-CPU mode; refused when true (Strata quantizes block by block on the device)")
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda")
@@ -522,6 +525,7 @@ const Look kLooks[] = {
     {"model.qtype", "Quantization type", "Model", false},
     {"model.fp8_matmul", "fp8 matrix multiplies", "Model", false},
     {"model.fp8_backward", "fp8 matrix multiplies in the backward", "Model", false},
+    {"model.fp8_keep_transpose", "Keep the transposed fp8 weights", "Model", false},
     {"model.low_vram", "ai-toolkit low-VRAM mode (refused)", "GPUs", false},
     {"model.device", "Train on", "GPUs", true},
     {"model.attention_backend", "Attention kernel (CUDA)", "GPUs", false},

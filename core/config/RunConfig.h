@@ -145,6 +145,7 @@ struct ModelConfig {
   std::string qtype = "qfloat8";                        // model.qtype
   bool fp8Matmul = false;                               // model.fp8_matmul: fp8 tensor-core matmuls (sm_89+)
   bool fp8Backward = false;                             // model.fp8_backward: the input gradients in fp8 too
+  bool fp8KeepTranspose = false;                        // model.fp8_keep_transpose: transposed fp8 weights kept
   bool lowVram = false;                                 // model.low_vram
   ComputeDevice device = ComputeDevice::Auto;           // model.device
   bool splitModelOverGpus = false;                      // model.split_model_over_gpus

@@ -305,6 +305,11 @@ class Checker {
       error("model.fp8_backward",
             "fp8 input gradients belong to the fp8 matmul, but model.fp8_matmul is false" + lineOf("model.fp8_matmul"),
             "set fp8_matmul: true (with an fp8 qtype), or fp8_backward: false");
+    if (m.fp8KeepTranspose && !m.fp8Backward)
+      error("model.fp8_keep_transpose",
+            "the kept transposed weights serve the fp8 backward, but model.fp8_backward is false" +
+                lineOf("model.fp8_backward"),
+            "set fp8_backward: true (with fp8_matmul: true), or fp8_keep_transpose: false");
     if (!m.fp8Matmul) return;
     const std::string key = "model.fp8_matmul";
     if (!m.quantize) {

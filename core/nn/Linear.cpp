@@ -103,13 +103,15 @@ at::Tensor fp8Forward(const at::Tensor& x, const at::Tensor& weightQ, const at::
 
 // The input gradient on the fp8 tensor cores: g [..., N] times the weight's scale,
 // quantized per row, times W [N, K]. _scaled_mm's second operand must be column-major,
-// so W is transposed into a [K, N] copy (1 byte per weight, freed after the matmul).
-at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at::Tensor& scale) {
+// so W is transposed into a [K, N] copy (1 byte per weight, freed after the matmul),
+// unless the Linear keeps one (`keptT`, Fp8Backward::Fp8KeptTranspose).
+at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at::Tensor& scale,
+                        const at::Tensor& keptT) {
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
   const bool perTensor = scale.numel() == 1;
   const auto q = quantizeRowsE4m3(g.reshape({-1, n}), perTensor ? at::Tensor() : scale, kFp8Target);    // [M, N]
-  const auto wT = transposedCopy(weightQ);                                                              // [K, N]
+  const auto wT = keptT.defined() ? keptT : transposedCopy(weightQ);                                    // [K, N]
   const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());                // [1, K]
   const auto gx =
       compat::scaledMm(q.data, wT.t(), q.scale, sb, at::Tensor(), g.scalar_type(), kFastAccumInputGrad);  // [M, K]
@@ -146,10 +148,15 @@ at::Tensor quantizedForward(const at::Tensor& x, const at::Tensor& weightQ, cons
 // live anyway, and dequantizes W again in the backward, its scale folded in (one
 // kernel on CUDA: nn/QuantKernels.h), or multiplies in fp8. The base
 // is frozen: no gradient for W, its scale or the bias (passed only when frozen).
+// keptT: the Linear's kept transposed weight [in, out] for the fp8 backward, if any.
 struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weightQ,
-                            const at::Tensor& scale, c10::optional<at::Tensor> bias, int64_t mode) {
-    ctx->save_for_backward({weightQ, scale});
+                            const at::Tensor& scale, c10::optional<at::Tensor> bias, int64_t mode,
+                            c10::optional<at::Tensor> keptT) {
+    if (keptT)
+      ctx->save_for_backward({weightQ, scale, *keptT});
+    else
+      ctx->save_for_backward({weightQ, scale});
     ctx->saved_data["mode"] = mode;
     return quantizedForward(x, weightQ, scale, bias, mode);  // [..., out]
   }
@@ -160,10 +167,10 @@ struct QuantizedMatmul : torch::autograd::Function<QuantizedMatmul> {
     const auto& g = gradOut[0];  // [..., out]
     at::Tensor gx;
     if (ctx->saved_data["mode"].toInt() == kFp8ForwardAndBackward)
-      gx = fp8InputGrad(g, saved[0], saved[1]);
+      gx = fp8InputGrad(g, saved[0], saved[1], saved.size() > 2 ? saved[2] : at::Tensor());
     else
       gx = at::matmul(g, dequantizeRows(saved[0], saved[1], g.scalar_type()));  // [..., in]
-    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -237,14 +244,24 @@ at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
     return at::_unsafe_view(at::linear(x.reshape({-1, x.size(-1)}), weight, b), shape);  // [..., out]
   }
   const bool fp8 = fp8Applies(fp8Matmul_, x);
-  const int64_t mode = !fp8 ? kDequantized : fp8Backward_ == Fp8Backward::Fp8 ? kFp8ForwardAndBackward : kFp8Forward;
+  const int64_t mode = !fp8 ? kDequantized : fp8Backward_ != Fp8Backward::Bf16 ? kFp8ForwardAndBackward : kFp8Forward;
   // A frozen bias goes into the matmul (fused by _scaled_mm); one that trains is added here.
   const bool biasInside = bias.defined() && !bias.requires_grad();
   const c10::optional<at::Tensor> inside =
       biasInside ? c10::optional<at::Tensor>(bias.to(x.scalar_type())) : c10::nullopt;
-  at::Tensor y = x.requires_grad() && at::GradMode::is_enabled()
-                     ? QuantizedMatmul::apply(x, weight, weightScale, inside, mode)
-                     : quantizedForward(x, weight, weightScale, inside, mode);  // [..., out]
+  const bool backwardFollows = x.requires_grad() && at::GradMode::is_enabled();
+  c10::optional<at::Tensor> keptT;
+  if (backwardFollows && mode == kFp8ForwardAndBackward && fp8Backward_ == Fp8Backward::Fp8KeptTranspose) {
+    // Keyed on the device only: the frozen base's values never change once quantized,
+    // but placement may move the weight (the attachment moves the copy along with it).
+    if (!weightT_.defined() || weightT_.device() != weight.device()) {
+      at::NoGradGuard noGrad;
+      weightT_ = transposedCopy(weight);  // [in, out]
+    }
+    keptT = weightT_;
+  }
+  at::Tensor y = backwardFollows ? QuantizedMatmul::apply(x, weight, weightScale, inside, mode, keptT)
+                                 : quantizedForward(x, weight, weightScale, inside, mode);  // [..., out]
   if (bias.defined() && !biasInside) y = y + bias.to(x.scalar_type());
   return y;
 }
@@ -253,7 +270,12 @@ bool LinearImpl::useFp8Matmul(Fp8Backward backward) {
   if (!fp8MatmulQualifies(inFeatures_, outFeatures_, quantType_)) return false;
   fp8Matmul_ = true;
   fp8Backward_ = backward;
+  if (backward != Fp8Backward::Fp8KeptTranspose) weightT_ = at::Tensor();
   return true;
+}
+
+void LinearImpl::moveKeptWeightTranspose(const c10::Device& device) {
+  if (weightT_.defined() && weightT_.device() != device) weightT_ = weightT_.to(device);
 }
 
 void LinearImpl::quantize(QuantType t) {

@@ -93,6 +93,11 @@ class LinearImpl : public torch::nn::Module {
   bool fp8Matmul() const { return fp8Matmul_; }
   // The weight in `dtype`, dequantized when quantized: [out, in].
   at::Tensor denseWeight(at::ScalarType dtype) const;
+  // With Fp8Backward::Fp8KeptTranspose: the fp8 weight's transposed copy [in, out], made by
+  // the first forward whose backward needs it; undefined before that and in other modes.
+  // It travels with the weight's scale (placement/QuantScaleAttachment.h).
+  const at::Tensor& keptWeightTranspose() const { return weightT_; }
+  void moveKeptWeightTranspose(const c10::Device& device);
 
   int64_t inFeatures() const { return inFeatures_; }
   int64_t outFeatures() const { return outFeatures_; }
@@ -107,6 +112,8 @@ class LinearImpl : public torch::nn::Module {
   QuantType quantType_ = QuantType::None;
   bool fp8Matmul_ = false;
   Fp8Backward fp8Backward_ = Fp8Backward::Bf16;
+  // Made lazily by forwardBase (const: a cache of the frozen weight, not model state).
+  mutable at::Tensor weightT_;  // [in, out] fp8 or undefined
   std::vector<std::shared_ptr<LinearAdapter>> adapters_;
 };
 TORCH_MODULE(Linear);

@@ -55,9 +55,14 @@ int64_t quantizeLinears(torch::nn::Module& module, QuantType t);
 //         in docs/quantization.md, fp8 here bought little time and cost precision)
 //   Fp8   grad_out times the weight's scale, quantized per row to e4m3, times a
 //         transposed copy of the fp8 weight made per backward
-enum class Fp8Backward { Bf16, Fp8 };
-// model.fp8_backward.
-inline Fp8Backward fp8BackwardOf(bool fp8) { return fp8 ? Fp8Backward::Fp8 : Fp8Backward::Bf16; }
+//   Fp8KeptTranspose  as Fp8, but the transposed copy is made once, by the first
+//         forward whose backward will need it, and kept for the run (1 byte per weight
+//         more on the weight's card; none for a Linear whose input needs no gradient)
+enum class Fp8Backward { Bf16, Fp8, Fp8KeptTranspose };
+// model.fp8_backward and model.fp8_keep_transpose.
+inline Fp8Backward fp8BackwardOf(bool fp8, bool keepTranspose = false) {
+  return !fp8 ? Fp8Backward::Bf16 : keepTranspose ? Fp8Backward::Fp8KeptTranspose : Fp8Backward::Fp8;
+}
 
 // _scaled_mm needs both weight dims to be multiples of 16 and fp8 storage.
 bool fp8MatmulQualifies(int64_t inFeatures, int64_t outFeatures, QuantType t);

@@ -490,7 +490,8 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   c.kind = unit.kind;
   c.paramCount = unit.paramCount;
   c.weightBytes = (unit.paramCount - unit.quantizedWeightCount) * o.weightElementBytes +
-                  unit.quantizedWeightCount * o.quantizedElementBytes + unit.quantScaleCount * o.quantScaleElementBytes;
+                  unit.quantizedWeightCount * o.quantizedElementBytes +
+                  unit.quantScaleCount * o.quantScaleElementBytes + unit.keptTransposeCount;  // fp8: 1 byte each
   // A quantized Linear's weight converted to the activation dtype lives while its
   // matmul runs, forward or backward; none waits for the backward (nn/Linear.cpp).
   const int64_t convertedBytes = unit.largestQuantizedWeightCount * o.activationElementBytes;

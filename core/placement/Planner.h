@@ -220,6 +220,9 @@ struct UnitShape {
   // The largest quantized Linear's weight (in x out): its copy converted to the
   // activation dtype while its matmul runs is the only one alive at a time.
   int64_t largestQuantizedWeightCount = 0;
+  // fp8 weights whose transposed copy is kept for the run (model.fp8_keep_transpose):
+  // one more byte each, counted with the weights.
+  int64_t keptTransposeCount = 0;
 };
 
 struct CostOptions {

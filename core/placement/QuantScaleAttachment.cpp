@@ -11,13 +11,16 @@ QuantScaleAttachment::QuantScaleAttachment(std::string modulePath, std::shared_p
     : path_(std::move(modulePath)), linear_(std::move(linear)) {}
 
 std::vector<std::pair<std::string, at::Tensor>> QuantScaleAttachment::tensors() const {
-  if (!linear_->weightScale.defined()) return {};
-  return {{"weight_scale", linear_->weightScale}};
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (linear_->weightScale.defined()) out.emplace_back("weight_scale", linear_->weightScale);
+  if (linear_->keptWeightTranspose().defined()) out.emplace_back("weight_transposed", linear_->keptWeightTranspose());
+  return out;
 }
 
 void QuantScaleAttachment::moveTo(const c10::Device& device) {
   if (linear_->weightScale.defined() && linear_->weightScale.device() != device)
     linear_->weightScale = linear_->weightScale.to(device);
+  linear_->moveKeptWeightTranspose(device);
 }
 
 std::vector<std::shared_ptr<Attachment>> QuantScaleAttachment::forModel(torch::nn::Module& model) {

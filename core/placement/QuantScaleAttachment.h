@@ -2,6 +2,7 @@
 // The scale of a quantized nn::Linear as a placement attachment: the scale is no
 // parameter of the model (the state dict keeps the checkpoint's keys), so it is
 // Placement that moves it with its block and the audit that checks it sits there.
+// The same holds for the fp8 weight's kept transposed copy (nn::Fp8Backward).
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ class QuantScaleAttachment final : public Attachment {
 
   AttachmentKind kind() const override { return quantScaleKind(); }
   std::string hostPath() const override { return path_; }
-  // {"weight_scale", scale}.
+  // {"weight_scale", scale}, and {"weight_transposed", copy} once a kept copy exists.
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
   void moveTo(const c10::Device& device) override;
 

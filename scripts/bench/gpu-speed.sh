@@ -31,6 +31,8 @@
 #   fp8     1024 px without checkpointing on a qfloat8 base with model.fp8_matmul and
 #           model.fp8_backward, peer's targets
 #   fp8onboard  the same with the moments on the card (train.offload_optimizer_state: false)
+#   fp8kept, fp8keptonboard  fp8 and fp8onboard with model.fp8_keep_transpose (the transposed
+#           fp8 weights kept for the run instead of made in every backward)
 #   cap16   the config as shipped with model.quantize (qfloat8, then int8) under a 16 GB cap,
 #           30 steps at 1024 px with checkpointing: what `plan --devices 1x16GB` promises
 set -uo pipefail
@@ -117,6 +119,15 @@ for part in "$@"; do
     fp8onboard)
       bench fp8-onboard-1024-nockpt --set train.gradient_checkpointing=false --set train.offload_optimizer_state=false \
         --set model.quantize=true --set model.qtype=qfloat8 --set model.fp8_matmul=true --set model.fp8_backward=true \
+        --set "$PEER_TARGETS" ;;
+    fp8kept)
+      bench fp8-kept-1024-nockpt --set train.gradient_checkpointing=false --set model.quantize=true \
+        --set model.qtype=qfloat8 --set model.fp8_matmul=true --set model.fp8_backward=true \
+        --set model.fp8_keep_transpose=true --set "$PEER_TARGETS" ;;
+    fp8keptonboard)
+      bench fp8-kept-onboard-1024-nockpt --set train.gradient_checkpointing=false \
+        --set train.offload_optimizer_state=false --set model.quantize=true --set model.qtype=qfloat8 \
+        --set model.fp8_matmul=true --set model.fp8_backward=true --set model.fp8_keep_transpose=true \
         --set "$PEER_TARGETS" ;;
     cap16)
       for q in qfloat8 int8; do

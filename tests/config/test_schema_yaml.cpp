@@ -136,6 +136,10 @@ RunConfig unusualConfig() {
   c.model.gpuMemoryLimitGb = {15.5, 16};
   c.model.placement = PlacementMode::Memory;
   c.model.splitModelOtherModuleParamCountScale = 0.1;
+  c.model.quantize = true;  // the fp8 keys are bools away from their defaults too
+  c.model.fp8Matmul = true;
+  c.model.fp8Backward = true;
+  c.model.fp8KeepTranspose = true;
   c.network.targetModules = {"*attn*", "proj_out"};
   c.train.lr = 3e-5;
   c.train.betas = {0.8, 0.95};

@@ -736,6 +736,23 @@ TEST(Validator, Fp8BackwardNeedsTheFp8Matmul) {
   EXPECT_FALSE(hasKey(withMatmul, "model.fp8_backward")) << test::dump(withMatmul);
 }
 
+// model.fp8_keep_transpose serves the fp8 backward: without it, it is refused, naming its line.
+TEST(Validator, Fp8KeepTransposeNeedsTheFp8Backward) {
+  const auto alone = check(
+      "model:\n  random_weights: true\n  quantize: true\n  fp8_matmul: true\n  fp8_keep_transpose: true\n"  // 5
+      "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n",
+      std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(alone, Severity::Error, "model.fp8_keep_transpose", 5, "model.fp8_backward is false"))
+      << test::dump(alone);
+  const auto withBackward = check(
+      "model:\n  random_weights: true\n  quantize: true\n  fp8_matmul: true\n  fp8_backward: true\n"
+      "  fp8_keep_transpose: true\n"
+      "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n",
+      std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_FALSE(hasKey(withBackward, "model.fp8_keep_transpose")) << test::dump(withBackward);
+  EXPECT_FALSE(hasKey(withBackward, "model.fp8_backward")) << test::dump(withBackward);
+}
+
 // cuDNN attention on a quantized base failed on the H200 in s20 (non-finite gradients,
 // then an illegal memory access) and was refused; since the gradient-layout fix of s21
 // the same runs train (docs/gpu-runs/2026-12-02-s23-lease*.txt), so it is allowed with

@@ -4,7 +4,8 @@
 // both backward choices, timed), one FLUX.1-dev double and single block with random
 // weights against bf16 for every path, every flux_transformer fixture on CUDA, a
 // 30-step LoRA loss curve on a qfloat8 + fp8-matmul base beside the bf16 one, and
-// sibling Linears quantizing their shared input once, and a Llama run from a folder
+// sibling Linears quantizing their shared input once, a kept transposed weight for the
+// fp8 backward, and a Llama run from a folder
 // on a qfloat8 base with the fp8 matmul.
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include "common/Error.h"
 #include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
+#include "common/Text.h"
 #include "common/TorchCompat.h"
 #include "device/DeviceInventory.h"
 #include "events/EventBus.h"
@@ -32,6 +34,7 @@
 #include "nn/Linear.h"
 #include "nn/QuantKernels.h"
 #include "nn/Quantize.h"
+#include "placement/QuantScaleAttachment.h"
 #include "parity/FluxFixture.h"
 #include "train/Trainer.h"
 #include "train/TrainerSupport.h"
@@ -218,6 +221,77 @@ TEST(Fp8Gpu, SiblingsQuantizeTheirSharedInputOnce) {
   const auto b = nn::forwardSiblings({ptrs[0]}, x);
   EXPECT_EQ(nn::quantKernelLaunches() - before, 2);
   EXPECT_FALSE(at::equal(a[0], b[0]));
+}
+
+// model.fp8_keep_transpose (nn::Fp8Backward::Fp8KeptTranspose): the transposed fp8 weight
+// is made by the first forward whose backward needs it (not under no-grad, not for an
+// input without a gradient), kept (the same storage on the next step), gives the input
+// gradient of the per-backward copy bit for bit, and travels with the scale's attachment
+// (listed for the audit, moved, and made anew on the weight's card if it is elsewhere).
+TEST(Fp8Gpu, AKeptTransposeIsMadeOnceWhereABackwardFollowsAndGivesTheSameGradient) {
+  STRATA_REQUIRE_FP8();
+  const auto opts = at::TensorOptions(kCuda).dtype(at::kBFloat16);
+  for (const auto t : {nn::QuantType::QFloat8, nn::QuantType::Float8E4m3}) {
+    SCOPED_TRACE(nn::quantTypeName(t));
+    at::manual_seed(23);
+    auto lin = std::make_shared<nn::LinearImpl>(3072, 12288, true, opts);
+    for (auto& p : lin->parameters()) p.requires_grad_(false);
+    lin->quantize(t);
+    const auto x0 = at::randn({2, 2048, 3072}, opts);
+    const auto up = at::randn({2, 2048, 12288}, opts);
+    auto run = [&](bool backward) {
+      auto x = x0.detach().requires_grad_(backward);
+      auto y = lin->forward(x);
+      if (backward) (y * up).sum().backward();
+      return std::make_pair(y.detach(), backward ? x.grad() : at::Tensor());
+    };
+    ASSERT_TRUE(lin->useFp8Matmul(nn::Fp8Backward::Fp8));
+    const auto [yPer, gPer] = run(true);
+    EXPECT_FALSE(lin->keptWeightTranspose().defined()) << "Fp8 makes its copy per backward";
+    const double perMs = medianMsOf(10, [&] { run(true); });
+
+    ASSERT_TRUE(lin->useFp8Matmul(nn::Fp8Backward::Fp8KeptTranspose));
+    {
+      at::NoGradGuard noGrad;
+      run(false);
+    }
+    run(false);  // an input without a gradient: no backward follows
+    EXPECT_FALSE(lin->keptWeightTranspose().defined()) << "made where no backward follows";
+    const auto [yKept, gKept] = run(true);
+    const at::Tensor kept = lin->keptWeightTranspose();
+    ASSERT_TRUE(kept.defined());
+    EXPECT_EQ(kept.sizes(), (std::vector<int64_t>{3072, 12288}));
+    EXPECT_EQ(kept.device(), lin->weight.device());
+    EXPECT_TRUE(kept.is_contiguous());
+    EXPECT_TRUE(at::equal(kept.view(at::kByte), lin->weight.t().contiguous().view(at::kByte)));
+    EXPECT_TRUE(at::equal(yKept, yPer));
+    EXPECT_TRUE(at::equal(gKept, gPer)) << "the kept copy changed the input gradient";
+    const double keptMs = medianMsOf(10, [&] { run(true); });
+    EXPECT_EQ(lin->keptWeightTranspose().data_ptr(), kept.data_ptr()) << "made again on a later step";
+    std::cout << "[fp8 gpu] " << nn::quantTypeName(t) << " [4096x3072] x [3072x12288], fp8 backward: forward+backward "
+              << perMs << " ms with a transposed copy per backward, " << keptMs << " ms with the kept one ("
+              << formatBytes(kept.numel()) << " kept)" << std::endl;
+
+    // The attachment lists it for the audit and moves it; a copy left elsewhere than the
+    // weight is not used but made again on the weight's card.
+    placement::QuantScaleAttachment attachment("fc", lin);
+    bool listed = false;
+    for (const auto& [name, tensor] : attachment.tensors()) listed = listed || name == "weight_transposed";
+    EXPECT_TRUE(listed);
+    attachment.moveTo(at::Device(at::kCPU));
+    EXPECT_TRUE(lin->keptWeightTranspose().is_cpu());
+    EXPECT_TRUE(lin->weightScale.is_cpu());
+    attachment.moveTo(kCuda);
+    EXPECT_TRUE(lin->keptWeightTranspose().is_cuda());
+    lin->moveKeptWeightTranspose(at::Device(at::kCPU));
+    const auto [yAgain, gAgain] = run(true);
+    EXPECT_TRUE(lin->keptWeightTranspose().is_cuda());
+    EXPECT_TRUE(at::equal(gAgain, gPer));
+
+    // Back to the per-backward copy: the kept one is dropped.
+    ASSERT_TRUE(lin->useFp8Matmul(nn::Fp8Backward::Fp8));
+    EXPECT_FALSE(lin->keptWeightTranspose().defined());
+  }
 }
 
 namespace {

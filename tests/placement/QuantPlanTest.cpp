@@ -11,6 +11,7 @@
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceSelection.h"
+#include "families/flux/FluxPlanning.h"
 #include "models/flux/FluxConfig.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
@@ -157,4 +158,42 @@ TEST(QuantPlan, SeedSplitOverFour16GbCardsPlansWithQuantization) {
   std::cout << "[quant plan] flux-dev-split-4x16gb.yaml, 4x16GB, int8:\n"
             << placement::formatPlan(run.plan) << std::endl;
   EXPECT_TRUE(run.plan.fits) << run.plan.reason;
+}
+
+// model.fp8_keep_transpose: one more byte per weight of each fp8 block Linear whose input
+// gets a gradient. For FLUX.1-dev that is every block Linear but the modulations (their
+// input, the conditioning vector, needs none while time_text_embed is frozen): 226.5M
+// weights per double block, 113.2M per single block; int8 keeps none.
+TEST(QuantPlan, KeptFp8TransposesCountOneBytePerWeightOfTheLinearsWhoseInputGetsAGradient) {
+  auto weightsOf = [](std::vector<std::string> sets) {
+    auto loaded = config::loadRunConfig(test::sourceDir() / "configs" / "flux-dev-1gpu.yaml");
+    sets.insert(sets.end(), {"model.quantize=true", "model.fp8_matmul=true", "model.fp8_backward=true"});
+    config::applyOverrides(loaded, sets);
+    return families::runPlanInput(loaded.config, flux::FluxConfig::fluxDev(), 4608).input;
+  };
+  const auto plain = weightsOf({"model.qtype=qfloat8"});
+  const auto kept = weightsOf({"model.qtype=qfloat8", "model.fp8_keep_transpose=true"});
+  const auto keptInt8 = weightsOf({"model.qtype=int8", "model.fp8_keep_transpose=true"});
+  const auto plainInt8 = weightsOf({"model.qtype=int8"});
+  const auto keptWithTimeLora = weightsOf({"model.qtype=qfloat8", "model.fp8_keep_transpose=true",
+                                           "network.target_modules=[to_q,time_text_embed.timestep_embedder.linear_1]"});
+  const auto plainWithTimeLora =
+      weightsOf({"model.qtype=qfloat8", "network.target_modules=[to_q,time_text_embed.timestep_embedder.linear_1]"});
+  ASSERT_EQ(kept.blocks.size(), 57u);
+  EXPECT_EQ(kept.stem.weightBytes, plain.stem.weightBytes);
+  EXPECT_EQ(kept.head.weightBytes, plain.head.weightBytes);
+  const int64_t d = 3072, mlp = 12288;
+  const int64_t doubleKept = 8 * d * d + 4 * d * mlp;              // q,k,v,add_q,add_k,add_v,to_out,to_add_out; 2 MLPs
+  const int64_t singleKept = d * mlp + (d + mlp) * d + 3 * d * d;  // proj_mlp, proj_out, q, k, v
+  EXPECT_EQ(doubleKept, 226492416);
+  EXPECT_EQ(singleKept, 113246208);
+  for (size_t i = 0; i < kept.blocks.size(); ++i) {
+    const bool dbl = i < 19;
+    SCOPED_TRACE(kept.blocks[i].id);
+    EXPECT_EQ(kept.blocks[i].weightBytes - plain.blocks[i].weightBytes, dbl ? doubleKept : singleKept);
+    EXPECT_EQ(keptInt8.blocks[i].weightBytes, plainInt8.blocks[i].weightBytes);
+    // With time_text_embed training, the modulations keep theirs too (6d and 3d outputs).
+    EXPECT_EQ(keptWithTimeLora.blocks[i].weightBytes - plainWithTimeLora.blocks[i].weightBytes,
+              dbl ? doubleKept + 2 * d * 6 * d : singleKept + d * 3 * d);
+  }
 }

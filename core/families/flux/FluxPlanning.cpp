@@ -225,6 +225,15 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
                                  double activationElementsPerTokenPerHidden) {
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? defaultTargets : cfg.network.targetModules);
   train::RunPlanInput out;
+  // model.fp8_keep_transpose: the fp8 Linears whose input gets a gradient keep a transposed
+  // copy (nn::Fp8Backward). The modulations read the conditioning vector, which gets a
+  // gradient only when a time_text_embed Linear trains. An upper bound by the first double
+  // block's q/k/v (their input comes from the frozen stem).
+  const bool keptTransposes = cfg.model.quantize && cfg.model.qtype != "int8" && cfg.model.fp8Matmul &&
+                              cfg.model.fp8Backward && cfg.model.fp8KeepTranspose;
+  bool conditioningTrains = false;
+  for (const auto& l : params.stem.linears)
+    conditioningTrains = conditioningTrains || (l.path.rfind("time_text_embed", 0) == 0 && targets.matches(l.path));
   auto unitOf = [&](const flux::FluxBlockParams& b) {
     placement::UnitShape u;
     u.id = b.id;
@@ -240,6 +249,9 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
         u.quantizedWeightCount += l.inFeatures * l.outFeatures;
         u.largestQuantizedWeightCount = std::max(u.largestQuantizedWeightCount, l.inFeatures * l.outFeatures);
         u.quantScaleCount += cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8" ? l.outFeatures : 1;
+        if (keptTransposes && l.inFeatures % 16 == 0 && l.outFeatures % 16 == 0 &&
+            (conditioningTrains || !flux::isModulationLinear(l.path)))
+          u.keptTransposeCount += l.inFeatures * l.outFeatures;
       }
     return u;
   };

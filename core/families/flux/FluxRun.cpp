@@ -82,7 +82,7 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
   nn::Fp8MatmulCount fp8;
   if (fp8Matmul)
     for (auto& slot : model_->blockList().blocks)
-      fp8 += nn::enableFp8Matmul(*slot.block, nn::fp8BackwardOf(m.fp8Backward));
+      fp8 += nn::enableFp8Matmul(*slot.block, nn::fp8BackwardOf(m.fp8Backward, m.fp8KeepTranspose));
   for (auto& p : model_->parameters()) p.requires_grad_(false);
   train::placeBlocks(st, model_->blockList(), dev);
   if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);

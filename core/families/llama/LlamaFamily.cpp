@@ -53,6 +53,8 @@ LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   o.gradientCheckpointing = cfg.train.gradientCheckpointing;
   o.quantize = cfg.model.quantize;
   o.perRowScales = !o.quantize || nn::perRowScale(nn::quantTypeFromName(cfg.model.qtype));
+  o.keptTransposes = o.quantize && cfg.model.qtype != "int8" && cfg.model.fp8Matmul && cfg.model.fp8Backward &&
+                     cfg.model.fp8KeepTranspose;
   return o;
 }
 
@@ -167,7 +169,7 @@ class LlamaRun : public train::FamilyRun {
     nn::Fp8MatmulCount fp8;
     if (fp8Matmul)
       for (size_t i = 0; i < model_->layerCount(); ++i)
-        fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward));
+        fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward, m.fp8KeepTranspose));
     for (auto& p : model_->parameters()) p.requires_grad_(false);
     train::placeBlocks(st, model_->blockList(), dev);
     if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);

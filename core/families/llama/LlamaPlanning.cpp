@@ -22,6 +22,8 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
         s.quantizedWeightCount += l.inFeatures * l.outFeatures;
         s.largestQuantizedWeightCount = std::max(s.largestQuantizedWeightCount, l.inFeatures * l.outFeatures);
         s.quantScaleCount += o.perRowScales ? l.outFeatures : 1;
+        if (o.keptTransposes && l.inFeatures % 16 == 0 && l.outFeatures % 16 == 0)
+          s.keptTransposeCount += l.inFeatures * l.outFeatures;
       }
     }
     return s;

@@ -30,6 +30,10 @@ struct LlamaPlanOptions {
   // Linear (float8_e4m3). Embeddings, norms and lm_head stay in the dtype.
   bool quantize = false;
   bool perRowScales = true;
+  // model.fp8_keep_transpose: each fp8 layer Linear (dims multiples of 16) keeps a
+  // transposed copy, 1 byte per weight (an upper bound: the first layer's q/k/v/gate/up
+  // read inputs that need no gradient and keep none).
+  bool keptTransposes = false;
 };
 
 // Memory mode. Layers: weights, adapters (+ grads, AdamW state, EMA) and the

@@ -262,13 +262,19 @@ FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
 
 namespace strata::flux {
 
+bool isModulationLinear(const std::string& path) {
+  auto endsWith = [&](const std::string& tail) {
+    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return endsWith("norm1.linear") || endsWith("norm1_context.linear") || endsWith("norm.linear") ||
+         endsWith("norm_out.linear");
+}
+
 double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
                           int64_t loraRank, const std::function<bool(const std::string&)>& hasLora) {
   auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
   auto tokensOf = [&](const std::string& path) -> double {
-    if (contains(path, "time_text_embed") || contains(path, "norm1.linear") || contains(path, "norm1_context.linear") ||
-        contains(path, "norm.linear") || contains(path, "norm_out.linear"))
-      return 1;
+    if (contains(path, "time_text_embed") || isModulationLinear(path)) return 1;
     if (path.rfind("single_transformer_blocks.", 0) == 0) return static_cast<double>(imageTokens + textTokens);
     if (contains(path, "context_embedder") || contains(path, "add_q_proj") || contains(path, "add_k_proj") ||
         contains(path, "add_v_proj") || contains(path, "to_add_out") || contains(path, "ff_context"))

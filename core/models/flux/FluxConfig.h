@@ -81,6 +81,11 @@ struct FluxBlockParams {
   std::vector<FluxLinearShape> linears;  // every Linear in it, in the model's order
 };
 
+// Whether the Linear at `path` (a FluxLinearShape path) is a modulation: it reads the
+// conditioning vector [B, hidden] (one token per sample), which needs no gradient while
+// the stem is frozen.
+bool isModulationLinear(const std::string& path);
+
 struct FluxParamPlan {
   FluxBlockParams stem;
   std::vector<FluxBlockParams> blocks;  // double blocks, then single blocks
