@@ -80,7 +80,8 @@ QString shortId(const BlockView& b, bool causalLm) {
 }
 
 qint64 blockBytes(const BlockView& b) {
-  return b.weightBytes + b.adapterBytes + b.emaBytes + b.optimizerBytes + b.quantScaleBytes + b.otherAttachmentBytes;
+  return b.weightBytes + b.adapterBytes + b.emaBytes + b.optimizerBytes + b.quantScaleBytes + b.keptTransposeBytes +
+         b.otherAttachmentBytes;
 }
 
 QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
@@ -96,6 +97,8 @@ QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
     tip +=
         QString("<br>optimizer state in host memory: %1 (staged for each step)").arg(formatBytes(b.hostOptimizerBytes));
   if (b.quantScaleBytes) tip += QString("<br>quantization scales: %1").arg(formatBytes(b.quantScaleBytes));
+  if (b.keptTransposeBytes)
+    tip += QString("<br>kept fp8 transposes: %1").arg(formatBytes(b.keptTransposeBytes));
   if (b.otherAttachmentBytes) tip += QString("<br>other attachments: %1").arg(formatBytes(b.otherAttachmentBytes));
   if (b.activationBytes) tip += QString("<br>activations (planned): %1").arg(formatBytes(b.activationBytes));
   tip += QString("<br><i>total: %1 (%2)</i>")

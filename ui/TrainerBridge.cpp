@@ -76,6 +76,8 @@ PlacementView placementViewOf(const events::PlacementEvent& e) {
         bv.optimizerBytes += a.bytes;
       } else if (a.kind == "quant_scale") {
         bv.quantScaleBytes += a.bytes;
+      } else if (a.kind == "fp8_transpose") {
+        bv.keptTransposeBytes += a.bytes;
       } else {
         bv.otherAttachmentBytes += a.bytes;
       }

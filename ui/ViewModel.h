@@ -25,6 +25,7 @@ struct BlockView {
   qint64 optimizerBytes = 0;        // optimizer state
   qint64 hostOptimizerBytes = 0;    // optimizer state kept in host memory (train.offload_optimizer_state)
   qint64 quantScaleBytes = 0;       // quantization scales
+  qint64 keptTransposeBytes = 0;    // kept transposed fp8 weights (model.fp8_keep_transpose)
   qint64 otherAttachmentBytes = 0;  // attachments of kinds the map has no row for
   qint64 activationBytes = 0;       // planned activations (planner only)
   bool measured = false;            // figures measured from the run's tensors (else planned)

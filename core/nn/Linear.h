@@ -91,6 +91,7 @@ class LinearImpl : public torch::nn::Module {
   // and nothing changes, for one that does not qualify (it keeps the dequantizing matmul).
   bool useFp8Matmul(Fp8Backward backward = Fp8Backward::Bf16);
   bool fp8Matmul() const { return fp8Matmul_; }
+  Fp8Backward fp8Backward() const { return fp8Backward_; }
   // The weight in `dtype`, dequantized when quantized: [out, in].
   at::Tensor denseWeight(at::ScalarType dtype) const;
   // With Fp8Backward::Fp8KeptTranspose: the fp8 weight's transposed copy [in, out], made by

@@ -91,6 +91,12 @@ std::vector<events::DeviceMemory> memoryOf(const std::vector<c10::Device>& devic
   return out;
 }
 
+int64_t attachmentTensorCount(const placement::Placement& p) {
+  int64_t tensors = 0;
+  for (const auto& a : p.attachments()) tensors += static_cast<int64_t>(a->tensors().size());
+  return tensors;
+}
+
 events::PlacementEvent placementEventOf(const placement::Placement& p, const std::string& reason) {
   events::PlacementEvent e;
   e.reason = reason;
@@ -115,9 +121,7 @@ events::PlacementEvent placementEventOf(const placement::Placement& p, const std
     e.memory.push_back(m);
   }
   for (const auto& a : p.audit()) e.audit.push_back({a.path, a.expected, a.actual});
-  int64_t tensors = 0;
-  for (const auto& a : p.attachments()) tensors += static_cast<int64_t>(a->tensors().size());
-  e.checkedTensors = tensors;
+  e.checkedTensors = attachmentTensorCount(p);
   return e;
 }
 
@@ -367,6 +371,20 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
   }
 }
 
+// Some attachments get their tensors in the first step (the fp8 weights' kept transposes,
+// nn::Fp8Backward::Fp8KeptTranspose): where that happened, the audit runs again and the
+// GPU map gets the placement with them. A misplaced one stops the run, as before step 1.
+void Trainer::auditAttachmentsMadeByTheFirstStep(State& st) {
+  if (attachmentTensorCount(*st.placement) == st.auditedTensors) return;
+  auto placed = placementEventOf(*st.placement, st.planReason);
+  st.auditedTensors = placed.checkedTensors;
+  std::string misplaced;
+  for (const auto& i : placed.audit)
+    misplaced += (misplaced.empty() ? "" : "; ") + i.path + " is on " + i.actual + ", expected " + i.expected;
+  bus_.publish(std::move(placed));
+  if (!misplaced.empty()) throw Error("audit after step 1 (attachments made by it): " + misplaced);
+}
+
 void Trainer::restore(State& st, std::vector<std::string>& problems) {
   if (st.resumeData) {
     try {
@@ -395,7 +413,9 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   for (const auto& i : st.placement->audit())
     problems.push_back("audit: " + i.path + " is on " + i.actual + ", expected " + i.expected + " (block " + i.blockId +
                        ")");
-  bus_.publish(placementEventOf(*st.placement, st.planReason));
+  auto placed = placementEventOf(*st.placement, st.planReason);
+  st.auditedTensors = placed.checkedTensors;
+  bus_.publish(std::move(placed));
   if (!problems.empty()) return;
 
   // Counters and random states: a new run starts from the seed, a resumed one
@@ -663,6 +683,7 @@ RunOutcome Trainer::loop(State& st) {
       if (st.phases) st.phases->mark("ema");
       reportStep(st, loss, lr, gradNorm, scaleUsed, finiteGrads,
                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (step == st.startStep + 1) auditAttachmentsMadeByTheFirstStep(st);
       if (st.phases) {
         st.phases->mark("report");
         st.phases->endStep();

@@ -252,8 +252,8 @@ TEST(Fp8Gpu, AKeptTransposeIsMadeOnceWhereABackwardFollowsAndGivesTheSameGradien
 
     ASSERT_TRUE(lin->useFp8Matmul(nn::Fp8Backward::Fp8KeptTranspose));
     {
-      at::NoGradGuard noGrad;
-      run(false);
+      at::NoGradGuard noGrad;  // checkpointing's first pass: an input that wants a gradient, no graph
+      (void)lin->forward(x0.detach().requires_grad_(true));
     }
     run(false);  // an input without a gradient: no backward follows
     EXPECT_FALSE(lin->keptWeightTranspose().defined()) << "made where no backward follows";
@@ -272,16 +272,20 @@ TEST(Fp8Gpu, AKeptTransposeIsMadeOnceWhereABackwardFollowsAndGivesTheSameGradien
               << perMs << " ms with a transposed copy per backward, " << keptMs << " ms with the kept one ("
               << formatBytes(kept.numel()) << " kept)" << std::endl;
 
-    // The attachment lists it for the audit and moves it; a copy left elsewhere than the
-    // weight is not used but made again on the weight's card.
-    placement::QuantScaleAttachment attachment("fc", lin);
-    bool listed = false;
-    for (const auto& [name, tensor] : attachment.tensors()) listed = listed || name == "weight_transposed";
-    EXPECT_TRUE(listed);
-    attachment.moveTo(at::Device(at::kCPU));
+    // Its attachment (made by forModel for this Linear) lists it for the audit and moves
+    // it; a copy left elsewhere than the weight is not used but made again on its card.
+    auto holder = std::make_shared<torch::nn::Module>();
+    holder->register_module("fc", lin);
+    std::shared_ptr<placement::Attachment> attachment;
+    for (const auto& a : placement::QuantScaleAttachment::forModel(*holder))
+      if (a->kind() == placement::keptTransposeKind()) attachment = a;
+    ASSERT_TRUE(attachment) << "forModel made no fp8_transpose attachment";
+    ASSERT_EQ(attachment->tensors().size(), 1u);
+    EXPECT_EQ(attachment->tensors()[0].first, "weight_transposed");
+    EXPECT_TRUE(attachment->tensors()[0].second.is_same(lin->keptWeightTranspose()));
+    attachment->moveTo(at::Device(at::kCPU));
     EXPECT_TRUE(lin->keptWeightTranspose().is_cpu());
-    EXPECT_TRUE(lin->weightScale.is_cpu());
-    attachment.moveTo(kCuda);
+    attachment->moveTo(kCuda);
     EXPECT_TRUE(lin->keptWeightTranspose().is_cuda());
     lin->moveKeptWeightTranspose(at::Device(at::kCPU));
     const auto [yAgain, gAgain] = run(true);
@@ -513,9 +517,10 @@ TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
     llama::LlamaForCausalLM source(lc, llama::LlamaBuildOptions{at::kCPU, at::kBFloat16});
     llama::saveLlamaFolder(source, tmp / "model");
   }
-  auto runWith = [&](bool quantized, std::vector<events::LoadProgressEvent>* loads, std::string* reason) {
+  auto runWith = [&](bool quantized, std::vector<events::LoadProgressEvent>* loads, std::string* reason,
+                     bool keepTranspose = false, std::vector<events::PlacementEvent>* placements = nullptr) {
     config::RunConfig c;
-    c.job.name = quantized ? "q" : "b";
+    c.job.name = keepTranspose ? "k" : quantized ? "q" : "b";
     c.job.trainingFolder = tmp.path().string();
     c.model.arch = config::ModelArch::Llama;
     c.model.nameOrPath = (tmp / "model").string();
@@ -525,6 +530,7 @@ TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
     c.model.qtype = "qfloat8";
     c.model.fp8Matmul = quantized;
     c.model.fp8Backward = quantized;
+    c.model.fp8KeepTranspose = keepTranspose;
     c.network.linear = 8;
     c.network.linearAlpha = 8;
     c.train.steps = 12;
@@ -547,12 +553,13 @@ TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
       if (auto* s = std::get_if<events::StepEvent>(&e)) losses.push_back(s->loss);
       if (auto* l = std::get_if<events::LoadProgressEvent>(&e); l && loads) loads->push_back(*l);
       if (auto* p = std::get_if<events::PlacementEvent>(&e); p && reason) *reason = p->reason;
+      if (auto* p = std::get_if<events::PlacementEvent>(&e); p && placements) placements->push_back(*p);
       if (auto* f = std::get_if<events::FailedEvent>(&e)) problems += f->message + "\n";
       if (auto* f = std::get_if<events::PreflightFailedEvent>(&e))
         for (const auto& m : f->problems) problems += m + "\n";
     });
     train::TrainerOptions o;
-    o.runDir = tmp / (quantized ? "run-q" : "run-b");
+    o.runDir = tmp / ("run-" + c.job.name);
     EXPECT_EQ(train::Trainer(c, bus, o).run(), train::RunOutcome::Finished) << problems;
     return losses;
   };
@@ -578,4 +585,29 @@ TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
   std::cout << "[fp8 gpu] Llama qfloat8 + fp8 matmul from a folder, losses fp8/bf16:" << curve
             << "; max relative difference " << worst << std::endl;
   EXPECT_LT(worst, 0.05) << curve;
+
+  // model.fp8_keep_transpose: the same losses bit for bit; the copies are made by step 1,
+  // one per fp8 Linear whose input gets a gradient (all but layer 0's q, k and v, which
+  // read the embeddings), then audited and shown in a second placement event.
+  std::vector<events::PlacementEvent> placements;
+  const auto kept = runWith(true, nullptr, nullptr, true, &placements);
+  ASSERT_EQ(kept.size(), 12u);
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(kept[i], fp8[i]) << "step " << i + 1;
+  ASSERT_EQ(placements.size(), 2u) << "no placement event after the first step";
+  auto keptCopies = [](const events::PlacementEvent& p) {
+    int64_t count = 0, bytes = 0;
+    for (const auto& b : p.blocks)
+      for (const auto& a : b.attachments)
+        if (a.kind == "fp8_transpose") count += a.count, bytes += a.bytes;
+    return std::make_pair(count, bytes);
+  };
+  // One attachment per fp8 Linear (21), their tensors made by step 1 (18).
+  EXPECT_EQ(keptCopies(placements[0]), std::make_pair(int64_t{21}, int64_t{0})) << "copies made before step 1";
+  EXPECT_EQ(keptCopies(placements[1]).first, 21);
+  EXPECT_GT(keptCopies(placements[1]).second, 0);
+  EXPECT_EQ(placements[1].checkedTensors - placements[0].checkedTensors, 18);
+  EXPECT_TRUE(placements[1].audit.empty());
+  std::cout << "[fp8 gpu] Llama with kept fp8 transposes: losses equal, "
+            << placements[1].checkedTensors - placements[0].checkedTensors << " copies ("
+            << formatBytes(keptCopies(placements[1]).second) << ") audited after step 1" << std::endl;
 }

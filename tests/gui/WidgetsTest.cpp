@@ -219,8 +219,9 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
                    {"ema_shadow", 28, 12'000'000},
                    {"optimizer_state", 28, 24'000'000},
                    {"quant_scale", 14, 3'000'000},
+                   {"fp8_transpose", 12, 226'000'000},
                    {"some_future_kind", 1, 1'000'000}};
-  b.attachmentBytes = 52'000'000;
+  b.attachmentBytes = 278'000'000;
   e.blocks.push_back(b);
   PlacementView v = placementViewOf(e);
   QCOMPARE(v.devices.size(), 1);
@@ -232,8 +233,9 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   QCOMPARE(bv.emaBytes, 12'000'000LL);
   QCOMPARE(bv.optimizerBytes, 24'000'000LL);
   QCOMPARE(bv.quantScaleBytes, 3'000'000LL);
+  QCOMPARE(bv.keptTransposeBytes, 226'000'000LL);
   QCOMPARE(bv.otherAttachmentBytes, 1'000'000LL);
-  QCOMPARE(v.devices[0].plannedBytes, 392'000'000LL);
+  QCOMPARE(v.devices[0].plannedBytes, 618'000'000LL);
   // A re-plan of the config does not replace what the run measured.
   QMap<QString, BlockView> replanned;
   replanned["transformer_blocks.0"] = BlockView{"transformer_blocks.0", BlockKind::Double, 1};
@@ -244,7 +246,8 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   map.resize(800, 600);
   map.setPlacement(v);
   const QString tip = map.toolTipAt(map.blockRect("transformer_blocks.0").center());
-  QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("measured in the run") &&
+  QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("kept fp8 transposes: 226.0 MB") &&
+               tip.contains("measured in the run") &&
                tip.contains("LoRA adapters: 14"),
            qPrintable(tip));
 }

@@ -31,8 +31,8 @@ struct LlamaPlanOptions {
   bool quantize = false;
   bool perRowScales = true;
   // model.fp8_keep_transpose: each fp8 layer Linear (dims multiples of 16) keeps a
-  // transposed copy, 1 byte per weight (an upper bound: the first layer's q/k/v/gate/up
-  // read inputs that need no gradient and keep none).
+  // transposed copy, 1 byte per weight (an upper bound: the first layer's q/k/v read
+  // the embeddings, which need no gradient, and keep none).
   bool keptTransposes = false;
 };
 
