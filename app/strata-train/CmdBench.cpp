@@ -1,5 +1,5 @@
-// `strata-train bench CONFIG [--steps N] [--phases] [--profile FILE] [--json] [--set key=value]...`: what a run of
-// this config costs before committing to it. Trains N steps (after 2 warm-up
+// `strata-train bench CONFIG [--steps N] [--warmup N] [--phases] [--profile FILE] [--json] [--set key=value]...`: what a run of
+// this config costs before committing to it. Trains N steps (after 2 warm-up, or --warmup
 // steps) of the config's shapes (its resolution, batch size, gradient
 // accumulation, model, LoRA, dtype and placement) on data that reads no files: a
 // shapes or synthetic dataset as the config has it, any other dataset replaced by
@@ -50,12 +50,14 @@ namespace strata::cli {
 
 namespace {
 
-constexpr int64_t kWarmupSteps = 2;
+constexpr int64_t kDefaultWarmupSteps = 2;
+constexpr long long kMaxWarmupSteps = 1000;
 constexpr long long kMaxBenchSteps = 1000000;  // far beyond a useful bench; keeps warm-up + N in range
 
 struct BenchArgs {
   std::string configPath;
   int64_t steps = 10;
+  int64_t warmup = kDefaultWarmupSteps;  // --warmup: steps run before the measured ones
   bool json = false;
   bool phases = false;
   std::string profilePath;  // --profile: kineto trace of the first measured steps
@@ -134,7 +136,7 @@ std::optional<BenchSetup> setUpBench(const BenchArgs& args, const fs::path& runF
     d.numItems = std::max<int64_t>(cfg.train.batchSize, 2);
     cfg.datasets = {d};
   }
-  cfg.train.steps = kWarmupSteps + args.steps;  // both bounded by the command line's ranges
+  cfg.train.steps = args.warmup + args.steps;  // both bounded by the command line's ranges
   cfg.sample.sampleEvery = 0;
   cfg.sample.prompts.clear();
   cfg.save.saveEvery = 0;
@@ -190,11 +192,11 @@ int runBench(const BenchArgs& args) {
   std::vector<std::string> runDevices;
   auto sub = bus.subscribe([&](const events::Event& e) {
     if (auto* s = std::get_if<events::StepEvent>(&e)) {
-      if (s->step > kWarmupSteps) stepMs.push_back(s->stepTimeMs);
+      if (s->step > args.warmup) stepMs.push_back(s->stepTimeMs);
       // Published on the training thread after each step: the profiled steps are
       // the first `profileSteps` measured ones (their times are in stepMs too).
-      if (profiling && s->step == kWarmupSteps) profile.start();
-      if (profiling && s->step == kWarmupSteps + profileSteps) kernels = profile.stop(args.profilePath);
+      if (profiling && s->step == args.warmup) profile.start();
+      if (profiling && s->step == args.warmup + profileSteps) kernels = profile.stop(args.profilePath);
       if (runDevices.empty())
         for (const auto& m : s->memory) runDevices.push_back(m.device);
     }
@@ -235,7 +237,7 @@ int runBench(const BenchArgs& args) {
   nlohmann::json j;
   j["config"] = args.configPath;
   j["steps"] = args.steps;
-  j["warmup_steps"] = kWarmupSteps;
+  j["warmup_steps"] = args.warmup;
   j["resolution"] = px;
   j["batch_size"] = cfg.train.batchSize;
   j["gradient_accumulation_steps"] = std::max<int64_t>(cfg.train.gradientAccumulationSteps, 1);
@@ -286,13 +288,13 @@ int runBench(const BenchArgs& args) {
     nlohmann::json pj = nlohmann::json::array();
     double sum = 0.0;
     for (const auto& name : to.phaseTimer->phases()) {
-      const double ms = to.phaseTimer->medianMs(name, static_cast<size_t>(kWarmupSteps));
+      const double ms = to.phaseTimer->medianMs(name, static_cast<size_t>(args.warmup));
       sum += ms;
       pj.push_back({{"phase", name},
                     {"median_ms", ms},
                     {"ms", to.phaseTimer->perStep().at(name)},
                     {"allocated_bytes_after", to.phaseTimer->allocatedAfter(name)},
-                    {"peak_allocated_bytes", to.phaseTimer->peakDuring(name, static_cast<size_t>(kWarmupSteps))}});
+                    {"peak_allocated_bytes", to.phaseTimer->peakDuring(name, static_cast<size_t>(args.warmup))}});
     }
     j["phases"] = pj;
     j["phases_sum_ms"] = sum;
@@ -328,7 +330,7 @@ int runBench(const BenchArgs& args) {
     std::cout << j.dump(2) << std::endl;
     return kExitOk;
   }
-  std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << kWarmupSteps << " warm-up, "
+  std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << args.warmup << " warm-up, "
             << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string()) << "batch "
             << cfg.train.batchSize
             << (cfg.train.gradientAccumulationSteps > 1
@@ -388,8 +390,11 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a few training steps of a config on data of its shapes");
   cmd->add_option("config", args->configPath, "Run config (YAML)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--steps", args->steps, "Measured steps (after 2 warm-up steps; default 10)")
+  cmd->add_option("--steps", args->steps, "Measured steps (after the warm-up steps; default 10)")
       ->check(countCheck("a number of measured steps", kMaxBenchSteps));
+  cmd->add_option("--warmup", args->warmup,
+                  "Warm-up steps before the measured ones, not timed (default 2; the peer benchmark runs 3)")
+      ->check(countCheck("a number of warm-up steps", kMaxWarmupSteps));
   cmd->add_flag("--json", args->json, "Print the figures as JSON");
   cmd->add_flag("--phases", args->phases,
                 "Also time each phase of a step (data, forward, backward, clip, optimizer, EMA, report)");

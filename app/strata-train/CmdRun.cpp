@@ -94,6 +94,14 @@ class ProgressPrinter {
   }
   void on(const events::PlacementEvent& e) {
     std::ostringstream s;
+    if (e.afterStep > 0) {  // the same placement, audited again with what that step made
+      s << "audit after step " << e.afterStep << ": "
+        << (e.audit.empty() ? "clean" : std::to_string(e.audit.size()) + " mismatch(es)") << " (" << e.checkedTensors
+        << " attachment tensors checked)";
+      for (const auto& a : e.audit) s << "\n  " << a.path << ": expected " << a.expected << ", found " << a.actual;
+      line(s.str());
+      return;
+    }
     s << "placement: " << e.reason;
     std::string dev;
     for (const auto& b : e.blocks) {

@@ -66,13 +66,15 @@ struct AuditIssue {
   std::string actual;
 };
 
-// Sent before step 1 and whenever the placement changes.
+// Sent before step 1, and again after step 1 when it made attachment tensors (the
+// optimizer state of a new run, kept fp8 transposes): then audited again.
 struct PlacementEvent {
   std::string reason;  // the planner's reason, "single device", ...
   std::vector<PlacedBlock> blocks;
   std::vector<DeviceMemory> memory;
   std::vector<AuditIssue> audit;  // empty = clean audit
   int64_t checkedTensors = 0;     // how many tensors the audit looked at
+  int64_t afterStep = 0;          // 0: before the first step; else the step whose tensors this audits too
 };
 
 struct SampleEvent {

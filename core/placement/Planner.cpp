@@ -521,9 +521,9 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
       c.workspaceBytes = convertedBytes;
     }
   }
-  // The staged chunk is there only during the optimizer step, when no block runs: one
-  // chunk, plus the largest tensor's moments (one over the chunk is staged alone, and
-  // the last staged tensor waits for its copy back while the next chunk comes in).
+  // The staging is there only during the optimizer step, when no block runs: two slots
+  // (train/FusedAdamW: one chunk's copy back beside the next one's copy in), each of a
+  // chunk or of the largest tensor's moments (one over the chunk is staged alone).
   if (c.hostBytes > 0) {
     c.largestStagedBytes = 0;
     for (const auto& l : unit.loraLinears)
@@ -532,7 +532,7 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
                    static_cast<int64_t>(static_cast<double>(o.loraRank * std::max(l.inFeatures, l.outFeatures)) *
                                         o.optimizerBytesPerParam));
     c.workspaceBytes =
-        std::max(c.workspaceBytes, std::min(o.optimizerStagingBytes + c.largestStagedBytes, c.hostBytes));
+        std::max(c.workspaceBytes, std::min(2 * std::max(o.optimizerStagingBytes, c.largestStagedBytes), c.hostBytes));
   }
   return c;
 }
@@ -551,7 +551,7 @@ PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& 
     hostTotal += c.hostBytes;
     largest = std::max(largest, c.largestStagedBytes);
   }
-  const int64_t staging = std::min(options.optimizerStagingBytes + largest, hostTotal);
+  const int64_t staging = std::min(2 * std::max(options.optimizerStagingBytes, largest), hostTotal);
   for (BlockCost* c : {&in.stem, &in.head}) {
     if (c->hostBytes > 0) c->workspaceBytes = std::max(c->workspaceBytes, staging);
   }

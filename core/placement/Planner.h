@@ -46,7 +46,7 @@
 namespace strata::placement {
 
 // train.offload_optimizer_state: the moments staged to the card per piece of the step
-// (train/FusedAdamW stages them; the planner counts one piece as workspace).
+// (train/FusedAdamW stages them in two slots of a piece; the planner counts both as workspace).
 constexpr int64_t kOptimizerStagingChunkBytes = int64_t{64} << 20;
 
 enum class PlanMode { ParamCount, Memory };
@@ -242,8 +242,8 @@ struct CostOptions {
   // on the device only the block being recomputed holds it (in its workspace).
   bool offloadCheckpoints = false;
   // train.offload_optimizer_state: the optimizer state waits in host memory; the
-  // device holds one staged chunk of it during the step (workspace: this, plus the
-  // largest tensor's moments).
+  // device holds two staging slots of it during the step (workspace: two of this, or
+  // of the largest tensor's moments where those are larger).
   bool offloadOptimizerState = false;
   int64_t optimizerStagingBytes = kOptimizerStagingChunkBytes;
   // Elements of activation kept per token, per hidden unit, by one block when it is

@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cmath>
+#include <exception>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -11,6 +14,9 @@
 #include "common/TorchCompat.h"
 
 #ifdef STRATA_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #if STRATA_TORCH_AT_LEAST(2, 8)
 #include <ATen/core/CachingHostAllocator.h>
 #else
@@ -94,7 +100,86 @@ void releaseCachedPinnedMemory() {
 #endif
 }
 
+// Staging offsets on the card: 256-byte aligned, as the allocator's own blocks are.
+int64_t alignedBytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+#ifdef STRATA_HAS_CUDA
+// Two staging slots on one card, used in turn by the packed chunks of a step: a chunk's
+// moments cross in on the compute stream into one slot and back out on a side stream,
+// so one chunk's copy back runs beside the next one's copy in (the link's two ways). A
+// slot is filled again only once its copy back is done: the compute stream waits for
+// that on the card, not the host.
+class StagingSlots {
+ public:
+  StagingSlots(const c10::Device& device, int64_t slotBytes)
+      : device_(device), side_(c10::cuda::getStreamFromPool(false, device.index())) {
+    for (auto& s : slots_) s = at::empty({slotBytes}, at::TensorOptions().dtype(at::kByte).device(device));
+  }
+  StagingSlots(const StagingSlots&) = delete;
+  StagingSlots& operator=(const StagingSlots&) = delete;
+  // A step that throws half way: the copies back queued so far land before the slots go.
+  ~StagingSlots() {
+    if (!slots_[0].defined()) return;
+    for (auto& e : copiedBack_)
+      if (e) e->synchronize();
+  }
+
+  // The next chunk's slot ([slotBytes] bytes), once its last copy back has read it.
+  const at::Tensor& acquire() {
+    if (copiedBack_[next_]) copiedBack_[next_]->block(c10::cuda::getCurrentCUDAStream(device_.index()));
+    return slots_[next_];
+  }
+  // Queues the acquired slot's (host, staged) copies back once the work queued so far
+  // on the compute stream (the update) is done; the next chunk takes the other slot.
+  void copyBack(const std::vector<std::pair<at::Tensor, at::Tensor>>& pairs) {
+    const c10::cuda::CUDAGuard guard(device_);
+    at::cuda::CUDAEvent updated;
+    updated.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    updated.block(side_);
+    {
+      const c10::cuda::CUDAStreamGuard onSide(side_);
+      for (const auto& [host, staged] : pairs) host.copy_(staged, /*non_blocking=*/true);
+    }
+    copiedBack_[next_] = std::make_shared<at::cuda::CUDAEvent>();
+    copiedBack_[next_]->record(side_);
+    next_ = 1 - next_;
+  }
+  // Gives the slots back (the allocator reuses them once the side stream is past its
+  // copies) and returns the wait for the last copy back (the side stream runs in order).
+  std::function<void()> release() {
+    for (auto& s : slots_) {
+      s.record_stream(side_);
+      s = at::Tensor();
+    }
+    std::shared_ptr<at::cuda::CUDAEvent> last = copiedBack_[1 - next_] ? copiedBack_[1 - next_] : copiedBack_[next_];
+    return [last] {
+      if (last) last->synchronize();
+    };
+  }
+
+ private:
+  c10::Device device_;
+  c10::cuda::CUDAStream side_;
+  std::array<at::Tensor, 2> slots_;
+  std::array<std::shared_ptr<at::cuda::CUDAEvent>, 2> copiedBack_;
+  int next_ = 0;
+};
+#endif
+
 }  // namespace
+
+FusedAdamW::~FusedAdamW() {
+  try {
+    finishCopiesBack();
+  } catch (...) {  // a destructor does not throw; the pinned blocks wait for their copies anyway
+  }
+}
+
+void FusedAdamW::finishCopiesBack() {
+  auto pending = std::move(copiesBackPending_);
+  copiesBackPending_.clear();
+  for (auto& wait : pending) wait();
+}
 
 std::vector<std::pair<size_t, size_t>> stagingChunks(const std::vector<int64_t>& bytes, int64_t limit) {
   if (limit < 1) throw Error("FusedAdamW: staging chunk of " + std::to_string(limit) + " bytes (must be >= 1)");
@@ -158,6 +243,22 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       if (stateInHostMemory_ && p.is_cuda() && !p.is_contiguous() && !state_.count(compat::optimizerStateKey(p)))
         throw Error("FusedAdamW: a parameter whose state is in host memory must be contiguous");
     }
+  // The host reads (packs) and the card reads (stages) the host moments below: the last
+  // step's copies back into them must have landed.
+  finishCopiesBack();
+  // Should the step throw half way, the slots' copies back queued by then land before
+  // the exception leaves step() (the slots of the bucket at hand wait in their destructor).
+  struct FinishSlotCopiesOnThrow {
+    FusedAdamW& self;
+    int unwinding = std::uncaught_exceptions();
+    ~FinishSlotCopiesOnThrow() {
+      if (std::uncaught_exceptions() == unwinding) return;
+      try {
+        self.finishCopiesBack();
+      } catch (...) {  // already unwinding: the first error is the one reported
+      }
+    }
+  } finishSlotsOnThrow{*this};
   std::string path;
   lastStagedChunks_ = 0;
   bool packedPinnedMoments = false;  // pinned moments replaced by packed ones this step
@@ -168,8 +269,9 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
     if (stateInHostMemory_ && p.is_cuda()) return at::zeros(p.sizes(), p.options().device(at::kCPU));
     return at::zeros_like(p, at::MemoryFormat::Preserve);
   };
-  // Per device, the last staged moment's copy back, issued blocking once every other
-  // copy is queued: when step() returns the host copies have landed.
+  // Copies back outside the staging slots (moments not packed): per device, the last
+  // one is issued blocking once every other copy is queued, so those have landed when
+  // step() returns.
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> lastCopyBack;  // device -> (host, staged)
   auto copyBack = [&](const at::Tensor& host, const at::Tensor& staged) {
     auto& last = lastCopyBack[staged.device().str()];
@@ -261,7 +363,24 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       if (staged.empty()) continue;
       std::vector<int64_t> bytes;
       for (size_t i : staged) bytes.push_back(tensorBytes(b.avgs[i]) + tensorBytes(b.sqs[i]));
-      for (const auto& chunk : stagingChunks(bytes, stagingChunkBytes_)) {
+      const auto chunks = stagingChunks(bytes, stagingChunkBytes_);
+#ifdef STRATA_HAS_CUDA
+      // A slot holds any chunk's two packed moments.
+      std::unique_ptr<StagingSlots> slots;
+      if (device.is_cuda()) {
+        int64_t slotBytes = 0;
+        for (const auto& [begin, end] : chunks) {
+          int64_t avgBytes = 0, sqBytes = 0;
+          for (size_t k = begin; k < end; ++k) {
+            avgBytes += tensorBytes(b.avgs[staged[k]]);
+            sqBytes += tensorBytes(b.sqs[staged[k]]);
+          }
+          slotBytes = std::max(slotBytes, alignedBytes(avgBytes) + alignedBytes(sqBytes));
+        }
+        slots = std::make_unique<StagingSlots>(device, slotBytes);
+      }
+#endif
+      for (const auto& chunk : chunks) {
         const size_t begin = chunk.first, end = chunk.second;  // not bindings: the lambda captures them
         // One copy each way per chunk and moment: the chunk's host moments are packed
         // back to back into one buffer (once; again only if the state was replaced,
@@ -283,14 +402,31 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
           return packFlat(host, b.states, staged, begin, end, pinned,
                           [](torch::optim::AdamWParamState& st, const at::Tensor& v) { st.exp_avg_sq(v); });
         };
-        // Host -> device without blocking (pinned sources); the update and the copies
-        // back queue behind it on the same stream. Returns the staged views and, where
-        // the host side is one span, the (span, device buffer) pair for the copy back.
-        auto stage = [&](std::vector<at::Tensor>& host, bool avg, std::pair<at::Tensor, at::Tensor>& whole) {
+        const at::Tensor flatAvgs = span(b.avgs, true), flatSqs = span(b.sqs, false);
+        // Packed host moments on CUDA go through a staging slot (the copies back then on
+        // the side stream); anything else through buffers of its own on the compute stream.
+        at::Tensor slot;
+        int64_t slotOffset = 0;
+#ifdef STRATA_HAS_CUDA
+        if (slots && flatAvgs.defined() && flatSqs.defined() && flatAvgs.is_cpu() && flatSqs.is_cpu())
+          slot = slots->acquire();
+#endif
+        auto deviceBuffer = [&](const at::Tensor& like) {  // [numel] of like's dtype on `device`
+          if (!slot.defined())
+            return at::empty(like.sizes(), at::TensorOptions().dtype(like.scalar_type()).device(device));
+          const int64_t n = tensorBytes(like);
+          at::Tensor d = slot.narrow(0, slotOffset, n).view(like.scalar_type());
+          slotOffset += alignedBytes(n);
+          return d;
+        };
+        // Host -> device without blocking (pinned sources); the update queues behind it
+        // on the same stream. Returns the staged views and, where the host side is one
+        // span, the (span, device buffer) pair for the copy back.
+        auto stage = [&](std::vector<at::Tensor>& host, const at::Tensor& flat,
+                         std::pair<at::Tensor, at::Tensor>& whole) {
           std::vector<at::Tensor> out;
-          const at::Tensor flat = span(host, avg);
           if (flat.defined()) {
-            at::Tensor d = at::empty(flat.sizes(), at::TensorOptions().dtype(flat.scalar_type()).device(device));
+            at::Tensor d = deviceBuffer(flat);
             d.copy_(flat, /*non_blocking=*/true);
             int64_t offset = 0;
             for (size_t k = begin; k < end; ++k) {
@@ -310,8 +446,15 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
           return out;
         };
         std::pair<at::Tensor, at::Tensor> wholeAvgs, wholeSqs;
-        std::vector<at::Tensor> avgs = stage(b.avgs, true, wholeAvgs), sqs = stage(b.sqs, false, wholeSqs);
+        std::vector<at::Tensor> avgs = stage(b.avgs, flatAvgs, wholeAvgs), sqs = stage(b.sqs, flatSqs, wholeSqs);
         update(pick(b.params, staged, begin, end), pick(b.grads, staged, begin, end), avgs, sqs);
+        ++lastStagedChunks_;
+#ifdef STRATA_HAS_CUDA
+        if (slot.defined()) {
+          slots->copyBack({wholeAvgs, wholeSqs});
+          continue;
+        }
+#endif
         auto back = [&](const std::vector<at::Tensor>& host, const std::vector<at::Tensor>& copies,
                         const std::pair<at::Tensor, at::Tensor>& whole) {
           if (whole.first.defined()) {
@@ -322,8 +465,10 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
         };
         back(b.avgs, avgs, wholeAvgs);
         back(b.sqs, sqs, wholeSqs);
-        ++lastStagedChunks_;
       }
+#ifdef STRATA_HAS_CUDA
+      if (slots) copiesBackPending_.push_back(slots->release());
+#endif
     }
   }
   // Blocking: the device has run everything before it, the other copies back included.

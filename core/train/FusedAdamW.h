@@ -13,13 +13,17 @@
 // State in host memory (train.offload_optimizer_state): the moments of a CUDA
 // parameter live in pinned host memory; each step copies them to the card in chunks
 // of at most stagingChunkBytes() of moments (so the card never holds all of them),
-// runs the same kernel on the staged copies and copies them back without blocking;
-// step() returns once the host copies have landed. A chunk's moments are packed back
-// to back into one host buffer (the state's tensors become views of it), so a chunk
-// is one copy each way, not one per tensor.
+// runs the same kernel on the staged copies and copies them back. A chunk's moments are
+// packed back to back into one host buffer (the state's tensors become views of it), so
+// a chunk is one copy each way, not one per tensor. On CUDA two staging slots alternate:
+// a chunk's copy back runs on a side stream beside the next chunk's copy in, and the
+// last ones past step(), beside the next forward. finishCopiesBack() waits for them;
+// the next step(), the state's save and load (train/OptimizerState) and the destructor
+// call it.
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,8 +36,16 @@ class FusedAdamW : public torch::optim::AdamW {
  public:
   FusedAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {})
       : torch::optim::AdamW(std::move(params), std::move(defaults)) {}
+  ~FusedAdamW() override;
 
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  // Waits until the last step's copies of host-memory moments back from the card have
+  // landed; the host may read or replace those moments after it. Cheap when they ran
+  // beside the forward that came after.
+  void finishCopiesBack();
+  // Whether copies back are still to be waited for (for tests).
+  bool copiesBackPending() const { return !copiesBackPending_.empty(); }
 
   // How the last step updated its tensors: "fused", "foreach", "per-tensor"
   // (amsgrad) or "" before the first step; for tests and the bench.
@@ -74,6 +86,8 @@ class FusedAdamW : public torch::optim::AdamW {
   bool stageOnSameDevice_ = false;
   int64_t stagingChunkBytes_ = kDefaultStagingChunkBytes;
   int64_t lastStagedChunks_ = 0;
+  // The waits for the copies back the last step left running (CUDA events).
+  std::vector<std::function<void()>> copiesBackPending_;
 };
 
 // Consecutive ranges [begin, end) of `bytes` (moment bytes per tensor, in order),

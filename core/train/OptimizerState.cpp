@@ -5,6 +5,7 @@
 #include "common/Error.h"
 #include "common/TorchCompat.h"
 #include "train/AdamW8bit.h"
+#include "train/FusedAdamW.h"
 
 namespace strata::train {
 
@@ -20,6 +21,8 @@ auto stateKey(const at::Tensor& param) {
 
 std::vector<std::pair<std::string, at::Tensor>> saveAdamWState(torch::optim::AdamW& optimizer,
                                                                const NamedParams& params) {
+  // Moments in host memory may still be on their way back from the card.
+  if (auto* fused = dynamic_cast<FusedAdamW*>(&optimizer)) fused->finishCopiesBack();
   using Map = std::decay_t<decltype(optimizer.state())>;
   auto& map = optimizer.state();
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -103,6 +106,8 @@ std::string readMoments(const std::map<std::string, at::Tensor>& tensors, const 
 
 void loadAdamWState(torch::optim::AdamW& optimizer, const NamedParams& params,
                     const std::map<std::string, at::Tensor>& tensors, bool momentsInHostMemory) {
+  // No copy back of the last step may land in moments this replaces.
+  if (auto* fused = dynamic_cast<FusedAdamW*>(&optimizer)) fused->finishCopiesBack();
   using Map = std::decay_t<decltype(optimizer.state())>;
   std::string problems;
   std::vector<SavedMoments> pending;

@@ -371,18 +371,21 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
   }
 }
 
-// Some attachments get their tensors in the first step (the fp8 weights' kept transposes,
-// nn::Fp8Backward::Fp8KeptTranspose): where that happened, the audit runs again and the
-// GPU map gets the placement with them. A misplaced one stops the run, as before step 1.
+// Some attachments get their tensors in the first step (a new run's optimizer state, the
+// fp8 weights' kept transposes, nn::Fp8Backward::Fp8KeptTranspose): where that happened,
+// the audit runs again and the GPU map gets the placement with them. A misplaced one
+// stops the run, as before step 1.
 void Trainer::auditAttachmentsMadeByTheFirstStep(State& st) {
   if (attachmentTensorCount(*st.placement) == st.auditedTensors) return;
   auto placed = placementEventOf(*st.placement, st.planReason);
+  placed.afterStep = st.startStep + 1;
   st.auditedTensors = placed.checkedTensors;
   std::string misplaced;
   for (const auto& i : placed.audit)
     misplaced += (misplaced.empty() ? "" : "; ") + i.path + " is on " + i.actual + ", expected " + i.expected;
   bus_.publish(std::move(placed));
-  if (!misplaced.empty()) throw Error("audit after step 1 (attachments made by it): " + misplaced);
+  if (!misplaced.empty())
+    throw Error("audit after step " + std::to_string(st.startStep + 1) + " (attachments made by it): " + misplaced);
 }
 
 void Trainer::restore(State& st, std::vector<std::string>& problems) {
@@ -570,9 +573,10 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
       auto check = norm;
       for (const auto& l : losses) check = check + l.to(norm.device(), at::kDouble, /*non_blocking=*/true).sum();
       fused->skipNextStepIfNotFinite(check);
-      // With the state in host memory step() itself waits for its copies back (the
-      // one host wait of the step): the graph's teardown goes first, while the card
-      // still works through the backward and the clip.
+      // With the state in host memory step() first waits for the last step's copies
+      // back (long landed by now; this step's run on past it, beside the next forward):
+      // the graph's teardown goes first, while the card still works through the
+      // backward and the clip.
       if (fused->stateInHostMemory()) lastGraph.reset();
       st.optimizer->step();
     }

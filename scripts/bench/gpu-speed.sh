@@ -40,7 +40,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
 mkdir -p "$OUT"
 BUILD="$ROOT/build-gpu"
-STEPS="${STEPS:-6}"
+# The peer's protocol (bench_peer.py): 3 untimed steps, then 10 timed ones.
+STEPS="${STEPS:-10}"
+WARMUP="${WARMUP:-3}"
 START="$(date +%s)"
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_UI=OFF \
@@ -56,7 +58,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 bench() {  # name, then --set arguments
   local name="$1"; shift
   echo "== bench $name at $(( $(date +%s) - START )) s: $*" | tee -a "$OUT/bench.log"
-  "$CLI" bench "$CFG" --steps "$STEPS" --json "$@" >"$OUT/bench-$name.json" 2>>"$OUT/bench.log"
+  "$CLI" bench "$CFG" --steps "$STEPS" --warmup "$WARMUP" --json "$@" >"$OUT/bench-$name.json" 2>>"$OUT/bench.log"
   python3 - "$name" "$OUT/bench-$name.json" <<'PY' | tee -a "$OUT/bench.log"
 import json, sys
 try:

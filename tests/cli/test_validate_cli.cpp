@@ -246,6 +246,14 @@ TEST_F(Cli, BenchPhasesJson) {
   }
   for (const char* phase : {"data", "forward", "backward", "optimizer"})
     EXPECT_NE(std::find(names.begin(), names.end(), phase), names.end()) << phase << "\n" << r.output;
+  // --warmup: as many untimed steps first (bench_peer.py runs 3); 0 is refused.
+  const Result w = run("bench " + quote(config("demo.yaml").string()) + " --steps 2 --warmup 3 --phases --json");
+  ASSERT_EQ(w.exitCode, 0) << w.output;
+  const auto jw = nlohmann::json::parse(w.output.substr(w.output.find('{')));
+  EXPECT_EQ(jw["warmup_steps"].get<int64_t>(), 3);
+  EXPECT_EQ(jw["step_ms"].size(), 2u) << jw.dump();
+  for (const auto& p : jw["phases"]) EXPECT_EQ(p["ms"].size(), 5u) << p.dump();
+  EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --warmup 0").exitCode, 2);
 }
 
 // A config the preflight refuses never starts: bench names the refusal (it used to

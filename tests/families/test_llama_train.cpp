@@ -259,8 +259,11 @@ TEST_F(LlamaTrain, AnInt8BaseStreamsInLayerByLayerAndTrains) {
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
 
   // Quantized: each of the 7 Linears per layer has its scale attached to its layer.
+  // Before step 1, and after it with the optimizer state step 1 made.
   const auto placements = rec.of<events::PlacementEvent>();
-  ASSERT_EQ(placements.size(), 1u);
+  ASSERT_EQ(placements.size(), 2u);
+  EXPECT_EQ(placements[1].afterStep, 1);
+  EXPECT_GT(placements[1].checkedTensors, placements[0].checkedTensors);
   int64_t scales = 0;
   for (const auto& b : placements[0].blocks)
     for (const auto& a : b.attachments)

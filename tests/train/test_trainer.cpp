@@ -119,8 +119,15 @@ TEST(Trainer, OffloadedOptimizerStateResumesAcrossTheSetting) {
     r.runDir = dir;
     r.resume = true;
     ASSERT_EQ(Trainer(second, bus, r).run(), RunOutcome::Finished) << rec.failures();
+    // The first run: before step 1 and after it (the optimizer state step 1 made); the
+    // resumed one loads that state before its audit, so it has one.
     const auto placements = rec.of<events::PlacementEvent>();
-    ASSERT_EQ(placements.size(), 2u);
+    ASSERT_EQ(placements.size(), 3u);
+    EXPECT_GT(placements[1].checkedTensors, placements[0].checkedTensors);
+    EXPECT_EQ(placements[2].checkedTensors, placements[1].checkedTensors);
+    EXPECT_EQ(placements[0].afterStep, 0);
+    EXPECT_EQ(placements[1].afterStep, 1);
+    EXPECT_EQ(placements[2].afterStep, 0);
     for (const auto& pe : placements) EXPECT_TRUE(pe.audit.empty());
     const auto ckpt = RunFolder(dir).latestCheckpoint();
     ASSERT_EQ(ckpt->step, 10);
