@@ -484,6 +484,17 @@ std::vector<DeviceBudget> makeBudgets(const std::vector<device::DeviceInfo>& dev
   return out;
 }
 
+namespace {
+
+// The card's staging for offloaded moments (train/FusedAdamW's slots): the whole state in
+// one slot where it is one chunk, else two slots of a chunk or of the largest tensor's moments.
+int64_t stagingWorkspaceBytes(int64_t chunk, int64_t largest, int64_t state) {
+  const int64_t slot = std::max(chunk, largest);
+  return state <= slot ? state : 2 * slot;
+}
+
+}  // namespace
+
 BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   BlockCost c;
   c.id = unit.id;
@@ -521,9 +532,11 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
       c.workspaceBytes = convertedBytes;
     }
   }
-  // The staging is there only during the optimizer step, when no block runs: two slots
+  // The staging is there during the optimizer step (and its last copies back into the
+  // next forward's first kernels), when no block's activations are: two slots
   // (train/FusedAdamW: one chunk's copy back beside the next one's copy in), each of a
-  // chunk or of the largest tensor's moments (one over the chunk is staged alone).
+  // chunk or of the largest tensor's moments (one over the chunk is staged alone), or one
+  // slot of the whole state where it is a single chunk.
   if (c.hostBytes > 0) {
     c.largestStagedBytes = 0;
     for (const auto& l : unit.loraLinears)
@@ -532,7 +545,7 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
                    static_cast<int64_t>(static_cast<double>(o.loraRank * std::max(l.inFeatures, l.outFeatures)) *
                                         o.optimizerBytesPerParam));
     c.workspaceBytes =
-        std::max(c.workspaceBytes, std::min(2 * std::max(o.optimizerStagingBytes, c.largestStagedBytes), c.hostBytes));
+        std::max(c.workspaceBytes, stagingWorkspaceBytes(o.optimizerStagingBytes, c.largestStagedBytes, c.hostBytes));
   }
   return c;
 }
@@ -551,7 +564,7 @@ PlannerInput estimateInput(const UnitShape& stem, const std::vector<UnitShape>& 
     hostTotal += c.hostBytes;
     largest = std::max(largest, c.largestStagedBytes);
   }
-  const int64_t staging = std::min(2 * std::max(options.optimizerStagingBytes, largest), hostTotal);
+  const int64_t staging = stagingWorkspaceBytes(options.optimizerStagingBytes, largest, hostTotal);
   for (BlockCost* c : {&in.stem, &in.head}) {
     if (c->hostBytes > 0) c->workspaceBytes = std::max(c->workspaceBytes, staging);
   }

@@ -111,21 +111,24 @@ int64_t alignedBytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 // that on the card, not the host.
 class StagingSlots {
  public:
-  StagingSlots(const c10::Device& device, int64_t slotBytes)
-      : device_(device), side_(c10::cuda::getStreamFromPool(false, device.index())) {
-    for (auto& s : slots_) s = at::empty({slotBytes}, at::TensorOptions().dtype(at::kByte).device(device));
-  }
+  // `slots`: 1 for a single chunk, else 2; allocated when first acquired.
+  StagingSlots(const c10::Device& device, int64_t slotBytes, int slots)
+      : device_(device), side_(c10::cuda::getStreamFromPool(false, device.index())), bytes_(slotBytes), count_(slots) {}
   StagingSlots(const StagingSlots&) = delete;
   StagingSlots& operator=(const StagingSlots&) = delete;
   // A step that throws half way: the copies back queued so far land before the slots go.
   ~StagingSlots() {
     if (!slots_[0].defined()) return;
-    for (auto& e : copiedBack_)
-      if (e) e->synchronize();
+    for (auto& e : copiedBack_) try {
+        if (e) e->synchronize();
+      } catch (...) {  // already unwinding (a CUDA error): the first error is the one reported
+      }
   }
 
   // The next chunk's slot ([slotBytes] bytes), once its last copy back has read it.
   const at::Tensor& acquire() {
+    if (!slots_[next_].defined())
+      slots_[next_] = at::empty({bytes_}, at::TensorOptions().dtype(at::kByte).device(device_));
     if (copiedBack_[next_]) copiedBack_[next_]->block(c10::cuda::getCurrentCUDAStream(device_.index()));
     return slots_[next_];
   }
@@ -142,16 +145,17 @@ class StagingSlots {
     }
     copiedBack_[next_] = std::make_shared<at::cuda::CUDAEvent>();
     copiedBack_[next_]->record(side_);
-    next_ = 1 - next_;
+    next_ = count_ == 2 ? 1 - next_ : 0;
   }
   // Gives the slots back (the allocator reuses them once the side stream is past its
   // copies) and returns the wait for the last copy back (the side stream runs in order).
   std::function<void()> release() {
     for (auto& s : slots_) {
-      s.record_stream(side_);
+      if (s.defined()) s.record_stream(side_);
       s = at::Tensor();
     }
-    std::shared_ptr<at::cuda::CUDAEvent> last = copiedBack_[1 - next_] ? copiedBack_[1 - next_] : copiedBack_[next_];
+    const int lastUsed = count_ == 2 ? 1 - next_ : 0;
+    std::shared_ptr<at::cuda::CUDAEvent> last = copiedBack_[lastUsed] ? copiedBack_[lastUsed] : copiedBack_[next_];
     return [last] {
       if (last) last->synchronize();
     };
@@ -160,6 +164,8 @@ class StagingSlots {
  private:
   c10::Device device_;
   c10::cuda::CUDAStream side_;
+  int64_t bytes_;
+  int count_;
   std::array<at::Tensor, 2> slots_;
   std::array<std::shared_ptr<at::cuda::CUDAEvent>, 2> copiedBack_;
   int next_ = 0;
@@ -377,7 +383,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
           }
           slotBytes = std::max(slotBytes, alignedBytes(avgBytes) + alignedBytes(sqBytes));
         }
-        slots = std::make_unique<StagingSlots>(device, slotBytes);
+        slots = std::make_unique<StagingSlots>(device, slotBytes, chunks.size() > 1 ? 2 : 1);
       }
 #endif
       for (const auto& chunk : chunks) {

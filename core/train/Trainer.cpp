@@ -375,17 +375,17 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
 // fp8 weights' kept transposes, nn::Fp8Backward::Fp8KeptTranspose): where that happened,
 // the audit runs again and the GPU map gets the placement with them. A misplaced one
 // stops the run, as before step 1.
-void Trainer::auditAttachmentsMadeByTheFirstStep(State& st) {
+void Trainer::auditAttachmentsMadeByTheFirstStep(State& st, int64_t step) {
   if (attachmentTensorCount(*st.placement) == st.auditedTensors) return;
   auto placed = placementEventOf(*st.placement, st.planReason);
-  placed.afterStep = st.startStep + 1;
+  placed.afterStep = step;
   st.auditedTensors = placed.checkedTensors;
   std::string misplaced;
   for (const auto& i : placed.audit)
     misplaced += (misplaced.empty() ? "" : "; ") + i.path + " is on " + i.actual + ", expected " + i.expected;
   bus_.publish(std::move(placed));
   if (!misplaced.empty())
-    throw Error("audit after step " + std::to_string(st.startStep + 1) + " (attachments made by it): " + misplaced);
+    throw Error("audit after step " + std::to_string(step) + " (attachments made by it): " + misplaced);
 }
 
 void Trainer::restore(State& st, std::vector<std::string>& problems) {
@@ -687,7 +687,11 @@ RunOutcome Trainer::loop(State& st) {
       if (st.phases) st.phases->mark("ema");
       reportStep(st, loss, lr, gradNorm, scaleUsed, finiteGrads,
                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-      if (step == st.startStep + 1) auditAttachmentsMadeByTheFirstStep(st);
+      // The first step that ran the optimizer (fp16 may skip step 1's) has made what it makes.
+      if (!st.auditedAfterFirstStep && finiteGrads) {
+        st.auditedAfterFirstStep = true;
+        auditAttachmentsMadeByTheFirstStep(st, step);
+      }
       if (st.phases) {
         st.phases->mark("report");
         st.phases->endStep();

@@ -114,7 +114,7 @@ class Trainer {
   void buildAndPlace(State& st, std::vector<std::string>& problems);  // model, placement, LoRA, optimizer, EMA
   void restore(State& st, std::vector<std::string>& problems);        // a resumed run's state; the audit
   RunOutcome loop(State& st);                                         // the steps, samples, checkpoints
-  void auditAttachmentsMadeByTheFirstStep(State& st);                 // lazily made ones (kept fp8 transposes)
+  void auditAttachmentsMadeByTheFirstStep(State& st, int64_t step);   // what the first optimizer step made
   RunOutcome finish(State& st);                                       // the final export
 
   // Pieces of the loop.

@@ -82,6 +82,7 @@ struct Trainer::State {
   RunFolderLock lock;                        // preflight: this process's hold on the run folder
   std::string planReason;                    // build and place
   int64_t auditedTensors = 0;                // restore: attachment tensors the audit checked
+  bool auditedAfterFirstStep = false;        // loop: audited again after the first optimizer step
   int64_t startStep = 0;                     // restore
   double lastLoss = 0.0;                     // loop
   std::deque<double> recentStepMs;           // loop: the last 20 step times, for the ETA
