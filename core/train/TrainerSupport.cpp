@@ -156,6 +156,11 @@ std::function<c10::Device(size_t)> planBlockDevice(const DeviceSetup& setup) {
   return [devices = setup.plan->blockDevice](size_t i) { return placement::parseDevice(devices.at(i)); };
 }
 
+bool keepsFp8Transposes(const config::ModelConfig& m) {
+  return m.quantize && m.fp8Matmul && m.fp8Backward && m.fp8KeepTranspose &&
+         nn::isFloat8(nn::quantTypeFromName(m.qtype));
+}
+
 std::function<void(size_t, torch::nn::Module&)> randomBlockHook(nn::QuantType qtype, const DeviceSetup& setup) {
   if (qtype == nn::QuantType::None && !setup.plan) return {};
   return [qtype, to = planBlockDevice(setup)](size_t i, torch::nn::Module& block) {

@@ -144,6 +144,9 @@ std::function<c10::Device(size_t blockIndex)> planBlockDevice(const DeviceSetup&
 // on the plan, and a resume rebuilds the same one. Empty when there is nothing to do.
 std::function<void(size_t blockIndex, torch::nn::Module& block)> randomBlockHook(nn::QuantType qtype,
                                                                                  const DeviceSetup& setup);
+// Whether the run's fp8 Linears keep their transposed weights (model.fp8_keep_transpose
+// with what it needs: an fp8 qtype, fp8_matmul and fp8_backward), as the planners count them.
+bool keepsFp8Transposes(const config::ModelConfig& m);
 // st.placement of `blocks` by setup's plan, or all on its build device, and
 // st.planReason saying which. Attachments and apply() are the family's.
 void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup);

@@ -9,12 +9,12 @@
 #include "common/Text.h"
 #include "lora/LoraTargets.h"
 #include "models/flux/FluxLoraRules.h"
-#include "nn/Quantize.h"
 #include "pipeline/FluxTextEncoders.h"
 #include "pipeline/PipelineShapes.h"
 #include "train/AdamW8bit.h"
 #include "train/Datasets.h"
 #include "train/EncodeCache.h"
+#include "train/TrainerSupport.h"
 
 namespace strata::families {
 
@@ -230,8 +230,7 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxP
   // copy (nn::Fp8Backward). The modulations read the conditioning vector, which gets a
   // gradient only when a time_text_embed Linear trains. An upper bound by the first double
   // block's q/k/v (their input comes from the frozen stem).
-  const bool keptTransposes = cfg.model.quantize && cfg.model.fp8Matmul && cfg.model.fp8Backward &&
-                              cfg.model.fp8KeepTranspose && nn::isFloat8(nn::quantTypeFromName(cfg.model.qtype));
+  const bool keptTransposes = train::keepsFp8Transposes(cfg.model);
   bool conditioningTrains = false;
   for (const auto& l : params.stem.linears)
     conditioningTrains = conditioningTrains || (l.path.rfind("time_text_embed", 0) == 0 && targets.matches(l.path));

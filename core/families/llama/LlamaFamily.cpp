@@ -53,8 +53,7 @@ LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   o.gradientCheckpointing = cfg.train.gradientCheckpointing;
   o.quantize = cfg.model.quantize;
   o.perRowScales = !o.quantize || nn::perRowScale(nn::quantTypeFromName(cfg.model.qtype));
-  o.keptTransposes = o.quantize && cfg.model.fp8Matmul && cfg.model.fp8Backward && cfg.model.fp8KeepTranspose &&
-                     nn::isFloat8(nn::quantTypeFromName(cfg.model.qtype));
+  o.keptTransposes = train::keepsFp8Transposes(cfg.model);
   return o;
 }
 
