@@ -137,6 +137,9 @@ std::optional<BenchSetup> setUpBench(const BenchArgs& args, const fs::path& runF
     cfg.datasets = {d};
   }
   cfg.train.steps = args.warmup + args.steps;  // both bounded by the command line's ranges
+  if (cfg.train.cudaGraph && args.warmup < 3)
+    std::cerr << "strata-train bench: note: train.cuda_graph records the graph at step 3, so with --warmup "
+              << args.warmup << " that slower step is among the measured ones (--warmup 3 leaves it out)\n";
   cfg.sample.sampleEvery = 0;
   cfg.sample.prompts.clear();
   cfg.save.saveEvery = 0;
@@ -188,11 +191,13 @@ int runBench(const BenchArgs& args) {
   const int64_t profileSteps = args.profileSteps;  // 1 .. steps, checked above
   std::vector<KernelTotal> kernels;
   std::vector<double> stepMs;
+  int64_t graphSteps = 0;  // measured steps that replayed the recorded CUDA graph (train.cuda_graph)
   std::vector<std::string> failures;
   std::vector<std::string> runDevices;
   auto sub = bus.subscribe([&](const events::Event& e) {
     if (auto* s = std::get_if<events::StepEvent>(&e)) {
       if (s->step > args.warmup) stepMs.push_back(s->stepTimeMs);
+      if (s->step > args.warmup && s->graphReplayed) ++graphSteps;
       // Published on the training thread after each step: the profiled steps are
       // the first `profileSteps` measured ones (their times are in stepMs too).
       if (profiling && s->step == args.warmup) profile.start();
@@ -243,6 +248,7 @@ int runBench(const BenchArgs& args) {
   j["gradient_accumulation_steps"] = std::max<int64_t>(cfg.train.gradientAccumulationSteps, 1);
   j["tokens"] = prepared.tokens;
   j["step_ms"] = stepMs;
+  j["graph_steps"] = graphSteps;
   j["median_step_ms"] = medianMs;
   j["min_step_ms"] = minMs;
   j["flops_per_step"] = flops;
@@ -341,6 +347,10 @@ int runBench(const BenchArgs& args) {
                                                  : ", attention_backend " + j["attention_backend"].get<std::string>())
             << "\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
+  if (cfg.train.cudaGraph)
+    std::cout << "  cuda graph  " << graphSteps << " of " << stepMs.size()
+              << " measured steps replayed the recorded graph (its memory pool stays reserved between steps: "
+                 "peak reserved is what the card holds)\n";
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
   std::cout << "\n";

@@ -410,6 +410,10 @@ std::vector<KeySpec> buildSchema() {
            "adamw: keep the optimizer's moments in pinned host memory between steps, not on the GPU; each step "
            "copies them to the card in 64 MiB pieces and back (FLUX.1-dev LoRA rank 16: 0.49 GiB less on the "
            "card, ~1 GB over PCIe per step)")
+      .add("train.cuda_graph", M(train.cudaGraph),
+           "One CUDA card, no gradient checkpointing: record the step's forward and backward once (step 3) and "
+           "replay it, so the CPU no longer launches every kernel (short steps are bound by those launches); "
+           "keeps the step's activation memory reserved between steps")
       .add("train.timestep_type", M(train.timestepType),
            "Noise-level draw: sigmoid (logit-normal), uniform, shift (resolution-shifted sigmoid)")
       .add("train.guidance", M(train.guidance), "Guidance input while training a guidance-distilled model",
@@ -555,6 +559,7 @@ const Look kLooks[] = {
     {"train.gradient_checkpointing", "Save memory (recompute activations)", "Training", false},
     {"train.offload_checkpoints", "Keep checkpoints in host memory", "Training", false},
     {"train.offload_optimizer_state", "Keep optimizer state in host memory", "Optimizer", false},
+    {"train.cuda_graph", "Replay the step as a CUDA graph", "Training", false},
     {"train.timestep_type", "Noise levels", "Training", false},
     {"train.guidance", "Guidance while training", "Training", false},
     {"train.caption_dropout_rate", "Train without caption (share)", "Training", false},

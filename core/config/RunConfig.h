@@ -191,6 +191,7 @@ struct TrainConfig {
   bool gradientCheckpointing = true;                  // train.gradient_checkpointing
   bool offloadCheckpoints = false;                    // train.offload_checkpoints: block inputs in host memory
   bool offloadOptimizerState = false;                 // train.offload_optimizer_state: AdamW moments in host memory
+  bool cudaGraph = false;                             // train.cuda_graph: the step's forward and backward replayed
   TimestepType timestepType = TimestepType::Sigmoid;  // train.timestep_type
   double guidance = 1.0;                              // train.guidance: guidance input while training (dev)
   double captionDropoutRate = 0.05;                   // train.caption_dropout_rate

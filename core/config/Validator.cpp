@@ -455,6 +455,35 @@ class Checker {
                   lineOf("train.gradient_checkpointing"),
               "set gradient_checkpointing: true, or offload_checkpoints: false");
     if (t.offloadOptimizerState) offloadOptimizerState();
+    if (t.cudaGraph) cudaGraph();
+  }
+
+  // train.cuda_graph records one micro-batch's forward and backward and replays it:
+  // what changes between steps must be a tensor the graph reads, not a value the
+  // host decided while recording.
+  void cudaGraph() {
+    const std::string key = "train.cuda_graph";
+    const TrainConfig& t = cfg_.train;
+    if (t.gradientCheckpointing)
+      error(key,
+            "needs gradient_checkpointing: false" + lineOf("train.gradient_checkpointing") +
+                ": a checkpointed block saves and restores the random state on the host for its recompute, "
+                "which a replayed graph cannot",
+            "set gradient_checkpointing: false (more activation memory; `strata-train plan` says whether it fits), "
+            "or cuda_graph: false");
+    if (t.gradientAccumulationSteps > 1)
+      error(key,
+            "needs gradient_accumulation_steps: 1" + lineOf("train.gradient_accumulation_steps") +
+                ": the graph is one micro-batch whose backward sets the gradients instead of adding to them",
+            "set gradient_accumulation_steps: 1 (a larger batch_size does the same work in one pass), or "
+            "cuda_graph: false");
+    if (t.dtype == DType::FP16)
+      error(key,
+            "does not work with dtype fp16" + lineOf("train.dtype") +
+                ": its loss scale changes between steps, and the graph would keep the first one",
+            "set dtype: bf16, or cuda_graph: false");
+    if (cfg_.model.device == ComputeDevice::Cpu)
+      warning(key, "has no effect: the run is on the CPU" + lineOf("model.device"), "set cuda_graph: false");
   }
 
   // train.offload_optimizer_state stages adamw's float moments to the card each

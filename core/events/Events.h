@@ -36,6 +36,7 @@ struct StepEvent {
   double imagesPerSec = 0.0;
   double etaSeconds = 0.0;
   std::vector<DeviceMemory> memory;
+  bool graphReplayed = false;  // train.cuda_graph: the forward and backward were the recorded graph's
 };
 
 // Count and bytes of one kind of attachment on a block.

@@ -53,10 +53,16 @@ class FamilyRun {
   // The LoRA name rules: default targets, the file forms.
   virtual const nn::LoraNameRules& loraRules() const = 0;
 
-  // One micro-batch of `batch` items drawn with the run's cursor and generator:
-  // the float32 loss, graph kept.
-  virtual at::Tensor microStep(Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                               events::EventBus& bus, int64_t step) = 0;
+  // One micro-batch of `batch` items drawn with the run's cursor and generator, as
+  // the tensors microLoss reads (in the family's order), queued to their devices.
+  // Everything the host decides per step (the draw, noise, noise levels, caption
+  // dropout) is decided here.
+  virtual std::vector<at::Tensor> microBatch(Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                                             events::EventBus& bus, int64_t step) = 0;
+  // The float32 loss of a micro-batch from microBatch, autograd graph kept. Reads
+  // no tensor's value on the host: train.cuda_graph records it once and replays it
+  // with each step's micro-batch copied into the recorded one.
+  virtual at::Tensor microLoss(Trainer::State& st, const std::vector<at::Tensor>& batch) = 0;
 
   // The samples of every sample.prompts entry at `step` (EMA weights swapped in,
   // LoRA dropout off), written to the run folder with the samples index, each

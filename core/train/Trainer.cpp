@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
@@ -498,6 +499,66 @@ std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final
   return written;
 }
 
+void Trainer::startStepGraph(State& st) {
+  const auto& tc = cfg_.train;
+  if (!tc.cudaGraph) return;
+  std::string why;
+  if (!StepGraph::available())
+    why = "this build's LibTorch has no CUDA";
+  else if (st.devices.size() != 1 || !st.devices.front().is_cuda())
+    why = st.devices.size() > 1 ? "the model is split over " + std::to_string(st.devices.size()) +
+                                      " devices, and a graph records the work of one card"
+                                : "the run is not on a CUDA card";
+  else if (tc.gradientCheckpointing)
+    why = "gradient checkpointing is on";
+  else if (tc.gradientAccumulationSteps > 1)
+    why = "gradient_accumulation_steps is above 1";
+  else if (st.scaler.enabled())
+    why = "fp16's loss scale changes between steps";
+  if (!why.empty()) {
+    bus_.publish(events::WarningEvent{"train.cuda_graph: " + why + "; the steps run without a CUDA graph", 0});
+    return;
+  }
+  st.graph = std::make_unique<StepGraph>();
+  st.stepsBeforeGraph = 0;
+}
+
+at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& batch,
+                                     const std::vector<at::Tensor>& params, int64_t step) {
+  // Steps before recording: the first makes what a graph must not make while it
+  // records (the optimizer state, kept fp8 transposes, cuDNN's plans, cuBLAS's
+  // workspaces); the second runs with all of it there.
+  constexpr int64_t kEagerStepsBeforeGraph = 2;
+  StepGraph& graph = *st.graph;
+  if (graph.recorded()) {
+    if (graph.fits(batch)) return graph.replay(batch, params);
+    std::string shapes;
+    for (const auto& t : batch) shapes += (shapes.empty() ? "" : ", ") + shapeText(t.sizes());
+    bus_.publish(events::WarningEvent{
+        "train.cuda_graph: step " + std::to_string(step) + "'s micro-batch has other shapes (" + shapes +
+            ") than the recorded one (" + graph.shapes() +
+            "); the graph is dropped and the run goes on without it (one resolution and one batch size keep it)",
+        step});
+    graph.reset(params);
+    st.graph.reset();
+    return {};
+  }
+  if (st.stepsBeforeGraph < kEagerStepsBeforeGraph) {
+    ++st.stepsBeforeGraph;
+    return {};
+  }
+  try {
+    graph.record(
+        batch, [&](const std::vector<at::Tensor>& inputs) { return st.family->microLoss(st, inputs); }, params);
+  } catch (const Error& e) {
+    bus_.publish(events::WarningEvent{
+        "train.cuda_graph: step " + std::to_string(step) + ": " + e.what() + "; the run goes on without it", step});
+    st.graph.reset();
+    return {};
+  }
+  return graph.replay(batch, params);
+}
+
 bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed) {
   const auto& tc = cfg_.train;
   const int64_t step = step_.load();
@@ -525,13 +586,28 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
   // graph goes before the next forward: it can hold pinned host copies
   // (train.offload_checkpoints).
   at::Tensor lastGraph;
+  st.lastStepReplayed = false;
   for (int64_t m = 0; m < microBatches; ++m) {
     lastGraph.reset();
     at::Tensor l;
+    std::vector<at::Tensor> mb;
     {
       RECORD_USER_SCOPE("strata::data_and_forward");
-      l = st.family->microStep(st, cfg_, batch, bus_, step + 1);
+      mb = st.family->microBatch(st, cfg_, batch, bus_, step + 1);
+      if (st.graph) {
+        RECORD_USER_SCOPE("strata::cuda_graph");
+        l = graphedMicroStep(st, mb, params, step + 1);
+      }
+      if (l.defined()) {
+        // Forward and backward were the graph's; its loss is overwritten by the next replay.
+        st.lastStepReplayed = true;
+        if (st.phases) st.phases->mark("graph");
+        losses.push_back(l);
+        continue;
+      }
+      l = st.family->microLoss(st, mb);
     }
+    mb.clear();
     if (st.phases) st.phases->mark("forward");
     {
       RECORD_USER_SCOPE("strata::backward");
@@ -635,12 +711,14 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
   se.imagesPerSec = ms > 0 ? 1000.0 * static_cast<double>(images) / ms : 0.0;
   se.etaSeconds = avgMs * static_cast<double>(tc.steps - step) / 1000.0;
   se.memory = memoryOf(st.devices);
+  se.graphReplayed = st.lastStepReplayed;
   nlohmann::json line = {{"step", step},          {"loss", loss},       {"loss_smoothed", smoothed},        {"lr", lr},
                          {"grad_norm", gradNorm}, {"step_time_ms", ms}, {"images_per_sec", se.imagesPerSec}};
   for (const auto& m : se.memory)
     if (m.allocatedBytes > 0) line["allocated_bytes"][m.device] = m.allocatedBytes;
   if (st.scaler.enabled()) line["loss_scale"] = scaleUsed;
   if (!finiteGrads) line["skipped"] = true;
+  if (se.graphReplayed) line["cuda_graph"] = true;
   RunFolder(runDir_).appendMetrics(line);
   bus_.publish(se);
 }
@@ -652,6 +730,7 @@ RunOutcome Trainer::loop(State& st) {
     st.lastSampleStep = sampleStep;
     if (!cfg_.sample.prompts.empty()) st.family->sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
   };
+  startStepGraph(st);
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {

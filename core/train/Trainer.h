@@ -119,6 +119,11 @@ class Trainer {
 
   // Pieces of the loop.
   bool trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed);  // false: fp16 step skipped
+  void startStepGraph(State& st);  // train.cuda_graph: st.graph where this run can use one, else a warning
+  // The micro-batch's loss with its gradients set by the step's CUDA graph (recorded
+  // on the first call after the eager steps it needs), or undefined: run it eagerly.
+  at::Tensor graphedMicroStep(State& st, const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params,
+                              int64_t step);
   void reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads, double ms);
   bool checkpoint(State& st, int64_t step, bool manual = false);
   std::vector<std::string> exportLora(State& st, int64_t step, bool final);

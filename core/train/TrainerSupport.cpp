@@ -22,6 +22,7 @@ namespace strata::train {
 namespace fs = std::filesystem;
 
 Trainer::State::~State() {
+  graph.reset();  // the graph's pool, before the tensors whose gradients it held
   ema.reset();
   if (placement) placement->detachAll(placement::optimizerStateKind());
   optimizer.reset();

@@ -31,6 +31,7 @@
 #include "train/RunFolder.h"
 #include "train/RunFolderLock.h"
 #include "train/RunPlanning.h"
+#include "train/StepGraph.h"
 #include "train/Trainer.h"
 
 namespace strata::train {
@@ -62,6 +63,12 @@ struct Trainer::State {
   at::Generator gen;
   std::vector<c10::Device> devices;
   PhaseTimer* phases = nullptr;  // TrainerOptions::phaseTimer, when timing phases
+  // train.cuda_graph: the recorded forward and backward, null where the run does not
+  // use one (off, not possible here, or dropped); the steps this process ran before
+  // recording it.
+  std::unique_ptr<StepGraph> graph;
+  int64_t stepsBeforeGraph = 0;
+  bool lastStepReplayed = false;
 
   // Data cursor and counters (checkpointed).
   int64_t drawCursor = 0;

@@ -33,6 +33,9 @@
 #   fp8onboard  the same with the moments on the card (train.offload_optimizer_state: false)
 #   fp8kept, fp8keptonboard  fp8 and fp8onboard with model.fp8_keep_transpose (the transposed
 #           fp8 weights kept for the run instead of made in every backward)
+#   graph   the two rows without checkpointing (512 and 1024 px) with train.cuda_graph (the
+#           forward and backward recorded at step 3 and replayed), the peer's targets
+#   fp8graph  fp8kept and fp8keptonboard with train.cuda_graph
 #   cap16   the config as shipped with model.quantize (qfloat8, then int8) under a 16 GB cap,
 #           30 steps at 1024 px with checkpointing: what `plan --devices 1x16GB` promises
 set -uo pipefail
@@ -66,7 +69,9 @@ try:
 except Exception as e:
     print(sys.argv[1], "failed:", e); sys.exit()
 d = j["devices"][0]
-line = f'{sys.argv[1]}: median {j["median_step_ms"]/1000:.3f} s, min {j["min_step_ms"]/1000:.3f} s, peak allocated {d["peak_allocated_bytes"]/2**30:.2f} GiB'
+line = (f'{sys.argv[1]}: median {j["median_step_ms"]/1000:.3f} s, min {j["min_step_ms"]/1000:.3f} s, '
+        f'peak allocated {d["peak_allocated_bytes"]/2**30:.2f} GiB, reserved {d["peak_reserved_bytes"]/2**30:.2f} GiB, '
+        f'graph steps {j.get("graph_steps", 0)}; steps (ms) {[round(x) for x in j["step_ms"]]}')
 if "phases" in j:
     line += "; phases (ms, GiB peak inside / allocated after) " + ", ".join(
         f'{p["phase"]} {p["median_ms"]:.1f} ({p.get("peak_allocated_bytes", 0)/2**30:.2f} / {p["allocated_bytes_after"]/2**30:.2f})'
@@ -131,6 +136,19 @@ for part in "$@"; do
         --set train.offload_optimizer_state=false --set model.quantize=true --set model.qtype=qfloat8 \
         --set model.fp8_matmul=true --set model.fp8_backward=true --set model.fp8_keep_transpose=true \
         --set "$PEER_TARGETS" ;;
+    graph)
+      for res in 512 1024; do
+        bench "graph-$res-nockpt" --set "datasets[0].resolution=[$res]" --set train.gradient_checkpointing=false \
+          --set train.cuda_graph=true --set "$PEER_TARGETS"
+      done ;;
+    fp8graph)
+      for onboard in false true; do
+        bench "fp8-kept-graph-onboard-$onboard-1024-nockpt" --set train.gradient_checkpointing=false \
+          --set "train.offload_optimizer_state=$([ $onboard = true ] && echo false || echo true)" \
+          --set model.quantize=true --set model.qtype=qfloat8 --set model.fp8_matmul=true \
+          --set model.fp8_backward=true --set model.fp8_keep_transpose=true --set train.cuda_graph=true \
+          --set "$PEER_TARGETS"
+      done ;;
     cap16)
       for q in qfloat8 int8; do
         STEPS=30 bench "cap16-$q-1024-ckpt" --set model.quantize=true --set "model.qtype=$q" \

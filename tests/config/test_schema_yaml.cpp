@@ -147,6 +147,7 @@ RunConfig unusualConfig() {
   c.train.ema.useEma = true;
   c.train.ema.emaDecay = 0.995;
   c.train.offloadOptimizerState = true;
+  c.train.cudaGraph = true;
   c.datasets.resize(2);
   c.datasets[0].folderPath = "/data/imgs";
   c.datasets[0].resolution = {512, 768, 1024};

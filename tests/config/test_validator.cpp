@@ -1,6 +1,7 @@
 // One test per validation rule: a small bad YAML, the problem's key and line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -751,6 +752,40 @@ TEST(Validator, Fp8KeepTransposeNeedsTheFp8Backward) {
       std::vector<device::DeviceInfo>{gpu(0, 9)});
   EXPECT_FALSE(hasKey(withBackward, "model.fp8_keep_transpose")) << test::dump(withBackward);
   EXPECT_FALSE(hasKey(withBackward, "model.fp8_backward")) << test::dump(withBackward);
+}
+
+// train.cuda_graph replays one recorded micro-batch: what changes between steps on the
+// host (checkpointing's random state, accumulation, fp16's loss scale) is refused, naming
+// the line of the setting that conflicts; on the CPU it is a warning.
+TEST(Validator, CudaGraphRefusesWhatChangesBetweenSteps) {
+  const std::string head = "model: {random_weights: true}\ndatasets: [{type: synthetic}]\nsample: {sample_every: 0}\n";
+  const auto checkpointed = check(head +
+                                      "train:\n"
+                                      "  cuda_graph: true\n"               // 5
+                                      "  gradient_checkpointing: true\n",  // 6
+                                  std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(checkpointed, Severity::Error, "train.cuda_graph", 5, "line 6")) << test::dump(checkpointed);
+  const auto accumulated = check(head +
+                                     "train:\n"
+                                     "  cuda_graph: true\n"
+                                     "  gradient_checkpointing: false\n"
+                                     "  gradient_accumulation_steps: 4\n",  // 7
+                                 std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(accumulated, Severity::Error, "train.cuda_graph", 5, "line 7")) << test::dump(accumulated);
+  const auto fp16 = check(head + "train: {cuda_graph: true, gradient_checkpointing: false, dtype: fp16}\n",
+                          std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(fp16, Severity::Error, "train.cuda_graph", 4, "fp16")) << test::dump(fp16);
+  const auto fine = check(head + "train: {cuda_graph: true, gradient_checkpointing: false}\n",
+                          std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_FALSE(hasKey(fine, "train.cuda_graph")) << test::dump(fine);
+  const auto cpu = check(
+      "model: {random_weights: true, device: cpu}\ndatasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\ntrain: {cuda_graph: true, gradient_checkpointing: false}\n",
+      std::vector<device::DeviceInfo>{gpu(0, 9)});
+  EXPECT_TRUE(hasProblem(cpu, Severity::Warning, "train.cuda_graph", 4, "on the CPU")) << test::dump(cpu);
+  EXPECT_FALSE(std::any_of(cpu.begin(), cpu.end(), [](const Problem& p) {
+    return p.key == "train.cuda_graph" && p.severity == Severity::Error;
+  })) << test::dump(cpu);
 }
 
 // cuDNN attention on a quantized base failed on the H200 in s20 (non-finite gradients,

@@ -149,6 +149,23 @@ TEST_F(LmDatasetTest, CollatePadsLeftOrRightWithTheMask) {
   }
 }
 
+// A minimum length (train.cuda_graph: every batch the dataset's longest row long) pads
+// further, with no mask and no loss on the padding; a shorter minimum changes nothing.
+TEST_F(LmDatasetTest, CollatePadsToAMinimumLength) {
+  const auto ds = LmDataset::fromJsonlText(
+      "{\"prompt\": \"a\", \"response\": \"b\"}\n{\"prompt\": \"abc\", \"response\": \"de\"}\n", "t.jsonl", *tok_, {});
+  const std::vector<const families::LmSample*> rows = {&ds.row(0), &ds.row(1)};
+  const auto plain = collateLm(rows, 0, config::PaddingSide::Right);
+  const auto longer = collateLm(rows, 0, config::PaddingSide::Right, 12);
+  ASSERT_EQ(longer.inputIds.sizes(), (std::vector<int64_t>{2, 12}));
+  EXPECT_TRUE(longer.inputIds.narrow(1, 0, 7).equal(plain.inputIds));
+  EXPECT_TRUE(longer.labels.narrow(1, 0, 7).equal(plain.labels));
+  EXPECT_EQ(longer.attentionMask.narrow(1, 7, 5).sum().item<int64_t>(), 0);
+  EXPECT_EQ(longer.labels.narrow(1, 7, 5).ne(kIgnoreLabel).sum().item<int64_t>(), 0);
+  EXPECT_EQ(longer.lossTokens, plain.lossTokens);
+  EXPECT_EQ(collateLm(rows, 0, config::PaddingSide::Right, 3).inputIds.sizes(), plain.inputIds.sizes());
+}
+
 // The reader the app's preview uses is the one the dataset is built from: the
 // same split, the same reasons, in line order, and it stops when asked.
 TEST_F(LmDatasetTest, TheTextReaderSplitsAndSkipsAsTheDatasetDoes) {

@@ -275,6 +275,37 @@ TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
 
 // skipSaves (strata-train bench): a finished run and a stopped one write no
 // checkpoint and no export, and make no checkpoints/ or exports/ folder.
+// train.cuda_graph where no graph can be recorded (a CPU run): the run says so once and
+// trains exactly as without the setting.
+TEST(Trainer, CudaGraphOnTheCpuSaysSoAndTrainsAsWithout) {
+  test::TempDir tmp;
+  auto lossesOf = [&](bool graph, std::vector<std::string>& warnings) {
+    auto cfg = tinyConfig(tmp / (graph ? "graph" : "eager"), 4);
+    cfg.train.gradientCheckpointing = false;
+    cfg.train.cudaGraph = graph;
+    events::EventBus bus;
+    test::EventRecorder rec;
+    auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+    Trainer t(cfg, bus);
+    EXPECT_EQ(t.run(), RunOutcome::Finished) << rec.text();
+    std::vector<double> losses;
+    for (const auto& s : rec.of<events::StepEvent>()) {
+      EXPECT_FALSE(s.graphReplayed);
+      losses.push_back(s.loss);
+    }
+    for (const auto& w : rec.of<events::WarningEvent>())
+      if (w.message.find("train.cuda_graph") != std::string::npos) warnings.push_back(w.message);
+    return losses;
+  };
+  std::vector<std::string> eagerWarnings, graphWarnings;
+  const auto eager = lossesOf(false, eagerWarnings);
+  const auto graph = lossesOf(true, graphWarnings);
+  EXPECT_TRUE(eagerWarnings.empty());
+  ASSERT_FALSE(graphWarnings.empty());
+  EXPECT_NE(graphWarnings.back().find("the steps run without a CUDA graph"), std::string::npos) << graphWarnings.back();
+  EXPECT_EQ(graph, eager);
+}
+
 TEST(Trainer, SkipSavesWritesNoCheckpointOrExport) {
   test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 3);

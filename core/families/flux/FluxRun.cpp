@@ -121,8 +121,8 @@ at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
 
 }  // namespace
 
-at::Tensor FluxRun::microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                              events::EventBus& bus, int64_t step) {
+std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                                            events::EventBus& bus, int64_t step) {
   std::vector<train::TrainItem> items;
   for (int64_t i = 0; i < batch; ++i) items.push_back(nextItem(st, cfg, bus, step));
   const int64_t tokens = items.front().txt.size(0);
@@ -156,20 +156,33 @@ at::Tensor FluxRun::microStep(train::Trainer::State& st, const config::RunConfig
   auto noised = train::addNoise(latents, noise, sigmas);
 
   const auto dev = st.placement->stemDevice();
-  flux::FluxInputs in;
   // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
-  in.img = train::toDeviceAsync(flux::packLatents(noised.noisy), dev);  // [B, HW/4, 4C]
-  in.txt = train::toDeviceAsync(text, dev);
-  in.pooled = train::toDeviceAsync(pool, dev);
-  in.timestep = train::toDeviceAsync(sigmas, dev);
-  in.guidance = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
-  in.imgIds = train::toDeviceAsync(flux::imageIds(h, w), dev);
-  in.txtIds = train::toDeviceAsync(flux::textIds(tokens), dev);
-  const auto target = train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice());
+  std::vector<at::Tensor> out{
+      train::toDeviceAsync(flux::packLatents(noised.noisy), dev),  // [B, HW/4, 4C]
+      train::toDeviceAsync(text, dev),
+      train::toDeviceAsync(pool, dev),
+      train::toDeviceAsync(sigmas, dev),
+      train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev),
+      train::toDeviceAsync(flux::imageIds(h, w), dev),
+      train::toDeviceAsync(flux::textIds(tokens), dev),
+      train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice()),
+  };
   if (st.phases) st.phases->mark("data");
+  return out;
+}
+
+at::Tensor FluxRun::microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) {
+  flux::FluxInputs in;
+  in.img = batch.at(0);
+  in.txt = batch.at(1);
+  in.pooled = batch.at(2);
+  in.timestep = batch.at(3);
+  in.guidance = batch.at(4);
+  in.imgIds = batch.at(5);
+  in.txtIds = batch.at(6);
   RECORD_USER_SCOPE("strata::forward");  // for bench --profile traces: data is the time before it
   auto prediction = model_->forward(in, st.runner);  // [B, HW/4, 4C]
-  return train::flowMatchingLoss(prediction, target);
+  return train::flowMatchingLoss(prediction, batch.at(7));
 }
 
 void FluxRun::sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,

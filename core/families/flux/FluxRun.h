@@ -28,8 +28,10 @@ class FluxRun : public train::FamilyRun {
   void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override;
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
-  at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
-                       int64_t step) override;
+  // [img (noised, packed), txt, pooled, timestep, guidance, imgIds, txtIds, target (packed)]
+  std::vector<at::Tensor> microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                                     events::EventBus& bus, int64_t step) override;
+  at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override;
   void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
                  int64_t step, events::EventBus& bus) override;
   std::filesystem::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg,

@@ -194,8 +194,9 @@ class Flux2Run : public train::FamilyRun {
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
 
-  at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
-                       int64_t step) override {
+  // [img (noised, packed), txt, timestep, guidance, imgIds, txtIds, target (packed)]
+  std::vector<at::Tensor> microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                                     events::EventBus& bus, int64_t step) override {
     std::vector<at::Tensor> lat, txt;
     const int64_t tokens = flux2TextTokens(config_);
     for (int64_t i = 0; i < batch; ++i) {
@@ -219,20 +220,32 @@ class Flux2Run : public train::FamilyRun {
     auto noised = train::addNoise(latents, noise, sigmas);
 
     const auto dev = st.placement->stemDevice();
-    flux2::Flux2Inputs in;
-    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
-    in.img = train::toDeviceAsync(flux2::packLatents(noised.noisy), dev);  // [B, hw, 4C]
-    in.txt = train::toDeviceAsync(text, dev);
-    in.timestep = train::toDeviceAsync(sigmas, dev);
-    in.guidance = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
-    in.imgIds = train::toDeviceAsync(flux2::latentIds(h, w), dev);
-    in.txtIds = train::toDeviceAsync(flux2::textIds(tokens), dev);
-    const auto target = train::toDeviceAsync(flux2::packLatents(noised.target), st.placement->headDevice());
-    if (st.phases) st.phases->mark("data");
     (void)bus;
     (void)step;
+    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
+    std::vector<at::Tensor> out{
+        train::toDeviceAsync(flux2::packLatents(noised.noisy), dev),  // [B, hw, 4C]
+        train::toDeviceAsync(text, dev),
+        train::toDeviceAsync(sigmas, dev),
+        train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev),
+        train::toDeviceAsync(flux2::latentIds(h, w), dev),
+        train::toDeviceAsync(flux2::textIds(tokens), dev),
+        train::toDeviceAsync(flux2::packLatents(noised.target), st.placement->headDevice()),
+    };
+    if (st.phases) st.phases->mark("data");
+    return out;
+  }
+
+  at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override {
+    flux2::Flux2Inputs in;
+    in.img = batch.at(0);
+    in.txt = batch.at(1);
+    in.timestep = batch.at(2);
+    in.guidance = batch.at(3);
+    in.imgIds = batch.at(4);
+    in.txtIds = batch.at(5);
     auto prediction = model_->forward(in, st.runner);  // [B, hw, 4C]
-    return train::flowMatchingLoss(prediction, target);
+    return train::flowMatchingLoss(prediction, batch.at(6));
   }
 
   // The validator refuses sampling for flux2; a config that got past it is told why.

@@ -136,6 +136,14 @@ class LlamaRun : public train::FamilyRun {
         if (id < 0 || id >= config_.vocabSize)
           throw ConfigError("model.tokenizer_path: the tokenizer gives id " + std::to_string(id) +
                             ", outside the model's vocab_size " + std::to_string(config_.vocabSize));
+    if (padId_ < 0 || padId_ >= config_.vocabSize)
+      throw ConfigError("model.tokenizer_path: the tokenizer's padding id " + std::to_string(padId_) +
+                        " is outside the model's vocab_size " + std::to_string(config_.vocabSize));
+    // train.cuda_graph replays one shape: every batch is padded to the longest row.
+    padTo_ = 0;
+    if (cfg.train.cudaGraph)
+      for (size_t i = 0; i < data_.size(); ++i)
+        padTo_ = std::max<int64_t>(padTo_, static_cast<int64_t>(data_.row(i).ids.size()));
     paddingSide_ = cfg.datasets.empty() ? config::PaddingSide::Right : cfg.datasets.front().paddingSide;
     (void)st;
   }
@@ -181,21 +189,27 @@ class LlamaRun : public train::FamilyRun {
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
 
-  at::Tensor microStep(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch, events::EventBus& bus,
-                       int64_t step) override {
+  // [inputIds [B, L], attentionMask [B, L], labels [B, L]]
+  std::vector<at::Tensor> microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
+                                     events::EventBus& bus, int64_t step) override {
     std::vector<const LmSample*> rows;
     for (int64_t i = 0; i < batch; ++i) rows.push_back(&data_.row(nextRow(st, cfg)));
-    const LmBatch b = collateLm(rows, padId_, paddingSide_);
-    llama::LlamaInputs in;
+    const LmBatch b = collateLm(rows, padId_, paddingSide_, padTo_);
     const auto dev = st.placement->stemDevice();
-    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
-    in.inputIds = train::toDeviceAsync(b.inputIds, dev);  // [B, L]
-    in.attentionMask = train::toDeviceAsync(b.attentionMask, dev);
-    const auto labels = train::toDeviceAsync(b.labels, st.placement->headDevice());
     (void)bus;
     (void)step;
+    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
+    return {train::toDeviceAsync(b.inputIds, dev), train::toDeviceAsync(b.attentionMask, dev),
+            train::toDeviceAsync(b.labels, st.placement->headDevice())};
+  }
+
+  at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override {
+    llama::LlamaInputs in;
+    in.inputIds = batch.at(0);
+    in.attentionMask = batch.at(1);
+    in.idsChecked = true;                          // prepareData checked every row's ids against the vocabulary
     auto logits = model_->forward(in, st.runner);  // [B, L, V]
-    return llama::causalLmLoss(logits, labels);
+    return llama::causalLmLoss(logits, batch.at(2));
   }
 
   void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
@@ -262,6 +276,7 @@ class LlamaRun : public train::FamilyRun {
   std::unique_ptr<LlamaLoraRules> rules_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
   int64_t padId_ = 0;
+  int64_t padTo_ = 0;  // the length every batch is padded to at least (train.cuda_graph)
   std::optional<int> eos_;
   config::PaddingSide paddingSide_ = config::PaddingSide::Right;
   LmDataset data_;

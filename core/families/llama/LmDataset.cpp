@@ -240,9 +240,10 @@ int64_t LmDataset::maxRowLength() const {
   return static_cast<int64_t>(m);
 }
 
-LmBatch collateLm(const std::vector<const LmSample*>& rows, int64_t padId, config::PaddingSide side) {
+LmBatch collateLm(const std::vector<const LmSample*>& rows, int64_t padId, config::PaddingSide side,
+                  int64_t minLength) {
   if (rows.empty()) throw Error("collateLm: no rows");
-  size_t len = 0;
+  size_t len = static_cast<size_t>(std::max<int64_t>(minLength, 0));
   for (const auto* r : rows) len = std::max(len, r->ids.size());
   const auto b = static_cast<int64_t>(rows.size());
   const auto l = static_cast<int64_t>(len);

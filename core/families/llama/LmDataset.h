@@ -122,7 +122,9 @@ struct LmBatch {
   int64_t lossTokens = 0;    // labels that count after the shift (labels[:, 1:] != -100)
 };
 
-// Pads the rows to the longest with `padId` on the given side (CPU tensors).
-LmBatch collateLm(const std::vector<const LmSample*>& rows, int64_t padId, config::PaddingSide side);
+// Pads the rows to the longest, and to at least `minLength`, with `padId` on the given
+// side (CPU tensors).
+LmBatch collateLm(const std::vector<const LmSample*>& rows, int64_t padId, config::PaddingSide side,
+                  int64_t minLength = 0);
 
 }  // namespace strata::families

@@ -213,7 +213,7 @@ nn::BlockIO LlamaForCausalLM::stem(const LlamaInputs& in) {
   const at::Device device = embedTokens->weight.device();
   const at::Tensor ids = in.inputIds.to(device, at::kLong);
   const int64_t batch = ids.size(0), length = ids.size(1);
-  if (ids.numel() > 0) {
+  if (ids.numel() > 0 && !in.idsChecked) {
     const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
     if (lo < 0 || hi >= cfg_.vocabSize)
       throw Error("LlamaForCausalLM: token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary (" +

@@ -97,6 +97,10 @@ struct LlamaInputs {
   at::Tensor inputIds;       // [B, L] int64
   at::Tensor attentionMask;  // [B, L] 1 = token, 0 = padding; undefined = none
   at::Tensor positionIds;    // [B, L]; undefined = 0..L-1 for every row (what a Trainer passes)
+  // The caller has checked every id against the vocabulary (a training run checks its
+  // dataset once): the stem skips its own check, which waits for the device and
+  // cannot be recorded in a CUDA graph (train.cuda_graph).
+  bool idsChecked = false;
 };
 
 class LlamaForCausalLM : public torch::nn::Module, public nn::BlockModel {

@@ -1,0 +1,154 @@
+#include "train/StepGraph.h"
+
+#include "common/Error.h"
+#include "common/ShapeText.h"
+
+#ifdef STRATA_HAS_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace strata::train {
+
+struct StepGraph::Impl {
+#ifdef STRATA_HAS_CUDA
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+#endif
+  std::vector<at::Tensor> inputs;  // the recorded micro-batch: each step's is copied in
+  at::Tensor loss;                 // the recorded loss (float32, 0-dim)
+  std::vector<at::Tensor> grads;   // per parameter, the recorded gradient (undefined: none)
+};
+
+StepGraph::StepGraph() : impl_(std::make_unique<Impl>()) {}
+StepGraph::~StepGraph() = default;
+
+bool StepGraph::available() {
+#ifdef STRATA_HAS_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool StepGraph::recorded() const { return impl_->loss.defined(); }
+
+bool StepGraph::fits(const std::vector<at::Tensor>& batch) const {
+  if (!recorded() || batch.size() != impl_->inputs.size()) return false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& a = batch[i];
+    const auto& b = impl_->inputs[i];
+    if (!a.defined() || a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type() || a.device() != b.device())
+      return false;
+  }
+  return true;
+}
+
+std::string StepGraph::shapes() const {
+  std::string out;
+  for (const auto& t : impl_->inputs) out += (out.empty() ? "" : ", ") + shapeText(t.sizes());
+  return out;
+}
+
+void StepGraph::reset(const std::vector<at::Tensor>& params) {
+  for (size_t i = 0; i < params.size() && i < impl_->grads.size(); ++i) {
+    auto& g = params[i].mutable_grad();
+    if (g.defined() && impl_->grads[i].defined() && g.is_same(impl_->grads[i])) g.reset();
+  }
+  const bool had = recorded();
+  impl_->grads.clear();
+  impl_->loss.reset();
+  impl_->inputs.clear();
+#ifdef STRATA_HAS_CUDA
+  impl_->graph.reset();  // releases the graph's pool once its last tensor (above) is gone
+  if (had) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)had;
+#endif
+}
+
+#ifdef STRATA_HAS_CUDA
+
+void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossFn,
+                       const std::vector<at::Tensor>& params) {
+  reset(params);
+  if (batch.empty()) throw Error("no micro-batch to record");
+  const c10::Device device = batch.front().device();
+  for (const auto& t : batch)
+    if (!t.defined() || !t.device().is_cuda() || t.device() != device)
+      throw Error("the micro-batch is not on one CUDA device (" + (t.defined() ? t.device().str() : "undefined") +
+                  " beside " + device.str() + ")");
+  for (const auto& p : params)
+    if (p.grad().defined()) throw Error("a trained tensor already has a gradient; the graph would add to it");
+
+  const c10::cuda::CUDAGuard onDevice(device);
+  // The recorded inputs: regular allocations, outside the graph's pool.
+  for (const auto& t : batch) impl_->inputs.push_back(t.clone());
+  // Recording starts from a quiet card, and with the eager steps' cached memory
+  // returned: the graph's pool does not then sit beside it.
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
+
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  {
+    // The capture begins and ends on the side stream (the default stream cannot record).
+    const c10::cuda::CUDAStreamGuard onSide(side);
+    bool capturing = false;
+    try {
+      // Thread-local: another thread's CUDA calls (the app's memory readout) do not
+      // spoil the recording; the backward's own thread records onto the same stream.
+      graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      capturing = true;
+      at::Tensor loss = lossFn(impl_->inputs);
+      if (!loss.defined() || loss.numel() != 1) throw Error("the micro-batch's loss is not one value");
+      loss.backward();
+      impl_->loss = loss.detach();
+      capturing = false;
+      graph->capture_end();
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));
+      if (capturing) try {
+          graph->capture_end();  // ends the capture (an invalidated one reports its error again)
+        } catch (...) {
+        }
+      (void)cudaGetLastError();  // a capture error is not sticky; clear it for the next launch
+      for (const auto& p : params) p.mutable_grad().reset();
+      impl_->loss.reset();
+      impl_->inputs.clear();
+      graph.reset();
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      throw Error("recording the step as a CUDA graph failed: " + why);
+    }
+  }
+  impl_->graph = std::move(graph);
+  impl_->grads.reserve(params.size());
+  for (const auto& p : params) impl_->grads.push_back(p.grad());
+}
+
+at::Tensor StepGraph::replay(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params) {
+  if (!fits(batch)) throw Error("the micro-batch does not fit the recorded one (" + shapes() + ")");
+  const c10::cuda::CUDAGuard onDevice(impl_->inputs.front().device());
+  for (size_t i = 0; i < batch.size(); ++i) impl_->inputs[i].copy_(batch[i], /*non_blocking=*/true);
+  impl_->graph->replay();
+  for (size_t i = 0; i < params.size() && i < impl_->grads.size(); ++i)
+    if (impl_->grads[i].defined()) params[i].mutable_grad() = impl_->grads[i];
+  return impl_->loss;
+}
+
+#else
+
+void StepGraph::record(const std::vector<at::Tensor>&, const LossFn&, const std::vector<at::Tensor>&) {
+  throw Error("this build's LibTorch has no CUDA, so it cannot record CUDA graphs");
+}
+
+at::Tensor StepGraph::replay(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {
+  throw Error("this build's LibTorch has no CUDA, so it cannot replay CUDA graphs");
+}
+
+#endif
+
+}  // namespace strata::train
