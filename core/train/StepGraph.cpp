@@ -46,11 +46,13 @@ bool StepGraph::fits(const std::vector<at::Tensor>& batch) const {
   return true;
 }
 
-std::string StepGraph::shapes() const {
+std::string StepGraph::shapesOf(const std::vector<at::Tensor>& batch) {
   std::string out;
-  for (const auto& t : impl_->inputs) out += (out.empty() ? "" : ", ") + shapeText(t.sizes());
+  for (const auto& t : batch) out += (out.empty() ? "" : ", ") + shapeText(t.sizes());
   return out;
 }
+
+std::string StepGraph::shapes() const { return shapesOf(impl_->inputs); }
 
 void StepGraph::reset(const std::vector<at::Tensor>& params) {
   for (size_t i = 0; i < params.size() && i < impl_->grads.size(); ++i) {

@@ -1,8 +1,8 @@
 #pragma once
 // A CUDA graph of one micro-batch's forward and backward (train.cuda_graph).
 //
-// At 512 px a FLUX step launches ~15,000 kernels, and the card waits for the CPU
-// to launch them. Recorded once, the whole forward and backward is one launch: the
+// At 512 px a FLUX.1-dev step is paced by the CPU launching its kernels one by one
+// (docs/speed.md, s29-s30). Recorded once, the whole forward and backward is one launch: the
 // trainer copies each step's micro-batch into the recorded input tensors and
 // replays. The optimizer, the clip and the EMA stay outside the graph (a few
 // launches each), so the learning rate, the step counts and host-resident moments
@@ -44,6 +44,8 @@ class StepGraph {
   bool fits(const std::vector<at::Tensor>& batch) const;
   // The recorded micro-batch's shapes, for messages ("[1, 1024, 64], [1, 512, 4096], ...").
   std::string shapes() const;
+  // The same text for any micro-batch.
+  static std::string shapesOf(const std::vector<at::Tensor>& batch);
 
   // Records lossFn(copies of batch) and its backward on a side stream of the batch's
   // card; nothing runs until replay(). The batch's tensors must all be on one CUDA

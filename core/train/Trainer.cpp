@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "common/Error.h"
-#include "common/ShapeText.h"
 #include "common/TorchCompat.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
@@ -532,11 +531,9 @@ at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& b
   StepGraph& graph = *st.graph;
   if (graph.recorded()) {
     if (graph.fits(batch)) return graph.replay(batch, params);
-    std::string shapes;
-    for (const auto& t : batch) shapes += (shapes.empty() ? "" : ", ") + shapeText(t.sizes());
     bus_.publish(events::WarningEvent{
-        "train.cuda_graph: step " + std::to_string(step) + "'s micro-batch has other shapes (" + shapes +
-            ") than the recorded one (" + graph.shapes() +
+        "train.cuda_graph: step " + std::to_string(step) + "'s micro-batch has other shapes (" +
+            StepGraph::shapesOf(batch) + ") than the recorded one (" + graph.shapes() +
             "); the graph is dropped and the run goes on without it (one resolution and one batch size keep it)",
         step});
     graph.reset(params);

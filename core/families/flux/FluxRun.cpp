@@ -119,6 +119,9 @@ at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
   return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
 }
 
+// Where microBatch puts each tensor, and microLoss reads it.
+enum MicroBatchSlot : size_t { kImg, kTxt, kPooled, kTimestep, kGuidance, kImgIds, kTxtIds, kTarget, kSlots };
+
 }  // namespace
 
 std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
@@ -157,32 +160,31 @@ std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const con
 
   const auto dev = st.placement->stemDevice();
   // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
-  std::vector<at::Tensor> out{
-      train::toDeviceAsync(flux::packLatents(noised.noisy), dev),  // [B, HW/4, 4C]
-      train::toDeviceAsync(text, dev),
-      train::toDeviceAsync(pool, dev),
-      train::toDeviceAsync(sigmas, dev),
-      train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev),
-      train::toDeviceAsync(flux::imageIds(h, w), dev),
-      train::toDeviceAsync(flux::textIds(tokens), dev),
-      train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice()),
-  };
+  std::vector<at::Tensor> out(kSlots);
+  out[kImg] = train::toDeviceAsync(flux::packLatents(noised.noisy), dev);  // [B, HW/4, 4C]
+  out[kTxt] = train::toDeviceAsync(text, dev);
+  out[kPooled] = train::toDeviceAsync(pool, dev);
+  out[kTimestep] = train::toDeviceAsync(sigmas, dev);
+  out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
+  out[kImgIds] = train::toDeviceAsync(flux::imageIds(h, w), dev);
+  out[kTxtIds] = train::toDeviceAsync(flux::textIds(tokens), dev);
+  out[kTarget] = train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice());
   if (st.phases) st.phases->mark("data");
   return out;
 }
 
 at::Tensor FluxRun::microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) {
   flux::FluxInputs in;
-  in.img = batch.at(0);
-  in.txt = batch.at(1);
-  in.pooled = batch.at(2);
-  in.timestep = batch.at(3);
-  in.guidance = batch.at(4);
-  in.imgIds = batch.at(5);
-  in.txtIds = batch.at(6);
+  in.img = batch.at(kImg);
+  in.txt = batch.at(kTxt);
+  in.pooled = batch.at(kPooled);
+  in.timestep = batch.at(kTimestep);
+  in.guidance = batch.at(kGuidance);
+  in.imgIds = batch.at(kImgIds);
+  in.txtIds = batch.at(kTxtIds);
   RECORD_USER_SCOPE("strata::forward");  // for bench --profile traces: data is the time before it
   auto prediction = model_->forward(in, st.runner);  // [B, HW/4, 4C]
-  return train::flowMatchingLoss(prediction, batch.at(7));
+  return train::flowMatchingLoss(prediction, batch.at(kTarget));
 }
 
 void FluxRun::sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,

@@ -147,6 +147,9 @@ at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
   return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
 }
 
+// Where Flux2Run::microBatch puts each tensor, and microLoss reads it.
+enum MicroBatchSlot : size_t { kImg, kTxt, kTimestep, kGuidance, kImgIds, kTxtIds, kTarget, kSlots };
+
 class Flux2Run : public train::FamilyRun {
  public:
   void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
@@ -223,29 +226,28 @@ class Flux2Run : public train::FamilyRun {
     (void)bus;
     (void)step;
     // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
-    std::vector<at::Tensor> out{
-        train::toDeviceAsync(flux2::packLatents(noised.noisy), dev),  // [B, hw, 4C]
-        train::toDeviceAsync(text, dev),
-        train::toDeviceAsync(sigmas, dev),
-        train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev),
-        train::toDeviceAsync(flux2::latentIds(h, w), dev),
-        train::toDeviceAsync(flux2::textIds(tokens), dev),
-        train::toDeviceAsync(flux2::packLatents(noised.target), st.placement->headDevice()),
-    };
+    std::vector<at::Tensor> out(kSlots);
+    out[kImg] = train::toDeviceAsync(flux2::packLatents(noised.noisy), dev);  // [B, hw, 4C]
+    out[kTxt] = train::toDeviceAsync(text, dev);
+    out[kTimestep] = train::toDeviceAsync(sigmas, dev);
+    out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
+    out[kImgIds] = train::toDeviceAsync(flux2::latentIds(h, w), dev);
+    out[kTxtIds] = train::toDeviceAsync(flux2::textIds(tokens), dev);
+    out[kTarget] = train::toDeviceAsync(flux2::packLatents(noised.target), st.placement->headDevice());
     if (st.phases) st.phases->mark("data");
     return out;
   }
 
   at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override {
     flux2::Flux2Inputs in;
-    in.img = batch.at(0);
-    in.txt = batch.at(1);
-    in.timestep = batch.at(2);
-    in.guidance = batch.at(3);
-    in.imgIds = batch.at(4);
-    in.txtIds = batch.at(5);
+    in.img = batch.at(kImg);
+    in.txt = batch.at(kTxt);
+    in.timestep = batch.at(kTimestep);
+    in.guidance = batch.at(kGuidance);
+    in.imgIds = batch.at(kImgIds);
+    in.txtIds = batch.at(kTxtIds);
     auto prediction = model_->forward(in, st.runner);  // [B, hw, 4C]
-    return train::flowMatchingLoss(prediction, batch.at(6));
+    return train::flowMatchingLoss(prediction, batch.at(kTarget));
   }
 
   // The validator refuses sampling for flux2; a config that got past it is told why.
