@@ -169,6 +169,7 @@ struct BridgeAccess {
           using T = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<T, events::StartedEvent>) {
             b->runDir_ = qs(e.runDir);
+            emit b->setupDescribed(qs(e.setup));
             emit b->started(qs(e.runDir), e.startStep, e.totalSteps, e.resumed);
           } else if constexpr (std::is_same_v<T, events::LoadProgressEvent>) {
             emit b->loadProgress(qs(e.what), e.done, e.total);

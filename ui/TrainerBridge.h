@@ -70,6 +70,9 @@ class TrainerBridge : public QObject {
   // Before `started`: an images run's cache fills ("latents", "text", "sample prompts"):
   // `done` of `total` items ready, `encoded` of them encoded now (0: all from the cache).
   void cacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded, double itemsPerSecond);
+  // Right before `started`: how the base is held and the step runs, in one line
+  // ("base bf16, quantized int8; LoRA float32; attention: flash; eager steps; ...").
+  void setupDescribed(const QString& setup);
   void started(const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed);
   void metricsReady(const QVector<strata::ui::MetricPoint>& points);  // one batch per tick
   void progress(qint64 step, qint64 totalSteps, double stepTimeMs, double etaSeconds);

@@ -69,7 +69,8 @@ class ProgressPrinter {
 
   void on(const events::StartedEvent& e) {
     line(std::string(e.resumed ? "resuming " : "training ") + e.jobName + " in " + e.runDir + " (step " +
-         std::to_string(e.startStep) + " of " + std::to_string(e.totalSteps) + ")");
+         std::to_string(e.startStep) + " of " + std::to_string(e.totalSteps) + ")" +
+         (e.setup.empty() ? "" : "\n  " + e.setup));
   }
   void on(const events::StepEvent& e) {
     const double sPerIt = e.stepTimeMs / 1000.0;

@@ -6,6 +6,7 @@
 
 #include "Commands.h"
 #include "common/Version.h"
+#include "families/Registration.h"
 
 namespace {
 
@@ -19,6 +20,7 @@ constexpr strata::cli::AddCommandFn kCommands[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  strata::families::registerAll();
   CLI::App app{"Strata: LoRA training for FLUX.1 split over several GPUs (headless)", "strata-train"};
   app.set_version_flag("--version", std::string("strata-train ") + strata::kVersion);
   app.require_subcommand(1);

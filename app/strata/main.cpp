@@ -13,7 +13,9 @@
 #include <string>
 
 #include "ScreenshotTour.h"
+#include "ScriptedRun.h"
 #include "common/Version.h"
+#include "families/Registration.h"
 #include "ui/MainWindow.h"
 
 namespace {
@@ -60,6 +62,7 @@ bool reportMissingDisplay(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (reportMissingDisplay(argc, argv)) return 2;
+  strata::families::registerAll();
   QApplication app(argc, argv);
   QApplication::setApplicationName("Strata");
   QApplication::setOrganizationName("Strata");
@@ -79,13 +82,21 @@ int main(int argc, char** argv) {
                               "Start the config, grab every view into this folder as PNG files, then quit.", "dir");
   QCommandLineOption planConfigOpt("screenshot-plan-config",
                                    "With --screenshot-dir: the config shown planned on 4x16GB.", "yaml");
-  cli.addOptions({settingsOpt, stepsOpt, devicesOpt, runDirOpt, shotsOpt, planConfigOpt});
+  QCommandLineOption startOpt("start", "Start training the config once the window is open, as the Start button does.");
+  QCommandLineOption exportOpt("export-when-done",
+                               "When the run finishes, export its LoRA through File > Export LoRA in these formats "
+                               "(comma-separated: diffusers, kohya, comfy, peft).",
+                               "formats");
+  QCommandLineOption quitOpt("quit-when-done",
+                             "With --start: quit when the run (and the export) is over. Exit code 0 done, 1 failed "
+                             "or stopped, 2 could not start.");
+  cli.addOptions({settingsOpt, stepsOpt, devicesOpt, runDirOpt, shotsOpt, planConfigOpt, startOpt, exportOpt, quitOpt});
   cli.process(app);
 
   strata::ui::MainWindow window(cli.value(settingsOpt));
   if (cli.isSet(stepsOpt)) window.setStepLimit(cli.value(stepsOpt).toLongLong());
   const QStringList args = cli.positionalArguments();
-  if (!args.isEmpty()) window.openConfig(args.front());
+  const bool configOpened = !args.isEmpty() && window.openConfig(args.front());
   if (cli.isSet(runDirOpt)) window.openRunFolder(cli.value(runDirOpt));
   if (cli.isSet(devicesOpt)) window.findChild<QWidget*>("deviceSpec")->setProperty("text", cli.value(devicesOpt));
   window.show();
@@ -94,6 +105,15 @@ int main(int argc, char** argv) {
   if (cli.isSet(shotsOpt)) {
     tour = std::make_unique<strata::app::ScreenshotTour>(&window, cli.value(shotsOpt), cli.value(planConfigOpt));
     QTimer::singleShot(300, [&] { tour->begin(); });
+  }
+  if (cli.isSet(startOpt)) {
+    QStringList formats;
+    for (const QString& f : cli.value(exportOpt).split(',', Qt::SkipEmptyParts)) formats << f.trimmed();
+    auto* scripted = new strata::app::ScriptedRun(&window, configOpened, formats, cli.isSet(quitOpt));
+    QTimer::singleShot(0, scripted, &strata::app::ScriptedRun::begin);
+  } else if (cli.isSet(exportOpt) || cli.isSet(quitOpt)) {
+    std::fprintf(stderr, "strata: --export-when-done and --quit-when-done go with --start\n");
+    return 2;
   }
   return app.exec();
 }

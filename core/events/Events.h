@@ -23,6 +23,8 @@ struct StartedEvent {
   int64_t startStep = 0;  // 0 for a new run, the checkpoint's step on resume
   int64_t totalSteps = 0;
   bool resumed = false;
+  // How the base is held and the step runs (train::describeRunSetup), said once.
+  std::string setup;
 };
 
 struct StepEvent {

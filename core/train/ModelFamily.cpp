@@ -52,8 +52,9 @@ const ModelFamily& modelFamily(config::ModelArch arch) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.families.find(arch);
   if (it == r.families.end())
-    throw ConfigError("model.arch: '" + config::enumName(arch) +
-                      "' has no model family in this program (it does not link strata_core's family registration)");
+    throw ConfigError("model.arch: '" + config::enumName(arch) + "' has no model family in this program" +
+                      (r.families.empty() ? " (it registers none: its main() must call strata::families::registerAll())"
+                                          : ""));
   return *it->second;
 }
 

@@ -140,9 +140,9 @@ class ModelFamily {
                              const std::string& softwareVersion) const = 0;
 };
 
-// The one registry. registerModelFamily is called by core/families/Registration.cpp
-// (linked into every program through strata_core); a second registration of an
-// arch replaces the first.
+// The one registry. registerModelFamily is called by strata::families::registerAll()
+// (core/families/Registration.h), which every program calls from main(); a second
+// registration of an arch replaces the first.
 void registerModelFamily(std::shared_ptr<const ModelFamily> family);
 // The family of `arch`. Throws ConfigError naming model.arch when this program
 // has none registered for it.

@@ -229,7 +229,9 @@ RunOutcome Trainer::runImpl() {
   // Log lines past the resumed step, or of an earlier attempt here that left no checkpoint.
   RunFolder(runDir_).truncateLogsAfter(st->resumeData ? st->startStep : -1);
   step_ = st->startStep;
-  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume});
+  startStepGraph(*st);  // before the header: it says whether the step is graphed
+  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume,
+                                    describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr)});
   const RunOutcome outcome = loop(*st);
   return outcome == RunOutcome::Finished ? finish(*st) : outcome;
 }
@@ -727,7 +729,6 @@ RunOutcome Trainer::loop(State& st) {
     st.lastSampleStep = sampleStep;
     if (!cfg_.sample.prompts.empty()) st.family->sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
   };
-  startStepGraph(st);
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {

@@ -111,14 +111,38 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
       device::setMemoryCap(run.devices[i].index, i < run.capBytes.size() ? run.capBytes[i] : 0);
   // model.attention_backend (FLUX families): cuDNN attention where LibTorch prefers
   // it, or off. Llama never uses it (its layers turn it off as well).
-  compat::setCudnnAttention(cfg.model.arch != config::ModelArch::Llama &&
-                            cfg.model.attentionBackend == config::AttentionBackend::Cudnn);
+  compat::setCudnnAttention(cudnnAttentionAllowed(cfg));
+}
+
+bool cudnnAttentionAllowed(const config::RunConfig& cfg) {
+  return cfg.model.arch != config::ModelArch::Llama && cfg.model.attentionBackend == config::AttentionBackend::Cudnn;
+}
+
+std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed) {
+  const auto& m = cfg.model;
+  const auto& tc = cfg.train;
+  std::string s = "base " + config::enumName(tc.dtype);
+  if (m.quantize) {
+    s += ", quantized " + m.qtype;
+    if (onCuda && m.fp8Matmul && nn::isFloat8(nn::quantTypeFromName(m.qtype)))
+      s += std::string(" with fp8 matmuls") + (m.fp8Backward ? " (forward and backward)" : " (forward)");
+  }
+  if (m.quantizeTe) s += "; text encoders quantized " + m.qtype;
+  s += "; LoRA float32";
+  if (!onCuda)
+    s += "; on the CPU (attention: PyTorch's CPU kernel)";
+  else
+    s += std::string("; attention: ") + (cudnnAttentionAllowed(cfg) ? "cuDNN where LibTorch picks it, else flash"
+                                                                     : "flash (cuDNN off)");
+  s += graphed ? "; the step as a CUDA graph (recorded after two eager steps)" : "; eager steps";
+  s += tc.gradientCheckpointing ? "; gradient checkpointing" : "; no gradient checkpointing";
+  if (tc.gradientCheckpointing && tc.offloadCheckpoints) s += " (block inputs in host memory)";
+  if (tc.offloadOptimizerState) s += "; AdamW moments in host memory";
+  return s;
 }
 
 std::string attentionBackendHint(const std::string& what, const config::RunConfig& cfg, bool onCuda) {
-  if (!onCuda || cfg.model.arch == config::ModelArch::Llama ||
-      cfg.model.attentionBackend != config::AttentionBackend::Cudnn)
-    return "";
+  if (!onCuda || !cudnnAttentionAllowed(cfg)) return "";
   const std::string lower = toLowerAscii(what);
   auto has = [&](const char* s) { return lower.find(s) != std::string::npos; };
   // cuDNN's attention graph names itself; other cuDNN errors (convolutions) may not be it.

@@ -127,6 +127,14 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
 // way out. Definite for cuDNN's attention message, hedged for the others; "" where
 // the message points elsewhere or the setting does not apply.
 std::string attentionBackendHint(const std::string& what, const config::RunConfig& cfg, bool onCuda);
+// Whether the run lets LibTorch pick cuDNN's attention (model.attention_backend: cudnn
+// on a family whose layers use it); prepareDevices sets the switch from this.
+bool cudnnAttentionAllowed(const config::RunConfig& cfg);
+// How the run holds its base and runs its step, said once in the run header of the
+// CLI and the app: the base's dtype and quantization, the attention kernel, whether
+// the step is a CUDA graph, checkpointing and what lives in host memory. `graphed`:
+// the step graph was set up (Trainer::startStepGraph); `onCuda`: the run's devices.
+std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed);
 
 // Where the stem goes (the first device of the run): the images run's VAE and
 // text encoders are loaded there.

@@ -193,5 +193,5 @@ void DatasetViewTest::notAnImagesDatasetSaysSo() {
   QCOMPARE(view->scanCount(), 0);
 }
 
-QTEST_MAIN(DatasetViewTest)
+STRATA_GUI_TEST_MAIN(DatasetViewTest)
 #include "DatasetViewTest.moc"

@@ -589,5 +589,5 @@ save:
   QVERIFY(QFile::exists(out + "/lm_gui_peft/adapter_model.safetensors"));
 }
 
-QTEST_MAIN(FamilyTest)
+STRATA_GUI_TEST_MAIN(FamilyTest)
 #include "FamilyTest.moc"

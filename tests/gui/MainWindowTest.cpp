@@ -16,6 +16,7 @@
 #include <QTimer>
 #include <QtTest>
 
+#include "GuiTestSupport.h"
 #include "ui/ConfigEditor.h"
 #include "ui/GpuMapView.h"
 #include "ui/LossPlot.h"
@@ -244,5 +245,5 @@ void MainWindowTest::windowStateIsRemembered() {
   QCOMPARE(again.findChild<QLineEdit*>("deviceSpec")->text(), QString("2x24GB"));
 }
 
-QTEST_MAIN(MainWindowTest)
+STRATA_GUI_TEST_MAIN(MainWindowTest)
 #include "MainWindowTest.moc"

@@ -129,5 +129,5 @@ void PlanViewTest::fluxImagesPlanNamesTheEncodersAndTheCaching() {
   QVERIFY2(text.contains("and VAE (167.6 MB) on cuda:0"), qPrintable(text));  // memory mode: the VAE stays
 }
 
-QTEST_MAIN(PlanViewTest)
+STRATA_GUI_TEST_MAIN(PlanViewTest)
 #include "PlanViewTest.moc"

@@ -339,5 +339,5 @@ void RunQueueTest::darkThemeChangesPalettePlotsAndMapAndIsRemembered() {
   QVERIFY(!child<QAction>(&w, "darkThemeAction")->isChecked());
 }
 
-QTEST_MAIN(RunQueueTest)
+STRATA_GUI_TEST_MAIN(RunQueueTest)
 #include "RunQueueTest.moc"

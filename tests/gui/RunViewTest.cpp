@@ -340,5 +340,5 @@ void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
   QTRY_VERIFY(!w.bridge()->isActive());
 }
 
-QTEST_MAIN(RunViewTest)
+STRATA_GUI_TEST_MAIN(RunViewTest)
 #include "RunViewTest.moc"

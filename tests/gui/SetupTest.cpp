@@ -449,5 +449,5 @@ void SetupTest::aMultiLinePromptSurvivesAnEditOfThePromptList() {
   QCOMPARE(e.config().network.targetModules, std::vector<std::string>({"*attn*", "*ff*"}));
 }
 
-QTEST_MAIN(SetupTest)
+STRATA_GUI_TEST_MAIN(SetupTest)
 #include "SetupTest.moc"

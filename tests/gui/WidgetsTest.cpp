@@ -13,6 +13,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "GuiTestSupport.h"
 #include "config/RunConfig.h"
 #include "events/Events.h"
 #include "ui/ConfigEditor.h"
@@ -369,5 +370,5 @@ void WidgetsTest::configEditorImportsAnAiToolkitJob() {
   QCOMPARE(editor.valueText("job.name"), QString("my_flux_lora"));
 }
 
-QTEST_MAIN(WidgetsTest)
+STRATA_GUI_TEST_MAIN(WidgetsTest)
 #include "WidgetsTest.moc"

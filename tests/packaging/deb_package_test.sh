@@ -92,4 +92,7 @@ if [ "$WITH_UI" = 1 ]; then
   env -u DISPLAY -u WAYLAND_DISPLAY -u QT_QPA_PLATFORM /usr/bin/strata --version >/dev/null 2>&1 ||
     fail "/usr/bin/strata --version"
 fi
+# The installed programs train the installed demo, the app through its own widgets.
+"$(dirname "${BASH_SOURCE[0]}")/../apps/train_installed_binaries.sh" /usr/bin /usr/share/strata/configs \
+  "$([ "$WITH_UI" = 1 ] && echo app || echo no-app)" || fail "the installed programs did not train the demo"
 echo "installed and ran from /usr/bin: ok"
