@@ -201,6 +201,45 @@ TEST(Trainer, FailureMessagesPointAtFlashWhenCudnnMayBeTheCause) {
   EXPECT_EQ(attentionBackendHint(cudnnError, llama, true), "");
 }
 
+// The run header's one line on how the base is held: each setting that changes
+// what runs is named, and what does not apply (cuDNN on a CPU run) is not claimed.
+TEST(Trainer, RunSetupSaysHowTheBaseIsHeld) {
+  config::RunConfig cfg;
+  cfg.train.dtype = config::DType::BF16;
+  cfg.train.gradientCheckpointing = true;
+  const std::string plain = describeRunSetup(cfg, true, false);
+  EXPECT_EQ(plain.rfind("base bf16; LoRA float32", 0), 0u) << plain;
+  EXPECT_NE(plain.find("attention: cuDNN"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("eager steps"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("; gradient checkpointing"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("quantized"), std::string::npos) << plain;
+
+  auto q = cfg;
+  q.model.quantize = true;
+  q.model.qtype = "int8";
+  q.model.attentionBackend = config::AttentionBackend::Flash;
+  q.train.gradientCheckpointing = false;
+  q.train.offloadOptimizerState = true;
+  const std::string int8 = describeRunSetup(q, true, true);
+  EXPECT_NE(int8.find("base bf16, quantized int8;"), std::string::npos) << int8;
+  EXPECT_NE(int8.find("attention: flash (cuDNN off)"), std::string::npos) << int8;
+  EXPECT_NE(int8.find("the step as a CUDA graph"), std::string::npos) << int8;
+  EXPECT_NE(int8.find("no gradient checkpointing"), std::string::npos) << int8;
+  EXPECT_NE(int8.find("AdamW moments in host memory"), std::string::npos) << int8;
+  EXPECT_EQ(int8.find("fp8 matmuls"), std::string::npos) << int8;  // int8 has none
+
+  auto fp8 = q;
+  fp8.model.qtype = "float8_e4m3";
+  fp8.model.fp8Matmul = true;
+  EXPECT_NE(describeRunSetup(fp8, true, false).find("quantized float8_e4m3 with fp8 matmuls (forward)"),
+            std::string::npos);
+  // On the CPU: no cuDNN, no fp8 matmul is claimed.
+  const std::string cpu = describeRunSetup(fp8, false, false);
+  EXPECT_NE(cpu.find("on the CPU"), std::string::npos) << cpu;
+  EXPECT_EQ(cpu.find("fp8 matmuls"), std::string::npos) << cpu;
+  EXPECT_EQ(cpu.find("cuDNN"), std::string::npos) << cpu;
+}
+
 TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   test::TempDir tmp;
   const auto data = tmp / "latents";
