@@ -53,4 +53,16 @@ inline CLI::Validator gigabytesCheck() {
       "GB");
 }
 
+// A text option given with nothing in it (`--devices ''`, `--run-dir ''`): refused,
+// rather than read as "not given" and run with the default. `what` names the value
+// ("a device list such as 4x16GB").
+inline CLI::Validator nonEmptyCheck(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        if (text.find_first_not_of(" \t\r\n") == std::string::npos) return "is empty: give " + what;
+        return "";
+      },
+      "TEXT");
+}
+
 }  // namespace strata::cli

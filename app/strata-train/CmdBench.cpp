@@ -411,7 +411,8 @@ void addBenchCommand(CLI::App& app, int& exitCode) {
   CLI::Option* profile =
       cmd->add_option("--profile", args->profilePath,
                       "Profile the first measured steps (LibTorch's kineto profiler): write the trace to this file "
-                      "and sum the device kernels by name");
+                      "and sum the device kernels by name")
+          ->check(nonEmptyCheck("a file to write the trace to"));
   cmd->add_option("--profile-steps", args->profileSteps, "Measured steps to profile (default 1, at most --steps)")
       ->check(countCheck("a number of steps to profile", kMaxBenchSteps))
       ->needs(profile);

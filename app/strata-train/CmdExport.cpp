@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 
+#include "CliChecks.h"
 #include "common/Error.h"
 #include "config/RunConfig.h"
 #include "train/Trainer.h"
@@ -59,7 +60,8 @@ void addExportCommand(CLI::App& app, int& exitCode) {
   cmd->add_option("run_dir", args->runDir, "Run folder")->required();
   cmd->add_option("--format", args->formats, "diffusers | kohya | comfy | peft (repeatable; default diffusers; a Llama run: peft)")
       ->delimiter(',');
-  cmd->add_option("--out", args->outDir, "Output folder (default: RUN_DIR/exports)");
+  cmd->add_option("--out", args->outDir, "Output folder (default: RUN_DIR/exports)")
+      ->check(nonEmptyCheck("a folder"));
   cmd->callback([args, &exitCode] { exitCode = runExport(*args); });
 }
 

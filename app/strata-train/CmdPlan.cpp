@@ -97,7 +97,8 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   CLI::App* cmd = app.add_subcommand("plan", "Show the placement per device, without loading weights");
   cmd->add_option("config", args->configPath, "Run config (YAML)")->required();
   cmd->add_option("--devices", args->devices,
-                  "Simulate devices: 4x16GB, 24GB,16GB or cpu,2x80GB (default: this machine's GPUs)");
+                  "Simulate devices: 4x16GB, 24GB,16GB or cpu,2x80GB (default: this machine's GPUs)")
+      ->check(nonEmptyCheck("a device list such as 4x16GB"));
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--set", args->sets, "Override a key: model.placement=memory");
   cmd->add_option("--other-gb", args->otherGb,

@@ -258,12 +258,14 @@ void addRunCommand(CLI::App& app, int& exitCode) {
   CLI::App* cmd = app.add_subcommand("run", "Train a LoRA from a run config (Ctrl-C: checkpoint and stop)");
   cmd->add_option("config", args->configPath, "Run config (YAML)")->required();
   cmd->add_option("--set", args->sets, "Override a key, e.g. --set train.steps=100 (repeatable)");
-  cmd->add_option("--run-dir", args->runDir, "Run folder (default: <job.training_folder>/<job.name>)");
+  cmd->add_option("--run-dir", args->runDir, "Run folder (default: <job.training_folder>/<job.name>)")
+      ->check(nonEmptyCheck("a folder"));
   cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step (as Ctrl-C would)")
       ->check(stopAfterCheck());
   cmd->add_option("--devices", args->devices,
                   "Preflight only, on simulated devices (1x16GB, 4x16GB): is the run refused there? Nothing is "
-                  "trained; exit 2 either way, with the reason");
+                  "trained; exit 2 either way, with the reason")
+      ->check(nonEmptyCheck("a device list such as 4x16GB"));
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runRun(*args); });
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
@@ -91,7 +92,8 @@ void addValidateCommand(CLI::App& app, int& exitCode) {
       ->take_first()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--devices", args->devicesSpec,
-                  "Check against planned GPUs instead of this machine's, e.g. 4x16GB or 24GB,16GB");
+                  "Check against planned GPUs instead of this machine's, e.g. 4x16GB or 24GB,16GB")
+      ->check(nonEmptyCheck("a device list such as 4x16GB"));
   cmd->add_flag("--no-device-check", args->noDeviceCheck, "Skip the gpu-id and bf16 checks");
   cmd->add_flag("--no-path-check", args->noPathCheck, "Do not require model and dataset paths to exist");
   cmd->add_flag("-q,--quiet", args->quiet, "Print errors only");

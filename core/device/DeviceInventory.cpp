@@ -97,9 +97,15 @@ std::vector<DeviceInfo> parseDeviceSpec(const std::string& spec) {
   }
   int nextGpu = 0;
   bool haveCpu = false;
-  std::stringstream ss(spec);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  // Every item between commas, the empty ones too (getline drops a trailing one: "1x16GB,").
+  std::vector<std::string> items;
+  for (size_t begin = 0;;) {
+    const size_t comma = spec.find(',', begin);
+    items.push_back(spec.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  for (const std::string& item : items) {
     const std::string raw = trim(item);
     const std::string it = toLowerAscii(raw);
     if (it.empty()) throw ConfigError("--devices '" + spec + "': empty item between commas");

@@ -259,7 +259,17 @@ CheckpointData readCheckpoint(const fs::path& dir) {
   if (!fs::is_regular_file(statePath, ec)) throw IoError(statePath.string() + ": missing (not a complete checkpoint)");
   d.state = io::readJsonFile(statePath);  // IoError naming the file
   if (!d.state.contains("step")) throw IoError(statePath.string() + ": no 'step'");
-  d.step = d.state["step"].get<int64_t>();
+  const auto& stepValue = d.state["step"];
+  if (!stepValue.is_number_integer() || stepValue.get<int64_t>() < 0)
+    throw IoError(statePath.string() + ": 'step' is " + stepValue.dump() + ", not a step number (0 or more)");
+  d.step = stepValue.get<int64_t>();
+  // The folder's name says the step too (step_00000120): a state that disagrees is not this checkpoint's.
+  const std::string name = dir.filename().string();
+  const std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : std::string();
+  if (!digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos &&
+      std::stoll(digits) != d.step)
+    throw IoError(statePath.string() + ": 'step' is " + std::to_string(d.step) + " but the checkpoint folder is " +
+                  name);
   d.manual = d.state.value("manual", false);
   auto load = [&](const char* file, NamedTensors& into, bool required) {
     const auto p = dir / file;

@@ -1,0 +1,73 @@
+// Issue 32's command-line cases: a value given empty, a device list with an
+// empty item, a checkpoint whose state.json has a step it cannot have. Each
+// must be refused (exit 2) with the reason, and nothing trained or resumed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "CliProcess.h"
+#include "common/TestSupport.h"
+
+namespace fs = std::filesystem;
+using namespace strata::test::cli;
+
+namespace {
+
+class HostileCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(strataTrainPath())) GTEST_FAIL() << "strata-train not built at " << strataTrainPath();
+    std::ofstream(config) << tinyRunYaml((tmp / "runs").string(), 4, 2);
+  }
+  strata::test::TempDir tmp;
+  fs::path config = tmp / "run.yaml";
+  fs::path log(const std::string& name) { return tmp / (name + ".log"); }
+};
+
+}  // namespace
+
+// Once read as "not given": the plan ran on this machine and the run in
+// <training_folder>/<name>, with exit 0.
+TEST_F(HostileCli, AnEmptyValueIsRefusedNotTakenAsTheDefault) {
+  std::string out;
+  EXPECT_EQ(runStrataTrain({"plan", config.string(), "--devices", ""}, log("plan"), &out), 2) << out;
+  EXPECT_NE(out.find("--devices: is empty"), std::string::npos) << out;
+  EXPECT_EQ(runStrataTrain({"validate", config.string(), "--devices", " "}, log("validate"), &out), 2) << out;
+  EXPECT_EQ(runStrataTrain({"run", config.string(), "--devices", ""}, log("rundev"), &out), 2) << out;
+  for (const std::string dir : {"", " "}) {
+    EXPECT_EQ(runStrataTrain({"run", config.string(), "--run-dir", dir}, log("rundir"), &out), 2) << out;
+    EXPECT_NE(out.find("--run-dir: is empty: give a folder"), std::string::npos) << out;
+  }
+  EXPECT_FALSE(fs::exists(tmp / "runs")) << "a refused run wrote its folder";
+  EXPECT_EQ(runStrataTrain({"export", (tmp / "runs" / "tiny").string(), "--out", ""}, log("export"), &out), 2) << out;
+}
+
+TEST_F(HostileCli, ADeviceListWithAnEmptyItemIsRefused) {
+  std::string out;
+  for (const std::string spec : {"1x16GB,", ",1x16GB", "1x16GB,,16GB"}) {
+    EXPECT_EQ(runStrataTrain({"plan", config.string(), "--devices", spec}, log("plan"), &out), 2) << spec << out;
+    EXPECT_NE(out.find("empty item between commas"), std::string::npos) << spec << out;
+  }
+}
+
+// A state.json with a negative step resumed and trained 105 steps; one that
+// disagrees with its folder's name is not that checkpoint's either.
+TEST_F(HostileCli, ACheckpointWithAnImpossibleStepIsNotResumed) {
+  std::string out;
+  ASSERT_EQ(runStrataTrain({"run", config.string(), "--stop-after", "2"}, log("run"), &out), 130) << out;
+  const fs::path run = tmp / "runs" / "tiny";
+  const fs::path state = run / "checkpoints" / "step_00000002" / "state.json";
+  ASSERT_TRUE(fs::exists(state)) << out;
+  std::ifstream in(state);
+  const std::string original((std::istreambuf_iterator<char>(in)), {});
+  const size_t at = original.find("\"step\":");
+  ASSERT_NE(at, std::string::npos) << original;
+  const size_t end = original.find_first_of(",}", at);
+  for (const std::string step : {"-103", "7", "\"2\"", "2.5"}) {
+    std::ofstream(state) << original.substr(0, at) << "\"step\": " << step << original.substr(end);
+    EXPECT_EQ(runStrataTrain({"resume", run.string()}, log("resume"), &out), 2) << step << "\n" << out;
+    EXPECT_NE(out.find("state.json: 'step' is"), std::string::npos) << step << "\n" << out;
+    EXPECT_EQ(out.find("finished"), std::string::npos) << step << "\n" << out;
+  }
+}
