@@ -53,6 +53,21 @@ inline CLI::Validator gigabytesCheck() {
       "GB");
 }
 
+// An image side in pixels for FLUX: a multiple of 16 (the VAE's 8 x the 2 x 2
+// patches) from 16 to 4096.
+inline CLI::Validator imageSideCheck() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || v < 16 || v > 4096 || v % 16 != 0)
+          return "'" + text + "' is not an image side: give a multiple of 16 from 16 to 4096 pixels";
+        return "";
+      },
+      "PIXELS");
+}
+
 // A text option given with nothing in it (`--devices ''`, `--run-dir ''`): refused,
 // rather than read as "not given" and run with the default. `what` names the value
 // ("a device list such as 4x16GB").

@@ -6,12 +6,17 @@
 // Exit codes (Commands.h): 0 written, 1 sampling or writing failed, 2 bad input.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
 #include "common/Version.h"
@@ -19,6 +24,7 @@
 #include "io/Image.h"
 #include "models/clip/ClipCheckpoint.h"
 #include "pipeline/FluxPipeline.h"
+#include "train/StopSignals.h"
 
 namespace fs = std::filesystem;
 
@@ -42,6 +48,25 @@ struct SampleArgs {
   std::string dtype = "float32";
   std::string out;
 };
+
+// Ctrl-C between two sampling steps: the images are not written.
+struct Interrupted {
+  int64_t step;
+};
+
+// Everything that can be said about --out before minutes of loading: a .png name
+// in a folder that exists and can be written, not an existing folder.
+void checkOutput(const fs::path& out) {
+  if (out.empty()) throw ConfigError("--out: no output PNG given");
+  std::string ext = out.extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext != ".png") throw ConfigError("--out: '" + out.string() + "' is not a .png file name");
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) throw ConfigError("--out: '" + out.string() + "' is a folder; give a file name");
+  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!fs::is_directory(dir, ec)) throw ConfigError("--out: the folder '" + dir.string() + "' does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw ConfigError("--out: the folder '" + dir.string() + "' is not writable");
+}
 
 // out.png for one prompt; out_0.png, out_1.png, ... for several.
 fs::path outputPath(const fs::path& out, size_t index, size_t count) {
@@ -85,7 +110,13 @@ int runSample(const SampleArgs& a) {
   pipeline::PipelineFiles files;
   pipeline::PipelineOptions options;
   try {
-    if (a.out.empty()) throw ConfigError("--out: no output PNG given");
+    checkOutput(a.out);
+    if (!std::isfinite(a.guidance) || a.guidance < 0 || a.guidance > 100)
+      throw ConfigError("--guidance: give a number from 0 to 100 (FLUX.1-dev: about 3.5)");
+    if (!std::isfinite(a.loraMultiplier) || std::fabs(a.loraMultiplier) > 100)
+      throw ConfigError("--lora-scale: give a number from -100 to 100 (1 = as trained)");
+    if (!a.lora.empty() && !fs::is_regular_file(a.lora))
+      throw ConfigError("--lora: '" + a.lora + "' is not a file");
     if (a.device == "cuda") {
       options.device = at::Device(at::kCUDA);
     } else if (a.device != "cpu") {
@@ -109,13 +140,23 @@ int runSample(const SampleArgs& a) {
   r.guidance = a.guidance;
   r.width = a.width;
   r.height = a.height;
-  r.onStep = [](int64_t done, int64_t total) { std::cerr << "step " << done << "/" << total << std::endl; };
+  // Ctrl-C: while loading, the process ends at once (nothing to keep); while
+  // sampling, after the current step, and nothing is written.
+  train::StopOnSignals signals("strata-train sample", "stopping after this step; no image is written");
+  r.onStep = [&signals](int64_t done, int64_t total) {
+    std::cerr << "step " << done << "/" << total << std::endl;
+    if (signals.signalReceived() != 0) throw Interrupted{done};
+  };
   pipeline::SampleResult result;
   try {
     std::cerr << "loading " << a.model << std::endl;
+    signals.setExitAtOnce(true);
     auto pipe = pipeline::FluxPipeline::load(files, options);
-    if (!r.lora.empty() && !fs::is_regular_file(r.lora)) throw IoError(r.lora.string() + ": LoRA file not found");
+    signals.setExitAtOnce(false);
     result = pipeline::generateImages(*pipe, r);
+  } catch (const Interrupted& i) {
+    std::cerr << kWho << "stopped after step " << i.step << " of " << a.steps << "; no image written" << std::endl;
+    return 128 + signals.signalReceived();
   } catch (const IoError& e) {  // a missing or unreadable file: the user's input
     std::cerr << kWho << e.what() << std::endl;
     return kExitBadInput;
@@ -151,23 +192,33 @@ int runSample(const SampleArgs& a) {
 
 }  // namespace
 
+// What one sample may ask for: beyond these the sigma schedule, the latents or
+// T5's positions would be allocated from a number the user typed (2^31 steps
+// once grew until the OOM killer ended it).
+constexpr long long kMaxSampleSteps = 1000;
+constexpr long long kMaxT5Tokens = 512;
+
 void addSampleCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model (and optionally a LoRA file)");
   cmd->add_option("model", a->model, "Diffusers FLUX.1 folder, BFL transformer .safetensors, or a run config .yaml")
       ->required();
   cmd->add_option("--prompt", a->prompts, "Prompt (repeatable: one image each)")->required();
-  cmd->add_option("--out", a->out, "Output PNG (several prompts: NAME_0.png, NAME_1.png, ...)")->required();
+  cmd->add_option("--out", a->out, "Output PNG (several prompts: NAME_0.png, NAME_1.png, ...)")
+      ->required()
+      ->check(nonEmptyCheck("a .png file name"));
   cmd->add_option("--lora", a->lora, "LoRA .safetensors (diffusers, kohya or ComfyUI keys)");
   cmd->add_option("--lora-scale", a->loraMultiplier, "Multiplier of the LoRA (default 1)");
   cmd->add_option("--seed", a->seed, "Noise seed (default 0)");
-  cmd->add_option("--steps", a->steps, "Sampling steps (default 28)")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", a->steps, "Sampling steps, 1 to 1000 (default 28)")
+      ->check(countCheck("a number of sampling steps", kMaxSampleSteps));
   cmd->add_option("--guidance", a->guidance, "Guidance scale (default 3.5)");
-  cmd->add_option("--width", a->width, "Width in pixels, a multiple of 16 (default 1024)")->check(CLI::PositiveNumber);
-  cmd->add_option("--height", a->height, "Height in pixels, a multiple of 16 (default 1024)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-sequence-length", a->maxSequenceLength, "T5 tokens (default 512, FLUX.1-dev)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--width", a->width, "Width in pixels, a multiple of 16 from 16 to 4096 (default 1024)")
+      ->check(imageSideCheck());
+  cmd->add_option("--height", a->height, "Height in pixels, a multiple of 16 from 16 to 4096 (default 1024)")
+      ->check(imageSideCheck());
+  cmd->add_option("--max-sequence-length", a->maxSequenceLength, "T5 tokens, 1 to 512 (default 512, FLUX.1-dev)")
+      ->check(countCheck("a number of T5 tokens", kMaxT5Tokens));
   cmd->add_option("--vae", a->vae, "VAE file (ae.safetensors), with a single-file transformer");
   cmd->add_option("--clip", a->clip, "CLIP-L file (clip_l.safetensors), with a single-file transformer");
   cmd->add_option("--t5", a->t5, "T5-XXL file (t5xxl_fp16.safetensors), with a single-file transformer");

@@ -1,6 +1,7 @@
 // strata-train: the headless front end of the Strata training core.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <exception>
 #include <iostream>
 
@@ -21,6 +22,9 @@ constexpr strata::cli::AddCommandFn kCommands[] = {
 
 int main(int argc, char** argv) {
   strata::families::registerAll();
+  // Past a file size limit (ulimit -f) a write fails with EFBIG and says so, like a
+  // full disk, instead of SIGXFSZ ending the run without a word or a checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Strata: LoRA training for FLUX.1 split over several GPUs (headless)", "strata-train"};
   app.set_version_flag("--version", std::string("strata-train ") + strata::kVersion);
   app.require_subcommand(1);

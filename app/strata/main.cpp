@@ -7,6 +7,7 @@
 #include <QStyleFactory>
 #include <QTimer>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,7 @@ bool reportMissingDisplay(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (reportMissingDisplay(argc, argv)) return 2;
   strata::families::registerAll();
+  std::signal(SIGXFSZ, SIG_IGN);  // past ulimit -f a write fails with EFBIG and says so (as strata-train)
   QApplication app(argc, argv);
   QApplication::setApplicationName("Strata");
   QApplication::setOrganizationName("Strata");

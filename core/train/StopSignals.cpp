@@ -14,6 +14,7 @@ namespace {
 
 std::atomic<Trainer*> gTarget{nullptr};
 std::atomic<int> gSignal{0};
+std::atomic<bool> gExitAtOnce{false};
 const char* gWho = "strata";
 const char* gAction = "";
 
@@ -44,6 +45,10 @@ extern "C" void onStopSignal(int sig) {
   say(": ");
   say(name);
   say(": ");
+  if (gExitAtOnce.load()) {
+    say("stopped, nothing written\n");
+    ::_exit(128 + sig);
+  }
   say(gAction);
   say(" (send it again to stop at once)\n");
   errno = saved;
@@ -54,11 +59,17 @@ static_assert(std::atomic<Trainer*>::is_always_lock_free && std::atomic<int>::is
 
 }  // namespace
 
-StopOnSignals::StopOnSignals(Trainer& trainer, const char* who, const char* action) {
+StopOnSignals::StopOnSignals(const char* who, const char* action) : StopOnSignals(nullptr, who, action) {}
+
+StopOnSignals::StopOnSignals(Trainer& trainer, const char* who, const char* action)
+    : StopOnSignals(&trainer, who, action) {}
+
+StopOnSignals::StopOnSignals(Trainer* trainer, const char* who, const char* action) {
   gWho = who;
   gAction = action;
   gSignal.store(0);
-  previousTarget_ = gTarget.exchange(&trainer);
+  gExitAtOnce.store(false);
+  previousTarget_ = gTarget.exchange(trainer);
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
   sigemptyset(&sa.sa_mask);
@@ -76,7 +87,10 @@ StopOnSignals::~StopOnSignals() {
   for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
   ::sigaction(SIGPIPE, &previousPipe_, nullptr);
   gTarget.store(previousTarget_);
+  gExitAtOnce.store(false);
 }
+
+void StopOnSignals::setExitAtOnce(bool atOnce) { gExitAtOnce.store(atOnce); }
 
 int StopOnSignals::signalReceived() const { return gSignal.load(); }
 

@@ -20,16 +20,24 @@ class StopOnSignals {
   // `action` says what the stop does (a string literal: the handler writes it).
   explicit StopOnSignals(Trainer& trainer, const char* who = "strata",
                          const char* action = "writing a checkpoint, then stopping");
+  // For work with no trainer (`sample`, `export`): the first signal is only noted
+  // (signalReceived(), polled between steps or files), or, while exitAtOnce is
+  // set (loading: nothing to keep), ends the process at once with 128 + signal.
+  explicit StopOnSignals(const char* who, const char* action = "stopping");
   ~StopOnSignals();
   StopOnSignals(const StopOnSignals&) = delete;
   StopOnSignals& operator=(const StopOnSignals&) = delete;
 
   // The signal that asked for the stop while this guard was installed, 0 if none.
   int signalReceived() const;
+  // While set, the first signal ends the process at once (exit code 128 + signal,
+  // after saying so): for stretches with nothing to keep or clean up.
+  void setExitAtOnce(bool atOnce);
 
   static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
  private:
+  StopOnSignals(Trainer* trainer, const char* who, const char* action);
   Trainer* previousTarget_ = nullptr;
   struct sigaction previous_[3] = {};
   struct sigaction previousPipe_ = {};

@@ -56,7 +56,8 @@ class Child {
         ::close(fd);
       }
       if (fileSizeLimit > 0) {
-        ::signal(SIGXFSZ, SIG_IGN);
+        // As a shell's `ulimit -f`: SIGXFSZ keeps its default action (the program must handle it).
+        ::signal(SIGXFSZ, SIG_DFL);
         rlimit r{};
         ::getrlimit(RLIMIT_FSIZE, &r);
         r.rlim_cur = fileSizeLimit;

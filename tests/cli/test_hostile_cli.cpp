@@ -71,3 +71,17 @@ TEST_F(HostileCli, ACheckpointWithAnImpossibleStepIsNotResumed) {
     EXPECT_EQ(out.find("finished"), std::string::npos) << step << "\n" << out;
   }
 }
+
+// `ulimit -f`: SIGXFSZ once ended a run without a word, leaving a .partial-step_*
+// folder that resume ignored. Now the write fails like a full disk: a message
+// naming the file, exit 1, no partial checkpoint left behind.
+TEST_F(HostileCli, AFileSizeLimitIsAWriteErrorWithAMessage) {
+  std::string out;
+  const int code = runStrataTrain({"run", config.string()}, log("fsize"), &out, 16 * 1024);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("File too large"), std::string::npos) << out;
+  const fs::path checkpoints = tmp / "runs" / "tiny" / "checkpoints";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints, ec))
+    EXPECT_EQ(e.path().filename().string().rfind(".partial", 0), std::string::npos) << e.path();
+}

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "CliProcess.h"
 #include "common/TestSupport.h"
 #include "io/Image.h"
 
@@ -92,7 +93,7 @@ TEST(SampleCli, BadInputExitsTwoWithOneClearLine) {
   const auto out = tmp / "x.png";
   auto r = run("sample " + common(out) + " --width 20 --height 16 --prompt p");
   EXPECT_EQ(r.exitCode, 2) << r.output;
-  EXPECT_NE(r.output.find("multiples of 16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("multiple of 16"), std::string::npos) << r.output;
   r = run("sample " + common(out) + " --width 16 --height 16 --prompt p --lora " +
           quote((tmp / "no.safetensors").string()));
   EXPECT_EQ(r.exitCode, 2) << r.output;
@@ -103,6 +104,64 @@ TEST(SampleCli, BadInputExitsTwoWithOneClearLine) {
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_NE(r.output.find("model.vae_path"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Each is refused in the user's words before anything loads: no "enforce fail"
+// with C++ frames, no range in scientific notation, no allocation the size of
+// what was typed (--steps 2^31 grew until the OOM killer ended it).
+TEST(SampleCli, OutOfRangeValuesAndABadOutputAreRefusedBeforeLoading) {
+  strata::test::TempDir tmp;
+  const auto out = tmp / "x.png";
+  const std::string model = quote((fixture() / "model").string()) + " --prompt p ";
+  struct Case {
+    std::string args, says;
+  };
+  const Case cases[] = {
+      {"--width 0 --out " + quote(out.string()), "'0' is not an image side: give a multiple of 16 from 16 to 4096"},
+      {"--width 1000000 --out " + quote(out.string()), "'1000000' is not an image side"},
+      {"--height -16 --out " + quote(out.string()), "is not an image side"},
+      {"--steps 2147483648 --out " + quote(out.string()), "is not a number of sampling steps: give 1 to 1000"},
+      {"--max-sequence-length 100000 --out " + quote(out.string()), "is not a number of T5 tokens"},
+      {"--guidance nan --out " + quote(out.string()), "--guidance: give a number from 0 to 100"},
+      {"--lora-scale 1e300 --out " + quote(out.string()), "--lora-scale: give a number from -100 to 100"},
+      {"--out " + quote((tmp / "no-such-folder" / "x.png").string()), "does not exist"},
+      {"--out " + quote(tmp.path().string()), "is not a .png file name"},
+      {"--out " + quote((tmp / "x.jpg").string()), "is not a .png file name"},
+      {"--out ''", "--out: is empty"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run("sample " + model + c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("loading"), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("enforce fail"), std::string::npos) << c.args << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// Ctrl-C stops a sample after the current step, writes no image, exits 130.
+TEST(SampleCli, CtrlCStopsAfterTheCurrentStepAndWritesNothing) {
+  strata::test::TempDir tmp;
+  const auto out = tmp / "x.png";
+  strata::test::cli::Child child({"sample", (fixture() / "model").string(), "--steps", "1000", "--seed", "7",
+                                  "--max-sequence-length", "16", "--width", "64", "--height", "64", "--prompt", "p",
+                                  "--out", out.string()},
+                                 tmp / "sample.log");
+  ASSERT_TRUE(child.started());
+  // Wait for the first sampling step, then interrupt.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (child.output().find("step 1/1000") == std::string::npos && !child.poll() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(child.output().find("step 1/1000"), std::string::npos) << child.output();
+  const auto signalled = std::chrono::steady_clock::now();
+  child.signal(SIGINT);
+  ASSERT_TRUE(child.waitFor(std::chrono::seconds(30))) << child.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(10));
+  EXPECT_EQ(child.exitCode(), 130) << child.output();
+  EXPECT_NE(child.output().find("no image written"), std::string::npos) << child.output();
+  EXPECT_EQ(child.output().find("step 1000/1000"), std::string::npos) << child.output();
   EXPECT_FALSE(fs::exists(out));
 }
 
