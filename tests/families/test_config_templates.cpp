@@ -1,0 +1,46 @@
+// File > New's templates come from the families (ModelFamily::templates): each is
+// a shipped file under configs/ that reads, of its family, with no path relative
+// to the project folder; FLUX.1 and Llama each have one for the user's own data,
+// whose data key is left for the user to set.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/TestSupport.h"
+#include "config/RunConfigYaml.h"
+#include "train/ConfigTemplates.h"
+
+using namespace strata;
+namespace fs = std::filesystem;
+
+TEST(ConfigTemplates, EachFamilysTemplatesAreShippedFilesOfThatFamily) {
+  for (const auto arch : {config::ModelArch::Flux, config::ModelArch::Flux2, config::ModelArch::Llama}) {
+    const auto templates = train::configTemplates(arch);
+    ASSERT_FALSE(templates.empty()) << config::enumName(arch);
+    bool ownData = false;
+    for (const auto& t : templates) {
+      const fs::path file = test::sourceDir() / "configs" / t.file;
+      ASSERT_TRUE(fs::exists(file)) << file;
+      const auto loaded = config::loadRunConfig(file);
+      for (const auto& p : loaded.problems) EXPECT_FALSE(p.isError() && p.line == 0 && p.key.empty()) << p.format();
+      EXPECT_EQ(loaded.config.model.arch, arch) << t.id;
+      // Nothing points into the project folder: the app is installed elsewhere.
+      EXPECT_NE(loaded.config.model.nameOrPath.rfind("configs/", 0), 0u) << t.id;
+      for (const auto& d : loaded.config.datasets) {
+        EXPECT_NE(d.folderPath.rfind("configs/", 0), 0u) << t.id;
+        EXPECT_NE(d.filePath.rfind("configs/", 0), 0u) << t.id;
+      }
+      if (!t.dataKey.empty()) {
+        ownData = true;
+        EXPECT_FALSE(t.dataQuestion.empty()) << t.id;
+        EXPECT_FALSE(loaded.config.model.randomWeights) << t.id;
+        EXPECT_TRUE(loaded.config.model.nameOrPath.empty()) << t.id;  // the user's model, picked by the user
+        ASSERT_FALSE(loaded.config.datasets.empty()) << t.id;
+        const auto& d = loaded.config.datasets.front();
+        EXPECT_TRUE((t.dataIsFolder ? d.folderPath : d.filePath).empty()) << t.id;
+        EXPECT_GT(loaded.config.save.exportEvery, 0) << t.id;  // a LoRA at every save, to compare them
+      }
+    }
+    if (arch != config::ModelArch::Flux2) EXPECT_TRUE(ownData) << config::enumName(arch) << " has no template for own data";
+  }
+}
