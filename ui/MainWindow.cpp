@@ -819,30 +819,35 @@ void MainWindow::showNewConfigDialog() {
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   connect(dialog, &QDialog::accepted, this, [this, dialog] {
     const ConfigTemplate t = dialog->chosen();
-    QString data;
-    if (!t.dataKey.isEmpty() && (data = askTemplateData(t)).isEmpty()) return;
-    loadTemplate(t, data);
+    QString data, model;
+    if (!t.dataKey.isEmpty() && !askTemplateInputs(t, &data, &model)) return;
+    loadTemplate(t, data, model);
   });
   dialog->open();
 }
 
-bool MainWindow::newFromTemplate(const QString& templateId, const QString& dataPath) {
+bool MainWindow::newFromTemplate(const QString& templateId, const QString& dataPath, const QString& modelPath) {
   const ConfigTemplate* found = nullptr;
   for (const ConfigTemplate& t : configTemplates())
     if (t.id == templateId) found = &t;
   if (!found || !maybeSave()) return false;
-  QString data = dataPath;
-  if (!found->dataKey.isEmpty() && data.isEmpty() && (data = askTemplateData(*found)).isEmpty()) return false;
-  return loadTemplate(*found, data);
+  QString data = dataPath, model = modelPath;
+  if (!found->dataKey.isEmpty() && data.isEmpty() && !askTemplateInputs(*found, &data, &model)) return false;
+  return loadTemplate(*found, data, model);
 }
 
-QString MainWindow::askTemplateData(const ConfigTemplate& t) {
-  if (t.dataIsFolder) return QFileDialog::getExistingDirectory(this, t.dataQuestion, QDir::homePath());
-  return QFileDialog::getOpenFileName(this, t.dataQuestion, QDir::homePath(),
-                                      tr("JSON lines (*.jsonl);;All files (*)"));
+bool MainWindow::askTemplateInputs(const ConfigTemplate& t, QString* dataPath, QString* modelPath) {
+  *dataPath = t.dataIsFolder ? QFileDialog::getExistingDirectory(this, t.dataQuestion, QDir::homePath())
+                             : QFileDialog::getOpenFileName(this, t.dataQuestion, QDir::homePath(),
+                                                            tr("JSON lines (*.jsonl);;All files (*)"));
+  if (dataPath->isEmpty()) return false;
+  // The base model: the user's, picked now, or later in the form (where it is marked until set).
+  if (!t.modelQuestion.isEmpty())
+    *modelPath = QFileDialog::getExistingDirectory(this, t.modelQuestion, QFileInfo(*dataPath).absolutePath());
+  return true;
 }
 
-bool MainWindow::loadTemplate(const ConfigTemplate& t, const QString& dataPath) {
+bool MainWindow::loadTemplate(const ConfigTemplate& t, const QString& dataPath, const QString& modelPath) {
   const QString text = templateText(t);
   QString error;
   if (text.isEmpty() || !editor_->loadText(text, t.id + ".yaml", &error)) {
@@ -854,6 +859,7 @@ bool MainWindow::loadTemplate(const ConfigTemplate& t, const QString& dataPath) 
     editor_->setValueText(t.dataKey, absolute(dataPath));
     editor_->setValueText("job.name", jobNameFrom(dataPath));
   }
+  if (!t.modelKey.isEmpty() && !modelPath.isEmpty()) editor_->setValueText(t.modelKey, absolute(modelPath));
   // A new config: untitled, and unsaved until saved (Save asks where; closing asks first).
   editor_->setModified(true);
   welcome_->hide();

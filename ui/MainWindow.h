@@ -57,9 +57,11 @@ class MainWindow : public QMainWindow {
   bool saveConfig(const QString& path);
   bool importAiToolkit(const QString& path);
   // A new, untitled config from a template (unsaved until saved). A template of the
-  // user's own data asks for it (a folder of images, a .jsonl file) unless
-  // `dataPath` is given; false when the user cancels.
-  bool newFromTemplate(const QString& templateId, const QString& dataPath = QString());
+  // user's own data asks for it (a folder of images, a .jsonl file), then for the
+  // user's base model (cancel: set it later), unless `dataPath` is given (then
+  // `modelPath` is taken as it is); false when the user cancels the data.
+  bool newFromTemplate(const QString& templateId, const QString& dataPath = QString(),
+                       const QString& modelPath = QString());
   // Shows a finished or stopped run: its samples (and metrics when the core writes them).
   bool openRunFolder(const QString& runDir);
   // Overrides train.steps of the next start (0 = the config's); for tests and quick demos.
@@ -140,9 +142,9 @@ class MainWindow : public QMainWindow {
   void saveState();
   bool loadConfigFile(const QString& path);  // without asking to save
   bool importJob(const QString& path);
-  bool loadTemplate(const ConfigTemplate& t, const QString& dataPath);
-  // Asks for a template's data (folder or file); empty when cancelled.
-  QString askTemplateData(const ConfigTemplate& t);
+  bool loadTemplate(const ConfigTemplate& t, const QString& dataPath, const QString& modelPath);
+  // Asks for a template's data (folder or file), then its base model; false when the data is cancelled.
+  bool askTemplateInputs(const ConfigTemplate& t, QString* dataPath, QString* modelPath);
   void buildWelcome(QWidget* parent);
   void updateRunFolder();
   QString trainingFolderFor(const config::RunConfig& cfg, const QString& configPath) const;

@@ -22,7 +22,8 @@ const QVector<ConfigTemplate>& configTemplates() {
         out.push_back({QString::fromStdString(t.id), QString::fromStdString(t.title),
                        QString::fromStdString(t.summary), ":/strata/templates/" + QString::fromStdString(t.file),
                        arch, QString::fromStdString(t.dataKey), t.dataIsFolder,
-                       QString::fromStdString(t.dataQuestion)});
+                       QString::fromStdString(t.dataQuestion), QString::fromStdString(t.modelQuestion),
+                       QString::fromStdString(t.modelKey)});
     return out;
   }();
   return kTemplates;

@@ -29,6 +29,8 @@ struct ConfigTemplate {
   QString dataKey;
   bool dataIsFolder = true;
   QString dataQuestion;
+  QString modelQuestion;  // the user's base model, asked for after the data (empty: not asked)
+  QString modelKey;
 };
 
 // Every registered family's templates, the families in backend::modelFamilies() order.

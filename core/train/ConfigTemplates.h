@@ -22,6 +22,9 @@ struct ConfigTemplate {
   std::string dataKey;
   bool dataIsFolder = true;
   std::string dataQuestion;  // "The folder of your images"
+  // The user's own base model, asked for after the data (a folder; empty: not asked).
+  std::string modelQuestion;
+  std::string modelKey = "model.name_or_path";
 };
 
 // The templates of `arch`'s registered family, in its order; none for a family

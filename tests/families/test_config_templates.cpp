@@ -33,6 +33,8 @@ TEST(ConfigTemplates, EachFamilysTemplatesAreShippedFilesOfThatFamily) {
       if (!t.dataKey.empty()) {
         ownData = true;
         EXPECT_FALSE(t.dataQuestion.empty()) << t.id;
+        EXPECT_FALSE(t.modelQuestion.empty()) << t.id;
+        EXPECT_EQ(t.modelKey, "model.name_or_path") << t.id;
         EXPECT_FALSE(loaded.config.model.randomWeights) << t.id;
         EXPECT_TRUE(loaded.config.model.nameOrPath.empty()) << t.id;  // the user's model, picked by the user
         ASSERT_FALSE(loaded.config.datasets.empty()) << t.id;

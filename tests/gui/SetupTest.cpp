@@ -12,6 +12,7 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QPlainTextEdit>
+#include <QPointer>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QScrollBar>
@@ -416,24 +417,30 @@ std::shared_ptr<Answer> cancelNextFileDialog() {
   return answer;
 }
 
-// The folder dialog that comes up next: `folder` picked.
-std::shared_ptr<Answer> pickFolderInNextDialog(const QString& folder) {
+// The folder dialogs that come up next, one after the other: `folders` picked in
+// turn. `answer->text` gets each dialog's title, a line each.
+std::shared_ptr<Answer> pickFoldersInNextDialogs(const QStringList& folders) {
   auto answer = std::make_shared<Answer>();
   auto* timer = new QTimer;
   timer->setInterval(20);
   auto tries = std::make_shared<int>(0);
+  auto next = std::make_shared<int>(0);
+  auto last = std::make_shared<QPointer<QFileDialog>>();
   QObject::connect(timer, &QTimer::timeout, [=] {
-    if (auto* d = qobject_cast<QFileDialog*>(QApplication::activeModalWidget())) {
-      answer->answered = true;
-      answer->text = d->windowTitle();
-      d->setDirectory(folder);
-      d->selectFile(folder);
+    auto* d = qobject_cast<QFileDialog*>(QApplication::activeModalWidget());
+    if (d && last->isNull() && *next < folders.size()) {
+      *last = d;
+      answer->text += d->windowTitle() + "\n";
+      d->setDirectory(folders[*next]);
+      d->selectFile(folders[*next]);
+      ++*next;
       static_cast<QDialog*>(d)->accept();  // QFileDialog::accept, through the public slot
-    } else if (++*tries <= 250) {
-      return;
+      answer->answered = *next == folders.size();
     }
-    timer->stop();
-    timer->deleteLater();
+    if (answer->answered || ++*tries > 500) {
+      timer->stop();
+      timer->deleteLater();
+    }
   });
   timer->start();
   return answer;
@@ -502,17 +509,22 @@ void SetupTest::firstLaunchOffersTheDemoAndMyImages() {
     QVERIFY(w.isWelcomeShown());
     const QString photos = tmp_.filePath("holiday-2024");
     QVERIFY(QDir().mkpath(photos));
-    auto picked = pickFolderInNextDialog(photos);
+    const QString model = tmp_.filePath("FLUX.1-dev");
+    QVERIFY(QDir().mkpath(model));
+    // The image folder, then the base model.
+    auto picked = pickFoldersInNextDialogs({photos, model});
     child<QPushButton>(&w, "welcomeImagesButton")->click();
     QTRY_VERIFY(picked->answered);
+    QVERIFY2(picked->text.contains("images") && picked->text.contains("FLUX.1-dev folder"), qPrintable(picked->text));
     QVERIFY(!w.isWelcomeShown());
     ConfigEditor* e = w.configEditor();
     QVERIFY2(e->valueText("datasets[0].folder_path").contains(photos), qPrintable(e->valueText("datasets[0].folder_path")));
     QCOMPARE(e->valueText("job.name"), QString("holiday-2024_lora"));
+    QVERIFY2(e->valueText("model.name_or_path").contains(model), qPrintable(e->valueText("model.name_or_path")));
     QCOMPARE(e->valueText("model.arch"), QString("flux"));
     QVERIFY(e->filePath().isEmpty());
     QVERIFY(w.isWindowModified());
-    // The base model is the user's to set: Start says so in plain words.
+    // The folder holds no images (nor the model a checkpoint): Start says so in plain words.
     QVERIFY(e->hasErrors());
     QVERIFY(!child<QPushButton>(&w, "startButton")->isEnabled());
     QVERIFY(child<QLabel>(&w, "startBlocker")->isVisible());

@@ -353,7 +353,8 @@ class LlamaFamily : public train::ModelFamily {
          "A LoRA of your own model (Llama, Mistral, Qwen2/3: a folder with config.json, the weights and "
          "tokenizer.json) on your own .jsonl file (a prompt and a response per line). You pick both; a peft "
          "adapter every 250 steps.",
-         "datasets[0].file_path", false, "Your .jsonl file (one prompt and response per line)"},
+         "datasets[0].file_path", false, "Your .jsonl file (one prompt and response per line)",
+         "The model folder (config.json, the .safetensors weights, tokenizer.json; cancel to set it later)"},
     };
   }
   std::string formatProblem(config::ExportFormat format) const override {
