@@ -8,7 +8,9 @@
 
 #include "common/TestSupport.h"
 #include "config/RunConfigYaml.h"
+#include "device/DeviceSelection.h"
 #include "train/ConfigTemplates.h"
+#include "train/RunPlanning.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -44,5 +46,22 @@ TEST(ConfigTemplates, EachFamilysTemplatesAreShippedFilesOfThatFamily) {
       }
     }
     if (arch != config::ModelArch::Flux2) EXPECT_TRUE(ownData) << config::enumName(arch) << " has no template for own data";
+  }
+}
+
+// The own-images templates fit the cards their titles name (planned from shapes alone).
+TEST(ConfigTemplates, OwnImageTemplatesFitTheCardsTheyName) {
+  for (const auto& [file, devices] : {std::pair<std::string, std::string>{"flux-my-images-1gpu.yaml", "1x24GB"},
+                                      {"flux-my-images-4x16gb.yaml", "4x16GB"}}) {
+    const auto loaded = config::loadRunConfig(test::sourceDir() / "configs" / file);
+    train::PrepareOptions preview;
+    preview.preview = true;
+    const auto run = train::prepareRun(loaded.config, device::simulatedInventory(devices), preview);
+    std::string problems;
+    for (const auto& p : run.problems)
+      if (p.isError()) problems += p.format() + "\n";
+    ASSERT_TRUE(run.ok()) << file << "\n" << problems;
+    EXPECT_TRUE(run.plan.fits) << file << ": " << run.plan.reason;
+    EXPECT_TRUE(train::planRefusal(run).empty()) << file;
   }
 }
