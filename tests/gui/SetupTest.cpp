@@ -6,6 +6,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
+#include <QDesktopServices>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -49,6 +50,15 @@ bool hasWarningAbout(const ConfigEditor* e, const QString& what) {
 }
 
 }  // namespace
+
+// Takes the URLs QDesktopServices would open (the test cannot look at a file manager).
+class UrlCatcher : public QObject {
+  Q_OBJECT
+ public:
+  QStringList opened;
+ public slots:
+  void open(const QUrl& url) { opened << QDir::cleanPath(url.toLocalFile()); }
+};
 
 class SetupTest : public QObject {
   Q_OBJECT
@@ -558,7 +568,17 @@ void SetupTest::outputFolderIsTheConfigsFolderShownInFull() {
   QCOMPARE(w.runFolder(), expected);
   auto* label = child<QLabel>(&w, "runFolderPath");
   QVERIFY2(label->text().contains(QDir::toNativeSeparators(expected)), qPrintable(label->text()));
-  QVERIFY(child<QPushButton>(&w, "openOutputFolderButton")->isVisible());
+  // Open folder: the nearest folder of the path that is there (no run yet: the config's folder).
+  UrlCatcher catcher;
+  QDesktopServices::setUrlHandler("file", &catcher, "open");
+  child<QPushButton>(&w, "openOutputFolderButton")->click();
+  QDesktopServices::unsetUrlHandler("file");
+  QCOMPARE(catcher.opened, QStringList({QDir::cleanPath(sub)}));
+  QVERIFY(QDir().mkpath(expected));
+  QDesktopServices::setUrlHandler("file", &catcher, "open");
+  child<QPushButton>(&w, "openOutputFolderButton")->click();
+  QDesktopServices::unsetUrlHandler("file");
+  QCOMPARE(catcher.opened.back(), expected);
   // An absolute folder is taken as it is.
   QVERIFY(w.configEditor()->setValueText("job.training_folder", tmp_.filePath("elsewhere")));
   QCOMPARE(w.runFolder(), QDir::cleanPath(tmp_.filePath("elsewhere") + "/demo_shapes"));
