@@ -983,6 +983,7 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
   fieldErrorKey_.clear();
   refreshForm();
   validate();
+  setFilePath(QString());  // untitled: loadFile names it; a template must never keep the last file's name
   setModified(false);
   emit configChanged();
   return true;

@@ -55,7 +55,8 @@ class ConfigEditor : public QWidget {
   QVector<ProblemView> importNotes() const { return importNotes_; }
   // A new config with the schema's defaults.
   void newConfig();
-  // A new, untitled config from YAML text (a template); unmodified until edited.
+  // A new, untitled config (no file path) from YAML text; unmodified until edited
+  // (a caller that makes a new config from it marks it with setModified(true)).
   bool loadText(const QString& text, const QString& sourceName, QString* error = nullptr);
 
   // As if typed into the YAML tab: parsed, the form updated, validated now.
@@ -72,6 +73,9 @@ class ConfigEditor : public QWidget {
   bool hasErrors() const;
   QString filePath() const { return filePath_; }
   bool isModified() const { return modified_; }
+  // Unsaved changes (the title's *, the question before it is dropped): a config
+  // made from a template is unsaved until it is saved.
+  void setModified(bool modified);
   // Shows the Basic or the Advanced page (or the YAML tab).
   void showPage(const QString& name);  // "basic", "advanced", "yaml"
   // The editor widget of a key ("model.low_vram", "datasets[0].folder_path"); null if none.
@@ -115,7 +119,6 @@ class ConfigEditor : public QWidget {
   QFormLayout* formFor(const config::KeySpec& spec);
   void addField(QFormLayout* form, const config::KeySpec& spec, const QString& key, QWidget* parent);
   QWidget* makeEditor(const config::KeySpec& spec, const QString& key, QWidget* parent);
-  void setModified(bool modified);
   void onCustomShapeToggled(bool on);
   void updateCustomShape();
   void refreshForm();

@@ -1,6 +1,8 @@
 #include "ui/ExportDialog.h"
 
 #include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
 #include <QDialogButtonBox>
 #include <QFileDialog>
 #include <QGroupBox>
@@ -55,14 +57,29 @@ QString ExportDialog::formatLabel(config::ExportFormat format) {
 }
 
 ExportDialog::ExportDialog(const QString& runDir, config::ModelArch family, const QStringList& formats,
-                           const QString& outDir, QWidget* parent)
+                           const QString& outDir, const QVector<ExportCheckpoint>& checkpoints, QWidget* parent)
     : QDialog(parent), runDir_(runDir), family_(family) {
   setObjectName("exportDialog");
   setWindowTitle(tr("Export LoRA"));
   auto* layout = new QVBoxLayout(this);
-  layout->addWidget(new QLabel(
-      tr("From the last checkpoint of <b>%1</b> (a %2 run)").arg(runDir.toHtmlEscaped(), backend::familyName(family)),
-      this));
+  auto* from = new QLabel(tr("The LoRA of <b>%1</b> (a %2 run)").arg(runDir.toHtmlEscaped(), backend::familyName(family)),
+                          this);
+  from->setWordWrap(true);
+  layout->addWidget(from);
+  // Every checkpoint the run holds, the newest first: compare steps, as ai-toolkit users do.
+  auto* pick = new QFormLayout;
+  checkpoint_ = new QComboBox(this);
+  checkpoint_->setObjectName("exportCheckpoint");
+  for (int i = int(checkpoints.size()) - 1; i >= 0; --i) {
+    const ExportCheckpoint& c = checkpoints[i];
+    QString text = tr("step %1").arg(c.step);
+    if (i == checkpoints.size() - 1) text += tr(" (the latest)");
+    if (c.manual) text += tr(" (saved by hand)");
+    checkpoint_->addItem(text, c.step);
+  }
+  checkpoint_->setToolTip(tr("The file names carry the step: <job>_step<N>_<format>"));
+  pick->addRow(tr("Checkpoint:"), checkpoint_);
+  layout->addLayout(pick);
   auto* box = new QGroupBox(tr("Formats"), this);
   auto* fl = new QVBoxLayout(box);
   const std::vector<config::ExportFormat> offered = formatsOf(family);
@@ -99,6 +116,13 @@ ExportDialog::ExportDialog(const QString& runDir, config::ModelArch family, cons
   buttons->button(QDialogButtonBox::Ok)->setText(tr("Export"));
   buttons->button(QDialogButtonBox::Cancel)->setObjectName("exportCancel");
   layout->addWidget(buttons);
+  if (checkpoints.isEmpty()) {
+    message_->setText(tr("This run has no checkpoint yet: there is nothing to export. A checkpoint is saved at "
+                         "every save step, on Stop and by Save checkpoint now."));
+    message_->show();
+    checkpoint_->setEnabled(false);
+    buttons->button(QDialogButtonBox::Ok)->setEnabled(false);
+  }
   connect(buttons, &QDialogButtonBox::accepted, this, &ExportDialog::accept);
   connect(buttons, &QDialogButtonBox::rejected, this, &ExportDialog::reject);
 }
@@ -112,9 +136,13 @@ QStringList ExportDialog::formats() const {
 
 QString ExportDialog::outDir() const { return dir_->text().trimmed(); }
 
+qint64 ExportDialog::step() const { return checkpoint_->count() ? checkpoint_->currentData().toLongLong() : -1; }
+
 void ExportDialog::accept() {
   QString why;
-  if (formats().isEmpty())
+  if (step() < 0)
+    why = tr("This run has no checkpoint to export.");
+  else if (formats().isEmpty())
     why = tr("Choose at least one format.");
   else if (outDir().isEmpty())
     why = tr("Choose the folder to write into.");

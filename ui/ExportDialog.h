@@ -1,12 +1,16 @@
 #pragma once
-// "Export LoRA": which formats, into which folder, from a run folder's last
-// checkpoint. The dialog only asks; the window starts the export on the bridge.
+// "Export LoRA": which checkpoint of the run (the latest first, every one the run
+// folder holds), which formats, into which folder. The files are named with the
+// checkpoint's step. The dialog only asks; the window checks for files in the way
+// (it asks before replacing one) and starts the export on the bridge.
 // It offers the forms the run's model family writes: FLUX.1's LoRA files
 // (diffusers, kohya, ComfyUI) or a causal LM's peft adapter folder.
 #include <QDialog>
 #include <QStringList>
+#include <QVector>
 
 class QCheckBox;
+class QComboBox;
 class QLabel;
 class QLineEdit;
 
@@ -18,19 +22,28 @@ enum class ExportFormat;
 
 namespace strata::ui {
 
+// One checkpoint of the run, as the dialog lists it.
+struct ExportCheckpoint {
+  qint64 step = 0;
+  bool manual = false;  // saved by hand
+};
+
 class ExportDialog : public QDialog {
   Q_OBJECT
  public:
   // `family`: the run's model.arch; `formats`: the ones ticked at first ("diffusers",
   // "peft"; those the family does not write are left out); `outDir`: the folder
-  // offered (the run folder's exports folder, where the trainer writes too).
+  // offered (the run folder's exports folder, where the trainer writes too);
+  // `checkpoints`: the run's, oldest first (the newest is picked).
   ExportDialog(const QString& runDir, config::ModelArch family, const QStringList& formats, const QString& outDir,
-               QWidget* parent = nullptr);
+               const QVector<ExportCheckpoint>& checkpoints, QWidget* parent = nullptr);
 
   QString runDir() const { return runDir_; }
   config::ModelArch family() const { return family_; }
   QStringList formats() const;
   QString outDir() const;
+  // The step of the checkpoint picked; -1 when the run has none.
+  qint64 step() const;
 
   // The formats offered for `family` ("diffusers", "kohya", "comfy" / "peft").
   static QStringList formatNames(config::ModelArch family);
@@ -43,6 +56,7 @@ class ExportDialog : public QDialog {
  private:
   QString runDir_;
   config::ModelArch family_;
+  QComboBox* checkpoint_ = nullptr;
   QLineEdit* dir_ = nullptr;
   QLabel* message_ = nullptr;
 };

@@ -5,11 +5,13 @@
 #include <QCheckBox>
 #include <QCloseEvent>
 #include <QDialog>
+#include <QDesktopServices>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFrame>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -20,6 +22,7 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QRegularExpression>
+#include <QScreen>
 #include <QPushButton>
 #include <QSplitter>
 #include <QStandardPaths>
@@ -30,6 +33,7 @@
 #include <QTimer>
 #include <QToolBar>
 #include <QToolButton>
+#include <QUrl>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -111,6 +115,18 @@ QString loadTitle(const QString& what) {
   return what;
 }
 
+// A job name made from the name of the user's data: letters, digits, _ and - only.
+QString jobNameFrom(const QString& dataPath) {
+  const QFileInfo info(dataPath);
+  QString base = info.isDir() ? info.fileName() : info.completeBaseName();
+  base.replace(QRegularExpression("[^A-Za-z0-9_-]+"), "_");
+  base.remove(QRegularExpression("^_+|_+$"));
+  return (base.isEmpty() ? QString("my") : base.left(60)) + "_lora";
+}
+
+// Where a config that is not saved (or whose folder cannot be written) puts its runs.
+QString defaultRunsBase() { return QDir::home().filePath("Strata"); }
+
 // The header from Start until the first load or cache figure.
 QString startingHeader() {
   return QObject::tr("Starting: checking the config and the devices, then loading the model.");
@@ -171,7 +187,13 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
   connect(queuePanel_, &RunQueuePanel::runToggled, this, &MainWindow::setQueueRunning);
   connect(editor_, &ConfigEditor::filePathChanged, this, &MainWindow::updateTitle);
   connect(editor_, &ConfigEditor::modifiedChanged, this, &MainWindow::updateTitle);
+  connect(editor_, &ConfigEditor::configChanged, this, &MainWindow::updateRunFolder);
+  connect(editor_, &ConfigEditor::filePathChanged, this, &MainWindow::updateRunFolder);
   restoreState();
+  // First launch (no config opened before): the demo and a LoRA of your own images, up front.
+  // A config given on the command line, or any config opened or made, puts it away.
+  welcome_->setVisible(recentConfigs().isEmpty());
+  updateRunFolder();
   updateRunControls();
   updateTitle();
   replan();
@@ -237,8 +259,8 @@ void MainWindow::buildMenus() {
   a->setObjectName("saveConfigAction");
   a->setShortcut(QKeySequence::Save);
   a = file->addAction(tr("Save config &as..."), this, [this] {
-    const QString path =
-        QFileDialog::getSaveFileName(this, tr("Save run config"), editor_->filePath(), tr("YAML (*.yaml)"));
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), suggestedSavePath(),
+                                                      tr("YAML (*.yaml)"));
     if (!path.isEmpty()) saveConfig(path);
   });
   a->setObjectName("saveConfigAsAction");
@@ -347,6 +369,33 @@ void MainWindow::buildSetupTab() {
   startRow->addStretch(1);
   startRow->addWidget(addToQueueButton_);
   startRow->addWidget(startButton_);
+  // Where the run goes, in full, and a way to look there.
+  auto* folderRow = new QHBoxLayout;
+  runFolderLabel_ = new QLabel(side);
+  runFolderLabel_->setObjectName("runFolderPath");
+  runFolderLabel_->setWordWrap(true);
+  runFolderLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  runFolderLabel_->setMinimumWidth(120);
+  openRunFolderButton_ = new QPushButton(tr("Open folder"), side);
+  openRunFolderButton_->setObjectName("openOutputFolderButton");
+  connect(openRunFolderButton_, &QPushButton::clicked, this, [this] {
+    // The run folder once a run made it, else the nearest folder above it that is there.
+    QString dir = runFolder();
+    while (!dir.isEmpty() && !QFileInfo(dir).isDir() && dir != QFileInfo(dir).absolutePath())
+      dir = QFileInfo(dir).absolutePath();
+    if (QFileInfo(dir).isDir()) QDesktopServices::openUrl(QUrl::fromLocalFile(dir));
+  });
+  folderRow->addWidget(runFolderLabel_, 1);
+  folderRow->addWidget(openRunFolderButton_, 0, Qt::AlignTop);
+  startBlocker_ = new QLabel(side);
+  startBlocker_->setObjectName("startBlocker");
+  startBlocker_->setWordWrap(true);
+  startBlocker_->setMinimumWidth(120);
+  startBlocker_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  startBlocker_->setStyleSheet("color: #b23c17;");
+  startBlocker_->hide();
+  sl->addLayout(folderRow);
+  sl->addWidget(startBlocker_);
   sl->addLayout(startRow);
 
   setupSplit_ = new QSplitter(Qt::Horizontal, this);
@@ -356,7 +405,14 @@ void MainWindow::buildSetupTab() {
   setupSplit_->setStretchFactor(0, 1);
   setupSplit_->setStretchFactor(1, 1);
   setupSplit_->setSizes({700, 700});  // four 16 GB cards fit the plan side of a 1400 px window
-  tabs_->addTab(setupSplit_, tr("Setup"));
+  auto* setupPage = new QWidget(this);
+  setupPage->setObjectName("setupPage");
+  auto* pl = new QVBoxLayout(setupPage);
+  pl->setContentsMargins(0, 0, 0, 0);
+  buildWelcome(setupPage);
+  pl->addWidget(welcome_);
+  pl->addWidget(setupSplit_, 1);
+  tabs_->addTab(setupPage, tr("Setup"));
 }
 
 void MainWindow::buildRunTab() {
@@ -377,14 +433,22 @@ void MainWindow::buildRunTab() {
   sampleButton_ = makeButton("sampleNowButton", sampleAction_);
   saveButton_ = makeButton("saveNowButton", saveNowAction_);
   exportButton_ = makeButton("exportButton", exportAction_);
-  controls->addSpacing(12);
+  // After a stop (or a failure with a checkpoint): go on from the run folder's last checkpoint.
+  resumeButton_ = new QPushButton(style()->standardIcon(QStyle::SP_MediaSeekForward), tr("Resume run"), page);
+  resumeButton_->setObjectName("resumeRunButton");
+  connect(resumeButton_, &QPushButton::clicked, this, [this] {
+    if (!lastRunDir_.isEmpty()) resumeRunFolder(lastRunDir_);
+  });
+  controls->insertWidget(2, resumeButton_);
+  controls->addStretch(1);
+  layout->addLayout(controls);
+  // The bar on a line of its own: the buttons and the bar side by side did not fit a 1024 px screen.
   progress_ = new QProgressBar(page);
   progress_->setObjectName("runProgress");
   progress_->setRange(0, 1);
   progress_->setValue(0);
   progress_->setFormat(tr("step %v / %m"));
-  controls->addWidget(progress_, 1);
-  layout->addLayout(controls);
+  layout->addWidget(progress_);
   runStatus_ = new QLabel(tr("No run yet: set up a config and press Start."), page);
   runStatus_->setObjectName("runStatus");
   runStatus_->setWordWrap(true);
@@ -455,6 +519,7 @@ void MainWindow::connectBridge() {
             step_ = startStep;
             totalSteps_ = totalSteps;
             stepTimeMs_ = etaSmoothed_ = 0;
+            lastRunDone_ = false;
             queued_.clear();
             progress_->setRange(0, int(std::max<qint64>(1, totalSteps)));
             progress_->setValue(int(startStep));
@@ -518,12 +583,17 @@ void MainWindow::connectBridge() {
     // A stop by hand stops the queue too: the rest wait until Run queue is pressed again.
     finishQueuedRun(RunQueue::State::Stopped, tr("stopped at step %1 (resume it from its run folder)").arg(step));
     setQueueRunning(false);
-    setRunHeader(tr("Stopped at step %1; checkpoint kept: %2. Resume it from Run > Resume, or export the LoRA.")
-                     .arg(step)
-                     .arg(checkpoint.isEmpty() ? tr("(none)") : checkpoint));
+    setRunHeader(checkpoint.isEmpty()
+                     ? tr("Stopped at step %1, before its first checkpoint: nothing to resume from.").arg(step)
+                     : tr("Stopped at step %1; checkpoint kept: %2. Press Resume run to go on from it, or Export "
+                          "to write its LoRA.")
+                           .arg(step)
+                           .arg(checkpoint));
+    updateRunControls();
   });
   connect(bridge_, &TrainerBridge::finished, this, [this](qint64 step, double finalLoss, const QStringList& exports) {
     queued_.clear();
+    lastRunDone_ = true;
     finishQueuedRun(RunQueue::State::Finished, tr("%1 steps, final loss %2").arg(step).arg(finalLoss, 0, 'f', 4));
     progress_->setValue(progress_->maximum());
     setRunHeader(tr("Finished at step %1, final loss %2.%3")
@@ -602,6 +672,11 @@ void MainWindow::endPreparing() {
 
 QString MainWindow::preparingText() const { return preparing_; }
 
+double MainWindow::shownStepMs() const {
+  const qint64 left = totalSteps_ - step_;
+  return etaSmoothed_ > 0 && left > 0 ? etaSmoothed_ * 1000.0 / double(left) : stepTimeMs_;
+}
+
 // ---- the run header --------------------------------------------------------------
 
 void MainWindow::setRunHeader(const QString& text) { runStatus_->setText(text); }
@@ -617,11 +692,12 @@ void MainWindow::updateRunHeader() {
   } else if (s == TrainerBridge::State::Stopping) {
     text = tr("Stopping after step %1: saving a checkpoint.").arg(step_);
   } else if (s == TrainerBridge::State::Running) {
+    // The time per step and the time left are one figure (shownStepMs), so they agree.
     text = tr("Training %1: step %2 of %3, %4 ms per step")
                .arg(where)
                .arg(step_)
                .arg(totalSteps_)
-               .arg(stepTimeMs_, 0, 'f', 0);
+               .arg(shownStepMs(), 0, 'f', 0);
     if (etaSmoothed_ > 0) text += tr(", about %1 left").arg(formatEta(etaSmoothed_));
   } else {
     return;
@@ -666,7 +742,8 @@ bool MainWindow::maybeSave() {
 bool MainWindow::saveCurrent() {
   QString path = editor_->filePath();
   if (path.isEmpty()) {
-    path = QFileDialog::getSaveFileName(this, tr("Save run config"), "run.yaml", tr("YAML (*.yaml)"));
+    // A new config is never written over another one unasked: Save asks where, named after the job.
+    path = QFileDialog::getSaveFileName(this, tr("Save run config"), suggestedSavePath(), tr("YAML (*.yaml)"));
     if (path.isEmpty()) return false;
   }
   return saveConfig(path);
@@ -681,6 +758,7 @@ bool MainWindow::loadConfigFile(const QString& path) {
     return false;
   }
   addRecent(kRecentConfigs, absolute(path));
+  welcome_->hide();
   tabs_->setCurrentIndex(0);
   replan();
   return true;
@@ -705,6 +783,7 @@ bool MainWindow::importJob(const QString& path) {
     showError(tr("Cannot import the ai-toolkit job"), error);
     return false;
   }
+  welcome_->hide();
   tabs_->setCurrentIndex(0);
   replan();
   showImportReport(path, editor_->importNotes());
@@ -738,29 +817,136 @@ void MainWindow::showNewConfigDialog() {
   if (!maybeSave()) return;
   auto* dialog = new NewConfigDialog(this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
-  connect(dialog, &QDialog::accepted, this, [this, dialog] { loadTemplate(dialog->chosen()); });
+  connect(dialog, &QDialog::accepted, this, [this, dialog] {
+    const ConfigTemplate t = dialog->chosen();
+    QString data, model;
+    if (!t.dataKey.isEmpty() && !askTemplateInputs(t, &data, &model)) return;
+    loadTemplate(t, data, model);
+  });
   dialog->open();
 }
 
-bool MainWindow::newFromTemplate(const QString& templateId) {
-  if (!maybeSave()) return false;
+bool MainWindow::newFromTemplate(const QString& templateId, const QString& dataPath, const QString& modelPath) {
+  const ConfigTemplate* found = nullptr;
   for (const ConfigTemplate& t : configTemplates())
-    if (t.id == templateId) return loadTemplate(t);
-  return false;
+    if (t.id == templateId) found = &t;
+  if (!found || !maybeSave()) return false;
+  QString data = dataPath, model = modelPath;
+  if (!found->dataKey.isEmpty() && data.isEmpty() && !askTemplateInputs(*found, &data, &model)) return false;
+  return loadTemplate(*found, data, model);
 }
 
-bool MainWindow::loadTemplate(const ConfigTemplate& t) {
+bool MainWindow::askTemplateInputs(const ConfigTemplate& t, QString* dataPath, QString* modelPath) {
+  *dataPath = t.dataIsFolder ? QFileDialog::getExistingDirectory(this, t.dataQuestion, QDir::homePath())
+                             : QFileDialog::getOpenFileName(this, t.dataQuestion, QDir::homePath(),
+                                                            tr("JSON lines (*.jsonl);;All files (*)"));
+  if (dataPath->isEmpty()) return false;
+  // The base model: the user's, picked now, or later in the form (where it is marked until set).
+  if (!t.modelQuestion.isEmpty())
+    *modelPath = QFileDialog::getExistingDirectory(this, t.modelQuestion, QFileInfo(*dataPath).absolutePath());
+  return true;
+}
+
+bool MainWindow::loadTemplate(const ConfigTemplate& t, const QString& dataPath, const QString& modelPath) {
   const QString text = templateText(t);
   QString error;
   if (text.isEmpty() || !editor_->loadText(text, t.id + ".yaml", &error)) {
     showError(tr("Cannot create the config"), error.isEmpty() ? tr("The template %1 is missing.").arg(t.id) : error);
     return false;
   }
+  if (!t.dataKey.isEmpty() && !dataPath.isEmpty()) {
+    // The user's data, by its full path, and a job named after it.
+    editor_->setValueText(t.dataKey, absolute(dataPath));
+    editor_->setValueText("job.name", jobNameFrom(dataPath));
+  }
+  if (!t.modelKey.isEmpty() && !modelPath.isEmpty()) editor_->setValueText(t.modelKey, absolute(modelPath));
+  // A new config: untitled, and unsaved until saved (Save asks where; closing asks first).
+  editor_->setModified(true);
+  welcome_->hide();
   editor_->showPage("basic");
   tabs_->setCurrentIndex(0);
   replan();
-  statusBar()->showMessage(tr("New config from \"%1\"; save it to keep it.").arg(t.title), 8000);
+  statusBar()->showMessage(
+      tr("New config from \"%1\", not saved yet: set what is marked, then save it (Ctrl+S).").arg(t.title), 10000);
   return true;
+}
+
+// ---- first launch, the output folder, saving -------------------------------------
+
+void MainWindow::buildWelcome(QWidget* parent) {
+  auto* box = new QFrame(parent);
+  box->setObjectName("welcomePanel");
+  box->setFrameShape(QFrame::StyledPanel);
+  auto* l = new QHBoxLayout(box);
+  auto* text = new QLabel(tr("<b>Welcome to Strata.</b> See the whole loop first: the demo trains a tiny model on "
+                             "the CPU in a few minutes (loss, samples, checkpoints, the LoRA file). Or make a LoRA "
+                             "of your own pictures: you pick the image folder and the FLUX.1-dev model."),
+                          box);
+  text->setWordWrap(true);
+  text->setMinimumWidth(200);
+  l->addWidget(text, 1);
+  auto addButton = [&](const QString& name, const QString& label, auto slot) {
+    auto* b = new QPushButton(label, box);
+    b->setObjectName(name);
+    connect(b, &QPushButton::clicked, this, slot);
+    l->addWidget(b);
+    return b;
+  };
+  addButton("welcomeDemoButton", tr("Try the demo"), [this] { newFromTemplate("demo"); })
+      ->setToolTip(tr("A tiny model on the CPU, nothing to download: press Start training next"));
+  addButton("welcomeImagesButton", tr("New from my images..."), [this] { newFromTemplate("flux-my-images-1gpu"); })
+      ->setToolTip(tr("A FLUX.1-dev LoRA of your pictures: asks for the image folder"));
+  addButton("welcomeTemplatesButton", tr("Other templates..."), [this] { showNewConfigDialog(); });
+  addButton("welcomeCloseButton", tr("Close"), [this] { welcome_->hide(); });
+  welcome_ = box;
+  welcome_->hide();
+}
+
+bool MainWindow::isWelcomeShown() const { return !welcome_->isHidden(); }
+
+QString MainWindow::trainingFolderFor(const config::RunConfig& cfg, const QString& configPath) const {
+  QString folder = QString::fromStdString(cfg.job.trainingFolder).trimmed();
+  if (folder == "~" || folder.startsWith("~/")) folder = QDir::homePath() + folder.mid(1);
+  if (QDir::isAbsolutePath(folder)) return QDir::cleanPath(folder);
+  QString base = defaultRunsBase();
+  if (!configPath.isEmpty()) {
+    const QString dir = QFileInfo(configPath).absolutePath();
+    if (QFileInfo(dir).isWritable()) base = dir;
+  }
+  return QDir::cleanPath(QDir(base).filePath(folder));
+}
+
+QString MainWindow::runFolder() const {
+  const config::RunConfig& cfg = editor_->config();
+  return QDir(trainingFolderFor(cfg, editor_->filePath())).filePath(QString::fromStdString(cfg.job.name));
+}
+
+void MainWindow::updateRunFolder() {
+  const QString folder = QString::fromStdString(editor_->config().job.trainingFolder).trimmed();
+  const bool relative = !QDir::isAbsolutePath(folder) && !folder.startsWith("~");
+  const QString path = editor_->filePath();
+  QString note;
+  if (relative && path.isEmpty())
+    note = tr(" (not saved yet: under %1 until the config is saved, then beside it)").arg(defaultRunsBase());
+  else if (relative && !QFileInfo(QFileInfo(path).absolutePath()).isWritable())
+    note = tr(" (the config's folder cannot be written: under %1 instead)").arg(defaultRunsBase());
+  runFolderLabel_->setText(tr("Runs go to %1%2").arg(QDir::toNativeSeparators(runFolder()), note));
+  runFolderLabel_->setToolTip(
+      tr("The output folder (job.training_folder; a relative one is taken from the config's folder) and the job's "
+         "name. A folder that holds an earlier run gets the next free name (_2, _3, ...)."));
+}
+
+QString MainWindow::suggestedSavePath() const {
+  QString name = QString::fromStdString(editor_->config().job.name).trimmed();
+  name.replace(QRegularExpression("[^A-Za-z0-9_.-]+"), "_");
+  if (name.isEmpty()) name = "run";
+  QString dir = QDir::homePath();
+  if (!editor_->filePath().isEmpty())
+    dir = QFileInfo(editor_->filePath()).absolutePath();
+  else if (!recentConfigs().isEmpty())
+    dir = QFileInfo(recentConfigs().front()).absolutePath();
+  if (!QFileInfo(dir).isDir() || !QFileInfo(dir).isWritable()) dir = QDir::homePath();
+  return QDir(dir).filePath(name + ".yaml");
 }
 
 bool MainWindow::openRunFolder(const QString& runDir) {
@@ -789,12 +975,13 @@ bool MainWindow::openRunFolder(const QString& runDir) {
   const qint64 last = lossPlot_->lastStep();
   step_ = last;
   totalSteps_ = total;
+  lastRunDone_ = total > 0 && last >= total;
   progress_->setRange(0, int(std::max<qint64>(1, total)));
   progress_->setValue(int(std::min(last, std::max<qint64>(1, total))));
   setRunHeader(
       total > 0 && last >= total
           ? tr("Run %1 finished: %2 of %3 steps. Export its LoRA (Run > Export).").arg(lastRunDir_).arg(last).arg(total)
-          : tr("Run %1 stopped at step %2 of %3: resume it (Run > Resume) or export its LoRA.")
+          : tr("Run %1 stopped at step %2 of %3: press Resume run to go on, or Export to write its LoRA.")
                 .arg(lastRunDir_)
                 .arg(last)
                 .arg(total));
@@ -836,12 +1023,15 @@ void MainWindow::rebuildRecentMenus() {
 // ---- run control ---------------------------------------------------------------
 
 void MainWindow::startRun() {
-  if (editor_->hasErrors()) {
-    showError(tr("Cannot start"), tr("The config has errors; they are listed under the editor."));
+  if (replanTimer_->isActive()) replan();  // the plan of the config as it is now
+  if (const QString why = startBlocker(); !why.isEmpty()) {
+    showError(tr("Cannot start"), why);
     return;
   }
   config::RunConfig cfg = editor_->config();
   if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+  // A relative output folder is the config's folder's, not the one the app was started in.
+  cfg.job.trainingFolder = trainingFolderFor(cfg, editor_->filePath()).toStdString();
   runBlockSizes_ = blockSizes(cfg);
   QString error;
   if (!bridge_->start(cfg, &error))
@@ -897,30 +1087,74 @@ void MainWindow::showExportDialog() {
   }
   QStringList chosen;
   for (auto f : runCfg.save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
+  QVector<ExportCheckpoint> checkpoints;
+  for (const auto& c : runner::listCheckpoints(runDir.toStdString())) checkpoints.push_back({c.step, c.manual});
   // The folder the trainer writes its own exports to: one exports folder per run.
-  auto* dialog =
-      new ExportDialog(runDir, runCfg.model.arch, chosen, runFile(runDir, &runner::RunFolderFiles::exportsDir), this);
+  auto* dialog = new ExportDialog(runDir, runCfg.model.arch, chosen,
+                                  runFile(runDir, &runner::RunFolderFiles::exportsDir), checkpoints, this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   connect(dialog, &QDialog::accepted, this, [this, dialog] {
-    QString error;
-    if (!bridge_->exportLora(dialog->runDir(), dialog->outDir(), dialog->formats(), &error))
-      showError(tr("Export failed"), error);
+    exportWith(dialog->runDir(), dialog->outDir(), dialog->formats(), dialog->step());
   });
   dialog->open();
+}
+
+// Asks before a file of the same name is replaced: replace it, keep both (a new
+// name beside it), or cancel. Then the export runs on the bridge.
+void MainWindow::exportWith(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step) {
+  std::vector<std::string> fmts;
+  for (const QString& f : formats) fmts.push_back(f.toStdString());
+  QStringList there;
+  try {
+    for (const std::string& p : runner::exportPaths(runDir.toStdString(), outDir.toStdString(), fmts, step))
+      if (QFileInfo::exists(QString::fromStdString(p))) there << QString::fromStdString(p);
+  } catch (const std::exception& e) {
+    showError(tr("Export failed"), QString::fromUtf8(e.what()));
+    return;
+  }
+  auto existing = TrainerBridge::ExistingExport::Refuse;
+  if (!there.isEmpty()) {
+    QMessageBox box(QMessageBox::Question, tr("Export"),
+                    tr("%n file(s) of this export are there already:", "", int(there.size())), QMessageBox::NoButton,
+                    this);
+    box.setObjectName("exportExistsDialog");
+    box.setInformativeText(there.join('\n'));
+    QPushButton* replace = box.addButton(tr("Replace"), QMessageBox::DestructiveRole);
+    replace->setObjectName("exportReplace");
+    QPushButton* both = box.addButton(tr("Keep both (a new name)"), QMessageBox::AcceptRole);
+    both->setObjectName("exportKeepBoth");
+    QPushButton* cancel = box.addButton(tr("Cancel"), QMessageBox::RejectRole);
+    cancel->setObjectName("exportCancelReplace");
+    box.setDefaultButton(both);
+    box.setEscapeButton(cancel);
+    box.exec();
+    if (box.clickedButton() == replace)
+      existing = TrainerBridge::ExistingExport::Overwrite;
+    else if (box.clickedButton() == both)
+      existing = TrainerBridge::ExistingExport::NewName;
+    else
+      return;
+  }
+  QString error;
+  if (!bridge_->exportLora(runDir, outDir, formats, step, existing, &error)) showError(tr("Export failed"), error);
 }
 
 void MainWindow::updateRunControls() {
   const auto s = bridge_->state();
   const bool idle = s == TrainerBridge::State::Idle;
   const bool running = s == TrainerBridge::State::Running || s == TrainerBridge::State::Paused;
-  const bool canStart = idle && !editor_->hasErrors();
+  const QString blocker = startBlocker();
+  const bool canStart = idle && blocker.isEmpty();
   startButton_->setEnabled(canStart);
   startAction_->setEnabled(canStart);
-  addToQueueButton_->setEnabled(!editor_->hasErrors());
-  addToQueueAction_->setEnabled(!editor_->hasErrors());
-  startButton_->setToolTip(editor_->hasErrors() ? tr("Fix the config's errors first")
-                           : idle               ? tr("Start a new run of this config (Ctrl+R)")
-                                                : tr("A run is active"));
+  addToQueueButton_->setEnabled(blocker.isEmpty());
+  addToQueueAction_->setEnabled(blocker.isEmpty());
+  startButton_->setToolTip(!blocker.isEmpty() ? blocker
+                           : idle             ? tr("Start a new run of this config (Ctrl+R)")
+                                              : tr("A run is active: see the Run tab (Ctrl+2)"));
+  // Why Start is off, said where Start is (not only in a tooltip).
+  startBlocker_->setText(blocker);
+  startBlocker_->setVisible(!blocker.isEmpty());
   pauseAction_->setEnabled(running);
   pauseButton_->setEnabled(running);
   const bool paused = s == TrainerBridge::State::Paused;
@@ -939,12 +1173,52 @@ void MainWindow::updateRunControls() {
   const bool canExport = idle && !lastRunDir_.isEmpty();
   exportAction_->setEnabled(idle);
   exportButton_->setEnabled(canExport);
+  // Resume: the last run stopped (or failed) before its last step and left a checkpoint.
+  const auto checkpoints = idle && !lastRunDir_.isEmpty() && !lastRunDone_
+                               ? runner::listCheckpoints(lastRunDir_.toStdString())
+                               : std::vector<runner::CheckpointInfo>{};
+  resumeButton_->setEnabled(!checkpoints.empty());
+  resumeButton_->setToolTip(checkpoints.empty()
+                                ? tr("Resumes a stopped run from its last checkpoint (none to resume now)")
+                                : tr("Go on with %1 from its checkpoint of step %2")
+                                      .arg(lastRunDir_)
+                                      .arg(checkpoints.back().step));
   stateLabel_->setText(stateText(s));
 }
 
 void MainWindow::replan() {
   replanTimer_->stop();
-  plannedMap_->setPlacement(planPlacementView(editor_->config(), deviceSpec_->text()));
+  const PlacementView planned = planPlacementView(editor_->config(), deviceSpec_->text());
+  plannedMap_->setPlacement(planned);
+  // Start is checked against the devices that would train (this machine), whatever the map previews.
+  machinePlan_ = deviceSpec_->text().trimmed() == machineSpec_.trimmed()
+                     ? planned
+                     : planPlacementView(editor_->config(), machineSpec_);
+  updateRunControls();
+}
+
+void MainWindow::setMachineDevices(const QString& spec) {
+  machineSpec_ = spec;
+  replan();
+}
+
+QString MainWindow::startBlocker() const {
+  if (editor_->hasErrors()) {
+    int errors = 0;
+    for (const ProblemView& p : editor_->problems()) errors += p.error;
+    return tr("Start is off: %n setting(s) must be changed first. They are marked in red in the form and listed "
+              "under it, each with what to change.",
+              "", std::max(errors, 1));
+  }
+  if (!machinePlan_.refusal.isEmpty()) {
+    const QString where = machineSpec_.isEmpty() ? tr("this machine's GPUs") : machineSpec_;
+    QString why = machinePlan_.refusal;
+    why.remove(QRegularExpression("^the model does not fit: "));
+    QString text = tr("Start is off: the model does not fit %1 (%2).").arg(where, why);
+    if (!machinePlan_.wayOut.isEmpty()) text += "\n" + tr("Ways out:") + "\n- " + machinePlan_.wayOut.join("\n- ");
+    return text;
+  }
+  return QString();
 }
 
 void MainWindow::showError(const QString& title, const QString& message) {
@@ -978,8 +1252,9 @@ void MainWindow::notify(const QString& title, const QString& message, bool failu
 // ---- the run queue ----------------------------------------------------------------
 
 bool MainWindow::addToQueue() {
-  if (editor_->hasErrors()) {
-    showError(tr("Cannot queue this config"), tr("The config has errors; they are listed under the editor."));
+  if (replanTimer_->isActive()) replan();
+  if (const QString why = startBlocker(); !why.isEmpty()) {
+    showError(tr("Cannot queue this config"), why);
     return false;
   }
   const QString name = QString::fromStdString(editor_->config().job.name);
@@ -1013,6 +1288,9 @@ void MainWindow::startNextQueued() {
     }
     config::RunConfig cfg = parsed.config;
     if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+    // Relative to the queued config's folder, as a Start of it would be.
+    cfg.job.trainingFolder =
+        trainingFolderFor(cfg, QFileInfo(e.source).isAbsolute() ? e.source : QString()).toStdString();
     runBlockSizes_ = blockSizes(cfg);
     QString error;
     if (!bridge_->start(cfg, &error)) {
@@ -1065,8 +1343,15 @@ void MainWindow::updateTitle() {
 
 // ---- window state ---------------------------------------------------------------
 
+QSize MainWindow::defaultWindowSize(const QSize& available) {
+  const QSize wanted(1400, 900);
+  return available.isValid() ? wanted.boundedTo(available) : wanted;
+}
+
 void MainWindow::restoreState() {
-  if (!restoreGeometry(settings_->value("window/geometry").toByteArray())) resize(1400, 900);
+  // The first time: 1400 x 900, or the screen's size where it is smaller (a 1024 x 700 laptop).
+  if (!restoreGeometry(settings_->value("window/geometry").toByteArray()))
+    resize(defaultWindowSize(screen() ? screen()->availableGeometry().size() : QSize()));
   QMainWindow::restoreState(settings_->value("window/state").toByteArray());
   setupSplit_->restoreState(settings_->value("window/setupSplit").toByteArray());
   runSplit_->restoreState(settings_->value("window/runSplit").toByteArray());

@@ -27,6 +27,10 @@ class QSystemTrayIcon;
 class QTabWidget;
 class QTimer;
 
+namespace strata::config {
+struct RunConfig;
+}
+
 namespace strata::ui {
 
 class ConfigEditor;
@@ -52,7 +56,12 @@ class MainWindow : public QMainWindow {
   bool openConfig(const QString& path);
   bool saveConfig(const QString& path);
   bool importAiToolkit(const QString& path);
-  bool newFromTemplate(const QString& templateId);
+  // A new, untitled config from a template (unsaved until saved). A template of the
+  // user's own data asks for it (a folder of images, a .jsonl file), then for the
+  // user's base model (cancel: set it later), unless `dataPath` is given (then
+  // `modelPath` is taken as it is); false when the user cancels the data.
+  bool newFromTemplate(const QString& templateId, const QString& dataPath = QString(),
+                       const QString& modelPath = QString());
   // Shows a finished or stopped run: its samples (and metrics when the core writes them).
   bool openRunFolder(const QString& runDir);
   // Overrides train.steps of the next start (0 = the config's); for tests and quick demos.
@@ -80,6 +89,21 @@ class MainWindow : public QMainWindow {
   QString preparingText() const;
   // The time left the header shows (smoothed over steps), in seconds; 0 = unknown.
   double shownEtaSeconds() const { return etaSmoothed_; }
+  // The time per step the header shows: the one the time left is made of.
+  double shownStepMs() const;
+  // Where a run of the config goes: job.training_folder resolved against the
+  // config's folder (untitled, or a folder that cannot be written: ~/Strata), and
+  // the job's name (the trainer takes the next free name when it holds a run).
+  QString runFolder() const;
+  // Why Start is off, in the user's words; empty when it may start.
+  QString startBlocker() const;
+  // The first-launch panel (the demo, a LoRA of your own images) is shown.
+  bool isWelcomeShown() const;
+  // The size of a window opened the first time on a screen of `available` size.
+  static QSize defaultWindowSize(const QSize& available);
+  // The devices Start is checked against: empty = this machine; a spec such as
+  // "1x16GB" simulates them (tests, as strata-train run --devices).
+  void setMachineDevices(const QString& spec);
 
  signals:
   // A run finished or failed: shown as a tray / desktop message where there is one.
@@ -118,7 +142,14 @@ class MainWindow : public QMainWindow {
   void saveState();
   bool loadConfigFile(const QString& path);  // without asking to save
   bool importJob(const QString& path);
-  bool loadTemplate(const ConfigTemplate& t);
+  bool loadTemplate(const ConfigTemplate& t, const QString& dataPath, const QString& modelPath);
+  // Asks for a template's data (folder or file), then its base model; false when the data is cancelled.
+  bool askTemplateInputs(const ConfigTemplate& t, QString* dataPath, QString* modelPath);
+  void buildWelcome(QWidget* parent);
+  void updateRunFolder();
+  QString trainingFolderFor(const config::RunConfig& cfg, const QString& configPath) const;
+  QString suggestedSavePath() const;
+  void exportWith(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step);
   // Unsaved edits: asks Save / Discard / Cancel; true when it is fine to go on.
   bool maybeSave();
   bool saveCurrent();  // to its file, or asks for one
@@ -164,6 +195,14 @@ class MainWindow : public QMainWindow {
   QAction* sampleAction_ = nullptr;
   QAction* saveNowAction_ = nullptr;
   QAction* exportAction_ = nullptr;
+  QPushButton* resumeButton_ = nullptr;
+  QWidget* welcome_ = nullptr;
+  QLabel* runFolderLabel_ = nullptr;
+  QPushButton* openRunFolderButton_ = nullptr;
+  QLabel* startBlocker_ = nullptr;
+  PlacementView machinePlan_;  // the config planned on the devices Start is checked against
+  QString machineSpec_;        // those devices: empty = this machine
+  bool lastRunDone_ = false;   // the last run reached its last step (nothing to resume)
   QMenu* recentConfigMenu_ = nullptr;
   QMenu* recentRunMenu_ = nullptr;
   QString lastRunDir_;

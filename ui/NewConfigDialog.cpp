@@ -9,43 +9,23 @@
 #include <QVBoxLayout>
 
 #include "config/RunConfig.h"
+#include "train/ConfigTemplates.h"
 #include "ui/FamilyBackend.h"
 
 namespace strata::ui {
 
 const QVector<ConfigTemplate>& configTemplates() {
-  static const QVector<ConfigTemplate> kTemplates = {
-      {"demo", QObject::tr("CPU demo: a tiny model, no download"),
-       QObject::tr("A few-MB model with the FLUX architecture learns coloured shapes on the CPU in minutes. "
-                   "Shows the whole loop: loss, samples, checkpoints, LoRA export."),
-       ":/strata/templates/demo.yaml", config::ModelArch::Flux},
-      {"flux-dev-1gpu", QObject::tr("FLUX.1-dev on one large GPU (40 GB and up)"),
-       QObject::tr("The whole model on one card. A 24 GB card falls about 4 GB short until Strata quantizes "
-                   "the model (plan it for \"24GB\" on the right to see); split over two cards instead. Starts "
-                   "from random weights: set the base model and an image folder for a real LoRA."),
-       ":/strata/templates/flux-dev-1gpu.yaml", config::ModelArch::Flux},
-      {"flux-dev-split-4x16gb", QObject::tr("FLUX.1-dev split over four 16 GB GPUs"),
-       QObject::tr("The blocks are shared out over four cards, each capped at 16 GB. Starts from random "
-                   "weights: set the base model and an image folder for a real LoRA."),
-       ":/strata/templates/flux-dev-split-4x16gb.yaml", config::ModelArch::Flux},
-      {"llama3-8b-2x16gb", QObject::tr("Llama-3-8B split over two 16 GB GPUs (the T4 case)"),
-       QObject::tr("An 8 B Llama-architecture model, its decoder layers shared out over two cards, the base in "
-                   "bf16 (set train.dtype: fp16 on T4s). Starts from random weights with Llama-3-8B's shape "
-                   "(configs/llama3-8b, run from the project folder): set the base model folder and a jsonl "
-                   "dataset for a real LoRA."),
-       ":/strata/templates/llama3-8b-2x16gb.yaml", config::ModelArch::Llama},
-      {"llama3-8b-1gpu-bench", QObject::tr("Llama-3-8B on one GPU (benchmark setting)"),
-       QObject::tr("LoRA r 8 on peft's seven projections, batch 2 x 512 tokens, on one card. Starts from random "
-                   "weights with Llama-3-8B's shape (configs/llama3-8b, run from the project folder): set the "
-                   "base model folder and a jsonl dataset for a real LoRA."),
-       ":/strata/templates/llama3-8b-1gpu-bench.yaml", config::ModelArch::Llama},
-      {"flux2-dev-4x24gb", QObject::tr("FLUX.2-dev split over four 24 GB GPUs (synthetic data)"),
-       QObject::tr("The 32 B FLUX.2-dev transformer, its blocks shared out over four cards capped at 24 GB. "
-                   "Trains on random latents and text embeddings of FLUX.2's shapes: Strata has no FLUX.2 "
-                   "VAE or text encoder yet, so no images, captions or samples. Starts from random weights: "
-                   "set the base model to train on the real transformer."),
-       ":/strata/templates/flux2-dev-4x24gb.yaml", config::ModelArch::Flux2},
-  };
+  static const QVector<ConfigTemplate> kTemplates = [] {
+    QVector<ConfigTemplate> out;
+    for (config::ModelArch arch : backend::modelFamilies())
+      for (const train::ConfigTemplate& t : train::configTemplates(arch))
+        out.push_back({QString::fromStdString(t.id), QString::fromStdString(t.title),
+                       QString::fromStdString(t.summary), ":/strata/templates/" + QString::fromStdString(t.file),
+                       arch, QString::fromStdString(t.dataKey), t.dataIsFolder,
+                       QString::fromStdString(t.dataQuestion), QString::fromStdString(t.modelQuestion),
+                       QString::fromStdString(t.modelKey)});
+    return out;
+  }();
   return kTemplates;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 // File > New: the model family first (FLUX.1 image LoRA, Llama-family language-
-// model LoRA), then a template of that family that is valid as it opens (the CPU
-// demo; FLUX.1-dev on one GPU or split over 4 x 16 GB; Llama-3-8B split over
-// 2 x 16 GB or on one GPU). The templates are the shipped configs/ files, built
-// into the app as resources.
+// model LoRA), then a template of that family. Each family brings its own
+// (ModelFamily::templates): the CPU demo, a LoRA of the user's own images (one
+// GPU, or 4 x 16 GB), of the user's own model on a jsonl file, and random-weight
+// configs that show a plan and a speed before anything is downloaded. The
+// templates are the shipped configs/ files, built into the app as resources.
 #include <QDialog>
 #include <QString>
 #include <QVector>
@@ -24,8 +25,15 @@ struct ConfigTemplate {
   QString summary;           // two lines on what it is for
   QString resource;          // ":/strata/templates/demo.yaml"
   config::ModelArch family;  // the template's model.arch
+  // A template of the user's own data: the key it goes into, folder or file, and the question.
+  QString dataKey;
+  bool dataIsFolder = true;
+  QString dataQuestion;
+  QString modelQuestion;  // the user's base model, asked for after the data (empty: not asked)
+  QString modelKey;
 };
 
+// Every registered family's templates, the families in backend::modelFamilies() order.
 const QVector<ConfigTemplate>& configTemplates();
 // The template's YAML text; empty when the resource is missing.
 QString templateText(const ConfigTemplate& t);

@@ -67,7 +67,11 @@ QTableWidgetItem* sampleItem(const SampleInfo& s, int px) {
 QString SampleBrowser::textHtml(const SampleInfo& s) {
   auto html = [](const QString& t) { return t.toHtmlEscaped().replace('\n', "<br>"); };
   if (s.prompt.isEmpty() && s.completion.isEmpty()) return html(s.text);
-  return "<b>" + html(s.prompt) + "</b>" + html(s.completion);
+  // Apart, each under its name: the prompt (greyed, what the model was given) and
+  // the answer (what it wrote), not one run-on line.
+  return "<div style=\"color: #707070;\"><small>" + QObject::tr("Prompt") + "</small><br><b>" + html(s.prompt) +
+         "</b></div><hr><div><small>" + QObject::tr("Answer") + "</small><br>" + html(s.completion.trimmed()) +
+         "</div>";
 }
 
 // ---- SampleStrip -----------------------------------------------------------

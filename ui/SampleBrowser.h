@@ -64,7 +64,8 @@ class SampleBrowser : public QWidget {
   // Step and prompt index from a file name: "step_000250_prompt_1.png",
   // "000250_1.png", "s250_p1.png", ... (the first number is the step, the next the prompt).
   static bool parseFileName(const QString& fileName, qint64* step, int* promptIndex);
-  // A text sample as the browser shows it: the prompt in bold, then the completion (HTML).
+  // A text sample as the browser shows it (HTML): the prompt under "Prompt", a rule,
+  // and the completion under "Answer".
   static QString textHtml(const SampleInfo& sample);
 
  signals:

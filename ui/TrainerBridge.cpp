@@ -285,18 +285,23 @@ bool TrainerBridge::resume(const QString& runDir, QString* error) {
 }
 
 bool TrainerBridge::exportLora(const QString& runDir, const QString& outDir, const QStringList& formats,
-                               QString* error) {
+                               qint64 step, ExistingExport existing, QString* error) {
   std::vector<std::string> fmts;
   for (const QString& f : formats) fmts.push_back(f.toStdString());
   QPointer<TrainerBridge> self(this);
   const std::string dir = runDir.toStdString(), out = outDir.toStdString();
-  auto body = [self, dir, out, fmts] {
+  const auto mode = existing == ExistingExport::Overwrite ? runner::ExistingExport::Overwrite
+                    : existing == ExistingExport::NewName ? runner::ExistingExport::NewName
+                                                          : runner::ExistingExport::Refuse;
+  auto body = [self, dir, out, fmts, step, mode] {
     bool ok = true;
     QString message;
     QStringList files;
     try {
-      for (const std::string& f : runner::exportLora(dir, out, fmts)) files << qs(f);
+      std::vector<std::string> notes;
+      for (const std::string& f : runner::exportLora(dir, out, fmts, step, mode, &notes)) files << qs(f);
       message = QObject::tr("%1 file(s) written to %2").arg(files.size()).arg(qs(out));
+      for (const std::string& n : notes) message += "\n" + qs(n);
     } catch (const std::exception& e) {
       ok = false;
       message = QString::fromUtf8(e.what());

@@ -47,9 +47,13 @@ class TrainerBridge : public QObject {
   bool start(const config::RunConfig& cfg, QString* error = nullptr);
   // Resumes the run in `runDir` from its last checkpoint.
   bool resume(const QString& runDir, QString* error = nullptr);
-  // Writes the LoRA of `runDir`'s last checkpoint in `formats` ("diffusers",
-  // "kohya", "comfy") into `outDir`, on a worker thread; exportFinished reports.
-  bool exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, QString* error = nullptr);
+  // What an export does with a file of the same name that is there.
+  enum class ExistingExport { Refuse, Overwrite, NewName };
+  // Writes the LoRA of `runDir`'s checkpoint of `step` (< 0: the last intact one)
+  // in `formats` ("diffusers", "kohya", "comfy", "peft") into `outDir`, named with
+  // the step, on a worker thread; exportFinished reports (with what was renamed).
+  bool exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step = -1,
+                  ExistingExport existing = ExistingExport::Refuse, QString* error = nullptr);
 
   State state() const { return state_; }
   bool isActive() const { return state_ != State::Idle; }

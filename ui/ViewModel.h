@@ -60,6 +60,10 @@ struct PlacementView {
   QString reason;
   QString error;  // why no plan could be made (shown instead of the columns)
   bool fits = true;
+  // Why a run of this plan must not start (it does not fit its cards), and the
+  // ways out (quantize, split, the cap), each planned again; empty when it may.
+  QString refusal;
+  QStringList wayOut;
   QVector<DeviceView> devices;
 };
 

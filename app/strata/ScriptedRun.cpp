@@ -2,6 +2,7 @@
 
 #include <QAbstractButton>
 #include <QAction>
+#include <QApplication>
 #include <QCheckBox>
 #include <QCoreApplication>
 #include <QDialog>
@@ -106,7 +107,22 @@ void ScriptedRun::exportThroughDialog() {
   auto* ok = dialog->findChild<QAbstractButton*>("exportOk");
   if (!ok) return finish(kExitFailed, "export: the dialog has no Export button");
   say("exporting " + exportFormats_.join(", ") + " through File > Export LoRA");
+  // The trainer wrote this step's files already: the window asks Replace / Keep
+  // both / Cancel in a modal box (exec()); answer "Keep both" as a user would.
+  auto* answer = new QTimer(this);
+  answer->setInterval(20);
+  connect(answer, &QTimer::timeout, this, [answer] {
+    QWidget* box = QApplication::activeModalWidget();
+    if (!box || box->objectName() != "exportExistsDialog") return;
+    if (auto* keep = box->findChild<QAbstractButton*>("exportKeepBoth")) {
+      say("the export's files are there already: Keep both");
+      answer->stop();
+      keep->click();
+    }
+  });
+  answer->start();
   ok->click();
+  answer->stop();
   // Still open: the dialog refused (its message says why).
   if (dialog->isVisible()) return finish(kExitFailed, "export: the dialog refused the choice");
 }

@@ -479,6 +479,10 @@ std::vector<KeySpec> buildSchema() {
         Opt().unit("steps").min(0).max(1e8))
       .add("save.max_step_saves_to_keep", M(save.maxStepSavesToKeep), "Older step checkpoints are deleted",
            Opt().min(1).max(100000))
+      .add("save.export_every", M(save.exportEvery),
+           "Also write the LoRA files every N steps into the run folder's exports/, named with the step "
+           "(<job>_step<N>_<format>), to compare them; 0 = only at the end",
+           Opt().unit("steps").min(0).max(1e8))
       .add("save.dtype", M(save.dtype), "dtype of the saved LoRA weights")
       .add("save.export_formats", M(save.exportFormats), "LoRA files written at each save", Opt().scalarAsList(true));
   return b.take();
@@ -597,6 +601,7 @@ const Look kLooks[] = {
     {"sample.temperature", "Temperature (0 = greedy)", "Samples", false},
     {"save.save_every", "Save a checkpoint every", "Saving", false},
     {"save.max_step_saves_to_keep", "Checkpoints to keep", "Saving", false},
+    {"save.export_every", "Write a LoRA file every", "Saving", false},
     {"save.dtype", "LoRA file precision", "Saving", false},
     {"save.export_formats", "LoRA file formats", "Saving", false},
 };

@@ -64,8 +64,8 @@ bool SampleConfig::operator==(const SampleConfig& o) const {
 }
 
 bool SaveConfig::operator==(const SaveConfig& o) const {
-  return std::tie(saveEvery, maxStepSavesToKeep, dtype, exportFormats) ==
-         std::tie(o.saveEvery, o.maxStepSavesToKeep, o.dtype, o.exportFormats);
+  return std::tie(saveEvery, maxStepSavesToKeep, exportEvery, dtype, exportFormats) ==
+         std::tie(o.saveEvery, o.maxStepSavesToKeep, o.exportEvery, o.dtype, o.exportFormats);
 }
 
 bool RunConfig::operator==(const RunConfig& o) const {

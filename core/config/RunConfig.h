@@ -240,6 +240,7 @@ struct SampleConfig {
 struct SaveConfig {
   int64_t saveEvery = 250;                                           // save.save_every (steps); 0 = only at the end
   int64_t maxStepSavesToKeep = 4;                                    // save.max_step_saves_to_keep
+  int64_t exportEvery = 0;  // save.export_every (steps): LoRA files named with the step; 0 = only at the end
   DType dtype = DType::FP16;                                         // save.dtype of the exported LoRA
   std::vector<ExportFormat> exportFormats{ExportFormat::Diffusers};  // save.export_formats
   bool operator==(const SaveConfig& o) const;

@@ -26,6 +26,10 @@ std::filesystem::path ModelFamily::exportPathIn(const std::filesystem::path& dir
                 ".safetensors");
 }
 
+std::vector<ConfigTemplate> configTemplates(config::ModelArch arch) {
+  return hasModelFamily(arch) ? modelFamily(arch).templates() : std::vector<ConfigTemplate>{};
+}
+
 std::string ModelFamily::planKey(const config::RunConfig&) const { return "model.name_or_path"; }
 
 std::vector<placement::OtherModule> ModelFamily::otherModules(const config::RunConfig&, const std::string&,

@@ -25,6 +25,7 @@
 #include "events/EventBus.h"
 #include "lora/LoraNetwork.h"
 #include "nn/LoraNameRules.h"
+#include "train/ConfigTemplates.h"
 #include "train/RunFolder.h"
 #include "train/RunPlanning.h"
 #include "train/Trainer.h"
@@ -124,6 +125,9 @@ class ModelFamily {
 
   // The prefix of the LoRA keys in a run's checkpoint ("transformer.").
   virtual std::string checkpointPrefix() const = 0;
+
+  // File > New's templates of this family (train/ConfigTemplates.h); none by default.
+  virtual std::vector<ConfigTemplate> templates() const { return {}; }
 
   // The path an export in `format` goes to, below `dir` (a file or a folder).
   virtual std::filesystem::path exportPathIn(const std::filesystem::path& dir, const config::RunConfig& cfg,

@@ -92,6 +92,74 @@ std::string planRefusal(const PreparedRun& run) {
   return "the model does not fit: " + run.plan.reason;
 }
 
+std::vector<std::string> planWayOut(const config::RunConfig& cfg, const device::Inventory& inventory,
+                                    const PreparedRun& run, const PrepareOptions& options) {
+  std::vector<std::string> out;
+  if (planRefusal(run).empty()) return out;
+  PrepareOptions o = options;
+  o.where = nullptr;
+  // Whether `changed` fits on the same devices: "fits", "not enough alone", or "" when it cannot be planned.
+  auto verdict = [&](const config::RunConfig& changed) -> std::string {
+    const PreparedRun again = prepareRun(changed, inventory, o);
+    if (!again.ok() || again.plan.devices.empty()) return "";
+    return again.plan.fits ? "this fits" : "not enough on its own";
+  };
+  auto add = [&](const std::string& what, const std::string& v) { out.push_back(v.empty() ? what : what + " (" + v + ")"); };
+
+  if (!cfg.model.quantize) {
+    std::string fitting;
+    for (const auto& alt : quantizedAlternatives(cfg, inventory, o))
+      if (alt.plan.fits && fitting.empty()) fitting = alt.qtype;
+    if (!fitting.empty())
+      add("quantize the frozen model: model.quantize: true, model.qtype: " + fitting, "this fits");
+    else
+      add("quantize the frozen model: model.quantize: true, model.qtype: int8", "not enough on its own");
+  }
+  if (!cfg.model.quantizeTe && !run.plan.caching.fits) {
+    // The text encoders while they fill the cache: offered where it makes the plan fit.
+    // The config's qtype, or int8 where this build has no float8 (every build and card has int8).
+    config::RunConfig te = cfg;
+    te.model.quantizeTe = true;
+    std::string what = "quantize the text encoders: model.quantize_te: true";
+    if (!prepareRun(te, inventory, o).ok()) {
+      te.model.qtype = "int8";
+      what += ", model.qtype: int8";
+    }
+    if (verdict(te) == "this fits") add(what, "this fits");
+  }
+  size_t gpus = 0;
+  for (const auto& d : inventory.devices) gpus += d.isCpu() ? 0 : 1;
+  const size_t used = run.devices.size();
+  if (gpus > used) {
+    config::RunConfig split = cfg;
+    split.model.splitModelOverGpus = true;
+    split.model.gpuIds.clear();
+    add("split the model over all " + std::to_string(gpus) +
+            " GPUs: model.split_model_over_gpus: true, model.gpu_ids empty (all)",
+        verdict(split));
+  } else {
+    add("split the model over more GPUs than the " + std::to_string(used) +
+            " it has (model.split_model_over_gpus: true; plan it first for the cards you would add, such as 4x16GB)",
+        "");
+  }
+  if (!cfg.model.gpuMemoryLimitGb.empty()) {
+    config::RunConfig uncapped = cfg;
+    uncapped.model.gpuMemoryLimitGb.clear();
+    add("raise or remove the memory cap per card, model.gpu_memory_limit_gb", verdict(uncapped));
+  }
+  if (cfg.model.memoryReserveGb > 1.0) {
+    config::RunConfig less = cfg;
+    less.model.memoryReserveGb = 1.0;
+    add("keep less memory free per card: model.memory_reserve_gb: 1", verdict(less));
+  }
+  if (!cfg.train.gradientCheckpointing) {
+    config::RunConfig ckpt = cfg;
+    ckpt.train.gradientCheckpointing = true;
+    add("recompute activations: train.gradient_checkpointing: true", verdict(ckpt));
+  }
+  return out;
+}
+
 std::string describePlan(const PreparedRun& run) {
   std::string out;
   for (const std::string* part : {&run.devicesNote, &run.tokensNote, &run.otherModulesNote, &run.plan.reason}) {

@@ -76,6 +76,16 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
 // swap), nor a device whose budget is unknown (the planner then counts it as fitting).
 std::string planRefusal(const PreparedRun& run);
 
+// The ways out of a plan that does not fit (empty when planRefusal has nothing
+// to say), each in the config's own keys and each planned again on the same
+// devices to say whether it fits alone: quantizing the frozen blocks
+// (model.quantize with the qtype that fits), splitting over the GPUs there are
+// or over more (model.split_model_over_gpus, model.gpu_ids), the memory cap per
+// card (model.gpu_memory_limit_gb, model.memory_reserve_gb), and gradient
+// checkpointing. The CLI's refusal and the app's Start both list them.
+std::vector<std::string> planWayOut(const config::RunConfig& cfg, const device::Inventory& inventory,
+                                    const PreparedRun& run, const PrepareOptions& options = {});
+
 // The plan of the same run with the frozen blocks quantized (model.quantize), for
 // each weight-only type in order of quality (qfloat8, int8), for a plan that does
 // not fit: says which quantization would make it fit.

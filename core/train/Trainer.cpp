@@ -238,7 +238,8 @@ RunOutcome Trainer::runImpl() {
 
 void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   // The config's rules and the plan, on this machine's devices (or the simulated ones of the options).
-  st.prepared = prepareRun(cfg_, options_.devices ? *options_.devices : device::thisMachine());
+  const device::Inventory inventory = options_.devices ? *options_.devices : device::thisMachine();
+  st.prepared = prepareRun(cfg_, inventory);
   for (const auto& p : st.prepared.problems) {
     if (p.isError())
       problems.push_back(p.format());
@@ -250,6 +251,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   // phase) is refused here, before anything is loaded, rather than running out of memory.
   if (const auto why = planRefusal(st.prepared); !why.empty()) {
     problems.push_back(why);
+    for (const auto& way : planWayOut(cfg_, inventory, st.prepared)) problems.push_back("way out: " + way);
     return;
   }
   if (options_.devices && options_.devices->simulated) {
@@ -783,7 +785,9 @@ RunOutcome Trainer::loop(State& st) {
       if (options_.skipSaves) continue;
       if (manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
         checkpoint(st, step, manualSave);
-      if (manualExport && !last) exportLora(st, step, false);
+      // save.export_every: LoRA files named with the step, beside the final one, to compare them.
+      const bool periodicExport = cfg_.save.exportEvery > 0 && step % cfg_.save.exportEvery == 0;
+      if ((manualExport || periodicExport) && !last) exportLora(st, step, false);
     }
   } catch (const NonFiniteLoss& e) {
     std::string msg = e.what();
@@ -825,13 +829,55 @@ RunOutcome Trainer::finish(State& st) {
   return RunOutcome::Finished;
 }
 
+namespace {
+
+// <name>-2.safetensors, <name>-2 (a folder), ...: the first that is not there.
+fs::path freeExportName(const fs::path& path) {
+  const std::string ext = fs::is_directory(path) ? std::string() : path.extension().string();
+  const std::string stem = ext.empty() ? path.filename().string() : path.stem().string();
+  for (int n = 2;; ++n) {
+    const fs::path candidate = path.parent_path() / (stem + "-" + std::to_string(n) + ext);
+    std::error_code ec;
+    if (!fs::exists(candidate, ec)) return candidate;
+  }
+}
+
+std::string stepList(const std::vector<CheckpointRef>& refs) {
+  std::string out;
+  for (const auto& r : refs) out += (out.empty() ? "" : ", ") + std::to_string(r.step);
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+std::vector<fs::path> exportPaths(const fs::path& runDir, const std::vector<config::ExportFormat>& formats,
+                                  int64_t step, const fs::path& outDir) {
+  const OpenedRun run = openRunFolder(runDir, "export");
+  const ModelFamily& family = modelFamily(run.config.model.arch);
+  const fs::path dir = outDir.empty() ? run.folder.exportsDir() : outDir;
+  std::vector<fs::path> out;
+  for (auto f : formats) out.push_back(family.exportPathIn(dir, run.config, f, step));
+  return out;
+}
+
 std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config::ExportFormat>& formats,
-                                const fs::path& outDir, const std::string& softwareVersion,
-                                std::vector<std::string>* notes) {
+                                const ExportOptions& options, std::vector<std::string>* notes) {
   const OpenedRun run = openRunFolder(runDir, "export");
   const auto& folder = run.folder;
   const auto& cfg = run.config;
-  auto intact = readLatestIntactCheckpoint(folder);
+  IntactCheckpoint intact;
+  if (options.step) {
+    // The one the user picked: that one or nothing (never another step in its place).
+    const auto all = folder.checkpoints();
+    const auto it = std::find_if(all.begin(), all.end(), [&](const auto& r) { return r.step == *options.step; });
+    if (it == all.end())
+      throw IoError(runDir.string() + ": no checkpoint of step " + std::to_string(*options.step) +
+                    " (the checkpoints are of steps " + stepList(all) + ")");
+    intact.ref = *it;
+    intact.data = readCheckpoint(it->path);  // IoError naming what is damaged
+  } else {
+    intact = readLatestIntactCheckpoint(folder);
+  }
   for (const auto& d : intact.damaged)
     if (notes) notes->push_back("damaged checkpoint: " + d);
   if (!intact.damaged.empty() && notes)
@@ -842,6 +888,30 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
   const ModelFamily& family = modelFamily(cfg.model.arch);
   for (auto f : formats)
     if (const auto why = family.formatProblem(f); !why.empty()) throw ConfigError(runDir.string() + ": " + why);
+  const fs::path dir = options.outDir.empty() ? folder.exportsDir() : options.outDir;
+  // Where each file goes, decided before anything is written: nothing is replaced unasked.
+  std::vector<fs::path> targets;
+  std::vector<fs::path> inTheWay;
+  for (auto f : formats) {
+    fs::path path = family.exportPathIn(dir, cfg, f, data.step);
+    std::error_code ec;
+    if (fs::exists(path, ec)) {
+      if (options.existing == ExistingExport::NewName) {
+        const fs::path renamed = freeExportName(path);
+        if (notes)
+          notes->push_back(path.filename().string() + " is there already: writing " + renamed.filename().string());
+        path = renamed;
+      } else if (options.existing == ExistingExport::Refuse) {
+        inTheWay.push_back(path);
+      }
+    }
+    targets.push_back(path);
+  }
+  if (!inTheWay.empty()) {
+    std::string msg = "not replacing what is there:";
+    for (const auto& p : inTheWay) msg += " " + p.string();
+    throw ExportExists(msg, inTheWay);
+  }
   const double alpha = data.state.value("lora_alpha", cfg.network.linearAlpha);
   const auto ema = toMap(data.ema);
   // EMA shadows (keyed without the prefix) replace the live values they track.
@@ -852,18 +922,16 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
     lora[key] = e != ema.end() ? e->second : t;
   }
   const auto modules = lora::moduleWeightsFromStateDict(lora, prefix, alpha, latest->path.string());
-  const fs::path dir = outDir.empty() ? folder.exportsDir() : outDir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   std::vector<fs::path> written;
-  for (auto f : formats) {
-    const auto path = family.exportPathIn(dir, cfg, f, std::nullopt);
+  for (size_t i = 0; i < formats.size(); ++i) {
     try {
-      family.exportModules(modules, cfg, f, path, data.step, softwareVersion);
+      family.exportModules(modules, cfg, formats[i], targets[i], data.step, options.softwareVersion);
     } catch (const std::exception& e) {
       throw Error(e.what());  // the checkpoint was read: a failure now is the export's, not bad input
     }
-    written.push_back(path);
+    written.push_back(targets[i]);
   }
   return written;
 }

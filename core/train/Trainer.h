@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/Error.h"
 #include "common/Version.h"
 #include "config/RunConfig.h"
 #include "device/DeviceSelection.h"
@@ -149,14 +150,46 @@ class Trainer {
   RunOutcome threadOutcome_ = RunOutcome::Failed;
 };
 
-// Writes the LoRA of `runDir`'s latest intact checkpoint (EMA weights when the
-// run had EMA) in each format to `outDir` (empty = <runDir>/exports). Returns the
-// files. A damaged newer checkpoint is passed over and said so in `notes`.
-// Throws strata::Error with the reason (a LoRA with NaN/Inf is refused).
+// What `strata-train export` and the app's Export write. Files are named with the
+// checkpoint's step (<job>_step<N>_<format>.safetensors, a Llama run's
+// <job>_step<N>_peft/), as the trainer names its save.export_every files.
+enum class ExistingExport {
+  Refuse,     // a file of that name is there: ExportExists, nothing written
+  Overwrite,  // replace it
+  NewName,    // write beside it: <name>-2, <name>-3, ... (the first free one)
+};
+struct ExportOptions {
+  std::optional<int64_t> step;      // the checkpoint of this step; none = the newest intact one
+  std::filesystem::path outDir;     // empty = <runDir>/exports
+  ExistingExport existing = ExistingExport::Refuse;
+  std::string softwareVersion = kVersion;
+};
+
+// Thrown by exportRun (ExistingExport::Refuse) when a file it would write is
+// there; `paths` names each such file. Nothing is written then.
+class ExportExists : public IoError {
+ public:
+  ExportExists(const std::string& message, std::vector<std::filesystem::path> paths)
+      : IoError(message), paths(std::move(paths)) {}
+  std::vector<std::filesystem::path> paths;
+};
+
+// The files an export of `runDir`'s checkpoint of `step` in `formats` writes into
+// `outDir` (empty = <runDir>/exports), before any new name is chosen. Reads only
+// the run's config. Throws like exportRun for a folder that is not a run.
+std::vector<std::filesystem::path> exportPaths(const std::filesystem::path& runDir,
+                                               const std::vector<config::ExportFormat>& formats, int64_t step,
+                                               const std::filesystem::path& outDir = {});
+
+// Writes the LoRA of one of `runDir`'s checkpoints (EMA weights when the run had
+// EMA) in each format. Without options.step: the latest intact checkpoint (a
+// damaged newer one is passed over and said so in `notes`); with it: that step's,
+// refused when it is missing or damaged (the steps there are named). Returns the
+// files. Throws strata::Error with the reason (a LoRA with NaN/Inf is refused),
+// ExportExists for a file in the way under ExistingExport::Refuse.
 std::vector<std::filesystem::path> exportRun(const std::filesystem::path& runDir,
                                              const std::vector<config::ExportFormat>& formats,
-                                             const std::filesystem::path& outDir = {},
-                                             const std::string& softwareVersion = kVersion,
+                                             const ExportOptions& options = {},
                                              std::vector<std::string>* notes = nullptr);
 
 }  // namespace strata::train

@@ -196,4 +196,36 @@ TEST_F(CliReliability, ExportExitCodes) {
   EXPECT_NE(out.find("no intact checkpoint"), std::string::npos) << out;
 }
 
+// `export --step N` takes any checkpoint, names the file with its step, and never
+// replaces a file unasked: refused (exit 2, the ways out named) without --force.
+TEST_F(CliReliability, ExportAnyStepNamedWithItAndNoSilentOverwrite) {
+  writeFile(tmp / "c.yaml", tinyRunYaml(tmp.path().string(), 2, 1));
+  std::string out;
+  ASSERT_EQ(runStrataTrain({"run", (tmp / "c.yaml").string(), "--run-dir", (tmp / "run").string()}, log("r"), &out), 0)
+      << out;
+  const std::string run = (tmp / "run").string(), dir = (tmp / "e").string();
+  ASSERT_EQ(runStrataTrain({"export", run, "--step", "1", "--out", dir}, log("e1"), &out), 0) << out;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(tmp / "e")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u) << out;
+  const std::string name = files[0].filename().string();
+  EXPECT_NE(name.find("_step1_"), std::string::npos) << name;
+  EXPECT_NE(out.find(name), std::string::npos) << out;  // the file is printed
+  const auto written = fs::last_write_time(files[0]);
+  EXPECT_EQ(runStrataTrain({"export", run, "--step", "1", "--out", dir}, log("e2"), &out), 2) << out;
+  EXPECT_NE(out.find(name), std::string::npos) << out;
+  EXPECT_NE(out.find("--force"), std::string::npos) << out;
+  EXPECT_EQ(fs::last_write_time(files[0]), written);
+  EXPECT_EQ(runStrataTrain({"export", run, "--step", "1", "--out", dir, "--keep-both"}, log("e3"), &out), 0) << out;
+  const std::string beside = files[0].stem().string() + "-2" + files[0].extension().string();
+  EXPECT_TRUE(fs::exists(tmp / "e" / beside)) << out;
+  EXPECT_NE(out.find(beside), std::string::npos) << out;  // said so
+  EXPECT_EQ(runStrataTrain({"export", run, "--step", "1", "--out", dir, "--force"}, log("e4"), &out), 0) << out;
+  EXPECT_EQ(runStrataTrain({"export", run, "--step", "9", "--out", dir}, log("e5"), &out), 2) << out;
+  EXPECT_NE(out.find("no checkpoint of step 9"), std::string::npos) << out;
+  // Without --step: the latest, step 2.
+  EXPECT_EQ(runStrataTrain({"export", run, "--out", dir}, log("e6"), &out), 0) << out;
+  EXPECT_NE(out.find("_step2_"), std::string::npos) << out;
+}
+
 }  // namespace

@@ -38,6 +38,11 @@ TEST_F(RunRefusalCli, OneCardTooSmallIsRefusedBeforeAnythingIsTrained) {
       << out;
   EXPECT_NE(out.find("preflight failed, nothing was trained:\n  the model does not fit: "), std::string::npos) << out;
   EXPECT_NE(out.find("cuda:0 needs"), std::string::npos) << out;
+  // The ways out, each planned again: int8 (11.9 GB of weights) fits the 16 GB card; a split needs more cards.
+  EXPECT_NE(out.find("way out: quantize the frozen model: model.quantize: true, model.qtype: "), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(this fits)"), std::string::npos) << out;
+  EXPECT_NE(out.find("way out: split the model over more GPUs"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(tmp / "runs" / "tiny")) << out;
 
   // The same words as the split's refusal (two 8 GB cards).
@@ -48,6 +53,7 @@ TEST_F(RunRefusalCli, OneCardTooSmallIsRefusedBeforeAnythingIsTrained) {
             2)
       << out;
   EXPECT_NE(out.find("preflight failed, nothing was trained:\n  the model does not fit: "), std::string::npos) << out;
+  EXPECT_NE(out.find("way out: quantize the frozen model"), std::string::npos) << out;
 }
 
 TEST_F(RunRefusalCli, AFittingPlanOnSimulatedDevicesIsAPreflightOnly) {

@@ -206,7 +206,7 @@ TEST(Flux2Train, StopAndResumeEndWhereAStraightRunEnds) {
   ASSERT_EQ(mb.size(), 12u);
   for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>(), 1e-5) << i;
   // strata-train export writes the same LoRA from the checkpoint, without a model.
-  const auto written = exportRun(b.runDir, {config::ExportFormat::Diffusers}, tmp / "out");
+  const auto written = exportRun(b.runDir, {config::ExportFormat::Diffusers}, {std::nullopt, tmp / "out"});
   ASSERT_EQ(written.size(), 1u);
   const auto content = lora::readLoraFile(written[0], flux2::Flux2LoraRules(families::planFlux2Config(cfg.model)));
   EXPECT_FALSE(content.modules.empty());

@@ -231,7 +231,7 @@ TEST_F(LlamaTrain, StopAndResumeEndWhereAStraightRunEnds) {
   ASSERT_EQ(mb.size(), 16u);
   for (size_t i = 0; i < 16; ++i) EXPECT_NEAR(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>(), 1e-5) << i;
   // strata-train export writes the same peft folder from the checkpoint.
-  const auto written = exportRun(b.runDir, {config::ExportFormat::Peft}, tmp_ / "out");
+  const auto written = exportRun(b.runDir, {config::ExportFormat::Peft}, {std::nullopt, tmp_ / "out"});
   ASSERT_EQ(written.size(), 1u);
   EXPECT_TRUE(fs::exists(written[0] / "adapter_config.json")) << written[0];
   auto model = llama::loadLlamaForCausalLM(modelDir());

@@ -410,6 +410,14 @@ void FamilyTest::textSamplesShowAsText() {
   QVERIFY(thumb->pixmap().isNull());
   QVERIFY2(thumb->text().contains("<b>Colour of the sky?</b>") && thumb->text().contains("It is blue."),
            qPrintable(thumb->text()));
+  // Prompt and answer apart, each under its name, a rule between: not one run-on line.
+  {
+    const QString t = thumb->text();
+    const int prompt = t.indexOf("Prompt"), rule = t.indexOf("<hr"), answer = t.indexOf("Answer");
+    QVERIFY2(prompt >= 0 && rule > t.indexOf("Colour of the sky?") && answer > rule && t.indexOf("It is blue.") > answer,
+             qPrintable(t));
+    QVERIFY(!t.contains("sky?</b> It is"));
+  }
   // The grid holds the completions, one column per step.
   auto* grid = child<QTableWidget>(&browser, "sampleGrid");
   QCOMPARE(grid->columnCount(), 2);
@@ -475,14 +483,27 @@ void FamilyTest::gpuMapNamesDecoderLayers() {
 }
 
 void FamilyTest::exportOffersTheFamilysForms() {
-  ExportDialog flux("run", ModelArch::Flux, {"diffusers"}, tmp_.path());
+  ExportDialog flux("run", ModelArch::Flux, {"diffusers"}, tmp_.path(), {{2, false}, {4, true}, {6, false}});
   for (const QString& f : {"diffusers", "kohya", "comfy"})
     QVERIFY2(flux.findChild<QCheckBox*>("exportFormat_" + f), qPrintable(f));
   QVERIFY(!flux.findChild<QCheckBox*>("exportFormat_peft"));
   QCOMPARE(flux.formats(), QStringList({"diffusers"}));
+  // Every checkpoint of the run, the latest first and picked; one saved by hand says so.
+  auto* pick = child<QComboBox>(&flux, "exportCheckpoint");
+  QCOMPARE(pick->count(), 3);
+  QVERIFY2(pick->itemText(0).contains("step 6") && pick->itemText(0).contains("latest"), qPrintable(pick->itemText(0)));
+  QVERIFY2(pick->itemText(1).contains("step 4") && pick->itemText(1).contains("by hand"), qPrintable(pick->itemText(1)));
+  QCOMPARE(flux.step(), qint64(6));
+  pick->setCurrentIndex(2);
+  QCOMPARE(flux.step(), qint64(2));
+  // A run with no checkpoint: nothing to export, said so, Export off.
+  ExportDialog none("run", ModelArch::Flux, {"diffusers"}, tmp_.path(), {});
+  QVERIFY(!child<QPushButton>(&none, "exportOk")->isEnabled());
+  QVERIFY(child<QLabel>(&none, "exportMessage")->text().contains("no checkpoint"));
+  QCOMPARE(none.step(), qint64(-1));
 
   // A causal LM: the peft folder only, ticked (a FLUX form in the run's config is not offered).
-  ExportDialog llama("run", ModelArch::Llama, {"kohya"}, tmp_.path());
+  ExportDialog llama("run", ModelArch::Llama, {"kohya"}, tmp_.path(), {{1, false}});
   QVERIFY(llama.findChild<QCheckBox*>("exportFormat_peft"));
   for (const QString& f : {"diffusers", "kohya", "comfy"}) QVERIFY(!llama.findChild<QCheckBox*>("exportFormat_" + f));
   QCOMPARE(llama.formats(), QStringList({"peft"}));
@@ -585,8 +606,9 @@ save:
   child<QPushButton>(dialog, "exportOk")->click();
   QTRY_VERIFY_WITH_TIMEOUT(exported.count() == 1, 60000);
   QVERIFY2(exported.front().at(0).toBool(), qPrintable(exported.front().at(1).toString()));
-  QVERIFY(QFile::exists(out + "/lm_gui_peft/adapter_config.json"));
-  QVERIFY(QFile::exists(out + "/lm_gui_peft/adapter_model.safetensors"));
+  // Named with the checkpoint's step (the last one, step 4).
+  QVERIFY(QFile::exists(out + "/lm_gui_step4_peft/adapter_config.json"));
+  QVERIFY(QFile::exists(out + "/lm_gui_step4_peft/adapter_model.safetensors"));
 }
 
 STRATA_GUI_TEST_MAIN(FamilyTest)

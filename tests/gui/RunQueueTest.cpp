@@ -96,7 +96,9 @@ bool RunQueueTest::openDemo(MainWindow& w, const QString& name, const QString& r
   if (w.configEditor()->isModified()) answerNext("saveChangesDialog", "saveChangesDiscard");
   if (!w.openConfig(demoConfig())) return false;
   ConfigEditor* e = w.configEditor();
-  return e->setValueText("job.name", name) && e->setValueText("job.training_folder", runs) &&
+  // Relative names are made absolute: a relative output folder would be the demo config's (the source tree).
+  const QString dir = QDir::isAbsolutePath(runs) ? runs : tmp_.filePath(runs);
+  return e->setValueText("job.name", name) && e->setValueText("job.training_folder", dir) &&
          e->setValueText("sample.sample_every", "0") && e->setValueText("save.save_every", "0") &&
          e->setValueText("train.lr_warmup_steps", "0") && !e->hasErrors();
 }

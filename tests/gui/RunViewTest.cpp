@@ -8,6 +8,7 @@
 // flux_pipeline_a fixture) and the images run's cache show what loads or is
 // encoded and how far, cleared when training starts.
 #include <QAction>
+#include <QComboBox>
 #include <QFile>
 #include <QFileInfo>
 #include <QImage>
@@ -45,10 +46,12 @@ class RunViewTest : public QObject {
   void pausedRunSaysSoAndQueuedRequestsWait();
   void closingDuringARunAsksStopOrKeep();
   void finishedRunNotifiesAndReopensWithItsHistory();
+  void stoppedRunResumesAndExportsAnyCheckpointAskingBeforeReplacing();
   void modelLoadAndCacheShowWhatAndHowFar();
 
  private:
-  // The demo, writing under `runs` (relative: the tests start in the temp folder), sampling every 2 steps.
+  // A copy of the demo in the temp folder, writing under `runs` (relative: to the
+  // config's folder; the tests run in another folder), sampling every 2 steps.
   bool openDemo(MainWindow& w, const QString& runs, int sampleEvery = 2);
   QTemporaryDir tmp_;
   QString settings_;
@@ -57,11 +60,17 @@ class RunViewTest : public QObject {
 void RunViewTest::initTestCase() {
   QVERIFY(tmp_.isValid());
   settings_ = tmp_.filePath("run-test.ini");
-  QVERIFY(QDir::setCurrent(tmp_.path()));
+  // The working folder is not the config's: a relative output folder must not land here.
+  QVERIFY(QDir(tmp_.path()).mkpath("cwd"));
+  QVERIFY(QDir::setCurrent(tmp_.filePath("cwd")));
 }
 
 bool RunViewTest::openDemo(MainWindow& w, const QString& runs, int sampleEvery) {
-  if (!w.openConfig(demoConfig())) return false;
+  const QString copy = tmp_.filePath("demo.yaml");
+  if (!QFileInfo::exists(copy) && !QFile::copy(demoConfig(), copy)) return false;
+  QFile(copy).setPermissions(QFile(copy).permissions() | QFileDevice::WriteOwner);
+  if (w.configEditor()->isModified()) answerNext("saveChangesDialog", "saveChangesDiscard");
+  if (!w.openConfig(copy)) return false;
   ConfigEditor* e = w.configEditor();
   return e->setValueText("job.training_folder", runs) &&
          e->setValueText("sample.sample_every", QString::number(sampleEvery)) &&
@@ -98,6 +107,12 @@ void RunViewTest::etaIsSmoothed() {
   QVERIFY2(255 - second < 20, qPrintable(QString::number(second)));
   QVERIFY2(std::abs(third - second) < 10, qPrintable(QString::number(third)));
   QVERIFY(third < 255 && third > 163);
+  // The time per step the header shows is the one the time left is made of: they agree.
+  emit w.bridge()->progress(13, 1000, 40, 240);  // a quick last step does not make them disagree
+  const double left = double(1000 - 13);
+  QVERIFY2(std::abs(w.shownStepMs() * left / 1000.0 - w.shownEtaSeconds()) < 1e-6,
+           qPrintable(QString("%1 ms x %2 steps vs %3 s").arg(w.shownStepMs()).arg(left).arg(w.shownEtaSeconds())));
+  QVERIFY(w.shownStepMs() > 200);  // about 240 s / 987 steps, not the last step's 40 ms
 }
 
 void RunViewTest::pausedRunSaysSoAndQueuedRequestsWait() {
@@ -175,10 +190,11 @@ void RunViewTest::finishedRunNotifiesAndReopensWithItsHistory() {
     QTRY_VERIFY(!w.bridge()->isActive());
     QCOMPARE(notified.count(), 1);
     QCOMPARE(notified.front().at(0).toString(), QString("Training finished"));
-    // The run folder of a relative training_folder is kept as an absolute path.
+    // A relative training_folder is the config's folder's (not the working folder's), kept absolute.
     runDir = w.recentRunFolders().front();
     QVERIFY2(QFileInfo(runDir).isAbsolute(), qPrintable(runDir));
     QCOMPARE(QFileInfo(runDir).absolutePath(), QDir(tmp_.filePath("runs-finish")).absolutePath());
+    QVERIFY(!QFileInfo::exists(tmp_.filePath("cwd/runs-finish")));
     // The plot takes points on its own timer (it batches them): the last step shows
     // within a tick of `finished`, not necessarily before it.
     QTRY_COMPARE_WITH_TIMEOUT(w.lossPlot()->lastStep(), qint64(6), 5000);
@@ -205,7 +221,99 @@ void RunViewTest::finishedRunNotifiesAndReopensWithItsHistory() {
   QVERIFY2(again.runHeader().contains("finished") && again.runHeader().contains("6 of 6"),
            qPrintable(again.runHeader()));
   QVERIFY(!again.liveMap()->placement().devices.isEmpty());
-  QVERIFY(QDir::setCurrent(tmp_.path()));
+  QVERIFY(!child<QPushButton>(&again, "resumeRunButton")->isEnabled());  // finished: nothing to resume
+  QVERIFY(QDir::setCurrent(tmp_.filePath("cwd")));
+}
+
+// After Stop: Resume run goes on from the run folder's last checkpoint. Export
+// lists every checkpoint, names the files with the step, and asks before it
+// replaces one (keep both writes a new name). save.export_every writes a LoRA
+// file at every N steps into the run folder.
+void RunViewTest::stoppedRunResumesAndExportsAnyCheckpointAskingBeforeReplacing() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-resume", 1000));
+  ConfigEditor* e = w.configEditor();
+  QVERIFY(e->setValueText("save.save_every", "2"));
+  QVERIFY(e->setValueText("save.export_every", "2"));
+  QVERIFY(e->setValueText("save.export_formats", "[diffusers]"));
+  QVERIFY(e->setValueText("save.max_step_saves_to_keep", "10"));
+  w.setStepLimit(2000);
+  auto* resume = child<QPushButton>(&w, "resumeRunButton");
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  QSignalSpy stopped(w.bridge(), &TrainerBridge::stopped);
+  child<QPushButton>(&w, "startButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 1, 60000);
+  QVERIFY(!resume->isEnabled());  // not while a run trains
+  QTRY_VERIFY_WITH_TIMEOUT(w.lossPlot()->lastStep() >= 5, 90000);
+  child<QPushButton>(&w, "stopButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(stopped.count() == 1 && !w.bridge()->isActive(), 60000);
+  const qint64 stoppedAt = stopped.front().at(0).toLongLong();
+  QVERIFY(resume->isEnabled());
+  QVERIFY2(w.runHeader().contains("Resume run"), qPrintable(w.runHeader()));
+  const QString runDir = w.recentRunFolders().front();
+  // export_every 2: a LoRA file at step 2 and 4, named with the step.
+  QVERIFY(QFileInfo::exists(runDir + "/exports/demo_shapes_step2_diffusers.safetensors"));
+  QVERIFY(QFileInfo::exists(runDir + "/exports/demo_shapes_step4_diffusers.safetensors"));
+
+  // Resume run: from the last checkpoint (the stop's), in the same folder.
+  resume->click();
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 2, 60000);
+  QCOMPARE(started.back().at(0).toString(), runDir);
+  QCOMPARE(started.back().at(1).toLongLong(), stoppedAt);
+  QVERIFY(started.back().at(3).toBool());
+  QTRY_VERIFY_WITH_TIMEOUT(w.lossPlot()->lastStep() > stoppedAt, 60000);
+  child<QPushButton>(&w, "stopButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(stopped.count() == 2 && !w.bridge()->isActive(), 60000);
+
+  // Export: every checkpoint, the latest first; the oldest one picked.
+  child<QPushButton>(&w, "exportButton")->click();
+  auto* dialog = w.findChild<ExportDialog*>("exportDialog");
+  QVERIFY(dialog);
+  auto* pick = child<QComboBox>(dialog, "exportCheckpoint");
+  QVERIFY(pick->count() >= 3);
+  QVERIFY(pick->itemText(0).contains("latest"));
+  pick->setCurrentIndex(pick->count() - 1);
+  QCOMPARE(dialog->step(), qint64(2));
+  const QString out = tmp_.filePath("exported-any");
+  child<QLineEdit>(dialog, "exportDir")->setText(out);
+  QSignalSpy exported(w.bridge(), &TrainerBridge::exportFinished);
+  child<QPushButton>(dialog, "exportOk")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(exported.count() == 1, 60000);
+  QVERIFY2(exported.back().at(0).toBool(), qPrintable(exported.back().at(1).toString()));
+  QCOMPARE(exported.back().at(2).toStringList(), QStringList({out + "/demo_shapes_step2_diffusers.safetensors"}));
+  QTRY_VERIFY(!w.bridge()->isActive());
+
+  auto again = [&](const QString& answer) {
+    QTest::qWait(50);  // the last dialog is deleted
+    child<QPushButton>(&w, "exportButton")->click();
+    auto* d = w.findChild<ExportDialog*>("exportDialog");
+    child<QComboBox>(d, "exportCheckpoint")->setCurrentIndex(child<QComboBox>(d, "exportCheckpoint")->count() - 1);
+    child<QLineEdit>(d, "exportDir")->setText(out);
+    auto a = answerNext("exportExistsDialog", answer);
+    child<QPushButton>(d, "exportOk")->click();
+    return a;
+  };
+  // The same again: asked first; Cancel writes nothing.
+  auto a = again("exportCancelReplace");
+  QTRY_VERIFY(a->answered);
+  QVERIFY2(a->text.contains("demo_shapes_step2_diffusers.safetensors"), qPrintable(a->text));
+  QTest::qWait(300);
+  QCOMPARE(exported.count(), 1);
+  QVERIFY(!w.bridge()->isActive());
+  // Keep both: a new name beside it, said so.
+  a = again("exportKeepBoth");
+  QTRY_VERIFY(a->answered);
+  QTRY_VERIFY_WITH_TIMEOUT(exported.count() == 2, 60000);
+  QCOMPARE(exported.back().at(2).toStringList(), QStringList({out + "/demo_shapes_step2_diffusers-2.safetensors"}));
+  QVERIFY2(exported.back().at(1).toString().contains("-2.safetensors"), qPrintable(exported.back().at(1).toString()));
+  QTRY_VERIFY(!w.bridge()->isActive());
+  // Replace: the same name, written again.
+  a = again("exportReplace");
+  QTRY_VERIFY(a->answered);
+  QTRY_VERIFY_WITH_TIMEOUT(exported.count() == 3, 60000);
+  QCOMPARE(exported.back().at(2).toStringList(), QStringList({out + "/demo_shapes_step2_diffusers.safetensors"}));
+  QTRY_VERIFY(!w.bridge()->isActive());
 }
 
 namespace {

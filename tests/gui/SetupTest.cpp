@@ -6,11 +6,14 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
+#include <QDesktopServices>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QPlainTextEdit>
+#include <QPointer>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QScrollBar>
@@ -48,6 +51,15 @@ bool hasWarningAbout(const ConfigEditor* e, const QString& what) {
 
 }  // namespace
 
+// Takes the URLs QDesktopServices would open (the test cannot look at a file manager).
+class UrlCatcher : public QObject {
+  Q_OBJECT
+ public:
+  QStringList opened;
+ public slots:
+  void open(const QUrl& url) { opened << QDir::cleanPath(url.toLocalFile()); }
+};
+
 class SetupTest : public QObject {
   Q_OBJECT
  private slots:
@@ -62,6 +74,11 @@ class SetupTest : public QObject {
   void pathKeysOfferTheirKindOfChooser();
   void modelShapeOnlyForACustomModel();
   void newConfigStartsFromAValidTemplate();
+  void newConfigIsUntitledUnsavedAndOverwritesNothing();
+  void firstLaunchOffersTheDemoAndMyImages();
+  void outputFolderIsTheConfigsFolderShownInFull();
+  void aPlanThatDoesNotFitBlocksStartWithTheWayOut();
+  void windowFitsA1024x700Screen();
   void planFitsAt1400AndScrollsAt1000();
   void aSeedAboveTheIntRangeIsShownAndKeptAsWritten();
   void aMultiLinePromptSurvivesAnEditOfThePromptList();
@@ -348,15 +365,28 @@ void SetupTest::newConfigStartsFromAValidTemplate() {
   MainWindow w(settings_);
   w.show();
   // Every template reads without a problem of its own (its settings may still
-  // need hardware this machine lacks, which the checks then name).
+  // need hardware this machine lacks, which the checks then name). A new config
+  // is untitled and unsaved: the next New asks first (the test discards it).
+  QDir(tmp_.path()).mkpath("my photos");
   for (const ConfigTemplate& t : configTemplates()) {
     QVERIFY2(!templateText(t).isEmpty(), qPrintable(t.resource));
-    QVERIFY2(w.newFromTemplate(t.id), qPrintable(t.id));
+    std::shared_ptr<Answer> asked;
+    if (w.isWindowModified()) asked = answerNext("saveChangesDialog", "saveChangesDiscard");
+    const QString data = t.dataKey.isEmpty() ? QString() : tmp_.filePath(t.dataIsFolder ? "my photos" : "mine.jsonl");
+    QVERIFY2(w.newFromTemplate(t.id, data), qPrintable(t.id));
+    if (asked) QVERIFY2(asked->answered, qPrintable(t.id));
     QVERIFY(w.configEditor()->filePath().isEmpty());
-    QVERIFY(!w.isWindowModified());
+    QVERIFY(w.isWindowModified());
+    if (!t.dataKey.isEmpty()) {
+      // The user's data by its full path, the job named after it; the model is the user's to pick.
+      QVERIFY2(w.configEditor()->valueText(t.dataKey).contains(data), qPrintable(w.configEditor()->valueText(t.dataKey)));
+      QVERIFY(w.configEditor()->valueText("job.name").startsWith(t.dataIsFolder ? "my_photos_lora" : "mine_lora"));
+    }
   }
   // File > New: the dialog, the demo first; it opens with no errors.
+  auto discard = answerNext("saveChangesDialog", "saveChangesDiscard");
   w.findChild<QAction*>("newConfigAction")->trigger();
+  QVERIFY(discard->answered);
   auto* dialog = w.findChild<QDialog*>("newConfigDialog");
   QVERIFY(dialog);
   QTRY_VERIFY(dialog->isVisible());
@@ -373,6 +403,275 @@ void SetupTest::newConfigStartsFromAValidTemplate() {
   QVERIFY2(!e->hasErrors(), qPrintable(e->problems().isEmpty() ? QString() : e->problems().front().message));
   QVERIFY(child<QPushButton>(&w, "startButton")->isEnabled());
   QVERIFY(w.windowTitle().startsWith("untitled"));
+}
+
+namespace {
+// The file dialog that comes up next (Qt's own, offscreen): what it offered, then cancelled.
+std::shared_ptr<Answer> cancelNextFileDialog() {
+  auto answer = std::make_shared<Answer>();
+  auto* timer = new QTimer;
+  timer->setInterval(20);
+  auto tries = std::make_shared<int>(0);
+  QObject::connect(timer, &QTimer::timeout, [=] {
+    if (auto* d = qobject_cast<QFileDialog*>(QApplication::activeModalWidget())) {
+      answer->answered = true;
+      answer->text = d->selectedFiles().value(0);
+      d->reject();
+    } else if (++*tries <= 250) {
+      return;
+    }
+    timer->stop();
+    timer->deleteLater();
+  });
+  timer->start();
+  return answer;
+}
+
+// The folder dialogs that come up next, one after the other: `folders` picked in
+// turn. `answer->text` gets each dialog's title, a line each.
+std::shared_ptr<Answer> pickFoldersInNextDialogs(const QStringList& folders) {
+  auto answer = std::make_shared<Answer>();
+  auto* timer = new QTimer;
+  timer->setInterval(20);
+  auto tries = std::make_shared<int>(0);
+  auto next = std::make_shared<int>(0);
+  auto last = std::make_shared<QPointer<QFileDialog>>();
+  QObject::connect(timer, &QTimer::timeout, [=] {
+    auto* d = qobject_cast<QFileDialog*>(QApplication::activeModalWidget());
+    if (d && last->isNull() && *next < folders.size()) {
+      *last = d;
+      answer->text += d->windowTitle() + "\n";
+      d->setDirectory(folders[*next]);
+      d->selectFile(folders[*next]);
+      ++*next;
+      static_cast<QDialog*>(d)->accept();  // QFileDialog::accept, through the public slot
+      answer->answered = *next == folders.size();
+    }
+    if (answer->answered || ++*tries > 500) {
+      timer->stop();
+      timer->deleteLater();
+    }
+  });
+  timer->start();
+  return answer;
+}
+}  // namespace
+
+// File > New after a config was open: the new one has no file (untitled), counts as
+// unsaved, Ctrl+S asks where (named after the job, never the last file), and
+// quitting asks. The config that was open stays as it was.
+void SetupTest::newConfigIsUntitledUnsavedAndOverwritesNothing() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(w.openConfig(demoCopy_));
+  QFile before(demoCopy_);
+  QVERIFY(before.open(QIODevice::ReadOnly));
+  const QByteArray demoText = before.readAll();
+  before.close();
+  QVERIFY(w.newFromTemplate("llama-my-jsonl", tmp_.filePath("answers.jsonl")));
+  ConfigEditor* e = w.configEditor();
+  QVERIFY(e->filePath().isEmpty());
+  QVERIFY2(w.windowTitle().startsWith("untitled"), qPrintable(w.windowTitle()));
+  QVERIFY(w.isWindowModified());
+  // Ctrl+S asks where, offering the job's name beside the last config, not the last file.
+  auto asked = cancelNextFileDialog();
+  w.activateWindow();
+  QVERIFY(QTest::qWaitForWindowActive(&w));
+  QTest::keyClick(&w, Qt::Key_S, Qt::ControlModifier);
+  QTRY_VERIFY(asked->answered);
+  QCOMPARE(QFileInfo(asked->text).fileName(), QString("answers_lora.yaml"));
+  QVERIFY(e->filePath().isEmpty());
+  QVERIFY(w.isWindowModified());
+  QFile after(demoCopy_);
+  QVERIFY(after.open(QIODevice::ReadOnly));
+  QCOMPARE(after.readAll(), demoText);
+  // Quitting asks before the new config is dropped.
+  auto a = answerNext("saveChangesDialog", "saveChangesCancel");
+  w.findChild<QAction*>("quitAction")->trigger();
+  QVERIFY(a->answered);
+  QVERIFY(a->text.contains("untitled"));
+  QVERIFY(w.isVisible());
+  a = answerNext("saveChangesDialog", "saveChangesDiscard");
+  QVERIFY(w.close());
+  QVERIFY(a->answered);
+}
+
+// No config opened before and none given: the window offers the demo and a LoRA
+// of your own images; once a config was opened it does not come back.
+void SetupTest::firstLaunchOffersTheDemoAndMyImages() {
+  {
+    MainWindow w(settings_);
+    w.show();
+    QVERIFY(w.isWelcomeShown());
+    QVERIFY(child<QWidget>(&w, "welcomePanel")->isVisible());
+    child<QPushButton>(&w, "welcomeDemoButton")->click();
+    QVERIFY(!w.isWelcomeShown());
+    QCOMPARE(w.configEditor()->valueText("model.preset"), QString("tiny"));
+    QVERIFY(w.configEditor()->filePath().isEmpty());
+    QVERIFY(!w.configEditor()->hasErrors());
+    QVERIFY(child<QPushButton>(&w, "startButton")->isEnabled());
+  }
+  {
+    // New from my images: asks for the folder, then the config reads it.
+    QFile::remove(settings_);
+    MainWindow w(settings_);
+    w.show();
+    QVERIFY(w.isWelcomeShown());
+    const QString photos = tmp_.filePath("holiday-2024");
+    QVERIFY(QDir().mkpath(photos));
+    const QString model = tmp_.filePath("FLUX.1-dev");
+    QVERIFY(QDir().mkpath(model));
+    // The image folder, then the base model.
+    auto picked = pickFoldersInNextDialogs({photos, model});
+    child<QPushButton>(&w, "welcomeImagesButton")->click();
+    QTRY_VERIFY(picked->answered);
+    QVERIFY2(picked->text.contains("images") && picked->text.contains("FLUX.1-dev folder"), qPrintable(picked->text));
+    QVERIFY(!w.isWelcomeShown());
+    ConfigEditor* e = w.configEditor();
+    QVERIFY2(e->valueText("datasets[0].folder_path").contains(photos), qPrintable(e->valueText("datasets[0].folder_path")));
+    QCOMPARE(e->valueText("job.name"), QString("holiday-2024_lora"));
+    QVERIFY2(e->valueText("model.name_or_path").contains(model), qPrintable(e->valueText("model.name_or_path")));
+    QCOMPARE(e->valueText("model.arch"), QString("flux"));
+    QVERIFY(e->filePath().isEmpty());
+    QVERIFY(w.isWindowModified());
+    // The folder holds no images (nor the model a checkpoint): Start says so in plain words.
+    QVERIFY(e->hasErrors());
+    QVERIFY(!child<QPushButton>(&w, "startButton")->isEnabled());
+    QVERIFY(child<QLabel>(&w, "startBlocker")->isVisible());
+    QVERIFY2(w.startBlocker().startsWith("Start is off") && w.startBlocker().contains("marked in red"),
+             qPrintable(w.startBlocker()));
+    QVERIFY(!w.startBlocker().contains("::"));
+    auto discard = answerNext("saveChangesDialog", "saveChangesDiscard");
+    QVERIFY(w.close());
+  }
+  {
+    MainWindow w(settings_);
+    QVERIFY(w.openConfig(demoCopy_));
+  }
+  MainWindow again(settings_);
+  again.show();
+  QVERIFY(!again.isWelcomeShown());
+}
+
+// A relative output folder is the config's folder's, not the working folder's:
+// shown in full, with a button that opens it.
+void SetupTest::outputFolderIsTheConfigsFolderShownInFull() {
+  const QString sub = tmp_.filePath("configs-here");
+  QVERIFY(QDir().mkpath(sub));
+  QFile::remove(sub + "/demo.yaml");
+  QVERIFY(QFile::copy(demoConfig(), sub + "/demo.yaml"));
+  QVERIFY(QDir::setCurrent(QDir::tempPath()));
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(w.openConfig(sub + "/demo.yaml"));
+  const QString expected = QDir::cleanPath(sub + "/output/demo_shapes");
+  QCOMPARE(w.runFolder(), expected);
+  auto* label = child<QLabel>(&w, "runFolderPath");
+  QVERIFY2(label->text().contains(QDir::toNativeSeparators(expected)), qPrintable(label->text()));
+  // Open folder: the nearest folder of the path that is there (no run yet: the config's folder).
+  UrlCatcher catcher;
+  QDesktopServices::setUrlHandler("file", &catcher, "open");
+  child<QPushButton>(&w, "openOutputFolderButton")->click();
+  QDesktopServices::unsetUrlHandler("file");
+  QCOMPARE(catcher.opened, QStringList({QDir::cleanPath(sub)}));
+  QVERIFY(QDir().mkpath(expected));
+  QDesktopServices::setUrlHandler("file", &catcher, "open");
+  child<QPushButton>(&w, "openOutputFolderButton")->click();
+  QDesktopServices::unsetUrlHandler("file");
+  QCOMPARE(catcher.opened.back(), expected);
+  // An absolute folder is taken as it is.
+  QVERIFY(w.configEditor()->setValueText("job.training_folder", tmp_.filePath("elsewhere")));
+  QCOMPARE(w.runFolder(), QDir::cleanPath(tmp_.filePath("elsewhere") + "/demo_shapes"));
+  QVERIFY(label->text().contains(QDir::toNativeSeparators(w.runFolder())));
+  // Untitled: under ~/Strata until saved, and the label says so.
+  auto discard = answerNext("saveChangesDialog", "saveChangesDiscard");
+  QVERIFY(w.newFromTemplate("demo"));
+  QVERIFY(discard->answered);
+  QCOMPARE(w.runFolder(), QDir::cleanPath(QDir::home().filePath("Strata/output/demo_shapes")));
+  QVERIFY2(label->text().contains("not saved yet"), qPrintable(label->text()));
+}
+
+// A plan that does not fit the cards Start would train on turns Start off, and
+// the window says why and the ways out, in the same words as strata-train run.
+void SetupTest::aPlanThatDoesNotFitBlocksStartWithTheWayOut() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(w.openConfig(demoCopy_));
+  ConfigEditor* e = w.configEditor();
+  // FLUX.1-dev's shape in bf16 (23.8 GB of weights), on whatever device there is.
+  QVERIFY(e->setValueText("model.preset", "flux-dev"));
+  QVERIFY(e->setValueText("model.device", "auto"));
+  QVERIFY(e->setValueText("train.dtype", "bf16"));
+  QVERIFY(e->setValueText("datasets[0].resolution", "[256]"));
+  QVERIFY(e->setValueText("train.batch_size", "1"));
+  QVERIFY(e->setValueText("train.gradient_checkpointing", "true"));
+  QVERIFY2(!e->hasErrors(), qPrintable(e->problems().isEmpty() ? QString() : e->problems().front().message));
+  // The machine is one 20 GB card (as strata-train run --devices 1x20GB).
+  w.setMachineDevices("1x20GB");
+  auto* start = child<QPushButton>(&w, "startButton");
+  QVERIFY(!start->isEnabled());
+  QVERIFY(!child<QPushButton>(&w, "addToQueueButton")->isEnabled());
+  auto* blocker = child<QLabel>(&w, "startBlocker");
+  QVERIFY(blocker->isVisible());
+  const QString text = blocker->text();
+  QVERIFY2(text.startsWith("Start is off: the model does not fit 1x20GB"), qPrintable(text));
+  QVERIFY2(text.contains("Ways out:") && text.contains("model.quantize: true") && text.contains("split the model"),
+           qPrintable(text));
+  // Each way out planned again: quantized, it fits this card.
+  QVERIFY2(text.contains(QRegularExpression("model.quantize: true, model.qtype: \\w+ \\(this fits\\)")), qPrintable(text));
+  QCOMPARE(start->toolTip(), text);
+  // The way out taken: quantized, it fits, and Start is on.
+  QVERIFY(e->setValueText("model.quantize", "true"));
+  QVERIFY(e->setValueText("model.qtype", "int8"));
+  w.replan();
+  QVERIFY2(w.startBlocker().isEmpty(), qPrintable(w.startBlocker()));
+  QVERIFY(start->isEnabled());
+  QVERIFY(!blocker->isVisible());
+}
+
+// The window fits a 1024 x 700 screen: every tab's smallest size fits, so nothing is cut off.
+void SetupTest::windowFitsA1024x700Screen() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&w));
+  const QSize screen(1024, 700);
+  // With the first-launch panel, then with a config open (the panel put away).
+  for (int pass = 0; pass < 2; ++pass) {
+    QCOMPARE(w.isWelcomeShown(), pass == 0);
+    for (int tab = 0; tab < w.tabs()->count(); ++tab) {
+      w.tabs()->setCurrentIndex(tab);
+      QApplication::processEvents();
+      const QSize min = w.minimumSizeHint().expandedTo(w.minimumSize());
+      QVERIFY2(min.width() <= screen.width() && min.height() <= screen.height(),
+               qPrintable(QString("tab %1 needs %2 x %3").arg(tab).arg(min.width()).arg(min.height())));
+    }
+    if (pass == 0) QVERIFY(w.openConfig(demoCopy_));
+  }
+  w.resize(screen);
+  QTRY_COMPARE(w.size(), screen);
+  // Each tab's page gets at least what it asks for.
+  for (int tab = 0; tab < w.tabs()->count(); ++tab) {
+    w.tabs()->setCurrentIndex(tab);
+    QWidget* page = w.tabs()->currentWidget();
+    QTRY_VERIFY(page->isVisible());
+    const QSize need = page->minimumSizeHint();
+    QVERIFY2(page->width() >= need.width() && page->height() >= need.height(),
+             qPrintable(QString("tab %1: %2 x %3 of %4 x %5")
+                            .arg(tab)
+                            .arg(page->width())
+                            .arg(page->height())
+                            .arg(need.width())
+                            .arg(need.height())));
+  }
+  // Opened the first time on such a screen, the window takes the screen, not 1400 x 900.
+  QCOMPARE(MainWindow::defaultWindowSize(screen), screen);
+  QCOMPARE(MainWindow::defaultWindowSize(QSize(1920, 1080)), QSize(1400, 900));
+  // Start and the blocker line stay on screen.
+  w.tabs()->setCurrentIndex(0);
+  auto* start = child<QPushButton>(&w, "startButton");
+  const QPoint corner = start->mapTo(&w, QPoint(start->width(), start->height()));
+  QVERIFY2(corner.x() <= screen.width() && corner.y() <= screen.height(),
+           qPrintable(QString("%1,%2").arg(corner.x()).arg(corner.y())));
 }
 
 void SetupTest::planFitsAt1400AndScrollsAt1000() {

@@ -322,7 +322,7 @@ TEST(Trainer, DamagedLatestCheckpointFallsBackToThePreviousIntactOneAndSaysSo) {
 
   // export takes the newest intact one and says so.
   std::vector<std::string> notes;
-  const auto files = exportRun(tmp / "run", {config::ExportFormat::Diffusers}, tmp / "out", "test", &notes);
+  const auto files = exportRun(tmp / "run", {config::ExportFormat::Diffusers}, {std::nullopt, tmp / "out"}, &notes);
   ASSERT_EQ(files.size(), 1u);
   std::string all;
   for (const auto& n : notes) all += n + "\n";
@@ -358,12 +358,12 @@ TEST(Trainer, ExportRefusesALoraWithNanNamingTheFirstTensor) {
   io::writeSafetensors(ckpt / "lora.safetensors", tensors, {{"format", "strata-checkpoint"}});
   const auto out = tmp / "out";
   try {
-    exportRun(tmp / "run", {config::ExportFormat::Diffusers}, out);
+    exportRun(tmp / "run", {config::ExportFormat::Diffusers}, {std::nullopt, out});
     FAIL() << "a LoRA with NaN was exported";
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("NaN"), std::string::npos) << what;
     EXPECT_NE(what.find("lora_B"), std::string::npos) << what;  // the tensor is named
   }
-  EXPECT_FALSE(fs::exists(out / "tiny_diffusers.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "tiny_step2_diffusers.safetensors"));
 }

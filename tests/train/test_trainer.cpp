@@ -445,6 +445,92 @@ TEST(Demo, ShippedConfigLossFallsSamplesFollowThePromptAndLoraLoads) {
   }
 }
 
+// save.export_every: a LoRA file at every N steps, named with the step, beside the final one.
+TEST(Trainer, ExportEveryWritesALoraFileNamedWithTheStep) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 4);
+  cfg.save.exportEvery = 2;
+  cfg.save.saveEvery = 0;
+  events::EventBus bus;
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.text();
+  const fs::path exports = RunFolder(tmp / "run").exportsDir();
+  EXPECT_TRUE(fs::exists(exports / "tiny_step2_diffusers.safetensors"));
+  EXPECT_FALSE(fs::exists(exports / "tiny_step4_diffusers.safetensors"));  // the last step is the final file
+  EXPECT_TRUE(fs::exists(exports / "tiny_diffusers.safetensors"));
+  const auto step2 = lora::readLoraFile(exports / "tiny_step2_diffusers.safetensors",
+                                        flux::FluxLoraRules(flux::FluxConfig::tiny()));
+  EXPECT_FALSE(step2.modules.empty());
+}
+
+// Any checkpoint exports, named with its step; what is there is never replaced unasked.
+TEST(Trainer, ExportRunTakesAnyCheckpointAndReplacesNothingUnasked) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 3);
+  cfg.save.saveEvery = 1;
+  events::EventBus bus;
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished);
+  const fs::path out = tmp / "out";
+  ExportOptions opts;
+  opts.step = 2;
+  opts.outDir = out;
+  const auto first = exportRun(tmp / "run", {config::ExportFormat::Diffusers}, opts);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0], out / "tiny_step2_diffusers.safetensors");
+  EXPECT_EQ(exportPaths(tmp / "run", {config::ExportFormat::Diffusers}, 2, out), first);
+  // The step's own LoRA, not the latest one's.
+  ExportOptions latest;
+  latest.outDir = tmp / "latest";
+  const auto last = exportRun(tmp / "run", {config::ExportFormat::Diffusers}, latest);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].filename(), "tiny_step3_diffusers.safetensors");
+  const flux::FluxLoraRules rules(flux::FluxConfig::tiny());
+  const auto a2 = lora::readLoraFile(first[0], rules), a3 = lora::readLoraFile(last[0], rules);
+  ASSERT_FALSE(a2.modules.empty());
+  ASSERT_EQ(a2.modules.size(), a3.modules.size());
+  double diff = 0;
+  for (size_t i = 0; i < a2.modules.size(); ++i) diff += (a2.modules[i].up - a3.modules[i].up).abs().sum().item<double>();
+  EXPECT_GT(diff, 0.0);
+  const auto bytes = fs::file_size(first[0]);
+  const auto written = fs::last_write_time(first[0]);
+
+  // Again: refused, naming the file; it stays as it was.
+  try {
+    exportRun(tmp / "run", {config::ExportFormat::Diffusers}, opts);
+    FAIL() << "an export replaced a file unasked";
+  } catch (const ExportExists& e) {
+    ASSERT_EQ(e.paths.size(), 1u);
+    EXPECT_EQ(e.paths[0], first[0]);
+    EXPECT_NE(std::string(e.what()).find("tiny_step2_diffusers.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fs::last_write_time(first[0]), written);
+  // A new name beside it, said so.
+  opts.existing = ExistingExport::NewName;
+  std::vector<std::string> notes;
+  const auto beside = exportRun(tmp / "run", {config::ExportFormat::Diffusers}, opts, &notes);
+  ASSERT_EQ(beside.size(), 1u);
+  EXPECT_EQ(beside[0], out / "tiny_step2_diffusers-2.safetensors");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("tiny_step2_diffusers-2.safetensors"), std::string::npos) << notes[0];
+  EXPECT_EQ(fs::file_size(beside[0]), bytes);
+  // Replaced when asked.
+  opts.existing = ExistingExport::Overwrite;
+  EXPECT_EQ(exportRun(tmp / "run", {config::ExportFormat::Diffusers}, opts), first);
+  // A step with no checkpoint is refused, naming the steps there are.
+  opts.step = 7;
+  try {
+    exportRun(tmp / "run", {config::ExportFormat::Diffusers}, opts);
+    FAIL() << "step 7 has no checkpoint";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("1, 2, 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
   test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 4);
@@ -457,7 +543,7 @@ TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
   ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished);
   const auto files = exportRun(
       tmp / "run", {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy},
-      tmp / "out");
+      {std::nullopt, tmp / "out"});
   ASSERT_EQ(files.size(), 3u);
   const auto fcfg = flux::FluxConfig::tiny();
   const auto ema = io::loadSafetensors(RunFolder(tmp / "run").latestCheckpoint()->path / "ema.safetensors");

@@ -40,6 +40,33 @@ class FluxFamily : public train::ModelFamily {
     return families::trainStepFlops(cfg, planFluxConfig(cfg.model));
   }
   std::string checkpointPrefix() const override { return "transformer."; }
+  std::vector<train::ConfigTemplate> templates() const override {
+    const std::string images = "The folder of your images (each with a .txt caption of the same name)";
+    const std::string model =
+        "The FLUX.1-dev folder (diffusers layout, as downloaded; cancel to set it later, or a .safetensors file)";
+    return {
+        {"demo", "demo.yaml", "CPU demo: a tiny model, no download",
+         "A few-MB model with the FLUX architecture learns coloured shapes on the CPU in minutes. Shows the "
+         "whole loop: loss, samples, checkpoints, LoRA export.",
+         "", true, ""},
+        {"flux-my-images-1gpu", "flux-my-images-1gpu.yaml", "FLUX.1-dev on my images, one GPU (24 GB and up)",
+         "A LoRA of your own pictures. You pick the image folder and the FLUX.1-dev folder (or its .safetensors "
+         "file). The frozen base is held in 8 bits so it fits a 24 GB card; a LoRA file every 250 steps.",
+         "datasets[0].folder_path", true, images, model},
+        {"flux-my-images-4x16gb", "flux-my-images-4x16gb.yaml", "FLUX.1-dev on my images, four 16 GB GPUs",
+         "A LoRA of your own pictures, the model's blocks shared out over four cards capped at 16 GB each. You "
+         "pick the image folder and the FLUX.1-dev folder (or its .safetensors file).",
+         "datasets[0].folder_path", true, images, model},
+        {"flux-dev-1gpu", "flux-dev-1gpu.yaml", "FLUX.1-dev on one large GPU (40 GB and up), random weights",
+         "The whole model on one card, from random weights on synthetic data: see the plan and the speed before "
+         "you download anything. A 24 GB card falls about 4 GB short unless the model is quantized.",
+         "", true, ""},
+        {"flux-dev-split-4x16gb", "flux-dev-split-4x16gb.yaml",
+         "FLUX.1-dev split over four 16 GB GPUs, random weights",
+         "The blocks shared out over four cards, each capped at 16 GB, from random weights on synthetic data.", "",
+         true, ""},
+    };
+  }
   std::string formatProblem(config::ExportFormat format) const override {
     return format == config::ExportFormat::Peft
                ? "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is written as diffusers, kohya or comfy"

@@ -315,6 +315,13 @@ class Flux2Family : public train::ModelFamily {
     return flux2TrainStepFlops(cfg, planFlux2Config(cfg.model));
   }
   std::string checkpointPrefix() const override { return "transformer."; }
+  std::vector<train::ConfigTemplate> templates() const override {
+    return {{"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
+             "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "
+             "embeddings of FLUX.2's shapes (no FLUX.2 VAE or text encoder yet, so no images or samples). "
+             "Starts from random weights: set the base model to train the real transformer.",
+             "", true, ""}};
+  }
   std::string formatProblem(config::ExportFormat format) const override {
     return format == config::ExportFormat::Peft
                ? "peft (an adapter folder) is the causal-LM form; a FLUX.2 LoRA is written as diffusers, kohya or comfy"

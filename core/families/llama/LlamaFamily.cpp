@@ -347,6 +347,16 @@ class LlamaFamily : public train::ModelFamily {
     return f;
   }
   std::string checkpointPrefix() const override { return LlamaLoraRules::kPeftPrefix; }
+  std::vector<train::ConfigTemplate> templates() const override {
+    return {
+        {"llama-my-jsonl", "llama-my-jsonl.yaml", "My Llama-family model on my jsonl file, one GPU",
+         "A LoRA of your own model (Llama, Mistral, Qwen2/3: a folder with config.json, the weights and "
+         "tokenizer.json) on your own .jsonl file (a prompt and a response per line). You pick both; a peft "
+         "adapter every 250 steps.",
+         "datasets[0].file_path", false, "Your .jsonl file (one prompt and response per line)",
+         "The model folder (config.json, the .safetensors weights, tokenizer.json; cancel to set it later)"},
+    };
+  }
   std::string formatProblem(config::ExportFormat format) const override {
     if (format == config::ExportFormat::Kohya || format == config::ExportFormat::Comfy)
       return config::enumName(format) + " is a FLUX file form; a Llama-family LoRA is written as a peft folder (peft)";
