@@ -193,10 +193,13 @@ TEST_F(Cli, AiToolkitJobFilesAreImported) {
             "      datasets: [{type: synthetic}]\n"
             "      sample: {sample_every: 0}\n");
   const Result r = run("validate " + quote((tmp / "job.yaml").string()));
-  EXPECT_EQ(r.exitCode, 2) << r.output;
+  // low_vram is left out of the import with the reason (Strata has nothing to switch), so the
+  // split it came with is no conflict.
+  EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find(":6:7: warning: config.process[0].trigger_word: ai-toolkit key not used"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find(":7:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(":7:37: warning: config.process[0].model.low_vram: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("one block at a time"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("imported from an ai-toolkit job"), std::string::npos) << r.output;
   expectCleanLines(r);
 }
