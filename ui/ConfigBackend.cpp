@@ -50,9 +50,12 @@ std::vector<config::Problem> cachedDataProblems(const config::RunConfig& cfg) {
   std::string key = config::enumName(cfg.model.arch) + "\n" + cfg.model.nameOrPath + "\n" + cfg.model.tokenizerPath +
                     "\n" + stampOf(cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath) +
                     "\n" + (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty() ? "samples" : "") + "\n";
+  // Only what decides whether a dataset yields a sample: typing a trigger word or a caption
+  // does not read an image folder again.
   for (size_t i = 0; i < cfg.datasets.size(); ++i) {
-    for (const config::KeySpec& spec : config::schema())
-      if (spec.isDatasetKey()) key += config::formatValue(spec.get(cfg, i)) + "\t";
+    for (const char* k : {"type", "folder_path", "resolution", "file_path", "prompt_field", "response_field",
+                          "text_field", "response_marker"})
+      key += config::getValueText(cfg, "datasets[" + std::to_string(i) + "]." + k) + "\t";
     key += stampOf(cfg.datasets[i].folderPath) + "\t" + stampOf(cfg.datasets[i].filePath) + "\n";
   }
   static std::map<std::string, std::vector<config::Problem>> cache;
