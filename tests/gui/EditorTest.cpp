@@ -24,6 +24,7 @@
 #include "ui/ConfigEditor.h"
 #include "ui/DatasetView.h"
 #include "ui/MainWindow.h"
+#include "ui/Theme.h"
 
 using namespace strata::ui;
 using namespace strata::ui::test;
@@ -83,7 +84,13 @@ int contrastingPixels(const QImage& image, const QRect& area, int minDiff) {
 // background, but not a whole row of them (a border line).
 int glyphRows(const QImage& image, const QRect& area, int minDiff) {
   const QRect rect = area & image.rect();
-  const int bg = QColor(image.pixel(rect.center().x(), rect.top())).lightness();
+  QMap<QRgb, int> counts;  // the background: the commonest colour
+  for (int y = rect.top(); y <= rect.bottom(); ++y)
+    for (int x = rect.left(); x <= rect.right(); ++x) ++counts[image.pixel(x, y)];
+  QRgb background = 0;
+  for (auto it = counts.begin(); it != counts.end(); ++it)
+    if (it.value() > counts.value(background, -1)) background = it.key();
+  const int bg = QColor(background).lightness();
   int rows = 0;
   for (int y = rect.top(); y <= rect.bottom(); ++y) {
     int n = 0;
@@ -407,23 +414,30 @@ void EditorTest::errorStyledFieldsStayUsable() {
   e->showPage("basic");
   auto* rank = qobject_cast<QSpinBox*>(e->fieldFor("network.linear"));
   QVERIFY(rank);
-  const QImage plain = rank->grab().toImage();
   QVERIFY(e->setValueText("network.linear", "0"));  // out of range: an error on the field
   QCOMPARE(rank->property("problem").toString(), QString("error"));
   const QImage marked = rank->grab().toImage();
-  QStyleOptionSpinBox opt;
-  opt.initFrom(rank);
-  opt.subControls = QStyle::SC_SpinBoxUp | QStyle::SC_SpinBoxDown;
-  opt.stepEnabled = QAbstractSpinBox::StepUpEnabled | QAbstractSpinBox::StepDownEnabled;
-  const QRect up = rank->style()->subControlRect(QStyle::CC_SpinBox, &opt, QStyle::SC_SpinBoxUp, rank);
-  const QRect down = rank->style()->subControlRect(QStyle::CC_SpinBox, &opt, QStyle::SC_SpinBoxDown, rank);
-  QVERIFY(!up.isEmpty() && !down.isEmpty());
-  const int plainArrow = glyphRows(plain, up.adjusted(2, 1, -2, -1), 60);
-  QVERIFY2(plainArrow >= 2, qPrintable(QString::number(plainArrow)));
-  for (const QRect& r : {up, down}) {
-    const int n = glyphRows(marked, r.adjusted(2, 1, -2, -1), 60);
-    QVERIFY2(n >= 2, qPrintable(QString("arrow rows: %1 in %2x%3").arg(n).arg(r.width()).arg(r.height())));
-  }
+  // The rows of arrow in the up and down buttons of a grab, as the box is laid out now.
+  auto arrowRows = [rank](const QImage& image) {
+    QStyleOptionSpinBox opt;
+    opt.initFrom(rank);
+    opt.subControls = QStyle::SC_SpinBoxUp | QStyle::SC_SpinBoxDown;
+    opt.stepEnabled = QAbstractSpinBox::StepUpEnabled | QAbstractSpinBox::StepDownEnabled;
+    int fewest = 1000;
+    for (auto sc : {QStyle::SC_SpinBoxUp, QStyle::SC_SpinBoxDown}) {
+      const QRect r = rank->style()->subControlRect(QStyle::CC_SpinBox, &opt, sc, rank);
+      fewest = std::min(fewest, r.isEmpty() ? 0 : glyphRows(image, r.adjusted(2, 1, -2, -1), 60));
+    }
+    return fewest;
+  };
+  QVERIFY2(arrowRows(marked) >= 2, qPrintable(QString("arrow rows: %1").arg(arrowRows(marked))));
+  // In the dark theme too (light arrows on the dark error background).
+  w.setTheme(Theme::Dark);
+  const QImage dark = rank->grab().toImage();
+  const int darkRows = arrowRows(dark);
+  w.setTheme(Theme::Light);
+  QVERIFY2(darkRows >= 2, qPrintable(QString("dark theme arrow rows: %1").arg(darkRows)));
+  QVERIFY(arrowRows(rank->grab().toImage()) >= 2);  // and back in the light theme
 
   // A combo box with an error: its text and its list's selected item stand out.
   QVERIFY(e->setValueText("datasets[0].type", "jsonl"));  // not a FLUX.1 dataset: an error on the box
@@ -433,7 +447,6 @@ void EditorTest::errorStyledFieldsStayUsable() {
   QTest::qWait(50);  // the box's row is laid out again
   const QImage closed = optimizer->grab().toImage();
   if (qEnvironmentVariableIsSet("EDITOR_TEST_DUMP")) {
-    plain.save("/tmp/et_plain.png");
     marked.save("/tmp/et_marked.png");
     closed.save("/tmp/et_closed.png");
   }
