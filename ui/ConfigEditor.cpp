@@ -1083,12 +1083,9 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
   fieldErrorKey_.clear();
   setFormLocked(!parsed.ok);
   refreshForm();
-  validate();
+  validate();  // the text's reading problems, then the rules where it could be read
   if (!parsed.ok) {
-    QVector<ProblemView> problems = parsed.problems;  // an unreadable text has no rule problems to add
-    if (problems_.size() > problems.size()) problems = problems_;
-    setProblems(problems);
-    tabs_->setCurrentWidget(yaml_);
+    tabs_->setCurrentWidget(yaml_);  // where it is fixed, at the first problem's line
     if (!problems_.isEmpty()) goToProblem(0);
   }
   setModified(false);
