@@ -1,9 +1,15 @@
+// LibTorch first (the family registry): Qt's `slots` macro breaks its headers.
+#include "train/ModelFamily.h"
+
 #include "ui/ConfigBackend.h"
 
 #include <QObject>
+#include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "common/Error.h"
+#include "config/ConfigSchema.h"
 #include "config/Problem.h"
 #include "config/AiToolkitImporter.h"
 #include "config/RunConfigYaml.h"
@@ -25,6 +31,44 @@ ProblemView toView(const config::Problem& p) {
   v.message = QString::fromStdString(p.message);
   v.hint = QString::fromStdString(p.hint);
   return v;
+}
+
+// "<mtime>:<size>" of a file or folder ("" when missing): a dataset read again when it changes.
+std::string stampOf(const std::string& path) {
+  if (path.empty()) return "";
+  std::error_code ec;
+  const auto t = std::filesystem::last_write_time(path, ec);
+  if (ec) return "-";
+  const auto size = std::filesystem::is_regular_file(path, ec) ? std::filesystem::file_size(path, ec) : 0;
+  return std::to_string(t.time_since_epoch().count()) + ":" + std::to_string(size);
+}
+
+// The family's dataProblems, read again only when what they depend on changes (the
+// dataset keys, the model and tokenizer paths, the files' times): the check reads
+// image headers and jsonl lines, and the editor validates on every edit.
+std::vector<config::Problem> cachedDataProblems(const config::RunConfig& cfg) {
+  std::string key = config::enumName(cfg.model.arch) + "\n" + cfg.model.nameOrPath + "\n" + cfg.model.tokenizerPath +
+                    "\n" + stampOf(cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath) +
+                    "\n" + (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty() ? "samples" : "") + "\n";
+  // Only what decides whether a dataset yields a sample: typing a trigger word or a caption
+  // does not read an image folder again.
+  for (size_t i = 0; i < cfg.datasets.size(); ++i) {
+    for (const char* k : {"type", "folder_path", "resolution", "file_path", "prompt_field", "response_field",
+                          "text_field", "response_marker"})
+      key += config::getValueText(cfg, "datasets[" + std::to_string(i) + "]." + k) + "\t";
+    key += stampOf(cfg.datasets[i].folderPath) + "\t" + stampOf(cfg.datasets[i].filePath) + "\n";
+  }
+  static std::map<std::string, std::vector<config::Problem>> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  std::vector<config::Problem> problems;
+  try {
+    problems = train::dataProblems(cfg);
+  } catch (const std::exception& e) {
+    problems.push_back(config::problemAt(config::Severity::Error, "datasets", e.what()));
+  }
+  if (cache.size() > 64) cache.clear();
+  cache[key] = problems;
+  return problems;
 }
 
 }  // namespace
@@ -64,6 +108,12 @@ QVector<ProblemView> validate(const config::RunConfig& cfg, const std::string& y
     config::ValidateOptions options;
     options.devices = devs;
     problems = config::validate(cfg, options);
+  }
+  // What the datasets give, placed at the lines of this text when it is the config.
+  if (loaded.readable) {
+    const config::SourceMap* where = loaded.config == cfg ? &loaded.where : nullptr;
+    for (const config::Problem& p : cachedDataProblems(cfg))
+      problems.push_back(config::problemAt(p.severity, p.key, p.message, p.hint, where));
   }
   for (const config::Problem& p : problems) out << toView(p);
   return out;

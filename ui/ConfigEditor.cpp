@@ -20,6 +20,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStyle>
+#include <QStyledItemDelegate>
 #include <QTabWidget>
 #include <QTextBlock>
 #include <QTimer>
@@ -33,6 +34,7 @@
 #include "config/ConfigSchema.h"
 #include "config/RunConfig.h"
 #include "config/RunConfigYaml.h"
+#include "config/Validator.h"
 #include "ui/ConfigBackend.h"
 #include "ui/FamilyBackend.h"
 #include "ui/ListEditors.h"
@@ -153,6 +155,26 @@ QString lineItem(const QString& line) {
   return out;
 }
 
+// A tree view asks a row's height with a rect of no width or height, which Qt's style
+// reads as "no wrapping": the column's width from the header, and the row fits its
+// wrapped text (laid out again when a column's width changes).
+class WrappingDelegate : public QStyledItemDelegate {
+ public:
+  explicit WrappingDelegate(QTreeView* view) : QStyledItemDelegate(view), view_(view) {}
+  QSize sizeHint(const QStyleOptionViewItem& option, const QModelIndex& index) const override {
+    QStyleOptionViewItem o(option);
+    // Only the stretched columns wrap (the message, the hint); the others size to their text.
+    const int width = view_->header()->sectionResizeMode(index.column()) == QHeaderView::Stretch
+                          ? view_->header()->sectionSize(index.column())
+                          : 0;
+    if (width > 0) o.rect = QRect(0, 0, width, std::max(1, o.rect.height()));
+    return QStyledItemDelegate::sizeHint(o, index);
+  }
+
+ private:
+  QTreeView* view_;
+};
+
 void repolish(QWidget* w) {
   w->style()->unpolish(w);
   w->style()->polish(w);
@@ -212,8 +234,26 @@ ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), config_(std::make
   problemList_->setHeaderLabels({tr("Severity"), tr("Key"), tr("Line"), tr("Problem"), tr("Hint")});
   problemList_->setRootIsDecorated(false);
   problemList_->setAlternatingRowColors(true);
-  problemList_->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  problemList_->header()->setStretchLastSection(true);
+  // Long messages wrap in their column instead of running off to the right.
+  problemList_->setWordWrap(true);
+  problemList_->setItemDelegate(new WrappingDelegate(problemList_));
+  problemList_->setUniformRowHeights(false);
+  problemList_->setTextElideMode(Qt::ElideNone);
+  problemList_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  problemList_->header()->setStretchLastSection(false);
+  for (int c : {0, 1, 2}) problemList_->header()->setSectionResizeMode(c, QHeaderView::ResizeToContents);
+  problemList_->header()->setSectionResizeMode(3, QHeaderView::Stretch);
+  problemList_->header()->setSectionResizeMode(4, QHeaderView::Stretch);
+  // A row's height follows its wrapped text: laid out again when a column's width changes.
+  connect(problemList_->header(), &QHeaderView::sectionResized, problemList_, [this] {
+    if (!relayoutQueued_) {
+      relayoutQueued_ = true;
+      QTimer::singleShot(0, this, [this] {
+        relayoutQueued_ = false;
+        problemList_->doItemsLayout();
+      });
+    }
+  });
   connect(problemList_, &QTreeWidget::itemActivated, this,
           [this](QTreeWidgetItem* item) { goToProblem(problemList_->indexOfTopLevelItem(item)); });
   connect(problemList_, &QTreeWidget::itemClicked, this,
@@ -264,10 +304,26 @@ ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), config_(std::make
   unusedLayout->addWidget(dropUnused_, 0, Qt::AlignLeft);
   unusedBox_->hide();
 
+  formLock_ = new QLabel(
+      tr("The YAML has errors the form cannot show (listed below): fix them in the YAML tab. The form is "
+         "read-only until then, so that it cannot rewrite your text."),
+      this);
+  formLock_->setObjectName("formLocked");
+  formLock_->setWordWrap(true);
+  formLock_->setProperty("problem", "error");
+  formLock_->hide();
+  formNote_ = new QLabel(this);
+  formNote_->setObjectName("formNote");
+  formNote_->setWordWrap(true);
+  formNote_->setProperty("problem", "warning");
+  formNote_->hide();
+
   auto* top = new QWidget(this);
   auto* topLayout = new QVBoxLayout(top);
   topLayout->setContentsMargins(0, 0, 0, 0);
   topLayout->addLayout(familyRow);
+  topLayout->addWidget(formLock_);
+  topLayout->addWidget(formNote_);
   topLayout->addWidget(unusedBox_);
   topLayout->addWidget(tabs_, 1);
 
@@ -593,7 +649,7 @@ void ConfigEditor::applyFamily() {
   }
   QMap<QWidget*, int> shownIn;  // the form's owner (a group box, the shape fields) -> rows shown
   for (Field& f : fields_) {
-    f.shown = f.spec->appliesTo(arch);
+    f.shown = f.spec->appliesTo(arch) && datasetKeyShown(f);
     f.form->setRowVisible(f.row, f.shown);
     shownIn[f.form->parentWidget()] += f.shown ? 1 : 0;
     updateChoiceItems(f);
@@ -614,6 +670,17 @@ void ConfigEditor::applyFamily() {
   }
   groupFor(false, "Dataset")->setVisible(anyAdvancedDataset);
   updating_ = wasUpdating;
+}
+
+// A dataset key shows for the dataset types that read it (an images dataset's caption
+// settings, a jsonl file's fields), and for any other type while it is set away from
+// its default, so that the validator's error about it can be fixed in the form.
+bool ConfigEditor::datasetKeyShown(const Field& f) const {
+  if (!f.spec->isDatasetKey() || f.spec->datasetTypes.empty()) return true;
+  const auto [pattern, index] = config::splitDatasetPath(f.key.toStdString());
+  if (index >= config_->datasets.size()) return true;
+  if (f.spec->appliesToDataset(config_->datasets[index].type)) return true;
+  return !(f.spec->get(*config_, index) == f.spec->defaultValue);
 }
 
 // The dataset types and export formats the config's family takes; a value it
@@ -686,10 +753,16 @@ bool ConfigEditor::chooseFamily(config::ModelArch arch) {
     for (const backend::UnusedKey& u : unused) lines << tr("  %1: %2 (not used by %3)").arg(u.key, u.value, name);
     for (const backend::FamilyChange& c : changes)
       lines << tr("  %1: %2 becomes %3 (%4 does not take %2)").arg(c.key, c.from, c.to, name);
-    QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(backend::familyTitle(arch)),
-                    unused.isEmpty()
-                        ? tr("Switching to %1 changes these settings:").arg(name)
-                        : tr("%1 does not read %2 setting(s) of this config:").arg(name).arg(unused.size()),
+    // The count says what the list below holds: the unused keys and the changed values.
+    QString head;
+    if (unused.isEmpty())
+      head = tr("Switching to %1 changes %n setting(s):", "", int(changes.size())).arg(name);
+    else if (changes.isEmpty())
+      head = tr("%1 does not read %n setting(s) of this config:", "", int(unused.size())).arg(name);
+    else
+      head = tr("%1 does not read %2 of this config, and %3 change:")
+                 .arg(name, tr("%n setting(s)", "", int(unused.size())), tr("%n value(s)", "", int(changes.size())));
+    QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(backend::familyTitle(arch)), head,
                     QMessageBox::NoButton, this);
     box.setObjectName("familySwitchQuestion");
     box.setInformativeText(lines.join('\n'));
@@ -856,8 +929,36 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   }
   fieldError_.clear();
   fieldErrorKey_.clear();
+  // The YAML is written anew from the form: keys it could not read leave it. Said, not silent.
+  QStringList unknown;
+  for (const ProblemView& p : problems_)
+    if (!p.error && p.message.startsWith("unknown key") && !p.key.isEmpty()) unknown << p.key;
+  if (!unknown.isEmpty())
+    setFormNote(tr("The form wrote the YAML anew: the unknown key(s) %1 left it (the trainer ignored them).")
+                    .arg(unknown.join(", ")));
+  // A model path that holds weights turns random_weights off, and the form says so:
+  // the run trains on what the user chose, never on random values by surprise. The
+  // rule is the validator's (config::holdsWeights), the same for every family.
+  if (key == "model.name_or_path" && next.model.randomWeights && config::holdsWeights(next.model.nameOrPath)) {
+    next.model.randomWeights = false;
+    setFormNote(tr("Random weights turned off: %1 holds model weights, and the run now trains on them. Tick "
+                   "\"%2\" again to train a random model instead (its weights are then not read).")
+                    .arg(QString::fromStdString(next.model.nameOrPath),
+                         fields_.value("model.random_weights").label
+                             ? fields_.value("model.random_weights").label->text()
+                             : QString("random_weights")));
+  } else if (key == "model.random_weights" && unknown.isEmpty()) {
+    setFormNote(QString());
+  }
+  const bool typeChanged = f.spec->path == "datasets[].type";
   *config_ = std::move(next);
   setModified(true);
+  if (auto it = fields_.find("model.random_weights"); it != fields_.end() && key == "model.name_or_path") {
+    updating_ = true;
+    refreshField(*it);
+    updating_ = false;
+  }
+  if (typeChanged) applyFamily();  // the new type's keys show, the old type's hide
   refreshYaml();
   validate();
   emit configChanged();
@@ -897,9 +998,11 @@ void ConfigEditor::parseYamlNow() {
   if (!parsed.ok) {
     QVector<ProblemView> problems;
     for (const auto& p : parsed.problems) problems << p;
+    setFormLocked(true);  // a form edit now would rewrite the text being fixed
     setProblems(problems);
     return;
   }
+  setFormLocked(false);
   *config_ = parsed.config;
   yamlSource_ = text;
   refreshForm();
@@ -957,23 +1060,20 @@ void ConfigEditor::setConfig(const config::RunConfig& cfg) {
 
 void ConfigEditor::newConfig() {
   importNotes_.clear();
+  setFormNote(QString());
+  setFormLocked(false);
   setFilePath(QString());
   setConfig(backend::defaultConfig());
   setModified(false);
 }
 
 bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QString* error) {
+  (void)error;  // nothing refuses a text: its problems are listed instead
   backend::ParseResult parsed = backend::parseYaml(text.toStdString(), sourceName.toStdString());
-  if (!parsed.ok) {
-    if (error) {
-      QStringList lines;
-      for (const auto& p : parsed.problems)
-        lines << (p.line ? QString("%1:%2: %3").arg(sourceName).arg(p.line).arg(p.message) : p.message);
-      *error = lines.join('\n');
-    }
-    return false;
-  }
   importNotes_.clear();
+  setFormNote(QString());
+  // What could be read (defaults where a key could not be, or for a syntax error);
+  // the text stays as written, and the form takes no edits until it reads cleanly.
   *config_ = parsed.config;
   updating_ = true;
   yaml_->setPlainText(text);
@@ -981,9 +1081,14 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
   yamlSource_ = text;
   fieldError_.clear();
   fieldErrorKey_.clear();
+  setFormLocked(!parsed.ok);
   refreshForm();
-  validate();
+  validate();  // the text's reading problems, then the rules where it could be read
   setFilePath(QString());  // untitled: loadFile names it; a template must never keep the last file's name
+  if (!parsed.ok) {
+    tabs_->setCurrentWidget(yaml_);  // where it is fixed, at the first problem's line
+    if (!problems_.isEmpty()) goToProblem(0);
+  }
   setModified(false);
   emit configChanged();
   return true;
@@ -1025,11 +1130,29 @@ bool ConfigEditor::importAiToolkit(const QString& path, QString* error) {
     return false;
   }
   importNotes_ = notes;    // validate() lists them with the config's own problems
+  setFormNote(QString());
+  setFormLocked(false);
   setFilePath(QString());  // an import is a new Strata config until saved
   setConfig(cfg);
   setModified(true);
   return true;
 }
+
+void ConfigEditor::setFormLocked(bool locked) {
+  formLocked_ = locked;
+  formLock_->setVisible(locked);
+  basicPage_->setEnabled(!locked);
+  advancedPage_->setEnabled(!locked);
+  family_->setEnabled(!locked);
+  unusedBox_->setEnabled(!locked);
+}
+
+void ConfigEditor::setFormNote(const QString& text) {
+  formNote_->setText(text);
+  formNote_->setVisible(!text.isEmpty());
+}
+
+QString ConfigEditor::formNote() const { return formNote_->text(); }
 
 void ConfigEditor::setFilePath(const QString& path) {
   if (filePath_ == path) return;
@@ -1119,7 +1242,8 @@ void ConfigEditor::markFields() {
 void ConfigEditor::goToProblem(int index) {
   if (index < 0 || index >= problems_.size()) return;
   const ProblemView& p = problems_[index];
-  if (tabs_->currentWidget() == yaml_ && p.line > 0) {
+  if ((tabs_->currentWidget() == yaml_ || formLocked_) && p.line > 0) {
+    tabs_->setCurrentWidget(yaml_);
     QTextCursor c(yaml_->document()->findBlockByLineNumber(p.line - 1));
     yaml_->setTextCursor(c);
     yaml_->centerCursor();

@@ -44,7 +44,9 @@ class ConfigEditor : public QWidget {
   explicit ConfigEditor(QWidget* parent = nullptr);
   ~ConfigEditor() override;
 
-  // Strata YAML. On failure nothing changes and `error` says why (file, line).
+  // Strata YAML. A file that cannot be read (missing, unreadable) changes nothing and
+  // `error` says why; a text with problems (a syntax error, a bad value, an unknown
+  // key) opens with them listed (see loadText).
   bool loadFile(const QString& path, QString* error = nullptr);
   // Writes the YAML tab's text (atomically). Sets filePath().
   bool saveFile(const QString& path, QString* error = nullptr);
@@ -55,9 +57,20 @@ class ConfigEditor : public QWidget {
   QVector<ProblemView> importNotes() const { return importNotes_; }
   // A new config with the schema's defaults.
   void newConfig();
-  // A new, untitled config (no file path) from YAML text; unmodified until edited
-  // (a caller that makes a new config from it marks it with setModified(true)).
+  // A new, untitled config (no file path) from YAML text (a template); unmodified
+  // until edited (a caller that makes a new config from it marks it with
+  // setModified(true)). A text with reading errors (syntax, a value of the wrong
+  // type) is opened as it is: the YAML tab shows it, the problems are listed with
+  // their lines, and the form is read-only (isFormLocked) until the YAML reads
+  // cleanly, so that a form edit cannot rewrite the user's text. Returns true;
+  // `error` is kept for callers.
   bool loadText(const QString& text, const QString& sourceName, QString* error = nullptr);
+  // True while the YAML has reading errors: the form shows the last config read and
+  // takes no edits (a banner, objectName "formLocked", says why).
+  bool isFormLocked() const { return formLocked_; }
+  // What the editor changed on its own after an edit (e.g. random_weights turned off
+  // when the model path holds weights), shown above the form; "" when nothing.
+  QString formNote() const;
 
   // As if typed into the YAML tab: parsed, the form updated, validated now.
   void setYamlText(const QString& text);
@@ -136,6 +149,9 @@ class ConfigEditor : public QWidget {
   void markFields();
   void goToProblem(int index);
   void setFilePath(const QString& path);
+  void setFormLocked(bool locked);
+  void setFormNote(const QString& text);
+  bool datasetKeyShown(const Field& f) const;
 
   std::unique_ptr<config::RunConfig> config_;
   QString yamlSource_;  // the text the config (and its line numbers) came from
@@ -147,6 +163,10 @@ class ConfigEditor : public QWidget {
   bool modified_ = false;
   bool updating_ = false;  // set while the editor writes into its own widgets
   bool lastOk_ = true;
+  bool formLocked_ = false;
+  bool relayoutQueued_ = false;  // the problem list's rows, after a column resize
+  QLabel* formLock_ = nullptr;
+  QLabel* formNote_ = nullptr;
 
   QComboBox* family_ = nullptr;
   QGroupBox* unusedBox_ = nullptr;

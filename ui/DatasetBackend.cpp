@@ -4,6 +4,7 @@
 #include "families/llama/LmDataset.h"
 #include "io/FileBytes.h"
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <set>
@@ -89,6 +90,12 @@ DatasetScanView previewJsonl(const config::DatasetConfig& cfg, int maxRows, cons
       v.skipped.push_back({QString("line %1").arg(r.line), qs(r.skipReason)});
     } else {
       ++v.samples;
+      const QString layout = qs(r.layout);
+      auto it = std::find_if(v.layouts.begin(), v.layouts.end(), [&](const auto& l) { return l.first == layout; });
+      if (it == v.layouts.end())
+        v.layouts.push_back({layout, 1});
+      else
+        ++it->second;
       if (v.rows.size() < maxRows) v.rows.push_back({r.line, qs(r.prompt), qs(r.response)});
     }
     return !(cancel && cancel->load());

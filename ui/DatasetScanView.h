@@ -4,6 +4,7 @@
 // causal LM's LmDataset reader). Plain Qt values.
 #include <QImage>
 #include <QSize>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -51,6 +52,9 @@ struct DatasetScanView {
   qint64 lines = 0;       // jsonl: lines read
   qint64 samples = 0;     // jsonl: lines that give a sample
   QVector<DatasetTextRow> rows;  // jsonl: the first samples
+  // jsonl: the samples per layout their lines were read in ("prompt/completion", "messages",
+  // "prompt/response": the configured fields), in the order first met.
+  QVector<QPair<QString, qint64>> layouts;
 };
 
 }  // namespace strata::ui

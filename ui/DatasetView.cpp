@@ -215,6 +215,7 @@ void DatasetView::showScan(const DatasetScanView& scan, int generation) {
   thumbs_->setVisible(!scan.jsonl);
   buckets_->setVisible(!scan.jsonl);
   jsonlRows_->setVisible(scan.jsonl);
+  skipped_->setVisible(true);
   skipped_->setHeaderLabels({scan.jsonl ? tr("Skipped line") : tr("Skipped file"), tr("Why")});
   if (!scan.ok && !scan.error.isEmpty() && scan.folder.isEmpty()) {
     summary_->setText(scan.error);
@@ -227,6 +228,10 @@ void DatasetView::showScan(const DatasetScanView& scan, int generation) {
                        .arg(scan.lines)
                        .arg(scan.folder)
                        .arg(scan.skipped.size());
+    // How the lines were read: the configured fields, or a common layout the reader recognised.
+    QStringList read;
+    for (const auto& [layout, n] : scan.layouts) read << tr("%1 (%2)").arg(layout).arg(n);
+    if (!read.isEmpty()) text += tr(" Fields read: %1.").arg(read.join(", "));
     if (scan.samples > scan.rows.size()) text += tr(" The first %1 are shown.").arg(scan.rows.size());
     summary_->setText(text);
     for (const DatasetTextRow& r : scan.rows) {
@@ -281,6 +286,10 @@ void DatasetView::showNotImages() {
   skipped_->clear();
   thumbs_->clear();
   jsonlRows_->clear();
+  // Nothing to list: no table stays up with the last scan's headers (a jsonl file's
+  // "Prompt" and "Skipped line" over a shapes dataset).
+  for (QWidget* w : std::initializer_list<QWidget*>{buckets_, skipped_, thumbs_, jsonlRows_}) w->hide();
+  skipped_->setHeaderLabels({tr("Skipped file"), tr("Why")});
   state_->clear();
   last_ = DatasetScanView{};
   if (datasets_.empty())

@@ -65,6 +65,10 @@ QString themeStyleSheet(Theme theme) {
   return QStringLiteral(
       "QLineEdit[problem=\"error\"], QSpinBox[problem=\"error\"], QComboBox[problem=\"error\"],"
       " QPlainTextEdit[problem=\"error\"], QCheckBox[problem=\"error\"] { background: #4a1f1f; }\n"
+      "QSpinBox[problem=\"error\"]::up-arrow, QSpinBox[problem=\"warning\"]::up-arrow"
+      " { image: url(:/strata/arrow-up-light.png); }\n"
+      "QSpinBox[problem=\"error\"]::down-arrow, QSpinBox[problem=\"warning\"]::down-arrow"
+      " { image: url(:/strata/arrow-down-light.png); }\n"
       "QLabel[problem=\"error\"] { color: #ff7b72; }\n"
       "QLabel[problem=\"warning\"] { color: #e3b341; }\n");
 }

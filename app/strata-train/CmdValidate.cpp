@@ -1,7 +1,12 @@
 // `strata-train validate CONFIG [--set key=value ...] [--devices SPEC]`: checks a
 // run config (Strata's or an ai-toolkit job file) and prints every problem like a
 // compiler: "file:line:col: error: key: message", then a hint line.
+// The datasets are read too (a jsonl file or image folder that yields no sample,
+// a missing tokenizer), as the app's problem list does.
 // Exit codes: 0 no errors (warnings allowed), 2 errors or unreadable input.
+// LibTorch (the family registry) before the rest.
+#include "train/ModelFamily.h"
+
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -62,7 +67,12 @@ int runValidate(const ValidateArgs& args) {
     }
   }
 
-  const std::vector<config::Problem> problems = config::validateLoaded(loaded, devices, !args.noPathCheck);
+  std::vector<config::Problem> problems = config::validateLoaded(loaded, devices, !args.noPathCheck);
+  // What the datasets and the tokenizer give (a file that yields no sample), as the app lists it.
+  if (loaded.readable && !args.noPathCheck) {
+    std::vector<config::Problem> data = train::dataProblems(loaded.config, &loaded.where);
+    problems.insert(problems.end(), data.begin(), data.end());
+  }
   size_t errors = 0;
   size_t warnings = 0;
   for (const auto& p : problems) {

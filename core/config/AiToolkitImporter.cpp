@@ -30,7 +30,6 @@ const std::map<std::string, std::string>& renames() {
 // Why a known ai-toolkit key has no Strata counterpart.
 const std::map<std::string, std::string>& reasons() {
   static const std::map<std::string, std::string> k = {
-      {"trigger_word", "Strata's trigger word is per dataset: set datasets[].trigger_word"},
       {"performance_log_every", "Strata logs timings every step"},
       {"save.push_to_hub", "Strata does not upload"},
       {"save.hf_repo_id", "Strata does not upload"},
@@ -141,6 +140,30 @@ class Importer {
       }
     }
     readTextEncoderQuantization();
+    applyTriggerWord();
+  }
+
+  // ai-toolkit's trigger_word is the job's; Strata's is per images dataset (the same
+  // use: [trigger] in a caption or a sample prompt is replaced, else put in front).
+  // A dataset with its own trigger_word keeps it.
+  void applyTriggerWord() {
+    if (triggerPos_.line == 0 && triggerPos_.origin.empty()) return;
+    bool images = false;
+    bool used = false;
+    for (size_t i = 0; i < out_.config.datasets.size(); ++i) {
+      DatasetConfig& d = out_.config.datasets[i];
+      const std::string key = "datasets[" + std::to_string(i) + "].trigger_word";
+      if (d.type != DatasetType::Images) continue;
+      images = true;
+      if (out_.where.has(key)) continue;
+      d.triggerWord = trigger_;
+      out_.where.set(key, triggerPos_);
+      used = true;
+    }
+    if (!used)
+      drop("config.process[0].trigger_word", triggerPos_,
+           images ? "every images dataset sets its own trigger_word (Strata's is per dataset)"
+                  : "the job has no images dataset to put it in (Strata's trigger word is per images dataset)");
   }
 
   // ai-toolkit quantizes the text encoder along with the transformer unless quantize_te
@@ -236,6 +259,27 @@ class Importer {
       out_.config.train.optimizer = OptimizerType::AdamW;
       return;
     }
+    if (pattern == "trigger_word") {  // put into the datasets once they are read
+      if (!value.IsScalar()) {
+        reader_.problem(Severity::Error, aiPath, pos, "expected a word, got " + describeNode(value));
+        return;
+      }
+      trigger_ = scalar;
+      triggerPos_ = pos;
+      return;
+    }
+    if (pattern == "model.low_vram") {
+      // ai-toolkit's low_vram keeps the model on the CPU while it quantizes it; Strata
+      // loads and quantizes block by block on the training device, so there is
+      // nothing to switch. Taken over, it would only be refused by the validator.
+      if (scalar == "true" || scalar == "True")
+        drop(aiPath, pos,
+             "Strata loads and quantizes the model one block at a time on the training device, which is what "
+             "low_vram does in ai-toolkit, so it needs no switch (model.low_vram stays false). To use less GPU "
+             "memory: model.quantize, train.gradient_checkpointing, model.split_model_over_gpus or "
+             "train.offload_optimizer_state");
+      return;
+    }
     if (pattern == "model.qtype_te") {  // compared with model.qtype once the process is read
       qtypeTe_ = scalar;
       qtypeTePos_ = pos;
@@ -280,6 +324,8 @@ class Importer {
   LoadedConfig& out_;
   std::vector<UnusedKey>& unused_;
   YamlReader reader_;
+  std::string trigger_;  // the job's trigger_word, for its images datasets
+  SourcePos triggerPos_;
   std::string qtypeTe_;  // model.qtype_te as written, empty when absent
   SourcePos qtypeTePos_;
 };

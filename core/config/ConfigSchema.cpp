@@ -684,6 +684,32 @@ const FamilyDoc kFamilyDocs[] = {
     {"save.export_formats", ModelArch::Llama, "LoRA written at each save: peft (an adapter folder)"},
 };
 
+// Dataset keys that only some dataset types read (the validator refuses them on
+// the others, or says they are ignored); the rest apply to every type.
+struct DatasetTypeOnly {
+  const char* path;
+  std::vector<DatasetType> types;
+};
+const DatasetTypeOnly kDatasetTypeOnly[] = {
+    {"datasets[].folder_path", {DatasetType::Images, DatasetType::Latents}},
+    {"datasets[].caption_ext", {DatasetType::Images}},
+    {"datasets[].default_caption", {DatasetType::Images}},
+    {"datasets[].trigger_word", {DatasetType::Images}},
+    {"datasets[].num_repeats", {DatasetType::Images}},
+    {"datasets[].flip_x", {DatasetType::Images}},
+    {"datasets[].cache_latents_to_disk", {DatasetType::Images}},
+    {"datasets[].resolution", {DatasetType::Images, DatasetType::Shapes, DatasetType::Synthetic}},
+    {"datasets[].num_items", {DatasetType::Synthetic, DatasetType::Shapes}},
+    {"datasets[].file_path", {DatasetType::Jsonl}},
+    {"datasets[].prompt_field", {DatasetType::Jsonl}},
+    {"datasets[].response_field", {DatasetType::Jsonl}},
+    {"datasets[].text_field", {DatasetType::Jsonl}},
+    {"datasets[].response_marker", {DatasetType::Jsonl}},
+    {"datasets[].max_seq_len", {DatasetType::Jsonl, DatasetType::Synthetic}},
+    {"datasets[].padding_side", {DatasetType::Jsonl}},
+    {"datasets[].packing", {DatasetType::Jsonl}},
+};
+
 void applyLooks(std::vector<KeySpec>& keys) {
   for (KeySpec& k : keys) {
     for (const Look& l : kLooks)
@@ -695,6 +721,8 @@ void applyLooks(std::vector<KeySpec>& keys) {
       }
     for (const FamilyOnly& f : kFamilyOnly)
       if (k.path == f.path) k.families = f.arches;
+    for (const DatasetTypeOnly& t : kDatasetTypeOnly)
+      if (k.path == t.path) k.datasetTypes = t.types;
     for (const FamilyDoc& d : kFamilyDocs)
       if (k.path == d.path) k.familyDocs.emplace_back(d.arch, d.doc);
   }
@@ -732,6 +760,10 @@ std::string keyTypeName(KeyType type) {
 
 bool KeySpec::appliesTo(ModelArch arch) const {
   return families.empty() || std::find(families.begin(), families.end(), arch) != families.end();
+}
+
+bool KeySpec::appliesToDataset(DatasetType type) const {
+  return datasetTypes.empty() || std::find(datasetTypes.begin(), datasetTypes.end(), type) != datasetTypes.end();
 }
 
 const std::string& KeySpec::docFor(ModelArch arch) const {

@@ -80,6 +80,10 @@ struct KeySpec {
   // The model families that read the key (model.arch); empty = every family.
   std::vector<ModelArch> families;
   bool appliesTo(ModelArch arch) const;
+  // Dataset keys: the dataset types that read the key (datasets[].type); empty =
+  // every type. A form hides the others' keys (unless set away from the default).
+  std::vector<DatasetType> datasetTypes;
+  bool appliesToDataset(DatasetType type) const;
   // A key every family reads but whose files or values differ by family
   // (model.name_or_path: a FLUX checkpoint, a causal LM's folder) has its doc per
   // family; docFor gives that one, else `doc`.

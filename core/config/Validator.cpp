@@ -8,6 +8,7 @@
 #include "io/FileBytes.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -17,6 +18,12 @@ namespace strata::config {
 namespace {
 
 namespace fs = std::filesystem;
+
+// "an images", "a shapes": the article for a word in a message.
+std::string withArticle(const std::string& word) {
+  const bool vowel = !word.empty() && std::string("aeiouAEIOU").find(word.front()) != std::string::npos;
+  return (vowel ? "an " : "a ") + word;
+}
 
 class Checker {
  public:
@@ -128,8 +135,9 @@ class Checker {
         break;
       }
     // An images run with random weights still reads its tokenizers: model.tokenizer_path, else this folder.
+    // (Weights there with random_weights are an error for every family: randomWeights().)
     const bool tokenizersHere = hasImages() && m.tokenizerPath.empty();
-    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere)
+    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && !(opt_.checkPaths && holdsWeights(m.nameOrPath)))
       warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
               "set random_weights: false to train on these weights");
     if (!flux()) return;  // FLUX.1's single-file keys follow (FLUX.2 ignores them: familyKeys)
@@ -375,9 +383,23 @@ class Checker {
     // the same qtype for T5, so the checks above cover it too.
   }
 
+  // random_weights with a model path that holds weights: the run would train a LoRA on
+  // random values and name the user's model as its base. Said for every family (a
+  // family may read a weightless folder with random weights: a causal LM's config.json).
+  void randomWeights() {
+    const ModelConfig& m = cfg_.model;
+    if (!m.randomWeights || m.nameOrPath.empty() || !holdsWeights(m.nameOrPath)) return;
+    error("model.random_weights",
+          "random_weights is true, so the weights in " + m.nameOrPath + lineOf("model.name_or_path") +
+              " are not read: the LoRA would be trained on a random model",
+          "set random_weights: false to train on these weights, or clear model.name_or_path for a random model "
+          "(its tokenizers, where it reads text, come from model.tokenizer_path)");
+  }
+
   void paths() {
     if (!opt_.checkPaths) return;
     const ModelConfig& m = cfg_.model;
+    randomWeights();
     if (flux() && m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
       error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
             "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
@@ -393,21 +415,26 @@ class Checker {
       if (!why.empty() && why != "no such file or folder") {
         error("model.name_or_path", m.nameOrPath + ": " + why);
       } else if (!why.empty()) {
-        const bool looksLikeRepo = m.nameOrPath.find('/') != std::string::npos && m.nameOrPath.front() != '/' &&
-                                   m.nameOrPath.front() != '.' &&
-                                   std::count(m.nameOrPath.begin(), m.nameOrPath.end(), '/') == 1;
-        error("model.name_or_path", "not found: " + m.nameOrPath,
-              looksLikeRepo ? "Strata reads local files only: download the repository first and give its folder"
-              : flux()      ? "give a diffusers folder or a .safetensors file"
-                            : "give the model folder (config.json and its .safetensors)");
+        const bool looksLikeRepo = looksLikeHubId(m.nameOrPath);
+        if (looksLikeRepo)
+          error("model.name_or_path",
+                m.nameOrPath + " is not a folder here; it looks like a Hugging Face hub id, and Strata reads "
+                               "local files only",
+                hubDownloadHint(m.nameOrPath));
+        else
+          error("model.name_or_path", "not found: " + m.nameOrPath,
+                flux() ? "give a diffusers folder or a .safetensors file"
+                       : "give the model folder (config.json and its .safetensors)");
       }
     }
     // (A missing folder is said once, above.)
     const bool missing = !m.randomWeights && !io::pathProblem(m.nameOrPath).empty();
     if (llama() && !m.nameOrPath.empty() && !missing && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
       error("model.name_or_path", m.nameOrPath + ": no config.json there",
-            "give the model folder that transformers' save_pretrained writes (with random_weights: a folder "
-            "holding only config.json is enough)");
+            looksLikeHubId(m.nameOrPath) && !fs::exists(m.nameOrPath)
+                ? hubDownloadHint(m.nameOrPath)
+                : "give the model folder that transformers' save_pretrained writes (with random_weights: a "
+                  "folder holding only config.json is enough)");
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
       if (d.type == DatasetType::Jsonl) {
@@ -425,7 +452,7 @@ class Checker {
       const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
       std::error_code ec;
       if (d.folderPath.empty()) {
-        error(key, "a " + enumName(d.type) + " dataset needs a folder",
+        error(key, withArticle(enumName(d.type)) + " dataset needs a folder",
               "set folder_path to the folder of the " +
                   std::string(d.type == DatasetType::Images ? "images and captions" : "cached latents"));
       } else if (const std::string why = io::pathProblem(d.folderPath); !why.empty()) {
@@ -556,7 +583,7 @@ class Checker {
         error(at + "num_items", "only synthetic and shapes datasets read it (this one is " + enumName(d.type) + ")");
       if ((d.type == DatasetType::Shapes || d.type == DatasetType::Synthetic) && d.resolution.size() > 1)
         error(at + "resolution",
-              "a " + enumName(d.type) + " dataset uses one resolution, " + std::to_string(d.resolution.size()) +
+              withArticle(enumName(d.type)) + " dataset uses one resolution, " + std::to_string(d.resolution.size()) +
                   " are given",
               "several resolutions (one set of buckets each) are for images datasets");
       const std::string key = "datasets[" + std::to_string(i) + "].resolution";
@@ -670,6 +697,42 @@ bool qtypeAvailable(const std::string& qtype) {
   const auto& k = knownQtypes();
   if (std::find(k.begin(), k.end(), qtype) == k.end()) return false;
   return qtype == "int8" || compat::kHasFloat8;
+}
+
+bool holdsWeights(const std::string& path) {
+  if (path.empty()) return false;
+  auto isWeights = [](const fs::path& p) {
+    const std::string ext = p.extension().string();
+    return ext == ".safetensors" || ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" ||
+           ext == ".gguf";
+  };
+  std::error_code ec;
+  const fs::path root(path);
+  if (fs::is_regular_file(root, ec)) return isWeights(root);
+  if (!fs::is_directory(root, ec)) return false;
+  // The folder itself (transformers, a BFL file beside others) or a diffusers transformer/.
+  for (const fs::path& dir : {root, root / "transformer"}) {
+    if (!fs::is_directory(dir, ec)) continue;
+    int seen = 0;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end && seen < 10000; it.increment(ec), ++seen)
+      if (isWeights(it->path()) && it->is_regular_file(ec)) return true;
+  }
+  return false;
+}
+
+bool looksLikeHubId(const std::string& path) {
+  if (path.empty() || path.front() == '/' || path.front() == '.' || path.front() == '~') return false;
+  if (std::count(path.begin(), path.end(), '/') != 1 || path.back() == '/' || path.front() == '/') return false;
+  for (char c : path)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '/' || c == '-' || c == '_' || c == '.')) return false;
+  return true;
+}
+
+std::string hubDownloadHint(const std::string& repoId) {
+  const std::string folder = repoId.substr(repoId.find('/') + 1);
+  return "download the repository's folder and give its path: huggingface-cli download " + repoId +
+         " --local-dir /data/models/" + folder + " (a gated model such as FLUX.1-dev needs `huggingface-cli login` "
+         "and its licence accepted on huggingface.co first), then set name_or_path: /data/models/" + folder;
 }
 
 std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& options) {

@@ -11,6 +11,7 @@
 #include "device/DeviceSelection.h"
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace strata::config {
@@ -39,6 +40,17 @@ std::vector<Problem> validateLoaded(const LoadedConfig& loaded,
 // model.device, model.gpu_ids and model.split_model_over_gpus as a device
 // request: what device::selectDevices resolves for the validator and prepareRun.
 device::DeviceRequest deviceRequestOf(const ModelConfig& m);
+
+// Whether `path` holds model weights: a weights file (.safetensors, .bin, .pt, ...)
+// or a folder with one at its top or in its transformer/ folder (diffusers). With
+// random_weights such a path is an error for every family: its weights would not
+// be read. The editor turns random_weights off when the user sets such a path.
+bool holdsWeights(const std::string& path);
+
+// "black-forest-labs/FLUX.1-dev": owner/name, no leading '/', '.' or '~'.
+bool looksLikeHubId(const std::string& path);
+// How to get a hub repository's folder (huggingface-cli download ... --local-dir ...).
+std::string hubDownloadHint(const std::string& repoId);
 
 // The quantization types Strata can name, and whether this build can do `qtype`
 // (float8 needs LibTorch >= 2.1; int8 works everywhere). docs/quantization.md.

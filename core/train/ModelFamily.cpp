@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "common/Error.h"
+#include "train/ImageFolder.h"
 
 namespace strata::train {
 
@@ -36,6 +37,45 @@ std::vector<placement::OtherModule> ModelFamily::otherModules(const config::RunC
                                                               std::string* note) const {
   if (note) note->clear();
   return {};
+}
+
+std::vector<config::Problem> ModelFamily::dataProblems(const config::RunConfig& cfg,
+                                                       const config::SourceMap* where) const {
+  std::vector<config::Problem> out;
+  for (size_t i = 0; i < cfg.datasets.size(); ++i) {
+    const config::DatasetConfig& d = cfg.datasets[i];
+    std::error_code ec;
+    if (d.type != config::DatasetType::Images || d.folderPath.empty() || !std::filesystem::is_directory(d.folderPath, ec))
+      continue;  // a missing folder is the validator's
+    const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
+    ImageFolderScan scan;
+    try {
+      scan = scanImageFolder(d);
+    } catch (const std::exception& e) {
+      out.push_back(config::problemAt(config::Severity::Error, key, e.what(), "", where));
+      continue;
+    }
+    if (scan.images > 0) continue;
+    std::string why;
+    for (size_t k = 0; k < scan.skipped.size() && k < 3; ++k)
+      why += (k ? "; " : ": ") + scan.skipped[k].path.filename().string() + ": " + scan.skipped[k].reason;
+    if (scan.skipped.size() > 3) why += "; and " + std::to_string(scan.skipped.size() - 3) + " more";
+    out.push_back(config::problemAt(
+        config::Severity::Error, key,
+        scan.skipped.empty() ? "no image in " + d.folderPath + ": the dataset yields nothing to train on"
+                             : "no usable image in " + d.folderPath + " (" + std::to_string(scan.skipped.size()) +
+                                   " skipped" + why + ")",
+        scan.skipped.empty() ? "put the images there (.png, .jpg, .jpeg, .webp), each with an optional caption "
+                               "file of the same name (." + d.captionExt + ")"
+                             : "the Dataset tab lists every file with the reason",
+        where));
+  }
+  return out;
+}
+
+std::vector<config::Problem> dataProblems(const config::RunConfig& cfg, const config::SourceMap* where) {
+  if (!hasModelFamily(cfg.model.arch)) return {};
+  return modelFamily(cfg.model.arch).dataProblems(cfg, where);
 }
 
 void registerModelFamily(std::shared_ptr<const ModelFamily> family) {

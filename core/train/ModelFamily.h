@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "config/Problem.h"
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
 #include "lora/LoraNetwork.h"
@@ -117,6 +118,15 @@ class ModelFamily {
   virtual std::vector<placement::OtherModule> otherModules(const config::RunConfig& cfg, const std::string& device,
                                                            std::string* note) const;
 
+  // What the config's datasets (and what reads them, a tokenizer) give, read from
+  // the disk without building a model: a dataset that yields no sample and a missing
+  // tokenizer, each under its key with the reason (the files' own problems, not the
+  // paths: config::validate says whether they exist). For `strata-train validate`
+  // and the app's problem list, before Start. The default checks images datasets
+  // (no usable image in the folder); a family adds what its own datasets need.
+  virtual std::vector<config::Problem> dataProblems(const config::RunConfig& cfg,
+                                                    const config::SourceMap* where) const;
+
   // The work of one micro-batch of this config (train.batch_size samples, forward
   // and backward, frozen base, LoRA trained), in FLOPs, for `strata-train bench`;
   // activation recompute not counted. An optimizer step runs
@@ -152,5 +162,8 @@ void registerModelFamily(std::shared_ptr<const ModelFamily> family);
 // has none registered for it.
 const ModelFamily& modelFamily(config::ModelArch arch);
 bool hasModelFamily(config::ModelArch arch);
+
+// The family's dataProblems for cfg.model.arch (none when this program has no such family).
+std::vector<config::Problem> dataProblems(const config::RunConfig& cfg, const config::SourceMap* where = nullptr);
 
 }  // namespace strata::train

@@ -108,7 +108,7 @@ TEST(AiToolkit, ImportsTheJobAndReportsUnusedKeys) {
     EXPECT_FALSE(u.reason.empty()) << u.key;
   }
   const std::map<std::string, int> expected = {
-      {"config.process[0].trigger_word", 8},
+      {"config.process[0].model.low_vram", 46},
       {"config.process[0].save.push_to_hub", 17},
       {"config.process[0].datasets[0].shuffle_tokens", 22},
       {"config.process[0].train.skip_first_sample", 41},
@@ -119,14 +119,57 @@ TEST(AiToolkit, ImportsTheJobAndReportsUnusedKeys) {
   // Each also shows as a warning with its line. adamw8bit is Strata's own: no warning.
   EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].sample.neg", 58));
   EXPECT_FALSE(test::hasProblem(r.loaded.problems, Severity::Warning, "train.optimizer", 33));
+  // The job's trigger word is the images dataset's, at the job file's line.
+  EXPECT_EQ(c.datasets[0].triggerWord, "p3r5on");
+  EXPECT_EQ(r.loaded.where.find("datasets[0].trigger_word").line, 8);
+  // low_vram is not taken over (Strata has nothing to switch), and the warning says why and what saves memory.
+  EXPECT_FALSE(c.model.lowVram);
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].model.low_vram", 46,
+                               "one block at a time"));
+  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].model.low_vram", 46,
+                               "model.quantize"));
 }
 
 TEST(AiToolkit, ValidationPointsAtTheJobFileLines) {
   const ImportResult r = importAiToolkit(kJob, "job.yaml");
   const auto problems = validateLoaded(r.loaded);
-  EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "model.low_vram", 46, "line 47"));
+  EXPECT_FALSE(test::hasKey(problems, "model.low_vram")) << test::dump(problems);
   EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "model.name_or_path", 43, "local files only"));
+  // A hub id: how to get the folder, with the repository's own name.
+  EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "model.name_or_path", 43,
+                               "huggingface-cli download black-forest-labs/FLUX.1-dev --local-dir"));
   EXPECT_TRUE(test::hasProblem(problems, Severity::Error, "datasets[0].folder_path", 19));
+}
+
+// ai-toolkit's trigger_word is the job's; Strata's is per images dataset: each dataset
+// without its own gets it, one with its own keeps it, and a job without a dataset says so.
+TEST(AiToolkit, TriggerWordGoesToEachImagesDataset) {
+  auto job = [](const std::string& datasets) {
+    return "job: extension\n"
+           "config:\n"
+           "  name: t\n"
+           "  process:\n"
+           "    - type: sd_trainer\n"
+           "      trigger_word: ohwx\n" +  // 6
+           datasets;
+  };
+  {
+    const ImportResult r = importAiToolkit(job("      datasets:\n"
+                                               "        - folder_path: /a\n"
+                                               "        - folder_path: /b\n"
+                                               "          trigger_word: own\n"));
+    ASSERT_EQ(r.loaded.config.datasets.size(), 2u);
+    EXPECT_EQ(r.loaded.config.datasets[0].triggerWord, "ohwx");
+    EXPECT_EQ(r.loaded.config.datasets[1].triggerWord, "own");
+    EXPECT_EQ(r.loaded.where.find("datasets[0].trigger_word").line, 6);
+    EXPECT_TRUE(r.unused.empty());
+  }
+  {
+    const ImportResult r = importAiToolkit(job(""));
+    ASSERT_EQ(r.unused.size(), 1u);
+    EXPECT_EQ(r.unused[0].key, "config.process[0].trigger_word");
+    EXPECT_NE(r.unused[0].reason.find("no images dataset"), std::string::npos) << r.unused[0].reason;
+  }
 }
 
 TEST(AiToolkit, LoadRunConfigRecognisesJobFiles) {

@@ -807,5 +807,73 @@ TEST(Validator, CudnnAttentionIsAllowedOnAQuantizedBase) {
     }
 }
 
+
+// random_weights with a model path that holds weights trains a LoRA on a random
+// model and names the user's base: an error for every family, at random_weights.
+// A weightless folder is not (a causal LM reads its shape from config.json there).
+TEST(Validator, RandomWeightsWithAModelThatHoldsWeightsIsAnErrorForEveryFamily) {
+  strata::test::TempDir tmp;
+  std::filesystem::create_directories(tmp / "llm");
+  std::ofstream(tmp / "llm" / "config.json") << "{}";
+  std::ofstream(tmp / "llm" / "model.safetensors") << "x";
+  std::filesystem::create_directories(tmp / "shape_only");
+  std::ofstream(tmp / "shape_only" / "config.json") << "{}";
+  std::filesystem::create_directories(tmp / "diffusers" / "transformer");
+  std::ofstream(tmp / "diffusers" / "transformer" / "diffusion_pytorch_model.safetensors") << "x";
+  std::ofstream(tmp / "flux1-dev.safetensors") << "x";
+
+  EXPECT_TRUE(holdsWeights((tmp / "llm").string()));
+  EXPECT_TRUE(holdsWeights((tmp / "diffusers").string()));
+  EXPECT_TRUE(holdsWeights((tmp / "flux1-dev.safetensors").string()));
+  EXPECT_FALSE(holdsWeights((tmp / "shape_only").string()));
+  EXPECT_FALSE(holdsWeights((tmp / "shape_only" / "config.json").string()));
+  EXPECT_FALSE(holdsWeights((tmp / "nothing").string()));
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"flux", "datasets: [{type: shapes, resolution: [32]}]\n"},
+      {"flux2", "datasets: [{type: synthetic}]\n"},
+      {"llama", "datasets: [{type: synthetic}]\n"},
+  };
+  for (const auto& [arch, datasets] : cases)
+    for (const std::string model : {"llm", "diffusers", "flux1-dev.safetensors"}) {
+      const std::string yaml = "model:\n"
+                               "  arch: " + arch + "\n"
+                               "  random_weights: true\n"  // 3
+                               "  device: cpu\n"
+                               "  name_or_path: " + (tmp / model).string() + "\n" +  // 5
+                               datasets + "sample: {sample_every: 0}\n";
+      const auto problems = check(yaml);
+      EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.random_weights", 3, "are not read"))
+          << arch << " " << model;
+      EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.random_weights", 3, "line 5")) << arch << " " << model;
+    }
+  const std::string shapeOnly = "model: {arch: llama, random_weights: true, device: cpu, name_or_path: " +
+                                (tmp / "shape_only").string() + "}\ndatasets: [{type: synthetic}]\n"
+                                "sample: {sample_every: 0}\n";
+  EXPECT_FALSE(hasKey(check(shapeOnly), "model.random_weights")) << test::dump(check(shapeOnly));
+}
+
+// A Hugging Face hub id as the model: the message says how to download the folder.
+TEST(Validator, AHubIdSaysHowToDownloadTheFolder) {
+  EXPECT_TRUE(looksLikeHubId("black-forest-labs/FLUX.1-dev"));
+  EXPECT_FALSE(looksLikeHubId("/models/FLUX.1-dev"));
+  EXPECT_FALSE(looksLikeHubId("./FLUX.1-dev/x"));
+  EXPECT_FALSE(looksLikeHubId("a/b/c"));
+  for (const std::string arch : {"flux", "llama"}) {
+    const std::string repo = arch == "flux" ? "black-forest-labs/FLUX.1-dev" : "meta-llama/Meta-Llama-3-8B";
+    const std::string yaml = "model: {arch: " + arch + ", device: cpu, name_or_path: " + repo +
+                             "}\ndatasets: [{type: synthetic}]\nsample: {sample_every: 0}\n";
+    EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "model.name_or_path", 1,
+                           "huggingface-cli download " + repo + " --local-dir"))
+        << arch;
+  }
+}
+
+TEST(Validator, MessagesSayAnImagesDataset) {
+  const auto problems = check("model: {random_weights: true, device: cpu}\ndatasets: [{type: images}]\n"
+                              "sample: {sample_every: 0}\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].folder_path", 2, "an images dataset needs a folder"));
+}
+
 }  // namespace
 }  // namespace strata::config

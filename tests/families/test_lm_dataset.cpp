@@ -205,6 +205,59 @@ TEST_F(LmDatasetTest, TheTextReaderSplitsAndSkipsAsTheDatasetDoes) {
   EXPECT_EQ(seen, 1);
 }
 
+// A dataset that names no fields of its own reads the common layouts; one that
+// names its fields reads those only; a line with none says which fields it has.
+TEST_F(LmDatasetTest, TheCommonLayoutsAreReadAndAnUnknownOneNamesItsFields) {
+  const std::string text =
+      "{\"prompt\": \"P\", \"completion\": \"C\"}\n"                             // 1
+      "{\"instruction\": \"I\", \"input\": \"X\", \"output\": \"O\"}\n"          // 2
+      "{\"instruction\": \"I\", \"input\": \"\", \"output\": \"O\"}\n"           // 3
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}, "
+      "{\"role\": \"assistant\", \"content\": \"A\"}]}\n"                        // 4
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}]}\n"             // 5: no assistant turn
+      "{\"question\": \"Q\", \"answer\": \"A\"}\n"                               // 6: unknown layout
+      "{\"prompt\": \"P\", \"response\": \"R\", \"completion\": \"C\"}\n";       // 7: the configured fields win
+  std::vector<families::LmTextRecord> recs;
+  families::readJsonlRecords(text, {}, [&](const families::LmTextRecord& r) {
+    recs.push_back(r);
+    return true;
+  });
+  ASSERT_EQ(recs.size(), 7u);
+  EXPECT_EQ(recs[0].layout, "prompt/completion");
+  EXPECT_EQ(recs[0].prompt, "P");
+  EXPECT_EQ(recs[0].response, "C");
+  EXPECT_EQ(recs[1].layout, "instruction/input/output");
+  EXPECT_EQ(recs[1].prompt, "I\n\nX\n\n");
+  EXPECT_EQ(recs[1].response, "O");
+  EXPECT_EQ(recs[2].prompt, "I\n\n");
+  EXPECT_EQ(recs[3].layout, "messages");
+  EXPECT_EQ(recs[3].prompt, "system: S\nuser: U\nassistant: ");
+  EXPECT_EQ(recs[3].response, "A");
+  EXPECT_NE(recs[4].skipReason.find("no assistant turn"), std::string::npos) << recs[4].skipReason;
+  EXPECT_NE(recs[5].skipReason.find("the line has: question, answer"), std::string::npos) << recs[5].skipReason;
+  EXPECT_NE(recs[5].skipReason.find("prompt/completion"), std::string::npos) << recs[5].skipReason;
+  EXPECT_EQ(recs[6].layout, "prompt/response");
+  EXPECT_EQ(recs[6].response, "R");
+  for (int i : {0, 1, 2, 3, 6}) EXPECT_EQ(recs[size_t(i)].skipReason, "") << i;
+  // The dataset trains on the same lines.
+  EXPECT_EQ(LmDataset::fromJsonlText(text, "t.jsonl", *tok_, {}).size(), 5u);
+
+  // Fields of its own: read as named, the common layouts are not guessed.
+  LmDataOptions named;
+  named.promptField = "question";
+  named.responseField = "reply";
+  recs.clear();
+  families::readJsonlRecords("{\"prompt\": \"P\", \"completion\": \"C\"}\n{\"question\": \"Q\", \"reply\": \"R\"}\n",
+                             named, [&](const families::LmTextRecord& r) {
+                               recs.push_back(r);
+                               return true;
+                             });
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_NE(recs[0].skipReason.find("no field 'question' (the line has: prompt, completion)"), std::string::npos)
+      << recs[0].skipReason;
+  EXPECT_EQ(recs[1].response, "R");
+}
+
 TEST(LmDatasetSynthetic, SeededRowsOfTheLengthWithinTheVocab) {
   const auto a = LmDataset::synthetic(3, 16, 50, 7);
   const auto b = LmDataset::synthetic(3, 16, 50, 7);

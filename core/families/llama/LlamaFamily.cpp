@@ -13,6 +13,7 @@
 #include "families/llama/LlamaLoraRules.h"
 #include "families/llama/LmDataset.h"
 #include "io/AtomicFile.h"
+#include "io/FileBytes.h"
 #include "lora/LoraTargets.h"
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaPeft.h"
@@ -289,6 +290,77 @@ class LlamaFamily : public train::ModelFamily {
   config::ModelArch arch() const override { return config::ModelArch::Llama; }
   std::string displayName() const override { return "Llama"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<LlamaRun>(); }
+
+  // A jsonl file with no line that gives a sample, and a tokenizer folder without a
+  // tokenizer, as prepareData would find them (no tokenizing: a line is counted when
+  // it has its fields).
+  std::vector<config::Problem> dataProblems(const config::RunConfig& cfg,
+                                            const config::SourceMap* where) const override {
+    std::vector<config::Problem> out = ModelFamily::dataProblems(cfg, where);
+    auto error = [&](const std::string& key, std::string message, std::string hint) {
+      out.push_back(config::problemAt(config::Severity::Error, key, std::move(message), std::move(hint), where));
+    };
+    bool jsonl = false;
+    for (size_t i = 0; i < cfg.datasets.size(); ++i) {
+      const config::DatasetConfig& d = cfg.datasets[i];
+      if (d.type != config::DatasetType::Jsonl) continue;
+      jsonl = true;
+      std::error_code ec;
+      if (d.filePath.empty() || !fs::is_regular_file(d.filePath, ec)) continue;  // the validator's
+      std::string text;
+      try {
+        text = io::readFileBytes(d.filePath);
+      } catch (const std::exception& e) {
+        error("datasets[" + std::to_string(i) + "].file_path", e.what(), "");
+        continue;
+      }
+      std::vector<SkippedLine> skipped;
+      bool any = false;
+      const int64_t lines = readJsonlRecords(text, LmDataOptions::of(d), [&](const LmTextRecord& rec) {
+        if (rec.skipReason.empty()) any = true;
+        else if (rec.skipReason != "blank line") skipped.push_back({rec.line, rec.skipReason});
+        return !any;  // one sample is enough to know the file yields some
+      });
+      if (any) continue;
+      // The reasons once each, with their lines: "lines 1, 2, 5: no field 'prompt' (...)".
+      std::vector<std::pair<std::string, std::vector<int64_t>>> reasons;
+      for (const SkippedLine& k : skipped) {
+        auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == k.reason; });
+        if (it == reasons.end()) it = reasons.insert(reasons.end(), {k.reason, {}});
+        it->second.push_back(k.line);
+      }
+      std::string why;
+      for (size_t r = 0; r < reasons.size() && r < 3; ++r) {
+        const auto& lineNos = reasons[r].second;
+        why += std::string("; line") + (lineNos.size() > 1 ? "s " : " ");
+        for (size_t k = 0; k < lineNos.size() && k < 5; ++k) why += (k ? ", " : "") + std::to_string(lineNos[k]);
+        if (lineNos.size() > 5) why += " and " + std::to_string(lineNos.size() - 5) + " more";
+        why += ": " + reasons[r].first;
+      }
+      if (reasons.size() > 3) why += "; and other reasons";
+      error("datasets[" + std::to_string(i) + "].file_path",
+            "no usable sample in " + d.filePath + " (" + std::to_string(lines) + " lines" +
+                (lines > 0 && skipped.empty() ? ", all blank" : "") + ")" + why,
+            d.textField.empty() ? "one JSON object per line with the prompt and the response (prompt/response, "
+                                  "prompt/completion, instruction/input/output or chat messages), or set "
+                                  "prompt_field and response_field to its fields"
+                                : "each line's " + d.textField + " holds the prompt, then response_marker, then "
+                                  "the response");
+    }
+    const bool needText = jsonl || (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty());
+    const std::string folder = cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath;
+    std::error_code ec;
+    if (needText && !folder.empty() && fs::is_directory(folder, ec) && !fs::exists(fs::path(folder) / "tokenizer.json") &&
+        !fs::exists(fs::path(folder) / "tokenizer.model"))
+      error(cfg.model.tokenizerPath.empty() ? "model.name_or_path" : "model.tokenizer_path",
+            "no tokenizer in " + folder + " (neither tokenizer.json nor tokenizer.model), and the run reads text (" +
+                (jsonl ? "a jsonl dataset" : "sample prompts") + ")",
+            cfg.model.tokenizerPath.empty()
+                ? "set model.tokenizer_path to the model's folder that holds tokenizer.json (a folder with only "
+                  "config.json gives the shape, not the tokenizer)"
+                : "give the folder that holds the model's tokenizer.json or tokenizer.model");
+    return out;
+  }
 
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {
     const auto lc = llamaConfigOf(cfg.model);

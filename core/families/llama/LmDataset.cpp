@@ -10,6 +10,11 @@
 
 namespace strata::families {
 
+namespace {
+// A line's object keeps its fields in the file's order, for messages that list them.
+using Json = nlohmann::ordered_json;
+}  // namespace
+
 LmDataOptions LmDataOptions::of(const config::DatasetConfig& cfg) {
   LmDataOptions o;
   o.promptField = cfg.promptField;
@@ -79,12 +84,71 @@ int64_t lossTokensOf(const LmSample& s) {
 }
 
 // The string field `name` of `obj`, or a reason why not.
-std::string stringField(const nlohmann::json& obj, const std::string& name, std::string& out) {
+std::string stringField(const Json& obj, const std::string& name, std::string& out) {
   auto it = obj.find(name);
   if (it == obj.end()) return "no field '" + name + "'";
   if (!it->is_string()) return "field '" + name + "' is " + std::string(it->type_name()) + ", not a string";
   out = it->get<std::string>();
   if (out.empty()) return "field '" + name + "' is empty";
+  return "";
+}
+
+// "prompt, answer" for messages: the object's field names (at most 8).
+std::string fieldNames(const Json& obj) {
+  std::string out;
+  size_t n = 0;
+  for (auto it = obj.begin(); it != obj.end(); ++it, ++n) {
+    if (n == 8) return out + ", ...";
+    out += (n ? ", " : "") + it.key();
+  }
+  return out.empty() ? "no fields" : out;
+}
+
+// A chat line (`messages`: [{role, content}, ...]): the prompt is every turn before
+// the last assistant turn, written "role: content" a line each and ending "assistant: ",
+// the response that turn's content. Returns why not, or "".
+std::string readMessages(const Json& messages, std::string& prompt, std::string& response) {
+  if (!messages.is_array()) return "field 'messages' is " + std::string(messages.type_name()) + ", not a list";
+  size_t last = messages.size();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      return "messages[" + std::to_string(i) + "] is not {\"role\": ..., \"content\": \"...\"}";
+    if (m["role"].get<std::string>() == "assistant") last = i;
+  }
+  if (last == messages.size()) return "'messages' has no assistant turn to train on";
+  prompt.clear();
+  for (size_t i = 0; i < last; ++i)
+    prompt += messages[i]["role"].get<std::string>() + ": " + messages[i]["content"].get<std::string>() + "\n";
+  prompt += "assistant: ";
+  response = messages[last]["content"].get<std::string>();
+  if (response.empty()) return "the last assistant turn of 'messages' is empty";
+  return "";
+}
+
+// The common layouts of a prompt/response line, for a dataset that names no fields
+// of its own (prompt_field, response_field at their defaults, no text_field): the
+// layout's name, or "" when the line has none of them.
+std::string readKnownLayout(const Json& obj, LmTextRecord& rec, std::string& why) {
+  auto has = [&](const char* f) { return obj.contains(f); };
+  if (has("prompt") && has("completion")) {
+    why = stringField(obj, "prompt", rec.prompt);
+    if (why.empty()) why = stringField(obj, "completion", rec.response);
+    return "prompt/completion";
+  }
+  if (has("instruction") && has("output")) {
+    std::string input;
+    why = stringField(obj, "instruction", rec.prompt);
+    if (why.empty() && has("input") && obj["input"].is_string()) input = obj["input"].get<std::string>();
+    if (why.empty()) why = stringField(obj, "output", rec.response);
+    rec.prompt += (input.empty() ? "" : "\n\n" + input) + "\n\n";
+    return "instruction/input/output";
+  }
+  if (has("messages")) {
+    why = readMessages(obj["messages"], rec.prompt, rec.response);
+    return "messages";
+  }
   return "";
 }
 
@@ -122,9 +186,9 @@ int64_t readJsonlRecords(const std::string& text, const LmDataOptions& o,
     if (line.find_first_not_of(" \t") == std::string::npos) {
       why = "blank line";
     } else {
-      nlohmann::json obj;
+      Json obj;
       try {
-        obj = nlohmann::json::parse(line);
+        obj = Json::parse(line);
       } catch (const nlohmann::json::exception& e) {
         std::string what = e.what();
         const auto colon = what.find("parse error");
@@ -133,6 +197,7 @@ int64_t readJsonlRecords(const std::string& text, const LmDataOptions& o,
       if (why.empty() && !obj.is_object()) why = "not a JSON object";
       if (why.empty() && !o.textField.empty()) {
         std::string all;
+        rec.layout = o.textField;
         why = stringField(obj, o.textField, all);
         if (why.empty()) {
           const size_t at = all.find(o.responseMarker);
@@ -146,8 +211,18 @@ int64_t readJsonlRecords(const std::string& text, const LmDataOptions& o,
           }
         }
       } else if (why.empty()) {
-        why = stringField(obj, o.promptField, rec.prompt);
-        if (why.empty()) why = stringField(obj, o.responseField, rec.response);
+        const LmDataOptions defaults;
+        const bool named = obj.contains(o.promptField) && obj.contains(o.responseField);
+        const bool standard = o.promptField == defaults.promptField && o.responseField == defaults.responseField;
+        if (!named && standard) rec.layout = readKnownLayout(obj, rec, why);
+        if (rec.layout.empty()) {
+          rec.layout = o.promptField + "/" + o.responseField;
+          why = stringField(obj, o.promptField, rec.prompt);
+          if (why.empty()) why = stringField(obj, o.responseField, rec.response);
+          if (!named)
+            why += " (the line has: " + fieldNames(obj) +
+                   (standard ? "; nor a known layout: prompt/completion, instruction/output, messages)" : ")");
+        }
       }
     }
     if (!onRecord(rec)) break;

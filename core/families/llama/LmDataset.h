@@ -11,7 +11,13 @@
 // everything before the response (and on padding): the loss is on the response
 // tokens only. A sample longer than max_seq_len is cut at the end and counted;
 // one whose prompt alone fills max_seq_len has no response token left and is
-// skipped. A line that is not a JSON object, lacks a field, holds a non-string
+// skipped. With prompt_field and response_field at their defaults (and no
+// text_field), a line without them is read in the common layouts: prompt /
+// completion; instruction / input / output (the prompt is the instruction, a blank
+// line and the input when there is one, then a blank line); chat `messages`
+// ([{role, content}]: the prompt is each turn before the last assistant turn as
+// "role: content" lines, then "assistant: "; the response is that turn; the
+// model's own chat template is not applied). A line that is not a JSON object, lacks a field, holds a non-string
 // or an empty one, or is blank is skipped; every skipped line is kept with its
 // number and reason.
 //
@@ -78,6 +84,10 @@ struct LmTextRecord {
   std::string prompt;
   std::string response;
   std::string skipReason;  // "" = the line gives a sample
+  // The fields read: "prompt/response" (prompt_field/response_field), "text" (text_field),
+  // or a layout recognised when the dataset names no fields of its own:
+  // "prompt/completion", "instruction/input/output", "messages".
+  std::string layout;
 };
 
 // Reads `text` line by line as fromJsonlText does (the one reader: the app's
