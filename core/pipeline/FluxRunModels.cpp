@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "io/ContentHash.h"
 #include "models/clip/ClipTextConfig.h"
 #include "models/t5/T5Config.h"
 #include "models/vae/AutoencoderKL.h"
@@ -18,24 +19,31 @@ namespace strata::pipeline {
 
 namespace {
 
-// "name:size:mtime" of a file, or of every file directly in a folder (sorted): a
-// changed or replaced weights file changes it without the file being read.
+// What identifies weights in a cache key: the content hash of a file, or of every
+// file directly in a folder (with its name), so replaced weights change it even
+// when their size and date were kept; moving or touching them does not. Hashes
+// are remembered by inode, size, mtime and ctime (io::fileContentHash), so a
+// multi-GB file is read once, not at every run.
 std::string stampOf(const fs::path& p) {
   std::error_code ec;
   std::vector<fs::path> files;
-  if (fs::is_directory(p, ec)) {
+  const bool folder = fs::is_directory(p, ec);
+  if (folder) {
     for (const auto& e : fs::directory_iterator(p, ec))
-      if (e.is_regular_file()) files.push_back(e.path());
+      if (e.is_regular_file(ec)) files.push_back(e.path());
     std::sort(files.begin(), files.end());
   } else {
     files.push_back(p);
   }
   std::ostringstream s;
-  s << p.string() << "[";
+  s << "[";
   for (const auto& f : files) {
-    const auto size = fs::file_size(f, ec);
-    const auto time = fs::last_write_time(f, ec).time_since_epoch().count();
-    s << f.filename().string() << ":" << size << ":" << time << ";";
+    if (folder) s << f.filename().string() << ":";
+    try {
+      s << io::fileContentHash(f) << ";";
+    } catch (const Error&) {
+      s << "unreadable " << f.string() << ";";  // the load that needs it says why
+    }
   }
   s << "]";
   return s.str();
