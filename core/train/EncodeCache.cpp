@@ -1,5 +1,7 @@
 #include "train/EncodeCache.h"
 
+#include <sys/mman.h>
+
 #include <chrono>
 #include <set>
 #include <sstream>
@@ -145,7 +147,7 @@ EncodeCache::Checked EncodeCache::readChecked(const fs::path& file, const std::s
     out.problem = problemOf(f, key, shapes);
     if (!out.problem.empty()) return out;
     for (const auto& [name, shape] : shapes) out.tensors[name] = f.tensor(name).clone();
-    if (pins_.count(key) || pins_.size() < kMaxPinnedCacheFiles) pins_.insert_or_assign(key, f);
+    pin(key, f);
   } catch (const Error& e) {
     out.problem = "unreadable: " + reasonOf(e, file);  // corrupt or truncated: rebuilt by the caller
   }
@@ -163,11 +165,20 @@ void EncodeCache::store(const fs::path& file, const std::string& key,
   fs::create_directories(file.parent_path());
   io::writeSafetensors(file, {floats.begin(), floats.end()}, {{kKeyField, key}, {kChecksumField, checksum(floats)}});
   try {
-    if (pins_.count(key) || pins_.size() < kMaxPinnedCacheFiles)
-      pins_.insert_or_assign(key, io::SafetensorsFile::open(file));
+    pin(key, io::SafetensorsFile::open(file));
   } catch (const Error&) {
     pins_.erase(key);  // deleted at once: read back (and rebuilt) when it is needed
   }
+}
+
+void EncodeCache::pin(const std::string& key, const io::SafetensorsFile& f) {
+  if (!pins_.count(key) && pins_.size() >= kMaxPinnedCacheFiles) return;
+  // Read once to be checked: the pin keeps the file alive, not its pages in this process's memory
+  // (MADV_DONTNEED keeps them in the page cache; a later read faults them back in from the file).
+  // Nothing writes into a cache file's mapping, so no private page is lost.
+  if (f.mappedSizeBytes() > 0)
+    (void)::madvise(const_cast<std::uint8_t*>(f.mappedBytes()), f.mappedSizeBytes(), MADV_DONTNEED);
+  pins_.insert_or_assign(key, f);
 }
 
 CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t batchSize,

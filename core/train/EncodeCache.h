@@ -114,6 +114,8 @@ class EncodeCache {
       const std::filesystem::path& file, const std::string& key, const Shapes& shapes,
       const std::function<std::vector<std::pair<std::string, at::Tensor>>()>& encode);
   void warn(const std::string& message) const;
+  // Keeps `f` mapped as the copy of `key` (up to kMaxPinnedCacheFiles files).
+  void pin(const std::string& key, const io::SafetensorsFile& f);
 
   std::filesystem::path folder_;
   Encoders enc_;

@@ -32,32 +32,7 @@ ImageDataset::ImageDataset(const config::DatasetConfig& cfg, size_t index, Encod
   const std::string where = "datasets[" + std::to_string(index) + "]";
   if (repeats_ < 1) throw ConfigError(where + ".num_repeats: must be at least 1");
   if (scan_.entries.empty()) throw ConfigError(noUsableImage(where, cfg, scan_.skipped));
-  const std::filesystem::path folder =
-      cfg.cacheLatentsToDisk ? std::filesystem::path(cfg.folderPath) / kCacheFolderName : std::filesystem::path();
-  cache_ = std::make_unique<EncodeCache>(folder, std::move(encoders), bus);
-  // With the captions, the caption-dropout embedding: the empty caption, through the same encoder.
-  stats_ = cache_->build(scan_.entries, kCacheBatchSize, {""});
-  // Images gone or changed while the cache was built are left out, with their reasons.
-  if (!stats_.skipped.empty()) {
-    std::set<std::filesystem::path> gone;
-    for (const auto& s : stats_.skipped) {
-      gone.insert(s.path);
-      scan_.skipped.push_back(s);
-    }
-    std::vector<ImageEntry> kept;
-    for (auto& e : scan_.entries)
-      if (!gone.count(e.image)) kept.push_back(std::move(e));
-    scan_.entries = std::move(kept);
-    scan_.bucketCounts.clear();
-    std::set<std::filesystem::path> images;
-    for (const auto& e : scan_.entries) {
-      ++scan_.bucketCounts[e.bucket];
-      images.insert(e.image);
-    }
-    scan_.images = static_cast<int64_t>(images.size());
-    if (scan_.entries.empty()) throw ConfigError(noUsableImage(where, cfg, scan_.skipped));
-  }
-  empty_ = cache_->text("");
+  // The summary before the (long) caching: what the scan found; what caching drops is said after.
   if (bus) {
     events::DatasetEvent e;
     e.index = static_cast<int64_t>(index);
@@ -83,6 +58,33 @@ ImageDataset::ImageDataset(const config::DatasetConfig& cfg, size_t index, Encod
                                         0});
     }
   }
+  const std::filesystem::path folder =
+      cfg.cacheLatentsToDisk ? std::filesystem::path(cfg.folderPath) / kCacheFolderName : std::filesystem::path();
+  cache_ = std::make_unique<EncodeCache>(folder, std::move(encoders), bus);
+  // With the captions, the caption-dropout embedding: the empty caption, through the same encoder.
+  stats_ = cache_->build(scan_.entries, kCacheBatchSize, {""});
+  // Images gone or changed while the cache was built are left out, each said once with its reason.
+  if (!stats_.skipped.empty()) {
+    std::set<std::filesystem::path> gone;
+    for (const auto& s : stats_.skipped) {
+      gone.insert(s.path);
+      scan_.skipped.push_back(s);
+      if (bus) bus->publish(events::WarningEvent{where + ": skipped " + s.path.string() + ": " + s.reason, 0});
+    }
+    std::vector<ImageEntry> kept;
+    for (auto& e : scan_.entries)
+      if (!gone.count(e.image)) kept.push_back(std::move(e));
+    scan_.entries = std::move(kept);
+    scan_.bucketCounts.clear();
+    std::set<std::filesystem::path> images;
+    for (const auto& e : scan_.entries) {
+      ++scan_.bucketCounts[e.bucket];
+      images.insert(e.image);
+    }
+    scan_.images = static_cast<int64_t>(images.size());
+    if (scan_.entries.empty()) throw ConfigError(noUsableImage(where, cfg, scan_.skipped));
+  }
+  empty_ = cache_->text("");
 }
 
 TrainItem ImageDataset::item(size_t index) const {
