@@ -18,9 +18,9 @@ std::string noUsableImage(const std::string& where, const config::DatasetConfig&
   if (skipped.empty()) return msg + " (no .png, .jpg, .jpeg or .webp file)";
   msg += " (" + std::to_string(skipped.size()) + " skipped):";
   for (size_t i = 0; i < skipped.size() && i < kReasonsListed; ++i)
-    msg += "\n  " + skipped[i].path.filename().string() + ": " + skipped[i].reason;
+    msg += "\n    " + skipped[i].path.filename().string() + ": " + skipped[i].reason;
   if (skipped.size() > kReasonsListed)
-    msg += "\n  ... and " + std::to_string(skipped.size() - kReasonsListed) + " more";
+    msg += "\n    ... and " + std::to_string(skipped.size() - kReasonsListed) + " more";
   return msg;
 }
 
