@@ -85,10 +85,14 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
     tid << "random T5-XXL width " << opt_.jointAttentionDim << " + CLIP-L width " << opt_.pooledProjectionDim
         << ", seed " << opt_.seed + 1 << ", " << c10::DeviceTypeName(opt_.device.type());
   } else {
+    // Hashed before and after the load: the key then names the weights that were loaded.
+    const std::string vaeStamp = stampOf(opt_.files.vae);
     vae_ = vae::loadAutoencoderKL(opt_.files.vae, {opt_.device, opt_.vaeDtype}, opt_.files.vaeHints);
-    vid << "vae " << stampOf(opt_.files.vae);
-    tid << "t5 " << stampOf(opt_.files.text.t5) << " clip " << stampOf(opt_.files.text.clip);
+    if (stampOf(opt_.files.vae) != vaeStamp)
+      throw LoadError(opt_.files.vae.string() + ": changed while it was being loaded; start the run again");
+    vid << "vae " << vaeStamp;
   }
+  textFilesStamp_ = textFilesStamp();
   for (auto& p : vae_->parameters()) p.set_requires_grad(false);
   const auto& vc = vae_->config();
   if (vc.latentChannels != opt_.latentChannels)
@@ -97,8 +101,8 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
   downscale_ = vc.downscaleFactor();
   vid << " (" << dtypeName(vae_->dtype()) << "; training latents (mean - " << vc.shiftFactor << ") * "
       << vc.scalingFactor << ")";
-  tid << " tokenizers " << stampOf(opt_.files.text.t5Tokenizer) << " " << stampOf(opt_.files.text.clipTokenizer) << " ("
-      << dtypeName(opt_.t5Dtype) << ", " << dtypeName(opt_.clipDtype) << ", max_sequence_length "
+  tid << (opt_.randomWeights ? " " : "") << textFilesStamp_ << " (" << dtypeName(opt_.t5Dtype) << ", "
+      << dtypeName(opt_.clipDtype) << ", max_sequence_length "
       << opt_.maxSequenceLength
       // A quantized T5 gives other embeddings: its cache is not a float T5's.
       << (opt_.t5Quantize == nn::QuantType::None ? "" : std::string(", T5 ") + nn::quantTypeName(opt_.t5Quantize))
@@ -108,6 +112,12 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
 }
 
 FluxRunModels::~FluxRunModels() = default;
+
+std::string FluxRunModels::textFilesStamp() const {
+  std::string s;
+  if (!opt_.randomWeights) s = "t5 " + stampOf(opt_.files.text.t5) + " clip " + stampOf(opt_.files.text.clip) + " ";
+  return s + "tokenizers " + stampOf(opt_.files.text.t5Tokenizer) + " " + stampOf(opt_.files.text.clipTokenizer);
+}
 
 void FluxRunModels::loadTextEncoders() {
   TextEncoderOptions o;
@@ -130,6 +140,11 @@ void FluxRunModels::loadTextEncoders() {
                     ") / " + opt_.files.text.clip.string() + " (hidden " + std::to_string(enc->pooledWidth()) +
                     ") do not fit the transformer's joint_attention_dim " + std::to_string(opt_.jointAttentionDim) +
                     " / pooled_projection_dim " + std::to_string(opt_.pooledProjectionDim));
+  // T5 and CLIP load long after the run started (only when something must be encoded): files
+  // replaced since then would fill the cache under the old files' key.
+  if (textFilesStamp() != textFilesStamp_)
+    throw LoadError("text encoders " + opt_.files.text.t5.string() + " / " + opt_.files.text.clip.string() +
+                    " (or their tokenizers) changed since the run started; start the run again");
   text_ = std::move(enc);
 }
 
