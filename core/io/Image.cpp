@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
 // jpeglib.h needs FILE and size_t declared first.
@@ -12,6 +13,9 @@
 #include <png.h>
 #ifdef STRATA_HAS_WEBP
 #include <webp/decode.h>
+#endif
+#ifdef STRATA_HAS_WEBPDEMUX
+#include <webp/demux.h>
 #endif
 
 #include "common/Error.h"
@@ -133,11 +137,13 @@ bool runPngDecode(PngDecodeJob* job) {
   png_read_info(job->png, job->info);
   const int colorType = png_get_color_type(job->png, job->info);
   const int bitDepth = png_get_bit_depth(job->png, job->info);
-  // Normalise to 8-bit gray or RGB without alpha.
+  // Normalise to 8-bit gray or RGB without alpha. Alpha of any origin is dropped
+  // (as PIL's convert("RGB") does): an alpha channel, or transparency from a tRNS
+  // chunk, which the palette expansion turns into alpha (PNG8, pngquant output).
   if (colorType == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(job->png);
   if (colorType == PNG_COLOR_TYPE_GRAY && bitDepth < 8) png_set_expand_gray_1_2_4_to_8(job->png);
   if (bitDepth == 16) png_set_strip_16(job->png);
-  if (colorType & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(job->png);
+  png_set_strip_alpha(job->png);
   if (job->forceRgb && !(colorType & PNG_COLOR_MASK_COLOR)) png_set_gray_to_rgb(job->png);
   png_set_interlace_handling(job->png);
   png_read_update_info(job->png, job->info);
@@ -147,7 +153,8 @@ bool runPngDecode(PngDecodeJob* job) {
   job->channels = png_get_channels(job->png, job->info);
   const std::size_t rowBytes = png_get_rowbytes(job->png, job->info);
   if (static_cast<std::int64_t>(job->width) * job->height > kMaxImagePixels) png_error(job->png, "image is too large");
-  if (rowBytes != static_cast<std::size_t>(job->width) * job->channels || (job->channels != 1 && job->channels != 3))
+  // 1-4 channels of 8 bits; a channel of alpha that survived the transforms is cut off by the caller.
+  if (rowBytes != static_cast<std::size_t>(job->width) * job->channels || job->channels < 1 || job->channels > 4)
     png_error(job->png, "unexpected pixel layout after conversion");
   job->pixels = static_cast<std::uint8_t*>(std::malloc(rowBytes * job->height));
   job->rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * job->height));
@@ -192,6 +199,8 @@ DecodedImage decodePng(const std::string& bytes, const std::string& source, bool
   image.pixels = at::from_blob(
       job.pixels, {job.height, job.width, job.channels}, [](void* p) { std::free(p); },
       at::TensorOptions().dtype(at::kByte));
+  if (job.channels == 2 || job.channels == 4)  // gray + alpha, RGB + alpha
+    image.pixels = image.pixels.slice(2, 0, job.channels - 1).contiguous();
   return image;
 }
 
@@ -231,11 +240,24 @@ struct JpegDecodeJob {
   bool forceRgb;
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
-  std::uint8_t* pixels;  // malloc'd; the caller frees or adopts it
+  std::uint8_t* pixels;   // malloc'd; the caller frees or adopts it
+  std::uint8_t* cmykRow;  // malloc'd for CMYK / YCCK files; the caller frees it
   std::uint32_t width;
   std::uint32_t height;
   int channels;
 };
+
+// One CMYK row -> RGB. Adobe's files (Photoshop; the APP14 marker) store the
+// inks inverted (255 = no ink), so there R = C K / 255; others store ink amounts.
+void cmykRowToRgb(const std::uint8_t* cmyk, std::uint8_t* rgb, std::uint32_t width, bool adobeInverted) {
+  for (std::uint32_t x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
+    const unsigned k = adobeInverted ? cmyk[3] : 255u - cmyk[3];
+    for (int c = 0; c < 3; ++c) {
+      const unsigned v = adobeInverted ? cmyk[c] : 255u - cmyk[c];
+      rgb[c] = static_cast<std::uint8_t>((v * k + 127) / 255);
+    }
+  }
+}
 
 bool runJpegDecode(JpegDecodeJob* job) {
   job->cinfo.err = jpeg_std_error(&job->errors.pub);
@@ -248,11 +270,11 @@ bool runJpegDecode(JpegDecodeJob* job) {
   jpeg_create_decompress(&job->cinfo);
   jpeg_mem_src(&job->cinfo, const_cast<unsigned char*>(job->data), static_cast<unsigned long>(job->sizeBytes));
   jpeg_read_header(&job->cinfo, TRUE);
-  if (job->cinfo.jpeg_color_space == JCS_CMYK || job->cinfo.jpeg_color_space == JCS_YCCK) {
-    jpeg_destroy_decompress(&job->cinfo);
-    return setError(job->errors.error, "CMYK JPEG images are not supported (convert to RGB)"), false;
-  }
-  job->cinfo.out_color_space = (job->cinfo.num_components == 1 && !job->forceRgb) ? JCS_GRAYSCALE : JCS_RGB;
+  // CMYK / YCCK (print files, Photoshop exports): libjpeg gives CMYK, converted per row below.
+  const bool cmyk = job->cinfo.jpeg_color_space == JCS_CMYK || job->cinfo.jpeg_color_space == JCS_YCCK;
+  job->cinfo.out_color_space = cmyk                                                 ? JCS_CMYK
+                               : (job->cinfo.num_components == 1 && !job->forceRgb) ? JCS_GRAYSCALE
+                                                                                    : JCS_RGB;
   if (job->cinfo.image_width > kMaxImageSide || job->cinfo.image_height > kMaxImageSide ||
       static_cast<std::int64_t>(job->cinfo.image_width) * job->cinfo.image_height > kMaxImagePixels) {
     jpeg_destroy_decompress(&job->cinfo);
@@ -261,16 +283,23 @@ bool runJpegDecode(JpegDecodeJob* job) {
   jpeg_start_decompress(&job->cinfo);
   job->width = job->cinfo.output_width;
   job->height = job->cinfo.output_height;
-  job->channels = job->cinfo.output_components;
+  job->channels = cmyk ? 3 : job->cinfo.output_components;
+  if (cmyk && job->cinfo.output_components != 4) {
+    jpeg_destroy_decompress(&job->cinfo);
+    return setError(job->errors.error, "CMYK image without 4 components"), false;
+  }
   const std::size_t stride = static_cast<std::size_t>(job->width) * job->channels;
   job->pixels = static_cast<std::uint8_t*>(std::malloc(stride * job->height));
-  if (!job->pixels) {
+  if (cmyk) job->cmykRow = static_cast<std::uint8_t*>(std::malloc(static_cast<std::size_t>(job->width) * 4));
+  if (!job->pixels || (cmyk && !job->cmykRow)) {
     jpeg_destroy_decompress(&job->cinfo);
     return setError(job->errors.error, "out of memory"), false;
   }
   while (job->cinfo.output_scanline < job->height) {
-    JSAMPROW row = job->pixels + job->cinfo.output_scanline * stride;
-    jpeg_read_scanlines(&job->cinfo, &row, 1);
+    std::uint8_t* out = job->pixels + job->cinfo.output_scanline * stride;
+    JSAMPROW row = cmyk ? job->cmykRow : out;
+    if (jpeg_read_scanlines(&job->cinfo, &row, 1) != 1) break;  // cannot happen with a memory source
+    if (cmyk) cmykRowToRgb(job->cmykRow, out, job->width, job->cinfo.saw_Adobe_marker);
   }
   jpeg_finish_decompress(&job->cinfo);
   jpeg_destroy_decompress(&job->cinfo);
@@ -284,7 +313,9 @@ DecodedImage decodeJpeg(const std::string& bytes, const std::string& source, boo
   job->data = reinterpret_cast<const std::uint8_t*>(bytes.data());
   job->sizeBytes = bytes.size();
   job->forceRgb = forceRgb;
-  if (!runJpegDecode(job.get())) {
+  const bool ok = runJpegDecode(job.get());
+  std::free(job->cmykRow);
+  if (!ok) {
     std::free(job->pixels);
     throw IoError(source + ": corrupt JPEG: " + job->errors.error);
   }
@@ -410,10 +441,47 @@ void writePng(const std::filesystem::path& path, const at::Tensor& image, const 
 namespace {
 
 #ifdef STRATA_HAS_WEBP
+void checkWebpSize(int width, int height, const std::string& source) {
+  if (width < 1 || height < 1 || width > kMaxImageSide || height > kMaxImageSide ||
+      static_cast<std::int64_t>(width) * height > kMaxImagePixels)
+    throw IoError(source + ": WebP image is too large (" + std::to_string(width) + "x" + std::to_string(height) + ")");
+}
+
+// An animated WebP: its first frame, composed on the canvas (as a viewer shows
+// it before playing), alpha dropped.
+DecodedImage decodeAnimatedWebp(const std::string& bytes, const std::string& source) {
+#ifdef STRATA_HAS_WEBPDEMUX
+  WebPData data{reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()};
+  WebPAnimDecoderOptions options;
+  if (!WebPAnimDecoderOptionsInit(&options)) throw IoError(source + ": the WebP animation decoder could not start");
+  options.color_mode = MODE_RGBA;
+  options.use_threads = 0;
+  std::unique_ptr<WebPAnimDecoder, void (*)(WebPAnimDecoder*)> decoder(WebPAnimDecoderNew(&data, &options),
+                                                                       WebPAnimDecoderDelete);
+  if (!decoder) throw IoError(source + ": corrupt or truncated animated WebP image");
+  WebPAnimInfo info;
+  if (!WebPAnimDecoderGetInfo(decoder.get(), &info)) throw IoError(source + ": corrupt animated WebP image");
+  checkWebpSize(static_cast<int>(info.canvas_width), static_cast<int>(info.canvas_height), source);
+  std::uint8_t* rgba = nullptr;
+  int timestamp = 0;
+  if (!WebPAnimDecoderGetNext(decoder.get(), &rgba, &timestamp) || !rgba)
+    throw IoError(source + ": corrupt or truncated animated WebP image (first frame)");
+  const int64_t h = info.canvas_height, w = info.canvas_width;
+  DecodedImage out;
+  out.pixels = at::from_blob(rgba, {h, w, 4}, at::TensorOptions().dtype(at::kByte)).slice(2, 0, 3).contiguous();
+  return out;  // [H, W, 3], copied before the decoder frees its canvas
+#else
+  throw IoError(source + ": animated WebP image, but this build has no WebP animation reader (libwebpdemux)");
+#endif
+}
+
 DecodedImage decodeWebp(const std::string& bytes, const std::string& source, bool forceRgb) {
   const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
-  int width = 0, height = 0;
-  if (!WebPGetInfo(data, bytes.size(), &width, &height)) throw IoError(source + ": corrupt or truncated WebP image");
+  WebPBitstreamFeatures features;
+  if (WebPGetFeatures(data, bytes.size(), &features) != VP8_STATUS_OK)
+    throw IoError(source + ": corrupt or truncated WebP image");
+  if (features.has_animation) return decodeAnimatedWebp(bytes, source);
+  const int width = features.width, height = features.height;
   if (width > kMaxImageSide || height > kMaxImageSide || static_cast<std::int64_t>(width) * height > kMaxImagePixels)
     throw IoError(source + ": WebP image is too large (" + std::to_string(width) + "x" + std::to_string(height) + ")");
   DecodedImage out;

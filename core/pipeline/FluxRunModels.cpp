@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "io/ContentHash.h"
 #include "models/clip/ClipTextConfig.h"
 #include "models/t5/T5Config.h"
 #include "models/vae/AutoencoderKL.h"
@@ -18,24 +19,31 @@ namespace strata::pipeline {
 
 namespace {
 
-// "name:size:mtime" of a file, or of every file directly in a folder (sorted): a
-// changed or replaced weights file changes it without the file being read.
+// What identifies weights in a cache key: the content hash of a file, or of every
+// file directly in a folder (with its name), so replaced weights change it even
+// when their size and date were kept; moving or touching them does not. Hashes
+// are remembered by inode, size, mtime and ctime (io::fileContentHash), so a
+// multi-GB file is read once, not at every run.
 std::string stampOf(const fs::path& p) {
   std::error_code ec;
   std::vector<fs::path> files;
-  if (fs::is_directory(p, ec)) {
+  const bool folder = fs::is_directory(p, ec);
+  if (folder) {
     for (const auto& e : fs::directory_iterator(p, ec))
-      if (e.is_regular_file()) files.push_back(e.path());
+      if (e.is_regular_file(ec)) files.push_back(e.path());
     std::sort(files.begin(), files.end());
   } else {
     files.push_back(p);
   }
   std::ostringstream s;
-  s << p.string() << "[";
+  s << "[";
   for (const auto& f : files) {
-    const auto size = fs::file_size(f, ec);
-    const auto time = fs::last_write_time(f, ec).time_since_epoch().count();
-    s << f.filename().string() << ":" << size << ":" << time << ";";
+    if (folder) s << f.filename().string() << ":";
+    try {
+      s << io::fileContentHash(f) << ";";
+    } catch (const Error&) {
+      s << "unreadable " << f.string() << ";";  // the load that needs it says why
+    }
   }
   s << "]";
   return s.str();
@@ -77,10 +85,14 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
     tid << "random T5-XXL width " << opt_.jointAttentionDim << " + CLIP-L width " << opt_.pooledProjectionDim
         << ", seed " << opt_.seed + 1 << ", " << c10::DeviceTypeName(opt_.device.type());
   } else {
+    // Hashed before and after the load: the key then names the weights that were loaded.
+    const std::string vaeStamp = stampOf(opt_.files.vae);
     vae_ = vae::loadAutoencoderKL(opt_.files.vae, {opt_.device, opt_.vaeDtype}, opt_.files.vaeHints);
-    vid << "vae " << stampOf(opt_.files.vae);
-    tid << "t5 " << stampOf(opt_.files.text.t5) << " clip " << stampOf(opt_.files.text.clip);
+    if (stampOf(opt_.files.vae) != vaeStamp)
+      throw LoadError(opt_.files.vae.string() + ": changed while it was being loaded; start the run again");
+    vid << "vae " << vaeStamp;
   }
+  textFilesStamp_ = textFilesStamp();
   for (auto& p : vae_->parameters()) p.set_requires_grad(false);
   const auto& vc = vae_->config();
   if (vc.latentChannels != opt_.latentChannels)
@@ -89,8 +101,8 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
   downscale_ = vc.downscaleFactor();
   vid << " (" << dtypeName(vae_->dtype()) << "; training latents (mean - " << vc.shiftFactor << ") * "
       << vc.scalingFactor << ")";
-  tid << " tokenizers " << stampOf(opt_.files.text.t5Tokenizer) << " " << stampOf(opt_.files.text.clipTokenizer) << " ("
-      << dtypeName(opt_.t5Dtype) << ", " << dtypeName(opt_.clipDtype) << ", max_sequence_length "
+  tid << (opt_.randomWeights ? " " : "") << textFilesStamp_ << " (" << dtypeName(opt_.t5Dtype) << ", "
+      << dtypeName(opt_.clipDtype) << ", max_sequence_length "
       << opt_.maxSequenceLength
       // A quantized T5 gives other embeddings: its cache is not a float T5's.
       << (opt_.t5Quantize == nn::QuantType::None ? "" : std::string(", T5 ") + nn::quantTypeName(opt_.t5Quantize))
@@ -100,6 +112,12 @@ FluxRunModels::FluxRunModels(RunModelsOptions options) : opt_(std::move(options)
 }
 
 FluxRunModels::~FluxRunModels() = default;
+
+std::string FluxRunModels::textFilesStamp() const {
+  std::string s;
+  if (!opt_.randomWeights) s = "t5 " + stampOf(opt_.files.text.t5) + " clip " + stampOf(opt_.files.text.clip) + " ";
+  return s + "tokenizers " + stampOf(opt_.files.text.t5Tokenizer) + " " + stampOf(opt_.files.text.clipTokenizer);
+}
 
 void FluxRunModels::loadTextEncoders() {
   TextEncoderOptions o;
@@ -122,6 +140,11 @@ void FluxRunModels::loadTextEncoders() {
                     ") / " + opt_.files.text.clip.string() + " (hidden " + std::to_string(enc->pooledWidth()) +
                     ") do not fit the transformer's joint_attention_dim " + std::to_string(opt_.jointAttentionDim) +
                     " / pooled_projection_dim " + std::to_string(opt_.pooledProjectionDim));
+  // T5 and CLIP load long after the run started (only when something must be encoded): files
+  // replaced since then would fill the cache under the old files' key.
+  if (textFilesStamp() != textFilesStamp_)
+    throw LoadError("text encoders " + opt_.files.text.t5.string() + " / " + opt_.files.text.clip.string() +
+                    " (or their tokenizers) changed since the run started; start the run again");
   text_ = std::move(enc);
 }
 

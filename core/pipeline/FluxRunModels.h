@@ -36,7 +36,7 @@ struct RunModelsOptions {
   at::ScalarType vaeDtype = at::kFloat;  // requested; the VAE runs in vae::vaeComputeDtype of it
   at::ScalarType t5Dtype = at::kFloat;
   at::ScalarType clipDtype = at::kFloat;
-  nn::QuantType t5Quantize = nn::QuantType::None;  // model.quantize_te (TextEncoderOptions::t5Quantize)
+  nn::QuantType t5Quantize = nn::QuantType::None;                 // model.quantize_te (TextEncoderOptions::t5Quantize)
   std::function<void(int64_t done, int64_t total)> onT5Progress;  // TextEncoderOptions::onT5Progress
 };
 
@@ -75,6 +75,8 @@ class FluxRunModels {
   bool textReleased_ = false;
   int64_t downscale_ = 8;
   std::string vaeId_, textId_;
+  std::string textFilesStamp_;  // the text encoders' and tokenizers' content hashes when the run started
+  std::string textFilesStamp() const;
 };
 
 }  // namespace strata::pipeline

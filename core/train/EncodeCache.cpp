@@ -1,18 +1,22 @@
 #include "train/EncodeCache.h"
 
+#include <sys/mman.h>
+
 #include <chrono>
 #include <set>
+#include <sstream>
 
 #include "common/Error.h"
 #include "events/EventBus.h"
+#include "io/ContentHash.h"
 #include "io/FileBytes.h"
-#include "io/Safetensors.h"
 
 namespace strata::train {
 namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kKeyField = "strata_cache_key";
+constexpr const char* kChecksumField = "strata_cache_checksum";
 
 // `encoded`: items run through the encoder so far; the rate counts only those.
 void progress(const events::EventBus* bus, const std::string& stage, int64_t done, int64_t total, int64_t encoded,
@@ -31,21 +35,55 @@ void progress(const events::EventBus* bus, const std::string& stage, int64_t don
 double nowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+std::string shapeText(at::IntArrayRef shape) {
+  std::ostringstream s;
+  s << shape;
+  return s.str();
+}
+
+// The reason an IoError gives, without the "path: " the reader puts in front.
+std::string reasonOf(const std::exception& e, const fs::path& file) {
+  std::string why = e.what();
+  const std::string prefix = file.string() + ": ";
+  if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+  return why;
+}
+
 }  // namespace
 
 EncodeCache::EncodeCache(fs::path folder, Encoders encoders, const events::EventBus* bus)
     : folder_(std::move(folder)), enc_(std::move(encoders)), bus_(bus) {
   if (!enc_.image || !enc_.text) throw Error("EncodeCache: an image and a text encoder are needed");
+  if (enc_.latentChannels < 1 || enc_.downscaleFactor < 1 || enc_.textDim < 1 || enc_.pooledDim < 1 ||
+      enc_.maxSequenceLength < 1)
+    throw Error("EncodeCache: the expected latent channels, downscale factor and text widths are needed");
+}
+
+void EncodeCache::warn(const std::string& message) const {
+  if (bus_) bus_->publish(events::WarningEvent{message, 0});
 }
 
 std::string EncodeCache::latentsKey(const ImageEntry& e) const {
-  auto it = imageHash_.find(e.image.string());
-  if (it == imageHash_.end()) it = imageHash_.emplace(e.image.string(), contentHash(io::readFileBytes(e.image))).first;
-  return "latents|" + it->second + "|" + enc_.imageModelId + "|" + e.bucket.name() + "|flip=" + (e.flip ? "1" : "0");
+  if (e.imageHash.empty()) throw Error("EncodeCache: " + e.image.string() + " has no content hash (not scanned)");
+  return std::string(kCacheFormat) + "|latents|" + e.imageHash + "|" + enc_.imageModelId + "|" + e.bucket.name() +
+         "|flip=" + (e.flip ? "1" : "0");
 }
 
 std::string EncodeCache::textKey(const std::string& caption) const {
-  return "text|" + enc_.textModelId + "|len=" + std::to_string(enc_.maxSequenceLength) + "|" + caption;
+  // The caption by two hashes (128 bits), never as text: cache headers are world-readable.
+  return std::string(kCacheFormat) + "|text|" + enc_.textModelId + "|len=" + std::to_string(enc_.maxSequenceLength) +
+         "|caption=" + io::hashHex(io::xxh64(caption.data(), caption.size(), 0)) +
+         io::hashHex(io::xxh64(caption.data(), caption.size(), 1));
+}
+
+EncodeCache::Shapes EncodeCache::latentsShapes(const ImageEntry& e) const {
+  return {{"latents",
+           {enc_.latentChannels, e.bucket.height / enc_.downscaleFactor, e.bucket.width / enc_.downscaleFactor}}};
+}
+
+EncodeCache::Shapes EncodeCache::textShapes() const {
+  return {{"txt", {enc_.maxSequenceLength, enc_.textDim}}, {"pooled", {enc_.pooledDim}}};
 }
 
 fs::path EncodeCache::latentsFile(const ImageEntry& e) const {
@@ -56,36 +94,91 @@ fs::path EncodeCache::textFile(const std::string& caption) const {
   return folder_ / "text" / (contentHash(textKey(caption)) + ".safetensors");
 }
 
-std::map<std::string, at::Tensor> EncodeCache::readValid(const fs::path& file, const std::string& key) const {
+std::string EncodeCache::checksum(const std::map<std::string, at::Tensor>& tensors) {
+  io::Xxh64 h;
+  for (const auto& [name, t] : tensors) {
+    const at::Tensor c = t.contiguous();
+    const std::string dtype = c10::toString(c.scalar_type());
+    h.update(name.data(), name.size() + 1);
+    h.update(dtype.data(), dtype.size() + 1);
+    for (int64_t d : c.sizes()) h.update(&d, sizeof d);
+    h.update(c.data_ptr(), c.numel() * c.element_size());
+  }
+  return io::hashHex(h.digest());
+}
+
+std::string EncodeCache::problemOf(const io::SafetensorsFile& f, const std::string& key, const Shapes& shapes) {
+  const auto& meta = f.metadata();
+  auto k = meta.find(kKeyField);
+  if (k == meta.end() || k->second != key) return "written for other inputs or by another cache format";
+  const std::vector<std::string> stored = f.names();
+  std::set<std::string> names(stored.begin(), stored.end());
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, shape] : shapes) {
+    if (!f.contains(name)) return "no tensor '" + name + "'";
+    const io::TensorInfo& info = f.info(name);
+    if (info.dtype != io::SafetensorsDtype::F32)
+      return "tensor '" + name + "' is " + std::string(io::dtypeName(info.dtype)) + ", F32 expected";
+    if (info.shape != shape)
+      return "tensor '" + name + "' has shape " + shapeText(info.shape) + ", " + shapeText(shape) + " expected";
+    tensors[name] = f.tensor(name);
+    names.erase(name);
+  }
+  if (!names.empty()) return "unexpected tensor '" + *names.begin() + "'";
+  auto c = meta.find(kChecksumField);
+  if (c == meta.end() || c->second != checksum(tensors)) return "checksum mismatch (the file changed on disk)";
+  for (const auto& [name, t] : tensors)
+    if (!at::isfinite(t).all().item<bool>()) return "tensor '" + name + "' holds NaN or infinite values";
+  return "";
+}
+
+EncodeCache::Checked EncodeCache::readChecked(const fs::path& file, const std::string& key, const Shapes& shapes) {
+  Checked out;
   if (folder_.empty()) {
-    const auto& mem = memory_;
-    auto it = mem.find(key);
-    return it == mem.end() ? std::map<std::string, at::Tensor>{} : it->second;
+    auto it = memory_.find(key);
+    if (it == memory_.end()) return {{}, "missing"};
+    out.tensors = it->second;
+    return out;
   }
   std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) return {};
+  if (!fs::exists(fs::symlink_status(file, ec))) return {{}, "missing"};
   try {
     io::SafetensorsFile f = io::SafetensorsFile::open(file);
-    const auto& meta = f.metadata();
-    auto k = meta.find(kKeyField);
-    if (k == meta.end() || k->second != key) return {};  // stale: another input under the same hash
-    std::map<std::string, at::Tensor> out;
-    for (const auto& name : f.names()) out[name] = f.tensor(name).to(at::kFloat).clone();
-    return out;
-  } catch (const Error&) {
-    return {};  // corrupt or truncated: rebuilt by the caller
+    out.problem = problemOf(f, key, shapes);
+    if (!out.problem.empty()) return out;
+    for (const auto& [name, shape] : shapes) out.tensors[name] = f.tensor(name).clone();
+    pin(key, f);
+  } catch (const Error& e) {
+    out.problem = "unreadable: " + reasonOf(e, file);  // corrupt or truncated: rebuilt by the caller
   }
+  return out;
 }
 
 void EncodeCache::store(const fs::path& file, const std::string& key,
                         const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::map<std::string, at::Tensor> floats;
+  for (const auto& [n, t] : tensors) floats[n] = t.to(at::kCPU, at::kFloat).contiguous();
   if (folder_.empty()) {
-    auto& slot = memory_[key];
-    for (const auto& [n, t] : tensors) slot[n] = t.to(at::kFloat).contiguous();
+    memory_[key] = floats;
     return;
   }
   fs::create_directories(file.parent_path());
-  io::writeSafetensors(file, tensors, {{kKeyField, key}});
+  io::writeSafetensors(file, {floats.begin(), floats.end()}, {{kKeyField, key}, {kChecksumField, checksum(floats)}});
+  try {
+    pin(key, io::SafetensorsFile::open(file));
+  } catch (const Error&) {
+    pins_.erase(key);  // deleted at once: read back (and rebuilt) when it is needed
+  }
+}
+
+void EncodeCache::pin(const std::string& key, const io::SafetensorsFile& f) {
+  if (!pins_.count(key) && pins_.size() >= kMaxPinnedCacheFiles) return;
+  // Read once to be checked: the pin keeps the file alive, not its pages in this process's memory
+  // (MADV_DONTNEED keeps them in the page cache; a later read faults them back in from the file).
+  // Nothing writes into a cache file's mapping, so no private page is lost.
+  if (f.mappedSizeBytes() > 0)
+    (void)::madvise(const_cast<std::uint8_t*>(f.mappedBytes()), f.mappedSizeBytes(), MADV_DONTNEED);
+  pins_.insert_or_assign(key, f);
 }
 
 CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t batchSize,
@@ -100,15 +193,22 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
     if (!seen.insert(key).second) continue;
     ++total;
     const fs::path file = latentsFile(e);
-    auto t = readValid(file, key);
-    if (t.count("latents") && t.at("latents").dim() == 3) {
+    const Checked c = readChecked(file, key, latentsShapes(e));
+    if (c.problem.empty()) {
       ++stats.reused;
       continue;
     }
-    std::error_code ec;
-    if (!folder_.empty() && fs::exists(file, ec)) ++stats.rebuilt;
+    if (c.problem != "missing") {
+      ++stats.rebuilt;
+      warn("rebuilding the cached latents of " + e.image.string() + " (" + file.string() + ": " + c.problem + ")");
+    }
     todo[e.bucket].push_back(&e);
   }
+  // One reason per image; its other views are left out too.
+  std::set<fs::path> skippedImages;
+  auto skip = [&](const ImageEntry& e, const std::string& why) {
+    if (skippedImages.insert(e.image).second) stats.skipped.push_back({e.image, why});
+  };
   const double t0 = nowSeconds();
   int64_t done = stats.reused;
   progress(bus_, "latents", done, total, 0, t0);
@@ -116,21 +216,53 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
     for (size_t i = 0; i < list.size(); i += static_cast<size_t>(batchSize)) {
       const size_t n = std::min(list.size() - i, static_cast<size_t>(batchSize));
       std::vector<at::Tensor> pixels;
-      for (size_t j = 0; j < n; ++j) pixels.push_back(loadEntryPixels(*list[i + j]));
-      const at::Tensor batch = at::stack(pixels);  // [B, 3, bh, bw]
-      const at::Tensor lat = enc_.image(batch);    // [B, C, bh/8, bw/8]
-      if (!lat.defined() || lat.dim() != 4 || lat.size(0) != static_cast<int64_t>(n))
-        throw Error("EncodeCache: the image encoder returned a tensor that is not [B, C, h, w]");
-      for (size_t j = 0; j < n; ++j)
-        store(latentsFile(*list[i + j]), latentsKey(*list[i + j]), {{"latents", lat[j].to(at::kFloat).contiguous()}});
-      stats.latentsEncoded += static_cast<int64_t>(n);
+      std::vector<const ImageEntry*> batchEntries;
+      for (size_t j = 0; j < n; ++j) {
+        const ImageEntry& e = *list[i + j];
+        if (skippedImages.count(e.image)) continue;
+        // Read once: the bytes decoded are the bytes hashed, and they must be the ones the scan saw.
+        try {
+          const std::string bytes = io::readFileBytes(e.image);
+          if (contentHash(bytes) != e.imageHash) {
+            skip(e, "changed since the folder was scanned (rewritten while the cache was built; the next run uses it)");
+            continue;
+          }
+          pixels.push_back(entryPixelsFromBytes(e, bytes));
+          batchEntries.push_back(&e);
+        } catch (const Error& err) {
+          skip(e, "could no longer be read while the cache was built: " + reasonOf(err, e.image));
+        }
+      }
       done += static_cast<int64_t>(n);
+      if (pixels.empty()) {
+        progress(bus_, "latents", done, total, stats.latentsEncoded, t0);
+        continue;
+      }
+      const auto b = static_cast<int64_t>(pixels.size());
+      const at::Tensor batch = at::stack(pixels);  // [B, 3, bh, bw]
+      const at::Tensor lat = enc_.image(batch);    // [B, C, bh/f, bw/f]
+      const std::vector<int64_t> want = {b, enc_.latentChannels, bucket.height / enc_.downscaleFactor,
+                                         bucket.width / enc_.downscaleFactor};
+      if (!lat.defined() || lat.sizes().vec() != want)
+        throw Error("EncodeCache: the image encoder returned " + (lat.defined() ? shapeText(lat.sizes()) : "nothing") +
+                    " for a batch of " + bucket.name() + ", " + shapeText(want) + " expected");
+      for (int64_t j = 0; j < b; ++j) {
+        const ImageEntry& e = *batchEntries[static_cast<size_t>(j)];
+        const at::Tensor one = lat[j].to(at::kCPU, at::kFloat).contiguous();
+        if (!at::isfinite(one).all().item<bool>()) {
+          skip(e, "the image encoder gave NaN or infinite latents for it");
+          continue;
+        }
+        store(latentsFile(e), latentsKey(e), {{"latents", one}});
+      }
+      stats.latentsEncoded += b;
       progress(bus_, "latents", done, total, stats.latentsEncoded, t0);
     }
   }
-  // Text: the distinct captions.
+  // Text: the distinct captions of the images kept.
   std::vector<std::string> captions;
-  for (const ImageEntry& e : entries) captions.push_back(e.caption);
+  for (const ImageEntry& e : entries)
+    if (!skippedImages.count(e.image)) captions.push_back(e.caption);
   captions.insert(captions.end(), extraTexts.begin(), extraTexts.end());
   const CacheStats text = buildTexts(captions, "text", batchSize);
   stats.textsEncoded += text.textsEncoded;
@@ -144,17 +276,20 @@ CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const 
   std::vector<std::string> captions;
   std::set<std::string> seenCaptions;
   int64_t textTotal = 0;
+  const Shapes shapes = textShapes();
   for (const std::string& caption : texts) {
     if (!seenCaptions.insert(caption).second) continue;
     ++textTotal;
     const fs::path file = textFile(caption);
-    auto t = readValid(file, textKey(caption));
-    if (t.count("txt") && t.count("pooled") && t.at("txt").dim() == 2 && t.at("pooled").dim() == 1) {
+    const Checked c = readChecked(file, textKey(caption), shapes);
+    if (c.problem.empty()) {
       ++stats.reused;
       continue;
     }
-    std::error_code ec;
-    if (!folder_.empty() && fs::exists(file, ec)) ++stats.rebuilt;
+    if (c.problem != "missing") {
+      ++stats.rebuilt;
+      warn("rebuilding a cached text embedding (" + file.string() + ": " + c.problem + ")");
+    }
     captions.push_back(caption);
   }
   const double t1 = nowSeconds();
@@ -166,9 +301,19 @@ CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const 
         captions.begin() + static_cast<std::ptrdiff_t>(std::min(captions.size(), i + batchSize)));
     const std::vector<TextEmbedding> emb = enc_.text(part);
     if (emb.size() != part.size()) throw Error("EncodeCache: the text encoder returned a wrong number of embeddings");
-    for (size_t j = 0; j < part.size(); ++j)
-      store(textFile(part[j]), textKey(part[j]),
-            {{"txt", emb[j].txt.to(at::kFloat).contiguous()}, {"pooled", emb[j].pooled.to(at::kFloat).contiguous()}});
+    for (size_t j = 0; j < part.size(); ++j) {
+      const at::Tensor txt = emb[j].txt.defined() ? emb[j].txt.to(at::kCPU, at::kFloat) : at::Tensor();
+      const at::Tensor pooled = emb[j].pooled.defined() ? emb[j].pooled.to(at::kCPU, at::kFloat) : at::Tensor();
+      if (!txt.defined() || !pooled.defined() || txt.sizes().vec() != shapes.at("txt") ||
+          pooled.sizes().vec() != shapes.at("pooled"))
+        throw Error("EncodeCache: the text encoder returned txt " + (txt.defined() ? shapeText(txt.sizes()) : "none") +
+                    " and pooled " + (pooled.defined() ? shapeText(pooled.sizes()) : "none") + ", " +
+                    shapeText(shapes.at("txt")) + " and " + shapeText(shapes.at("pooled")) + " expected");
+      if (!at::isfinite(txt).all().item<bool>() || !at::isfinite(pooled).all().item<bool>())
+        throw Error("EncodeCache: the text encoder gave NaN or infinite values (for the caption of cache file " +
+                    textFile(part[j]).filename().string() + "); in fp16 T5 overflows: use bf16 or float32");
+      store(textFile(part[j]), textKey(part[j]), {{"txt", txt}, {"pooled", pooled}});
+    }
     stats.textsEncoded += static_cast<int64_t>(part.size());
     textDone += static_cast<int64_t>(part.size());
     progress(bus_, stage, textDone, textTotal, stats.textsEncoded, t1);
@@ -176,16 +321,59 @@ CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const 
   return stats;
 }
 
-at::Tensor EncodeCache::latents(const ImageEntry& entry) const {
-  auto t = readValid(latentsFile(entry), latentsKey(entry));
-  if (!t.count("latents")) throw IoError(latentsFile(entry).string() + ": cached latents missing or invalid");
+std::map<std::string, at::Tensor> EncodeCache::readOrRebuild(
+    const fs::path& file, const std::string& key, const Shapes& shapes,
+    const std::function<std::vector<std::pair<std::string, at::Tensor>>()>& encode) {
+  Checked c = readChecked(file, key, shapes);
+  if (c.problem.empty()) return c.tensors;
+  const std::string what = folder_.empty() ? "the cached entry " + key : file.string();
+  // The copy mapped when the file was last checked: still readable when the file was deleted.
+  auto pin = pins_.find(key);
+  if (pin != pins_.end()) {
+    if (problemOf(pin->second, key, shapes).empty()) {
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      for (const auto& [name, shape] : shapes) tensors.emplace_back(name, pin->second.tensor(name).clone());
+      const io::SafetensorsFile keep = pin->second;  // store() replaces the pin
+      store(file, key, tensors);
+      warn("cache file " + what + " was " + (c.problem == "missing" ? "deleted" : c.problem) +
+           " during the run: written again from the copy in use");
+      std::map<std::string, at::Tensor> out(tensors.begin(), tensors.end());
+      return out;
+    }
+    pins_.erase(pin);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  try {
+    tensors = encode();
+  } catch (const std::exception& e) {
+    throw IoError(what + ": cached entry " + c.problem + ", and it cannot be encoded again during the run (" +
+                  e.what() + "); start the run again (or resume it) to rebuild the cache");
+  }
+  store(file, key, tensors);
+  Checked again = readChecked(file, key, shapes);
+  if (!again.problem.empty()) throw IoError(what + ": rebuilt, but it does not read back: " + again.problem);
+  warn("cache file " + what + " was " + (c.problem == "missing" ? "missing" : c.problem) + ": encoded again");
+  return again.tensors;
+}
+
+at::Tensor EncodeCache::latents(const ImageEntry& entry) {
+  const Shapes shapes = latentsShapes(entry);
+  auto t = readOrRebuild(latentsFile(entry), latentsKey(entry), shapes, [&] {
+    // loadEntryPixels refuses bytes other than the ones the key names.
+    const at::Tensor lat = enc_.image(loadEntryPixels(entry).unsqueeze(0));  // [1, C, h, w]
+    if (!lat.defined() || lat.dim() != 4 || lat.size(0) != 1) throw Error("the image encoder returned no [1, C, h, w]");
+    return std::vector<std::pair<std::string, at::Tensor>>{{"latents", lat[0].to(at::kCPU, at::kFloat).contiguous()}};
+  });
   return t.at("latents");
 }
 
-TextEmbedding EncodeCache::text(const std::string& caption) const {
-  auto t = readValid(textFile(caption), textKey(caption));
-  if (!t.count("txt") || !t.count("pooled"))
-    throw IoError(textFile(caption).string() + ": cached text embedding missing or invalid");
+TextEmbedding EncodeCache::text(const std::string& caption) {
+  auto t = readOrRebuild(textFile(caption), textKey(caption), textShapes(), [&] {
+    const std::vector<TextEmbedding> emb = enc_.text({caption});
+    if (emb.size() != 1) throw Error("the text encoder returned a wrong number of embeddings");
+    return std::vector<std::pair<std::string, at::Tensor>>{{"txt", emb[0].txt.to(at::kCPU, at::kFloat).contiguous()},
+                                                           {"pooled", emb[0].pooled.to(at::kCPU, at::kFloat)}};
+  });
   return {t.at("txt"), t.at("pooled")};
 }
 

@@ -38,6 +38,11 @@ ImagesRun::ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfi
   encoders_.imageModelId = m->imageModelId();
   encoders_.textModelId = m->textModelId();
   encoders_.maxSequenceLength = ctx.textTokens;
+  // What every cache entry must be, checked as it is read.
+  encoders_.latentChannels = ctx.latentChannels;
+  encoders_.downscaleFactor = m->downscaleFactor();
+  encoders_.textDim = ctx.textDim;
+  encoders_.pooledDim = ctx.pooledDim;
 }
 
 ImagesRun::~ImagesRun() = default;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 #include <jpeglib.h>
 #include <png.h>
 
@@ -210,4 +212,181 @@ TEST(Image, CorruptFilesGiveOneClearError) {
   for (std::size_t i = 200; i < 260 && i < garbage.size(); ++i) garbage[i] = static_cast<char>(0xff);
   writeRaw(dir / "garbage.jpg", garbage);
   EXPECT_TRUE(readFails(dir / "garbage.jpg", "corrupt JPEG"));
+}
+
+namespace {
+
+// A PNG written through libpng's full API: any colour type and depth, optional
+// palette, tRNS and interlace. `samples` holds one value per channel per pixel.
+struct PngSpec {
+  int colorType;
+  int bitDepth;
+  std::vector<png_color> palette;
+  std::vector<png_byte> paletteAlpha;  // tRNS for a palette
+  bool grayOrRgbTrns = false;          // tRNS of one gray / RGB colour: the first pixel's
+  bool interlaced = false;
+};
+
+std::string writePngWith(const PngSpec& spec, uint32_t w, uint32_t h, const std::vector<uint16_t>& samples) {
+  std::string out;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    return {};
+  }
+  png_set_write_fn(
+      png, &out,
+      [](png_structp p, png_bytep d, png_size_t n) {
+        static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<char*>(d), n);
+      },
+      nullptr);
+  png_set_IHDR(png, info, w, h, spec.bitDepth, spec.colorType,
+               spec.interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  if (!spec.palette.empty()) png_set_PLTE(png, info, spec.palette.data(), static_cast<int>(spec.palette.size()));
+  png_color_16 trans{};
+  if (!spec.paletteAlpha.empty())
+    png_set_tRNS(png, info, spec.paletteAlpha.data(), static_cast<int>(spec.paletteAlpha.size()), nullptr);
+  if (spec.grayOrRgbTrns) {
+    trans.gray = samples[0];
+    trans.red = samples[0];
+    trans.green = samples[1];
+    trans.blue = samples[2];
+    png_set_tRNS(png, info, nullptr, 0, &trans);
+  }
+  png_write_info(png, info);
+  const int channels = png_get_channels(png, info);
+  const size_t rowBytes = png_get_rowbytes(png, info);
+  std::vector<std::vector<png_byte>> rows(h, std::vector<png_byte>(rowBytes, 0));
+  for (uint32_t y = 0; y < h; ++y)
+    for (uint32_t x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c) {
+        const uint16_t v = samples[(static_cast<size_t>(y) * w + x) * channels + c];
+        const size_t bit = (static_cast<size_t>(x) * channels + c) * spec.bitDepth;
+        if (spec.bitDepth == 16) {
+          rows[y][bit / 8] = static_cast<png_byte>(v >> 8);
+          rows[y][bit / 8 + 1] = static_cast<png_byte>(v & 0xff);
+        } else {
+          rows[y][bit / 8] |= static_cast<png_byte>(v << (8 - spec.bitDepth - bit % 8));
+        }
+      }
+  std::vector<png_bytep> pointers;
+  for (auto& r : rows) pointers.push_back(r.data());
+  png_write_image(png, pointers.data());
+  png_write_end(png, info);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
+
+}  // namespace
+
+// ImageMagick's PNG8 and pngquant write a palette with a tRNS chunk: libpng's
+// palette expansion makes that RGBA, which the reader refused as corrupt.
+TEST(Image, PalettePngWithTransparencyIsRead) {
+  TempDir dir;
+  const std::vector<png_color> palette = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {10, 20, 30}};
+  const std::vector<uint16_t> idx = {0, 1, 2, 3, 3, 2, 1, 0, 1, 1, 2, 2};  // 4 x 3
+  for (int depth : {8, 4, 2}) {
+    for (bool interlaced : {false, true}) {
+      PngSpec spec{PNG_COLOR_TYPE_PALETTE, depth, palette, {0, 128, 255}, false, interlaced};
+      const fs::path p = dir / ("pal" + std::to_string(depth) + (interlaced ? "i" : "") + ".png");
+      writeRaw(p, writePngWith(spec, 4, 3, idx));
+      const auto px = readImage(p).pixels;  // alpha dropped, palette colours kept (as PIL's convert("RGB"))
+      ASSERT_EQ(px.sizes(), (std::vector<int64_t>{3, 4, 3})) << p;
+      for (int64_t i = 0; i < 12; ++i) {
+        const png_color c = palette[idx[static_cast<size_t>(i)]];
+        const auto got = px.view({12, 3})[i];
+        EXPECT_EQ(got[0].item<int>(), c.red) << p << " pixel " << i;
+        EXPECT_EQ(got[1].item<int>(), c.green) << p << " pixel " << i;
+        EXPECT_EQ(got[2].item<int>(), c.blue) << p << " pixel " << i;
+      }
+      EXPECT_EQ(readImage(p, ImageChannels::Rgb).pixels.sizes(), (std::vector<int64_t>{3, 4, 3}));
+    }
+  }
+}
+
+// Every other layout a PNG may have: gray 1-16 bits with and without tRNS, gray + alpha, 16-bit RGB(A), RGB + tRNS.
+TEST(Image, EveryPngLayoutIsRead) {
+  TempDir dir;
+  struct Case {
+    int colorType, bitDepth;
+    bool trns;
+  };
+  const std::vector<Case> cases = {
+      {PNG_COLOR_TYPE_GRAY, 1, false},        {PNG_COLOR_TYPE_GRAY, 2, true},
+      {PNG_COLOR_TYPE_GRAY, 4, false},        {PNG_COLOR_TYPE_GRAY, 8, true},
+      {PNG_COLOR_TYPE_GRAY, 16, true},        {PNG_COLOR_TYPE_GRAY_ALPHA, 8, false},
+      {PNG_COLOR_TYPE_GRAY_ALPHA, 16, false}, {PNG_COLOR_TYPE_RGB, 8, true},
+      {PNG_COLOR_TYPE_RGB, 16, true},         {PNG_COLOR_TYPE_RGB_ALPHA, 8, false},
+      {PNG_COLOR_TYPE_RGB_ALPHA, 16, false},
+  };
+  const uint32_t w = 5, h = 2;
+  for (const Case& k : cases) {
+    const bool color = k.colorType & PNG_COLOR_MASK_COLOR;
+    const int channels = (color ? 3 : 1) + ((k.colorType & PNG_COLOR_MASK_ALPHA) ? 1 : 0);
+    const uint32_t maxV = (1u << k.bitDepth) - 1;
+    std::vector<uint16_t> samples;
+    std::vector<int> expected;  // 8-bit colour samples (alpha dropped)
+    for (uint32_t i = 0; i < w * h; ++i)
+      for (int c = 0; c < channels; ++c) {
+        const uint32_t v = ((i * 7 + static_cast<uint32_t>(c) * 3) * 2749u) % (maxV + 1);
+        samples.push_back(static_cast<uint16_t>(v));
+        const bool alpha = c == channels - 1 && (k.colorType & PNG_COLOR_MASK_ALPHA);
+        // libpng scales 1-4 bits up by bit replication (x255/max); 16 bits lose their low byte (within 1).
+        if (!alpha) expected.push_back(static_cast<int>((v * 255 + maxV / 2) / maxV));
+      }
+    PngSpec spec{k.colorType, k.bitDepth, {}, {}, k.trns, false};
+    const fs::path p =
+        dir / ("c" + std::to_string(k.colorType) + "d" + std::to_string(k.bitDepth) + (k.trns ? "t" : "") + ".png");
+    const std::string bytes = writePngWith(spec, w, h, samples);
+    ASSERT_FALSE(bytes.empty()) << p;
+    writeRaw(p, bytes);
+    at::Tensor px;
+    try {
+      px = readImage(p).pixels;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << p << ": " << e.what();
+      continue;
+    }
+    ASSERT_EQ(px.sizes(), (std::vector<int64_t>{h, w, color ? 3 : 1})) << p;
+    const auto flat = px.reshape({-1}).to(at::kInt);
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_NEAR(flat[static_cast<int64_t>(i)].item<int>(), expected[i], 1) << p << " sample " << i;
+    EXPECT_EQ(readImage(p, ImageChannels::Rgb).pixels.size(2), 3) << p;
+  }
+}
+
+// Print and Photoshop files: CMYK JPEGs (Adobe's inverted inks) are converted to RGB, not refused.
+TEST(Image, CmykJpegIsConvertedToRgb) {
+  TempDir dir;
+  const auto rgb = gradient(16, 24, 3);  // [H, W, 3]
+  // Adobe CMYK stores 255 - ink: with no black ink (K' = 255), C' = R, M' = G, Y' = B.
+  const auto cmyk = at::cat({rgb, at::full({16, 24, 1}, 255, at::kByte)}, 2).contiguous();
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr err{};
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = 24;
+  cinfo.image_height = 16;
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_colorspace(&cinfo, JCS_YCCK);  // what Photoshop writes; sets the Adobe marker
+  jpeg_set_quality(&cinfo, 95, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = cmyk.data_ptr<uint8_t>() + cinfo.next_scanline * 24 * 4;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  writeRaw(dir / "cmyk.jpg", std::string(reinterpret_cast<char*>(buffer), size));
+  std::free(buffer);
+  const auto back = readImage(dir / "cmyk.jpg").pixels;
+  ASSERT_EQ(back.sizes(), rgb.sizes());
+  EXPECT_LE((back.to(at::kInt) - rgb.to(at::kInt)).abs().max().item<int>(), 12);
 }

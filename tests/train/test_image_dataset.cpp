@@ -3,13 +3,20 @@
 // re-encoded exactly where an input changed, rebuilt when corrupt).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 
 #include "common/Error.h"
+#include "common/TestSupport.h"
 #include "events/EventBus.h"
+#include "io/Safetensors.h"
 #include "io/Image.h"
 #include "train/Buckets.h"
 #include "train/EncodeCache.h"
@@ -106,6 +113,10 @@ struct CountingEncoders {
     e.imageModelId = "fake-vae";
     e.textModelId = "fake-text";
     e.maxSequenceLength = 6;
+    e.latentChannels = 4;
+    e.downscaleFactor = 8;
+    e.textDim = 8;
+    e.pooledDim = 5;
     return e;
   }
 };
@@ -320,4 +331,367 @@ TEST(ImageDataset, RepeatsEventsAndItems) {
   }
   EXPECT_EQ(datasetEvents, 1);
   EXPECT_GE(finalProgress, 2);
+}
+
+// ---------------------------------------------------------------- hostile input (issue 32)
+
+namespace {
+
+// The messages of the WarningEvents a bus carried.
+struct Warnings {
+  events::EventBus bus;
+  std::vector<std::string> messages;
+  events::Subscription sub = bus.subscribe([this](const events::Event& e) {
+    if (const auto* w = std::get_if<events::WarningEvent>(&e)) messages.push_back(w->message);
+  });
+  int mentioning(const std::string& needle) const {
+    int n = 0;
+    for (const auto& m : messages) n += m.find(needle) != std::string::npos;
+    return n;
+  }
+};
+
+std::map<std::string, std::string> reasons(const std::vector<SkippedFile>& skipped) {
+  std::map<std::string, std::string> why;
+  for (const auto& k : skipped) why[k.path.filename().string()] = k.reason;
+  return why;
+}
+
+std::string readAll(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace
+
+TEST(ImageFolder, CaptionsInOtherEncodingsAreRepairedOrSkipped) {
+  Folder f("captions");
+  for (const char* n : {"u16.png", "latin1.png", "binary.png", "bom8.png", "loop.png", "huge.png"})
+    io::writePng(f.dir / n, gradient(300, 300));
+  // UTF-16 LE with BOM: "café" is converted.
+  writeText(f.dir / "u16.txt", std::string("\xff\xfe"
+                                           "c\0a\0f\0\xe9\0",
+                                           10));
+  // Latin-1 "café" is not UTF-8: the byte becomes U+FFFD and the file is reported.
+  writeText(f.dir / "latin1.txt", "caf\xe9 au lait");
+  writeText(f.dir / "binary.txt", std::string("\x7f"
+                                              "ELF\0\0\x01\x02",
+                                              8));
+  writeText(f.dir / "bom8.txt",
+            "\xef\xbb\xbf"
+            "plain");
+  fs::create_symlink("loop.txt", f.dir / "loop.txt");  // a link to itself
+  writeText(f.dir / "huge.txt", std::string(kMaxCaptionBytes + 1, 'a'));
+  const ImageFolderScan s = scanImageFolder(f.config());
+  EXPECT_EQ(entryOf(s, "u16.png").caption, "sks, caf\xc3\xa9");
+  EXPECT_EQ(entryOf(s, "latin1.png").caption, "sks, caf\xef\xbf\xbd au lait");
+  EXPECT_EQ(entryOf(s, "bom8.png").caption, "sks, plain");
+  const auto why = reasons(s.skipped);
+  EXPECT_NE(why.at("binary.png").find("not text"), std::string::npos) << why.at("binary.png");
+  EXPECT_NE(why.at("loop.png").find("loop"), std::string::npos) << why.at("loop.png");
+  EXPECT_NE(why.at("huge.png").find("larger than"), std::string::npos) << why.at("huge.png");
+  const auto repaired = reasons(s.repairedCaptions);
+  ASSERT_EQ(repaired.size(), 2u);
+  EXPECT_NE(repaired.at("u16.txt").find("UTF-16"), std::string::npos);
+  EXPECT_NE(repaired.at("latin1.txt").find("not valid UTF-8"), std::string::npos);
+  // The dataset reports each once and trains on the rest; the cache stays readable.
+  Warnings w;
+  CountingEncoders enc;
+  config::DatasetConfig cfg = f.config();
+  ImageDataset ds(cfg, 0, enc.make(), &w.bus);
+  EXPECT_EQ(w.mentioning("binary.png"), 1);
+  EXPECT_EQ(w.mentioning("latin1.txt"), 1);
+  EXPECT_EQ(w.mentioning("u16.txt"), 1);
+  EXPECT_EQ(ds.scan().images, 6);  // a, b, c, u16, latin1, bom8
+}
+
+TEST(ImageFolder, LinksAndSpecialFilesAreSkippedWithTheirReason) {
+  Folder f("links");
+  fs::create_symlink("loop.png", f.dir / "loop.png");        // a loop
+  fs::create_symlink("gone.png", f.dir / "dangling.png");    // target missing
+  fs::create_symlink(f.dir / "a.png", f.dir / "alias.png");  // a good link is used
+  fs::create_directory(f.dir / "folder.png");
+  ASSERT_EQ(::mkfifo((f.dir / "pipe.png").c_str(), 0600), 0);  // reading it would block for ever
+  const ImageFolderScan s = scanImageFolder(f.config());
+  const auto why = reasons(s.skipped);
+  EXPECT_NE(why.at("loop.png").find("loop"), std::string::npos) << why.at("loop.png");
+  EXPECT_NE(why.at("dangling.png").find("dangling"), std::string::npos) << why.at("dangling.png");
+  EXPECT_NE(why.at("folder.png").find("folder"), std::string::npos) << why.at("folder.png");
+  EXPECT_NE(why.at("pipe.png").find("regular"), std::string::npos) << why.at("pipe.png");
+  EXPECT_EQ(s.images, 4);  // a, alias, b, c
+  EXPECT_EQ(s.skipped.size(), 8u);
+}
+
+TEST(ImageDataset, NoUsableImageListsEachFileWithItsReason) {
+  test::TempDir dir;
+  writeText(dir / "empty.png", "");
+  writeText(dir / "text.jpg", "hello");
+  fs::create_symlink("nowhere.png", dir / "dangling.png");
+  config::DatasetConfig cfg;
+  cfg.type = config::DatasetType::Images;
+  cfg.folderPath = dir.path().string();
+  cfg.resolution = {256};
+  CountingEncoders enc;
+  try {
+    ImageDataset ds(cfg, 0, enc.make());
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("empty.png: the image file is empty"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("text.jpg: not a PNG"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("dangling.png: dangling"), std::string::npos) << msg;
+  }
+}
+
+// An animated WebP (a valid file) gives its first frame.
+TEST(ImageFolder, AnimatedWebpGivesItsFirstFrame) {
+  if (!io::webpSupported() || test::encodeWebp(gradient(4, 4)).empty()) GTEST_SKIP() << "no WebP in this build";
+  // Two frames of 320x256: the first a gradient, the second black. Built by hand: RIFF, VP8X (animation), ANIM, ANMF.
+  const at::Tensor first = gradient(256, 320);
+  auto frameChunk = [](const at::Tensor& hwc) {
+    const std::string webp = test::encodeWebp(hwc);
+    const std::string bitstream = webp.substr(12);  // the VP8L chunk after "RIFF....WEBP"
+    auto le24 = [](uint32_t v) { return std::string{char(v & 0xff), char((v >> 8) & 0xff), char((v >> 16) & 0xff)}; };
+    std::string payload = le24(0) + le24(0) + le24(static_cast<uint32_t>(hwc.size(1) - 1)) +
+                          le24(static_cast<uint32_t>(hwc.size(0) - 1)) + le24(100) + std::string(1, '\0') + bitstream;
+    return payload;
+  };
+  auto chunk = [](const std::string& tag, const std::string& payload) {
+    const auto n = static_cast<uint32_t>(payload.size());
+    std::string c = tag + std::string{char(n & 0xff), char((n >> 8) & 0xff), char((n >> 16) & 0xff), char(n >> 24)};
+    c += payload;
+    if (payload.size() % 2) c += '\0';
+    return c;
+  };
+  auto le24 = [](uint32_t v) { return std::string{char(v & 0xff), char((v >> 8) & 0xff), char((v >> 16) & 0xff)}; };
+  const std::string vp8x = std::string{char(0x02), 0, 0, 0} + le24(319) + le24(255);  // animation flag
+  const std::string anim = std::string(4, '\0') + std::string(2, '\0');               // background, loop for ever
+  const std::string body = std::string("WEBP") + chunk("VP8X", vp8x) + chunk("ANIM", anim) +
+                           chunk("ANMF", frameChunk(first)) +
+                           chunk("ANMF", frameChunk(at::zeros({256, 320, 3}, at::kByte)));
+  const auto n = static_cast<uint32_t>(body.size());
+  const std::string riff = std::string("RIFF") +
+                           std::string{char(n & 0xff), char((n >> 8) & 0xff), char((n >> 16) & 0xff), char(n >> 24)} +
+                           body;
+  const io::DecodedImage d = io::decodeImage(riff, "anim.webp", io::ImageChannels::Rgb);
+  ASSERT_EQ(d.pixels.sizes(), (at::IntArrayRef{256, 320, 3}));
+  EXPECT_TRUE(at::equal(d.pixels, first));  // lossless: exactly the first frame
+  Folder f("anim");
+  writeText(f.dir / "anim.webp", riff);
+  config::DatasetConfig cfg = f.config();
+  const ImageFolderScan s = scanImageFolder(cfg);
+  EXPECT_FALSE(reasons(s.skipped).count("anim.webp")) << reasons(s.skipped)["anim.webp"];
+  EXPECT_NO_THROW(entryOf(s, "anim.webp"));
+}
+
+// The cache key names the bytes that were decoded: an image rewritten while the
+// cache is built is left out (and said), never cached under the old content's key.
+TEST(EncodeCache, ImageRewrittenDuringCachingIsNeverKeyedToOtherBytes) {
+  Folder f("rewrite");
+  const config::DatasetConfig cfg = f.config();
+  const fs::path cacheDir = f.dir / kCacheFolderName;
+  const auto s = scanImageFolder(cfg);
+  const ImageEntry a = entryOf(s, "a.png"), c = entryOf(s, "c.png");
+  ASSERT_FALSE(a.bucket == c.bucket);  // separate batches: c is encoded after the first call
+  CountingEncoders counting;
+  Encoders enc = counting.make();
+  auto inner = enc.image;
+  bool rewritten = false;
+  enc.image = [&](const at::Tensor& x) {
+    if (!rewritten) {  // someone replaces every picture while the first batch is encoded
+      rewritten = true;
+      for (const char* n : {"a.png", "c.png"}) io::writePng(f.dir / n, gradient(512, 512, 7.0));
+    }
+    return inner(x);
+  };
+  Warnings w;
+  {
+    EncodeCache cache(cacheDir, enc, &w.bus);
+    const CacheStats st = cache.build(s.entries);
+    // The batch encoded first read its bytes before the rewrite; the later batches see new bytes: skipped.
+    ASSERT_FALSE(st.skipped.empty());
+    for (const auto& k : st.skipped) {
+      EXPECT_NE(k.reason.find("changed since the folder was scanned"), std::string::npos) << k.reason;
+      ImageEntry e = entryOf(s, k.path.filename().string());
+      EXPECT_FALSE(fs::exists(cache.latentsFile(e))) << "cached under the key of bytes it was not encoded from";
+    }
+    // What was cached is exactly the encoding of the bytes the key names (the scan's).
+    for (const auto& e : s.entries) {
+      if (!fs::exists(cache.latentsFile(e))) continue;
+      EXPECT_EQ(e.imageHash, entryOf(s, e.image.filename().string()).imageHash);
+      EXPECT_TRUE(fs::exists(e.image));
+    }
+  }
+  // The dataset over the same race: the rewritten images are skipped with the reason, the run goes on.
+  {
+    Folder g("rewrite2");
+    bool again = false;
+    Encoders e2 = counting.make();
+    auto inner2 = e2.image;
+    e2.image = [&](const at::Tensor& x) {
+      if (!again) {
+        again = true;
+        io::writePng(g.dir / "c.png", gradient(512, 512, 9.0));
+        fs::remove(g.dir / "a.png");  // and one deleted
+      }
+      return inner2(x);
+    };
+    Warnings w2;
+    ImageDataset ds(g.config(), 0, e2, &w2.bus);
+    EXPECT_GE(ds.scan().images, 1);
+    EXPECT_GE(w2.mentioning(": skipped "), 1);
+    for (size_t i = 0; i < ds.size(); ++i) EXPECT_EQ(ds.item(i).latents.dim(), 3);
+  }
+}
+
+// Every read is checked: shape, dtype, checksum (a bit flip), finite values, the key; each is rebuilt and said.
+TEST(EncodeCache, BadEntriesAreDetectedOnReadAndRebuilt) {
+  Folder f("checked");
+  const config::DatasetConfig cfg = f.config();
+  const fs::path cacheDir = f.dir / kCacheFolderName;
+  const auto s = scanImageFolder(cfg);
+  const ImageEntry& a = entryOf(s, "a.png");
+  CountingEncoders enc;
+  at::Tensor good;
+  fs::path file;
+  {
+    EncodeCache cache(cacheDir, enc.make());
+    cache.build(s.entries);
+    good = cache.latents(a).clone();
+    file = cache.latentsFile(a);
+  }
+  const std::string key = io::SafetensorsFile::open(file).metadata().at("strata_cache_key");
+  const auto write = [&](const at::Tensor& t, const std::string& checksum) {
+    io::writeSafetensors(file, {{"latents", t}}, {{"strata_cache_key", key}, {"strata_cache_checksum", checksum}});
+  };
+  struct Bad {
+    std::string name, reason;
+    std::function<void()> make;
+  };
+  const std::vector<Bad> bad = {
+      {"bit flip", "checksum",
+       [&] {
+         std::string bytes = readAll(file);
+         bytes[bytes.size() - 5] ^= 0x10;
+         writeText(file, bytes);
+       }},
+      {"NaN with a valid checksum", "NaN",
+       [&] {
+         at::Tensor t = good.clone();
+         t[0][0][0] = NAN;
+         write(t, EncodeCache::checksum({{"latents", t}}));
+       }},
+      {"wrong shape", "shape",
+       [&] {
+         at::Tensor t = good.narrow(2, 0, 4).contiguous();
+         write(t, EncodeCache::checksum({{"latents", t}}));
+       }},
+      {"wrong dtype", "F16",
+       [&] {
+         at::Tensor t = good.to(at::kHalf);
+         write(t, EncodeCache::checksum({{"latents", t}}));
+       }},
+      {"no checksum", "checksum",
+       [&] {
+         io::writeSafetensors(file, {{"latents", good}}, {{"strata_cache_key", key}});
+       }},
+      {"another format's key", "other inputs",
+       [&] {
+         io::writeSafetensors(
+             file, {{"latents", good}},
+             {{"strata_cache_key", "latents|" + a.imageHash + "|fake-vae|" + a.bucket.name() + "|flip=0"},
+              {"strata_cache_checksum", EncodeCache::checksum({{"latents", good}})}});
+       }},
+  };
+  for (const Bad& b : bad) {
+    b.make();
+    Warnings w;
+    CountingEncoders again;
+    EncodeCache cache(cacheDir, again.make(), &w.bus);
+    const CacheStats st = cache.build(s.entries);
+    EXPECT_EQ(st.rebuilt, 1) << b.name;
+    EXPECT_EQ(again.imagesSeen, 1) << b.name;
+    ASSERT_EQ(w.mentioning("rebuilding"), 1) << b.name;
+    EXPECT_EQ(w.mentioning(b.reason), 1) << b.name << ": " << w.messages.at(0);
+    EXPECT_TRUE(at::equal(cache.latents(a), good)) << b.name;
+  }
+  // A text embedding of the wrong width (another text encoder's) is caught the same way.
+  {
+    CountingEncoders wide;
+    Encoders e = wide.make();
+    e.textDim = 9;  // the run expects [6, 9]; the cache holds [6, 8]
+    auto inner = e.text;
+    e.text = [inner](const std::vector<std::string>& c) {
+      auto out = inner(c);
+      for (auto& t : out) t.txt = at::cat({t.txt, t.txt.narrow(1, 0, 1)}, 1);
+      return out;
+    };
+    Warnings w;
+    EncodeCache cache(cacheDir, e, &w.bus);
+    const CacheStats st = cache.build(s.entries);
+    EXPECT_GE(st.rebuilt, 1);
+    EXPECT_GE(w.mentioning("shape"), 1);
+    EXPECT_EQ(cache.text(a.caption).txt.size(1), 9);
+  }
+}
+
+TEST(EncodeCache, CaptionsAreNotWrittenIntoCacheFiles) {
+  Folder f("private");
+  writeText(f.dir / "a.txt", "my secret diary entry");
+  const fs::path cacheDir = f.dir / kCacheFolderName;
+  CountingEncoders enc;
+  const auto s = scanImageFolder(f.config());
+  EncodeCache cache(cacheDir, enc.make());
+  cache.build(s.entries);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(cacheDir)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    EXPECT_EQ(readAll(e.path()).find("secret"), std::string::npos) << e.path();
+  }
+  EXPECT_GT(files, 3);
+  EXPECT_NE(cache.text("sks, my secret diary entry").pooled.numel(), 0);
+}
+
+// Deleting _strata_cache during a run: what is read next is written back from the copy
+// still mapped (the text encoders are gone by then), or encoded again where there is none.
+TEST(EncodeCache, DeletedDuringTheRunIsRebuiltNotAFailure) {
+  Folder f("deleted");
+  const fs::path cacheDir = f.dir / kCacheFolderName;
+  const auto s = scanImageFolder(f.config());
+  const ImageEntry& a = entryOf(s, "a.png");
+  CountingEncoders counting;
+  Encoders enc = counting.make();
+  bool released = false;
+  auto innerText = enc.text;
+  enc.text = [&](const std::vector<std::string>& c) {
+    if (released) throw Error("text encoding: the text encoders were released after caching");
+    return innerText(c);
+  };
+  Warnings w;
+  EncodeCache cache(cacheDir, enc, &w.bus);
+  cache.build(s.entries, 4, {""});
+  const at::Tensor lat = cache.latents(a).clone();
+  const TextEmbedding txt = cache.text(a.caption);
+  released = true;
+  const int imagesBefore = counting.imagesSeen;
+  fs::remove_all(cacheDir);
+  EXPECT_TRUE(at::equal(cache.latents(a), lat));
+  EXPECT_TRUE(at::equal(cache.text(a.caption).txt, txt.txt));
+  EXPECT_EQ(counting.imagesSeen, imagesBefore);   // from the copy in use, not encoded
+  EXPECT_TRUE(fs::exists(cache.latentsFile(a)));  // and the file is back
+  EXPECT_TRUE(fs::exists(cache.textFile(a.caption)));
+  EXPECT_GE(w.mentioning("deleted during the run"), 2);
+  // A new cache object (no mapping): the latents are encoded again, the text cannot be and says how to fix it.
+  fs::remove_all(cacheDir);
+  EncodeCache fresh(cacheDir, enc, &w.bus);
+  EXPECT_TRUE(at::allclose(fresh.latents(a), lat));
+  EXPECT_EQ(counting.imagesSeen, imagesBefore + 1);
+  try {
+    fresh.text(a.caption);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(fresh.textFile(a.caption).string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("start the run again"), std::string::npos) << e.what();
+  }
 }

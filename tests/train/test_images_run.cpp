@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -317,4 +318,93 @@ TEST(ImagesRun, SamplePromptsGetTheTriggerWordReplacedNotPrepended) {
   EXPECT_EQ(samplePromptText("a dog", "ohwx"), "a dog");
   EXPECT_EQ(samplePromptText("[trigger] and [trigger]", "x"), "x and x");
   EXPECT_EQ(samplePromptText("[trigger] dog", ""), " dog");
+}
+
+// The VAE's identity in a cache key is its content: other weights with the same
+// size and mtime are another key (they re-encode); the same weights elsewhere are the same key.
+TEST(ImagesRun, ModelIdentityIsTheWeightsContentNotTheirSizeAndDate) {
+  ImageSet images;
+  test::TempDir out;
+  const char* oldXdg = std::getenv("XDG_CACHE_HOME");
+  const std::string savedXdg = oldXdg ? oldXdg : "";
+  ::setenv("XDG_CACHE_HOME", (out / "xdg").c_str(), 1);  // the hash memo, not the user's
+  const fs::path s = fixture() / "singles";
+  for (const char* n : {"ae.safetensors", "copy.safetensors"}) fs::copy_file(s / "ae.safetensors", out / n);
+  auto cfg = singlesConfig(images, out.path(), "id");
+  cfg.model.vaePath = (out / "ae.safetensors").string();
+  const auto fc = families::planFluxConfig(cfg.model);
+  DatasetContext ctx;
+  ctx.latentChannels = fc.latentChannels();
+  ctx.textDim = fc.jointAttentionDim;
+  ctx.pooledDim = fc.pooledProjectionDim;
+  ctx.textTokens = defaultTextTokens(ctx.textDim);
+  const std::string before = families::makeFluxImageModels(cfg, ctx, at::kCPU)->imageModelId();
+  auto copyCfg = cfg;
+  copyCfg.model.vaePath = (out / "copy.safetensors").string();
+  EXPECT_EQ(families::makeFluxImageModels(copyCfg, ctx, at::kCPU)->imageModelId(), before);
+  // One weight changed in place: same size, and the old mtime put back.
+  const fs::path vae = out / "ae.safetensors";
+  const auto mtime = fs::last_write_time(vae);
+  const auto size = fs::file_size(vae);
+  {
+    std::fstream f(vae, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size - 3));
+    const char c = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(size - 3));
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  fs::last_write_time(vae, mtime);
+  ASSERT_EQ(fs::file_size(vae), size);
+  EXPECT_NE(families::makeFluxImageModels(cfg, ctx, at::kCPU)->imageModelId(), before);
+  if (oldXdg)
+    ::setenv("XDG_CACHE_HOME", savedXdg.c_str(), 1);
+  else
+    ::unsetenv("XDG_CACHE_HOME");
+}
+
+// T5 and CLIP are loaded only when something must be encoded, long after their
+// hashes named the text cache's key: files replaced in between are refused, not
+// cached under the old files' key.
+TEST(ImagesRun, TextEncodersReplacedAfterTheRunStartedAreRefused) {
+  ImageSet images;
+  test::TempDir out;
+  const char* oldXdg = std::getenv("XDG_CACHE_HOME");
+  const std::string savedXdg = oldXdg ? oldXdg : "";
+  ::setenv("XDG_CACHE_HOME", (out / "xdg").c_str(), 1);
+  const fs::path s = fixture() / "singles";
+  for (const char* n : {"ae.safetensors", "clip_l.safetensors", "t5xxl.safetensors"}) fs::copy_file(s / n, out / n);
+  auto cfg = singlesConfig(images, out.path(), "late");
+  cfg.model.vaePath = (out / "ae.safetensors").string();
+  cfg.model.clipPath = (out / "clip_l.safetensors").string();
+  cfg.model.t5Path = (out / "t5xxl.safetensors").string();
+  const auto fc = families::planFluxConfig(cfg.model);
+  DatasetContext ctx;
+  ctx.latentChannels = fc.latentChannels();
+  ctx.textDim = fc.jointAttentionDim;
+  ctx.pooledDim = fc.pooledProjectionDim;
+  ctx.textTokens = defaultTextTokens(ctx.textDim);
+  {
+    auto models = families::makeFluxImageModels(cfg, ctx, at::kCPU);
+    EXPECT_EQ(models->encodeTexts({"a"}).size(), 1u);  // unchanged: loads
+  }
+  auto models = families::makeFluxImageModels(cfg, ctx, at::kCPU);
+  {
+    const fs::path t5 = out / "t5xxl.safetensors";
+    const auto size = fs::file_size(t5);
+    std::fstream f(t5, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size - 3));
+    const char c = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(size - 3));
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  try {
+    models->encodeTexts({"a"});
+    ADD_FAILURE() << "expected LoadError";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed since the run started"), std::string::npos) << e.what();
+  }
+  if (oldXdg)
+    ::setenv("XDG_CACHE_HOME", savedXdg.c_str(), 1);
+  else
+    ::unsetenv("XDG_CACHE_HOME");
 }
