@@ -60,7 +60,8 @@ function(strata_add_test name)
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${A_LABELS}"
                SKIP_REGULAR_EXPRESSION "  SKIPPED "
-               ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+               # The content-hash memo (io/ContentHash) goes to the build folder, not ~/.cache.
+               ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR};XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache")
 endfunction()
 
 # strata_add_test_dir(AREA LIBS ... LABELS ...): one test executable
