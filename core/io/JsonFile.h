@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "io/FileBytes.h"  // kMaxSmallFileBytes, for config.json readers
+
 namespace strata::io {
 
 // No file Strata reads nests deeper than ~8; 64 leaves room and keeps every

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 
+#include <tuple>
+
 #include "common/Error.h"
 #include "io/JsonFields.h"
 #include "io/JsonFile.h"
@@ -26,6 +28,15 @@ void VaeConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("VaeConfig: " + what);
   };
+  namespace lim = io::limits;
+  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
+                                         {"out_channels", outChannels, lim::kWidth},
+                                         {"layers_per_block", layersPerBlock, lim::kLayers},
+                                         {"latent_channels", latentChannels, lim::kWidth},
+                                         {"norm_num_groups", normNumGroups, lim::kWidth},
+                                         {"sample_size", sampleSize, lim::kPositions}})
+    io::requireAtMost("VaeConfig", key, value, most);
+  for (const int64_t c : blockOutChannels) io::requireAtMost("VaeConfig", "a block_out_channels entry", c, lim::kWidth);
   require(inChannels > 0, "in_channels must be positive");
   require(outChannels > 0, "out_channels must be positive");
   require(!blockOutChannels.empty(), "block_out_channels is empty");
@@ -120,7 +131,7 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 VaeConfig VaeConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  const nlohmann::json j = io::readJsonFile(path);
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);  // a config.json: 1 MB at most
   try {
     return fromDiffusersJson(j);
   } catch (const ConfigError& e) {
