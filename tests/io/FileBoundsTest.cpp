@@ -11,6 +11,7 @@
 #include "common/Error.h"
 #include "common/ForkedChild.h"
 #include "common/TestSupport.h"
+#include "io/DiffusersFolder.h"
 #include "io/FileBytes.h"
 #include "io/JsonFile.h"
 
@@ -89,4 +90,20 @@ TEST(FileBounds, DeepJsonIsRefusedBeforeParsingNamingTheFile) {
   const int ok = strata::io::kMaxJsonDepth;
   writeText(p, std::string(ok, '[') + std::string(ok, ']'));
   EXPECT_NO_THROW(strata::io::readJsonFile(p));
+}
+
+TEST(FileBounds, ModelIndexComponentMustBeAFolderName) {
+  // Found by FuzzSmoke.ModelIndexJson: a 2,000-character component name made
+  // std::filesystem throw its own untyped error; "../x" would leave the folder.
+  strata::test::TempDir dir;
+  for (const std::string& name : {std::string(2000, 'a'), std::string("../elsewhere"), std::string("")}) {
+    writeText(dir / "model_index.json",
+              "{\"" + name + "\": [\"diffusers\", \"FluxTransformer2DModel\"]}");
+    try {
+      strata::io::diffusersComponentFolder(dir.path(), {"FluxTransformer2DModel"});
+      ADD_FAILURE() << "component name \"" << name.substr(0, 20) << "\" accepted";
+    } catch (const strata::IoError& e) {
+      EXPECT_TRUE(contains(e.what(), (dir / "model_index.json").string())) << e.what();
+    }
+  }
 }
