@@ -96,6 +96,10 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   fields.read("norm_num_groups", c.normNumGroups);
   if (auto it = j.find("sample_size"); it != j.end() && it->is_array()) {
     if (it->empty() || !(*it)[0].is_number_integer()) fields.fail("sample_size", "expected an integer or [h, w]");
+    // Checked as the file wrote it: 2^64 - 1 read as int64 was -1.
+    if (!(*it)[0].is_number_unsigned() || (*it)[0].get<uint64_t>() > static_cast<uint64_t>(io::limits::kPositions))
+      fields.fail("sample_size", (*it)[0].dump() + " is out of range (0 to " +
+                                     std::to_string(io::limits::kPositions) + ")");
     c.sampleSize = (*it)[0].get<int64_t>();
   } else {
     fields.read("sample_size", c.sampleSize);
