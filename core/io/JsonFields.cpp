@@ -50,17 +50,6 @@ const nlohmann::json& JsonFields::at(const char* key) const {
 
 int64_t JsonFields::integer(const char* key) const { return as<int64_t>(at(key), key); }
 
-int64_t JsonFields::integer(const char* key, int64_t lo, int64_t hi) const {
-  const int64_t v = integer(key);
-  checkRange(key, v, lo, hi);
-  return v;
-}
-
-void JsonFields::checkRange(const char* key, int64_t value, int64_t lo, int64_t hi) const {
-  if (value < lo || value > hi)
-    fail(key, std::to_string(value) + " is out of range (" + std::to_string(lo) + " to " + std::to_string(hi) + ")");
-}
-
 double JsonFields::number(const char* key) const { return as<double>(at(key), key); }
 
 bool JsonFields::booleanOf(const nlohmann::json& v, const char* key) const {

@@ -52,14 +52,6 @@ class JsonFields {
 
   int64_t integer(const char* key) const;
   int64_t integer(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
-  // An integer in [lo, hi]; ConfigError "key 'k': N is out of range (lo to hi)"
-  // otherwise. For every size a file gives (layers, widths, heads, vocab).
-  int64_t integer(const char* key, int64_t lo, int64_t hi) const;
-  int64_t integer(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
-    return has(key) ? integer(key, lo, hi) : fallback;
-  }
-  // Fails with the range when `value` (read from `key`) is outside [lo, hi].
-  void checkRange(const char* key, int64_t value, int64_t lo, int64_t hi) const;
   double number(const char* key) const;
   double number(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
   bool boolean(const char* key, bool fallback) const { return has(key) ? booleanOf(at(key), key) : fallback; }
