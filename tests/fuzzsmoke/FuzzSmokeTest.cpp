@@ -31,6 +31,7 @@
 #include "io/FileBytes.h"
 #include "io/Image.h"
 #include "io/Safetensors.h"
+#include "io/SafetensorsCheckpoint.h"
 #include "models/clip/ClipTextConfig.h"
 #include "models/flux/FluxConfig.h"
 #include "models/llama/LlamaConfig.h"
@@ -349,6 +350,31 @@ TEST(FuzzSmoke, SafetensorsHeader) {
     return std::to_string(bytes) + " bytes of tensors";
   };
   fuzz(k, casesPerKind(300), 0x5afe);
+}
+
+TEST(FuzzSmoke, ShardIndexJson) {
+  // Two shards and their index; the index is mutated, the shards kept.
+  test::TempDir shards;
+  io::writeSafetensors(shards / "model-00001-of-00002.safetensors",
+                       {{"a.weight", at::ones({4, 2})}, {"b.weight", at::zeros({3})}});
+  io::writeSafetensors(shards / "model-00002-of-00002.safetensors", {{"c.weight", at::ones({2, 2}, at::kHalf)}});
+  const std::string index = R"({"metadata": {"total_size": 52}, "weight_map": {
+      "a.weight": "model-00001-of-00002.safetensors", "b.weight": "model-00001-of-00002.safetensors",
+      "c.weight": "model-00002-of-00002.safetensors"}})";
+  FuzzKind k;
+  k.name = "shard index JSON";
+  k.seeds.push_back(index);
+  k.place = [&](const fs::path& d, const std::string& b) {
+    writeAll(d / "model.safetensors.index.json", b);
+    for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+      fs::create_symlink(shards / shard, d / shard);
+    return d / "model.safetensors.index.json";
+  };
+  k.read = [](const fs::path& d) {
+    const auto ckpt = io::SafetensorsCheckpoint::open(d);
+    return std::to_string(ckpt.shapes().size()) + " tensors in " + std::to_string(ckpt.files().size()) + " files";
+  };
+  fuzz(k, casesPerKind(200), 0x1d3e);
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "io/DiffusersFolder.h"
 #include "io/FileBytes.h"
 #include "io/JsonFile.h"
+#include "io/SafetensorsCheckpoint.h"
 
 namespace fs = std::filesystem;
 using strata::test::ChildOutcome;
@@ -105,5 +106,20 @@ TEST(FileBounds, ModelIndexComponentMustBeAFolderName) {
     } catch (const strata::IoError& e) {
       EXPECT_TRUE(contains(e.what(), (dir / "model_index.json").string())) << e.what();
     }
+  }
+}
+
+TEST(FileBounds, ShardIndexNamesMustBeFileNames) {
+  // Found by FuzzSmoke.ShardIndexJson: a 300-character shard name made
+  // std::filesystem throw its own untyped error.
+  strata::test::TempDir dir;
+  writeText(dir / "model.safetensors.index.json",
+            "{\"weight_map\": {\"a.weight\": \"" + std::string(300, 'x') + ".safetensors\"}}");
+  try {
+    strata::io::SafetensorsCheckpoint::open(dir.path());
+    ADD_FAILURE() << "an over-long shard name was accepted";
+  } catch (const strata::IoError& e) {
+    EXPECT_TRUE(contains(e.what(), (dir / "model.safetensors.index.json").string())) << e.what();
+    EXPECT_TRUE(contains(e.what(), "is not a file in this folder")) << e.what();
   }
 }
