@@ -49,7 +49,8 @@ void RunQueue::load() {
   QString problem;
   QVector<Entry> loaded;
   try {
-    const std::string bytes = io::readFileBytes(filePath_.toStdString());
+    // A regular file of at most 1 MB: a FIFO or a link to /dev/zero is refused, not read.
+    const std::string bytes = io::readSmallFile(filePath_.toStdString(), io::kMaxSmallFileBytes, "run queue file");
     QJsonParseError err{};
     const QJsonDocument doc = QJsonDocument::fromJson(QByteArray::fromStdString(bytes), &err);
     if (err.error != QJsonParseError::NoError) {

@@ -32,8 +32,16 @@ fs::path diffusersComponentFolder(const fs::path& root, const std::vector<std::s
   if (found.size() > 1)
     throw IoError(indexPath.string() + ": more than one component of class " + wanted + " (" + found[0] + ", " +
                   found[1] + ")");
-  const fs::path folder = root / found[0];
-  if (!fs::is_directory(folder))
+  // A component is a folder beside model_index.json: one plain name, never a path
+  // ("../x") nor one the OS refuses (an over-long name made is_directory throw).
+  const std::string& name = found[0];
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos || name.size() > 255)
+    throw IoError(indexPath.string() + ": the component name \"" + name.substr(0, 80) +
+                  (name.size() > 80 ? "...\"" : "\"") + " is not a folder name");
+  const fs::path folder = root / name;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec))
     throw IoError(indexPath.string() + ": names the component " + found[0] + ", but " + folder.string() +
                   " is not a folder");
   return folder;

@@ -1,6 +1,30 @@
 #include "io/JsonFields.h"
 
+#include <algorithm>
+
 namespace strata::io {
+
+void requireAtMost(const std::string& owner, const char* key, int64_t value, int64_t most) {
+  if (value > most)
+    throw ConfigError(owner + ": " + key + " is " + std::to_string(value) + ", more than " + std::to_string(most) +
+                      " (far beyond any released model: a corrupt or hand-edited config?)");
+}
+
+void requireAgreement(const nlohmann::json& declared, const nlohmann::json& detected, const std::string& configJson,
+                      const std::string& weights, const std::vector<std::string>& skip) {
+  std::string differences;
+  for (auto it = declared.begin(); it != declared.end(); ++it) {
+    if (std::find(skip.begin(), skip.end(), it.key()) != skip.end()) continue;
+    const auto d = detected.find(it.key());
+    if (d == detected.end() || *d == it.value()) continue;
+    if (d->is_number() && it.value().is_number() && d->get<double>() == it.value().get<double>()) continue;  // 3 vs 3.0
+    differences += (differences.empty() ? "" : "; ") + it.key() + " is " + it.value().dump() + " there, " + d->dump() +
+                   " in the weights";
+  }
+  if (!differences.empty())
+    throw LoadError(configJson + " contradicts the weights (" + weights + "): " + differences +
+                    " (the weights' shapes are what would train: fix or remove config.json)");
+}
 
 JsonFields::JsonFields(const nlohmann::json& object, std::string source, std::string prefix)
     : j_(object), source_(std::move(source)), prefix_(std::move(prefix)) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -14,6 +15,30 @@
 #include "common/Error.h"
 
 namespace strata::io {
+
+// What a shape read from a file can be, checked before anything is sized by it
+// (a config.json with num_hidden_layers 1e9 made `plan` allocate 15 GB). Each is
+// far above any released model (FLUX.2-dev: 56 blocks, 6144 wide; Llama-3.1-405B:
+// 126 layers, 16384 wide, 53248 MLP; vocabularies reach ~262k).
+namespace limits {
+constexpr int64_t kLayers = 1024;           // blocks / layers of one stack
+constexpr int64_t kWidth = int64_t{1} << 18;  // a hidden, MLP, channel or embedding width
+constexpr int64_t kHeads = 1024;            // attention heads
+constexpr int64_t kVocab = int64_t{1} << 22;  // vocabulary size (text::kMaxTokenId + 1)
+constexpr int64_t kPositions = int64_t{1} << 24;  // positions, buckets, sample sizes
+}  // namespace limits
+
+// ConfigError "<owner>: <key> is N, more than M (...)" when value > most: one
+// wording for every bound a model config checks in its validate().
+void requireAtMost(const std::string& owner, const char* key, int64_t value, int64_t most);
+
+// Where a config.json and the shapes read from the weights' header disagree, the
+// weights win silently no more: LoadError "<configJson> contradicts the weights
+// (<weights>): joint_attention_dim is 64 there, 4096 in the weights; ...". Both
+// are the config's own JSON form; keys in `skip` (not in the weights) and keys
+// `detected` lacks are not compared.
+void requireAgreement(const nlohmann::json& declared, const nlohmann::json& detected, const std::string& configJson,
+                      const std::string& weights, const std::vector<std::string>& skip = {});
 
 class JsonFields {
  public:
@@ -49,6 +74,16 @@ class JsonFields {
       return booleanOf(v, key);
     } else if constexpr (std::is_integral_v<T>) {
       if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
+      // In range of T before narrowing: 2^32 into an int was read as 0.
+      bool fits = false;
+      if (v.is_number_unsigned()) {
+        fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+      } else {
+        const int64_t x = v.get<int64_t>();
+        fits = x < 0 ? std::is_signed_v<T> && x >= static_cast<int64_t>(std::numeric_limits<T>::min())
+                     : static_cast<uint64_t>(x) <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+      }
+      if (!fits) fail(key, v.dump() + " is out of range for this key");
       return v.get<T>();
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!v.is_number()) fail(key, "expected a number, got " + v.dump());

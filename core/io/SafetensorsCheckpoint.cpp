@@ -27,9 +27,12 @@ std::map<std::string, std::string> readIndex(const fs::path& index) {
   for (const auto& [tensor, file] : j["weight_map"].items()) {
     if (!file.is_string()) throw IoError(index.string() + ": weight_map['" + tensor + "'] is not a file name");
     const std::string name = file.get<std::string>();
-    // A shard is a file next to the index, never a path that leaves the folder.
-    if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos || name == "..")
-      throw IoError(index.string() + ": weight_map['" + tensor + "'] = '" + name + "' is not a file in this folder");
+    // A shard is a file next to the index, never a path that leaves the folder, nor
+    // a name the OS refuses (an over-long one made std::filesystem throw its own error).
+    if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos || name == ".." ||
+        name == "." || name.find('\0') != std::string::npos || name.size() > 255)
+      throw IoError(index.string() + ": weight_map['" + tensor.substr(0, 200) + "'] = '" + name.substr(0, 80) +
+                    (name.size() > 80 ? "..." : "") + "' is not a file in this folder");
     map[tensor] = name;
   }
   if (map.empty()) throw IoError(index.string() + ": 'weight_map' is empty");

@@ -11,6 +11,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "io/JsonFile.h"
 #include "common/Text.h"
 #include "io/Safetensors.h"
 
@@ -100,7 +101,9 @@ PeftAlpha parsePeftAlpha(const std::map<std::string, std::string>& metadata, con
   if (it == metadata.end()) return out;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(it->second);
+    j = io::parseJsonText(it->second, sourceName + ": metadata '" + kPeftMetadataKey + "'");
+  } catch (const IoError& e) {
+    throw LoadError(e.what());
   } catch (const std::exception& e) {
     throw LoadError(sourceName + ": metadata '" + kPeftMetadataKey + "' is not valid JSON: " + e.what());
   }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/Error.h"
+#include "text/JsonFile.h"
 #include "text/Unicode.h"
 
 namespace strata::text {
@@ -21,6 +22,9 @@ BpeModel::BpeModel(std::unordered_map<std::string, int> vocab, const std::vector
   int maxId = -1;
   for (const auto& [token, id] : vocab_) {
     if (id < 0) throw IoError(source + ": token \"" + token + "\" has a negative id " + std::to_string(id));
+    if (id > kMaxTokenId)
+      throw IoError(source + ": token \"" + token + "\" has the id " + std::to_string(id) + ", more than " +
+                    std::to_string(kMaxTokenId) + " (no vocabulary is that large)");
     maxId = std::max(maxId, id);
   }
   idToToken_.resize(static_cast<std::size_t>(maxId + 1));

@@ -20,9 +20,7 @@ std::unordered_map<std::string, int> readVocab(const std::filesystem::path& path
   std::unordered_map<std::string, int> vocab;
   vocab.reserve(j.size());
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it.value().is_number_integer())
-      throw IoError(path.string() + ": token \"" + it.key() + "\": the id is not an integer");
-    vocab.emplace(it.key(), it.value().get<int>());
+    vocab.emplace(it.key(), tokenIdOf(it.value(), path.string() + ": token \"" + it.key() + "\""));
   }
   if (vocab.empty()) throw IoError(path.string() + ": the vocabulary is empty");
   return vocab;

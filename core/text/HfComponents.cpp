@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "common/Error.h"
+#include "text/JsonFile.h"
 #include "text/ByteLevel.h"
 #include "text/Regex.h"
 #include "text/Unicode.h"
@@ -381,7 +382,7 @@ class SequencePostProcessor : public PostProcessor {
 int tokenPairId(const Json& j, const std::string& where) {
   // ["<s>", 0]
   if (!j.is_array() || j.size() != 2 || !j[1].is_number_integer()) throw IoError(where + ": expected [token, id]");
-  return j[1].get<int>();
+  return tokenIdOf(j[1], where);
 }
 
 // ---- decoders ----
@@ -619,7 +620,7 @@ std::unique_ptr<PostProcessor> makePostProcessor(const Json& j, const std::strin
       const std::string name = stringField(item.at("SpecialToken"), "id", at + ".SpecialToken");
       std::vector<int> ids;
       if (specials.contains(name) && specials.at(name).contains("ids")) {
-        for (const auto& id : specials.at(name).at("ids")) ids.push_back(id.get<int>());
+        for (const auto& id : specials.at(name).at("ids")) ids.push_back(tokenIdOf(id, at + ".ids"));
       } else if (auto id = lookup(name)) {
         ids.push_back(*id);
       } else {

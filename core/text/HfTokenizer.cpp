@@ -1,6 +1,7 @@
 #include "text/HfTokenizer.h"
 
 #include "common/Error.h"
+#include "text/JsonFile.h"
 
 namespace strata::text {
 namespace {
@@ -52,7 +53,7 @@ AddedTokens readAddedTokens(const Json& json, const std::string& where) {
     if (!t.is_object() || !t.contains("id") || !t.at("id").is_number_integer())
       throw IoError(at + ": expected an object with an integer id");
     AddedToken a;
-    a.id = t.at("id").get<int>();
+    a.id = tokenIdOf(t.at("id"), at + ".id");
     a.content = hf::stringField(t, "content", at);
     a.special = hf::boolField(t, "special", at, false);
     a.lstrip = hf::boolField(t, "lstrip", at, false);
@@ -82,9 +83,7 @@ HfTokenizer::HfTokenizer(const Json& json, const std::filesystem::path& path, co
   std::unordered_map<std::string, int> vocab;
   vocab.reserve(model.at("vocab").size());
   for (auto it = model.at("vocab").begin(); it != model.at("vocab").end(); ++it) {
-    if (!it.value().is_number_integer())
-      throw IoError(modelWhere + ".vocab[\"" + it.key() + "\"]: the id is not an integer");
-    vocab.emplace(it.key(), it.value().get<int>());
+    vocab.emplace(it.key(), tokenIdOf(it.value(), modelWhere + ".vocab[\"" + it.key() + "\"]"));
   }
   BpeOptions options;
   options.unkToken = optionalString(model, "unk_token", modelWhere);
@@ -117,7 +116,7 @@ HfTokenizer::HfTokenizer(const Json& json, const std::filesystem::path& path, co
   if (!special_.pad) {
     const Json padding = field("padding");
     if (padding.is_object() && padding.contains("pad_id") && padding.at("pad_id").is_number_integer())
-      special_.pad = padding.at("pad_id").get<int>();
+      special_.pad = tokenIdOf(padding.at("pad_id"), file + ": padding.pad_id");
   }
 }
 

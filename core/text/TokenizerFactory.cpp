@@ -25,10 +25,15 @@ std::optional<std::string> tokenName(const Json& config, const char* key) {
 struct FolderConfig {
   Json config = Json::object();  // tokenizer_config.json, then special_tokens_map.json filling gaps
   std::string tokenizerClass;
+  fs::path folder;
 };
+
+// T5's tokenizer_config.json asks for 100; each becomes an added token.
+constexpr int kMaxExtraIds = 4096;
 
 FolderConfig readConfig(const fs::path& folder) {
   FolderConfig out;
+  out.folder = folder;
   if (fs::exists(folder / "tokenizer_config.json")) {
     out.config = readJsonFile(folder / "tokenizer_config.json");
     if (!out.config.is_object())
@@ -78,8 +83,14 @@ std::unique_ptr<Tokenizer> openTokenizerJson(const fs::path& file, const FolderC
 
 SentencePieceRule t5Rule(const FolderConfig& c) {
   SentencePieceRule rule = SentencePieceRule::t5();
-  if (c.config.contains("extra_ids") && c.config.at("extra_ids").is_number_integer())
-    rule.extraIds = c.config.at("extra_ids").get<int>();
+  if (c.config.contains("extra_ids") && c.config.at("extra_ids").is_number_integer()) {
+    // One added token per extra id (T5 has 100): bounded like any id.
+    const int n = tokenIdOf(c.config.at("extra_ids"), c.folder.string() + "/tokenizer_config.json: extra_ids");
+    if (n > kMaxExtraIds)
+      throw IoError(c.folder.string() + "/tokenizer_config.json: extra_ids: " + std::to_string(n) +
+                    " is more than " + std::to_string(kMaxExtraIds) + " (T5 has 100)");
+    rule.extraIds = n;
+  }
   if (auto pad = tokenName(c.config, "pad_token")) rule.padToken = *pad;
   return rule;
 }

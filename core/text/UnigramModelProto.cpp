@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/Error.h"
+#include "text/JsonFile.h"
 #include "text/HfComponents.h"
 #include "text/HfTokenizer.h"
 #include "text/ProtoWriter.h"
@@ -104,8 +105,8 @@ UnigramConversion unigramToSentencePiece(const Json& json, const std::string& fi
   const Json& vocab = model.at("vocab");
   if (!model.contains("unk_id") || !model.at("unk_id").is_number_integer())
     throw IoError(where + ".unk_id: missing (sentencepiece needs an unknown piece)");
-  const int unkId = model.at("unk_id").get<int>();
-  if (unkId < 0 || static_cast<std::size_t>(unkId) >= vocab.size())
+  const int unkId = tokenIdOf(model.at("unk_id"), where + ".unk_id");
+  if (static_cast<std::size_t>(unkId) >= vocab.size())
     throw IoError(where + ".unk_id: " + std::to_string(unkId) + " is not a piece of the vocabulary");
   const bool byteFallback = hf::boolField(model, "byte_fallback", where, false);
 

@@ -5,7 +5,10 @@
 // changes the palette, the plots and the GPU map, and is remembered.
 #include <qcustomplot.h>
 
+#include <sys/stat.h>
+
 #include <QAction>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -77,6 +80,7 @@ class RunQueueTest : public QObject {
   void gpuUsageSaysWhyWithoutTheDriver();
   void queueIsKeptAcrossRestartsAndEditable();
   void unreadableQueueFileIsKeptAsideAndSaid();
+  void queueFileThatIsAFifoOrDeviceIsRefusedAtOnce();
   void queueTrainsInTurnAndAFailedRunDoesNotStopIt();
   void darkThemeChangesPalettePlotsAndMapAndIsRemembered();
 
@@ -252,6 +256,23 @@ void RunQueueTest::unreadableQueueFileIsKeptAsideAndSaid() {
   QVERIFY2(summary.contains("could not be read") && summary.contains(file + ".bad"), qPrintable(summary));
   QVERIFY(QFileInfo::exists(file + ".bad"));
   QVERIFY(!QFileInfo::exists(file));  // the next save writes a fresh one, the old text stays aside
+}
+
+// Issue 32: a FIFO as the queue file kept the app from ever showing its window, a
+// link to /dev/zero grew it to 9.6 GB. Both are refused before any read, and said.
+void RunQueueTest::queueFileThatIsAFifoOrDeviceIsRefusedAtOnce() {
+  const QString fifo = tmp_.filePath("queue-fifo.json");
+  QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+  const QString zero = tmp_.filePath("queue-zero.json");
+  QVERIFY(QFile::link("/dev/zero", zero));
+  for (const QString& file : {fifo, zero}) {
+    QElapsedTimer timer;
+    timer.start();
+    RunQueue queue(file);
+    QVERIFY(timer.elapsed() < 5000);
+    QVERIFY(queue.entries().isEmpty());
+    QVERIFY2(queue.loadProblem().contains("not a regular file"), qPrintable(queue.loadProblem()));
+  }
 }
 
 void RunQueueTest::queueTrainsInTurnAndAFailedRunDoesNotStopIt() {

@@ -1,6 +1,8 @@
 // io::JsonFields: absent keys keep the default, wrong types name the source and key.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "common/Error.h"
 #include "io/JsonFields.h"
 
@@ -70,3 +72,25 @@ TEST(JsonFields, WrongTypesNameTheSourceAndKey) {
 
 }  // namespace
 }  // namespace strata::io
+
+// Issue 32: an integer is checked against its field's type before narrowing
+// (4294967296 into an int was read as 0, 2^64-1 into an int64 as -1).
+TEST(JsonFields, IntegersThatDoNotFitTheirFieldAreRefused) {
+  const auto j = nlohmann::json::parse(R"({"i": 4294967296, "u": 18446744073709551615, "n": -1, "ok": 7})");
+  const strata::io::JsonFields f(j, "config.json");
+  int i = 0;
+  int64_t u = 0;
+  uint32_t n = 0;
+  for (const auto& read : std::vector<std::function<void()>>{[&] { f.read("i", i); }, [&] { f.read("u", u); },
+                                                             [&] { f.read("n", n); }}) {
+    try {
+      read();
+      ADD_FAILURE() << "read without an error: " << i << " " << u << " " << n;
+    } catch (const strata::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("config.json: key '"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(f.read("ok", i));
+  EXPECT_EQ(i, 7);
+}

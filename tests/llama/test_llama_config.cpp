@@ -197,3 +197,23 @@ TEST(LlamaConfig, ParamPlanOfThe8BShape) {
   EXPECT_EQ(p.totalParams(), 8030261248LL);  // Llama-3-8B's published count
   EXPECT_DOUBLE_EQ(llamaActivationElementsPerTokenPerHidden(c), 27.75);
 }
+
+// Issue 32: num_hidden_layers 1e9 made `plan` allocate 15 GB before bad_alloc.
+// Every size is bounded in the config, before a plan or a model is sized by it.
+TEST(LlamaConfig, AbsurdSizesAreRefusedBeforeAnythingIsSized) {
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"num_hidden_layers", 1000000000},
+                                   {"vocab_size", 1000000000000},
+                                   {"hidden_size", int64_t{1} << 40},
+                                   {"intermediate_size", int64_t{1} << 40},
+                                   {"max_position_embeddings", int64_t{1} << 40}}) {
+    json j = base();
+    j[key] = value;
+    const std::string e = errorOf(j);
+    EXPECT_NE(e.find("/models/x/config.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(key), std::string::npos) << e;
+    EXPECT_NE(e.find(std::to_string(value)), std::string::npos) << e;
+  }
+  json j = base();
+  j["num_hidden_layers"] = 1000000000;
+  EXPECT_THROW(llamaParamPlan(LlamaConfig::fromJson(j)), ConfigError);
+}

@@ -177,3 +177,20 @@ TEST(LlamaPeft, WrittenAsPeftWritesAndReadBack) {
     EXPECT_DOUBLE_EQ(b.alpha, it->alpha) << b.modulePath;
   }
 }
+
+// Issue 32: a rank read from adapter_config.json is bounded (1e300 was cast to an
+// integer for the message, undefined behaviour; NaN passed "must be positive").
+TEST(LlamaPeft, AbsurdRankIsRefusedNamingTheKey) {
+  test::TempDir dir;
+  json cfg = peftConfig();
+  cfg["r"] = 1e300;
+  writeFolder(dir.path(), cfg);
+  std::string msg = errorOf<ConfigError>(dir.path());
+  EXPECT_NE(msg.find("adapter_config.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'r'"), std::string::npos) << msg;
+  cfg = peftConfig();
+  cfg["rank_pattern"] = {{"v_proj", 1e300}};
+  writeFolder(dir.path(), cfg);
+  msg = errorOf<ConfigError>(dir.path());
+  EXPECT_NE(msg.find("key 'rank_pattern'"), std::string::npos) << msg;
+}

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 
+#include <tuple>
+
 #include "common/Error.h"
 #include "io/JsonFields.h"
 #include "io/JsonFile.h"
@@ -36,6 +38,14 @@ void ClipTextConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("ClipTextConfig: " + what);
   };
+  namespace lim = io::limits;
+  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
+                                         {"hidden_size", hiddenSize, lim::kWidth},
+                                         {"intermediate_size", intermediateSize, lim::kWidth},
+                                         {"num_hidden_layers", numHiddenLayers, lim::kLayers},
+                                         {"num_attention_heads", numAttentionHeads, lim::kHeads},
+                                         {"max_position_embeddings", maxPositionEmbeddings, lim::kPositions}})
+    io::requireAtMost("ClipTextConfig", key, value, most);
   require(vocabSize > 0, "vocab_size must be positive");
   require(hiddenSize > 0, "hidden_size must be positive");
   require(intermediateSize > 0, "intermediate_size must be positive");
@@ -104,7 +114,7 @@ ClipTextConfig ClipTextConfig::fromTransformersJson(const nlohmann::json& jIn) {
 }
 
 ClipTextConfig ClipTextConfig::fromTransformersJsonFile(const std::filesystem::path& path) {
-  const nlohmann::json j = io::readJsonFile(path);
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);  // a config.json: 1 MB at most
   try {
     return fromTransformersJson(j);
   } catch (const ConfigError& e) {

@@ -10,6 +10,7 @@
 #include "common/ShapeText.h"
 #include "common/Text.h"
 #include "io/HostMemory.h"
+#include "io/JsonFields.h"
 #include "io/Safetensors.h"
 #include "io/SafetensorsCheckpoint.h"
 #include "models/flux/FluxLayout.h"
@@ -83,10 +84,19 @@ namespace {
 
 // The config from the shapes, with a diffusers folder's rotary axes from its config.json.
 FluxConfig configOf(const FluxCheckpoint& ckpt, const std::vector<int64_t>& axesDimsRope) {
-  FluxConfig c = FluxConfig::fromShapes(ckpt.shapes(), axesDimsRope);
-  if (axesDimsRope.empty() && !ckpt.configJsonPath().empty()) {
+  FluxConfig c;
+  try {
+    c = FluxConfig::fromShapes(ckpt.shapes(), axesDimsRope);
+  } catch (const LoadError& e) {
+    throw LoadError(ckpt.path().string() + ": " + e.what());  // the message names the weights
+  }
+  if (!ckpt.configJsonPath().empty()) {
+    // config.json is bounded as it is read; where it says another shape than the
+    // weights, say so (joint_attention_dim 64 against 4096 weights trained without a word).
     const FluxConfig fromJson = FluxConfig::fromDiffusersJsonFile(ckpt.configJsonPath());
-    if (fromJson.attentionHeadDim == c.attentionHeadDim) c.axesDimsRope = fromJson.axesDimsRope;
+    io::requireAgreement(fromJson.toDiffusersJson(), c.toDiffusersJson(), ckpt.configJsonPath().string(),
+                         ckpt.path().string(), {"axes_dims_rope"});
+    if (axesDimsRope.empty()) c.axesDimsRope = fromJson.axesDimsRope;
   }
   return c;
 }

@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <numeric>
+#include <tuple>
 #include <regex>
 #include <set>
 
@@ -10,6 +12,7 @@
 #include "io/JsonFields.h"
 #include "common/ShapeText.h"
 #include "io/FileBytes.h"
+#include "io/JsonFile.h"
 #include "models/flux/FluxLayout.h"
 
 namespace strata::flux {
@@ -32,6 +35,20 @@ void FluxConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("FluxConfig: " + what);
   };
+  // Bounds first: everything below multiplies these, and the plan sizes lists by them.
+  namespace lim = io::limits;
+  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
+                                         {"out_channels", outChannels, lim::kWidth},
+                                         {"num_layers", numLayers, lim::kLayers},
+                                         {"num_single_layers", numSingleLayers, lim::kLayers},
+                                         {"attention_head_dim", attentionHeadDim, lim::kWidth},
+                                         {"num_attention_heads", numAttentionHeads, lim::kHeads},
+                                         {"joint_attention_dim", jointAttentionDim, lim::kWidth},
+                                         {"pooled_projection_dim", pooledProjectionDim, lim::kWidth},
+                                         {"axes_dims_rope (entries)", static_cast<int64_t>(axesDimsRope.size()), 8}})
+    io::requireAtMost("FluxConfig", key, value, most);
+  for (auto a : axesDimsRope) io::requireAtMost("FluxConfig", "an axes_dims_rope entry", a, lim::kWidth);
+  require(std::isfinite(mlpRatio) && mlpRatio <= 64, "mlp ratio must be at most 64");
   require(patchSize == 1,
           "patch_size must be 1 (latents are packed 2x2 outside the model), got " + std::to_string(patchSize));
   require(inChannels > 0, "in_channels must be positive");
@@ -42,6 +59,8 @@ void FluxConfig::validate() const {
   require(numAttentionHeads > 0, "num_attention_heads must be positive");
   require(jointAttentionDim > 0, "joint_attention_dim must be positive");
   require(pooledProjectionDim > 0, "pooled_projection_dim must be positive");
+  io::requireAtMost("FluxConfig", "the hidden size (num_attention_heads x attention_head_dim)", hiddenSize(),
+                    lim::kWidth);
   require(mlpRatio > 0, "mlp ratio must be positive");
   require(!axesDimsRope.empty(), "axes_dims_rope is empty");
   int64_t sum = 0;
@@ -97,13 +116,8 @@ FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 FluxConfig FluxConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  const std::string text = io::readFileBytes(path);  // IoError naming the file
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw IoError("FluxConfig: " + path.string() + " is not valid JSON: " + e.what());
-  }
+  // IoError naming the file: not a regular file, over 1 MB, nested too deep, not JSON.
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
   try {
     return fromDiffusersJson(j);
   } catch (const ConfigError& e) {
@@ -146,7 +160,13 @@ FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_
     int64_t n = 0;
     std::smatch m;
     for (const auto& [key, _] : shapes)
-      if (std::regex_search(key, m, re)) n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
+      if (std::regex_search(key, m, re)) {
+        // Bounded before it counts: "blocks.99999999999999999999." is not a number stoll takes.
+        if (m[1].length() > 6)
+          throw LoadError("FluxConfig: the checkpoint's key '" + key + "' has a block index beyond " +
+                          std::to_string(io::limits::kLayers) + " (a corrupt header?)");
+        n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
+      }
     return n;
   };
 

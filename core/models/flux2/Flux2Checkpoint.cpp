@@ -8,6 +8,7 @@
 
 #include "common/Error.h"
 #include "common/Text.h"
+#include "io/JsonFields.h"
 #include "io/SafetensorsCheckpoint.h"
 #include "io/StrictLoad.h"
 #include "models/flux2/Flux2Names.h"
@@ -49,8 +50,14 @@ OpenedWeights openWeights(const fs::path& path) {
 
 Flux2Config configOf(const OpenedWeights& w, const Flux2Config& base) {
   Flux2Config b = base;
-  if (!w.component.configJson.empty()) b = Flux2Config::fromDiffusersJsonFile(w.component.configJson);
-  return Flux2Config::fromShapes(w.shapes, b);
+  if (w.component.configJson.empty()) return Flux2Config::fromShapes(w.shapes, b);
+  b = Flux2Config::fromDiffusersJsonFile(w.component.configJson);  // bounded as it is read
+  const Flux2Config c = Flux2Config::fromShapes(w.shapes, b);
+  // Where config.json says another shape than the weights, say so instead of training the weights' one.
+  io::requireAgreement(b.toDiffusersJson(), c.toDiffusersJson(), w.component.configJson.string(),
+                       w.component.weights->path().string(),
+                       {"axes_dims_rope"});
+  return c;
 }
 
 // Where one model parameter comes from: a file key and, inside a fused BFL tensor, its rows.

@@ -4,9 +4,13 @@
 
 #include <regex>
 
+#include <cmath>
+#include <tuple>
+
 #include "common/Error.h"
 #include "common/ShapeText.h"
 #include "io/FileBytes.h"
+#include "io/JsonFile.h"
 #include "io/JsonFields.h"
 
 namespace strata::flux2 {
@@ -15,6 +19,21 @@ void Flux2Config::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("Flux2Config: " + what);
   };
+  // Bounds first: everything below multiplies these, and the plan sizes lists by them.
+  namespace lim = io::limits;
+  for (const auto& [key, value, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
+        {"out_channels", outChannels, lim::kWidth},
+        {"num_layers", numLayers, lim::kLayers},
+        {"num_single_layers", numSingleLayers, lim::kLayers},
+        {"attention_head_dim", attentionHeadDim, lim::kWidth},
+        {"num_attention_heads", numAttentionHeads, lim::kHeads},
+        {"joint_attention_dim", jointAttentionDim, lim::kWidth},
+        {"timestep_guidance_channels", timestepGuidanceChannels, lim::kWidth},
+        {"axes_dims_rope (entries)", static_cast<int64_t>(axesDimsRope.size()), 8}})
+    io::requireAtMost("Flux2Config", key, value, most);
+  for (auto a : axesDimsRope) io::requireAtMost("Flux2Config", "an axes_dims_rope entry", a, lim::kWidth);
+  require(std::isfinite(mlpRatio) && mlpRatio <= 64, "mlp_ratio must be at most 64, got " + std::to_string(mlpRatio));
   require(patchSize == 1,
           "patch_size must be 1 (latents are patchified 2x2 outside the model), got " + std::to_string(patchSize));
   require(inChannels > 0, "in_channels must be positive, got " + std::to_string(inChannels));
@@ -28,6 +47,8 @@ void Flux2Config::validate() const {
   require(jointAttentionDim > 0, "joint_attention_dim must be positive, got " + std::to_string(jointAttentionDim));
   require(timestepGuidanceChannels > 0 && timestepGuidanceChannels % 2 == 0,
           "timestep_guidance_channels must be even and positive, got " + std::to_string(timestepGuidanceChannels));
+  io::requireAtMost("Flux2Config", "the hidden size (num_attention_heads x attention_head_dim)",
+                    numAttentionHeads * attentionHeadDim, lim::kWidth);
   require(mlpRatio > 0 && mlpHiddenSize() > 0, "mlp_ratio must be positive, got " + std::to_string(mlpRatio));
   require(ropeTheta > 0, "rope_theta must be positive, got " + std::to_string(ropeTheta));
   require(eps > 0, "eps must be positive, got " + std::to_string(eps));
@@ -90,13 +111,8 @@ Flux2Config Flux2Config::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 Flux2Config Flux2Config::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  const std::string text = io::readFileBytes(path);  // IoError naming the file
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw IoError("Flux2Config: " + path.string() + " is not valid JSON: " + e.what());
-  }
+  // IoError naming the file: not a regular file, over 1 MB, nested too deep, not JSON.
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
   try {
     return fromDiffusersJson(j);
   } catch (const ConfigError& e) {
@@ -141,7 +157,13 @@ Flux2Config Flux2Config::fromShapes(const std::map<std::string, std::vector<int6
     int64_t n = 0;
     std::smatch m;
     for (const auto& [key, _] : shapes)
-      if (std::regex_search(key, m, re)) n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
+      if (std::regex_search(key, m, re)) {
+        // Bounded before it counts: "blocks.99999999999999999999." is not a number stoll takes.
+        if (m[1].length() > 6)
+          throw LoadError("Flux2Config: the checkpoint's key '" + key + "' has a block index beyond " +
+                          std::to_string(io::limits::kLayers) + " (a corrupt header?)");
+        n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
+      }
     return n;
   };
   Flux2Config c = base;

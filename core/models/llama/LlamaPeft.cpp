@@ -106,6 +106,10 @@ std::vector<lora::LoraModuleWeights> readPeftAdapter(const fs::path& folder) {
   const double r = number("r");
   const double loraAlpha = number("lora_alpha");
   if (r <= 0) fail("r", "must be positive");
+  // A rank is compared with the weights' shapes and printed as an integer: bounded (NaN, 1e300 too).
+  constexpr double kMaxRank = 65536;
+  if (!(r <= kMaxRank)) fail("r", cfg["r"].dump() + " is more than " + std::to_string(int(kMaxRank)));
+  if (!std::isfinite(loraAlpha)) fail("lora_alpha", "must be finite");
   const bool rslora = flag("use_rslora");
   const nlohmann::ordered_json rankPattern =
       has("rank_pattern") ? cfg["rank_pattern"] : nlohmann::ordered_json::object();
@@ -147,6 +151,9 @@ std::vector<lora::LoraModuleWeights> readPeftAdapter(const fs::path& folder) {
     if (const auto* p = patternFor(rankPattern, path, cfgName, "rank_pattern")) {
       if (!p->is_number()) fail("rank_pattern", "entry for '" + path + "' is not a number");
       expectedRank = p->get<double>();
+      if (!(expectedRank > 0 && expectedRank <= kMaxRank))
+        fail("rank_pattern", "entry for '" + path + "' is " + p->dump() + ", not a rank from 1 to " +
+                                 std::to_string(int(kMaxRank)));
     }
     if (const auto* p = patternFor(alphaPattern, path, cfgName, "alpha_pattern")) {
       if (!p->is_number()) fail("alpha_pattern", "entry for '" + path + "' is not a number");

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fstream>
 
+#include <tuple>
+
 #include "common/Error.h"
 #include "io/JsonFields.h"
 #include "io/JsonFile.h"
@@ -48,6 +50,16 @@ void T5Config::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("T5Config: " + what);
   };
+  namespace lim = io::limits;
+  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
+                                         {"d_model", dModel, lim::kWidth},
+                                         {"d_kv", dKv, lim::kWidth},
+                                         {"d_ff", dFf, lim::kWidth},
+                                         {"num_layers", numLayers, lim::kLayers},
+                                         {"num_heads", numHeads, lim::kHeads},
+                                         {"relative_attention_num_buckets", relativeAttentionNumBuckets, lim::kPositions},
+                                         {"relative_attention_max_distance", relativeAttentionMaxDistance, lim::kPositions}})
+    io::requireAtMost("T5Config", key, value, most);
   require(vocabSize > 0, "vocab_size must be positive");
   require(dModel > 0, "d_model must be positive");
   require(dKv > 0, "d_kv must be positive");
@@ -121,7 +133,7 @@ T5Config T5Config::fromTransformersJson(const nlohmann::json& j) {
 }
 
 T5Config T5Config::fromTransformersJsonFile(const std::filesystem::path& path) {
-  const nlohmann::json j = io::readJsonFile(path);
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);  // a config.json: 1 MB at most
   try {
     return fromTransformersJson(j);
   } catch (const ConfigError& e) {

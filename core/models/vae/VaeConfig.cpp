@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 
+#include <tuple>
+
 #include "common/Error.h"
 #include "io/JsonFields.h"
 #include "io/JsonFile.h"
@@ -26,6 +28,15 @@ void VaeConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError("VaeConfig: " + what);
   };
+  namespace lim = io::limits;
+  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
+                                         {"out_channels", outChannels, lim::kWidth},
+                                         {"layers_per_block", layersPerBlock, lim::kLayers},
+                                         {"latent_channels", latentChannels, lim::kWidth},
+                                         {"norm_num_groups", normNumGroups, lim::kWidth},
+                                         {"sample_size", sampleSize, lim::kPositions}})
+    io::requireAtMost("VaeConfig", key, value, most);
+  for (const int64_t c : blockOutChannels) io::requireAtMost("VaeConfig", "a block_out_channels entry", c, lim::kWidth);
   require(inChannels > 0, "in_channels must be positive");
   require(outChannels > 0, "out_channels must be positive");
   require(!blockOutChannels.empty(), "block_out_channels is empty");
@@ -85,6 +96,10 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   fields.read("norm_num_groups", c.normNumGroups);
   if (auto it = j.find("sample_size"); it != j.end() && it->is_array()) {
     if (it->empty() || !(*it)[0].is_number_integer()) fields.fail("sample_size", "expected an integer or [h, w]");
+    // Checked as the file wrote it: 2^64 - 1 read as int64 was -1.
+    if (!(*it)[0].is_number_unsigned() || (*it)[0].get<uint64_t>() > static_cast<uint64_t>(io::limits::kPositions))
+      fields.fail("sample_size", (*it)[0].dump() + " is out of range (0 to " +
+                                     std::to_string(io::limits::kPositions) + ")");
     c.sampleSize = (*it)[0].get<int64_t>();
   } else {
     fields.read("sample_size", c.sampleSize);
@@ -120,7 +135,7 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 VaeConfig VaeConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  const nlohmann::json j = io::readJsonFile(path);
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);  // a config.json: 1 MB at most
   try {
     return fromDiffusersJson(j);
   } catch (const ConfigError& e) {
