@@ -4,6 +4,7 @@
 
 #include <QCheckBox>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QHBoxLayout>
@@ -195,6 +196,8 @@ bool LossPlot::eventFilter(QObject* watched, QEvent* event) {
 }
 
 int LossPlot::loadMetricsFile(const QString& path) {
+  // A regular file only: a FIFO or a device in a run folder would block the window.
+  if (!QFileInfo(path).isFile()) return 0;
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly)) return 0;
   clear();

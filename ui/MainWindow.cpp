@@ -36,6 +36,7 @@
 #include <QUrl>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <optional>
 
 #include "config/RunConfig.h"
 #include "events/Events.h"
@@ -99,6 +100,19 @@ QString formatEta(double seconds) {
   return QString("%1 s").arg(s);
 }
 QString absolute(const QString& path) { return path.isEmpty() ? path : QFileInfo(path).absoluteFilePath(); }
+
+// A run folder's config.yaml as the run used it; none when it cannot be read (not a
+// regular file, over the config cap, errors). Read through the core's reader, which
+// refuses a FIFO or a device there instead of blocking the window.
+std::optional<config::RunConfig> readRunConfig(const QString& runDir) {
+  try {
+    const std::string path = runner::runFolderFiles(runDir.toStdString()).config;
+    const backend::ParseResult parsed = backend::parseYaml(backend::readText(path), path);
+    if (parsed.ok) return parsed.config;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
 
 QString runFile(const QString& runDir, std::string runner::RunFolderFiles::*member) {
   return QString::fromStdString(runner::runFolderFiles(runDir.toStdString()).*member);
@@ -453,6 +467,14 @@ void MainWindow::buildRunTab() {
   runStatus_->setObjectName("runStatus");
   runStatus_->setWordWrap(true);
   layout->addWidget(runStatus_);
+  // How the base is held and the step runs (dtype, quantization, attention, graph,
+  // offloads): said once per run, as strata-train's run header does.
+  runSetup_ = new QLabel(page);
+  runSetup_->setObjectName("runSetup");
+  runSetup_->setWordWrap(true);
+  runSetup_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  runSetup_->hide();
+  layout->addWidget(runSetup_);
 
   lossPlot_ = new LossPlot(page);
   gpuUsage_ = new GpuUsagePanel(page);
@@ -500,6 +522,10 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::loadProgress, this, &MainWindow::showLoadProgress);
   connect(bridge_, &TrainerBridge::cacheProgress, this, &MainWindow::showCacheProgress);
+  connect(bridge_, &TrainerBridge::setupDescribed, this, [this](const QString& setup) {
+    runSetup_->setText(tr("How it runs: %1").arg(setup));
+    runSetup_->setVisible(!setup.isEmpty());
+  });
   connect(bridge_, &TrainerBridge::started, this,
           [this](const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed) {
             endPreparing();
@@ -961,15 +987,13 @@ bool MainWindow::openRunFolder(const QString& runDir) {
   lossPlot_->loadMetricsFile(runFile(lastRunDir_, &runner::RunFolderFiles::metrics));
   // Where it got to: the last logged step of the steps its config asked for.
   qint64 total = 0;
-  QFile f(runFile(lastRunDir_, &runner::RunFolderFiles::config));
-  if (f.open(QIODevice::ReadOnly)) {
-    const backend::ParseResult parsed = backend::parseYaml(f.readAll().toStdString(), f.fileName().toStdString());
-    if (parsed.ok) {
-      total = parsed.config.train.steps;
+  if (const auto parsed = readRunConfig(lastRunDir_)) {
+    {
+      total = parsed->train.steps;
       // The map shows the run's own config planned on this machine (the trainer reports the live
       // placement only while it runs).
-      runBlockSizes_ = blockSizes(parsed.config);
-      liveMap_->setPlacement(planPlacementView(parsed.config, QString()));
+      runBlockSizes_ = blockSizes(*parsed);
+      liveMap_->setPlacement(planPlacementView(*parsed, QString()));
     }
   }
   const qint64 last = lossPlot_->lastStep();
@@ -1054,11 +1078,7 @@ void MainWindow::resumeRunFolder(const QString& dir) {
   const QString runDir = absolute(dir);
   // Block sizes for the live map from the run's own config.
   runBlockSizes_.clear();
-  QFile f(runFile(runDir, &runner::RunFolderFiles::config));
-  if (f.open(QIODevice::ReadOnly)) {
-    const backend::ParseResult parsed = backend::parseYaml(f.readAll().toStdString(), f.fileName().toStdString());
-    if (parsed.ok) runBlockSizes_ = blockSizes(parsed.config);
-  }
+  if (const auto parsed = readRunConfig(runDir)) runBlockSizes_ = blockSizes(*parsed);
   QString error;
   if (!bridge_->resume(runDir, &error)) {
     showError(tr("Cannot resume"), error);
@@ -1078,13 +1098,7 @@ void MainWindow::showExportDialog() {
     runDir = lastRunDir_;
   }
   // The run's own config says its family and formats; the editor's config when it cannot be read.
-  config::RunConfig runCfg = editor_->config();
-  try {
-    const std::string path = runner::runFolderFiles(runDir.toStdString()).config;
-    backend::ParseResult parsed = backend::parseYaml(backend::readText(path), path);
-    if (parsed.ok) runCfg = parsed.config;
-  } catch (const std::exception&) {
-  }
+  const config::RunConfig runCfg = readRunConfig(runDir).value_or(editor_->config());
   QStringList chosen;
   for (auto f : runCfg.save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
   QVector<ExportCheckpoint> checkpoints;

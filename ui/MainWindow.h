@@ -180,6 +180,7 @@ class MainWindow : public QMainWindow {
   QLineEdit* deviceSpec_ = nullptr;
   QTimer* replanTimer_ = nullptr;
   QLabel* runStatus_ = nullptr;
+  QLabel* runSetup_ = nullptr;  // how the base is held, from the run's start
   QLabel* deviceLabel_ = nullptr;
   QLabel* stateLabel_ = nullptr;
   QProgressBar* progress_ = nullptr;

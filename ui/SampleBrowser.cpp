@@ -40,6 +40,7 @@ QPixmap scaledImage(const QString& path, int px) {
 
 // A text sample's file content (small: the prompt and max_new_tokens of text).
 QString readText(const QString& path) {
+  if (!QFileInfo(path).isFile()) return QString();  // a FIFO or a device would block the window
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly)) return QString();
   return QString::fromUtf8(f.read(1 << 20));

@@ -3,6 +3,7 @@
 #include "common/Error.h"
 #include "common/Text.h"
 #include "config/ConfigSchema.h"
+#include "config/RunConfigYaml.h"
 #include "config/YamlValue.h"
 #include "io/FileBytes.h"
 
@@ -367,7 +368,8 @@ ImportResult importAiToolkit(const std::string& yamlText, const std::string& fil
 }
 
 ImportResult importAiToolkitFile(const std::filesystem::path& path) {
-  return importAiToolkit(io::readFileBytes(path), path.string());
+  // A job file is a few KB, as a run config: the same cap before yaml-cpp builds its tree.
+  return importAiToolkit(io::readSmallFile(path, kMaxConfigBytes, "ai-toolkit job file"), path.string());
 }
 
 }  // namespace strata::config

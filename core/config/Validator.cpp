@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -92,6 +93,16 @@ class Checker {
             continue;
           }
         }
+        // "~/runs" is a shell's shorthand: unexpanded, it would make a folder named "~" here.
+        if (spec.type == KeyType::Path)
+          if (auto* text = std::get_if<std::string>(&v); text && !text->empty() && (*text)[0] == '~') {
+            const char* home = std::getenv("HOME");
+            const bool mine = text->size() == 1 || (*text)[1] == '/';
+            error(key, "'" + *text + "' starts with '~', which only a shell expands",
+                  mine && home && *home ? "write the full path: " + std::string(home) + text->substr(1)
+                                        : std::string("write the full path"));
+            continue;
+          }
         if (spec.check) {
           const std::string why = spec.check(v);
           if (!why.empty()) {

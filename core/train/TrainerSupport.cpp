@@ -245,7 +245,11 @@ OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
   }
   run.config = loaded.config;
   const auto latest = run.folder.latestCheckpoint();
-  if (!latest) throw IoError(runDir.string() + ": no checkpoint to " + purpose);
+  if (!latest) {
+    // A run still training before its first checkpoint: say that, not "no checkpoint".
+    if (const pid_t holder = RunFolderLock::holderOf(runDir); holder > 0) throw RunFolderBusy(runDir, holder);
+    throw IoError(runDir.string() + ": no checkpoint to " + purpose);
+  }
   run.latest = *latest;
   return run;
 }

@@ -85,3 +85,24 @@ TEST_F(HostileCli, AFileSizeLimitIsAWriteErrorWithAMessage) {
   for (const auto& e : fs::directory_iterator(checkpoints, ec))
     EXPECT_EQ(e.path().filename().string().rfind(".partial", 0), std::string::npos) << e.path();
 }
+
+// `resume` (or `export`) of a folder a run is still training in, before its first
+// checkpoint: "in use by process N", not "no checkpoint to resume from".
+TEST_F(HostileCli, AFolderStillTrainingBeforeItsFirstCheckpointIsInUse) {
+  std::ofstream(config) << tinyRunYaml((tmp / "runs").string(), 1000000, 0);
+  Child training({"run", config.string()}, log("training"));
+  ASSERT_TRUE(training.started());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (training.output().find("step 1/") == std::string::npos && !training.poll() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(training.output().find("step 1/"), std::string::npos) << training.output();
+  const fs::path run = tmp / "runs" / "tiny";
+  std::string out;
+  for (const std::string verb : {"resume", "export"}) {
+    EXPECT_EQ(runStrataTrain({verb, run.string()}, log(verb), &out), 2) << verb << "\n" << out;
+    EXPECT_NE(out.find("is in use by process " + std::to_string(training.pid())), std::string::npos)
+        << verb << "\n" << out;
+  }
+  EXPECT_FALSE(training.poll()) << "the run ended: " << training.output();
+}

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -49,6 +50,25 @@ device::DeviceInfo gpu(int index, int ccMajor, int64_t gb = 16, const std::strin
 TEST(Validator, BaseIsClean) {
   const auto problems = check(kBase);
   EXPECT_TRUE(problems.empty()) << test::dump(problems);
+}
+
+// `training_folder: ~/runs` made a folder named "~" in the working folder: a
+// path key that starts with '~' is refused with the full path to write instead.
+TEST(Validator, APathStartingWithTildeIsRefusedWithTheFullPath) {
+  const char* home = std::getenv("HOME");
+  ASSERT_TRUE(home && *home);
+  const auto problems = check(std::string(kBase) + "job:\n  training_folder: ~/runs\n");  // 10-11
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "job.training_folder", 11, "starts with '~'"))
+      << test::dump(problems);
+  const auto it = std::find_if(problems.begin(), problems.end(),
+                               [](const Problem& p) { return p.key == "job.training_folder"; });
+  ASSERT_NE(it, problems.end());
+  EXPECT_EQ(it->hint, "write the full path: " + std::string(home) + "/runs");
+  // Another user's home ("~bob/runs") cannot be named for them.
+  const auto other = check(std::string(kBase) + "job:\n  training_folder: ~bob/runs\n");
+  EXPECT_TRUE(hasProblem(other, Severity::Error, "job.training_folder", 11, "starts with '~'")) << test::dump(other);
+  // A '~' inside a path is an ordinary character.
+  EXPECT_FALSE(hasKey(check(std::string(kBase) + "job:\n  training_folder: runs~old\n"), "job.training_folder"));
 }
 
 TEST(Validator, LowVramWithSplitIsAnError) {

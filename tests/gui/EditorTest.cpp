@@ -529,5 +529,5 @@ void EditorTest::theDatasetTabSaysWhichLayoutItRead() {
            qPrintable(view.summaryText()));
 }
 
-QTEST_MAIN(EditorTest)
+STRATA_GUI_TEST_MAIN(EditorTest)
 #include "EditorTest.moc"

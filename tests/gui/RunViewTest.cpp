@@ -188,6 +188,11 @@ void RunViewTest::finishedRunNotifiesAndReopensWithItsHistory() {
     child<QPushButton>(&w, "startButton")->click();
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
     QTRY_VERIFY(!w.bridge()->isActive());
+    // The Run view said once how the base was held (the demo: fp32 on the CPU, eager).
+    auto* setup = child<QLabel>(&w, "runSetup");
+    QVERIFY(setup->isVisible());
+    QVERIFY2(setup->text().startsWith("How it runs: base fp32; LoRA float32; on the CPU"), qPrintable(setup->text()));
+    QVERIFY2(setup->text().contains("eager steps"), qPrintable(setup->text()));
     QCOMPARE(notified.count(), 1);
     QCOMPARE(notified.front().at(0).toString(), QString("Training finished"));
     // A relative training_folder is the config's folder's (not the working folder's), kept absolute.
