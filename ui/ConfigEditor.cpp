@@ -941,8 +941,8 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   // rule is the validator's (config::holdsWeights), the same for every family.
   if (key == "model.name_or_path" && next.model.randomWeights && config::holdsWeights(next.model.nameOrPath)) {
     next.model.randomWeights = false;
-    setFormNote(tr("Random weights turned off: %1 holds model weights, and the run now trains on them. Tick "
-                   "\"%2\" again to train a random model instead (its weights are then not read).")
+    setFormNote(tr("Random weights turned off: %1 holds model weights, and the run now trains on them. For a "
+                   "random model, clear the model path and tick \"%2\" again.")
                     .arg(QString::fromStdString(next.model.nameOrPath),
                          fields_.value("model.random_weights").label
                              ? fields_.value("model.random_weights").label->text()

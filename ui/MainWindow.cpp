@@ -906,7 +906,7 @@ void MainWindow::buildWelcome(QWidget* parent) {
   auto* l = new QHBoxLayout(box);
   auto* text = new QLabel(tr("<b>Welcome to Strata.</b> See the whole loop first: the demo trains a tiny model on "
                              "the CPU in a few minutes (loss, samples, checkpoints, the LoRA file). Or make a LoRA "
-                             "of your own pictures: you pick the image folder and the FLUX.1-dev model."),
+                             "of your own data: you pick its folder and the base model."),
                           box);
   text->setWordWrap(true);
   text->setMinimumWidth(200);
@@ -918,10 +918,11 @@ void MainWindow::buildWelcome(QWidget* parent) {
     l->addWidget(b);
     return b;
   };
-  addButton("welcomeDemoButton", tr("Try the demo"), [this] { newFromTemplate("demo"); })
-      ->setToolTip(tr("A tiny model on the CPU, nothing to download: press Start training next"));
-  addButton("welcomeImagesButton", tr("New from my images..."), [this] { newFromTemplate("flux-my-images-1gpu"); })
-      ->setToolTip(tr("A FLUX.1-dev LoRA of your pictures: asks for the image folder"));
+  // The templates the families offer on a first launch (the demo, the user's own images).
+  for (const ConfigTemplate& t : configTemplates())
+    if (!t.firstLaunch.isEmpty())
+      addButton("welcome_" + t.id, t.firstLaunch, [this, id = t.id] { newFromTemplate(id); })
+          ->setToolTip(t.firstLaunchTip);
   addButton("welcomeTemplatesButton", tr("Other templates..."), [this] { showNewConfigDialog(); });
   addButton("welcomeCloseButton", tr("Close"), [this] { welcome_->hide(); });
   welcome_ = box;
@@ -932,7 +933,6 @@ bool MainWindow::isWelcomeShown() const { return !welcome_->isHidden(); }
 
 QString MainWindow::trainingFolderFor(const config::RunConfig& cfg, const QString& configPath) const {
   QString folder = QString::fromStdString(cfg.job.trainingFolder).trimmed();
-  if (folder == "~" || folder.startsWith("~/")) folder = QDir::homePath() + folder.mid(1);
   if (QDir::isAbsolutePath(folder)) return QDir::cleanPath(folder);
   QString base = defaultRunsBase();
   if (!configPath.isEmpty()) {
@@ -956,7 +956,11 @@ void MainWindow::updateRunFolder() {
     note = tr(" (not saved yet: under %1 until the config is saved, then beside it)").arg(defaultRunsBase());
   else if (relative && !QFileInfo(QFileInfo(path).absolutePath()).isWritable())
     note = tr(" (the config's folder cannot be written: under %1 instead)").arg(defaultRunsBase());
-  runFolderLabel_->setText(tr("Runs go to %1%2").arg(QDir::toNativeSeparators(runFolder()), note));
+  // "~/runs" is refused by the validator (only a shell expands it): no folder to show.
+  if (folder.startsWith("~"))
+    runFolderLabel_->setText(tr("Runs go to: unknown until job.training_folder is a full path (it starts with '~')"));
+  else
+    runFolderLabel_->setText(tr("Runs go to %1%2").arg(QDir::toNativeSeparators(runFolder()), note));
   runFolderLabel_->setToolTip(
       tr("The output folder (job.training_folder; a relative one is taken from the config's folder) and the job's "
          "name. A folder that holds an earlier run gets the next free name (_2, _3, ...)."));

@@ -23,7 +23,8 @@ const QVector<ConfigTemplate>& configTemplates() {
                        QString::fromStdString(t.summary), ":/strata/templates/" + QString::fromStdString(t.file),
                        arch, QString::fromStdString(t.dataKey), t.dataIsFolder,
                        QString::fromStdString(t.dataQuestion), QString::fromStdString(t.modelQuestion),
-                       QString::fromStdString(t.modelKey)});
+                       QString::fromStdString(t.modelKey), QString::fromStdString(t.firstLaunch),
+                       QString::fromStdString(t.firstLaunchTip)});
     return out;
   }();
   return kTemplates;

@@ -31,6 +31,8 @@ struct ConfigTemplate {
   QString dataQuestion;
   QString modelQuestion;  // the user's base model, asked for after the data (empty: not asked)
   QString modelKey;
+  QString firstLaunch;  // the first-launch button's words; empty: not offered there
+  QString firstLaunchTip;
 };
 
 // Every registered family's templates, the families in backend::modelFamilies() order.

@@ -123,6 +123,7 @@ void ScriptedRun::exportThroughDialog() {
   answer->start();
   ok->click();
   answer->stop();
+  answer->deleteLater();
   // Still open: the dialog refused (its message says why).
   if (dialog->isVisible()) return finish(kExitFailed, "export: the dialog refused the choice");
 }

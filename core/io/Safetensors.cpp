@@ -433,7 +433,8 @@ struct SafetensorsFile::Mapping {
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   refuseUnsafeCheckpoint(path);
   const std::string name = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in a weights file's place is refused below instead of hanging the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw IoError(name + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -25,6 +25,10 @@ struct ConfigTemplate {
   // The user's own base model, asked for after the data (a folder; empty: not asked).
   std::string modelQuestion;
   std::string modelKey = "model.name_or_path";
+  // The words of the button that offers it on the app's first launch ("Try the
+  // demo"); empty: not offered there. The app's button is "welcome_<id>".
+  std::string firstLaunch = "";
+  std::string firstLaunchTip = "";  // the button's tooltip
 };
 
 // The templates of `arch`'s registered family, in its order; none for a family

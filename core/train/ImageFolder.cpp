@@ -192,7 +192,7 @@ std::string applyTriggerWord(const std::string& caption, const std::string& trig
   return out;
 }
 
-ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg) {
+ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg, std::size_t stopAfterUsable) {
   const fs::path folder(cfg.folderPath);
   // Every name with an image extension; what is not a readable file is skipped with its reason
   // below (a symlink loop or a dangling link is reported, not silently dropped).
@@ -217,15 +217,21 @@ ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg) {
   const std::string captionExt = cfg.captionExt.rfind('.', 0) == 0 ? cfg.captionExt : "." + cfg.captionExt;
   ImageFolderScan scan;
   for (const fs::path& file : files) {
+    if (stopAfterUsable > 0 && scan.entries.size() >= stopAfterUsable) break;
     if (const std::string why = notAFile(file); !why.empty()) {
       scan.skipped.push_back({file, why});
+      continue;
+    }
+    if (std::error_code sizeEc; fs::file_size(file, sizeEc) > kMaxImageFileBytes && !sizeEc) {
+      scan.skipped.push_back({file, "larger than " + std::to_string(kMaxImageFileBytes >> 20) +
+                                        " MB: not read (not a training image)"});
       continue;
     }
     // Read once: the hash that keys the cache is of the bytes decoded here.
     at::Tensor hwc;
     std::string imageHash;
     try {
-      const std::string bytes = io::readFileBytes(file);
+      const std::string bytes = io::readFileBytes(file, kMaxImageFileBytes);
       imageHash = contentHash(bytes);
       hwc = decodeUpright(bytes, file);
     } catch (const Error& e) {
@@ -300,7 +306,7 @@ std::vector<std::string> ImageFolderScan::reportLines() const {
 }
 
 at::Tensor loadEntryPixels(const ImageEntry& entry) {
-  const std::string bytes = io::readFileBytes(entry.image);
+  const std::string bytes = io::readFileBytes(entry.image, kMaxImageFileBytes + 1);
   if (!entry.imageHash.empty() && contentHash(bytes) != entry.imageHash)
     throw IoError(entry.image.string() + ": changed since the folder was scanned");
   return entryPixelsFromBytes(entry, bytes);

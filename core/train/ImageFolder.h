@@ -63,8 +63,14 @@ constexpr std::size_t kMaxCaptionBytes = 1u << 20;
 // word not in the caption is put in front ("word, caption").
 std::string applyTriggerWord(const std::string& caption, const std::string& triggerWord);
 
-// Throws IoError only when the folder cannot be listed.
-ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg);
+// An image file larger than this is skipped before it is read (a 100-megapixel
+// 16-bit PNG is under 600 MB; what is larger is not a training image).
+constexpr std::size_t kMaxImageFileBytes = std::size_t{1} << 30;
+
+// Throws IoError only when the folder cannot be listed. `stopAfterUsable` > 0:
+// stop once that many usable images are found (the editor's "does this folder
+// yield anything" check must not read and decode every photo on the GUI thread).
+ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg, std::size_t stopAfterUsable = 0);
 
 // The pixels of an entry: rgb [3, bucket.height, bucket.width] in [-1, 1] (EXIF
 // orientation applied, resized + centre-cropped, mirrored when flip). Throws

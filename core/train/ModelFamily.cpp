@@ -50,7 +50,7 @@ std::vector<config::Problem> ModelFamily::dataProblems(const config::RunConfig& 
     const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
     ImageFolderScan scan;
     try {
-      scan = scanImageFolder(d);
+      scan = scanImageFolder(d, 1);  // one usable image answers the question
     } catch (const std::exception& e) {
       out.push_back(config::problemAt(config::Severity::Error, key, e.what(), "", where));
       continue;

@@ -5,9 +5,10 @@
 // address-space budget over what it inherits (RLIMIT_AS), and sends back the
 // text the body returns, or the exception it threw.
 //
-// Only for code that does no LibTorch work in the child: the child has the
-// forking thread only, and LibTorch's thread pools would wait on threads that
-// are not there.
+// The child has the forking thread only: it runs LibTorch on one thread
+// (at::set_num_threads(1) first), so no parallel region waits on pool threads
+// that were not copied by fork (the image fuzz cases decode into tensors).
+#include <ATen/Parallel.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -76,6 +77,7 @@ inline ChildOutcome runInChild(const std::function<std::string()>& body, double 
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
+    at::set_num_threads(1);  // parallel_for runs inline: no pool threads in a forked child
     struct rlimit rl {limit, limit};
     ::setrlimit(RLIMIT_AS, &rl);
     char tag = 'R';

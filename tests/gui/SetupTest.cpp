@@ -504,7 +504,7 @@ void SetupTest::firstLaunchOffersTheDemoAndMyImages() {
     w.show();
     QVERIFY(w.isWelcomeShown());
     QVERIFY(child<QWidget>(&w, "welcomePanel")->isVisible());
-    child<QPushButton>(&w, "welcomeDemoButton")->click();
+    child<QPushButton>(&w, "welcome_demo")->click();
     QVERIFY(!w.isWelcomeShown());
     QCOMPARE(w.configEditor()->valueText("model.preset"), QString("tiny"));
     QVERIFY(w.configEditor()->filePath().isEmpty());
@@ -523,7 +523,7 @@ void SetupTest::firstLaunchOffersTheDemoAndMyImages() {
     QVERIFY(QDir().mkpath(model));
     // The image folder, then the base model.
     auto picked = pickFoldersInNextDialogs({photos, model});
-    child<QPushButton>(&w, "welcomeImagesButton")->click();
+    child<QPushButton>(&w, "welcome_flux-my-images-1gpu")->click();
     QTRY_VERIFY(picked->answered);
     QVERIFY2(picked->text.contains("images") && picked->text.contains("FLUX.1-dev folder"), qPrintable(picked->text));
     QVERIFY(!w.isWelcomeShown());

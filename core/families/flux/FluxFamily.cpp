@@ -48,11 +48,13 @@ class FluxFamily : public train::ModelFamily {
         {"demo", "demo.yaml", "CPU demo: a tiny model, no download",
          "A few-MB model with the FLUX architecture learns coloured shapes on the CPU in minutes. Shows the "
          "whole loop: loss, samples, checkpoints, LoRA export.",
-         "", true, ""},
+         "", true, "", "", "model.name_or_path", "Try the demo",
+         "A tiny model on the CPU, nothing to download: press Start training next"},
         {"flux-my-images-1gpu", "flux-my-images-1gpu.yaml", "FLUX.1-dev on my images, one GPU (24 GB and up)",
          "A LoRA of your own pictures. You pick the image folder and the FLUX.1-dev folder (or its .safetensors "
          "file). The frozen base is held in 8 bits so it fits a 24 GB card; a LoRA file every 250 steps.",
-         "datasets[0].folder_path", true, images, model},
+         "datasets[0].folder_path", true, images, model, "model.name_or_path", "New from my images...",
+         "A FLUX.1-dev LoRA of your pictures: asks for the image folder"},
         {"flux-my-images-4x16gb", "flux-my-images-4x16gb.yaml", "FLUX.1-dev on my images, four 16 GB GPUs",
          "A LoRA of your own pictures, the model's blocks shared out over four cards capped at 16 GB each. You "
          "pick the image folder and the FLUX.1-dev folder (or its .safetensors file).",
