@@ -165,24 +165,40 @@ TEST(Trainer, TwoRunsInOneFolderAreRefusedAndResumeLeavesALiveRunAlone) {
 
 // ---- 2. a stop before step 1 ----------------------------------------------------
 
-TEST(Trainer, StopBeforeTheFirstStepLeavesACheckpointThatResumesToTheStraightResult) {
+TEST(Trainer, StopBeforeTheFirstStepWritesNoCheckpointAndSaysWhere) {
   test::TempDir tmp;
   const auto cfg = tinyConfig(tmp.path(), 6);
-  ASSERT_EQ(runTrainer(cfg, tmp / "straight"), RunOutcome::Finished);
-
-  events::EventBus bus;
-  TrainerOptions o;
-  o.runDir = tmp / "stopped";
-  Trainer t(cfg, bus, o);
-  t.requestStop();  // as a Ctrl-C during the step-0 samples
-  ASSERT_EQ(t.run(), RunOutcome::Stopped);
-  const auto latest = RunFolder(tmp / "stopped").latestCheckpoint();
-  ASSERT_TRUE(latest);
-  EXPECT_EQ(latest->step, 0);
-  EXPECT_NO_THROW(readCheckpoint(latest->path));  // whole: optimizer state for every LoRA weight
-  test::EventRecorder rec;
-  ASSERT_EQ(resumeTrainer(tmp / "stopped", &rec), RunOutcome::Finished) << rec.text();
-  expectSameLora(tmp / "straight", tmp / "stopped");
+  // Asked before anything ran (Ctrl-C while preparing): nothing trained, nothing written.
+  {
+    events::EventBus bus;
+    std::string during;
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (auto* w = std::get_if<events::WarningEvent>(&e)) during += w->message;
+    });
+    TrainerOptions o;
+    o.runDir = tmp / "stopped";
+    Trainer t(cfg, bus, o);
+    t.requestStop();
+    ASSERT_EQ(t.run(), RunOutcome::Stopped);
+    EXPECT_NE(during.find("stopped while preparing the data, before step 1"), std::string::npos) << during;
+    EXPECT_FALSE(fs::exists(tmp / "stopped")) << "a new run stopped before step 1 leaves no folder";
+  }
+  // Asked during the step-0 samples: the run folder stays, with no step-0 checkpoint.
+  {
+    auto sampled = cfg;
+    sampled.sample.sampleEvery = 3;
+    if (sampled.sample.prompts.empty()) sampled.sample.prompts = {"a red square"};
+    events::EventBus bus;
+    TrainerOptions o;
+    o.runDir = tmp / "sampling";
+    Trainer t(sampled, bus, o);
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (std::holds_alternative<events::StartedEvent>(e)) t.requestStop();
+    });
+    ASSERT_EQ(t.run(), RunOutcome::Stopped);
+    EXPECT_FALSE(RunFolder(tmp / "sampling").latestCheckpoint());
+    EXPECT_TRUE(RunFolder(tmp / "sampling").readMetrics().empty());
+  }
 }
 
 // ---- 3. SIGTERM and SIGHUP ------------------------------------------------------
