@@ -946,8 +946,27 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
   const auto modules = lora::moduleWeightsFromStateDict(lora, prefix, alpha, latest->path.string());
   std::error_code ec;
   fs::create_directories(dir, ec);
+  // Temp files of these names left by an export that was killed (".<name>.tmp.XXXXXX"):
+  // each target is about to be written again.
+  for (const auto& target : targets) {
+    const std::string stem = "." + target.filename().string() + ".tmp.";
+    std::vector<fs::path> leftovers;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(stem, 0) == 0 && name.size() == stem.size() + 6 && e.is_regular_file(ec))
+        leftovers.push_back(e.path());
+    }
+    for (const auto& p : leftovers)
+      if (fs::remove(p, ec) && notes) notes->push_back("removed the unfinished file " + p.string());
+  }
   std::vector<fs::path> written;
   for (size_t i = 0; i < formats.size(); ++i) {
+    if (options.stopRequested && options.stopRequested()) {
+      std::string done;
+      for (const auto& w : written) done += " " + w.string();
+      throw Interrupted("export stopped before " + targets[i].string() +
+                        (written.empty() ? "; nothing was written" : "; written:" + done));
+    }
     try {
       family.exportModules(modules, cfg, formats[i], targets[i], data.step, options.softwareVersion);
     } catch (const std::exception& e) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/Error.h"
+#include "common/Interrupted.h"
 #include "common/TestSupport.h"
 #include "common/TrainTestSupport.h"
 #include "events/EventBus.h"
@@ -352,6 +353,42 @@ TEST(Trainer, DamagedLatestCheckpointFallsBackToThePreviousIntactOneAndSaysSo) {
       << rec.text();
   EXPECT_TRUE(fs::exists(f.checkpointsDir() / "damaged-step_00000006"));
   expectSameLora(tmp / "straight", tmp / "run");
+}
+
+// ---- 6b. Ctrl-C during an export; what a killed export left ----------------------
+
+TEST(Trainer, ExportStopsBeforeTheNextFileAndRemovesAKilledExportsTempFiles) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 2);
+  ASSERT_EQ(runTrainer(cfg, tmp / "run"), RunOutcome::Finished);
+  const auto out = tmp / "out";
+  fs::create_directories(out);
+  // What a second Ctrl-C (or kill -9) during a write leaves: io::writeFileAtomic's temp file.
+  const auto leftover = out / ".tiny_step2_kohya.safetensors.tmp.Ab12Cd";
+  { std::ofstream(leftover) << "half a file"; }
+  ExportOptions o;
+  o.outDir = out;
+  int polls = 0;
+  o.stopRequested = [&polls] { return ++polls > 1; };  // Ctrl-C while the first file is written
+  std::vector<std::string> notes;
+  try {
+    exportRun(tmp / "run", {config::ExportFormat::Diffusers, config::ExportFormat::Kohya}, o, &notes);
+    FAIL() << "the export went on past the stop request";
+  } catch (const Interrupted& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stopped before " + (out / "tiny_step2_kohya.safetensors").string()), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("tiny_step2_diffusers.safetensors"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(fs::exists(out / "tiny_step2_diffusers.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "tiny_step2_kohya.safetensors"));
+  EXPECT_FALSE(fs::exists(leftover));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"tiny_step2_diffusers.safetensors"});
+  std::string all;
+  for (const auto& n : notes) all += n + "\n";
+  EXPECT_NE(all.find("removed the unfinished file " + leftover.string()), std::string::npos) << all;
 }
 
 // ---- 7. a LoRA with NaN ---------------------------------------------------------
