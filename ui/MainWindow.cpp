@@ -83,7 +83,7 @@ QString stateText(TrainerBridge::State s) {
     case TrainerBridge::State::Paused:
       return QObject::tr("paused");
     case TrainerBridge::State::Stopping:
-      return QObject::tr("stopping (saving a checkpoint)");
+      return QObject::tr("stopping");
     case TrainerBridge::State::Exporting:
       return QObject::tr("exporting");
   }
@@ -716,7 +716,10 @@ void MainWindow::updateRunHeader() {
   if (s == TrainerBridge::State::Paused) {
     text = tr("Paused at step %1 of %2 (%3). Press Resume to go on.").arg(step_).arg(totalSteps_).arg(where);
   } else if (s == TrainerBridge::State::Stopping) {
-    text = tr("Stopping after step %1: saving a checkpoint.").arg(step_);
+    // Before step 1 (loading, caching) nothing is trained, so no checkpoint is written.
+    text = !preparing_.isEmpty() || step_ == 0
+               ? tr("Stopping: nothing is trained yet, so no checkpoint is written (the finished cache is kept).")
+               : tr("Stopping after step %1: saving a checkpoint.").arg(step_);
   } else if (s == TrainerBridge::State::Running) {
     // The time per step and the time left are one figure (shownStepMs), so they agree.
     text = tr("Training %1: step %2 of %3, %4 ms per step")

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -45,6 +46,14 @@ void BenchProfile::start() {
   running_ = true;
 }
 
+void BenchProfile::checkCanSave(const std::string& tracePath) {
+  BenchProfile probe;
+  probe.start();
+  probe.stop(tracePath);
+  std::error_code ec;
+  std::filesystem::remove(tracePath, ec);
+}
+
 std::vector<KernelTotal> BenchProfile::stop(const std::string& tracePath) {
   if (!running_) return {};
   running_ = false;
@@ -58,7 +67,26 @@ std::vector<KernelTotal> BenchProfile::stop(const std::string& tracePath) {
     t.count += 1;
     t.totalMs += durationMs(e);
   }
-  if (!tracePath.empty()) result->save(tracePath);
+  if (!tracePath.empty()) {
+    // save() says nothing when it writes nothing (a LibTorch built without kineto,
+    // an unwritable path): the file is what counts.
+    std::error_code ec;
+    std::filesystem::remove(tracePath, ec);
+    try {
+      result->save(tracePath);
+    } catch (const c10::Error& e) {
+      // Debian's LibTorch is built without kineto (USE_KINETO=0): no trace can be saved.
+      throw std::runtime_error(tracePath + ": " + e.what_without_backtrace() +
+                               " (this LibTorch cannot write a trace; a LibTorch with kineto, such as the "
+                               "Python wheel's, can)");
+    }
+    if (!std::filesystem::is_regular_file(tracePath, ec) || std::filesystem::file_size(tracePath, ec) == 0)
+      throw std::runtime_error(tracePath + ": the profiler wrote no trace (" +
+                               (result->events().empty() ? "it recorded no events: this LibTorch's profiler (kineto) "
+                                                           "records nothing here"
+                                                         : "the file could not be written") +
+                               ")");
+  }
   std::vector<KernelTotal> out;
   out.reserve(byName.size());
   for (auto& [name, t] : byName) out.push_back(std::move(t));

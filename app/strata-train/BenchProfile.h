@@ -23,6 +23,10 @@ class BenchProfile {
   // kernels summed by name, largest total first.
   std::vector<KernelTotal> stop(const std::string& tracePath);
   bool running() const { return running_; }
+  // Before the bench: a trace of nothing saved to `tracePath` and removed, so a
+  // LibTorch that cannot save one (no kineto) or a path that cannot be written
+  // fails in seconds rather than after the measured steps. Throws with the reason.
+  static void checkCanSave(const std::string& tracePath);
 
  private:
   bool running_ = false;

@@ -167,6 +167,14 @@ int runBench(const BenchArgs& args) {
               << args.steps << " measured steps (--steps)\n";
     return kExitBadInput;
   }
+  if (!args.profilePath.empty()) {
+    try {
+      BenchProfile::checkCanSave(args.profilePath);
+    } catch (const std::exception& e) {
+      std::cerr << "strata-train bench: error: --profile " << e.what() << "\n";
+      return kExitFailed;
+    }
+  }
   const auto inventory = device::thisMachine();
   std::optional<ScratchFolder> scratch;
   std::optional<BenchSetup> setup;
@@ -194,6 +202,16 @@ int runBench(const BenchArgs& args) {
   int64_t graphSteps = 0;  // measured steps that replayed the recorded CUDA graph (train.cuda_graph)
   std::vector<std::string> failures;
   std::vector<std::string> runDevices;
+  std::string profileError;  // why --profile wrote no trace
+  bool profiled = false;
+  auto stopProfile = [&] {
+    try {
+      kernels = profile.stop(args.profilePath);
+      profiled = true;
+    } catch (const std::exception& e) {
+      profileError = e.what();
+    }
+  };
   auto sub = bus.subscribe([&](const events::Event& e) {
     if (auto* s = std::get_if<events::StepEvent>(&e)) {
       if (s->step > args.warmup) stepMs.push_back(s->stepTimeMs);
@@ -201,7 +219,7 @@ int runBench(const BenchArgs& args) {
       // Published on the training thread after each step: the profiled steps are
       // the first `profileSteps` measured ones (their times are in stepMs too).
       if (profiling && s->step == args.warmup) profile.start();
-      if (profiling && s->step == args.warmup + profileSteps) kernels = profile.stop(args.profilePath);
+      if (profiling && s->step == args.warmup + profileSteps) stopProfile();
       if (runDevices.empty())
         for (const auto& m : s->memory) runDevices.push_back(m.device);
     }
@@ -223,7 +241,7 @@ int runBench(const BenchArgs& args) {
         "stopping after this step (nothing is saved; the temporary run folder is removed)");
     outcome = trainer.run();
   }
-  if (profile.running()) kernels = profile.stop(args.profilePath);
+  if (profile.running()) stopProfile();
   if (outcome == train::RunOutcome::Stopped) {
     std::cerr << "strata-train bench: stopped at step " << trainer.currentStep() << " of " << cfg.train.steps
               << "; no figures\n";
@@ -234,6 +252,11 @@ int runBench(const BenchArgs& args) {
     if (failures.empty()) std::cerr << "strata-train bench: the run did not finish\n";
     // A refused preflight is bad input (2), as for run; a failure while training is 1.
     return outcome == train::RunOutcome::Finished ? kExitFailed : train::exitCodeOf(outcome);
+  }
+  if (profiling && profileError.empty() && !profiled) profileError = args.profilePath + ": the profiler never ran";
+  if (!profileError.empty()) {
+    std::cerr << "strata-train bench: error: --profile " << profileError << "\n";
+    return kExitFailed;
   }
   const double medianMs = train::medianOf(stepMs);
   const double minMs = *std::min_element(stepMs.begin(), stepMs.end());

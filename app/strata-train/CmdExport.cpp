@@ -14,7 +14,9 @@
 
 #include "CliChecks.h"
 #include "common/Error.h"
+#include "common/Interrupted.h"
 #include "config/RunConfig.h"
+#include "train/StopSignals.h"
 #include "train/Trainer.h"
 
 namespace strata::cli {
@@ -49,9 +51,15 @@ int runExport(const ExportArgs& args) {
     options.existing = args.force      ? train::ExistingExport::Overwrite
                        : args.keepBoth ? train::ExistingExport::NewName
                                        : train::ExistingExport::Refuse;
+    // Ctrl-C stops before the next file: each file is whole or not there.
+    train::StopOnSignals signals("strata-train", "stopping before the next file");
+    options.stopRequested = [&signals] { return signals.signalReceived() != 0; };
     const auto files = train::exportRun(args.runDir, formats, options, &notes);
     for (const auto& n : notes) std::cerr << "strata-train export: " << n << std::endl;
     for (const auto& p : files) std::cout << p.string() << "\n";
+  } catch (const Interrupted& e) {
+    std::cerr << "strata-train export: " << e.what() << std::endl;
+    return train::kExitInterrupted;
   } catch (const train::ExportExists& e) {
     std::cerr << "strata-train export: " << e.what()
               << "\n  --force replaces it, --keep-both writes beside it under a new name, --out DIR writes elsewhere"

@@ -29,6 +29,9 @@ namespace {
 // setjmp below holds only plain C data (its state lives in a job struct), so
 // a longjmp never skips a C++ destructor; C++ objects are built by the callers.
 constexpr std::size_t kErrorLen = 512;
+// Ancillary PNG chunks (text, ICC, EXIF): the largest one read, and how many.
+constexpr png_alloc_size_t kMaxPngChunkBytes = 8u << 20;
+constexpr png_uint_32 kMaxPngAncillaryChunks = 1000;
 
 void setError(char* buffer, const char* message) { std::snprintf(buffer, kErrorLen, "%s", message); }
 
@@ -103,6 +106,29 @@ void pngReadFromMemory(png_structp png, png_bytep out, png_size_t sizeBytes) {
   r->pos += sizeBytes;
 }
 
+// Every chunk's declared length against the bytes the file holds, before libpng
+// sees it: libpng allocates a chunk's declared length before reading it (a 600-byte
+// file declaring a 2 GB text chunk took 2 GB), and one it cannot allocate leaves it
+// out of step with the stream, with a misleading message after.
+bool pngChunksFit(const MemoryReader& r, char* error) {
+  std::size_t pos = 8;  // after the signature
+  while (r.sizeBytes - pos >= 8) {
+    const std::uint8_t* h = r.data + pos;
+    const std::uint64_t length = (std::uint64_t{h[0]} << 24) | (std::uint64_t{h[1]} << 16) | (h[2] << 8) | h[3];
+    char type[5] = {0, 0, 0, 0, 0};
+    for (int i = 0; i < 4; ++i) type[i] = (h[4 + i] >= 0x20 && h[4 + i] < 0x7f) ? static_cast<char>(h[4 + i]) : '?';
+    const std::size_t room = r.sizeBytes - pos - 8;  // data and CRC of this chunk, and what follows
+    if (length + 4 > room) {
+      std::snprintf(error, kErrorLen, "chunk %s declares %llu bytes, the file holds %zu after its header", type,
+                    static_cast<unsigned long long>(length), room);
+      return false;
+    }
+    pos += 12 + static_cast<std::size_t>(length);
+    if (std::memcmp(type, "IEND", 4) == 0) break;
+  }
+  return true;
+}
+
 using TextSink = bool (*)(void* context, const char* key, const char* text);
 
 struct PngDecodeJob {
@@ -121,6 +147,7 @@ struct PngDecodeJob {
 };
 
 bool runPngDecode(PngDecodeJob* job) {
+  if (job->reader.sizeBytes >= 8 && !pngChunksFit(job->reader, job->error)) return false;
   job->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, job->error, pngOnError, pngOnWarning);
   if (!job->png) return setError(job->error, "libpng could not start"), false;
   job->info = png_create_info_struct(job->png);
@@ -134,6 +161,11 @@ bool runPngDecode(PngDecodeJob* job) {
   }
   png_set_read_fn(job->png, &job->reader, pngReadFromMemory);
   png_set_user_limits(job->png, kMaxImageSide, kMaxImageSide);
+  // libpng allocates a chunk's declared length before reading it: without a cap a
+  // 600-byte file declaring a 2 GB text chunk takes 2 GB. Ancillary chunks of a real
+  // image (text, ICC profile, EXIF) are far smaller; one past the cap is skipped.
+  png_set_chunk_malloc_max(job->png, kMaxPngChunkBytes);
+  png_set_chunk_cache_max(job->png, kMaxPngAncillaryChunks);
   png_read_info(job->png, job->info);
   const int colorType = png_get_color_type(job->png, job->info);
   const int bitDepth = png_get_bit_depth(job->png, job->info);

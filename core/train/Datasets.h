@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,8 @@ struct DatasetContext {
   // where its summary, warnings and cache progress go. Without encoders it is refused.
   const Encoders* encoders = nullptr;
   const events::EventBus* bus = nullptr;
+  // The trainer's stop request, polled between cache batches (Encoders::stopRequested).
+  std::function<bool()> stopRequested;
 };
 
 class Dataset {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/Interrupted.h"
 #include "events/EventBus.h"
 #include "io/ContentHash.h"
 #include "io/FileBytes.h"
@@ -30,6 +31,13 @@ void progress(const events::EventBus* bus, const std::string& stage, int64_t don
   e.encoded = encoded;
   e.itemsPerSecond = now > t0 ? static_cast<double>(encoded) / (now - t0) : 0.0;
   bus->publish(e);
+}
+
+// Between batches: a requested stop ends the build, the files written so far kept.
+void stopPoint(const Encoders& enc, const std::string& stage, int64_t done, int64_t total) {
+  if (enc.stopRequested && enc.stopRequested())
+    throw Interrupted("caching " + stage + " (" + std::to_string(done) + " of " + std::to_string(total) +
+                      " done and kept; the next run reuses them)");
 }
 
 double nowSeconds() {
@@ -214,6 +222,7 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
   progress(bus_, "latents", done, total, 0, t0);
   for (const auto& [bucket, list] : todo) {
     for (size_t i = 0; i < list.size(); i += static_cast<size_t>(batchSize)) {
+      stopPoint(enc_, "latents", done, total);
       const size_t n = std::min(list.size() - i, static_cast<size_t>(batchSize));
       std::vector<at::Tensor> pixels;
       std::vector<const ImageEntry*> batchEntries;
@@ -296,6 +305,7 @@ CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const 
   int64_t textDone = textTotal - static_cast<int64_t>(captions.size());
   progress(bus_, stage, textDone, textTotal, 0, t1);
   for (size_t i = 0; i < captions.size(); i += static_cast<size_t>(batchSize)) {
+    stopPoint(enc_, stage, textDone, textTotal);
     const std::vector<std::string> part(
         captions.begin() + static_cast<std::ptrdiff_t>(i),
         captions.begin() + static_cast<std::ptrdiff_t>(std::min(captions.size(), i + batchSize)));

@@ -43,6 +43,9 @@ struct Encoders {
   int64_t downscaleFactor = 0;  // f: image pixels per latent pixel
   int64_t textDim = 0;          // D
   int64_t pooledDim = 0;        // P
+  // Polled between batches while the cache is built: true stops the build with
+  // Interrupted (what is written so far stays, and the next run reuses it).
+  std::function<bool()> stopRequested;
 };
 
 // Images (and captions) per encoder call while the cache is built: the batch the
@@ -71,7 +74,8 @@ class EncodeCache {
   // bucket; the captions and `extraTexts` (the empty caption) as one text stage.
   // Publishes CacheProgressEvents, and a WarningEvent for each file rebuilt.
   // An image that is gone or changed since the scan is skipped (stats.skipped).
-  // Throws IoError when a file cannot be written.
+  // Throws IoError when a file cannot be written, Interrupted when
+  // Encoders::stopRequested says so (between batches).
   CacheStats build(const std::vector<ImageEntry>& entries, int64_t batchSize = kCacheBatchSize,
                    const std::vector<std::string>& extraTexts = {});
   // The text embeddings of `texts` alone (sample prompts, the empty caption),

@@ -43,6 +43,7 @@ ImagesRun::ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfi
   encoders_.downscaleFactor = m->downscaleFactor();
   encoders_.textDim = ctx.textDim;
   encoders_.pooledDim = ctx.pooledDim;
+  encoders_.stopRequested = ctx.stopRequested;
 }
 
 ImagesRun::~ImagesRun() = default;

@@ -206,10 +206,27 @@ RunOutcome Trainer::run() {
 
 RunOutcome Trainer::runImpl() {
   auto st = std::make_unique<State>();
+  st->stopRequested = [this] { return stopRequested_.load(); };
   std::vector<std::string> problems;
-  preflight(*st, problems);
-  if (problems.empty()) buildAndPlace(*st, problems);
-  if (problems.empty()) restore(*st, problems);
+  // A stop before the first step (Ctrl-C while caching or loading) ends the run
+  // where it is: no checkpoint (nothing was trained), the cache files written so
+  // far kept for the next run, a new run's folder removed when empty.
+  try {
+    preflight(*st, problems);
+    if (problems.empty()) stopPoint(*st, "preparing the data");
+    if (problems.empty()) buildAndPlace(*st, problems);
+    if (problems.empty()) stopPoint(*st, "loading the model");
+    if (problems.empty()) restore(*st, problems);
+    if (problems.empty()) stopPoint(*st, "restoring the run");
+  } catch (const Interrupted& e) {
+    if (!options_.resume) st->lock.releaseAndRemoveIfEmpty();
+    st.reset();
+    bus_.publish(events::WarningEvent{std::string("stopped while ") + e.what() +
+                                          ", before step 1: nothing trained, no checkpoint written",
+                                      0});
+    bus_.publish(events::StoppedEvent{0, ""});
+    return RunOutcome::Stopped;
+  }
   if (problems.empty()) {
     try {
       RunFolder folder(runDir_);
@@ -307,6 +324,8 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   if (!problems.empty()) return;
   try {
     st.family->prepareData(st, cfg_, bus_);
+  } catch (const Interrupted&) {
+    throw;
   } catch (const std::exception& e) {
     problems.push_back(e.what());
   }
@@ -323,6 +342,8 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
       options_.phaseTimer->setDevices(cuda);
       st.phases = options_.phaseTimer.get();
     }
+  } catch (const Interrupted&) {
+    throw;
   } catch (const std::exception& e) {
     problems.push_back(e.what());
     return;
@@ -740,7 +761,8 @@ RunOutcome Trainer::loop(State& st) {
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
       if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
-        if (!options_.skipSaves && st.lastCheckpointStep != step && !checkpoint(st, step)) {
+        // Step 0 of a new run (a stop during the step-0 samples) has nothing trained to keep.
+        if (!options_.skipSaves && step > 0 && st.lastCheckpointStep != step && !checkpoint(st, step)) {
           // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
           bus_.publish(events::FailedEvent{
               "stopped at step " + std::to_string(step) + " but its checkpoint could not be written" +
@@ -924,8 +946,27 @@ std::vector<fs::path> exportRun(const fs::path& runDir, const std::vector<config
   const auto modules = lora::moduleWeightsFromStateDict(lora, prefix, alpha, latest->path.string());
   std::error_code ec;
   fs::create_directories(dir, ec);
+  // Temp files of these names left by an export that was killed (".<name>.tmp.XXXXXX"):
+  // each target is about to be written again.
+  for (const auto& target : targets) {
+    const std::string stem = "." + target.filename().string() + ".tmp.";
+    std::vector<fs::path> leftovers;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(stem, 0) == 0 && name.size() == stem.size() + 6 && e.is_regular_file(ec))
+        leftovers.push_back(e.path());
+    }
+    for (const auto& p : leftovers)
+      if (fs::remove(p, ec) && notes) notes->push_back("removed the unfinished file " + p.string());
+  }
   std::vector<fs::path> written;
   for (size_t i = 0; i < formats.size(); ++i) {
+    if (options.stopRequested && options.stopRequested()) {
+      std::string done;
+      for (const auto& w : written) done += " " + w.string();
+      throw Interrupted("export stopped before " + targets[i].string() +
+                        (written.empty() ? "; nothing was written" : "; written:" + done));
+    }
     try {
       family.exportModules(modules, cfg, formats[i], targets[i], data.step, options.softwareVersion);
     } catch (const std::exception& e) {

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -163,6 +164,9 @@ struct ExportOptions {
   std::filesystem::path outDir;     // empty = <runDir>/exports
   ExistingExport existing = ExistingExport::Refuse;
   std::string softwareVersion = kVersion;
+  // Polled before each file: true stops the export there with Interrupted (the
+  // files written so far stay; none is left half-written).
+  std::function<bool()> stopRequested;
 };
 
 // Thrown by exportRun (ExistingExport::Refuse) when a file it would write is

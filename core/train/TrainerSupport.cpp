@@ -36,6 +36,10 @@ Trainer::State::~State() {
   family.reset();
 }
 
+void stopPoint(const Trainer::State& st, const std::string& where) {
+  if (st.stopRequested && st.stopRequested()) throw Interrupted(where);
+}
+
 at::ScalarType scalarTypeOf(config::DType d) {
   switch (d) {
     case config::DType::BF16:

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/Error.h"
+#include "common/Interrupted.h"
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
 #include "lora/LoraNetwork.h"
@@ -94,9 +95,16 @@ struct Trainer::State {
   double lastLoss = 0.0;                     // loop
   std::deque<double> recentStepMs;           // loop: the last 20 step times, for the ETA
   std::chrono::steady_clock::time_point wallStart = std::chrono::steady_clock::now();
+  // The trainer's stop request (Trainer::requestStop), for the stages before the
+  // first step: a family polls it between loading stages and cache batches.
+  std::function<bool()> stopRequested;
 
   ~State();
 };
+
+// Throws Interrupted("<where>") when the run was asked to stop: a point in the
+// preparation (caching, loading) where stopping loses nothing.
+void stopPoint(const Trainer::State& st, const std::string& where);
 
 at::ScalarType scalarTypeOf(config::DType d);
 

@@ -4,9 +4,12 @@
 // fixture's blocks + 1, read from its config files.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "CliProcess.h"
 #include "common/TestSupport.h"
@@ -62,6 +65,48 @@ TEST(LoadProgressCli, EachModelPartIsNamedAsItLoadsBeforeStepOne) {
     EXPECT_LT(t5At, trAt) << out;
     if (step1 != std::string::npos) EXPECT_LT(trAt, step1) << out;
   }
+}
+
+// Ctrl-C while an images run prepares (issue 32, point 6): it once went on to cache
+// every image, load the transformer and write a step-0 checkpoint. Now it stops at
+// the next cache batch or loading stage, writes no checkpoint, says where, exits 130.
+TEST(LoadProgressCli, CtrlCWhilePreparingStopsThereWithNoCheckpoint) {
+  if (!fs::exists(modelDir() / "model_index.json")) GTEST_SKIP() << "no flux_pipeline_a fixture at " << modelDir();
+  ASSERT_TRUE(fs::exists(strataTrainPath())) << "strata-train not built at " << strataTrainPath();
+  test::TempDir tmp;
+  fs::create_directories(tmp / "images");
+  for (int i = 0; i < 300; ++i) {
+    auto img = at::full({40, 48, 3}, i % 250, at::kByte);
+    io::writePng(tmp / "images" / ("p" + std::to_string(i) + ".png"), img);
+    std::ofstream(tmp / "images" / ("p" + std::to_string(i) + ".txt")) << "picture " << i;
+  }
+  std::ofstream(tmp / "run.yaml") << "job: {name: r, training_folder: '" << (tmp / "runs").string() << "'}\n"
+                                  << "model: {name_or_path: '" << modelDir().string() << "', device: cpu}\n"
+                                  << "network: {linear: 2, linear_alpha: 2}\n"
+                                  << "train: {steps: 1000, dtype: fp32, gradient_checkpointing: false}\n"
+                                  << "datasets: [{type: images, folder_path: '" << (tmp / "images").string()
+                                  << "', resolution: [32], cache_latents_to_disk: true}]\n"
+                                  << "sample: {sample_every: 0, prompts: []}\n"
+                                  << "save: {save_every: 0, export_formats: [diffusers]}\n";
+  Child child({"run", (tmp / "run.yaml").string()}, tmp / "run.log");
+  ASSERT_TRUE(child.started());
+  // T5 is in: the caching of 300 images comes next.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (child.output().find("loading T5") == std::string::npos && !child.poll() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_NE(child.output().find("loading T5"), std::string::npos) << child.output();
+  const auto signalled = std::chrono::steady_clock::now();
+  child.signal(SIGINT);
+  ASSERT_TRUE(child.waitFor(std::chrono::seconds(60))) << child.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(10)) << child.output();
+  const std::string out = child.output();
+  EXPECT_EQ(child.exitCode(), 130) << out;
+  EXPECT_NE(out.find("stopped while "), std::string::npos) << out;
+  EXPECT_NE(out.find("before step 1: nothing trained, no checkpoint written"), std::string::npos) << out;
+  EXPECT_EQ(out.find("caching latents 300/300"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step 1/"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp / "runs" / "r" / "checkpoints")) << out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <png.h>
 
 #include "common/Error.h"
+#include "common/ForkedChild.h"
 #include "common/TestSupport.h"
 #include "SafetensorsTestUtil.h"
 
@@ -389,4 +390,30 @@ TEST(Image, CmykJpegIsConvertedToRgb) {
   const auto back = readImage(dir / "cmyk.jpg").pixels;
   ASSERT_EQ(back.sizes(), rgb.sizes());
   EXPECT_LE((back.to(at::kInt) - rgb.to(at::kInt)).abs().max().item<int>(), 12);
+}
+
+// A PNG chunk's length is checked before libpng allocates it (issue 32, point 5): a
+// 600-byte file declaring a 2 GB text chunk took 2.2 GB. Now the chunk is refused by
+// its declared length against the file's size (in a child with 256 MB of room),
+// with an error naming the file and the chunk.
+TEST(Image, AHugeDeclaredPngTextChunkIsRefusedBeforeItIsAllocated) {
+  TempDir dir;
+  writePng(dir / "good.png", randomHwc(8, 8, 3, 1));
+  std::string png = readRaw(dir / "good.png");
+  // After the signature (8 bytes) and IHDR (4 + 4 + 13 + 4): a tEXt chunk declaring 2 GB, 40 bytes of it there.
+  const std::string chunk =
+      std::string("\x7f\xff\xff\x00", 4) + "tEXt" + "Comment" + std::string(1, '\0') + std::string(32, 'x');
+  png.insert(33, chunk);
+  ASSERT_LT(png.size(), 1000u);
+  const fs::path p = dir / "text-bomb.png";
+  writeRaw(p, png);
+  const auto out = strata::test::runInChild(
+      [p] {
+        readImage(p);
+        return std::string("read");
+      },
+      30.0, std::size_t{256} << 20);
+  ASSERT_EQ(out.kind, strata::test::ChildOutcome::Kind::TypedError) << out.describe();
+  EXPECT_NE(out.text.find(p.string()), std::string::npos) << out.text;
+  EXPECT_NE(out.text.find("chunk tEXt declares 2147483392 bytes, the file holds"), std::string::npos) << out.text;
 }

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "common/Error.h"
+#include "common/Interrupted.h"
 #include "common/TestSupport.h"
 #include "events/EventBus.h"
 #include "io/Safetensors.h"
@@ -701,4 +702,36 @@ TEST(EncodeCache, DeletedDuringTheRunIsRebuiltNotAFailure) {
     EXPECT_NE(std::string(e.what()).find(fresh.textFile(a.caption).string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("start the run again"), std::string::npos) << e.what();
   }
+}
+
+// Ctrl-C while the cache is built (issue 32, point 6): the build stops between
+// batches with Interrupted saying how far it got, and the next build reuses
+// what the stopped one wrote.
+TEST(EncodeCache, AStopBetweenBatchesKeepsWhatWasWrittenForTheNextBuild) {
+  Folder f("stopped");
+  config::DatasetConfig cfg = f.config();
+  cfg.flipX = true;  // 3 images x 2 flips: 6 latents, one per batch below
+  const fs::path cacheDir = f.dir / kCacheFolderName;
+  CountingEncoders enc;
+  {
+    const auto s = scanImageFolder(cfg);
+    Encoders e = enc.make();
+    e.stopRequested = [&enc] { return enc.imageCalls >= 2; };  // Ctrl-C during the second batch
+    EncodeCache cache(cacheDir, e);
+    try {
+      cache.build(s.entries, 1);
+      FAIL() << "the build went on past the stop request";
+    } catch (const Interrupted& e) {
+      EXPECT_NE(std::string(e.what()).find("latents (2 of 6 done and kept"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(enc.imageCalls, 2);
+    EXPECT_EQ(enc.textCalls, 0);
+  }
+  CountingEncoders again;
+  const auto s = scanImageFolder(cfg);
+  EncodeCache cache(cacheDir, again.make());
+  const CacheStats st = cache.build(s.entries, 1);
+  EXPECT_EQ(st.reused, 2);
+  EXPECT_EQ(st.latentsEncoded, 4);
+  EXPECT_EQ(st.textsEncoded, 3);
 }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/Error.h"
+#include "common/Interrupted.h"
 #include "common/TestSupport.h"
 #include "common/TrainTestSupport.h"
 #include "events/EventBus.h"
@@ -165,24 +166,40 @@ TEST(Trainer, TwoRunsInOneFolderAreRefusedAndResumeLeavesALiveRunAlone) {
 
 // ---- 2. a stop before step 1 ----------------------------------------------------
 
-TEST(Trainer, StopBeforeTheFirstStepLeavesACheckpointThatResumesToTheStraightResult) {
+TEST(Trainer, StopBeforeTheFirstStepWritesNoCheckpointAndSaysWhere) {
   test::TempDir tmp;
   const auto cfg = tinyConfig(tmp.path(), 6);
-  ASSERT_EQ(runTrainer(cfg, tmp / "straight"), RunOutcome::Finished);
-
-  events::EventBus bus;
-  TrainerOptions o;
-  o.runDir = tmp / "stopped";
-  Trainer t(cfg, bus, o);
-  t.requestStop();  // as a Ctrl-C during the step-0 samples
-  ASSERT_EQ(t.run(), RunOutcome::Stopped);
-  const auto latest = RunFolder(tmp / "stopped").latestCheckpoint();
-  ASSERT_TRUE(latest);
-  EXPECT_EQ(latest->step, 0);
-  EXPECT_NO_THROW(readCheckpoint(latest->path));  // whole: optimizer state for every LoRA weight
-  test::EventRecorder rec;
-  ASSERT_EQ(resumeTrainer(tmp / "stopped", &rec), RunOutcome::Finished) << rec.text();
-  expectSameLora(tmp / "straight", tmp / "stopped");
+  // Asked before anything ran (Ctrl-C while preparing): nothing trained, nothing written.
+  {
+    events::EventBus bus;
+    std::string during;
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (auto* w = std::get_if<events::WarningEvent>(&e)) during += w->message;
+    });
+    TrainerOptions o;
+    o.runDir = tmp / "stopped";
+    Trainer t(cfg, bus, o);
+    t.requestStop();
+    ASSERT_EQ(t.run(), RunOutcome::Stopped);
+    EXPECT_NE(during.find("stopped while preparing the data, before step 1"), std::string::npos) << during;
+    EXPECT_FALSE(fs::exists(tmp / "stopped")) << "a new run stopped before step 1 leaves no folder";
+  }
+  // Asked during the step-0 samples: the run folder stays, with no step-0 checkpoint.
+  {
+    auto sampled = cfg;
+    sampled.sample.sampleEvery = 3;
+    if (sampled.sample.prompts.empty()) sampled.sample.prompts = {"a red square"};
+    events::EventBus bus;
+    TrainerOptions o;
+    o.runDir = tmp / "sampling";
+    Trainer t(sampled, bus, o);
+    auto sub = bus.subscribe([&](const events::Event& e) {
+      if (std::holds_alternative<events::StartedEvent>(e)) t.requestStop();
+    });
+    ASSERT_EQ(t.run(), RunOutcome::Stopped);
+    EXPECT_FALSE(RunFolder(tmp / "sampling").latestCheckpoint());
+    EXPECT_TRUE(RunFolder(tmp / "sampling").readMetrics().empty());
+  }
 }
 
 // ---- 3. SIGTERM and SIGHUP ------------------------------------------------------
@@ -336,6 +353,42 @@ TEST(Trainer, DamagedLatestCheckpointFallsBackToThePreviousIntactOneAndSaysSo) {
       << rec.text();
   EXPECT_TRUE(fs::exists(f.checkpointsDir() / "damaged-step_00000006"));
   expectSameLora(tmp / "straight", tmp / "run");
+}
+
+// ---- 6b. Ctrl-C during an export; what a killed export left ----------------------
+
+TEST(Trainer, ExportStopsBeforeTheNextFileAndRemovesAKilledExportsTempFiles) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 2);
+  ASSERT_EQ(runTrainer(cfg, tmp / "run"), RunOutcome::Finished);
+  const auto out = tmp / "out";
+  fs::create_directories(out);
+  // What a second Ctrl-C (or kill -9) during a write leaves: io::writeFileAtomic's temp file.
+  const auto leftover = out / ".tiny_step2_kohya.safetensors.tmp.Ab12Cd";
+  { std::ofstream(leftover) << "half a file"; }
+  ExportOptions o;
+  o.outDir = out;
+  int polls = 0;
+  o.stopRequested = [&polls] { return ++polls > 1; };  // Ctrl-C while the first file is written
+  std::vector<std::string> notes;
+  try {
+    exportRun(tmp / "run", {config::ExportFormat::Diffusers, config::ExportFormat::Kohya}, o, &notes);
+    FAIL() << "the export went on past the stop request";
+  } catch (const Interrupted& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stopped before " + (out / "tiny_step2_kohya.safetensors").string()), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("tiny_step2_diffusers.safetensors"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(fs::exists(out / "tiny_step2_diffusers.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "tiny_step2_kohya.safetensors"));
+  EXPECT_FALSE(fs::exists(leftover));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"tiny_step2_diffusers.safetensors"});
+  std::string all;
+  for (const auto& n : notes) all += n + "\n";
+  EXPECT_NE(all.find("removed the unfinished file " + leftover.string()), std::string::npos) << all;
 }
 
 // ---- 7. a LoRA with NaN ---------------------------------------------------------

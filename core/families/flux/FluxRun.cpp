@@ -37,14 +37,17 @@ void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cf
   if (train::hasImagesDataset(cfg)) {
     train::prepareDevices(cfg, st.prepared);
     ctx.bus = &bus;  // T5's load progress, then the datasets' summaries and cache progress
+    ctx.stopRequested = st.stopRequested;  // polled between cache batches
     images_ = std::make_unique<train::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(st.prepared)), cfg,
                                                  ctx, bus);
     ctx.encoders = &images_->encoders();
+    train::stopPoint(st, "loading the VAE and text encoders");
   }
   dataset_ = train::makeDatasets(cfg.datasets, ctx);
   emptyPrompt_ = dataset_->emptyPrompt();
   pixelCode_ = cfg.datasets.front().type == config::DatasetType::Shapes;
   if (images_) {
+    train::stopPoint(st, "caching (the image cache is complete and kept)");
     images_->finishCaching();  // sample prompts encoded once; T5 and CLIP freed before step 1
     train::releaseDeviceCaches();
   }
@@ -68,8 +71,9 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
     flux::FluxStreamOptions so;
     so.quantize = qtype;
     // A checkpoint of FLUX.1-dev's size takes a while to stream in: say how far it is.
-    so.onProgress = [&bus](int64_t done, int64_t total) {
+    so.onProgress = [&bus, &st](int64_t done, int64_t total) {
       bus.publish(events::LoadProgressEvent{events::kLoadTransformer, done, total});
+      train::stopPoint(st, "loading the transformer (" + std::to_string(done) + " of " + std::to_string(total) + ")");
     };
     model_ = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), config_, bo, so);
   } else {

@@ -186,6 +186,7 @@ class Flux2Run : public train::FamilyRun {
     else if (auto hook = train::randomBlockHook(nn::QuantType::None, dev))
       bo.onBlockBuilt = [hook, &built](torch::nn::Module& block) { hook(built++, block); };
     model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
+    train::stopPoint(st, "building the transformer");
     if (loadWeights) flux2::loadFlux2Weights(*model_, m.nameOrPath);
     for (auto& p : model_->parameters()) p.requires_grad_(false);
     train::placeBlocks(st, model_->blockList(), dev);

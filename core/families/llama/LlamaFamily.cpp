@@ -117,6 +117,7 @@ class LlamaRun : public train::FamilyRun {
       }
       if (d.type != config::DatasetType::Jsonl)
         throw ConfigError(key + ".type: a llama model trains on jsonl or synthetic data");
+      train::stopPoint(st, "reading the datasets (before " + key + ")");
       auto ds = LmDataset::fromJsonl(d.filePath, *tokenizer_, LmDataOptions::of(d));
       const auto& r = ds.reports().front();
       const size_t shown = std::min<size_t>(r.skipped.size(), 20);
@@ -165,8 +166,9 @@ class LlamaRun : public train::FamilyRun {
       bo.layerDevice = train::planBlockDevice(dev);
       llama::LlamaStreamOptions so;
       so.quantize = qtype;
-      so.onProgress = [&bus](int64_t done, int64_t total) {
+      so.onProgress = [&bus, &st](int64_t done, int64_t total) {
         bus.publish(events::LoadProgressEvent{events::kLoadLanguageModel, done, total});
+        train::stopPoint(st, "loading the model (" + std::to_string(done) + " of " + std::to_string(total) + ")");
       };
       model_ = llama::streamLlamaForCausalLM(llama::openLlamaWeights(m.nameOrPath), config_, bo, so);
     } else {
