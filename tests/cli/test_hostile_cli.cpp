@@ -105,6 +105,7 @@ TEST_F(HostileCli, AFolderStillTrainingBeforeItsFirstCheckpointIsInUse) {
         << verb << "\n" << out;
   }
   EXPECT_FALSE(training.poll()) << "the run ended: " << training.output();
+}
 
 // An export past `ulimit -f` (issue 32, point 7): the write error with its reason,
 // exit 1, and no temp file left in the exports folder.
