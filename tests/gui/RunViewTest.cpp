@@ -165,7 +165,10 @@ void RunViewTest::closingDuringARunAsksStopOrKeep() {
   QVERIFY2(a->text.contains("Training is still running"), qPrintable(a->text));
   QVERIFY(w.isVisible());
   QVERIFY(w.bridge()->isActive());
-  // Stop: a checkpoint is saved, then the window closes by itself.
+  // Stop once a step is trained (before step 1 nothing is, and no checkpoint is
+  // written): a checkpoint is saved, then the window closes by itself.
+  QSignalSpy progressed(w.bridge(), &TrainerBridge::progress);
+  QTRY_VERIFY_WITH_TIMEOUT(!progressed.isEmpty() && progressed.back().at(0).toLongLong() >= 1, 60000);
   QSignalSpy stopped(w.bridge(), &TrainerBridge::stopped);
   a = answerNext("closeDuringRunDialog", "stopAndClose");
   w.close();
