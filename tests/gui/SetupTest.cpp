@@ -443,18 +443,12 @@ std::shared_ptr<Answer> pickFoldersInNextDialogs(const QStringList& folders) {
       answer->text += d->windowTitle() + "\n";
       d->setDirectory(folders[*next]);
       d->selectFile(folders[*next]);
-    }
-    // Accept once the dialog has taken the folder: its file model fills in the
-    // background, and on a loaded machine an early accept returned the folder above.
-    if (d && *last == d && *next < folders.size()) {
-      if (QDir(d->selectedFiles().value(0)) != QDir(folders[*next])) {
-        d->selectFile(folders[*next]);
-      } else {
-        ++*next;
-        static_cast<QDialog*>(d)->accept();  // QFileDialog::accept, through the public slot
-        answer->answered = *next == folders.size();
-        last->clear();
-      }
+      // Typed as a user would: the dialog's file model fills in the background, and
+      // on a loaded machine a selection alone could still name the folder above.
+      if (auto* typed = d->findChild<QLineEdit*>("fileNameEdit")) typed->setText(folders[*next]);
+      ++*next;
+      static_cast<QDialog*>(d)->accept();  // QFileDialog::accept, through the public slot
+      answer->answered = *next == folders.size();
     }
     if (answer->answered || ++*tries > 500) {
       timer->stop();
