@@ -8,7 +8,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -19,6 +18,7 @@
 #include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
+#include "common/Text.h"
 #include "common/Version.h"
 #include "config/RunConfigYaml.h"
 #include "io/Image.h"
@@ -58,9 +58,7 @@ struct Interrupted {
 // in a folder that exists and can be written, not an existing folder.
 void checkOutput(const fs::path& out) {
   if (out.empty()) throw ConfigError("--out: no output PNG given");
-  std::string ext = out.extension().string();
-  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (ext != ".png") throw ConfigError("--out: '" + out.string() + "' is not a .png file name");
+  if (toLowerAscii(out.extension().string()) != ".png") throw ConfigError("--out: '" + out.string() + "' is not a .png file name");
   std::error_code ec;
   if (fs::is_directory(out, ec)) throw ConfigError("--out: '" + out.string() + "' is a folder; give a file name");
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();

@@ -13,7 +13,6 @@
 // libFuzzer target. Budget: the whole label runs in well under 2 minutes on 2
 // cores (STRATA_FUZZ_CASES scales every kind's count, for a longer local run).
 #include <gtest/gtest.h>
-#include <jpeglib.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -38,10 +37,7 @@
 #include "models/t5/T5Config.h"
 #include "models/vae/VaeConfig.h"
 #include "text/TokenizerFactory.h"
-
-#ifdef STRATA_TEST_HAS_WEBP_ENCODER
-#include <webp/encode.h>
-#endif
+#include "train/TestImages.h"
 
 namespace fs = std::filesystem;
 using namespace strata;
@@ -377,58 +373,14 @@ TEST(FuzzSmoke, ShardIndexJson) {
   fuzz(k, casesPerKind(200), 0x1d3e);
 }
 
-namespace {
-
-// uint8 [H, W, 3] pixels of a small gradient.
-at::Tensor gradient(int64_t h, int64_t w) {
-  at::Tensor t = at::empty({h, w, 3}, at::kByte);
-  auto* p = t.data_ptr<std::uint8_t>();
-  for (int64_t i = 0; i < h * w * 3; ++i) p[i] = static_cast<std::uint8_t>((i * 7) & 0xff);
-  return t;
-}
-
-std::string encodeJpeg(const at::Tensor& hwc) {
-  jpeg_compress_struct cinfo{};
-  jpeg_error_mgr err{};
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(hwc.size(1));
-  cinfo.image_height = static_cast<JDIMENSION>(hwc.size(0));
-  cinfo.input_components = 3;
-  cinfo.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_start_compress(&cinfo, TRUE);
-  const auto* rows = hwc.data_ptr<std::uint8_t>();
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<JSAMPROW>(rows + cinfo.next_scanline * hwc.size(1) * 3);
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::string out(reinterpret_cast<char*>(buffer), size);
-  std::free(buffer);
-  return out;
-}
-
-}  // namespace
-
 TEST(FuzzSmoke, ImageBytes) {
-  const at::Tensor pixels = gradient(12, 16);
+  const at::Tensor pixels = test::gradient(12, 16);
   FuzzKind k;
   k.name = "image bytes";
   k.seeds.push_back(io::encodePng(pixels, {{"parameters", "a caption"}}));
-  k.seeds.push_back(encodeJpeg(pixels));
-#ifdef STRATA_TEST_HAS_WEBP_ENCODER
-  if (io::webpSupported()) {
-    std::uint8_t* out = nullptr;
-    const std::size_t n = WebPEncodeLosslessRGB(pixels.data_ptr<std::uint8_t>(), 16, 12, 16 * 3, &out);
-    k.seeds.emplace_back(reinterpret_cast<char*>(out), n);
-    WebPFree(out);
-  }
-#endif
+  k.seeds.push_back(test::encodeJpeg(pixels));
+  if (io::webpSupported())
+    if (std::string webp = test::encodeWebp(pixels); !webp.empty()) k.seeds.push_back(std::move(webp));
   k.place = [](const fs::path& d, const std::string& b) {
     writeAll(d / "image.png", b);
     return d / "image.png";

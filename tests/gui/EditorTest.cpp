@@ -130,10 +130,8 @@ void EditorTest::init() {
   QVERIFY(tmp_.isValid());
   settings_ = tmp_.filePath("editor-test.ini");
   QFile::remove(settings_);
-  demoCopy_ = tmp_.filePath("demo.yaml");
-  QFile::remove(demoCopy_);
-  QVERIFY(QFile::copy(demoConfig(), demoCopy_));
-  QFile::setPermissions(demoCopy_, QFile::ReadOwner | QFile::WriteOwner);
+  demoCopy_ = writableDemoCopy(tmp_.filePath("demo.yaml"));
+  QVERIFY(!demoCopy_.isEmpty());
   QDir(tmp_.path()).mkpath("weights");
   QDir(tmp_.path()).mkpath("shape_only");
   weights_ = tmp_.filePath("weights");

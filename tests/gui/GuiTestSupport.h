@@ -5,6 +5,7 @@
 #include <QAbstractButton>
 #include <QApplication>
 #include <QDir>
+#include <QFile>
 #include <QMessageBox>
 #include <QTimer>
 #include <QWidget>
@@ -21,6 +22,15 @@ inline QString sourceFile(const QString& relative) {
 }
 
 inline QString demoConfig() { return sourceFile("configs/demo.yaml"); }
+
+// A writable copy of the demo config at `path` (replacing what is there); empty
+// when it could not be made.
+inline QString writableDemoCopy(const QString& path) {
+  QFile::remove(path);
+  if (!QFile::copy(demoConfig(), path)) return QString();
+  QFile::setPermissions(path, QFile::ReadOwner | QFile::WriteOwner);
+  return path;
+}
 
 template <class T>
 T* child(QObject* w, const QString& name) {

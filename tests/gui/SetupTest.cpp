@@ -93,10 +93,8 @@ void SetupTest::init() {
   QVERIFY(tmp_.isValid());
   settings_ = tmp_.filePath("setup-test.ini");
   QFile::remove(settings_);
-  demoCopy_ = tmp_.filePath("demo.yaml");
-  QFile::remove(demoCopy_);
-  QVERIFY(QFile::copy(demoConfig(), demoCopy_));
-  QFile::setPermissions(demoCopy_, QFile::ReadOwner | QFile::WriteOwner);
+  demoCopy_ = writableDemoCopy(tmp_.filePath("demo.yaml"));
+  QVERIFY(!demoCopy_.isEmpty());
 }
 
 void SetupTest::wheelChangesAFieldOnlyWithFocus() {
