@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "ui/ConfigEditor.h"
-#include "ui/DatasetView.h"
-#include "ui/GpuMapView.h"
-#include "ui/LossPlot.h"
-#include "ui/MainWindow.h"
-#include "ui/RunQueue.h"
-#include "ui/SampleBrowser.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/setup/DatasetView.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/widgets/LossPlot.h"
+#include "ui/app/MainWindow.h"
+#include "ui/backend/RunQueue.h"
+#include "ui/widgets/SampleBrowser.h"
 
 namespace strata::app {
 

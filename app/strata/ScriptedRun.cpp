@@ -9,9 +9,9 @@
 #include <QTimer>
 #include <cstdio>
 
-#include "ui/ConfigEditor.h"
-#include "ui/MainWindow.h"
-#include "ui/TrainerBridge.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/app/MainWindow.h"
+#include "ui/backend/TrainerBridge.h"
 
 namespace strata::app {
 

@@ -17,7 +17,7 @@
 #include "ScriptedRun.h"
 #include "common/Version.h"
 #include "families/Registration.h"
-#include "ui/MainWindow.h"
+#include "ui/app/MainWindow.h"
 
 namespace {
 

@@ -6,7 +6,9 @@
 #include "families/flux/FluxFamily.h"
 #include "families/flux2/Flux2Family.h"
 #include "families/llama/LlamaFamily.h"
+#include "families/llama/LmDataset.h"
 #include "train/ModelFamily.h"
+#include "train/TextRecords.h"
 
 namespace strata::families {
 
@@ -16,6 +18,8 @@ void registerAll() {
     train::registerModelFamily(makeFluxFamily());
     train::registerModelFamily(makeLlamaFamily());
     train::registerModelFamily(makeFlux2Family());
+    // The app's jsonl preview reads as the causal-LM trainer does, without its header.
+    train::registerTextRecordReader(config::DatasetType::Jsonl, readJsonlDataset);
   });
 }
 

@@ -19,7 +19,7 @@
 #include "LmTestSupport.h"
 #include "lora/LoraNetwork.h"
 #include "models/llama/LlamaCheckpoint.h"
-#include "models/llama/LlamaPeft.h"
+#include "lora/PeftAdapter.h"
 #include "train/RunFolder.h"
 #include "text/TokenizerFactory.h"
 #include "train/Trainer.h"
@@ -161,7 +161,7 @@ TEST_F(LlamaTrain, ThirtyStepsLowerTheResponseLossAndTheAdapterLoadsBack) {
     EXPECT_TRUE(test::allClose(exported.at(key), ema.at(bare), 0, 0)) << key;
   }
   auto model = llama::loadLlamaForCausalLM(modelDir());
-  auto network = llama::loadPeftAdapter(*model, adapter);
+  auto network = lora::loadPeftAdapter(*model, adapter);
   EXPECT_EQ(static_cast<int64_t>(network->adapters().size()), adapters_);
   // Its forward differs from the base model's: the adapter is applied. The batch is
   // left padded, as the training batches were.
@@ -235,7 +235,7 @@ TEST_F(LlamaTrain, StopAndResumeEndWhereAStraightRunEnds) {
   ASSERT_EQ(written.size(), 1u);
   EXPECT_TRUE(fs::exists(written[0] / "adapter_config.json")) << written[0];
   auto model = llama::loadLlamaForCausalLM(modelDir());
-  EXPECT_EQ(static_cast<int64_t>(llama::loadPeftAdapter(*model, written[0])->adapters().size()), adapters_);
+  EXPECT_EQ(static_cast<int64_t>(lora::loadPeftAdapter(*model, written[0])->adapters().size()), adapters_);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include "common/TestSupport.h"
 #include "device/DeviceInventory.h"
 #include "models/llama/LlamaForCausalLM.h"
-#include "models/llama/LlamaPeft.h"
+#include "models/llama/LlamaModuleNames.h"
 #include "parity/CausalLmFixture.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"

@@ -17,9 +17,9 @@
 #include <QtTest>
 
 #include "GuiTestSupport.h"
-#include "ui/ConfigEditor.h"
-#include "ui/DatasetView.h"
-#include "ui/MainWindow.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/setup/DatasetView.h"
+#include "ui/app/MainWindow.h"
 
 using namespace strata::ui;
 using namespace strata::ui::test;

@@ -21,10 +21,10 @@
 
 #include "GuiTestSupport.h"
 #include "config/RunConfig.h"
-#include "ui/ConfigEditor.h"
-#include "ui/DatasetView.h"
-#include "ui/MainWindow.h"
-#include "ui/Theme.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/setup/DatasetView.h"
+#include "ui/app/MainWindow.h"
+#include "ui/widgets/Theme.h"
 
 using namespace strata::ui;
 using namespace strata::ui::test;

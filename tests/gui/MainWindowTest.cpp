@@ -17,12 +17,12 @@
 #include <QtTest>
 
 #include "GuiTestSupport.h"
-#include "ui/ConfigEditor.h"
-#include "ui/GpuMapView.h"
-#include "ui/LossPlot.h"
-#include "ui/MainWindow.h"
-#include "ui/SampleBrowser.h"
-#include "ui/TrainerBridge.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/widgets/LossPlot.h"
+#include "ui/app/MainWindow.h"
+#include "ui/widgets/SampleBrowser.h"
+#include "ui/backend/TrainerBridge.h"
 
 using namespace strata::ui;
 

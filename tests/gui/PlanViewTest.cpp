@@ -14,9 +14,9 @@
 #include "config/RunConfig.h"
 #include "device/DeviceSelection.h"
 #include "train/RunPlanning.h"
-#include "ui/ConfigEditor.h"
-#include "ui/GpuMapView.h"
-#include "ui/MainWindow.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/app/MainWindow.h"
 
 using namespace strata;
 using namespace strata::ui;

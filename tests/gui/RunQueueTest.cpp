@@ -22,15 +22,15 @@
 #include <QtTest>
 
 #include "GuiTestSupport.h"
-#include "ui/ConfigEditor.h"
-#include "ui/GpuMapView.h"
-#include "ui/GpuUsagePanel.h"
-#include "ui/LossPlot.h"
-#include "ui/MainWindow.h"
-#include "ui/RunQueue.h"
-#include "ui/RunQueuePanel.h"
-#include "ui/Theme.h"
-#include "ui/TrainerBridge.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/widgets/GpuUsagePanel.h"
+#include "ui/widgets/LossPlot.h"
+#include "ui/app/MainWindow.h"
+#include "ui/backend/RunQueue.h"
+#include "ui/widgets/RunQueuePanel.h"
+#include "ui/widgets/Theme.h"
+#include "ui/backend/TrainerBridge.h"
 
 using namespace strata::ui;
 using namespace strata::ui::test;

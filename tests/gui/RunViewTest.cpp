@@ -27,12 +27,12 @@
 #include <algorithm>
 
 #include "GuiTestSupport.h"
-#include "ui/ConfigEditor.h"
-#include "ui/ExportDialog.h"
-#include "ui/GpuMapView.h"
-#include "ui/LossPlot.h"
-#include "ui/MainWindow.h"
-#include "ui/TrainerBridge.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/dialogs/ExportDialog.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/widgets/LossPlot.h"
+#include "ui/app/MainWindow.h"
+#include "ui/backend/TrainerBridge.h"
 
 using namespace strata::ui;
 using namespace strata::ui::test;

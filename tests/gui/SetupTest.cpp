@@ -25,11 +25,11 @@
 
 #include "GuiTestSupport.h"
 #include "config/RunConfig.h"
-#include "ui/ConfigEditor.h"
-#include "ui/GpuMapView.h"
-#include "ui/ListEditors.h"
-#include "ui/MainWindow.h"
-#include "ui/NewConfigDialog.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/widgets/ListEditors.h"
+#include "ui/app/MainWindow.h"
+#include "ui/dialogs/NewConfigDialog.h"
 
 using namespace strata::ui;
 using namespace strata::ui::test;

@@ -16,12 +16,12 @@
 #include "GuiTestSupport.h"
 #include "config/RunConfig.h"
 #include "events/Events.h"
-#include "ui/ConfigEditor.h"
-#include "ui/GpuMapView.h"
-#include "ui/LossPlot.h"
-#include "ui/PlanBackend.h"
-#include "ui/SampleBrowser.h"
-#include "ui/TrainerBridge.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/GpuMapView.h"
+#include "ui/widgets/LossPlot.h"
+#include "ui/backend/PlanBackend.h"
+#include "ui/widgets/SampleBrowser.h"
+#include "ui/backend/TrainerBridge.h"
 
 using namespace strata::ui;
 

@@ -11,7 +11,7 @@
 #include "common/TestSupport.h"
 #include "lora/LoraNetwork.h"
 #include "models/llama/LlamaForCausalLM.h"
-#include "models/llama/LlamaPeft.h"
+#include "models/llama/LlamaModuleNames.h"
 #include "nn/Quantize.h"
 
 using namespace strata;

@@ -10,10 +10,11 @@
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
 #include "models/llama/LlamaForCausalLM.h"
-#include "models/llama/LlamaPeft.h"
+#include "lora/PeftAdapter.h"
 
 using namespace strata;
 using namespace strata::llama;
+using namespace strata::lora;
 using nlohmann::json;
 namespace fs = std::filesystem;
 

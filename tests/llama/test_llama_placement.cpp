@@ -12,7 +12,7 @@
 #include "lora/LoraNetwork.h"
 #include "lora/LoraTargets.h"
 #include "models/llama/LlamaForCausalLM.h"
-#include "models/llama/LlamaPeft.h"
+#include "models/llama/LlamaModuleNames.h"
 #include "placement/MeasureBlocks.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"

@@ -98,9 +98,9 @@ void checkPeftRoundTrip(const fs::path& dir, const nlohmann::json& manifest) {
   test::TempDir tmp;
   std::vector<std::string> linearPaths;
   for (const auto& [path, _] : f.model->linears()) linearPaths.push_back(path);
-  llama::PeftWriteOptions options;
+  lora::PeftWriteOptions options;
   options.modelLinearPaths = linearPaths;
-  llama::writePeftAdapter(tmp.path(), f.net->moduleWeights(), options);
+  lora::writePeftAdapter(tmp.path(), f.net->moduleWeights(), options);
   const auto original = io::loadSafetensors(dir / "adapter" / "adapter_model.safetensors");
   const auto written = io::loadSafetensors(tmp / "adapter_model.safetensors");
   ASSERT_EQ(original.size(), written.size());
@@ -109,7 +109,7 @@ void checkPeftRoundTrip(const fs::path& dir, const nlohmann::json& manifest) {
     EXPECT_TRUE(at::equal(written.at(key), t)) << key;
   }
   f.net.reset();
-  auto back = llama::loadPeftAdapter(*f.model, tmp.path());
+  auto back = lora::loadPeftAdapter(*f.model, tmp.path());
   at::NoGradGuard noGrad;
   EXPECT_TRUE(test::allClose(f.where(f.forward()), f.where(f.outputs.at("logits_lora")), f.tol.atol, f.tol.rtol))
       << "after the round trip";

@@ -15,7 +15,7 @@
 #include "lora/LoraNetwork.h"
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaForCausalLM.h"
-#include "models/llama/LlamaPeft.h"
+#include "lora/PeftAdapter.h"
 #include "parity/FluxFixture.h"
 
 namespace strata::parity {
@@ -41,7 +41,7 @@ struct CausalLmFixture {
 
   // The folder's peft adapter attached (train mode: the reference ran so, dropout 0).
   void withAdapter(const std::filesystem::path& dir) {
-    net = llama::loadPeftAdapter(*model, dir / "adapter");
+    net = lora::loadPeftAdapter(*model, dir / "adapter");
     net->train(true);
   }
 

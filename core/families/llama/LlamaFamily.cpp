@@ -15,8 +15,9 @@
 #include "io/AtomicFile.h"
 #include "io/FileBytes.h"
 #include "lora/LoraTargets.h"
+#include "lora/PeftAdapter.h"
 #include "models/llama/LlamaCheckpoint.h"
-#include "models/llama/LlamaPeft.h"
+#include "models/llama/LlamaModuleNames.h"
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "train/AdamW8bit.h"
@@ -251,12 +252,12 @@ class LlamaRun : public train::FamilyRun {
   fs::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg, config::ExportFormat format,
                       const fs::path& path, int64_t step, const std::string& runYaml,
                       const std::string& softwareVersion) override {
-    llama::PeftWriteOptions po;
+    lora::PeftWriteOptions po;
     po.baseModelNameOrPath = cfg.model.nameOrPath;
     po.dropout = cfg.network.dropout;
     po.dtype = train::scalarTypeOf(cfg.save.dtype);
     po.modelLinearPaths = linearPaths_;
-    llama::writePeftAdapter(path, st.network->moduleWeights(), po);
+    lora::writePeftAdapter(path, st.network->moduleWeights(), po);
     (void)format;
     (void)step;
     (void)runYaml;
@@ -450,7 +451,7 @@ class LlamaFamily : public train::ModelFamily {
   void exportModules(const std::vector<lora::LoraModuleWeights>& modules, const config::RunConfig& cfg,
                      config::ExportFormat format, const fs::path& path, int64_t step,
                      const std::string& softwareVersion) const override {
-    llama::PeftWriteOptions po;
+    lora::PeftWriteOptions po;
     po.baseModelNameOrPath = cfg.model.nameOrPath;
     po.dropout = cfg.network.dropout;
     po.dtype = train::scalarTypeOf(cfg.save.dtype);
@@ -459,7 +460,7 @@ class LlamaFamily : public train::ModelFamily {
     } catch (const std::exception&) {
       // The model folder is not here: target_modules then names the layers by their names.
     }
-    llama::writePeftAdapter(path, modules, po);
+    lora::writePeftAdapter(path, modules, po);
     (void)format;
     (void)step;
     (void)softwareVersion;

@@ -1,6 +1,6 @@
 #include "families/llama/LlamaLoraRules.h"
 
-#include "models/llama/LlamaPeft.h"
+#include "models/llama/LlamaModuleNames.h"
 
 namespace strata::families {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "lora/LoraTargets.h"
-#include "models/llama/LlamaPeft.h"
+#include "models/llama/LlamaModuleNames.h"
 
 namespace strata::families {
 

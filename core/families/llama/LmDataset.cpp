@@ -169,6 +169,11 @@ std::vector<LmSample> pack(const std::vector<LmSample>& samples, int64_t maxSeqL
 
 }  // namespace
 
+int64_t readJsonlDataset(const config::DatasetConfig& dataset, const std::string& text,
+                         const train::TextRecordSink& onRecord) {
+  return readJsonlRecords(text, LmDataOptions::of(dataset), onRecord);
+}
+
 int64_t readJsonlRecords(const std::string& text, const LmDataOptions& o,
                          const std::function<bool(const LmTextRecord&)>& onRecord) {
   size_t pos = 0;

@@ -38,6 +38,7 @@
 
 #include "config/RunConfig.h"
 #include "text/Tokenizer.h"
+#include "train/TextRecords.h"
 
 namespace strata::families {
 
@@ -77,24 +78,19 @@ struct LmDataReport {
   std::string summary() const;
 };
 
-// One line of a jsonl file as the trainer reads it, before tokenizing: its
-// prompt and response, or why the line is skipped.
-struct LmTextRecord {
-  int64_t line = 0;  // 1-based
-  std::string prompt;
-  std::string response;
-  std::string skipReason;  // "" = the line gives a sample
-  // The fields read: "prompt/response" (prompt_field/response_field), "text" (text_field),
-  // or a layout recognised when the dataset names no fields of its own:
-  // "prompt/completion", "instruction/input/output", "messages".
-  std::string layout;
-};
+// One line of a jsonl file as the trainer reads it, before tokenizing (the
+// family-neutral record the app's preview reads through train/TextRecords.h).
+using LmTextRecord = train::TextRecord;
 
 // Reads `text` line by line as fromJsonlText does (the one reader: the app's
 // preview uses it too) and hands each line to `onRecord`, in order; reading
 // stops when onRecord returns false. Returns the number of lines handed over.
 int64_t readJsonlRecords(const std::string& text, const LmDataOptions& options,
                          const std::function<bool(const LmTextRecord&)>& onRecord);
+// readJsonlRecords with `dataset`'s options: the jsonl reader registered as
+// train::registerTextRecordReader's (families::registerAll).
+int64_t readJsonlDataset(const config::DatasetConfig& dataset, const std::string& text,
+                         const train::TextRecordSink& onRecord);
 
 class LmDataset {
  public:

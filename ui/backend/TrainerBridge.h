@@ -1,0 +1,115 @@
+#pragma once
+// The one bridge between the core trainer and the GUI thread (docs/design.md §1,
+// STYLE: OBS's queued invocations). The trainer runs on a QThread the bridge
+// owns; its events arrive on that thread and are copied into plain view values:
+// steps go into a buffer the bridge drains on a GUI-thread timer (one batch per
+// tick), every other event is queued to the GUI thread as one signal. Stop and
+// pause go through the trainer's atomics; nothing here blocks the GUI thread on
+// training work. No LibTorch type crosses this header.
+#include <QObject>
+#include <QStringList>
+#include <QVector>
+#include <functional>
+#include <memory>
+
+#include "ui/backend/ViewModel.h"
+
+class QThread;
+class QTimer;
+
+namespace strata::config {
+struct RunConfig;
+}
+namespace strata::events {
+struct PlacementEvent;
+}
+
+namespace strata::ui {
+
+// The trainer's placement report as the GPU map's view: blocks grouped by device
+// in the order devices first appear, each with the figures the run measured.
+PlacementView placementViewOf(const events::PlacementEvent& e);
+
+class TrainerBridge : public QObject {
+  Q_OBJECT
+ public:
+  enum class State { Idle, Running, Paused, Stopping, Exporting };
+  Q_ENUM(State)
+  static constexpr int kDrainIntervalMs = 150;
+  // Cache progress comes once per encoded batch: at most one per this interval
+  // reaches the GUI per stage, and always the first and the last.
+  static constexpr int kCacheProgressIntervalMs = 150;
+
+  explicit TrainerBridge(QObject* parent = nullptr);
+  ~TrainerBridge() override;  // requests a stop and waits for the thread
+
+  // Starts a new run of `cfg` (copied). False with `error` when a run is active.
+  bool start(const config::RunConfig& cfg, QString* error = nullptr);
+  // Resumes the run in `runDir` from its last checkpoint.
+  bool resume(const QString& runDir, QString* error = nullptr);
+  // What an export does with a file of the same name that is there.
+  enum class ExistingExport { Refuse, Overwrite, NewName };
+  // Writes the LoRA of `runDir`'s checkpoint of `step` (< 0: the last intact one)
+  // in `formats` ("diffusers", "kohya", "comfy", "peft") into `outDir`, named with
+  // the step, on a worker thread; exportFinished reports (with what was renamed).
+  bool exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step = -1,
+                  ExistingExport existing = ExistingExport::Refuse, QString* error = nullptr);
+
+  State state() const { return state_; }
+  bool isActive() const { return state_ != State::Idle; }
+  QString runDir() const { return runDir_; }
+
+ public slots:
+  void stop();  // checkpoint kept; `stopped` follows
+  void pause();
+  void resumeRun();
+  void sampleNow();
+  void saveNow();
+
+ signals:
+  void stateChanged(strata::ui::TrainerBridge::State state);
+  // Before `started`: a component streamed in block by block ("transformer", "T5"),
+  // `done` of `total` units (blocks, then the rest of it). One per block: a few dozen a run.
+  void loadProgress(const QString& what, qint64 done, qint64 total);
+  // Before `started`: an images run's cache fills ("latents", "text", "sample prompts"):
+  // `done` of `total` items ready, `encoded` of them encoded now (0: all from the cache).
+  void cacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded, double itemsPerSecond);
+  // Right before `started`: how the base is held and the step runs, in one line
+  // ("base bf16, quantized int8; LoRA float32; attention: flash; eager steps; ...").
+  void setupDescribed(const QString& setup);
+  void started(const QString& runDir, qint64 startStep, qint64 totalSteps, bool resumed);
+  void metricsReady(const QVector<strata::ui::MetricPoint>& points);  // one batch per tick
+  void progress(qint64 step, qint64 totalSteps, double stepTimeMs, double etaSeconds);
+  void memoryUpdated(const QVector<strata::ui::MemoryView>& memory);
+  void placementChanged(const strata::ui::PlacementView& placement);
+  void sampleReady(const strata::ui::SampleInfo& sample);
+  void checkpointSaved(const QString& path, qint64 step);
+  void loraExported(const QString& path, const QString& format);
+  void warning(const QString& message);
+  void paused(qint64 step);
+  void resumed(qint64 step);
+  void stopped(qint64 step, const QString& checkpoint);
+  void finished(qint64 step, double finalLoss, const QStringList& exports);
+  // A run that could not start (preflight) or failed; never an exception.
+  void failed(const QString& message, qint64 step, const QString& lastCheckpoint);
+  void exportFinished(bool ok, const QString& message, const QStringList& files);
+
+ private:
+  struct Shared;  // state shared with the training thread (buffer, trainer handle)
+  friend struct BridgeAccess;
+  bool launchRun(bool resume, std::shared_ptr<const config::RunConfig> cfg, const QString& runDir, QString* error);
+  bool launch(std::function<void()> body, QString* error);
+  void drain();
+  void setState(State s);
+  void onThreadDone();
+
+  std::shared_ptr<Shared> shared_;
+  QThread* thread_ = nullptr;
+  QTimer* drainTimer_ = nullptr;
+  State state_ = State::Idle;
+  QString runDir_;
+};
+
+}  // namespace strata::ui
+
+Q_DECLARE_METATYPE(strata::ui::MemoryView)

@@ -1,0 +1,66 @@
+#pragma once
+// The bridge's calls into core/train, in one place (internal to strata_ui).
+// Everything here runs on the bridge's worker thread; nothing throws out of it.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "events/EventBus.h"
+#include "ui/backend/RunFolderFiles.h"
+
+namespace strata::config {
+struct RunConfig;
+}
+namespace strata::train {
+class Trainer;
+}
+
+namespace strata::ui::runner {
+
+// The running trainer's controls; thread-safe (the trainer's atomics).
+class Control {
+ public:
+  explicit Control(train::Trainer& trainer) : trainer_(trainer) {}
+  void stop();
+  void pause(bool paused);
+  void sampleNow();
+  void saveNow();
+
+ private:
+  train::Trainer& trainer_;
+};
+
+using ControlSink = std::function<void(Control*)>;  // called with the control, then with nullptr at the end
+
+// Trains `cfg` (or resumes `runDir`) on the calling thread until it finishes,
+// stops or fails, reporting through `bus`. A core exception becomes a
+// FailedEvent on the bus; the return value is false then.
+bool runNew(const config::RunConfig& cfg, events::EventBus& bus, const ControlSink& control);
+bool runResume(const std::string& runDir, events::EventBus& bus, const ControlSink& control);
+
+// A run folder's complete checkpoints, oldest first (none for a folder that is not a run).
+struct CheckpointInfo {
+  int64_t step = 0;
+  bool manual = false;  // saved by hand: kept apart from the rolling ones
+  std::string path;
+};
+std::vector<CheckpointInfo> listCheckpoints(const std::string& runDir);
+
+// What an export does with a file of the same name (train::ExistingExport).
+enum class ExistingExport { Refuse, Overwrite, NewName };
+
+// The files an export of the checkpoint of `step` writes (before any new name).
+// Throws strata::Error with the reason.
+std::vector<std::string> exportPaths(const std::string& runDir, const std::string& outDir,
+                                     const std::vector<std::string>& formats, int64_t step);
+
+// Writes the LoRA of runDir's checkpoint of `step` (< 0: the latest intact one) in
+// each format into outDir, named with the step. Returns the files written; `notes`
+// get what was passed over or renamed. Throws strata::Error with the reason.
+std::vector<std::string> exportLora(const std::string& runDir, const std::string& outDir,
+                                    const std::vector<std::string>& formats, int64_t step = -1,
+                                    ExistingExport existing = ExistingExport::Refuse,
+                                    std::vector<std::string>* notes = nullptr);
+
+}  // namespace strata::ui::runner
