@@ -36,6 +36,7 @@
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 #include "ui/backend/ConfigBackend.h"
+#include "ui/backend/ConfigDocument.h"
 #include "ui/backend/FamilyBackend.h"
 #include "ui/widgets/ListEditors.h"
 
@@ -183,8 +184,11 @@ void repolish(QWidget* w) {
 
 }  // namespace
 
-ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), config_(std::make_unique<config::RunConfig>()) {
+ConfigEditor::ConfigEditor(QWidget* parent)
+    : QWidget(parent), doc_(new ConfigDocument(this)), config_(&doc_->config()) {
   setObjectName("configEditor");
+  connect(doc_, &ConfigDocument::filePathChanged, this, &ConfigEditor::filePathChanged);
+  connect(doc_, &ConfigDocument::modifiedChanged, this, &ConfigEditor::modifiedChanged);
   tabs_ = new QTabWidget(this);
   tabs_->setObjectName("configTabs");
 
@@ -922,13 +926,11 @@ void ConfigEditor::onFieldEdited(const QString& key) {
     }
   } catch (const std::exception& e) {
     // Not a value of this key's type: keep the last good config, show why.
-    fieldError_ = QString::fromUtf8(e.what());
-    fieldErrorKey_ = key;
+    doc_->setFieldError(key, QString::fromUtf8(e.what()));
     validate();
     return;
   }
-  fieldError_.clear();
-  fieldErrorKey_.clear();
+  doc_->clearFieldError();
   // The YAML is written anew from the form: keys it could not read leave it. Said, not silent.
   QStringList unknown;
   for (const ProblemView& p : problems_)
@@ -964,21 +966,17 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   emit configChanged();
 }
 
-void ConfigEditor::setModified(bool modified) {
-  if (modified_ == modified) return;
-  modified_ = modified;
-  emit modifiedChanged(modified);
-}
+void ConfigEditor::setModified(bool modified) { doc_->setModified(modified); }
 
 // ---- YAML ------------------------------------------------------------------
 
 void ConfigEditor::refreshYaml() {
-  yamlSource_ = QString::fromStdString(backend::toYaml(*config_));
-  if (yaml_->toPlainText() == yamlSource_) return;
+  const QString yamlSource = doc_->writeYaml();
+  if (yaml_->toPlainText() == yamlSource) return;
   updating_ = true;
   // Keep the reader's place in the text when the form rewrites it.
   const int scroll = yaml_->verticalScrollBar() ? yaml_->verticalScrollBar()->value() : 0;
-  yaml_->setPlainText(yamlSource_);
+  yaml_->setPlainText(yamlSource);
   if (yaml_->verticalScrollBar()) yaml_->verticalScrollBar()->setValue(scroll);
   updating_ = false;
 }
@@ -992,9 +990,8 @@ void ConfigEditor::onYamlEdited() {
 void ConfigEditor::parseYamlNow() {
   yamlTimer_->stop();
   const QString text = yaml_->toPlainText();
-  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), filePath_.toStdString());
-  fieldError_.clear();
-  fieldErrorKey_.clear();
+  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), doc_->filePath().toStdString());
+  doc_->clearFieldError();
   if (!parsed.ok) {
     QVector<ProblemView> problems;
     for (const auto& p : parsed.problems) problems << p;
@@ -1004,7 +1001,7 @@ void ConfigEditor::parseYamlNow() {
   }
   setFormLocked(false);
   *config_ = parsed.config;
-  yamlSource_ = text;
+  doc_->setYamlSource(text);
   refreshForm();
   validate();
   emit configChanged();
@@ -1020,14 +1017,7 @@ void ConfigEditor::setYamlText(const QString& text) {
 QString ConfigEditor::yamlText() const { return yaml_->toPlainText(); }
 
 bool ConfigEditor::setValueText(const QString& key, const QString& text, QString* error) {
-  config::RunConfig next = *config_;
-  try {
-    config::setValueText(next, key.toStdString(), text.toStdString());
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
-  *config_ = std::move(next);
+  if (!doc_->setValueText(key, text, error)) return false;
   setModified(true);
   refreshForm();
   refreshYaml();
@@ -1036,20 +1026,13 @@ bool ConfigEditor::setValueText(const QString& key, const QString& text, QString
   return true;
 }
 
-QString ConfigEditor::valueText(const QString& key) const {
-  try {
-    return QString::fromStdString(config::getValueText(*config_, key.toStdString()));
-  } catch (const std::exception&) {
-    return QString();
-  }
-}
+QString ConfigEditor::valueText(const QString& key) const { return doc_->valueText(key); }
 
 const config::RunConfig& ConfigEditor::config() const { return *config_; }
 
 void ConfigEditor::setConfig(const config::RunConfig& cfg) {
   *config_ = cfg;
-  fieldError_.clear();
-  fieldErrorKey_.clear();
+  doc_->clearFieldError();
   refreshForm();
   refreshYaml();
   validate();
@@ -1059,7 +1042,7 @@ void ConfigEditor::setConfig(const config::RunConfig& cfg) {
 // ---- files -----------------------------------------------------------------
 
 void ConfigEditor::newConfig() {
-  importNotes_.clear();
+  doc_->setImportNotes({});
   setFormNote(QString());
   setFormLocked(false);
   setFilePath(QString());
@@ -1070,7 +1053,7 @@ void ConfigEditor::newConfig() {
 bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QString* error) {
   (void)error;  // nothing refuses a text: its problems are listed instead
   backend::ParseResult parsed = backend::parseYaml(text.toStdString(), sourceName.toStdString());
-  importNotes_.clear();
+  doc_->setImportNotes({});
   setFormNote(QString());
   // What could be read (defaults where a key could not be, or for a syntax error);
   // the text stays as written, and the form takes no edits until it reads cleanly.
@@ -1078,9 +1061,8 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
   updating_ = true;
   yaml_->setPlainText(text);
   updating_ = false;
-  yamlSource_ = text;
-  fieldError_.clear();
-  fieldErrorKey_.clear();
+  doc_->setYamlSource(text);
+  doc_->clearFieldError();
   setFormLocked(!parsed.ok);
   refreshForm();
   validate();  // the text's reading problems, then the rules where it could be read
@@ -1129,7 +1111,7 @@ bool ConfigEditor::importAiToolkit(const QString& path, QString* error) {
     if (error) *error = QString::fromUtf8(e.what());
     return false;
   }
-  importNotes_ = notes;    // validate() lists them with the config's own problems
+  doc_->setImportNotes(notes);  // validate() lists them with the config's own problems
   setFormNote(QString());
   setFormLocked(false);
   setFilePath(QString());  // an import is a new Strata config until saved
@@ -1154,27 +1136,18 @@ void ConfigEditor::setFormNote(const QString& text) {
 
 QString ConfigEditor::formNote() const { return formNote_->text(); }
 
-void ConfigEditor::setFilePath(const QString& path) {
-  if (filePath_ == path) return;
-  filePath_ = path;
-  emit filePathChanged(path);
-}
+void ConfigEditor::setFilePath(const QString& path) { doc_->setFilePath(path); }
+
+QString ConfigEditor::filePath() const { return doc_->filePath(); }
+
+bool ConfigEditor::isModified() const { return doc_->isModified(); }
+
+QVector<ProblemView> ConfigEditor::importNotes() const { return doc_->importNotes(); }
 
 // ---- validation ------------------------------------------------------------
 
-void ConfigEditor::validate() {
-  QVector<ProblemView> problems = backend::validate(*config_, yamlSource_.toStdString());
-  problems += importNotes_;
-  if (!fieldError_.isEmpty()) {
-    ProblemView p;
-    p.error = true;
-    p.key = fieldErrorKey_;
-    p.message = fieldError_;
-    p.hint = tr("the last valid value is kept until this one parses");
-    problems.prepend(p);
-  }
-  setProblems(problems);
-}
+// The document's problems (the validator's, the import notes, a field that did not parse), shown.
+void ConfigEditor::validate() { setProblems(doc_->problems()); }
 
 bool ConfigEditor::hasErrors() const {
   for (const ProblemView& p : problems_)

@@ -10,6 +10,8 @@
 // The model family (model.arch) is chosen first, above the form: the form shows
 // only the keys that family reads; a key set in the config that it does not read
 // is listed under the chooser (with the validator's words), never dropped unasked.
+// The config, its file, unsaved state and problems are a ConfigDocument
+// (ui/backend/ConfigDocument.h): this widget is the schema form over it.
 #include <QMap>
 #include <QString>
 #include <QVector>
@@ -38,6 +40,8 @@ enum class ModelArch;  // config/RunConfig.h (core headers are not public to the
 
 namespace strata::ui {
 
+class ConfigDocument;
+
 class ConfigEditor : public QWidget {
   Q_OBJECT
  public:
@@ -54,7 +58,7 @@ class ConfigEditor : public QWidget {
   // What was dropped or changed stays listed as warnings (importNotes()) until the
   // next open or new config.
   bool importAiToolkit(const QString& path, QString* error = nullptr);
-  QVector<ProblemView> importNotes() const { return importNotes_; }
+  QVector<ProblemView> importNotes() const;
   // A new config with the schema's defaults.
   void newConfig();
   // A new, untitled config (no file path) from YAML text (a template); unmodified
@@ -84,8 +88,8 @@ class ConfigEditor : public QWidget {
 
   QVector<ProblemView> problems() const { return problems_; }
   bool hasErrors() const;
-  QString filePath() const { return filePath_; }
-  bool isModified() const { return modified_; }
+  QString filePath() const;
+  bool isModified() const;
   // Unsaved changes (the title's *, the question before it is dropped): a config
   // made from a template is unsaved until it is saved.
   void setModified(bool modified);
@@ -107,6 +111,8 @@ class ConfigEditor : public QWidget {
   QStringList unusedKeys() const;
   // Whether a key's row is shown in the form (it exists and its family reads it).
   bool isFieldShown(const QString& key) const;
+  // What the form edits: the config and its file, unsaved state and problems.
+  ConfigDocument* document() const { return doc_; }
 
  signals:
   void configChanged();           // after every accepted edit (form or YAML)
@@ -153,14 +159,10 @@ class ConfigEditor : public QWidget {
   void setFormNote(const QString& text);
   bool datasetKeyShown(const Field& f) const;
 
-  std::unique_ptr<config::RunConfig> config_;
-  QString yamlSource_;  // the text the config (and its line numbers) came from
-  QVector<ProblemView> problems_;
-  QString fieldError_;  // a form value that could not be parsed
-  QString fieldErrorKey_;
-  QString filePath_;
-  QVector<ProblemView> importNotes_;
-  bool modified_ = false;
+  // The config, its source text, file, unsaved state, import notes and field error.
+  ConfigDocument* doc_ = nullptr;
+  config::RunConfig* config_ = nullptr;  // the document's
+  QVector<ProblemView> problems_;  // as shown
   bool updating_ = false;  // set while the editor writes into its own widgets
   bool lastOk_ = true;
   bool formLocked_ = false;
