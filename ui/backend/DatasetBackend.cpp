@@ -1,4 +1,5 @@
 // LibTorch before Qt: Qt's `slots` macro breaks ATen's headers (ivalue_inl.h).
+#include "config/RunConfig.h"
 #include "io/Image.h"
 #include "train/ImageFolder.h"
 #include "train/TextRecords.h"

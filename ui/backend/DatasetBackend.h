@@ -2,11 +2,14 @@
 // What the Setup tab's dataset view shows of an `images` folder (or a jsonl file), from
 // train/ImageFolder's own scan (the images the trainer would use, their buckets,
 // what it skips and why) plus a thumbnail of each used image. Internal to
-// strata_ui; Qt value types only (no LibTorch). Runs on a worker thread.
+// strata_ui; Qt value types only (no LibTorch, no core header). Runs on a worker thread.
 #include <atomic>
 
-#include "config/RunConfig.h"
 #include "ui/backend/DatasetScanView.h"
+
+namespace strata::config {
+struct DatasetConfig;
+}
 
 namespace strata::ui {
 

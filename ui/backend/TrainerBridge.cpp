@@ -10,6 +10,7 @@
 #include <string>
 
 #include "config/RunConfig.h"
+#include "events/EventBus.h"
 #include "ui/backend/TrainerRunner.h"
 
 namespace strata::ui {

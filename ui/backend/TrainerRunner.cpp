@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "common/Error.h"
+#include "events/EventBus.h"
 #include "config/RunConfig.h"
 #include "train/StopSignals.h"
 #include "train/RunFolder.h"

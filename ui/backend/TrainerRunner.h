@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "events/EventBus.h"
 #include "ui/backend/RunFolderFiles.h"
 
 namespace strata::config {
@@ -14,6 +13,9 @@ struct RunConfig;
 }
 namespace strata::train {
 class Trainer;
+}
+namespace strata::events {
+class EventBus;
 }
 
 namespace strata::ui::runner {
