@@ -1,8 +1,10 @@
 #include "models/flux2/Flux2Transformer.h"
 
+#include <tuple>
+
 #include "common/Error.h"
-#include "models/flux/FluxOps.h"
-#include "models/flux/FluxUnitBuilder.h"
+#include "dit/DitOps.h"
+#include "dit/UnitBuilder.h"
 #include "models/flux2/Flux2Layout.h"
 
 namespace strata::flux2 {
@@ -11,13 +13,14 @@ namespace {
 
 using M = Flux2Modulation;
 
-using flux::clipHalf;
-using flux::gated;
-using flux::joinedTokens;
-using flux::layerNorm;
-using flux::modulate;
-using flux::normThenRotary;
-using flux::splitHeads;
+using dit::clipHalf;
+using dit::gated;
+using dit::joinedTokens;
+using dit::layerNorm;
+using dit::modulate;
+using dit::normThenRotary;
+using dit::splitHeads;
+using dit::UnitBuilder;
 
 // SwiGLU over the fused (gate, up) projection: [..., 2M] -> [..., M].
 at::Tensor swiglu(const at::Tensor& x) {
@@ -40,7 +43,7 @@ std::vector<at::Tensor> modulationOf(const at::Tensor& temb, int64_t hidden, int
 
 Flux2DoubleBlock::Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
     : heads_(cfg.numAttentionHeads), eps_(cfg.eps) {
-  flux::UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Double, cfg), o, cfg.eps);
+  UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Double, cfg), o, cfg.eps);
   imgQkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
   txtQkv = {b.linear("attn.add_q_proj"), b.linear("attn.add_k_proj"), b.linear("attn.add_v_proj")};
   normQ = b.rmsNorm("attn.norm_q");
@@ -65,7 +68,7 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
   const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
   const auto [imgAttn, txtAttn] =
-      flux::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
+      dit::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
                                  imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   auto img = gated(io.img, imgMod[2], imgAttn);
@@ -85,7 +88,7 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
 
 Flux2SingleBlock::Flux2SingleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
     : heads_(cfg.numAttentionHeads), hidden_(cfg.hiddenSize()), mlpHidden_(cfg.mlpHiddenSize()), eps_(cfg.eps) {
-  flux::UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Single, cfg), o, cfg.eps);
+  UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Single, cfg), o, cfg.eps);
   toQkvMlp = b.linear("attn.to_qkv_mlp_proj");
   normQ = b.rmsNorm("attn.norm_q");
   normK = b.rmsNorm("attn.norm_k");
@@ -105,7 +108,7 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const auto mlp = swiglu(h.narrow(-1, 3 * hidden_, 2 * mlpHidden_));  // [B, N, M]
   const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
   const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
-  const auto attn = flux::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
+  const auto attn = dit::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
 
   // to_out over concat(attention, mlp), without the concatenated copy
   const auto y = clipHalf(gated(x, mod[2], toOut->forwardParts({attn, mlp})));
@@ -119,7 +122,7 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
 
 Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : cfg_(cfg) {
   cfg_.validate();
-  flux::UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
+  UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
   timeLinear1 = stem.linear("time_guidance_embed.timestep_embedder.linear_1");
   timeLinear2 = stem.linear("time_guidance_embed.timestep_embedder.linear_2");
   if (cfg_.guidanceEmbeds) {
@@ -138,30 +141,15 @@ Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptio
                   {"x_embedder", xEmbedder.ptr()},
                   {"context_embedder", contextEmbedder.ptr()}};
 
-  auto blockOptions = [&o](size_t i) {  // block i on its own device when the blocks are split
-    Flux2BuildOptions bo = o;
-    if (o.blockDevice) bo.device = o.blockDevice(i);
-    return bo;
-  };
-  doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg_.numLayers; ++i) {
-    auto b = std::make_shared<Flux2DoubleBlock>(cfg_, blockOptions(blocks_.size()));
-    if (o.onBlockBuilt) o.onBlockBuilt(*b);
-    doubleBlocks_->push_back(b);
-    blocks_.push_back(b);
-  }
-  singleBlocks_ = register_module("single_transformer_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
-    auto b = std::make_shared<Flux2SingleBlock>(cfg_, blockOptions(blocks_.size()));
-    if (o.onBlockBuilt) o.onBlockBuilt(*b);
-    singleBlocks_->push_back(b);
-    blocks_.push_back(b);
-  }
+  buildBlocks(
+      cfg_.numLayers, cfg_.numSingleLayers, o,
+      [this](const Flux2BuildOptions& bo) { return std::make_shared<Flux2DoubleBlock>(cfg_, bo); },
+      [this](const Flux2BuildOptions& bo) { return std::make_shared<Flux2SingleBlock>(cfg_, bo); });
 
-  flux::UnitBuilder head(*this, flux2UnitLayout(FluxUnit::Head, cfg_), o, cfg_.eps);
-  normOut_ = head.container("norm_out");
+  UnitBuilder head(*this, flux2UnitLayout(FluxUnit::Head, cfg_), o, cfg_.eps);
   normOutLinear = head.linear("norm_out.linear");
   projOut = head.linear("proj_out");
+  headModules_ = {{"norm_out", head.container("norm_out")}, {"proj_out", projOut.ptr()}};
 }
 
 at::ScalarType Flux2Transformer::dtype() const { return xEmbedder->weight.scalar_type(); }
@@ -179,19 +167,10 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   const auto dt = dtype();
   const int64_t batch = in.img.size(0);
   const int64_t channels = cfg_.timestepGuidanceChannels;
-  auto perSample = [&](const at::Tensor& t) {  // scalar or [B] -> [B]
-    return t.dim() == 0 ? t.reshape({1}).expand({batch}) : t.reshape({-1});
-  };
-
   // Conditioning: timestep (and guidance) x1000, sinusoids in float32 (as FLUX.1 keeps them).
-  const auto t = perSample(in.timestep).to(at::kFloat) * 1000;
-  auto temb =
-      timeLinear2->forward(at::silu(timeLinear1->forward(flux::timestepSinusoid(t, channels).to(dt))));  // [B, D]
-  if (cfg_.guidanceEmbeds) {
-    const auto g = perSample(in.guidance).to(at::kFloat) * 1000;
-    temb =
-        temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(flux::timestepSinusoid(g, channels).to(dt))));
-  }
+  auto temb = dit::embedScalar(*timeLinear1, *timeLinear2, in.timestep, batch, channels, dt);  // [B, D]
+  if (cfg_.guidanceEmbeds)
+    temb = temb + dit::embedScalar(*guidanceLinear1, *guidanceLinear2, in.guidance, batch, channels, dt);
   // The shared modulation, once per forward: [B, D] -> [B, 16 D] (layout: Flux2Modulation).
   // The three modulation Linears read the same act: with LoRA on them, one down matmul.
   const auto act = at::silu(temb);
@@ -200,12 +179,8 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   io.temb = at::cat({temb, mods[0], mods[1], mods[2]}, 1);
   io.img = xEmbedder->forward(in.img.to(dt));                           // [B, Ni, D]
   io.txt = contextEmbedder->forward(in.txt.to(dt));                     // [B, Nt, D]
-  const auto txtIds = in.txtIds.dim() == 3 ? in.txtIds[0] : in.txtIds;  // [Nt, 4]
-  const auto imgIds = in.imgIds.dim() == 3 ? in.imgIds[0] : in.imgIds;  // [Ni, 4]
-  auto [cos, sin] = flux::rotaryFromIds(at::cat({txtIds.to(at::kFloat), imgIds.to(at::kFloat)}, 0), cfg_.axesDimsRope,
-                                        cfg_.ropeTheta);  // [Nt + Ni, Dh]
-  io.ropeCos = cos;
-  io.ropeSin = sin;
+  std::tie(io.ropeCos, io.ropeSin) =
+      dit::jointRotary(in.txtIds, in.imgIds, cfg_.axesDimsRope, cfg_.ropeTheta);  // [Nt + Ni, Dh]
   return io;
 }
 
@@ -217,32 +192,7 @@ at::Tensor Flux2Transformer::head(const nn::BlockIO& io) {
 }
 
 at::Tensor Flux2Transformer::forward(const Flux2Inputs& in, nn::BlockRunner* runner) {
-  nn::LocalRunner local;
-  if (!runner) runner = &local;
-  nn::BlockIO io = stem(in);
-  for (size_t i = 0; i < blocks_.size(); ++i) io = runner->run(i, *blocks_[i], io);
-  io = runner->toHead(io);
-  return head(io);
-}
-
-nn::BlockList Flux2Transformer::blockList() {
-  nn::BlockList list;
-  list.stem.id = "stem";
-  list.stem.kind = "stem";
-  list.stem.modules = stemModules_;
-  for (int64_t i = 0; i < cfg_.numLayers; ++i) {
-    const std::string id = "transformer_blocks." + std::to_string(i);
-    list.blocks.push_back({id, "double", {{id, blocks_[i]}}, blocks_[i]});
-  }
-  for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
-    const std::string id = "single_transformer_blocks." + std::to_string(i);
-    const auto& b = blocks_[cfg_.numLayers + i];
-    list.blocks.push_back({id, "single", {{id, b}}, b});
-  }
-  list.head.id = "head";
-  list.head.kind = "head";
-  list.head.modules = {{"norm_out", normOut_}, {"proj_out", projOut.ptr()}};
-  return list;
+  return head(runBlocks(stem(in), runner));
 }
 
 }  // namespace strata::flux2

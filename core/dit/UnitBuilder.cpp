@@ -1,8 +1,8 @@
-#include "models/flux/FluxUnitBuilder.h"
+#include "dit/UnitBuilder.h"
 
 #include "common/Error.h"
 
-namespace strata::flux {
+namespace strata::dit {
 
 namespace {
 
@@ -15,7 +15,7 @@ typename Map::mapped_type findIn(const Map& map, const std::string& path) {
 
 }  // namespace
 
-UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout, const FluxBuildOptions& o,
+UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<ModuleSpec>& layout, const BuildOptions& o,
                          double rmsEps)
     : root_(root) {
   const auto options = at::TensorOptions().device(o.device).dtype(o.dtype);
@@ -23,17 +23,17 @@ UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSp
     const auto dot = m.path.rfind('.');
     torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(m.path.substr(0, dot));
     const std::string leaf = dot == std::string::npos ? m.path : m.path.substr(dot + 1);
-    if (m.type == FluxModuleSpec::Type::Linear) {
+    if (m.type == ModuleSpec::Type::Linear) {
       linears_.emplace(m.path, parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
     } else {
-      norms_.emplace(m.path, parent.register_module(leaf, FluxRmsNorm(m.outFeatures, o, rmsEps)));
+      norms_.emplace(m.path, parent.register_module(leaf, RmsNorm(m.outFeatures, o, rmsEps)));
     }
   }
 }
 
 nn::Linear UnitBuilder::linear(const std::string& path) const { return findIn(linears_, path); }
 
-FluxRmsNorm UnitBuilder::rmsNorm(const std::string& path) const { return findIn(norms_, path); }
+RmsNorm UnitBuilder::rmsNorm(const std::string& path) const { return findIn(norms_, path); }
 
 std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) {
   const auto it = containers_.find(path);
@@ -46,4 +46,4 @@ std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& pat
   return made;
 }
 
-}  // namespace strata::flux
+}  // namespace strata::dit
