@@ -16,6 +16,20 @@ void requireStackBounds(const std::string& who, const std::vector<Bound>& stack,
   for (auto a : axesDimsRope) io::requireAtMost(who, "an axes_dims_rope entry", a, io::limits::kWidth);
 }
 
+void requireRotaryAxes(const std::string& who, const std::vector<int64_t>& axesDimsRope, int64_t attentionHeadDim) {
+  auto require = [&who](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(who + ": " + what);
+  };
+  require(!axesDimsRope.empty(), "axes_dims_rope is empty");
+  int64_t sum = 0;
+  for (auto a : axesDimsRope) {
+    require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive, got " + shapeText(axesDimsRope));
+    sum += a;
+  }
+  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " + std::to_string(sum) +
+                                       ", attention_head_dim is " + std::to_string(attentionHeadDim));
+}
+
 ShapeReader::ShapeReader(const std::map<std::string, std::vector<int64_t>>& shapes, std::string who)
     : shapes_(shapes), who_(std::move(who)) {}
 

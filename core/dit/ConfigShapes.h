@@ -8,12 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/Error.h"
+#include "io/FileBytes.h"
 #include "io/JsonFields.h"
+#include "io/JsonFile.h"
 
 namespace strata::dit {
 
@@ -45,6 +49,18 @@ void writeStackKeys(nlohmann::json& j, const Config& c) {
   j["axes_dims_rope"] = c.axesDimsRope;
 }
 
+// Config::fromDiffusersJson of a config.json file: IoError naming the file (not a
+// regular file, over 1 MB, nested too deep, not JSON), ConfigError prefixed with it.
+template <class Config>
+Config configFromJsonFile(const std::filesystem::path& path) {
+  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
+  try {
+    return Config::fromDiffusersJson(j);
+  } catch (const ConfigError& e) {
+    throw ConfigError(path.string() + ": " + e.what());
+  }
+}
+
 // One bounded key: name, value, most.
 using Bound = std::tuple<const char*, int64_t, int64_t>;
 
@@ -54,6 +70,22 @@ void requireStackBounds(const std::string& who, const std::vector<Bound>& stack,
                         const std::vector<int64_t>& axesDimsRope);
 template <class Config>
 std::vector<Bound> stackBounds(const Config& c);
+
+// The rotary axes: not empty, each even and positive, summing to the head dim
+// (ConfigError "<who>: ..." naming axes_dims_rope).
+void requireRotaryAxes(const std::string& who, const std::vector<int64_t>& axesDimsRope, int64_t attentionHeadDim);
+
+// The "tiny" presets' stack (both models): 2 double + 4 single blocks, 4 heads of 32,
+// 64 latent channels in and out.
+template <class Config>
+void setTinyStack(Config& c) {
+  c.inChannels = 64;
+  c.outChannels = 64;
+  c.numLayers = 2;
+  c.numSingleLayers = 4;
+  c.attentionHeadDim = 32;
+  c.numAttentionHeads = 4;
+}
 
 // Reads a checkpoint's tensor names and shapes for config detection; errors are
 // LoadErrors naming `who` ("FluxConfig") and the key.

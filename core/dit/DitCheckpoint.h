@@ -101,6 +101,20 @@ std::shared_ptr<torch::nn::Module> streamModel(const DitCheckpoint& ckpt, const 
                                                const LoadTarget& target, BuildOptions options,
                                                const StreamOptions& stream);
 
+// streamModel for a model class built as Model(cfg, options) whose double blocks are
+// DoubleBlock, over `layout` (its rows for cfg).
+template <class Model, class DoubleBlock, class Config>
+std::shared_ptr<Model> streamModelOf(const DitCheckpoint& ckpt, const Config& cfg, UnitLayout layout,
+                                     const LoadTarget& target, BuildOptions options, const StreamOptions& stream) {
+  StreamedModel m;
+  m.layout = std::move(layout);
+  m.numLayers = cfg.numLayers;
+  m.numSingleLayers = cfg.numSingleLayers;
+  m.isDoubleBlock = [](torch::nn::Module& block) { return dynamic_cast<DoubleBlock*>(&block) != nullptr; };
+  m.build = [&cfg](const BuildOptions& o) { return std::make_shared<Model>(cfg, o); };
+  return std::static_pointer_cast<Model>(streamModel(ckpt, m, target, std::move(options), stream));
+}
+
 // The model's weights in BFL naming (fused parts stacked on dim 0, the final
 // modulation halves swapped), CPU tensors in the model's dtype. Throws strata::Error
 // on a model with a quantized Linear (nn/QuantizedWrite.h), naming `writer`.

@@ -129,23 +129,22 @@ at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
   return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
 }
 
-std::pair<at::Tensor, at::Tensor> doubleBlockAttention(const DoubleAttentionModules& m, const at::Tensor& imgNorm,
-                                                       const at::Tensor& txtNorm, const at::Tensor& cos,
-                                                       const at::Tensor& sin) {
+std::pair<at::Tensor, at::Tensor> DoubleAttention::forward(const at::Tensor& imgNorm, const at::Tensor& txtNorm,
+                                                           const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t nTxt = txtNorm.size(1);
-  auto [q, k, v] = projectQkv(m.imgQkv, imgNorm);
-  auto [tq, tk, tv] = projectQkv(m.txtQkv, txtNorm);
+  auto [q, k, v] = projectQkv(imgQkv, imgNorm);
+  auto [tq, tk, tv] = projectQkv(txtQkv, txtNorm);
   // [B, N, H, Dh], text first; the rotary tables cover [text; image] tokens.
-  const auto query = at::cat({normThenRotary(m.normAddedQ, splitHeads(tq, m.heads), cos, sin, 0),
-                              normThenRotary(m.normQ, splitHeads(q, m.heads), cos, sin, nTxt)},
+  const auto query = at::cat({normThenRotary(*normAddedQ, splitHeads(tq, heads), cos, sin, 0),
+                              normThenRotary(*normQ, splitHeads(q, heads), cos, sin, nTxt)},
                              1);
-  const auto key = at::cat({normThenRotary(m.normAddedK, splitHeads(tk, m.heads), cos, sin, 0),
-                            normThenRotary(m.normK, splitHeads(k, m.heads), cos, sin, nTxt)},
+  const auto key = at::cat({normThenRotary(*normAddedK, splitHeads(tk, heads), cos, sin, 0),
+                            normThenRotary(*normK, splitHeads(k, heads), cos, sin, nTxt)},
                            1);
-  const auto value = at::cat({splitHeads(tv, m.heads), splitHeads(v, m.heads)}, 1);
+  const auto value = at::cat({splitHeads(tv, heads), splitHeads(v, heads)}, 1);
   const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
-  const auto txtAttn = m.toAddOut.forward(attn.narrow(1, 0, nTxt));
-  const auto imgAttn = m.toOut.forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
+  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
   return {imgAttn, txtAttn};
 }
 

@@ -70,26 +70,32 @@ at::Tensor normThenRotary(RmsNormImpl& norm, const at::Tensor& x, const at::Tens
 // backend is the process's choice, model.attention_backend).
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
-// The modules of a double block's attention (FLUX.1 and FLUX.2 name them alike).
-struct DoubleAttentionModules {
-  const QkvProjections& imgQkv;
-  const QkvProjections& txtQkv;
-  RmsNormImpl& normQ;
-  RmsNormImpl& normK;
-  RmsNormImpl& normAddedQ;
-  RmsNormImpl& normAddedK;
-  nn::LinearImpl& toOut;
-  nn::LinearImpl& toAddOut;
-  int64_t heads;
+// A double block's attention modules, named alike in FLUX.1 and FLUX.2 (under "attn.";
+// dit::UnitBuilder::doubleAttention picks them from a block's layout).
+struct DoubleAttention {
+  QkvProjections imgQkv;  // attn.to_q / to_k / to_v
+  QkvProjections txtQkv;  // attn.add_q_proj / add_k_proj / add_v_proj
+  RmsNorm normQ{nullptr}, normK{nullptr}, normAddedQ{nullptr}, normAddedK{nullptr};
+  nn::Linear toOut{nullptr};     // attn.to_out.0
+  nn::Linear toAddOut{nullptr};  // attn.to_add_out
+  int64_t heads = 0;
+
+  // The joint attention from the streams' modulated norms imgNorm [B, Ni, D] and
+  // txtNorm [B, Nt, D]: q, k, v of each stream (projectQkv), RMSNorm + rotary of q and
+  // k, one attention over [text; image] (the rotary tables' order), each stream's
+  // output Linear. -> {image [B, Ni, D], text [B, Nt, D]}.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& imgNorm, const at::Tensor& txtNorm,
+                                            const at::Tensor& cos, const at::Tensor& sin);
 };
 
-// A double block's joint attention from its streams' modulated norms imgNorm [B, Ni, D] and
-// txtNorm [B, Nt, D]: q, k, v of each stream (projectQkv), RMSNorm + rotary of q and k, one
-// attention over [text; image] (the rotary tables' order), each stream's output Linear.
-// -> {image [B, Ni, D], text [B, Nt, D]}.
-std::pair<at::Tensor, at::Tensor> doubleBlockAttention(const DoubleAttentionModules& m, const at::Tensor& imgNorm,
-                                                       const at::Tensor& txtNorm, const at::Tensor& cos,
-                                                       const at::Tensor& sin);
+// The MLP Linears of a double block's two streams: ff.<in> / ff.<out> (image) and
+// ff_context.<in> / ff_context.<out> (text); dit::UnitBuilder::streamMlps picks them.
+struct StreamMlps {
+  nn::Linear ffIn{nullptr};
+  nn::Linear ffOut{nullptr};
+  nn::Linear ffContextIn{nullptr};
+  nn::Linear ffContextOut{nullptr};
+};
 
 // Rotary cos/sin [N, Dh] (float32) from position ids [N, n_axes] (or [B, N, n_axes],
 // first batch used, as diffusers does).

@@ -50,4 +50,33 @@ class DitModel : public torch::nn::Module, public nn::BlockModel {
   int64_t numLayers_ = 0;
 };
 
+// A DiT with its config and forward inputs: stem -> the blocks (runBlocks) -> head.
+// The embedder and head Linears both models have live here; a model builds them.
+template <class Config, class Inputs>
+class DitTransformer : public DitModel {
+ public:
+  // stem -> runner->run(i, block, io) for every block -> runner->toHead -> head.
+  // Output: [B, N_img, out_channels] (the flow velocity). Runner null = local.
+  at::Tensor forward(const Inputs& in, nn::BlockRunner* runner = nullptr) { return head(runBlocks(stem(in), runner)); }
+
+  // The pieces, for runners and tests: embeddings, conditioning and the rotary tables;
+  // and norm_out + proj_out.
+  virtual nn::BlockIO stem(const Inputs& in) = 0;
+  virtual at::Tensor head(const nn::BlockIO& io) = 0;
+
+  const Config& config() const { return cfg_; }
+  // Dtype of the parameters (of x_embedder); inputs are cast to it.
+  at::ScalarType dtype() const { return xEmbedder->weight.scalar_type(); }
+
+  nn::Linear xEmbedder{nullptr};        // x_embedder
+  nn::Linear contextEmbedder{nullptr};  // context_embedder
+  nn::Linear normOutLinear{nullptr};    // norm_out.linear: (scale, shift)
+  nn::Linear projOut{nullptr};          // proj_out
+
+ protected:
+  explicit DitTransformer(const Config& cfg) : cfg_(cfg) { cfg_.validate(); }
+
+  Config cfg_;
+};
+
 }  // namespace strata::dit

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "nn/Block.h"
+
 namespace strata::dit {
 
 // The FLUX.1-dev scheduler's shift constants.
@@ -61,5 +63,20 @@ using EulerHook = std::function<void(int64_t done, int64_t total, const at::Tens
 // it. Returns the latents [B, N, C] float32.
 at::Tensor sampleEuler(const at::Tensor& noise, const at::Tensor& sigmas, const Velocity& velocity,
                        const EulerHook& onStep = {});
+
+// sampleEuler over a DiT's forward (FLUX.1, FLUX.2): `in` holds the conditioning (text
+// states, position ids); the latents, the timestep and the guidance input (the user's
+// scale, for every sample) are set here at each step.
+template <class Model, class Inputs>
+at::Tensor sampleModel(Model& model, Inputs in, const at::Tensor& noise, double guidance, const at::Tensor& sigmas,
+                       nn::BlockRunner* runner, const EulerHook& onStep) {
+  in.guidance = at::full({noise.size(0)}, guidance, noise.options().dtype(at::kFloat));
+  const auto velocity = [&](const at::Tensor& x, const at::Tensor& timestep) {
+    in.timestep = timestep;
+    in.img = x;
+    return model.forward(in, runner);  // [B, N, C]
+  };
+  return sampleEuler(noise, sigmas, velocity, onStep);
+}
 
 }  // namespace strata::dit

@@ -35,6 +35,24 @@ nn::Linear UnitBuilder::linear(const std::string& path) const { return findIn(li
 
 RmsNorm UnitBuilder::rmsNorm(const std::string& path) const { return findIn(norms_, path); }
 
+DoubleAttention UnitBuilder::doubleAttention(int64_t heads) const {
+  DoubleAttention a;
+  a.imgQkv = {linear("attn.to_q"), linear("attn.to_k"), linear("attn.to_v")};
+  a.txtQkv = {linear("attn.add_q_proj"), linear("attn.add_k_proj"), linear("attn.add_v_proj")};
+  a.normQ = rmsNorm("attn.norm_q");
+  a.normK = rmsNorm("attn.norm_k");
+  a.normAddedQ = rmsNorm("attn.norm_added_q");
+  a.normAddedK = rmsNorm("attn.norm_added_k");
+  a.toOut = linear("attn.to_out.0");
+  a.toAddOut = linear("attn.to_add_out");
+  a.heads = heads;
+  return a;
+}
+
+StreamMlps UnitBuilder::streamMlps(const std::string& in, const std::string& out) const {
+  return {linear("ff." + in), linear("ff." + out), linear("ff_context." + in), linear("ff_context." + out)};
+}
+
 std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) {
   const auto it = containers_.find(path);
   if (it != containers_.end()) return it->second;

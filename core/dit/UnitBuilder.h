@@ -26,6 +26,10 @@ class UnitBuilder {
   // The module at `path`; throws strata::Error when the layout has none of that type there.
   nn::Linear linear(const std::string& path) const;
   RmsNorm rmsNorm(const std::string& path) const;
+  // A double block's attention modules ("attn.to_q" ... "attn.to_add_out").
+  DoubleAttention doubleAttention(int64_t heads) const;
+  // A double block's stream MLPs: "ff." / "ff_context." + `in` and `out`.
+  StreamMlps streamMlps(const std::string& in, const std::string& out) const;
   // The container at `path` ("time_text_embed"), made when the layout first needed it.
   std::shared_ptr<torch::nn::Module> container(const std::string& path);
 

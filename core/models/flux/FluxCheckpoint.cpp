@@ -73,14 +73,9 @@ void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt) {
 std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckpt, const FluxConfig& cfg,
                                                        FluxBuildOptions options, const FluxStreamOptions& stream) {
   const auto n = names::bflNames(cfg);
-  dit::StreamedModel m;
-  m.layout = fluxLayout(cfg);
-  m.numLayers = cfg.numLayers;
-  m.numSingleLayers = cfg.numSingleLayers;
-  m.isDoubleBlock = [](torch::nn::Module& block) { return dynamic_cast<FluxDoubleBlock*>(&block) != nullptr; };
-  m.build = [&cfg](const FluxBuildOptions& o) { return std::make_shared<FluxTransformer>(cfg, o); };
-  return std::static_pointer_cast<FluxTransformer>(
-      dit::streamModel(ckpt, m, targetOf(n, "streamFluxTransformer"), std::move(options), stream));
+  return dit::streamModelOf<FluxTransformer, FluxDoubleBlock>(ckpt, cfg, fluxLayout(cfg),
+                                                              targetOf(n, "streamFluxTransformer"), std::move(options),
+                                                              stream);
 }
 
 std::shared_ptr<FluxTransformer> streamFluxTransformer(const fs::path& path, const FluxBuildOptions& options,

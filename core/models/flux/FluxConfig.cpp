@@ -53,26 +53,14 @@ void FluxConfig::validate() const {
   io::requireAtMost("FluxConfig", "the hidden size (num_attention_heads x attention_head_dim)", hiddenSize(),
                     io::limits::kWidth);
   require(mlpRatio > 0, "mlp ratio must be positive");
-  require(!axesDimsRope.empty(), "axes_dims_rope is empty");
-  int64_t sum = 0;
-  for (auto a : axesDimsRope) {
-    require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive");
-    sum += a;
-  }
-  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " + std::to_string(sum) +
-                                       ", attention_head_dim is " + std::to_string(attentionHeadDim));
+  dit::requireRotaryAxes("FluxConfig", axesDimsRope, attentionHeadDim);
 }
 
 FluxConfig FluxConfig::fluxDev() { return FluxConfig{}; }
 
 FluxConfig FluxConfig::tiny() {
   FluxConfig c;
-  c.inChannels = 64;
-  c.outChannels = 64;
-  c.numLayers = 2;
-  c.numSingleLayers = 4;
-  c.attentionHeadDim = 32;
-  c.numAttentionHeads = 4;
+  dit::setTinyStack(c);
   c.jointAttentionDim = 64;
   c.pooledProjectionDim = 32;
   c.guidanceEmbeds = true;
@@ -100,13 +88,7 @@ FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 FluxConfig FluxConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  // IoError naming the file: not a regular file, over 1 MB, nested too deep, not JSON.
-  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
-  try {
-    return fromDiffusersJson(j);
-  } catch (const ConfigError& e) {
-    throw ConfigError(path.string() + ": " + e.what());
-  }
+  return dit::configFromJsonFile<FluxConfig>(path);
 }
 
 nlohmann::json FluxConfig::toDiffusersJson() const {

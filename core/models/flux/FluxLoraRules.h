@@ -11,12 +11,7 @@ namespace strata::flux {
 
 class FluxLoraRules final : public dit::BflLoraRules {
  public:
-  explicit FluxLoraRules(FluxConfig cfg);
-
-  const FluxConfig& config() const { return cfg_; }
-
- private:
-  FluxConfig cfg_;
+  explicit FluxLoraRules(const FluxConfig& cfg);
 };
 
 }  // namespace strata::flux

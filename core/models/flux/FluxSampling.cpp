@@ -38,23 +38,14 @@ at::Tensor textIds(int64_t tokens, const at::TensorOptions& options) { return at
 at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled, double guidance,
                         const at::Tensor& sigmas, nn::BlockRunner* runner, const SampleProgress& onStep) {
-  const int64_t batch = noise.size(0);
   FluxInputs in;
   in.txt = txt;
   in.pooled = pooled;
   in.imgIds = imgIds;
   in.txtIds = txtIds;
-  in.guidance = at::full({batch}, guidance, noise.options().dtype(at::kFloat));
-  return dit::sampleEuler(
-      noise, sigmas,
-      [&](const at::Tensor& x, const at::Tensor& timestep) {
-        in.timestep = timestep;
-        in.img = x;
-        return model.forward(in, runner);  // [B, N, C]
-      },
-      [&](int64_t done, int64_t total, const at::Tensor&) {
-        if (onStep) onStep(done, total);
-      });
+  return dit::sampleModel(model, in, noise, guidance, sigmas, runner, [&](int64_t done, int64_t total, const at::Tensor&) {
+    if (onStep) onStep(done, total);
+  });
 }
 
 at::Tensor sample(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& txt, const at::Tensor& pooled,

@@ -28,18 +28,8 @@ FluxDoubleBlock::FluxDoubleBlock(const FluxConfig& cfg, const FluxBuildOptions& 
   UnitBuilder b(*this, fluxUnitLayout(FluxUnit::Double, cfg), o);
   norm1Linear = b.linear("norm1.linear");
   norm1ContextLinear = b.linear("norm1_context.linear");
-  imgQkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
-  txtQkv = {b.linear("attn.add_q_proj"), b.linear("attn.add_k_proj"), b.linear("attn.add_v_proj")};
-  normQ = b.rmsNorm("attn.norm_q");
-  normK = b.rmsNorm("attn.norm_k");
-  normAddedQ = b.rmsNorm("attn.norm_added_q");
-  normAddedK = b.rmsNorm("attn.norm_added_k");
-  toOut = b.linear("attn.to_out.0");
-  toAddOut = b.linear("attn.to_add_out");
-  ffIn = b.linear("ff.net.0.proj");
-  ffOut = b.linear("ff.net.2");
-  ffContextIn = b.linear("ff_context.net.0.proj");
-  ffContextOut = b.linear("ff_context.net.2");
+  attn = b.doubleAttention(heads_);
+  mlp = b.streamMlps("net.0.proj", "net.2");
 }
 
 nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
@@ -53,17 +43,16 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   const auto imgNorm = modulate(layerNorm(io.img), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt), txtMod[0], txtMod[1]);
 
-  const auto [imgAttn, txtAttn] =
-      dit::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
-                           imgNorm, txtNorm, io.ropeCos, io.ropeSin);
+  const auto [imgAttn, txtAttn] = attn.forward(imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   nn::BlockIO out = io;
   auto img = gated(io.img, imgMod[2], imgAttn);
   // The MLPs' output Linears apply the GELU themselves, so its [B, N, 4D] output is not kept.
-  img = gated(img, imgMod[5], ffOut->forwardGelu(ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
+  img = gated(img, imgMod[5],
+              mlp.ffOut->forwardGelu(mlp.ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
   txt = gated(txt, txtMod[5],
-              ffContextOut->forwardGelu(ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
+              mlp.ffContextOut->forwardGelu(mlp.ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
   out.img = img;
   out.txt = clipHalf(txt);
   return out;
@@ -109,8 +98,7 @@ nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
 
 // ---- the model -----------------------------------------------------------------
 
-FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& o) : cfg_(cfg) {
-  cfg_.validate();
+FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& o) : DitTransformer(cfg) {
   UnitBuilder stem(*this, fluxUnitLayout(FluxUnit::Stem, cfg_), o);
   xEmbedder = stem.linear("x_embedder");
   contextEmbedder = stem.linear("context_embedder");
@@ -137,8 +125,6 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& 
   headModules_ = {{"norm_out", head.container("norm_out")}, {"proj_out", projOut.ptr()}};
 }
 
-at::ScalarType FluxTransformer::dtype() const { return xEmbedder->weight.scalar_type(); }
-
 nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
   if (!in.img.defined() || !in.txt.defined() || !in.pooled.defined() || !in.timestep.defined() ||
       !in.imgIds.defined() || !in.txtIds.defined())
@@ -164,10 +150,6 @@ nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
 at::Tensor FluxTransformer::head(const nn::BlockIO& io) {
   const auto mod = normOutLinear->forward(at::silu(io.temb)).chunk(2, 1);  // scale, shift
   return projOut->forward(modulate(layerNorm(io.img), mod[1], mod[0]));    // [B, Ni, out_channels]
-}
-
-at::Tensor FluxTransformer::forward(const FluxInputs& in, nn::BlockRunner* runner) {
-  return head(runBlocks(stem(in), runner));
 }
 
 }  // namespace strata::flux

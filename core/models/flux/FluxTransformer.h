@@ -39,15 +39,8 @@ class FluxDoubleBlock : public nn::Block {
 
   nn::Linear norm1Linear{nullptr};         // norm1.linear: 6 modulations of the image stream
   nn::Linear norm1ContextLinear{nullptr};  // norm1_context.linear
-  QkvProjections imgQkv;                   // attn.to_q / to_k / to_v
-  QkvProjections txtQkv;                   // attn.add_q_proj / add_k_proj / add_v_proj
-  FluxRmsNorm normQ{nullptr}, normK{nullptr}, normAddedQ{nullptr}, normAddedK{nullptr};
-  nn::Linear toOut{nullptr};         // attn.to_out.0
-  nn::Linear toAddOut{nullptr};      // attn.to_add_out
-  nn::Linear ffIn{nullptr};          // ff.net.0.proj
-  nn::Linear ffOut{nullptr};         // ff.net.2
-  nn::Linear ffContextIn{nullptr};   // ff_context.net.0.proj
-  nn::Linear ffContextOut{nullptr};  // ff_context.net.2
+  dit::DoubleAttention attn;               // attn.*
+  dit::StreamMlps mlp;                     // ff / ff_context: net.0.proj (GELU after it), net.2
 
  private:
   int64_t heads_;
@@ -83,33 +76,18 @@ struct FluxInputs {
   at::Tensor txtIds;    // [N_txt, 3] zeros
 };
 
-// The stack (block list, the loop over blocks, block accessors, linears()) is dit::DitModel's.
-class FluxTransformer : public dit::DitModel {
+// The stack (block list, the loop over blocks, block accessors, linears()) and forward
+// are dit::DitTransformer's.
+class FluxTransformer : public dit::DitTransformer<FluxConfig, FluxInputs> {
  public:
   explicit FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& options = {});
 
-  // stem -> runner->run(i, block, io) for every block -> runner->toHead -> head.
-  // Output: [B, N_img, out_channels] (the flow velocity). Runner null = local.
-  at::Tensor forward(const FluxInputs& in, nn::BlockRunner* runner = nullptr);
+  nn::BlockIO stem(const FluxInputs& in) override;   // embeddings + rotary
+  at::Tensor head(const nn::BlockIO& io) override;  // norm_out + proj_out
 
-  // The pieces, for runners and tests: embeddings + rotary, and norm_out + proj_out.
-  nn::BlockIO stem(const FluxInputs& in);
-  at::Tensor head(const nn::BlockIO& io);
-
-  const FluxConfig& config() const { return cfg_; }
-  // Dtype of the parameters (of x_embedder); inputs are cast to it.
-  at::ScalarType dtype() const;
-
-  nn::Linear xEmbedder{nullptr};                                  // x_embedder
-  nn::Linear contextEmbedder{nullptr};                            // context_embedder
   nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};          // time_text_embed.timestep_embedder.linear_1/2
   nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // ...guidance_embedder.linear_1/2 (if enabled)
   nn::Linear textLinear1{nullptr}, textLinear2{nullptr};          // ...text_embedder.linear_1/2
-  nn::Linear normOutLinear{nullptr};                              // norm_out.linear: (scale, shift)
-  nn::Linear projOut{nullptr};                                    // proj_out
-
- private:
-  FluxConfig cfg_;
 };
 
 }  // namespace strata::flux

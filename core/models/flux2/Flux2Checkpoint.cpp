@@ -42,14 +42,8 @@ Flux2Config flux2ConfigFromCheckpoint(const fs::path& path, const Flux2Config& b
 std::shared_ptr<Flux2Transformer> streamFlux2Transformer(const dit::DitCheckpoint& ckpt, const Flux2Config& cfg,
                                                          Flux2BuildOptions options, const Flux2StreamOptions& stream) {
   const Flux2Names names(cfg);
-  dit::StreamedModel m;
-  m.layout = flux2Layout(cfg);
-  m.numLayers = cfg.numLayers;
-  m.numSingleLayers = cfg.numSingleLayers;
-  m.isDoubleBlock = [](torch::nn::Module& block) { return dynamic_cast<Flux2DoubleBlock*>(&block) != nullptr; };
-  m.build = [&cfg](const Flux2BuildOptions& o) { return std::make_shared<Flux2Transformer>(cfg, o); };
-  return std::static_pointer_cast<Flux2Transformer>(
-      dit::streamModel(ckpt, m, {names, kLabel, "streamFlux2Transformer"}, std::move(options), stream));
+  return dit::streamModelOf<Flux2Transformer, Flux2DoubleBlock>(
+      ckpt, cfg, flux2Layout(cfg), {names, kLabel, "streamFlux2Transformer"}, std::move(options), stream);
 }
 
 std::shared_ptr<Flux2Transformer> loadFlux2Transformer(const fs::path& path, const Flux2BuildOptions& options,

@@ -40,14 +40,7 @@ void Flux2Config::validate() const {
   require(mlpRatio > 0 && mlpHiddenSize() > 0, "mlp_ratio must be positive, got " + std::to_string(mlpRatio));
   require(ropeTheta > 0, "rope_theta must be positive, got " + std::to_string(ropeTheta));
   require(eps > 0, "eps must be positive, got " + std::to_string(eps));
-  require(!axesDimsRope.empty(), "axes_dims_rope is empty");
-  int64_t sum = 0;
-  for (auto a : axesDimsRope) {
-    require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive, got " + shapeText(axesDimsRope));
-    sum += a;
-  }
-  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " + std::to_string(sum) +
-                                       ", attention_head_dim is " + std::to_string(attentionHeadDim));
+  dit::requireRotaryAxes("Flux2Config", axesDimsRope, attentionHeadDim);
 }
 
 // diffusers' Flux2Transformer2DModel.__init__ defaults (models/transformers/transformer_flux2.py)
@@ -59,12 +52,7 @@ Flux2Config Flux2Config::flux2Dev() { return Flux2Config{}; }
 
 Flux2Config Flux2Config::tiny() {
   Flux2Config c;
-  c.inChannels = 64;
-  c.outChannels = 64;
-  c.numLayers = 2;
-  c.numSingleLayers = 4;
-  c.attentionHeadDim = 32;
-  c.numAttentionHeads = 4;
+  dit::setTinyStack(c);
   c.jointAttentionDim = 96;
   c.axesDimsRope = {8, 8, 8, 8};
   return c;
@@ -92,13 +80,7 @@ Flux2Config Flux2Config::fromDiffusersJson(const nlohmann::json& j) {
 }
 
 Flux2Config Flux2Config::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  // IoError naming the file: not a regular file, over 1 MB, nested too deep, not JSON.
-  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
-  try {
-    return fromDiffusersJson(j);
-  } catch (const ConfigError& e) {
-    throw ConfigError(path.string() + ": " + e.what());
-  }
+  return dit::configFromJsonFile<Flux2Config>(path);
 }
 
 nlohmann::json Flux2Config::toDiffusersJson() const {

@@ -5,13 +5,12 @@
 
 namespace strata::flux2 {
 
-Flux2LoraRules::Flux2LoraRules(Flux2Config cfg)
+Flux2LoraRules::Flux2LoraRules(const Flux2Config& cfg)
     : dit::BflLoraRules(flux2ParamPlan(cfg), Flux2Names(cfg),
                         {"FLUX.2",
                          {{"ss_base_model_version", "flux2"},
                           {"modelspec.architecture", "flux-2-dev/lora"},
                           {"modelspec.implementation", "https://github.com/black-forest-labs/flux2"}},
-                         /*onlyModelLinears=*/true}),
-      cfg_(std::move(cfg)) {}
+                         /*onlyModelLinears=*/true}) {}
 
 }  // namespace strata::flux2

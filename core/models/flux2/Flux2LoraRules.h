@@ -13,12 +13,7 @@ namespace strata::flux2 {
 
 class Flux2LoraRules final : public dit::BflLoraRules {
  public:
-  explicit Flux2LoraRules(Flux2Config cfg);
-
-  const Flux2Config& config() const { return cfg_; }
-
- private:
-  Flux2Config cfg_;
+  explicit Flux2LoraRules(const Flux2Config& cfg);
 };
 
 }  // namespace strata::flux2

@@ -82,22 +82,14 @@ at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const 
                         const at::Tensor& txt, const at::Tensor& txtIds, double guidance, const at::Tensor& sigmas,
                         nn::BlockRunner* runner, const Flux2StepCallback& onStep) {
   if (noise.dim() != 3) throw Error("Flux2 samplePacked: noise must be packed [B, N, C], got " + dimsText(noise));
-  const int64_t batch = noise.size(0);
   Flux2Inputs in;
   in.txt = txt;
   in.imgIds = imgIds;
   in.txtIds = txtIds;
-  in.guidance = at::full({batch}, guidance, noise.options().dtype(at::kFloat));
-  return dit::sampleEuler(
-      noise, sigmas,
-      [&](const at::Tensor& x, const at::Tensor& timestep) {
-        in.timestep = timestep;
-        in.img = x;
-        return model.forward(in, runner);  // [B, N, C]
-      },
-      [&](int64_t done, int64_t, const at::Tensor& x) {
-        if (onStep) onStep(done, x);
-      });
+  return dit::sampleModel(model, in, noise, guidance, sigmas, runner,
+                          [&](int64_t done, int64_t, const at::Tensor& x) {
+                            if (onStep) onStep(done, x);
+                          });
 }
 
 at::Tensor sample(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& txt, double guidance,

@@ -44,18 +44,8 @@ std::vector<at::Tensor> modulationOf(const at::Tensor& temb, int64_t hidden, int
 Flux2DoubleBlock::Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
     : heads_(cfg.numAttentionHeads), eps_(cfg.eps) {
   UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Double, cfg), o, cfg.eps);
-  imgQkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
-  txtQkv = {b.linear("attn.add_q_proj"), b.linear("attn.add_k_proj"), b.linear("attn.add_v_proj")};
-  normQ = b.rmsNorm("attn.norm_q");
-  normK = b.rmsNorm("attn.norm_k");
-  normAddedQ = b.rmsNorm("attn.norm_added_q");
-  normAddedK = b.rmsNorm("attn.norm_added_k");
-  toOut = b.linear("attn.to_out.0");
-  toAddOut = b.linear("attn.to_add_out");
-  ffIn = b.linear("ff.linear_in");
-  ffOut = b.linear("ff.linear_out");
-  ffContextIn = b.linear("ff_context.linear_in");
-  ffContextOut = b.linear("ff_context.linear_out");
+  attn = b.doubleAttention(heads_);
+  mlp = b.streamMlps("linear_in", "linear_out");
 }
 
 nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
@@ -67,17 +57,15 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
 
   const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
-  const auto [imgAttn, txtAttn] =
-      dit::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
-                                 imgNorm, txtNorm, io.ropeCos, io.ropeSin);
+  const auto [imgAttn, txtAttn] = attn.forward(imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   auto img = gated(io.img, imgMod[2], imgAttn);
   img = gated(img, imgMod[5],
-              ffOut->forward(swiglu(ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
+              mlp.ffOut->forward(swiglu(mlp.ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
   txt =
       gated(txt, txtMod[5],
-            ffContextOut->forward(swiglu(ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
+            mlp.ffContextOut->forward(swiglu(mlp.ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
   nn::BlockIO out = io;
   out.img = img;
   out.txt = clipHalf(txt);
@@ -120,8 +108,7 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
 
 // ---- the model -----------------------------------------------------------------
 
-Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : cfg_(cfg) {
-  cfg_.validate();
+Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : DitTransformer(cfg) {
   UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
   timeLinear1 = stem.linear("time_guidance_embed.timestep_embedder.linear_1");
   timeLinear2 = stem.linear("time_guidance_embed.timestep_embedder.linear_2");
@@ -151,8 +138,6 @@ Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptio
   projOut = head.linear("proj_out");
   headModules_ = {{"norm_out", head.container("norm_out")}, {"proj_out", projOut.ptr()}};
 }
-
-at::ScalarType Flux2Transformer::dtype() const { return xEmbedder->weight.scalar_type(); }
 
 nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   if (!in.img.defined() || !in.txt.defined() || !in.timestep.defined() || !in.imgIds.defined() || !in.txtIds.defined())
@@ -189,10 +174,6 @@ at::Tensor Flux2Transformer::head(const nn::BlockIO& io) {
   const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);              // [B, D]
   const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);              // scale, shift
   return projOut->forward(modulate(layerNorm(io.img, cfg_.eps), mod[1], mod[0]));  // [B, Ni, out_channels]
-}
-
-at::Tensor Flux2Transformer::forward(const Flux2Inputs& in, nn::BlockRunner* runner) {
-  return head(runBlocks(stem(in), runner));
 }
 
 }  // namespace strata::flux2
