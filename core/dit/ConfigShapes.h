@@ -33,6 +33,8 @@ void readStackKeys(const io::JsonFields& fields, Config& c) {
   fields.read("attention_head_dim", c.attentionHeadDim);
   fields.read("num_attention_heads", c.numAttentionHeads);
   fields.read("joint_attention_dim", c.jointAttentionDim);
+  fields.read("guidance_embeds", c.guidanceEmbeds);
+  fields.read("axes_dims_rope", c.axesDimsRope);
 }
 
 template <class Config>

@@ -182,13 +182,23 @@ std::pair<at::Tensor, at::Tensor> jointRotary(const at::Tensor& txtIdsIn, const 
   return rotaryFromIds(at::cat({txtIds.to(at::kFloat), imgIds.to(at::kFloat)}, 0), axesDims, theta);  // [Nt+Ni, Dh]
 }
 
+namespace {
+
+// linear_2(silu(linear_1(sinusoid(x * 1000)))): x [B] or a scalar -> [B, D].
 at::Tensor embedScalar(nn::LinearImpl& linear1, nn::LinearImpl& linear2, const at::Tensor& x, int64_t batch,
                        int64_t channels, at::ScalarType dt) {
   const auto perSample = x.dim() == 0 ? x.reshape({1}).expand({batch}) : x.reshape({-1});  // [B]
-  // x1000 and the sinusoid in float32: diffusers rounds t to the model dtype first; in
-  // bf16 that moves t = 0.37 to 368, a different embedding (equal in fp32).
   const auto t = perSample.to(at::kFloat) * 1000;
   return linear2.forward(at::silu(linear1.forward(timestepSinusoid(t, channels).to(dt))));  // [B, D]
+}
+
+}  // namespace
+
+at::Tensor ScalarEmbedders::forward(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch,
+                                    int64_t channels, at::ScalarType dt) {
+  auto temb = embedScalar(*timeLinear1, *timeLinear2, timestep, batch, channels, dt);
+  if (guidanceLinear1) temb = temb + embedScalar(*guidanceLinear1, *guidanceLinear2, guidance, batch, channels, dt);
+  return temb;  // [B, D]
 }
 
 }  // namespace strata::dit

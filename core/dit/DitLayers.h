@@ -110,9 +110,18 @@ std::pair<at::Tensor, at::Tensor> jointRotary(const at::Tensor& txtIds, const at
 // Sinusoidal embedding of t [B] (already x1000): [B, channels] float32, cos first.
 at::Tensor timestepSinusoid(const at::Tensor& t, int64_t channels = kTimestepChannels);
 
-// A timestep (or guidance) embedder: linear_2(silu(linear_1(sinusoid(x * 1000)))), the
-// sinusoid in float32 and cast to the Linears' dtype `dt`. x: [B] or a scalar -> [B, D].
-at::Tensor embedScalar(nn::LinearImpl& linear1, nn::LinearImpl& linear2, const at::Tensor& x, int64_t batch,
-                       int64_t channels, at::ScalarType dt);
+// The timestep embedder and, where the model embeds guidance, the guidance embedder:
+// each linear_2(silu(linear_1(sinusoid(x * 1000)))) with the sinusoid in float32 (diffusers
+// rounds t to the model dtype first; in bf16 that moves t = 0.37 to 368, a different
+// embedding, equal in fp32), cast to the Linears' dtype. dit::UnitBuilder::scalarEmbedders
+// picks them ("<prefix>.timestep_embedder.linear_1" ...).
+struct ScalarEmbedders {
+  nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};
+  nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // null without guidance
+
+  // timestep (and guidance) [B] or scalars -> their embeddings' sum [B, D] in `dt`.
+  at::Tensor forward(const at::Tensor& timestep, const at::Tensor& guidance, int64_t batch, int64_t channels,
+                     at::ScalarType dt);
+};
 
 }  // namespace strata::dit

@@ -53,6 +53,17 @@ StreamMlps UnitBuilder::streamMlps(const std::string& in, const std::string& out
   return {linear("ff." + in), linear("ff." + out), linear("ff_context." + in), linear("ff_context." + out)};
 }
 
+ScalarEmbedders UnitBuilder::scalarEmbedders(const std::string& prefix, bool guidance) const {
+  ScalarEmbedders e;
+  e.timeLinear1 = linear(prefix + ".timestep_embedder.linear_1");
+  e.timeLinear2 = linear(prefix + ".timestep_embedder.linear_2");
+  if (guidance) {
+    e.guidanceLinear1 = linear(prefix + ".guidance_embedder.linear_1");
+    e.guidanceLinear2 = linear(prefix + ".guidance_embedder.linear_2");
+  }
+  return e;
+}
+
 std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) {
   const auto it = containers_.find(path);
   if (it != containers_.end()) return it->second;

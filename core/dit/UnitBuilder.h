@@ -30,6 +30,8 @@ class UnitBuilder {
   DoubleAttention doubleAttention(int64_t heads) const;
   // A double block's stream MLPs: "ff." / "ff_context." + `in` and `out`.
   StreamMlps streamMlps(const std::string& in, const std::string& out) const;
+  // The timestep embedder under `prefix` and, with `guidance`, the guidance embedder.
+  ScalarEmbedders scalarEmbedders(const std::string& prefix, bool guidance) const;
   // The container at `path` ("time_text_embed"), made when the layout first needed it.
   std::shared_ptr<torch::nn::Module> container(const std::string& path);
 

@@ -81,8 +81,6 @@ FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
   const io::JsonFields fields(j, "FluxConfig: diffusers config");
   dit::readStackKeys(fields, c);
   fields.read("pooled_projection_dim", c.pooledProjectionDim);
-  fields.read("guidance_embeds", c.guidanceEmbeds);
-  fields.read("axes_dims_rope", c.axesDimsRope);
   c.validate();
   return c;
 }

@@ -102,12 +102,7 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& 
   UnitBuilder stem(*this, fluxUnitLayout(FluxUnit::Stem, cfg_), o);
   xEmbedder = stem.linear("x_embedder");
   contextEmbedder = stem.linear("context_embedder");
-  timeLinear1 = stem.linear("time_text_embed.timestep_embedder.linear_1");
-  timeLinear2 = stem.linear("time_text_embed.timestep_embedder.linear_2");
-  if (cfg_.guidanceEmbeds) {
-    guidanceLinear1 = stem.linear("time_text_embed.guidance_embedder.linear_1");
-    guidanceLinear2 = stem.linear("time_text_embed.guidance_embedder.linear_2");
-  }
+  embedders = stem.scalarEmbedders("time_text_embed", cfg_.guidanceEmbeds);
   textLinear1 = stem.linear("time_text_embed.text_embedder.linear_1");
   textLinear2 = stem.linear("time_text_embed.text_embedder.linear_2");
 
@@ -137,10 +132,7 @@ nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
   io.img = xEmbedder->forward(in.img.to(dt));        // [B, Ni, D]
   io.txt = contextEmbedder->forward(in.txt.to(dt));  // [B, Nt, D]
   // Conditioning: timestep and guidance x1000 and their sinusoids in float32.
-  auto temb = dit::embedScalar(*timeLinear1, *timeLinear2, in.timestep, batch, FluxConfig::kTimestepChannels, dt);
-  if (cfg_.guidanceEmbeds)
-    temb = temb + dit::embedScalar(*guidanceLinear1, *guidanceLinear2, in.guidance, batch,
-                                   FluxConfig::kTimestepChannels, dt);
+  const auto temb = embedders.forward(in.timestep, in.guidance, batch, FluxConfig::kTimestepChannels, dt);
   io.temb = temb + textLinear2->forward(at::silu(textLinear1->forward(in.pooled.to(dt))));  // [B, D]
   std::tie(io.ropeCos, io.ropeSin) =
       dit::jointRotary(in.txtIds, in.imgIds, cfg_.axesDimsRope, cfg_.ropeTheta);  // [Nt+Ni, Dh]

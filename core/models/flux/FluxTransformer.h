@@ -85,9 +85,8 @@ class FluxTransformer : public dit::DitTransformer<FluxConfig, FluxInputs> {
   nn::BlockIO stem(const FluxInputs& in) override;   // embeddings + rotary
   at::Tensor head(const nn::BlockIO& io) override;  // norm_out + proj_out
 
-  nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};          // time_text_embed.timestep_embedder.linear_1/2
-  nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // ...guidance_embedder.linear_1/2 (if enabled)
-  nn::Linear textLinear1{nullptr}, textLinear2{nullptr};          // ...text_embedder.linear_1/2
+  dit::ScalarEmbedders embedders;                         // time_text_embed.timestep_ / guidance_embedder
+  nn::Linear textLinear1{nullptr}, textLinear2{nullptr};  // time_text_embed.text_embedder.linear_1/2
 };
 
 }  // namespace strata::flux

@@ -71,10 +71,8 @@ Flux2Config Flux2Config::fromDiffusersJson(const nlohmann::json& j) {
   dit::readStackKeys(fields, c);
   fields.read("timestep_guidance_channels", c.timestepGuidanceChannels);
   fields.read("mlp_ratio", c.mlpRatio);
-  fields.read("axes_dims_rope", c.axesDimsRope);
   fields.read("rope_theta", c.ropeTheta);
   fields.read("eps", c.eps);
-  fields.read("guidance_embeds", c.guidanceEmbeds);
   c.validate();
   return c;
 }

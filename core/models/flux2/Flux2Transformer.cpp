@@ -110,12 +110,7 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
 
 Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : DitTransformer(cfg) {
   UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
-  timeLinear1 = stem.linear("time_guidance_embed.timestep_embedder.linear_1");
-  timeLinear2 = stem.linear("time_guidance_embed.timestep_embedder.linear_2");
-  if (cfg_.guidanceEmbeds) {
-    guidanceLinear1 = stem.linear("time_guidance_embed.guidance_embedder.linear_1");
-    guidanceLinear2 = stem.linear("time_guidance_embed.guidance_embedder.linear_2");
-  }
+  embedders = stem.scalarEmbedders("time_guidance_embed", cfg_.guidanceEmbeds);
   modDoubleImg = stem.linear("double_stream_modulation_img.linear");
   modDoubleTxt = stem.linear("double_stream_modulation_txt.linear");
   modSingle = stem.linear("single_stream_modulation.linear");
@@ -153,9 +148,7 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   const int64_t batch = in.img.size(0);
   const int64_t channels = cfg_.timestepGuidanceChannels;
   // Conditioning: timestep (and guidance) x1000, sinusoids in float32 (as FLUX.1 keeps them).
-  auto temb = dit::embedScalar(*timeLinear1, *timeLinear2, in.timestep, batch, channels, dt);  // [B, D]
-  if (cfg_.guidanceEmbeds)
-    temb = temb + dit::embedScalar(*guidanceLinear1, *guidanceLinear2, in.guidance, batch, channels, dt);
+  const auto temb = embedders.forward(in.timestep, in.guidance, batch, channels, dt);  // [B, D]
   // The shared modulation, once per forward: [B, D] -> [B, 16 D] (layout: Flux2Modulation).
   // The three modulation Linears read the same act: with LoRA on them, one down matmul.
   const auto act = at::silu(temb);

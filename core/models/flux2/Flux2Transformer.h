@@ -91,8 +91,7 @@ class Flux2Transformer : public dit::DitTransformer<Flux2Config, Flux2Inputs> {
   nn::BlockIO stem(const Flux2Inputs& in) override;  // embeddings, the shared modulation, rotary
   at::Tensor head(const nn::BlockIO& io) override;   // norm_out + proj_out
 
-  nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};          // time_guidance_embed.timestep_embedder.linear_1/2
-  nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // ...guidance_embedder.linear_1/2 (if enabled)
+  dit::ScalarEmbedders embedders;                                 // time_guidance_embed.*
   nn::Linear modDoubleImg{nullptr};                               // double_stream_modulation_img.linear
   nn::Linear modDoubleTxt{nullptr};                               // double_stream_modulation_txt.linear
   nn::Linear modSingle{nullptr};                                  // single_stream_modulation.linear
