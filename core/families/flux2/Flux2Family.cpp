@@ -15,7 +15,7 @@
 #include "models/flux2/Flux2Layout.h"
 #include "models/flux2/Flux2LoraRules.h"
 #include "models/flux2/Flux2Sampling.h"
-include "models/flux2/Flux2Transformer.h"
+#include "models/flux2/Flux2Transformer.h"
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "placement/Planner.h"
