@@ -13,20 +13,19 @@ void DitModel::buildBlocks(int64_t numLayers, int64_t numSingleLayers, const Bui
     if (o.blockDevice) bo.device = o.blockDevice(i);
     return bo;
   };
+  // Blocks in order: built, handed to the hook, registered, before the next one exists.
+  auto build = [&](torch::nn::ModuleList& list, int64_t count, const MakeBlock& make) {
+    for (int64_t i = 0; i < count; ++i) {
+      auto b = make(blockOptions(blocks_.size()));
+      if (o.onBlockBuilt) o.onBlockBuilt(*b);
+      list->push_back(b);
+      blocks_.push_back(b);
+    }
+  };
   doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < numLayers; ++i) {
-    auto b = makeDouble(blockOptions(blocks_.size()));
-    if (o.onBlockBuilt) o.onBlockBuilt(*b);
-    doubleBlocks_->push_back(b);
-    blocks_.push_back(b);
-  }
+  build(doubleBlocks_, numLayers, makeDouble);
   singleBlocks_ = register_module("single_transformer_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < numSingleLayers; ++i) {
-    auto b = makeSingle(blockOptions(blocks_.size()));
-    if (o.onBlockBuilt) o.onBlockBuilt(*b);
-    singleBlocks_->push_back(b);
-    blocks_.push_back(b);
-  }
+  build(singleBlocks_, numSingleLayers, makeSingle);
 }
 
 nn::BlockIO DitModel::runBlocks(nn::BlockIO io, nn::BlockRunner* runner) {
