@@ -176,9 +176,6 @@ class Checker {
       error("model.preset", "flux-dev is FLUX.1's shape, and model.arch is flux2", "use preset flux2-dev or tiny");
     if (m.pooledProjectionDim)
       error("model.pooled_projection_dim", "FLUX.2 has no pooled text embedding", "remove the key");
-    if (m.quantize)
-      error("model.quantize", "FLUX.2 blocks are not quantized yet (docs/flux2.md)",
-            "set quantize: false (bf16 weights)");
   }
 
   // What model.name_or_path takes for the config's family, for hints.

@@ -3,7 +3,7 @@
 
 Each candidate is the same ATen ops Strata's C++ calls, timed fwd and fwd+bwd with CUDA
 events (median of repeats after warm-up), on random data. Also builds
-core/models/flux/cuda/FluxKernels.cu as a PyTorch extension and checks the fused
+core/dit/cuda/DitKernels.cu as a PyTorch extension and checks the fused
 RMSNorm + rotary kernel against the unfused ops (relative L2, forward and input
 gradient) before timing it. Usage: python3 scripts/bench/flux-ops.py [--res 1024]
 """
@@ -208,15 +208,15 @@ def lora(res):
 def kernel(res):
     ni = (res // 16) ** 2
     n = ni + NTXT
-    print("\n== fused RMSNorm + rotary kernel (core/models/flux/cuda/FluxKernels.cu)", flush=True)
+    print("\n== fused RMSNorm + rotary kernel (core/dit/cuda/DitKernels.cu)", flush=True)
     from torch.utils.cpp_extension import load_inline
 
-    src = os.path.join(ROOT, "core/models/flux/cuda/FluxKernels.cu")
+    src = os.path.join(ROOT, "core/dit/cuda/DitKernels.cu")
     cpp = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
-#include "models/flux/cuda/FluxKernels.cuh"
-using namespace strata::flux::cuda;
+#include "dit/cuda/DitKernels.cuh"
+using namespace strata::dit::cuda;
 std::vector<at::Tensor> fwd(at::Tensor x, at::Tensor w, at::Tensor c, at::Tensor s) {
   auto out = at::empty_like(x); int64_t dim = x.size(-1); int64_t rows = x.numel() / dim;
   auto rstd = at::empty({rows}, x.options().dtype(at::kFloat));

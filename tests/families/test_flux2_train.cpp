@@ -4,6 +4,7 @@
 // exported LoRA files load back through Flux2LoraRules in every form, equal.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <iostream>
 #include <map>
 
@@ -210,4 +211,40 @@ TEST(Flux2Train, StopAndResumeEndWhereAStraightRunEnds) {
   ASSERT_EQ(written.size(), 1u);
   const auto content = lora::readLoraFile(written[0], flux2::Flux2LoraRules(families::planFlux2Config(cfg.model)));
   EXPECT_FALSE(content.modules.empty());
+}
+
+// With model.name_or_path the transformer streams in block by block through the shared
+// DiT loader (LoadProgressEvent 1..blocks+1 of blocks+1, before the first step), and
+// model.quantize quantizes its blocks as they arrive, as for FLUX.1: the run trains.
+TEST(Flux2Train, LoadedWeightsStreamInQuantizedAndTrain) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 3);
+  cfg.save.saveEvery = 0;
+  const auto base = baseModel(cfg);
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& p : base->named_parameters(true)) weights.emplace_back(p.key(), p.value().detach());
+  io::writeSafetensors(tmp / "flux2-tiny.safetensors", weights);
+  cfg.model.nameOrPath = (tmp / "flux2-tiny.safetensors").string();
+  cfg.model.randomWeights = false;
+  cfg.model.quantize = true;
+  cfg.model.qtype = "int8";
+  events::EventBus bus;
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+  TrainerOptions o;
+  o.runDir = tmp / "run";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
+
+  const auto fc = families::planFlux2Config(cfg.model);
+  const int64_t units = fc.numLayers + fc.numSingleLayers + 1;
+  const auto loads = rec.of<events::LoadProgressEvent>();
+  ASSERT_EQ(loads.size(), static_cast<size_t>(units));
+  for (size_t i = 0; i < loads.size(); ++i) {
+    EXPECT_EQ(loads[i].what, events::kLoadTransformer);
+    EXPECT_EQ(loads[i].done, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(loads[i].total, units);
+  }
+  const auto steps = rec.of<events::StepEvent>();
+  ASSERT_EQ(steps.size(), 3u);
+  for (const auto& s : steps) EXPECT_TRUE(std::isfinite(s.loss)) << "step " << s.step;
 }

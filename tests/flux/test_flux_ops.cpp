@@ -1,4 +1,4 @@
-// The ATen pieces shared by the FLUX blocks (models/flux/FluxOps.h) that do more than
+// The ATen pieces shared by the FLUX blocks (dit/DitOps.h) that do more than
 // one op says: joinedTokens.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <torch/autograd.h>
 
 #include "common/TestSupport.h"
-#include "models/flux/FluxOps.h"
+#include "dit/DitOps.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 #include "nn/Linear.h"
@@ -42,7 +42,7 @@ TEST(FluxOps, JoinedTokensIsTheConcatenationAndTheWholeForHalves) {
   const auto out = y * 1.5;  // a block's output
   const auto txt = out.narrow(1, 0, 3);
   const auto img = out.narrow(1, 3, 4);
-  const auto joined = flux::joinedTokens(txt, img);
+  const auto joined = dit::joinedTokens(txt, img);
   EXPECT_TRUE(joined.is_same(out));
   const auto g = at::randn({2, 7, 6});
   (joined * g).sum().backward();
@@ -58,7 +58,7 @@ TEST(FluxOps, JoinedTokensIsTheConcatenationAndTheWholeForHalves) {
                                                                  {a, b},
                                                                  {strided.narrow(1, 0, 3), strided.narrow(1, 3, 4)}};
   for (const auto& [t, i] : others) {
-    const auto j = flux::joinedTokens(t, i);
+    const auto j = dit::joinedTokens(t, i);
     EXPECT_FALSE(j.is_same(out));
     EXPECT_TRUE(allClose(j, at::cat({t, i}, 1), 0, 0));
   }
@@ -71,7 +71,7 @@ TEST(FluxOps, JoinedTokensConcatenatesHalvesWhoseGradientGoesElsewhere) {
   const auto x = at::randn({2, 7, 6}).requires_grad_(true);
   const auto halves = HalvesOfACopy::apply(x);
   ASSERT_TRUE(halves[0].is_view() && halves[0]._base().is_same(halves[1]._base()));
-  const auto joined = flux::joinedTokens(halves[0], halves[1]);
+  const auto joined = dit::joinedTokens(halves[0], halves[1]);
   EXPECT_FALSE(joined.is_same(at::Tensor(halves[0]._base())));
   const auto g = at::randn({2, 7, 6});
   (joined * g).sum().backward();
@@ -80,7 +80,7 @@ TEST(FluxOps, JoinedTokensConcatenatesHalvesWhoseGradientGoesElsewhere) {
 
   const auto out = at::randn({2, 7, 6}) * 1.0;
   nn::setFusedPaths(false);
-  const auto off = flux::joinedTokens(out.narrow(1, 0, 3), out.narrow(1, 3, 4));
+  const auto off = dit::joinedTokens(out.narrow(1, 0, 3), out.narrow(1, 3, 4));
   nn::setFusedPaths(true);
   EXPECT_FALSE(off.is_same(out));
   EXPECT_TRUE(allClose(off, out, 0, 0));
@@ -106,7 +106,7 @@ TEST(FluxOps, ASingleBlocksOutputIsTheNextOnesInputWhole) {
     in.img = io.img.clone().requires_grad_(true);
     in.txt = io.txt.clone().requires_grad_(true);
     const auto mid = first->forward(in);
-    const bool whole = flux::joinedTokens(mid.txt, mid.img).is_same(at::Tensor(mid.txt._base()));
+    const bool whole = dit::joinedTokens(mid.txt, mid.img).is_same(at::Tensor(mid.txt._base()));
     const auto out = second->forward(mid);
     (out.img.square().sum() + out.txt.square().sum()).backward();
     nn::setFusedPaths(true);
@@ -121,5 +121,5 @@ TEST(FluxOps, ASingleBlocksOutputIsTheNextOnesInputWhole) {
   EXPECT_TRUE(allClose(gTxt, gTxtOff, 1e-5, 1e-5));
   at::NoGradGuard noGrad;  // the checkpointed forward's first pass
   const auto mid = first->forward(io);
-  EXPECT_TRUE(flux::joinedTokens(mid.txt, mid.img).is_same(at::Tensor(mid.txt._base())));
+  EXPECT_TRUE(dit::joinedTokens(mid.txt, mid.img).is_same(at::Tensor(mid.txt._base())));
 }

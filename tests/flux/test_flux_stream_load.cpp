@@ -195,7 +195,7 @@ TEST(FluxStreamLoad, StrictKeyChecksNameTheFileBeforeAnyBlockIsBuilt) {
     streamFluxTransformer(dir / "ints.safetensors", o, so, cfg.axesDimsRope);
     FAIL() << "expected a LoadError";
   } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("not floating point: proj_out.weight (Int)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not floating point: proj_out.weight (I32)"), std::string::npos) << e.what();
   }
   EXPECT_EQ(built, 0);
 }

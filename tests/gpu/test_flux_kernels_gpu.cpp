@@ -1,4 +1,4 @@
-// The FLUX CUDA kernels (models/flux/FluxKernels.h) against the ATen ops they
+// The DiT CUDA kernels (dit/DitKernels.h) against the ATen ops they
 // replace, on fresh random inputs of several shapes (FLUX.1-dev's q at 1024 px among
 // them): the fused RMSNorm + rotary forward equals FluxRmsNorm then applyRotary, and
 // its input gradient is at least as close to a float64 reference as theirs.
@@ -9,11 +9,12 @@
 
 #include "common/TestSupport.h"
 #include "models/flux/FluxConfig.h"
-#include "models/flux/FluxKernels.h"
+#include "dit/DitKernels.h"
 #include "models/flux/FluxTransformer.h"
 
 using namespace strata;
 using namespace strata::flux;
+using namespace strata::dit;
 
 namespace {
 
@@ -34,7 +35,7 @@ at::Tensor reference64(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 
 TEST(FluxKernelsGpu, FusedNormRopeEqualsTheAtenOpsForwardAndBackward) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
-  if (!fluxCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
+  if (!ditCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
   const at::Device cuda(at::kCUDA, 0);
   // [B, N, H, Dh]: FLUX.1-dev's joint q at 1024 px, then odd sizes and the dim limits.
   const std::vector<std::vector<int64_t>> shapes = {{1, 4608, 24, 128}, {2, 77, 3, 64}, {1, 33, 2, 256}, {3, 5, 3, 2}};
@@ -89,7 +90,7 @@ TEST(FluxKernelsGpu, FusedNormRopeEqualsTheAtenOpsForwardAndBackward) {
 
 TEST(FluxKernelsGpu, OnlyBf16ContiguousFrozenInputsTakeTheKernel) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
-  if (!fluxCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
+  if (!ditCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
   const auto opt = at::TensorOptions().device(at::Device(at::kCUDA, 0));
   const auto x = at::randn({1, 8, 2, 16}, opt).to(at::kBFloat16);
   const auto w = at::ones({16}, opt).to(at::kBFloat16);

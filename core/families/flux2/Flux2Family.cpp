@@ -16,6 +16,8 @@
 #include "models/flux2/Flux2LoraRules.h"
 #include "models/flux2/Flux2Sampling.h"
 #include "models/flux2/Flux2Transformer.h"
+#include "nn/Quantize.h"
+#include "placement/QuantScaleAttachment.h"
 #include "placement/Planner.h"
 #include "train/Datasets.h"
 #include "train/FlowMatching.h"
@@ -85,38 +87,10 @@ int64_t flux2ImageTokens(const config::RunConfig& cfg) {
 int64_t flux2TextTokens(const flux2::Flux2Config& fc) { return train::defaultTextTokens(fc.jointAttentionDim); }
 
 double flux2TrainStepFlops(const config::RunConfig& cfg, const flux2::Flux2Config& fc) {
-  const double image = static_cast<double>(flux2ImageTokens(cfg));
-  const double text = static_cast<double>(flux2TextTokens(fc));
-  const double batch = static_cast<double>(cfg.train.batchSize);
-  const double rank = static_cast<double>(cfg.network.linear);
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux2::Flux2LoraRules(fc).defaultTargets()
                                                                     : cfg.network.targetModules);
-  auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
-  auto tokensOf = [&](const std::string& path) -> double {
-    if (contains(path, "time_guidance_embed") || contains(path, "_modulation") || contains(path, "norm_out.linear"))
-      return 1;
-    if (path.rfind("single_transformer_blocks.", 0) == 0) return image + text;
-    if (contains(path, "context_embedder") || contains(path, "add_q_proj") || contains(path, "add_k_proj") ||
-        contains(path, "add_v_proj") || contains(path, "to_add_out") || contains(path, "ff_context"))
-      return text;
-    return image;
-  };
-  const auto plan = flux2::flux2ParamPlan(fc);
-  double flops = 0;
-  auto addUnit = [&](const flux::FluxBlockParams& b) {
-    for (const auto& l : b.linears) {
-      const double n = tokensOf(l.path) * batch;
-      const double in = static_cast<double>(l.inFeatures), out = static_cast<double>(l.outFeatures);
-      flops += 4.0 * n * in * out;
-      if (rank > 0 && targets.matches(l.path)) flops += 6.0 * n * rank * (in + out);
-    }
-  };
-  addUnit(plan.stem);
-  for (const auto& b : plan.blocks) addUnit(b);
-  addUnit(plan.head);
-  const double seq = image + text;
-  flops += 12.0 * batch * seq * seq * static_cast<double>(fc.hiddenSize()) * static_cast<double>(plan.blocks.size());
-  return flops;
+  return flux2::flux2TrainStepFlops(fc, cfg.train.batchSize, flux2ImageTokens(cfg), flux2TextTokens(fc),
+                                    cfg.network.linear, [&](const std::string& path) { return targets.matches(path); });
 }
 
 namespace {
@@ -170,7 +144,7 @@ class Flux2Run : public train::FamilyRun {
     (void)bus;
   }
 
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& /*bus*/) override {
+  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
     const auto& m = cfg.model;
     const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
@@ -178,20 +152,38 @@ class Flux2Run : public train::FamilyRun {
     bo.device = dev.buildDevice;
     bo.dtype = train::scalarTypeOf(cfg.train.dtype);
     const bool loadWeights = !m.nameOrPath.empty() && !m.randomWeights;
-    // Loaded weights: each block is built on its plan device. Random weights: each
-    // block goes to its plan device as soon as it exists (train::randomBlockHook).
-    size_t built = 0;
-    if (loadWeights)
+    const auto qtype = m.quantize ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+    const bool fp8Matmul = m.fp8Matmul && nn::isFloat8(qtype);  // the validator allows it only with an fp8 qtype
+    if (loadWeights) {
+      // Each block is read from the file (and quantized) on its plan device before the
+      // next one exists (flux2::streamFlux2Transformer).
       bo.blockDevice = train::planBlockDevice(dev);
-    else if (auto hook = train::randomBlockHook(nn::QuantType::None, dev))
-      bo.onBlockBuilt = [hook, &built](torch::nn::Module& block) { hook(built++, block); };
-    model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
+      flux2::Flux2StreamOptions so;
+      so.quantize = qtype;
+      so.onProgress = [&bus, &st](int64_t done, int64_t total) {
+        bus.publish(events::LoadProgressEvent{events::kLoadTransformer, done, total});
+        train::stopPoint(st, "loading the transformer (" + std::to_string(done) + " of " + std::to_string(total) + ")");
+      };
+      model_ = flux2::streamFlux2Transformer(flux2::openFlux2Checkpoint(m.nameOrPath), config_, bo, so);
+    } else {
+      // Random weights: each block quantized and on its plan device as soon as it exists.
+      size_t built = 0;
+      if (auto hook = train::randomBlockHook(qtype, dev))
+        bo.onBlockBuilt = [hook, &built](torch::nn::Module& block) { hook(built++, block); };
+      model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
+    }
     train::stopPoint(st, "building the transformer");
-    if (loadWeights) flux2::loadFlux2Weights(*model_, m.nameOrPath);
+    nn::Fp8MatmulCount fp8;
+    if (fp8Matmul)
+      for (auto& slot : model_->blockList().blocks)
+        fp8 += nn::enableFp8Matmul(*slot.block, nn::fp8BackwardOf(m.fp8Backward, m.fp8KeepTranspose));
     for (auto& p : model_->parameters()) p.requires_grad_(false);
     train::placeBlocks(st, model_->blockList(), dev);
+    if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
+    if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
     st.placement->apply();
     st.devices = st.placement->devices();
+    if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
     rules_ = std::make_unique<flux2::Flux2LoraRules>(config_);
   }
 

@@ -1,5 +1,5 @@
 #pragma once
-// FLUX transformer weights on disk, and the one strict loader.
+// FLUX transformer weights on disk, through the shared DiT loader (dit/DitCheckpoint.h).
 // A checkpoint is a diffusers folder (sharded *.safetensors + index JSON, or the
 // model root holding transformer/), one diffusers file, or one BFL file
 // (flux1-dev.safetensors; ComfyUI's "model.diffusion_model." prefix is stripped).
@@ -8,51 +8,29 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dit/DitCheckpoint.h"
 #include "models/flux/FluxConfig.h"
 #include "models/flux/FluxTransformer.h"
-#include "nn/Quantize.h"
-
-namespace strata::io {
-class SafetensorsCheckpoint;
-}
 
 namespace strata::flux {
 
-enum class FluxWeightFormat { Diffusers, Bfl };
-const char* toString(FluxWeightFormat format);
+using FluxWeightFormat = dit::WeightFormat;
+using dit::toString;
+using FluxStreamOptions = dit::StreamOptions;
 
-class FluxCheckpoint {
+class FluxCheckpoint : public dit::DitCheckpoint {
  public:
-  // Reads the headers only (files are memory-mapped). Throws IoError / LoadError.
+  // Reads the headers only (files are memory-mapped): `path` itself, or a folder's
+  // transformer/. Throws IoError / LoadError.
   static FluxCheckpoint open(const std::filesystem::path& path);
 
-  FluxWeightFormat format() const { return format_; }
-  // Tensor name (prefix stripped) -> shape.
-  const std::map<std::string, std::vector<int64_t>>& shapes() const { return shapes_; }
-  bool contains(const std::string& name) const { return shapes_.count(name) > 0; }
-  // CPU tensor in the file's dtype, over the mapping (no copy). Throws LoadError if absent.
-  at::Tensor tensor(const std::string& name) const;
-  // Once a tensor is copied out, its file pages stop counting as resident memory.
-  void releasePages(const std::string& name) const;
-  // config.json next to the weights (diffusers folder), empty when there is none.
-  const std::filesystem::path& configJsonPath() const { return configJson_; }
-  const std::filesystem::path& path() const { return path_; }
-  std::vector<std::filesystem::path> files() const;
-
  private:
-  std::filesystem::path path_;
-  std::filesystem::path configJson_;
-  FluxWeightFormat format_ = FluxWeightFormat::Diffusers;
-  std::shared_ptr<io::SafetensorsCheckpoint> files_;
-  std::map<std::string, std::string> entries_;  // key (prefix stripped) -> name in the file
-  std::map<std::string, std::vector<int64_t>> shapes_;
+  explicit FluxCheckpoint(dit::DitCheckpoint c) : dit::DitCheckpoint(std::move(c)) {}
 };
 
 // Copies every parameter of `model` from `ckpt` (diffusers or BFL names),
@@ -62,24 +40,8 @@ class FluxCheckpoint {
 void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt);
 void loadFluxWeights(FluxTransformer& model, const std::filesystem::path& path);
 
-// How streamFluxTransformer treats each block once it is filled.
-struct FluxStreamOptions {
-  // Quantize each block's Linears (nn::quantizeLinears) right after it is filled.
-  nn::QuantType quantize = nn::QuantType::None;
-  // After each block and once at the end (stem and head): units done, units in all
-  // (the blocks + 1). For the long load of a FLUX.1-dev checkpoint.
-  std::function<void(int64_t done, int64_t total)> onProgress;
-};
-
-// Builds the model block by block from `ckpt`: every key and shape is checked
-// against the model's layout first (the same LoadError as loadFluxWeights,
-// nothing built), then each block is built on its device (options.device or
-// options.blockDevice), filled with only its own tensors, quantized there when
-// asked, and its file pages released, before the next block exists. Peak memory:
-// the model as it ends up (quantized blocks) plus one block in options.dtype and
-// the quantization workspace of one Linear. Bit for bit the same model as
-// building, loadFluxWeights and quantizing afterwards. options.onBlockBuilt still
-// runs, after the fill (and quantization).
+// Builds the model block by block from `ckpt` (dit::streamModel): checked first,
+// each block filled (and quantized when asked) on its device before the next exists.
 std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckpt, const FluxConfig& cfg,
                                                        FluxBuildOptions options, const FluxStreamOptions& stream = {});
 // Opens `path` and detects the config as loadFluxTransformer does.

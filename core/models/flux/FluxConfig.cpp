@@ -13,6 +13,7 @@
 #include "common/ShapeText.h"
 #include "io/FileBytes.h"
 #include "io/JsonFile.h"
+#include "dit/ConfigShapes.h"
 #include "models/flux/FluxLayout.h"
 
 namespace strata::flux {
@@ -36,18 +37,8 @@ void FluxConfig::validate() const {
     if (!ok) throw ConfigError("FluxConfig: " + what);
   };
   // Bounds first: everything below multiplies these, and the plan sizes lists by them.
-  namespace lim = io::limits;
-  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
-                                         {"out_channels", outChannels, lim::kWidth},
-                                         {"num_layers", numLayers, lim::kLayers},
-                                         {"num_single_layers", numSingleLayers, lim::kLayers},
-                                         {"attention_head_dim", attentionHeadDim, lim::kWidth},
-                                         {"num_attention_heads", numAttentionHeads, lim::kHeads},
-                                         {"joint_attention_dim", jointAttentionDim, lim::kWidth},
-                                         {"pooled_projection_dim", pooledProjectionDim, lim::kWidth},
-                                         {"axes_dims_rope (entries)", static_cast<int64_t>(axesDimsRope.size()), 8}})
-    io::requireAtMost("FluxConfig", key, value, most);
-  for (auto a : axesDimsRope) io::requireAtMost("FluxConfig", "an axes_dims_rope entry", a, lim::kWidth);
+  dit::requireStackBounds("FluxConfig", dit::stackBounds(*this),
+                          {{"pooled_projection_dim", pooledProjectionDim, io::limits::kWidth}}, axesDimsRope);
   require(std::isfinite(mlpRatio) && mlpRatio <= 64, "mlp ratio must be at most 64");
   require(patchSize == 1,
           "patch_size must be 1 (latents are packed 2x2 outside the model), got " + std::to_string(patchSize));
@@ -60,28 +51,16 @@ void FluxConfig::validate() const {
   require(jointAttentionDim > 0, "joint_attention_dim must be positive");
   require(pooledProjectionDim > 0, "pooled_projection_dim must be positive");
   io::requireAtMost("FluxConfig", "the hidden size (num_attention_heads x attention_head_dim)", hiddenSize(),
-                    lim::kWidth);
+                    io::limits::kWidth);
   require(mlpRatio > 0, "mlp ratio must be positive");
-  require(!axesDimsRope.empty(), "axes_dims_rope is empty");
-  int64_t sum = 0;
-  for (auto a : axesDimsRope) {
-    require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive");
-    sum += a;
-  }
-  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " + std::to_string(sum) +
-                                       ", attention_head_dim is " + std::to_string(attentionHeadDim));
+  dit::requireRotaryAxes("FluxConfig", axesDimsRope, attentionHeadDim);
 }
 
 FluxConfig FluxConfig::fluxDev() { return FluxConfig{}; }
 
 FluxConfig FluxConfig::tiny() {
   FluxConfig c;
-  c.inChannels = 64;
-  c.outChannels = 64;
-  c.numLayers = 2;
-  c.numSingleLayers = 4;
-  c.attentionHeadDim = 32;
-  c.numAttentionHeads = 4;
+  dit::setTinyStack(c);
   c.jointAttentionDim = 64;
   c.pooledProjectionDim = 32;
   c.guidanceEmbeds = true;
@@ -100,75 +79,32 @@ FluxConfig FluxConfig::fromDiffusersJson(const nlohmann::json& j) {
   FluxConfig c;
   c.guidanceEmbeds = false;  // diffusers' default; FLUX.1-dev's config sets it
   const io::JsonFields fields(j, "FluxConfig: diffusers config");
-  fields.read("patch_size", c.patchSize);
-  fields.read("in_channels", c.inChannels);
-  if (!fields.read("out_channels", c.outChannels)) c.outChannels = c.inChannels;
-  fields.read("num_layers", c.numLayers);
-  fields.read("num_single_layers", c.numSingleLayers);
-  fields.read("attention_head_dim", c.attentionHeadDim);
-  fields.read("num_attention_heads", c.numAttentionHeads);
-  fields.read("joint_attention_dim", c.jointAttentionDim);
+  dit::readStackKeys(fields, c);
   fields.read("pooled_projection_dim", c.pooledProjectionDim);
-  fields.read("guidance_embeds", c.guidanceEmbeds);
-  fields.read("axes_dims_rope", c.axesDimsRope);
   c.validate();
   return c;
 }
 
 FluxConfig FluxConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  // IoError naming the file: not a regular file, over 1 MB, nested too deep, not JSON.
-  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
-  try {
-    return fromDiffusersJson(j);
-  } catch (const ConfigError& e) {
-    throw ConfigError(path.string() + ": " + e.what());
-  }
+  return dit::configFromJsonFile<FluxConfig>(path);
 }
 
 nlohmann::json FluxConfig::toDiffusersJson() const {
   nlohmann::json j;
   j["_class_name"] = "FluxTransformer2DModel";
-  j["patch_size"] = patchSize;
-  j["in_channels"] = inChannels;
-  j["out_channels"] = outChannels;
-  j["num_layers"] = numLayers;
-  j["num_single_layers"] = numSingleLayers;
-  j["attention_head_dim"] = attentionHeadDim;
-  j["num_attention_heads"] = numAttentionHeads;
-  j["joint_attention_dim"] = jointAttentionDim;
+  dit::writeStackKeys(j, *this);
   j["pooled_projection_dim"] = pooledProjectionDim;
-  j["guidance_embeds"] = guidanceEmbeds;
-  j["axes_dims_rope"] = axesDimsRope;
   return j;
 }
 
 FluxConfig FluxConfig::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
                                   const std::vector<int64_t>& axesDimsRope) {
   const bool bfl = shapes.count("img_in.weight") > 0 || shapes.count("double_blocks.0.img_attn.qkv.weight") > 0;
+  const dit::ShapeReader read(shapes, "FluxConfig");
   auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
-    auto it = shapes.find(key);
-    if (it == shapes.end())
-      throw LoadError("FluxConfig: the checkpoint has no '" + key + "' (needed to detect the architecture)");
-    if (it->second.size() != rank)
-      throw LoadError("FluxConfig: '" + key + "' has shape " + shapeText(it->second) + ", expected rank " +
-                      std::to_string(rank));
-    return it->second;
+    return read.shapeOf(key, rank);
   };
-  // Highest block index + 1 from keys "<prefix>.<N>.".
-  auto countBlocks = [&](const std::string& prefix) {
-    const std::regex re("^" + prefix + "\\.([0-9]+)\\.");
-    int64_t n = 0;
-    std::smatch m;
-    for (const auto& [key, _] : shapes)
-      if (std::regex_search(key, m, re)) {
-        // Bounded before it counts: "blocks.99999999999999999999." is not a number stoll takes.
-        if (m[1].length() > 6)
-          throw LoadError("FluxConfig: the checkpoint's key '" + key + "' has a block index beyond " +
-                          std::to_string(io::limits::kLayers) + " (a corrupt header?)");
-        n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
-      }
-    return n;
-  };
+  auto countBlocks = [&](const std::string& prefix) { return read.countBlocks(prefix); };
 
   // The keys that carry the dimensions, in each naming; one detection below.
   struct ShapeKeys {
@@ -247,35 +183,10 @@ bool FluxConfig::operator==(const FluxConfig& o) const {
          axesDimsRope == o.axesDimsRope && ropeTheta == o.ropeTheta && mlpRatio == o.mlpRatio;
 }
 
-// ---- parameter plan ----------------------------------------------------------
-
-int64_t FluxParamPlan::totalParams() const {
-  int64_t n = stem.paramCount + head.paramCount;
-  for (const auto& b : blocks) n += b.paramCount;
-  return n;
-}
-
 FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
   cfg.validate();
   // Counted from the layout the model is built from (FluxLayout.h).
-  auto unitOf = [&](FluxUnit unit, std::string id, std::string kind) {
-    FluxBlockParams b{id, std::move(kind), 0, {}};
-    const std::string prefix = unit == FluxUnit::Double || unit == FluxUnit::Single ? id + "." : "";
-    for (const auto& m : fluxUnitLayout(unit, cfg)) {
-      b.paramCount += m.paramCount();
-      if (m.type == FluxModuleSpec::Type::Linear)
-        b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
-    }
-    return b;
-  };
-  FluxParamPlan plan;
-  plan.stem = unitOf(FluxUnit::Stem, "stem", "stem");
-  for (int64_t i = 0; i < cfg.numLayers; ++i)
-    plan.blocks.push_back(unitOf(FluxUnit::Double, "transformer_blocks." + std::to_string(i), "double"));
-  for (int64_t i = 0; i < cfg.numSingleLayers; ++i)
-    plan.blocks.push_back(unitOf(FluxUnit::Single, "single_transformer_blocks." + std::to_string(i), "single"));
-  plan.head = unitOf(FluxUnit::Head, "head", "head");
-  return plan;
+  return dit::paramPlanOf(fluxLayout(cfg), cfg.numLayers, cfg.numSingleLayers);
 }
 
 }  // namespace strata::flux
@@ -292,32 +203,11 @@ bool isModulationLinear(const std::string& path) {
 
 double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
                           int64_t loraRank, const std::function<bool(const std::string&)>& hasLora) {
-  auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
-  auto tokensOf = [&](const std::string& path) -> double {
-    if (contains(path, "time_text_embed") || isModulationLinear(path)) return 1;
-    if (path.rfind("single_transformer_blocks.", 0) == 0) return static_cast<double>(imageTokens + textTokens);
-    if (contains(path, "context_embedder") || contains(path, "add_q_proj") || contains(path, "add_k_proj") ||
-        contains(path, "add_v_proj") || contains(path, "to_add_out") || contains(path, "ff_context"))
-      return static_cast<double>(textTokens);
-    return static_cast<double>(imageTokens);
+  auto perSample = [](const std::string& path) {
+    return path.find("time_text_embed") != std::string::npos || isModulationLinear(path);
   };
-  const auto plan = fluxParamPlan(cfg);
-  double flops = 0;
-  auto addUnit = [&](const FluxBlockParams& b) {
-    for (const auto& l : b.linears) {
-      const double n = tokensOf(l.path) * static_cast<double>(batch);
-      flops += 4.0 * n * static_cast<double>(l.inFeatures) * static_cast<double>(l.outFeatures);
-      if (loraRank > 0 && hasLora && hasLora(l.path))
-        flops += 6.0 * n * static_cast<double>(loraRank) * static_cast<double>(l.inFeatures + l.outFeatures);
-    }
-  };
-  addUnit(plan.stem);
-  for (const auto& b : plan.blocks) addUnit(b);
-  addUnit(plan.head);
-  const double seq = static_cast<double>(imageTokens + textTokens);
-  flops += 12.0 * static_cast<double>(batch) * seq * seq * static_cast<double>(cfg.hiddenSize()) *
-           static_cast<double>(plan.blocks.size());
-  return flops;
+  return dit::trainStepFlops(fluxParamPlan(cfg), cfg.hiddenSize(), batch, imageTokens, textTokens, loraRank,
+                             perSample, hasLora);
 }
 
 }  // namespace strata::flux

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dit/ParamPlan.h"
+
 namespace strata::flux {
 
 struct FluxConfig {
@@ -64,49 +66,24 @@ struct FluxConfig {
   bool operator!=(const FluxConfig& o) const { return !(*this == o); }
 };
 
-// One Linear of the model, by its diffusers module path.
-struct FluxLinearShape {
-  std::string path;  // "transformer_blocks.0.attn.to_q"
-  int64_t inFeatures = 0;
-  int64_t outFeatures = 0;
-  bool bias = true;
-};
-
-// One placement unit's parameters: "stem", "transformer_blocks.N",
-// "single_transformer_blocks.N" or "head" (ids equal nn::BlockSlot::id).
-struct FluxBlockParams {
-  std::string id;
-  std::string kind;  // "stem", "double", "single", "head"
-  int64_t paramCount = 0;
-  std::vector<FluxLinearShape> linears;  // every Linear in it, in the model's order
-};
+// The per-block plan structs, moved unchanged to dit/ParamPlan.h (FLUX.2 shares them).
+using dit::FluxBlockParams;
+using dit::FluxLinearShape;
+using dit::FluxParamPlan;
 
 // Whether the Linear at `path` (a FluxLinearShape path) is a modulation: it reads the
 // conditioning vector [B, hidden] (one token per sample), which needs no gradient while
 // the stem is frozen.
 bool isModulationLinear(const std::string& path);
 
-struct FluxParamPlan {
-  FluxBlockParams stem;
-  std::vector<FluxBlockParams> blocks;  // double blocks, then single blocks
-  FluxBlockParams head;
-  int64_t totalParams() const;
-};
-
 // Per-block parameter counts and Linear shapes, counted from the layout the model
 // is built from (FluxLayout.h; pure, no model is built), so they equal the built
 // model's named_parameters() by construction.
 FluxParamPlan fluxParamPlan(const FluxConfig& cfg);
 
-// FLOPs of one LoRA training step of the frozen base (the model's FLOPs, not
-// counting a checkpointed block's recompute): every Linear 2 x tokens x in x out
-// forward and the same again for the input gradient (the base has no weight
-// gradient); a LoRA of rank r on a Linear 6 x tokens x r (in + out) (forward,
-// input and weight gradients); attention per block 4 x L^2 x hidden forward and
-// 8 x L^2 x hidden backward (L = image + text tokens). A Linear sees the image
-// tokens, the text tokens, both (single blocks) or one vector per sample (the
-// timestep / modulation Linears), from its path. `loraLinears` says which paths
-// carry an adapter (empty function: none).
+// FLOPs of one LoRA training step of the frozen base (dit::trainStepFlops): the
+// timestep / text embedders and modulation Linears see one vector per sample.
+// `hasLora` says which paths carry an adapter (empty function: none).
 double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
                           int64_t loraRank, const std::function<bool(const std::string&)>& hasLora);
 

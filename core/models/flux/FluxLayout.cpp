@@ -2,11 +2,6 @@
 
 namespace strata::flux {
 
-int64_t FluxModuleSpec::paramCount() const {
-  if (type == Type::RmsNorm) return outFeatures;
-  return inFeatures * outFeatures + (bias ? outFeatures : 0);
-}
-
 std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg) {
   const int64_t d = cfg.hiddenSize();
   const int64_t mlp = cfg.mlpHiddenSize();
@@ -72,10 +67,8 @@ std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg)
   return {};
 }
 
-const FluxModuleSpec* findModuleSpec(const std::vector<FluxModuleSpec>& layout, const std::string& path) {
-  for (const auto& m : layout)
-    if (m.path == path) return &m;
-  return nullptr;
+dit::UnitLayout fluxLayout(const FluxConfig& cfg) {
+  return [cfg](FluxUnit unit) { return fluxUnitLayout(unit, cfg); };
 }
 
 }  // namespace strata::flux

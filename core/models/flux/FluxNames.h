@@ -1,29 +1,27 @@
 #pragma once
-// Every FLUX name rule in one place: diffusers <-> BFL module and parameter
-// names (with the slot a diffusers module occupies inside a fused BFL tensor),
-// and the LoRA key prefixes of kohya ("lora_unet_" + BFL path, '.' -> '_') and
-// ComfyUI ("diffusion_model." + BFL path). Pure string functions, no tensors.
-#include <cstdint>
+// FLUX.1's name rows for the shared BFL name engine (dit/BflNames.h): diffusers <->
+// BFL module and parameter names (with the slot a diffusers module occupies inside
+// a fused BFL tensor), and the LoRA key prefixes of kohya ("lora_unet_" + BFL path,
+// '.' -> '_') and ComfyUI ("diffusion_model." + BFL path). FLUX.1's names take any
+// block index. Pure string functions, no tensors.
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dit/BflNames.h"
 #include "models/flux/FluxConfig.h"
 
 namespace strata::flux::names {
 
-// Where a diffusers module's rows live inside a BFL tensor (dim 0 of weight and bias).
-struct BflSlot {
-  std::string module;       // BFL module path, "double_blocks.0.img_attn.qkv"
-  int part = 0;             // index among the fused parts: q 0, k 1, v 2, mlp 3
-  int parts = 1;            // number of fused parts; 1 = the whole tensor
-  int64_t rowOffset = 0;    // first row of this part in the BFL tensor
-  int64_t rows = 0;         // rows of the diffusers tensor
-  int64_t totalRows = 0;    // rows of the whole BFL tensor
-  bool swapHalves = false;  // norm_out.linear (scale, shift) = final_layer.adaLN_modulation.1 (shift, scale)
-  bool fused() const { return parts > 1; }
-};
+using dit::BflParam;
+using dit::BflSlot;
+using dit::kComfyPrefix;
+using dit::kDiffusersLoraPrefix;
+using dit::kKohyaPrefix;
+
+// The engine over FLUX.1's rows for `cfg` (the rows of fused parts from its layout).
+dit::BflNames bflNames(const FluxConfig& cfg);
 
 // diffusers module path ("transformer_blocks.0.attn.to_k") -> its BFL slot
 // (double_blocks.0.img_attn.qkv, part 1 of 3). nullopt when FLUX has no such module.
@@ -36,10 +34,6 @@ std::vector<std::pair<std::string, BflSlot>> diffusersModulesForBfl(const std::s
 
 // The same on parameter keys: "transformer_blocks.0.attn.norm_q.weight" <->
 // "double_blocks.0.img_attn.norm.query_norm.scale" (RMSNorm weight <-> scale).
-struct BflParam {
-  std::string key;  // BFL parameter key
-  BflSlot slot;
-};
 std::optional<BflParam> bflParamForKey(const std::string& diffusersKey, const FluxConfig& cfg);
 std::vector<std::pair<std::string, BflSlot>> diffusersKeysForBflKey(const std::string& bflKey, const FluxConfig& cfg);
 
@@ -56,10 +50,5 @@ std::optional<std::string> bflModuleFromComfy(const std::string& comfyName);
 
 // True when `bflModule` is a module FLUX has (any config): "double_blocks.7.img_attn.qkv".
 bool isBflModule(const std::string& bflModule);
-
-// Prefix of diffusers/peft LoRA keys: "transformer.".
-inline constexpr const char* kDiffusersLoraPrefix = "transformer.";
-inline constexpr const char* kKohyaPrefix = "lora_unet_";
-inline constexpr const char* kComfyPrefix = "diffusion_model.";
 
 }  // namespace strata::flux::names

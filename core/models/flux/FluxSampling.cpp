@@ -1,9 +1,5 @@
 #include "models/flux/FluxSampling.h"
 
-#include <torch/autograd.h>
-
-#include <cmath>
-
 #include "common/Error.h"
 #include "models/flux/FluxTransformer.h"
 
@@ -39,68 +35,24 @@ at::Tensor imageIds(int64_t latentHeight, int64_t latentWidth, const at::TensorO
 
 at::Tensor textIds(int64_t tokens, const at::TensorOptions& options) { return at::zeros({tokens, 3}, options); }
 
-double shiftMu(int64_t imageTokens, const ShiftParams& p) {
-  const double m = (p.maxShift - p.baseShift) / static_cast<double>(p.maxSeqLen - p.baseSeqLen);
-  const double b = p.baseShift - m * static_cast<double>(p.baseSeqLen);
-  return static_cast<double>(imageTokens) * m + b;
-}
-
-double shiftSigma(double sigma, double mu) {
-  if (sigma <= 0.0) return 0.0;
-  const double e = std::exp(mu);
-  return e / (e + 1.0 / sigma - 1.0);
-}
-
-at::Tensor shiftSigmas(const at::Tensor& sigmas, double mu) {
-  const double e = std::exp(mu);
-  const auto shifted = e / (e + (1.0 / sigmas - 1.0));
-  return at::where(sigmas > 0, shifted, at::zeros_like(sigmas));
-}
-
-at::Tensor samplingSigmas(int64_t steps, double mu) {
-  if (steps < 1) throw Error("samplingSigmas: steps must be >= 1, got " + std::to_string(steps));
-  // linspace in double, stored as float32, shifted in float32 (as the reference scheduler does).
-  const auto base = at::linspace(1.0, 1.0 / static_cast<double>(steps), steps, at::kDouble).to(at::kFloat);
-  return at::cat({shiftSigmas(base, mu), at::zeros({1}, at::kFloat)});  // [steps + 1]
-}
-
-at::Tensor eulerStep(const at::Tensor& x, const at::Tensor& velocity, const at::Tensor& sigma,
-                     const at::Tensor& sigmaNext) {
-  const auto dt = (sigmaNext.to(at::kFloat) - sigma.to(at::kFloat)).to(x.device());
-  return (x.to(at::kFloat) + dt * velocity.to(at::kFloat)).to(velocity.scalar_type());
-}
-
 at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& pooled, double guidance,
                         const at::Tensor& sigmas, nn::BlockRunner* runner, const SampleProgress& onStep) {
-  at::NoGradGuard noGrad;
-  const int64_t batch = noise.size(0);
-  const auto floatOnDevice = noise.options().dtype(at::kFloat);
-  const auto sig = sigmas.to(at::kFloat).cpu();
   FluxInputs in;
   in.txt = txt;
   in.pooled = pooled;
   in.imgIds = imgIds;
   in.txtIds = txtIds;
-  in.guidance = at::full({batch}, guidance, floatOnDevice);
-  at::Tensor x = noise.to(at::kFloat);
-  for (int64_t i = 0; i + 1 < sig.size(0); ++i) {
-    // timestep = (sigma * 1000) / 1000 in float32, as the reference pipeline feeds it.
-    const auto t = (sig[i] * 1000) / 1000;
-    in.timestep = t.to(noise.device()).expand({batch}).contiguous();
-    in.img = x;
-    const auto v = model.forward(in, runner);  // [B, N, C]
-    x = eulerStep(x, v.to(at::kFloat), sig[i], sig[i + 1]);
-    if (onStep) onStep(i + 1, sig.size(0) - 1);
-  }
-  return x;
+  return dit::sampleModel(model, in, noise, guidance, sigmas, runner, [&](int64_t done, int64_t total, const at::Tensor&) {
+    if (onStep) onStep(done, total);
+  });
 }
 
 at::Tensor sample(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& txt, const at::Tensor& pooled,
                   double guidance, int64_t steps, nn::BlockRunner* runner) {
   const int64_t h = noise.size(2), w = noise.size(3);
   const auto packed = packLatents(noise);
-  const auto sigmas = samplingSigmas(steps, shiftMu(packed.size(1)));
+  const auto sigmas = dit::FlowSchedule::imageTokenShift().sigmas(steps, packed.size(1));
   const auto opts = noise.options().dtype(at::kFloat);
   const auto out = samplePacked(model, packed, imageIds(h, w, opts), txt, textIds(txt.size(1), opts), pooled, guidance,
                                 sigmas, runner);

@@ -1,12 +1,13 @@
 #pragma once
 // FLUX sampling and latent helpers as plain functions (the trainer reuses them):
-// 2x2 latent packing, position ids, the dynamic shift mu, the FLUX.1-dev
-// flow-match Euler schedule, and a `sample` convenience on top.
+// 2x2 latent packing, position ids, Euler sampling with the FLUX.1-dev schedule
+// (the shared dit::sampleEuler), and a `sample` convenience on top.
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <functional>
 
+#include "dit/FlowMatch.h"
 #include "nn/Block.h"
 
 namespace strata::flux {
@@ -25,28 +26,14 @@ at::Tensor imageIds(int64_t latentHeight, int64_t latentWidth, const at::TensorO
 // Text position ids: [tokens, 3] zeros.
 at::Tensor textIds(int64_t tokens, const at::TensorOptions& options = at::kFloat);
 
-// The FLUX.1-dev scheduler's shift constants.
-struct ShiftParams {
-  int64_t baseSeqLen = 256;
-  int64_t maxSeqLen = 4096;
-  double baseShift = 0.5;
-  double maxShift = 1.15;
-};
-// mu for `imageTokens` packed tokens: linear through (256, 0.5) and (4096, 1.15),
-// not clamped (diffusers' calculate_shift).
-double shiftMu(int64_t imageTokens, const ShiftParams& params = {});
-// s' = e^mu / (e^mu + 1/s - 1), elementwise; s = 0 stays 0.
-double shiftSigma(double sigma, double mu);
-at::Tensor shiftSigmas(const at::Tensor& sigmas, double mu);
-
-// Sampling sigmas: linspace(1, 1/steps, steps) in float32, shifted with mu, then 0
-// appended: [steps + 1] float32 (timesteps are sigmas[:steps] * 1000).
-at::Tensor samplingSigmas(int64_t steps, double mu);
-
-// One Euler step of the flow: x + (sigmaNext - sigma) v, computed in float32,
-// returned in v's dtype (diffusers FlowMatchEulerDiscreteScheduler.step).
-at::Tensor eulerStep(const at::Tensor& x, const at::Tensor& velocity, const at::Tensor& sigma,
-                     const at::Tensor& sigmaNext);
+// The flow-match schedule and Euler step, shared with FLUX.2 (dit/FlowMatch.h):
+// FLUX.1 shifts with mu from the image token count (shiftMu).
+using dit::eulerStep;
+using dit::samplingSigmas;
+using dit::shiftMu;
+using dit::ShiftParams;
+using dit::shiftSigma;
+using dit::shiftSigmas;
 
 // Euler sampling on packed tokens. noise [B, N_img, C] packed; txt [B, N_txt, D_txt];
 // pooled [B, D_pooled]; guidance is the user's scale (3.5 typical), fed to the

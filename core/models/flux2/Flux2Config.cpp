@@ -2,8 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <regex>
-
 #include <cmath>
 #include <tuple>
 
@@ -11,6 +9,7 @@
 #include "common/ShapeText.h"
 #include "io/FileBytes.h"
 #include "io/JsonFile.h"
+#include "dit/ConfigShapes.h"
 #include "io/JsonFields.h"
 
 namespace strata::flux2 {
@@ -20,19 +19,8 @@ void Flux2Config::validate() const {
     if (!ok) throw ConfigError("Flux2Config: " + what);
   };
   // Bounds first: everything below multiplies these, and the plan sizes lists by them.
-  namespace lim = io::limits;
-  for (const auto& [key, value, most] :
-       {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
-        {"out_channels", outChannels, lim::kWidth},
-        {"num_layers", numLayers, lim::kLayers},
-        {"num_single_layers", numSingleLayers, lim::kLayers},
-        {"attention_head_dim", attentionHeadDim, lim::kWidth},
-        {"num_attention_heads", numAttentionHeads, lim::kHeads},
-        {"joint_attention_dim", jointAttentionDim, lim::kWidth},
-        {"timestep_guidance_channels", timestepGuidanceChannels, lim::kWidth},
-        {"axes_dims_rope (entries)", static_cast<int64_t>(axesDimsRope.size()), 8}})
-    io::requireAtMost("Flux2Config", key, value, most);
-  for (auto a : axesDimsRope) io::requireAtMost("Flux2Config", "an axes_dims_rope entry", a, lim::kWidth);
+  dit::requireStackBounds("Flux2Config", dit::stackBounds(*this),
+                          {{"timestep_guidance_channels", timestepGuidanceChannels, io::limits::kWidth}}, axesDimsRope);
   require(std::isfinite(mlpRatio) && mlpRatio <= 64, "mlp_ratio must be at most 64, got " + std::to_string(mlpRatio));
   require(patchSize == 1,
           "patch_size must be 1 (latents are patchified 2x2 outside the model), got " + std::to_string(patchSize));
@@ -48,18 +36,11 @@ void Flux2Config::validate() const {
   require(timestepGuidanceChannels > 0 && timestepGuidanceChannels % 2 == 0,
           "timestep_guidance_channels must be even and positive, got " + std::to_string(timestepGuidanceChannels));
   io::requireAtMost("Flux2Config", "the hidden size (num_attention_heads x attention_head_dim)",
-                    numAttentionHeads * attentionHeadDim, lim::kWidth);
+                    numAttentionHeads * attentionHeadDim, io::limits::kWidth);
   require(mlpRatio > 0 && mlpHiddenSize() > 0, "mlp_ratio must be positive, got " + std::to_string(mlpRatio));
   require(ropeTheta > 0, "rope_theta must be positive, got " + std::to_string(ropeTheta));
   require(eps > 0, "eps must be positive, got " + std::to_string(eps));
-  require(!axesDimsRope.empty(), "axes_dims_rope is empty");
-  int64_t sum = 0;
-  for (auto a : axesDimsRope) {
-    require(a > 0 && a % 2 == 0, "axes_dims_rope entries must be even and positive, got " + shapeText(axesDimsRope));
-    sum += a;
-  }
-  require(sum == attentionHeadDim, "axes_dims_rope " + shapeText(axesDimsRope) + " sums to " + std::to_string(sum) +
-                                       ", attention_head_dim is " + std::to_string(attentionHeadDim));
+  dit::requireRotaryAxes("Flux2Config", axesDimsRope, attentionHeadDim);
 }
 
 // diffusers' Flux2Transformer2DModel.__init__ defaults (models/transformers/transformer_flux2.py)
@@ -71,12 +52,7 @@ Flux2Config Flux2Config::flux2Dev() { return Flux2Config{}; }
 
 Flux2Config Flux2Config::tiny() {
   Flux2Config c;
-  c.inChannels = 64;
-  c.outChannels = 64;
-  c.numLayers = 2;
-  c.numSingleLayers = 4;
-  c.attentionHeadDim = 32;
-  c.numAttentionHeads = 4;
+  dit::setTinyStack(c);
   c.jointAttentionDim = 96;
   c.axesDimsRope = {8, 8, 8, 8};
   return c;
@@ -92,80 +68,38 @@ Flux2Config Flux2Config::fromDiffusersJson(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("Flux2Config: diffusers config is not a JSON object");
   Flux2Config c;
   const io::JsonFields fields(j, "Flux2Config: diffusers config");
-  fields.read("patch_size", c.patchSize);
-  fields.read("in_channels", c.inChannels);
-  if (!fields.read("out_channels", c.outChannels)) c.outChannels = c.inChannels;
-  fields.read("num_layers", c.numLayers);
-  fields.read("num_single_layers", c.numSingleLayers);
-  fields.read("attention_head_dim", c.attentionHeadDim);
-  fields.read("num_attention_heads", c.numAttentionHeads);
-  fields.read("joint_attention_dim", c.jointAttentionDim);
+  dit::readStackKeys(fields, c);
   fields.read("timestep_guidance_channels", c.timestepGuidanceChannels);
   fields.read("mlp_ratio", c.mlpRatio);
-  fields.read("axes_dims_rope", c.axesDimsRope);
   fields.read("rope_theta", c.ropeTheta);
   fields.read("eps", c.eps);
-  fields.read("guidance_embeds", c.guidanceEmbeds);
   c.validate();
   return c;
 }
 
 Flux2Config Flux2Config::fromDiffusersJsonFile(const std::filesystem::path& path) {
-  // IoError naming the file: not a regular file, over 1 MB, nested too deep, not JSON.
-  const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);
-  try {
-    return fromDiffusersJson(j);
-  } catch (const ConfigError& e) {
-    throw ConfigError(path.string() + ": " + e.what());
-  }
+  return dit::configFromJsonFile<Flux2Config>(path);
 }
 
 nlohmann::json Flux2Config::toDiffusersJson() const {
   nlohmann::json j;
   j["_class_name"] = "Flux2Transformer2DModel";
-  j["patch_size"] = patchSize;
-  j["in_channels"] = inChannels;
-  j["out_channels"] = outChannels;
-  j["num_layers"] = numLayers;
-  j["num_single_layers"] = numSingleLayers;
-  j["attention_head_dim"] = attentionHeadDim;
-  j["num_attention_heads"] = numAttentionHeads;
-  j["joint_attention_dim"] = jointAttentionDim;
+  dit::writeStackKeys(j, *this);
   j["timestep_guidance_channels"] = timestepGuidanceChannels;
   j["mlp_ratio"] = mlpRatio;
-  j["axes_dims_rope"] = axesDimsRope;
   j["rope_theta"] = ropeTheta;
   j["eps"] = eps;
-  j["guidance_embeds"] = guidanceEmbeds;
   return j;
 }
 
 Flux2Config Flux2Config::fromShapes(const std::map<std::string, std::vector<int64_t>>& shapes,
                                     const Flux2Config& base) {
   const bool bfl = shapes.count("img_in.weight") > 0;
+  const dit::ShapeReader read(shapes, "Flux2Config");
   auto shapeOf = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
-    auto it = shapes.find(key);
-    if (it == shapes.end())
-      throw LoadError("Flux2Config: the checkpoint has no '" + key + "' (needed to detect the architecture)");
-    if (it->second.size() != rank)
-      throw LoadError("Flux2Config: '" + key + "' has shape " + shapeText(it->second) + ", expected rank " +
-                      std::to_string(rank));
-    return it->second;
+    return read.shapeOf(key, rank);
   };
-  auto countBlocks = [&](const std::string& prefix) {  // highest "<prefix>.<N>." + 1
-    const std::regex re("^" + prefix + "\\.([0-9]+)\\.");
-    int64_t n = 0;
-    std::smatch m;
-    for (const auto& [key, _] : shapes)
-      if (std::regex_search(key, m, re)) {
-        // Bounded before it counts: "blocks.99999999999999999999." is not a number stoll takes.
-        if (m[1].length() > 6)
-          throw LoadError("Flux2Config: the checkpoint's key '" + key + "' has a block index beyond " +
-                          std::to_string(io::limits::kLayers) + " (a corrupt header?)");
-        n = std::max<int64_t>(n, std::stoll(m[1].str()) + 1);
-      }
-    return n;
-  };
+  auto countBlocks = [&](const std::string& prefix) { return read.countBlocks(prefix); };
   Flux2Config c = base;
   const auto& xIn = shapeOf(bfl ? "img_in.weight" : "x_embedder.weight", 2);  // [hidden, in]
   const int64_t hidden = xIn[0];

@@ -69,26 +69,23 @@ std::vector<FluxModuleSpec> flux2UnitLayout(FluxUnit unit, const Flux2Config& cf
   return {};
 }
 
-flux::FluxParamPlan flux2ParamPlan(const Flux2Config& cfg) {
+dit::FluxParamPlan flux2ParamPlan(const Flux2Config& cfg) {
   cfg.validate();
-  auto unitOf = [&](FluxUnit unit, const std::string& id, std::string kind) {
-    flux::FluxBlockParams b{id, std::move(kind), 0, {}};
-    const std::string prefix = unit == FluxUnit::Double || unit == FluxUnit::Single ? id + "." : "";
-    for (const auto& m : flux2UnitLayout(unit, cfg)) {
-      b.paramCount += m.paramCount();
-      if (m.type == FluxModuleSpec::Type::Linear)
-        b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
-    }
-    return b;
+  return dit::paramPlanOf(flux2Layout(cfg), cfg.numLayers, cfg.numSingleLayers);
+}
+
+dit::UnitLayout flux2Layout(const Flux2Config& cfg) {
+  return [cfg](FluxUnit unit) { return flux2UnitLayout(unit, cfg); };
+}
+
+double flux2TrainStepFlops(const Flux2Config& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
+                           int64_t loraRank, const std::function<bool(const std::string&)>& hasLora) {
+  auto perSample = [](const std::string& path) {
+    return path.find("time_guidance_embed") != std::string::npos || path.find("_modulation") != std::string::npos ||
+           path.find("norm_out.linear") != std::string::npos;
   };
-  flux::FluxParamPlan plan;
-  plan.stem = unitOf(FluxUnit::Stem, "stem", "stem");
-  for (int64_t i = 0; i < cfg.numLayers; ++i)
-    plan.blocks.push_back(unitOf(FluxUnit::Double, "transformer_blocks." + std::to_string(i), "double"));
-  for (int64_t i = 0; i < cfg.numSingleLayers; ++i)
-    plan.blocks.push_back(unitOf(FluxUnit::Single, "single_transformer_blocks." + std::to_string(i), "single"));
-  plan.head = unitOf(FluxUnit::Head, "head", "head");
-  return plan;
+  return dit::trainStepFlops(flux2ParamPlan(cfg), cfg.hiddenSize(), batch, imageTokens, textTokens, loraRank,
+                             perSample, hasLora);
 }
 
 }  // namespace strata::flux2

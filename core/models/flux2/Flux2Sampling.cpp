@@ -1,9 +1,6 @@
 #include "models/flux2/Flux2Sampling.h"
 
-#include <torch/autograd.h>
-
 #include "common/Error.h"
-#include "models/flux/FluxSampling.h"
 #include "models/flux2/Flux2Transformer.h"
 
 namespace strata::flux2 {
@@ -77,47 +74,22 @@ at::Tensor textIds(int64_t tokens, const at::TensorOptions& options) {
   return ids;  // [tokens, 4]
 }
 
-double computeEmpiricalMu(int64_t imageSeqLen, int64_t numSteps) {
-  // Flux2Pipeline's fit: mu on two lines in the token count, for 10 and 200 steps,
-  // interpolated linearly in the step count.
-  constexpr double kA1 = 8.73809524e-05, kB1 = 1.89833333;
-  constexpr double kA2 = 0.00016927, kB2 = 0.45666666;
-  const double seq = static_cast<double>(imageSeqLen);
-  if (imageSeqLen > 4300) return kA2 * seq + kB2;
-  const double m200 = kA2 * seq + kB2;
-  const double m10 = kA1 * seq + kB1;
-  const double a = (m200 - m10) / 190.0;
-  const double b = m200 - 200.0 * a;
-  return a * static_cast<double>(numSteps) + b;
-}
-
 at::Tensor samplingSigmas(int64_t steps, int64_t imageSeqLen) {
-  return flux::samplingSigmas(steps, computeEmpiricalMu(imageSeqLen, steps));
+  return dit::FlowSchedule::empirical().sigmas(steps, imageSeqLen);
 }
 
 at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, double guidance, const at::Tensor& sigmas,
                         nn::BlockRunner* runner, const Flux2StepCallback& onStep) {
-  at::NoGradGuard noGrad;
   if (noise.dim() != 3) throw Error("Flux2 samplePacked: noise must be packed [B, N, C], got " + dimsText(noise));
-  const int64_t batch = noise.size(0);
-  const auto sig = sigmas.to(at::kFloat).cpu();
   Flux2Inputs in;
   in.txt = txt;
   in.imgIds = imgIds;
   in.txtIds = txtIds;
-  in.guidance = at::full({batch}, guidance, noise.options().dtype(at::kFloat));
-  at::Tensor x = noise.to(at::kFloat);
-  for (int64_t i = 0; i + 1 < sig.size(0); ++i) {
-    // The pipeline feeds timestep = (sigma * 1000) / 1000 in float32.
-    const auto t = (sig[i] * 1000) / 1000;
-    in.timestep = t.to(noise.device()).expand({batch}).contiguous();
-    in.img = x;
-    const auto v = model.forward(in, runner);  // [B, N, C]
-    x = flux::eulerStep(x, v.to(at::kFloat), sig[i], sig[i + 1]);
-    if (onStep) onStep(i + 1, x);
-  }
-  return x;
+  return dit::sampleModel(model, in, noise, guidance, sigmas, runner,
+                          [&](int64_t done, int64_t, const at::Tensor& x) {
+                            if (onStep) onStep(done, x);
+                          });
 }
 
 at::Tensor sample(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& txt, double guidance,

@@ -1,13 +1,14 @@
 #pragma once
 // FLUX.2 sampling and latent helpers (diffusers Flux2Pipeline): the 2x2 patchify
 // of VAE latents into channels, token packing, 4-axis position ids, the
-// empirical shift mu, and Euler sampling over the FLUX.1 flow-match schedule
-// (flux::samplingSigmas, flux::eulerStep: same sigmas rule, a different mu).
+// empirical shift mu, and Euler sampling with the shared flow-match sampler
+// (dit/FlowMatch.h: FLUX.1's sigmas rule, FLUX.2's empirical mu).
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <functional>
 
+#include "dit/FlowMatch.h"
 #include "nn/Block.h"
 
 namespace strata::flux2 {
@@ -32,9 +33,8 @@ at::Tensor latentIds(int64_t height, int64_t width, const at::TensorOptions& opt
 // Text position ids: [tokens, 4] rows (0, 0, 0, l) (_prepare_text_ids).
 at::Tensor textIds(int64_t tokens, const at::TensorOptions& options = at::kLong);
 
-// Flux2Pipeline's compute_empirical_mu: fitted on the image token count and the
-// number of steps (token counts above 4300 use the 200-step line alone).
-double computeEmpiricalMu(int64_t imageSeqLen, int64_t numSteps);
+// Flux2Pipeline's compute_empirical_mu (dit/FlowMatch.h).
+using dit::computeEmpiricalMu;
 
 // Sigmas of a `steps`-step sample of `imageSeqLen` tokens: linspace(1, 1/steps) in
 // float32 shifted with computeEmpiricalMu (exponential), then 0: [steps + 1].

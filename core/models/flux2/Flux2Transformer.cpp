@@ -1,8 +1,10 @@
 #include "models/flux2/Flux2Transformer.h"
 
+#include <tuple>
+
 #include "common/Error.h"
-#include "models/flux/FluxOps.h"
-#include "models/flux/FluxUnitBuilder.h"
+#include "dit/DitOps.h"
+#include "dit/UnitBuilder.h"
 #include "models/flux2/Flux2Layout.h"
 
 namespace strata::flux2 {
@@ -11,13 +13,14 @@ namespace {
 
 using M = Flux2Modulation;
 
-using flux::clipHalf;
-using flux::gated;
-using flux::joinedTokens;
-using flux::layerNorm;
-using flux::modulate;
-using flux::normThenRotary;
-using flux::splitHeads;
+using dit::clipHalf;
+using dit::gated;
+using dit::joinedTokens;
+using dit::layerNorm;
+using dit::modulate;
+using dit::normThenRotary;
+using dit::splitHeads;
+using dit::UnitBuilder;
 
 // SwiGLU over the fused (gate, up) projection: [..., 2M] -> [..., M].
 at::Tensor swiglu(const at::Tensor& x) {
@@ -40,19 +43,9 @@ std::vector<at::Tensor> modulationOf(const at::Tensor& temb, int64_t hidden, int
 
 Flux2DoubleBlock::Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
     : heads_(cfg.numAttentionHeads), eps_(cfg.eps) {
-  flux::UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Double, cfg), o, cfg.eps);
-  imgQkv = {b.linear("attn.to_q"), b.linear("attn.to_k"), b.linear("attn.to_v")};
-  txtQkv = {b.linear("attn.add_q_proj"), b.linear("attn.add_k_proj"), b.linear("attn.add_v_proj")};
-  normQ = b.rmsNorm("attn.norm_q");
-  normK = b.rmsNorm("attn.norm_k");
-  normAddedQ = b.rmsNorm("attn.norm_added_q");
-  normAddedK = b.rmsNorm("attn.norm_added_k");
-  toOut = b.linear("attn.to_out.0");
-  toAddOut = b.linear("attn.to_add_out");
-  ffIn = b.linear("ff.linear_in");
-  ffOut = b.linear("ff.linear_out");
-  ffContextIn = b.linear("ff_context.linear_in");
-  ffContextOut = b.linear("ff_context.linear_out");
+  UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Double, cfg), o, cfg.eps);
+  attn = b.doubleAttention(heads_);
+  mlp = b.streamMlps("linear_in", "linear_out");
 }
 
 nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
@@ -64,17 +57,15 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
 
   const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
   const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
-  const auto [imgAttn, txtAttn] =
-      flux::doubleBlockAttention({imgQkv, txtQkv, *normQ, *normK, *normAddedQ, *normAddedK, *toOut, *toAddOut, heads_},
-                                 imgNorm, txtNorm, io.ropeCos, io.ropeSin);
+  const auto [imgAttn, txtAttn] = attn.forward(imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   auto img = gated(io.img, imgMod[2], imgAttn);
   img = gated(img, imgMod[5],
-              ffOut->forward(swiglu(ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
+              mlp.ffOut->forward(swiglu(mlp.ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
   txt =
       gated(txt, txtMod[5],
-            ffContextOut->forward(swiglu(ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
+            mlp.ffContextOut->forward(swiglu(mlp.ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
   nn::BlockIO out = io;
   out.img = img;
   out.txt = clipHalf(txt);
@@ -85,7 +76,7 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
 
 Flux2SingleBlock::Flux2SingleBlock(const Flux2Config& cfg, const Flux2BuildOptions& o)
     : heads_(cfg.numAttentionHeads), hidden_(cfg.hiddenSize()), mlpHidden_(cfg.mlpHiddenSize()), eps_(cfg.eps) {
-  flux::UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Single, cfg), o, cfg.eps);
+  UnitBuilder b(*this, flux2UnitLayout(FluxUnit::Single, cfg), o, cfg.eps);
   toQkvMlp = b.linear("attn.to_qkv_mlp_proj");
   normQ = b.rmsNorm("attn.norm_q");
   normK = b.rmsNorm("attn.norm_k");
@@ -105,7 +96,7 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const auto mlp = swiglu(h.narrow(-1, 3 * hidden_, 2 * mlpHidden_));  // [B, N, M]
   const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
   const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
-  const auto attn = flux::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
+  const auto attn = dit::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
 
   // to_out over concat(attention, mlp), without the concatenated copy
   const auto y = clipHalf(gated(x, mod[2], toOut->forwardParts({attn, mlp})));
@@ -117,15 +108,9 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
 
 // ---- the model -----------------------------------------------------------------
 
-Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : cfg_(cfg) {
-  cfg_.validate();
-  flux::UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
-  timeLinear1 = stem.linear("time_guidance_embed.timestep_embedder.linear_1");
-  timeLinear2 = stem.linear("time_guidance_embed.timestep_embedder.linear_2");
-  if (cfg_.guidanceEmbeds) {
-    guidanceLinear1 = stem.linear("time_guidance_embed.guidance_embedder.linear_1");
-    guidanceLinear2 = stem.linear("time_guidance_embed.guidance_embedder.linear_2");
-  }
+Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& o) : DitTransformer(cfg) {
+  UnitBuilder stem(*this, flux2UnitLayout(FluxUnit::Stem, cfg_), o, cfg_.eps);
+  embedders = stem.scalarEmbedders("time_guidance_embed", cfg_.guidanceEmbeds);
   modDoubleImg = stem.linear("double_stream_modulation_img.linear");
   modDoubleTxt = stem.linear("double_stream_modulation_txt.linear");
   modSingle = stem.linear("single_stream_modulation.linear");
@@ -138,33 +123,16 @@ Flux2Transformer::Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptio
                   {"x_embedder", xEmbedder.ptr()},
                   {"context_embedder", contextEmbedder.ptr()}};
 
-  auto blockOptions = [&o](size_t i) {  // block i on its own device when the blocks are split
-    Flux2BuildOptions bo = o;
-    if (o.blockDevice) bo.device = o.blockDevice(i);
-    return bo;
-  };
-  doubleBlocks_ = register_module("transformer_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg_.numLayers; ++i) {
-    auto b = std::make_shared<Flux2DoubleBlock>(cfg_, blockOptions(blocks_.size()));
-    if (o.onBlockBuilt) o.onBlockBuilt(*b);
-    doubleBlocks_->push_back(b);
-    blocks_.push_back(b);
-  }
-  singleBlocks_ = register_module("single_transformer_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
-    auto b = std::make_shared<Flux2SingleBlock>(cfg_, blockOptions(blocks_.size()));
-    if (o.onBlockBuilt) o.onBlockBuilt(*b);
-    singleBlocks_->push_back(b);
-    blocks_.push_back(b);
-  }
+  buildBlocks(
+      cfg_.numLayers, cfg_.numSingleLayers, o,
+      [this](const Flux2BuildOptions& bo) { return std::make_shared<Flux2DoubleBlock>(cfg_, bo); },
+      [this](const Flux2BuildOptions& bo) { return std::make_shared<Flux2SingleBlock>(cfg_, bo); });
 
-  flux::UnitBuilder head(*this, flux2UnitLayout(FluxUnit::Head, cfg_), o, cfg_.eps);
-  normOut_ = head.container("norm_out");
+  UnitBuilder head(*this, flux2UnitLayout(FluxUnit::Head, cfg_), o, cfg_.eps);
   normOutLinear = head.linear("norm_out.linear");
   projOut = head.linear("proj_out");
+  headModules_ = {{"norm_out", head.container("norm_out")}, {"proj_out", projOut.ptr()}};
 }
-
-at::ScalarType Flux2Transformer::dtype() const { return xEmbedder->weight.scalar_type(); }
 
 nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   if (!in.img.defined() || !in.txt.defined() || !in.timestep.defined() || !in.imgIds.defined() || !in.txtIds.defined())
@@ -179,19 +147,8 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   const auto dt = dtype();
   const int64_t batch = in.img.size(0);
   const int64_t channels = cfg_.timestepGuidanceChannels;
-  auto perSample = [&](const at::Tensor& t) {  // scalar or [B] -> [B]
-    return t.dim() == 0 ? t.reshape({1}).expand({batch}) : t.reshape({-1});
-  };
-
   // Conditioning: timestep (and guidance) x1000, sinusoids in float32 (as FLUX.1 keeps them).
-  const auto t = perSample(in.timestep).to(at::kFloat) * 1000;
-  auto temb =
-      timeLinear2->forward(at::silu(timeLinear1->forward(flux::timestepSinusoid(t, channels).to(dt))));  // [B, D]
-  if (cfg_.guidanceEmbeds) {
-    const auto g = perSample(in.guidance).to(at::kFloat) * 1000;
-    temb =
-        temb + guidanceLinear2->forward(at::silu(guidanceLinear1->forward(flux::timestepSinusoid(g, channels).to(dt))));
-  }
+  const auto temb = embedders.forward(in.timestep, in.guidance, batch, channels, dt);  // [B, D]
   // The shared modulation, once per forward: [B, D] -> [B, 16 D] (layout: Flux2Modulation).
   // The three modulation Linears read the same act: with LoRA on them, one down matmul.
   const auto act = at::silu(temb);
@@ -200,12 +157,8 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   io.temb = at::cat({temb, mods[0], mods[1], mods[2]}, 1);
   io.img = xEmbedder->forward(in.img.to(dt));                           // [B, Ni, D]
   io.txt = contextEmbedder->forward(in.txt.to(dt));                     // [B, Nt, D]
-  const auto txtIds = in.txtIds.dim() == 3 ? in.txtIds[0] : in.txtIds;  // [Nt, 4]
-  const auto imgIds = in.imgIds.dim() == 3 ? in.imgIds[0] : in.imgIds;  // [Ni, 4]
-  auto [cos, sin] = flux::rotaryFromIds(at::cat({txtIds.to(at::kFloat), imgIds.to(at::kFloat)}, 0), cfg_.axesDimsRope,
-                                        cfg_.ropeTheta);  // [Nt + Ni, Dh]
-  io.ropeCos = cos;
-  io.ropeSin = sin;
+  std::tie(io.ropeCos, io.ropeSin) =
+      dit::jointRotary(in.txtIds, in.imgIds, cfg_.axesDimsRope, cfg_.ropeTheta);  // [Nt + Ni, Dh]
   return io;
 }
 
@@ -214,35 +167,6 @@ at::Tensor Flux2Transformer::head(const nn::BlockIO& io) {
   const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);              // [B, D]
   const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);              // scale, shift
   return projOut->forward(modulate(layerNorm(io.img, cfg_.eps), mod[1], mod[0]));  // [B, Ni, out_channels]
-}
-
-at::Tensor Flux2Transformer::forward(const Flux2Inputs& in, nn::BlockRunner* runner) {
-  nn::LocalRunner local;
-  if (!runner) runner = &local;
-  nn::BlockIO io = stem(in);
-  for (size_t i = 0; i < blocks_.size(); ++i) io = runner->run(i, *blocks_[i], io);
-  io = runner->toHead(io);
-  return head(io);
-}
-
-nn::BlockList Flux2Transformer::blockList() {
-  nn::BlockList list;
-  list.stem.id = "stem";
-  list.stem.kind = "stem";
-  list.stem.modules = stemModules_;
-  for (int64_t i = 0; i < cfg_.numLayers; ++i) {
-    const std::string id = "transformer_blocks." + std::to_string(i);
-    list.blocks.push_back({id, "double", {{id, blocks_[i]}}, blocks_[i]});
-  }
-  for (int64_t i = 0; i < cfg_.numSingleLayers; ++i) {
-    const std::string id = "single_transformer_blocks." + std::to_string(i);
-    const auto& b = blocks_[cfg_.numLayers + i];
-    list.blocks.push_back({id, "single", {{id, b}}, b});
-  }
-  list.head.id = "head";
-  list.head.kind = "head";
-  list.head.modules = {{"norm_out", normOut_}, {"proj_out", projOut.ptr()}};
-  return list;
 }
 
 }  // namespace strata::flux2

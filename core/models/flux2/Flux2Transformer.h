@@ -13,22 +13,22 @@
 // (norm_out, proj_out), every block an nn::Block over BlockIO.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/modulelist.h>
 
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "models/flux/FluxTransformer.h"
+#include "dit/DitLayers.h"
+#include "dit/DitModel.h"
 #include "models/flux2/Flux2Config.h"
 #include "nn/Block.h"
 #include "nn/Linear.h"
 
 namespace strata::flux2 {
 
-// Device, dtype and per-block hooks: FLUX.1's options (FluxBuildOptions).
-using Flux2BuildOptions = flux::FluxBuildOptions;
+// Device, dtype and per-block hooks: the shared DiT build options.
+using Flux2BuildOptions = dit::BuildOptions;
 
 // The slices of BlockIO::temb (see above), in units of the hidden size D.
 struct Flux2Modulation {
@@ -45,15 +45,8 @@ class Flux2DoubleBlock : public nn::Block {
   Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& options);
   nn::BlockIO forward(const nn::BlockIO& io) override;
 
-  flux::QkvProjections imgQkv;  // attn.to_q / to_k / to_v
-  flux::QkvProjections txtQkv;  // attn.add_q_proj / add_k_proj / add_v_proj
-  flux::FluxRmsNorm normQ{nullptr}, normK{nullptr}, normAddedQ{nullptr}, normAddedK{nullptr};
-  nn::Linear toOut{nullptr};         // attn.to_out.0
-  nn::Linear toAddOut{nullptr};      // attn.to_add_out
-  nn::Linear ffIn{nullptr};          // ff.linear_in: (gate, up)
-  nn::Linear ffOut{nullptr};         // ff.linear_out
-  nn::Linear ffContextIn{nullptr};   // ff_context.linear_in
-  nn::Linear ffContextOut{nullptr};  // ff_context.linear_out
+  dit::DoubleAttention attn;  // attn.*
+  dit::StreamMlps mlp;        // ff / ff_context: linear_in (SwiGLU's gate, up), linear_out
 
  private:
   int64_t heads_;
@@ -69,7 +62,7 @@ class Flux2SingleBlock : public nn::Block {
   nn::BlockIO forward(const nn::BlockIO& io) override;
 
   nn::Linear toQkvMlp{nullptr};  // attn.to_qkv_mlp_proj: q, k, v, gate, up
-  flux::FluxRmsNorm normQ{nullptr}, normK{nullptr};
+  dit::RmsNorm normQ{nullptr}, normK{nullptr};
   nn::Linear toOut{nullptr};  // attn.to_out
 
  private:
@@ -89,42 +82,19 @@ struct Flux2Inputs {
   at::Tensor txtIds;    // [N_txt, 4] or [B, N_txt, 4] (0, 0, 0, l)
 };
 
-class Flux2Transformer : public torch::nn::Module, public nn::BlockModel {
+// The stack (block list, the loop over blocks, block accessors) and forward are
+// dit::DitTransformer's.
+class Flux2Transformer : public dit::DitTransformer<Flux2Config, Flux2Inputs> {
  public:
   explicit Flux2Transformer(const Flux2Config& cfg, const Flux2BuildOptions& options = {});
 
-  // stem -> runner->run(i, block, io) for every block -> runner->toHead -> head.
-  // Output: [B, N_img, out_channels] (the flow velocity). Runner null = local.
-  at::Tensor forward(const Flux2Inputs& in, nn::BlockRunner* runner = nullptr);
+  nn::BlockIO stem(const Flux2Inputs& in) override;  // embeddings, the shared modulation, rotary
+  at::Tensor head(const nn::BlockIO& io) override;   // norm_out + proj_out
 
-  // Embeddings, the shared modulation and the rotary tables; and norm_out + proj_out.
-  nn::BlockIO stem(const Flux2Inputs& in);
-  at::Tensor head(const nn::BlockIO& io);
-
-  nn::BlockList blockList() override;
-
-  const Flux2Config& config() const { return cfg_; }
-  size_t blockCount() const { return blocks_.size(); }
-  std::shared_ptr<nn::Block> block(size_t i) const { return blocks_.at(i); }
-  at::ScalarType dtype() const;  // of x_embedder; inputs are cast to it
-
-  nn::Linear timeLinear1{nullptr}, timeLinear2{nullptr};          // time_guidance_embed.timestep_embedder.linear_1/2
-  nn::Linear guidanceLinear1{nullptr}, guidanceLinear2{nullptr};  // ...guidance_embedder.linear_1/2 (if enabled)
+  dit::ScalarEmbedders embedders;                                 // time_guidance_embed.*
   nn::Linear modDoubleImg{nullptr};                               // double_stream_modulation_img.linear
   nn::Linear modDoubleTxt{nullptr};                               // double_stream_modulation_txt.linear
   nn::Linear modSingle{nullptr};                                  // single_stream_modulation.linear
-  nn::Linear xEmbedder{nullptr};                                  // x_embedder
-  nn::Linear contextEmbedder{nullptr};                            // context_embedder
-  nn::Linear normOutLinear{nullptr};                              // norm_out.linear: (scale, shift)
-  nn::Linear projOut{nullptr};                                    // proj_out
-
- private:
-  Flux2Config cfg_;
-  std::vector<nn::NamedModule> stemModules_;
-  std::shared_ptr<torch::nn::Module> normOut_;
-  torch::nn::ModuleList doubleBlocks_{nullptr};
-  torch::nn::ModuleList singleBlocks_{nullptr};
-  std::vector<std::shared_ptr<nn::Block>> blocks_;  // double, then single
 };
 
 }  // namespace strata::flux2

@@ -1,14 +1,14 @@
 #pragma once
-// Fused CUDA paths of the FLUX transformer, used where the build has them (CMake
-// found a CUDA compiler and LibTorch has CUDA: STRATA_FLUX_CUDA_KERNELS) and the
-// tensors fit; everywhere else the model runs its plain ATen code, which is also
+// Fused CUDA paths of the DiT layers (FLUX.1 and FLUX.2), used where the build has
+// them (CMake found a CUDA compiler and LibTorch has CUDA: STRATA_DIT_CUDA_KERNELS) and
+// the tensors fit; everywhere else the layers run their plain ATen code, which is also
 // the reference the fused paths are tested against (tests/gpu/test_flux_kernels_gpu.cpp).
 #include <ATen/ATen.h>
 
-namespace strata::flux {
+namespace strata::dit {
 
 // Whether this build has the CUDA kernels.
-bool fluxCudaKernelsBuilt();
+bool ditCudaKernelsBuilt();
 
 // Whether normRope can take these: x [B, N, H, Dh] bf16 CUDA and contiguous, a frozen
 // bf16 weight [Dh] and float32 cos/sin [N, Dh] on x's device, Dh even and small enough.
@@ -21,4 +21,4 @@ bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin,
                     double eps);
 
-}  // namespace strata::flux
+}  // namespace strata::dit

@@ -1,4 +1,4 @@
-#include "models/flux/FluxKernels.h"
+#include "dit/DitKernels.h"
 
 #include <torch/autograd.h>
 
@@ -6,25 +6,25 @@
 
 #include "common/Error.h"
 
-#ifdef STRATA_FLUX_CUDA_KERNELS
+#ifdef STRATA_DIT_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "models/flux/cuda/FluxKernels.cuh"
+#include "dit/cuda/DitKernels.cuh"
 #endif
 
-namespace strata::flux {
+namespace strata::dit {
 
-#ifdef STRATA_FLUX_CUDA_KERNELS
+#ifdef STRATA_DIT_CUDA_KERNELS
 
-bool fluxCudaKernelsBuilt() { return true; }
+bool ditCudaKernelsBuilt() { return true; }
 
 namespace {
 
 bool aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
 
 void check(const char* error, const char* what) {
-  if (error) throw Error(std::string("FluxTransformer: the CUDA kernel ") + what + " failed: " + error);
+  if (error) throw Error(std::string("DiT layers: the CUDA kernel ") + what + " failed: " + error);
 }
 
 void* streamOf(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
@@ -85,14 +85,14 @@ at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 
 #else  // no CUDA kernels in this build
 
-bool fluxCudaKernelsBuilt() { return false; }
+bool ditCudaKernelsBuilt() { return false; }
 
 bool normRopeFits(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 at::Tensor normRope(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
-  throw Error("FluxTransformer: this build has no CUDA kernels (normRope)");
+  throw Error("DiT layers: this build has no CUDA kernels (normRope)");
 }
 
 #endif
 
-}  // namespace strata::flux
+}  // namespace strata::dit

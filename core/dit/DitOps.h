@@ -1,15 +1,15 @@
 #pragma once
-// The ATen pieces of a FLUX block, shared by FLUX.1 (FluxTransformer.cpp) and FLUX.2
-// (Flux2Transformer.cpp): one definition, so the two models cannot drift apart in how
-// they normalise, modulate, gate or split heads.
+// The ATen pieces of a DiT block, shared by FLUX.1 and FLUX.2: one definition, so the
+// two models cannot drift apart in how they normalise, modulate, gate or split heads.
 #include <ATen/ATen.h>
 
-#include "models/flux/FluxConfig.h"
+namespace strata::dit {
 
-namespace strata::flux {
+// The eps of FLUX.1's norms, and FLUX.2's default (its config carries its own).
+inline constexpr double kNormEps = 1e-6;
 
 // LayerNorm over the last dim without affine parameters (FLUX's norm1 / norm2 / norm_out).
-inline at::Tensor layerNorm(const at::Tensor& x, double eps = FluxConfig::kNormEps) {
+inline at::Tensor layerNorm(const at::Tensor& x, double eps = kNormEps) {
   return at::layer_norm(x, {x.size(-1)}, /*weight=*/{}, /*bias=*/{}, eps);
 }
 
@@ -42,4 +42,4 @@ inline at::Tensor splitHeads(const at::Tensor& x, int64_t heads) {
   return x.view({x.size(0), x.size(1), heads, x.size(2) / heads});
 }
 
-}  // namespace strata::flux
+}  // namespace strata::dit

@@ -1,5 +1,5 @@
 // CUDA kernels of the FLUX transformer's bf16 path (built only when CMake finds a
-// CUDA compiler and LibTorch has CUDA; models/flux/FluxKernels.cpp calls them).
+// CUDA compiler and LibTorch has CUDA; dit/DitKernels.cpp calls them).
 // Raw pointers and the CUDA runtime only, no LibTorch headers: this file builds
 // with nvcc alone and fast.
 #include <cuda_bf16.h>
@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "models/flux/cuda/FluxKernels.cuh"
+#include "dit/cuda/DitKernels.cuh"
 
-namespace strata::flux::cuda {
+namespace strata::dit::cuda {
 
 namespace {
 
@@ -26,7 +26,7 @@ __device__ __forceinline__ float warpSum(float v) {
 
 // out = rotary(bf16(bf16(x * rstd) * w)) with rstd = rsqrt(mean(x^2) + eps) over each
 // row of `dim` (one head of one token), the roundings of the unfused ATen path
-// (FluxRmsNorm then applyRotary): normalised x rounded to bf16, times the bf16
+// (RmsNorm then applyRotary): normalised x rounded to bf16, times the bf16
 // weight rounded again, then the rotation in float32 without fused multiply-adds.
 __global__ void normRopeForwardKernel(const __nv_bfloat162* __restrict__ x, const __nv_bfloat162* __restrict__ w,
                                       const float2* __restrict__ cosTab, const float2* __restrict__ sinTab,
@@ -146,4 +146,4 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
   return lastError();
 }
 
-}  // namespace strata::flux::cuda
+}  // namespace strata::dit::cuda

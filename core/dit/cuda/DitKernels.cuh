@@ -1,10 +1,10 @@
 #pragma once
-// Host entry points of models/flux/cuda/FluxKernels.cu (plain C++ types, so LibTorch
+// Host entry points of dit/cuda/DitKernels.cu (plain C++ types, so LibTorch
 // code includes this without CUDA headers). Each launches on `stream` (a
 // cudaStream_t) and returns nullptr, or the CUDA error's text.
 #include <cstdint>
 
-namespace strata::flux::cuda {
+namespace strata::dit::cuda {
 
 // The largest head dim the RMSNorm + rotary kernels take (dims must be even).
 int maxNormRopeDim();
@@ -21,4 +21,4 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
                              const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
                              int64_t tokens, int64_t dim, void* stream);
 
-}  // namespace strata::flux::cuda
+}  // namespace strata::dit::cuda

@@ -1,6 +1,6 @@
 #pragma once
 // Builds one unit's modules (a block, or the stem / head's modules) from a layout
-// of FluxModuleSpec rows, in layout order, each registered at its path under the
+// of ModuleSpec rows, in layout order, each registered at its path under the
 // root with plain containers made on the way ("attn.to_out.0"): names, shapes and
 // the order the random init draws in all come from the layout. A model's
 // constructors only pick their members by path. Shared by FLUX.1 and FLUX.2.
@@ -11,29 +11,35 @@
 #include <string>
 #include <vector>
 
-#include "models/flux/FluxLayout.h"
-#include "models/flux/FluxTransformer.h"
+#include "dit/DitLayers.h"
+#include "dit/ModuleSpec.h"
 #include "nn/Linear.h"
 
-namespace strata::flux {
+namespace strata::dit {
 
 class UnitBuilder {
  public:
   // `rmsEps`: the eps of every RMSNorm in the layout.
-  UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout, const FluxBuildOptions& options,
-              double rmsEps = FluxConfig::kNormEps);
+  UnitBuilder(torch::nn::Module& root, const std::vector<ModuleSpec>& layout, const BuildOptions& options,
+              double rmsEps = kNormEps);
 
   // The module at `path`; throws strata::Error when the layout has none of that type there.
   nn::Linear linear(const std::string& path) const;
-  FluxRmsNorm rmsNorm(const std::string& path) const;
+  RmsNorm rmsNorm(const std::string& path) const;
+  // A double block's attention modules ("attn.to_q" ... "attn.to_add_out").
+  DoubleAttention doubleAttention(int64_t heads) const;
+  // A double block's stream MLPs: "ff." / "ff_context." + `in` and `out`.
+  StreamMlps streamMlps(const std::string& in, const std::string& out) const;
+  // The timestep embedder under `prefix` and, with `guidance`, the guidance embedder.
+  ScalarEmbedders scalarEmbedders(const std::string& prefix, bool guidance) const;
   // The container at `path` ("time_text_embed"), made when the layout first needed it.
   std::shared_ptr<torch::nn::Module> container(const std::string& path);
 
  private:
   torch::nn::Module& root_;
   std::map<std::string, nn::Linear> linears_;
-  std::map<std::string, FluxRmsNorm> norms_;
+  std::map<std::string, RmsNorm> norms_;
   std::map<std::string, std::shared_ptr<torch::nn::Module>> containers_;
 };
 
-}  // namespace strata::flux
+}  // namespace strata::dit

@@ -1,0 +1,63 @@
+#include "dit/ParamPlan.h"
+
+namespace strata::dit {
+
+int64_t FluxParamPlan::totalParams() const {
+  int64_t n = stem.paramCount + head.paramCount;
+  for (const auto& b : blocks) n += b.paramCount;
+  return n;
+}
+
+FluxParamPlan paramPlanOf(const UnitLayout& layout, int64_t numLayers, int64_t numSingleLayers) {
+  auto unitOf = [&](Unit unit, const std::vector<ModuleSpec>& specs, const std::string& id, std::string kind) {
+    FluxBlockParams b{id, std::move(kind), 0, {}};
+    const std::string prefix = unit == Unit::Double || unit == Unit::Single ? id + "." : "";
+    for (const auto& m : specs) {
+      b.paramCount += m.paramCount();
+      if (m.type == ModuleSpec::Type::Linear) b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
+    }
+    return b;
+  };
+  FluxParamPlan plan;
+  plan.stem = unitOf(Unit::Stem, layout(Unit::Stem), "stem", "stem");
+  const auto doubleLayout = layout(Unit::Double);
+  for (int64_t i = 0; i < numLayers; ++i)
+    plan.blocks.push_back(unitOf(Unit::Double, doubleLayout, blockId(Unit::Double, i), "double"));
+  const auto singleLayout = layout(Unit::Single);
+  for (int64_t i = 0; i < numSingleLayers; ++i)
+    plan.blocks.push_back(unitOf(Unit::Single, singleLayout, blockId(Unit::Single, i), "single"));
+  plan.head = unitOf(Unit::Head, layout(Unit::Head), "head", "head");
+  return plan;
+}
+
+double trainStepFlops(const FluxParamPlan& plan, int64_t hiddenSize, int64_t batch, int64_t imageTokens,
+                      int64_t textTokens, int64_t loraRank, const std::function<bool(const std::string&)>& perSample,
+                      const std::function<bool(const std::string&)>& hasLora) {
+  auto contains = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
+  auto tokensOf = [&](const std::string& path) -> double {
+    if (perSample(path)) return 1;
+    if (path.rfind("single_transformer_blocks.", 0) == 0) return static_cast<double>(imageTokens + textTokens);
+    if (contains(path, "context_embedder") || contains(path, "add_q_proj") || contains(path, "add_k_proj") ||
+        contains(path, "add_v_proj") || contains(path, "to_add_out") || contains(path, "ff_context"))
+      return static_cast<double>(textTokens);
+    return static_cast<double>(imageTokens);
+  };
+  double flops = 0;
+  auto addUnit = [&](const FluxBlockParams& b) {
+    for (const auto& l : b.linears) {
+      const double n = tokensOf(l.path) * static_cast<double>(batch);
+      flops += 4.0 * n * static_cast<double>(l.inFeatures) * static_cast<double>(l.outFeatures);
+      if (loraRank > 0 && hasLora && hasLora(l.path))
+        flops += 6.0 * n * static_cast<double>(loraRank) * static_cast<double>(l.inFeatures + l.outFeatures);
+    }
+  };
+  addUnit(plan.stem);
+  for (const auto& b : plan.blocks) addUnit(b);
+  addUnit(plan.head);
+  const double seq = static_cast<double>(imageTokens + textTokens);
+  flops += 12.0 * static_cast<double>(batch) * seq * seq * static_cast<double>(hiddenSize) *
+           static_cast<double>(plan.blocks.size());
+  return flops;
+}
+
+}  // namespace strata::dit
