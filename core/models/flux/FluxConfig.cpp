@@ -249,24 +249,12 @@ bool FluxConfig::operator==(const FluxConfig& o) const {
 
 // ---- parameter plan ----------------------------------------------------------
 
-int64_t FluxParamPlan::totalParams() const {
-  int64_t n = stem.paramCount + head.paramCount;
-  for (const auto& b : blocks) n += b.paramCount;
-  return n;
-}
-
 FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
   cfg.validate();
   // Counted from the layout the model is built from (FluxLayout.h).
   auto unitOf = [&](FluxUnit unit, std::string id, std::string kind) {
-    FluxBlockParams b{id, std::move(kind), 0, {}};
     const std::string prefix = unit == FluxUnit::Double || unit == FluxUnit::Single ? id + "." : "";
-    for (const auto& m : fluxUnitLayout(unit, cfg)) {
-      b.paramCount += m.paramCount();
-      if (m.type == FluxModuleSpec::Type::Linear)
-        b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
-    }
-    return b;
+    return nn::planUnit(std::move(id), std::move(kind), prefix, fluxUnitLayout(unit, cfg));
   };
   FluxParamPlan plan;
   plan.stem = unitOf(FluxUnit::Stem, "stem", "stem");

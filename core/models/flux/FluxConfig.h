@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/ParamPlan.h"
+
 namespace strata::flux {
 
 struct FluxConfig {
@@ -64,34 +66,18 @@ struct FluxConfig {
   bool operator!=(const FluxConfig& o) const { return !(*this == o); }
 };
 
-// One Linear of the model, by its diffusers module path.
-struct FluxLinearShape {
-  std::string path;  // "transformer_blocks.0.attn.to_q"
-  int64_t inFeatures = 0;
-  int64_t outFeatures = 0;
-  bool bias = true;
-};
-
-// One placement unit's parameters: "stem", "transformer_blocks.N",
-// "single_transformer_blocks.N" or "head" (ids equal nn::BlockSlot::id).
-struct FluxBlockParams {
-  std::string id;
-  std::string kind;  // "stem", "double", "single", "head"
-  int64_t paramCount = 0;
-  std::vector<FluxLinearShape> linears;  // every Linear in it, in the model's order
-};
+// The plan of a FLUX model's units ("stem", "transformer_blocks.N",
+// "single_transformer_blocks.N", "head"; kinds "stem", "double", "single", "head"):
+// nn/ParamPlan.h's, the one description every family uses.
+using FluxLinearShape = nn::LinearShape;
+using FluxBlockParams = nn::UnitPlan;
 
 // Whether the Linear at `path` (a FluxLinearShape path) is a modulation: it reads the
 // conditioning vector [B, hidden] (one token per sample), which needs no gradient while
 // the stem is frozen.
 bool isModulationLinear(const std::string& path);
 
-struct FluxParamPlan {
-  FluxBlockParams stem;
-  std::vector<FluxBlockParams> blocks;  // double blocks, then single blocks
-  FluxBlockParams head;
-  int64_t totalParams() const;
-};
+using FluxParamPlan = nn::ParamPlan;  // blocks: double blocks, then single blocks
 
 // Per-block parameter counts and Linear shapes, counted from the layout the model
 // is built from (FluxLayout.h; pure, no model is built), so they equal the built

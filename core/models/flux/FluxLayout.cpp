@@ -2,11 +2,6 @@
 
 namespace strata::flux {
 
-int64_t FluxModuleSpec::paramCount() const {
-  if (type == Type::RmsNorm) return outFeatures;
-  return inFeatures * outFeatures + (bias ? outFeatures : 0);
-}
-
 std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg) {
   const int64_t d = cfg.hiddenSize();
   const int64_t mlp = cfg.mlpHiddenSize();
@@ -70,12 +65,6 @@ std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg)
       };
   }
   return {};
-}
-
-const FluxModuleSpec* findModuleSpec(const std::vector<FluxModuleSpec>& layout, const std::string& path) {
-  for (const auto& m : layout)
-    if (m.path == path) return &m;
-  return nullptr;
 }
 
 }  // namespace strata::flux

@@ -8,20 +8,13 @@
 #include <vector>
 
 #include "models/flux/FluxConfig.h"
+#include "nn/ParamPlan.h"
 
 namespace strata::flux {
 
-struct FluxModuleSpec {
-  enum class Type { Linear, RmsNorm };
-  // Inside a block relative to it ("attn.to_q"); in the stem and head the model path ("x_embedder").
-  std::string path;
-  Type type = Type::Linear;
-  int64_t inFeatures = 0;   // RmsNorm: its dim
-  int64_t outFeatures = 0;  // rows of its weight; RmsNorm: its dim
-  bool bias = true;         // Linear only
-
-  int64_t paramCount() const;
-};
+// A unit's rows are nn/ParamPlan.h's, the one description every family uses.
+using FluxModuleSpec = nn::ModuleSpec;
+using nn::findModuleSpec;
 
 enum class FluxUnit { Stem, Double, Single, Head };
 
@@ -29,8 +22,5 @@ enum class FluxUnit { Stem, Double, Single, Head };
 // also the order the random init of a fresh model draws in and the forward order
 // of the Linears.
 std::vector<FluxModuleSpec> fluxUnitLayout(FluxUnit unit, const FluxConfig& cfg);
-
-// The entry at `path` in `layout`, or null.
-const FluxModuleSpec* findModuleSpec(const std::vector<FluxModuleSpec>& layout, const std::string& path);
 
 }  // namespace strata::flux

@@ -1,49 +1,22 @@
 #include "models/flux/FluxUnitBuilder.h"
 
-#include "common/Error.h"
-
 namespace strata::flux {
-
-namespace {
-
-template <class Map>
-typename Map::mapped_type findIn(const Map& map, const std::string& path) {
-  const auto it = map.find(path);
-  if (it == map.end()) throw Error("UnitBuilder: the layout has no module '" + path + "' of that type");
-  return it->second;
-}
-
-}  // namespace
 
 UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<FluxModuleSpec>& layout, const FluxBuildOptions& o,
                          double rmsEps)
-    : root_(root) {
-  const auto options = at::TensorOptions().device(o.device).dtype(o.dtype);
-  for (const auto& m : layout) {
-    const auto dot = m.path.rfind('.');
-    torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(m.path.substr(0, dot));
-    const std::string leaf = dot == std::string::npos ? m.path : m.path.substr(dot + 1);
-    if (m.type == FluxModuleSpec::Type::Linear) {
-      linears_.emplace(m.path, parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
-    } else {
-      norms_.emplace(m.path, parent.register_module(leaf, FluxRmsNorm(m.outFeatures, o, rmsEps)));
-    }
-  }
+    : builder_(root, layout, [&o, rmsEps](const FluxModuleSpec& m) -> std::shared_ptr<torch::nn::Module> {
+        if (m.type == FluxModuleSpec::Type::Linear)
+          return nn::Linear(m.inFeatures, m.outFeatures, m.bias, at::TensorOptions().device(o.device).dtype(o.dtype))
+              .ptr();
+        return FluxRmsNorm(m.outFeatures, o, rmsEps).ptr();
+      }) {}
+
+nn::Linear UnitBuilder::linear(const std::string& path) const { return nn::Linear(builder_.get<nn::LinearImpl>(path)); }
+
+FluxRmsNorm UnitBuilder::rmsNorm(const std::string& path) const {
+  return FluxRmsNorm(builder_.get<FluxRmsNormImpl>(path));
 }
 
-nn::Linear UnitBuilder::linear(const std::string& path) const { return findIn(linears_, path); }
-
-FluxRmsNorm UnitBuilder::rmsNorm(const std::string& path) const { return findIn(norms_, path); }
-
-std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) {
-  const auto it = containers_.find(path);
-  if (it != containers_.end()) return it->second;
-  const auto dot = path.rfind('.');
-  torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(path.substr(0, dot));
-  auto made = parent.register_module(dot == std::string::npos ? path : path.substr(dot + 1),
-                                     std::make_shared<torch::nn::Module>());
-  containers_.emplace(path, made);
-  return made;
-}
+std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) { return builder_.container(path); }
 
 }  // namespace strata::flux

@@ -1,8 +1,6 @@
 #pragma once
-// Builds one unit's modules (a block, or the stem / head's modules) from a layout
-// of FluxModuleSpec rows, in layout order, each registered at its path under the
-// root with plain containers made on the way ("attn.to_out.0"): names, shapes and
-// the order the random init draws in all come from the layout. A model's
+// nn::UnitBuilder (nn/UnitBuilder.h) over a FLUX layout: its rows become nn::Linears
+// and FluxRmsNorms, registered at their paths in layout order. A model's
 // constructors only pick their members by path. Shared by FLUX.1 and FLUX.2.
 #include <torch/nn/module.h>
 
@@ -14,6 +12,7 @@
 #include "models/flux/FluxLayout.h"
 #include "models/flux/FluxTransformer.h"
 #include "nn/Linear.h"
+#include "nn/UnitBuilder.h"
 
 namespace strata::flux {
 
@@ -30,10 +29,7 @@ class UnitBuilder {
   std::shared_ptr<torch::nn::Module> container(const std::string& path);
 
  private:
-  torch::nn::Module& root_;
-  std::map<std::string, nn::Linear> linears_;
-  std::map<std::string, FluxRmsNorm> norms_;
-  std::map<std::string, std::shared_ptr<torch::nn::Module>> containers_;
+  nn::UnitBuilder builder_;
 };
 
 }  // namespace strata::flux

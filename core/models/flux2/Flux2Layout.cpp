@@ -69,19 +69,13 @@ std::vector<FluxModuleSpec> flux2UnitLayout(FluxUnit unit, const Flux2Config& cf
   return {};
 }
 
-flux::FluxParamPlan flux2ParamPlan(const Flux2Config& cfg) {
+nn::ParamPlan flux2ParamPlan(const Flux2Config& cfg) {
   cfg.validate();
-  auto unitOf = [&](FluxUnit unit, const std::string& id, std::string kind) {
-    flux::FluxBlockParams b{id, std::move(kind), 0, {}};
+  auto unitOf = [&](FluxUnit unit, std::string id, std::string kind) {
     const std::string prefix = unit == FluxUnit::Double || unit == FluxUnit::Single ? id + "." : "";
-    for (const auto& m : flux2UnitLayout(unit, cfg)) {
-      b.paramCount += m.paramCount();
-      if (m.type == FluxModuleSpec::Type::Linear)
-        b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
-    }
-    return b;
+    return nn::planUnit(std::move(id), std::move(kind), prefix, flux2UnitLayout(unit, cfg));
   };
-  flux::FluxParamPlan plan;
+  nn::ParamPlan plan;
   plan.stem = unitOf(FluxUnit::Stem, "stem", "stem");
   for (int64_t i = 0; i < cfg.numLayers; ++i)
     plan.blocks.push_back(unitOf(FluxUnit::Double, "transformer_blocks." + std::to_string(i), "double"));
