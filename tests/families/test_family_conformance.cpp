@@ -66,7 +66,8 @@ std::unique_ptr<BuiltRun> buildRun(const train::ModelFamily& family, const confi
 std::map<std::string, at::Tensor> deltasOf(const std::vector<lora::LoraModuleWeights>& modules) {
   std::map<std::string, at::Tensor> out;
   for (const auto& m : modules) {
-    const auto d = at::matmul(m.up.to(at::kDouble), m.down.to(at::kDouble)) * (m.alpha / static_cast<double>(m.down.size(0)));
+    const auto d =
+        at::matmul(m.up.to(at::kDouble), m.down.to(at::kDouble)) * (m.alpha / static_cast<double>(m.down.size(0)));
     auto it = out.find(m.modulePath);
     if (it == out.end())
       out.emplace(m.modulePath, d);
@@ -76,8 +77,8 @@ std::map<std::string, at::Tensor> deltasOf(const std::vector<lora::LoraModuleWei
   return out;
 }
 
-void expectSameDeltas(const std::map<std::string, at::Tensor>& actual, const std::map<std::string, at::Tensor>& expected,
-                      const std::string& what) {
+void expectSameDeltas(const std::map<std::string, at::Tensor>& actual,
+                      const std::map<std::string, at::Tensor>& expected, const std::string& what) {
   std::set<std::string> a, e;
   for (const auto& [k, v] : actual) a.insert(k);
   for (const auto& [k, v] : expected) e.insert(k);
@@ -183,8 +184,10 @@ TEST_P(FamilyConformance, LoraNamesRoundTripInEveryFileForm) {
     for (auto& [key, t] : lora::loraTensorsForExport(modules, format, rules)) {
       ASSERT_TRUE(tensors.emplace(key, t).second) << form << ": key " << key << " written twice";
       // The file key's stem names the module(s) again, in this form.
-      for (const std::string suffix : {".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha"}) {
-        if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+      for (const std::string suffix :
+           {".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha"}) {
+        if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+          continue;
         const auto match = rules.matchStem(key.substr(0, key.size() - suffix.size()));
         ASSERT_TRUE(match.has_value()) << form << ": " << key;
         EXPECT_EQ(match->format, format) << form << ": " << key;
@@ -263,9 +266,9 @@ TEST_P(FamilyConformance, EveryExportLoadsBackEqualToTheLiveWeights) {
   o.runDir = tmp_ / "run";
   ASSERT_EQ(train::Trainer(cfg, bus, o).run(), train::RunOutcome::Finished) << rec.failures();
   const train::RunFolder folder(o.runDir);
-  const auto live = lora::moduleWeightsFromStateDict(
-      io::loadSafetensors(folder.latestCheckpoint()->path / "lora.safetensors"), family().checkpointPrefix(),
-      cfg.network.linearAlpha, "checkpoint");
+  const auto live =
+      lora::moduleWeightsFromStateDict(io::loadSafetensors(folder.latestCheckpoint()->path / "lora.safetensors"),
+                                       family().checkpointPrefix(), cfg.network.linearAlpha, "checkpoint");
   ASSERT_FALSE(live.empty());
   const auto expected = deltasOf(live);
   const auto built = buildRun(family(), cfg);  // the rules of the run's model

@@ -104,5 +104,6 @@ void checkPipelineT5(const fs::path& dir, const nlohmann::json& manifest) {
 
 STRATA_PARITY_CHECK("t5_encoder", "quantize_te: T5 quantized while loading = float T5 on the dequantized weights",
                     checkT5Encoder);
-STRATA_PARITY_CHECK("flux_pipeline", "quantize_te: the pipeline's T5 quantized while loading = float on the dequantized weights",
+STRATA_PARITY_CHECK("flux_pipeline",
+                    "quantize_te: the pipeline's T5 quantized while loading = float on the dequantized weights",
                     checkPipelineT5);

@@ -193,9 +193,10 @@ std::vector<nn::ModuleSpec> clipUnitLayout(ClipUnit unit, const ClipTextConfig& 
       };
     case ClipUnit::Layer:
       return {
-          linear("self_attn.k_proj", d, d), linear("self_attn.v_proj", d, d), linear("self_attn.q_proj", d, d),
-          linear("self_attn.out_proj", d, d), layerNorm("layer_norm1"),      linear("mlp.fc1", d, f),
-          linear("mlp.fc2", f, d),            layerNorm("layer_norm2"),
+          linear("self_attn.k_proj", d, d), linear("self_attn.v_proj", d, d),
+          linear("self_attn.q_proj", d, d), linear("self_attn.out_proj", d, d),
+          layerNorm("layer_norm1"),         linear("mlp.fc1", d, f),
+          linear("mlp.fc2", f, d),          layerNorm("layer_norm2"),
       };
     case ClipUnit::Head:
       return {layerNorm("final_layer_norm")};

@@ -223,8 +223,8 @@ std::vector<nn::ModuleSpec> t5UnitLayout(T5Unit unit, const T5Config& cfg) {
           linear("layer.0.SelfAttention.o", inner, d),
       };
       if (unit == T5Unit::FirstBlock)  // only block 0 holds the bias table
-        rows.push_back({"layer.0.SelfAttention.relative_attention_bias", T::Embedding,
-                        cfg.relativeAttentionNumBuckets, cfg.numHeads, false});
+        rows.push_back({"layer.0.SelfAttention.relative_attention_bias", T::Embedding, cfg.relativeAttentionNumBuckets,
+                        cfg.numHeads, false});
       rows.push_back(rmsNorm("layer.0.layer_norm"));
       if (cfg.gatedAct) {
         rows.push_back(linear("layer.1.DenseReluDense.wi_0", d, cfg.dFf));
@@ -247,7 +247,8 @@ T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   plan.stem = nn::planUnit("stem", "stem", "", t5UnitLayout(T5Unit::Stem, cfg));
   for (int64_t i = 0; i < cfg.numLayers; ++i) {
     const std::string id = "encoder.block." + std::to_string(i);
-    plan.blocks.push_back(nn::planUnit(id, "layer", id + ".", t5UnitLayout(i == 0 ? T5Unit::FirstBlock : T5Unit::Block, cfg)));
+    plan.blocks.push_back(
+        nn::planUnit(id, "layer", id + ".", t5UnitLayout(i == 0 ? T5Unit::FirstBlock : T5Unit::Block, cfg)));
   }
   plan.head = nn::planUnit("head", "head", "", t5UnitLayout(T5Unit::Head, cfg));
   return plan;
