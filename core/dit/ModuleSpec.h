@@ -10,28 +10,19 @@
 #include <utility>
 #include <vector>
 
+#include "nn/ParamPlan.h"
+
 namespace strata::dit {
 
-struct ModuleSpec {
-  enum class Type { Linear, RmsNorm };
-  // Inside a block relative to it ("attn.to_q"); in the stem and head the model path ("x_embedder").
-  std::string path;
-  Type type = Type::Linear;
-  int64_t inFeatures = 0;   // RmsNorm: its dim
-  int64_t outFeatures = 0;  // rows of its weight; RmsNorm: its dim
-  bool bias = true;         // Linear only
-
-  int64_t paramCount() const;
-};
+// A row (nn/ParamPlan.h): the one description every model's units are built and planned from.
+using ModuleSpec = nn::ModuleSpec;
+using nn::findModuleSpec;
 
 enum class Unit { Stem, Double, Single, Head };
 
 // A model's layout for one config: the modules of a unit in the order they are
 // built and registered (also the order the random init draws in).
 using UnitLayout = std::function<std::vector<ModuleSpec>(Unit)>;
-
-// The entry at `path` in `layout`, or null.
-const ModuleSpec* findModuleSpec(const std::vector<ModuleSpec>& layout, const std::string& path);
 
 // The module path of block `index` of a kind: "transformer_blocks.3", "single_transformer_blocks.0".
 std::string blockId(Unit unit, int64_t index);

@@ -2,31 +2,20 @@
 
 namespace strata::dit {
 
-int64_t FluxParamPlan::totalParams() const {
-  int64_t n = stem.paramCount + head.paramCount;
-  for (const auto& b : blocks) n += b.paramCount;
-  return n;
-}
-
 FluxParamPlan paramPlanOf(const UnitLayout& layout, int64_t numLayers, int64_t numSingleLayers) {
-  auto unitOf = [&](Unit unit, const std::vector<ModuleSpec>& specs, const std::string& id, std::string kind) {
-    FluxBlockParams b{id, std::move(kind), 0, {}};
-    const std::string prefix = unit == Unit::Double || unit == Unit::Single ? id + "." : "";
-    for (const auto& m : specs) {
-      b.paramCount += m.paramCount();
-      if (m.type == ModuleSpec::Type::Linear) b.linears.push_back({prefix + m.path, m.inFeatures, m.outFeatures, m.bias});
-    }
-    return b;
-  };
   FluxParamPlan plan;
-  plan.stem = unitOf(Unit::Stem, layout(Unit::Stem), "stem", "stem");
+  plan.stem = nn::planUnit("stem", "stem", "", layout(Unit::Stem));
   const auto doubleLayout = layout(Unit::Double);
-  for (int64_t i = 0; i < numLayers; ++i)
-    plan.blocks.push_back(unitOf(Unit::Double, doubleLayout, blockId(Unit::Double, i), "double"));
+  for (int64_t i = 0; i < numLayers; ++i) {
+    const std::string id = blockId(Unit::Double, i);
+    plan.blocks.push_back(nn::planUnit(id, "double", id + ".", doubleLayout));
+  }
   const auto singleLayout = layout(Unit::Single);
-  for (int64_t i = 0; i < numSingleLayers; ++i)
-    plan.blocks.push_back(unitOf(Unit::Single, singleLayout, blockId(Unit::Single, i), "single"));
-  plan.head = unitOf(Unit::Head, layout(Unit::Head), "head", "head");
+  for (int64_t i = 0; i < numSingleLayers; ++i) {
+    const std::string id = blockId(Unit::Single, i);
+    plan.blocks.push_back(nn::planUnit(id, "single", id + ".", singleLayout));
+  }
+  plan.head = nn::planUnit("head", "head", "", layout(Unit::Head));
   return plan;
 }
 

@@ -1,40 +1,21 @@
 #pragma once
 // The per-block parameter plan of a DiT (FLUX.1 and FLUX.2), counted from its
 // layout (dit/ModuleSpec.h) without building it, and the FLOPs of one LoRA
-// training step counted from that plan. The plan structs are FLUX.1's, moved
-// here unchanged so FLUX.2 uses them without including FLUX.1.
+// training step counted from that plan. The plan is nn's (nn/ParamPlan.h).
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "dit/ModuleSpec.h"
+#include "nn/ParamPlan.h"
 
 namespace strata::dit {
 
-// One Linear of the model, by its diffusers module path.
-struct FluxLinearShape {
-  std::string path;  // "transformer_blocks.0.attn.to_q"
-  int64_t inFeatures = 0;
-  int64_t outFeatures = 0;
-  bool bias = true;
-};
-
-// One placement unit's parameters: "stem", "transformer_blocks.N",
-// "single_transformer_blocks.N" or "head" (ids equal nn::BlockSlot::id).
-struct FluxBlockParams {
-  std::string id;
-  std::string kind;  // "stem", "double", "single", "head"
-  int64_t paramCount = 0;
-  std::vector<FluxLinearShape> linears;  // every Linear in it, in the model's order
-};
-
-struct FluxParamPlan {
-  FluxBlockParams stem;
-  std::vector<FluxBlockParams> blocks;  // double blocks, then single blocks
-  FluxBlockParams head;
-  int64_t totalParams() const;
-};
+// The plan structs under FLUX's names (nn/ParamPlan.h holds the one description).
+using FluxLinearShape = nn::LinearShape;
+using FluxBlockParams = nn::UnitPlan;
+using FluxParamPlan = nn::ParamPlan;
 
 // Per-block parameter counts and Linear shapes, counted from the layout the model
 // is built from, so they equal the built model's named_parameters() by construction.

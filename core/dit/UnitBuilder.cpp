@@ -4,36 +4,19 @@
 
 namespace strata::dit {
 
-namespace {
-
-template <class Map>
-typename Map::mapped_type findIn(const Map& map, const std::string& path) {
-  const auto it = map.find(path);
-  if (it == map.end()) throw Error("UnitBuilder: the layout has no module '" + path + "' of that type");
-  return it->second;
-}
-
-}  // namespace
-
 UnitBuilder::UnitBuilder(torch::nn::Module& root, const std::vector<ModuleSpec>& layout, const BuildOptions& o,
                          double rmsEps)
-    : root_(root) {
-  const auto options = at::TensorOptions().device(o.device).dtype(o.dtype);
-  for (const auto& m : layout) {
-    const auto dot = m.path.rfind('.');
-    torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(m.path.substr(0, dot));
-    const std::string leaf = dot == std::string::npos ? m.path : m.path.substr(dot + 1);
-    if (m.type == ModuleSpec::Type::Linear) {
-      linears_.emplace(m.path, parent.register_module(leaf, nn::Linear(m.inFeatures, m.outFeatures, m.bias, options)));
-    } else {
-      norms_.emplace(m.path, parent.register_module(leaf, RmsNorm(m.outFeatures, o, rmsEps)));
-    }
-  }
-}
+    : builder_(root, layout, [&o, rmsEps](const ModuleSpec& m) -> std::shared_ptr<torch::nn::Module> {
+        if (m.type == ModuleSpec::Type::Linear)
+          return nn::Linear(m.inFeatures, m.outFeatures, m.bias, at::TensorOptions().device(o.device).dtype(o.dtype))
+              .ptr();
+        if (m.type == ModuleSpec::Type::RmsNorm) return RmsNorm(m.outFeatures, o, rmsEps).ptr();
+        throw Error("UnitBuilder: a DiT layout holds Linears and RMSNorms only ('" + m.path + "')");
+      }) {}
 
-nn::Linear UnitBuilder::linear(const std::string& path) const { return findIn(linears_, path); }
+nn::Linear UnitBuilder::linear(const std::string& path) const { return nn::Linear(builder_.get<nn::LinearImpl>(path)); }
 
-RmsNorm UnitBuilder::rmsNorm(const std::string& path) const { return findIn(norms_, path); }
+RmsNorm UnitBuilder::rmsNorm(const std::string& path) const { return RmsNorm(builder_.get<RmsNormImpl>(path)); }
 
 DoubleAttention UnitBuilder::doubleAttention(int64_t heads) const {
   DoubleAttention a;
@@ -64,15 +47,6 @@ ScalarEmbedders UnitBuilder::scalarEmbedders(const std::string& prefix, bool gui
   return e;
 }
 
-std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) {
-  const auto it = containers_.find(path);
-  if (it != containers_.end()) return it->second;
-  const auto dot = path.rfind('.');
-  torch::nn::Module& parent = dot == std::string::npos ? root_ : *container(path.substr(0, dot));
-  auto made = parent.register_module(dot == std::string::npos ? path : path.substr(dot + 1),
-                                     std::make_shared<torch::nn::Module>());
-  containers_.emplace(path, made);
-  return made;
-}
+std::shared_ptr<torch::nn::Module> UnitBuilder::container(const std::string& path) { return builder_.container(path); }
 
 }  // namespace strata::dit

@@ -1,8 +1,6 @@
 #pragma once
-// Builds one unit's modules (a block, or the stem / head's modules) from a layout
-// of ModuleSpec rows, in layout order, each registered at its path under the
-// root with plain containers made on the way ("attn.to_out.0"): names, shapes and
-// the order the random init draws in all come from the layout. A model's
+// nn::UnitBuilder (nn/UnitBuilder.h) over a DiT layout: its rows become nn::Linears
+// and RMSNorms, registered at their paths in layout order. A model's
 // constructors only pick their members by path. Shared by FLUX.1 and FLUX.2.
 #include <torch/nn/module.h>
 
@@ -14,6 +12,7 @@
 #include "dit/DitLayers.h"
 #include "dit/ModuleSpec.h"
 #include "nn/Linear.h"
+#include "nn/UnitBuilder.h"
 
 namespace strata::dit {
 
@@ -36,10 +35,7 @@ class UnitBuilder {
   std::shared_ptr<torch::nn::Module> container(const std::string& path);
 
  private:
-  torch::nn::Module& root_;
-  std::map<std::string, nn::Linear> linears_;
-  std::map<std::string, RmsNorm> norms_;
-  std::map<std::string, std::shared_ptr<torch::nn::Module>> containers_;
+  nn::UnitBuilder builder_;
 };
 
 }  // namespace strata::dit

@@ -91,6 +91,14 @@ bool hasModelFamily(config::ModelArch arch) {
   return r.families.count(arch) > 0;
 }
 
+std::vector<const ModelFamily*> registeredModelFamilies() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<const ModelFamily*> out;
+  for (const auto& [arch, family] : r.families) out.push_back(family.get());
+  return out;
+}
+
 const ModelFamily& modelFamily(config::ModelArch arch) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

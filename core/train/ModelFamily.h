@@ -147,6 +147,12 @@ class ModelFamily {
   // (diffusers, kohya, comfy) or a causal LM's peft folder.
   virtual std::string formatProblem(config::ExportFormat format) const = 0;
 
+  // A short CPU run of this family's tiny model (random weights, generated data,
+  // float32), writing in every form the family exports, with `folder` as its
+  // training folder; what the config names is written there (a model folder's
+  // config.json). Every family is checked with it (tests/families' conformance suite).
+  virtual config::RunConfig tinyRun(const std::filesystem::path& folder) const = 0;
+
   // Writes a checkpoint's LoRA (module weights in the model's own paths) in
   // `format` at `path`, without a model (strata-train export).
   virtual void exportModules(const std::vector<lora::LoraModuleWeights>& modules, const config::RunConfig& cfg,
@@ -162,6 +168,8 @@ void registerModelFamily(std::shared_ptr<const ModelFamily> family);
 // has none registered for it.
 const ModelFamily& modelFamily(config::ModelArch arch);
 bool hasModelFamily(config::ModelArch arch);
+// Every registered family, in model.arch order.
+std::vector<const ModelFamily*> registeredModelFamilies();
 
 // The family's dataProblems for cfg.model.arch (none when this program has no such family).
 std::vector<config::Problem> dataProblems(const config::RunConfig& cfg, const config::SourceMap* where = nullptr);

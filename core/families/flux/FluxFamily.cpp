@@ -40,6 +40,33 @@ class FluxFamily : public train::ModelFamily {
     return families::trainStepFlops(cfg, planFluxConfig(cfg.model));
   }
   std::string checkpointPrefix() const override { return "transformer."; }
+  config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
+    config::RunConfig c;
+    c.job.name = "flux-tiny";
+    c.job.trainingFolder = folder.string();
+    c.model.arch = config::ModelArch::Flux;
+    c.model.randomWeights = true;
+    c.model.device = config::ComputeDevice::Cpu;
+    c.network.linear = 4;
+    c.network.linearAlpha = 8;
+    c.train.steps = 6;
+    c.train.lr = 2e-3;
+    c.train.dtype = config::DType::FP32;
+    c.train.seed = 5;
+    c.sample.sampleEvery = 0;
+    c.sample.prompts = {};
+    c.save.saveEvery = 3;
+    c.save.maxStepSavesToKeep = 10;
+    c.save.dtype = config::DType::FP32;
+    c.model.preset = config::ModelPreset::Tiny;
+    config::DatasetConfig d;
+    d.type = config::DatasetType::Synthetic;
+    d.resolution = {32};  // 4x4 latents: 4 image tokens
+    d.numItems = 4;
+    c.datasets = {d};
+    c.save.exportFormats = {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy};
+    return c;
+  }
   std::vector<train::ConfigTemplate> templates() const override {
     const std::string images = "The folder of your images (each with a .txt caption of the same name)";
     const std::string model =

@@ -308,6 +308,33 @@ class Flux2Family : public train::ModelFamily {
     return flux2TrainStepFlops(cfg, planFlux2Config(cfg.model));
   }
   std::string checkpointPrefix() const override { return "transformer."; }
+  config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
+    config::RunConfig c;
+    c.job.name = "flux2-tiny";
+    c.job.trainingFolder = folder.string();
+    c.model.arch = config::ModelArch::Flux2;
+    c.model.randomWeights = true;
+    c.model.device = config::ComputeDevice::Cpu;
+    c.network.linear = 4;
+    c.network.linearAlpha = 8;
+    c.train.steps = 6;
+    c.train.lr = 2e-3;
+    c.train.dtype = config::DType::FP32;
+    c.train.seed = 5;
+    c.sample.sampleEvery = 0;
+    c.sample.prompts = {};
+    c.save.saveEvery = 3;
+    c.save.maxStepSavesToKeep = 10;
+    c.save.dtype = config::DType::FP32;
+    c.model.preset = config::ModelPreset::Tiny;
+    config::DatasetConfig d;
+    d.type = config::DatasetType::Synthetic;
+    d.resolution = {64};  // 8x8 latents -> 4x4 patches: 16 image tokens
+    d.numItems = 4;
+    c.datasets = {d};
+    c.save.exportFormats = {config::ExportFormat::Diffusers, config::ExportFormat::Kohya, config::ExportFormat::Comfy};
+    return c;
+  }
   std::vector<train::ConfigTemplate> templates() const override {
     return {{"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
              "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "

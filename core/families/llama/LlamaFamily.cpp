@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "common/Error.h"
 #include "common/TorchCompat.h"
 #include "device/DeviceInventory.h"
@@ -425,6 +427,37 @@ class LlamaFamily : public train::ModelFamily {
     return f;
   }
   std::string checkpointPrefix() const override { return LlamaLoraRules::kPeftPrefix; }
+  // The tiny model's config.json is written to <folder>/tiny-llama.
+  config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
+    config::RunConfig c;
+    c.job.name = "llama-tiny";
+    c.job.trainingFolder = folder.string();
+    c.model.arch = config::ModelArch::Llama;
+    c.model.randomWeights = true;
+    c.model.device = config::ComputeDevice::Cpu;
+    c.network.linear = 4;
+    c.network.linearAlpha = 8;
+    c.train.steps = 6;
+    c.train.lr = 2e-3;
+    c.train.dtype = config::DType::FP32;
+    c.train.seed = 5;
+    c.sample.sampleEvery = 0;
+    c.sample.prompts = {};
+    c.save.saveEvery = 3;
+    c.save.maxStepSavesToKeep = 10;
+    c.save.dtype = config::DType::FP32;
+    const fs::path model = folder / "tiny-llama";
+    fs::create_directories(model);
+    io::writeFileAtomic(model / "config.json", llama::LlamaConfig::tiny().toJson().dump(2));
+    c.model.nameOrPath = model.string();
+    config::DatasetConfig d;
+    d.type = config::DatasetType::Synthetic;
+    d.numItems = 4;
+    d.maxSeqLen = 12;
+    c.datasets = {d};
+    c.save.exportFormats = {config::ExportFormat::Peft};
+    return c;
+  }
   std::vector<train::ConfigTemplate> templates() const override {
     return {
         {"llama-my-jsonl", "llama-my-jsonl.yaml", "My Llama-family model on my jsonl file, one GPU",

@@ -178,22 +178,41 @@ bool ClipTextConfig::operator==(const ClipTextConfig& o) const {
          layerNormEps == o.layerNormEps && eosTokenId == o.eosTokenId;
 }
 
-int64_t ClipParamPlan::totalParams() const {
-  int64_t n = stem.paramCount + head.paramCount;
-  for (const auto& b : blocks) n += b.paramCount;
-  return n;
+std::vector<nn::ModuleSpec> clipUnitLayout(ClipUnit unit, const ClipTextConfig& cfg) {
+  using T = nn::ModuleSpec::Type;
+  const int64_t d = cfg.hiddenSize, f = cfg.intermediateSize;
+  auto linear = [](std::string path, int64_t in, int64_t out) {
+    return nn::ModuleSpec{std::move(path), T::Linear, in, out, true};
+  };
+  auto layerNorm = [d](std::string path) { return nn::ModuleSpec{std::move(path), T::LayerNorm, d, d, true}; };
+  switch (unit) {
+    case ClipUnit::Stem:
+      return {
+          {"embeddings.token_embedding", T::Embedding, cfg.vocabSize, d, false},
+          {"embeddings.position_embedding", T::Embedding, cfg.maxPositionEmbeddings, d, false},
+      };
+    case ClipUnit::Layer:
+      return {
+          linear("self_attn.k_proj", d, d), linear("self_attn.v_proj", d, d),
+          linear("self_attn.q_proj", d, d), linear("self_attn.out_proj", d, d),
+          layerNorm("layer_norm1"),         linear("mlp.fc1", d, f),
+          linear("mlp.fc2", f, d),          layerNorm("layer_norm2"),
+      };
+    case ClipUnit::Head:
+      return {layerNorm("final_layer_norm")};
+  }
+  return {};
 }
 
 ClipParamPlan clipParamPlan(const ClipTextConfig& cfg) {
   ClipParamPlan plan;
-  const int64_t d = cfg.hiddenSize, f = cfg.intermediateSize;
-  plan.stem = {"stem", "stem", (cfg.vocabSize + cfg.maxPositionEmbeddings) * d};
-  const int64_t perLayer = 4 * (d * d + d)               // q, k, v, out projections with biases
-                           + 2 * 2 * d                   // layer_norm1, layer_norm2
-                           + (d * f + f) + (f * d + d);  // fc1, fc2
-  for (int64_t i = 0; i < cfg.numHiddenLayers; ++i)
-    plan.blocks.push_back({"encoder.layers." + std::to_string(i), "layer", perLayer});
-  plan.head = {"head", "head", 2 * d};
+  plan.stem = nn::planUnit("stem", "stem", "", clipUnitLayout(ClipUnit::Stem, cfg));
+  const auto layer = clipUnitLayout(ClipUnit::Layer, cfg);
+  for (int64_t i = 0; i < cfg.numHiddenLayers; ++i) {
+    const std::string id = "encoder.layers." + std::to_string(i);
+    plan.blocks.push_back(nn::planUnit(id, "layer", id + ".", layer));
+  }
+  plan.head = nn::planUnit("head", "head", "", clipUnitLayout(ClipUnit::Head, cfg));
   return plan;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/ParamPlan.h"
+
 namespace strata::clip {
 
 enum class ClipActivation { QuickGelu, Gelu, GeluTanh };
@@ -61,21 +63,19 @@ struct ClipTextConfig {
   bool operator!=(const ClipTextConfig& o) const { return !(*this == o); }
 };
 
-// Per-unit parameter counts: "stem" (token + position embeddings),
-// "encoder.layers.N", "head" (final_layer_norm). Pure; equals the built model.
-struct ClipBlockParams {
-  std::string id;
-  std::string kind;  // "stem", "layer", "head"
-  int64_t paramCount = 0;
-};
+// The placement units: "stem" (token + position embeddings), "encoder.layers.N"
+// (kind "layer"), "head" (final_layer_norm).
+enum class ClipUnit { Stem, Layer, Head };
 
-struct ClipParamPlan {
-  ClipBlockParams stem;
-  std::vector<ClipBlockParams> blocks;
-  ClipBlockParams head;
-  int64_t totalParams() const;
-};
+// The modules of one unit as nn::ModuleSpec rows in the order ClipTextModel builds
+// and registers them (through nn::UnitBuilder): a layer's paths relative to it, the
+// stem's and head's model paths.
+std::vector<nn::ModuleSpec> clipUnitLayout(ClipUnit unit, const ClipTextConfig& cfg);
 
+using ClipBlockParams = nn::UnitPlan;
+using ClipParamPlan = nn::ParamPlan;
+
+// Counted from clipUnitLayout (pure); equals the built model.
 ClipParamPlan clipParamPlan(const ClipTextConfig& cfg);
 
 // Bytes of activations alive at the peak of one text-model call without autograd

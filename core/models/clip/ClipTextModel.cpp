@@ -7,6 +7,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "nn/UnitBuilder.h"
 
 namespace strata::clip {
 
@@ -17,8 +18,6 @@ at::TensorOptions optionsOf(const ClipBuildOptions& o) { return at::TensorOption
 nn::Linear makeLinear(int64_t in, int64_t out, const ClipBuildOptions& o) {
   return nn::Linear(in, out, /*withBias=*/true, optionsOf(o));
 }
-
-std::shared_ptr<torch::nn::Module> node() { return std::make_shared<torch::nn::Module>(); }
 
 at::Tensor activate(const at::Tensor& x, ClipActivation act) {
   switch (act) {
@@ -61,18 +60,43 @@ at::Tensor ClipLayerNormImpl::forward(const at::Tensor& x) {
   return at::layer_norm(x, {x.size(-1)}, weight, bias, eps_);
 }
 
+namespace {
+
+// How a row of clipUnitLayout becomes a module (ClipTextConfig.h); transformers'
+// init for the embeddings: N(0, 0.02) tokens, N(0, 0.01) positions.
+nn::UnitBuilder::Make moduleMaker(const ClipTextConfig& cfg, const ClipBuildOptions& o) {
+  return [&cfg, &o](const nn::ModuleSpec& m) -> std::shared_ptr<torch::nn::Module> {
+    switch (m.type) {
+      case nn::ModuleSpec::Type::Linear:
+        return makeLinear(m.inFeatures, m.outFeatures, o).ptr();
+      case nn::ModuleSpec::Type::LayerNorm:
+        return ClipLayerNorm(m.outFeatures, cfg.layerNormEps, o).ptr();
+      case nn::ModuleSpec::Type::Embedding: {
+        at::NoGradGuard noGrad;
+        const double std = m.path == "embeddings.position_embedding" ? 0.01 : 0.02;
+        auto e = std::make_shared<torch::nn::Module>();
+        e->register_parameter("weight", at::randn({m.inFeatures, m.outFeatures}, optionsOf(o)) * std);
+        return e;
+      }
+      case nn::ModuleSpec::Type::RmsNorm:
+        break;
+    }
+    throw Error("ClipTextModel: no module for the layout row '" + m.path + "'");
+  };
+}
+
+}  // namespace
+
 ClipEncoderLayer::ClipEncoderLayer(const ClipTextConfig& cfg, const ClipBuildOptions& o) : cfg_(cfg) {
-  const int64_t d = cfg.hiddenSize;
-  auto attn = register_module("self_attn", node());
-  kProj = attn->register_module("k_proj", makeLinear(d, d, o));
-  vProj = attn->register_module("v_proj", makeLinear(d, d, o));
-  qProj = attn->register_module("q_proj", makeLinear(d, d, o));
-  outProj = attn->register_module("out_proj", makeLinear(d, d, o));
-  layerNorm1 = register_module("layer_norm1", ClipLayerNorm(d, cfg.layerNormEps, o));
-  auto mlp = register_module("mlp", node());
-  fc1 = mlp->register_module("fc1", makeLinear(d, cfg.intermediateSize, o));
-  fc2 = mlp->register_module("fc2", makeLinear(cfg.intermediateSize, d, o));
-  layerNorm2 = register_module("layer_norm2", ClipLayerNorm(d, cfg.layerNormEps, o));
+  const nn::UnitBuilder b(*this, clipUnitLayout(ClipUnit::Layer, cfg), moduleMaker(cfg, o));
+  kProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.k_proj"));
+  vProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.v_proj"));
+  qProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.q_proj"));
+  outProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.out_proj"));
+  layerNorm1 = ClipLayerNorm(b.get<ClipLayerNormImpl>("layer_norm1"));
+  fc1 = nn::Linear(b.get<nn::LinearImpl>("mlp.fc1"));
+  fc2 = nn::Linear(b.get<nn::LinearImpl>("mlp.fc2"));
+  layerNorm2 = ClipLayerNorm(b.get<ClipLayerNormImpl>("layer_norm2"));
 }
 
 nn::BlockIO ClipEncoderLayer::forward(const nn::BlockIO& io) {
@@ -99,26 +123,19 @@ nn::BlockIO ClipEncoderLayer::forward(const nn::BlockIO& io) {
 
 ClipTextModel::ClipTextModel(const ClipTextConfig& cfg, const ClipBuildOptions& options) : cfg_(cfg) {
   cfg_.validate();
-  {
-    at::NoGradGuard noGrad;
-    embeddings_ = register_module("embeddings", node());
-    // transformers' init: N(0, 0.02) tokens, N(0, 0.01) positions.
-    tokenEmbedding =
-        embeddings_->register_module("token_embedding", node())
-            ->register_parameter("weight", at::randn({cfg.vocabSize, cfg.hiddenSize}, optionsOf(options)) * 0.02);
-    positionEmbedding =
-        embeddings_->register_module("position_embedding", node())
-            ->register_parameter("weight",
-                                 at::randn({cfg.maxPositionEmbeddings, cfg.hiddenSize}, optionsOf(options)) * 0.01);
-  }
-  auto encoder = register_module("encoder", node());
+  nn::UnitBuilder stem(*this, clipUnitLayout(ClipUnit::Stem, cfg), moduleMaker(cfg, options));
+  embeddings_ = stem.container("embeddings");
+  tokenEmbedding = stem.get<torch::nn::Module>("embeddings.token_embedding")->named_parameters(false)["weight"];
+  positionEmbedding = stem.get<torch::nn::Module>("embeddings.position_embedding")->named_parameters(false)["weight"];
+  auto encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
   layerList_ = encoder->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.numHiddenLayers; ++i) {
     auto layer = std::make_shared<ClipEncoderLayer>(cfg, options);
     layerList_->push_back(layer);
     layers_.push_back(layer);
   }
-  finalLayerNorm = register_module("final_layer_norm", ClipLayerNorm(cfg.hiddenSize, cfg.layerNormEps, options));
+  const nn::UnitBuilder head(*this, clipUnitLayout(ClipUnit::Head, cfg), moduleMaker(cfg, options));
+  finalLayerNorm = ClipLayerNorm(head.get<ClipLayerNormImpl>("final_layer_norm"));
 }
 
 nn::BlockIO ClipTextModel::stem(const at::Tensor& inputIds, const at::Tensor& attentionMask) {

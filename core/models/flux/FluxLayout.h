@@ -8,6 +8,7 @@
 
 #include "dit/ModuleSpec.h"
 #include "models/flux/FluxConfig.h"
+#include "nn/ParamPlan.h"
 
 namespace strata::flux {
 

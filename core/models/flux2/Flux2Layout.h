@@ -12,6 +12,7 @@
 #include "dit/ModuleSpec.h"
 #include "dit/ParamPlan.h"
 #include "models/flux2/Flux2Config.h"
+#include "nn/ParamPlan.h"
 
 namespace strata::flux2 {
 

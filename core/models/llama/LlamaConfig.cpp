@@ -250,60 +250,60 @@ LlamaConfig LlamaConfig::tiny() {
   return c;
 }
 
-int64_t LlamaParamPlan::totalParams() const {
-  int64_t n = stem.paramCount + head.paramCount;
-  for (const auto& b : blocks) n += b.paramCount;
-  return n;
+std::vector<nn::ModuleSpec> llamaUnitLayout(LlamaUnit unit, const LlamaConfig& cfg) {
+  using T = nn::ModuleSpec::Type;
+  const int64_t d = cfg.hiddenSize;
+  auto linear = [](std::string path, int64_t in, int64_t out, bool bias) {
+    return nn::ModuleSpec{std::move(path), T::Linear, in, out, bias};
+  };
+  auto rmsNorm = [d](std::string path) { return nn::ModuleSpec{std::move(path), T::RmsNorm, d, d, false}; };
+  switch (unit) {
+    case LlamaUnit::Stem:
+      return {{"model.embed_tokens", T::Embedding, cfg.vocabSize, d, false}};
+    case LlamaUnit::Layer:
+      return {
+          rmsNorm("input_layernorm"),
+          linear("self_attn.q_proj", d, cfg.qDim(), cfg.qkvBias),
+          linear("self_attn.k_proj", d, cfg.kvDim(), cfg.qkvBias),
+          linear("self_attn.v_proj", d, cfg.kvDim(), cfg.qkvBias),
+          linear("self_attn.o_proj", cfg.qDim(), d, cfg.outputBias),
+          rmsNorm("post_attention_layernorm"),
+          linear("mlp.gate_proj", d, cfg.intermediateSize, cfg.mlpBias),
+          linear("mlp.up_proj", d, cfg.intermediateSize, cfg.mlpBias),
+          linear("mlp.down_proj", cfg.intermediateSize, d, cfg.mlpBias),
+      };
+    case LlamaUnit::Head: {
+      std::vector<nn::ModuleSpec> head = {rmsNorm("model.norm")};
+      if (!cfg.tieWordEmbeddings) head.push_back(linear("lm_head", d, cfg.vocabSize, false));
+      return head;
+    }
+  }
+  return {};
 }
 
 LlamaParamPlan llamaParamPlan(const LlamaConfig& cfg) {
   cfg.validate();
-  const int64_t d = cfg.hiddenSize;
   LlamaParamPlan plan;
-  auto linear = [](LlamaUnitParams& u, const std::string& path, int64_t in, int64_t out, bool bias) {
-    u.linears.push_back({path, in, out, bias});
-    u.paramCount += in * out + (bias ? out : 0);
-  };
-  plan.stem = {"stem", "stem", cfg.vocabSize * d, {}};  // model.embed_tokens
+  plan.stem = nn::planUnit("stem", "stem", "", llamaUnitLayout(LlamaUnit::Stem, cfg));
+  const auto layer = llamaUnitLayout(LlamaUnit::Layer, cfg);
   for (int64_t i = 0; i < cfg.numHiddenLayers; ++i) {
     const std::string id = "model.layers." + std::to_string(i);
-    LlamaUnitParams u{id, "layer", 2 * d, {}};  // input_layernorm, post_attention_layernorm
-    linear(u, id + ".self_attn.q_proj", d, cfg.qDim(), cfg.qkvBias);
-    linear(u, id + ".self_attn.k_proj", d, cfg.kvDim(), cfg.qkvBias);
-    linear(u, id + ".self_attn.v_proj", d, cfg.kvDim(), cfg.qkvBias);
-    linear(u, id + ".self_attn.o_proj", cfg.qDim(), d, cfg.outputBias);
-    linear(u, id + ".mlp.gate_proj", d, cfg.intermediateSize, cfg.mlpBias);
-    linear(u, id + ".mlp.up_proj", d, cfg.intermediateSize, cfg.mlpBias);
-    linear(u, id + ".mlp.down_proj", cfg.intermediateSize, d, cfg.mlpBias);
-    plan.blocks.push_back(std::move(u));
+    plan.blocks.push_back(nn::planUnit(id, "layer", id + ".", layer));
   }
-  plan.head = {"head", "head", d, {}};  // model.norm
-  if (!cfg.tieWordEmbeddings) linear(plan.head, "lm_head", d, cfg.vocabSize, false);
+  plan.head = nn::planUnit("head", "head", "", llamaUnitLayout(LlamaUnit::Head, cfg));
   return plan;
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> llamaParamShapes(const LlamaConfig& cfg) {
-  const LlamaParamPlan plan = llamaParamPlan(cfg);
-  const int64_t d = cfg.hiddenSize;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  auto linears = [&out](const std::vector<LlamaLinearShape>& ls, size_t begin, size_t end) {
-    for (size_t k = begin; k < end; ++k) {
-      const auto& l = ls[k];
-      out.push_back({l.path + ".weight", {l.outFeatures, l.inFeatures}});
-      if (l.bias) out.push_back({l.path + ".bias", {l.outFeatures}});
-    }
-  };
-  out.push_back({"model.embed_tokens.weight", {cfg.vocabSize, d}});
-  for (const auto& layer : plan.blocks) {
-    // The modules' registration order: input_layernorm, self_attn (q, k, v, o),
-    // post_attention_layernorm, mlp (gate, up, down).
-    out.push_back({layer.id + ".input_layernorm.weight", {d}});
-    linears(layer.linears, 0, 4);
-    out.push_back({layer.id + ".post_attention_layernorm.weight", {d}});
-    linears(layer.linears, 4, layer.linears.size());
+  cfg.validate();
+  auto out = nn::paramShapes("", llamaUnitLayout(LlamaUnit::Stem, cfg));
+  const auto layer = llamaUnitLayout(LlamaUnit::Layer, cfg);
+  for (int64_t i = 0; i < cfg.numHiddenLayers; ++i) {
+    const auto shapes = nn::paramShapes("model.layers." + std::to_string(i) + ".", layer);
+    out.insert(out.end(), shapes.begin(), shapes.end());
   }
-  out.push_back({"model.norm.weight", {d}});
-  linears(plan.head.linears, 0, plan.head.linears.size());
+  const auto head = nn::paramShapes("", llamaUnitLayout(LlamaUnit::Head, cfg));
+  out.insert(out.end(), head.begin(), head.end());
   return out;
 }
 

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "nn/ParamPlan.h"
+
 namespace strata::llama {
 
 enum class RopeType { Default, Llama3, Linear };
@@ -70,33 +72,22 @@ struct LlamaConfig {
   static LlamaConfig tiny();
 };
 
-// One Linear of the model, by its module path.
-struct LlamaLinearShape {
-  std::string path;  // "model.layers.0.self_attn.q_proj"
-  int64_t inFeatures = 0;
-  int64_t outFeatures = 0;
-  bool bias = false;
-};
+// The placement units: "stem" (model.embed_tokens), "model.layers.N" (kind "layer")
+// or "head" (model.norm, lm_head); ids equal nn::BlockSlot::id.
+enum class LlamaUnit { Stem, Layer, Head };
 
-// One placement unit: "stem" (embed_tokens), "model.layers.N" or "head"
-// (model.norm, lm_head); ids equal nn::BlockSlot::id.
-struct LlamaUnitParams {
-  std::string id;
-  std::string kind;  // "stem", "layer", "head"
-  int64_t paramCount = 0;
-  std::vector<LlamaLinearShape> linears;  // forward order
-};
+// The modules of one unit as nn::ModuleSpec rows, in the order they are built and
+// registered (LlamaForCausalLM builds from these rows through nn::UnitBuilder): a
+// layer's paths relative to it, the stem's and head's model paths.
+std::vector<nn::ModuleSpec> llamaUnitLayout(LlamaUnit unit, const LlamaConfig& cfg);
 
-struct LlamaParamPlan {
-  LlamaUnitParams stem;
-  std::vector<LlamaUnitParams> blocks;
-  LlamaUnitParams head;
-  int64_t totalParams() const;
-};
+using LlamaLinearShape = nn::LinearShape;
+using LlamaUnitParams = nn::UnitPlan;
+using LlamaParamPlan = nn::ParamPlan;
 
-// Per-unit parameter counts and Linear shapes from the config alone (no model is
-// built), the same description the modules are built from: equals the built
-// model's named_parameters() exactly (a tied lm_head counts once, in the stem).
+// Per-unit parameter counts and Linear shapes counted from llamaUnitLayout (no
+// model is built): equals the built model's named_parameters() exactly (a tied
+// lm_head counts once, in the stem).
 LlamaParamPlan llamaParamPlan(const LlamaConfig& cfg);
 
 // Every parameter's state-dict name and shape from the config alone, in the built

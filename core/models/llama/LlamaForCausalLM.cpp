@@ -7,6 +7,7 @@
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
+#include "nn/UnitBuilder.h"
 
 namespace strata::llama {
 
@@ -17,9 +18,6 @@ at::TensorOptions optionsOf(const LlamaBuildOptions& o) { return at::TensorOptio
 nn::Linear makeLinear(int64_t in, int64_t out, bool bias, const LlamaBuildOptions& o) {
   return nn::Linear(in, out, bias, optionsOf(o));
 }
-
-// A plain container so that children get the transformers path ("self_attn.q_proj").
-std::shared_ptr<torch::nn::Module> node() { return std::make_shared<torch::nn::Module>(); }
 
 // transformers' rotary_emb keeps inv_freq as a (non-persistent) buffer: a module
 // of the stem, so Placement moves it with embed_tokens and the audit sees it.
@@ -129,22 +127,41 @@ at::Tensor causalMask(const at::Tensor& attentionMask, int64_t batch, int64_t le
       .masked_fill(full.logical_not(), lowestOf(dtype));
 }
 
+namespace {
+
+// How a row of llamaUnitLayout becomes a module (LlamaConfig.h).
+nn::UnitBuilder::Make moduleMaker(const LlamaConfig& cfg, const LlamaBuildOptions& o) {
+  return [&cfg, &o](const nn::ModuleSpec& m) -> std::shared_ptr<torch::nn::Module> {
+    switch (m.type) {
+      case nn::ModuleSpec::Type::Linear:
+        return makeLinear(m.inFeatures, m.outFeatures, m.bias, o).ptr();
+      case nn::ModuleSpec::Type::RmsNorm:
+        return LlamaRmsNorm(m.outFeatures, cfg.rmsNormEps, o).ptr();
+      case nn::ModuleSpec::Type::Embedding:
+        return LlamaEmbedding(m.inFeatures, m.outFeatures, o).ptr();
+      case nn::ModuleSpec::Type::LayerNorm:
+        break;
+    }
+    throw Error("LlamaForCausalLM: no module for the layout row '" + m.path + "'");
+  };
+}
+
+}  // namespace
+
 // ---- decoder layer ---------------------------------------------------------------
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& cfg, const LlamaBuildOptions& o)
     : heads_(cfg.numAttentionHeads), kvHeads_(cfg.numKeyValueHeads), headDim_(cfg.headDim) {
-  const int64_t d = cfg.hiddenSize;
-  inputLayernorm = register_module("input_layernorm", LlamaRmsNorm(d, cfg.rmsNormEps, o));
-  auto attn = register_module("self_attn", node());
-  qProj = attn->register_module("q_proj", makeLinear(d, cfg.qDim(), cfg.qkvBias, o));
-  kProj = attn->register_module("k_proj", makeLinear(d, cfg.kvDim(), cfg.qkvBias, o));
-  vProj = attn->register_module("v_proj", makeLinear(d, cfg.kvDim(), cfg.qkvBias, o));
-  oProj = attn->register_module("o_proj", makeLinear(cfg.qDim(), d, cfg.outputBias, o));
-  postAttentionLayernorm = register_module("post_attention_layernorm", LlamaRmsNorm(d, cfg.rmsNormEps, o));
-  auto mlp = register_module("mlp", node());
-  gateProj = mlp->register_module("gate_proj", makeLinear(d, cfg.intermediateSize, cfg.mlpBias, o));
-  upProj = mlp->register_module("up_proj", makeLinear(d, cfg.intermediateSize, cfg.mlpBias, o));
-  downProj = mlp->register_module("down_proj", makeLinear(cfg.intermediateSize, d, cfg.mlpBias, o));
+  const nn::UnitBuilder b(*this, llamaUnitLayout(LlamaUnit::Layer, cfg), moduleMaker(cfg, o));
+  inputLayernorm = LlamaRmsNorm(b.get<LlamaRmsNormImpl>("input_layernorm"));
+  qProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.q_proj"));
+  kProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.k_proj"));
+  vProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.v_proj"));
+  oProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.o_proj"));
+  postAttentionLayernorm = LlamaRmsNorm(b.get<LlamaRmsNormImpl>("post_attention_layernorm"));
+  gateProj = nn::Linear(b.get<nn::LinearImpl>("mlp.gate_proj"));
+  upProj = nn::Linear(b.get<nn::LinearImpl>("mlp.up_proj"));
+  downProj = nn::Linear(b.get<nn::LinearImpl>("mlp.down_proj"));
 }
 
 nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
@@ -185,8 +202,9 @@ nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& cfg, const LlamaBuildOptions& o) : cfg_(cfg) {
   cfg_.validate();
-  model_ = register_module("model", node());
-  embedTokens = model_->register_module("embed_tokens", LlamaEmbedding(cfg_.vocabSize, cfg_.hiddenSize, o));
+  nn::UnitBuilder stem(*this, llamaUnitLayout(LlamaUnit::Stem, cfg_), moduleMaker(cfg_, o));
+  embedTokens = LlamaEmbedding(stem.get<LlamaEmbeddingImpl>("model.embed_tokens"));
+  model_ = stem.container("model");
   layerList_ = model_->register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg_.numHiddenLayers; ++i) {
     const auto index = static_cast<size_t>(i);
@@ -197,10 +215,11 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& cfg, const LlamaBuildOptio
     layers_.push_back(layer);
     if (o.onLayerBuilt) o.onLayerBuilt(index, *layer);
   }
-  norm = model_->register_module("norm", LlamaRmsNorm(cfg_.hiddenSize, cfg_.rmsNormEps, o));
+  // The head's rows reuse the stem's "model" container (model.norm), then lm_head.
+  const nn::UnitBuilder head(*this, llamaUnitLayout(LlamaUnit::Head, cfg_), moduleMaker(cfg_, o));
+  norm = LlamaRmsNorm(head.get<LlamaRmsNormImpl>("model.norm"));
   model_->register_module("rotary_emb", std::make_shared<RotaryEmbedding>(ropeInvFreq(cfg_), o.device));
-  if (!cfg_.tieWordEmbeddings)
-    lmHead = register_module("lm_head", makeLinear(cfg_.hiddenSize, cfg_.vocabSize, false, o));
+  if (!cfg_.tieWordEmbeddings) lmHead = nn::Linear(head.get<nn::LinearImpl>("lm_head"));
 }
 
 at::Tensor LlamaForCausalLM::invFreq() const {

@@ -73,29 +73,18 @@ std::vector<std::string> loadT5Weights(T5Encoder& model, const T5Checkpoint& ckp
 
 namespace {
 
-// The encoder's parameters (transformers names) and shapes, in build order,
-// without building it: what a streamed load checks the file against up front.
+// The encoder's parameters (transformers names) and shapes, in build order, from
+// the layout it is built from (t5UnitLayout), without building it: what a streamed
+// load checks the file against up front.
 std::vector<std::pair<std::string, std::vector<int64_t>>> t5ParamShapes(const T5Config& cfg) {
-  const int64_t d = cfg.dModel, inner = cfg.innerDim(), ff = cfg.dFf;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out{{kShared, {cfg.vocabSize, d}}};
+  auto out = nn::paramShapes("", t5UnitLayout(T5Unit::Stem, cfg));
   for (int64_t i = 0; i < cfg.numLayers; ++i) {
-    const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
-    for (const char* n : {"q", "k", "v"}) out.push_back({p + "0.SelfAttention." + n + ".weight", {inner, d}});
-    out.push_back({p + "0.SelfAttention.o.weight", {d, inner}});
-    if (i == 0)
-      out.push_back(
-          {p + "0.SelfAttention.relative_attention_bias.weight", {cfg.relativeAttentionNumBuckets, cfg.numHeads}});
-    out.push_back({p + "0.layer_norm.weight", {d}});
-    if (cfg.gatedAct) {
-      out.push_back({p + "1.DenseReluDense.wi_0.weight", {ff, d}});
-      out.push_back({p + "1.DenseReluDense.wi_1.weight", {ff, d}});
-    } else {
-      out.push_back({p + "1.DenseReluDense.wi.weight", {ff, d}});
-    }
-    out.push_back({p + "1.DenseReluDense.wo.weight", {d, ff}});
-    out.push_back({p + "1.layer_norm.weight", {d}});
+    const auto block = nn::paramShapes("encoder.block." + std::to_string(i) + ".",
+                                       t5UnitLayout(i == 0 ? T5Unit::FirstBlock : T5Unit::Block, cfg));
+    out.insert(out.end(), block.begin(), block.end());
   }
-  out.push_back({"encoder.final_layer_norm.weight", {d}});
+  const auto head = nn::paramShapes("", t5UnitLayout(T5Unit::Head, cfg));
+  out.insert(out.end(), head.begin(), head.end());
   return out;
 }
 

@@ -203,24 +203,54 @@ bool T5Config::operator==(const T5Config& o) const {
          gatedAct == o.gatedAct && activation == o.activation;
 }
 
-int64_t T5ParamPlan::totalParams() const {
-  int64_t n = stem.paramCount + head.paramCount;
-  for (const auto& b : blocks) n += b.paramCount;
-  return n;
+std::vector<nn::ModuleSpec> t5UnitLayout(T5Unit unit, const T5Config& cfg) {
+  using T = nn::ModuleSpec::Type;
+  const int64_t d = cfg.dModel;
+  const int64_t inner = cfg.innerDim();
+  auto linear = [](std::string path, int64_t in, int64_t out) {
+    return nn::ModuleSpec{std::move(path), T::Linear, in, out, false};
+  };
+  auto rmsNorm = [d](std::string path) { return nn::ModuleSpec{std::move(path), T::RmsNorm, d, d, false}; };
+  switch (unit) {
+    case T5Unit::Stem:
+      return {{"shared", T::Embedding, cfg.vocabSize, d, false}};
+    case T5Unit::FirstBlock:
+    case T5Unit::Block: {
+      std::vector<nn::ModuleSpec> rows = {
+          linear("layer.0.SelfAttention.q", d, inner),
+          linear("layer.0.SelfAttention.k", d, inner),
+          linear("layer.0.SelfAttention.v", d, inner),
+          linear("layer.0.SelfAttention.o", inner, d),
+      };
+      if (unit == T5Unit::FirstBlock)  // only block 0 holds the bias table
+        rows.push_back({"layer.0.SelfAttention.relative_attention_bias", T::Embedding, cfg.relativeAttentionNumBuckets,
+                        cfg.numHeads, false});
+      rows.push_back(rmsNorm("layer.0.layer_norm"));
+      if (cfg.gatedAct) {
+        rows.push_back(linear("layer.1.DenseReluDense.wi_0", d, cfg.dFf));
+        rows.push_back(linear("layer.1.DenseReluDense.wi_1", d, cfg.dFf));
+      } else {
+        rows.push_back(linear("layer.1.DenseReluDense.wi", d, cfg.dFf));
+      }
+      rows.push_back(linear("layer.1.DenseReluDense.wo", cfg.dFf, d));
+      rows.push_back(rmsNorm("layer.1.layer_norm"));
+      return rows;
+    }
+    case T5Unit::Head:
+      return {rmsNorm("encoder.final_layer_norm")};
+  }
+  return {};
 }
 
 T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   T5ParamPlan plan;
-  const int64_t d = cfg.dModel;
-  const int64_t inner = cfg.innerDim();
-  plan.stem = {"stem", "stem", cfg.vocabSize * d};
+  plan.stem = nn::planUnit("stem", "stem", "", t5UnitLayout(T5Unit::Stem, cfg));
   for (int64_t i = 0; i < cfg.numLayers; ++i) {
-    int64_t n = 4 * d * inner + d;                                    // q, k, v, o (no biases) + layer_norm
-    n += (cfg.gatedAct ? 2 : 1) * cfg.dFf * d + d * cfg.dFf + d;      // wi_0/wi_1 (or wi), wo + layer_norm
-    if (i == 0) n += cfg.relativeAttentionNumBuckets * cfg.numHeads;  // only block 0 holds the bias table
-    plan.blocks.push_back({"encoder.block." + std::to_string(i), "layer", n});
+    const std::string id = "encoder.block." + std::to_string(i);
+    plan.blocks.push_back(
+        nn::planUnit(id, "layer", id + ".", t5UnitLayout(i == 0 ? T5Unit::FirstBlock : T5Unit::Block, cfg)));
   }
-  plan.head = {"head", "head", d};
+  plan.head = nn::planUnit("head", "head", "", t5UnitLayout(T5Unit::Head, cfg));
   return plan;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/ParamPlan.h"
+
 namespace strata::t5 {
 
 // The feed-forward activation (transformers' dense_act_fn).
@@ -61,22 +63,20 @@ struct T5Config {
   bool operator!=(const T5Config& o) const { return !(*this == o); }
 };
 
-// One placement unit's parameters: "stem" (shared embedding), "encoder.block.N",
-// "head" (final_layer_norm). Ids equal nn::BlockSlot::id of T5Encoder::blockList().
-struct T5BlockParams {
-  std::string id;
-  std::string kind;  // "stem", "layer", "head"
-  int64_t paramCount = 0;
-};
+// The placement units: "stem" (the shared embedding), "encoder.block.N" (kind
+// "layer"; block 0 also holds the relative position bias table), "head"
+// (final_layer_norm). Ids equal nn::BlockSlot::id of T5Encoder::blockList().
+enum class T5Unit { Stem, FirstBlock, Block, Head };
 
-struct T5ParamPlan {
-  T5BlockParams stem;
-  std::vector<T5BlockParams> blocks;
-  T5BlockParams head;
-  int64_t totalParams() const;
-};
+// The modules of one unit as nn::ModuleSpec rows in the order T5Encoder builds and
+// registers them (through nn::UnitBuilder): a block's paths relative to it, the
+// stem's and head's model paths. T5 v1.1 has no biases.
+std::vector<nn::ModuleSpec> t5UnitLayout(T5Unit unit, const T5Config& cfg);
 
-// From the config alone (pure; nothing is built). Equals the built model's
+using T5BlockParams = nn::UnitPlan;
+using T5ParamPlan = nn::ParamPlan;
+
+// Counted from t5UnitLayout (pure; nothing is built). Equals the built model's
 // named_parameters() exactly.
 T5ParamPlan t5ParamPlan(const T5Config& cfg);
 

@@ -7,6 +7,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "nn/UnitBuilder.h"
 
 namespace strata::t5 {
 
@@ -20,9 +21,6 @@ at::TensorOptions optionsOf(const T5BuildOptions& o, at::ScalarType dtype) {
 nn::Linear makeLinear(int64_t in, int64_t out, const T5BuildOptions& o, at::ScalarType dtype) {
   return nn::Linear(in, out, /*withBias=*/false, optionsOf(o, dtype));
 }
-
-// A plain container so that children get the transformers path ("layer.0.SelfAttention.q").
-std::shared_ptr<torch::nn::Module> node() { return std::make_shared<torch::nn::Module>(); }
 
 at::Tensor activate(const at::Tensor& x, T5Activation act) {
   switch (act) {
@@ -84,40 +82,57 @@ at::Tensor relativePositionBucket(const at::Tensor& relativePosition, int64_t nu
   return buckets + at::where(isSmall, distance, large);
 }
 
+namespace {
+
+// How a row of t5UnitLayout becomes a module (T5Config.h): Linears in the model's
+// dtype but wo in `woDtype`; the embeddings as nn.Embedding initialises them, N(0, 1).
+nn::UnitBuilder::Make moduleMaker(const T5Config& cfg, const T5BuildOptions& bo, at::ScalarType woDtype) {
+  return [&cfg, &bo, woDtype](const nn::ModuleSpec& m) -> std::shared_ptr<torch::nn::Module> {
+    switch (m.type) {
+      case nn::ModuleSpec::Type::Linear: {
+        const bool wo = m.path == "layer.1.DenseReluDense.wo";
+        return makeLinear(m.inFeatures, m.outFeatures, bo, wo ? woDtype : bo.dtype).ptr();
+      }
+      case nn::ModuleSpec::Type::RmsNorm:
+        return T5LayerNorm(m.outFeatures, cfg.layerNormEpsilon, bo).ptr();
+      case nn::ModuleSpec::Type::Embedding: {
+        at::NoGradGuard noGrad;
+        auto e = std::make_shared<torch::nn::Module>();
+        e->register_parameter("weight", at::randn({m.inFeatures, m.outFeatures}, optionsOf(bo, bo.dtype)));
+        return e;
+      }
+      case nn::ModuleSpec::Type::LayerNorm:
+        break;
+    }
+    throw Error("T5Encoder: no module for the layout row '" + m.path + "'");
+  };
+}
+
+}  // namespace
+
 // ---- block -----------------------------------------------------------------------
 
 T5Block::T5Block(const T5Config& cfg, bool hasRelativeAttentionBias, const T5BuildOptions& bo) : cfg_(cfg) {
-  const int64_t d = cfg.dModel;
-  const int64_t inner = cfg.innerDim();
-  auto layers = register_module("layer", node());
-  auto attnLayer = layers->register_module("0", node());
-  auto attn = attnLayer->register_module("SelfAttention", node());
-  q = attn->register_module("q", makeLinear(d, inner, bo, bo.dtype));
-  k = attn->register_module("k", makeLinear(d, inner, bo, bo.dtype));
-  v = attn->register_module("v", makeLinear(d, inner, bo, bo.dtype));
-  o = attn->register_module("o", makeLinear(inner, d, bo, bo.dtype));
-  if (hasRelativeAttentionBias) {
-    at::NoGradGuard noGrad;
-    // nn.Embedding's init: N(0, 1).
-    relativeAttentionBias =
-        attn->register_module("relative_attention_bias", node())
-            ->register_parameter("weight",
-                                 at::randn({cfg.relativeAttentionNumBuckets, cfg.numHeads}, optionsOf(bo, bo.dtype)));
-  }
-  attnNorm = attnLayer->register_module("layer_norm", T5LayerNorm(d, cfg.layerNormEpsilon, bo));
-
-  auto ffLayer = layers->register_module("1", node());
-  auto ff = ffLayer->register_module("DenseReluDense", node());
-  if (cfg.gatedAct) {
-    wi0 = ff->register_module("wi_0", makeLinear(d, cfg.dFf, bo, bo.dtype));
-    wi1 = ff->register_module("wi_1", makeLinear(d, cfg.dFf, bo, bo.dtype));
-  } else {
-    wi = ff->register_module("wi", makeLinear(d, cfg.dFf, bo, bo.dtype));
-  }
   // transformers keeps wo in fp32 when the model is fp16 (_keep_in_fp32_modules).
   woDtype_ = bo.dtype == at::kHalf ? at::kFloat : bo.dtype;
-  wo = ff->register_module("wo", makeLinear(cfg.dFf, d, bo, woDtype_));
-  ffNorm = ffLayer->register_module("layer_norm", T5LayerNorm(d, cfg.layerNormEpsilon, bo));
+  const nn::UnitBuilder b(*this, t5UnitLayout(hasRelativeAttentionBias ? T5Unit::FirstBlock : T5Unit::Block, cfg),
+                          moduleMaker(cfg, bo, woDtype_));
+  q = nn::Linear(b.get<nn::LinearImpl>("layer.0.SelfAttention.q"));
+  k = nn::Linear(b.get<nn::LinearImpl>("layer.0.SelfAttention.k"));
+  v = nn::Linear(b.get<nn::LinearImpl>("layer.0.SelfAttention.v"));
+  o = nn::Linear(b.get<nn::LinearImpl>("layer.0.SelfAttention.o"));
+  if (hasRelativeAttentionBias)
+    relativeAttentionBias = b.get<torch::nn::Module>("layer.0.SelfAttention.relative_attention_bias")
+                                ->named_parameters(/*recurse=*/false)["weight"];
+  attnNorm = T5LayerNorm(b.get<T5LayerNormImpl>("layer.0.layer_norm"));
+  if (cfg.gatedAct) {
+    wi0 = nn::Linear(b.get<nn::LinearImpl>("layer.1.DenseReluDense.wi_0"));
+    wi1 = nn::Linear(b.get<nn::LinearImpl>("layer.1.DenseReluDense.wi_1"));
+  } else {
+    wi = nn::Linear(b.get<nn::LinearImpl>("layer.1.DenseReluDense.wi"));
+  }
+  wo = nn::Linear(b.get<nn::LinearImpl>("layer.1.DenseReluDense.wo"));
+  ffNorm = T5LayerNorm(b.get<T5LayerNormImpl>("layer.1.layer_norm"));
 }
 
 at::Tensor T5Block::positionBias(int64_t length) const {
@@ -169,13 +184,10 @@ nn::BlockIO T5Block::forward(const nn::BlockIO& io) {
 
 T5Encoder::T5Encoder(const T5Config& cfg, const T5BuildOptions& options) : cfg_(cfg) {
   cfg_.validate();
-  {
-    at::NoGradGuard noGrad;
-    sharedNode_ = register_module("shared", node());
-    shared = sharedNode_->register_parameter("weight",
-                                             at::randn({cfg.vocabSize, cfg.dModel}, optionsOf(options, options.dtype)));
-  }
-  auto encoder = register_module("encoder", node());
+  nn::UnitBuilder stem(*this, t5UnitLayout(T5Unit::Stem, cfg), moduleMaker(cfg, options, options.dtype));
+  sharedNode_ = stem.get<torch::nn::Module>("shared");
+  shared = sharedNode_->named_parameters(/*recurse=*/false)["weight"];
+  auto encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
   blockList_ = encoder->register_module("block", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.numLayers; ++i) {
     auto b = std::make_shared<T5Block>(cfg, /*hasRelativeAttentionBias=*/i == 0, options);
@@ -183,7 +195,9 @@ T5Encoder::T5Encoder(const T5Config& cfg, const T5BuildOptions& options) : cfg_(
     blockList_->push_back(b);
     blocks_.push_back(b);
   }
-  finalLayerNorm = encoder->register_module("final_layer_norm", T5LayerNorm(cfg.dModel, cfg.layerNormEpsilon, options));
+  // The head's row reuses the "encoder" container.
+  const nn::UnitBuilder head(*this, t5UnitLayout(T5Unit::Head, cfg), moduleMaker(cfg, options, options.dtype));
+  finalLayerNorm = T5LayerNorm(head.get<T5LayerNormImpl>("encoder.final_layer_norm"));
 }
 
 nn::BlockIO T5Encoder::stem(const at::Tensor& inputIds, const at::Tensor& attentionMask) {

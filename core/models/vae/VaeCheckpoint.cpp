@@ -8,7 +8,8 @@
 #include "common/Error.h"
 #include "common/ShapeText.h"
 #include "common/Text.h"
-#include "io/Safetensors.h"
+#include "io/SafetensorsCheckpoint.h"
+#include "io/StrictLoad.h"
 #include "models/vae/AutoencoderKL.h"
 
 namespace fs = std::filesystem;
@@ -40,17 +41,11 @@ fs::path weightsInFolder(const fs::path& dir) {
                   "; name the file to load");
 }
 
-std::string describe(const VaeCheckpoint& ckpt) {
-  std::string s = ckpt.path().string() + " (" + toString(ckpt.format()) + " names";
+// How the strict check's message names the weights: "(ldm names, under 'first_stage_model.')".
+std::string label(const VaeCheckpoint& ckpt) {
+  std::string s = std::string(toString(ckpt.format())) + " names";
   if (!ckpt.prefix().empty()) s += ", under '" + ckpt.prefix() + "'";
-  return s + ")";
-}
-
-[[noreturn]] void throwProblems(const std::string& where, const std::vector<std::string>& problems) {
-  std::ostringstream os;
-  os << where << ": " << problems.size() << " problem(s), nothing loaded";
-  for (const auto& p : problems) os << "\n  " << p;
-  throw LoadError(os.str());
+  return s;
 }
 
 }  // namespace
@@ -71,9 +66,10 @@ VaeCheckpoint VaeCheckpoint::open(const fs::path& path) {
   } else {
     throw IoError(path.string() + ": no such file or folder");
   }
-  ckpt.file_ = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(weights));
+  ckpt.file_ = std::make_shared<io::SafetensorsCheckpoint>(io::SafetensorsCheckpoint::open(weights));
 
-  const auto names = ckpt.file_->names();
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : ckpt.file_->shapes()) names.push_back(name);
   for (const char* prefix : {"first_stage_model.", "vae."}) {
     if (std::any_of(names.begin(), names.end(), [&](const std::string& n) { return startsWith(n, prefix); })) {
       ckpt.prefix_ = prefix;
@@ -124,30 +120,22 @@ void loadVaeWeights(AutoencoderKL& model, const VaeCheckpoint& ckpt) {
     plan[*fileKey] = {item.value(), item.key()};
   }
 
-  std::vector<std::string> problems;
+  // Checked by io::checkStrict in the file's naming; keys of the file's other
+  // components (outside the prefix) are not the VAE's.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> expected;
   for (const auto& [key, p] : plan) {
-    const auto expected = names::fileShape(p.diffusersKey, p.param.sizes().vec(), format);
-    auto it = ckpt.shapes().find(key);
-    if (it == ckpt.shapes().end()) {
-      problems.push_back("missing: " + ckpt.prefix() + key + " " + shapeText(expected));
-      continue;
-    }
+    auto shape = names::fileShape(p.diffusersKey, p.param.sizes().vec(), format);
     // ldm projections are 1x1 convs; a file that already squeezed them is fine too.
-    const bool squeezed =
-        ldm && names::isAttentionProjectionWeight(p.diffusersKey) && it->second == p.param.sizes().vec();
-    if (it->second != expected && !squeezed)
-      problems.push_back("mis-shaped: " + ckpt.prefix() + key + " expected " + shapeText(expected) + ", got " +
-                         shapeText(it->second));
+    const auto it = ckpt.shapes().find(key);
+    if (ldm && names::isAttentionProjectionWeight(p.diffusersKey) && it != ckpt.shapes().end() &&
+        it->second == p.param.sizes().vec())
+      shape = it->second;
+    expected.emplace_back(ckpt.prefix() + key, std::move(shape));
   }
-  for (const auto& [key, shape] : ckpt.shapes())
-    if (!plan.count(key)) problems.push_back("unexpected: " + ckpt.prefix() + key + " " + shapeText(shape));
-  if (!problems.empty()) throwProblems(describe(ckpt), problems);
-  for (const auto& [key, _] : plan) {
-    const auto type = ckpt.tensor(key).scalar_type();
-    if (!at::isFloatingType(type))
-      problems.push_back("not floating point: " + ckpt.prefix() + key + " (" + std::string(c10::toString(type)) + ")");
-  }
-  if (!problems.empty()) throwProblems(describe(ckpt), problems);
+  std::map<std::string, std::string> otherComponents;
+  for (const auto& [name, shape] : ckpt.files().shapes())
+    if (!startsWith(name, ckpt.prefix())) otherComponents[name] = "another component of this file";
+  io::checkStrict(ckpt.files(), expected, otherComponents, label(ckpt));
 
   // Verified: copy, converting dtype and device into each parameter.
   at::NoGradGuard noGrad;

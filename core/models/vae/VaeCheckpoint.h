@@ -19,7 +19,7 @@
 #include "models/vae/VaeNames.h"
 
 namespace strata::io {
-class SafetensorsFile;
+class SafetensorsCheckpoint;
 }
 
 namespace strata::vae {
@@ -38,6 +38,7 @@ class VaeCheckpoint {
   // CPU tensor in the file's dtype, over the mapping. Throws LoadError if absent.
   at::Tensor tensor(const std::string& name) const;
   const std::filesystem::path& path() const;                                   // the safetensors file
+  const io::SafetensorsCheckpoint& files() const { return *file_; }            // the whole file, every component
   const std::string& prefix() const { return prefix_; }                        // "first_stage_model." or ""
   const std::filesystem::path& configJsonPath() const { return configJson_; }  // empty: none
 
@@ -46,7 +47,7 @@ class VaeCheckpoint {
   VaeConfig config(const VaeHints& hints = {}) const;
 
  private:
-  std::shared_ptr<io::SafetensorsFile> file_;
+  std::shared_ptr<io::SafetensorsCheckpoint> file_;
   std::filesystem::path configJson_;
   std::string prefix_;
   VaeWeightFormat format_ = VaeWeightFormat::Diffusers;
