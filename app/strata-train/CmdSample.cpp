@@ -80,8 +80,8 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
     for (const auto& p : loaded.problems)
       if (p.isError()) throw ConfigError(p.format());
     const auto& m = loaded.config.model;
-    if (m.arch != config::ModelArch::Flux)
-      throw ConfigError(model.string() + ": model.arch is " + config::enumName(m.arch) +
+    if (m.arch != "flux")
+      throw ConfigError(model.string() + ": model.arch is " + m.arch +
                         "; strata-train sample is FLUX.1 text-to-image (a causal LM's samples are written by its run)");
     // The command line wins over the config for the single files.
     auto f = pipeline::PipelineFiles::fromModelPaths(

@@ -11,7 +11,7 @@ namespace {
 
 struct Registry {
   std::mutex mutex;
-  std::map<config::ModelArch, std::shared_ptr<const ModelFamily>> families;
+  std::map<std::string, std::shared_ptr<const ModelFamily>> families;
 };
 
 Registry& registry() {
@@ -27,7 +27,7 @@ std::filesystem::path ModelFamily::exportPathIn(const std::filesystem::path& dir
                 ".safetensors");
 }
 
-std::vector<ConfigTemplate> configTemplates(config::ModelArch arch) {
+std::vector<ConfigTemplate> configTemplates(const std::string& arch) {
   return hasModelFamily(arch) ? modelFamily(arch).templates() : std::vector<ConfigTemplate>{};
 }
 
@@ -85,18 +85,18 @@ void registerModelFamily(std::shared_ptr<const ModelFamily> family) {
   r.families[arch] = std::move(family);
 }
 
-bool hasModelFamily(config::ModelArch arch) {
+bool hasModelFamily(const std::string& arch) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   return r.families.count(arch) > 0;
 }
 
-const ModelFamily& modelFamily(config::ModelArch arch) {
+const ModelFamily& modelFamily(const std::string& arch) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.families.find(arch);
   if (it == r.families.end())
-    throw ConfigError("model.arch: '" + config::enumName(arch) + "' has no model family in this program" +
+    throw ConfigError("model.arch: '" + arch + "' has no model family in this program" +
                       (r.families.empty() ? " (it registers none: its main() must call strata::families::registerAll())"
                                           : ""));
   return *it->second;

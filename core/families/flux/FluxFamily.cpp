@@ -12,7 +12,7 @@ namespace {
 
 class FluxFamily : public train::ModelFamily {
  public:
-  config::ModelArch arch() const override { return config::ModelArch::Flux; }
+  std::string arch() const override { return "flux"; }
   std::string displayName() const override { return "FLUX.1"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<FluxRun>(); }
 

@@ -285,7 +285,7 @@ class Flux2Run : public train::FamilyRun {
 
 class Flux2Family : public train::ModelFamily {
  public:
-  config::ModelArch arch() const override { return config::ModelArch::Flux2; }
+  std::string arch() const override { return "flux2"; }
   std::string displayName() const override { return "FLUX.2"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<Flux2Run>(); }
 

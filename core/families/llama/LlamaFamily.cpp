@@ -289,7 +289,7 @@ class LlamaRun : public train::FamilyRun {
 
 class LlamaFamily : public train::ModelFamily {
  public:
-  config::ModelArch arch() const override { return config::ModelArch::Llama; }
+  std::string arch() const override { return "llama"; }
   std::string displayName() const override { return "Llama"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<LlamaRun>(); }
 
