@@ -45,10 +45,7 @@ enum class PathKind {
   SaveFile,      // a file to be written
 };
 
-// A key's value in a type-neutral form: monostate = unset (optional keys only),
-// Int keys hold int64_t, Float keys double, Choice keys their spelling.
-using Value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
-                           std::vector<double>, std::vector<std::string>>;
+// A key's value in a type-neutral form (Value) is in config/RunConfig.h.
 
 struct KeySpec {
   std::string path;  // "train.lr", "datasets[].folder_path"

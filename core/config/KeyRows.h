@@ -7,6 +7,7 @@
 #include "config/ConfigSchema.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -273,10 +274,10 @@ constexpr bool isOptional() {
   }
 }
 
-// A KeySpec for `path` reading and writing `ref`'s member; its default is the
-// member's in a default-constructed RunConfig (one dataset entry).
+// The fields every row fills from its options; get and set are the caller's.
 template <class T>
-KeySpec keyRow(std::string path, Accessor<T> ref, std::string doc, Opt opt = {}) {
+KeySpec rowOf(std::string path, std::string doc, Opt opt, std::function<Value(const RunConfig&, size_t)> get,
+              std::function<void(RunConfig&, size_t, const Value&)> set) {
   KeySpec k;
   k.path = std::move(path);
   k.type = Conv<T>::kType;
@@ -301,8 +302,8 @@ KeySpec keyRow(std::string path, Accessor<T> ref, std::string doc, Opt opt = {})
   k.modelShape = k.group == "Model shape";
   k.datasetTypes = std::move(opt.datasetTypes_);
   k.quietElsewhere = opt.quietElsewhere_;
-  k.get = [ref](const RunConfig& c, size_t i) { return Conv<T>::to(ref(const_cast<RunConfig&>(c), i)); };
-  k.set = [ref](RunConfig& c, size_t i, const Value& v) { ref(c, i) = Conv<T>::from(v); };
+  k.get = std::move(get);
+  k.set = std::move(set);
   if constexpr (std::is_same_v<T, std::string>) {
     if (opt.familyId_) {
       // The choices are the families registered when the schema is built; a value
@@ -310,14 +311,14 @@ KeySpec keyRow(std::string path, Accessor<T> ref, std::string doc, Opt opt = {})
       k.type = KeyType::Choice;
       k.choices = familyIds();
       const std::vector<std::string> ids = k.choices;
-      k.set = [ref, ids](RunConfig& c, size_t i, const Value& v) {
+      k.set = [set = k.set, ids](RunConfig& c, size_t i, const Value& v) {
         const std::string s = Conv<std::string>::from(v);
         if (!ids.empty() && std::find(ids.begin(), ids.end(), s) == ids.end()) {
           std::string msg = "expected one of:";
           for (const auto& id : ids) msg += " " + id;
           throw ConfigError(msg);
         }
-        ref(c, i) = s;
+        set(c, i, v);
       };
     }
   }
@@ -327,7 +328,52 @@ KeySpec keyRow(std::string path, Accessor<T> ref, std::string doc, Opt opt = {})
   return k;
 }
 
+// A row for `path` reading and writing `ref`'s member; its default is the
+// member's in a default-constructed RunConfig (one dataset entry).
+template <class T>
+KeySpec keyRow(std::string path, Accessor<T> ref, std::string doc, Opt opt = {}) {
+  return rowOf<T>(
+      std::move(path), std::move(doc), std::move(opt),
+      [ref](const RunConfig& c, size_t i) { return Conv<T>::to(ref(const_cast<RunConfig&>(c), i)); },
+      [ref](RunConfig& c, size_t i, const Value& v) { ref(c, i) = Conv<T>::from(v); });
+}
+
+// A row with no member: its value lives in RunConfig::familyValues (a dataset
+// key's in its entry's), absent while it is `defaultValue`. A family adds a key
+// with this one row and reads it with familyValue<T>().
+template <class T>
+KeySpec valueRow(std::string path, T defaultValue, std::string doc, Opt opt = {}) {
+  const bool inDataset = path.rfind("datasets[].", 0) == 0;
+  const auto values = [inDataset](RunConfig& c, size_t i) -> FamilyValues& {
+    return inDataset ? c.datasets.at(i).familyValues : c.familyValues;
+  };
+  const Value def = Conv<T>::to(defaultValue);
+  return rowOf<T>(
+      path, std::move(doc), std::move(opt),
+      [path, def, values](const RunConfig& c, size_t i) {
+        const FamilyValues& m = values(const_cast<RunConfig&>(c), i);
+        const auto it = m.find(path);
+        return it == m.end() ? def : it->second;
+      },
+      [path, def, values](RunConfig& c, size_t i, const Value& v) {
+        const Value typed = Conv<T>::to(Conv<T>::from(v));  // throws for a wrong type; 3 -> 3.0 for a float
+        if (typed == def)
+          values(c, i).erase(path);
+        else
+          values(c, i)[path] = typed;
+      });
+}
+
 }  // namespace rows
+
+// The value of a family's key ("model.foo", "datasets[].bar" with the entry's index)
+// as its row's type. Throws ConfigError for a key no registered family has.
+template <class T>
+T familyValue(const RunConfig& cfg, const std::string& path, size_t datasetIndex = 0) {
+  const KeySpec* k = findKey(path);
+  if (!k) throw ConfigError("unknown config key '" + path + "'");
+  return rows::Conv<T>::from(k->get(cfg, datasetIndex));
+}
 
 // Accessors for keyRow: a member of RunConfig, or of the dataset entry the key's index names.
 #define STRATA_KEY_MEMBER(member)                         \

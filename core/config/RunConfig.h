@@ -9,12 +9,23 @@
 // in its comment.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace strata::config {
+
+// A key's value in a type-neutral form: monostate = unset (optional keys only),
+// Int keys hold int64_t, Float keys double, Choice keys their spelling.
+using Value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
+                           std::vector<double>, std::vector<std::string>>;
+
+// The values of keys a family contributes without a member below (config/KeyRows.h,
+// rows::valueRow): by key path, only those set away from the row's default.
+using FamilyValues = std::map<std::string, Value>;
 
 // ---- choices ---------------------------------------------------------------
 
@@ -218,6 +229,7 @@ struct DatasetConfig {
   int64_t maxSeqLen = 512;                     // datasets[].max_seq_len (tokens): longer samples are cut
   PaddingSide paddingSide = PaddingSide::Right;  // datasets[].padding_side
   bool packing = false;                        // datasets[].packing: several samples per row of max_seq_len
+  FamilyValues familyValues;                   // datasets[].<a family's key without a member>
   bool operator==(const DatasetConfig& o) const;
 };
 
@@ -252,6 +264,7 @@ struct RunConfig {
   std::vector<DatasetConfig> datasets;
   SampleConfig sample;
   SaveConfig save;
+  FamilyValues familyValues;  // <section>.<a family's key without a member>
   bool operator==(const RunConfig& o) const;
   bool operator!=(const RunConfig& o) const { return !(*this == o); }
 };
