@@ -121,6 +121,15 @@ void registerFamily(FamilyDescription family) {
   r.stale = true;
 }
 
+void unregisterFamily(const std::string& id) {
+  auto& r = registry();
+  std::lock_guard<std::recursive_mutex> lock(r.mutex);
+  const auto it = std::remove_if(r.families.begin(), r.families.end(), [&](const auto& f) { return f->id == id; });
+  if (it == r.families.end()) return;
+  r.families.erase(it, r.families.end());
+  r.stale = true;
+}
+
 const FamilyDescription* findFamily(const std::string& id) {
   auto& r = registry();
   std::lock_guard<std::recursive_mutex> lock(r.mutex);

@@ -94,7 +94,10 @@ struct FamilyDescription {
 // first); called by strata::families::registerAll(). The schema is rebuilt with
 // its rows the next time it is asked for.
 void registerFamily(FamilyDescription family);
-// The family registered as `id`, or nullptr.
+// Removes the family registered as `id` (a test's own family); nothing when there is none.
+void unregisterFamily(const std::string& id);
+// The family registered as `id`, or nullptr. The pointer stays valid until `id` is
+// registered again or unregistered.
 const FamilyDescription* findFamily(const std::string& id);
 // The family registered as `id`. Throws ConfigError naming model.arch and the
 // registered ids when there is none.
