@@ -198,7 +198,7 @@ constexpr long long kMaxT5Tokens = 512;
 
 void addSampleCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<SampleArgs>();
-  CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model (and optionally a LoRA file)");
+  CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model and optionally a LoRA file (FLUX.2 and Llama-family runs cannot be sampled here)");
   cmd->add_option("model", a->model, "Diffusers FLUX.1 folder, BFL transformer .safetensors, or a run config .yaml")
       ->required();
   cmd->add_option("--prompt", a->prompts, "Prompt (repeatable: one image each)")->required();
