@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "common/Error.h"
+#include "config/FamilyRegistry.h"
 #include "train/ImageFolder.h"
 
 namespace strata::train {
@@ -29,6 +30,11 @@ std::filesystem::path ModelFamily::exportPathIn(const std::filesystem::path& dir
 
 std::vector<ConfigTemplate> configTemplates(const std::string& arch) {
   return hasModelFamily(arch) ? modelFamily(arch).templates() : std::vector<ConfigTemplate>{};
+}
+
+std::string ModelFamily::displayName() const {
+  const config::FamilyDescription* d = config::findFamily(arch());
+  return d ? d->displayName : arch();
 }
 
 std::string ModelFamily::planKey(const config::RunConfig&) const { return "model.name_or_path"; }

@@ -100,8 +100,8 @@ class ModelFamily {
   virtual ~ModelFamily() = default;
   // model.arch: the id its config::FamilyDescription is registered under ("flux").
   virtual std::string arch() const = 0;
-  // For messages: "FLUX.1", "Llama".
-  virtual std::string displayName() const = 0;
+  // For messages: "FLUX.1", "Llama" (its config::FamilyDescription's; the id when none is registered).
+  std::string displayName() const;
 
   virtual std::unique_ptr<FamilyRun> newRun() const = 0;
 

@@ -13,7 +13,6 @@ namespace {
 class FluxFamily : public train::ModelFamily {
  public:
   std::string arch() const override { return "flux"; }
-  std::string displayName() const override { return "FLUX.1"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<FluxRun>(); }
 
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {

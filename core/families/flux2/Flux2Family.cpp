@@ -286,7 +286,6 @@ class Flux2Run : public train::FamilyRun {
 class Flux2Family : public train::ModelFamily {
  public:
   std::string arch() const override { return "flux2"; }
-  std::string displayName() const override { return "FLUX.2"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<Flux2Run>(); }
 
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {

@@ -290,7 +290,6 @@ class LlamaRun : public train::FamilyRun {
 class LlamaFamily : public train::ModelFamily {
  public:
   std::string arch() const override { return "llama"; }
-  std::string displayName() const override { return "Llama"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<LlamaRun>(); }
 
   // A jsonl file with no line that gives a sample, and a tokenizer folder without a
