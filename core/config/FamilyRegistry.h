@@ -81,8 +81,6 @@ struct FamilyDescription {
   // Further forms save.export_formats may name without an error (a causal LM's
   // diffusers: the same peft folder); the app does not offer them.
   std::vector<ExportFormat> acceptedFormats;
-  // The words of the GPU map for its block kinds ("double" -> "double block").
-  std::map<std::string, std::string> blockWords;
   FamilyHints hints;
   FamilyRules rules;
   // Capabilities the trainer and the validator ask about.

@@ -1,4 +1,4 @@
-#include "families/flux2/Flux2Description.h"
+#include "families/flux2/describe/Flux2Description.h"
 
 #include "config/ImageFamilyRules.h"
 
@@ -65,7 +65,6 @@ config::FamilyDescription describeFlux2() {
                  "datasets[].resolution"};
   d.datasetTypes = {DatasetType::Synthetic};
   d.exportFormats = {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
-  d.blockWords = {{"double", "double block"}, {"single", "single block"}};
   d.hints.modelFolder =
       "point it at a local FLUX.2 transformer (a diffusers folder or a BFL .safetensors file), or set "
       "random_weights: true";

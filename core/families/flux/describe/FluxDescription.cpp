@@ -1,4 +1,4 @@
-#include "families/flux/FluxDescription.h"
+#include "families/flux/describe/FluxDescription.h"
 
 #include "config/ImageFamilyRules.h"
 #include "config/KeyRows.h"
@@ -214,7 +214,6 @@ config::FamilyDescription describeFlux() {
   d.keys = fluxKeys();
   d.datasetTypes = {DatasetType::Images, DatasetType::Latents, DatasetType::Synthetic, DatasetType::Shapes};
   d.exportFormats = {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
-  d.blockWords = {{"double", "double block"}, {"single", "single block"}};
   d.hints.modelFolder =
       "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true";
   d.hints.modelNotFound = "give a diffusers folder or a .safetensors file";

@@ -1,4 +1,4 @@
-#include "families/llama/LlamaDescription.h"
+#include "families/llama/describe/LlamaDescription.h"
 
 #include <filesystem>
 
@@ -131,7 +131,6 @@ config::FamilyDescription describeLlama() {
   d.datasetTypes = {DatasetType::Jsonl, DatasetType::Synthetic};
   d.exportFormats = {ExportFormat::Peft};
   d.acceptedFormats = {ExportFormat::Diffusers};  // the same peft folder (LlamaFamily::exportPathIn)
-  d.blockWords = {{"layer", "decoder layer"}};
   d.hints.modelFolder =
       "point it at a local llama-family model folder (config.json and its .safetensors, as transformers' "
       "save_pretrained writes it; with random_weights: true, a folder holding only config.json)";
