@@ -48,6 +48,9 @@ function(strata_add_test name)
   # A test of the whole core starts like the programs do: families registered in main().
   if("strata_core" IN_LIST A_LIBS)
     set(_main strata_test_main_families)
+  elseif("strata_family_descriptions" IN_LIST A_LIBS)
+    # The families' descriptions without their runs (config's tests).
+    set(_main strata_test_main_descriptions)
   else()
     set(_main GTest::gtest_main)
   endif()

@@ -33,6 +33,8 @@
 #include "CliChecks.h"
 #include "Commands.h"
 #include "common/Error.h"
+#include "config/ConfigSchema.h"
+#include "config/FamilyRegistry.h"
 #include "config/RunConfigYaml.h"
 #include "device/CardPeaks.h"
 #include "device/DeviceInventory.h"
@@ -306,12 +308,13 @@ int runBench(const BenchArgs& args) {
     j["devices"].push_back(dj);
   }
   j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
-  // The attention setting the numbers were measured with (CUDA only; Llama runs with
-  // cuDNN's attention off, as `flash` says, whatever its config says).
+  // The attention setting the numbers were measured with (CUDA only; a family without
+  // cuDNN's attention, Llama, runs with it off, as `flash` says, whatever its config says).
   j["attention_backend"] = nullptr;
+  const config::FamilyDescription* family = config::findFamily(cfg.model.arch);
   if (onCuda)
     j["attention_backend"] =
-        cfg.model.arch == config::ModelArch::Llama ? "flash" : config::enumName(cfg.model.attentionBackend);
+        family && !family->cudnnAttention ? "flash" : config::enumName(cfg.model.attentionBackend);
   if (to.phaseTimer) {
     // Medians over the measured steps (the warm-up steps are skipped), in step order.
     nlohmann::json pj = nlohmann::json::array();
@@ -359,8 +362,11 @@ int runBench(const BenchArgs& args) {
     std::cout << j.dump(2) << std::endl;
     return kExitOk;
   }
+  // An image family's step has a size in pixels (it reads datasets[].resolution).
+  const config::KeySpec* resolution = config::findKey("datasets[].resolution");
+  const bool imageFamily = resolution && resolution->appliesTo(cfg.model.arch);
   std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << args.warmup << " warm-up, "
-            << (cfg.model.arch != config::ModelArch::Llama ? std::to_string(px) + " px, " : std::string()) << "batch "
+            << (imageFamily ? std::to_string(px) + " px, " : std::string()) << "batch "
             << cfg.train.batchSize
             << (cfg.train.gradientAccumulationSteps > 1
                     ? " x " + std::to_string(cfg.train.gradientAccumulationSteps) + " micro-batches"

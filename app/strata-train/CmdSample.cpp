@@ -80,8 +80,8 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
     for (const auto& p : loaded.problems)
       if (p.isError()) throw ConfigError(p.format());
     const auto& m = loaded.config.model;
-    if (m.arch != config::ModelArch::Flux)
-      throw ConfigError(model.string() + ": model.arch is " + config::enumName(m.arch) +
+    if (m.arch != "flux")
+      throw ConfigError(model.string() + ": model.arch is " + m.arch +
                         "; strata-train sample is FLUX.1 text-to-image (a causal LM's samples are written by its run)");
     // The command line wins over the config for the single files.
     auto f = pipeline::PipelineFiles::fromModelPaths(
@@ -198,7 +198,7 @@ constexpr long long kMaxT5Tokens = 512;
 
 void addSampleCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<SampleArgs>();
-  CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model (and optionally a LoRA file)");
+  CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model and optionally a LoRA file (FLUX.2 and Llama-family runs cannot be sampled here)");
   cmd->add_option("model", a->model, "Diffusers FLUX.1 folder, BFL transformer .safetensors, or a run config .yaml")
       ->required();
   cmd->add_option("--prompt", a->prompts, "Prompt (repeatable: one image each)")->required();

@@ -45,10 +45,7 @@ enum class PathKind {
   SaveFile,      // a file to be written
 };
 
-// A key's value in a type-neutral form: monostate = unset (optional keys only),
-// Int keys hold int64_t, Float keys double, Choice keys their spelling.
-using Value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
-                           std::vector<double>, std::vector<std::string>>;
+// A key's value in a type-neutral form (Value) is in config/RunConfig.h.
 
 struct KeySpec {
   std::string path;  // "train.lr", "datasets[].folder_path"
@@ -77,9 +74,14 @@ struct KeySpec {
   std::string group;  // "LoRA"
   bool basic = false;
   bool modelShape = false;
-  // The model families that read the key (model.arch); empty = every family.
-  std::vector<ModelArch> families;
-  bool appliesTo(ModelArch arch) const;
+  // The model families that read the key (their model.arch ids): the family that
+  // contributes the row and those that say they read it too
+  // (config/FamilyRegistry.h); empty = every family (a row of the shared table).
+  std::vector<std::string> families;
+  bool appliesTo(const std::string& family) const;
+  // A key a family does not read whose value is not called ignored there
+  // (model.is_flux: false is what a llama config means).
+  bool quietElsewhere = false;
   // Dataset keys: the dataset types that read the key (datasets[].type); empty =
   // every type. A form hides the others' keys (unless set away from the default).
   std::vector<DatasetType> datasetTypes;
@@ -87,8 +89,8 @@ struct KeySpec {
   // A key every family reads but whose files or values differ by family
   // (model.name_or_path: a FLUX checkpoint, a causal LM's folder) has its doc per
   // family; docFor gives that one, else `doc`.
-  std::vector<std::pair<ModelArch, std::string>> familyDocs;
-  const std::string& docFor(ModelArch arch) const;
+  std::vector<std::pair<std::string, std::string>> familyDocs;
+  const std::string& docFor(const std::string& family) const;
 
   std::function<Value(const RunConfig&, size_t datasetIndex)> get;
   // Throws ConfigError when `value` does not hold this key's type.
@@ -99,8 +101,13 @@ struct KeySpec {
   std::string rangeText() const;
 };
 
-// Every key, in the order the saver writes them.
+// Every key, in the order the saver writes them: the shared table's rows with the
+// registered families' rows (config/FamilyRegistry.h) each after the key it names.
+// Built again after a family is registered; an earlier table stays valid.
 const std::vector<KeySpec>& schema();
+
+// The shared table alone: the keys every family reads, in the saver's order.
+std::vector<KeySpec> sharedKeyRows();
 
 // Form groups in display order ("Run", "Model", ...); every key's group is one of them.
 const std::vector<std::string>& keyGroups();

@@ -54,7 +54,8 @@ bool DatasetConfig::operator==(const DatasetConfig& o) const {
                                                   o.cacheLatentsToDisk) &&
          std::tie(filePath, promptField, responseField, textField, responseMarker, maxSeqLen, paddingSide, packing) ==
              std::tie(o.filePath, o.promptField, o.responseField, o.textField, o.responseMarker, o.maxSeqLen,
-                      o.paddingSide, o.packing);
+                      o.paddingSide, o.packing) &&
+         familyValues == o.familyValues;
 }
 
 bool SampleConfig::operator==(const SampleConfig& o) const {
@@ -69,8 +70,8 @@ bool SaveConfig::operator==(const SaveConfig& o) const {
 }
 
 bool RunConfig::operator==(const RunConfig& o) const {
-  return std::tie(job, model, network, train, datasets, sample, save) ==
-         std::tie(o.job, o.model, o.network, o.train, o.datasets, o.sample, o.save);
+  return std::tie(job, model, network, train, datasets, sample, save, familyValues) ==
+         std::tie(o.job, o.model, o.network, o.train, o.datasets, o.sample, o.save, o.familyValues);
 }
 
 }  // namespace strata::config

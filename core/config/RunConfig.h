@@ -9,12 +9,23 @@
 // in its comment.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace strata::config {
+
+// A key's value in a type-neutral form: monostate = unset (optional keys only),
+// Int keys hold int64_t, Float keys double, Choice keys their spelling.
+using Value = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
+                           std::vector<double>, std::vector<std::string>>;
+
+// The values of keys a family contributes without a member below (config/KeyRows.h,
+// rows::valueRow): by key path, only those set away from the row's default.
+using FamilyValues = std::map<std::string, Value>;
 
 // ---- choices ---------------------------------------------------------------
 
@@ -28,7 +39,6 @@ enum class DType { BF16, FP16, FP32 };                          // bf16 | fp16 |
 enum class TimestepType { Sigmoid, Uniform, Shift };            // sigmoid | uniform | shift
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };      // diffusers | kohya | comfy | peft (a folder)
-enum class ModelArch { Flux, Llama, Flux2 };                    // flux | llama | flux2: the model family
 enum class PaddingSide { Right, Left };                         // right | left
 enum class AttentionBackend { Cudnn, Flash };                   // cudnn | flash
 
@@ -75,8 +85,6 @@ STRATA_ENUM_NAMES(DatasetType, 5, {DatasetType::Images, "images", false}, {Datas
                   {DatasetType::Jsonl, "jsonl", false});
 STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
                   {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
-STRATA_ENUM_NAMES(ModelArch, 3, {ModelArch::Flux, "flux", false}, {ModelArch::Llama, "llama", false},
-                  {ModelArch::Flux2, "flux2", false});
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
 STRATA_ENUM_NAMES(AttentionBackend, 2, {AttentionBackend::Cudnn, "cudnn", false},
                   {AttentionBackend::Flash, "flash", false});
@@ -127,7 +135,8 @@ struct ModelConfig {
   std::optional<int64_t> vaeNormNumGroups;       // model.vae_norm_num_groups: with vae_path
   std::optional<int64_t> clipNumAttentionHeads;  // model.clip_num_attention_heads: with clip_path
   bool isFlux = true;                      // model.is_flux (false with arch flux is refused: set model.arch)
-  ModelArch arch = ModelArch::Flux;        // model.arch: the model family (flux, llama, flux2)
+  // model.arch: the id a model family registers under (config/FamilyRegistry.h), as YAML spells it.
+  std::string arch = "flux";
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
   // Architecture overrides on top of the preset (model.num_layers, ...); unset = preset's value.
   std::optional<int64_t> numLayers;        // double blocks
@@ -220,6 +229,7 @@ struct DatasetConfig {
   int64_t maxSeqLen = 512;                     // datasets[].max_seq_len (tokens): longer samples are cut
   PaddingSide paddingSide = PaddingSide::Right;  // datasets[].padding_side
   bool packing = false;                        // datasets[].packing: several samples per row of max_seq_len
+  FamilyValues familyValues;                   // datasets[].<a family's key without a member>
   bool operator==(const DatasetConfig& o) const;
 };
 
@@ -254,6 +264,7 @@ struct RunConfig {
   std::vector<DatasetConfig> datasets;
   SampleConfig sample;
   SaveConfig save;
+  FamilyValues familyValues;  // <section>.<a family's key without a member>
   bool operator==(const RunConfig& o) const;
   bool operator!=(const RunConfig& o) const { return !(*this == o); }
 };

@@ -5,6 +5,7 @@
 
 #include "common/TorchCompat.h"
 #include "config/ConfigSchema.h"
+#include "config/FamilyRegistry.h"
 #include "io/FileBytes.h"
 
 #include <algorithm>
@@ -20,34 +21,44 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "an images", "a shapes": the article for a word in a message.
+}  // namespace
+
 std::string withArticle(const std::string& word) {
   const bool vowel = !word.empty() && std::string("aeiouAEIOU").find(word.front()) != std::string::npos;
   return (vowel ? "an " : "a ") + word;
 }
 
-class Checker {
+namespace {
+
+// What a family that is not registered says: nothing of its own.
+const FamilyDescription kNoFamily{};
+
+class Checker : public RuleContext {
  public:
-  Checker(const RunConfig& cfg, const ValidateOptions& opt) : cfg_(cfg), opt_(opt) {}
+  Checker(const RunConfig& cfg, const ValidateOptions& opt)
+      : cfg_(cfg), opt_(opt), known_(findFamily(cfg.model.arch)), fam_(known_ ? *known_ : kNoFamily) {}
+
+  const RunConfig& config() const override { return cfg_; }
+  const ValidateOptions& options() const override { return opt_; }
 
   void add(Severity s, const std::string& key, std::string message, std::string hint = "") {
     problems_.push_back(problemAt(s, key, std::move(message), std::move(hint), opt_.where));
   }
-  void error(const std::string& key, std::string message, std::string hint = "") {
+  void error(const std::string& key, std::string message, std::string hint = "") override {
     add(Severity::Error, key, std::move(message), std::move(hint));
   }
-  void warning(const std::string& key, std::string message, std::string hint = "") {
+  void warning(const std::string& key, std::string message, std::string hint = "") override {
     add(Severity::Warning, key, std::move(message), std::move(hint));
   }
 
-  bool hasImages() const {
+  bool hasImages() const override {
     for (const DatasetConfig& d : cfg_.datasets)
       if (d.type == DatasetType::Images) return true;
     return false;
   }
 
   // " (line 12)" when the key was written in the file.
-  std::string lineOf(const std::string& key) const {
+  std::string lineOf(const std::string& key) const override {
     if (!opt_.where || !opt_.where->has(key)) return "";
     const SourcePos pos = opt_.where->find(key);
     if (!pos.origin.empty()) return " (" + pos.origin + ")";
@@ -124,90 +135,20 @@ class Checker {
   }
 
   void model() {
-    const ModelConfig& m = cfg_.model;
-    if (!m.isFlux && m.arch == ModelArch::Flux)
-      error("model.is_flux", "is_flux is false but model.arch is flux",
-            "set model.arch: llama for a Llama-family causal LM, or is_flux: true with a FLUX checkpoint");
+    if (!known_)
+      error("model.arch", "'" + cfg_.model.arch + "' is not a model family of this program",
+            "use one of: " + familyIdList());
+    if (fam_.rules.arch) fam_.rules.arch(*this);
     familyKeys();
-    flux2Model();
-    if (!flux() && !flux2()) return;  // the rest are FLUX's shape and single-file keys (familyKeys: ignored elsewhere)
-    if (m.attentionHeadDim && !m.axesDimsRope.empty()) {
-      int64_t sum = 0;
-      for (int64_t a : m.axesDimsRope) sum += a;
-      if (sum != *m.attentionHeadDim)
-        error("model.axes_dims_rope",
-              "the rotary axes add up to " + std::to_string(sum) + " but attention_head_dim is " +
-                  std::to_string(*m.attentionHeadDim) + lineOf("model.attention_head_dim"),
-              "their sum must equal the head width (flux-dev: 16 + 56 + 56 = 128)");
-    }
-    for (int64_t a : m.axesDimsRope)
-      if (a % 2 != 0) {
-        error("model.axes_dims_rope", "rotary dims must be even, got " + std::to_string(a));
-        break;
-      }
-    // An images run with random weights still reads its tokenizers: model.tokenizer_path, else this folder.
-    // (Weights there with random_weights are an error for every family: randomWeights().)
-    const bool tokenizersHere = hasImages() && m.tokenizerPath.empty();
-    if (m.randomWeights && !m.nameOrPath.empty() && !tokenizersHere && !(opt_.checkPaths && holdsWeights(m.nameOrPath)))
-      warning("model.name_or_path", "ignored: random_weights is true" + lineOf("model.random_weights"),
-              "set random_weights: false to train on these weights");
-    if (!flux()) return;  // FLUX.1's single-file keys follow (FLUX.2 ignores them: familyKeys)
-    // What single files do not hold: read only with a single-file component.
-    if (m.vaeNormNumGroups && (m.randomWeights || m.vaePath.empty()))
-      error("model.vae_norm_num_groups", "read only with a single-file VAE (model.vae_path)",
-            m.randomWeights ? "random weights use FLUX.1's VAE shape" : "a diffusers folder's vae/config.json says it");
-    if (m.clipNumAttentionHeads && (m.randomWeights || m.clipPath.empty()))
-      error("model.clip_num_attention_heads", "read only with a single-file CLIP (model.clip_path)",
-            m.randomWeights ? "random weights use CLIP-L's head width 64"
-                            : "a diffusers folder's text_encoder/config.json says it");
-  }
-
-  bool flux() const { return cfg_.model.arch == ModelArch::Flux; }
-  bool flux2() const { return cfg_.model.arch == ModelArch::Flux2; }
-  bool llama() const { return cfg_.model.arch == ModelArch::Llama; }
-
-  // FLUX.2 trains its transformer only: Strata has no FLUX.2 VAE or text encoder yet.
-  void flux2Model() {
-    const ModelConfig& m = cfg_.model;
-    if (flux() && m.preset == ModelPreset::Flux2Dev)
-      error("model.preset", "flux2-dev is a FLUX.2 shape, and model.arch is flux", "set model.arch: flux2");
-    if (!flux2()) return;
-    if (m.preset == ModelPreset::FluxDev)
-      error("model.preset", "flux-dev is FLUX.1's shape, and model.arch is flux2", "use preset flux2-dev or tiny");
-    if (m.pooledProjectionDim)
-      error("model.pooled_projection_dim", "FLUX.2 has no pooled text embedding", "remove the key");
-  }
-
-  // What model.name_or_path takes for the config's family, for hints.
-  std::string modelFolderHint() const {
-    if (flux())
-      return "point it at a local FLUX.1-dev diffusers folder or flux1-dev.safetensors, or set random_weights: true";
-    if (flux2())
-      return "point it at a local FLUX.2 transformer (a diffusers folder or a BFL .safetensors file), or set "
-             "random_weights: true";
-    return "point it at a local " + enumName(cfg_.model.arch) +
-           "-family model folder (config.json and its .safetensors, as transformers' save_pretrained writes it; "
-           "with random_weights: true, a folder holding only config.json)";
+    if (fam_.rules.model) fam_.rules.model(*this);
   }
 
   // A key set away from its default that the chosen family does not read: said,
   // not ignored in silence.
   void familyKeys() {
-    RunConfig defaults;
-    defaults.datasets.resize(1);
-    const std::string arch = enumName(cfg_.model.arch);
-    for (const KeySpec& spec : schema()) {
-      if (spec.appliesTo(cfg_.model.arch) || spec.path == "model.is_flux") continue;
-      const size_t count = spec.isDatasetKey() ? cfg_.datasets.size() : 1;
-      for (size_t i = 0; i < count; ++i) {
-        if (spec.get(cfg_, i) == spec.get(defaults, 0)) continue;
-        const std::string key =
-            spec.isDatasetKey() ? "datasets[" + std::to_string(i) + "]" + spec.path.substr(10) : spec.path;
-        warning(key, "ignored: a " + arch + " model does not read it" + lineOf("model.arch"));
-      }
-    }
+    for (const UnreadKey& k : keysNotRead(cfg_, cfg_.model.arch))
+      warning(k.key, "ignored: a " + cfg_.model.arch + " model does not read it" + lineOf("model.arch"));
   }
-
   // The CUDA devices the run will use; empty when on the CPU or when unknown.
   std::vector<device::DeviceInfo> gpus() const {
     std::vector<device::DeviceInfo> out;
@@ -408,16 +349,15 @@ class Checker {
     if (!opt_.checkPaths) return;
     const ModelConfig& m = cfg_.model;
     randomWeights();
-    if (flux() && m.randomWeights && hasImages() && m.nameOrPath.empty() && m.tokenizerPath.empty())
-      error("model.tokenizer_path", "an images run with random_weights still needs the tokenizers",
-            "give a folder holding tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
+    if (fam_.rules.paths) fam_.rules.paths(*this);
     // A causal LM reads its shape from config.json even with random weights.
-    if (m.nameOrPath.empty() && (!m.randomWeights || llama())) {
+    const bool readsModel = fam_.readsModelWithRandomWeights;
+    if (m.nameOrPath.empty() && (!m.randomWeights || readsModel)) {
       error("model.name_or_path",
-            !llama() ? std::string("no model given")
-                     : "no model given: a " + enumName(cfg_.model.arch) + " model reads its config.json there" +
-                           lineOf("model.arch"),
-            modelFolderHint());
+            !readsModel ? std::string("no model given")
+                        : "no model given: a " + cfg_.model.arch + " model reads its config.json there" +
+                              lineOf("model.arch"),
+            fam_.hints.modelFolder);
     } else if (!m.randomWeights) {
       const std::string why = io::pathProblem(m.nameOrPath);
       if (!why.empty() && why != "no such file or folder") {
@@ -430,19 +370,10 @@ class Checker {
                                "local files only",
                 hubDownloadHint(m.nameOrPath));
         else
-          error("model.name_or_path", "not found: " + m.nameOrPath,
-                flux() ? "give a diffusers folder or a .safetensors file"
-                       : "give the model folder (config.json and its .safetensors)");
+          error("model.name_or_path", "not found: " + m.nameOrPath, fam_.hints.modelNotFound);
       }
     }
-    // (A missing folder is said once, above.)
-    const bool missing = !m.randomWeights && !io::pathProblem(m.nameOrPath).empty();
-    if (llama() && !m.nameOrPath.empty() && !missing && !fs::exists(fs::path(m.nameOrPath) / "config.json"))
-      error("model.name_or_path", m.nameOrPath + ": no config.json there",
-            looksLikeHubId(m.nameOrPath) && !fs::exists(m.nameOrPath)
-                ? hubDownloadHint(m.nameOrPath)
-                : "give the model folder that transformers' save_pretrained writes (with random_weights: a "
-                  "folder holding only config.json is enough)");
+    if (fam_.rules.modelPath) fam_.rules.modelPath(*this);
     for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
       const DatasetConfig& d = cfg_.datasets[i];
       if (d.type == DatasetType::Jsonl) {
@@ -475,7 +406,7 @@ class Checker {
     const TrainConfig& t = cfg_.train;
     if (t.lr > 1e-2 && t.lr <= 1)
       warning("train.lr", "a learning rate of " + formatNumber(t.lr) + " is very high for LoRA",
-              flux() ? "1e-4 is the usual FLUX LoRA rate" : "1e-4 to 3e-4 is the usual rate for a LoRA on a causal LM");
+              fam_.hints.lr);
     if (t.lrScheduler != LrScheduler::Constant && t.lrWarmupSteps >= t.steps)
       warning("train.lr_warmup_steps", "the warm-up (" + std::to_string(t.lrWarmupSteps) +
                                            " steps) is not shorter than the run (" + std::to_string(t.steps) + ")");
@@ -546,94 +477,9 @@ class Checker {
   }
 
   void datasets() {
-    if (cfg_.datasets.empty())
-      error("datasets", "no dataset",
-            flux() ? "add one, e.g. datasets: [{type: images, folder_path: /data/my_set}]"
-                   : "add one, e.g. datasets: [{type: jsonl, file_path: /data/train.jsonl}]");
-    for (size_t i = 0; i < cfg_.datasets.size(); ++i) {
-      const DatasetConfig& d = cfg_.datasets[i];
-      if (llama()) {
-        llamaDataset(i);
-        continue;
-      }
-      if (flux2() && d.type != DatasetType::Synthetic) {
-        error("datasets[" + std::to_string(i) + "].type",
-              "a flux2 model trains on a synthetic dataset only, not " + enumName(d.type) +
-                  ": Strata has no FLUX.2 VAE or Mistral text encoder yet, so images cannot be encoded and there "
-                  "are no FLUX.2 latents to read",
-              "use type: synthetic (random latents and text embeddings of the model's shapes; docs/flux2.md)");
-        continue;
-      }
-      const std::string at = "datasets[" + std::to_string(i) + "].";
-      if (d.type == DatasetType::Jsonl) {
-        error(at + "type", "a jsonl dataset trains a causal LM, not FLUX",
-              "set model.arch: llama, or use a FLUX dataset type (latents, shapes, synthetic)");
-        continue;
-      }
-      const DatasetConfig defaults;
-      // Every key a dataset accepts is read by its type or refused, never ignored.
-      if (d.type != DatasetType::Images) {
-        const std::string why = "only an images dataset reads it (this one is " + enumName(d.type) + ")";
-        if (!d.triggerWord.empty()) error(at + "trigger_word", why);
-        if (d.numRepeats != 1) error(at + "num_repeats", why);
-        if (d.flipX) error(at + "flip_x", why);
-        if (!d.defaultCaption.empty()) error(at + "default_caption", why);
-        if (d.captionExt != defaults.captionExt) error(at + "caption_ext", why);
-        if (d.cacheLatentsToDisk != defaults.cacheLatentsToDisk) error(at + "cache_latents_to_disk", why);
-      } else {
-        if (d.captionExt.empty() || d.captionExt == "." || d.captionExt.find('/') != std::string::npos)
-          error(at + "caption_ext", "'" + d.captionExt + "' is not a file extension", "e.g. caption_ext: txt");
-      }
-      if (d.type == DatasetType::Shapes && hasImages())
-        error(at + "type", "the shapes demo cannot be trained with an images dataset",
-              "the demo's latents are a pixel code, not the VAE's: use one or the other");
-      if ((d.type == DatasetType::Images || d.type == DatasetType::Latents) && d.numItems != defaults.numItems)
-        error(at + "num_items", "only synthetic and shapes datasets read it (this one is " + enumName(d.type) + ")");
-      if ((d.type == DatasetType::Shapes || d.type == DatasetType::Synthetic) && d.resolution.size() > 1)
-        error(at + "resolution",
-              withArticle(enumName(d.type)) + " dataset uses one resolution, " + std::to_string(d.resolution.size()) +
-                  " are given",
-              "several resolutions (one set of buckets each) are for images datasets");
-      const std::string key = "datasets[" + std::to_string(i) + "].resolution";
-      // A latents item's size is its file's; `strata-train plan` reads it from the
-      // headers and falls back to resolution only where the folder is not readable.
-      const bool written = opt_.where ? opt_.where->has(key) : d.resolution != defaults.resolution;
-      if (d.type == DatasetType::Latents && written)
-        warning(key, "a latents dataset does not read resolution: each item's size is its file's latents",
-                "remove it; a plan made where the folder cannot be read uses it as the size");
-      if (d.resolution.empty()) error(key, "no resolution given", "e.g. resolution: [512]");
-      // Shapes are drawn at pixel size and packed 2x2 twice (multiple of 4);
-      // real images go through the 8x VAE and 2x2 packing (multiple of 16).
-      const int64_t multiple = d.type == DatasetType::Shapes ? 4 : 16;
-      for (int64_t r : d.resolution)
-        if (r > 0 && r % multiple != 0) {
-          error(key, std::to_string(r) + " is not a multiple of " + std::to_string(multiple),
-                "use " + std::to_string((r + multiple / 2) / multiple * multiple));
-          break;
-        }
-    }
-  }
-
-  // A causal LM's dataset: jsonl (the fields it reads) or synthetic (random tokens).
-  void llamaDataset(size_t i) {
-    const DatasetConfig& d = cfg_.datasets[i];
-    const std::string at = "datasets[" + std::to_string(i) + "].";
-    if (d.type != DatasetType::Jsonl && d.type != DatasetType::Synthetic) {
-      error(at + "type", "a " + enumName(cfg_.model.arch) + " model trains on a jsonl or synthetic dataset, not " +
-                             enumName(d.type),
-            "use type: jsonl with file_path (one JSON object per line)");
-      return;
-    }
-    if (d.type != DatasetType::Jsonl) return;
-    if (d.textField.empty()) {
-      if (d.promptField.empty()) error(at + "prompt_field", "must not be empty", "e.g. prompt (or set text_field)");
-      if (d.responseField.empty()) error(at + "response_field", "must not be empty", "e.g. response");
-      if (!d.promptField.empty() && d.promptField == d.responseField)
-        error(at + "response_field", "is the same field as prompt_field (" + d.promptField + ")");
-    } else if (d.responseMarker.empty()) {
-      error(at + "response_marker", "a text_field dataset needs the marker where the response starts",
-            "e.g. \"### OUTPUT:\"");
-    }
+    if (cfg_.datasets.empty()) error("datasets", "no dataset", fam_.hints.noDataset);
+    if (fam_.rules.dataset)
+      for (size_t i = 0; i < cfg_.datasets.size(); ++i) fam_.rules.dataset(*this, i);
   }
 
   void sampling() {
@@ -642,34 +488,23 @@ class Checker {
       error("sample.sample_every",
             "sampling every " + std::to_string(s.sampleEvery) + " steps but there are no prompts",
             "add sample.prompts, or set sample_every: 0");
-    if (flux2() && s.sampleEvery > 0 && !s.prompts.empty())
-      error("sample.sample_every", "a flux2 run cannot sample yet: there is no FLUX.2 VAE to decode the latents",
-            "set sample_every: 0 (docs/flux2.md)");
-    if (!flux()) return;  // width, height: image samples only
-    const bool shapes = !cfg_.datasets.empty() && cfg_.datasets.front().type == DatasetType::Shapes;
-    const int64_t multiple = shapes ? 4 : 16;
-    for (const char* key : {"sample.width", "sample.height"}) {
-      const int64_t v = key == std::string("sample.width") ? s.width : s.height;
-      if (v > 0 && v % multiple != 0)
-        error(key, std::to_string(v) + " is not a multiple of " + std::to_string(multiple),
-              "use " + std::to_string((v + multiple / 2) / multiple * multiple));
-    }
+    if (fam_.rules.sampling) fam_.rules.sampling(*this);
   }
 
   void saving() {
     if (cfg_.job.name.empty()) error("job.name", "must not be empty", "it names the run folder and the LoRA files");
     if (cfg_.save.exportFormats.empty())
       warning("save.export_formats", "no export format: only Strata's own checkpoints are written",
-              flux() ? "add diffusers, kohya or comfy" : "add peft");
-    for (ExportFormat f : cfg_.save.exportFormats) {
-      if (llama() && (f == ExportFormat::Kohya || f == ExportFormat::Comfy))
-        error("save.export_formats", enumName(f) + " is a FLUX file form; a " + enumName(cfg_.model.arch) +
-                                         " model's LoRA is written as a peft adapter folder",
-              "use export_formats: [peft]");
-      if (!llama() && f == ExportFormat::Peft)
-        error("save.export_formats", "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is one file",
-              "use diffusers (the same tensor names, in one .safetensors file)");
-    }
+              fam_.hints.noExport);
+    const std::vector<ExportFormat>& writes = fam_.exportFormats;
+    for (ExportFormat f : cfg_.save.exportFormats)
+      if (known_ && std::find(writes.begin(), writes.end(), f) == writes.end() &&
+          std::find(fam_.acceptedFormats.begin(), fam_.acceptedFormats.end(), f) == fam_.acceptedFormats.end()) {
+        std::string message = fam_.hints.foreignFormat;
+        if (const size_t at = message.find("{format}"); at != std::string::npos)
+          message.replace(at, 8, enumName(f));
+        error("save.export_formats", message, fam_.hints.foreignFormatHint);
+      }
     std::set<ExportFormat> seen;
     for (ExportFormat f : cfg_.save.exportFormats)
       if (!seen.insert(f).second) {
@@ -680,6 +515,8 @@ class Checker {
 
   const RunConfig& cfg_;
   const ValidateOptions& opt_;
+  const FamilyDescription* known_;  // nullptr: model.arch names no registered family
+  const FamilyDescription& fam_;
   std::vector<Problem> problems_;
 };
 

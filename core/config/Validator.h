@@ -52,6 +52,9 @@ bool looksLikeHubId(const std::string& path);
 // How to get a hub repository's folder (huggingface-cli download ... --local-dir ...).
 std::string hubDownloadHint(const std::string& repoId);
 
+// "an images", "a shapes": the article for a word in a message.
+std::string withArticle(const std::string& word);
+
 // The quantization types Strata can name, and whether this build can do `qtype`
 // (float8 needs LibTorch >= 2.1; int8 works everywhere). docs/quantization.md.
 const std::vector<std::string>& knownQtypes();

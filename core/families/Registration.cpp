@@ -1,8 +1,9 @@
-// A new family is a folder under core/families/ and a line here.
+// A new family is a folder under core/families/, a line here and one in descriptions/.
 #include "families/Registration.h"
 
 #include <mutex>
 
+#include "families/descriptions/Descriptions.h"
 #include "families/flux/FluxFamily.h"
 #include "families/flux2/Flux2Family.h"
 #include "families/llama/LlamaFamily.h"
@@ -15,6 +16,8 @@ namespace strata::families {
 void registerAll() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // What each family says about itself (config keys, rules, words), then its runs.
+    registerDescriptions();
     train::registerModelFamily(makeFluxFamily());
     train::registerModelFamily(makeLlamaFamily());
     train::registerModelFamily(makeFlux2Family());

@@ -33,6 +33,6 @@ struct ConfigTemplate {
 
 // The templates of `arch`'s registered family, in its order; none for a family
 // that is not registered.
-std::vector<ConfigTemplate> configTemplates(config::ModelArch arch);
+std::vector<ConfigTemplate> configTemplates(const std::string& arch);
 
 }  // namespace strata::train

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "common/Error.h"
+#include "config/FamilyRegistry.h"
 #include "train/ImageFolder.h"
 
 namespace strata::train {
@@ -11,7 +12,7 @@ namespace {
 
 struct Registry {
   std::mutex mutex;
-  std::map<config::ModelArch, std::shared_ptr<const ModelFamily>> families;
+  std::map<std::string, std::shared_ptr<const ModelFamily>> families;
 };
 
 Registry& registry() {
@@ -27,8 +28,13 @@ std::filesystem::path ModelFamily::exportPathIn(const std::filesystem::path& dir
                 ".safetensors");
 }
 
-std::vector<ConfigTemplate> configTemplates(config::ModelArch arch) {
+std::vector<ConfigTemplate> configTemplates(const std::string& arch) {
   return hasModelFamily(arch) ? modelFamily(arch).templates() : std::vector<ConfigTemplate>{};
+}
+
+std::string ModelFamily::displayName() const {
+  const config::FamilyDescription* d = config::findFamily(arch());
+  return d ? d->displayName : arch();
 }
 
 std::string ModelFamily::planKey(const config::RunConfig&) const { return "model.name_or_path"; }
@@ -85,7 +91,7 @@ void registerModelFamily(std::shared_ptr<const ModelFamily> family) {
   r.families[arch] = std::move(family);
 }
 
-bool hasModelFamily(config::ModelArch arch) {
+bool hasModelFamily(const std::string& arch) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   return r.families.count(arch) > 0;
@@ -99,12 +105,12 @@ std::vector<const ModelFamily*> registeredModelFamilies() {
   return out;
 }
 
-const ModelFamily& modelFamily(config::ModelArch arch) {
+const ModelFamily& modelFamily(const std::string& arch) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.families.find(arch);
   if (it == r.families.end())
-    throw ConfigError("model.arch: '" + config::enumName(arch) + "' has no model family in this program" +
+    throw ConfigError("model.arch: '" + arch + "' has no model family in this program" +
                       (r.families.empty() ? " (it registers none: its main() must call strata::families::registerAll())"
                                           : ""));
   return *it->second;

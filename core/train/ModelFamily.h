@@ -98,9 +98,10 @@ struct FamilyPlan {
 class ModelFamily {
  public:
   virtual ~ModelFamily() = default;
-  virtual config::ModelArch arch() const = 0;
-  // For messages: "FLUX.1", "Llama".
-  virtual std::string displayName() const = 0;
+  // model.arch: the id its config::FamilyDescription is registered under ("flux").
+  virtual std::string arch() const = 0;
+  // For messages: "FLUX.1", "Llama" (its config::FamilyDescription's; the id when none is registered).
+  std::string displayName() const;
 
   virtual std::unique_ptr<FamilyRun> newRun() const = 0;
 
@@ -160,14 +161,15 @@ class ModelFamily {
                              const std::string& softwareVersion) const = 0;
 };
 
-// The one registry. registerModelFamily is called by strata::families::registerAll()
-// (core/families/Registration.h), which every program calls from main(); a second
-// registration of an arch replaces the first.
+// The one registry of runs. registerModelFamily is called by
+// strata::families::registerAll() (core/families/Registration.h), which every program
+// calls from main(), next to config::registerFamily (what the family says about
+// itself: config/FamilyRegistry.h); a second registration of an arch replaces the first.
 void registerModelFamily(std::shared_ptr<const ModelFamily> family);
 // The family of `arch`. Throws ConfigError naming model.arch when this program
 // has none registered for it.
-const ModelFamily& modelFamily(config::ModelArch arch);
-bool hasModelFamily(config::ModelArch arch);
+const ModelFamily& modelFamily(const std::string& arch);
+bool hasModelFamily(const std::string& arch);
 // Every registered family, in model.arch order.
 std::vector<const ModelFamily*> registeredModelFamilies();
 

@@ -9,6 +9,7 @@
 
 #include "common/Text.h"
 #include "common/TorchCompat.h"
+#include "config/FamilyRegistry.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
 #include "io/FileBytes.h"
@@ -113,13 +114,14 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
   for (size_t i = 0; i < run.devices.size(); ++i)
     if (!run.devices[i].isCpu())
       device::setMemoryCap(run.devices[i].index, i < run.capBytes.size() ? run.capBytes[i] : 0);
-  // model.attention_backend (FLUX families): cuDNN attention where LibTorch prefers
-  // it, or off. Llama never uses it (its layers turn it off as well).
+  // model.attention_backend: cuDNN attention where LibTorch prefers it, or off; a
+  // family that never uses it says so (FamilyDescription::cudnnAttention).
   compat::setCudnnAttention(cudnnAttentionAllowed(cfg));
 }
 
 bool cudnnAttentionAllowed(const config::RunConfig& cfg) {
-  return cfg.model.arch != config::ModelArch::Llama && cfg.model.attentionBackend == config::AttentionBackend::Cudnn;
+  const config::FamilyDescription* family = config::findFamily(cfg.model.arch);
+  return (!family || family->cudnnAttention) && cfg.model.attentionBackend == config::AttentionBackend::Cudnn;
 }
 
 std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed) {

@@ -16,9 +16,9 @@ using namespace strata;
 namespace fs = std::filesystem;
 
 TEST(ConfigTemplates, EachFamilysTemplatesAreShippedFilesOfThatFamily) {
-  for (const auto arch : {config::ModelArch::Flux, config::ModelArch::Flux2, config::ModelArch::Llama}) {
+  for (const std::string arch : {"flux", "flux2", "llama"}) {
     const auto templates = train::configTemplates(arch);
-    ASSERT_FALSE(templates.empty()) << config::enumName(arch);
+    ASSERT_FALSE(templates.empty()) << arch;
     bool ownData = false;
     for (const auto& t : templates) {
       const fs::path file = test::sourceDir() / "configs" / t.file;
@@ -45,7 +45,7 @@ TEST(ConfigTemplates, EachFamilysTemplatesAreShippedFilesOfThatFamily) {
         EXPECT_GT(loaded.config.save.exportEvery, 0) << t.id;  // a LoRA at every save, to compare them
       }
     }
-    if (arch != config::ModelArch::Flux2) EXPECT_TRUE(ownData) << config::enumName(arch) << " has no template for own data";
+    if (arch != std::string("flux2")) EXPECT_TRUE(ownData) << arch << " has no template for own data";
   }
 }
 

@@ -34,7 +34,7 @@ std::string problemsOf(const train::PreparedRun& run) {
 
 TEST(LlamaPlan, TheSeedsConfigIsLlama3_8bShaped) {
   const auto cfg = seedConfig();
-  EXPECT_EQ(cfg.model.arch, config::ModelArch::Llama);
+  EXPECT_EQ(cfg.model.arch, std::string("llama"));
   const auto lc = llama::LlamaConfig::fromFile(cfg.model.nameOrPath);
   const auto ref = llama::LlamaConfig::llama3_8b();
   EXPECT_EQ(lc.hiddenSize, ref.hiddenSize);

@@ -58,7 +58,7 @@ class LlamaTrain : public ::testing::Test {
     config::RunConfig c;
     c.job.name = name;
     c.job.trainingFolder = tmp_.path().string();
-    c.model.arch = config::ModelArch::Llama;
+    c.model.arch = std::string("llama");
     c.model.nameOrPath = modelDir().string();
     c.model.tokenizerPath = (tmp_ / "tok").string();
     c.model.device = config::ComputeDevice::Cpu;

@@ -24,7 +24,7 @@ config::RunConfig flux2Tiny(const std::filesystem::path& folder) {
   config::RunConfig c;
   c.job.name = "flux2_gpu";
   c.job.trainingFolder = folder.string();
-  c.model.arch = config::ModelArch::Flux2;
+  c.model.arch = std::string("flux2");
   c.model.preset = config::ModelPreset::Tiny;
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;

@@ -522,7 +522,7 @@ TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
     config::RunConfig c;
     c.job.name = keepTranspose ? "k" : quantized ? "q" : "b";
     c.job.trainingFolder = tmp.path().string();
-    c.model.arch = config::ModelArch::Llama;
+    c.model.arch = std::string("llama");
     c.model.nameOrPath = (tmp / "model").string();
     c.model.device = config::ComputeDevice::Cuda;
     c.model.gpuIds = {0};

@@ -34,7 +34,7 @@ TEST(LlamaTrainGpu, EightBShapedThirtyStepsUnderA20GbCap) {
   config::RunConfig c;
   c.job.name = "llama8b";
   c.job.trainingFolder = tmp.path().string();
-  c.model.arch = config::ModelArch::Llama;
+  c.model.arch = std::string("llama");
   c.model.nameOrPath = (tmp / "model").string();
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;

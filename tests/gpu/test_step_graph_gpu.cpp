@@ -153,7 +153,7 @@ TEST(StepGraphGpu, ReplayedLlamaStepsTrainAsTheEagerOnes) {
     config::RunConfig c;
     c.job.name = graph ? "graph" : "eager";
     c.job.trainingFolder = (tmp / c.job.name).string();
-    c.model.arch = config::ModelArch::Llama;
+    c.model.arch = std::string("llama");
     c.model.nameOrPath = (tmp / "model").string();
     c.model.randomWeights = true;
     c.model.device = config::ComputeDevice::Cuda;

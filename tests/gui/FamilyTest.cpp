@@ -43,7 +43,6 @@
 using namespace strata;
 using namespace strata::ui;
 using namespace strata::ui::test;
-using config::ModelArch;
 
 namespace {
 
@@ -114,39 +113,39 @@ void FamilyTest::newConfigDialogAsksForTheFamilyFirst() {
   for (int i = 0; i < list->count(); ++i) QVERIFY(!list->item(i)->text().contains("Llama"));
   // The Llama family: only its templates, each a llama config.
   emit family->activated(1);
-  QCOMPARE(dialog.family(), ModelArch::Llama);
+  QCOMPARE(dialog.family(), std::string("llama"));
   QVERIFY(list->count() >= 1);
   for (int i = 0; i < list->count(); ++i) {
     list->setCurrentRow(i);
     const ConfigTemplate& t = dialog.chosen();
-    QCOMPARE(t.family, ModelArch::Llama);
+    QCOMPARE(t.family, std::string("llama"));
     const backend::ParseResult parsed = backend::parseYaml(templateText(t).toStdString(), t.id.toStdString());
     QVERIFY2(parsed.ok, qPrintable(t.id));
-    QCOMPARE(parsed.config.model.arch, ModelArch::Llama);
+    QCOMPARE(parsed.config.model.arch, std::string("llama"));
   }
   QVERIFY(!child<QLabel>(&dialog, "templateSummary")->text().isEmpty());
   // FLUX.2: its template, a flux2 config that opens valid.
   emit family->activated(2);
-  QCOMPARE(dialog.family(), ModelArch::Flux2);
+  QCOMPARE(dialog.family(), std::string("flux2"));
   QCOMPARE(list->count(), 1);
   list->setCurrentRow(0);
   {
     const ConfigTemplate& t = dialog.chosen();
-    QCOMPARE(t.family, ModelArch::Flux2);
+    QCOMPARE(t.family, std::string("flux2"));
     const backend::ParseResult parsed = backend::parseYaml(templateText(t).toStdString(), t.id.toStdString());
     QVERIFY2(parsed.ok, qPrintable(t.id));
-    QCOMPARE(parsed.config.model.arch, ModelArch::Flux2);
+    QCOMPARE(parsed.config.model.arch, std::string("flux2"));
   }
   // choose() picks the family of the template.
   dialog.choose("flux-dev-1gpu");
-  QCOMPARE(dialog.family(), ModelArch::Flux);
+  QCOMPARE(dialog.family(), std::string("flux"));
   QCOMPARE(dialog.chosen().id, QString("flux-dev-1gpu"));
 }
 
 void FamilyTest::familySwitchAsksAndNamesWhatItDrops() {
   ConfigEditor e;
   QVERIFY(e.loadFile(demoConfig()));
-  QCOMPARE(e.family(), ModelArch::Flux);
+  QCOMPARE(e.family(), std::string("flux"));
   const QString before = e.yamlText();
   auto* chooser = qobject_cast<QComboBox*>(e.fieldFor("model.arch"));
   QVERIFY(chooser);
@@ -159,16 +158,16 @@ void FamilyTest::familySwitchAsksAndNamesWhatItDrops() {
   QVERIFY2(answer->text.contains("model.preset: tiny") && answer->text.contains("not used by Llama"),
            qPrintable(answer->text));
   QVERIFY2(answer->text.contains("datasets[0].type: shapes becomes jsonl"), qPrintable(answer->text));
-  QCOMPARE(e.family(), ModelArch::Flux);
+  QCOMPARE(e.family(), std::string("flux"));
   QCOMPARE(chooser->currentIndex(), 0);
   QCOMPARE(e.yamlText(), before);
   QVERIFY(!e.isModified());
 
   // Keep: the family changes, the FLUX keys stay in the YAML and are listed with the validator's words.
   answer = answerNext("familySwitchQuestion", "familyKeepAndSwitch");
-  QVERIFY(e.chooseFamily(ModelArch::Llama));
+  QVERIFY(e.chooseFamily(std::string("llama")));
   QVERIFY(answer->answered);
-  QCOMPARE(e.family(), ModelArch::Llama);
+  QCOMPARE(e.family(), std::string("llama"));
   QCOMPARE(chooser->currentIndex(), 1);
   QVERIFY(e.isModified());
   QCOMPARE(e.valueText("model.preset"), QString("tiny"));
@@ -206,12 +205,12 @@ void FamilyTest::familySwitchAsksAndNamesWhatItDrops() {
   QVERIFY(e.setValueText("datasets[0].max_seq_len", "1024"));
   QVERIFY(e.setValueText("save.export_formats", "[peft]"));
   answer = answerNext("familySwitchQuestion", "familyDropAndSwitch");
-  QVERIFY(e.chooseFamily(ModelArch::Flux));
+  QVERIFY(e.chooseFamily(std::string("flux")));
   QVERIFY(answer->answered);
   QVERIFY2(answer->text.contains("datasets[0].max_seq_len: 1024") && answer->text.contains("not used by FLUX.1"),
            qPrintable(answer->text));
   QVERIFY2(answer->text.contains("save.export_formats: [peft] becomes [diffusers]"), qPrintable(answer->text));
-  QCOMPARE(e.family(), ModelArch::Flux);
+  QCOMPARE(e.family(), std::string("flux"));
   QCOMPARE(e.valueText("datasets[0].max_seq_len"), QString("512"));
   QCOMPARE(e.valueText("save.export_formats"), QString("[diffusers]"));
   QCOMPARE(e.valueText("datasets[0].type"), QString("images"));
@@ -230,10 +229,10 @@ void FamilyTest::familySwitchAsksAndNamesWhatItDrops() {
     }
   });
   guard.start(20);
-  QVERIFY(plain.chooseFamily(ModelArch::Llama));
+  QVERIFY(plain.chooseFamily(std::string("llama")));
   guard.stop();
   QVERIFY(!asked);
-  QCOMPARE(plain.family(), ModelArch::Llama);
+  QCOMPARE(plain.family(), std::string("llama"));
 }
 
 void FamilyTest::formShowsOnlyTheFamilysKeys() {
@@ -251,13 +250,13 @@ void FamilyTest::formShowsOnlyTheFamilysKeys() {
   // Every key of the form follows its schema tag.
   for (const config::KeySpec& spec : config::schema()) {
     if (spec.isDatasetKey() || spec.path == "model.arch") continue;
-    QCOMPARE(e.isFieldShown(QString::fromStdString(spec.path)), spec.appliesTo(ModelArch::Flux));
+    QCOMPARE(e.isFieldShown(QString::fromStdString(spec.path)), spec.appliesTo(std::string("flux")));
   }
   QVERIFY(e.fieldFor("model.name_or_path")->toolTip().contains("FLUX checkpoint"));
   QVERIFY(e.fieldFor("save.export_formats")->toolTip().contains("one of: diffusers kohya comfy, default: [diffusers]"));
 
   answerNext("familySwitchQuestion", "familySwitch");
-  QVERIFY(e.chooseFamily(ModelArch::Llama));
+  QVERIFY(e.chooseFamily(std::string("llama")));
   // A shared key's tooltip is in the family's words: a Llama's base model is a causal LM's folder.
   const QString modelTip = e.fieldFor("model.name_or_path")->toolTip();
   QVERIFY2(modelTip.contains("config.json") && !modelTip.contains("FLUX"), qPrintable(modelTip));
@@ -271,7 +270,7 @@ void FamilyTest::formShowsOnlyTheFamilysKeys() {
   for (const QString& k : fluxOnly) QVERIFY2(!rowShown(&e, k), qPrintable(k));
   for (const config::KeySpec& spec : config::schema()) {
     if (spec.isDatasetKey() || spec.path == "model.arch") continue;
-    QCOMPARE(e.isFieldShown(QString::fromStdString(spec.path)), spec.appliesTo(ModelArch::Llama));
+    QCOMPARE(e.isFieldShown(QString::fromStdString(spec.path)), spec.appliesTo(std::string("llama")));
   }
   // FLUX's model shape has nothing for a causal LM: the group is hidden.
   QVERIFY(!child<QWidget>(&e, "advanced_model_shape")->isVisibleTo(&e));
@@ -297,7 +296,7 @@ void FamilyTest::formShowsOnlyTheFamilysKeys() {
 
 void FamilyTest::familyChoicesAgreeWithTheValidator() {
   // What the form offers per family passes the validator; what it holds back is refused.
-  for (ModelArch arch : backend::modelFamilies()) {
+  for (const std::string& arch : backend::modelFamilies()) {
     const auto types = backend::datasetTypesOf(arch);
     const auto formats = backend::exportFormatsOf(arch);
     for (config::DatasetType t :
@@ -318,7 +317,7 @@ void FamilyTest::familyChoicesAgreeWithTheValidator() {
       c.save.exportFormats = {f};
       const bool offered = std::find(formats.begin(), formats.end(), f) != formats.end();
       // llama + diffusers is accepted (it writes the peft folder); the app offers peft only.
-      if (!offered && arch == ModelArch::Llama && f == config::ExportFormat::Diffusers) continue;
+      if (!offered && arch == std::string("llama") && f == config::ExportFormat::Diffusers) continue;
       QCOMPARE(hasErrorAt(backend::validate(c, ""), "save.export_formats"), !offered);
     }
   }
@@ -483,7 +482,7 @@ void FamilyTest::gpuMapNamesDecoderLayers() {
 }
 
 void FamilyTest::exportOffersTheFamilysForms() {
-  ExportDialog flux("run", ModelArch::Flux, {"diffusers"}, tmp_.path(), {{2, false}, {4, true}, {6, false}});
+  ExportDialog flux("run", std::string("flux"), {"diffusers"}, tmp_.path(), {{2, false}, {4, true}, {6, false}});
   for (const QString& f : {"diffusers", "kohya", "comfy"})
     QVERIFY2(flux.findChild<QCheckBox*>("exportFormat_" + f), qPrintable(f));
   QVERIFY(!flux.findChild<QCheckBox*>("exportFormat_peft"));
@@ -497,13 +496,13 @@ void FamilyTest::exportOffersTheFamilysForms() {
   pick->setCurrentIndex(2);
   QCOMPARE(flux.step(), qint64(2));
   // A run with no checkpoint: nothing to export, said so, Export off.
-  ExportDialog none("run", ModelArch::Flux, {"diffusers"}, tmp_.path(), {});
+  ExportDialog none("run", std::string("flux"), {"diffusers"}, tmp_.path(), {});
   QVERIFY(!child<QPushButton>(&none, "exportOk")->isEnabled());
   QVERIFY(child<QLabel>(&none, "exportMessage")->text().contains("no checkpoint"));
   QCOMPARE(none.step(), qint64(-1));
 
   // A causal LM: the peft folder only, ticked (a FLUX form in the run's config is not offered).
-  ExportDialog llama("run", ModelArch::Llama, {"kohya"}, tmp_.path(), {{1, false}});
+  ExportDialog llama("run", std::string("llama"), {"kohya"}, tmp_.path(), {{1, false}});
   QVERIFY(llama.findChild<QCheckBox*>("exportFormat_peft"));
   for (const QString& f : {"diffusers", "kohya", "comfy"}) QVERIFY(!llama.findChild<QCheckBox*>("exportFormat_" + f));
   QCOMPARE(llama.formats(), QStringList({"peft"}));
@@ -559,7 +558,7 @@ save:
   w.show();
   ConfigEditor* e = w.configEditor();
   e->setYamlText(yaml);
-  QCOMPARE(e->family(), ModelArch::Llama);
+  QCOMPARE(e->family(), std::string("llama"));
   QVERIFY2(!e->hasErrors(), qPrintable(e->problems().isEmpty() ? QString() : e->problems().front().message));
   QVERIFY(e->unusedKeys().isEmpty());
   // The Setup tab's dataset view previews the run's jsonl.
@@ -597,7 +596,7 @@ save:
   child<QPushButton>(&w, "exportButton")->click();
   auto* dialog = w.findChild<ExportDialog*>("exportDialog");
   QVERIFY(dialog);
-  QCOMPARE(dialog->family(), ModelArch::Llama);
+  QCOMPARE(dialog->family(), std::string("llama"));
   QVERIFY(!dialog->findChild<QCheckBox*>("exportFormat_kohya"));
   QCOMPARE(dialog->formats(), QStringList({"peft"}));
   const QString out = tmp_.filePath("exported");

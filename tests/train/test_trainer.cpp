@@ -197,7 +197,7 @@ TEST(Trainer, FailureMessagesPointAtFlashWhenCudnnMayBeTheCause) {
   flash.model.attentionBackend = config::AttentionBackend::Flash;
   EXPECT_EQ(attentionBackendHint(cudnnError, flash, true), "");
   auto llama = cfg;
-  llama.model.arch = config::ModelArch::Llama;
+  llama.model.arch = std::string("llama");
   EXPECT_EQ(attentionBackendHint(cudnnError, llama, true), "");
 }
 

@@ -1,11 +1,9 @@
-// LibTorch first: Qt's `slots` macro breaks its headers.
-#include "train/ModelFamily.h"
-
 #include <QObject>
 #include <algorithm>
 #include <exception>
 
 #include "config/ConfigSchema.h"
+#include "config/FamilyRegistry.h"
 #include "config/RunConfigYaml.h"
 #include "ui/backend/FamilyBackend.h"
 
@@ -30,77 +28,42 @@ const config::RunConfig& defaults() {
   return kDefaults;
 }
 
-QString concreteKey(const config::KeySpec& spec, size_t i) {
-  return spec.isDatasetKey() ? QString("datasets[%1].%2").arg(i).arg(qs(spec.path.substr(11))) : qs(spec.path);
-}
-
 }  // namespace
 
-std::vector<config::ModelArch> modelFamilies() {
-  return {config::ModelArch::Flux, config::ModelArch::Llama, config::ModelArch::Flux2};
-}
-
-QString familyName(config::ModelArch arch) {
-  try {
-    return qs(train::modelFamily(arch).displayName());
-  } catch (const std::exception&) {
-    return qs(config::enumName(arch));  // a family this build has not registered
-  }
-}
-
-QString familyTitle(config::ModelArch arch) {
-  switch (arch) {
-    case config::ModelArch::Flux:
-      return QObject::tr("%1 image LoRA").arg(familyName(arch));
-    case config::ModelArch::Llama:
-      return QObject::tr("%1-family language-model LoRA (Llama, Mistral, Qwen2)").arg(familyName(arch));
-    case config::ModelArch::Flux2:
-      return QObject::tr("%1 image LoRA (synthetic data only)").arg(familyName(arch));
-  }
-  return familyName(arch);
-}
-
-std::vector<config::DatasetType> datasetTypesOf(config::ModelArch arch) {
-  using config::DatasetType;
-  switch (arch) {
-    case config::ModelArch::Flux:
-      return {DatasetType::Images, DatasetType::Latents, DatasetType::Synthetic, DatasetType::Shapes};
-    case config::ModelArch::Llama:
-      return {DatasetType::Jsonl, DatasetType::Synthetic};
-    case config::ModelArch::Flux2:
-      return {DatasetType::Synthetic};
-  }
-  return {};
-}
-
-std::vector<config::ExportFormat> exportFormatsOf(config::ModelArch arch) {
-  using config::ExportFormat;
-  switch (arch) {
-    case config::ModelArch::Flux:
-      return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
-    case config::ModelArch::Llama:
-      return {ExportFormat::Peft};
-    case config::ModelArch::Flux2:
-      return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
-  }
-  return {};
-}
-
-QVector<UnusedKey> unusedKeys(const config::RunConfig& cfg, config::ModelArch arch) {
-  QVector<UnusedKey> out;
-  for (const config::KeySpec& spec : config::schema()) {
-    if (spec.appliesTo(arch) || spec.path == "model.is_flux") continue;
-    const size_t count = spec.isDatasetKey() ? cfg.datasets.size() : 1;
-    for (size_t i = 0; i < count; ++i) {
-      const config::Value v = spec.get(cfg, i);
-      if (v == spec.get(defaults(), 0)) continue;
-      out.push_back({concreteKey(spec, i), qs(config::formatValue(v))});
-    }
-  }
+std::vector<std::string> modelFamilies() {
+  std::vector<std::string> out;
+  for (const config::FamilyDescription* f : config::families()) out.push_back(f->id);
   return out;
 }
 
-QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, config::ModelArch arch) {
+QString familyName(const std::string& arch) {
+  const config::FamilyDescription* f = config::findFamily(arch);
+  return qs(f ? f->displayName : arch);  // a family this build has not registered: its id
+}
+
+QString familyTitle(const std::string& arch) {
+  const config::FamilyDescription* f = config::findFamily(arch);
+  return f && !f->title.empty() ? qs(f->title) : familyName(arch);
+}
+
+std::vector<config::DatasetType> datasetTypesOf(const std::string& arch) {
+  const config::FamilyDescription* f = config::findFamily(arch);
+  return f ? f->datasetTypes : std::vector<config::DatasetType>{};
+}
+
+std::vector<config::ExportFormat> exportFormatsOf(const std::string& arch) {
+  const config::FamilyDescription* f = config::findFamily(arch);
+  return f ? f->exportFormats : std::vector<config::ExportFormat>{};
+}
+
+QVector<UnusedKey> unusedKeys(const config::RunConfig& cfg, const std::string& arch) {
+  QVector<UnusedKey> out;
+  for (const config::UnreadKey& k : config::keysNotRead(cfg, arch))
+    out.push_back({qs(k.key), qs(config::formatValue(k.value))});
+  return out;
+}
+
+QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, const std::string& arch) {
   QVector<FamilyChange> out;
   const std::vector<config::DatasetType> types = datasetTypesOf(arch);
   for (size_t i = 0; i < cfg.datasets.size(); ++i)
@@ -121,7 +84,7 @@ QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, config::ModelA
   return out;
 }
 
-config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, config::ModelArch arch) {
+config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, const std::string& arch) {
   config::RunConfig next = cfg;
   for (const UnusedKey& u : unusedKeys(cfg, arch)) {
     const auto [pattern, index] = config::splitDatasetPath(u.key.toStdString());
@@ -130,7 +93,7 @@ config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, config::ModelArch
   return next;
 }
 
-config::RunConfig switchFamily(const config::RunConfig& cfg, config::ModelArch arch, bool dropUnused) {
+config::RunConfig switchFamily(const config::RunConfig& cfg, const std::string& arch, bool dropUnused) {
   config::RunConfig next = dropUnused ? dropUnusedKeys(cfg, arch) : cfg;
   for (const FamilyChange& c : familyChanges(cfg, arch))
     config::setValueText(next, c.key.toStdString(), c.to.toStdString());

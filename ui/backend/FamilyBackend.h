@@ -1,11 +1,12 @@
 #pragma once
 // The app's view of the model families (model.arch): their names, the dataset
 // types and LoRA forms each takes, the keys of a config one does not read, and a
-// config switched from one family to another. Internal to strata_ui; the names
-// come from train/ModelFamily.h, the key lists from the schema's family tags
-// (config::KeySpec::appliesTo). Plain std and Qt value types only.
+// config switched from one family to another. Internal to strata_ui; all of it is
+// what the families say about themselves (config/FamilyRegistry.h), the unused keys
+// config::keysNotRead (the validator's list). Plain std and Qt value types only.
 #include <QString>
 #include <QVector>
+#include <string>
 #include <vector>
 
 #include "config/RunConfig.h"
@@ -13,18 +14,18 @@
 namespace strata::ui::backend {
 
 // Every family the chooser offers, in its order.
-std::vector<config::ModelArch> modelFamilies();
+std::vector<std::string> modelFamilies();
 // The family's own name: "FLUX.1", "Llama".
-QString familyName(config::ModelArch arch);
+QString familyName(const std::string& arch);
 // What a run of the family trains, for the chooser: "FLUX.1 image LoRA".
-QString familyTitle(config::ModelArch arch);
+QString familyTitle(const std::string& arch);
 
 // The dataset types the family trains on, the first being the one a switch to it
 // sets (the validator's rules: FLUX images / latents / synthetic / shapes, a
 // causal LM jsonl / synthetic).
-std::vector<config::DatasetType> datasetTypesOf(config::ModelArch arch);
+std::vector<config::DatasetType> datasetTypesOf(const std::string& arch);
 // The LoRA forms the family writes, the first being the one a switch to it sets.
-std::vector<config::ExportFormat> exportFormatsOf(config::ModelArch arch);
+std::vector<config::ExportFormat> exportFormatsOf(const std::string& arch);
 
 // A key set away from its default ("datasets[0].folder_path", its value as YAML
 // text) that `arch` does not read. model.is_flux is left out, as the validator does.
@@ -32,7 +33,7 @@ struct UnusedKey {
   QString key;
   QString value;
 };
-QVector<UnusedKey> unusedKeys(const config::RunConfig& cfg, config::ModelArch arch);
+QVector<UnusedKey> unusedKeys(const config::RunConfig& cfg, const std::string& arch);
 
 // A value of a key both families read that `arch` refuses, and what a switch sets.
 struct FamilyChange {
@@ -40,13 +41,13 @@ struct FamilyChange {
   QString from;
   QString to;
 };
-QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, config::ModelArch arch);
+QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, const std::string& arch);
 
 // `cfg` with its unusedKeys for `arch` back at their defaults.
-config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, config::ModelArch arch);
+config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, const std::string& arch);
 
 // `cfg` with model.arch = `arch` and the familyChanges applied; with `dropUnused`
 // the unusedKeys go back to their defaults too (else they stay, listed as unused).
-config::RunConfig switchFamily(const config::RunConfig& cfg, config::ModelArch arch, bool dropUnused);
+config::RunConfig switchFamily(const config::RunConfig& cfg, const std::string& arch, bool dropUnused);
 
 }  // namespace strata::ui::backend

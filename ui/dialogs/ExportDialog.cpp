@@ -19,26 +19,9 @@
 
 namespace strata::ui {
 
-namespace {
-
-// The forms each family writes (the families' formatProblem refuses the others).
-std::vector<config::ExportFormat> formatsOf(config::ModelArch family) {
-  using config::ExportFormat;
-  switch (family) {
-    case config::ModelArch::Flux:
-    case config::ModelArch::Flux2:
-      return {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
-    case config::ModelArch::Llama:
-      return {ExportFormat::Peft};
-  }
-  return {};
-}
-
-}  // namespace
-
-QStringList ExportDialog::formatNames(config::ModelArch family) {
+QStringList ExportDialog::formatNames(const std::string& family) {
   QStringList names;
-  for (config::ExportFormat f : formatsOf(family)) names << QString::fromStdString(config::enumName(f));
+  for (config::ExportFormat f : backend::exportFormatsOf(family)) names << QString::fromStdString(config::enumName(f));
   return names;
 }
 
@@ -56,7 +39,7 @@ QString ExportDialog::formatLabel(config::ExportFormat format) {
   return QString::fromStdString(config::enumName(format));
 }
 
-ExportDialog::ExportDialog(const QString& runDir, config::ModelArch family, const QStringList& formats,
+ExportDialog::ExportDialog(const QString& runDir, const std::string& family, const QStringList& formats,
                            const QString& outDir, const QVector<ExportCheckpoint>& checkpoints, QWidget* parent)
     : QDialog(parent), runDir_(runDir), family_(family) {
   setObjectName("exportDialog");
@@ -82,7 +65,7 @@ ExportDialog::ExportDialog(const QString& runDir, config::ModelArch family, cons
   layout->addLayout(pick);
   auto* box = new QGroupBox(tr("Formats"), this);
   auto* fl = new QVBoxLayout(box);
-  const std::vector<config::ExportFormat> offered = formatsOf(family);
+  const std::vector<config::ExportFormat> offered = backend::exportFormatsOf(family);
   for (config::ExportFormat f : offered) {
     const QString name = QString::fromStdString(config::enumName(f));
     auto* check = new QCheckBox(formatLabel(f), box);

@@ -8,6 +8,7 @@
 #include <QDialog>
 #include <QStringList>
 #include <QVector>
+#include <string>
 
 class QCheckBox;
 class QComboBox;
@@ -16,7 +17,6 @@ class QLineEdit;
 
 namespace strata::config {
 // config/RunConfig.h (core headers are not public to the app)
-enum class ModelArch;
 enum class ExportFormat;
 }  // namespace strata::config
 
@@ -31,22 +31,22 @@ struct ExportCheckpoint {
 class ExportDialog : public QDialog {
   Q_OBJECT
  public:
-  // `family`: the run's model.arch; `formats`: the ones ticked at first ("diffusers",
+  // `family`: the run's model.arch (a registered family's id); `formats`: the ones ticked at first ("diffusers",
   // "peft"; those the family does not write are left out); `outDir`: the folder
   // offered (the run folder's exports folder, where the trainer writes too);
   // `checkpoints`: the run's, oldest first (the newest is picked).
-  ExportDialog(const QString& runDir, config::ModelArch family, const QStringList& formats, const QString& outDir,
+  ExportDialog(const QString& runDir, const std::string& family, const QStringList& formats, const QString& outDir,
                const QVector<ExportCheckpoint>& checkpoints, QWidget* parent = nullptr);
 
   QString runDir() const { return runDir_; }
-  config::ModelArch family() const { return family_; }
+  const std::string& family() const { return family_; }
   QStringList formats() const;
   QString outDir() const;
   // The step of the checkpoint picked; -1 when the run has none.
   qint64 step() const;
 
   // The formats offered for `family` ("diffusers", "kohya", "comfy" / "peft").
-  static QStringList formatNames(config::ModelArch family);
+  static QStringList formatNames(const std::string& family);
   // What a format is for, in the dialog's words.
   static QString formatLabel(config::ExportFormat format);
 
@@ -55,7 +55,7 @@ class ExportDialog : public QDialog {
 
  private:
   QString runDir_;
-  config::ModelArch family_;
+  std::string family_;
   QComboBox* checkpoint_ = nullptr;
   QLineEdit* dir_ = nullptr;
   QLabel* message_ = nullptr;

@@ -17,7 +17,7 @@ namespace strata::ui {
 const QVector<ConfigTemplate>& configTemplates() {
   static const QVector<ConfigTemplate> kTemplates = [] {
     QVector<ConfigTemplate> out;
-    for (config::ModelArch arch : backend::modelFamilies())
+    for (const std::string& arch : backend::modelFamilies())
       for (const train::ConfigTemplate& t : train::configTemplates(arch))
         out.push_back({QString::fromStdString(t.id), QString::fromStdString(t.title),
                        QString::fromStdString(t.summary), ":/strata/templates/" + QString::fromStdString(t.file),
@@ -43,8 +43,8 @@ NewConfigDialog::NewConfigDialog(QWidget* parent) : QDialog(parent) {
   layout->addWidget(new QLabel(tr("What to train:"), this));
   familyChoice_ = new QComboBox(this);
   familyChoice_->setObjectName("newConfigFamily");
-  for (config::ModelArch arch : backend::modelFamilies())
-    familyChoice_->addItem(backend::familyTitle(arch), QString::fromStdString(config::enumName(arch)));
+  for (const std::string& arch : backend::modelFamilies())
+    familyChoice_->addItem(backend::familyTitle(arch), QString::fromStdString(arch));
   layout->addWidget(familyChoice_);
   layout->addWidget(new QLabel(tr("Start from:"), this));
   list_ = new QListWidget(this);
@@ -67,17 +67,16 @@ NewConfigDialog::NewConfigDialog(QWidget* parent) : QDialog(parent) {
     summary_->setText(row >= 0 && row < shown_.size() ? configTemplates()[shown_[row]].summary : QString());
   });
   connect(familyChoice_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    const QString name = familyChoice_->itemData(index).toString();
-    for (config::ModelArch arch : backend::modelFamilies())
-      if (QString::fromStdString(config::enumName(arch)) == name) chooseFamily(arch);
+    chooseFamily(familyChoice_->itemData(index).toString().toStdString());
   });
-  chooseFamily(config::ModelArch::Flux);
+  const std::vector<std::string> families = backend::modelFamilies();
+  chooseFamily(families.empty() ? std::string() : families.front());  // the first registered (FLUX.1)
   resize(560, 360);
 }
 
-void NewConfigDialog::chooseFamily(config::ModelArch family) {
+void NewConfigDialog::chooseFamily(const std::string& family) {
   family_ = family;
-  const int at = familyChoice_->findData(QString::fromStdString(config::enumName(family)));
+  const int at = familyChoice_->findData(QString::fromStdString(family));
   if (at >= 0) familyChoice_->setCurrentIndex(at);
   const QSignalBlocker block(list_);
   list_->clear();

@@ -8,14 +8,11 @@
 #include <QDialog>
 #include <QString>
 #include <QVector>
+#include <string>
 
 class QComboBox;
 class QLabel;
 class QListWidget;
-
-namespace strata::config {
-enum class ModelArch;  // config/RunConfig.h (core headers are not public to the app)
-}  // namespace strata::config
 
 namespace strata::ui {
 
@@ -24,7 +21,7 @@ struct ConfigTemplate {
   QString title;             // "CPU demo (tiny model, no download)"
   QString summary;           // two lines on what it is for
   QString resource;          // ":/strata/templates/demo.yaml"
-  config::ModelArch family;  // the template's model.arch
+  std::string family;  // the template's model.arch
   // A template of the user's own data: the key it goes into, folder or file, and the question.
   QString dataKey;
   bool dataIsFolder = true;
@@ -49,12 +46,12 @@ class NewConfigDialog : public QDialog {
   // Picks a template (and its family).
   void choose(const QString& id);
   // Shows the templates of `family`, the first one picked.
-  void chooseFamily(config::ModelArch family);
-  config::ModelArch family() const { return family_; }
+  void chooseFamily(const std::string& family);
+  const std::string& family() const { return family_; }
 
  private:
   QVector<int> shown_;          // configTemplates() index of each list row
-  config::ModelArch family_{};  // set by the constructor (FLUX.1 first)
+  std::string family_;  // set by the constructor (the first registered family)
   QComboBox* familyChoice_ = nullptr;
   QListWidget* list_ = nullptr;
   QLabel* summary_ = nullptr;

@@ -64,7 +64,7 @@ QString slug(const QString& group) {
 // The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX
 // checkpoint), and for the dataset kinds and LoRA forms the family's choices and default, as the
 // editor offers them (backend::switchFamily picks the first).
-QString toolTipOf(const KeySpec& spec, config::ModelArch arch) {
+QString toolTipOf(const KeySpec& spec, const std::string& arch) {
   QString tip = "<b>" + QString::fromStdString(spec.path).toHtmlEscaped() + "</b>";
   const std::string& doc = spec.docFor(arch);
   if (!doc.empty()) tip += "<br>" + QString::fromStdString(doc).toHtmlEscaped();
@@ -272,15 +272,15 @@ ConfigEditor::ConfigEditor(QWidget* parent)
   // The family first: it decides which keys the form shows.
   family_ = new QComboBox(this);
   family_->setObjectName("familyChoice");
-  for (config::ModelArch arch : backend::modelFamilies())
-    family_->addItem(backend::familyTitle(arch), QString::fromStdString(config::enumName(arch)));
+  for (const std::string& arch : backend::modelFamilies())
+    family_->addItem(backend::familyTitle(arch), QString::fromStdString(arch));
   family_->setToolTip(
       tr("<b>model.arch</b><br>What the run trains: the form shows the settings this family "
          "reads."));
   connect(family_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
     const std::string name = family_->itemData(index).toString().toStdString();
-    for (config::ModelArch arch : backend::modelFamilies())
-      if (config::enumName(arch) == name) chooseFamily(arch);
+    for (const std::string& arch : backend::modelFamilies())
+      if (arch == name) chooseFamily(arch);
   });
   auto* familyLabel = new QLabel(tr("Model family:"), this);
   familyLabel->setObjectName("label_model.arch");
@@ -634,7 +634,7 @@ void ConfigEditor::updateCustomShape() {
 
 // ---- model family ----------------------------------------------------------
 
-config::ModelArch ConfigEditor::family() const { return config_->model.arch; }
+std::string ConfigEditor::family() const { return config_->model.arch; }
 
 bool ConfigEditor::isFieldShown(const QString& key) const {
   auto it = fields_.find(key);
@@ -643,10 +643,10 @@ bool ConfigEditor::isFieldShown(const QString& key) const {
 
 // Rows, groups and choices for the config's family; the chooser shows it.
 void ConfigEditor::applyFamily() {
-  const config::ModelArch arch = config_->model.arch;
+  const std::string arch = config_->model.arch;
   const bool wasUpdating = updating_;
   updating_ = true;
-  const int at = family_->findData(QString::fromStdString(config::enumName(arch)));
+  const int at = family_->findData(QString::fromStdString(arch));
   if (at >= 0 && at != family_->currentIndex()) {
     const QSignalBlocker block(family_);
     family_->setCurrentIndex(at);
@@ -690,7 +690,7 @@ bool ConfigEditor::datasetKeyShown(const Field& f) const {
 // The dataset types and export formats the config's family takes; a value it
 // refuses stays selectable while it is the value (so it is shown, not swapped).
 void ConfigEditor::updateChoiceItems(const Field& f) {
-  const config::ModelArch arch = config_->model.arch;
+  const std::string arch = config_->model.arch;
   if (f.spec->path == "datasets[].type") {
     auto* combo = static_cast<QComboBox*>(f.editor);
     QString current;
@@ -726,7 +726,7 @@ QStringList ConfigEditor::unusedKeys() const {
 
 // The keys the family does not read, with the validator's words about each.
 void ConfigEditor::refreshUnused() {
-  const config::ModelArch arch = config_->model.arch;
+  const std::string arch = config_->model.arch;
   const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
   unusedList_->clear();
   for (const backend::UnusedKey& u : unused) {
@@ -746,7 +746,7 @@ void ConfigEditor::dropUnused() {
   setModified(true);
 }
 
-bool ConfigEditor::chooseFamily(config::ModelArch arch) {
+bool ConfigEditor::chooseFamily(const std::string& arch) {
   if (arch == config_->model.arch) return true;
   const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
   const QVector<backend::FamilyChange> changes = backend::familyChanges(*config_, arch);

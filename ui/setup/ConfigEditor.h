@@ -17,6 +17,7 @@
 #include <QVector>
 #include <QWidget>
 #include <memory>
+#include <string>
 
 #include "ui/backend/ViewModel.h"
 
@@ -35,7 +36,6 @@ class QFormLayout;
 namespace strata::config {
 struct RunConfig;
 struct KeySpec;
-enum class ModelArch;  // config/RunConfig.h (core headers are not public to the app)
 }  // namespace strata::config
 
 namespace strata::ui {
@@ -100,12 +100,12 @@ class ConfigEditor : public QWidget {
   QWidget* fieldFor(const QString& key) const;
 
   // The family the form shows (the config's model.arch).
-  config::ModelArch family() const;
+  std::string family() const;
   // Switches the family as the chooser does. When the config holds settings the
   // new family does not read, or values it refuses, a question (objectName
   // "familySwitchQuestion") lists them: drop them and switch, keep them (listed as
   // unused) and switch, or cancel. Returns false when cancelled (nothing changes).
-  bool chooseFamily(config::ModelArch arch);
+  bool chooseFamily(const std::string& arch);
   // Keys set in the config that its family does not read, as the list under the
   // chooser shows them ("datasets[0].folder_path").
   QStringList unusedKeys() const;

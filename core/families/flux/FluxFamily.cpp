@@ -12,8 +12,7 @@ namespace {
 
 class FluxFamily : public train::ModelFamily {
  public:
-  config::ModelArch arch() const override { return config::ModelArch::Flux; }
-  std::string displayName() const override { return "FLUX.1"; }
+  std::string arch() const override { return "flux"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<FluxRun>(); }
 
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {
@@ -44,7 +43,7 @@ class FluxFamily : public train::ModelFamily {
     config::RunConfig c;
     c.job.name = "flux-tiny";
     c.job.trainingFolder = folder.string();
-    c.model.arch = config::ModelArch::Flux;
+    c.model.arch = "flux";
     c.model.randomWeights = true;
     c.model.device = config::ComputeDevice::Cpu;
     c.network.linear = 4;

@@ -277,8 +277,7 @@ class Flux2Run : public train::FamilyRun {
 
 class Flux2Family : public train::ModelFamily {
  public:
-  config::ModelArch arch() const override { return config::ModelArch::Flux2; }
-  std::string displayName() const override { return "FLUX.2"; }
+  std::string arch() const override { return "flux2"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<Flux2Run>(); }
 
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {
@@ -312,7 +311,7 @@ class Flux2Family : public train::ModelFamily {
     config::RunConfig c;
     c.job.name = "flux2-tiny";
     c.job.trainingFolder = folder.string();
-    c.model.arch = config::ModelArch::Flux2;
+    c.model.arch = "flux2";
     c.model.randomWeights = true;
     c.model.device = config::ComputeDevice::Cpu;
     c.network.linear = 4;

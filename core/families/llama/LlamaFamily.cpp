@@ -292,8 +292,7 @@ class LlamaRun : public train::FamilyRun {
 
 class LlamaFamily : public train::ModelFamily {
  public:
-  config::ModelArch arch() const override { return config::ModelArch::Llama; }
-  std::string displayName() const override { return "Llama"; }
+  std::string arch() const override { return "llama"; }
   std::unique_ptr<train::FamilyRun> newRun() const override { return std::make_unique<LlamaRun>(); }
 
   // A jsonl file with no line that gives a sample, and a tokenizer folder without a
@@ -432,7 +431,7 @@ class LlamaFamily : public train::ModelFamily {
     config::RunConfig c;
     c.job.name = "llama-tiny";
     c.job.trainingFolder = folder.string();
-    c.model.arch = config::ModelArch::Llama;
+    c.model.arch = "llama";
     c.model.randomWeights = true;
     c.model.device = config::ComputeDevice::Cpu;
     c.network.linear = 4;
