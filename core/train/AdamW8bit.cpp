@@ -210,7 +210,7 @@ void AdamW8bitParamState::moveStateTo(const c10::Device& device) {
 // ---- optimizer -----------------------------------------------------------------
 
 AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults)
-    : torch::optim::AdamW(std::move(params), defaults) {
+    : LoraOptimizer(std::move(params), defaults) {
   if (defaults.amsgrad()) throw ConfigError("adamw8bit has no amsgrad variant; use train.optimizer: adamw");
 }
 

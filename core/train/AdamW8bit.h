@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "placement/OptimizerStateAttachment.h"
+#include "train/LoraOptimizer.h"
 
 namespace strata::train {
 
@@ -73,7 +74,7 @@ class AdamW8bitParamState final : public torch::optim::OptimizerCloneableParamSt
   void moveStateTo(const c10::Device& device) override;
 };
 
-class AdamW8bit : public torch::optim::AdamW {
+class AdamW8bit : public LoraOptimizer {
  public:
   AdamW8bit(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {});
   // amsgrad is refused (it would need a third state); sparse gradients too.

@@ -29,13 +29,14 @@
 #include <vector>
 
 #include "placement/Planner.h"
+#include "train/LoraOptimizer.h"
 
 namespace strata::train {
 
-class FusedAdamW : public torch::optim::AdamW {
+class FusedAdamW : public LoraOptimizer {
  public:
   FusedAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {})
-      : torch::optim::AdamW(std::move(params), std::move(defaults)) {}
+      : LoraOptimizer(std::move(params), std::move(defaults)) {}
   ~FusedAdamW() override;
 
   at::Tensor step(LossClosure closure = nullptr) override;
@@ -57,7 +58,7 @@ class FusedAdamW : public torch::optim::AdamW {
   // New moments of a CUDA parameter go to pinned host memory (a CPU parameter's stay
   // with it); moments on another device than their parameter are staged each step.
   void setStateInHostMemory(bool inHost) { stateInHostMemory_ = inHost; }
-  bool stateInHostMemory() const { return stateInHostMemory_; }
+  bool stateInHostMemory() const override { return stateInHostMemory_; }
   // Moments staged at a time (exp_avg and exp_avg_sq together); a tensor larger than
   // this is staged alone. Throws Error for a value < 1.
   void setStagingChunkBytes(int64_t bytes);
@@ -70,13 +71,13 @@ class FusedAdamW : public torch::optim::AdamW {
 
   // Whether the next step() takes the fused kernel for every parameter (CUDA,
   // LibTorch 2.1+, float types, no amsgrad): only that path can skip on the device.
-  bool canSkipOnDevice() const;
+  bool canSkipOnDevice() const override;
   // The next step() leaves every parameter and moment as it is where `value` (a
   // scalar, e.g. the gradient norm still being computed) is not finite, decided on
   // the device, so the host need not wait for `value` before queuing the step.
   // Only with canSkipOnDevice(); the step counts still advance (the caller stops
   // the run on a non-finite value).
-  void skipNextStepIfNotFinite(at::Tensor value);
+  void skipNextStepIfNotFinite(at::Tensor value) override;
 
  private:
   std::string lastPath_;

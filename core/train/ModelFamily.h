@@ -8,8 +8,8 @@
 //
 // ModelFamily is stateless (one object per arch, shared); a run gets its own
 // FamilyRun, which holds the family's side of that run (its model, datasets,
-// tokenizer) next to the Trainer::State that holds the placement, the LoRA
-// network, the optimizer and EMA.
+// tokenizer) next to the trainer's state that holds the placement, the LoRA
+// network, the optimizer and EMA, and sees that state through a RunContext.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -27,29 +27,34 @@
 #include "lora/LoraNetwork.h"
 #include "nn/LoraNameRules.h"
 #include "train/ConfigTemplates.h"
+#include "train/RunContext.h"
 #include "train/RunFolder.h"
 #include "train/RunPlanning.h"
+#include "train/RunSink.h"
 #include "train/Trainer.h"
 
 namespace strata::train {
 
-// The run's family side. Called on the training thread, in the order of a run.
+// The run's family side. Called on the training thread, in the order of a run,
+// with the run's context (train/RunContext.h): what the family may read and draw
+// with. It gives its placement and its samples back as values and writes nothing
+// into the run folder (the trainer's RunSink does).
 class FamilyRun {
  public:
   virtual ~FamilyRun() = default;
 
   // Preflight, after the run folder is locked: the datasets (and what they need,
   // e.g. a tokenizer, or the text encoders and VAE that fill an images dataset's
-  // cache on the first device of st.prepared). Throws with the reason (ConfigError
-  // naming the key, IoError naming the file); nothing is written to the run folder.
-  virtual void prepareData(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) = 0;
+  // cache on the first device of run.prepared()). Throws with the reason (ConfigError
+  // naming the key, IoError naming the file).
+  virtual void prepareData(RunContext& run) = 0;
 
   // Builds the model (seeded by train.seed, weights read or random), frozen, and
-  // places it: sets st.placement (applied), st.devices and st.planReason. The
-  // devices are those of st.prepared (prepareDevices), the plan its plan for a
-  // split (preflight has refused one that does not fit), else the one device.
-  // A long load says how far it is on `bus` (events::LoadProgressEvent).
-  virtual void buildAndPlace(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) = 0;
+  // places it: returns the placement, applied, with its reason. The devices are
+  // those of run.prepared() (prepareDevices), the plan its plan for a split
+  // (preflight has refused one that does not fit), else the one device. A long
+  // load says how far it is on run.bus() (events::LoadProgressEvent).
+  virtual PlacedModel buildAndPlace(RunContext& run) = 0;
   // The built model, for the LoRA network to attach to.
   virtual torch::nn::Module& module() = 0;
   // The LoRA name rules: default targets, the file forms.
@@ -59,25 +64,24 @@ class FamilyRun {
   // the tensors microLoss reads (in the family's order), queued to their devices.
   // Everything the host decides per step (the draw, noise, noise levels, caption
   // dropout) is decided here.
-  virtual std::vector<at::Tensor> microBatch(Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                                             events::EventBus& bus, int64_t step) = 0;
+  virtual std::vector<at::Tensor> microBatch(RunContext& run, int64_t batch, int64_t step) = 0;
   // The float32 loss of a micro-batch from microBatch, autograd graph kept. Reads
   // no tensor's value on the host: train.cuda_graph records it once and replays it
   // with each step's micro-batch copied into the recorded one.
-  virtual at::Tensor microLoss(Trainer::State& st, const std::vector<at::Tensor>& batch) = 0;
+  virtual at::Tensor microLoss(RunContext& run, const std::vector<at::Tensor>& batch) = 0;
 
-  // The samples of every sample.prompts entry at `step` (EMA weights swapped in,
-  // LoRA dropout off), written to the run folder with the samples index, each
-  // published as a SampleEvent; a failing prompt is a warning.
-  virtual void sampleAll(Trainer::State& st, const config::RunConfig& cfg, const RunFolder& folder, int64_t step,
-                         events::EventBus& bus) = 0;
+  // Why this run makes no samples ("" when it does): the trainer says so once per
+  // sampling step instead of asking for them.
+  virtual std::string samplesProblem() const { return ""; }
+  // The sample of sample.prompts[promptIndex] at `step`, as a value (the trainer's
+  // RunSink writes it). The trainer has swapped the EMA weights in, turned LoRA
+  // dropout and autograd off. Throws with the reason: a warning, and the next prompt.
+  virtual Sample sample(RunContext& run, int64_t step, size_t promptIndex) = 0;
 
   // Writes the live LoRA (EMA already swapped in by the caller) in `format` at
-  // `path`; returns what was written (a file or a folder).
-  virtual std::filesystem::path exportLora(Trainer::State& st, const config::RunConfig& cfg,
-                                           config::ExportFormat format, const std::filesystem::path& path,
-                                           int64_t step, const std::string& runYaml,
-                                           const std::string& softwareVersion) = 0;
+  // `path` (a file or a folder), the path the trainer's RunSink gives.
+  virtual void exportLora(RunContext& run, config::ExportFormat format, const std::filesystem::path& path,
+                          int64_t step, const std::string& runYaml, const std::string& softwareVersion) = 0;
 
   // Releases the model (after the trainer has released the placement).
   virtual void release() {}

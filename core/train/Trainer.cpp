@@ -17,7 +17,6 @@
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
-#include "io/AtomicFile.h"
 #include "io/FileBytes.h"
 #include "lora/LoraNetwork.h"
 #include "placement/OptimizerStateAttachment.h"
@@ -27,6 +26,7 @@
 #include "train/Ema.h"
 #include "train/FusedAdamW.h"
 #include "train/GradClip.h"
+#include "train/GradientReducer.h"
 #include "train/LrSchedule.h"
 #include "train/ModelFamily.h"
 #include "train/OptimizerState.h"
@@ -34,6 +34,8 @@
 #include "train/RngState.h"
 #include "train/RunFolder.h"
 #include "train/RunFolderLock.h"
+#include "train/RunSink.h"
+#include "train/SamplingWeights.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::train {
@@ -207,6 +209,8 @@ RunOutcome Trainer::run() {
 RunOutcome Trainer::runImpl() {
   auto st = std::make_unique<State>();
   st->stopRequested = [this] { return stopRequested_.load(); };
+  st->context = std::make_unique<RunContext>(*st, cfg_, bus_);
+  st->reducer = options_.reducer ? options_.reducer : std::make_shared<LocalGradients>();
   std::vector<std::string> problems;
   // A stop before the first step (Ctrl-C while caching or loading) ends the run
   // where it is: no checkpoint (nothing was trained), the cache files written so
@@ -229,11 +233,9 @@ RunOutcome Trainer::runImpl() {
   }
   if (problems.empty()) {
     try {
-      RunFolder folder(runDir_);
-      folder.create(!options_.skipSaves);
+      st->sink->create(!options_.skipSaves);
       if (!options_.resume)
-        io::writeFileAtomic(folder.configPath(),
-                            options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
+        st->sink->writeConfig(options_.configYaml.empty() ? config::toYaml(cfg_) : options_.configYaml);
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }
@@ -244,7 +246,7 @@ RunOutcome Trainer::runImpl() {
     return RunOutcome::PreflightFailed;
   }
   // Log lines past the resumed step, or of an earlier attempt here that left no checkpoint.
-  RunFolder(runDir_).truncateLogsAfter(st->resumeData ? st->startStep : -1);
+  st->sink->truncateLogsAfter(st->resumeData ? st->startStep : -1);
   step_ = st->startStep;
   startStepGraph(*st);  // before the header: it says whether the step is graphed
   bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume,
@@ -290,11 +292,12 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
     runDir_ = opened.dir;
     st.lock = std::move(opened.lock);
     for (const auto& n : opened.notes) bus_.publish(events::WarningEvent{n, 0});
+    st.sink = options_.makeSink ? options_.makeSink(runDir_, bus_) : std::make_shared<RunSink>(runDir_, bus_);
   } catch (const std::exception& e) {
     problems.push_back(e.what());
     return;
   }
-  const RunFolder folder(runDir_);
+  const RunFolder& folder = st.sink->folder();
   if (!options_.resume && !folder.checkpoints().empty()) {
     problems.push_back("run folder " + runDir_.string() +
                        " already has checkpoints: resume it (strata-train resume) or choose another folder");
@@ -306,7 +309,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
       // Damaged newer ones are set aside, so the run goes on from the intact one.
       for (const auto& c : folder.checkpoints())
         if (c.step > intact.ref.step) {
-          const auto aside = setAsideDamagedCheckpoint(c);
+          const auto aside = st.sink->setAsideDamagedCheckpoint(c);
           bus_.publish(events::WarningEvent{"resuming from " + intact.ref.path.string() + " (step " +
                                                 std::to_string(intact.ref.step) + "); the damaged " +
                                                 c.path.filename().string() + " is kept as " + aside.string(),
@@ -323,7 +326,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   }
   if (!problems.empty()) return;
   try {
-    st.family->prepareData(st, cfg_, bus_);
+    st.family->prepareData(*st.context);
   } catch (const Interrupted&) {
     throw;
   } catch (const std::exception& e) {
@@ -334,7 +337,10 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
 void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
   const auto& tc = cfg_.train;
   try {
-    st.family->buildAndPlace(st, cfg_, bus_);
+    PlacedModel placed = st.family->buildAndPlace(*st.context);
+    st.placement = std::move(placed.placement);
+    st.planReason = std::move(placed.reason);
+    st.devices = st.placement->devices();
     if (options_.phaseTimer) {
       std::vector<int> cuda;
       for (const auto& d : st.devices)
@@ -453,8 +459,8 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   st.startStep = st.resumeData->step;
   restoreRngStates(st.gen, st.resumeData->rng);
   const auto& s = st.resumeData->state;
-  st.drawCursor = s.value("draw_cursor", int64_t{0});
-  st.skippedItems = s.value("skipped_items", int64_t{0});
+  st.cursor.drawn = s.value("draw_cursor", int64_t{0});
+  st.cursor.skippedItems = s.value("skipped_items", int64_t{0});
   st.lossEmaRaw = s.value("loss_ema_raw", 0.0);
   st.lossCount = s.value("loss_count", int64_t{0});
   if (st.scaler.enabled() && s.contains("loss_scale"))
@@ -473,8 +479,8 @@ bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
   if (st.ema)
     for (size_t i = 0; i < st.ema->size(); ++i) d.ema.emplace_back(st.ema->path(i), st.ema->shadow(i));
   d.rng = captureRngStates(st.gen, st.devices);
-  d.state = {{"draw_cursor", st.drawCursor},
-             {"skipped_items", st.skippedItems},
+  d.state = {{"draw_cursor", st.cursor.drawn},
+             {"skipped_items", st.cursor.skippedItems},
              {"loss_ema_raw", st.lossEmaRaw},
              {"loss_count", st.lossCount},
              {"lr_scheduler", config::enumName(tc.lrScheduler)},
@@ -489,16 +495,17 @@ bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
     d.state["loss_scale"] = st.scaler.scale();
     d.state["loss_scale_clean_steps"] = st.scaler.cleanSteps();
   }
-  const RunFolder folder(runDir_);
+  std::string written;
   try {
-    const auto path = writeCheckpoint(folder, d);
-    st.lastCheckpoint = path.string();
+    st.sink->writeCheckpoint(d, cfg_.save.maxStepSavesToKeep, written);
+    st.lastCheckpoint = written;
     st.lastCheckpointStep = step;
-    events::CheckpointEvent ce{path.string(), step, {}};
-    for (const auto& r : pruneCheckpoints(folder, cfg_.save.maxStepSavesToKeep)) ce.removed.push_back(r.string());
-    bus_.publish(ce);
     return true;
   } catch (const std::exception& e) {
+    if (!written.empty()) {  // in place; the prune failed
+      st.lastCheckpoint = written;
+      st.lastCheckpointStep = step;
+    }
     bus_.publish(events::WarningEvent{
         std::string(e.what()) + "; " +
             (st.lastCheckpoint.empty() ? std::string("there is no earlier checkpoint")
@@ -512,13 +519,13 @@ std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final
   std::vector<std::string> written;
   std::unique_ptr<Ema::SwapGuard> swap;
   if (st.ema) swap = std::make_unique<Ema::SwapGuard>(*st.ema);
-  const RunFolder folder(runDir_);
   for (auto f : cfg_.save.exportFormats) {
-    const auto path = st.familyDef->exportPathIn(folder.exportsDir(), cfg_, f,
+    const auto path = st.familyDef->exportPathIn(st.sink->folder().exportsDir(), cfg_, f,
                                                  final ? std::nullopt : std::optional<int64_t>(step));
-    st.family->exportLora(st, cfg_, f, path, step, options_.configYaml, options_.softwareVersion);
+    st.sink->writeExport(path, config::enumName(f), step, [&](const fs::path& at) {
+      st.family->exportLora(*st.context, f, at, step, options_.configYaml, options_.softwareVersion);
+    });
     written.push_back(path.string());
-    bus_.publish(events::ExportEvent{path.string(), config::enumName(f), step});
   }
   return written;
 }
@@ -571,7 +578,8 @@ at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& b
   }
   try {
     graph.record(
-        batch, [&](const std::vector<at::Tensor>& inputs) { return st.family->microLoss(st, inputs); }, params);
+        batch, [&](const std::vector<at::Tensor>& inputs) { return st.family->microLoss(*st.context, inputs); },
+        params);
   } catch (const Error& e) {
     bus_.publish(events::WarningEvent{
         "train.cuda_graph: step " + std::to_string(step) + ": " + e.what() + "; the run goes on without it", step});
@@ -581,12 +589,31 @@ at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& b
   return graph.replay(batch, params);
 }
 
+// What forwardBackward leaves for the reduce point and the optimizer step.
+struct Trainer::MicroBatches {
+  std::vector<at::Tensor> losses;  // detached, one per micro-batch
+  // The last micro-batch's loss with its autograd graph, released once the step is
+  // queued so that the teardown overlaps the device's work.
+  at::Tensor lastGraph;
+};
+
 bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed) {
-  const auto& tc = cfg_.train;
   const int64_t step = step_.load();
+  const auto params = st.network->parameters();
+  MicroBatches done = forwardBackward(st, params, step);
+  {
+    // The reduce point: once per optimizer step, before any gradient or loss is read.
+    RECORD_USER_SCOPE("strata::reduce");
+    StepGradients grads{params, done.losses};
+    st.reducer->reduce(grads);
+  }
+  return optimizerStep(st, params, done, step, loss, gradNorm, scaleUsed);
+}
+
+Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::Tensor>& params, int64_t step) {
+  const auto& tc = cfg_.train;
   const int64_t microBatches = std::max<int64_t>(tc.gradientAccumulationSteps, 1);
   const int64_t batch = std::max<int64_t>(tc.batchSize, 1);
-  const auto params = st.network->parameters();
   {
     // What the optimizer's zero_grad does on 2.x (gradients set to none), without
     // its detach_ per tensor: ~1 ms a step for FLUX's ~800 LoRA tensors.
@@ -594,28 +621,17 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
     for (const auto& p : params) p.mutable_grad().reset();
   }
   if (st.phases) st.phases->mark("zero_grad");
-  // The host waits for the device once a step, after the optimizer step is queued
-  // (the fused AdamW skips it on the device when the norm or the loss is not finite).
-  // Waiting earlier, for the loss before the backward or for the norm before the
-  // optimizer, would leave the card idle while the host walks the autograd graph
-  // and launches the next kernels. Other optimizers, and fp16's loss scaling, look
-  // at the values before stepping.
-  auto* fused = dynamic_cast<FusedAdamW*>(st.optimizer.get());
-  const bool queued = !st.scaler.enabled() && fused != nullptr && fused->canSkipOnDevice();
-  std::vector<at::Tensor> losses;  // detached, one per micro-batch
-  // The last micro-batch's loss with its autograd graph, released once the step is
-  // queued so that the teardown overlaps the device's work. An earlier micro-batch's
-  // graph goes before the next forward: it can hold pinned host copies
-  // (train.offload_checkpoints).
-  at::Tensor lastGraph;
+  MicroBatches done;
+  // An earlier micro-batch's graph goes before the next forward: it can hold pinned
+  // host copies (train.offload_checkpoints).
   st.lastStepReplayed = false;
   for (int64_t m = 0; m < microBatches; ++m) {
-    lastGraph.reset();
+    done.lastGraph.reset();
     at::Tensor l;
     std::vector<at::Tensor> mb;
     {
       RECORD_USER_SCOPE("strata::data_and_forward");
-      mb = st.family->microBatch(st, cfg_, batch, bus_, step + 1);
+      mb = st.family->microBatch(*st.context, batch, step + 1);
       if (st.graph) {
         RECORD_USER_SCOPE("strata::cuda_graph");
         l = graphedMicroStep(st, mb, params, step + 1);
@@ -624,10 +640,10 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
         // Forward and backward were the graph's; its loss is overwritten by the next replay.
         st.lastStepReplayed = true;
         if (st.phases) st.phases->mark("graph");
-        losses.push_back(l);
+        done.losses.push_back(l);
         continue;
       }
-      l = st.family->microLoss(st, mb);
+      l = st.family->microLoss(*st.context, mb);
     }
     mb.clear();
     if (st.phases) st.phases->mark("forward");
@@ -636,9 +652,24 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
       st.scaler.scaled(l / static_cast<double>(microBatches)).backward();
     }
     if (st.phases) st.phases->mark("backward");
-    losses.push_back(l.detach());
-    lastGraph = std::move(l);
+    done.losses.push_back(l.detach());
+    done.lastGraph = std::move(l);
   }
+  return done;
+}
+
+bool Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step,
+                            double& loss, double& gradNorm, double& scaleUsed) {
+  const auto& tc = cfg_.train;
+  const int64_t microBatches = std::max<int64_t>(tc.gradientAccumulationSteps, 1);
+  const auto& losses = done.losses;
+  // The host waits for the device once a step, after the optimizer step is queued
+  // (an optimizer that can skips it on the device when the norm or the loss is not
+  // finite). Waiting earlier, for the loss before the backward or for the norm
+  // before the optimizer, would leave the card idle while the host walks the
+  // autograd graph and launches the next kernels. Other optimizers, and fp16's
+  // loss scaling, look at the values before stepping.
+  const bool queued = !st.scaler.enabled() && st.optimizer->canSkipOnDevice();
   // The mean loss; a non-finite one stops the run.
   auto readLoss = [&] {
     double sum = 0.0;
@@ -670,16 +701,16 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
       // Skipped where the norm or a loss is not finite (a sum of finite values is finite).
       auto check = norm;
       for (const auto& l : losses) check = check + l.to(norm.device(), at::kDouble, /*non_blocking=*/true).sum();
-      fused->skipNextStepIfNotFinite(check);
+      st.optimizer->skipNextStepIfNotFinite(check);
       // With the state in host memory step() first waits for the last step's copies
       // back (long landed by now; this step's run on past it, beside the next forward):
       // the graph's teardown goes first, while the card still works through the
       // backward and the clip.
-      if (fused->stateInHostMemory()) lastGraph.reset();
+      if (st.optimizer->stateInHostMemory()) done.lastGraph.reset();
       st.optimizer->step();
     }
     if (st.phases) st.phases->mark("optimizer");
-    lastGraph.reset();
+    done.lastGraph.reset();
     readLoss();
     gradNorm = norm.item<double>();
     if (!std::isfinite(gradNorm))
@@ -707,6 +738,25 @@ bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scale
                                       step + 1});
   }
   return finiteGrads;
+}
+
+void Trainer::samples(State& st, int64_t step) {
+  st.lastSampleStep = step;
+  if (cfg_.sample.prompts.empty()) return;
+  if (const auto why = st.family->samplesProblem(); !why.empty()) {
+    bus_.publish(events::WarningEvent{"samples at step " + std::to_string(step) + " skipped: " + why, step});
+    return;
+  }
+  at::NoGradGuard noGrad;
+  const SamplingWeights sampling(*st.network, st.ema.get());
+  for (size_t i = 0; i < cfg_.sample.prompts.size(); ++i) {
+    try {
+      st.sink->writeSample(step, static_cast<int64_t>(i), st.family->sample(*st.context, step, i));
+    } catch (const std::exception& ex) {
+      bus_.publish(events::WarningEvent{
+          "sample " + std::to_string(i) + " at step " + std::to_string(step) + " failed: " + ex.what(), step});
+    }
+  }
 }
 
 void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads,
@@ -741,17 +791,14 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
   if (st.scaler.enabled()) line["loss_scale"] = scaleUsed;
   if (!finiteGrads) line["skipped"] = true;
   if (se.graphReplayed) line["cuda_graph"] = true;
-  RunFolder(runDir_).appendMetrics(line);
+  st.sink->appendMetrics(line);
   bus_.publish(se);
 }
 
 RunOutcome Trainer::loop(State& st) {
   const auto& tc = cfg_.train;
   int64_t step = st.startStep;
-  auto doSamples = [&](int64_t sampleStep) {
-    st.lastSampleStep = sampleStep;
-    if (!cfg_.sample.prompts.empty()) st.family->sampleAll(st, cfg_, RunFolder(runDir_), sampleStep, bus_);
-  };
+  auto doSamples = [&](int64_t sampleStep) { samples(st, sampleStep); };
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {
@@ -846,7 +893,7 @@ RunOutcome Trainer::finish(State& st) {
   fe.finalLoss = st.lastLoss;
   fe.wallSeconds = std::chrono::duration<double>(Clock::now() - st.wallStart).count();
   fe.exports = exports;
-  fe.skippedItems = st.skippedItems;
+  fe.skippedItems = st.cursor.skippedItems;
   bus_.publish(fe);
   return RunOutcome::Finished;
 }

@@ -32,7 +32,9 @@
 
 namespace strata::train {
 
-class PhaseTimer;  // train/PhaseTimer.h
+class PhaseTimer;       // train/PhaseTimer.h
+class RunSink;          // train/RunSink.h
+class GradientReducer;  // train/GradientReducer.h
 
 enum class RunOutcome { Finished, Stopped, Failed, PreflightFailed };
 const char* toString(RunOutcome outcome);
@@ -72,6 +74,12 @@ struct TrainerOptions {
   // (strata-train bench), where a write would only cost time and could fail a
   // measurement that is done. A stop then ends as Stopped with no checkpoint.
   bool skipSaves = false;
+  // The run folder's one writer, made once the folder is locked (its final path);
+  // empty = a RunSink of that folder. For tests that watch the writes.
+  std::function<std::shared_ptr<RunSink>(const std::filesystem::path& runDir, events::EventBus& bus)> makeSink;
+  // The reduce point of every optimizer step; null = the empty collective of one
+  // process (LocalGradients).
+  std::shared_ptr<GradientReducer> reducer;
 };
 
 class Trainer {
@@ -119,8 +127,14 @@ class Trainer {
   void auditAttachmentsMadeByTheFirstStep(State& st, int64_t step);   // what the first optimizer step made
   RunOutcome finish(State& st);                                       // the final export
 
-  // Pieces of the loop.
+  // Pieces of the loop. One optimizer step is forwardBackward over the micro-batches,
+  // the reduce point (st.reducer, once) and optimizerStep.
   bool trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed);  // false: fp16 step skipped
+  struct MicroBatches;
+  MicroBatches forwardBackward(State& st, const std::vector<at::Tensor>& params, int64_t step);
+  bool optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step,
+                     double& loss, double& gradNorm, double& scaleUsed);
+  void samples(State& st, int64_t step);  // every sample.prompts entry, through st.sink
   void startStepGraph(State& st);  // train.cuda_graph: st.graph where this run can use one, else a warning
   // The micro-batch's loss with its gradients set by the step's CUDA graph (recorded
   // on the first call after the eager steps it needs), or undefined: run it eagerly.

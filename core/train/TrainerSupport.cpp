@@ -200,14 +200,16 @@ std::function<void(size_t, torch::nn::Module&)> randomBlockHook(nn::QuantType qt
   };
 }
 
-void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup) {
+PlacedModel placeBlocks(nn::BlockList blocks, const DeviceSetup& setup) {
+  PlacedModel out;
   if (setup.plan) {
-    st.placement = std::make_unique<placement::Placement>(std::move(blocks), *setup.plan);
-    st.planReason = setup.plan->reason;
+    out.placement = std::make_unique<placement::Placement>(std::move(blocks), *setup.plan);
+    out.reason = setup.plan->reason;
   } else {
-    st.placement = placement::Placement::singleDevice(std::move(blocks), setup.buildDevice);
-    st.planReason = "single device " + setup.buildDevice.str();
+    out.placement = placement::Placement::singleDevice(std::move(blocks), setup.buildDevice);
+    out.reason = "single device " + setup.buildDevice.str();
   }
+  return out;
 }
 
 std::vector<std::string> restoreMemoryCaps(const std::map<int, int64_t>& before) {
@@ -258,22 +260,6 @@ OpenedRun openRunFolder(const fs::path& runDir, const std::string& purpose) {
   }
   run.latest = *latest;
   return run;
-}
-
-size_t nextDrawIndex(Trainer::State& st, const config::RunConfig& cfg, size_t n) {
-  if (n == 0) throw Error("the run's data is empty: nothing to draw");
-  const auto count = static_cast<int64_t>(n);
-  const int64_t epoch = st.drawCursor / count;
-  const int64_t pos = st.drawCursor % count;
-  ++st.drawCursor;
-  if (epoch != st.permEpoch) {
-    // The order of an epoch depends only on the seed and the epoch.
-    auto g = makeCpuGenerator(static_cast<uint64_t>(cfg.train.seed) * 1000003ull + static_cast<uint64_t>(epoch));
-    auto p = at::randperm(count, g, at::kLong);
-    st.perm.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + count);
-    st.permEpoch = epoch;
-  }
-  return static_cast<size_t>(st.perm[static_cast<size_t>(pos)]);
 }
 
 void releaseDeviceCaches() {

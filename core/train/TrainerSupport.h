@@ -27,10 +27,12 @@
 #include "train/CheckpointedRunner.h"
 #include "train/Ema.h"
 #include "train/LrSchedule.h"
+#include "train/LoraOptimizer.h"
 #include "train/LossScaler.h"
 #include "train/OptimizerState.h"
 #include "train/RunFolder.h"
 #include "train/RunFolderLock.h"
+#include "train/RunContext.h"
 #include "train/RunPlanning.h"
 #include "train/StepGraph.h"
 #include "train/Trainer.h"
@@ -39,6 +41,8 @@ namespace strata::train {
 
 class FamilyRun;
 class ModelFamily;
+class GradientReducer;
+class RunSink;
 
 // A NaN or Inf loss or gradient norm: the run stops, naming the step.
 class NonFiniteLoss : public Error {
@@ -57,7 +61,7 @@ struct Trainer::State {
   nn::BlockRunner* runner = nullptr;  // placement, or checkpointing over it
   std::shared_ptr<lora::LoraNetwork> network;
   NamedParams namedParams;  // "<module>.lora_A.weight" -> live parameter
-  std::shared_ptr<torch::optim::AdamW> optimizer;
+  std::shared_ptr<LoraOptimizer> optimizer;
   std::unique_ptr<Ema> ema;
   std::unique_ptr<LrSchedule> schedule;
   LossScaler scaler;  // enabled for fp16 compute only
@@ -72,12 +76,16 @@ struct Trainer::State {
   bool lastStepReplayed = false;
 
   // Data cursor and counters (checkpointed).
-  int64_t drawCursor = 0;
-  int64_t skippedItems = 0;
+  DataCursor cursor;
   double lossEmaRaw = 0.0;
   int64_t lossCount = 0;
-  int64_t permEpoch = -1;
-  std::vector<int64_t> perm;
+
+  // What the family sees of this state (train/RunContext.h); the run folder's one
+  // writer, once the folder is locked (train/RunSink.h); the reduce point of every
+  // optimizer step (train/GradientReducer.h).
+  std::unique_ptr<RunContext> context;
+  std::shared_ptr<RunSink> sink;
+  std::shared_ptr<GradientReducer> reducer;
 
   std::string lastCheckpoint;
   int64_t lastCheckpointStep = -1;
@@ -170,9 +178,9 @@ std::function<void(size_t blockIndex, torch::nn::Module& block)> randomBlockHook
 // Whether the run's fp8 Linears keep their transposed weights (model.fp8_keep_transpose
 // with what it needs: an fp8 qtype, fp8_matmul and fp8_backward), as the planners count them.
 bool keepsFp8Transposes(const config::ModelConfig& m);
-// st.placement of `blocks` by setup's plan, or all on its build device, and
-// st.planReason saying which. Attachments and apply() are the family's.
-void placeBlocks(Trainer::State& st, nn::BlockList blocks, const DeviceSetup& setup);
+// The placement of `blocks` by setup's plan, or all on its build device, and the
+// reason saying which. Attachments and apply() are the family's.
+PlacedModel placeBlocks(nn::BlockList blocks, const DeviceSetup& setup);
 // model.fp8_matmul, once the blocks are placed: each block's first fp8 Linear runs one
 // tiny matmul in `dtype` where it lives (nn::checkFp8Matmul), so a LibTorch build or a
 // card without the row-wise fp8 matmul is refused before the first step, naming the key.
@@ -187,11 +195,6 @@ struct OpenedRun {
 // Throws IoError when `runDir` is not a run folder or has no checkpoint (`purpose`:
 // "resume from", "export"), ConfigError when its config.yaml has errors.
 OpenedRun openRunFolder(const std::filesystem::path& runDir, const std::string& purpose);
-
-// The next index of the run's data order over `n` items: a permutation per epoch
-// from train.seed and the epoch alone, so a resumed run needs only the cursor
-// (st.drawCursor, advanced by one) to draw the same items. Every family draws so.
-size_t nextDrawIndex(Trainer::State& st, const config::RunConfig& cfg, size_t n);
 
 // Empties the CUDA caching allocator (no-op on a CPU build).
 void releaseDeviceCaches();

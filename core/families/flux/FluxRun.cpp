@@ -10,7 +10,6 @@
 #include "config/RunConfigYaml.h"
 #include "families/flux/FluxImageModels.h"
 #include "families/flux/FluxPlanning.h"
-#include "io/Image.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
 #include "nn/Quantize.h"
@@ -19,12 +18,13 @@
 #include "train/HostToDevice.h"
 #include "train/PhaseTimer.h"
 #include "train/RngState.h"
-#include "train/SamplingWeights.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::families {
 
-void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) {
+void FluxRun::prepareData(train::RunContext& run) {
+  const config::RunConfig& cfg = run.config();
+  events::EventBus& bus = run.bus();
   config_ = planFluxConfig(cfg.model);  // the shape prepareRun planned with
   train::DatasetContext ctx;
   ctx.latentChannels = config_.latentChannels();
@@ -35,27 +35,29 @@ void FluxRun::prepareData(train::Trainer::State& st, const config::RunConfig& cf
   promptEmbedder_ = std::make_unique<train::WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
   // An images run: the VAE and text encoders fill the caches on the first device (train/ImagesRun.h).
   if (train::hasImagesDataset(cfg)) {
-    train::prepareDevices(cfg, st.prepared);
+    train::prepareDevices(cfg, run.prepared());
     ctx.bus = &bus;  // T5's load progress, then the datasets' summaries and cache progress
-    ctx.stopRequested = st.stopRequested;  // polled between cache batches
-    images_ = std::make_unique<train::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(st.prepared)), cfg,
-                                                 ctx, bus);
+    ctx.stopRequested = run.stopRequested();  // polled between cache batches
+    images_ = std::make_unique<train::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(run.prepared())),
+                                                 cfg, ctx, bus);
     ctx.encoders = &images_->encoders();
-    train::stopPoint(st, "loading the VAE and text encoders");
+    run.stopPoint("loading the VAE and text encoders");
   }
   dataset_ = train::makeDatasets(cfg.datasets, ctx);
   emptyPrompt_ = dataset_->emptyPrompt();
   pixelCode_ = cfg.datasets.front().type == config::DatasetType::Shapes;
   if (images_) {
-    train::stopPoint(st, "caching (the image cache is complete and kept)");
+    run.stopPoint("caching (the image cache is complete and kept)");
     images_->finishCaching();  // sample prompts encoded once; T5 and CLIP freed before step 1
     train::releaseDeviceCaches();
   }
 }
 
-void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) {
+train::PlacedModel FluxRun::buildAndPlace(train::RunContext& run) {
+  const config::RunConfig& cfg = run.config();
+  events::EventBus& bus = run.bus();
   const auto& m = cfg.model;
-  const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
+  const train::DeviceSetup dev = train::setUpDevices(cfg, run.prepared());
   at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
   flux::FluxBuildOptions bo;
   bo.device = dev.buildDevice;
@@ -71,9 +73,9 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
     flux::FluxStreamOptions so;
     so.quantize = qtype;
     // A checkpoint of FLUX.1-dev's size takes a while to stream in: say how far it is.
-    so.onProgress = [&bus, &st](int64_t done, int64_t total) {
+    so.onProgress = [&bus, &run](int64_t done, int64_t total) {
       bus.publish(events::LoadProgressEvent{events::kLoadTransformer, done, total});
-      train::stopPoint(st, "loading the transformer (" + std::to_string(done) + " of " + std::to_string(total) + ")");
+      run.stopPoint("loading the transformer (" + std::to_string(done) + " of " + std::to_string(total) + ")");
     };
     model_ = flux::streamFluxTransformer(flux::FluxCheckpoint::open(m.nameOrPath), config_, bo, so);
   } else {
@@ -88,26 +90,26 @@ void FluxRun::buildAndPlace(train::Trainer::State& st, const config::RunConfig& 
     for (auto& slot : model_->blockList().blocks)
       fp8 += nn::enableFp8Matmul(*slot.block, nn::fp8BackwardOf(m.fp8Backward, m.fp8KeepTranspose));
   for (auto& p : model_->parameters()) p.requires_grad_(false);
-  train::placeBlocks(st, model_->blockList(), dev);
-  if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
-  if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
-  st.placement->apply();
-  st.devices = st.placement->devices();
+  train::PlacedModel placed = train::placeBlocks(model_->blockList(), dev);
+  if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
+  if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
+  placed.placement->apply();
   if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
   rules_ = std::make_unique<flux::FluxLoraRules>(config_);
+  return placed;
 }
 
-train::TrainItem FluxRun::nextItem(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus,
-                                   int64_t step) {
+train::TrainItem FluxRun::nextItem(train::RunContext& run, int64_t step) {
   const size_t n = dataset_->size();
   for (size_t attempt = 0; attempt <= n; ++attempt) {
-    const size_t index = train::nextDrawIndex(st, cfg, n);
+    const size_t index = run.nextDrawIndex(n);
     try {
       return dataset_->item(index);
     } catch (const std::exception& e) {
-      ++st.skippedItems;
-      bus.publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
-                                           std::to_string(st.skippedItems) + " skipped so far)",
+      int64_t& skipped = run.cursor().skippedItems;
+      ++skipped;
+      run.bus().publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
+                                                 std::to_string(skipped) + " skipped so far)",
                                        step});
     }
   }
@@ -128,10 +130,11 @@ enum MicroBatchSlot : size_t { kImg, kTxt, kPooled, kTimestep, kGuidance, kImgId
 
 }  // namespace
 
-std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                                            events::EventBus& bus, int64_t step) {
+std::vector<at::Tensor> FluxRun::microBatch(train::RunContext& run, int64_t batch, int64_t step) {
+  const config::RunConfig& cfg = run.config();
+  at::Generator& gen = run.generator();
   std::vector<train::TrainItem> items;
-  for (int64_t i = 0; i < batch; ++i) items.push_back(nextItem(st, cfg, bus, step));
+  for (int64_t i = 0; i < batch; ++i) items.push_back(nextItem(run, step));
   const int64_t tokens = items.front().txt.size(0);
   std::vector<at::Tensor> lat, txt, pooled;
   for (const auto& it : items) {
@@ -147,7 +150,7 @@ std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const con
   auto pool = at::stack(pooled);  // [B, D_pooled]
   const double p = cfg.train.captionDropoutRate;
   if (p > 0) {
-    auto drop = at::rand({batch}, st.gen) < p;  // [B] bool
+    auto drop = at::rand({batch}, gen) < p;  // [B] bool
     const auto emptyTxt = fitTokens(emptyPrompt_.txt, tokens);
     for (int64_t b = 0; b < batch; ++b) {
       if (drop[b].item<bool>()) {
@@ -158,11 +161,11 @@ std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const con
   }
   const int64_t h = latents.size(2), w = latents.size(3);
   const double mu = flux::shiftMu((h / 2) * (w / 2));
-  auto noise = at::randn(latents.sizes(), st.gen, at::kFloat);
-  auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, st.gen);
+  auto noise = at::randn(latents.sizes(), gen, at::kFloat);
+  auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, gen);
   auto noised = train::addNoise(latents, noise, sigmas);
 
-  const auto dev = st.placement->stemDevice();
+  const auto dev = run.placement().stemDevice();
   // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
   std::vector<at::Tensor> out(kSlots);
   out[kImg] = train::toDeviceAsync(flux::packLatents(noised.noisy), dev);  // [B, HW/4, 4C]
@@ -172,12 +175,12 @@ std::vector<at::Tensor> FluxRun::microBatch(train::Trainer::State& st, const con
   out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
   out[kImgIds] = train::toDeviceAsync(flux::imageIds(h, w), dev);
   out[kTxtIds] = train::toDeviceAsync(flux::textIds(tokens), dev);
-  out[kTarget] = train::toDeviceAsync(flux::packLatents(noised.target), st.placement->headDevice());
-  if (st.phases) st.phases->mark("data");
+  out[kTarget] = train::toDeviceAsync(flux::packLatents(noised.target), run.placement().headDevice());
+  if (run.phases()) run.phases()->mark("data");
   return out;
 }
 
-at::Tensor FluxRun::microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) {
+at::Tensor FluxRun::microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) {
   flux::FluxInputs in;
   in.img = batch.at(kImg);
   in.txt = batch.at(kTxt);
@@ -187,57 +190,40 @@ at::Tensor FluxRun::microLoss(train::Trainer::State& st, const std::vector<at::T
   in.imgIds = batch.at(kImgIds);
   in.txtIds = batch.at(kTxtIds);
   RECORD_USER_SCOPE("strata::forward");  // for bench --profile traces: data is the time before it
-  auto prediction = model_->forward(in, st.runner);  // [B, HW/4, 4C]
+  auto prediction = model_->forward(in, run.runner());  // [B, HW/4, 4C]
   return train::flowMatchingLoss(prediction, batch.at(kTarget));
 }
 
-void FluxRun::sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
-                        int64_t step, events::EventBus& bus) {
-  at::NoGradGuard noGrad;
-  const train::SamplingWeights sampling(*st.network, st.ema.get());
+train::Sample FluxRun::sample(train::RunContext& run, int64_t step, size_t promptIndex) {
+  (void)step;
+  const config::RunConfig& cfg = run.config();
   // Latent pixels per image pixel: the images run's VAE, the demo's pixel code, else the VAE's 8 (previews).
   const int64_t scale = images_ ? images_->downscaleFactor() : pixelCode_ ? train::kPixelCodeScale : 8;
   auto even = [](int64_t v) { return std::max<int64_t>(2, v - v % 2); };
   const int64_t h = even(cfg.sample.height / scale), w = even(cfg.sample.width / scale);
-  const auto dev = st.placement->stemDevice();
-  for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
-    // An images run samples the prompt with its trigger word, from the real text encoders' embedding.
-    const auto& prompt = images_ ? images_->promptText(i) : cfg.sample.prompts[i];
-    const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
-    try {
-      auto g = train::makeCpuGenerator(static_cast<uint64_t>(seed));
-      auto noise = at::randn({1, config_.latentChannels(), h, w}, g, at::kFloat);  // [1, C, h, w]
-      const auto e = images_          ? images_->promptEmbedding(i)
-                     : prompt.empty() ? emptyPrompt_
-                                      : promptEmbedder_->embed(prompt);
-      auto out = flux::sample(*model_, noise.to(dev), e.txt.unsqueeze(0).to(dev), e.pooled.unsqueeze(0).to(dev),
-                              cfg.sample.guidanceScale, cfg.sample.sampleSteps, st.placement.get());
-      // [3, h scale, w scale]: decoded by the VAE, or the pixel code / its preview.
-      const auto rgb = images_ ? images_->decode(out)[0] : train::latentsToRgb(out[0].to(at::kCPU, at::kFloat));
-      const auto path = folder.samplePath(step, static_cast<int64_t>(i));
-      io::writePng(
-          path, rgb,
-          {{"prompt", prompt}, {"step", std::to_string(step)}, {"seed", std::to_string(seed)}, {"Software", "Strata"}});
-      folder.appendSampleIndex({{"file", path.filename().string()},
-                                {"step", step},
-                                {"prompt_index", i},
-                                {"prompt", prompt},
-                                {"seed", seed}});
-      bus.publish(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
-    } catch (const std::exception& ex) {
-      bus.publish(events::WarningEvent{
-          "sample " + std::to_string(i) + " at step " + std::to_string(step) + " failed: " + ex.what(), step});
-    }
-  }
+  const auto dev = run.placement().stemDevice();
+  const size_t i = promptIndex;
+  train::Sample out;
+  // An images run samples the prompt with its trigger word, from the real text encoders' embedding.
+  out.prompt = images_ ? images_->promptText(i) : cfg.sample.prompts[i];
+  out.seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
+  auto g = train::makeCpuGenerator(static_cast<uint64_t>(out.seed));
+  auto noise = at::randn({1, config_.latentChannels(), h, w}, g, at::kFloat);  // [1, C, h, w]
+  const auto e = images_              ? images_->promptEmbedding(i)
+                 : out.prompt.empty() ? emptyPrompt_
+                                      : promptEmbedder_->embed(out.prompt);
+  auto latents = flux::sample(*model_, noise.to(dev), e.txt.unsqueeze(0).to(dev), e.pooled.unsqueeze(0).to(dev),
+                              cfg.sample.guidanceScale, cfg.sample.sampleSteps, &run.placement());
+  // [3, h scale, w scale]: decoded by the VAE, or the pixel code / its preview.
+  out.image = images_ ? images_->decode(latents)[0] : train::latentsToRgb(latents[0].to(at::kCPU, at::kFloat));
+  return out;
 }
 
-std::filesystem::path FluxRun::exportLora(train::Trainer::State& st, const config::RunConfig& cfg,
-                                          config::ExportFormat format, const std::filesystem::path& path,
-                                          int64_t step, const std::string& runYaml,
-                                          const std::string& softwareVersion) {
-  lora::writeLoraFile(path, *st.network, *rules_,
+void FluxRun::exportLora(train::RunContext& run, config::ExportFormat format, const std::filesystem::path& path,
+                         int64_t step, const std::string& runYaml, const std::string& softwareVersion) {
+  const config::RunConfig& cfg = run.config();
+  lora::writeLoraFile(path, run.network(), *rules_,
                       fluxExportOptions(cfg, format, step, cfg.network.linearAlpha, runYaml, softwareVersion));
-  return path;
 }
 
 void FluxRun::release() {

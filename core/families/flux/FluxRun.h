@@ -24,26 +24,22 @@ namespace strata::families {
 
 class FluxRun : public train::FamilyRun {
  public:
-  void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override;
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override;
+  void prepareData(train::RunContext& run) override;
+  train::PlacedModel buildAndPlace(train::RunContext& run) override;
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
   // [img (noised, packed), txt, pooled, timestep, guidance, imgIds, txtIds, target (packed)]
-  std::vector<at::Tensor> microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                                     events::EventBus& bus, int64_t step) override;
-  at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override;
-  void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
-                 int64_t step, events::EventBus& bus) override;
-  std::filesystem::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg,
-                                   config::ExportFormat format, const std::filesystem::path& path, int64_t step,
-                                   const std::string& runYaml, const std::string& softwareVersion) override;
+  std::vector<at::Tensor> microBatch(train::RunContext& run, int64_t batch, int64_t step) override;
+  at::Tensor microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) override;
+  train::Sample sample(train::RunContext& run, int64_t step, size_t promptIndex) override;
+  void exportLora(train::RunContext& run, config::ExportFormat format, const std::filesystem::path& path,
+                  int64_t step, const std::string& runYaml, const std::string& softwareVersion) override;
   void release() override;
 
  private:
   // The next readable item of the run's data order (an unreadable one is skipped
   // with a warning).
-  train::TrainItem nextItem(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus,
-                            int64_t step);
+  train::TrainItem nextItem(train::RunContext& run, int64_t step);
 
   flux::FluxConfig config_;  // the shape prepareRun planned (planFluxConfig)
   std::shared_ptr<train::Dataset> dataset_;

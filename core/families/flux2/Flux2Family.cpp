@@ -126,7 +126,8 @@ enum MicroBatchSlot : size_t { kImg, kTxt, kTimestep, kGuidance, kImgIds, kTxtId
 
 class Flux2Run : public train::FamilyRun {
  public:
-  void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
+  void prepareData(train::RunContext& run) override {
+    const config::RunConfig& cfg = run.config();
     config_ = planFlux2Config(cfg.model);  // the shape prepareRun planned with
     for (size_t i = 0; i < cfg.datasets.size(); ++i)
       if (cfg.datasets[i].type != config::DatasetType::Synthetic)  // the validator refuses it first
@@ -140,13 +141,12 @@ class Flux2Run : public train::FamilyRun {
     ctx.seed = cfg.train.seed;
     dataset_ = train::makeDatasets(cfg.datasets, ctx);
     emptyPrompt_ = dataset_->emptyPrompt();
-    (void)st;
-    (void)bus;
   }
 
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
+  train::PlacedModel buildAndPlace(train::RunContext& run) override {
+    const config::RunConfig& cfg = run.config();
     const auto& m = cfg.model;
-    const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
+    const train::DeviceSetup dev = train::setUpDevices(cfg, run.prepared());
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     flux2::Flux2BuildOptions bo;
     bo.device = dev.buildDevice;
@@ -160,9 +160,9 @@ class Flux2Run : public train::FamilyRun {
       bo.blockDevice = train::planBlockDevice(dev);
       flux2::Flux2StreamOptions so;
       so.quantize = qtype;
-      so.onProgress = [&bus, &st](int64_t done, int64_t total) {
-        bus.publish(events::LoadProgressEvent{events::kLoadTransformer, done, total});
-        train::stopPoint(st, "loading the transformer (" + std::to_string(done) + " of " + std::to_string(total) + ")");
+      so.onProgress = [&run](int64_t done, int64_t total) {
+        run.bus().publish(events::LoadProgressEvent{events::kLoadTransformer, done, total});
+        run.stopPoint("loading the transformer (" + std::to_string(done) + " of " + std::to_string(total) + ")");
       };
       model_ = flux2::streamFlux2Transformer(flux2::openFlux2Checkpoint(m.nameOrPath), config_, bo, so);
     } else {
@@ -172,31 +172,32 @@ class Flux2Run : public train::FamilyRun {
         bo.onBlockBuilt = [hook, &built](torch::nn::Module& block) { hook(built++, block); };
       model_ = std::make_shared<flux2::Flux2Transformer>(config_, bo);
     }
-    train::stopPoint(st, "building the transformer");
+    run.stopPoint("building the transformer");
     nn::Fp8MatmulCount fp8;
     if (fp8Matmul)
       for (auto& slot : model_->blockList().blocks)
         fp8 += nn::enableFp8Matmul(*slot.block, nn::fp8BackwardOf(m.fp8Backward, m.fp8KeepTranspose));
     for (auto& p : model_->parameters()) p.requires_grad_(false);
-    train::placeBlocks(st, model_->blockList(), dev);
-    if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
-    if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
-    st.placement->apply();
-    st.devices = st.placement->devices();
+    train::PlacedModel placed = train::placeBlocks(model_->blockList(), dev);
+    if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
+    if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
+    placed.placement->apply();
     if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
     rules_ = std::make_unique<flux2::Flux2LoraRules>(config_);
+    return placed;
   }
 
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
 
   // [img (noised, packed), txt, timestep, guidance, imgIds, txtIds, target (packed)]
-  std::vector<at::Tensor> microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                                     events::EventBus& bus, int64_t step) override {
+  std::vector<at::Tensor> microBatch(train::RunContext& run, int64_t batch, int64_t step) override {
+    const config::RunConfig& cfg = run.config();
+    at::Generator& gen = run.generator();
     std::vector<at::Tensor> lat, txt;
     const int64_t tokens = flux2TextTokens(config_);
     for (int64_t i = 0; i < batch; ++i) {
-      const train::TrainItem it = dataset_->item(train::nextDrawIndex(st, cfg, dataset_->size()));
+      const train::TrainItem it = dataset_->item(run.nextDrawIndex(dataset_->size()));
       lat.push_back(it.latents);
       txt.push_back(fitTokens(it.txt, tokens));
     }
@@ -204,19 +205,18 @@ class Flux2Run : public train::FamilyRun {
     auto text = at::stack(txt);                             // [B, N_txt, D]
     const double p = cfg.train.captionDropoutRate;
     if (p > 0) {
-      auto drop = at::rand({batch}, st.gen) < p;  // [B] bool
+      auto drop = at::rand({batch}, gen) < p;  // [B] bool
       const auto emptyTxt = fitTokens(emptyPrompt_.txt, tokens);
       for (int64_t b = 0; b < batch; ++b)
         if (drop[b].item<bool>()) text[b].copy_(emptyTxt);
     }
     const int64_t h = latents.size(2), w = latents.size(3);
     const double mu = flux2::computeEmpiricalMu(h * w, kMuSteps);
-    auto noise = at::randn(latents.sizes(), st.gen, at::kFloat);
-    auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, st.gen);
+    auto noise = at::randn(latents.sizes(), gen, at::kFloat);
+    auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, gen);
     auto noised = train::addNoise(latents, noise, sigmas);
 
-    const auto dev = st.placement->stemDevice();
-    (void)bus;
+    const auto dev = run.placement().stemDevice();
     (void)step;
     // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
     std::vector<at::Tensor> out(kSlots);
@@ -226,12 +226,12 @@ class Flux2Run : public train::FamilyRun {
     out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
     out[kImgIds] = train::toDeviceAsync(flux2::latentIds(h, w), dev);
     out[kTxtIds] = train::toDeviceAsync(flux2::textIds(tokens), dev);
-    out[kTarget] = train::toDeviceAsync(flux2::packLatents(noised.target), st.placement->headDevice());
-    if (st.phases) st.phases->mark("data");
+    out[kTarget] = train::toDeviceAsync(flux2::packLatents(noised.target), run.placement().headDevice());
+    if (run.phases()) run.phases()->mark("data");
     return out;
   }
 
-  at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override {
+  at::Tensor microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) override {
     flux2::Flux2Inputs in;
     in.img = batch.at(kImg);
     in.txt = batch.at(kTxt);
@@ -239,26 +239,21 @@ class Flux2Run : public train::FamilyRun {
     in.guidance = batch.at(kGuidance);
     in.imgIds = batch.at(kImgIds);
     in.txtIds = batch.at(kTxtIds);
-    auto prediction = model_->forward(in, st.runner);  // [B, hw, 4C]
+    auto prediction = model_->forward(in, run.runner());  // [B, hw, 4C]
     return train::flowMatchingLoss(prediction, batch.at(kTarget));
   }
 
   // The validator refuses sampling for flux2; a config that got past it is told why.
-  void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
-                 int64_t step, events::EventBus& bus) override {
-    (void)st;
-    (void)folder;
-    if (!cfg.sample.prompts.empty())
-      bus.publish(events::WarningEvent{
-          "samples at step " + std::to_string(step) + " skipped: Strata has no FLUX.2 VAE to decode them yet", step});
+  std::string samplesProblem() const override { return "Strata has no FLUX.2 VAE to decode them yet"; }
+  train::Sample sample(train::RunContext& /*run*/, int64_t /*step*/, size_t /*promptIndex*/) override {
+    throw Error(samplesProblem());
   }
 
-  fs::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg, config::ExportFormat format,
-                      const fs::path& path, int64_t step, const std::string& runYaml,
-                      const std::string& softwareVersion) override {
-    lora::writeLoraFile(path, *st.network, *rules_,
+  void exportLora(train::RunContext& run, config::ExportFormat format, const fs::path& path, int64_t step,
+                  const std::string& runYaml, const std::string& softwareVersion) override {
+    const config::RunConfig& cfg = run.config();
+    lora::writeLoraFile(path, run.network(), *rules_,
                         flux2ExportOptions(cfg, format, step, cfg.network.linearAlpha, runYaml, softwareVersion));
-    return path;
   }
 
   void release() override {

@@ -14,7 +14,6 @@
 #include "events/Events.h"
 #include "families/llama/LlamaLoraRules.h"
 #include "families/llama/LmDataset.h"
-#include "io/AtomicFile.h"
 #include "io/FileBytes.h"
 #include "lora/LoraTargets.h"
 #include "lora/PeftAdapter.h"
@@ -27,7 +26,6 @@
 #include "train/Ema.h"
 #include "train/HostToDevice.h"
 #include "train/RngState.h"
-#include "train/SamplingWeights.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::families {
@@ -90,7 +88,9 @@ namespace {
 
 class LlamaRun : public train::FamilyRun {
  public:
-  void prepareData(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
+  void prepareData(train::RunContext& run) override {
+    const config::RunConfig& cfg = run.config();
+    events::EventBus& bus = run.bus();
     config_ = llamaConfigOf(cfg.model);
     rules_ = std::make_unique<LlamaLoraRules>(config_);
     const bool needText =
@@ -120,7 +120,7 @@ class LlamaRun : public train::FamilyRun {
       }
       if (d.type != config::DatasetType::Jsonl)
         throw ConfigError(key + ".type: a llama model trains on jsonl or synthetic data");
-      train::stopPoint(st, "reading the datasets (before " + key + ")");
+      run.stopPoint("reading the datasets (before " + key + ")");
       auto ds = LmDataset::fromJsonl(d.filePath, *tokenizer_, LmDataOptions::of(d));
       const auto& r = ds.reports().front();
       const size_t shown = std::min<size_t>(r.skipped.size(), 20);
@@ -150,12 +150,13 @@ class LlamaRun : public train::FamilyRun {
       for (size_t i = 0; i < data_.size(); ++i)
         padTo_ = std::max<int64_t>(padTo_, static_cast<int64_t>(data_.row(i).ids.size()));
     paddingSide_ = cfg.datasets.empty() ? config::PaddingSide::Right : cfg.datasets.front().paddingSide;
-    (void)st;
   }
 
-  void buildAndPlace(train::Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus) override {
+  train::PlacedModel buildAndPlace(train::RunContext& run) override {
+    const config::RunConfig& cfg = run.config();
+    events::EventBus& bus = run.bus();
     const auto& m = cfg.model;
-    const train::DeviceSetup dev = train::setUpDevices(cfg, st.prepared);
+    const train::DeviceSetup dev = train::setUpDevices(cfg, run.prepared());
     at::manual_seed(static_cast<uint64_t>(cfg.train.seed));  // the same random base on resume
     llama::LlamaBuildOptions bo;
     bo.device = dev.buildDevice;
@@ -169,9 +170,9 @@ class LlamaRun : public train::FamilyRun {
       bo.layerDevice = train::planBlockDevice(dev);
       llama::LlamaStreamOptions so;
       so.quantize = qtype;
-      so.onProgress = [&bus, &st](int64_t done, int64_t total) {
+      so.onProgress = [&bus, &run](int64_t done, int64_t total) {
         bus.publish(events::LoadProgressEvent{events::kLoadLanguageModel, done, total});
-        train::stopPoint(st, "loading the model (" + std::to_string(done) + " of " + std::to_string(total) + ")");
+        run.stopPoint("loading the model (" + std::to_string(done) + " of " + std::to_string(total) + ")");
       };
       model_ = llama::streamLlamaForCausalLM(llama::openLlamaWeights(m.nameOrPath), config_, bo, so);
     } else {
@@ -184,87 +185,69 @@ class LlamaRun : public train::FamilyRun {
       for (size_t i = 0; i < model_->layerCount(); ++i)
         fp8 += nn::enableFp8Matmul(*model_->layer(i), nn::fp8BackwardOf(m.fp8Backward, m.fp8KeepTranspose));
     for (auto& p : model_->parameters()) p.requires_grad_(false);
-    train::placeBlocks(st, model_->blockList(), dev);
-    if (fp8Matmul) st.planReason += "; " + nn::fp8MatmulSummary(fp8);
-    if (qtype != nn::QuantType::None) st.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
-    st.placement->apply();
-    st.devices = st.placement->devices();
+    train::PlacedModel placed = train::placeBlocks(model_->blockList(), dev);
+    if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
+    if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
+    placed.placement->apply();
     if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
     for (const auto& [path, l] : model_->linears()) linearPaths_.push_back(path);
+    return placed;
   }
   torch::nn::Module& module() override { return *model_; }
   const nn::LoraNameRules& loraRules() const override { return *rules_; }
 
   // [inputIds [B, L], attentionMask [B, L], labels [B, L]]
-  std::vector<at::Tensor> microBatch(train::Trainer::State& st, const config::RunConfig& cfg, int64_t batch,
-                                     events::EventBus& bus, int64_t step) override {
+  std::vector<at::Tensor> microBatch(train::RunContext& run, int64_t batch, int64_t step) override {
     std::vector<const LmSample*> rows;
-    for (int64_t i = 0; i < batch; ++i) rows.push_back(&data_.row(nextRow(st, cfg)));
+    for (int64_t i = 0; i < batch; ++i) rows.push_back(&data_.row(nextRow(run)));
     const LmBatch b = collateLm(rows, padId_, paddingSide_, padTo_);
-    const auto dev = st.placement->stemDevice();
-    (void)bus;
+    const auto dev = run.placement().stemDevice();
     (void)step;
     // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
     return {train::toDeviceAsync(b.inputIds, dev), train::toDeviceAsync(b.attentionMask, dev),
-            train::toDeviceAsync(b.labels, st.placement->headDevice())};
+            train::toDeviceAsync(b.labels, run.placement().headDevice())};
   }
 
-  at::Tensor microLoss(train::Trainer::State& st, const std::vector<at::Tensor>& batch) override {
+  at::Tensor microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) override {
     llama::LlamaInputs in;
     in.inputIds = batch.at(0);
     in.attentionMask = batch.at(1);
     in.idsChecked = true;                          // prepareData checked every row's ids against the vocabulary
-    auto logits = model_->forward(in, st.runner);  // [B, L, V]
+    auto logits = model_->forward(in, run.runner());  // [B, L, V]
     return llama::causalLmLoss(logits, batch.at(2));
   }
 
-  void sampleAll(train::Trainer::State& st, const config::RunConfig& cfg, const train::RunFolder& folder,
-                 int64_t step, events::EventBus& bus) override {
-    at::NoGradGuard noGrad;
-    const train::SamplingWeights sampling(*st.network, st.ema.get());
-    for (size_t i = 0; i < cfg.sample.prompts.size(); ++i) {
-      const auto& prompt = cfg.sample.prompts[i];
-      const int64_t seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
-      try {
-        GenerateOptions go;
-        go.maxNewTokens = cfg.sample.maxNewTokens;
-        go.temperature = cfg.sample.temperature;
-        go.seed = static_cast<uint64_t>(seed);
-        const auto ids = tokenizer_->encode(prompt, true);
-        const auto newIds = generateTokens(*model_, st.placement.get(), st.placement->stemDevice(), ids, go, eos_);
-        const std::string completion = tokenizer_->decode(newIds, true);
-        fs::path path = folder.samplePath(step, static_cast<int64_t>(i));
-        path.replace_extension(".txt");
-        io::writeFileAtomic(path, prompt + completion + "\n");
-        folder.appendSampleIndex({{"file", path.filename().string()},
-                                  {"step", step},
-                                  {"prompt_index", i},
-                                  {"prompt", prompt},
-                                  {"seed", seed},
-                                  {"temperature", cfg.sample.temperature},
-                                  {"completion", completion}});
-        bus.publish(events::SampleEvent{path.string(), step, static_cast<int64_t>(i), prompt, seed});
-      } catch (const std::exception& ex) {
-        bus.publish(events::WarningEvent{
-            "sample " + std::to_string(i) + " at step " + std::to_string(step) + " failed: " + ex.what(), step});
-      }
-    }
+  train::Sample sample(train::RunContext& run, int64_t step, size_t promptIndex) override {
+    (void)step;
+    const config::RunConfig& cfg = run.config();
+    train::Sample out;
+    out.prompt = cfg.sample.prompts[promptIndex];
+    out.seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(promptIndex) : 0);
+    GenerateOptions go;
+    go.maxNewTokens = cfg.sample.maxNewTokens;
+    go.temperature = cfg.sample.temperature;
+    go.seed = static_cast<uint64_t>(out.seed);
+    const auto ids = tokenizer_->encode(out.prompt, true);
+    const auto newIds = generateTokens(*model_, &run.placement(), run.placement().stemDevice(), ids, go, eos_);
+    const std::string completion = tokenizer_->decode(newIds, true);
+    out.text = out.prompt + completion + "\n";
+    out.indexFields = {{"temperature", cfg.sample.temperature}, {"completion", completion}};
+    return out;
   }
 
-  fs::path exportLora(train::Trainer::State& st, const config::RunConfig& cfg, config::ExportFormat format,
-                      const fs::path& path, int64_t step, const std::string& runYaml,
-                      const std::string& softwareVersion) override {
+  void exportLora(train::RunContext& run, config::ExportFormat format, const fs::path& path, int64_t step,
+                  const std::string& runYaml, const std::string& softwareVersion) override {
+    const config::RunConfig& cfg = run.config();
     lora::PeftWriteOptions po;
     po.baseModelNameOrPath = cfg.model.nameOrPath;
     po.dropout = cfg.network.dropout;
     po.dtype = train::scalarTypeOf(cfg.save.dtype);
     po.modelLinearPaths = linearPaths_;
-    lora::writePeftAdapter(path, st.network->moduleWeights(), po);
+    lora::writePeftAdapter(path, run.network().moduleWeights(), po);
     (void)format;
     (void)step;
     (void)runYaml;
     (void)softwareVersion;
-    return path;
   }
 
   void release() override {
@@ -274,9 +257,7 @@ class LlamaRun : public train::FamilyRun {
 
  private:
   // The next row of the run's data order (train::nextDrawIndex, as for every family).
-  size_t nextRow(train::Trainer::State& st, const config::RunConfig& cfg) {
-    return train::nextDrawIndex(st, cfg, data_.size());
-  }
+  size_t nextRow(train::RunContext& run) { return run.nextDrawIndex(data_.size()); }
 
   llama::LlamaConfig config_;
   std::unique_ptr<LlamaLoraRules> rules_;
