@@ -1,5 +1,6 @@
 // `strata-train sample MODEL|CONFIG --prompt TEXT [--prompt ...] --out PNG [...]`:
-// FLUX.1 text-to-image through core/pipeline, optionally with a LoRA file. MODEL
+// FLUX.1 text-to-image through the generic image path (diffusion::generateImages
+// with the pieces of families/flux's FluxPipeline), optionally with a LoRA file. MODEL
 // is a diffusers folder or a BFL transformer file (then --vae, --clip, --t5 and
 // --tokenizer name the rest); a .yaml/.yml run config gives model.* instead.
 // Progress per step on stderr; the prompt and seed go into the PNG's text chunks.
@@ -23,7 +24,8 @@
 #include "config/RunConfigYaml.h"
 #include "io/Image.h"
 #include "models/clip/ClipCheckpoint.h"
-#include "pipeline/FluxPipeline.h"
+#include "diffusion/GenerateImages.h"
+#include "families/flux/FluxPipeline.h"
 #include "train/StopSignals.h"
 
 namespace fs = std::filesystem;
@@ -72,7 +74,7 @@ fs::path outputPath(const fs::path& out, size_t index, size_t count) {
   return out.parent_path() / (out.stem().string() + "_" + std::to_string(index) + out.extension().string());
 }
 
-pipeline::PipelineFiles filesOf(const SampleArgs& a) {
+families::PipelineFiles filesOf(const SampleArgs& a) {
   const fs::path model = a.model;
   const auto ext = model.extension().string();
   if (ext == ".yaml" || ext == ".yml") {
@@ -84,7 +86,7 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
       throw ConfigError(model.string() + ": model.arch is " + m.arch +
                         "; strata-train sample is FLUX.1 text-to-image (a causal LM's samples are written by its run)");
     // The command line wins over the config for the single files.
-    auto f = pipeline::PipelineFiles::fromModelPaths(
+    auto f = families::PipelineFiles::fromModelPaths(
         m.nameOrPath, a.vae.empty() ? m.vaePath : a.vae, a.clip.empty() ? m.clipPath : a.clip,
         a.t5.empty() ? m.t5Path : a.t5, a.tokenizer.empty() ? m.tokenizerPath : a.tokenizer);
     // What single files do not hold, as the run's config gives it (docs/pipeline.md).
@@ -94,7 +96,7 @@ pipeline::PipelineFiles filesOf(const SampleArgs& a) {
       f.text.clipConfig = clip::ClipCheckpoint::open(f.text.clip).config(*m.clipNumAttentionHeads);
     return f;
   }
-  return pipeline::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);
+  return families::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);
 }
 
 at::ScalarType dtypeOf(const std::string& name) {
@@ -105,8 +107,8 @@ at::ScalarType dtypeOf(const std::string& name) {
 
 int runSample(const SampleArgs& a) {
   const char* kWho = "strata-train sample: ";
-  pipeline::PipelineFiles files;
-  pipeline::PipelineOptions options;
+  families::PipelineFiles files;
+  families::PipelineOptions options;
   try {
     checkOutput(a.out);
     if (!std::isfinite(a.guidance) || a.guidance < 0 || a.guidance > 100)
@@ -129,7 +131,7 @@ int runSample(const SampleArgs& a) {
     return kExitBadInput;
   }
 
-  pipeline::SampleRequest r;
+  diffusion::ImageRequest r;
   r.prompts = a.prompts;
   r.lora = a.lora;
   r.loraMultiplier = a.loraMultiplier;
@@ -145,13 +147,13 @@ int runSample(const SampleArgs& a) {
     std::cerr << "step " << done << "/" << total << std::endl;
     if (signals.signalReceived() != 0) throw Interrupted{done};
   };
-  pipeline::SampleResult result;
+  diffusion::ImageResult result;
   try {
     std::cerr << "loading " << a.model << std::endl;
     signals.setExitAtOnce(true);
-    auto pipe = pipeline::FluxPipeline::load(files, options);
+    auto pipe = families::FluxPipeline::load(files, options);
     signals.setExitAtOnce(false);
-    result = pipeline::generateImages(*pipe, r);
+    result = diffusion::generateImages(pipe->textEncoder(), pipe->codec(), pipe->denoiser(), r);
   } catch (const Interrupted& i) {
     std::cerr << kWho << "stopped after step " << i.step << " of " << a.steps << "; no image written" << std::endl;
     return 128 + signals.signalReceived();

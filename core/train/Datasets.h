@@ -67,7 +67,7 @@ struct DatasetContext {
   int64_t textDim = 4096;  // joint_attention_dim
   int64_t pooledDim = 768;
   int64_t seed = 42;  // train.seed
-  // An images dataset: the encoders that fill its cache (train/ImagesRun.h), and
+  // An images dataset: the encoders that fill its cache (diffusion/ImagesRun.h), and
   // where its summary, warnings and cache progress go. Without encoders it is refused.
   const Encoders* encoders = nullptr;
   const events::EventBus* bus = nullptr;

@@ -27,6 +27,7 @@
 #include "train/RunFolder.h"
 #include "train/RunPlanning.h"
 #include "train/Trainer.h"
+#include "train/RunContext.h"
 #include "train/TrainerSupport.h"
 
 using namespace strata;
@@ -45,6 +46,7 @@ std::vector<std::string> registeredArchs() {
 struct BuiltRun {
   events::EventBus bus;  // outlives the run, which may hold it
   std::unique_ptr<train::Trainer::State> st = std::make_unique<train::Trainer::State>();
+  std::unique_ptr<train::RunContext> context;  // what the family sees of st
   train::FamilyRun& run() { return *st->family; }
 };
 
@@ -57,8 +59,10 @@ std::unique_ptr<BuiltRun> buildRun(const train::ModelFamily& family, const confi
   if (!problems.empty()) throw Error("the tiny run does not pass preflight:\n" + problems);
   b->st->familyDef = &family;
   b->st->family = family.newRun();
-  b->run().prepareData(*b->st, cfg, b->bus);
-  b->run().buildAndPlace(*b->st, cfg, b->bus);
+  b->context = std::make_unique<train::RunContext>(*b->st, cfg, b->bus);
+  b->run().prepareData(*b->context);
+  train::PlacedModel placed = b->run().buildAndPlace(*b->context);
+  b->st->placement = std::move(placed.placement);
   return b;
 }
 

@@ -18,7 +18,7 @@
 #include "families/flux/FluxPlanning.h"
 #include "events/EventBus.h"
 #include "io/Image.h"
-#include "train/ImagesRun.h"
+#include "diffusion/ImagesRun.h"
 #include "train/TestImages.h"
 #include "train/Trainer.h"
 #include "train/TrainerSupport.h"

@@ -22,7 +22,7 @@
 #include "parity/FluxFixture.h"
 #include "parity/ParityRegistry.h"
 #include "parity/TextEncoderFixture.h"
-#include "pipeline/FluxPipeline.h"
+#include "families/flux/FluxPipeline.h"
 
 namespace fs = std::filesystem;
 
@@ -33,15 +33,15 @@ std::vector<std::string> promptsOf(const nlohmann::json& manifest) {
   return manifest.at("prompts").get<std::vector<std::string>>();
 }
 
-pipeline::PipelineOptions optionsOf(const nlohmann::json& manifest) {
-  pipeline::PipelineOptions o;
+families::PipelineOptions optionsOf(const nlohmann::json& manifest) {
+  families::PipelineOptions o;
   o.text.maxSequenceLength = manifest.at("max_sequence_length").get<int64_t>();
   return o;
 }
 
-pipeline::PipelineFiles filesOf(const fs::path& dir, const nlohmann::json& manifest, bool singles) {
-  if (!singles) return pipeline::PipelineFiles::fromDiffusersFolder(dir / "model");
-  auto f = pipeline::PipelineFiles::fromSingleFiles(
+families::PipelineFiles filesOf(const fs::path& dir, const nlohmann::json& manifest, bool singles) {
+  if (!singles) return families::PipelineFiles::fromDiffusersFolder(dir / "model");
+  auto f = families::PipelineFiles::fromSingleFiles(
       dir / parity::singleFileOf(manifest, "transformer in BFL"), dir / parity::singleFileOf(manifest, "VAE in"),
       dir / parity::singleFileOf(manifest, "CLIPTextModel"), dir / parity::singleFileOf(manifest, "T5EncoderModel"),
       dir / "model");
@@ -57,7 +57,7 @@ pipeline::PipelineFiles filesOf(const fs::path& dir, const nlohmann::json& manif
 void checkPromptEmbeddingsFromText(const fs::path& dir, const nlohmann::json& manifest, bool singles) {
   const auto tol = parity::toleranceOf(manifest);
   auto files = filesOf(dir, manifest, singles);
-  auto enc = pipeline::FluxTextEncoders::load(files.text, optionsOf(manifest).text);
+  auto enc = families::FluxTextEncoders::load(files.text, optionsOf(manifest).text);
   const auto out = io::loadSafetensors(dir / "outputs.safetensors");
   const auto prompts = promptsOf(manifest);
   EXPECT_EQ(enc->clipLength(), manifest.at("clip_max_length").get<int64_t>());
@@ -83,12 +83,12 @@ void checkPromptEmbeddingsFromText(const fs::path& dir, const nlohmann::json& ma
 
 void checkImages(const fs::path& dir, const nlohmann::json& manifest, bool singles) {
   const auto tol = parity::toleranceOf(manifest);
-  auto pipe = pipeline::FluxPipeline::load(filesOf(dir, manifest, singles), optionsOf(manifest));
+  auto pipe = families::FluxPipeline::load(filesOf(dir, manifest, singles), optionsOf(manifest));
   const auto in = io::loadSafetensors(dir / "inputs.safetensors");
   const auto out = io::loadSafetensors(dir / "outputs.safetensors");
   EXPECT_NEAR(flux::shiftMu(manifest.at("image_seq_len").get<int64_t>(), pipe->shiftParams()),
               manifest.at("mu").get<double>(), 1e-9);
-  pipeline::SampleRequest r;
+  families::SampleRequest r;
   r.prompts = promptsOf(manifest);
   r.latents = in.at("latents");  // unpacked [B, C, h, w]: packed by the pipeline
   r.steps = manifest.at("num_inference_steps").get<int64_t>();
@@ -101,14 +101,14 @@ void checkImages(const fs::path& dir, const nlohmann::json& manifest, bool singl
     EXPECT_EQ(done, calls);
     EXPECT_EQ(total, r.steps);
   };
-  const auto base = pipeline::generateImages(*pipe, r);
+  const auto base = families::generateImages(*pipe, r);
   EXPECT_EQ(calls, r.steps);
   EXPECT_TRUE(test::allClose(base.finalLatents, out.at("latents_final"), tol.atol, tol.rtol)) << "latents_final";
   EXPECT_TRUE(test::allClose(base.images, out.at("image"), tol.atol, tol.rtol)) << "image";
 
   r.lora = dir / "lora.safetensors";  // alpha/r from its lora_adapter_metadata header
   r.onStep = {};
-  const auto withLora = pipeline::generateImages(*pipe, r);
+  const auto withLora = families::generateImages(*pipe, r);
   EXPECT_TRUE(test::allClose(withLora.finalLatents, out.at("latents_final_lora"), tol.atol, tol.rtol))
       << "latents_final_lora";
   EXPECT_TRUE(test::allClose(withLora.images, out.at("image_lora"), tol.atol, tol.rtol)) << "image_lora";
@@ -116,7 +116,7 @@ void checkImages(const fs::path& dir, const nlohmann::json& manifest, bool singl
   // The LoRA is gone afterwards, and the packed form of the latents gives the same image.
   r.lora.clear();
   r.latents = in.at("latents_packed");
-  const auto again = pipeline::generateImages(*pipe, r);
+  const auto again = families::generateImages(*pipe, r);
   EXPECT_TRUE(test::allClose(again.images, out.at("image"), tol.atol, tol.rtol)) << "image after the LoRA run";
 }
 

@@ -3,7 +3,7 @@
 // pictures (png, jpg, webp; several sizes and aspects; a corrupt file, one too
 // small, one without a caption) is cached by the fixture's VAE, T5 and CLIP, 20
 // steps train, decoded samples of the configured size are written, the LoRA is
-// exported and applied in pipeline::generateImages; a second run and a resume
+// exported and applied in families::generateImages; a second run and a resume
 // take everything from the cache (no encoder call).
 #include <gtest/gtest.h>
 
@@ -26,9 +26,9 @@
 #include "models/clip/ClipTextConfig.h"
 #include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxTransformer.h"
-#include "pipeline/FluxPipeline.h"
+#include "families/flux/FluxPipeline.h"
 #include "train/ImageDataset.h"
-#include "train/ImagesRun.h"
+#include "diffusion/ImagesRun.h"
 #include "train/TestImages.h"
 #include "train/Trainer.h"
 
@@ -174,22 +174,22 @@ void expectSamples(const fs::path& runDir, const std::vector<int64_t>& steps) {
 }
 
 // The exported LoRA reads back and changes what the pipeline generates.
-void expectLoraAppliesInThePipeline(const pipeline::PipelineFiles& files, const fs::path& lora) {
+void expectLoraAppliesInThePipeline(const families::PipelineFiles& files, const fs::path& lora) {
   ASSERT_TRUE(fs::is_regular_file(lora)) << lora;
-  pipeline::PipelineOptions o;
+  families::PipelineOptions o;
   o.text.maxSequenceLength = 16;  // the fixture's joint_attention_dim 32 -> 16 text tokens in training
-  auto pipe = pipeline::FluxPipeline::load(files, o);
+  auto pipe = families::FluxPipeline::load(files, o);
   const auto content = lora::readLoraFile(lora, flux::FluxLoraRules(pipe->transformer().config()));
   EXPECT_FALSE(content.modules.empty());
-  pipeline::SampleRequest r;
+  families::SampleRequest r;
   r.prompts = {"ohwx on a table"};
   r.steps = 2;
   r.width = kSampleWidth;
   r.height = kSampleHeight;
   r.seed = 3;
-  const auto base = pipeline::generateImages(*pipe, r).images;
+  const auto base = families::generateImages(*pipe, r).images;
   r.lora = lora;
-  const auto with = pipeline::generateImages(*pipe, r).images;
+  const auto with = families::generateImages(*pipe, r).images;
   EXPECT_EQ(with.sizes().vec(), (std::vector<int64_t>{1, 3, kSampleHeight, kSampleWidth}));
   EXPECT_GT((with - base).abs().max().item<double>(), 1e-6) << "the trained LoRA does not change the image";
 }
@@ -233,7 +233,7 @@ TEST(ImagesRun, TrainsFromTheDiffusersFolderThenReusesTheCache) {
     EXPECT_EQ(filesIn(cache / "latents"), views);
     EXPECT_EQ(filesIn(cache / "text"), images.usable() + 2);  // + "ohwx on a table"
     expectSamples(t.runDir(), {0, 10, 20});
-    expectLoraAppliesInThePipeline(pipeline::PipelineFiles::fromDiffusersFolder(fixture() / "model"),
+    expectLoraAppliesInThePipeline(families::PipelineFiles::fromDiffusersFolder(fixture() / "model"),
                                    t.runDir() / "exports" / "imgs_diffusers.safetensors");
     EXPECT_TRUE(fs::is_regular_file(t.runDir() / "exports" / "imgs_kohya.safetensors"));
   }
@@ -277,7 +277,7 @@ TEST(ImagesRun, TrainsFromTheSingleFiles) {
   expectSamples(t.runDir(), {0, 10, 20});
   const fs::path s = fixture() / "singles";
   auto files =
-      pipeline::PipelineFiles::fromSingleFiles(s / "flux1.safetensors", s / "ae.safetensors", s / "clip_l.safetensors",
+      families::PipelineFiles::fromSingleFiles(s / "flux1.safetensors", s / "ae.safetensors", s / "clip_l.safetensors",
                                                s / "t5xxl.safetensors", fixture() / "model");
   files.axesDimsRope = {4, 6, 6};
   files.vaeHints.normNumGroups = 4;
@@ -314,10 +314,10 @@ TEST(ImagesRun, SingleFilesEncodeLikeTheDiffusersFolder) {
 }
 
 TEST(ImagesRun, SamplePromptsGetTheTriggerWordReplacedNotPrepended) {
-  EXPECT_EQ(samplePromptText("[trigger] on a table", "ohwx"), "ohwx on a table");
-  EXPECT_EQ(samplePromptText("a dog", "ohwx"), "a dog");
-  EXPECT_EQ(samplePromptText("[trigger] and [trigger]", "x"), "x and x");
-  EXPECT_EQ(samplePromptText("[trigger] dog", ""), " dog");
+  EXPECT_EQ(diffusion::samplePromptText("[trigger] on a table", "ohwx"), "ohwx on a table");
+  EXPECT_EQ(diffusion::samplePromptText("a dog", "ohwx"), "a dog");
+  EXPECT_EQ(diffusion::samplePromptText("[trigger] and [trigger]", "x"), "x and x");
+  EXPECT_EQ(diffusion::samplePromptText("[trigger] dog", ""), " dog");
 }
 
 // The VAE's identity in a cache key is its content: other weights with the same

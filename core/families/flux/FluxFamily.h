@@ -1,5 +1,5 @@
 #pragma once
-// FLUX.1 (dev, schnell: models/flux, with the VAE, T5 and CLIP of pipeline/) as a
+// FLUX.1 (dev, schnell: models/flux, with its VAE, T5 and CLIP: FluxVaeCodec, FluxTextEncoder) as a
 // train::ModelFamily: its planning (FluxPlanning), its side of a run (FluxRun:
 // datasets, the placed transformer, flow-matching steps, image samples, the
 // diffusers / kohya / comfy LoRA files) and the images run's encoders

@@ -1,13 +1,22 @@
 #include "families/flux/FluxImageModels.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "common/Error.h"
 #include "events/EventBus.h"
+#include "families/flux/FluxPipeline.h"
+#include "families/flux/FluxTextEncoder.h"
+#include "families/flux/FluxTextEncoders.h"
+#include "families/flux/FluxVaeCodec.h"
+#include "io/ContentHash.h"
 #include "models/clip/ClipCheckpoint.h"
+#include "models/clip/ClipTextConfig.h"
+#include "models/t5/T5Config.h"
+#include "models/vae/AutoencoderKL.h"
+#include "models/vae/VaeCheckpoint.h"
 #include "nn/Quantize.h"
-#include "pipeline/FluxPipeline.h"
-#include "pipeline/FluxRunModels.h"
 
 namespace fs = std::filesystem;
 
@@ -15,53 +24,171 @@ namespace strata::families {
 
 namespace {
 
-class FluxImageModels final : public train::ImageModels {
- public:
-  explicit FluxImageModels(pipeline::RunModelsOptions o) : m_(std::move(o)) {}
-  at::Tensor encodeImages(const at::Tensor& pixels) override { return m_.encodeImages(pixels); }
-  std::vector<train::TextEmbedding> encodeTexts(const std::vector<std::string>& texts) override {
-    const auto e = m_.encodeTexts(texts);  // t5 [B, L, D], pooled [B, P]
-    std::vector<train::TextEmbedding> out;
-    for (int64_t b = 0; b < e.t5.size(0); ++b) out.push_back({e.t5[b].contiguous(), e.pooled[b].contiguous()});
-    return out;
+// What identifies weights in a cache key: the content hash of a file, or of every
+// file directly in a folder (with its name), so replaced weights change it even
+// when their size and date were kept; moving or touching them does not. Hashes
+// are remembered by inode, size, mtime and ctime (io::fileContentHash), so a
+// multi-GB file is read once, not at every run.
+std::string stampOf(const fs::path& p) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  const bool folder = fs::is_directory(p, ec);
+  if (folder) {
+    for (const auto& e : fs::directory_iterator(p, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(p);
   }
-  at::Tensor decode(const at::Tensor& latents) override { return m_.decode(latents); }
-  void releaseTextEncoders() override { m_.releaseTextEncoders(); }
-  void releaseDecoder() override { m_.releaseVae(); }
-  bool textEncodersLoaded() const override { return m_.textEncodersLoaded(); }
-  std::string imageModelId() const override { return m_.vaeIdentity(); }
-  std::string textModelId() const override { return m_.textIdentity(); }
-  int64_t downscaleFactor() const override { return m_.downscaleFactor(); }
-  std::string describe() const override { return m_.describe(); }
+  std::ostringstream s;
+  s << "[";
+  for (const auto& f : files) {
+    if (folder) s << f.filename().string() << ":";
+    try {
+      s << io::fileContentHash(f) << ";";
+    } catch (const Error&) {
+      s << "unreadable " << f.string() << ";";  // the load that needs it says why
+    }
+  }
+  s << "]";
+  return s.str();
+}
 
- private:
-  pipeline::FluxRunModels m_;
+std::string dtypeName(at::ScalarType t) { return c10::toString(t); }
+
+vae::VaeConfig randomVaeConfig(int64_t latentChannels) {
+  vae::VaeConfig c = vae::VaeConfig::flux1();
+  c.latentChannels = latentChannels;
+  return c;
+}
+
+t5::T5Config randomT5Config(int64_t width) {
+  t5::T5Config c = t5::T5Config::t5Xxl();
+  c.dModel = width;
+  return c;
+}
+
+clip::ClipTextConfig randomClipConfig(int64_t width) {
+  clip::ClipTextConfig c = clip::ClipTextConfig::clipL();
+  c.hiddenSize = width;
+  c.intermediateSize = 4 * width;                          // CLIP-L: 3072 = 4 x 768
+  c.numAttentionHeads = width % 64 == 0 ? width / 64 : 1;  // CLIP's head width 64
+  return c;
+}
+
+// What an images run reads beside the transformer, and how.
+struct RunModelsOptions {
+  PipelineFiles files;  // its vae and text parts (the transformer is the trainer's); tokenizers only when random
+  // Random weights at FLUX.1's shapes (VaeConfig::flux1, T5-XXL, CLIP-L) with the
+  // widths the transformer implies below; nothing but the tokenizers is read.
+  bool randomWeights = false;
+  uint64_t seed = 0;                  // of the random weights
+  int64_t latentChannels = 16;        // the transformer's (in_channels / 4)
+  int64_t jointAttentionDim = 4096;   // T5's width
+  int64_t pooledProjectionDim = 768;  // CLIP's width
+  at::Device device = at::kCPU;
+  at::ScalarType vaeDtype = at::kFloat;  // requested; the VAE runs in vae::vaeComputeDtype of it
+  TextEncoderOptions text;               // dtypes, max_sequence_length, quantize_te, T5's progress
 };
+
+// The text encoders' and tokenizers' content hashes.
+std::string textFilesStamp(const RunModelsOptions& o) {
+  std::string s;
+  if (!o.randomWeights) s = "t5 " + stampOf(o.files.text.t5) + " clip " + stampOf(o.files.text.clip) + " ";
+  return s + "tokenizers " + stampOf(o.files.text.t5Tokenizer) + " " + stampOf(o.files.text.clipTokenizer);
+}
+
+std::unique_ptr<FluxVaeCodec> makeVaeCodec(const RunModelsOptions& o) {
+  std::ostringstream vid;
+  std::shared_ptr<vae::AutoencoderKL> vae;
+  if (o.randomWeights) {
+    const auto cfg = randomVaeConfig(o.latentChannels);
+    at::manual_seed(o.seed);
+    vae = std::make_shared<vae::AutoencoderKL>(cfg,
+                                               vae::VaeBuildOptions{o.device, vae::vaeComputeDtype(cfg, o.vaeDtype)});
+    vid << "random flux1 VAE, latent channels " << o.latentChannels << ", seed " << o.seed << ", "
+        << c10::DeviceTypeName(o.device.type());
+  } else {
+    // Hashed before and after the load: the key then names the weights that were loaded.
+    const std::string vaeStamp = stampOf(o.files.vae);
+    vae = vae::loadAutoencoderKL(o.files.vae, {o.device, o.vaeDtype}, o.files.vaeHints);
+    if (stampOf(o.files.vae) != vaeStamp)
+      throw LoadError(o.files.vae.string() + ": changed while it was being loaded; start the run again");
+    vid << "vae " << vaeStamp;
+  }
+  const auto& vc = vae->config();
+  if (vc.latentChannels != o.latentChannels)
+    throw LoadError(o.files.vae.string() + ": the VAE gives " + std::to_string(vc.latentChannels) +
+                    " latent channels, the transformer takes " + std::to_string(o.latentChannels));
+  vid << " (" << dtypeName(vae->dtype()) << "; training latents (mean - " << vc.shiftFactor << ") * "
+      << vc.scalingFactor << ")";
+  return std::make_unique<FluxVaeCodec>(std::move(vae), vid.str());
+}
+
+// T5 and CLIP, loaded on the first encode. Their key is made now, with the files'
+// hashes as they are when the run starts.
+std::unique_ptr<FluxTextEncoder> makeTextEncoder(const RunModelsOptions& o) {
+  const std::string stamp = textFilesStamp(o);
+  std::ostringstream tid;
+  if (o.randomWeights)
+    tid << "random T5-XXL width " << o.jointAttentionDim << " + CLIP-L width " << o.pooledProjectionDim << ", seed "
+        << o.seed + 1 << ", " << c10::DeviceTypeName(o.device.type()) << " ";
+  tid << stamp << " (" << dtypeName(o.text.t5Dtype) << ", " << dtypeName(o.text.clipDtype)
+      << ", max_sequence_length "
+      << o.text.maxSequenceLength
+      // A quantized T5 gives other embeddings: its cache is not a float T5's.
+      << (o.text.t5Quantize == nn::QuantType::None ? "" : std::string(", T5 ") + nn::quantTypeName(o.text.t5Quantize))
+      << ")";
+  auto load = [o, stamp]() {
+    std::shared_ptr<FluxTextEncoders> enc;
+    if (o.randomWeights) {
+      at::manual_seed(o.seed + 1);
+      enc = FluxTextEncoders::random(o.files.text, randomT5Config(o.jointAttentionDim),
+                                     randomClipConfig(o.pooledProjectionDim), o.text);
+    } else {
+      enc = FluxTextEncoders::load(o.files.text, o.text);
+    }
+    if (enc->t5Width() != o.jointAttentionDim || enc->pooledWidth() != o.pooledProjectionDim)
+      throw LoadError("text encoders " + o.files.text.t5.string() + " (d_model " + std::to_string(enc->t5Width()) +
+                      ") / " + o.files.text.clip.string() + " (hidden " + std::to_string(enc->pooledWidth()) +
+                      ") do not fit the transformer's joint_attention_dim " + std::to_string(o.jointAttentionDim) +
+                      " / pooled_projection_dim " + std::to_string(o.pooledProjectionDim));
+    // T5 and CLIP load long after the run started (only when something must be encoded): files
+    // replaced since then would fill the cache under the old files' key.
+    if (textFilesStamp(o) != stamp)
+      throw LoadError("text encoders " + o.files.text.t5.string() + " / " + o.files.text.clip.string() +
+                      " (or their tokenizers) changed since the run started; start the run again");
+    return enc;
+  };
+  return std::make_unique<FluxTextEncoder>(std::move(load), tid.str(), o.text.maxSequenceLength);
+}
 
 // The tokenizers of a random-weights run: model.tokenizer_path, else a diffusers
 // model.name_or_path.
-pipeline::TextEncoderFiles randomRunTokenizers(const config::ModelConfig& m) {
+TextEncoderFiles randomRunTokenizers(const config::ModelConfig& m) {
   const fs::path folder = !m.tokenizerPath.empty() ? fs::path(m.tokenizerPath) : fs::path(m.nameOrPath);
   if (folder.empty())
     throw ConfigError(
         "model.tokenizer_path: an images run with random_weights still needs the tokenizers: give a folder with "
         "tokenizer/ and tokenizer_2/ (a FLUX.1 diffusers folder works)");
-  return pipeline::TextEncoderFiles::fromSingleFiles({}, {}, folder);
+  return TextEncoderFiles::fromSingleFiles({}, {}, folder);
 }
 
 }  // namespace
 
-std::unique_ptr<train::ImageModels> makeFluxImageModels(const config::RunConfig& cfg, const train::DatasetContext& ctx,
-                                                        const c10::Device& device) {
+std::unique_ptr<diffusion::ImageModels> makeFluxImageModels(const config::RunConfig& cfg,
+                                                            const train::DatasetContext& ctx,
+                                                            const c10::Device& device) {
   const auto& m = cfg.model;
-  pipeline::RunModelsOptions o;
+  RunModelsOptions o;
   o.randomWeights = m.randomWeights;
   o.seed = static_cast<uint64_t>(cfg.train.seed) + 2;  // the same random encoders on every run of this seed
   o.latentChannels = ctx.latentChannels;
   o.jointAttentionDim = ctx.textDim;
   o.pooledProjectionDim = ctx.pooledDim;
-  o.maxSequenceLength = ctx.textTokens;
+  o.text.maxSequenceLength = ctx.textTokens;
   o.device = device;
+  o.text.device = device;
   // Per component: float32 on the CPU; on a GPU T5 and CLIP in bf16 whatever
   // train.dtype is (T5 overflows in fp16; the planner counts them so), the VAE in
   // train.dtype through vaeComputeDtype (a force_upcast VAE runs fp16 in float32).
@@ -70,25 +197,28 @@ std::unique_ptr<train::ImageModels> makeFluxImageModels(const config::RunConfig&
                : cfg.train.dtype == config::DType::BF16 ? at::kBFloat16
                : cfg.train.dtype == config::DType::FP16 ? at::kHalf
                                                         : at::kFloat;
-  o.t5Dtype = gpu ? at::kBFloat16 : at::kFloat;
-  o.clipDtype = o.t5Dtype;
+  o.text.t5Dtype = gpu ? at::kBFloat16 : at::kFloat;
+  o.text.clipDtype = o.text.t5Dtype;
   // model.quantize_te: T5's Linears quantized while loading, with model.qtype (CLIP stays float).
-  if (m.quantizeTe) o.t5Quantize = nn::quantTypeFromName(m.qtype);
+  if (m.quantizeTe) o.text.t5Quantize = nn::quantTypeFromName(m.qtype);
   // T5-XXL (9.5 GB in bf16) streams in block by block: said like the transformer's load.
   if (ctx.bus)
-    o.onT5Progress = [bus = ctx.bus](int64_t done, int64_t total) {
+    o.text.onT5Progress = [bus = ctx.bus](int64_t done, int64_t total) {
       bus->publish(events::LoadProgressEvent{events::kLoadT5, done, total});
     };
   if (m.randomWeights) {
     o.files.text = randomRunTokenizers(m);
   } else {
-    o.files = pipeline::PipelineFiles::fromModelPaths(m.nameOrPath, m.vaePath, m.clipPath, m.t5Path, m.tokenizerPath);
+    o.files = PipelineFiles::fromModelPaths(m.nameOrPath, m.vaePath, m.clipPath, m.t5Path, m.tokenizerPath);
     // What single files do not hold, as the config gives it.
     if (m.vaeNormNumGroups) o.files.vaeHints.normNumGroups = *m.vaeNormNumGroups;
     if (m.clipNumAttentionHeads && fs::is_regular_file(o.files.text.clip))
       o.files.text.clipConfig = clip::ClipCheckpoint::open(o.files.text.clip).config(*m.clipNumAttentionHeads);
   }
-  return std::make_unique<FluxImageModels>(std::move(o));
+  // The VAE first: with random weights its values come first from the seed.
+  auto codec = makeVaeCodec(o);
+  auto text = makeTextEncoder(o);
+  return std::make_unique<diffusion::ImageModels>(std::move(codec), std::move(text));
 }
 
 }  // namespace strata::families

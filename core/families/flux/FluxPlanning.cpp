@@ -9,8 +9,9 @@
 #include "common/Text.h"
 #include "lora/LoraTargets.h"
 #include "models/flux/FluxLoraRules.h"
-#include "pipeline/FluxTextEncoders.h"
-#include "pipeline/PipelineShapes.h"
+#include "diffusion/DiffusionPlanning.h"
+#include "families/flux/FluxTextEncoders.h"
+#include "families/flux/PipelineShapes.h"
 #include "train/AdamW8bit.h"
 #include "train/Datasets.h"
 #include "train/EncodeCache.h"
@@ -148,11 +149,11 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
     return {};
   }
   const bool read = !cfg.model.randomWeights && !cfg.model.nameOrPath.empty();
-  const pipeline::PipelineShapes shapes =
-      read ? pipeline::pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath,
+  const PipelineShapes shapes =
+      read ? pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath,
                                                cfg.model.t5Path, cfg.model.tokenizerPath, cfg.model.vaeNormNumGroups,
                                                cfg.model.clipNumAttentionHeads)
-           : pipeline::PipelineShapes::flux1Presets();
+           : PipelineShapes::flux1Presets();
   const bool onCpu = device == "cpu";
   // T5 overflows in fp16, so it runs in bf16 on a GPU whatever train.dtype is; CLIP alike.
   const int64_t textBytes = onCpu ? 4 : 2;
@@ -161,7 +162,7 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
   if (!onCpu && cfg.train.dtype != config::DType::FP32)
     vaeBytes = cfg.train.dtype == config::DType::FP16 && shapes.vae.forceUpcast ? 4 : 2;
   const int64_t batch = kCacheBatchSize;
-  const int64_t t5Tokens = pipeline::TextEncoderOptions{}.maxSequenceLength;
+  const int64_t t5Tokens = TextEncoderOptions{}.maxSequenceLength;
   const bool sampling = cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty();
 
   std::vector<placement::OtherModule> out(3);
@@ -217,67 +218,8 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 }
 
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
-  return runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(), flux::FluxLoraRules(fc).defaultTargets(), tokens,
-                      kFluxActivationElementsPerTokenPerHidden);
-}
-
-train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxParamPlan& params, int64_t hiddenSize,
-                                 const std::vector<std::string>& defaultTargets, int64_t tokens,
-                                 double activationElementsPerTokenPerHidden) {
-  const lora::LoraTargets targets(cfg.network.targetModules.empty() ? defaultTargets : cfg.network.targetModules);
-  train::RunPlanInput out;
-  // model.fp8_keep_transpose: the fp8 Linears whose input gets a gradient keep a transposed
-  // copy (nn::Fp8Backward). The modulations read the conditioning vector, which gets a
-  // gradient only when a time_text_embed Linear trains. An upper bound by the first double
-  // block's q/k/v (their input comes from the frozen stem).
-  const bool keptTransposes = train::keepsFp8Transposes(cfg.model);
-  bool conditioningTrains = false;
-  for (const auto& l : params.stem.linears)
-    conditioningTrains = conditioningTrains || (l.path.rfind("time_text_embed", 0) == 0 && targets.matches(l.path));
-  auto unitOf = [&](const flux::FluxBlockParams& b) {
-    placement::UnitShape u;
-    u.id = b.id;
-    u.kind = b.kind;
-    u.paramCount = b.paramCount;
-    u.isBlock = b.kind != "stem" && b.kind != "head";
-    for (const auto& l : b.linears)
-      if (targets.matches(l.path)) u.loraLinears.push_back({l.inFeatures, l.outFeatures});
-    out.adapters[b.id] = static_cast<int>(u.loraLinears.size());
-    // Only the blocks' Linears are quantized (stem and head stay in train.dtype).
-    if (cfg.model.quantize && u.isBlock)
-      for (const auto& l : b.linears) {
-        u.quantizedWeightCount += l.inFeatures * l.outFeatures;
-        u.largestQuantizedWeightCount = std::max(u.largestQuantizedWeightCount, l.inFeatures * l.outFeatures);
-        u.quantScaleCount += cfg.model.qtype == "int8" || cfg.model.qtype == "qfloat8" ? l.outFeatures : 1;
-        if (keptTransposes && l.inFeatures % 16 == 0 && l.outFeatures % 16 == 0 &&
-            (conditioningTrains || !flux::isModulationLinear(l.path)))
-          u.keptTransposeCount += l.inFeatures * l.outFeatures;
-      }
-    return u;
-  };
-  std::vector<placement::UnitShape> blocks;
-  for (const auto& b : params.blocks) blocks.push_back(unitOf(b));
-
-  // Weights and activations in train.dtype; quantized block Linears counted by unitOf.
-  const int64_t elementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
-  placement::CostOptions co;
-  co.weightElementBytes = elementBytes;
-  co.activationElementBytes = elementBytes;
-  co.loraRank = cfg.network.linear;
-  co.ema = cfg.train.ema.useEma;
-  co.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
-  co.batchSize = cfg.train.batchSize;
-  co.tokens = tokens;
-  co.hiddenSize = hiddenSize;
-  co.gradientCheckpointing = cfg.train.gradientCheckpointing;
-  co.offloadCheckpoints = cfg.train.gradientCheckpointing && cfg.train.offloadCheckpoints;
-  co.offloadOptimizerState = cfg.train.offloadOptimizerState;
-  co.activationElementsPerTokenPerHidden = activationElementsPerTokenPerHidden;
-  out.input = placement::estimateInput(unitOf(params.stem), blocks, unitOf(params.head), co);
-  out.input.mode = cfg.model.placement == config::PlacementMode::Memory ? placement::PlanMode::Memory
-                                                                        : placement::PlanMode::ParamCount;
-  out.input.otherModuleParamCountScale = cfg.model.splitModelOtherModuleParamCountScale;
-  return out;
+  return diffusion::runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(), flux::FluxLoraRules(fc).defaultTargets(),
+                                 tokens, kFluxActivationElementsPerTokenPerHidden, flux::isModulationLinear);
 }
 
 }  // namespace strata::families

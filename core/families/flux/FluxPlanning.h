@@ -64,14 +64,6 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 // placement mode and ai-toolkit's other-module scale (the other modules
 // themselves depend on the first device: prepareRun adds them).
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens);
-// The same from a param plan in FLUX.1's row type (FLUX.2's layout gives one too),
-// its hidden size, the family's default LoRA targets and the activation elements
-// one of its blocks keeps per token per hidden unit without checkpointing
-// (placement::CostOptions::activationElementsPerTokenPerHidden).
-train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxParamPlan& params, int64_t hiddenSize,
-                                 const std::vector<std::string>& defaultTargets, int64_t tokens,
-                                 double activationElementsPerTokenPerHidden);
-
 // FLUX.1's blocks keep less than PyTorch's placement default of 18 (the fused paths
 // keep no GELU output and no [attention, MLP] concatenation). Measured on an H200
 // (2026-12-01), 1024 px without checkpointing, the default LoRA targets: 47.0 GiB

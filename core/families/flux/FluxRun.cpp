@@ -8,6 +8,8 @@
 
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
+#include "diffusion/DiffusionPlanning.h"
+#include "diffusion/TrainBatch.h"
 #include "families/flux/FluxImageModels.h"
 #include "families/flux/FluxPlanning.h"
 #include "models/flux/FluxCheckpoint.h"
@@ -33,13 +35,13 @@ void FluxRun::prepareData(train::RunContext& run) {
   ctx.pooledDim = config_.pooledProjectionDim;
   ctx.seed = cfg.train.seed;
   promptEmbedder_ = std::make_unique<train::WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
-  // An images run: the VAE and text encoders fill the caches on the first device (train/ImagesRun.h).
-  if (train::hasImagesDataset(cfg)) {
+  // An images run: the VAE and text encoders fill the caches on the first device (diffusion/ImagesRun.h).
+  if (diffusion::hasImagesDataset(cfg)) {
     train::prepareDevices(cfg, run.prepared());
     ctx.bus = &bus;  // T5's load progress, then the datasets' summaries and cache progress
     ctx.stopRequested = run.stopRequested();  // polled between cache batches
-    images_ = std::make_unique<train::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(run.prepared())),
-                                                 cfg, ctx, bus);
+    images_ = std::make_unique<diffusion::ImagesRun>(
+        makeFluxImageModels(cfg, ctx, train::firstDevice(run.prepared())), cfg, ctx, bus);
     ctx.encoders = &images_->encoders();
     run.stopPoint("loading the VAE and text encoders");
   }
@@ -99,31 +101,7 @@ train::PlacedModel FluxRun::buildAndPlace(train::RunContext& run) {
   return placed;
 }
 
-train::TrainItem FluxRun::nextItem(train::RunContext& run, int64_t step) {
-  const size_t n = dataset_->size();
-  for (size_t attempt = 0; attempt <= n; ++attempt) {
-    const size_t index = run.nextDrawIndex(n);
-    try {
-      return dataset_->item(index);
-    } catch (const std::exception& e) {
-      int64_t& skipped = run.cursor().skippedItems;
-      ++skipped;
-      run.bus().publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
-                                                 std::to_string(skipped) + " skipped so far)",
-                                       step});
-    }
-  }
-  throw IoError("no readable dataset item: all " + std::to_string(n) + " failed to load");
-}
-
 namespace {
-
-// txt [N, D] to exactly `tokens` rows (zero padding or truncation).
-at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
-  if (txt.size(0) == tokens) return txt;
-  if (txt.size(0) > tokens) return txt.slice(0, 0, tokens);
-  return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
-}
 
 // Where microBatch puts each tensor, and microLoss reads it.
 enum MicroBatchSlot : size_t { kImg, kTxt, kPooled, kTimestep, kGuidance, kImgIds, kTxtIds, kTarget, kSlots };
@@ -132,45 +110,20 @@ enum MicroBatchSlot : size_t { kImg, kTxt, kPooled, kTimestep, kGuidance, kImgId
 
 std::vector<at::Tensor> FluxRun::microBatch(train::RunContext& run, int64_t batch, int64_t step) {
   const config::RunConfig& cfg = run.config();
-  at::Generator& gen = run.generator();
-  std::vector<train::TrainItem> items;
-  for (int64_t i = 0; i < batch; ++i) items.push_back(nextItem(run, step));
-  const int64_t tokens = items.front().txt.size(0);
-  std::vector<at::Tensor> lat, txt, pooled;
-  for (const auto& it : items) {
-    if (!it.latents.sizes().equals(items.front().latents.sizes()))
-      throw Error("a batch needs latents of one size: '" + it.caption + "' differs from '" + items.front().caption +
-                  "' (use batch_size 1 or one resolution)");
-    lat.push_back(it.latents);
-    txt.push_back(fitTokens(it.txt, tokens));
-    pooled.push_back(it.pooled);
-  }
-  auto latents = at::stack(lat);  // [B, C, H, W]
-  auto text = at::stack(txt);     // [B, N_txt, D]
-  auto pool = at::stack(pooled);  // [B, D_pooled]
-  const double p = cfg.train.captionDropoutRate;
-  if (p > 0) {
-    auto drop = at::rand({batch}, gen) < p;  // [B] bool
-    const auto emptyTxt = fitTokens(emptyPrompt_.txt, tokens);
-    for (int64_t b = 0; b < batch; ++b) {
-      if (drop[b].item<bool>()) {
-        text[b].copy_(emptyTxt);
-        pool[b].copy_(emptyPrompt_.pooled);
-      }
-    }
-  }
+  // The draw, caption dropout, noise and timesteps: as every flow-matching image family's.
+  const auto drawn = diffusion::drawBatch(run, *dataset_, emptyPrompt_, batch, {}, step);
+  const auto& latents = drawn.latents;  // [B, C, H, W]
+  const int64_t tokens = drawn.text.size(1);
   const int64_t h = latents.size(2), w = latents.size(3);
-  const double mu = flux::shiftMu((h / 2) * (w / 2));
-  auto noise = at::randn(latents.sizes(), gen, at::kFloat);
-  auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, gen);
-  auto noised = train::addNoise(latents, noise, sigmas);
+  const auto noised = diffusion::noiseBatch(run, latents, flux::shiftMu((h / 2) * (w / 2)));
+  const auto& sigmas = noised.sigmas;
 
   const auto dev = run.placement().stemDevice();
   // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
   std::vector<at::Tensor> out(kSlots);
   out[kImg] = train::toDeviceAsync(flux::packLatents(noised.noisy), dev);  // [B, HW/4, 4C]
-  out[kTxt] = train::toDeviceAsync(text, dev);
-  out[kPooled] = train::toDeviceAsync(pool, dev);
+  out[kTxt] = train::toDeviceAsync(drawn.text, dev);
+  out[kPooled] = train::toDeviceAsync(drawn.pooled, dev);
   out[kTimestep] = train::toDeviceAsync(sigmas, dev);
   out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
   out[kImgIds] = train::toDeviceAsync(flux::imageIds(h, w), dev);
@@ -233,36 +186,13 @@ void FluxRun::release() {
   dataset_.reset();
 }
 
-lora::LoraFileFormat fluxFileFormatOf(config::ExportFormat f) {
-  switch (f) {
-    case config::ExportFormat::Diffusers:
-      return lora::LoraFileFormat::Diffusers;
-    case config::ExportFormat::Kohya:
-      return lora::LoraFileFormat::Kohya;
-    case config::ExportFormat::Comfy:
-      return lora::LoraFileFormat::Comfy;
-    case config::ExportFormat::Peft:  // refused by FluxFamily::formatProblem; the diffusers / peft names
-      return lora::LoraFileFormat::Diffusers;
-  }
-  return lora::LoraFileFormat::Diffusers;
-}
-
 lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
                                           double alpha, const std::string& runYaml,
                                           const std::string& softwareVersion) {
-  lora::LoraExportOptions eo;
-  eo.format = fluxFileFormatOf(format);
-  eo.dtype = train::scalarTypeOf(cfg.save.dtype);
-  eo.softwareVersion = softwareVersion;
-  eo.baseModel = cfg.model.nameOrPath.empty()
-                     ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
-                     : cfg.model.nameOrPath;
-  eo.title = cfg.job.name;
-  eo.rank = cfg.network.linear;
-  eo.alpha = alpha;
-  eo.steps = steps;
-  eo.runYaml = runYaml.empty() ? config::toYaml(cfg) : runYaml;
-  return eo;
+  return diffusion::loraExportOptions(cfg, format, steps, alpha, runYaml, softwareVersion,
+                                     cfg.model.nameOrPath.empty()
+                                         ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
+                                         : cfg.model.nameOrPath);
 }
 
 }  // namespace strata::families

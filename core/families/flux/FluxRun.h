@@ -11,12 +11,12 @@
 #include <string>
 
 #include "config/RunConfig.h"
+#include "diffusion/ImagesRun.h"
 #include "lora/LoraFormats.h"
 #include "models/flux/FluxConfig.h"
 #include "models/flux/FluxLoraRules.h"
 #include "models/flux/FluxTransformer.h"
 #include "train/Datasets.h"
-#include "train/ImagesRun.h"
 #include "train/ModelFamily.h"
 #include "train/TextEmbedder.h"
 
@@ -37,22 +37,16 @@ class FluxRun : public train::FamilyRun {
   void release() override;
 
  private:
-  // The next readable item of the run's data order (an unreadable one is skipped
-  // with a warning).
-  train::TrainItem nextItem(train::RunContext& run, int64_t step);
-
   flux::FluxConfig config_;  // the shape prepareRun planned (planFluxConfig)
   std::shared_ptr<train::Dataset> dataset_;
   std::unique_ptr<train::WordEmbedder> promptEmbedder_;
   train::TextEmbedding emptyPrompt_;
-  std::unique_ptr<train::ImagesRun> images_;  // an images run: its encoders, sample prompts and decoder
+  std::unique_ptr<diffusion::ImagesRun> images_;  // an images run: its encoders, sample prompts and decoder
   bool pixelCode_ = false;                    // the shapes demo: latents are the pixel code
   std::shared_ptr<flux::FluxTransformer> model_;
   std::unique_ptr<flux::FluxLoraRules> rules_;
 };
 
-// The LoRA file's form of an export format (peft: the diffusers / peft tensor names).
-lora::LoraFileFormat fluxFileFormatOf(config::ExportFormat format);
 // The LoRA file's options and metadata for a run (`runYaml` empty: written from cfg).
 lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
                                           double alpha, const std::string& runYaml,

@@ -7,8 +7,8 @@
 
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
-#include "families/flux/FluxPlanning.h"
-#include "families/flux/FluxRun.h"
+#include "diffusion/DiffusionPlanning.h"
+#include "diffusion/TrainBatch.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraTargets.h"
 #include "models/flux2/Flux2Checkpoint.h"
@@ -98,27 +98,12 @@ namespace {
 lora::LoraExportOptions flux2ExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
                                            double alpha, const std::string& runYaml,
                                            const std::string& softwareVersion) {
-  lora::LoraExportOptions eo;
-  eo.format = fluxFileFormatOf(format);
-  eo.dtype = train::scalarTypeOf(cfg.save.dtype);
-  eo.softwareVersion = softwareVersion;
-  eo.baseModel = cfg.model.nameOrPath.empty() || cfg.model.randomWeights
-                     ? "random FLUX.2-architecture model (" +
-                           std::string(cfg.model.preset == config::ModelPreset::Tiny ? "tiny" : "flux2-dev") + ")"
-                     : cfg.model.nameOrPath;
-  eo.title = cfg.job.name;
-  eo.rank = cfg.network.linear;
-  eo.alpha = alpha;
-  eo.steps = steps;
-  eo.runYaml = runYaml.empty() ? config::toYaml(cfg) : runYaml;
-  return eo;
-}
-
-// txt [N, D] to exactly `tokens` rows (zero padding or truncation).
-at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
-  if (txt.size(0) == tokens) return txt;
-  if (txt.size(0) > tokens) return txt.slice(0, 0, tokens);
-  return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
+  return diffusion::loraExportOptions(
+      cfg, format, steps, alpha, runYaml, softwareVersion,
+      cfg.model.nameOrPath.empty() || cfg.model.randomWeights
+          ? "random FLUX.2-architecture model (" +
+                std::string(cfg.model.preset == config::ModelPreset::Tiny ? "tiny" : "flux2-dev") + ")"
+          : cfg.model.nameOrPath);
 }
 
 // Where Flux2Run::microBatch puts each tensor, and microLoss reads it.
@@ -193,31 +178,20 @@ class Flux2Run : public train::FamilyRun {
   // [img (noised, packed), txt, timestep, guidance, imgIds, txtIds, target (packed)]
   std::vector<at::Tensor> microBatch(train::RunContext& run, int64_t batch, int64_t step) override {
     const config::RunConfig& cfg = run.config();
-    at::Generator& gen = run.generator();
-    std::vector<at::Tensor> lat, txt;
+    // The draw, caption dropout, noise and timesteps: as every flow-matching image family's
+    // (FLUX.2 has no pooled vector); the noise in the patchified shape.
     const int64_t tokens = flux2TextTokens(config_);
-    for (int64_t i = 0; i < batch; ++i) {
-      const train::TrainItem it = dataset_->item(run.nextDrawIndex(dataset_->size()));
-      lat.push_back(it.latents);
-      txt.push_back(fitTokens(it.txt, tokens));
-    }
-    auto latents = flux2::patchifyLatents(at::stack(lat));  // [B, C, H, W] -> [B, 4C, H/2, W/2]
-    auto text = at::stack(txt);                             // [B, N_txt, D]
-    const double p = cfg.train.captionDropoutRate;
-    if (p > 0) {
-      auto drop = at::rand({batch}, gen) < p;  // [B] bool
-      const auto emptyTxt = fitTokens(emptyPrompt_.txt, tokens);
-      for (int64_t b = 0; b < batch; ++b)
-        if (drop[b].item<bool>()) text[b].copy_(emptyTxt);
-    }
+    diffusion::DrawOptions draw;
+    draw.tokens = tokens;
+    draw.pooled = false;
+    const auto drawn = diffusion::drawBatch(run, *dataset_, emptyPrompt_, batch, draw, step);
+    auto latents = flux2::patchifyLatents(drawn.latents);  // [B, C, H, W] -> [B, 4C, H/2, W/2]
     const int64_t h = latents.size(2), w = latents.size(3);
-    const double mu = flux2::computeEmpiricalMu(h * w, kMuSteps);
-    auto noise = at::randn(latents.sizes(), gen, at::kFloat);
-    auto sigmas = train::sampleSigmas(cfg.train.timestepType, batch, mu, gen);
-    auto noised = train::addNoise(latents, noise, sigmas);
+    const auto noised = diffusion::noiseBatch(run, latents, flux2::computeEmpiricalMu(h * w, kMuSteps));
+    const auto& text = drawn.text;  // [B, N_txt, D]
+    const auto& sigmas = noised.sigmas;
 
     const auto dev = run.placement().stemDevice();
-    (void)step;
     // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
     std::vector<at::Tensor> out(kSlots);
     out[kImg] = train::toDeviceAsync(flux2::packLatents(noised.noisy), dev);  // [B, hw, 4C]
@@ -281,8 +255,10 @@ class Flux2Family : public train::ModelFamily {
     out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(fc);
     const auto params = flux2::flux2ParamPlan(fc);
     // FLUX.2's blocks are not on FLUX.1's fused paths: PyTorch's figure.
-    out.input = runPlanInput(cfg, params, fc.hiddenSize(), flux2::Flux2LoraRules(fc).defaultTargets(), out.tokens,
-                             placement::CostOptions{}.activationElementsPerTokenPerHidden);
+    // FLUX.1's path rule for the modulation Linears (FLUX.2 names them alike).
+    out.input = diffusion::runPlanInput(cfg, params, fc.hiddenSize(), flux2::Flux2LoraRules(fc).defaultTargets(),
+                                        out.tokens, placement::CostOptions{}.activationElementsPerTokenPerHidden,
+                                        flux::isModulationLinear);
     out.summary = "FLUX.2 " + out.source + ", " + std::to_string(fc.numLayers) + " double + " +
                   std::to_string(fc.numSingleLayers) + " single blocks, " +
                   placement::formatParams(params.totalParams()) + " parameters";

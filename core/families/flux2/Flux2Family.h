@@ -2,9 +2,11 @@
 // FLUX.2 (models/flux2) as a train::ModelFamily. Strata has no FLUX.2 VAE or
 // Mistral text encoder yet, so a run trains the transformer's LoRA on synthetic
 // latents and text embeddings of the model's shapes (the validator refuses the
-// other dataset types and sampling). The rest is FLUX.1's: the planner's
-// per-block input, blocks on their plan devices, the flow-matching loss, the
-// diffusers / kohya / comfy LoRA files (Flux2LoraRules). Registered once, in
+// other dataset types and sampling). The rest is shared with FLUX.1 through
+// core/diffusion (TrainBatch: the draw, caption dropout, noise and timesteps;
+// DiffusionPlanning: the planner's per-block input, the LoRA files' options),
+// not through FLUX.1's family: blocks on their plan devices, the flow-matching
+// loss, the diffusers / kohya / comfy LoRA files (Flux2LoraRules). Registered once, in
 // core/families/Registration.cpp.
 #include <cstdint>
 #include <memory>

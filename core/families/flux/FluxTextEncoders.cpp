@@ -1,4 +1,4 @@
-#include "pipeline/FluxTextEncoders.h"
+#include "families/flux/FluxTextEncoders.h"
 
 #include <torch/autograd.h>
 
@@ -15,7 +15,7 @@
 
 namespace fs = std::filesystem;
 
-namespace strata::pipeline {
+namespace strata::families {
 
 TextEncoderFiles TextEncoderFiles::fromDiffusersFolder(const fs::path& root) {
   TextEncoderFiles f;
@@ -166,4 +166,4 @@ void FluxTextEncoders::release() {
   clip_.reset();
 }
 
-}  // namespace strata::pipeline
+}  // namespace strata::families

@@ -8,7 +8,7 @@
 // neither encoder gets an attention mask.
 //
 // Use (the caching code calls exactly this):
-//   auto enc = pipeline::FluxTextEncoders::load(pipeline::TextEncoderFiles::fromDiffusersFolder(root), opts);
+//   auto enc = families::FluxTextEncoders::load(families::TextEncoderFiles::fromDiffusersFolder(root), opts);
 //   auto e = enc->encode({"a photo of sks person"});   // e.t5 [1, L, 4096], e.pooled [1, 768]
 //   enc->release();  // frees the weights (before training step 1)
 #include <ATen/ATen.h>
@@ -35,7 +35,7 @@ namespace strata::text {
 class Tokenizer;
 }
 
-namespace strata::pipeline {
+namespace strata::families {
 
 // Where the four pieces are. Encoders: a transformers folder, a diffusers root or
 // one safetensors file; tokenizers: the folder holding the tokenizer files.
@@ -125,4 +125,4 @@ class FluxTextEncoders {
   std::shared_ptr<text::Tokenizer> clipTok_;
 };
 
-}  // namespace strata::pipeline
+}  // namespace strata::families

@@ -3,7 +3,7 @@
 // images run"): the image and text encoders that fill the datasets' caches, the
 // sample prompts' embeddings (encoded once, through the same text cache, the
 // trigger word applied), and the decoder that turns sampled latents into
-// pictures. Model-neutral: the family's encoders and decoder sit behind
+// pictures. Model-neutral: the family's text encoder and latent codec sit behind
 // ImageModels (FLUX.1's: families/flux/FluxImageModels), and the family's run
 // calls ImagesRun in a few places: before the datasets are built (encoders),
 // after them (finishCaching: prompts encoded, the text encoders freed) and for
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/RunConfig.h"
+#include "diffusion/ImageModels.h"
 #include "train/Datasets.h"
 #include "train/EncodeCache.h"
 #include "train/TextEmbedder.h"
@@ -24,27 +25,7 @@ namespace strata::events {
 class EventBus;
 }
 
-namespace strata::train {
-
-// A model family's encoders and decoder for an images run.
-class ImageModels {
- public:
-  virtual ~ImageModels() = default;
-  // pixels [B, 3, H, W] in [-1, 1] -> training latents [B, C, H/f, W/f] (float32, CPU).
-  virtual at::Tensor encodeImages(const at::Tensor& pixels) = 0;
-  // One embedding per text: txt [N, D], pooled [P] (float32, CPU).
-  virtual std::vector<TextEmbedding> encodeTexts(const std::vector<std::string>& texts) = 0;
-  // training latents [B, C, h, w] -> rgb [B, 3, h f, w f] in [0, 1] (float32, CPU).
-  virtual at::Tensor decode(const at::Tensor& latents) = 0;
-  virtual void releaseTextEncoders() = 0;  // after caching: a later encodeTexts throws
-  virtual void releaseDecoder() = 0;       // when nothing is sampled
-  virtual bool textEncodersLoaded() const = 0;
-  // Cache keys: change whenever the encoders' results would.
-  virtual std::string imageModelId() const = 0;
-  virtual std::string textModelId() const = 0;
-  virtual int64_t downscaleFactor() const = 0;  // image pixels per latent pixel
-  virtual std::string describe() const = 0;
-};
+namespace strata::diffusion {
 
 // Whether any of the run's datasets is an images folder.
 bool hasImagesDataset(const config::RunConfig& cfg);
@@ -54,12 +35,12 @@ std::string samplePromptText(const std::string& prompt, const std::string& trigg
 
 class ImagesRun {
  public:
-  ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg, const DatasetContext& ctx,
+  ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg, const train::DatasetContext& ctx,
             const events::EventBus& bus);
   ~ImagesRun();
 
   // For the datasets' caches (DatasetContext::encoders). The calls are counted.
-  const Encoders& encoders() const { return encoders_; }
+  const train::Encoders& encoders() const { return encoders_; }
   // After the datasets were built: the sample prompts through the text cache of
   // the first images dataset, then the text encoders freed (and the decoder too
   // when there are no sample prompts). Call releaseDeviceCaches afterwards.
@@ -67,7 +48,7 @@ class ImagesRun {
 
   size_t promptCount() const { return prompts_.size(); }
   const std::string& promptText(size_t i) const { return prompts_.at(i); }
-  const TextEmbedding& promptEmbedding(size_t i) const { return promptEmbeddings_.at(i); }
+  const train::TextEmbedding& promptEmbedding(size_t i) const { return promptEmbeddings_.at(i); }
   at::Tensor decode(const at::Tensor& latents) { return models_->decode(latents); }
   int64_t downscaleFactor() const { return models_->downscaleFactor(); }
 
@@ -78,11 +59,11 @@ class ImagesRun {
   std::unique_ptr<ImageModels> models_;
   config::RunConfig cfg_;
   const events::EventBus& bus_;
-  Encoders encoders_;
+  train::Encoders encoders_;
   std::shared_ptr<int64_t> imagesEncoded_ = std::make_shared<int64_t>(0);
   std::shared_ptr<int64_t> textsEncoded_ = std::make_shared<int64_t>(0);
   std::vector<std::string> prompts_;
-  std::vector<TextEmbedding> promptEmbeddings_;
+  std::vector<train::TextEmbedding> promptEmbeddings_;
 };
 
-}  // namespace strata::train
+}  // namespace strata::diffusion

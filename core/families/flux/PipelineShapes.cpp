@@ -1,4 +1,4 @@
-#include "pipeline/PipelineShapes.h"
+#include "families/flux/PipelineShapes.h"
 
 #include <filesystem>
 #include <system_error>
@@ -8,11 +8,11 @@
 #include "models/clip/ClipCheckpoint.h"
 #include "models/t5/T5Checkpoint.h"
 #include "models/vae/VaeCheckpoint.h"
-#include "pipeline/FluxPipeline.h"
+#include "families/flux/FluxPipeline.h"
 
 namespace fs = std::filesystem;
 
-namespace strata::pipeline {
+namespace strata::families {
 
 namespace {
 
@@ -96,4 +96,4 @@ PipelineShapes pipelineShapesFromPaths(const std::string& nameOrPath, const std:
   return s;
 }
 
-}  // namespace strata::pipeline
+}  // namespace strata::families

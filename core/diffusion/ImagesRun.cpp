@@ -1,10 +1,10 @@
-#include "train/ImagesRun.h"
+#include "diffusion/ImagesRun.h"
 
 #include "common/Error.h"
 #include "events/EventBus.h"
 #include "train/ImageDataset.h"
 
-namespace strata::train {
+namespace strata::diffusion {
 
 bool hasImagesDataset(const config::RunConfig& cfg) {
   for (const auto& d : cfg.datasets)
@@ -20,7 +20,7 @@ std::string samplePromptText(const std::string& prompt, const std::string& trigg
   return out;
 }
 
-ImagesRun::ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg, const DatasetContext& ctx,
+ImagesRun::ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg, const train::DatasetContext& ctx,
                      const events::EventBus& bus)
     : models_(std::move(models)), cfg_(cfg), bus_(bus) {
   if (!models_) throw Error("ImagesRun: no image models");
@@ -63,9 +63,9 @@ void ImagesRun::finishCaching() {
   for (const auto& p : cfg_.sample.prompts) prompts_.push_back(samplePromptText(p, trigger));
   if (!prompts_.empty()) {
     const std::filesystem::path folder = first->cacheLatentsToDisk
-                                             ? std::filesystem::path(first->folderPath) / kCacheFolderName
+                                             ? std::filesystem::path(first->folderPath) / train::kCacheFolderName
                                              : std::filesystem::path();
-    EncodeCache cache(folder, encoders_, &bus_);
+    train::EncodeCache cache(folder, encoders_, &bus_);
     cache.buildTexts(prompts_, "sample prompts");
     for (const auto& p : prompts_) promptEmbeddings_.push_back(cache.text(p));
   } else {
@@ -75,4 +75,4 @@ void ImagesRun::finishCaching() {
   models_->releaseTextEncoders();
 }
 
-}  // namespace strata::train
+}  // namespace strata::diffusion

@@ -1,8 +1,6 @@
-#include "pipeline/FluxPipeline.h"
+#include "families/flux/FluxPipeline.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
-#include <torch/autograd.h>
 
 #include <fstream>
 
@@ -20,7 +18,7 @@
 
 namespace fs = std::filesystem;
 
-namespace strata::pipeline {
+namespace strata::families {
 
 namespace {
 
@@ -140,6 +138,8 @@ std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, con
   for (auto& t : p->transformer_->parameters()) t.set_requires_grad(false);
   p->vae_ = vae::loadAutoencoderKL(files.vae, {options.device, options.vaeDtype}, files.vaeHints);
   for (auto& t : p->vae_->parameters()) t.set_requires_grad(false);
+  p->codec_ = std::make_unique<FluxVaeCodec>(p->vae_, "vae " + files.vae.string() + " (" +
+                                                          std::string(c10::toString(p->vae_->dtype())) + ")");
   const auto& fc = p->transformer_->config();
   const auto& vc = p->vae_->config();
   if (fc.latentChannels() != vc.latentChannels)
@@ -152,69 +152,69 @@ std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, con
                     " / pooled_projection_dim " + std::to_string(fc.pooledProjectionDim) + " do not fit T5 (" +
                     files.text.t5.string() + ", d_model " + std::to_string(p->text_->t5Width()) + ") / CLIP (" +
                     files.text.clip.string() + ", hidden " + std::to_string(p->text_->pooledWidth()) + ")");
+  p->textEncoder_ = std::make_unique<FluxTextEncoder>(p->text_);
   return p;
 }
 
-SampleResult generateImages(FluxPipeline& pipeline, const SampleRequest& request) {
-  auto& model = pipeline.transformer();
-  auto& vae = pipeline.vae();
-  const auto device = pipeline.options().device;
-  const int64_t batch = static_cast<int64_t>(request.prompts.size());
-  if (batch == 0) throw ConfigError("sample: no prompt given");
-  if (request.steps < 1) throw ConfigError("sample: steps must be at least 1, got " + std::to_string(request.steps));
-  const int64_t f = vae.config().downscaleFactor();
-  if (request.width < 2 * f || request.height < 2 * f || request.width % (2 * f) || request.height % (2 * f))
-    throw ConfigError("sample: width and height must be positive multiples of " + std::to_string(2 * f) + ", got " +
-                      std::to_string(request.width) + "x" + std::to_string(request.height));
-  // Latent size: diffusers' 2 * (H // (2 f)).
-  const int64_t h = 2 * (request.height / (2 * f)), w = 2 * (request.width / (2 * f));
-  const int64_t c = vae.config().latentChannels;
-  const int64_t tokens = (h / 2) * (w / 2);
+diffusion::Denoiser FluxPipeline::denoiser() {
+  diffusion::Denoiser d;
+  d.patchSize = 2;
+  flux::FluxTransformer* model = transformer_.get();
+  d.applyLora = [model](const fs::path& lora, double multiplier) -> std::function<void()> {
+    auto net = lora::loadLoraNetwork(*model, flux::FluxLoraRules(model->config()), lora);
+    net->setMultiplier(multiplier);
+    return [net] { net->detach(); };
+  };
+  d.sample = [model, device = options_.device, shift = shift_](const at::Tensor& noise,
+                                                               const diffusion::TextEncoding& text,
+                                                               const diffusion::ImageRequest& r) {
+    const int64_t h = noise.size(2), w = noise.size(3);
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+    const auto packed = flux::packLatents(noise).to(device);       // [B, tokens, 4C]
+    const auto txt = text.tokens.to(device, model->dtype());      // [B, L, joint_attention_dim]
+    const auto pooled = text.pooled.to(device, model->dtype());   // [B, pooled_projection_dim]
+    const auto sigmas = flux::samplingSigmas(r.steps, flux::shiftMu((h / 2) * (w / 2), shift));
+    const auto out = flux::samplePacked(*model, packed, flux::imageIds(h, w, opts), txt,
+                                        flux::textIds(txt.size(1), opts), pooled, r.guidance, sigmas, nullptr,
+                                        r.onStep);  // [B, tokens, 4C]
+    return flux::unpackLatents(out, h, w);       // [B, C, h, w] training latents
+  };
+  return d;
+}
 
-  at::Tensor packed;  // [B, tokens, 4C] float32
+SampleResult generateImages(FluxPipeline& pipeline, const SampleRequest& request) {
+  diffusion::ImageRequest r;
+  r.prompts = request.prompts;
+  r.lora = request.lora;
+  r.loraMultiplier = request.loraMultiplier;
+  r.seed = request.seed;
+  r.steps = request.steps;
+  r.guidance = request.guidance;
+  r.width = request.width;
+  r.height = request.height;
+  r.onStep = request.onStep;
+  auto& codec = pipeline.codec();
+  const auto [h, w] = diffusion::checkImageRequest(r, codec.downscaleFactor(), 2);
   if (request.latents.defined()) {
+    // Given latents: unpacked [B, C, h, w], or packed as the transformer takes them.
     const auto& l = request.latents;
+    const int64_t batch = static_cast<int64_t>(request.prompts.size()), c = codec.latentChannels();
+    const int64_t tokens = (h / 2) * (w / 2);
     const std::vector<int64_t> unpackedShape{batch, c, h, w}, packedShape{batch, tokens, 4 * c};
     if (l.dim() == 4 && l.sizes().vec() == unpackedShape) {
-      packed = flux::packLatents(l.to(at::kFloat));
+      r.latents = l;
     } else if (l.dim() == 3 && l.sizes().vec() == packedShape) {
-      packed = l.to(at::kFloat);
+      r.latents = flux::unpackLatents(l.to(at::kFloat), h, w);
     } else {
       throw ConfigError("sample: initial latents of shape " + shapeText(l.sizes().vec()) + " fit neither " +
                         shapeText(unpackedShape) + " nor packed " + shapeText(packedShape));
     }
-  } else {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
-    packed = flux::packLatents(at::randn({batch, c, h, w}, gen, at::TensorOptions().dtype(at::kFloat)));
   }
-  packed = packed.to(device);
-
-  std::shared_ptr<lora::LoraNetwork> net;
-  if (!request.lora.empty()) {
-    net = lora::loadLoraNetwork(model, flux::FluxLoraRules(model.config()), request.lora);
-    net->setMultiplier(request.loraMultiplier);
-  }
-  at::NoGradGuard noGrad;
+  const auto out = diffusion::generateImages(pipeline.textEncoder(), codec, pipeline.denoiser(), r);
   SampleResult result;
-  try {
-    const auto emb = pipeline.textEncoders().encode(request.prompts);
-    const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
-    const auto txt = emb.t5.to(device, model.dtype());         // [B, L, joint_attention_dim]
-    const auto pooled = emb.pooled.to(device, model.dtype());  // [B, pooled_projection_dim]
-    const auto sigmas = flux::samplingSigmas(request.steps, flux::shiftMu(tokens, pipeline.shiftParams()));
-    result.finalLatents =
-        flux::samplePacked(model, packed, flux::imageIds(h, w, opts), txt, flux::textIds(txt.size(1), opts), pooled,
-                           request.guidance, sigmas, nullptr, request.onStep);  // [B, tokens, 4C]
-    const auto latents = flux::unpackLatents(result.finalLatents, h, w);        // [B, C, h, w] training latents
-    const auto decoded = vae.decode(vae.fromTrainingLatents(latents.to(vae.device(), vae.dtype())));  // [B, 3, H, W]
-    result.images = (decoded.to(at::kFloat) / 2 + 0.5).clamp(0, 1).cpu();
-    result.finalLatents = result.finalLatents.cpu();
-  } catch (...) {
-    if (net) net->detach();
-    throw;
-  }
-  if (net) net->detach();  // the transformer is the base model again
+  result.images = out.images;
+  result.finalLatents = flux::packLatents(out.latents);  // [B, tokens, 4C] float32
   return result;
 }
 
-}  // namespace strata::pipeline
+}  // namespace strata::families

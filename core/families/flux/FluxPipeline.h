@@ -8,7 +8,9 @@
 //       t5xxl_fp16.safetensors, plus a tokenizer folder (tokenizer/ + tokenizer_2/).
 // Every component is loaded strictly (missing, unexpected, mis-shaped keys by
 // name, the file named); when one fails nothing is returned. Each component gets
-// its own dtype. generateImages is FluxPipeline.__call__ on given or seeded latents.
+// its own dtype. generateImages is FluxPipeline.__call__ on given or seeded latents,
+// through the generic image path (diffusion/GenerateImages.h): the VAE as its
+// latent codec, T5 + CLIP as its text encoder, the transformer as its denoiser.
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -19,9 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/GenerateImages.h"
+#include "families/flux/FluxTextEncoders.h"
+#include "families/flux/FluxTextEncoder.h"
+#include "families/flux/FluxVaeCodec.h"
 #include "models/flux/FluxSampling.h"
 #include "models/vae/VaeConfig.h"
-#include "pipeline/FluxTextEncoders.h"
 
 namespace strata::flux {
 class FluxTransformer;
@@ -30,7 +35,7 @@ namespace strata::vae {
 class AutoencoderKL;
 }
 
-namespace strata::pipeline {
+namespace strata::families {
 
 struct PipelineFiles {
   std::filesystem::path transformer;  // diffusers folder / root, or one file (BFL or diffusers names)
@@ -69,6 +74,13 @@ class FluxPipeline {
   flux::FluxTransformer& transformer() { return *transformer_; }
   vae::AutoencoderKL& vae() { return *vae_; }
   FluxTextEncoders& textEncoders() { return *text_; }
+  // The pieces of the generic image path (diffusion::generateImages).
+  diffusion::TextEncoder& textEncoder() { return *textEncoder_; }
+  diffusion::LatentCodec& codec() { return *codec_; }
+  // The transformer's side: 2x2 patches, a LoRA file by FLUX.1's names, the
+  // flow-match Euler schedule with the scheduler config's shift (mu from the
+  // token count).
+  diffusion::Denoiser denoiser();
   const flux::ShiftParams& shiftParams() const { return shift_; }
   const PipelineFiles& files() const { return files_; }
   const PipelineOptions& options() const { return options_; }
@@ -81,6 +93,8 @@ class FluxPipeline {
   std::shared_ptr<flux::FluxTransformer> transformer_;
   std::shared_ptr<vae::AutoencoderKL> vae_;
   std::shared_ptr<FluxTextEncoders> text_;
+  std::unique_ptr<FluxVaeCodec> codec_;
+  std::unique_ptr<FluxTextEncoder> textEncoder_;
 };
 
 struct SampleRequest {
@@ -103,8 +117,9 @@ struct SampleResult {
 };
 
 // Encodes the prompts, samples with the FLUX.1 flow-match Euler schedule (mu from
-// the token count), decodes (latents / scale + shift) through the VAE. Throws
-// ConfigError for a bad size, step count or latent shape.
+// the token count), decodes (latents / scale + shift) through the VAE:
+// diffusion::generateImages with the pipeline's pieces, latents given packed or
+// not. Throws ConfigError for a bad size, step count or latent shape.
 SampleResult generateImages(FluxPipeline& pipeline, const SampleRequest& request);
 
-}  // namespace strata::pipeline
+}  // namespace strata::families

@@ -13,7 +13,7 @@
 #include "models/t5/T5Config.h"
 #include "models/vae/VaeConfig.h"
 
-namespace strata::pipeline {
+namespace strata::families {
 
 struct PipelineShapes {
   t5::T5Config t5;
@@ -39,4 +39,4 @@ PipelineShapes pipelineShapesFromPaths(const std::string& nameOrPath, const std:
                                        std::optional<int64_t> vaeNormNumGroups = std::nullopt,
                                        std::optional<int64_t> clipNumAttentionHeads = std::nullopt);
 
-}  // namespace strata::pipeline
+}  // namespace strata::families

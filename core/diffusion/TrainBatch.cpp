@@ -1,0 +1,76 @@
+#include "diffusion/TrainBatch.h"
+
+#include <string>
+#include <vector>
+
+#include "common/Error.h"
+#include "events/EventBus.h"
+#include "train/FlowMatching.h"
+
+namespace strata::diffusion {
+
+at::Tensor fitTokens(const at::Tensor& txt, int64_t tokens) {
+  if (txt.size(0) == tokens) return txt;
+  if (txt.size(0) > tokens) return txt.slice(0, 0, tokens);
+  return at::cat({txt, at::zeros({tokens - txt.size(0), txt.size(1)}, txt.options())}, 0);
+}
+
+train::TrainItem nextReadableItem(train::RunContext& run, const train::Dataset& data, int64_t step) {
+  const size_t n = data.size();
+  for (size_t attempt = 0; attempt <= n; ++attempt) {
+    const size_t index = run.nextDrawIndex(n);
+    try {
+      return data.item(index);
+    } catch (const std::exception& e) {
+      int64_t& skipped = run.cursor().skippedItems;
+      ++skipped;
+      run.bus().publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
+                                                 std::to_string(skipped) + " skipped so far)",
+                                             step});
+    }
+  }
+  throw IoError("no readable dataset item: all " + std::to_string(n) + " failed to load");
+}
+
+DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const train::TextEmbedding& emptyPrompt,
+                     int64_t batch, const DrawOptions& options, int64_t step) {
+  const config::RunConfig& cfg = run.config();
+  std::vector<train::TrainItem> items;
+  for (int64_t i = 0; i < batch; ++i) items.push_back(nextReadableItem(run, data, step));
+  const int64_t tokens = options.tokens > 0 ? options.tokens : items.front().txt.size(0);
+  std::vector<at::Tensor> lat, txt, pooled;
+  for (const auto& it : items) {
+    if (!it.latents.sizes().equals(items.front().latents.sizes()))
+      throw Error("a batch needs latents of one size: '" + it.caption + "' differs from '" + items.front().caption +
+                  "' (use batch_size 1 or one resolution)");
+    lat.push_back(it.latents);
+    txt.push_back(fitTokens(it.txt, tokens));
+    if (options.pooled) pooled.push_back(it.pooled);
+  }
+  DrawnBatch out;
+  out.latents = at::stack(lat);  // [B, C, H, W]
+  out.text = at::stack(txt);     // [B, N_txt, D]
+  if (options.pooled) out.pooled = at::stack(pooled);  // [B, D_pooled]
+  const double p = cfg.train.captionDropoutRate;
+  if (p > 0) {
+    auto drop = at::rand({batch}, run.generator()) < p;  // [B] bool
+    const auto emptyTxt = fitTokens(emptyPrompt.txt, tokens);
+    for (int64_t b = 0; b < batch; ++b) {
+      if (drop[b].item<bool>()) {
+        out.text[b].copy_(emptyTxt);
+        if (options.pooled) out.pooled[b].copy_(emptyPrompt.pooled);
+      }
+    }
+  }
+  return out;
+}
+
+NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu) {
+  at::Generator& gen = run.generator();
+  auto noise = at::randn(latents.sizes(), gen, at::kFloat);
+  auto sigmas = train::sampleSigmas(run.config().train.timestepType, latents.size(0), mu, gen);
+  auto noised = train::addNoise(latents, noise, sigmas);
+  return {noised.noisy, noised.target, sigmas};
+}
+
+}  // namespace strata::diffusion
