@@ -2,6 +2,14 @@
 
 namespace strata::dit {
 
+bool isModulationLinear(const std::string& path) {
+  auto endsWith = [&](const std::string& tail) {
+    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return endsWith("norm1.linear") || endsWith("norm1_context.linear") || endsWith("norm.linear") ||
+         endsWith("norm_out.linear");
+}
+
 FluxParamPlan paramPlanOf(const UnitLayout& layout, int64_t numLayers, int64_t numSingleLayers) {
   FluxParamPlan plan;
   plan.stem = nn::planUnit("stem", "stem", "", layout(Unit::Stem));

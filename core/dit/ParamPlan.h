@@ -17,6 +17,11 @@ using FluxLinearShape = nn::LinearShape;
 using FluxBlockParams = nn::UnitPlan;
 using FluxParamPlan = nn::ParamPlan;
 
+// Whether the Linear at `path` (a plan path) is a modulation: it reads the
+// conditioning vector [B, hidden] (one token per sample), which needs no gradient
+// while the stem is frozen. FLUX.1 and FLUX.2 name them alike.
+bool isModulationLinear(const std::string& path);
+
 // Per-block parameter counts and Linear shapes, counted from the layout the model
 // is built from, so they equal the built model's named_parameters() by construction.
 FluxParamPlan paramPlanOf(const UnitLayout& layout, int64_t numLayers, int64_t numSingleLayers);

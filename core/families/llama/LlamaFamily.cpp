@@ -14,6 +14,7 @@
 #include "events/Events.h"
 #include "families/llama/LlamaLoraRules.h"
 #include "families/llama/LmDataset.h"
+#include "io/AtomicFile.h"
 #include "io/FileBytes.h"
 #include "lora/LoraTargets.h"
 #include "lora/PeftAdapter.h"

@@ -193,14 +193,6 @@ FluxParamPlan fluxParamPlan(const FluxConfig& cfg) {
 
 namespace strata::flux {
 
-bool isModulationLinear(const std::string& path) {
-  auto endsWith = [&](const std::string& tail) {
-    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return endsWith("norm1.linear") || endsWith("norm1_context.linear") || endsWith("norm.linear") ||
-         endsWith("norm_out.linear");
-}
-
 double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTokens, int64_t textTokens,
                           int64_t loraRank, const std::function<bool(const std::string&)>& hasLora) {
   auto perSample = [](const std::string& path) {

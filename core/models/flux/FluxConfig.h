@@ -71,10 +71,7 @@ using dit::FluxBlockParams;
 using dit::FluxLinearShape;
 using dit::FluxParamPlan;
 
-// Whether the Linear at `path` (a FluxLinearShape path) is a modulation: it reads the
-// conditioning vector [B, hidden] (one token per sample), which needs no gradient while
-// the stem is frozen.
-bool isModulationLinear(const std::string& path);
+using dit::isModulationLinear;
 
 // Per-block parameter counts and Linear shapes, counted from the layout the model
 // is built from (FluxLayout.h; pure, no model is built), so they equal the built
