@@ -312,7 +312,8 @@ TEST(FusedLora, ProjOutWithAGeluPartEqualsTheUnfusedParts) {
       const auto mlp = mlp0.clone().requires_grad_(true);
       const auto y = host->forwardParts({attn, mlp}, 1);
       (y * g).sum().backward();
-      (fused ? got : ref) = {y.detach(), attn.grad(), mlp.grad(), a->down.grad().clone(), a->up.grad().clone()};
+      std::vector<at::Tensor>& out = fused ? got : ref;  // (a braced list cannot be assigned to a ?: in GCC 13)
+      out = {y.detach(), attn.grad(), mlp.grad(), a->down.grad().clone(), a->up.grad().clone()};
       clearGrads(*net);
     }
     nn::setFusedPaths(true);
