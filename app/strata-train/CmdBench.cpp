@@ -1,20 +1,15 @@
-// `strata-train bench CONFIG [--steps N] [--warmup N] [--phases] [--profile FILE] [--json] [--set key=value]...`: what a run of
-// this config costs before committing to it. Trains N steps (after 2 warm-up, or --warmup
-// steps) of the config's shapes (its resolution, batch size, gradient
-// accumulation, model, LoRA, dtype and placement) on data that reads no files: a
-// shapes or synthetic dataset as the config has it, any other dataset replaced by
-// synthetic data of its largest resolution. No samples, no checkpoints, no
-// exports, a temporary run folder removed on every way out (Ctrl-C stops after the
-// current step). Prints the median and min step time, the peak allocated and
-// reserved memory per CUDA device, the FLOP rate (the family's trainStepFlops per
-// micro-batch, times the micro-batches of a step) and its share of the card's
-// dense bf16 peak where the card is known (device/CardPeaks.h). --phases adds the
-// median time of each phase of a step (data, forward, backward, clip, optimizer,
-// EMA, report), measured with a device wait between phases (train/PhaseTimer.h),
-// and the peak allocated memory reached inside each, which says where a step's
-// memory peaks (the activations kept for the backward, the backward's own, the
-// optimizer's state). Exit codes as for run: 0 measured, 1 failed while training,
-// 2 bad command line, config or preflight, 130 stopped.
+// `strata-train bench CONFIG [--steps N] [--warmup N] [--phases] [--profile FILE] [--json] [--set key=value]...`: what
+// a run of this config costs before committing to it. Trains N steps (after 2 warm-up, or --warmup steps) of the
+// config's shapes (its resolution, batch size, gradient accumulation, model, LoRA, dtype and placement) on data that
+// reads no files: a shapes or synthetic dataset as the config has it, any other dataset replaced by synthetic data of
+// its largest resolution. No samples, no checkpoints, no exports, a temporary run folder removed on every way out
+// (Ctrl-C stops after the current step). Prints the median and min step time, the peak allocated and reserved memory
+// per CUDA device, the FLOP rate (the family's trainStepFlops per micro-batch, times the micro-batches of a step) and
+// its share of the card's dense bf16 peak where the card is known (device/CardPeaks.h). --phases adds the median time
+// of each phase of a step (data, forward, backward, clip, optimizer, EMA, report), measured with a device wait between
+// phases (train/PhaseTimer.h), and the peak allocated memory reached inside each, which says where a step's memory
+// peaks (the activations kept for the backward, the backward's own, the optimizer's state). Exit codes as for run: 0
+// measured, 1 failed while training, 2 bad command line, config or preflight, 130 stopped.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -313,8 +308,7 @@ int runBench(const BenchArgs& args) {
   j["attention_backend"] = nullptr;
   const config::FamilyDescription* family = config::findFamily(cfg.model.arch);
   if (onCuda)
-    j["attention_backend"] =
-        family && !family->cudnnAttention ? "flash" : config::enumName(cfg.model.attentionBackend);
+    j["attention_backend"] = family && !family->cudnnAttention ? "flash" : config::enumName(cfg.model.attentionBackend);
   if (to.phaseTimer) {
     // Medians over the measured steps (the warm-up steps are skipped), in step order.
     nlohmann::json pj = nlohmann::json::array();
@@ -366,8 +360,7 @@ int runBench(const BenchArgs& args) {
   const config::KeySpec* resolution = config::findKey("datasets[].resolution");
   const bool imageFamily = resolution && resolution->appliesTo(cfg.model.arch);
   std::cout << "bench " << args.configPath << ": " << args.steps << " steps after " << args.warmup << " warm-up, "
-            << (imageFamily ? std::to_string(px) + " px, " : std::string()) << "batch "
-            << cfg.train.batchSize
+            << (imageFamily ? std::to_string(px) + " px, " : std::string()) << "batch " << cfg.train.batchSize
             << (cfg.train.gradientAccumulationSteps > 1
                     ? " x " + std::to_string(cfg.train.gradientAccumulationSteps) + " micro-batches"
                     : std::string())
@@ -384,10 +377,12 @@ int runBench(const BenchArgs& args) {
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
   std::cout << "\n";
   if (j.contains("phases")) {
-    const bool cuda = std::any_of(j["phases"].begin(), j["phases"].end(),
-                                  [](const nlohmann::json& pj) { return pj["peak_allocated_bytes"].get<int64_t>() > 0; });
+    const bool cuda = std::any_of(j["phases"].begin(), j["phases"].end(), [](const nlohmann::json& pj) {
+      return pj["peak_allocated_bytes"].get<int64_t>() > 0;
+    });
     std::cout << "  phases (median ms, with a device wait between phases"
-              << (cuda ? "; peak allocated inside the phase on the largest device, allocated at its end on all" : "") << "):\n";
+              << (cuda ? "; peak allocated inside the phase on the largest device, allocated at its end on all" : "")
+              << "):\n";
     for (const auto& pj : j["phases"]) {
       std::cout << "    " << std::left << std::setw(12) << pj["phase"].get<std::string>() << std::right << std::setw(10)
                 << pj["median_ms"].get<double>();

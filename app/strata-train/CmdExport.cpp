@@ -82,12 +82,13 @@ int runExport(const ExportArgs& args) {
 
 void addExportCommand(CLI::App& app, int& exitCode) {
   auto args = std::make_shared<ExportArgs>();
-  CLI::App* cmd = app.add_subcommand("export", "Write a run checkpoint's LoRA as diffusers, kohya or ComfyUI safetensors, or peft");
+  CLI::App* cmd =
+      app.add_subcommand("export", "Write a run checkpoint's LoRA as diffusers, kohya or ComfyUI safetensors, or peft");
   cmd->add_option("run_dir", args->runDir, "Run folder")->required();
-  cmd->add_option("--format", args->formats, "diffusers | kohya | comfy | peft (repeatable; default diffusers; a Llama run: peft)")
+  cmd->add_option("--format", args->formats,
+                  "diffusers | kohya | comfy | peft (repeatable; default diffusers; a Llama run: peft)")
       ->delimiter(',');
-  cmd->add_option("--out", args->outDir, "Output folder (default: RUN_DIR/exports)")
-      ->check(nonEmptyCheck("a folder"));
+  cmd->add_option("--out", args->outDir, "Output folder (default: RUN_DIR/exports)")->check(nonEmptyCheck("a folder"));
   cmd->add_option("--step", args->step, "Export the checkpoint of this step (default: the latest intact one)")
       ->check(CLI::NonNegativeNumber);
   auto* force = cmd->add_flag("--force", args->force, "Replace export files of the same name");

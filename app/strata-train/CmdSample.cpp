@@ -60,7 +60,8 @@ struct Interrupted {
 // in a folder that exists and can be written, not an existing folder.
 void checkOutput(const fs::path& out) {
   if (out.empty()) throw ConfigError("--out: no output PNG given");
-  if (toLowerAscii(out.extension().string()) != ".png") throw ConfigError("--out: '" + out.string() + "' is not a .png file name");
+  if (toLowerAscii(out.extension().string()) != ".png")
+    throw ConfigError("--out: '" + out.string() + "' is not a .png file name");
   std::error_code ec;
   if (fs::is_directory(out, ec)) throw ConfigError("--out: '" + out.string() + "' is a folder; give a file name");
   const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
@@ -115,8 +116,7 @@ int runSample(const SampleArgs& a) {
       throw ConfigError("--guidance: give a number from 0 to 100 (FLUX.1-dev: about 3.5)");
     if (!std::isfinite(a.loraMultiplier) || std::fabs(a.loraMultiplier) > 100)
       throw ConfigError("--lora-scale: give a number from -100 to 100 (1 = as trained)");
-    if (!a.lora.empty() && !fs::is_regular_file(a.lora))
-      throw ConfigError("--lora: '" + a.lora + "' is not a file");
+    if (!a.lora.empty() && !fs::is_regular_file(a.lora)) throw ConfigError("--lora: '" + a.lora + "' is not a file");
     if (a.device == "cuda") {
       options.device = at::Device(at::kCUDA);
     } else if (a.device != "cpu") {
@@ -200,7 +200,9 @@ constexpr long long kMaxT5Tokens = 512;
 
 void addSampleCommand(CLI::App& app, int& exitCode) {
   auto a = std::make_shared<SampleArgs>();
-  CLI::App* cmd = app.add_subcommand("sample", "Generate images with a FLUX.1 model and optionally a LoRA file (FLUX.2 and Llama-family runs cannot be sampled here)");
+  CLI::App* cmd = app.add_subcommand("sample",
+                                     "Generate images with a FLUX.1 model and optionally a LoRA file (FLUX.2 and "
+                                     "Llama-family runs cannot be sampled here)");
   cmd->add_option("model", a->model, "Diffusers FLUX.1 folder, BFL transformer .safetensors, or a run config .yaml")
       ->required();
   cmd->add_option("--prompt", a->prompts, "Prompt (repeatable: one image each)")->required();

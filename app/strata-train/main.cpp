@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   // Past a file size limit (ulimit -f) a write fails with EFBIG and says so, like a
   // full disk, instead of SIGXFSZ ending the run without a word or a checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
-  CLI::App app{"Strata: LoRA training for FLUX.1, FLUX.2 and Llama-family models, split over several GPUs (headless)", "strata-train"};
+  CLI::App app{"Strata: LoRA training for FLUX.1, FLUX.2 and Llama-family models, split over several GPUs (headless)",
+               "strata-train"};
   app.set_version_flag("--version", std::string("strata-train ") + strata::kVersion);
   app.require_subcommand(1);
   app.fallthrough(false);

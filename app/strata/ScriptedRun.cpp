@@ -49,9 +49,8 @@ ScriptedRun::ScriptedRun(ui::MainWindow* window, bool configOpened, QStringList 
     runEnded(QString("failed at step %1: %2").arg(step).arg(message), false);
   });
   connect(bridge, &ui::TrainerBridge::stateChanged, this, [this](ui::TrainerBridge::State state) {
-    if (state == ui::TrainerBridge::State::Idle && exportWhenIdle_) QTimer::singleShot(0, this, [this] {
-      exportThroughDialog();
-    });
+    if (state == ui::TrainerBridge::State::Idle && exportWhenIdle_)
+      QTimer::singleShot(0, this, [this] { exportThroughDialog(); });
   });
   connect(bridge, &ui::TrainerBridge::exportFinished, this,
           [this](bool ok, const QString& message, const QStringList& files) {
@@ -102,8 +101,8 @@ void ScriptedRun::exportThroughDialog() {
   }
   for (const QString& f : exportFormats_)
     if (!offered.contains(f))
-      return finish(kExitFailed, QString("export: this run's family does not write '%1' (it offers %2)")
-                                     .arg(f, offered.join(", ")));
+      return finish(kExitFailed,
+                    QString("export: this run's family does not write '%1' (it offers %2)").arg(f, offered.join(", ")));
   auto* ok = dialog->findChild<QAbstractButton*>("exportOk");
   if (!ok) return finish(kExitFailed, "export: the dialog has no Export button");
   say("exporting " + exportFormats_.join(", ") + " through File > Export LoRA");

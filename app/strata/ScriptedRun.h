@@ -19,8 +19,8 @@ namespace strata::app {
 class ScriptedRun : public QObject {
  public:
   // Exit codes with --quit-when-done.
-  static constexpr int kExitDone = 0;        // trained (and exported when asked)
-  static constexpr int kExitFailed = 1;      // the run or the export failed, or was stopped
+  static constexpr int kExitDone = 0;         // trained (and exported when asked)
+  static constexpr int kExitFailed = 1;       // the run or the export failed, or was stopped
   static constexpr int kExitCannotStart = 2;  // the config did not open or has errors
 
   // `configOpened`: whether the window opened the config it was given.

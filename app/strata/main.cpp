@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   QApplication::setStyle(QStyleFactory::create("Fusion"));
 
   QCommandLineParser cli;
-  cli.setApplicationDescription("Strata: LoRA training for FLUX.1, FLUX.2 and Llama-family models, split over several GPUs.");
+  cli.setApplicationDescription(
+      "Strata: LoRA training for FLUX.1, FLUX.2 and Llama-family models, split over several GPUs.");
   cli.addHelpOption();
   cli.addVersionOption();
   cli.addPositionalArgument("config", "A run config (YAML) or an ai-toolkit job file to open.", "[config]");

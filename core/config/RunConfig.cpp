@@ -60,7 +60,8 @@ bool DatasetConfig::operator==(const DatasetConfig& o) const {
 
 bool SampleConfig::operator==(const SampleConfig& o) const {
   return std::tie(sampleEvery, prompts, seed, walkSeed, width, height, sampleSteps, guidanceScale) ==
-         std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps, o.guidanceScale) &&
+             std::tie(o.sampleEvery, o.prompts, o.seed, o.walkSeed, o.width, o.height, o.sampleSteps,
+                      o.guidanceScale) &&
          std::tie(maxNewTokens, temperature) == std::tie(o.maxNewTokens, o.temperature);
 }
 

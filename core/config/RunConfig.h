@@ -29,18 +29,18 @@ using FamilyValues = std::map<std::string, Value>;
 
 // ---- choices ---------------------------------------------------------------
 
-enum class ModelPreset { Auto, FluxDev, Tiny, Flux2Dev };       // "" | flux-dev | tiny | flux2-dev
-enum class ComputeDevice { Auto, Cpu, Cuda };                   // auto | cpu | cuda
-enum class PlacementMode { ParamCount, Memory };                // param_count | memory
-enum class NetworkType { Lora };                                // lora
-enum class LrScheduler { Constant, Warmup, Cosine, Linear };    // constant | warmup | cosine | linear
-enum class OptimizerType { AdamW, AdamW8bit };                  // adamw | adamw8bit
-enum class DType { BF16, FP16, FP32 };                          // bf16 | fp16 | fp32
-enum class TimestepType { Sigmoid, Uniform, Shift };            // sigmoid | uniform | shift
+enum class ModelPreset { Auto, FluxDev, Tiny, Flux2Dev };              // "" | flux-dev | tiny | flux2-dev
+enum class ComputeDevice { Auto, Cpu, Cuda };                          // auto | cpu | cuda
+enum class PlacementMode { ParamCount, Memory };                       // param_count | memory
+enum class NetworkType { Lora };                                       // lora
+enum class LrScheduler { Constant, Warmup, Cosine, Linear };           // constant | warmup | cosine | linear
+enum class OptimizerType { AdamW, AdamW8bit };                         // adamw | adamw8bit
+enum class DType { BF16, FP16, FP32 };                                 // bf16 | fp16 | fp32
+enum class TimestepType { Sigmoid, Uniform, Shift };                   // sigmoid | uniform | shift
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
-enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };      // diffusers | kohya | comfy | peft (a folder)
-enum class PaddingSide { Right, Left };                         // right | left
-enum class AttentionBackend { Cudnn, Flash };                   // cudnn | flash
+enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };             // diffusers | kohya | comfy | peft (a folder)
+enum class PaddingSide { Right, Left };                                // right | left
+enum class AttentionBackend { Cudnn, Flash };                          // cudnn | flash
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -127,14 +127,14 @@ struct JobConfig {
 struct ModelConfig {
   std::string nameOrPath;  // model.name_or_path: diffusers folder or BFL .safetensors
   // With a BFL single file: the rest of the pipeline as single files (ComfyUI layout).
-  std::string vaePath;                     // model.vae_path: ae.safetensors
-  std::string clipPath;                    // model.clip_path: clip_l.safetensors
-  std::string t5Path;                      // model.t5_path: t5xxl_fp16.safetensors
-  std::string tokenizerPath;               // model.tokenizer_path: folder with tokenizer/ and tokenizer_2/
+  std::string vaePath;        // model.vae_path: ae.safetensors
+  std::string clipPath;       // model.clip_path: clip_l.safetensors
+  std::string t5Path;         // model.t5_path: t5xxl_fp16.safetensors
+  std::string tokenizerPath;  // model.tokenizer_path: folder with tokenizer/ and tokenizer_2/
   // What single files do not hold (docs/pipeline.md); unset = FLUX.1's.
   std::optional<int64_t> vaeNormNumGroups;       // model.vae_norm_num_groups: with vae_path
   std::optional<int64_t> clipNumAttentionHeads;  // model.clip_num_attention_heads: with clip_path
-  bool isFlux = true;                      // model.is_flux (false with arch flux is refused: set model.arch)
+  bool isFlux = true;                            // model.is_flux (false with arch flux is refused: set model.arch)
   // model.arch: the id a model family registers under (config/FamilyRegistry.h), as YAML spells it.
   std::string arch = "flux";
   ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
@@ -221,15 +221,15 @@ struct DatasetConfig {
   int64_t numItems = 64;                   // datasets[].num_items (synthetic, shapes)
   bool cacheLatentsToDisk = true;          // datasets[].cache_latents_to_disk
   // A jsonl dataset (causal LM): one JSON object per line.
-  std::string filePath;                        // datasets[].file_path: the .jsonl file
-  std::string promptField = "prompt";          // datasets[].prompt_field
-  std::string responseField = "response";      // datasets[].response_field
-  std::string textField;                       // datasets[].text_field: one field holding prompt + marker + response
-  std::string responseMarker = "### OUTPUT:";  // datasets[].response_marker: the response starts after it
-  int64_t maxSeqLen = 512;                     // datasets[].max_seq_len (tokens): longer samples are cut
+  std::string filePath;                          // datasets[].file_path: the .jsonl file
+  std::string promptField = "prompt";            // datasets[].prompt_field
+  std::string responseField = "response";        // datasets[].response_field
+  std::string textField;                         // datasets[].text_field: one field holding prompt + marker + response
+  std::string responseMarker = "### OUTPUT:";    // datasets[].response_marker: the response starts after it
+  int64_t maxSeqLen = 512;                       // datasets[].max_seq_len (tokens): longer samples are cut
   PaddingSide paddingSide = PaddingSide::Right;  // datasets[].padding_side
-  bool packing = false;                        // datasets[].packing: several samples per row of max_seq_len
-  FamilyValues familyValues;                   // datasets[].<a family's key without a member>
+  bool packing = false;                          // datasets[].packing: several samples per row of max_seq_len
+  FamilyValues familyValues;                     // datasets[].<a family's key without a member>
   bool operator==(const DatasetConfig& o) const;
 };
 
@@ -248,10 +248,10 @@ struct SampleConfig {
 };
 
 struct SaveConfig {
-  int64_t saveEvery = 250;                                           // save.save_every (steps); 0 = only at the end
-  int64_t maxStepSavesToKeep = 4;                                    // save.max_step_saves_to_keep
-  int64_t exportEvery = 0;  // save.export_every (steps): LoRA files named with the step; 0 = only at the end
-  DType dtype = DType::FP16;                                         // save.dtype of the exported LoRA
+  int64_t saveEvery = 250;         // save.save_every (steps); 0 = only at the end
+  int64_t maxStepSavesToKeep = 4;  // save.max_step_saves_to_keep
+  int64_t exportEvery = 0;         // save.export_every (steps): LoRA files named with the step; 0 = only at the end
+  DType dtype = DType::FP16;       // save.dtype of the exported LoRA
   std::vector<ExportFormat> exportFormats{ExportFormat::Diffusers};  // save.export_formats
   bool operator==(const SaveConfig& o) const;
 };

@@ -354,9 +354,9 @@ class Checker : public RuleContext {
     const bool readsModel = fam_.readsModelWithRandomWeights;
     if (m.nameOrPath.empty() && (!m.randomWeights || readsModel)) {
       error("model.name_or_path",
-            !readsModel ? std::string("no model given")
-                        : "no model given: a " + cfg_.model.arch + " model reads its config.json there" +
-                              lineOf("model.arch"),
+            !readsModel
+                ? std::string("no model given")
+                : "no model given: a " + cfg_.model.arch + " model reads its config.json there" + lineOf("model.arch"),
             fam_.hints.modelFolder);
     } else if (!m.randomWeights) {
       const std::string why = io::pathProblem(m.nameOrPath);
@@ -366,8 +366,9 @@ class Checker : public RuleContext {
         const bool looksLikeRepo = looksLikeHubId(m.nameOrPath);
         if (looksLikeRepo)
           error("model.name_or_path",
-                m.nameOrPath + " is not a folder here; it looks like a Hugging Face hub id, and Strata reads "
-                               "local files only",
+                m.nameOrPath +
+                    " is not a folder here; it looks like a Hugging Face hub id, and Strata reads "
+                    "local files only",
                 hubDownloadHint(m.nameOrPath));
         else
           error("model.name_or_path", "not found: " + m.nameOrPath, fam_.hints.modelNotFound);
@@ -405,8 +406,7 @@ class Checker : public RuleContext {
   void training() {
     const TrainConfig& t = cfg_.train;
     if (t.lr > 1e-2 && t.lr <= 1)
-      warning("train.lr", "a learning rate of " + formatNumber(t.lr) + " is very high for LoRA",
-              fam_.hints.lr);
+      warning("train.lr", "a learning rate of " + formatNumber(t.lr) + " is very high for LoRA", fam_.hints.lr);
     if (t.lrScheduler != LrScheduler::Constant && t.lrWarmupSteps >= t.steps)
       warning("train.lr_warmup_steps", "the warm-up (" + std::to_string(t.lrWarmupSteps) +
                                            " steps) is not shorter than the run (" + std::to_string(t.steps) + ")");
@@ -501,8 +501,7 @@ class Checker : public RuleContext {
       if (known_ && std::find(writes.begin(), writes.end(), f) == writes.end() &&
           std::find(fam_.acceptedFormats.begin(), fam_.acceptedFormats.end(), f) == fam_.acceptedFormats.end()) {
         std::string message = fam_.hints.foreignFormat;
-        if (const size_t at = message.find("{format}"); at != std::string::npos)
-          message.replace(at, 8, enumName(f));
+        if (const size_t at = message.find("{format}"); at != std::string::npos) message.replace(at, 8, enumName(f));
         error("save.export_formats", message, fam_.hints.foreignFormatHint);
       }
     std::set<ExportFormat> seen;
@@ -548,8 +547,7 @@ bool holdsWeights(const std::string& path) {
   if (path.empty()) return false;
   auto isWeights = [](const fs::path& p) {
     const std::string ext = p.extension().string();
-    return ext == ".safetensors" || ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" ||
-           ext == ".gguf";
+    return ext == ".safetensors" || ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" || ext == ".gguf";
   };
   std::error_code ec;
   const fs::path root(path);
@@ -576,8 +574,10 @@ bool looksLikeHubId(const std::string& path) {
 std::string hubDownloadHint(const std::string& repoId) {
   const std::string folder = repoId.substr(repoId.find('/') + 1);
   return "download the repository's folder and give its path: huggingface-cli download " + repoId +
-         " --local-dir /data/models/" + folder + " (a gated model such as FLUX.1-dev needs `huggingface-cli login` "
-         "and its licence accepted on huggingface.co first), then set name_or_path: /data/models/" + folder;
+         " --local-dir /data/models/" + folder +
+         " (a gated model such as FLUX.1-dev needs `huggingface-cli login` "
+         "and its licence accepted on huggingface.co first), then set name_or_path: /data/models/" +
+         folder;
 }
 
 std::vector<Problem> validate(const RunConfig& cfg, const ValidateOptions& options) {

@@ -19,8 +19,8 @@ lora::LoraFileFormat loraFileFormatOf(config::ExportFormat f) {
 }
 
 lora::LoraExportOptions loraExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
-                                          double alpha, const std::string& runYaml,
-                                          const std::string& softwareVersion, const std::string& baseModel) {
+                                          double alpha, const std::string& runYaml, const std::string& softwareVersion,
+                                          const std::string& baseModel) {
   lora::LoraExportOptions eo;
   eo.format = loraFileFormatOf(format);
   eo.dtype = train::scalarTypeOf(cfg.save.dtype);

@@ -74,7 +74,8 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const ParamPlan& 
   co.activationElementBytes = elementBytes;
   co.loraRank = cfg.network.linear;
   co.ema = cfg.train.ema.useEma;
-  co.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
+  co.optimizerBytesPerParam =
+      train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
   co.batchSize = cfg.train.batchSize;
   co.tokens = tokens;
   co.hiddenSize = hiddenSize;
@@ -96,7 +97,7 @@ lora::LoraFileFormat loraFileFormatOf(config::ExportFormat format);
 // The LoRA file's options and metadata for a run (`runYaml` empty: written from
 // cfg); `baseModel` names the model in the metadata.
 lora::LoraExportOptions loraExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
-                                          double alpha, const std::string& runYaml,
-                                          const std::string& softwareVersion, const std::string& baseModel);
+                                          double alpha, const std::string& runYaml, const std::string& softwareVersion,
+                                          const std::string& baseModel);
 
 }  // namespace strata::diffusion

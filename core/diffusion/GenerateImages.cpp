@@ -8,8 +8,7 @@
 
 namespace strata::diffusion {
 
-std::pair<int64_t, int64_t> checkImageRequest(const ImageRequest& request, int64_t downscaleFactor,
-                                              int64_t patchSize) {
+std::pair<int64_t, int64_t> checkImageRequest(const ImageRequest& request, int64_t downscaleFactor, int64_t patchSize) {
   if (request.prompts.empty()) throw ConfigError("sample: no prompt given");
   if (request.steps < 1) throw ConfigError("sample: steps must be at least 1, got " + std::to_string(request.steps));
   const int64_t m = patchSize * downscaleFactor;

@@ -47,8 +47,7 @@ struct Denoiser {
 
 // The request's prompt count, step count and size, checked as generateImages
 // does (ConfigError); returns the latent size {h, w}.
-std::pair<int64_t, int64_t> checkImageRequest(const ImageRequest& request, int64_t downscaleFactor,
-                                              int64_t patchSize);
+std::pair<int64_t, int64_t> checkImageRequest(const ImageRequest& request, int64_t downscaleFactor, int64_t patchSize);
 
 // Throws ConfigError for a bad size, step count or latent shape; whatever the
 // sampler throws (Interrupted from onStep) with the LoRA taken off again.

@@ -13,7 +13,7 @@ std::vector<train::TextEmbedding> ImageModels::encodeTexts(const std::vector<std
   const auto e = text_->encode(texts);
   if (e.mask.defined())
     throw Error("text encoding: the encoder gives a token mask, which the text cache does not hold yet");
-  const auto tokens = e.tokens.to(at::kCPU, at::kFloat);  // [B, L, D]
+  const auto tokens = e.tokens.to(at::kCPU, at::kFloat);                                      // [B, L, D]
   const auto pooled = e.pooled.defined() ? e.pooled.to(at::kCPU, at::kFloat) : at::Tensor();  // [B, P]
   std::vector<train::TextEmbedding> out;
   for (int64_t b = 0; b < tokens.size(0); ++b)

@@ -30,7 +30,7 @@ class ImageModels {
   // training latents [B, C, h, w] -> rgb [B, 3, h f, w f] in [0, 1] (float32, CPU).
   at::Tensor decode(const at::Tensor& latents) { return codec_->decode(latents); }
   void releaseTextEncoders() { text_->release(); }  // after caching: a later encodeTexts throws
-  void releaseDecoder() { codec_->release(); }       // when nothing is sampled
+  void releaseDecoder() { codec_->release(); }      // when nothing is sampled
   bool textEncodersLoaded() const { return text_->loaded(); }
   // Cache keys: change whenever the encoders' results would.
   const std::string& imageModelId() const { return codec_->identity(); }

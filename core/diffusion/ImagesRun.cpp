@@ -20,8 +20,8 @@ std::string samplePromptText(const std::string& prompt, const std::string& trigg
   return out;
 }
 
-ImagesRun::ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg, const train::DatasetContext& ctx,
-                     const events::EventBus& bus)
+ImagesRun::ImagesRun(std::unique_ptr<ImageModels> models, const config::RunConfig& cfg,
+                     const train::DatasetContext& ctx, const events::EventBus& bus)
     : models_(std::move(models)), cfg_(cfg), bus_(bus) {
   if (!models_) throw Error("ImagesRun: no image models");
   ImageModels* m = models_.get();

@@ -24,9 +24,9 @@ train::TrainItem nextReadableItem(train::RunContext& run, const train::Dataset& 
     } catch (const std::exception& e) {
       int64_t& skipped = run.cursor().skippedItems;
       ++skipped;
-      run.bus().publish(events::WarningEvent{std::string("dataset item skipped: ") + e.what() + " (" +
-                                                 std::to_string(skipped) + " skipped so far)",
-                                             step});
+      run.bus().publish(events::WarningEvent{
+          std::string("dataset item skipped: ") + e.what() + " (" + std::to_string(skipped) + " skipped so far)",
+          step});
     }
   }
   throw IoError("no readable dataset item: all " + std::to_string(n) + " failed to load");
@@ -48,8 +48,8 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
     if (options.pooled) pooled.push_back(it.pooled);
   }
   DrawnBatch out;
-  out.latents = at::stack(lat);  // [B, C, H, W]
-  out.text = at::stack(txt);     // [B, N_txt, D]
+  out.latents = at::stack(lat);                        // [B, C, H, W]
+  out.text = at::stack(txt);                           // [B, N_txt, D]
   if (options.pooled) out.pooled = at::stack(pooled);  // [B, D_pooled]
   const double p = cfg.train.captionDropoutRate;
   if (p > 0) {

@@ -31,8 +31,8 @@ struct DrawnBatch {
 };
 
 struct DrawOptions {
-  int64_t tokens = 0;   // text rows per sample; 0: the first item's
-  bool pooled = true;   // stack the items' pooled vectors (and drop them with the caption)
+  int64_t tokens = 0;  // text rows per sample; 0: the first item's
+  bool pooled = true;  // stack the items' pooled vectors (and drop them with the caption)
 };
 
 // `batch` items stacked, latents of one size (else strata::Error naming the two

@@ -20,8 +20,8 @@
 namespace strata::dit {
 
 struct BflLoraSpec {
-  std::string familyName;                        // "FLUX.1"
-  std::map<std::string, std::string> metadata;   // exportMetadata()
+  std::string familyName;                       // "FLUX.1"
+  std::map<std::string, std::string> metadata;  // exportMetadata()
   // Whether BFL names resolve only to the model's Linears (FLUX.2), or to every
   // module of the name rows (FLUX.1: an RMSNorm's or another block's slot too).
   bool onlyModelLinears = false;

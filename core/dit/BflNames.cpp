@@ -202,8 +202,9 @@ std::optional<std::string> BflNames::bflModuleFromKohya(const std::string& kohya
   const std::string rest = kohyaName.substr(prefix.size());
   std::optional<std::string> bfl;
   // "double_blocks_12_img_attn_qkv": kind, index, then a known suffix.
-  for (const auto& [kind, rows] : {std::pair<std::string, const std::vector<BflRow>*>{"double_blocks", &rows_.doubleBlock},
-                                   std::pair<std::string, const std::vector<BflRow>*>{"single_blocks", &rows_.singleBlock}}) {
+  for (const auto& [kind, rows] :
+       {std::pair<std::string, const std::vector<BflRow>*>{"double_blocks", &rows_.doubleBlock},
+        std::pair<std::string, const std::vector<BflRow>*>{"single_blocks", &rows_.singleBlock}}) {
     if (rest.compare(0, kind.size() + 1, kind + "_") != 0) continue;
     const auto sep = rest.find('_', kind.size() + 1);
     if (sep == std::string::npos) return std::nullopt;

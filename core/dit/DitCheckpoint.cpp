@@ -99,8 +99,7 @@ Sources sourcesOf(const DitCheckpoint& ckpt, const Shapes& params, const LoadTar
 // Every key there with its shape, floating point, nothing unknown: LoadError naming
 // the file and each key, before anything is copied.
 void check(const DitCheckpoint& ckpt, const Sources& sources, const LoadTarget& target) {
-  io::checkStrict(ckpt.weights(), sources.expected, {},
-                  target.labelPrefix + toString(ckpt.format()) + " names");
+  io::checkStrict(ckpt.weights(), sources.expected, {}, target.labelPrefix + toString(ckpt.format()) + " names");
 }
 
 // Copies the checkpoint tensor of `src` into `param`, converting dtype and device.
@@ -174,8 +173,7 @@ std::shared_ptr<torch::nn::Module> streamModel(const DitCheckpoint& ckpt, const 
     const bool isDouble = i < m.numLayers;
     if (i >= blocks || isDouble != m.isDoubleBlock(block))
       throw Error(target.who + ": block " + std::to_string(i) + " was not built in layout order");
-    const std::string prefix =
-        (isDouble ? blockId(Unit::Double, i) : blockId(Unit::Single, i - m.numLayers)) + ".";
+    const std::string prefix = (isDouble ? blockId(Unit::Double, i) : blockId(Unit::Single, i - m.numLayers)) + ".";
     fillModule(block, prefix);
     // Quantized here, on the block's device, before the next block exists.
     if (stream.quantize != nn::QuantType::None) {

@@ -121,7 +121,6 @@ std::shared_ptr<Model> streamModelOf(const DitCheckpoint& ckpt, const Config& cf
 std::vector<std::pair<std::string, at::Tensor>> bflStateDict(torch::nn::Module& model, const BflNames& names,
                                                              const std::string& writer);
 // The model's weights in diffusers naming (named_parameters), CPU tensors; the same guard.
-std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(torch::nn::Module& model,
-                                                                   const std::string& writer);
+std::vector<std::pair<std::string, at::Tensor>> diffusersStateDict(torch::nn::Module& model, const std::string& writer);
 
 }  // namespace strata::dit

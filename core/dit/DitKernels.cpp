@@ -54,8 +54,8 @@ struct NormRope : torch::autograd::Function<NormRope> {
     auto gx = at::empty_like(x);
     const int64_t dim = x.size(-1);
     check(cuda::normRopeBackward(g.data_ptr(), x.data_ptr(), saved[1].data_ptr<float>(), saved[2].data_ptr(),
-                                 saved[3].data_ptr<float>(), saved[4].data_ptr<float>(), gx.data_ptr(),
-                                 x.numel() / dim, x.size(2), x.size(1), dim, streamOf(x)),
+                                 saved[3].data_ptr<float>(), saved[4].data_ptr<float>(), gx.data_ptr(), x.numel() / dim,
+                                 x.size(2), x.size(1), dim, streamOf(x)),
           "normRopeBackward");
     return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -44,8 +44,8 @@ struct FrozenRmsNorm : torch::autograd::Function<FrozenRmsNorm> {
     const auto& x = saved[0];
     const auto& rstd = saved[1];
     const auto& weight = saved[2];
-    const auto n = x.to(at::kFloat) * rstd;                                   // normalised x, float32
-    const auto gn = gradOut[0].to(at::kFloat) * weight.to(at::kFloat);        // d loss / d n
+    const auto n = x.to(at::kFloat) * rstd;                             // normalised x, float32
+    const auto gn = gradOut[0].to(at::kFloat) * weight.to(at::kFloat);  // d loss / d n
     // d/dx of x * rstd(x): rstd * (gn - n * mean(gn * n)).
     const auto gx = rstd * (gn - n * (gn * n).mean(-1, /*keepdim=*/true));  // float32
     return {gx.to(x.scalar_type()), at::Tensor(), at::Tensor()};
@@ -126,7 +126,7 @@ at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
   // back as a strided narrow (a quantized proj_out over cat(attn, mlp) gave one).
   const auto out = nn::gradInLayoutOf(
       compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)));  // [B, H, N, Dh]
-  return out.transpose(1, 2).flatten(2);  // [B, N, H*Dh]
+  return out.transpose(1, 2).flatten(2);                                                            // [B, N, H*Dh]
 }
 
 std::pair<at::Tensor, at::Tensor> DoubleAttention::forward(const at::Tensor& imgNorm, const at::Tensor& txtNorm,
@@ -177,8 +177,8 @@ at::Tensor timestepSinusoid(const at::Tensor& t, int64_t channels) {
 
 std::pair<at::Tensor, at::Tensor> jointRotary(const at::Tensor& txtIdsIn, const at::Tensor& imgIdsIn,
                                               const std::vector<int64_t>& axesDims, double theta) {
-  const auto txtIds = txtIdsIn.dim() == 3 ? txtIdsIn[0] : txtIdsIn;  // [Nt, n_axes]
-  const auto imgIds = imgIdsIn.dim() == 3 ? imgIdsIn[0] : imgIdsIn;  // [Ni, n_axes]
+  const auto txtIds = txtIdsIn.dim() == 3 ? txtIdsIn[0] : txtIdsIn;                                   // [Nt, n_axes]
+  const auto imgIds = imgIdsIn.dim() == 3 ? imgIdsIn[0] : imgIdsIn;                                   // [Ni, n_axes]
   return rotaryFromIds(at::cat({txtIds.to(at::kFloat), imgIds.to(at::kFloat)}, 0), axesDims, theta);  // [Nt+Ni, Dh]
 }
 

@@ -84,8 +84,8 @@ struct DoubleAttention {
   // txtNorm [B, Nt, D]: q, k, v of each stream (projectQkv), RMSNorm + rotary of q and
   // k, one attention over [text; image] (the rotary tables' order), each stream's
   // output Linear. -> {image [B, Ni, D], text [B, Nt, D]}.
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& imgNorm, const at::Tensor& txtNorm,
-                                            const at::Tensor& cos, const at::Tensor& sin);
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& imgNorm, const at::Tensor& txtNorm, const at::Tensor& cos,
+                                            const at::Tensor& sin);
 };
 
 // The MLP Linears of a double block's two streams: ff.<in> / ff.<out> (image) and

@@ -35,8 +35,8 @@ class DitModel : public torch::nn::Module, public nn::BlockModel {
   // Registers "transformer_blocks" and "single_transformer_blocks" and builds the
   // blocks in order, each on its own device (options.blockDevice) and handed to
   // options.onBlockBuilt before the next one exists.
-  void buildBlocks(int64_t numLayers, int64_t numSingleLayers, const BuildOptions& options,
-                   const MakeBlock& makeDouble, const MakeBlock& makeSingle);
+  void buildBlocks(int64_t numLayers, int64_t numSingleLayers, const BuildOptions& options, const MakeBlock& makeDouble,
+                   const MakeBlock& makeSingle);
   // runner->run(i, block, io) for every block, then runner->toHead (runner null: local).
   nn::BlockIO runBlocks(nn::BlockIO io, nn::BlockRunner* runner);
 

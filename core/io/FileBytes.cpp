@@ -37,7 +37,8 @@ int openRegular(const std::filesystem::path& path, off_t& size) {
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     if (S_ISDIR(st.st_mode)) throw IoError(path.string() + ": is a folder, not a file");
-    throw IoError(path.string() + ": is " + kindOf(st.st_mode) + ", not a regular file; Strata reads only regular files");
+    throw IoError(path.string() + ": is " + kindOf(st.st_mode) +
+                  ", not a regular file; Strata reads only regular files");
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);

@@ -21,10 +21,10 @@ namespace strata::io {
 // far above any released model (FLUX.2-dev: 56 blocks, 6144 wide; Llama-3.1-405B:
 // 126 layers, 16384 wide, 53248 MLP; vocabularies reach ~262k).
 namespace limits {
-constexpr int64_t kLayers = 1024;           // blocks / layers of one stack
-constexpr int64_t kWidth = int64_t{1} << 18;  // a hidden, MLP, channel or embedding width
-constexpr int64_t kHeads = 1024;            // attention heads
-constexpr int64_t kVocab = int64_t{1} << 22;  // vocabulary size (text::kMaxTokenId + 1)
+constexpr int64_t kLayers = 1024;                 // blocks / layers of one stack
+constexpr int64_t kWidth = int64_t{1} << 18;      // a hidden, MLP, channel or embedding width
+constexpr int64_t kHeads = 1024;                  // attention heads
+constexpr int64_t kVocab = int64_t{1} << 22;      // vocabulary size (text::kMaxTokenId + 1)
 constexpr int64_t kPositions = int64_t{1} << 24;  // positions, buckets, sample sizes
 }  // namespace limits
 
@@ -55,7 +55,9 @@ class JsonFields {
   double number(const char* key) const;
   double number(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
   bool boolean(const char* key, bool fallback) const { return has(key) ? booleanOf(at(key), key) : fallback; }
-  std::string text(const char* key, const std::string& fallback) const { return has(key) ? textOf(at(key), key) : fallback; }
+  std::string text(const char* key, const std::string& fallback) const {
+    return has(key) ? textOf(at(key), key) : fallback;
+  }
 
   // Reads `key` into `field` when it is there: true if read, false if absent or
   // null (the field untouched). Integers, floating point, bool, strings and

@@ -76,7 +76,7 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
     const auto dtype = h.scalar_type();
     const auto g = gradOut[0].reshape({-1, gradOut[0].size(-1)}).to(dtype);  // [M, out]
     const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);      // [out, r]
-    const auto gh = at::mm(g, upScaled);                                 // [M, r]
+    const auto gh = at::mm(g, upScaled);                                     // [M, r]
     const int64_t geluPart = ctx->saved_data["geluPart"].toInt();
     variable_list grads(4 + saved.size() - 3 + 3);  // output, down, up, s (no tensor), parts, geluPart, pre, inPlace
     grads[0] = ctx->needs_input_grad(0) ? gradOut[0] : at::Tensor();
@@ -113,7 +113,7 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
                                at::TensorList ups, std::vector<double> scales, bool inPlace) {
     const auto dtype = x.scalar_type();
     const auto downAll = at::cat(downs, 0).to(dtype);  // [R, in]
-    const auto h = at::mm(x, downAll.t());              // [M, R]
+    const auto h = at::mm(x, downAll.t());             // [M, R]
     variable_list out;
     int64_t offset = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -166,7 +166,7 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
       downs.push_back(down);
       offset += r;
     }
-    const auto gh = at::cat(ghs, 1);  // [M, R]
+    const auto gh = at::cat(ghs, 1);                                                   // [M, R]
     if (ctx->needs_input_grad(0)) grads[0] = at::mm(gh, at::cat(downs, 0).to(dtype));  // [M, in]
     if (anyDown) {
       const auto gDown = at::mm(gh.t(), x);  // [R, in]
@@ -281,7 +281,7 @@ at::Tensor LoraAdapter::delta(const at::Tensor& input, const at::Tensor& /*baseO
   // Float32 master weights, computed in the activation dtype; alpha/r scales the
   // small up weight [out, r] rather than the [..., out] output.
   const auto dtype = input.scalar_type();
-  const at::Tensor h = at::linear(x, down.to(dtype));                                  // [..., r]
+  const at::Tensor h = at::linear(x, down.to(dtype));                                            // [..., r]
   const at::Tensor y = at::linear(h, scale() == 1.0 ? up.to(dtype) : (up * scale()).to(dtype));  // [..., out]
   return multiplier_->apply(y);
 }

@@ -147,8 +147,8 @@ std::vector<LoraModuleWeights> readPeftAdapter(const fs::path& folder) {
       if (!p->is_number()) fail("rank_pattern", "entry for '" + path + "' is not a number");
       expectedRank = p->get<double>();
       if (!(expectedRank > 0 && expectedRank <= kMaxRank))
-        fail("rank_pattern", "entry for '" + path + "' is " + p->dump() + ", not a rank from 1 to " +
-                                 std::to_string(int(kMaxRank)));
+        fail("rank_pattern",
+             "entry for '" + path + "' is " + p->dump() + ", not a rank from 1 to " + std::to_string(int(kMaxRank)));
     }
     if (const auto* p = patternFor(alphaPattern, path, cfgName, "alpha_pattern")) {
       if (!p->is_number()) fail("alpha_pattern", "entry for '" + path + "' is not a number");

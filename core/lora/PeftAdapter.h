@@ -30,10 +30,10 @@ namespace strata::lora {
 std::vector<LoraModuleWeights> readPeftAdapter(const std::filesystem::path& folder);
 
 struct PeftWriteOptions {
-  std::string baseModelNameOrPath;    // adapter_config.json's base_model_name_or_path
+  std::string baseModelNameOrPath;     // adapter_config.json's base_model_name_or_path
   std::string taskType = "CAUSAL_LM";  // task_type (the causal-LM family is the one that writes peft)
-  double dropout = 0.0;               // lora_dropout
-  at::ScalarType dtype = at::kFloat;  // of the written tensors
+  double dropout = 0.0;                // lora_dropout
+  at::ScalarType dtype = at::kFloat;   // of the written tensors
   // Every Linear path of the model. When given and the adapters cover only some
   // of the Linears whose names they share, target_modules is written as a regex
   // of the exact paths (peft would otherwise add adapters to the others).

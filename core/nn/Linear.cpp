@@ -110,9 +110,9 @@ at::Tensor fp8InputGrad(const at::Tensor& g, const at::Tensor& weightQ, const at
   const int64_t n = weightQ.size(0);
   const int64_t k = weightQ.size(1);
   const bool perTensor = scale.numel() == 1;
-  const auto q = quantizeRowsE4m3(g.reshape({-1, n}), perTensor ? at::Tensor() : scale, kFp8Target);    // [M, N]
-  const auto wT = keptT.defined() ? keptT : transposedCopy(weightQ);                                    // [K, N]
-  const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());                // [1, K]
+  const auto q = quantizeRowsE4m3(g.reshape({-1, n}), perTensor ? at::Tensor() : scale, kFp8Target);  // [M, N]
+  const auto wT = keptT.defined() ? keptT : transposedCopy(weightQ);                                  // [K, N]
+  const auto sb = perTensor ? columnScale(scale, k) : at::ones({1, k}, scale.options());              // [1, K]
   const auto gx =
       compat::scaledMm(q.data, wT.t(), q.scale, sb, at::Tensor(), g.scalar_type(), kFastAccumInputGrad);  // [M, K]
   auto shape = g.sizes().vec();
@@ -183,7 +183,7 @@ at::Tensor quantizedPartsForward(at::TensorList parts, const at::Tensor& weightQ
   // fp16: the scale folded into the weight, as in quantizedForward (overflow).
   const bool half = dtype == at::kHalf;
   const auto w = half ? dequantizeRows(weightQ, scale, dtype) : weightQ.to(dtype);  // [out, in]
-  at::Tensor y;                      // [M, out]
+  at::Tensor y;                                                                     // [M, out]
   int64_t offset = 0;
   for (const auto& p : parts) {
     const int64_t n = p.size(1);
@@ -213,9 +213,9 @@ struct QuantizedPartsMatmul : torch::autograd::Function<QuantizedPartsMatmul> {
                                                  torch::autograd::variable_list gradOut) {
     const auto saved = ctx->get_saved_variables();
     const auto widths = ctx->saved_data["widths"].toIntVector();
-    const auto& g = gradOut[0];  // [M, out]
+    const auto& g = gradOut[0];                                          // [M, out]
     const auto w = dequantizeRows(saved[0], saved[1], g.scalar_type());  // [out, in]
-    torch::autograd::variable_list grads(widths.size() + 3);  // parts, weight, scale, bias
+    torch::autograd::variable_list grads(widths.size() + 3);             // parts, weight, scale, bias
     int64_t offset = 0;
     for (size_t i = 0; i < widths.size(); ++i) {
       if (ctx->needs_input_grad(i)) grads[i] = at::mm(g, w.narrow(1, offset, widths[i]));  // [M, n_i]

@@ -66,7 +66,7 @@ QuantizedWeight quantizeWeight(const at::Tensor& w, QuantType t) {
   for (int64_t r = 0; r < rows; r += step)
     rowAmax.push_back(w.narrow(0, r, std::min(step, rows - r)).detach().to(at::kFloat).abs().amax({1}));
   at::Tensor amax = rowAmax.empty() ? at::zeros({0}, w.options().dtype(at::kFloat)) : at::cat(rowAmax);  // [out]
-  if (!perRowScale(t)) amax = amax.amax().reshape({1});                                                   // [1]
+  if (!perRowScale(t)) amax = amax.amax().reshape({1});                                                  // [1]
   at::Tensor scale = at::where(amax > 0, amax / qmax, at::ones_like(amax));
   QuantizedWeight q;
   q.data = at::empty(w.sizes(), w.options().dtype(isFloat8(t) ? compat::float8E4m3Type() : at::kChar));

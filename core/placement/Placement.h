@@ -38,21 +38,21 @@ struct AttachmentTotals {
 
 // One block in a snapshot, measured from its live tensors.
 struct BlockInfo {
-  std::string id;                // "transformer_blocks.3", "stem", "head"
-  std::string kind;              // "double", "single", "stem", "head", ...
-  int64_t weightBytes = 0;       // parameters and buffers of the block's modules
-  AttachmentTotals attachments;  // what is registered to it and lives on its device, by kind
+  std::string id;                    // "transformer_blocks.3", "stem", "head"
+  std::string kind;                  // "double", "single", "stem", "head", ...
+  int64_t weightBytes = 0;           // parameters and buffers of the block's modules
+  AttachmentTotals attachments;      // what is registered to it and lives on its device, by kind
   AttachmentTotals hostAttachments;  // registered to it but kept in host memory (offloaded optimizer state)
 };
 
 // What lives on one device: plain values, no tensors (the GUI's GPU map reads it).
 struct DeviceSnapshot {
-  std::string device;             // "cuda:1", "cpu"
-  std::vector<BlockInfo> blocks;  // forward order, stem/head included
-  int64_t weightBytes = 0;        // sum over its blocks
-  AttachmentTotals attachments;   // sum over its blocks
+  std::string device;                // "cuda:1", "cpu"
+  std::vector<BlockInfo> blocks;     // forward order, stem/head included
+  int64_t weightBytes = 0;           // sum over its blocks
+  AttachmentTotals attachments;      // sum over its blocks
   AttachmentTotals hostAttachments;  // sum over its blocks: host memory, not this device's
-  device::MemoryFigures memory;   // allocated / reserved / cap / total (CUDA only)
+  device::MemoryFigures memory;      // allocated / reserved / cap / total (CUDA only)
 };
 
 struct PlacementSnapshot {

@@ -162,8 +162,11 @@ std::string cachingText(const PlannerInput& in, const Plan& plan) {
     std::string names;
     for (size_t k = 0; k < st.modules.size(); ++k)
       names += (k == 0 ? "" : k + 1 == st.modules.size() ? " and " : ", ") + st.modules[k];
-    os << (i == 0 ? " first " : ", then ") << names << (i == 0 ? "" : st.modules.size() == 1 ? " joins" : " join") << " (" << formatBytes(st.weightBytes)
-       << " of weights + " << formatBytes(st.peakBytes) << " encoding a batch)";
+    os << (i == 0 ? " first " : ", then ") << names
+       << (i == 0                   ? ""
+           : st.modules.size() == 1 ? " joins"
+                                    : " join")
+       << " (" << formatBytes(st.weightBytes) << " of weights + " << formatBytes(st.peakBytes) << " encoding a batch)";
   }
   os << "; at most " << formatBytes(c.totalBytes);
   if (c.budgetBytes > 0) os << " of its " << formatBytes(c.budgetBytes);

@@ -54,17 +54,17 @@ const char* toString(PlanMode mode);
 
 // What one placement unit (stem, a block, head) costs on its device, in bytes.
 struct BlockCost {
-  std::string id;               // "transformer_blocks.3", "stem", "head" (= nn::BlockSlot::id)
-  std::string kind;             // "stem", "head", "double", "single", "layer", ...
-  int64_t paramCount = 0;       // base parameters (param_count mode)
-  int64_t weightBytes = 0;      // base parameters and buffers as stored (dtype, quantized)
-  int64_t adapterBytes = 0;     // LoRA weights (float32)
-  int64_t gradBytes = 0;        // gradients of the trainable weights
-  int64_t emaBytes = 0;         // EMA shadows
-  int64_t optimizerBytes = 0;   // optimizer state (AdamW: 2 x the trainable weights)
-  int64_t activationBytes = 0;  // kept for the backward pass (summed over blocks)
-  int64_t workspaceBytes = 0;   // transient while the block runs (max over a device's blocks)
-  int64_t hostBytes = 0;        // kept in host memory for it (offloaded optimizer state): not the device's
+  std::string id;                  // "transformer_blocks.3", "stem", "head" (= nn::BlockSlot::id)
+  std::string kind;                // "stem", "head", "double", "single", "layer", ...
+  int64_t paramCount = 0;          // base parameters (param_count mode)
+  int64_t weightBytes = 0;         // base parameters and buffers as stored (dtype, quantized)
+  int64_t adapterBytes = 0;        // LoRA weights (float32)
+  int64_t gradBytes = 0;           // gradients of the trainable weights
+  int64_t emaBytes = 0;            // EMA shadows
+  int64_t optimizerBytes = 0;      // optimizer state (AdamW: 2 x the trainable weights)
+  int64_t activationBytes = 0;     // kept for the backward pass (summed over blocks)
+  int64_t workspaceBytes = 0;      // transient while the block runs (max over a device's blocks)
+  int64_t hostBytes = 0;           // kept in host memory for it (offloaded optimizer state): not the device's
   int64_t largestStagedBytes = 0;  // the moments of its largest LoRA tensor (staged for the step)
 
   int64_t residentBytes() const {

@@ -87,8 +87,8 @@ SentencePieceRule t5Rule(const FolderConfig& c) {
     // One added token per extra id (T5 has 100): bounded like any id.
     const int n = tokenIdOf(c.config.at("extra_ids"), c.folder.string() + "/tokenizer_config.json: extra_ids");
     if (n > kMaxExtraIds)
-      throw IoError(c.folder.string() + "/tokenizer_config.json: extra_ids: " + std::to_string(n) +
-                    " is more than " + std::to_string(kMaxExtraIds) + " (T5 has 100)");
+      throw IoError(c.folder.string() + "/tokenizer_config.json: extra_ids: " + std::to_string(n) + " is more than " +
+                    std::to_string(kMaxExtraIds) + " (T5 has 100)");
     rule.extraIds = n;
   }
   if (auto pad = tokenName(c.config, "pad_token")) rule.padToken = *pad;

@@ -145,9 +145,9 @@ Blockwise8 quantizeBlockwise8(const at::Tensor& x, bool isSigned) {
   if (x.scalar_type() != at::kFloat || x.numel() % kBlock8 != 0)
     throw Error("quantizeBlockwise8: needs float32 values in whole blocks of " + std::to_string(kBlock8) + ", got " +
                 std::to_string(x.numel()) + " " + std::string(c10::toString(x.scalar_type())));
-  const auto blocks = x.reshape({-1, kBlock8});                      // [blocks, kBlock8]
-  const auto absmax = blocks.abs().amax(1, /*keepdim=*/true);        // [blocks, 1]
-  const auto normalized = blocks / absmax.clamp_min(FLT_MIN);        // in [-1, 1]
+  const auto blocks = x.reshape({-1, kBlock8});                             // [blocks, kBlock8]
+  const auto absmax = blocks.abs().amax(1, /*keepdim=*/true);               // [blocks, 1]
+  const auto normalized = blocks / absmax.clamp_min(FLT_MIN);               // in [-1, 1]
   auto codes = at::bucketize(normalized, midpoints(isSigned, x.device()));  // nearest entry, int64
   if (!isSigned) codes = at::where(normalized > 0, codes.clamp_min(1), codes);
   return {codes.to(at::kByte).reshape({-1}), absmax.reshape({-1})};

@@ -26,12 +26,12 @@ struct CallState : torch::CustomClassHolder {
   nn::BlockRunner* inner = nullptr;
   nn::Block* block = nullptr;
   size_t blockIndex = 0;
-  std::vector<bool> defined;       // which BlockIO fields were given
-  std::vector<bool> requiresGrad;  // per given field
-  std::vector<bool> outDefined;    // which fields the block returned
-  std::vector<bool> offload;       // per given field: kept in host memory (train.offload_checkpoints)
-  std::vector<at::Tensor> host;    // per given field: its pinned host copy, or undefined
-  std::vector<c10::Device> hostOf; // per given field: the device it came from
+  std::vector<bool> defined;        // which BlockIO fields were given
+  std::vector<bool> requiresGrad;   // per given field
+  std::vector<bool> outDefined;     // which fields the block returned
+  std::vector<bool> offload;        // per given field: kept in host memory (train.offload_checkpoints)
+  std::vector<at::Tensor> host;     // per given field: its pinned host copy, or undefined
+  std::vector<c10::Device> hostOf;  // per given field: the device it came from
 #ifdef STRATA_HAS_CUDA
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> copied;  // per given field: its host copy is done
 #endif

@@ -223,8 +223,8 @@ ImageFolderScan scanImageFolder(const config::DatasetConfig& cfg, std::size_t st
       continue;
     }
     if (std::error_code sizeEc; fs::file_size(file, sizeEc) > kMaxImageFileBytes && !sizeEc) {
-      scan.skipped.push_back({file, "larger than " + std::to_string(kMaxImageFileBytes >> 20) +
-                                        " MB: not read (not a training image)"});
+      scan.skipped.push_back(
+          {file, "larger than " + std::to_string(kMaxImageFileBytes >> 20) + " MB: not read (not a training image)"});
       continue;
     }
     // Read once: the hash that keys the cache is of the bytes decoded here.

@@ -51,7 +51,8 @@ std::vector<config::Problem> ModelFamily::dataProblems(const config::RunConfig& 
   for (size_t i = 0; i < cfg.datasets.size(); ++i) {
     const config::DatasetConfig& d = cfg.datasets[i];
     std::error_code ec;
-    if (d.type != config::DatasetType::Images || d.folderPath.empty() || !std::filesystem::is_directory(d.folderPath, ec))
+    if (d.type != config::DatasetType::Images || d.folderPath.empty() ||
+        !std::filesystem::is_directory(d.folderPath, ec))
       continue;  // a missing folder is the validator's
     const std::string key = "datasets[" + std::to_string(i) + "].folder_path";
     ImageFolderScan scan;
@@ -72,7 +73,8 @@ std::vector<config::Problem> ModelFamily::dataProblems(const config::RunConfig& 
                              : "no usable image in " + d.folderPath + " (" + std::to_string(scan.skipped.size()) +
                                    " skipped" + why + ")",
         scan.skipped.empty() ? "put the images there (.png, .jpg, .jpeg, .webp), each with an optional caption "
-                               "file of the same name (." + d.captionExt + ")"
+                               "file of the same name (." +
+                                   d.captionExt + ")"
                              : "the Dataset tab lists every file with the reason",
         where));
   }
@@ -110,9 +112,9 @@ const ModelFamily& modelFamily(const std::string& arch) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.families.find(arch);
   if (it == r.families.end())
-    throw ConfigError("model.arch: '" + arch + "' has no model family in this program" +
-                      (r.families.empty() ? " (it registers none: its main() must call strata::families::registerAll())"
-                                          : ""));
+    throw ConfigError(
+        "model.arch: '" + arch + "' has no model family in this program" +
+        (r.families.empty() ? " (it registers none: its main() must call strata::families::registerAll())" : ""));
   return *it->second;
 }
 

@@ -80,8 +80,8 @@ class FamilyRun {
 
   // Writes the live LoRA (EMA already swapped in by the caller) in `format` at
   // `path` (a file or a folder), the path the trainer's RunSink gives.
-  virtual void exportLora(RunContext& run, config::ExportFormat format, const std::filesystem::path& path,
-                          int64_t step, const std::string& runYaml, const std::string& softwareVersion) = 0;
+  virtual void exportLora(RunContext& run, config::ExportFormat format, const std::filesystem::path& path, int64_t step,
+                          const std::string& runYaml, const std::string& softwareVersion) = 0;
 
   // Releases the model (after the trainer has released the placement).
   virtual void release() {}
@@ -129,8 +129,7 @@ class ModelFamily {
   // paths: config::validate says whether they exist). For `strata-train validate`
   // and the app's problem list, before Start. The default checks images datasets
   // (no usable image in the folder); a family adds what its own datasets need.
-  virtual std::vector<config::Problem> dataProblems(const config::RunConfig& cfg,
-                                                    const config::SourceMap* where) const;
+  virtual std::vector<config::Problem> dataProblems(const config::RunConfig& cfg, const config::SourceMap* where) const;
 
   // The work of one micro-batch of this config (train.batch_size samples, forward
   // and backward, frozen base, LoRA trained), in FLOPs, for `strata-train bench`;

@@ -58,7 +58,7 @@ namespace {
 struct SavedMoments {
   at::Tensor param;
   int64_t step = 0;
-  at::Tensor avg, avgSq;                     // float, the parameter's shape
+  at::Tensor avg, avgSq;                        // float, the parameter's shape
   at::Tensor avgCodes, avgMax, sqCodes, sqMax;  // or 8-bit
   bool quantized() const { return avgCodes.defined(); }
 };
@@ -69,8 +69,8 @@ const at::Tensor* find(const std::map<std::string, at::Tensor>& tensors, const s
 }
 
 // The problem with `name`'s state in `tensors`, or "" with `out` filled.
-std::string readMoments(const std::map<std::string, at::Tensor>& tensors, const std::string& name,
-                        const at::Tensor& p, SavedMoments& out) {
+std::string readMoments(const std::map<std::string, at::Tensor>& tensors, const std::string& name, const at::Tensor& p,
+                        SavedMoments& out) {
   const auto* a = find(tensors, name + ".exp_avg");
   const auto* b = find(tensors, name + ".exp_avg_sq");
   const auto* qa = find(tensors, name + ".exp_avg.blockwise8");

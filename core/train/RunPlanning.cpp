@@ -104,7 +104,9 @@ std::vector<std::string> planWayOut(const config::RunConfig& cfg, const device::
     if (!again.ok() || again.plan.devices.empty()) return "";
     return again.plan.fits ? "this fits" : "not enough on its own";
   };
-  auto add = [&](const std::string& what, const std::string& v) { out.push_back(v.empty() ? what : what + " (" + v + ")"); };
+  auto add = [&](const std::string& what, const std::string& v) {
+    out.push_back(v.empty() ? what : what + " (" + v + ")");
+  };
 
   if (!cfg.model.quantize) {
     std::string fitting;

@@ -19,9 +19,7 @@ void RunSink::writeConfig(const std::string& yaml) { io::writeFileAtomic(folder_
 
 void RunSink::truncateLogsAfter(int64_t step) { folder_.truncateLogsAfter(step); }
 
-fs::path RunSink::setAsideDamagedCheckpoint(const CheckpointRef& ref) {
-  return train::setAsideDamagedCheckpoint(ref);
-}
+fs::path RunSink::setAsideDamagedCheckpoint(const CheckpointRef& ref) { return train::setAsideDamagedCheckpoint(ref); }
 
 void RunSink::appendMetrics(const nlohmann::json& line) { folder_.appendMetrics(line); }
 

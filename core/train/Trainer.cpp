@@ -225,9 +225,8 @@ RunOutcome Trainer::runImpl() {
   } catch (const Interrupted& e) {
     if (!options_.resume) st->lock.releaseAndRemoveIfEmpty();
     st.reset();
-    bus_.publish(events::WarningEvent{std::string("stopped while ") + e.what() +
-                                          ", before step 1: nothing trained, no checkpoint written",
-                                      0});
+    bus_.publish(events::WarningEvent{
+        std::string("stopped while ") + e.what() + ", before step 1: nothing trained, no checkpoint written", 0});
     bus_.publish(events::StoppedEvent{0, ""});
     return RunOutcome::Stopped;
   }

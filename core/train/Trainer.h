@@ -132,10 +132,10 @@ class Trainer {
   bool trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed);  // false: fp16 step skipped
   struct MicroBatches;
   MicroBatches forwardBackward(State& st, const std::vector<at::Tensor>& params, int64_t step);
-  bool optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step,
-                     double& loss, double& gradNorm, double& scaleUsed);
+  bool optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step, double& loss,
+                     double& gradNorm, double& scaleUsed);
   void samples(State& st, int64_t step);  // every sample.prompts entry, through st.sink
-  void startStepGraph(State& st);  // train.cuda_graph: st.graph where this run can use one, else a warning
+  void startStepGraph(State& st);         // train.cuda_graph: st.graph where this run can use one, else a warning
   // The micro-batch's loss with its gradients set by the step's CUDA graph (recorded
   // on the first call after the eager steps it needs), or undefined: run it eagerly.
   at::Tensor graphedMicroStep(State& st, const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params,
@@ -174,8 +174,8 @@ enum class ExistingExport {
   NewName,    // write beside it: <name>-2, <name>-3, ... (the first free one)
 };
 struct ExportOptions {
-  std::optional<int64_t> step;      // the checkpoint of this step; none = the newest intact one
-  std::filesystem::path outDir;     // empty = <runDir>/exports
+  std::optional<int64_t> step;   // the checkpoint of this step; none = the newest intact one
+  std::filesystem::path outDir;  // empty = <runDir>/exports
   ExistingExport existing = ExistingExport::Refuse;
   std::string softwareVersion = kVersion;
   // Polled before each file: true stops the export there with Interrupted (the

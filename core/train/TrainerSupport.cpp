@@ -138,8 +138,8 @@ std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool gra
   if (!onCuda)
     s += "; on the CPU (attention: PyTorch's CPU kernel)";
   else
-    s += std::string("; attention: ") + (cudnnAttentionAllowed(cfg) ? "cuDNN where LibTorch picks it, else flash"
-                                                                     : "flash (cuDNN off)");
+    s += std::string("; attention: ") +
+         (cudnnAttentionAllowed(cfg) ? "cuDNN where LibTorch picks it, else flash" : "flash (cuDNN off)");
   s += graphed ? "; the step as a CUDA graph (recorded after two eager steps)" : "; eager steps";
   s += tc.gradientCheckpointing ? "; gradient checkpointing" : "; no gradient checkpointing";
   if (tc.gradientCheckpointing && tc.offloadCheckpoints) s += " (block inputs in host memory)";

@@ -101,8 +101,8 @@ TEST_F(HostileCli, AFolderStillTrainingBeforeItsFirstCheckpointIsInUse) {
   std::string out;
   for (const std::string verb : {"resume", "export"}) {
     EXPECT_EQ(runStrataTrain({verb, run.string()}, log(verb), &out), 2) << verb << "\n" << out;
-    EXPECT_NE(out.find("is in use by process " + std::to_string(training.pid())), std::string::npos)
-        << verb << "\n" << out;
+    EXPECT_NE(out.find("is in use by process " + std::to_string(training.pid())), std::string::npos) << verb << "\n"
+                                                                                                     << out;
   }
   EXPECT_FALSE(training.poll()) << "the run ended: " << training.output();
 }
@@ -127,8 +127,9 @@ TEST_F(HostileCli, BenchProfileWritesTheTraceOrFailsWithTheReason) {
   for (const std::string warmup : {"1", "2"}) {
     const fs::path trace = tmp / ("trace-" + warmup + ".json");
     std::string out;
-    const int code = runStrataTrain(
-        {"bench", config.string(), "--steps", "1", "--warmup", warmup, "--profile", trace.string()}, log("bench"), &out);
+    const int code =
+        runStrataTrain({"bench", config.string(), "--steps", "1", "--warmup", warmup, "--profile", trace.string()},
+                       log("bench"), &out);
     std::error_code ec;
     if (code == 0) {
       EXPECT_TRUE(fs::is_regular_file(trace)) << "warmup " << warmup << ": success without a trace\n" << out;
@@ -142,9 +143,8 @@ TEST_F(HostileCli, BenchProfileWritesTheTraceOrFailsWithTheReason) {
   // A folder that is not there: never a success.
   std::string out;
   const fs::path nowhere = tmp / "no-such-folder" / "trace.json";
-  EXPECT_EQ(runStrataTrain({"bench", config.string(), "--steps", "1", "--profile", nowhere.string()}, log("bench2"),
-                           &out),
-            1)
+  EXPECT_EQ(
+      runStrataTrain({"bench", config.string(), "--steps", "1", "--profile", nowhere.string()}, log("bench2"), &out), 1)
       << out;
   EXPECT_NE(out.find("--profile " + nowhere.string()), std::string::npos) << out;
 }

@@ -45,8 +45,8 @@ TEST(LoadProgressCli, EachModelPartIsNamedAsItLoadsBeforeStepOne) {
     const std::string name = quantizeTe ? "q" : "f";
     std::ofstream(tmp / (name + ".yaml"))
         << "job: {name: " << name << ", training_folder: '" << (tmp / "runs").string() << "'}\n"
-        << "model: {name_or_path: '" << modelDir().string() << "', device: cpu, quantize_te: "
-        << (quantizeTe ? "true" : "false") << ", qtype: int8}\n"
+        << "model: {name_or_path: '" << modelDir().string()
+        << "', device: cpu, quantize_te: " << (quantizeTe ? "true" : "false") << ", qtype: int8}\n"
         << "network: {linear: 2, linear_alpha: 2}\n"
         << "train: {steps: 1, dtype: fp32, gradient_checkpointing: false}\n"
         << "datasets: [{type: images, folder_path: '" << (tmp / "images").string()
@@ -57,8 +57,8 @@ TEST(LoadProgressCli, EachModelPartIsNamedAsItLoadsBeforeStepOne) {
     ASSERT_EQ(runStrataTrain({"run", (tmp / (name + ".yaml")).string()}, tmp / (name + ".log"), &out), 0) << out;
     // Not a terminal: one line per part, when it is in.
     const std::string t5 = "loading T5 " + std::to_string(t5Units) + "/" + std::to_string(t5Units) + "\n";
-    const std::string tr = "loading transformer " + std::to_string(transformerUnits) + "/" +
-                           std::to_string(transformerUnits) + "\n";
+    const std::string tr =
+        "loading transformer " + std::to_string(transformerUnits) + "/" + std::to_string(transformerUnits) + "\n";
     const auto t5At = out.find(t5), trAt = out.find(tr), step1 = out.find("step 1/");
     ASSERT_NE(t5At, std::string::npos) << out;
     ASSERT_NE(trAt, std::string::npos) << out;

@@ -25,8 +25,10 @@ class PlanCli : public ::testing::Test {
   fs::path log(const std::string& name) { return tmp / (name + ".log"); }
   // The 4 x 16 GB example with an images dataset.
   std::vector<std::string> imagesPlan(const std::string& devices) {
-    return {"plan",  (strata::test::sourceDir() / "configs" / "flux-dev-split-4x16gb.yaml").string(),
-            "--devices", devices, "--set", "datasets[0].type=images", "--set", "datasets[0].folder_path=/data/photos"};
+    return {"plan",      (strata::test::sourceDir() / "configs" / "flux-dev-split-4x16gb.yaml").string(),
+            "--devices", devices,
+            "--set",     "datasets[0].type=images",
+            "--set",     "datasets[0].folder_path=/data/photos"};
   }
 };
 

@@ -46,10 +46,10 @@ TEST_F(RunRefusalCli, OneCardTooSmallIsRefusedBeforeAnythingIsTrained) {
   EXPECT_FALSE(fs::exists(tmp / "runs" / "tiny")) << out;
 
   // The same words as the split's refusal (two 8 GB cards).
-  EXPECT_EQ(runStrataTrain({"run", config.string(), "--devices", "2x8GB", "--set", "model.device=cuda", "--set",
-                            "model.preset=flux-dev", "--set", "train.dtype=bf16", "--set",
-                            "model.split_model_over_gpus=true"},
-                           log("split"), &out),
+  EXPECT_EQ(runStrataTrain(
+                {"run", config.string(), "--devices", "2x8GB", "--set", "model.device=cuda", "--set",
+                 "model.preset=flux-dev", "--set", "train.dtype=bf16", "--set", "model.split_model_over_gpus=true"},
+                log("split"), &out),
             2)
       << out;
   EXPECT_NE(out.find("preflight failed, nothing was trained:\n  the model does not fit: "), std::string::npos) << out;
@@ -58,9 +58,9 @@ TEST_F(RunRefusalCli, OneCardTooSmallIsRefusedBeforeAnythingIsTrained) {
 
 TEST_F(RunRefusalCli, AFittingPlanOnSimulatedDevicesIsAPreflightOnly) {
   std::string out;
-  EXPECT_EQ(runStrataTrain({"run", config.string(), "--devices", "1x16GB", "--set", "model.device=cuda"}, log("tiny"),
-                           &out),
-            2)
+  EXPECT_EQ(
+      runStrataTrain({"run", config.string(), "--devices", "1x16GB", "--set", "model.device=cuda"}, log("tiny"), &out),
+      2)
       << out;
   EXPECT_NE(out.find("the plan fits the simulated devices (simulated (--devices 1x16GB)); nothing is loaded or "
                      "trained on devices that are not there"),

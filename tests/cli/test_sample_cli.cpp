@@ -144,10 +144,10 @@ TEST(SampleCli, OutOfRangeValuesAndABadOutputAreRefusedBeforeLoading) {
 TEST(SampleCli, CtrlCStopsAfterTheCurrentStepAndWritesNothing) {
   strata::test::TempDir tmp;
   const auto out = tmp / "x.png";
-  strata::test::cli::Child child({"sample", (fixture() / "model").string(), "--steps", "1000", "--seed", "7",
-                                  "--max-sequence-length", "16", "--width", "64", "--height", "64", "--prompt", "p",
-                                  "--out", out.string()},
-                                 tmp / "sample.log");
+  strata::test::cli::Child child(
+      {"sample", (fixture() / "model").string(), "--steps", "1000", "--seed", "7", "--max-sequence-length", "16",
+       "--width", "64", "--height", "64", "--prompt", "p", "--out", out.string()},
+      tmp / "sample.log");
   ASSERT_TRUE(child.started());
   // Wait for the first sampling step, then interrupt.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);

@@ -211,13 +211,14 @@ TEST_F(Cli, ADatasetThatYieldsNothingIsAnError) {
   fs::create_directories(tmp / "model");
   writeFile(tmp / "model" / "config.json", "{}");
   writeFile(tmp / "data.jsonl", "{\"question\": \"a\", \"answer\": \"b\"}\n");
-  writeFile(tmp / "run.yaml", "model: {arch: llama, random_weights: true, device: cpu, name_or_path: " +
-                                  (tmp / "model").string() +
-                                  "}\n"
-                                  "datasets:\n"
-                                  "  - type: jsonl\n"
-                                  "    file_path: " +  // 4
-                                  (tmp / "data.jsonl").string() + "\nsample: {sample_every: 0}\n");
+  writeFile(tmp / "run.yaml",
+            "model: {arch: llama, random_weights: true, device: cpu, name_or_path: " + (tmp / "model").string() +
+                "}\n"
+                "datasets:\n"
+                "  - type: jsonl\n"
+                "    file_path: " +  // 4
+                (tmp / "data.jsonl").string() +
+                "\nsample: {sample_every: 0}\n");
   const Result r = run("validate " + quote((tmp / "run.yaml").string()));
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_NE(r.output.find(":4:5: error: datasets[0].file_path: no usable sample"), std::string::npos) << r.output;

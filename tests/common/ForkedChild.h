@@ -29,11 +29,11 @@ namespace strata::test {
 
 struct ChildOutcome {
   enum class Kind {
-    Returned,       // the body returned; `text` is what it returned
-    TypedError,     // it threw a strata::Error (IoError, ConfigError, ...); `text` is what()
-    OtherError,     // it threw another std::exception (std::bad_alloc, nlohmann's, ...)
-    Crashed,        // a signal ended it (`signal`)
-    TimedOut,       // it ran past the limit and was killed
+    Returned,    // the body returned; `text` is what it returned
+    TypedError,  // it threw a strata::Error (IoError, ConfigError, ...); `text` is what()
+    OtherError,  // it threw another std::exception (std::bad_alloc, nlohmann's, ...)
+    Crashed,     // a signal ended it (`signal`)
+    TimedOut,    // it ran past the limit and was killed
   };
   Kind kind = Kind::Crashed;
   std::string text;
@@ -78,7 +78,9 @@ inline ChildOutcome runInChild(const std::function<std::string()>& body, double 
   if (pid == 0) {
     ::close(fds[0]);
     at::set_num_threads(1);  // parallel_for runs inline: no pool threads in a forked child
-    struct rlimit rl {limit, limit};
+    struct rlimit rl {
+      limit, limit
+    };
     ::setrlimit(RLIMIT_AS, &rl);
     char tag = 'R';
     std::string text;
@@ -110,7 +112,9 @@ inline ChildOutcome runInChild(const std::function<std::string()>& body, double 
   for (;;) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const int waitMs = static_cast<int>(std::max(0.0, seconds - elapsed) * 1000) + 1;
-    struct pollfd p {fds[0], POLLIN, 0};
+    struct pollfd p {
+      fds[0], POLLIN, 0
+    };
     const int ready = ::poll(&p, 1, waitMs);
     if (ready > 0) {
       char buffer[4096];
@@ -140,7 +144,7 @@ inline ChildOutcome runInChild(const std::function<std::string()>& body, double 
     r.kind = ChildOutcome::Kind::Crashed;
     r.text = "the child exited with " + std::to_string(WEXITSTATUS(status)) + " and said nothing";
   } else {
-    r.kind = got[0] == 'R' ? ChildOutcome::Kind::Returned
+    r.kind = got[0] == 'R'   ? ChildOutcome::Kind::Returned
              : got[0] == 'T' ? ChildOutcome::Kind::TypedError
                              : ChildOutcome::Kind::OtherError;
     r.text = got.substr(1);

@@ -126,8 +126,8 @@ TEST(AiToolkit, ImportsTheJobAndReportsUnusedKeys) {
   EXPECT_FALSE(c.model.lowVram);
   EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].model.low_vram", 46,
                                "one block at a time"));
-  EXPECT_TRUE(test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].model.low_vram", 46,
-                               "model.quantize"));
+  EXPECT_TRUE(
+      test::hasProblem(r.loaded.problems, Severity::Warning, "config.process[0].model.low_vram", 46, "model.quantize"));
 }
 
 TEST(AiToolkit, ValidationPointsAtTheJobFileLines) {
@@ -154,10 +154,11 @@ TEST(AiToolkit, TriggerWordGoesToEachImagesDataset) {
            datasets;
   };
   {
-    const ImportResult r = importAiToolkit(job("      datasets:\n"
-                                               "        - folder_path: /a\n"
-                                               "        - folder_path: /b\n"
-                                               "          trigger_word: own\n"));
+    const ImportResult r =
+        importAiToolkit(job("      datasets:\n"
+                            "        - folder_path: /a\n"
+                            "        - folder_path: /b\n"
+                            "          trigger_word: own\n"));
     ASSERT_EQ(r.loaded.config.datasets.size(), 2u);
     EXPECT_EQ(r.loaded.config.datasets[0].triggerWord, "ohwx");
     EXPECT_EQ(r.loaded.config.datasets[1].triggerWord, "own");

@@ -31,18 +31,22 @@ class FamilyKeys : public ::testing::Test {
 };
 
 std::string llamaBase(const std::filesystem::path& dir) {
-  return "model:\n"                                           // 1
-         "  arch: llama\n"                                    // 2
-         "  name_or_path: " + (dir / "m").string() + "\n"     // 3
-         "  random_weights: true\n"                           // 4
-         "  device: cpu\n"                                    // 5
-         "datasets:\n"                                        // 6
-         "  - type: jsonl\n"                                  // 7
-         "    file_path: " + (dir / "d.jsonl").string() + "\n"  // 8
-         "sample:\n"                                          // 9
-         "  sample_every: 0\n"                                // 10
-         "save:\n"                                            // 11
-         "  export_formats: [peft]\n";                        // 12
+  return "model:\n"         // 1
+         "  arch: llama\n"  // 2
+         "  name_or_path: " +
+         (dir / "m").string() +
+         "\n"                        // 3
+         "  random_weights: true\n"  // 4
+         "  device: cpu\n"           // 5
+         "datasets:\n"               // 6
+         "  - type: jsonl\n"         // 7
+         "    file_path: " +
+         (dir / "d.jsonl").string() +
+         "\n"                           // 8
+         "sample:\n"                    // 9
+         "  sample_every: 0\n"          // 10
+         "save:\n"                      // 11
+         "  export_formats: [peft]\n";  // 12
 }
 
 TEST(FamilySchema, EveryKeyNamesTheFamiliesThatReadIt) {
@@ -85,7 +89,9 @@ TEST_F(FamilyKeys, AJsonlDatasetIsRefusedForFlux) {
       "  device: cpu\n"
       "datasets:\n"
       "  - type: jsonl\n"  // 6
-      "    file_path: " + (tmp_ / "d.jsonl").string() + "\n"
+      "    file_path: " +
+      (tmp_ / "d.jsonl").string() +
+      "\n"
       "sample:\n"
       "  sample_every: 0\n";
   EXPECT_TRUE(hasProblem(check(yaml), Severity::Error, "datasets[0].type", 6, "model.arch: llama"));
@@ -145,8 +151,7 @@ bool namesFlux(const std::string& text) {
   for (const auto& p : problems) {
     std::string text = p.message + " " + p.hint;
     for (size_t at; !strip.empty() && (at = text.find(strip)) != std::string::npos;) text.erase(at, strip.size());
-    if (namesFlux(text))
-      return ::testing::AssertionFailure() << "a FLUX word told to a llama config: " << p.format();
+    if (namesFlux(text)) return ::testing::AssertionFailure() << "a FLUX word told to a llama config: " << p.format();
   }
   return ::testing::AssertionSuccess();
 }
@@ -196,7 +201,7 @@ TEST_F(FamilyKeys, FluxShapeKeysSetForLlamaAreIgnoredNotCheckedAsFlux) {
   auto yaml = llamaBase(tmp_.path());
   yaml.replace(yaml.find("  device: cpu\n"), 14,
                "  device: cpu\n  axes_dims_rope: [3, 5]\n  attention_head_dim: 16\n  vae_norm_num_groups: 8\n"
-               "  clip_num_attention_heads: 4\n");  // 6..9
+               "  clip_num_attention_heads: 4\n");                                         // 6..9
   yaml.replace(yaml.find("  sample_every: 0\n"), 18, "  sample_every: 0\n  width: 10\n");  // width: line 15
   const auto problems = check(yaml);
   for (const auto& p : problems) EXPECT_FALSE(p.isError()) << p.format();

@@ -60,8 +60,8 @@ TEST(Validator, APathStartingWithTildeIsRefusedWithTheFullPath) {
   const auto problems = check(std::string(kBase) + "job:\n  training_folder: ~/runs\n");  // 10-11
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "job.training_folder", 11, "starts with '~'"))
       << test::dump(problems);
-  const auto it = std::find_if(problems.begin(), problems.end(),
-                               [](const Problem& p) { return p.key == "job.training_folder"; });
+  const auto it =
+      std::find_if(problems.begin(), problems.end(), [](const Problem& p) { return p.key == "job.training_folder"; });
   ASSERT_NE(it, problems.end());
   EXPECT_EQ(it->hint, "write the full path: " + std::string(home) + "/runs");
   // Another user's home ("~bob/runs") cannot be named for them.
@@ -827,7 +827,6 @@ TEST(Validator, CudnnAttentionIsAllowedOnAQuantizedBase) {
     }
 }
 
-
 // random_weights with a model path that holds weights trains a LoRA on a random
 // model and names the user's base: an error for every family, at random_weights.
 // A weightless folder is not (a causal LM reads its shape from config.json there).
@@ -856,20 +855,25 @@ TEST(Validator, RandomWeightsWithAModelThatHoldsWeightsIsAnErrorForEveryFamily) 
   };
   for (const auto& [arch, datasets] : cases)
     for (const std::string model : {"llm", "diffusers", "flux1-dev.safetensors"}) {
-      const std::string yaml = "model:\n"
-                               "  arch: " + arch + "\n"
-                               "  random_weights: true\n"  // 3
-                               "  device: cpu\n"
-                               "  name_or_path: " + (tmp / model).string() + "\n" +  // 5
-                               datasets + "sample: {sample_every: 0}\n";
+      const std::string yaml =
+          "model:\n"
+          "  arch: " +
+          arch +
+          "\n"
+          "  random_weights: true\n"  // 3
+          "  device: cpu\n"
+          "  name_or_path: " +
+          (tmp / model).string() + "\n" +  // 5
+          datasets + "sample: {sample_every: 0}\n";
       const auto problems = check(yaml);
       EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.random_weights", 3, "are not read"))
           << arch << " " << model;
       EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.random_weights", 3, "line 5")) << arch << " " << model;
     }
-  const std::string shapeOnly = "model: {arch: llama, random_weights: true, device: cpu, name_or_path: " +
-                                (tmp / "shape_only").string() + "}\ndatasets: [{type: synthetic}]\n"
-                                "sample: {sample_every: 0}\n";
+  const std::string shapeOnly =
+      "model: {arch: llama, random_weights: true, device: cpu, name_or_path: " + (tmp / "shape_only").string() +
+      "}\ndatasets: [{type: synthetic}]\n"
+      "sample: {sample_every: 0}\n";
   EXPECT_FALSE(hasKey(check(shapeOnly), "model.random_weights")) << test::dump(check(shapeOnly));
 }
 
@@ -890,8 +894,9 @@ TEST(Validator, AHubIdSaysHowToDownloadTheFolder) {
 }
 
 TEST(Validator, MessagesSayAnImagesDataset) {
-  const auto problems = check("model: {random_weights: true, device: cpu}\ndatasets: [{type: images}]\n"
-                              "sample: {sample_every: 0}\n");
+  const auto problems = check(
+      "model: {random_weights: true, device: cpu}\ndatasets: [{type: images}]\n"
+      "sample: {sample_every: 0}\n");
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].folder_path", 2, "an images dataset needs a folder"));
 }
 

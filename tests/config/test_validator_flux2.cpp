@@ -45,7 +45,8 @@ TEST(ValidatorFlux2, AnImagesDatasetIsRefusedWithWhyAndWhatWorks) {
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 7, "no FLUX.2 VAE or Mistral text encoder"))
       << test::dump(problems);
   bool says = false;
-  for (const auto& p : problems) says |= p.key == "datasets[0].type" && p.hint.find("type: synthetic") != std::string::npos;
+  for (const auto& p : problems)
+    says |= p.key == "datasets[0].type" && p.hint.find("type: synthetic") != std::string::npos;
   EXPECT_TRUE(says) << test::dump(problems);
 }
 
@@ -75,8 +76,8 @@ TEST(ValidatorFlux2, PeftAndFlux1OnlyKeysAreRefusedOrSaidQuantizeIsAccepted) {
       "  preset: flux-dev\n"  // 3
       "  random_weights: true\n"
       "  device: cpu\n"
-      "  quantize: true\n"                // 6
-      "  pooled_projection_dim: 768\n"    // 7
+      "  quantize: true\n"                   // 6
+      "  pooled_projection_dim: 768\n"       // 7
       "  t5_path: /models/t5.safetensors\n"  // 8
       "datasets: [{type: synthetic, resolution: [64]}]\n"
       "sample: {sample_every: 0}\n"

@@ -34,14 +34,15 @@ class DataProblemsTest : public ::testing::Test {
   }
   config::LoadedConfig llama(const std::string& jsonl) {
     test::writeText(dir_ / "data.jsonl", jsonl);
-    return config::parseRunConfig("model: {arch: llama, random_weights: true, name_or_path: " +
-                                      (dir_ / "model").string() +
-                                      "}\n"
-                                      "datasets:\n"
-                                      "  - type: jsonl\n"
-                                      "    file_path: " +  // 4
-                                      (dir_ / "data.jsonl").string() + "\nsample: {sample_every: 0}\n",
-                                  "run.yaml");
+    return config::parseRunConfig(
+        "model: {arch: llama, random_weights: true, name_or_path: " + (dir_ / "model").string() +
+            "}\n"
+            "datasets:\n"
+            "  - type: jsonl\n"
+            "    file_path: " +  // 4
+            (dir_ / "data.jsonl").string() +
+            "\nsample: {sample_every: 0}\n",
+        "run.yaml");
   }
   test::TempDir dir_;
 };
@@ -92,7 +93,8 @@ TEST_F(DataProblemsTest, AnImageFolderWithNoUsableImageIsAnError) {
       "datasets:\n"
       "  - type: images\n"
       "    folder_path: " +  // 4
-          (dir_ / "images").string() + "\n",
+          (dir_ / "images").string() +
+          "\n",
       "run.yaml");
   const auto problems = train::dataProblems(loaded.config, &loaded.where);
   const config::Problem* p = find(problems, "datasets[0].folder_path");

@@ -298,6 +298,4 @@ TEST_P(FamilyConformance, EveryExportLoadsBackEqualToTheLiveWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, FamilyConformance, ::testing::ValuesIn(registeredArchs()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
-                         });
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });

@@ -44,8 +44,8 @@ class LlamaTrain : public ::testing::Test {
     // learns the template in a few steps. Two bad lines.
     std::string jsonl;
     const std::vector<std::pair<std::string, std::string>> qa = {
-        {"sky?", " blue"}, {"grass?", " green"}, {"snow?", " white"}, {"coal?", " black"},
-        {"sun?", " yellow"}, {"rose?", " red"},   {"sea?", " blue"},   {"night?", " dark"}};
+        {"sky?", " blue"},   {"grass?", " green"}, {"snow?", " white"}, {"coal?", " black"},
+        {"sun?", " yellow"}, {"rose?", " red"},    {"sea?", " blue"},   {"night?", " dark"}};
     for (size_t i = 0; i < qa.size(); ++i) {
       jsonl += "{\"question\": \"Colour of the " + qa[i].first + "\", \"answer\": \" It is" + qa[i].second + ".\"}\n";
       if (i == 2) jsonl += "{\"question\": broken\n";

@@ -59,13 +59,13 @@ TEST_F(LmDatasetTest, TextFieldSplitsAtTheResponseMarker) {
 
 TEST_F(LmDatasetTest, BadLinesAreSkippedCountedAndNamedByLine) {
   const std::string text =
-      "{\"prompt\": \"a\", \"response\": \"b\"}\n"  // 1 ok
-      "{not json\n"                                // 2
-      "\n"                                         // 3 blank
-      "{\"prompt\": \"a\"}\n"                      // 4 missing response
-      "{\"prompt\": \"a\", \"response\": \"\"}\n"  // 5 empty
-      "[1, 2]\n"                                   // 6 not an object
-      "{\"prompt\": 7, \"response\": \"b\"}\n"     // 7 not a string
+      "{\"prompt\": \"a\", \"response\": \"b\"}\n"     // 1 ok
+      "{not json\n"                                    // 2
+      "\n"                                             // 3 blank
+      "{\"prompt\": \"a\"}\n"                          // 4 missing response
+      "{\"prompt\": \"a\", \"response\": \"\"}\n"      // 5 empty
+      "[1, 2]\n"                                       // 6 not an object
+      "{\"prompt\": 7, \"response\": \"b\"}\n"         // 7 not a string
       "{\"prompt\": \"c\", \"response\": \"d\"}\r\n";  // 8 ok (CRLF)
   const auto ds = LmDataset::fromJsonlText(text, "bad.jsonl", *tok_, {});
   EXPECT_EQ(ds.size(), 2u);
@@ -209,14 +209,14 @@ TEST_F(LmDatasetTest, TheTextReaderSplitsAndSkipsAsTheDatasetDoes) {
 // names its fields reads those only; a line with none says which fields it has.
 TEST_F(LmDatasetTest, TheCommonLayoutsAreReadAndAnUnknownOneNamesItsFields) {
   const std::string text =
-      "{\"prompt\": \"P\", \"completion\": \"C\"}\n"                             // 1
-      "{\"instruction\": \"I\", \"input\": \"X\", \"output\": \"O\"}\n"          // 2
-      "{\"instruction\": \"I\", \"input\": \"\", \"output\": \"O\"}\n"           // 3
+      "{\"prompt\": \"P\", \"completion\": \"C\"}\n"                     // 1
+      "{\"instruction\": \"I\", \"input\": \"X\", \"output\": \"O\"}\n"  // 2
+      "{\"instruction\": \"I\", \"input\": \"\", \"output\": \"O\"}\n"   // 3
       "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}, "
-      "{\"role\": \"assistant\", \"content\": \"A\"}]}\n"                        // 4
-      "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}]}\n"             // 5: no assistant turn
-      "{\"question\": \"Q\", \"answer\": \"A\"}\n"                               // 6: unknown layout
-      "{\"prompt\": \"P\", \"response\": \"R\", \"completion\": \"C\"}\n";       // 7: the configured fields win
+      "{\"role\": \"assistant\", \"content\": \"A\"}]}\n"                   // 4
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}]}\n"        // 5: no assistant turn
+      "{\"question\": \"Q\", \"answer\": \"A\"}\n"                          // 6: unknown layout
+      "{\"prompt\": \"P\", \"response\": \"R\", \"completion\": \"C\"}\n";  // 7: the configured fields win
   std::vector<families::LmTextRecord> recs;
   families::readJsonlRecords(text, {}, [&](const families::LmTextRecord& r) {
     recs.push_back(r);

@@ -63,8 +63,8 @@ std::shared_ptr<FluxTransformer> loadThenQuantize(const std::filesystem::path& p
     if (pa[i].key() != pb[i].key() || x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes())
       return ::testing::AssertionFailure() << pa[i].key() << " differs in name, dtype or shape";
     // float8 / bf16 -> float32 is exact, so equal floats are equal bits.
-    const bool equal = at::isFloatingType(x.scalar_type()) ? at::equal(x.to(at::kFloat), y.to(at::kFloat))
-                                                           : at::equal(x, y);
+    const bool equal =
+        at::isFloatingType(x.scalar_type()) ? at::equal(x.to(at::kFloat), y.to(at::kFloat)) : at::equal(x, y);
     if (!equal) return ::testing::AssertionFailure() << pa[i].key() << " differs";
   }
   const auto la = a.linears(), lb = b.linears();
@@ -158,7 +158,7 @@ TEST(FluxStreamLoad, StrictKeyChecksNameTheFileBeforeAnyBlockIsBuilt) {
   FluxTransformer src(cfg);
   std::vector<std::pair<std::string, at::Tensor>> broken;
   for (auto& [k, t] : diffusersStateDict(src)) {
-    if (k == "transformer_blocks.1.attn.to_q.weight") continue;       // missing
+    if (k == "transformer_blocks.1.attn.to_q.weight") continue;                            // missing
     if (k == "single_transformer_blocks.2.proj_out.bias") t = at::zeros({t.size(0) + 1});  // mis-shaped
     broken.emplace_back(k, t);
   }
@@ -188,8 +188,7 @@ TEST(FluxStreamLoad, StrictKeyChecksNameTheFileBeforeAnyBlockIsBuilt) {
 
   // An integer tensor where a weight belongs.
   std::vector<std::pair<std::string, at::Tensor>> ints;
-  for (auto& [k, t] : diffusersStateDict(src))
-    ints.emplace_back(k, k == "proj_out.weight" ? t.to(at::kInt) : t);
+  for (auto& [k, t] : diffusersStateDict(src)) ints.emplace_back(k, k == "proj_out.weight" ? t.to(at::kInt) : t);
   io::writeSafetensors(dir / "ints.safetensors", ints);
   try {
     streamFluxTransformer(dir / "ints.safetensors", o, so, cfg.axesDimsRope);

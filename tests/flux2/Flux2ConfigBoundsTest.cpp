@@ -36,8 +36,8 @@ TEST(Flux2ConfigBounds, AbsurdShapesAndContradictionsNameFileAndKey) {
   std::ofstream(configJson) << j.dump();
   EXPECT_EQ(flux2::flux2ConfigFromCheckpoint(dir.path()), cfg);  // agreeing: read as before
 
-  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"num_layers", 100000000},
-                                   {"in_channels", int64_t{1} << 40}}) {
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"num_layers", 100000000}, {"in_channels", int64_t{1} << 40}}) {
     nlohmann::json bad = j;
     bad[key] = value;
     std::ofstream(configJson, std::ios::trunc) << bad.dump();

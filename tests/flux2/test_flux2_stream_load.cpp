@@ -32,8 +32,8 @@ std::vector<nn::QuantType> availableTypes() {
     const auto& y = pb[i].value();
     if (pa[i].key() != pb[i].key() || x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes())
       return ::testing::AssertionFailure() << pa[i].key() << " differs in name, dtype or shape";
-    const bool equal = at::isFloatingType(x.scalar_type()) ? at::equal(x.to(at::kFloat), y.to(at::kFloat))
-                                                           : at::equal(x, y);
+    const bool equal =
+        at::isFloatingType(x.scalar_type()) ? at::equal(x.to(at::kFloat), y.to(at::kFloat)) : at::equal(x, y);
     if (!equal) return ::testing::AssertionFailure() << pa[i].key() << " differs";
   }
   const auto la = a.linears(), lb = b.linears();

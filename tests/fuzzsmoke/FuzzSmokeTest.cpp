@@ -50,7 +50,7 @@ int casesPerKind(int base) {
   const char* env = std::getenv("STRATA_FUZZ_CASES");
   return env ? std::max(1, std::atoi(env)) : base;
 }
-constexpr double kCaseSeconds = 10.0;                   // a case that takes longer is a hang
+constexpr double kCaseSeconds = 10.0;                      // a case that takes longer is a hang
 constexpr std::size_t kCaseMemory = std::size_t{2} << 30;  // over what the child inherits
 
 std::string readAll(const fs::path& p) { return io::readFileBytes(p); }
@@ -68,8 +68,12 @@ class Mutator {
     const int rounds = 1 + static_cast<int>(pick(3));
     for (int r = 0; r < rounds && !s.empty(); ++r) {
       switch (pick(9)) {
-        case 0: s[pick(s.size())] ^= static_cast<char>(1u << pick(8)); break;  // bit flip
-        case 1: s.resize(pick(s.size())); break;                                // truncation
+        case 0:
+          s[pick(s.size())] ^= static_cast<char>(1u << pick(8));
+          break;  // bit flip
+        case 1:
+          s.resize(pick(s.size()));
+          break;   // truncation
         case 2: {  // erase a span
           const std::size_t at = pick(s.size());
           s.erase(at, 1 + pick(std::min<std::size_t>(64, s.size() - at)));
@@ -80,8 +84,12 @@ class Mutator {
           s.insert(at, s.substr(at, 1 + pick(64)));
           break;
         }
-        case 4: replaceNumber(s, pick(2) ? hugeNumber() : smallNumber()); break;
-        case 5: replaceValue(s); break;  // wrong type
+        case 4:
+          replaceNumber(s, pick(2) ? hugeNumber() : smallNumber());
+          break;
+        case 5:
+          replaceValue(s);
+          break;   // wrong type
         case 6: {  // deep nesting at a value
           const std::size_t depth = std::vector<std::size_t>{100, 1000, 30000}[pick(3)];
           const std::string nest = std::string(depth, '[') + (pick(2) ? std::string(depth, ']') : "");
@@ -89,11 +97,14 @@ class Mutator {
           break;
         }
         case 7: {  // stray bytes: NUL, 0xFF, a lone quote or brace
-          static const std::vector<std::string> kStray = {std::string(1, '\0'), "\xff", "\"", "{", "}", "\\", "\n", ":"};
+          static const std::vector<std::string> kStray = {
+              std::string(1, '\0'), "\xff", "\"", "{", "}", "\\", "\n", ":"};
           s.insert(pick(s.size() + 1), kStray[pick(kStray.size())]);
           break;
         }
-        case 8: replaceNumber(s, hugeNumber()); break;
+        case 8:
+          replaceNumber(s, hugeNumber());
+          break;
       }
     }
     return s;
@@ -103,9 +114,9 @@ class Mutator {
 
  private:
   std::string hugeNumber() {
-    static const char* kHuge[] = {"1e9",       "1000000000",          "1099511627776", "18446744073709551616",
-                                  "-1",        "-9223372036854775809", "1e308",         "100000000",
-                                  "2147483648", "4294967296",          "0",             "99999999999999999999999"};
+    static const char* kHuge[] = {
+        "1e9",   "1000000000", "1099511627776", "18446744073709551616", "-1", "-9223372036854775809",
+        "1e308", "100000000",  "2147483648",    "4294967296",           "0",  "99999999999999999999999"};
     return kHuge[pick(12)];
   }
   std::string smallNumber() { return std::to_string(static_cast<int64_t>(pick(5000)) - 10); }
@@ -132,8 +143,8 @@ class Mutator {
   // Replaces the value after a ':' up to the next ',', newline or '}' by another type.
   void replaceValue(std::string& s) {
     static const char* kJson[] = {"\"x\"", "[]", "{}", "null", "true", "[1, \"a\", {}]", "-0.5", "\"\\ud800\""};
-    static const char* kYaml[] = {"[]", "{}", "~", "yes", "&a [*a, *a]", "!!binary AAAA", "[[[[[[[[", "\"\\xff\"",
-                                  "*undefined", "|\n  text"};
+    static const char* kYaml[] = {"[]",       "{}",        "~",          "yes",      "&a [*a, *a]", "!!binary AAAA",
+                                  "[[[[[[[[", "\"\\xff\"", "*undefined", "|\n  text"};
     const std::size_t b = valuePosition(s);
     std::size_t e = s.find_first_of(",\n}", b);
     if (e == std::string::npos) e = s.size();
@@ -197,9 +208,10 @@ void fuzz(const FuzzKind& kind, int cases, std::uint64_t seed) {
         r.kind != ChildOutcome::Kind::TypedError || r.text.find(named.filename().string()) != std::string::npos;
     if (!r.ok() || !namesFile) {
       ++failures;
-      ADD_FAILURE() << kind.name << " case " << c << " (seed " << seed << "): "
-                    << (r.ok() ? "the message does not name " + named.string() + ": " + r.text : r.describe()).substr(0, 600)
-                    << "\n  input (" << bytes.size() << " bytes): " << preview(bytes);
+      ADD_FAILURE()
+          << kind.name << " case " << c << " (seed " << seed << "): "
+          << (r.ok() ? "the message does not name " + named.string() + ": " + r.text : r.describe()).substr(0, 600)
+          << "\n  input (" << bytes.size() << " bytes): " << preview(bytes);
     } else {
       fs::remove_all(caseDir);
     }
@@ -306,21 +318,24 @@ TEST(FuzzSmoke, ModelIndexJson) {
   k.seeds.push_back(readAll(model / "model_index.json"));
   k.place = [&](const fs::path& d, const std::string& b) {
     writeAll(d / "model_index.json", b);
-    for (const char* sub : {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
-                            "scheduler"})
+    for (const char* sub :
+         {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"})
       fs::create_directory_symlink(model / sub, d / sub);
     return d / "model_index.json";
   };
   k.read = [](const fs::path& d) {
     // Every component the FLUX pipeline looks up by class, then the transformer's shapes.
     std::string found;
-    for (const std::vector<std::string>& classes :
-         {std::vector<std::string>{"FluxTransformer2DModel"}, {"AutoencoderKL"}, {"T5EncoderModel"}, {"CLIPTextModel"},
-          {"T5Tokenizer", "T5TokenizerFast"}, {"CLIPTokenizer", "CLIPTokenizerFast"}})
+    for (const std::vector<std::string>& classes : {std::vector<std::string>{"FluxTransformer2DModel"},
+                                                    {"AutoencoderKL"},
+                                                    {"T5EncoderModel"},
+                                                    {"CLIPTextModel"},
+                                                    {"T5Tokenizer", "T5TokenizerFast"},
+                                                    {"CLIPTokenizer", "CLIPTokenizerFast"}})
       found += io::diffusersComponentFolder(d, classes).filename().string() + " ";
-    return found + std::to_string(flux::FluxConfig::fromCheckpoint(io::diffusersComponentFolder(
-                                                                        d, {"FluxTransformer2DModel"}))
-                                      .numLayers);
+    return found +
+           std::to_string(
+               flux::FluxConfig::fromCheckpoint(io::diffusersComponentFolder(d, {"FluxTransformer2DModel"})).numLayers);
   };
   fuzz(k, casesPerKind(150), 0x1d3c);
 }

@@ -80,8 +80,8 @@ TEST(CheckpointOffloadGpu, SameGradientsAndLessHeldOnTheDevice) {
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, relL2(got[i], ref[i]));
   std::cout << "[offload gpu] " << blocks << " blocks: held after forward " << heldPlain / 1e6 << " MB -> "
-            << heldOff / 1e6
-            << " MB with offload; " << offOn << " inputs offloaded; gradients relative L2 " << worst << std::endl;
+            << heldOff / 1e6 << " MB with offload; " << offOn << " inputs offloaded; gradients relative L2 " << worst
+            << std::endl;
   EXPECT_EQ(offPlain, 0);
   EXPECT_EQ(offOn, 2 * blocks);
   EXPECT_LT(worst, 1e-6);

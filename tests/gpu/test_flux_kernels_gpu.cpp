@@ -43,7 +43,7 @@ TEST(FluxKernelsGpu, FusedNormRopeEqualsTheAtenOpsForwardAndBackward) {
     const int64_t n = shape[1];
     const int64_t dim = shape[3];
     const auto angles = at::rand({n, dim / 2}, at::TensorOptions().device(cuda)) * 50.0;  // [N, Dh/2]
-    const auto cos = angles.cos().repeat_interleave(2, 1).contiguous();                 // [N, Dh]
+    const auto cos = angles.cos().repeat_interleave(2, 1).contiguous();                   // [N, Dh]
     const auto sin = angles.sin().repeat_interleave(2, 1).contiguous();
     FluxBuildOptions o;
     o.device = cuda;
@@ -74,9 +74,9 @@ TEST(FluxKernelsGpu, FusedNormRopeEqualsTheAtenOpsForwardAndBackward) {
     const double gradVsAten = relL2(xk.grad(), xr.grad());
     const double gradErrKernel = relL2(xk.grad(), x64.grad());
     const double gradErrAten = relL2(xr.grad(), x64.grad());
-    std::cout << "[flux kernels gpu] " << at::IntArrayRef(shape) << ": out bit-equal " << 100 * bitEqual
-              << "%, rel L2 " << outErr << "; grad x vs ATen " << gradVsAten << ", vs float64: kernel "
-              << gradErrKernel << ", ATen " << gradErrAten << std::endl;
+    std::cout << "[flux kernels gpu] " << at::IntArrayRef(shape) << ": out bit-equal " << 100 * bitEqual << "%, rel L2 "
+              << outErr << "; grad x vs ATen " << gradVsAten << ", vs float64: kernel " << gradErrKernel << ", ATen "
+              << gradErrAten << std::endl;
     EXPECT_FALSE(out.isnan().any().item<bool>());
     EXPECT_FALSE(xk.grad().isnan().any().item<bool>());
     // Same roundings as the ATen ops: equal but for the odd rstd ulp.
@@ -96,9 +96,9 @@ TEST(FluxKernelsGpu, OnlyBf16ContiguousFrozenInputsTakeTheKernel) {
   const auto w = at::ones({16}, opt).to(at::kBFloat16);
   const auto cs = at::ones({8, 16}, opt);
   EXPECT_TRUE(normRopeFits(x, w, cs, cs));
-  EXPECT_FALSE(normRopeFits(x.to(at::kFloat), w, cs, cs));                  // float32 model
-  EXPECT_FALSE(normRopeFits(x.transpose(1, 2), w, cs, cs));                // strided
-  EXPECT_FALSE(normRopeFits(x, w.clone().requires_grad_(true), cs, cs));   // trainable norm weight
+  EXPECT_FALSE(normRopeFits(x.to(at::kFloat), w, cs, cs));                   // float32 model
+  EXPECT_FALSE(normRopeFits(x.transpose(1, 2), w, cs, cs));                  // strided
+  EXPECT_FALSE(normRopeFits(x, w.clone().requires_grad_(true), cs, cs));     // trainable norm weight
   EXPECT_FALSE(normRopeFits(x, w, cs.narrow(0, 0, 4), cs.narrow(0, 0, 4)));  // tables of other tokens
   EXPECT_FALSE(normRopeFits(x.cpu(), w.cpu(), cs.cpu(), cs.cpu()));
 }

@@ -612,7 +612,7 @@ TEST(Fp8Gpu, LlamaFromAFolderTrainsOnAQfloat8BaseWithTheFp8Matmul) {
   EXPECT_GT(keptCopies(placements[1]).second, 0);
   EXPECT_EQ(madeByStep1 - optimizerMadeByStep1, 18);
   EXPECT_TRUE(placements[1].audit.empty());
-  std::cout << "[fp8 gpu] Llama with kept fp8 transposes: losses equal, "
-            << madeByStep1 - optimizerMadeByStep1 << " copies (" << formatBytes(keptCopies(placements[1]).second)
-            << ") audited after step 1 with " << optimizerMadeByStep1 << " optimizer moments" << std::endl;
+  std::cout << "[fp8 gpu] Llama with kept fp8 transposes: losses equal, " << madeByStep1 - optimizerMadeByStep1
+            << " copies (" << formatBytes(keptCopies(placements[1]).second) << ") audited after step 1 with "
+            << optimizerMadeByStep1 << " optimizer moments" << std::endl;
 }

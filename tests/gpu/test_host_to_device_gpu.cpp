@@ -20,7 +20,7 @@ TEST(HostToDeviceGpu, SameValuesWithoutWaitingForQueuedKernels) {
 #ifdef STRATA_HAS_CUDA
   const c10::Device cuda(at::kCUDA, 0);
   const auto a = at::randn({8192, 8192}, at::TensorOptions().device(cuda).dtype(at::kBFloat16));
-  const auto host = at::randn({512, 4096});  // a step's text embeddings, float32, pageable
+  const auto host = at::randn({512, 4096});     // a step's text embeddings, float32, pageable
   const auto slice = host.narrow(0, 100, 300);  // a view, as fitTokens hands over
   auto busy = a;
   for (int i = 0; i < 40; ++i) busy = at::matmul(busy, a) * 1e-3;  // ~50 ms of queued work on an H200

@@ -42,8 +42,8 @@ TEST(PhaseTimerGpu, EachPhaseHasItsOwnPeak) {
   EXPECT_LT(forwardPeak, base + 1400 * kMiB);  // allocator rounding only
   EXPECT_GE(backwardPeak, base + 320 * kMiB);
   EXPECT_LT(backwardPeak, forwardPeak - 900 * kMiB);  // the freed 1 GiB is not counted again
-  EXPECT_EQ(timer.peakDuring("forward", 2), 0);      // no step left after skipping two
-  EXPECT_EQ(timer.peakAllocatedOn(0), forwardPeak);  // the run's peak, across the resets
+  EXPECT_EQ(timer.peakDuring("forward", 2), 0);       // no step left after skipping two
+  EXPECT_EQ(timer.peakAllocatedOn(0), forwardPeak);   // the run's peak, across the resets
   EXPECT_GE(timer.peakReservedOn(0), forwardPeak);
   EXPECT_EQ(timer.peakAllocatedOn(1), 0);  // a device the timer was not given
 }

@@ -155,8 +155,8 @@ TEST(QuantGpu, FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap) {
     for (const auto& f : failures) std::cout << "[quant gpu] failed: " << f << std::endl;
     EXPECT_EQ(outcome, train::RunOutcome::Finished) << qtype;
     std::cout << "[quant gpu] FLUX.1-dev " << qtype << " base, 1024 px, checkpointing, 16 GB cap: 30 steps, peak "
-              << "allocated " << gib(runPeak) << " GiB (" << runPeak / 1e9 << " GB; largest at a step end "
-              << gib(peak) << " GiB)" << std::endl;
+              << "allocated " << gib(runPeak) << " GiB (" << runPeak / 1e9 << " GB; largest at a step end " << gib(peak)
+              << " GiB)" << std::endl;
     EXPECT_LT(runPeak, int64_t(16'000'000'000));
     EXPECT_GT(peak, 0);
   }

@@ -104,8 +104,7 @@ TEST(StreamLoadGpu, FluxDevWidthsQuantizedOnTheCardWithinOneBlockOfTheQuantizedM
     const int64_t bound = quantizedBytes + blockBytes + kMarginBytes;
     std::cout << "[ measured ] " << nn::quantTypeName(t) << ": quantized model " << gib(quantizedBytes)
               << " GiB, largest bf16 block " << gib(blockBytes) << " GiB; peak allocated on cuda:0 " << gib(peak)
-              << " GiB (bound " << gib(bound) << " GiB); peak host RSS growth " << gib(hostPeak) << " GiB"
-              << std::endl;
+              << " GiB (bound " << gib(bound) << " GiB); peak host RSS growth " << gib(hostPeak) << " GiB" << std::endl;
     EXPECT_LE(peak, bound);
     EXPECT_GE(peak, quantizedBytes);
     EXPECT_EQ(streamed->xEmbedder->weight.device(), cuda);

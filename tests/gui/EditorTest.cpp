@@ -76,7 +76,8 @@ int contrastingPixels(const QImage& image, const QRect& area, int minDiff) {
   const int bg = QColor(background).lightness();
   int n = 0;
   for (int y = rect.top(); y <= rect.bottom(); ++y)
-    for (int x = rect.left(); x <= rect.right(); ++x) n += std::abs(QColor(image.pixel(x, y)).lightness() - bg) >= minDiff;
+    for (int x = rect.left(); x <= rect.right(); ++x)
+      n += std::abs(QColor(image.pixel(x, y)).lightness() - bg) >= minDiff;
   return n;
 }
 
@@ -94,7 +95,8 @@ int glyphRows(const QImage& image, const QRect& area, int minDiff) {
   int rows = 0;
   for (int y = rect.top(); y <= rect.bottom(); ++y) {
     int n = 0;
-    for (int x = rect.left(); x <= rect.right(); ++x) n += std::abs(QColor(image.pixel(x, y)).lightness() - bg) >= minDiff;
+    for (int x = rect.left(); x <= rect.right(); ++x)
+      n += std::abs(QColor(image.pixel(x, y)).lightness() - bg) >= minDiff;
     rows += n > 0 && n < rect.width() * 7 / 10;
   }
   return rows;
@@ -508,9 +510,10 @@ void EditorTest::theDatasetTabDropsJsonlHeadersForAShapesDataset() {
 // does, and says which layout it read.
 void EditorTest::theDatasetTabSaysWhichLayoutItRead() {
   const QString jsonl = tmp_.filePath("chat.jsonl");
-  writeFile(jsonl,
-            "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}]}\n"
-            "{\"prompt\": \"2+2=\", \"completion\": \"4\"}\n");
+  writeFile(
+      jsonl,
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello\"}]}\n"
+      "{\"prompt\": \"2+2=\", \"completion\": \"4\"}\n");
   DatasetView view;
   strata::config::DatasetConfig d;
   d.type = strata::config::DatasetType::Jsonl;

@@ -413,8 +413,9 @@ void FamilyTest::textSamplesShowAsText() {
   {
     const QString t = thumb->text();
     const int prompt = t.indexOf("Prompt"), rule = t.indexOf("<hr"), answer = t.indexOf("Answer");
-    QVERIFY2(prompt >= 0 && rule > t.indexOf("Colour of the sky?") && answer > rule && t.indexOf("It is blue.") > answer,
-             qPrintable(t));
+    QVERIFY2(
+        prompt >= 0 && rule > t.indexOf("Colour of the sky?") && answer > rule && t.indexOf("It is blue.") > answer,
+        qPrintable(t));
     QVERIFY(!t.contains("sky?</b> It is"));
   }
   // The grid holds the completions, one column per step.
@@ -491,7 +492,8 @@ void FamilyTest::exportOffersTheFamilysForms() {
   auto* pick = child<QComboBox>(&flux, "exportCheckpoint");
   QCOMPARE(pick->count(), 3);
   QVERIFY2(pick->itemText(0).contains("step 6") && pick->itemText(0).contains("latest"), qPrintable(pick->itemText(0)));
-  QVERIFY2(pick->itemText(1).contains("step 4") && pick->itemText(1).contains("by hand"), qPrintable(pick->itemText(1)));
+  QVERIFY2(pick->itemText(1).contains("step 4") && pick->itemText(1).contains("by hand"),
+           qPrintable(pick->itemText(1)));
   QCOMPARE(flux.step(), qint64(6));
   pick->setCurrentIndex(2);
   QCOMPARE(flux.step(), qint64(2));

@@ -75,12 +75,12 @@ inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QStri
 
 // QTEST_MAIN with the model families registered first, as the strata app's main()
 // does (a GUI test that forgot would train nothing, like the app once did).
-#define STRATA_GUI_TEST_MAIN(TestObject)         \
-  int main(int argc, char** argv) {              \
-    strata::families::registerAll();             \
-    QApplication app(argc, argv);                \
-    app.setAttribute(Qt::AA_Use96Dpi, true);     \
-    TestObject tc;                               \
-    QTEST_SET_MAIN_SOURCE_PATH                   \
-    return QTest::qExec(&tc, argc, argv);        \
+#define STRATA_GUI_TEST_MAIN(TestObject)     \
+  int main(int argc, char** argv) {          \
+    strata::families::registerAll();         \
+    QApplication app(argc, argv);            \
+    app.setAttribute(Qt::AA_Use96Dpi, true); \
+    TestObject tc;                           \
+    QTEST_SET_MAIN_SOURCE_PATH               \
+    return QTest::qExec(&tc, argc, argv);    \
   }

@@ -384,16 +384,15 @@ void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
   QVector<LoadSeen> seen;
   QStringList order;  // "cache latents", "load T5", ... as they came
   connect(w.bridge(), &TrainerBridge::loadProgress, &w, [&](const QString& what, qint64 done, qint64 total) {
-    seen << LoadSeen{what, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
-                     w.preparingText()};
+    seen << LoadSeen{what, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(), w.preparingText()};
     order << "load " + what;
   });
   // The cache fills before and around T5's load (T5 is read for the first caption it encodes).
   QVector<LoadSeen> cached;
   connect(w.bridge(), &TrainerBridge::cacheProgress, &w,
           [&](const QString& stage, qint64 done, qint64 total, qint64, double) {
-            cached << LoadSeen{stage, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
-                               w.preparingText()};
+            cached << LoadSeen{
+                stage, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(), w.preparingText()};
             order << "cache " + stage;
           });
   QSignalSpy started(w.bridge(), &TrainerBridge::started);
@@ -414,10 +413,8 @@ void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
     const bool isT5 = s.what == "T5";
     QCOMPARE(s.done, qint64((isT5 ? i : i - t5Units) + 1));
     QCOMPARE(s.total, qint64(isT5 ? t5Units : transformerUnits));
-    const QString line = QString("Loading %1: %2 of %3")
-                             .arg(isT5 ? "the T5 text encoder" : "the transformer")
-                             .arg(s.done)
-                             .arg(s.total);
+    const QString line =
+        QString("Loading %1: %2 of %3").arg(isT5 ? "the T5 text encoder" : "the transformer").arg(s.done).arg(s.total);
     QCOMPARE(s.line, line);
     QVERIFY2(s.header.startsWith(line), qPrintable(s.header));
     QCOMPARE(s.status, line);  // on the status line too, seen from every tab
@@ -431,12 +428,13 @@ void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
     QVERIFY2(last != cached.rend(), stage);
     // One latent per image (one bucket each); the texts are the captions and the empty caption-dropout one.
     const bool latents = QString(stage) == "latents";
-    if (latents) QCOMPARE(last->total, qint64(images));
-    else QVERIFY(last->total > images);
+    if (latents)
+      QCOMPARE(last->total, qint64(images));
+    else
+      QVERIFY(last->total > images);
     QCOMPARE(last->done, last->total);
-    const QString line = QString("Caching %1: %2 of %2")
-                             .arg(latents ? "the image latents" : "the caption embeddings")
-                             .arg(last->total);
+    const QString line =
+        QString("Caching %1: %2 of %2").arg(latents ? "the image latents" : "the caption embeddings").arg(last->total);
     QCOMPARE(last->line, line);
     QVERIFY2(last->header.startsWith(line), qPrintable(last->header));
     QCOMPARE(last->status, line);

@@ -377,7 +377,8 @@ void SetupTest::newConfigStartsFromAValidTemplate() {
     QVERIFY(w.isWindowModified());
     if (!t.dataKey.isEmpty()) {
       // The user's data by its full path, the job named after it; the model is the user's to pick.
-      QVERIFY2(w.configEditor()->valueText(t.dataKey).contains(data), qPrintable(w.configEditor()->valueText(t.dataKey)));
+      QVERIFY2(w.configEditor()->valueText(t.dataKey).contains(data),
+               qPrintable(w.configEditor()->valueText(t.dataKey)));
       QVERIFY(w.configEditor()->valueText("job.name").startsWith(t.dataIsFolder ? "my_photos_lora" : "mine_lora"));
     }
   }
@@ -529,7 +530,8 @@ void SetupTest::firstLaunchOffersTheDemoAndMyImages() {
     QVERIFY2(picked->text.contains("images") && picked->text.contains("FLUX.1-dev folder"), qPrintable(picked->text));
     QVERIFY(!w.isWelcomeShown());
     ConfigEditor* e = w.configEditor();
-    QVERIFY2(e->valueText("datasets[0].folder_path").contains(photos), qPrintable(e->valueText("datasets[0].folder_path")));
+    QVERIFY2(e->valueText("datasets[0].folder_path").contains(photos),
+             qPrintable(e->valueText("datasets[0].folder_path")));
     QCOMPARE(e->valueText("job.name"), QString("holiday-2024_lora"));
     QVERIFY2(e->valueText("model.name_or_path").contains(model), qPrintable(e->valueText("model.name_or_path")));
     QCOMPARE(e->valueText("model.arch"), QString("flux"));
@@ -619,7 +621,8 @@ void SetupTest::aPlanThatDoesNotFitBlocksStartWithTheWayOut() {
   QVERIFY2(text.contains("Ways out:") && text.contains("model.quantize: true") && text.contains("split the model"),
            qPrintable(text));
   // Each way out planned again: quantized, it fits this card.
-  QVERIFY2(text.contains(QRegularExpression("model.quantize: true, model.qtype: \\w+ \\(this fits\\)")), qPrintable(text));
+  QVERIFY2(text.contains(QRegularExpression("model.quantize: true, model.qtype: \\w+ \\(this fits\\)")),
+           qPrintable(text));
   QCOMPARE(start->toolTip(), text);
   // The way out taken: quantized, it fits, and Start is on.
   QVERIFY(e->setValueText("model.quantize", "true"));

@@ -216,12 +216,9 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   b.kind = "double";
   b.device = "cuda:0";
   b.paramBytes = 340'000'000;
-  b.attachments = {{"lora_adapter", 14, 12'000'000},
-                   {"ema_shadow", 28, 12'000'000},
-                   {"optimizer_state", 28, 24'000'000},
-                   {"quant_scale", 14, 3'000'000},
-                   {"fp8_transpose", 12, 226'000'000},
-                   {"some_future_kind", 1, 1'000'000}};
+  b.attachments = {{"lora_adapter", 14, 12'000'000},    {"ema_shadow", 28, 12'000'000},
+                   {"optimizer_state", 28, 24'000'000}, {"quant_scale", 14, 3'000'000},
+                   {"fp8_transpose", 12, 226'000'000},  {"some_future_kind", 1, 1'000'000}};
   b.attachmentBytes = 278'000'000;
   e.blocks.push_back(b);
   PlacementView v = placementViewOf(e);
@@ -248,8 +245,7 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   map.setPlacement(v);
   const QString tip = map.toolTipAt(map.blockRect("transformer_blocks.0").center());
   QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("kept fp8 transposes: 226.0 MB") &&
-               tip.contains("measured in the run") &&
-               tip.contains("LoRA adapters: 14"),
+               tip.contains("measured in the run") && tip.contains("LoRA adapters: 14"),
            qPrintable(tip));
 }
 

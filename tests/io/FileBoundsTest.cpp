@@ -33,8 +33,8 @@ TEST(FileBounds, FifoIsRefusedWithoutBlocking) {
   const fs::path fifo = dir / "config.yaml";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (bool small : {false, true}) {
-    const ChildOutcome r = runInChild(
-        [&] { return small ? strata::io::readSmallFile(fifo) : strata::io::readFileBytes(fifo); }, 5.0);
+    const ChildOutcome r =
+        runInChild([&] { return small ? strata::io::readSmallFile(fifo) : strata::io::readFileBytes(fifo); }, 5.0);
     ASSERT_EQ(r.kind, ChildOutcome::Kind::TypedError) << r.describe();
     EXPECT_TRUE(contains(r.text, fifo.string())) << r.text;
     EXPECT_TRUE(contains(r.text, "FIFO")) << r.text;
@@ -51,8 +51,7 @@ TEST(FileBounds, CharacterDeviceIsRefusedBeforeAnyRead) {
   EXPECT_TRUE(contains(r.text, link.string())) << r.text;
   EXPECT_TRUE(contains(r.text, "character device")) << r.text;
   // JSON files go through the same reader.
-  const ChildOutcome j = runInChild([&] { return strata::io::readJsonFile(link).dump(); }, 5.0,
-                                    std::size_t{256} << 20);
+  const ChildOutcome j = runInChild([&] { return strata::io::readJsonFile(link).dump(); }, 5.0, std::size_t{256} << 20);
   ASSERT_EQ(j.kind, ChildOutcome::Kind::TypedError) << j.describe();
   EXPECT_TRUE(contains(j.text, "not a regular file")) << j.text;
 }
@@ -98,8 +97,7 @@ TEST(FileBounds, ModelIndexComponentMustBeAFolderName) {
   // std::filesystem throw its own untyped error; "../x" would leave the folder.
   strata::test::TempDir dir;
   for (const std::string& name : {std::string(2000, 'a'), std::string("../elsewhere"), std::string("")}) {
-    writeText(dir / "model_index.json",
-              "{\"" + name + "\": [\"diffusers\", \"FluxTransformer2DModel\"]}");
+    writeText(dir / "model_index.json", "{\"" + name + "\": [\"diffusers\", \"FluxTransformer2DModel\"]}");
     try {
       strata::io::diffusersComponentFolder(dir.path(), {"FluxTransformer2DModel"});
       ADD_FAILURE() << "component name \"" << name.substr(0, 20) << "\" accepted";

@@ -66,8 +66,7 @@ TEST(JsonFields, WrongTypesNameTheSourceAndKey) {
   EXPECT_EQ(errorOf([&] { f.integer("missing"); }), "/m/config.json: key 'missing': missing (required)");
   const JsonFields nested(j["o"], "/m/config.json", "o.");
   EXPECT_EQ(errorOf([&] { nested.text("k", ""); }), "/m/config.json: key 'o.k': expected a string, got 1");
-  EXPECT_EQ(errorOf([&] { JsonFields(j["i"], "/m/config.json"); }),
-            "/m/config.json: expected a JSON object, got 2.5");
+  EXPECT_EQ(errorOf([&] { JsonFields(j["i"], "/m/config.json"); }), "/m/config.json: expected a JSON object, got 2.5");
 }
 
 }  // namespace
@@ -81,8 +80,8 @@ TEST(JsonFields, IntegersThatDoNotFitTheirFieldAreRefused) {
   int i = 0;
   int64_t u = 0;
   uint32_t n = 0;
-  for (const auto& read : std::vector<std::function<void()>>{[&] { f.read("i", i); }, [&] { f.read("u", u); },
-                                                             [&] { f.read("n", n); }}) {
+  for (const auto& read :
+       std::vector<std::function<void()>>{[&] { f.read("i", i); }, [&] { f.read("u", u); }, [&] { f.read("n", n); }}) {
     try {
       read();
       ADD_FAILURE() << "read without an error: " << i << " " << u << " " << n;

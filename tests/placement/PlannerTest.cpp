@@ -180,7 +180,8 @@ TEST(Planner, CachingIsItsOwnPhaseOnTheFirstDevice) {
   const DevicePlan& d0 = plan.devices[0];
   EXPECT_EQ(d0.otherBytes, vae);
   EXPECT_EQ(d0.otherPeakBytes, 2600000000LL);
-  EXPECT_EQ(d0.totalBytes, d0.weightBytes + vae + std::max<int64_t>(d0.activationBytes + d0.workspaceBytes, 2600000000LL));
+  EXPECT_EQ(d0.totalBytes,
+            d0.weightBytes + vae + std::max<int64_t>(d0.activationBytes + d0.workspaceBytes, 2600000000LL));
   EXPECT_LE(d0.totalBytes, d0.budgetBytes);
   EXPECT_NE(plan.reason.find("Caching, before the transformer is placed, on cuda:0: first VAE"), std::string::npos)
       << plan.reason;

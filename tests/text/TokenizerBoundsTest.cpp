@@ -32,8 +32,7 @@ nlohmann::json lmJson() {
 
 // Opens the tokenizer folder in a child: at most 20 s and 1 GB more than the parent.
 ChildOutcome openInChild(const fs::path& folder) {
-  return test::runInChild(
-      [&] { return std::to_string(text::openTokenizer(folder).tokenizer->vocabSize()); }, 20.0);
+  return test::runInChild([&] { return std::to_string(text::openTokenizer(folder).tokenizer->vocabSize()); }, 20.0);
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }

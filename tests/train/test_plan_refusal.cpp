@@ -100,9 +100,10 @@ TEST(PlanRefusal, OneCardTooSmallIsRefusedInPreflightInTheSplitsWords) {
   split.model.placement = config::PlacementMode::Memory;
   const Preflight two = runOn(split, "2x8GB");
   ASSERT_GE(two.problems.size(), 2u) << joined(two.problems);
-  EXPECT_EQ(planWayOut(split, device::simulatedInventory("2x8GB"), prepareRun(split, device::simulatedInventory("2x8GB")))
-                .size(),
-            two.problems.size() - 1);
+  EXPECT_EQ(
+      planWayOut(split, device::simulatedInventory("2x8GB"), prepareRun(split, device::simulatedInventory("2x8GB")))
+          .size(),
+      two.problems.size() - 1);
   const PreparedRun splitPlan = prepareRun(split, device::simulatedInventory("2x8GB"));
   ASSERT_TRUE(splitPlan.ok());
   EXPECT_EQ(two.problems[0], "the model does not fit: " + splitPlan.plan.reason);

@@ -461,8 +461,8 @@ TEST(Trainer, ExportEveryWritesALoraFileNamedWithTheStep) {
   EXPECT_TRUE(fs::exists(exports / "tiny_step2_diffusers.safetensors"));
   EXPECT_FALSE(fs::exists(exports / "tiny_step4_diffusers.safetensors"));  // the last step is the final file
   EXPECT_TRUE(fs::exists(exports / "tiny_diffusers.safetensors"));
-  const auto step2 = lora::readLoraFile(exports / "tiny_step2_diffusers.safetensors",
-                                        flux::FluxLoraRules(flux::FluxConfig::tiny()));
+  const auto step2 =
+      lora::readLoraFile(exports / "tiny_step2_diffusers.safetensors", flux::FluxLoraRules(flux::FluxConfig::tiny()));
   EXPECT_FALSE(step2.modules.empty());
 }
 
@@ -494,7 +494,8 @@ TEST(Trainer, ExportRunTakesAnyCheckpointAndReplacesNothingUnasked) {
   ASSERT_FALSE(a2.modules.empty());
   ASSERT_EQ(a2.modules.size(), a3.modules.size());
   double diff = 0;
-  for (size_t i = 0; i < a2.modules.size(); ++i) diff += (a2.modules[i].up - a3.modules[i].up).abs().sum().item<double>();
+  for (size_t i = 0; i < a2.modules.size(); ++i)
+    diff += (a2.modules[i].up - a3.modules[i].up).abs().sum().item<double>();
   EXPECT_GT(diff, 0.0);
   const auto bytes = fs::file_size(first[0]);
   const auto written = fs::last_write_time(first[0]);

@@ -224,7 +224,7 @@ TEST(TrainerSeams, EveryWriteOfTheRunFolderGoesThroughTheSink) {
   ASSERT_NE(sink, nullptr);
   EXPECT_EQ(sink->metricsLines, 4);
   EXPECT_EQ(sink->checkpoints, (std::vector<int64_t>{2, 4}));
-  EXPECT_EQ(sink->samples, 6);  // 2 prompts at steps 0, 2 and 4
+  EXPECT_EQ(sink->samples, 6);          // 2 prompts at steps 0, 2 and 4
   ASSERT_EQ(sink->exports.size(), 2u);  // step 3's and the final one
   // The sink's events are those of its writes.
   EXPECT_EQ(rec.of<events::SampleEvent>().size(), 6u);

@@ -195,8 +195,8 @@ void MainWindow::buildMenus() {
   a->setObjectName("saveConfigAction");
   a->setShortcut(QKeySequence::Save);
   a = file->addAction(tr("Save config &as..."), this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), suggestedSavePath(),
-                                                      tr("YAML (*.yaml)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Save run config"), suggestedSavePath(), tr("YAML (*.yaml)"));
     if (!path.isEmpty()) saveConfig(path);
   });
   a->setObjectName("saveConfigAsAction");
@@ -278,8 +278,9 @@ void MainWindow::buildWelcome(QWidget* parent) {
   // The templates the families offer on a first launch (the demo, the user's own images).
   for (const ConfigTemplate& t : configTemplates())
     if (!t.firstLaunch.isEmpty())
-      addButton("welcome_" + t.id, t.firstLaunch, [this, id = t.id] { newFromTemplate(id); })
-          ->setToolTip(t.firstLaunchTip);
+      addButton("welcome_" + t.id, t.firstLaunch, [this, id = t.id] {
+        newFromTemplate(id);
+      })->setToolTip(t.firstLaunchTip);
   addButton("welcomeTemplatesButton", tr("Other templates..."), [this] { showNewConfigDialog(); });
   addButton("welcomeCloseButton", tr("Close"), [this] { welcome_->hide(); });
   welcome_ = box;

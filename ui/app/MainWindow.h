@@ -212,7 +212,7 @@ class MainWindow : public QMainWindow {
   // The run header's figures (from the last progress tick).
   qint64 step_ = 0, totalSteps_ = 0;
   double stepTimeMs_ = 0, etaSmoothed_ = 0;
-  QString preparing_;  // the load or cache line shown before step 1
+  QString preparing_;   // the load or cache line shown before step 1
   QStringList queued_;  // requests not done yet (sample, checkpoint): done after the next step
   qint64 queuedAtStep_ = 0;
   bool closeAfterStop_ = false;

@@ -47,9 +47,9 @@ std::string stampOf(const std::string& path) {
 // dataset keys, the model and tokenizer paths, the files' times): the check reads
 // image headers and jsonl lines, and the editor validates on every edit.
 std::vector<config::Problem> cachedDataProblems(const config::RunConfig& cfg) {
-  std::string key = cfg.model.arch + "\n" + cfg.model.nameOrPath + "\n" + cfg.model.tokenizerPath +
-                    "\n" + stampOf(cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath) +
-                    "\n" + (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty() ? "samples" : "") + "\n";
+  std::string key = cfg.model.arch + "\n" + cfg.model.nameOrPath + "\n" + cfg.model.tokenizerPath + "\n" +
+                    stampOf(cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath) + "\n" +
+                    (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty() ? "samples" : "") + "\n";
   // Only what decides whether a dataset yields a sample: typing a trigger word or a caption
   // does not read an image folder again.
   for (size_t i = 0; i < cfg.datasets.size(); ++i) {

@@ -40,7 +40,7 @@ struct DatasetTextRow {
 struct DatasetScanView {
   bool ok = false;
   bool jsonl = false;  // a jsonl file: lines, samples, rows and skipped (as "line N") are set
-  QString error;  // the folder cannot be listed, ...
+  QString error;       // the folder cannot be listed, ...
   QString folder;
   qint64 images = 0;   // used
   qint64 entries = 0;  // training views: images x resolutions x flips
@@ -48,9 +48,9 @@ struct DatasetScanView {
   QVector<DatasetSkip> skipped;
   QStringList defaultedCaptions;  // images without a caption file
   QVector<DatasetThumb> thumbs;
-  int thumbsLeftOut = 0;  // used images beyond maxThumbs
-  qint64 lines = 0;       // jsonl: lines read
-  qint64 samples = 0;     // jsonl: lines that give a sample
+  int thumbsLeftOut = 0;         // used images beyond maxThumbs
+  qint64 lines = 0;              // jsonl: lines read
+  qint64 samples = 0;            // jsonl: lines that give a sample
   QVector<DatasetTextRow> rows;  // jsonl: the first samples
   // jsonl: the samples per layout their lines were read in ("prompt/completion", "messages",
   // "prompt/response": the configured fields), in the order first met.

@@ -54,7 +54,8 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
     // The words `strata-train run` refuses it with, and the same ways out.
     view.refusal = QString::fromStdString(train::planRefusal(run));
     if (!view.refusal.isEmpty())
-      for (const std::string& way : train::planWayOut(cfg, inventory, run, po)) view.wayOut << QString::fromStdString(way);
+      for (const std::string& way : train::planWayOut(cfg, inventory, run, po))
+        view.wayOut << QString::fromStdString(way);
     for (size_t i = 0; i < plan.devices.size(); ++i) {
       const placement::DevicePlan& dp = plan.devices[i];
       const device::DeviceInfo& info = run.devices[i];

@@ -285,8 +285,8 @@ bool TrainerBridge::resume(const QString& runDir, QString* error) {
   return launchRun(true, nullptr, runDir, error);
 }
 
-bool TrainerBridge::exportLora(const QString& runDir, const QString& outDir, const QStringList& formats,
-                               qint64 step, ExistingExport existing, QString* error) {
+bool TrainerBridge::exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step,
+                               ExistingExport existing, QString* error) {
   std::vector<std::string> fmts;
   for (const QString& f : formats) fmts.push_back(f.toStdString());
   QPointer<TrainerBridge> self(this);

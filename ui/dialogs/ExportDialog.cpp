@@ -45,8 +45,8 @@ ExportDialog::ExportDialog(const QString& runDir, const std::string& family, con
   setObjectName("exportDialog");
   setWindowTitle(tr("Export LoRA"));
   auto* layout = new QVBoxLayout(this);
-  auto* from = new QLabel(tr("The LoRA of <b>%1</b> (a %2 run)").arg(runDir.toHtmlEscaped(), backend::familyName(family)),
-                          this);
+  auto* from =
+      new QLabel(tr("The LoRA of <b>%1</b> (a %2 run)").arg(runDir.toHtmlEscaped(), backend::familyName(family)), this);
   from->setWordWrap(true);
   layout->addWidget(from);
   // Every checkpoint the run holds, the newest first: compare steps, as ai-toolkit users do.
@@ -100,8 +100,9 @@ ExportDialog::ExportDialog(const QString& runDir, const std::string& family, con
   buttons->button(QDialogButtonBox::Cancel)->setObjectName("exportCancel");
   layout->addWidget(buttons);
   if (checkpoints.isEmpty()) {
-    message_->setText(tr("This run has no checkpoint yet: there is nothing to export. A checkpoint is saved at "
-                         "every save step, on Stop and by Save checkpoint now."));
+    message_->setText(
+        tr("This run has no checkpoint yet: there is nothing to export. A checkpoint is saved at "
+           "every save step, on Stop and by Save checkpoint now."));
     message_->show();
     checkpoint_->setEnabled(false);
     buttons->button(QDialogButtonBox::Ok)->setEnabled(false);

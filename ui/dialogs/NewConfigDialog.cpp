@@ -19,10 +19,9 @@ const QVector<ConfigTemplate>& configTemplates() {
     QVector<ConfigTemplate> out;
     for (const std::string& arch : backend::modelFamilies())
       for (const train::ConfigTemplate& t : train::configTemplates(arch))
-        out.push_back({QString::fromStdString(t.id), QString::fromStdString(t.title),
-                       QString::fromStdString(t.summary), ":/strata/templates/" + QString::fromStdString(t.file),
-                       arch, QString::fromStdString(t.dataKey), t.dataIsFolder,
-                       QString::fromStdString(t.dataQuestion), QString::fromStdString(t.modelQuestion),
+        out.push_back({QString::fromStdString(t.id), QString::fromStdString(t.title), QString::fromStdString(t.summary),
+                       ":/strata/templates/" + QString::fromStdString(t.file), arch, QString::fromStdString(t.dataKey),
+                       t.dataIsFolder, QString::fromStdString(t.dataQuestion), QString::fromStdString(t.modelQuestion),
                        QString::fromStdString(t.modelKey), QString::fromStdString(t.firstLaunch),
                        QString::fromStdString(t.firstLaunchTip)});
     return out;
@@ -66,9 +65,8 @@ NewConfigDialog::NewConfigDialog(QWidget* parent) : QDialog(parent) {
   connect(list_, &QListWidget::currentRowChanged, this, [this](int row) {
     summary_->setText(row >= 0 && row < shown_.size() ? configTemplates()[shown_[row]].summary : QString());
   });
-  connect(familyChoice_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    chooseFamily(familyChoice_->itemData(index).toString().toStdString());
-  });
+  connect(familyChoice_, qOverload<int>(&QComboBox::activated), this,
+          [this](int index) { chooseFamily(familyChoice_->itemData(index).toString().toStdString()); });
   const std::vector<std::string> families = backend::modelFamilies();
   chooseFamily(families.empty() ? std::string() : families.front());  // the first registered (FLUX.1)
   resize(560, 360);

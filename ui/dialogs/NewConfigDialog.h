@@ -17,10 +17,10 @@ class QListWidget;
 namespace strata::ui {
 
 struct ConfigTemplate {
-  QString id;                // "demo"
-  QString title;             // "CPU demo (tiny model, no download)"
-  QString summary;           // two lines on what it is for
-  QString resource;          // ":/strata/templates/demo.yaml"
+  QString id;          // "demo"
+  QString title;       // "CPU demo (tiny model, no download)"
+  QString summary;     // two lines on what it is for
+  QString resource;    // ":/strata/templates/demo.yaml"
   std::string family;  // the template's model.arch
   // A template of the user's own data: the key it goes into, folder or file, and the question.
   QString dataKey;
@@ -50,7 +50,7 @@ class NewConfigDialog : public QDialog {
   const std::string& family() const { return family_; }
 
  private:
-  QVector<int> shown_;          // configTemplates() index of each list row
+  QVector<int> shown_;  // configTemplates() index of each list row
   std::string family_;  // set by the constructor (the first registered family)
   QComboBox* familyChoice_ = nullptr;
   QListWidget* list_ = nullptr;

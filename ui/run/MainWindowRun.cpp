@@ -384,8 +384,8 @@ void MainWindow::showCacheProgress(const QString& stage, qint64 done, qint64 tot
     how = tr("all from the cache");
   else if (encoded > 0 && itemsPerSecond > 0)
     how = tr("%1 per second").arg(itemsPerSecond, 0, 'f', 1);
-  showPreparing(line, how.isEmpty() ? line + "." : tr("%1 (%2).").arg(line, how),
-                tr("caching %1: %v / %m").arg(stage), done, total);
+  showPreparing(line, how.isEmpty() ? line + "." : tr("%1 (%2).").arg(line, how), tr("caching %1: %v / %m").arg(stage),
+                done, total);
 }
 
 void MainWindow::endPreparing() {
@@ -546,9 +546,8 @@ void MainWindow::showExportDialog() {
   auto* dialog = new ExportDialog(runDir, runCfg.model.arch, chosen,
                                   runFile(runDir, &runner::RunFolderFiles::exportsDir), checkpoints, this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
-  connect(dialog, &QDialog::accepted, this, [this, dialog] {
-    exportWith(dialog->runDir(), dialog->outDir(), dialog->formats(), dialog->step());
-  });
+  connect(dialog, &QDialog::accepted, this,
+          [this, dialog] { exportWith(dialog->runDir(), dialog->outDir(), dialog->formats(), dialog->step()); });
   dialog->open();
 }
 
@@ -631,11 +630,10 @@ void MainWindow::updateRunControls() {
                                ? runner::listCheckpoints(lastRunDir_.toStdString())
                                : std::vector<runner::CheckpointInfo>{};
   resumeButton_->setEnabled(!checkpoints.empty());
-  resumeButton_->setToolTip(checkpoints.empty()
-                                ? tr("Resumes a stopped run from its last checkpoint (none to resume now)")
-                                : tr("Go on with %1 from its checkpoint of step %2")
-                                      .arg(lastRunDir_)
-                                      .arg(checkpoints.back().step));
+  resumeButton_->setToolTip(
+      checkpoints.empty()
+          ? tr("Resumes a stopped run from its last checkpoint (none to resume now)")
+          : tr("Go on with %1 from its checkpoint of step %2").arg(lastRunDir_).arg(checkpoints.back().step));
   stateLabel_->setText(stateText(s));
 }
 
@@ -643,9 +641,10 @@ QString MainWindow::startBlocker() const {
   if (editor_->hasErrors()) {
     int errors = 0;
     for (const ProblemView& p : editor_->problems()) errors += p.error;
-    return tr("Start is off: %n setting(s) must be changed first. They are marked in red in the form and listed "
-              "under it, each with what to change.",
-              "", std::max(errors, 1));
+    return tr(
+        "Start is off: %n setting(s) must be changed first. They are marked in red in the form and listed "
+        "under it, each with what to change.",
+        "", std::max(errors, 1));
   }
   if (!machinePlan_.refusal.isEmpty()) {
     const QString where = machineSpec_.isEmpty() ? tr("this machine's GPUs") : machineSpec_;

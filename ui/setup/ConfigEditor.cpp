@@ -308,10 +308,10 @@ ConfigEditor::ConfigEditor(QWidget* parent)
   unusedLayout->addWidget(dropUnused_, 0, Qt::AlignLeft);
   unusedBox_->hide();
 
-  formLock_ = new QLabel(
-      tr("The YAML has errors the form cannot show (listed below): fix them in the YAML tab. The form is "
-         "read-only until then, so that it cannot rewrite your text."),
-      this);
+  formLock_ =
+      new QLabel(tr("The YAML has errors the form cannot show (listed below): fix them in the YAML tab. The form is "
+                    "read-only until then, so that it cannot rewrite your text."),
+                 this);
   formLock_->setObjectName("formLocked");
   formLock_->setWordWrap(true);
   formLock_->setProperty("problem", "error");
@@ -1065,7 +1065,7 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
   doc_->clearFieldError();
   setFormLocked(!parsed.ok);
   refreshForm();
-  validate();  // the text's reading problems, then the rules where it could be read
+  validate();              // the text's reading problems, then the rules where it could be read
   setFilePath(QString());  // untitled: loadFile names it; a template must never keep the last file's name
   if (!parsed.ok) {
     tabs_->setCurrentWidget(yaml_);  // where it is fixed, at the first problem's line

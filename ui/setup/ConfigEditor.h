@@ -162,8 +162,8 @@ class ConfigEditor : public QWidget {
   // The config, its source text, file, unsaved state, import notes and field error.
   ConfigDocument* doc_ = nullptr;
   config::RunConfig* config_ = nullptr;  // the document's
-  QVector<ProblemView> problems_;  // as shown
-  bool updating_ = false;  // set while the editor writes into its own widgets
+  QVector<ProblemView> problems_;        // as shown
+  bool updating_ = false;                // set while the editor writes into its own widgets
   bool lastOk_ = true;
   bool formLocked_ = false;
   bool relayoutQueued_ = false;  // the problem list's rows, after a column resize

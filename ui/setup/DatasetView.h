@@ -34,7 +34,7 @@ class DatasetView : public QWidget {
  public:
   static constexpr int kMaxThumbs = 400;
   static constexpr int kThumbSide = 112;
-  static constexpr int kSettleMs = 400;  // typing a folder path: scan once it pauses
+  static constexpr int kSettleMs = 400;      // typing a folder path: scan once it pauses
   static constexpr int kMaxJsonlRows = 200;  // jsonl samples shown (all are counted)
 
   explicit DatasetView(QWidget* parent = nullptr);

@@ -97,8 +97,7 @@ QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
     tip +=
         QString("<br>optimizer state in host memory: %1 (staged for each step)").arg(formatBytes(b.hostOptimizerBytes));
   if (b.quantScaleBytes) tip += QString("<br>quantization scales: %1").arg(formatBytes(b.quantScaleBytes));
-  if (b.keptTransposeBytes)
-    tip += QString("<br>kept fp8 transposes: %1").arg(formatBytes(b.keptTransposeBytes));
+  if (b.keptTransposeBytes) tip += QString("<br>kept fp8 transposes: %1").arg(formatBytes(b.keptTransposeBytes));
   if (b.otherAttachmentBytes) tip += QString("<br>other attachments: %1").arg(formatBytes(b.otherAttachmentBytes));
   if (b.activationBytes) tip += QString("<br>activations (planned): %1").arg(formatBytes(b.activationBytes));
   tip += QString("<br><i>total: %1 (%2)</i>")

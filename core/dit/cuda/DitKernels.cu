@@ -14,7 +14,7 @@ namespace strata::dit::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 8;  // one warp per row (token, head)
+constexpr int kRowsPerBlock = 8;     // one warp per row (token, head)
 constexpr int kMaxPairsPerLane = 4;  // head dims up to 256
 
 __device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -106,8 +106,7 @@ __global__ void normRopeBackwardKernel(const __nv_bfloat162* __restrict__ g, con
   for (int i = 0; i < kMaxPairsPerLane; ++i) {
     const int p = lane + kWarp * i;
     if (p >= pairs) break;
-    gx[row * pairs + p] =
-        __floats2bfloat162_rn(rstd * (gn[i].x - n[i].x * mean), rstd * (gn[i].y - n[i].y * mean));
+    gx[row * pairs + p] = __floats2bfloat162_rn(rstd * (gn[i].x - n[i].x * mean), rstd * (gn[i].y - n[i].y * mean));
   }
 }
 
@@ -129,8 +128,7 @@ const char* normRopeForward(const void* x, const void* weight, const float* cosT
   normRopeForwardKernel<<<gridFor(rows), kRowsPerBlock * kWarp, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const __nv_bfloat162*>(x), static_cast<const __nv_bfloat162*>(weight),
       reinterpret_cast<const float2*>(cosTab), reinterpret_cast<const float2*>(sinTab),
-      static_cast<__nv_bfloat162*>(out), rstd, rows, heads, tokens, static_cast<int>(dim / 2),
-      static_cast<float>(eps));
+      static_cast<__nv_bfloat162*>(out), rstd, rows, heads, tokens, static_cast<int>(dim / 2), static_cast<float>(eps));
   return lastError();
 }
 

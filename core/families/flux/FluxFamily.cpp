@@ -89,8 +89,7 @@ class FluxFamily : public train::ModelFamily {
          "The whole model on one card, from random weights on synthetic data: see the plan and the speed before "
          "you download anything. A 24 GB card falls about 4 GB short unless the model is quantized.",
          "", true, ""},
-        {"flux-dev-split-4x16gb", "flux-dev-split-4x16gb.yaml",
-         "FLUX.1-dev split over four 16 GB GPUs, random weights",
+        {"flux-dev-split-4x16gb", "flux-dev-split-4x16gb.yaml", "FLUX.1-dev split over four 16 GB GPUs, random weights",
          "The blocks shared out over four cards, each capped at 16 GB, from random weights on synthetic data.", "",
          true, ""},
     };

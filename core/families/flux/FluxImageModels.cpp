@@ -133,8 +133,7 @@ std::unique_ptr<FluxTextEncoder> makeTextEncoder(const RunModelsOptions& o) {
   if (o.randomWeights)
     tid << "random T5-XXL width " << o.jointAttentionDim << " + CLIP-L width " << o.pooledProjectionDim << ", seed "
         << o.seed + 1 << ", " << c10::DeviceTypeName(o.device.type()) << " ";
-  tid << stamp << " (" << dtypeName(o.text.t5Dtype) << ", " << dtypeName(o.text.clipDtype)
-      << ", max_sequence_length "
+  tid << stamp << " (" << dtypeName(o.text.t5Dtype) << ", " << dtypeName(o.text.clipDtype) << ", max_sequence_length "
       << o.text.maxSequenceLength
       // A quantized T5 gives other embeddings: its cache is not a float T5's.
       << (o.text.t5Quantize == nn::QuantType::None ? "" : std::string(", T5 ") + nn::quantTypeName(o.text.t5Quantize))
@@ -193,7 +192,7 @@ std::unique_ptr<diffusion::ImageModels> makeFluxImageModels(const config::RunCon
   // train.dtype is (T5 overflows in fp16; the planner counts them so), the VAE in
   // train.dtype through vaeComputeDtype (a force_upcast VAE runs fp16 in float32).
   const bool gpu = device.is_cuda();
-  o.vaeDtype = !gpu                                        ? at::kFloat
+  o.vaeDtype = !gpu                                     ? at::kFloat
                : cfg.train.dtype == config::DType::BF16 ? at::kBFloat16
                : cfg.train.dtype == config::DType::FP16 ? at::kHalf
                                                         : at::kFloat;

@@ -138,8 +138,8 @@ std::shared_ptr<FluxPipeline> FluxPipeline::load(const PipelineFiles& files, con
   for (auto& t : p->transformer_->parameters()) t.set_requires_grad(false);
   p->vae_ = vae::loadAutoencoderKL(files.vae, {options.device, options.vaeDtype}, files.vaeHints);
   for (auto& t : p->vae_->parameters()) t.set_requires_grad(false);
-  p->codec_ = std::make_unique<FluxVaeCodec>(p->vae_, "vae " + files.vae.string() + " (" +
-                                                          std::string(c10::toString(p->vae_->dtype())) + ")");
+  p->codec_ = std::make_unique<FluxVaeCodec>(
+      p->vae_, "vae " + files.vae.string() + " (" + std::string(c10::toString(p->vae_->dtype())) + ")");
   const auto& fc = p->transformer_->config();
   const auto& vc = p->vae_->config();
   if (fc.latentChannels() != vc.latentChannels)
@@ -165,19 +165,18 @@ diffusion::Denoiser FluxPipeline::denoiser() {
     net->setMultiplier(multiplier);
     return [net] { net->detach(); };
   };
-  d.sample = [model, device = options_.device, shift = shift_](const at::Tensor& noise,
-                                                               const diffusion::TextEncoding& text,
-                                                               const diffusion::ImageRequest& r) {
+  d.sample = [model, device = options_.device, shift = shift_](
+                 const at::Tensor& noise, const diffusion::TextEncoding& text, const diffusion::ImageRequest& r) {
     const int64_t h = noise.size(2), w = noise.size(3);
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
-    const auto packed = flux::packLatents(noise).to(device);       // [B, tokens, 4C]
-    const auto txt = text.tokens.to(device, model->dtype());      // [B, L, joint_attention_dim]
-    const auto pooled = text.pooled.to(device, model->dtype());   // [B, pooled_projection_dim]
+    const auto packed = flux::packLatents(noise).to(device);     // [B, tokens, 4C]
+    const auto txt = text.tokens.to(device, model->dtype());     // [B, L, joint_attention_dim]
+    const auto pooled = text.pooled.to(device, model->dtype());  // [B, pooled_projection_dim]
     const auto sigmas = flux::samplingSigmas(r.steps, flux::shiftMu((h / 2) * (w / 2), shift));
     const auto out = flux::samplePacked(*model, packed, flux::imageIds(h, w, opts), txt,
                                         flux::textIds(txt.size(1), opts), pooled, r.guidance, sigmas, nullptr,
                                         r.onStep);  // [B, tokens, 4C]
-    return flux::unpackLatents(out, h, w);       // [B, C, h, w] training latents
+    return flux::unpackLatents(out, h, w);          // [B, C, h, w] training latents
   };
   return d;
 }

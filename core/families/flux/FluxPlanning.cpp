@@ -19,9 +19,9 @@
 
 namespace strata::families {
 
+using train::defaultTextTokens;
 using train::kCacheBatchSize;
 using train::kPixelCodeScale;
-using train::defaultTextTokens;
 
 flux::FluxConfig withShapeOverrides(flux::FluxConfig c, const config::ModelConfig& m) {
   if (m.numLayers) c.numLayers = *m.numLayers;
@@ -150,9 +150,9 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
   }
   const bool read = !cfg.model.randomWeights && !cfg.model.nameOrPath.empty();
   const PipelineShapes shapes =
-      read ? pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath,
-                                               cfg.model.t5Path, cfg.model.tokenizerPath, cfg.model.vaeNormNumGroups,
-                                               cfg.model.clipNumAttentionHeads)
+      read ? pipelineShapesFromPaths(cfg.model.nameOrPath, cfg.model.vaePath, cfg.model.clipPath, cfg.model.t5Path,
+                                     cfg.model.tokenizerPath, cfg.model.vaeNormNumGroups,
+                                     cfg.model.clipNumAttentionHeads)
            : PipelineShapes::flux1Presets();
   const bool onCpu = device == "cpu";
   // T5 overflows in fp16, so it runs in bf16 on a GPU whatever train.dtype is; CLIP alike.
@@ -218,8 +218,9 @@ std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cf
 }
 
 train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const flux::FluxConfig& fc, int64_t tokens) {
-  return diffusion::runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(), flux::FluxLoraRules(fc).defaultTargets(),
-                                 tokens, kFluxActivationElementsPerTokenPerHidden, flux::isModulationLinear);
+  return diffusion::runPlanInput(cfg, flux::fluxParamPlan(fc), fc.hiddenSize(),
+                                 flux::FluxLoraRules(fc).defaultTargets(), tokens,
+                                 kFluxActivationElementsPerTokenPerHidden, flux::isModulationLinear);
 }
 
 }  // namespace strata::families

@@ -38,10 +38,10 @@ void FluxRun::prepareData(train::RunContext& run) {
   // An images run: the VAE and text encoders fill the caches on the first device (diffusion/ImagesRun.h).
   if (diffusion::hasImagesDataset(cfg)) {
     train::prepareDevices(cfg, run.prepared());
-    ctx.bus = &bus;  // T5's load progress, then the datasets' summaries and cache progress
+    ctx.bus = &bus;                           // T5's load progress, then the datasets' summaries and cache progress
     ctx.stopRequested = run.stopRequested();  // polled between cache batches
-    images_ = std::make_unique<diffusion::ImagesRun>(
-        makeFluxImageModels(cfg, ctx, train::firstDevice(run.prepared())), cfg, ctx, bus);
+    images_ = std::make_unique<diffusion::ImagesRun>(makeFluxImageModels(cfg, ctx, train::firstDevice(run.prepared())),
+                                                     cfg, ctx, bus);
     ctx.encoders = &images_->encoders();
     run.stopPoint("loading the VAE and text encoders");
   }
@@ -142,7 +142,7 @@ at::Tensor FluxRun::microLoss(train::RunContext& run, const std::vector<at::Tens
   in.guidance = batch.at(kGuidance);
   in.imgIds = batch.at(kImgIds);
   in.txtIds = batch.at(kTxtIds);
-  RECORD_USER_SCOPE("strata::forward");  // for bench --profile traces: data is the time before it
+  RECORD_USER_SCOPE("strata::forward");                 // for bench --profile traces: data is the time before it
   auto prediction = model_->forward(in, run.runner());  // [B, HW/4, 4C]
   return train::flowMatchingLoss(prediction, batch.at(kTarget));
 }
@@ -189,10 +189,10 @@ void FluxRun::release() {
 lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
                                           double alpha, const std::string& runYaml,
                                           const std::string& softwareVersion) {
-  return diffusion::loraExportOptions(cfg, format, steps, alpha, runYaml, softwareVersion,
-                                     cfg.model.nameOrPath.empty()
-                                         ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
-                                         : cfg.model.nameOrPath);
+  return diffusion::loraExportOptions(
+      cfg, format, steps, alpha, runYaml, softwareVersion,
+      cfg.model.nameOrPath.empty() ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
+                                   : cfg.model.nameOrPath);
 }
 
 }  // namespace strata::families

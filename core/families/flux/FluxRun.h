@@ -32,8 +32,8 @@ class FluxRun : public train::FamilyRun {
   std::vector<at::Tensor> microBatch(train::RunContext& run, int64_t batch, int64_t step) override;
   at::Tensor microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) override;
   train::Sample sample(train::RunContext& run, int64_t step, size_t promptIndex) override;
-  void exportLora(train::RunContext& run, config::ExportFormat format, const std::filesystem::path& path,
-                  int64_t step, const std::string& runYaml, const std::string& softwareVersion) override;
+  void exportLora(train::RunContext& run, config::ExportFormat format, const std::filesystem::path& path, int64_t step,
+                  const std::string& runYaml, const std::string& softwareVersion) override;
   void release() override;
 
  private:
@@ -42,14 +42,13 @@ class FluxRun : public train::FamilyRun {
   std::unique_ptr<train::WordEmbedder> promptEmbedder_;
   train::TextEmbedding emptyPrompt_;
   std::unique_ptr<diffusion::ImagesRun> images_;  // an images run: its encoders, sample prompts and decoder
-  bool pixelCode_ = false;                    // the shapes demo: latents are the pixel code
+  bool pixelCode_ = false;                        // the shapes demo: latents are the pixel code
   std::shared_ptr<flux::FluxTransformer> model_;
   std::unique_ptr<flux::FluxLoraRules> rules_;
 };
 
 // The LoRA file's options and metadata for a run (`runYaml` empty: written from cfg).
 lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::ExportFormat format, int64_t steps,
-                                          double alpha, const std::string& runYaml,
-                                          const std::string& softwareVersion);
+                                          double alpha, const std::string& runYaml, const std::string& softwareVersion);
 
 }  // namespace strata::families

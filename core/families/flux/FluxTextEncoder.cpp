@@ -21,7 +21,7 @@ diffusion::TextEncoding FluxTextEncoder::encode(const std::vector<std::string>& 
   if (!encoders_) encoders_ = load_();
   auto e = encoders_->encode(prompts);
   diffusion::TextEncoding out;
-  out.tokens = e.t5;       // FLUX.1 gives T5 no attention mask
+  out.tokens = e.t5;  // FLUX.1 gives T5 no attention mask
   out.pooled = e.pooled;
   return out;
 }

@@ -256,9 +256,9 @@ class Flux2Family : public train::ModelFamily {
     out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(fc);
     const auto params = flux2::flux2ParamPlan(fc);
     // FLUX.2's blocks are not on FLUX.1's fused paths: PyTorch's figure.
-    out.input = diffusion::runPlanInput(cfg, params, fc.hiddenSize(), flux2::Flux2LoraRules(fc).defaultTargets(),
-                                        out.tokens, placement::CostOptions{}.activationElementsPerTokenPerHidden,
-                                        dit::isModulationLinear);
+    out.input =
+        diffusion::runPlanInput(cfg, params, fc.hiddenSize(), flux2::Flux2LoraRules(fc).defaultTargets(), out.tokens,
+                                placement::CostOptions{}.activationElementsPerTokenPerHidden, dit::isModulationLinear);
     out.summary = "FLUX.2 " + out.source + ", " + std::to_string(fc.numLayers) + " double + " +
                   std::to_string(fc.numSingleLayers) + " single blocks, " +
                   placement::formatParams(params.totalParams()) + " parameters";

@@ -47,7 +47,8 @@ LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   o.loraRank = cfg.network.linear;
   o.loraTargets = cfg.network.targetModules;
   o.ema = cfg.train.ema.useEma;
-  o.optimizerBytesPerParam = train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
+  o.optimizerBytesPerParam =
+      train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
   o.offloadOptimizerState = cfg.train.offloadOptimizerState;
   o.batchSize = cfg.train.batchSize;
   o.seqLen = 0;
@@ -69,8 +70,8 @@ std::vector<int> generateTokens(llama::LlamaForCausalLM& model, nn::BlockRunner*
   for (int64_t t = 0; t < o.maxNewTokens; ++t) {
     llama::LlamaInputs in;
     in.inputIds = at::tensor(ids, at::kLong).unsqueeze(0).to(device);  // [1, L]
-    const auto logits = model.forward(in, runner);                      // [1, L, V]
-    auto last = logits[0][-1].to(at::kCPU, at::kFloat);                 // [V]
+    const auto logits = model.forward(in, runner);                     // [1, L, V]
+    auto last = logits[0][-1].to(at::kCPU, at::kFloat);                // [V]
     int next = 0;
     if (o.temperature <= 0.0) {
       next = static_cast<int>(last.argmax().item<int64_t>());
@@ -126,9 +127,9 @@ class LlamaRun : public train::FamilyRun {
       const auto& r = ds.reports().front();
       const size_t shown = std::min<size_t>(r.skipped.size(), 20);
       for (size_t k = 0; k < shown; ++k)
-        bus.publish(events::WarningEvent{key + " " + d.filePath + ":" + std::to_string(r.skipped[k].line) +
-                                             ": line skipped: " + r.skipped[k].reason,
-                                         0});
+        bus.publish(events::WarningEvent{
+            key + " " + d.filePath + ":" + std::to_string(r.skipped[k].line) + ": line skipped: " + r.skipped[k].reason,
+            0});
       if (!r.skipped.empty() || r.truncated > 0)
         bus.publish(events::WarningEvent{
             key + " " + r.summary() +
@@ -213,7 +214,7 @@ class LlamaRun : public train::FamilyRun {
     llama::LlamaInputs in;
     in.inputIds = batch.at(0);
     in.attentionMask = batch.at(1);
-    in.idsChecked = true;                          // prepareData checked every row's ids against the vocabulary
+    in.idsChecked = true;                             // prepareData checked every row's ids against the vocabulary
     auto logits = model_->forward(in, run.runner());  // [B, L, V]
     return llama::causalLmLoss(logits, batch.at(2));
   }
@@ -306,8 +307,10 @@ class LlamaFamily : public train::ModelFamily {
       std::vector<SkippedLine> skipped;
       bool any = false;
       const int64_t lines = readJsonlRecords(text, LmDataOptions::of(d), [&](const LmTextRecord& rec) {
-        if (rec.skipReason.empty()) any = true;
-        else if (rec.skipReason != "blank line") skipped.push_back({rec.line, rec.skipReason});
+        if (rec.skipReason.empty())
+          any = true;
+        else if (rec.skipReason != "blank line")
+          skipped.push_back({rec.line, rec.skipReason});
         return !any;  // one sample is enough to know the file yields some
       });
       if (any) continue;
@@ -333,14 +336,15 @@ class LlamaFamily : public train::ModelFamily {
             d.textField.empty() ? "one JSON object per line with the prompt and the response (prompt/response, "
                                   "prompt/completion, instruction/input/output or chat messages), or set "
                                   "prompt_field and response_field to its fields"
-                                : "each line's " + d.textField + " holds the prompt, then response_marker, then "
-                                  "the response");
+                                : "each line's " + d.textField +
+                                      " holds the prompt, then response_marker, then "
+                                      "the response");
     }
     const bool needText = jsonl || (cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty());
     const std::string folder = cfg.model.tokenizerPath.empty() ? cfg.model.nameOrPath : cfg.model.tokenizerPath;
     std::error_code ec;
-    if (needText && !folder.empty() && fs::is_directory(folder, ec) && !fs::exists(fs::path(folder) / "tokenizer.json") &&
-        !fs::exists(fs::path(folder) / "tokenizer.model"))
+    if (needText && !folder.empty() && fs::is_directory(folder, ec) &&
+        !fs::exists(fs::path(folder) / "tokenizer.json") && !fs::exists(fs::path(folder) / "tokenizer.model"))
       error(cfg.model.tokenizerPath.empty() ? "model.name_or_path" : "model.tokenizer_path",
             "no tokenizer in " + folder + " (neither tokenizer.json nor tokenizer.model), and the run reads text (" +
                 (jsonl ? "a jsonl dataset" : "sample prompts") + ")",

@@ -34,8 +34,8 @@ std::string LmDataReport::summary() const {
   }
   if (rows != samples) s += ", packed into " + std::to_string(rows) + " rows";
   if (truncated > 0)
-    s += ", " + std::to_string(truncated) + " cut to max_seq_len (" + std::to_string(droppedTokens) +
-         " tokens dropped)";
+    s +=
+        ", " + std::to_string(truncated) + " cut to max_seq_len (" + std::to_string(droppedTokens) + " tokens dropped)";
   s += ", " + std::to_string(responseTokens) + " response tokens";
   return s;
 }
@@ -235,8 +235,8 @@ int64_t readJsonlRecords(const std::string& text, const LmDataOptions& o,
   return lineNo;
 }
 
-LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& source,
-                                   const text::Tokenizer& tokenizer, const LmDataOptions& o) {
+LmDataset LmDataset::fromJsonlText(const std::string& text, const std::string& source, const text::Tokenizer& tokenizer,
+                                   const LmDataOptions& o) {
   LmDataset ds;
   LmDataReport r;
   r.source = source;

@@ -66,12 +66,12 @@ struct SkippedLine {
 };
 
 struct LmDataReport {
-  std::string source;         // the file, or "synthetic"
-  int64_t lines = 0;          // lines read (blank ones included)
-  int64_t samples = 0;        // samples kept (before packing)
-  int64_t rows = 0;           // training rows (samples, or packed rows)
-  int64_t truncated = 0;      // samples cut to max_seq_len
-  int64_t droppedTokens = 0;  // tokens those cuts removed
+  std::string source;          // the file, or "synthetic"
+  int64_t lines = 0;           // lines read (blank ones included)
+  int64_t samples = 0;         // samples kept (before packing)
+  int64_t rows = 0;            // training rows (samples, or packed rows)
+  int64_t truncated = 0;       // samples cut to max_seq_len
+  int64_t droppedTokens = 0;   // tokens those cuts removed
   int64_t responseTokens = 0;  // tokens with a loss, over all samples
   std::vector<SkippedLine> skipped;
   // "data.jsonl: 98 samples from 100 lines (2 skipped), 3 cut to 512 tokens (41 tokens dropped)"
@@ -99,8 +99,8 @@ class LmDataset {
   static LmDataset fromJsonl(const std::filesystem::path& file, const text::Tokenizer& tokenizer,
                              const LmDataOptions& options);
   // The same from text already read (`source` names it in the report).
-  static LmDataset fromJsonlText(const std::string& text, const std::string& source,
-                                 const text::Tokenizer& tokenizer, const LmDataOptions& options);
+  static LmDataset fromJsonlText(const std::string& text, const std::string& source, const text::Tokenizer& tokenizer,
+                                 const LmDataOptions& options);
   static LmDataset synthetic(int64_t items, int64_t seqLen, int64_t vocabSize, uint64_t seed);
 
   // Joins several (datasets: [...]) in order.

@@ -39,12 +39,13 @@ void ClipTextConfig::validate() const {
     if (!ok) throw ConfigError("ClipTextConfig: " + what);
   };
   namespace lim = io::limits;
-  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
-                                         {"hidden_size", hiddenSize, lim::kWidth},
-                                         {"intermediate_size", intermediateSize, lim::kWidth},
-                                         {"num_hidden_layers", numHiddenLayers, lim::kLayers},
-                                         {"num_attention_heads", numAttentionHeads, lim::kHeads},
-                                         {"max_position_embeddings", maxPositionEmbeddings, lim::kPositions}})
+  for (const auto& [key, value, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
+        {"hidden_size", hiddenSize, lim::kWidth},
+        {"intermediate_size", intermediateSize, lim::kWidth},
+        {"num_hidden_layers", numHiddenLayers, lim::kLayers},
+        {"num_attention_heads", numAttentionHeads, lim::kHeads},
+        {"max_position_embeddings", maxPositionEmbeddings, lim::kPositions}})
     io::requireAtMost("ClipTextConfig", key, value, most);
   require(vocabSize > 0, "vocab_size must be positive");
   require(hiddenSize > 0, "hidden_size must be positive");

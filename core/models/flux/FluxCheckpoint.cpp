@@ -26,7 +26,8 @@ FluxCheckpoint FluxCheckpoint::open(const fs::path& path) {
   io::ComponentWeights weights;
   const fs::path source = fs::is_directory(path) ? transformerFolder(path) : path;
   weights.weights = std::make_shared<io::SafetensorsCheckpoint>(io::SafetensorsCheckpoint::open(source));
-  if (fs::is_directory(path) && fs::is_regular_file(source / "config.json")) weights.configJson = source / "config.json";
+  if (fs::is_directory(path) && fs::is_regular_file(source / "config.json"))
+    weights.configJson = source / "config.json";
   return FluxCheckpoint(dit::DitCheckpoint::open(std::move(weights), path));
 }
 
@@ -73,9 +74,8 @@ void loadFluxWeights(FluxTransformer& model, const FluxCheckpoint& ckpt) {
 std::shared_ptr<FluxTransformer> streamFluxTransformer(const FluxCheckpoint& ckpt, const FluxConfig& cfg,
                                                        FluxBuildOptions options, const FluxStreamOptions& stream) {
   const auto n = names::bflNames(cfg);
-  return dit::streamModelOf<FluxTransformer, FluxDoubleBlock>(ckpt, cfg, fluxLayout(cfg),
-                                                              targetOf(n, "streamFluxTransformer"), std::move(options),
-                                                              stream);
+  return dit::streamModelOf<FluxTransformer, FluxDoubleBlock>(
+      ckpt, cfg, fluxLayout(cfg), targetOf(n, "streamFluxTransformer"), std::move(options), stream);
 }
 
 std::shared_ptr<FluxTransformer> streamFluxTransformer(const fs::path& path, const FluxBuildOptions& options,

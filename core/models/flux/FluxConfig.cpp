@@ -198,8 +198,8 @@ double fluxTrainStepFlops(const FluxConfig& cfg, int64_t batch, int64_t imageTok
   auto perSample = [](const std::string& path) {
     return path.find("time_text_embed") != std::string::npos || isModulationLinear(path);
   };
-  return dit::trainStepFlops(fluxParamPlan(cfg), cfg.hiddenSize(), batch, imageTokens, textTokens, loraRank,
-                             perSample, hasLora);
+  return dit::trainStepFlops(fluxParamPlan(cfg), cfg.hiddenSize(), batch, imageTokens, textTokens, loraRank, perSample,
+                             hasLora);
 }
 
 }  // namespace strata::flux

@@ -43,9 +43,10 @@ at::Tensor samplePacked(FluxTransformer& model, const at::Tensor& noise, const a
   in.pooled = pooled;
   in.imgIds = imgIds;
   in.txtIds = txtIds;
-  return dit::sampleModel(model, in, noise, guidance, sigmas, runner, [&](int64_t done, int64_t total, const at::Tensor&) {
-    if (onStep) onStep(done, total);
-  });
+  return dit::sampleModel(model, in, noise, guidance, sigmas, runner,
+                          [&](int64_t done, int64_t total, const at::Tensor&) {
+                            if (onStep) onStep(done, total);
+                          });
 }
 
 at::Tensor sample(FluxTransformer& model, const at::Tensor& noise, const at::Tensor& txt, const at::Tensor& pooled,

@@ -48,8 +48,8 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   nn::BlockIO out = io;
   auto img = gated(io.img, imgMod[2], imgAttn);
   // The MLPs' output Linears apply the GELU themselves, so its [B, N, 4D] output is not kept.
-  img = gated(img, imgMod[5],
-              mlp.ffOut->forwardGelu(mlp.ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
+  img =
+      gated(img, imgMod[5], mlp.ffOut->forwardGelu(mlp.ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
   txt = gated(txt, txtMod[5],
               mlp.ffContextOut->forwardGelu(mlp.ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));

@@ -82,7 +82,7 @@ class FluxTransformer : public dit::DitTransformer<FluxConfig, FluxInputs> {
  public:
   explicit FluxTransformer(const FluxConfig& cfg, const FluxBuildOptions& options = {});
 
-  nn::BlockIO stem(const FluxInputs& in) override;   // embeddings + rotary
+  nn::BlockIO stem(const FluxInputs& in) override;  // embeddings + rotary
   at::Tensor head(const nn::BlockIO& io) override;  // norm_out + proj_out
 
   dit::ScalarEmbedders embedders;                         // time_text_embed.timestep_ / guidance_embedder

@@ -84,8 +84,8 @@ double flux2TrainStepFlops(const Flux2Config& cfg, int64_t batch, int64_t imageT
     return path.find("time_guidance_embed") != std::string::npos || path.find("_modulation") != std::string::npos ||
            path.find("norm_out.linear") != std::string::npos;
   };
-  return dit::trainStepFlops(flux2ParamPlan(cfg), cfg.hiddenSize(), batch, imageTokens, textTokens, loraRank,
-                             perSample, hasLora);
+  return dit::trainStepFlops(flux2ParamPlan(cfg), cfg.hiddenSize(), batch, imageTokens, textTokens, loraRank, perSample,
+                             hasLora);
 }
 
 }  // namespace strata::flux2

@@ -86,10 +86,9 @@ at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const 
   in.txt = txt;
   in.imgIds = imgIds;
   in.txtIds = txtIds;
-  return dit::sampleModel(model, in, noise, guidance, sigmas, runner,
-                          [&](int64_t done, int64_t, const at::Tensor& x) {
-                            if (onStep) onStep(done, x);
-                          });
+  return dit::sampleModel(model, in, noise, guidance, sigmas, runner, [&](int64_t done, int64_t, const at::Tensor& x) {
+    if (onStep) onStep(done, x);
+  });
 }
 
 at::Tensor sample(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& txt, double guidance,

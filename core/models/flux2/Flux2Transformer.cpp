@@ -63,9 +63,9 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
   img = gated(img, imgMod[5],
               mlp.ffOut->forward(swiglu(mlp.ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
-  txt =
-      gated(txt, txtMod[5],
-            mlp.ffContextOut->forward(swiglu(mlp.ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
+  txt = gated(txt, txtMod[5],
+              mlp.ffContextOut->forward(
+                  swiglu(mlp.ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
   nn::BlockIO out = io;
   out.img = img;
   out.txt = clipHalf(txt);
@@ -155,8 +155,8 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
   const auto mods = nn::forwardSiblings({modDoubleImg.get(), modDoubleTxt.get(), modSingle.get()}, act);
   nn::BlockIO io;
   io.temb = at::cat({temb, mods[0], mods[1], mods[2]}, 1);
-  io.img = xEmbedder->forward(in.img.to(dt));                           // [B, Ni, D]
-  io.txt = contextEmbedder->forward(in.txt.to(dt));                     // [B, Nt, D]
+  io.img = xEmbedder->forward(in.img.to(dt));        // [B, Ni, D]
+  io.txt = contextEmbedder->forward(in.txt.to(dt));  // [B, Nt, D]
   std::tie(io.ropeCos, io.ropeSin) =
       dit::jointRotary(in.txtIds, in.imgIds, cfg_.axesDimsRope, cfg_.ropeTheta);  // [Nt + Ni, Dh]
   return io;

@@ -91,10 +91,10 @@ class Flux2Transformer : public dit::DitTransformer<Flux2Config, Flux2Inputs> {
   nn::BlockIO stem(const Flux2Inputs& in) override;  // embeddings, the shared modulation, rotary
   at::Tensor head(const nn::BlockIO& io) override;   // norm_out + proj_out
 
-  dit::ScalarEmbedders embedders;                                 // time_guidance_embed.*
-  nn::Linear modDoubleImg{nullptr};                               // double_stream_modulation_img.linear
-  nn::Linear modDoubleTxt{nullptr};                               // double_stream_modulation_txt.linear
-  nn::Linear modSingle{nullptr};                                  // single_stream_modulation.linear
+  dit::ScalarEmbedders embedders;    // time_guidance_embed.*
+  nn::Linear modDoubleImg{nullptr};  // double_stream_modulation_img.linear
+  nn::Linear modDoubleTxt{nullptr};  // double_stream_modulation_txt.linear
+  nn::Linear modSingle{nullptr};     // single_stream_modulation.linear
 };
 
 }  // namespace strata::flux2

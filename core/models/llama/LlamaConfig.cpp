@@ -60,14 +60,15 @@ void LlamaConfig::validate() const {
   };
   // Bounds first: the plan sizes a list by the layers and multiplies the widths.
   namespace lim = io::limits;
-  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
-                                         {"hidden_size", hiddenSize, lim::kWidth},
-                                         {"intermediate_size", intermediateSize, lim::kWidth},
-                                         {"num_hidden_layers", numHiddenLayers, lim::kLayers},
-                                         {"num_attention_heads", numAttentionHeads, lim::kHeads},
-                                         {"num_key_value_heads", numKeyValueHeads, lim::kHeads},
-                                         {"head_dim", headDim, lim::kWidth},
-                                         {"max_position_embeddings", maxPositionEmbeddings, lim::kPositions}})
+  for (const auto& [key, value, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
+        {"hidden_size", hiddenSize, lim::kWidth},
+        {"intermediate_size", intermediateSize, lim::kWidth},
+        {"num_hidden_layers", numHiddenLayers, lim::kLayers},
+        {"num_attention_heads", numAttentionHeads, lim::kHeads},
+        {"num_key_value_heads", numKeyValueHeads, lim::kHeads},
+        {"head_dim", headDim, lim::kWidth},
+        {"max_position_embeddings", maxPositionEmbeddings, lim::kPositions}})
     io::requireAtMost("LlamaConfig", key, value, most);
   if (slidingWindow) io::requireAtMost("LlamaConfig", "sliding_window", *slidingWindow, lim::kPositions);
   require(vocabSize > 0, "vocab_size must be positive");
@@ -169,7 +170,8 @@ LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& so
 
 LlamaConfig LlamaConfig::fromFile(const fs::path& fileOrFolder) {
   const fs::path path = fs::is_directory(fileOrFolder) ? fileOrFolder / "config.json" : fileOrFolder;
-  if (!fs::exists(path)) throw IoError(path.string() + ": no such file (a transformers model folder holds config.json)");
+  if (!fs::exists(path))
+    throw IoError(path.string() + ": no such file (a transformers model folder holds config.json)");
   const nlohmann::json j = io::readJsonFile(path, io::kMaxSmallFileBytes);  // a config.json: 1 MB at most
   return fromJson(j, path.string());
 }

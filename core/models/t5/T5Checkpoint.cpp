@@ -105,9 +105,9 @@ std::shared_ptr<T5Encoder> streamT5Encoder(const T5Checkpoint& ckpt, const T5Con
     const auto& raw = ckpt.files().shapes();
     if (ckpt.embeddingKey() != copy && raw.count(copy) && raw.at(copy) == raw.at(ckpt.embeddingKey()))
       ignored[copy] = "the tied copy of " + ckpt.embeddingKey() + " (not loaded twice)";
-    io::checkStrict(ckpt.files(), expected, ignored,
-                    "T5 encoder, transformers names" +
-                        (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
+    io::checkStrict(
+        ckpt.files(), expected, ignored,
+        "T5 encoder, transformers names" + (ckpt.prefix().empty() ? std::string() : " under '" + ckpt.prefix() + "'"));
   }
   if (stream.quantize != nn::QuantType::None) nn::requireQuantTypeAvailable(stream.quantize);
 

@@ -51,14 +51,15 @@ void T5Config::validate() const {
     if (!ok) throw ConfigError("T5Config: " + what);
   };
   namespace lim = io::limits;
-  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
-                                         {"d_model", dModel, lim::kWidth},
-                                         {"d_kv", dKv, lim::kWidth},
-                                         {"d_ff", dFf, lim::kWidth},
-                                         {"num_layers", numLayers, lim::kLayers},
-                                         {"num_heads", numHeads, lim::kHeads},
-                                         {"relative_attention_num_buckets", relativeAttentionNumBuckets, lim::kPositions},
-                                         {"relative_attention_max_distance", relativeAttentionMaxDistance, lim::kPositions}})
+  for (const auto& [key, value, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", vocabSize, lim::kVocab},
+        {"d_model", dModel, lim::kWidth},
+        {"d_kv", dKv, lim::kWidth},
+        {"d_ff", dFf, lim::kWidth},
+        {"num_layers", numLayers, lim::kLayers},
+        {"num_heads", numHeads, lim::kHeads},
+        {"relative_attention_num_buckets", relativeAttentionNumBuckets, lim::kPositions},
+        {"relative_attention_max_distance", relativeAttentionMaxDistance, lim::kPositions}})
     io::requireAtMost("T5Config", key, value, most);
   require(vocabSize > 0, "vocab_size must be positive");
   require(dModel > 0, "d_model must be positive");
@@ -100,7 +101,8 @@ T5Config T5Config::fromTransformersJson(const nlohmann::json& j) {
   if (fields.read("model_type", modelType) && modelType != "t5")
     throw ConfigError("T5Config: model_type is '" + modelType + "', not 't5'");
   bool isDecoder = false;
-  if (fields.read("is_decoder", isDecoder) && isDecoder) throw ConfigError("T5Config: is_decoder is true; this is an encoder");
+  if (fields.read("is_decoder", isDecoder) && isDecoder)
+    throw ConfigError("T5Config: is_decoder is true; this is an encoder");
   // transformers' T5Config defaults (T5 v1.0 small), for keys a file leaves out.
   T5Config c;
   c.vocabSize = 32128;

@@ -29,12 +29,13 @@ void VaeConfig::validate() const {
     if (!ok) throw ConfigError("VaeConfig: " + what);
   };
   namespace lim = io::limits;
-  for (const auto& [key, value, most] : {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
-                                         {"out_channels", outChannels, lim::kWidth},
-                                         {"layers_per_block", layersPerBlock, lim::kLayers},
-                                         {"latent_channels", latentChannels, lim::kWidth},
-                                         {"norm_num_groups", normNumGroups, lim::kWidth},
-                                         {"sample_size", sampleSize, lim::kPositions}})
+  for (const auto& [key, value, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"in_channels", inChannels, lim::kWidth},
+        {"out_channels", outChannels, lim::kWidth},
+        {"layers_per_block", layersPerBlock, lim::kLayers},
+        {"latent_channels", latentChannels, lim::kWidth},
+        {"norm_num_groups", normNumGroups, lim::kWidth},
+        {"sample_size", sampleSize, lim::kPositions}})
     io::requireAtMost("VaeConfig", key, value, most);
   for (const int64_t c : blockOutChannels) io::requireAtMost("VaeConfig", "a block_out_channels entry", c, lim::kWidth);
   require(inChannels > 0, "in_channels must be positive");
@@ -98,8 +99,8 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
     if (it->empty() || !(*it)[0].is_number_integer()) fields.fail("sample_size", "expected an integer or [h, w]");
     // Checked as the file wrote it: 2^64 - 1 read as int64 was -1.
     if (!(*it)[0].is_number_unsigned() || (*it)[0].get<uint64_t>() > static_cast<uint64_t>(io::limits::kPositions))
-      fields.fail("sample_size", (*it)[0].dump() + " is out of range (0 to " +
-                                     std::to_string(io::limits::kPositions) + ")");
+      fields.fail("sample_size",
+                  (*it)[0].dump() + " is out of range (0 to " + std::to_string(io::limits::kPositions) + ")");
     c.sampleSize = (*it)[0].get<int64_t>();
   } else {
     fields.read("sample_size", c.sampleSize);
@@ -119,8 +120,8 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
     std::vector<std::string> types;
     if (!fields.read(key, types)) continue;
     if (static_cast<int64_t>(types.size()) != c.numBlocks())
-      fields.fail(key,
-           "has " + std::to_string(types.size()) + " entries, block_out_channels " + std::to_string(c.numBlocks()));
+      fields.fail(
+          key, "has " + std::to_string(types.size()) + " entries, block_out_channels " + std::to_string(c.numBlocks()));
     for (const auto& t : types)
       if (t != type) fields.fail(key, "entry '" + t + "' is not supported (only " + type + ")");
   }
