@@ -13,6 +13,7 @@ STRATA_PACKAGES=(
   libpng-dev libjpeg-dev libwebp-dev libsentencepiece-dev libpcre2-dev
   qt6-base-dev libqcustomplot-dev libgl-dev xvfb xauth
   dpkg-dev file lintian desktop-file-utils   # the .deb test (tests/packaging)
+  clang-format git                           # the format test (tests/format)
 )
 
 strata_install_packages() {
