@@ -118,4 +118,25 @@ const ModelFamily& modelFamily(const std::string& arch) {
   return *it->second;
 }
 
+config::RunConfig tinyRunSettings(const std::string& arch, const std::filesystem::path& folder) {
+  config::RunConfig c;
+  c.job.name = arch + "-tiny";
+  c.job.trainingFolder = folder.string();
+  c.model.arch = arch;
+  c.model.randomWeights = true;
+  c.model.device = config::ComputeDevice::Cpu;
+  c.network.linear = 4;
+  c.network.linearAlpha = 8;
+  c.train.steps = 6;
+  c.train.lr = 2e-3;
+  c.train.dtype = config::DType::FP32;
+  c.train.seed = 5;
+  c.sample.sampleEvery = 0;
+  c.sample.prompts = {};
+  c.save.saveEvery = 3;
+  c.save.maxStepSavesToKeep = 10;
+  c.save.dtype = config::DType::FP32;
+  return c;
+}
+
 }  // namespace strata::train

@@ -164,6 +164,11 @@ class ModelFamily {
                              const std::string& softwareVersion) const = 0;
 };
 
+// What every family's tinyRun shares: a CPU run of 6 steps from random weights,
+// float32, rank 4 (alpha 8), seed 5, no samples, a checkpoint every 3 steps, in
+// `folder` as job "<arch>-tiny". The family adds its model and dataset.
+config::RunConfig tinyRunSettings(const std::string& arch, const std::filesystem::path& folder);
+
 // The one registry of runs. registerModelFamily is called by
 // strata::families::registerAll() (core/families/Registration.h), which every program
 // calls from main(), next to config::registerFamily (what the family says about

@@ -40,23 +40,7 @@ class FluxFamily : public train::ModelFamily {
   }
   std::string checkpointPrefix() const override { return "transformer."; }
   config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
-    config::RunConfig c;
-    c.job.name = "flux-tiny";
-    c.job.trainingFolder = folder.string();
-    c.model.arch = "flux";
-    c.model.randomWeights = true;
-    c.model.device = config::ComputeDevice::Cpu;
-    c.network.linear = 4;
-    c.network.linearAlpha = 8;
-    c.train.steps = 6;
-    c.train.lr = 2e-3;
-    c.train.dtype = config::DType::FP32;
-    c.train.seed = 5;
-    c.sample.sampleEvery = 0;
-    c.sample.prompts = {};
-    c.save.saveEvery = 3;
-    c.save.maxStepSavesToKeep = 10;
-    c.save.dtype = config::DType::FP32;
+    config::RunConfig c = train::tinyRunSettings("flux", folder);
     c.model.preset = config::ModelPreset::Tiny;
     config::DatasetConfig d;
     d.type = config::DatasetType::Synthetic;

@@ -414,23 +414,7 @@ class LlamaFamily : public train::ModelFamily {
   std::string checkpointPrefix() const override { return LlamaLoraRules::kPeftPrefix; }
   // The tiny model's config.json is written to <folder>/tiny-llama.
   config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
-    config::RunConfig c;
-    c.job.name = "llama-tiny";
-    c.job.trainingFolder = folder.string();
-    c.model.arch = "llama";
-    c.model.randomWeights = true;
-    c.model.device = config::ComputeDevice::Cpu;
-    c.network.linear = 4;
-    c.network.linearAlpha = 8;
-    c.train.steps = 6;
-    c.train.lr = 2e-3;
-    c.train.dtype = config::DType::FP32;
-    c.train.seed = 5;
-    c.sample.sampleEvery = 0;
-    c.sample.prompts = {};
-    c.save.saveEvery = 3;
-    c.save.maxStepSavesToKeep = 10;
-    c.save.dtype = config::DType::FP32;
+    config::RunConfig c = train::tinyRunSettings("llama", folder);
     const fs::path model = folder / "tiny-llama";
     fs::create_directories(model);
     io::writeFileAtomic(model / "config.json", llama::LlamaConfig::tiny().toJson().dump(2));
