@@ -13,16 +13,8 @@ bool isModulationLinear(const std::string& path) {
 FluxParamPlan paramPlanOf(const UnitLayout& layout, int64_t numLayers, int64_t numSingleLayers) {
   FluxParamPlan plan;
   plan.stem = nn::planUnit("stem", "stem", "", layout(Unit::Stem));
-  const auto doubleLayout = layout(Unit::Double);
-  for (int64_t i = 0; i < numLayers; ++i) {
-    const std::string id = blockId(Unit::Double, i);
-    plan.blocks.push_back(nn::planUnit(id, "double", id + ".", doubleLayout));
-  }
-  const auto singleLayout = layout(Unit::Single);
-  for (int64_t i = 0; i < numSingleLayers; ++i) {
-    const std::string id = blockId(Unit::Single, i);
-    plan.blocks.push_back(nn::planUnit(id, "single", id + ".", singleLayout));
-  }
+  nn::addBlocks(plan, "transformer_blocks.", "double", 0, numLayers, layout(Unit::Double));
+  nn::addBlocks(plan, "single_transformer_blocks.", "single", 0, numSingleLayers, layout(Unit::Single));
   plan.head = nn::planUnit("head", "head", "", layout(Unit::Head));
   return plan;
 }

@@ -64,4 +64,12 @@ int64_t ParamPlan::totalParams() const {
   return n;
 }
 
+void addBlocks(ParamPlan& plan, const std::string& idPrefix, const std::string& kind, int64_t first, int64_t count,
+               const std::vector<ModuleSpec>& layout) {
+  for (int64_t i = first; i < first + count; ++i) {
+    const std::string id = idPrefix + std::to_string(i);
+    plan.blocks.push_back(planUnit(id, kind, id + ".", layout));
+  }
+}
+
 }  // namespace strata::nn

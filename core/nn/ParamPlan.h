@@ -65,4 +65,9 @@ struct ParamPlan {
   int64_t totalParams() const;
 };
 
+// Appends blocks `first` .. `first + count - 1` of one layout to plan.blocks, each
+// with id `idPrefix` + index ("model.layers.3") and its Linears named below it.
+void addBlocks(ParamPlan& plan, const std::string& idPrefix, const std::string& kind, int64_t first, int64_t count,
+               const std::vector<ModuleSpec>& layout);
+
 }  // namespace strata::nn

@@ -208,11 +208,7 @@ std::vector<nn::ModuleSpec> clipUnitLayout(ClipUnit unit, const ClipTextConfig& 
 ClipParamPlan clipParamPlan(const ClipTextConfig& cfg) {
   ClipParamPlan plan;
   plan.stem = nn::planUnit("stem", "stem", "", clipUnitLayout(ClipUnit::Stem, cfg));
-  const auto layer = clipUnitLayout(ClipUnit::Layer, cfg);
-  for (int64_t i = 0; i < cfg.numHiddenLayers; ++i) {
-    const std::string id = "encoder.layers." + std::to_string(i);
-    plan.blocks.push_back(nn::planUnit(id, "layer", id + ".", layer));
-  }
+  nn::addBlocks(plan, "encoder.layers.", "layer", 0, cfg.numHiddenLayers, clipUnitLayout(ClipUnit::Layer, cfg));
   plan.head = nn::planUnit("head", "head", "", clipUnitLayout(ClipUnit::Head, cfg));
   return plan;
 }

@@ -287,11 +287,7 @@ LlamaParamPlan llamaParamPlan(const LlamaConfig& cfg) {
   cfg.validate();
   LlamaParamPlan plan;
   plan.stem = nn::planUnit("stem", "stem", "", llamaUnitLayout(LlamaUnit::Stem, cfg));
-  const auto layer = llamaUnitLayout(LlamaUnit::Layer, cfg);
-  for (int64_t i = 0; i < cfg.numHiddenLayers; ++i) {
-    const std::string id = "model.layers." + std::to_string(i);
-    plan.blocks.push_back(nn::planUnit(id, "layer", id + ".", layer));
-  }
+  nn::addBlocks(plan, "model.layers.", "layer", 0, cfg.numHiddenLayers, llamaUnitLayout(LlamaUnit::Layer, cfg));
   plan.head = nn::planUnit("head", "head", "", llamaUnitLayout(LlamaUnit::Head, cfg));
   return plan;
 }

@@ -247,11 +247,10 @@ std::vector<nn::ModuleSpec> t5UnitLayout(T5Unit unit, const T5Config& cfg) {
 T5ParamPlan t5ParamPlan(const T5Config& cfg) {
   T5ParamPlan plan;
   plan.stem = nn::planUnit("stem", "stem", "", t5UnitLayout(T5Unit::Stem, cfg));
-  for (int64_t i = 0; i < cfg.numLayers; ++i) {
-    const std::string id = "encoder.block." + std::to_string(i);
-    plan.blocks.push_back(
-        nn::planUnit(id, "layer", id + ".", t5UnitLayout(i == 0 ? T5Unit::FirstBlock : T5Unit::Block, cfg)));
-  }
+  // Block 0 holds the position-bias table.
+  nn::addBlocks(plan, "encoder.block.", "layer", 0, std::min<int64_t>(cfg.numLayers, 1),
+                t5UnitLayout(T5Unit::FirstBlock, cfg));
+  nn::addBlocks(plan, "encoder.block.", "layer", 1, cfg.numLayers - 1, t5UnitLayout(T5Unit::Block, cfg));
   plan.head = nn::planUnit("head", "head", "", t5UnitLayout(T5Unit::Head, cfg));
   return plan;
 }
