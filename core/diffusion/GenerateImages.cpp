@@ -40,7 +40,10 @@ ImageResult generateImages(TextEncoder& text, LatentCodec& codec, const Denoiser
   ImageResult result;
   try {
     const auto encoding = text.encode(request.prompts);
-    const auto latents = denoiser.sample(noise, encoding, request);  // [B, C, h, w]
+    TextEncoding negative;
+    if (denoiser.wantsNegative && denoiser.wantsNegative(request))
+      negative = text.encode(std::vector<std::string>(request.prompts.size(), request.negativePrompt));
+    const auto latents = denoiser.sample(noise, encoding, negative, request);  // [B, C, h, w]
     result.images = codec.decode(latents);
     result.latents = latents.to(at::kCPU, at::kFloat);
   } catch (...) {

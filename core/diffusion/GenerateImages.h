@@ -28,6 +28,9 @@ struct ImageRequest {
   int64_t width = 1024;  // pixels; a multiple of p f (the denoiser's patch, the codec's factor)
   int64_t height = 1024;
   std::function<void(int64_t done, int64_t total)> onStep;  // after each step
+  // What the image should not show, for a denoiser that runs a negative pass
+  // (true CFG: FLUX.2 [klein] base); "" is the pipelines' own choice.
+  std::string negativePrompt;
 };
 
 struct ImageResult {
@@ -40,9 +43,15 @@ struct Denoiser {
   // Puts the LoRA file on the transformer at `multiplier`; the function returned
   // takes it off again.
   std::function<std::function<void()>(const std::filesystem::path& lora, double multiplier)> applyLora;
-  // noise [B, C, h, w] float32 (CPU) and the prompts' encoding -> the final
-  // training latents [B, C, h, w] (any device and dtype).
-  std::function<at::Tensor(const at::Tensor& noise, const TextEncoding& text, const ImageRequest& request)> sample;
+  // Whether a sample of `request` runs a negative pass: generateImages then
+  // encodes request.negativePrompt once per prompt for it. Unset: never.
+  std::function<bool(const ImageRequest& request)> wantsNegative;
+  // noise [B, C, h, w] float32 (CPU), the prompts' encoding and the negative
+  // prompt's (tokens undefined without a negative pass) -> the final training
+  // latents [B, C, h, w] (any device and dtype).
+  std::function<at::Tensor(const at::Tensor& noise, const TextEncoding& text, const TextEncoding& negative,
+                           const ImageRequest& request)>
+      sample;
 };
 
 // The request's prompt count, step count and size, checked as generateImages

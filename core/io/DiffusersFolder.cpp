@@ -47,4 +47,20 @@ fs::path diffusersComponentFolder(const fs::path& root, const std::vector<std::s
   return folder;
 }
 
+DiffusersPipelineInfo diffusersPipelineInfo(const fs::path& root) {
+  const fs::path indexPath = root / "model_index.json";
+  const nlohmann::json j = readJsonFile(indexPath);
+  if (!j.is_object()) throw IoError(indexPath.string() + ": not a JSON object");
+  DiffusersPipelineInfo info;
+  if (j.contains("_class_name")) {
+    if (!j["_class_name"].is_string()) throw IoError(indexPath.string() + ": _class_name is not a string");
+    info.className = j["_class_name"].get<std::string>();
+  }
+  if (j.contains("is_distilled") && !j["is_distilled"].is_null()) {
+    if (!j["is_distilled"].is_boolean()) throw IoError(indexPath.string() + ": is_distilled is not true or false");
+    info.distilled = j["is_distilled"].get<bool>();
+  }
+  return info;
+}
+
 }  // namespace strata::io

@@ -16,4 +16,13 @@ bool isDiffusersPipelineFolder(const std::filesystem::path& dir);
 std::filesystem::path diffusersComponentFolder(const std::filesystem::path& root,
                                                const std::vector<std::string>& classNames);
 
+// What model_index.json says of the pipeline itself.
+struct DiffusersPipelineInfo {
+  std::string className;   // "_class_name": "Flux2KleinPipeline"; empty when absent
+  bool distilled = false;  // "is_distilled" (FLUX.2 [klein]: one pass, no CFG); false when absent
+};
+// Throws IoError naming model_index.json when it is not a JSON object or a key
+// has the wrong type.
+DiffusersPipelineInfo diffusersPipelineInfo(const std::filesystem::path& root);
+
 }  // namespace strata::io

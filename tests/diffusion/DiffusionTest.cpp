@@ -26,8 +26,10 @@ class CountingText : public TextEncoder {
   bool pooled = true;
   bool masked = false;
   int released = 0;
+  std::vector<std::string> lastPrompts;
   TextEncoding encode(const std::vector<std::string>& prompts) override {
     if (released) throw Error("released");
+    lastPrompts = prompts;
     const auto b = static_cast<int64_t>(prompts.size());
     TextEncoding e;
     e.tokens = at::arange(b * 3 * 4, at::kDouble).reshape({b, 3, 4});
@@ -98,6 +100,7 @@ struct Record {
   int applied = 0, removed = 0;
   at::Tensor noise;
   at::Tensor tokens;
+  at::Tensor negative;
 };
 
 Denoiser recordingDenoiser(Record& rec, bool fail = false) {
@@ -108,9 +111,11 @@ Denoiser recordingDenoiser(Record& rec, bool fail = false) {
     ++rec.applied;
     return [&rec] { ++rec.removed; };
   };
-  d.sample = [&rec, fail](const at::Tensor& noise, const TextEncoding& text, const ImageRequest&) {
+  d.sample = [&rec, fail](const at::Tensor& noise, const TextEncoding& text, const TextEncoding& negative,
+                          const ImageRequest&) {
     rec.noise = noise;
     rec.tokens = text.tokens;
+    rec.negative = negative.tokens;
     if (fail) throw std::runtime_error("sampler failed");
     return noise * 3;
   };
@@ -145,6 +150,34 @@ TEST(GenerateImages, SeededNoiseThroughTheDenoiserThenTheCodec) {
   r.latents = at::ones({2, 4, 8, 4});
   generateImages(text, codec, recordingDenoiser(rec), r);
   EXPECT_TRUE(test::allClose(rec.noise, r.latents, 0, 0));
+}
+
+TEST(GenerateImages, EncodesTheNegativePromptOnlyForADenoiserThatRunsANegativePass) {
+  CountingText text;
+  PlainCodec codec;
+  Record rec;
+  ImageRequest r;
+  r.prompts = {"a", "b", "c"};
+  r.width = r.height = 16;
+  generateImages(text, codec, recordingDenoiser(rec), r);
+  EXPECT_FALSE(rec.negative.defined());  // no wantsNegative: never
+
+  auto d = recordingDenoiser(rec);
+  std::vector<double> asked;
+  d.wantsNegative = [&asked](const ImageRequest& request) {
+    asked.push_back(request.guidance);
+    return request.guidance > 1.0;
+  };
+  r.guidance = 1.0;
+  generateImages(text, codec, d, r);
+  EXPECT_FALSE(rec.negative.defined());
+  r.guidance = 4.0;
+  r.negativePrompt = "blurry";
+  generateImages(text, codec, d, r);
+  ASSERT_TRUE(rec.negative.defined());
+  EXPECT_EQ(rec.negative.size(0), 3);  // one negative row per prompt
+  EXPECT_EQ(text.lastPrompts, (std::vector<std::string>{"blurry", "blurry", "blurry"}));
+  EXPECT_EQ(asked, (std::vector<double>{1.0, 4.0}));
 }
 
 TEST(GenerateImages, TakesTheLoraOffWhenTheSamplerThrows) {

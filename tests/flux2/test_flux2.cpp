@@ -76,6 +76,30 @@ TEST(Flux2ConfigTest, DefaultsAreFlux2Dev) {
   EXPECT_THROW(Flux2Config::preset("flux3"), ConfigError);
 }
 
+TEST(Flux2ConfigTest, KleinPresetsHaveTheReleasedShapes) {
+  // FLUX.2 [klein] 9B and 4B: no guidance embedding, text width 3 x Qwen3's hidden size.
+  const auto k9 = Flux2Config::preset("flux2-klein-9b");
+  EXPECT_EQ(k9.hiddenSize(), 4096);
+  EXPECT_EQ(k9.numLayers, 8);
+  EXPECT_EQ(k9.numSingleLayers, 24);
+  EXPECT_EQ(k9.jointAttentionDim, 3 * 4096);
+  EXPECT_FALSE(k9.guidanceEmbeds);
+  const auto k4 = Flux2Config::preset("flux2-klein-4b");
+  EXPECT_EQ(k4.hiddenSize(), 3072);
+  EXPECT_EQ(k4.numLayers, 5);
+  EXPECT_EQ(k4.numSingleLayers, 20);
+  EXPECT_EQ(k4.jointAttentionDim, 3 * 2560);
+  EXPECT_FALSE(k4.guidanceEmbeds);
+  // The names say the transformers' sizes, counted from the layout.
+  const double p9 = static_cast<double>(flux2::flux2ParamPlan(k9).totalParams());
+  const double p4 = static_cast<double>(flux2::flux2ParamPlan(k4).totalParams());
+  EXPECT_GT(p9, 8.5e9) << p9;
+  EXPECT_LT(p9, 9.5e9) << p9;
+  EXPECT_GT(p4, 3.5e9) << p4;
+  EXPECT_LT(p4, 4.5e9) << p4;
+  for (const auto& name : Flux2Config::presetNames()) EXPECT_NO_THROW(Flux2Config::preset(name).validate()) << name;
+}
+
 TEST(Flux2ConfigTest, JsonRoundTripAndAbsentKeysTakeDefaults) {
   const auto c = otherConfig();
   EXPECT_EQ(Flux2Config::fromDiffusersJson(c.toDiffusersJson()), c);

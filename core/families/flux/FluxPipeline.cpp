@@ -166,7 +166,9 @@ diffusion::Denoiser FluxPipeline::denoiser() {
     return [net] { net->detach(); };
   };
   d.sample = [model, device = options_.device, shift = shift_](
-                 const at::Tensor& noise, const diffusion::TextEncoding& text, const diffusion::ImageRequest& r) {
+                 const at::Tensor& noise, const diffusion::TextEncoding& text,
+                 const diffusion::TextEncoding& /*negative: FLUX.1 has no negative pass*/,
+                 const diffusion::ImageRequest& r) {
     const int64_t h = noise.size(2), w = noise.size(3);
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
     const auto packed = flux::packLatents(noise).to(device);     // [B, tokens, 4C]

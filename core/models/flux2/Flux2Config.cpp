@@ -50,6 +50,29 @@ void Flux2Config::validate() const {
 // axes_dims_rope (32, 32, 32, 32), rope_theta 2000, eps 1e-6; FLUX.2-dev embeds guidance.
 Flux2Config Flux2Config::flux2Dev() { return Flux2Config{}; }
 
+// FLUX.2 [klein] (black-forest-labs/FLUX.2-klein-*B transformer/config.json): the
+// dev block with fewer, narrower blocks; text width 3 x the Qwen3 hidden size
+// (Qwen3-8B: 4096, Qwen3-4B: 2560); no guidance embedding.
+Flux2Config Flux2Config::klein9b() {
+  Flux2Config c;
+  c.numLayers = 8;
+  c.numSingleLayers = 24;
+  c.numAttentionHeads = 32;  // hidden 4096
+  c.jointAttentionDim = 12288;
+  c.guidanceEmbeds = false;
+  return c;
+}
+
+Flux2Config Flux2Config::klein4b() {
+  Flux2Config c;
+  c.numLayers = 5;
+  c.numSingleLayers = 20;
+  c.numAttentionHeads = 24;  // hidden 3072
+  c.jointAttentionDim = 7680;
+  c.guidanceEmbeds = false;
+  return c;
+}
+
 Flux2Config Flux2Config::tiny() {
   Flux2Config c;
   dit::setTinyStack(c);
@@ -58,10 +81,18 @@ Flux2Config Flux2Config::tiny() {
   return c;
 }
 
+std::vector<std::string> Flux2Config::presetNames() {
+  return {"flux2-dev", "flux2-klein-9b", "flux2-klein-4b", "tiny"};
+}
+
 Flux2Config Flux2Config::preset(const std::string& name) {
   if (name == "flux2-dev" || name == "flux.2-dev") return flux2Dev();
+  if (name == "flux2-klein-9b") return klein9b();
+  if (name == "flux2-klein-4b") return klein4b();
   if (name == "tiny") return tiny();
-  throw ConfigError("Flux2Config: unknown preset '" + name + "' (known: flux2-dev, tiny)");
+  std::string known;
+  for (const auto& n : presetNames()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("Flux2Config: unknown preset '" + name + "' (known: " + known + ")");
 }
 
 Flux2Config Flux2Config::fromDiffusersJson(const nlohmann::json& j) {

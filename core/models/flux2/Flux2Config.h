@@ -38,9 +38,14 @@ struct Flux2Config {
   // Throws ConfigError naming the key when the shape is inconsistent.
   void validate() const;
 
-  // Presets: "flux2-dev" (FLUX.2-dev, ~32 B parameters) and "tiny" (same structure, CPU-sized).
+  // Presets: "flux2-dev" (FLUX.2-dev, ~32 B parameters), "flux2-klein-9b" and
+  // "flux2-klein-4b" (FLUX.2 [klein], no guidance embedding; base and distilled
+  // share the shape) and "tiny" (same structure, CPU-sized).
   static Flux2Config flux2Dev();
+  static Flux2Config klein9b();
+  static Flux2Config klein4b();
   static Flux2Config tiny();
+  static std::vector<std::string> presetNames();
   static Flux2Config preset(const std::string& name);  // ConfigError on an unknown name
 
   // From a diffusers config.json object; absent keys take diffusers' defaults

@@ -1,6 +1,7 @@
 #include "models/flux2/Flux2Sampling.h"
 
 #include "common/Error.h"
+#include "models/flux2/Flux2Config.h"
 #include "models/flux2/Flux2Transformer.h"
 
 namespace strata::flux2 {
@@ -87,6 +88,51 @@ at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const 
   in.imgIds = imgIds;
   in.txtIds = txtIds;
   return dit::sampleModel(model, in, noise, guidance, sigmas, runner, [&](int64_t done, int64_t, const at::Tensor& x) {
+    if (onStep) onStep(done, x);
+  });
+}
+
+Flux2GuidanceMode guidanceModeOf(const Flux2Config& cfg, bool distilled) {
+  if (cfg.guidanceEmbeds) return Flux2GuidanceMode::Embedded;
+  return distilled ? Flux2GuidanceMode::None : Flux2GuidanceMode::TrueCfg;
+}
+
+const char* toString(Flux2GuidanceMode mode) {
+  switch (mode) {
+    case Flux2GuidanceMode::Embedded:
+      return "guidance embedding";
+    case Flux2GuidanceMode::TrueCfg:
+      return "true CFG against the negative prompt";
+    case Flux2GuidanceMode::None:
+      return "none (step-distilled)";
+  }
+  return "?";
+}
+
+at::Tensor samplePackedTrueCfg(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
+                               const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& negTxt,
+                               const at::Tensor& negTxtIds, double scale, const at::Tensor& sigmas,
+                               nn::BlockRunner* runner, const Flux2StepCallback& onStep) {
+  if (noise.dim() != 3)
+    throw Error("Flux2 samplePackedTrueCfg: noise must be packed [B, N, C], got " + dimsText(noise));
+  if (!negTxt.defined() || negTxt.dim() != 3 || negTxt.size(0) != txt.size(0))
+    throw Error("Flux2 samplePackedTrueCfg: the negative prompt's states must be [B, N, D] with the prompts' B");
+  Flux2Inputs cond, uncond;
+  cond.txt = txt;
+  cond.txtIds = txtIds;
+  uncond.txt = negTxt;
+  uncond.txtIds = negTxtIds;
+  for (auto* in : {&cond, &uncond}) in->imgIds = imgIds;  // no guidance input: the model has no embedding for it
+  // Two passes, as the pipeline runs them (not one doubled batch): the same
+  // numbers whatever the two prompts' lengths.
+  const auto velocity = [&](const at::Tensor& x, const at::Tensor& timestep) {
+    cond.img = uncond.img = x;
+    cond.timestep = uncond.timestep = timestep;
+    const auto v = model.forward(cond, runner);
+    const auto vNeg = model.forward(uncond, runner);
+    return vNeg + scale * (v - vNeg);
+  };
+  return dit::sampleEuler(noise, sigmas, velocity, [&](int64_t done, int64_t, const at::Tensor& x) {
     if (onStep) onStep(done, x);
   });
 }

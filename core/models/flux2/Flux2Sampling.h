@@ -14,6 +14,23 @@
 namespace strata::flux2 {
 
 class Flux2Transformer;
+struct Flux2Config;
+
+// How a FLUX.2 model is steered when it samples (Flux2Pipeline, Flux2KleinPipeline):
+//   Embedded: the guidance embedding takes the scale, one pass (FLUX.2-dev);
+//   TrueCfg:  a second pass on the negative prompt, v = v_neg + scale (v - v_neg),
+//             when the scale is above 1 (klein base);
+//   None:     one pass, the scale ignored (klein step-distilled).
+enum class Flux2GuidanceMode { Embedded, TrueCfg, None };
+// The mode of a model with `cfg` (its guidance embedding) and the pipeline
+// folder's is_distilled (model_index.json).
+Flux2GuidanceMode guidanceModeOf(const Flux2Config& cfg, bool distilled);
+const char* toString(Flux2GuidanceMode mode);
+// Whether a sample at `scale` runs the negative prompt too (Flux2KleinPipeline's
+// do_classifier_free_guidance).
+inline bool runsNegativePass(Flux2GuidanceMode mode, double scale) {
+  return mode == Flux2GuidanceMode::TrueCfg && scale > 1.0;
+}
 
 // [B, C, H, W] -> [B, 4C, H/2, W/2]: each 2x2 patch into channels, order (c, dy, dx)
 // (Flux2Pipeline._patchify_latents). H and W must be even.
@@ -49,6 +66,14 @@ using Flux2StepCallback = std::function<void(int64_t step, const at::Tensor& lat
 at::Tensor samplePacked(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
                         const at::Tensor& txt, const at::Tensor& txtIds, double guidance, const at::Tensor& sigmas,
                         nn::BlockRunner* runner = nullptr, const Flux2StepCallback& onStep = {});
+
+// samplePacked with true classifier-free guidance (Flux2KleinPipeline): each step
+// runs the prompt's states `txt` and the negative prompt's `negTxt` (its own ids
+// `negTxtIds`) and steps with v_neg + scale (v - v_neg); no guidance embedding input.
+at::Tensor samplePackedTrueCfg(Flux2Transformer& model, const at::Tensor& noise, const at::Tensor& imgIds,
+                               const at::Tensor& txt, const at::Tensor& txtIds, const at::Tensor& negTxt,
+                               const at::Tensor& negTxtIds, double scale, const at::Tensor& sigmas,
+                               nn::BlockRunner* runner = nullptr, const Flux2StepCallback& onStep = {});
 
 // Convenience: patchified noise [B, 4C, h, w] -> sampled patchified latents
 // [B, 4C, h, w] with the Flux2Pipeline schedule, text ids (0, 0, 0, l).
