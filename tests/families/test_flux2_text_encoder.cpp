@@ -113,6 +113,10 @@ TEST(Flux2Prompts, TheTwoTemplatesAsText) {
   EXPECT_EQ(flux2TemplatedPrompt(Flux2TextEncoderKind::kMistral3, "a cat", "<s>"),
             std::string("<s>[SYSTEM_PROMPT]") + kFlux2SystemMessage + "[/SYSTEM_PROMPT][INST]a cat[/INST]");
   EXPECT_NE(std::string(kFlux2SystemMessage).find("object\nattribution"), std::string::npos);
+  // Flux2Pipeline drops image placeholders from the prompt; Flux2KleinPipeline keeps the text as it is.
+  EXPECT_EQ(flux2TemplatedPrompt(Flux2TextEncoderKind::kMistral3, "[IMG]a [IMG]cat[IMG]", "<s>"),
+            flux2TemplatedPrompt(Flux2TextEncoderKind::kMistral3, "a cat", "<s>"));
+  EXPECT_NE(flux2TemplatedPrompt(Flux2TextEncoderKind::kQwen3, "[IMG]a").find("[IMG]a"), std::string::npos);
   EXPECT_EQ(flux2DefaultOutLayers(Flux2TextEncoderKind::kMistral3), (std::vector<int64_t>{10, 20, 30}));
   EXPECT_EQ(flux2DefaultOutLayers(Flux2TextEncoderKind::kQwen3), (std::vector<int64_t>{9, 18, 27}));
 }

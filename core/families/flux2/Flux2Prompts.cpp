@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/Error.h"
@@ -71,7 +72,17 @@ const char* const kFlux2SystemMessage =
 std::string flux2TemplatedPrompt(Flux2TextEncoderKind kind, const std::string& prompt, const std::string& bosToken) {
   if (kind == Flux2TextEncoderKind::kQwen3)
     return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
-  return bosToken + "[SYSTEM_PROMPT]" + kFlux2SystemMessage + "[/SYSTEM_PROMPT][INST]" + prompt + "[/INST]";
+  // Flux2Pipeline's format_input removes "[IMG]" from the prompt first (an image
+  // placeholder of the Pixtral processor; truncation must not cut one).
+  // One left-to-right pass, as Python's str.replace: "[IM[IMG]G]" keeps "[IMG]".
+  std::string cleaned;
+  size_t from = 0;
+  for (size_t at = prompt.find("[IMG]"); at != std::string::npos; at = prompt.find("[IMG]", from)) {
+    cleaned.append(prompt, from, at - from);
+    from = at + 5;
+  }
+  cleaned.append(prompt, from, std::string::npos);
+  return bosToken + "[SYSTEM_PROMPT]" + kFlux2SystemMessage + "[/SYSTEM_PROMPT][INST]" + cleaned + "[/INST]";
 }
 
 std::string flux2ChatTemplateMismatch(Flux2TextEncoderKind kind, const std::string& chatTemplate) {

@@ -41,7 +41,8 @@ extern const char* const kFlux2SystemMessage;
 // The templated text of one prompt:
 //   kMistral3: bos + "[SYSTEM_PROMPT]" + kFlux2SystemMessage + "[/SYSTEM_PROMPT][INST]" + prompt + "[/INST]"
 //   kQwen3:    "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-// (the Qwen3 template's generation prompt with thinking off; no system turn).
+// (the Qwen3 template's generation prompt with thinking off; no system turn). As
+// Flux2Pipeline, the Mistral-3 form removes every "[IMG]" from the prompt first.
 std::string flux2TemplatedPrompt(Flux2TextEncoderKind kind, const std::string& prompt,
                                  const std::string& bosToken = "<s>");
 
