@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <iostream>
 #include <set>
 
 #include "common/TestSupport.h"
@@ -46,6 +47,8 @@ void expectClose(const Flux2PipelineFixture& f, const std::string& name, const a
   ASSERT_EQ(ours.sizes(), ref.sizes()) << name;
   const auto tol = f.toleranceFor(name);
   EXPECT_TRUE(test::allClose(ours.to(at::kFloat), ref, tol.atol, tol.rtol)) << name;
+  std::cout << "[parity]     " << name << ": max |diff| "
+            << (ours.to(at::kFloat).cpu() - ref).abs().max().item<double>() << " (atol " << tol.atol << ")\n";
 }
 
 void checkPromptIds(const fs::path& dir, const nlohmann::json& manifest) {
