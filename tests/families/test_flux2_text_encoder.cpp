@@ -61,9 +61,7 @@ void writeFolder(const fs::path& dir, Flux2TextEncoderKind kind, json config, co
 }
 
 json qwenConfig() { return json{{"pad_token", "<|endoftext|>"}, {"eos_token", "<|im_end|>"}}; }
-json mistralConfig() {
-  return json{{"pad_token", "<pad>"}, {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"padding_side", "left"}};
-}
+json mistralConfig() { return json{{"pad_token", "<pad>"}, {"bos_token", "<s>"}, {"padding_side", "left"}}; }
 
 std::vector<int64_t> rowOf(const at::Tensor& t, int64_t b) {
   const auto r = t[b].contiguous();
