@@ -8,6 +8,7 @@
 #include <torch/autograd.h>
 
 #include <fstream>
+#include <set>
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
@@ -331,4 +332,54 @@ TEST(Flux2TextEncoder, TheImagePathsEncoderGivesEveryPositionAndTheEmptyPrompt) 
   EXPECT_TRUE(at::equal(te.emptyPromptEmbedding(), empty));  // kept for caption dropout
   EXPECT_TRUE(enc->released());
   EXPECT_THROW(enc->encode({"a"}), Error);
+}
+
+TEST(Flux2TextEncoder, IdentityNamesTheFilesContentAndEverySettingThatChangesTheEmbeddings) {
+  test::TempDir tmp;
+  writeFolder(tmp / "tokenizer", Flux2TextEncoderKind::kQwen3, qwenConfig());
+  fs::create_directories(tmp / "text_encoder");
+  json cfg = tinyQwen3(30).toJson();
+  writeText(tmp / "text_encoder" / "config.json", cfg.dump());
+  writeText(tmp / "text_encoder" / "model.safetensors", "weights v1");
+  const Flux2TextEncoderFiles files{tmp / "text_encoder", tmp / "tokenizer"};
+  EXPECT_EQ(flux2TextEncoderKindOf(files.encoder), Flux2TextEncoderKind::kQwen3);
+  Flux2TextEncoderOptions o;
+  const std::string base = flux2TextEncoderIdentity(files, Flux2TextEncoderKind::kQwen3, o);
+  EXPECT_NE(base.find("9 18 27"), std::string::npos) << base;  // klein's default layers
+  EXPECT_EQ(flux2TextEncoderIdentity(files, Flux2TextEncoderKind::kQwen3, o), base);
+  std::set<std::string> seen{base};
+  auto differs = [&](const Flux2TextEncoderOptions& other, const char* what) {
+    const std::string id = flux2TextEncoderIdentity(files, Flux2TextEncoderKind::kQwen3, other);
+    EXPECT_TRUE(seen.insert(id).second) << what << ": " << id;
+  };
+  Flux2TextEncoderOptions layers = o;
+  layers.outLayers = {9, 18, 26};
+  differs(layers, "out layers");
+  Flux2TextEncoderOptions length = o;
+  length.maxSequenceLength = 256;
+  differs(length, "max length");
+  Flux2TextEncoderOptions dtype = o;
+  dtype.dtype = at::kBFloat16;
+  differs(dtype, "dtype");
+  Flux2TextEncoderOptions quant = o;
+  quant.quantize = nn::QuantType::Int8;
+  differs(quant, "quantization");
+  // The weights' content, and the tokenizer's (its chat template included).
+  writeText(tmp / "text_encoder" / "model.safetensors", "weights v2");
+  differs(o, "weights");
+  writeText(tmp / "tokenizer" / "chat_template.jinja", std::string(kQwenTemplate) + " ");
+  differs(o, "template file");
+  // Layers the model does not have are refused before anything is read.
+  layers.outLayers = {31};
+  EXPECT_THROW(flux2TextEncoderIdentity(files, Flux2TextEncoderKind::kQwen3, layers), ConfigError);
+
+  json gpt2 = cfg;
+  gpt2["model_type"] = "gpt2";
+  writeText(tmp / "text_encoder" / "config.json", gpt2.dump());
+  try {
+    flux2TextEncoderKindOf(files.encoder);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: key 'model_type': 'gpt2'"), std::string::npos) << e.what();
+  }
 }
