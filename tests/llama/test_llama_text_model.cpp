@@ -17,6 +17,8 @@
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaConfig.h"
 #include "models/llama/LlamaForCausalLM.h"
+#include "nn/Linear.h"
+#include "nn/Quantize.h"
 
 using namespace strata;
 using namespace strata::llama;
@@ -271,4 +273,35 @@ TEST(LlamaTextModel, StrictLoadNamesUnknownAndMissingKeys) {
   } catch (const LoadError& e) {
     EXPECT_NE(std::string(e.what()).find("embed_tokens"), std::string::npos) << e.what();
   }
+}
+
+TEST(LlamaTextModel, Qwen3PlanCountsTheNormsAndQuantizedStreamingReadsOnlyTheLayersNeeded) {
+  torch::manual_seed(9);
+  const auto cfg = LlamaConfig::fromJson(qwen3Json());
+  LlamaForCausalLM full(cfg);
+  int64_t params = 0;
+  for (const auto& p : full.parameters()) params += p.numel();
+  EXPECT_EQ(llamaParamPlan(cfg).totalParams(), params);  // q_norm and k_norm counted, lm_head tied
+  test::TempDir dir;
+  io::writeSafetensors(dir / "model.safetensors", fileTensors(full, LlamaKeyLayout::kCausalLm));
+  std::vector<std::pair<int64_t, int64_t>> progress;
+  LlamaStreamOptions so;
+  so.quantize = nn::QuantType::Int8;
+  so.onProgress = [&](int64_t done, int64_t total) { progress.emplace_back(done, total); };
+  const auto model = streamLlamaTextModel(openLlamaWeights(dir.path()), cfg, 2, {}, so);
+  EXPECT_EQ(progress.back(), (std::pair<int64_t, int64_t>{3, 3}));  // 2 layers + the stem and norm
+  int64_t quantized = 0;
+  for (const auto& [path, lin] : model->linears()) quantized += lin->quantType() == nn::QuantType::Int8;
+  EXPECT_EQ(quantized, 2 * 7);
+  EXPECT_TRUE(at::equal(model->layer(1)->qNorm->weight, full.layer(1)->qNorm->weight));  // norms stay exact
+  at::NoGradGuard g;
+  LlamaInputs in;
+  in.inputIds = at::randint(0, 64, {2, 6}, at::kLong);
+  nn::BlockIO want = full.stem(in), got = model->stem(in);
+  for (size_t i = 0; i < 2; ++i) {
+    want = full.layer(i)->forward(want);
+    got = model->layer(i)->forward(got);
+  }
+  EXPECT_LT(test::relL2(got.img, want.img), 0.05);
+  EXPECT_GT(test::relL2(got.img, want.img), 0.0) << "the layers were not quantized";
 }
