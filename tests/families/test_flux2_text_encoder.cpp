@@ -342,6 +342,14 @@ TEST(Flux2TextEncoder, IdentityNamesTheFilesContentAndEverySettingThatChangesThe
   writeText(tmp / "text_encoder" / "config.json", cfg.dump());
   writeText(tmp / "text_encoder" / "model.safetensors", "weights v1");
   const Flux2TextEncoderFiles files{tmp / "text_encoder", tmp / "tokenizer"};
+  // A transformers folder: the tokenizer beside the weights, else in tokenizer/.
+  EXPECT_THROW(Flux2TextEncoderFiles::fromTransformersFolder(tmp / "text_encoder"), IoError);
+  fs::create_directories(tmp / "text_encoder" / "tokenizer");
+  fs::copy_file(tmp / "tokenizer" / "tokenizer.json", tmp / "text_encoder" / "tokenizer" / "tokenizer.json");
+  EXPECT_EQ(Flux2TextEncoderFiles::fromTransformersFolder(tmp / "text_encoder").tokenizer,
+            tmp / "text_encoder" / "tokenizer");
+  fs::remove_all(tmp / "text_encoder" / "tokenizer");
+  EXPECT_THROW(Flux2TextEncoderFiles::fromTransformersFolder(tmp / "tokenizer"), IoError);  // no config.json
   EXPECT_EQ(flux2TextEncoderKindOf(files.encoder), Flux2TextEncoderKind::kQwen3);
   Flux2TextEncoderOptions o;
   const std::string base = flux2TextEncoderIdentity(files, Flux2TextEncoderKind::kQwen3, o);

@@ -84,6 +84,17 @@ Flux2TextEncoderFiles Flux2TextEncoderFiles::fromDiffusersFolder(const fs::path&
   return f;
 }
 
+Flux2TextEncoderFiles Flux2TextEncoderFiles::fromTransformersFolder(const fs::path& folder) {
+  if (!fs::is_regular_file(folder / "config.json"))
+    throw IoError((folder / "config.json").string() + ": no such file (a transformers text encoder folder)");
+  Flux2TextEncoderFiles f;
+  f.encoder = folder;
+  f.tokenizer = fs::is_regular_file(folder / "tokenizer.json") ? folder : folder / "tokenizer";
+  if (!fs::is_regular_file(f.tokenizer / "tokenizer.json"))
+    throw IoError(folder.string() + ": no tokenizer.json, in the folder or in tokenizer/ (FLUX.2 tokenizes with it)");
+  return f;
+}
+
 Flux2TextEncoderKind flux2TextEncoderKindOf(const fs::path& encoderFolder) {
   const fs::path file = encoderFolder / "config.json";
   if (!fs::is_regular_file(file)) throw IoError(file.string() + ": no such file (the text encoder's config)");

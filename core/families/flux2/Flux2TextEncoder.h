@@ -43,6 +43,9 @@ struct Flux2TextEncoderFiles {
   // A diffusers FLUX.2 folder: model_index.json's text encoder
   // (Mistral3ForConditionalGeneration or Qwen3ForCausalLM) and tokenizer/.
   static Flux2TextEncoderFiles fromDiffusersFolder(const std::filesystem::path& root);
+  // A text encoder folder as transformers saves it (beside BFL single files): the
+  // tokenizer in the same folder (tokenizer.json), else in its tokenizer/ folder.
+  static Flux2TextEncoderFiles fromTransformersFolder(const std::filesystem::path& folder);
 };
 
 // The kind of the encoder folder's config.json: model_type mistral3 or qwen3.
