@@ -209,6 +209,47 @@ TEST(Flux2Prompts, PaddedOnTheTokenizersSideAndCutAfterTemplating) {
   EXPECT_THROW(right.tokenize(prompts, 0), ConfigError);
 }
 
+TEST(Flux2Prompts, Qwen3RunsThePostProcessorAndTruncationKeepsItsTokens) {
+  // A post-processor that appends <|endoftext|>: tokenizer(text) adds it (Flux2KleinPipeline),
+  // apply_chat_template's tokenization (Flux2Pipeline) does not.
+  json tok = charTokenizer();
+  tok["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                              {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}}})},
+      {"pair",
+       json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+      {"special_tokens",
+       {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {200}}, {"tokens", {"<|endoftext|>"}}}}}}};
+  test::TempDir tmp;
+  for (const char* name : {"qwen", "mistral"}) {
+    const bool qwen = std::string(name) == "qwen";
+    const auto kind = qwen ? Flux2TextEncoderKind::kQwen3 : Flux2TextEncoderKind::kMistral3;
+    writeFolder(tmp / name, kind, qwen ? qwenConfig() : mistralConfig());
+    writeText(tmp / name / "tokenizer.json", tok.dump());
+  }
+  const auto qwen = Flux2PromptTokenizer::open(tmp / "qwen", Flux2TextEncoderKind::kQwen3);
+  const auto body = idsOf(flux2TemplatedPrompt(Flux2TextEncoderKind::kQwen3, "a cat"));
+  const auto n = static_cast<int64_t>(body.size());
+  const auto whole = qwen.tokenize({"a cat"}, 64);
+  EXPECT_EQ(whole.lengths[0], n);
+  auto row = rowOf(whole.ids, 0);
+  EXPECT_EQ(std::vector<int64_t>(row.begin(), row.begin() + n), body);
+  EXPECT_EQ(row[static_cast<size_t>(n)], 200);  // the post-processor's token
+  EXPECT_EQ(whole.mask.sum().item<int64_t>(), n + 1);
+  // Cut: room is kept for the post-processor's token, as transformers' truncation does.
+  const auto cut = qwen.tokenize({"a cat"}, n - 5);
+  EXPECT_EQ(cut.dropped[0], 6);
+  row = rowOf(cut.ids, 0);
+  EXPECT_EQ(std::vector<int64_t>(row.begin(), row.end() - 1), std::vector<int64_t>(body.begin(), body.begin() + n - 6));
+  EXPECT_EQ(row.back(), 200);
+
+  const auto mistral = Flux2PromptTokenizer::open(tmp / "mistral", Flux2TextEncoderKind::kMistral3);
+  const auto m = mistral.tokenize({"a cat"}, 300);
+  const auto want = idsOf(flux2TemplatedPrompt(Flux2TextEncoderKind::kMistral3, "a cat"));
+  EXPECT_EQ(m.mask.sum().item<int64_t>(), static_cast<int64_t>(want.size()));  // nothing added
+}
+
 TEST(Flux2Prompts, FolderErrorsNameTheFileAndKey) {
   test::TempDir tmp;
   json noPad = qwenConfig();

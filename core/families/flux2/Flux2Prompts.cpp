@@ -180,7 +180,7 @@ Flux2PromptIds Flux2PromptTokenizer::tokenize(const std::vector<std::string>& pr
   for (int64_t b = 0; b < batch; ++b) {
     out.texts.push_back(flux2TemplatedPrompt(kind_, prompts[static_cast<size_t>(b)], bosToken_));
     std::vector<int> body = tok_->encodeBody(out.texts.back());
-    out.lengths.push_back(static_cast<int64_t>(body.size()) + specials);
+    out.lengths.push_back(static_cast<int64_t>(body.size()));
     const int64_t room = maxLength - specials;
     int64_t dropped = 0;
     if (static_cast<int64_t>(body.size()) > room) {

@@ -57,7 +57,7 @@ struct Flux2PromptIds {
   at::Tensor ids;                  // [B, L] int64, L = max_sequence_length
   at::Tensor mask;                 // [B, L] int64: 1 = token, 0 = padding
   std::vector<std::string> texts;  // the templated texts
-  std::vector<int64_t> lengths;    // tokens of each templated text before truncation and padding
+  std::vector<int64_t> lengths;    // tokens of each templated text (no special tokens added), before truncation
   std::vector<int64_t> dropped;    // tokens cut by truncation (0: none)
 };
 
