@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "io/SafetensorsCheckpoint.h"
 #include "models/llama/LlamaForCausalLM.h"
@@ -46,6 +48,44 @@ struct LlamaStreamOptions {
 std::shared_ptr<LlamaForCausalLM> streamLlamaForCausalLM(const io::SafetensorsCheckpoint& weights,
                                                          const LlamaConfig& cfg, LlamaBuildOptions options,
                                                          const LlamaStreamOptions& stream = {});
+
+// Where a language model's tensors are in a file. The model's own names are always
+// model.* and lm_head.* (LlamaForCausalLM.h); a Mistral3ForConditionalGeneration
+// file (FLUX.2-dev's text encoder) wraps them and also holds a vision tower and a
+// projector, which are recognised and skipped.
+enum class LlamaKeyLayout {
+  kCausalLm,        // model.*, lm_head.*  (*ForCausalLM)
+  kMistral3Legacy,  // language_model.model.*, language_model.lm_head.*; vision_tower.*, multi_modal_projector.*
+  kMistral3,        // model.language_model.*, lm_head.*; model.vision_tower.*, model.multi_modal_projector.*
+};
+const char* toString(LlamaKeyLayout layout);  // "causal_lm", "mistral3 (language_model.model.*)", ...
+
+// The layout whose embed_tokens key the file holds. LoadError naming the weights
+// when none does, or when several do.
+LlamaKeyLayout detectLlamaKeyLayout(const io::SafetensorsCheckpoint& weights);
+// A model parameter name -> its name in a file of `layout`.
+std::string llamaFileKey(const std::string& modelKey, LlamaKeyLayout layout);
+// A file key -> the model parameter name; nullopt for a key outside the language
+// model's part of the file (the vision tower, a stray key).
+std::optional<std::string> llamaModelKey(const std::string& fileKey, LlamaKeyLayout layout);
+// Why a file key is known and deliberately not loaded in `layout` (the vision
+// tower, the projector), or empty.
+std::string llamaSkippedPart(const std::string& fileKey, LlamaKeyLayout layout);
+
+// A language model read for its hidden states (a text encoder): the stem, the first
+// `layers` decoder layers and model.norm, no lm_head. The file may be in any
+// LlamaKeyLayout (detected); besides the keys every layout skips, the LM head and
+// the decoder layers from `layers` on are skipped (the hidden states never reach
+// them: the 24 B Mistral of FLUX.2-dev is read up to layer 30 of 40). Strict like
+// streamLlamaForCausalLM: a missing, mis-shaped or unknown key fails the load, every
+// one named with the file. The returned model's config() is `cfg` with
+// numHiddenLayers = `layers` and tied embeddings (no lm_head module).
+// ConfigError when `layers` is not in 1..cfg.numHiddenLayers.
+std::shared_ptr<LlamaForCausalLM> streamLlamaTextModel(const io::SafetensorsCheckpoint& weights, const LlamaConfig& cfg,
+                                                       int64_t layers, LlamaBuildOptions options,
+                                                       const LlamaStreamOptions& stream = {});
+// `cfg` as streamLlamaTextModel builds it (for random weights of the same shape).
+LlamaConfig llamaTextModelConfig(const LlamaConfig& cfg, int64_t layers);
 
 // config.json -> the model streamed in with `options` (streamLlamaForCausalLM).
 std::shared_ptr<LlamaForCausalLM> loadLlamaForCausalLM(const std::filesystem::path& folder,

@@ -96,12 +96,26 @@ void LlamaConfig::validate() const {
 
 LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw ConfigError(source + ": not a JSON object");
+  if (j.contains("model_type") && j.at("model_type") == "mistral3") {
+    // Mistral3ForConditionalGeneration: the language model's config is text_config
+    // (transformers' default text model there is "mistral").
+    if (!j.contains("text_config") || !j.at("text_config").is_object())
+      throw ConfigError(source + ": key 'text_config': missing (a mistral3 config holds its language model there)");
+    nlohmann::json text = j.at("text_config");
+    if (!text.contains("model_type")) text["model_type"] = "mistral";
+    if (text.at("model_type") != "mistral")
+      throw ConfigError(source + ": key 'text_config.model_type': " + text.at("model_type").dump() +
+                        " is not a language model Strata runs inside mistral3 (mistral)");
+    return fromJson(text, source + ": text_config");
+  }
   const io::JsonFields r(j, source);
   LlamaConfig c;
   c.modelType = r.text("model_type", "");
-  if (c.modelType.empty()) r.fail("model_type", "missing (required: llama, mistral or qwen2)");
-  if (c.modelType != "llama" && c.modelType != "mistral" && c.modelType != "qwen2")
-    r.fail("model_type", "'" + c.modelType + "' is not a Llama-family model Strata runs (llama, mistral, qwen2)");
+  if (c.modelType.empty()) r.fail("model_type", "missing (required: llama, mistral, qwen2 or qwen3)");
+  if (c.modelType != "llama" && c.modelType != "mistral" && c.modelType != "qwen2" && c.modelType != "qwen3")
+    r.fail("model_type", "'" + c.modelType +
+                             "' is not a Llama-family model Strata runs (llama, mistral, qwen2, qwen3; "
+                             "mistral3 through its text_config)");
   const std::string act = r.text("hidden_act", "silu");
   if (act != "silu") r.fail("hidden_act", "'" + act + "' is not supported (the SwiGLU MLP uses silu)");
 
@@ -115,8 +129,10 @@ LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& so
   if (c.numKeyValueHeads <= 0 || c.numAttentionHeads % c.numKeyValueHeads != 0)
     r.fail("num_key_value_heads", std::to_string(c.numKeyValueHeads) + " does not divide num_attention_heads " +
                                       std::to_string(c.numAttentionHeads));
-  if (r.has("head_dim")) {
+  if (r.has("head_dim") && !j.at("head_dim").is_null()) {
     c.headDim = r.integer("head_dim");
+  } else if (c.modelType == "qwen3") {
+    c.headDim = 128;  // Qwen3Config's default: independent of hidden_size
   } else {
     if (c.hiddenSize % c.numAttentionHeads != 0)
       r.fail("hidden_size", std::to_string(c.hiddenSize) +
@@ -141,6 +157,19 @@ LlamaConfig LlamaConfig::fromJson(const nlohmann::json& j, const std::string& so
       r.fail("use_sliding_window", "true is not supported (Qwen2's per-layer sliding window)");
   } else {
     c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+  }
+  if (c.modelType == "qwen3") {
+    c.qkNorm = true;
+    // Qwen3's sliding window is per layer (layer_types); Strata runs full attention only.
+    if (r.boolean("use_sliding_window", false))
+      r.fail("use_sliding_window", "true is not supported (Qwen3's per-layer sliding window)");
+    if (r.has("layer_types")) {
+      const auto& types = j.at("layer_types");
+      if (!types.is_array()) r.fail("layer_types", "expected a list, got " + types.dump());
+      for (const auto& t : types)
+        if (t != "full_attention")
+          r.fail("layer_types", t.dump() + " is not supported (Strata runs full_attention layers only)");
+    }
   }
   c.mlpBias = r.boolean("mlp_bias", false);
   if (c.modelType == "mistral" && r.has("sliding_window")) {
@@ -180,6 +209,7 @@ nlohmann::json LlamaConfig::toJson() const {
   nlohmann::json j;
   j["model_type"] = modelType;
   j["architectures"] = {modelType == "qwen2"     ? "Qwen2ForCausalLM"
+                        : modelType == "qwen3"   ? "Qwen3ForCausalLM"
                         : modelType == "mistral" ? "MistralForCausalLM"
                                                  : "LlamaForCausalLM"};
   j["hidden_act"] = "silu";
@@ -208,6 +238,7 @@ nlohmann::json LlamaConfig::toJson() const {
     j["rope_scaling"] = s;
   }
   if (modelType != "qwen2") j["attention_bias"] = qkvBias;
+  if (modelType == "qwen3") j["use_sliding_window"] = false;
   j["mlp_bias"] = mlpBias;
   if (modelType == "mistral") j["sliding_window"] = slidingWindow ? nlohmann::json(*slidingWindow) : nullptr;
   if (padTokenId) j["pad_token_id"] = *padTokenId;
@@ -262,18 +293,25 @@ std::vector<nn::ModuleSpec> llamaUnitLayout(LlamaUnit unit, const LlamaConfig& c
   switch (unit) {
     case LlamaUnit::Stem:
       return {{"model.embed_tokens", T::Embedding, cfg.vocabSize, d, false}};
-    case LlamaUnit::Layer:
-      return {
+    case LlamaUnit::Layer: {
+      std::vector<nn::ModuleSpec> rows = {
           rmsNorm("input_layernorm"),
           linear("self_attn.q_proj", d, cfg.qDim(), cfg.qkvBias),
           linear("self_attn.k_proj", d, cfg.kvDim(), cfg.qkvBias),
           linear("self_attn.v_proj", d, cfg.kvDim(), cfg.qkvBias),
           linear("self_attn.o_proj", cfg.qDim(), d, cfg.outputBias),
-          rmsNorm("post_attention_layernorm"),
-          linear("mlp.gate_proj", d, cfg.intermediateSize, cfg.mlpBias),
-          linear("mlp.up_proj", d, cfg.intermediateSize, cfg.mlpBias),
-          linear("mlp.down_proj", cfg.intermediateSize, d, cfg.mlpBias),
       };
+      if (cfg.qkNorm) {
+        // Qwen3Attention registers them after o_proj; one weight of head_dim each.
+        rows.push_back({"self_attn.q_norm", T::RmsNorm, cfg.headDim, cfg.headDim, false});
+        rows.push_back({"self_attn.k_norm", T::RmsNorm, cfg.headDim, cfg.headDim, false});
+      }
+      rows.push_back(rmsNorm("post_attention_layernorm"));
+      rows.push_back(linear("mlp.gate_proj", d, cfg.intermediateSize, cfg.mlpBias));
+      rows.push_back(linear("mlp.up_proj", d, cfg.intermediateSize, cfg.mlpBias));
+      rows.push_back(linear("mlp.down_proj", cfg.intermediateSize, d, cfg.mlpBias));
+      return rows;
+    }
     case LlamaUnit::Head: {
       std::vector<nn::ModuleSpec> head = {rmsNorm("model.norm")};
       if (!cfg.tieWordEmbeddings) head.push_back(linear("lm_head", d, cfg.vocabSize, false));
@@ -314,7 +352,9 @@ double llamaActivationElementsPerTokenPerHidden(const LlamaConfig& cfg) {
   const double norms = 2 * 4 * d;
   // q and k before and after the rotation, v, k and v repeated to all heads
   // for the fused kernel, the attention output (o_proj's input).
-  const double attention = 2 * q + 2 * kv + kv + 2 * q + q;
+  double attention = 2 * q + 2 * kv + kv + 2 * q + q;
+  // Qwen3's q/k norms: the float32 copies of q and k (2 units) and the normalised q and k.
+  if (cfg.qkNorm) attention += 3 * (q + kv);
   // gate, silu(gate), up, and their product (down_proj's input).
   const double mlp = 4 * inter;
   return (norms + attention + mlp) / d;

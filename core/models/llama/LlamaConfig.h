@@ -1,8 +1,11 @@
 #pragma once
 // The shape and options of a Llama-family causal LM (transformers LlamaForCausalLM,
-// and Mistral / Qwen2, which differ from it only in what this config says), read
-// from the model folder's config.json. Both config forms are read: transformers 5's
-// "rope_parameters" and the older "rope_theta" + "rope_scaling".
+// and Mistral / Qwen2 / Qwen3, which differ from it only in what this config says),
+// read from the model folder's config.json. Both config forms are read: transformers
+// 5's "rope_parameters" and the older "rope_theta" + "rope_scaling". A
+// Mistral3ForConditionalGeneration folder (model_type "mistral3", FLUX.2-dev's text
+// encoder) gives the config of its language model (text_config); its vision tower
+// is not described here (LlamaCheckpoint skips its weights).
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -28,7 +31,7 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  std::string modelType = "llama";  // "llama", "mistral", "qwen2"
+  std::string modelType = "llama";  // "llama", "mistral", "qwen2", "qwen3"
   int64_t vocabSize = 32000;
   int64_t hiddenSize = 4096;
   int64_t intermediateSize = 11008;
@@ -41,9 +44,12 @@ struct LlamaConfig {
   RopeScaling ropeScaling;
   int64_t maxPositionEmbeddings = 2048;
   bool tieWordEmbeddings = false;
-  bool qkvBias = false;                  // attention_bias (Llama), always on for Qwen2
-  bool outputBias = false;               // o_proj bias: attention_bias (Llama) only
-  bool mlpBias = false;                  // mlp_bias (Llama)
+  bool qkvBias = false;     // attention_bias (Llama), always on for Qwen2
+  bool outputBias = false;  // o_proj bias: attention_bias (Llama) only
+  bool mlpBias = false;     // mlp_bias (Llama)
+  // Qwen3: an RMSNorm over head_dim (self_attn.q_norm / k_norm, one weight shared by
+  // every head) on q and on k, per head, before the rotation.
+  bool qkNorm = false;
   std::optional<int64_t> slidingWindow;  // Mistral's, when set: a query sees the last N keys
   std::optional<int64_t> padTokenId;
   std::optional<int64_t> bosTokenId;
@@ -58,6 +64,8 @@ struct LlamaConfig {
   // From a parsed config.json. `source` (a file name) prefixes every error.
   // Throws ConfigError naming the key: a missing required key, a wrong type, a
   // model_type or hidden_act Strata does not run, a rope type it does not know.
+  // model_type "mistral3" reads the language model's text_config (errors name
+  // "text_config.<key>"); its vision_config is not read.
   static LlamaConfig fromJson(const nlohmann::json& j, const std::string& source = "config.json");
   // From a config.json file, or a model folder holding one. IoError when the
   // file is missing or not JSON; ConfigError (with the path) for its content.

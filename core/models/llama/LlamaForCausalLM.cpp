@@ -158,6 +158,10 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& cfg, const LlamaBuildOpt
   kProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.k_proj"));
   vProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.v_proj"));
   oProj = nn::Linear(b.get<nn::LinearImpl>("self_attn.o_proj"));
+  if (cfg.qkNorm) {
+    qNorm = LlamaRmsNorm(b.get<LlamaRmsNormImpl>("self_attn.q_norm"));
+    kNorm = LlamaRmsNorm(b.get<LlamaRmsNormImpl>("self_attn.k_norm"));
+  }
   postAttentionLayernorm = LlamaRmsNorm(b.get<LlamaRmsNormImpl>("post_attention_layernorm"));
   gateProj = nn::Linear(b.get<nn::LinearImpl>("mlp.gate_proj"));
   upProj = nn::Linear(b.get<nn::LinearImpl>("mlp.up_proj"));
@@ -179,6 +183,11 @@ nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
   auto q = headsFirst(qkv[0], heads_, headDim_);    // [B, H, L, Dh]
   auto k = headsFirst(qkv[1], kvHeads_, headDim_);  // [B, Hkv, L, Dh]
   auto v = headsFirst(qkv[2], kvHeads_, headDim_);
+  if (qNorm) {
+    // Qwen3: each head's q and k RMS-normalised over head_dim, before the rotation.
+    q = qNorm->forward(q);
+    k = kNorm->forward(k);
+  }
   q = applyRotaryHalves(q, io.ropeCos, io.ropeSin);
   k = applyRotaryHalves(k, io.ropeCos, io.ropeSin);
   if (kvHeads_ != heads_) {
@@ -187,9 +196,14 @@ nn::BlockIO LlamaDecoderLayer::forward(const nn::BlockIO& io) {
     k = k.unsqueeze(2).expand({batch, kvHeads_, rep, length, headDim_}).reshape({batch, heads_, length, headDim_});
     v = v.unsqueeze(2).expand({batch, kvHeads_, rep, length, headDim_}).reshape({batch, heads_, length, headDim_});
   }
-  const auto attn = compat::scaledDotProductAttention(q, k, v, io.mask)  // [B, H, L, Dh]
-                        .transpose(1, 2)
-                        .reshape({batch, length, heads_ * headDim_});  // [B, L, H*Dh]
+  auto attn = compat::scaledDotProductAttention(q, k, v, io.mask);  // [B, H, L, Dh]
+  if (io.mask.defined()) {
+    // A query that sees no key (leading left padding) attends to nothing: zero, as
+    // scaled_dot_product_attention gives from PyTorch 2.5 on (the header).
+    const auto blind = io.mask.amax(-1, /*keepdim=*/true).ne(0);  // [B, 1, L, 1]
+    attn = attn.masked_fill(blind, 0.0);
+  }
+  attn = attn.transpose(1, 2).reshape({batch, length, heads_ * headDim_});  // [B, L, H*Dh]
   const auto hidden = x + oProj->forward(attn);
   const auto m = postAttentionLayernorm->forward(hidden);
   nn::BlockIO out = io;

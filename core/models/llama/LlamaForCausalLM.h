@@ -2,9 +2,9 @@
 // A Llama-family causal LM (transformers LlamaForCausalLM; Mistral and Qwen2 by
 // the same code), modules named by the transformers state-dict keys so that
 // named_parameters() equals a checkpoint's key set: model.embed_tokens,
-// model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
-// post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head (absent
-// when the embeddings are tied). To placement it is a stem (embed_tokens, and the
+// model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, (Qwen3:
+// self_attn.{q,k}_norm), post_attention_layernorm, mlp.{gate,up,down}_proj},
+// model.norm, lm_head (absent when the embeddings are tied). To placement it is a stem (embed_tokens, and the
 // rotary tables and attention mask it computes), one block per decoder layer
 // and a head (model.norm, lm_head); every block takes and returns nn::BlockIO:
 //   img      [B, L, D] hidden states
@@ -12,7 +12,11 @@
 //   ropeSin  [B, L, head_dim] (transformers' rotate_half: the two halves of a head pair up)
 //   mask     [B, 1, L, L] additive attention mask in the model dtype: 0 where a
 //            query sees a key (causal, key not padding, inside a sliding window),
-//            the dtype's lowest value elsewhere
+//            the dtype's lowest value elsewhere. A query that sees no key at all (a
+//            left-padded row's leading padding) gets a zero attention output, as
+//            PyTorch's scaled_dot_product_attention gives from 2.5 on (transformers'
+//            sdpa path, which FLUX.2's text encoders run: every position's hidden
+//            state goes to the transformer)
 // Every Linear is an nn::Linear, so LoRA adapters attach per projection.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -83,6 +87,7 @@ class LlamaDecoderLayer : public nn::Block {
 
   LlamaRmsNorm inputLayernorm{nullptr};
   nn::Linear qProj{nullptr}, kProj{nullptr}, vProj{nullptr}, oProj{nullptr};  // self_attn.*
+  LlamaRmsNorm qNorm{nullptr}, kNorm{nullptr};  // self_attn.{q,k}_norm: Qwen3 only (else null)
   LlamaRmsNorm postAttentionLayernorm{nullptr};
   nn::Linear gateProj{nullptr}, upProj{nullptr}, downProj{nullptr};  // mlp.*
 
