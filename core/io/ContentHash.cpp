@@ -1,5 +1,8 @@
 #include "io/ContentHash.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -227,6 +230,30 @@ std::string fileContentHash(const std::filesystem::path& path) {
     }
   }
   return hex;
+}
+
+std::string weightsStamp(const std::filesystem::path& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  const bool folder = fs::is_directory(p, ec);
+  if (folder) {
+    for (const auto& e : fs::directory_iterator(p, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(p);
+  }
+  std::string s = "[";
+  for (const auto& f : files) {
+    if (folder) s += f.filename().string() + ":";
+    try {
+      s += fileContentHash(f) + ";";
+    } catch (const Error&) {
+      s += "unreadable " + f.string() + ";";
+    }
+  }
+  return s + "]";
 }
 
 }  // namespace strata::io

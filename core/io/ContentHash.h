@@ -38,4 +38,11 @@ std::string contentHashHex(const std::string& bytes);
 // the file when it cannot be read.
 std::string fileContentHash(const std::filesystem::path& path);
 
+// What identifies weights in a cache key: fileContentHash of a file, or of every
+// file directly in a folder (with its name), "[name:hash;...]". Replaced weights
+// change it even when their size and date were kept; moving or touching them
+// does not. A file that cannot be read is named in it ("unreadable <path>"): the
+// load that needs it says why.
+std::string weightsStamp(const std::filesystem::path& fileOrFolder);
+
 }  // namespace strata::io

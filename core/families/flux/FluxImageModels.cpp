@@ -24,35 +24,6 @@ namespace strata::families {
 
 namespace {
 
-// What identifies weights in a cache key: the content hash of a file, or of every
-// file directly in a folder (with its name), so replaced weights change it even
-// when their size and date were kept; moving or touching them does not. Hashes
-// are remembered by inode, size, mtime and ctime (io::fileContentHash), so a
-// multi-GB file is read once, not at every run.
-std::string stampOf(const fs::path& p) {
-  std::error_code ec;
-  std::vector<fs::path> files;
-  const bool folder = fs::is_directory(p, ec);
-  if (folder) {
-    for (const auto& e : fs::directory_iterator(p, ec))
-      if (e.is_regular_file(ec)) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(p);
-  }
-  std::ostringstream s;
-  s << "[";
-  for (const auto& f : files) {
-    if (folder) s << f.filename().string() << ":";
-    try {
-      s << io::fileContentHash(f) << ";";
-    } catch (const Error&) {
-      s << "unreadable " << f.string() << ";";  // the load that needs it says why
-    }
-  }
-  s << "]";
-  return s.str();
-}
 
 std::string dtypeName(at::ScalarType t) { return c10::toString(t); }
 
@@ -94,8 +65,8 @@ struct RunModelsOptions {
 // The text encoders' and tokenizers' content hashes.
 std::string textFilesStamp(const RunModelsOptions& o) {
   std::string s;
-  if (!o.randomWeights) s = "t5 " + stampOf(o.files.text.t5) + " clip " + stampOf(o.files.text.clip) + " ";
-  return s + "tokenizers " + stampOf(o.files.text.t5Tokenizer) + " " + stampOf(o.files.text.clipTokenizer);
+  if (!o.randomWeights) s = "t5 " + io::weightsStamp(o.files.text.t5) + " clip " + io::weightsStamp(o.files.text.clip) + " ";
+  return s + "tokenizers " + io::weightsStamp(o.files.text.t5Tokenizer) + " " + io::weightsStamp(o.files.text.clipTokenizer);
 }
 
 std::unique_ptr<FluxVaeCodec> makeVaeCodec(const RunModelsOptions& o) {
@@ -110,9 +81,9 @@ std::unique_ptr<FluxVaeCodec> makeVaeCodec(const RunModelsOptions& o) {
         << c10::DeviceTypeName(o.device.type());
   } else {
     // Hashed before and after the load: the key then names the weights that were loaded.
-    const std::string vaeStamp = stampOf(o.files.vae);
+    const std::string vaeStamp = io::weightsStamp(o.files.vae);
     vae = vae::loadAutoencoderKL(o.files.vae, {o.device, o.vaeDtype}, o.files.vaeHints);
-    if (stampOf(o.files.vae) != vaeStamp)
+    if (io::weightsStamp(o.files.vae) != vaeStamp)
       throw LoadError(o.files.vae.string() + ": changed while it was being loaded; start the run again");
     vid << "vae " << vaeStamp;
   }

@@ -48,27 +48,6 @@ std::string settingsOf(Flux2TextEncoderKind kind, const std::vector<int64_t>& la
   return s.str();
 }
 
-// The content hash of a file, or of every file directly in a folder (with its name).
-std::string stampOf(const fs::path& p) {
-  std::error_code ec;
-  std::vector<fs::path> files;
-  const bool folder = fs::is_directory(p, ec);
-  if (folder) {
-    for (const auto& e : fs::directory_iterator(p, ec))
-      if (e.is_regular_file(ec)) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(p);
-  }
-  std::ostringstream s;
-  s << "[";
-  for (const auto& f : files) {
-    if (folder) s << f.filename().string() << ":";
-    s << io::fileContentHash(f) << ";";
-  }
-  s << "]";
-  return s.str();
-}
 
 }  // namespace
 
@@ -259,8 +238,8 @@ void Flux2TextEncoder::release() {
 std::string flux2TextEncoderIdentity(const Flux2TextEncoderFiles& files, Flux2TextEncoderKind kind,
                                      const Flux2TextEncoderOptions& options) {
   const auto cfg = llama::LlamaConfig::fromFile(files.encoder);
-  return settingsOf(kind, resolveOutLayers(options, kind, cfg), options) + "; encoder " + stampOf(files.encoder) +
-         "; tokenizer " + stampOf(files.tokenizer);
+  return settingsOf(kind, resolveOutLayers(options, kind, cfg), options) + "; encoder " + io::weightsStamp(files.encoder) +
+         "; tokenizer " + io::weightsStamp(files.tokenizer);
 }
 
 }  // namespace strata::families
