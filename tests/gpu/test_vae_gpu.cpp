@@ -1,6 +1,7 @@
 // GPU checks of the AutoencoderKL (label gpu; they skip without CUDA): reference
 // parity on CUDA (float32 at the fixture tolerance, bf16 at a stated one) for
-// every "vae" folder and the VAE of every "flux_pipeline" folder, and the
+// every "vae" folder, the VAE of every "flux_pipeline" folder and FLUX.2's VAE of
+// every "flux2_pipeline" folder, and the
 // FLUX.1 VAE (random bf16 weights) at 1024 px: encode and decode images/s and
 // peak memory, whole and in 512 px tiles, printed (no timing assertion).
 #include <ATen/CPUGeneratorImpl.h>
@@ -18,6 +19,7 @@
 #include "io/Safetensors.h"
 #include "models/vae/AutoencoderKL.h"
 #include "models/vae/VaeCheckpoint.h"
+#include "parity/Flux2PipelineVaeFixture.h"
 #include "parity/VaeFixture.h"
 
 namespace fs = std::filesystem;
@@ -87,6 +89,35 @@ TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
     auto model = parity::pipelineVae(dir, cuda);
     EXPECT_TRUE(model->device().is_cuda());
     parity::expectPipelineVaeMatches(*model, dir, manifest);
+  }
+}
+
+// FLUX.2's VAE of every "flux2_pipeline" folder on CUDA in float32 (TF32 off), from
+// the diffusers folder and from BFL's single file: the CPU parity checks' numbers
+// (tests/parity/Flux2PipelineVaeChecks.cpp) at each output's tolerance.
+TEST(VaeGpu, Flux2PipelineVaeParityOnCuda) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const at::Device cuda(at::kCUDA, 0);
+  const auto folders = test::fixturesOfKind("flux2_pipeline");
+  ASSERT_FALSE(folders.empty()) << "no flux2_pipeline fixture under " << test::referenceDir();
+  const bool tf32 = at::globalContext().allowTF32CuDNN();
+  at::globalContext().setAllowTF32CuDNN(false);
+  struct RestoreTf32 {
+    bool on;
+    ~RestoreTf32() { at::globalContext().setAllowTF32CuDNN(on); }
+  } restore{tf32};
+  for (const auto& [dir, manifest] : folders) {
+    const parity::Flux2PipelineFixture f(dir, manifest);
+    for (const bool single : {false, true}) {
+      std::cout << "[vae gpu] " << dir.string() << " (FLUX.2 VAE from " << (single ? "singles" : "model/vae") << ")"
+                << std::endl;
+      SCOPED_TRACE(dir.string() + (single ? " singles/flux2-vae.safetensors" : " model/vae"));
+      auto model = parity::flux2PipelineVae(f, single, cuda);
+      EXPECT_TRUE(model->device().is_cuda());
+      EXPECT_TRUE(model->bn->runningMean.is_cuda());
+      parity::expectFlux2PipelineVaeMatches(*model, f);
+      if (!single) parity::expectFlux2CodecMatches(model, f, "model/vae");
+    }
   }
 }
 
