@@ -178,3 +178,45 @@ TEST(VaeGpu, Flux1VaeAt1024PxInBf16SpeedAndMemory) {
   std::cout << "[vae gpu] bf16 vs float32 encode at 1024 px (same weights): latent mean relative L2 "
             << relL2(dist.mean, ref.mean) << std::endl;
 }
+
+// FLUX.2's VAE at its real shape (VaeConfig::flux2: 32 latent channels, quant
+// convs), random bf16 weights, at 1024 px: the training latents' shape
+// [1, 128, 64, 64] and the round trip back to an image, then encode / decode
+// images/s and peak memory beside the planner's estimate, printed (no timing assertion).
+TEST(VaeGpu, Flux2VaeAt1024PxInBf16SpeedAndMemory) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const at::Device cuda(at::kCUDA, 0);
+  const auto cfg = vae::VaeConfig::flux2();
+  at::NoGradGuard noGrad;
+  synchronize();
+  const int64_t before = currentAllocatedBytes();
+  vae::AutoencoderKL model(cfg, {cuda, at::kBFloat16});
+  synchronize();
+  const int64_t weightBytes = currentAllocatedBytes() - before;
+  std::cout << "[vae gpu] FLUX.2 VAE: " << vae::vaeParamCount(cfg) << " parameters, " << gib(weightBytes)
+            << " GiB of bf16 weights" << std::endl;
+
+  auto gen = at::detail::createCPUGenerator(4321);
+  const auto image = (at::rand({1, 3, 1024, 1024}, gen, at::kFloat) * 2 - 1).to(cuda, at::kBFloat16);
+  const auto mode = model.encode(image).mean;
+  ASSERT_EQ(mode.sizes().vec(), (std::vector<int64_t>{1, 32, 128, 128}));
+  const auto train = model.toTrainingLatents(mode);
+  ASSERT_EQ(train.sizes().vec(), (std::vector<int64_t>{1, 128, 64, 64}));
+  EXPECT_TRUE(at::isfinite(train).all().item<bool>());
+  const auto decoded = model.decode(model.fromTrainingLatents(train));
+  ASSERT_EQ(decoded.sizes().vec(), (std::vector<int64_t>{1, 3, 1024, 1024}));
+  EXPECT_TRUE(at::isfinite(decoded).all().item<bool>());
+
+  for (const bool encode : {true, false}) {
+    synchronize();
+    resetPeak();
+    const double ms = timeMs([&] { encode ? (void)model.encode(image) : (void)model.decode(mode); }, 2, 10);
+    const int64_t peak = peakAllocatedBytes();
+    const int64_t estimate = encode ? vae::vaeEncodePeakBytes(cfg, 1, 1024, 1024, 2)
+                                    : vae::vaeDecodePeakBytes(cfg, 1, 1024, 1024, 2);
+    std::cout << "[vae gpu] FLUX.2 " << (encode ? "encode" : "decode") << " 1x1024px bf16: median " << ms << " ms, "
+              << 1000.0 / ms << " images/s; activations " << gib(peak - before - weightBytes) << " GiB (estimate "
+              << gib(estimate) << " GiB)" << std::endl;
+    EXPECT_GT(ms, 0.0);
+  }
+}

@@ -129,6 +129,21 @@ TEST(VaeFlux2Config, BadValuesAreRefusedNamingFileAndKey) {
   EXPECT_THROW(kl.validate(), ConfigError);
 }
 
+TEST(VaeFlux2Config, NarrowerDecoderShowsInShapesAndDecodePeak) {
+  const auto wide = VaeConfig::flux2();
+  auto narrow = wide;
+  narrow.decoderBlockOutChannels = {96, 192, 384, 384};
+  const auto shapes = vaeParamShapes(narrow);
+  EXPECT_EQ(shapes.at("decoder.conv_in.weight"), (std::vector<int64_t>{384, 32, 3, 3}));
+  EXPECT_EQ(shapes.at("decoder.conv_out.weight"), (std::vector<int64_t>{3, 96, 3, 3}));
+  EXPECT_EQ(shapes.at("encoder.conv_out.weight"), vaeParamShapes(wide).at("encoder.conv_out.weight"));
+  EXPECT_LT(vaeParamCount(narrow), vaeParamCount(wide));
+  EXPECT_EQ(vaeEncodePeakBytes(narrow, 1, 1024, 1024, 2), vaeEncodePeakBytes(wide, 1, 1024, 1024, 2));
+  EXPECT_LT(vaeDecodePeakBytes(narrow, 1, 1024, 1024, 2), vaeDecodePeakBytes(wide, 1, 1024, 1024, 2));
+  AutoencoderKL model(tiny::flux2NarrowDecoder());
+  EXPECT_EQ(model.decoder->convIn->weight.size(0), 8);
+}
+
 // ---- names -----------------------------------------------------------------------------
 
 TEST(VaeFlux2Names, BflSingleFileNamesBothWays) {
