@@ -212,8 +212,8 @@ TEST(VaeGpu, Flux2VaeAt1024PxInBf16SpeedAndMemory) {
     resetPeak();
     const double ms = timeMs([&] { encode ? (void)model.encode(image) : (void)model.decode(mode); }, 2, 10);
     const int64_t peak = peakAllocatedBytes();
-    const int64_t estimate = encode ? vae::vaeEncodePeakBytes(cfg, 1, 1024, 1024, 2)
-                                    : vae::vaeDecodePeakBytes(cfg, 1, 1024, 1024, 2);
+    const int64_t estimate =
+        encode ? vae::vaeEncodePeakBytes(cfg, 1, 1024, 1024, 2) : vae::vaeDecodePeakBytes(cfg, 1, 1024, 1024, 2);
     std::cout << "[vae gpu] FLUX.2 " << (encode ? "encode" : "decode") << " 1x1024px bf16: median " << ms << " ms, "
               << 1000.0 / ms << " images/s; activations " << gib(peak - before - weightBytes) << " GiB (estimate "
               << gib(estimate) << " GiB)" << std::endl;
