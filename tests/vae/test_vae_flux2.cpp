@@ -124,6 +124,18 @@ TEST(VaeFlux2Config, BadValuesAreRefusedNamingFileAndKey) {
       EXPECT_TRUE(contains(e.what(), key)) << e.what();
     }
   }
+  // Without block types, diffusers builds four levels: three widths cannot be meant.
+  for (const char* key : {"down_block_types", "up_block_types"}) {
+    nlohmann::json j = tiny::flux2Layout().toDiffusersJson();
+    j.erase(key);
+    std::ofstream(path, std::ios::trunc) << j.dump();
+    try {
+      VaeConfig::fromDiffusersJsonFile(path);
+      ADD_FAILURE() << key << " absent with 3 levels accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), path.string()) && contains(e.what(), key)) << e.what();
+    }
+  }
   // A decoder width list is AutoencoderKLFlux2's alone.
   VaeConfig kl = tiny::fluxLayout();
   kl.decoderBlockOutChannels = {8, 16};

@@ -183,9 +183,10 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   std::string act = "silu";
   fields.read("act_fn", act);
   if (act != "silu") fields.fail("act_fn", "is '" + act + "', only silu is supported");
-  if (cls == VaeClass::AutoencoderKLFlux2 && !j.contains("down_block_types") && c.numBlocks() != 4)
-    fields.fail("down_block_types",
-                "absent (diffusers' default has 4 levels), block_out_channels has " + std::to_string(c.numBlocks()));
+  for (const char* key : {"down_block_types", "up_block_types"})
+    if (cls == VaeClass::AutoencoderKLFlux2 && !j.contains(key) && c.numBlocks() != 4)
+      fields.fail(key,
+                  "absent (diffusers' default has 4 levels), block_out_channels has " + std::to_string(c.numBlocks()));
   for (const auto& [key, type] : {std::pair<const char*, const char*>{"down_block_types", "DownEncoderBlock2D"},
                                   {"up_block_types", "UpDecoderBlock2D"}}) {
     std::vector<std::string> types;
