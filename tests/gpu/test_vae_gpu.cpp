@@ -47,6 +47,17 @@ double timeMs(const std::function<void()>& fn, int warmup, int runs) {
   return medianMs(ms);
 }
 
+// cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa): 9e-4 off
+// the reference, ten times the fixture's tolerance. Parity is float32: off while
+// this lives, restored after.
+struct NoTf32 {
+  NoTf32() : was(at::globalContext().allowTF32CuDNN()) { at::globalContext().setAllowTF32CuDNN(false); }
+  ~NoTf32() { at::globalContext().setAllowTF32CuDNN(was); }
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+  bool was;
+};
+
 }  // namespace
 
 TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
@@ -55,14 +66,7 @@ TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
   const auto folders = test::fixturesOfKind("vae");
   ASSERT_FALSE(folders.empty()) << "no vae fixture under " << test::referenceDir();
   at::NoGradGuard noGrad;
-  // cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa): 9e-4
-  // off the reference, ten times the fixture's tolerance. Parity is float32.
-  const bool tf32 = at::globalContext().allowTF32CuDNN();
-  at::globalContext().setAllowTF32CuDNN(false);
-  struct RestoreTf32 {
-    bool on;
-    ~RestoreTf32() { at::globalContext().setAllowTF32CuDNN(on); }
-  } restore{tf32};
+  const NoTf32 exactFloat32;
   for (const auto& [dir, manifest] : folders) {
     std::cout << "[vae gpu] " << dir.string() << std::endl;
     SCOPED_TRACE(dir.string());
@@ -100,12 +104,7 @@ TEST(VaeGpu, Flux2PipelineVaeParityOnCuda) {
   const at::Device cuda(at::kCUDA, 0);
   const auto folders = test::fixturesOfKind("flux2_pipeline");
   ASSERT_FALSE(folders.empty()) << "no flux2_pipeline fixture under " << test::referenceDir();
-  const bool tf32 = at::globalContext().allowTF32CuDNN();
-  at::globalContext().setAllowTF32CuDNN(false);
-  struct RestoreTf32 {
-    bool on;
-    ~RestoreTf32() { at::globalContext().setAllowTF32CuDNN(on); }
-  } restore{tf32};
+  const NoTf32 exactFloat32;
   for (const auto& [dir, manifest] : folders) {
     const parity::Flux2PipelineFixture f(dir, manifest);
     for (const bool single : {false, true}) {

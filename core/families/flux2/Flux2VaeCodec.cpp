@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "common/Error.h"
-#include "common/ShapeText.h"
 #include "dit/LatentPatch.h"
 #include "models/vae/AutoencoderKL.h"
 
@@ -42,11 +41,14 @@ Flux2VaeCodec::Flux2VaeCodec(std::shared_ptr<vae::AutoencoderKL> vae, const std:
   channels_ = c.trainingChannels();
   downscale_ = c.trainingDownscale()[0];
   patch_ = c.patchSize;
-  const int64_t n = c.batchNormChannels();
-  const auto mean = vae_->bn->runningMean.detach().to(at::kCPU, at::kFloat);
-  const auto var = vae_->bn->runningVar.detach().to(at::kCPU, at::kFloat);
-  mean_ = mean.view({1, n, 1, 1}).clone();
-  std_ = at::sqrt(var + c.batchNormEps).view({1, n, 1, 1});  // as Flux2Pipeline: sqrt(running_var + eps)
+  stats_ = std::make_shared<vae::VaeBatchNormImpl>(c.batchNormChannels(), c.batchNormEps, at::Device(at::kCPU));
+  {
+    at::NoGradGuard noGrad;
+    stats_->runningMean.copy_(vae_->bn->runningMean);
+    stats_->runningVar.copy_(vae_->bn->runningVar);
+  }
+  const auto& mean = stats_->runningMean;
+  const auto& var = stats_->runningVar;
   std::ostringstream id;
   id << weights << "; training latents (patchify " << patch_[0] << "x" << patch_[1]
      << "(mode) - bn.running_mean) / sqrt(bn.running_var + " << std::setprecision(17) << c.batchNormEps
@@ -71,22 +73,14 @@ at::Tensor Flux2VaeCodec::decode(const at::Tensor& latents) {
   return (img.to(at::kFloat) / 2 + 0.5).clamp(0, 1).cpu();
 }
 
-// The VAE's own formulas (AutoencoderKL::toTrainingLatents / fromTrainingLatents)
-// with the statistics kept here.
+// The VAE's own steps (AutoencoderKL::toTrainingLatents / fromTrainingLatents)
+// with the copy of its batch norm kept here.
 at::Tensor Flux2VaeCodec::normalize(const at::Tensor& raw) const {
-  const auto p = dit::patchifyLatents(raw, patch_[0], patch_[1]);  // [B, 4C, H/2, W/2]
-  if (p.size(1) != channels_)
-    throw Error("Flux2VaeCodec::normalize: expected latents of " + std::to_string(channels_ / (patch_[0] * patch_[1])) +
-                " channels, got " + shapeText(raw.sizes()));
-  return ((p.to(at::kFloat) - mean_.to(p.device())) / std_.to(p.device())).to(raw.scalar_type());
+  return stats_->normalize(dit::patchifyLatents(raw, patch_[0], patch_[1]));  // [B, 4C, H/2, W/2]
 }
 
 at::Tensor Flux2VaeCodec::denormalize(const at::Tensor& latents) const {
-  if (latents.dim() != 4 || latents.size(1) != channels_)
-    throw Error("Flux2VaeCodec::denormalize: expected training latents [B, " + std::to_string(channels_) +
-                ", h, w], got " + shapeText(latents.sizes()));
-  const auto raw = latents.to(at::kFloat) * std_.to(latents.device()) + mean_.to(latents.device());
-  return dit::unpatchifyLatents(raw, patch_[0], patch_[1]).to(latents.scalar_type());  // [B, C, 2h, 2w]
+  return dit::unpatchifyLatents(stats_->unnormalize(latents), patch_[0], patch_[1]);  // [B, C, 2h, 2w]
 }
 
 }  // namespace strata::families

@@ -16,7 +16,8 @@
 
 namespace strata::vae {
 class AutoencoderKL;
-}
+class VaeBatchNormImpl;
+}  // namespace strata::vae
 
 namespace strata::families {
 
@@ -44,10 +45,10 @@ class Flux2VaeCodec final : public diffusion::LatentCodec {
   std::string identity_;
   int64_t channels_ = 0;
   int64_t downscale_ = 16;
-  // Kept on the CPU in float32, so normalize() works after release().
+  // A CPU copy of the VAE's batch norm (its statistics, float32), so normalize()
+  // works after release().
   std::array<int64_t, 2> patch_{2, 2};
-  at::Tensor mean_;  // [1, 4C, 1, 1]
-  at::Tensor std_;   // sqrt(var + eps), [1, 4C, 1, 1]
+  std::shared_ptr<vae::VaeBatchNormImpl> stats_;
 };
 
 }  // namespace strata::families

@@ -128,18 +128,11 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
 
   // The class's diffusers defaults (AutoencoderKL: SD's VAE; AutoencoderKLFlux2:
   // FLUX.2's), so a config.json that leaves a key out means what it means there.
-  VaeConfig c;
-  if (cls == VaeClass::AutoencoderKLFlux2) {
-    c = flux2();
-  } else {
+  VaeConfig c = cls == VaeClass::AutoencoderKLFlux2 ? flux2() : sd1();
+  if (cls == VaeClass::AutoencoderKL) {  // diffusers' AutoencoderKL: SD's VAE, one level of 64
     c.blockOutChannels = {64};
     c.layersPerBlock = 1;
-    c.latentChannels = 4;
     c.sampleSize = 32;
-    c.scalingFactor = kSdScaling;
-    c.shiftFactor = 0.0;
-    c.useQuantConv = true;
-    c.usePostQuantConv = true;
   }
   fields.read("in_channels", c.inChannels);
   fields.read("out_channels", c.outChannels);
