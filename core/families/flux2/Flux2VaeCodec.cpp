@@ -2,7 +2,6 @@
 
 #include <torch/autograd.h>
 
-#include <cstring>
 #include <iomanip>
 #include <sstream>
 
