@@ -1,6 +1,7 @@
 // GPU checks of the AutoencoderKL (label gpu; they skip without CUDA): reference
 // parity on CUDA (float32 at the fixture tolerance, bf16 at a stated one) for
-// every "vae" folder and the VAE of every "flux_pipeline" folder, and the
+// every "vae" folder, the VAE of every "flux_pipeline" folder and FLUX.2's VAE of
+// every "flux2_pipeline" folder, and the
 // FLUX.1 VAE (random bf16 weights) at 1024 px: encode and decode images/s and
 // peak memory, whole and in 512 px tiles, printed (no timing assertion).
 #include <ATen/CPUGeneratorImpl.h>
@@ -18,6 +19,7 @@
 #include "io/Safetensors.h"
 #include "models/vae/AutoencoderKL.h"
 #include "models/vae/VaeCheckpoint.h"
+#include "parity/Flux2PipelineVaeFixture.h"
 #include "parity/VaeFixture.h"
 
 namespace fs = std::filesystem;
@@ -45,6 +47,17 @@ double timeMs(const std::function<void()>& fn, int warmup, int runs) {
   return medianMs(ms);
 }
 
+// cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa): 9e-4 off
+// the reference, ten times the fixture's tolerance. Parity is float32: off while
+// this lives, restored after.
+struct NoTf32 {
+  NoTf32() : was(at::globalContext().allowTF32CuDNN()) { at::globalContext().setAllowTF32CuDNN(false); }
+  ~NoTf32() { at::globalContext().setAllowTF32CuDNN(was); }
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+  bool was;
+};
+
 }  // namespace
 
 TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
@@ -53,14 +66,7 @@ TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
   const auto folders = test::fixturesOfKind("vae");
   ASSERT_FALSE(folders.empty()) << "no vae fixture under " << test::referenceDir();
   at::NoGradGuard noGrad;
-  // cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa): 9e-4
-  // off the reference, ten times the fixture's tolerance. Parity is float32.
-  const bool tf32 = at::globalContext().allowTF32CuDNN();
-  at::globalContext().setAllowTF32CuDNN(false);
-  struct RestoreTf32 {
-    bool on;
-    ~RestoreTf32() { at::globalContext().setAllowTF32CuDNN(on); }
-  } restore{tf32};
+  const NoTf32 exactFloat32;
   for (const auto& [dir, manifest] : folders) {
     std::cout << "[vae gpu] " << dir.string() << std::endl;
     SCOPED_TRACE(dir.string());
@@ -87,6 +93,30 @@ TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
     auto model = parity::pipelineVae(dir, cuda);
     EXPECT_TRUE(model->device().is_cuda());
     parity::expectPipelineVaeMatches(*model, dir, manifest);
+  }
+}
+
+// FLUX.2's VAE of every "flux2_pipeline" folder on CUDA in float32 (TF32 off), from
+// the diffusers folder and from BFL's single file: the CPU parity checks' numbers
+// (tests/parity/Flux2PipelineVaeChecks.cpp) at each output's tolerance.
+TEST(VaeGpu, Flux2PipelineVaeParityOnCuda) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const at::Device cuda(at::kCUDA, 0);
+  const auto folders = test::fixturesOfKind("flux2_pipeline");
+  ASSERT_FALSE(folders.empty()) << "no flux2_pipeline fixture under " << test::referenceDir();
+  const NoTf32 exactFloat32;
+  for (const auto& [dir, manifest] : folders) {
+    const parity::Flux2PipelineFixture f(dir, manifest);
+    for (const bool single : {false, true}) {
+      std::cout << "[vae gpu] " << dir.string() << " (FLUX.2 VAE from " << (single ? "singles" : "model/vae") << ")"
+                << std::endl;
+      SCOPED_TRACE(dir.string() + (single ? " singles/flux2-vae.safetensors" : " model/vae"));
+      auto model = parity::flux2PipelineVae(f, single, cuda);
+      EXPECT_TRUE(model->device().is_cuda());
+      EXPECT_TRUE(model->bn->runningMean.is_cuda());
+      parity::expectFlux2PipelineVaeMatches(*model, f);
+      if (!single) parity::expectFlux2CodecMatches(model, f, "model/vae");
+    }
   }
 }
 
@@ -146,4 +176,46 @@ TEST(VaeGpu, Flux1VaeAt1024PxInBf16SpeedAndMemory) {
   const auto ref = f32.encode(image1.to(at::kFloat));
   std::cout << "[vae gpu] bf16 vs float32 encode at 1024 px (same weights): latent mean relative L2 "
             << relL2(dist.mean, ref.mean) << std::endl;
+}
+
+// FLUX.2's VAE at its real shape (VaeConfig::flux2: 32 latent channels, quant
+// convs), random bf16 weights, at 1024 px: the training latents' shape
+// [1, 128, 64, 64] and the round trip back to an image, then encode / decode
+// images/s and peak memory beside the planner's estimate, printed (no timing assertion).
+TEST(VaeGpu, Flux2VaeAt1024PxInBf16SpeedAndMemory) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  const at::Device cuda(at::kCUDA, 0);
+  const auto cfg = vae::VaeConfig::flux2();
+  at::NoGradGuard noGrad;
+  synchronize();
+  const int64_t before = currentAllocatedBytes();
+  vae::AutoencoderKL model(cfg, {cuda, at::kBFloat16});
+  synchronize();
+  const int64_t weightBytes = currentAllocatedBytes() - before;
+  std::cout << "[vae gpu] FLUX.2 VAE: " << vae::vaeParamCount(cfg) << " parameters, " << gib(weightBytes)
+            << " GiB of bf16 weights" << std::endl;
+
+  auto gen = at::detail::createCPUGenerator(4321);
+  const auto image = (at::rand({1, 3, 1024, 1024}, gen, at::kFloat) * 2 - 1).to(cuda, at::kBFloat16);
+  const auto mode = model.encode(image).mean;
+  ASSERT_EQ(mode.sizes().vec(), (std::vector<int64_t>{1, 32, 128, 128}));
+  const auto train = model.toTrainingLatents(mode);
+  ASSERT_EQ(train.sizes().vec(), (std::vector<int64_t>{1, 128, 64, 64}));
+  EXPECT_TRUE(at::isfinite(train).all().item<bool>());
+  const auto decoded = model.decode(model.fromTrainingLatents(train));
+  ASSERT_EQ(decoded.sizes().vec(), (std::vector<int64_t>{1, 3, 1024, 1024}));
+  EXPECT_TRUE(at::isfinite(decoded).all().item<bool>());
+
+  for (const bool encode : {true, false}) {
+    synchronize();
+    resetPeak();
+    const double ms = timeMs([&] { encode ? (void)model.encode(image) : (void)model.decode(mode); }, 2, 10);
+    const int64_t peak = peakAllocatedBytes();
+    const int64_t estimate =
+        encode ? vae::vaeEncodePeakBytes(cfg, 1, 1024, 1024, 2) : vae::vaeDecodePeakBytes(cfg, 1, 1024, 1024, 2);
+    std::cout << "[vae gpu] FLUX.2 " << (encode ? "encode" : "decode") << " 1x1024px bf16: median " << ms << " ms, "
+              << 1000.0 / ms << " images/s; activations " << gib(peak - before - weightBytes) << " GiB (estimate "
+              << gib(estimate) << " GiB)" << std::endl;
+    EXPECT_GT(ms, 0.0);
+  }
 }

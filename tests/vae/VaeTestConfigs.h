@@ -52,4 +52,28 @@ inline VaeConfig oddLayout() {
   return c;
 }
 
+// FLUX.2 layout (AutoencoderKLFlux2: quant convs, 2x2 patch, batch-norm
+// statistics), three levels as the flux2_pipeline fixtures have them.
+inline VaeConfig flux2Layout() {
+  VaeConfig c = VaeConfig::flux2();
+  c.blockOutChannels = {8, 16, 16};
+  c.layersPerBlock = 1;
+  c.latentChannels = 4;
+  c.normNumGroups = 4;
+  c.sampleSize = 64;
+  return c;
+}
+
+// FLUX.2 with a narrower decoder (decoder_block_out_channels), a 1x1 "patch"
+// and another eps: the options other FLUX.2 VAEs may carry.
+inline VaeConfig flux2NarrowDecoder() {
+  VaeConfig c = flux2Layout();
+  c.blockOutChannels = {8, 12};
+  c.decoderBlockOutChannels = {4, 8};
+  c.latentChannels = 3;
+  c.patchSize = {1, 1};
+  c.batchNormEps = 1e-3;
+  return c;
+}
+
 }  // namespace strata::vae::tiny

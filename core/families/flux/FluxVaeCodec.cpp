@@ -12,6 +12,9 @@ FluxVaeCodec::FluxVaeCodec(std::shared_ptr<vae::AutoencoderKL> vae, std::string 
   if (!vae_) throw Error("FluxVaeCodec: no VAE");
   for (auto& p : vae_->parameters()) p.set_requires_grad(false);
   const auto& c = vae_->config();
+  if (c.batchNormLatents())
+    throw Error("FluxVaeCodec: " + identity_ + " is FLUX.2's VAE (" + vae::toString(c.cls) +
+                ", batch-norm latents), not FLUX.1's");
   channels_ = c.latentChannels;
   downscale_ = c.downscaleFactor();
   scale_ = c.scalingFactor;

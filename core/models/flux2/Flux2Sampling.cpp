@@ -16,24 +16,6 @@ std::string dimsText(const at::Tensor& t) {
 
 }  // namespace
 
-at::Tensor patchifyLatents(const at::Tensor& latents) {
-  if (latents.dim() != 4 || latents.size(2) % 2 != 0 || latents.size(3) % 2 != 0)
-    throw Error("patchifyLatents: expected [B, C, H, W] with even H and W, got " + dimsText(latents));
-  const int64_t b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
-  return latents.reshape({b, c, h / 2, 2, w / 2, 2})
-      .permute({0, 1, 3, 5, 2, 4})
-      .reshape({b, c * 4, h / 2, w / 2});  // [B, 4C, H/2, W/2]
-}
-
-at::Tensor unpatchifyLatents(const at::Tensor& patchified) {
-  if (patchified.dim() != 4 || patchified.size(1) % 4 != 0)
-    throw Error("unpatchifyLatents: expected [B, 4C, h, w], got " + dimsText(patchified));
-  const int64_t b = patchified.size(0), c = patchified.size(1) / 4, h = patchified.size(2), w = patchified.size(3);
-  return patchified.reshape({b, c, 2, 2, h, w})
-      .permute({0, 1, 4, 2, 5, 3})
-      .reshape({b, c, h * 2, w * 2});  // [B, C, 2h, 2w]
-}
-
 at::Tensor packLatents(const at::Tensor& patchified) {
   if (patchified.dim() != 4) throw Error("packLatents: expected [B, C, h, w], got " + dimsText(patchified));
   const int64_t b = patchified.size(0), c = patchified.size(1);

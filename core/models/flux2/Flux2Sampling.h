@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "dit/FlowMatch.h"
+#include "dit/LatentPatch.h"
 #include "nn/Block.h"
 
 namespace strata::flux2 {
@@ -33,10 +34,10 @@ inline bool runsNegativePass(Flux2GuidanceMode mode, double scale) {
 }
 
 // [B, C, H, W] -> [B, 4C, H/2, W/2]: each 2x2 patch into channels, order (c, dy, dx)
-// (Flux2Pipeline._patchify_latents). H and W must be even.
-at::Tensor patchifyLatents(const at::Tensor& latents);
-// [B, 4C, h, w] -> [B, C, 2h, 2w] (_unpatchify_latents).
-at::Tensor unpatchifyLatents(const at::Tensor& patchified);
+// (Flux2Pipeline._patchify_latents), and back (_unpatchify_latents). One copy, in
+// dit/ (dit/LatentPatch.h), which FLUX.2's VAE normalisation uses too.
+using dit::patchifyLatents;
+using dit::unpatchifyLatents;
 
 // [B, C, h, w] -> [B, h*w, C], tokens row-major (_pack_latents).
 at::Tensor packLatents(const at::Tensor& patchified);

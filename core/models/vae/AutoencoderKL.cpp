@@ -9,6 +9,7 @@
 #include "common/Error.h"
 #include "common/ShapeText.h"
 #include "common/TorchCompat.h"
+#include "dit/LatentPatch.h"
 
 namespace strata::vae {
 
@@ -176,6 +177,31 @@ at::Tensor VaeLevelImpl::forward(const at::Tensor& x) {
   return h;
 }
 
+VaeBatchNormImpl::VaeBatchNormImpl(int64_t channels, double eps, const at::Device& device) : eps_(eps) {
+  const auto o = at::TensorOptions().device(device).dtype(at::kFloat);
+  runningMean = register_buffer("running_mean", at::zeros({channels}, o));  // torch.nn.BatchNorm2d's initial stats
+  runningVar = register_buffer("running_var", at::ones({channels}, o));
+}
+
+std::pair<at::Tensor, at::Tensor> VaeBatchNormImpl::stats(const at::Tensor& x) const {
+  const int64_t c = runningMean.size(0);
+  if (x.dim() != 4 || x.size(1) != c)
+    throw Error("VAE batch norm: expected latents [B, " + std::to_string(c) + ", h, w], got " + shapeText(x.sizes()));
+  const auto mean = runningMean.to(x.device()).view({1, c, 1, 1});
+  const auto deviation = at::sqrt(runningVar.to(x.device()) + eps_).view({1, c, 1, 1});
+  return {mean, deviation};
+}
+
+at::Tensor VaeBatchNormImpl::normalize(const at::Tensor& x) const {
+  const auto [mean, deviation] = stats(x);
+  return ((x.to(at::kFloat) - mean) / deviation).to(x.scalar_type());
+}
+
+at::Tensor VaeBatchNormImpl::unnormalize(const at::Tensor& x) const {
+  const auto [mean, deviation] = stats(x);
+  return (x.to(at::kFloat) * deviation + mean).to(x.scalar_type());
+}
+
 VaeEncoderImpl::VaeEncoderImpl(const VaeConfig& cfg, const at::TensorOptions& options) {
   const auto& b = cfg.blockOutChannels;
   const int64_t n = cfg.numBlocks();
@@ -202,7 +228,7 @@ at::Tensor VaeEncoderImpl::forward(const at::Tensor& image) {
 }
 
 VaeDecoderImpl::VaeDecoderImpl(const VaeConfig& cfg, const at::TensorOptions& options) {
-  const auto& b = cfg.blockOutChannels;
+  const auto& b = cfg.decoderChannels();
   const int64_t n = cfg.numBlocks();
   convIn = register_module("conv_in", VaeConv2d(cfg.latentChannels, b.back(), 3, 1, 1, options));
   midBlock = register_module("mid_block", VaeMidBlock(b.back(), cfg.normNumGroups, cfg.midBlockAddAttention, options));
@@ -240,6 +266,8 @@ AutoencoderKL::AutoencoderKL(const VaeConfig& cfg, const VaeBuildOptions& option
   const int64_t z = cfg_.latentChannels;
   if (cfg_.useQuantConv) quantConv = register_module("quant_conv", VaeConv2d(2 * z, 2 * z, 1, 1, 0, o));
   if (cfg_.usePostQuantConv) postQuantConv = register_module("post_quant_conv", VaeConv2d(z, z, 1, 1, 0, o));
+  if (cfg_.batchNormLatents())
+    bn = register_module("bn", VaeBatchNorm(cfg_.batchNormChannels(), cfg_.batchNormEps, options.device));
   for (auto& p : parameters()) p.requires_grad_(false);  // nn::Linear's parameters too
 }
 
@@ -308,11 +336,18 @@ at::Tensor AutoencoderKL::decode(const at::Tensor& latents) {
 }
 
 at::Tensor AutoencoderKL::toTrainingLatents(const at::Tensor& latents) const {
-  return (latents - cfg_.shiftFactor) * cfg_.scalingFactor;
+  if (!bn) return (latents - cfg_.shiftFactor) * cfg_.scalingFactor;
+  if (latents.dim() != 4 || latents.size(1) != cfg_.latentChannels)
+    throw Error("AutoencoderKL::toTrainingLatents: expected latents [B, " + std::to_string(cfg_.latentChannels) +
+                ", h, w], got " + shapeText(latents.sizes()));
+  const auto& p = cfg_.patchSize;
+  return bn->normalize(dit::patchifyLatents(latents, p[0], p[1]));  // [B, latent ph pw, h/ph, w/pw]
 }
 
 at::Tensor AutoencoderKL::fromTrainingLatents(const at::Tensor& trainingLatents) const {
-  return trainingLatents / cfg_.scalingFactor + cfg_.shiftFactor;
+  if (!bn) return trainingLatents / cfg_.scalingFactor + cfg_.shiftFactor;
+  const auto& p = cfg_.patchSize;
+  return dit::unpatchifyLatents(bn->unnormalize(trainingLatents), p[0], p[1]);  // [B, latent, h ph, w pw]
 }
 
 }  // namespace strata::vae

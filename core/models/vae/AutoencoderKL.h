@@ -1,15 +1,19 @@
 #pragma once
-// AutoencoderKL (diffusers AutoencoderKL, the VAE of FLUX.1 and SD): images in
-// [-1, 1] -> latent mean / logvar, latents -> images. Modules are named by the
-// diffusers state-dict keys, so named_parameters() equals a diffusers
-// checkpoint's key set (vaeParamShapes) and loading is a lookup; the ldm names
-// of ae.safetensors go through models/vae/VaeNames.h. The VAE is never trained
-// here: its parameters do not require grad.
+// AutoencoderKL (diffusers AutoencoderKL, the VAE of FLUX.1 and SD, and
+// AutoencoderKLFlux2, FLUX.2's: the same network plus a batch norm whose running
+// statistics normalise the patchified latents): images in [-1, 1] -> latent mean
+// / logvar, latents -> images, and the latents <-> the training latents. Modules
+// are named by the diffusers state-dict keys, so named_parameters() equals a
+// diffusers checkpoint's key set (vaeParamShapes; the batch norm's statistics are
+// buffers, vaeBufferShapes) and loading is a lookup; the ldm names of
+// ae.safetensors and flux2-vae.safetensors go through models/vae/VaeNames.h. The
+// VAE is never trained here: its parameters do not require grad.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <utility>
 #include <vector>
 
 #include "models/vae/VaeConfig.h"
@@ -113,6 +117,27 @@ class VaeLevelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VaeLevel);
 
+// FLUX.2's latent normalisation: diffusers' BatchNorm2d(affine=False) as only its
+// running statistics are used (eval mode): buffers "running_mean" and
+// "running_var" [channels], kept in float32 whatever the model's dtype. The
+// training counter num_batches_tracked is not kept (nothing reads it).
+class VaeBatchNormImpl : public torch::nn::Module {
+ public:
+  VaeBatchNormImpl(int64_t channels, double eps, const at::Device& device);
+  // x [B, channels, h, w] -> (x - mean) / sqrt(var + eps), computed in float32,
+  // returned in x's dtype; unnormalize is its inverse.
+  at::Tensor normalize(const at::Tensor& x) const;
+  at::Tensor unnormalize(const at::Tensor& x) const;
+  at::Tensor runningMean;
+  at::Tensor runningVar;
+
+ private:
+  // mean and sqrt(var + eps) as [1, channels, 1, 1] float32 on `device`.
+  std::pair<at::Tensor, at::Tensor> stats(const at::Tensor& x) const;
+  double eps_;
+};
+TORCH_MODULE(VaeBatchNorm);
+
 class VaeEncoderImpl : public torch::nn::Module {
  public:
   VaeEncoderImpl(const VaeConfig& cfg, const at::TensorOptions& options);
@@ -164,7 +189,11 @@ class AutoencoderKL : public torch::nn::Module {
   // latents [B, latent, h, w] as encode gives them (not scaled) -> image [B, out, h f, w f].
   at::Tensor decode(const at::Tensor& latents);
 
-  // What the diffusion model trains on: (mean - shift_factor) * scaling_factor, and back.
+  // What the diffusion model trains on (encode's mean, the posterior's mode, in),
+  // and back. AutoencoderKL: (z - shift_factor) * scaling_factor, same shape.
+  // AutoencoderKLFlux2: (patchify(z) - bn.running_mean) / sqrt(bn.running_var +
+  // batch_norm_eps), [B, latent, h, w] -> [B, latent ph pw, h / ph, w / pw]
+  // (Flux2Pipeline's _encode_vae_image); from: unnormalise, then unpatchify.
   at::Tensor toTrainingLatents(const at::Tensor& latents) const;
   at::Tensor fromTrainingLatents(const at::Tensor& trainingLatents) const;
 
@@ -176,6 +205,7 @@ class AutoencoderKL : public torch::nn::Module {
   VaeDecoder decoder{nullptr};
   VaeConv2d quantConv{nullptr};      // quant_conv: SD-style VAEs only
   VaeConv2d postQuantConv{nullptr};  // post_quant_conv
+  VaeBatchNorm bn{nullptr};          // bn: AutoencoderKLFlux2 only
 
  private:
   at::Tensor encodeTiled(const at::Tensor& image, const VaeTiling& tiling);

@@ -104,20 +104,38 @@ VaeConfig VaeCheckpoint::config(const VaeHints& hints) const {
   }
 }
 
+namespace {
+
+// What a checkpoint fills: every parameter, and FLUX.2's batch-norm statistics
+// (buffers), by diffusers key.
+std::vector<std::pair<std::string, at::Tensor>> loadedTensors(AutoencoderKL& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  const auto buffers = model.named_buffers(/*recurse=*/true);
+  for (const auto& [key, shape] : vaeBufferShapes(model.config())) {
+    const auto* buffer = buffers.find(key);
+    if (!buffer) throw Error("AutoencoderKL: no buffer '" + key + "' in a model of its config");
+    out.emplace_back(key, *buffer);
+  }
+  return out;
+}
+
+}  // namespace
+
 void loadVaeWeights(AutoencoderKL& model, const VaeCheckpoint& ckpt) {
   const VaeConfig& cfg = model.config();
   const VaeWeightFormat format = ckpt.format();
-  const bool ldm = format == VaeWeightFormat::Ldm;
+  const bool ldm = isLdm(format);
 
   struct Planned {
     at::Tensor param;
     std::string diffusersKey;
   };
-  std::map<std::string, Planned> plan;  // file key -> parameter
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    const auto fileKey = names::fileKey(item.key(), format, cfg.numBlocks());
-    if (!fileKey) throw Error("loadVaeWeights: no " + std::string(toString(format)) + " name for '" + item.key() + "'");
-    plan[*fileKey] = {item.value(), item.key()};
+  std::map<std::string, Planned> plan;  // file key -> parameter or buffer
+  for (const auto& [key, tensor] : loadedTensors(model)) {
+    const auto fileKey = names::fileKey(key, format, cfg.numBlocks());
+    if (!fileKey) throw Error("loadVaeWeights: no " + std::string(toString(format)) + " name for '" + key + "'");
+    plan[*fileKey] = {tensor, key};
   }
 
   // Checked by io::checkStrict in the file's naming; keys of the file's other
@@ -135,6 +153,8 @@ void loadVaeWeights(AutoencoderKL& model, const VaeCheckpoint& ckpt) {
   std::map<std::string, std::string> otherComponents;
   for (const auto& [name, shape] : ckpt.files().shapes())
     if (!startsWith(name, ckpt.prefix())) otherComponents[name] = "another component of this file";
+  if (cfg.batchNormLatents())
+    otherComponents[ckpt.prefix() + kVaeBatchNormCounterKey] = "the batch norm's training counter, not used";
   io::checkStrict(ckpt.files(), expected, otherComponents, label(ckpt));
 
   // Verified: copy, converting dtype and device into each parameter.
@@ -157,11 +177,11 @@ std::shared_ptr<AutoencoderKL> loadAutoencoderKL(const fs::path& path, const Vae
 
 std::vector<std::pair<std::string, at::Tensor>> vaeStateDict(AutoencoderKL& model, VaeWeightFormat format) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : model.named_parameters(true)) {
-    const auto key = names::fileKey(item.key(), format, model.config().numBlocks());
-    if (!key) throw Error("vaeStateDict: no " + std::string(toString(format)) + " name for '" + item.key() + "'");
-    const auto shape = names::fileShape(item.key(), item.value().sizes().vec(), format);
-    out.emplace_back(*key, item.value().detach().cpu().reshape(shape));
+  for (const auto& [name, tensor] : loadedTensors(model)) {
+    const auto key = names::fileKey(name, format, model.config().numBlocks());
+    if (!key) throw Error("vaeStateDict: no " + std::string(toString(format)) + " name for '" + name + "'");
+    const auto shape = names::fileShape(name, tensor.sizes().vec(), format);
+    out.emplace_back(*key, tensor.detach().cpu().reshape(shape));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;

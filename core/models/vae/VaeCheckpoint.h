@@ -54,10 +54,12 @@ class VaeCheckpoint {
   std::map<std::string, std::vector<int64_t>> shapes_;
 };
 
-// Copies every parameter of `model` from `ckpt`, converting to each parameter's
-// dtype and device. Strict: throws LoadError naming the file and listing every
-// missing, unexpected and mis-shaped key (in the file's naming) before anything
-// is copied. In ldm files the attention projections may be [C, C, 1, 1] or [C, C].
+// Copies every parameter of `model` (and a FLUX.2 VAE's bn.running_mean /
+// running_var) from `ckpt`, converting to each tensor's dtype and device. Strict:
+// throws LoadError naming the file and listing every missing, unexpected and
+// mis-shaped key (in the file's naming) before anything is copied; only a FLUX.2
+// VAE's bn.num_batches_tracked may be there unread. In ldm files the attention
+// projections may be [C, C, 1, 1] or [C, C].
 void loadVaeWeights(AutoencoderKL& model, const VaeCheckpoint& ckpt);
 void loadVaeWeights(AutoencoderKL& model, const std::filesystem::path& path);
 
@@ -67,7 +69,8 @@ std::shared_ptr<AutoencoderKL> loadAutoencoderKL(const std::filesystem::path& pa
                                                  const VaeHints& hints = {});
 
 // The model's weights named as `format` names them (ldm: attention projections
-// as [C, C, 1, 1]), CPU tensors in the model's dtype, sorted by name.
+// as [C, C, 1, 1]; a FLUX.2 VAE's batch-norm statistics too, float32), CPU
+// tensors in the model's dtype, sorted by name.
 std::vector<std::pair<std::string, at::Tensor>> vaeStateDict(AutoencoderKL& model,
                                                              VaeWeightFormat format = VaeWeightFormat::Diffusers);
 

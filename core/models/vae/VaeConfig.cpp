@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 
 #include <tuple>
 
@@ -21,8 +22,23 @@ namespace {
 constexpr double kFluxScaling = 0.3611;
 constexpr double kFluxShift = 0.1159;
 constexpr double kSdScaling = 0.18215;
+constexpr int64_t kMaxPatchSide = 16;  // patch_size entries (FLUX.2: 2)
+
+void requireLevels(const std::vector<int64_t>& channels, int64_t groups, const char* key,
+                   const std::function<void(bool, const std::string&)>& require) {
+  for (const int64_t c : channels) io::requireAtMost("VaeConfig", key, c, io::limits::kWidth);
+  for (const int64_t c : channels) {
+    require(c > 0, std::string(key) + " " + shapeText(channels) + " has a non-positive entry");
+    require(groups <= 0 || c % groups == 0, std::string(key) + " entry " + std::to_string(c) +
+                                                " is not divisible by norm_num_groups " + std::to_string(groups));
+  }
+}
 
 }  // namespace
+
+const char* toString(VaeClass cls) {
+  return cls == VaeClass::AutoencoderKLFlux2 ? "AutoencoderKLFlux2" : "AutoencoderKL";
+}
 
 void VaeConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
@@ -37,7 +53,6 @@ void VaeConfig::validate() const {
         {"norm_num_groups", normNumGroups, lim::kWidth},
         {"sample_size", sampleSize, lim::kPositions}})
     io::requireAtMost("VaeConfig", key, value, most);
-  for (const int64_t c : blockOutChannels) io::requireAtMost("VaeConfig", "a block_out_channels entry", c, lim::kWidth);
   require(inChannels > 0, "in_channels must be positive");
   require(outChannels > 0, "out_channels must be positive");
   require(!blockOutChannels.empty(), "block_out_channels is empty");
@@ -45,13 +60,27 @@ void VaeConfig::validate() const {
   require(layersPerBlock > 0, "layers_per_block must be positive");
   require(latentChannels > 0, "latent_channels must be positive");
   require(normNumGroups > 0, "norm_num_groups must be positive");
-  for (const int64_t c : blockOutChannels) {
-    require(c > 0, "block_out_channels " + shapeText(blockOutChannels) + " has a non-positive entry");
-    require(c % normNumGroups == 0, "block_out_channels entry " + std::to_string(c) +
-                                        " is not divisible by norm_num_groups " + std::to_string(normNumGroups));
-  }
+  requireLevels(blockOutChannels, normNumGroups, "block_out_channels", require);
   require(std::isfinite(scalingFactor) && scalingFactor > 0, "scaling_factor must be positive");
   require(std::isfinite(shiftFactor), "shift_factor must be finite");
+  if (!batchNormLatents()) {
+    require(decoderBlockOutChannels.empty(), "decoder_block_out_channels is an AutoencoderKLFlux2 key");
+    return;
+  }
+  if (!decoderBlockOutChannels.empty()) {
+    require(decoderBlockOutChannels.size() == blockOutChannels.size(),
+            "decoder_block_out_channels " + shapeText(decoderBlockOutChannels) + " has " +
+                std::to_string(decoderBlockOutChannels.size()) + " levels, block_out_channels " +
+                std::to_string(blockOutChannels.size()));
+    requireLevels(decoderBlockOutChannels, normNumGroups, "decoder_block_out_channels", require);
+  }
+  for (const int64_t p : patchSize) {
+    io::requireAtMost("VaeConfig", "patch_size", p, kMaxPatchSide);
+    require(p > 0, "patch_size entries must be positive");
+  }
+  require(std::isfinite(batchNormEps) && batchNormEps > 0, "batch_norm_eps must be positive");
+  require(std::isfinite(batchNormMomentum) && batchNormMomentum >= 0 && batchNormMomentum <= 1,
+          "batch_norm_momentum must be in [0, 1]");
 }
 
 VaeConfig VaeConfig::flux1() { return VaeConfig{}; }
@@ -67,28 +96,44 @@ VaeConfig VaeConfig::sd1() {
   return c;
 }
 
+VaeConfig VaeConfig::flux2() {
+  VaeConfig c;  // block_out_channels [128, 256, 512, 512], 2 layers, 32 groups, 1024 px: as FLUX.1's
+  c.cls = VaeClass::AutoencoderKLFlux2;
+  c.latentChannels = 32;
+  c.scalingFactor = 1.0;  // no scale/shift: the batch norm normalises
+  c.shiftFactor = 0.0;
+  c.useQuantConv = true;
+  c.usePostQuantConv = true;
+  return c;
+}
+
 VaeConfig VaeConfig::preset(const std::string& name) {
   if (name == "flux1" || name == "flux" || name == "flux1-dev") return flux1();
   if (name == "sd" || name == "sd1") return sd1();
-  throw ConfigError("VaeConfig: unknown preset '" + name + "' (known: flux1, sd)");
+  if (name == "flux2" || name == "flux2-dev" || name == "flux2-vae") return flux2();
+  throw ConfigError("VaeConfig: unknown preset '" + name + "' (known: flux1, sd, flux2)");
 }
 
 VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   if (!j.is_object()) throw ConfigError("VaeConfig: diffusers config is not a JSON object");
   const io::JsonFields fields(j, "VaeConfig: diffusers config");
-  if (j.contains("_class_name") && j["_class_name"].is_string() && j["_class_name"] != "AutoencoderKL")
-    fields.fail("_class_name", "is " + j["_class_name"].get<std::string>() + ", only AutoencoderKL is supported");
+  VaeClass cls = VaeClass::AutoencoderKL;
+  if (j.contains("_class_name") && j["_class_name"].is_string()) {
+    const auto name = j["_class_name"].get<std::string>();
+    if (name == toString(VaeClass::AutoencoderKLFlux2))
+      cls = VaeClass::AutoencoderKLFlux2;
+    else if (name != toString(VaeClass::AutoencoderKL))
+      fields.fail("_class_name", "is " + name + ", only AutoencoderKL and AutoencoderKLFlux2 are supported");
+  }
 
-  // diffusers' defaults (SD's VAE), so a config.json that leaves a key out means what it means there.
-  VaeConfig c;
-  c.blockOutChannels = {64};
-  c.layersPerBlock = 1;
-  c.latentChannels = 4;
-  c.sampleSize = 32;
-  c.scalingFactor = kSdScaling;
-  c.shiftFactor = 0.0;
-  c.useQuantConv = true;
-  c.usePostQuantConv = true;
+  // The class's diffusers defaults (AutoencoderKL: SD's VAE; AutoencoderKLFlux2:
+  // FLUX.2's), so a config.json that leaves a key out means what it means there.
+  VaeConfig c = cls == VaeClass::AutoencoderKLFlux2 ? flux2() : sd1();
+  if (cls == VaeClass::AutoencoderKL) {  // diffusers' AutoencoderKL: SD's VAE, one level of 64
+    c.blockOutChannels = {64};
+    c.layersPerBlock = 1;
+    c.sampleSize = 32;
+  }
   fields.read("in_channels", c.inChannels);
   fields.read("out_channels", c.outChannels);
   fields.read("block_out_channels", c.blockOutChannels);
@@ -105,8 +150,24 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   } else {
     fields.read("sample_size", c.sampleSize);
   }
-  fields.read("scaling_factor", c.scalingFactor);
-  fields.read("shift_factor", c.shiftFactor);
+  if (cls == VaeClass::AutoencoderKL) {
+    fields.read("scaling_factor", c.scalingFactor);
+    fields.read("shift_factor", c.shiftFactor);
+  } else {
+    // AutoencoderKLFlux2 has no scale/shift (diffusers ignores such keys); the batch norm's keys instead.
+    if (j.contains("decoder_block_out_channels") && !j["decoder_block_out_channels"].is_null())
+      fields.read("decoder_block_out_channels", c.decoderBlockOutChannels);
+    std::vector<int64_t> patch;
+    if (fields.read("patch_size", patch)) {
+      if (patch.size() != 2) fields.fail("patch_size", "expected [rows, cols], got " + shapeText(patch));
+      for (const int64_t p : patch)
+        if (p < 1 || p > kMaxPatchSide)
+          fields.fail("patch_size", shapeText(patch) + " is out of range (1 to " + std::to_string(kMaxPatchSide) + ")");
+      c.patchSize = {patch[0], patch[1]};
+    }
+    fields.read("batch_norm_eps", c.batchNormEps);
+    fields.read("batch_norm_momentum", c.batchNormMomentum);
+  }
   fields.read("use_quant_conv", c.useQuantConv);
   fields.read("use_post_quant_conv", c.usePostQuantConv);
   fields.read("mid_block_add_attention", c.midBlockAddAttention);
@@ -115,6 +176,10 @@ VaeConfig VaeConfig::fromDiffusersJson(const nlohmann::json& j) {
   std::string act = "silu";
   fields.read("act_fn", act);
   if (act != "silu") fields.fail("act_fn", "is '" + act + "', only silu is supported");
+  for (const char* key : {"down_block_types", "up_block_types"})
+    if (cls == VaeClass::AutoencoderKLFlux2 && !j.contains(key) && c.numBlocks() != 4)
+      fields.fail(key,
+                  "absent (diffusers' default has 4 levels), block_out_channels has " + std::to_string(c.numBlocks()));
   for (const auto& [key, type] : {std::pair<const char*, const char*>{"down_block_types", "DownEncoderBlock2D"},
                                   {"up_block_types", "UpDecoderBlock2D"}}) {
     std::vector<std::string> types;
@@ -146,7 +211,7 @@ VaeConfig VaeConfig::fromDiffusersJsonFile(const std::filesystem::path& path) {
 
 nlohmann::json VaeConfig::toDiffusersJson() const {
   nlohmann::json j;
-  j["_class_name"] = "AutoencoderKL";
+  j["_class_name"] = toString(cls);
   j["act_fn"] = "silu";
   j["in_channels"] = inChannels;
   j["out_channels"] = outChannels;
@@ -157,10 +222,18 @@ nlohmann::json VaeConfig::toDiffusersJson() const {
   j["latent_channels"] = latentChannels;
   j["norm_num_groups"] = normNumGroups;
   j["sample_size"] = sampleSize;
-  j["scaling_factor"] = scalingFactor;
-  j["shift_factor"] = shiftFactor == 0.0 ? nlohmann::json(nullptr) : nlohmann::json(shiftFactor);
-  j["latents_mean"] = nullptr;
-  j["latents_std"] = nullptr;
+  if (batchNormLatents()) {
+    j["decoder_block_out_channels"] =
+        decoderBlockOutChannels.empty() ? nlohmann::json(nullptr) : nlohmann::json(decoderBlockOutChannels);
+    j["patch_size"] = std::vector<int64_t>{patchSize[0], patchSize[1]};
+    j["batch_norm_eps"] = batchNormEps;
+    j["batch_norm_momentum"] = batchNormMomentum;
+  } else {
+    j["scaling_factor"] = scalingFactor;
+    j["shift_factor"] = shiftFactor == 0.0 ? nlohmann::json(nullptr) : nlohmann::json(shiftFactor);
+    j["latents_mean"] = nullptr;
+    j["latents_std"] = nullptr;
+  }
   j["use_quant_conv"] = useQuantConv;
   j["use_post_quant_conv"] = usePostQuantConv;
   j["mid_block_add_attention"] = midBlockAddAttention;
@@ -169,11 +242,13 @@ nlohmann::json VaeConfig::toDiffusersJson() const {
 }
 
 bool VaeConfig::operator==(const VaeConfig& o) const {
-  return inChannels == o.inChannels && outChannels == o.outChannels && blockOutChannels == o.blockOutChannels &&
-         layersPerBlock == o.layersPerBlock && latentChannels == o.latentChannels && normNumGroups == o.normNumGroups &&
-         sampleSize == o.sampleSize && scalingFactor == o.scalingFactor && shiftFactor == o.shiftFactor &&
-         useQuantConv == o.useQuantConv && usePostQuantConv == o.usePostQuantConv &&
-         midBlockAddAttention == o.midBlockAddAttention && forceUpcast == o.forceUpcast;
+  return cls == o.cls && decoderBlockOutChannels == o.decoderBlockOutChannels && patchSize == o.patchSize &&
+         batchNormEps == o.batchNormEps && batchNormMomentum == o.batchNormMomentum && inChannels == o.inChannels &&
+         outChannels == o.outChannels && blockOutChannels == o.blockOutChannels && layersPerBlock == o.layersPerBlock &&
+         latentChannels == o.latentChannels && normNumGroups == o.normNumGroups && sampleSize == o.sampleSize &&
+         scalingFactor == o.scalingFactor && shiftFactor == o.shiftFactor && useQuantConv == o.useQuantConv &&
+         usePostQuantConv == o.usePostQuantConv && midBlockAddAttention == o.midBlockAddAttention &&
+         forceUpcast == o.forceUpcast;
 }
 
 VaeHints VaeHints::of(const VaeConfig& cfg) {
@@ -183,6 +258,11 @@ VaeHints VaeHints::of(const VaeConfig& cfg) {
   h.shiftFactor = cfg.shiftFactor;
   h.sampleSize = cfg.sampleSize;
   h.forceUpcast = cfg.forceUpcast;
+  if (cfg.batchNormLatents()) {
+    h.batchNormEps = cfg.batchNormEps;
+    h.batchNormMomentum = cfg.batchNormMomentum;
+    h.patchSize = cfg.patchSize;
+  }
   return h;
 }
 
@@ -191,7 +271,7 @@ VaeConfig vaeConfigFromShapes(const std::map<std::string, std::vector<int64_t>>&
   for (const auto& kv : fileShapes) fileKeys.push_back(kv.first);
   const VaeWeightFormat format = names::detectFormat(fileKeys);
   const auto shapes = names::toDiffusersShapes(fileShapes);
-  const int64_t ldmLevels = format == VaeWeightFormat::Ldm ? names::ldmBlockCount(fileKeys) : 0;
+  const int64_t ldmLevels = isLdm(format) ? names::ldmBlockCount(fileKeys) : 0;
 
   // A needed tensor, named as the file names it.
   auto need = [&](const std::string& key, size_t rank) -> const std::vector<int64_t>& {
@@ -221,13 +301,46 @@ VaeConfig vaeConfigFromShapes(const std::map<std::string, std::vector<int64_t>>&
   c.useQuantConv = has("quant_conv.weight");
   c.usePostQuantConv = has("post_quant_conv.weight");
   c.midBlockAddAttention = has("encoder.mid_block.attentions.0.to_q.weight");
+  // The decoder's levels, counted from its top (up_blocks.0 is the widest): a
+  // FLUX.2 VAE may have a narrower decoder than encoder.
+  const int64_t n = c.numBlocks();
+  std::vector<int64_t> decoder(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    decoder[static_cast<size_t>(n - 1 - i)] =
+        need("decoder.up_blocks." + std::to_string(i) + ".resnets.0.conv1.weight", 4)[0];
 
+  const bool flux2 = has("bn.running_mean");
   const bool fluxLike = c.latentChannels == 16;
   c.normNumGroups = hints.normNumGroups.value_or(32);
   c.scalingFactor = hints.scalingFactor.value_or(fluxLike ? kFluxScaling : kSdScaling);
   c.shiftFactor = hints.shiftFactor.value_or(fluxLike ? kFluxShift : 0.0);
-  c.sampleSize = hints.sampleSize.value_or(fluxLike ? 1024 : 512);
+  c.sampleSize = hints.sampleSize.value_or(fluxLike || flux2 ? 1024 : 512);
   c.forceUpcast = hints.forceUpcast.value_or(true);
+  if (flux2) {
+    c.cls = VaeClass::AutoencoderKLFlux2;
+    c.scalingFactor = 1.0;
+    c.shiftFactor = 0.0;
+    if (decoder != c.blockOutChannels) c.decoderBlockOutChannels = decoder;
+    c.batchNormEps = hints.batchNormEps.value_or(c.batchNormEps);
+    c.batchNormMomentum = hints.batchNormMomentum.value_or(c.batchNormMomentum);
+    const auto& mean = need("bn.running_mean", 1);
+    const int64_t per = c.latentChannels > 0 && mean[0] % c.latentChannels == 0 ? mean[0] / c.latentChannels : 0;
+    if (hints.patchSize) {
+      c.patchSize = *hints.patchSize;
+    } else {
+      // Shapes give only the patch's area: a square patch (FLUX.2: 2x2 = 4 per latent channel).
+      int64_t side = 1;
+      while (side * side < per) ++side;
+      c.patchSize = {side, side};
+    }
+    if (per == 0 || c.patchSize[0] * c.patchSize[1] != per)
+      throw LoadError("VAE weights: 'bn.running_mean' has shape " + shapeText(mean) + ", not " +
+                      std::to_string(c.patchSize[0]) + " x " + std::to_string(c.patchSize[1]) + " x " +
+                      std::to_string(c.latentChannels) + " latent channels (a patch_size hint names another patch)");
+  } else if (decoder != c.blockOutChannels) {
+    throw LoadError("VAE weights: the decoder's levels " + shapeText(decoder) + " differ from the encoder's " +
+                    shapeText(c.blockOutChannels) + ", which only a FLUX.2 VAE (with bn.running_mean) may have");
+  }
   try {
     c.validate();
   } catch (const ConfigError& e) {
@@ -268,6 +381,7 @@ std::map<std::string, std::vector<int64_t>> vaeParamShapes(const VaeConfig& cfg)
     resnet(p + ".resnets.1", c, c);
   };
   const auto& b = cfg.blockOutChannels;
+  const auto& d = cfg.decoderChannels();
   const int64_t n = cfg.numBlocks();
   const int64_t top = b.back();
 
@@ -286,19 +400,25 @@ std::map<std::string, std::vector<int64_t>> vaeParamShapes(const VaeConfig& cfg)
   if (cfg.useQuantConv) conv("quant_conv", 2 * cfg.latentChannels, 2 * cfg.latentChannels, 1);
   if (cfg.usePostQuantConv) conv("post_quant_conv", cfg.latentChannels, cfg.latentChannels, 1);
 
-  conv("decoder.conv_in", top, cfg.latentChannels, 3);
-  mid("decoder.mid_block", top);
-  out = top;
+  conv("decoder.conv_in", d.back(), cfg.latentChannels, 3);
+  mid("decoder.mid_block", d.back());
+  out = d.back();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t in = out;
-    out = b[n - 1 - i];
+    out = d[n - 1 - i];
     const std::string p = "decoder.up_blocks." + std::to_string(i);
     for (int64_t j = 0; j <= cfg.layersPerBlock; ++j) resnet(p + ".resnets." + std::to_string(j), j ? out : in, out);
     if (i + 1 < n) conv(p + ".upsamplers.0.conv", out, out, 3);
   }
-  norm("decoder.conv_norm_out", b[0]);
-  conv("decoder.conv_out", cfg.outChannels, b[0], 3);
+  norm("decoder.conv_norm_out", d[0]);
+  conv("decoder.conv_out", cfg.outChannels, d[0], 3);
   return m;
+}
+
+std::map<std::string, std::vector<int64_t>> vaeBufferShapes(const VaeConfig& cfg) {
+  cfg.validate();
+  if (!cfg.batchNormLatents()) return {};
+  return {{"bn.running_mean", {cfg.batchNormChannels()}}, {"bn.running_var", {cfg.batchNormChannels()}}};
 }
 
 int64_t vaeParamCount(const VaeConfig& cfg) {
@@ -408,7 +528,7 @@ int64_t vaeEncodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, 
 int64_t vaeDecodePeakBytes(const VaeConfig& cfg, int64_t batch, int64_t height, int64_t width, int64_t elementBytes) {
   checkPeakArgs(cfg, batch, height, width, elementBytes);
   VaePeakWalk walk(batch);
-  const auto& b = cfg.blockOutChannels;
+  const auto& b = cfg.decoderChannels();
   const int64_t n = cfg.numBlocks();
   const double f = static_cast<double>(cfg.downscaleFactor());
   double pixels = static_cast<double>(height) * static_cast<double>(width) / (f * f);

@@ -11,6 +11,8 @@ const char* toString(VaeWeightFormat format) {
   switch (format) {
     case VaeWeightFormat::Ldm:
       return "ldm";
+    case VaeWeightFormat::LdmFlux2:
+      return "ldm (FLUX.2)";
     case VaeWeightFormat::DiffusersLegacyAttention:
       return "legacy diffusers";
     case VaeWeightFormat::Diffusers:
@@ -32,7 +34,7 @@ struct Rule {
   std::string other;
 };
 
-std::vector<Rule> makeLdmRules() {
+std::vector<Rule> makeLdmRules(bool flux2) {
   std::vector<Rule> r;
   for (const std::string side : {"encoder", "decoder"}) {
     r.push_back({side + ".conv_in", side + ".conv_in"});
@@ -53,8 +55,9 @@ std::vector<Rule> makeLdmRules() {
   r.push_back({"decoder.up_blocks.{i}.resnets.{j}.conv_shortcut", "decoder.up.{r}.block.{j}.nin_shortcut"});
   r.push_back({"decoder.up_blocks.{i}.resnets.{j}", "decoder.up.{r}.block.{j}"});
   r.push_back({"decoder.up_blocks.{i}.upsamplers.0.conv", "decoder.up.{r}.upsample.conv"});
-  r.push_back({"quant_conv", "quant_conv"});
-  r.push_back({"post_quant_conv", "post_quant_conv"});
+  r.push_back({"quant_conv", flux2 ? "encoder.quant_conv" : "quant_conv"});
+  r.push_back({"post_quant_conv", flux2 ? "decoder.post_quant_conv" : "post_quant_conv"});
+  r.push_back({"bn", "bn"});
   return r;
 }
 
@@ -70,9 +73,10 @@ std::vector<Rule> makeLegacyRules() {
   return r;
 }
 
-const std::vector<Rule>& ldmRules() {
-  static const std::vector<Rule> rules = makeLdmRules();
-  return rules;
+const std::vector<Rule>& ldmRules(VaeWeightFormat format) {
+  static const std::vector<Rule> rules = makeLdmRules(false);
+  static const std::vector<Rule> flux2Rules = makeLdmRules(true);
+  return format == VaeWeightFormat::LdmFlux2 ? flux2Rules : rules;
 }
 
 const std::vector<Rule>& legacyRules() {
@@ -161,14 +165,16 @@ std::optional<std::string> apply(const std::vector<Rule>& rules, const std::stri
 }  // namespace
 
 VaeWeightFormat detectFormat(const std::vector<std::string>& keys) {
-  bool legacy = false;
+  bool legacy = false, ldm = false, innerQuantConvs = false;
   for (const auto& k : keys) {
     if (startsWith(k, "encoder.down.") || startsWith(k, "decoder.up.") || startsWith(k, "encoder.mid.") ||
         startsWith(k, "decoder.mid."))
-      return VaeWeightFormat::Ldm;
+      ldm = true;
+    if (startsWith(k, "encoder.quant_conv.") || startsWith(k, "decoder.post_quant_conv.")) innerQuantConvs = true;
     for (const auto& rule : legacyRules())
       if (startsWith(k, rule.other + ".")) legacy = true;
   }
+  if (ldm) return innerQuantConvs ? VaeWeightFormat::LdmFlux2 : VaeWeightFormat::Ldm;
   return legacy ? VaeWeightFormat::DiffusersLegacyAttention : VaeWeightFormat::Diffusers;
 }
 
@@ -187,7 +193,8 @@ int64_t ldmBlockCount(const std::vector<std::string>& keys) {
 std::optional<std::string> fileKey(const std::string& key, VaeWeightFormat format, int64_t numBlocks) {
   switch (format) {
     case VaeWeightFormat::Ldm:
-      return apply(ldmRules(), key, /*toOther=*/true, numBlocks);
+    case VaeWeightFormat::LdmFlux2:
+      return apply(ldmRules(format), key, /*toOther=*/true, numBlocks);
     case VaeWeightFormat::DiffusersLegacyAttention: {
       const auto legacy = apply(legacyRules(), key, true, numBlocks);
       return legacy ? legacy : std::optional<std::string>(key);
@@ -201,7 +208,8 @@ std::optional<std::string> fileKey(const std::string& key, VaeWeightFormat forma
 std::optional<std::string> diffusersKey(const std::string& key, VaeWeightFormat format, int64_t numBlocks) {
   switch (format) {
     case VaeWeightFormat::Ldm:
-      return apply(ldmRules(), key, /*toOther=*/false, numBlocks);
+    case VaeWeightFormat::LdmFlux2:
+      return apply(ldmRules(format), key, /*toOther=*/false, numBlocks);
     case VaeWeightFormat::DiffusersLegacyAttention: {
       const auto modern = apply(legacyRules(), key, false, numBlocks);
       return modern ? modern : std::optional<std::string>(key);
@@ -222,7 +230,7 @@ bool isAttentionProjectionWeight(const std::string& key) {
 }
 
 std::vector<int64_t> fileShape(const std::string& key, const std::vector<int64_t>& shape, VaeWeightFormat format) {
-  if (format != VaeWeightFormat::Ldm || !isAttentionProjectionWeight(key) || shape.size() != 2) return shape;
+  if (!isLdm(format) || !isAttentionProjectionWeight(key) || shape.size() != 2) return shape;
   return {shape[0], shape[1], 1, 1};
 }
 
@@ -231,7 +239,7 @@ std::map<std::string, std::vector<int64_t>> toDiffusersShapes(
   std::vector<std::string> keys;
   for (const auto& kv : shapes) keys.push_back(kv.first);
   const VaeWeightFormat format = detectFormat(keys);
-  const int64_t numBlocks = format == VaeWeightFormat::Ldm ? ldmBlockCount(keys) : 0;
+  const int64_t numBlocks = isLdm(format) ? ldmBlockCount(keys) : 0;
   std::map<std::string, std::vector<int64_t>> out;
   for (const auto& [key, shape] : shapes) {
     const auto mapped = diffusersKey(key, format, numBlocks);

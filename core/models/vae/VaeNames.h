@@ -14,6 +14,12 @@
 //   decoder.up.K.upsample.conv        <-> decoder.up_blocks.N.upsamplers.0.conv
 // ldm stores the attention projections as 1x1 convs ([C, C, 1, 1]); diffusers as
 // Linears ([C, C]). The rule table is used in both directions.
+// FLUX.2's VAE adds the batch norm (bn.running_mean / running_var, the same name
+// everywhere); BFL's flux2-vae.safetensors keeps its quant convs inside the
+// encoder and decoder (the "ldm (FLUX.2)" format):
+//   encoder.quant_conv                <-> quant_conv
+//   decoder.post_quant_conv           <-> post_quant_conv
+// where SD's ldm files have them at the top level as diffusers does.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -22,13 +28,18 @@
 
 namespace strata::vae {
 
-enum class VaeWeightFormat { Diffusers, DiffusersLegacyAttention, Ldm };
+enum class VaeWeightFormat { Diffusers, DiffusersLegacyAttention, Ldm, LdmFlux2 };
 const char* toString(VaeWeightFormat format);
+// Ldm and LdmFlux2: ldm's module names and 1x1-conv attention projections.
+inline bool isLdm(VaeWeightFormat format) {
+  return format == VaeWeightFormat::Ldm || format == VaeWeightFormat::LdmFlux2;
+}
 
 namespace names {
 
 // The naming of a key set: ldm when any key starts with "encoder.down." or
-// "decoder.up.", legacy when a mid-block attention uses query/key/value.
+// "decoder.up." (LdmFlux2 when it also has encoder.quant_conv or
+// decoder.post_quant_conv), legacy when a mid-block attention uses query/key/value.
 VaeWeightFormat detectFormat(const std::vector<std::string>& keys);
 
 // Number of levels named by ldm keys (largest encoder.down.N / decoder.up.N + 1).
