@@ -42,11 +42,6 @@ std::vector<std::string> sampleTexts() {
   return texts;
 }
 
-#define STRATA_REQUIRE_PCRE2()                                                                               \
-  do {                                                                                                       \
-    if (!text::hasPcre2()) GTEST_SKIP() << "Strata was built without PCRE2 (tokenizer.json regex patterns)"; \
-  } while (0)
-
 void writeFile(const fs::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary);
   out << s;
@@ -55,7 +50,6 @@ void writeFile(const fs::path& p, const std::string& s) {
 }  // namespace
 
 TEST(Tokenizer, FluxClipFolderFormsAgree) {
-  STRATA_REQUIRE_PCRE2();
   const fs::path dir = pipelineDir() / "tokenizer";
   ASSERT_TRUE(fs::exists(dir / "tokenizer.json")) << dir;
   const auto fromVocab = text::openTokenizer(dir);
@@ -235,7 +229,6 @@ nlohmann::json llama3StyleJson(bool ignoreMerges) {
 }  // namespace
 
 TEST(Tokenizer, TokenizerJsonSplitRegexAndIgnoreMerges) {
-  STRATA_REQUIRE_PCRE2();
   const text::HfTokenizer plain(llama3StyleJson(false), "llama3.json");
   // \p{N}{1,3}: 12345 -> "123" "45"; "hello" is built from merges only as far as they go.
   EXPECT_EQ(plain.tokens("hello world 12345"),
@@ -251,7 +244,6 @@ TEST(Tokenizer, TokenizerJsonSplitRegexAndIgnoreMerges) {
 }
 
 TEST(Tokenizer, TokenizerJsonPossessivePatternCompiles) {
-  STRATA_REQUIRE_PCRE2();
   // A cl100k/Tekken-style pattern with possessive quantifiers.
   nlohmann::json j = llama3StyleJson(false);
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
@@ -354,10 +346,8 @@ TEST(Tokenizer, EncodeSpeed) {
        *text::openTokenizer(test::referenceDir() / "clip_tokenizer_a", TokenizerKind::kClip).tokenizer);
   time("t5 (spiece.model)",
        *text::openTokenizer(test::referenceDir() / "t5_tokenizer_a", TokenizerKind::kT5).tokenizer);
-  if (text::hasPcre2()) {
-    // The lm fixture has a pad token; pad with it.
-    time("lm (tokenizer.json)", *text::openTokenizer(test::referenceDir() / "lm_tokenizer_a").tokenizer);
-  }
+  // The lm fixture has a pad token; pad with it. Its GPT-2 split runs on Strata's regex engine.
+  time("lm (tokenizer.json)", *text::openTokenizer(test::referenceDir() / "lm_tokenizer_a").tokenizer);
 }
 
 TEST(Tokenizer, FluxPipelinePromptsTruncateAsTheReference) {
