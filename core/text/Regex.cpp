@@ -24,7 +24,7 @@ constexpr std::size_t kMaxInstructions = 65536;
 constexpr int kMaxNesting = 250;
 constexpr int kMaxCount = 65535;  // the largest n in {n,m}, as PCRE2
 constexpr std::size_t kBaseSteps = 10'000'000;
-constexpr std::size_t kStepsPerByte = 2'000;
+constexpr std::size_t kStepsPerByte = 256;  // the tokenizer patterns take 5 to 9 a byte
 constexpr int kUnbounded = -1;
 
 // ---- UTF-8 ----
@@ -73,14 +73,8 @@ bool decodeBefore(std::string_view s, std::size_t i, char32_t& cp) {
 constexpr std::uint32_t bit(Category c) { return 1u << static_cast<unsigned>(c); }
 constexpr std::uint32_t kLetters =
     bit(Category::kLu) | bit(Category::kLl) | bit(Category::kLt) | bit(Category::kLm) | bit(Category::kLo);
-constexpr std::uint32_t kMarks = bit(Category::kMn) | bit(Category::kMc) | bit(Category::kMe);
 constexpr std::uint32_t kNumbers = bit(Category::kNd) | bit(Category::kNl) | bit(Category::kNo);
-constexpr std::uint32_t kPunct = bit(Category::kPc) | bit(Category::kPd) | bit(Category::kPs) | bit(Category::kPe) |
-                                 bit(Category::kPi) | bit(Category::kPf) | bit(Category::kPo);
-constexpr std::uint32_t kSymbols = bit(Category::kSm) | bit(Category::kSc) | bit(Category::kSk) | bit(Category::kSo);
 constexpr std::uint32_t kSeparators = bit(Category::kZs) | bit(Category::kZl) | bit(Category::kZp);
-constexpr std::uint32_t kOthers =
-    bit(Category::kCc) | bit(Category::kCf) | bit(Category::kCs) | bit(Category::kCo) | bit(Category::kCn);
 constexpr std::uint32_t kAllCategories = (1u << unicode::kCategoryCount) - 1;
 
 // \h and \v as PCRE2 lists them; \s in UCP mode is \p{Z}, \h or \v.
@@ -166,58 +160,19 @@ struct CharSet {
   }
 };
 
-// The category mask for a \p name, or 0 when the name is not one Strata knows.
+// The category mask for a \p name, or 0 when the name is not one Strata knows:
+// a general category (Lu), a major class (L: every category that starts with L),
+// L& or LC (cased letters), Any.
 std::uint32_t categoryMask(const std::string& name) {
-  struct Row {
-    const char* name;
-    std::uint32_t mask;
-  };
-  static const Row kRows[] = {
-      {"L", kLetters},
-      {"Lu", bit(Category::kLu)},
-      {"Ll", bit(Category::kLl)},
-      {"Lt", bit(Category::kLt)},
-      {"Lm", bit(Category::kLm)},
-      {"Lo", bit(Category::kLo)},
-      {"L&", bit(Category::kLu) | bit(Category::kLl) | bit(Category::kLt)},
-      {"Lc", bit(Category::kLu) | bit(Category::kLl) | bit(Category::kLt)},
-      {"LC", bit(Category::kLu) | bit(Category::kLl) | bit(Category::kLt)},
-      {"M", kMarks},
-      {"Mn", bit(Category::kMn)},
-      {"Mc", bit(Category::kMc)},
-      {"Me", bit(Category::kMe)},
-      {"N", kNumbers},
-      {"Nd", bit(Category::kNd)},
-      {"Nl", bit(Category::kNl)},
-      {"No", bit(Category::kNo)},
-      {"P", kPunct},
-      {"Pc", bit(Category::kPc)},
-      {"Pd", bit(Category::kPd)},
-      {"Ps", bit(Category::kPs)},
-      {"Pe", bit(Category::kPe)},
-      {"Pi", bit(Category::kPi)},
-      {"Pf", bit(Category::kPf)},
-      {"Po", bit(Category::kPo)},
-      {"S", kSymbols},
-      {"Sm", bit(Category::kSm)},
-      {"Sc", bit(Category::kSc)},
-      {"Sk", bit(Category::kSk)},
-      {"So", bit(Category::kSo)},
-      {"Z", kSeparators},
-      {"Zs", bit(Category::kZs)},
-      {"Zl", bit(Category::kZl)},
-      {"Zp", bit(Category::kZp)},
-      {"C", kOthers},
-      {"Cc", bit(Category::kCc)},
-      {"Cf", bit(Category::kCf)},
-      {"Cs", bit(Category::kCs)},
-      {"Co", bit(Category::kCo)},
-      {"Cn", bit(Category::kCn)},
-      {"Any", kAllCategories},
-  };
-  for (const Row& r : kRows)
-    if (name == r.name) return r.mask;
-  return 0;
+  static const char* const kNames[unicode::kCategoryCount] = {
+      "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
+      "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn"};
+  std::uint32_t mask = 0;
+  for (int c = 0; c < unicode::kCategoryCount; ++c)
+    if (name == kNames[c] || (name.size() == 1 && name[0] == kNames[c][0])) mask |= 1u << c;
+  if (name == "L&" || name == "LC") mask = bit(Category::kLu) | bit(Category::kLl) | bit(Category::kLt);
+  if (name == "Any") mask = kAllCategories;
+  return mask;
 }
 
 // ---- the tree ----
