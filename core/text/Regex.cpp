@@ -135,14 +135,13 @@ struct CharSet {
   // and fills the ASCII table.
   void finish(bool caseless) {
     if (caseless && !ranges.empty()) {
+      // Only the code points that have a case add anything: visit those in each range.
+      const std::u32string& cased = unicode::casedCodePoints();
       std::vector<std::pair<char32_t, char32_t>> extra;
-      for (const auto& [lo, hi] : std::vector<std::pair<char32_t, char32_t>>(ranges)) {
-        // No code point above U+1FFFF has a case.
-        const char32_t top = std::min<char32_t>(hi, 0x1FFFF);
-        for (char32_t c = lo; c <= top; ++c) {
-          for (char32_t v : unicode::caseVariants(c))
-            if (v != c) extra.emplace_back(v, v);
-        }
+      for (const auto& [lo, hi] : ranges) {
+        for (auto it = std::lower_bound(cased.begin(), cased.end(), lo); it != cased.end() && *it <= hi; ++it)
+          for (char32_t v : unicode::caseVariants(*it))
+            if (v != *it) extra.emplace_back(v, v);
       }
       ranges.insert(ranges.end(), extra.begin(), extra.end());
     }

@@ -159,6 +159,20 @@ char32_t simpleFold(char32_t cp) {
   return it != end && it->cp == cp ? it->fold : cp;
 }
 
+const std::u32string& casedCodePoints() {
+  static const std::u32string all = [] {
+    std::u32string s;
+    for (const FoldEntry& e : kSimpleFolds) {
+      s.push_back(e.cp);
+      s.push_back(e.fold);
+    }
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+    return s;
+  }();
+  return all;
+}
+
 std::u32string caseVariants(char32_t cp) {
   static const std::vector<std::pair<char32_t, char32_t>> unfolds = buildUnfolds();
   const char32_t f = simpleFold(cp);

@@ -56,6 +56,8 @@ std::size_t utf8Length(std::string_view s, std::size_t i);
 char32_t simpleFold(char32_t cp);
 // Every code point whose simple fold equals cp's (cp included), in ascending order.
 std::u32string caseVariants(char32_t cp);
+// Every code point that has another case variant, in ascending order.
+const std::u32string& casedCodePoints();
 
 std::u32string toLower(const std::u32string& s);
 std::string toLower(std::string_view utf8);
