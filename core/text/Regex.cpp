@@ -1079,8 +1079,6 @@ class Machine {
     }
   }
 
-  std::size_t steps() const { return steps_; }
-
  private:
   void count(std::size_t n) {
     steps_ += n;
