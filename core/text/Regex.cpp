@@ -378,7 +378,6 @@ class Parser {
     else if (accept('+'))
       greed = Greed::kPossessive;
     if (atQuantifier()) fail(i_, "a quantifier follows a quantifier");
-    if (atom->type == Node::Type::kAnchor) fail(at, "a quantifier after an anchor, which matches no character");
     NodePtr n = makeNode(Node::Type::kRepeat, at);
     n->min = min;
     n->max = max;

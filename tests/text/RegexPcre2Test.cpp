@@ -14,8 +14,10 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <memory>
 
 #include "Pcre2Reference.h"
+#include "common/Error.h"
 #include "RegexPatterns.h"
 #include "common/TestSupport.h"
 #include "text/Regex.h"
@@ -423,6 +425,108 @@ TEST(RegexPcre2, TheRestOfTheSyntaxAsPcre2) {
   extra.push_back("aaab abab abc ac x{,3} { a{2} .*+.*+ ABC\x41\xC3\xA9\xF0\x9F\x98\x80");
   extra.push_back(std::string("A\x1B\x07\t\n\r\f", 8));
   for (const std::string& p : patterns) compareOn(p, extra);
+}
+
+// A random pattern of the syntax the engine takes, from a fixed seed: literals,
+// classes, anchors, groups of every kind, quantifiers with every suffix, nested.
+class PatternMaker {
+ public:
+  explicit PatternMaker(std::uint32_t seed) : rng_(seed) {}
+
+  std::string alternation(int depth) {
+    std::string s;
+    const int n = 1 + pick(3);
+    for (int i = 0; i < n; ++i) {
+      if (i) s += "|";
+      const int m = pick(4);
+      for (int k = 0; k < m; ++k) s += atom(depth);
+    }
+    return s;
+  }
+
+  std::string text() {
+    static const char* const kPieces[] = {"a",        "b",  "A",  "B",        "'",  "'s",          "'S",
+                                          " ",        "  ", "\n", "1",        "12", "\xC3\xA9",    "\xC3\x89",
+                                          "\xCC\x81", "s",  "S",  "\xC5\xBF", "!",  "\xE4\xB8\xAD"};
+    std::string s;
+    const int n = pick(14);
+    for (int i = 0; i < n; ++i) s += kPieces[pick(20)];
+    return s;
+  }
+
+ private:
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+
+  std::string quantifier() {
+    static const char* const kCounts[] = {"", "", "", "?", "*", "+", "{2}", "{1,}", "{0,2}", "{1,3}"};
+    static const char* const kSuffixes[] = {"", "", "?", "+"};
+    std::string q = kCounts[pick(10)];
+    if (!q.empty()) q += kSuffixes[pick(4)];
+    return q;
+  }
+
+  std::string atom(int depth) {
+    static const char* const kLiterals[] = {"a", "b", "A", "'", " ", "\\n", "1", "\xC3\xA9", "s", "S"};
+    static const char* const kClasses[] = {"\\s",
+                                           "\\S",
+                                           "\\d",
+                                           "\\w",
+                                           "\\p{L}",
+                                           "\\p{Lu}",
+                                           "\\p{N}",
+                                           "[ab]",
+                                           "[^a\\s]",
+                                           "[\\p{L}\\p{N}]",
+                                           "[^\\r\\n\\p{L}\\p{N}]",
+                                           ".",
+                                           "\\p{M}"};
+    static const char* const kAnchors[] = {"^", "$", "\\b", "\\B", "\\z", "\\Z"};
+    static const char* const kOpen[] = {"(?:", "(?i:", "(?=", "(?!", "(?>", "("};
+    const int k = pick(depth > 2 ? 8 : 12);
+    if (k < 3) return kLiterals[pick(10)] + quantifier();
+    if (k < 6) return kClasses[pick(13)] + quantifier();
+    if (k < 7) return kAnchors[pick(6)];
+    if (k < 8) return kLiterals[pick(10)];
+    return std::string(kOpen[pick(6)]) + alternation(depth + 1) + ")" + quantifier();
+  }
+
+  std::mt19937 rng_;
+};
+
+TEST(RegexPcre2, RandomPatternsAsPcre2sInterpreter) {
+  // The reference is PCRE2's interpreter without auto-possessification (see
+  // Pcre2Reference.h). A pattern that runs out of steps here but not in PCRE2
+  // (whose start-of-match checks can skip the search) is counted, not compared.
+  PatternMaker maker(20261206);
+  int compared = 0, gaveUp = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const std::string p = maker.alternation(0);
+    SCOPED_TRACE("pattern " + p);
+    std::unique_ptr<test::Pcre2Regex> ref;
+    try {
+      ref = std::make_unique<test::Pcre2Regex>(p, false);
+    } catch (const std::exception&) {
+      continue;  // not a pattern PCRE2 takes either
+    }
+    const text::Regex ours(p, "random pattern");
+    for (int t = 0; t < 25; ++t) {
+      const std::string s = maker.text();
+      Matches got;
+      try {
+        got = ours.findAll(s);
+      } catch (const Error&) {
+        ++gaveUp;
+        break;
+      }
+      const Matches want = ref->findAll(s);
+      ASSERT_EQ(got, want) << "text \"" << shown(s) << "\"\n  strata: " << shownMatches(s, got)
+                           << "\n  pcre2:  " << shownMatches(s, want);
+      ++compared;
+    }
+  }
+  std::cout << "[regex] " << compared << " random pattern/text pairs as PCRE2's interpreter; " << gaveUp
+            << " pattern(s) ran out of steps" << std::endl;
+  EXPECT_GT(compared, 50000);
 }
 
 TEST(RegexPcre2, SpeedOnAMegabyteOfMixedText) {
