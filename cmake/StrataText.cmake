@@ -52,7 +52,6 @@ set_target_properties(strata_sentencepiece PROPERTIES
   VISIBILITY_INLINES_HIDDEN ON
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
 
-
 # Same libstdc++ rule as strata::torch (cmake/StrataTorch.cmake): one shared copy
 # in the process, so strings and vectors cross the module boundary safely.
 if(STRATA_LIBSTDCXX_FIRST)
