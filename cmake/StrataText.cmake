@@ -4,10 +4,10 @@
 #   with RTLD_LOCAL | RTLD_DEEPBIND, because Debian's libsentencepiece exports its own
 #   protobuf-lite, which crashes next to the libprotobuf LibTorch loads
 #   (core/text/SentencePieceBackend.h).
-#   PCRE2 (optional): the regex patterns of tokenizer.json files (Split, ByteLevel's
-#   GPT-2 split, Replace with a regex). Without it strata_text still builds and
-#   refuses such files at run time, saying Strata was built without PCRE2.
-# Both are looked up with pkg-config first, then as a plain library + header.
+# The regex patterns of tokenizer.json files (Split, ByteLevel's GPT-2 split, Replace
+# with a regex) need no library: core/text/Regex is Strata's own engine. PCRE2, whose
+# semantics it follows, is only a test dependency (tests/CMakeLists.txt).
+# sentencepiece is looked up with pkg-config first, then as a plain library + header.
 find_package(PkgConfig QUIET)
 
 if(NOT TARGET strata::sentencepiece_lib)
@@ -51,36 +51,6 @@ set_target_properties(strata_sentencepiece PROPERTIES
   CXX_VISIBILITY_PRESET hidden
   VISIBILITY_INLINES_HIDDEN ON
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
-
-option(STRATA_USE_PCRE2 "Use PCRE2 for tokenizer.json regex patterns when it is found" ON)
-set(STRATA_HAS_PCRE2 OFF)
-if(STRATA_USE_PCRE2 AND NOT TARGET strata::pcre2)
-  if(PkgConfig_FOUND)
-    pkg_check_modules(STRATA_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
-    if(STRATA_PCRE2_FOUND)
-      add_library(strata_pcre2 INTERFACE)
-      target_link_libraries(strata_pcre2 INTERFACE PkgConfig::STRATA_PCRE2)
-      set(STRATA_HAS_PCRE2 ON)
-    endif()
-  endif()
-  if(NOT STRATA_HAS_PCRE2)
-    find_library(STRATA_PCRE2_LIBRARY NAMES pcre2-8)
-    find_path(STRATA_PCRE2_INCLUDE_DIR NAMES pcre2.h)
-    if(STRATA_PCRE2_LIBRARY AND STRATA_PCRE2_INCLUDE_DIR)
-      add_library(strata_pcre2 INTERFACE)
-      target_link_libraries(strata_pcre2 INTERFACE ${STRATA_PCRE2_LIBRARY})
-      target_include_directories(strata_pcre2 SYSTEM INTERFACE ${STRATA_PCRE2_INCLUDE_DIR})
-      set(STRATA_HAS_PCRE2 ON)
-    endif()
-  endif()
-  if(STRATA_HAS_PCRE2)
-    add_library(strata::pcre2 ALIAS strata_pcre2)
-  else()
-    message(STATUS "Strata: PCRE2 (libpcre2-dev) not found or STRATA_USE_PCRE2=OFF: tokenizer.json files with regex "
-                   "patterns (Llama 3, Qwen2, GPT-2 style) will be refused at run time")
-  endif()
-endif()
-add_feature_info(PCRE2 STRATA_HAS_PCRE2 "regex pre-tokenizers of tokenizer.json files (libpcre2-dev)")
 
 # Same libstdc++ rule as strata::torch (cmake/StrataTorch.cmake): one shared copy
 # in the process, so strings and vectors cross the module boundary safely.

@@ -10,7 +10,8 @@ STRATA_JOBS="${STRATA_JOBS:-$(nproc)}"
 STRATA_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-pthread libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  libpng-dev libjpeg-dev libwebp-dev libsentencepiece-dev libpcre2-dev
+  libpng-dev libjpeg-dev libwebp-dev libsentencepiece-dev
+  libpcre2-dev                               # tests only: the regex engine compared with PCRE2
   qt6-base-dev libqcustomplot-dev libgl-dev xvfb xauth
   dpkg-dev file lintian desktop-file-utils   # the .deb test (tests/packaging)
   clang-format git                           # the format test (tests/format)

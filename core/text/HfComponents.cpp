@@ -236,7 +236,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   ByteLevelPreTokenizer(const Json& j, const std::string& where)
       : addPrefixSpace_(boolField(j, "add_prefix_space", where, true)),
         useRegex_(boolField(j, "use_regex", where, true)) {
-    if (useRegex_) gpt2Regex();  // compile now, so a build without PCRE2 refuses the file at load
+    if (useRegex_) gpt2Regex();  // compile once, at load
   }
   void apply(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;

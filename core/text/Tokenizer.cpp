@@ -36,12 +36,4 @@ TokenizedText Tokenizer::encodeFixed(const std::string& text, int maxLength) con
   return out;
 }
 
-bool hasPcre2() {
-#ifdef STRATA_HAS_PCRE2
-  return true;
-#else
-  return false;
-#endif
-}
-
 }  // namespace strata::text

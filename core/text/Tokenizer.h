@@ -65,8 +65,4 @@ class Tokenizer {
   std::filesystem::path source_;
 };
 
-// True when this build has PCRE2, which tokenizer.json regex patterns (Split,
-// ByteLevel's GPT-2 split, Replace with a regex) need.
-bool hasPcre2();
-
 }  // namespace strata::text

@@ -6,9 +6,13 @@
 namespace strata::text::unicode {
 namespace {
 
-struct ClassRun {
+struct CategoryRun {
   char32_t start;
-  std::uint8_t cls;
+  std::uint8_t cat;
+};
+struct FoldEntry {
+  char32_t cp;
+  char32_t fold;
 };
 struct CombiningRun {
   char32_t start;
@@ -74,11 +78,109 @@ char32_t composePair(char32_t a, char32_t b) {
   return 0;
 }
 
+// The Basic Multilingual Plane, where nearly all text lives, one byte per code point
+// (64 KiB, built on first use); the planes above go through the runs.
+struct BmpCategories {
+  std::uint8_t cat[0x10000];
+  BmpCategories() {
+    const auto* run = std::begin(kCategoryRuns);
+    const auto* end = std::end(kCategoryRuns);
+    for (char32_t cp = 0; cp < 0x10000; ++cp) {
+      while (run + 1 != end && (run + 1)->start <= cp) ++run;
+      cat[cp] = run->cat;
+    }
+  }
+};
+
+// (fold, code point) for every code point that folds to another, sorted: the
+// inverse of kSimpleFolds, for caseVariants.
+std::vector<std::pair<char32_t, char32_t>> buildUnfolds() {
+  std::vector<std::pair<char32_t, char32_t>> out;
+  for (const FoldEntry& e : kSimpleFolds) out.emplace_back(e.fold, e.cp);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
+Category category(char32_t cp) {
+  if (cp < 0x10000) {
+    static const BmpCategories bmp;
+    return static_cast<Category>(bmp.cat[cp]);
+  }
+  if (cp >= 0x110000) return Category::kCn;
+  return static_cast<Category>(runOf(std::begin(kCategoryRuns), std::end(kCategoryRuns), cp).cat);
+}
+
 CharClass charClass(char32_t cp) {
-  if (cp >= 0x110000) return CharClass::kOther;
-  return static_cast<CharClass>(runOf(std::begin(kClassRuns), std::end(kClassRuns), cp).cls);
+  switch (category(cp)) {
+    case Category::kLu:
+    case Category::kLl:
+    case Category::kLt:
+    case Category::kLm:
+    case Category::kLo:
+      return CharClass::kLetter;
+    case Category::kMn:
+    case Category::kMc:
+    case Category::kMe:
+      return CharClass::kMark;
+    case Category::kNd:
+    case Category::kNl:
+    case Category::kNo:
+      return CharClass::kNumber;
+    case Category::kPc:
+    case Category::kPd:
+    case Category::kPs:
+    case Category::kPe:
+    case Category::kPi:
+    case Category::kPf:
+    case Category::kPo:
+      return CharClass::kPunct;
+    case Category::kSm:
+    case Category::kSc:
+    case Category::kSk:
+    case Category::kSo:
+      return CharClass::kSymbol;
+    case Category::kZs:
+      return CharClass::kSpaceSep;
+    case Category::kZl:
+    case Category::kZp:
+      return CharClass::kLineSep;
+    default:
+      return CharClass::kOther;
+  }
+}
+
+char32_t simpleFold(char32_t cp) {
+  if (cp < 0x80) return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+  const auto* end = std::end(kSimpleFolds);
+  const auto* it =
+      std::lower_bound(std::begin(kSimpleFolds), end, cp, [](const FoldEntry& e, char32_t c) { return e.cp < c; });
+  return it != end && it->cp == cp ? it->fold : cp;
+}
+
+const std::u32string& casedCodePoints() {
+  static const std::u32string all = [] {
+    std::u32string s;
+    for (const FoldEntry& e : kSimpleFolds) {
+      s.push_back(e.cp);
+      s.push_back(e.fold);
+    }
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+    return s;
+  }();
+  return all;
+}
+
+std::u32string caseVariants(char32_t cp) {
+  static const std::vector<std::pair<char32_t, char32_t>> unfolds = buildUnfolds();
+  const char32_t f = simpleFold(cp);
+  std::u32string out{f};
+  auto it = std::lower_bound(unfolds.begin(), unfolds.end(), std::make_pair(f, char32_t{0}));
+  for (; it != unfolds.end() && it->first == f; ++it) out.push_back(it->second);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 int combiningClass(char32_t cp) {

@@ -125,12 +125,16 @@ TEST(TokenizerErrors, NotASentencePieceModel) {
   EXPECT_NE(e.find("not a sentencepiece model"), std::string::npos) << e;
 }
 
-TEST(TokenizerErrors, WithoutPcre2RegexFilesAreRefusedSayingSo) {
-  if (text::hasPcre2()) GTEST_SKIP() << "this build has PCRE2; the refusal is for builds without it";
-  try {
-    text::openTokenizer(fixture("lm_tokenizer_a"));
-    ADD_FAILURE() << "a tokenizer.json with a regex pre-tokenizer opened without PCRE2";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("built without PCRE2"), std::string::npos) << e.what();
-  }
+TEST(TokenizerErrors, UnsupportedSplitRegexNamesFileKeyAndOffset) {
+  // A Split pattern with a backreference, which Strata's regex engine refuses.
+  test::TempDir tmp;
+  nlohmann::json j = lmJson();
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", R"(\p{L}+|(\p{N})\1)"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  writeFile(tmp / "tokenizer.json", j.dump());
+  const std::string e = openError(tmp.path());
+  EXPECT_NE(e.find((tmp / "tokenizer.json").string()), std::string::npos) << e;
+  EXPECT_NE(e.find("pre_tokenizer.pattern.Regex"), std::string::npos) << e;
+  EXPECT_NE(e.find("offset 14"), std::string::npos) << e;
+  EXPECT_NE(e.find("backreference"), std::string::npos) << e;
 }

@@ -14,6 +14,7 @@
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "io/Safetensors.h"
 #include "text/ByteLevel.h"
 #include "text/ClipTokenizer.h"
 #include "text/HfTokenizer.h"
@@ -42,11 +43,6 @@ std::vector<std::string> sampleTexts() {
   return texts;
 }
 
-#define STRATA_REQUIRE_PCRE2()                                                                               \
-  do {                                                                                                       \
-    if (!text::hasPcre2()) GTEST_SKIP() << "Strata was built without PCRE2 (tokenizer.json regex patterns)"; \
-  } while (0)
-
 void writeFile(const fs::path& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary);
   out << s;
@@ -55,7 +51,6 @@ void writeFile(const fs::path& p, const std::string& s) {
 }  // namespace
 
 TEST(Tokenizer, FluxClipFolderFormsAgree) {
-  STRATA_REQUIRE_PCRE2();
   const fs::path dir = pipelineDir() / "tokenizer";
   ASSERT_TRUE(fs::exists(dir / "tokenizer.json")) << dir;
   const auto fromVocab = text::openTokenizer(dir);
@@ -235,7 +230,6 @@ nlohmann::json llama3StyleJson(bool ignoreMerges) {
 }  // namespace
 
 TEST(Tokenizer, TokenizerJsonSplitRegexAndIgnoreMerges) {
-  STRATA_REQUIRE_PCRE2();
   const text::HfTokenizer plain(llama3StyleJson(false), "llama3.json");
   // \p{N}{1,3}: 12345 -> "123" "45"; "hello" is built from merges only as far as they go.
   EXPECT_EQ(plain.tokens("hello world 12345"),
@@ -251,7 +245,6 @@ TEST(Tokenizer, TokenizerJsonSplitRegexAndIgnoreMerges) {
 }
 
 TEST(Tokenizer, TokenizerJsonPossessivePatternCompiles) {
-  STRATA_REQUIRE_PCRE2();
   // A cl100k/Tekken-style pattern with possessive quantifiers.
   nlohmann::json j = llama3StyleJson(false);
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
@@ -354,10 +347,8 @@ TEST(Tokenizer, EncodeSpeed) {
        *text::openTokenizer(test::referenceDir() / "clip_tokenizer_a", TokenizerKind::kClip).tokenizer);
   time("t5 (spiece.model)",
        *text::openTokenizer(test::referenceDir() / "t5_tokenizer_a", TokenizerKind::kT5).tokenizer);
-  if (text::hasPcre2()) {
-    // The lm fixture has a pad token; pad with it.
-    time("lm (tokenizer.json)", *text::openTokenizer(test::referenceDir() / "lm_tokenizer_a").tokenizer);
-  }
+  // The lm fixture has a pad token; pad with it. Its GPT-2 split runs on Strata's regex engine.
+  time("lm (tokenizer.json)", *text::openTokenizer(test::referenceDir() / "lm_tokenizer_a").tokenizer);
 }
 
 TEST(Tokenizer, FluxPipelinePromptsTruncateAsTheReference) {
@@ -379,4 +370,39 @@ TEST(Tokenizer, FluxPipelinePromptsTruncateAsTheReference) {
             manifest.at("truncated_prompts").at("clip").get<std::vector<int>>());
   EXPECT_EQ(truncatedIndices(*t5.tokenizer, t5Length),
             manifest.at("truncated_prompts").at("t5").get<std::vector<int>>());
+}
+
+TEST(Tokenizer, Flux2PipelineTokenizersGiveTheReferenceIds) {
+  // FLUX.2's text encoders' tokenizers (Mistral's Tekken for dev, Qwen3 for klein):
+  // their tokenizer.json split patterns run on Strata's regex engine. The ids of
+  // the templated prompts are in each flux2_pipeline fixture's outputs.
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(test::referenceDir())) {
+    const fs::path manifestPath = entry.path() / "manifest.json";
+    if (!fs::exists(manifestPath)) continue;
+    const auto manifest = nlohmann::json::parse(std::ifstream(manifestPath));
+    if (manifest.value("kind", "") != "flux2_pipeline") continue;
+    SCOPED_TRACE(entry.path().string());
+    const auto opened = text::openTokenizer(entry.path() / "model" / "tokenizer", TokenizerKind::kCausalLm);
+    const at::Tensor ids = io::loadSafetensors(entry.path() / "outputs.safetensors").at("input_ids");
+    const auto texts = manifest.at("templated_texts").get<std::vector<std::string>>();
+    const auto counts = manifest.at("token_counts_before_padding").get<std::vector<std::int64_t>>();
+    const bool leftPadded = manifest.at("padding_side").get<std::string>() == "left";
+    const std::int64_t width = ids.size(1);
+    ASSERT_EQ(static_cast<std::int64_t>(texts.size()), ids.size(0));
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      // The reference's real tokens: the last `count` of a left-padded row, else the first.
+      const std::int64_t count = std::min(counts[i], width);
+      const at::Tensor row = ids[static_cast<std::int64_t>(i)].narrow(0, leftPadded ? width - count : 0, count);
+      const std::vector<std::int64_t> want(row.data_ptr<std::int64_t>(), row.data_ptr<std::int64_t>() + count);
+      std::vector<int> got = opened.tokenizer->encode(texts[i]);
+      if (static_cast<std::int64_t>(got.size()) > count) got.resize(static_cast<std::size_t>(count));  // truncated
+      EXPECT_EQ(std::vector<std::int64_t>(got.begin(), got.end()), want) << "templated text " << i;
+      ++checked;
+    }
+  }
+  if (checked == 0)
+    GTEST_SKIP() << "no flux2_pipeline fixture under " << test::referenceDir()
+                 << " (STRATA_REFERENCE_DIR names a folder that has them)";
+  std::cout << "[tokenizer] " << checked << " FLUX.2 templated prompts give the reference ids" << std::endl;
 }

@@ -57,3 +57,33 @@ TEST(ByteLevel, Gpt2ByteMap) {
     EXPECT_EQ(bytelevel::byteOf(cps[0]), std::optional<unsigned char>(static_cast<unsigned char>(b)));
   }
 }
+
+TEST(Unicode, GeneralCategoriesAndCaseFolding) {
+  using unicode::Category;
+  EXPECT_EQ(unicode::category(U'A'), Category::kLu);
+  EXPECT_EQ(unicode::category(U'a'), Category::kLl);
+  EXPECT_EQ(unicode::category(0x1C5), Category::kLt);  // ǅ
+  EXPECT_EQ(unicode::category(0x2B0), Category::kLm);  // ʰ
+  EXPECT_EQ(unicode::category(0x4E2D), Category::kLo);
+  EXPECT_EQ(unicode::category(0x301), Category::kMn);
+  EXPECT_EQ(unicode::category(0x661), Category::kNd);    // Arabic-Indic one
+  EXPECT_EQ(unicode::category(0x216B), Category::kNl);   // Ⅻ
+  EXPECT_EQ(unicode::category(0xBD), Category::kNo);     // ½
+  EXPECT_EQ(unicode::category(0x1F600), Category::kSo);  // 😀, above the BMP table
+  EXPECT_EQ(unicode::category(0x2029), Category::kZp);
+  EXPECT_EQ(unicode::category(0xE000), Category::kCo);
+  EXPECT_EQ(unicode::category(0x378), Category::kCn);  // unassigned
+  EXPECT_EQ(unicode::category(0x110000), Category::kCn);
+  // charClass follows the category.
+  EXPECT_EQ(unicode::charClass(0x1C5), unicode::CharClass::kLetter);
+  EXPECT_EQ(unicode::charClass(0x2029), unicode::CharClass::kLineSep);
+  // Simple folding: one code point to one; ſ and the Kelvin sign join s and k.
+  EXPECT_EQ(unicode::simpleFold(U'S'), U's');
+  EXPECT_EQ(unicode::simpleFold(0x17F), U's');
+  EXPECT_EQ(unicode::simpleFold(0x212A), U'k');
+  EXPECT_EQ(unicode::simpleFold(0x1E9E), 0xDF);  // ẞ -> ß, not "ss"
+  EXPECT_EQ(unicode::simpleFold(0x130), 0x130);  // İ has no simple fold
+  EXPECT_EQ(unicode::caseVariants(U'k'), (std::u32string{U'K', U'k', 0x212A}));
+  EXPECT_EQ(unicode::caseVariants(0x3C3), (std::u32string{0x3A3, 0x3C2, 0x3C3}));  // Σ ς σ
+  EXPECT_EQ(unicode::caseVariants(U'1'), std::u32string{U'1'});
+}
