@@ -122,7 +122,7 @@ TEST(SampleCli, OutOfRangeValuesAndABadOutputAreRefusedBeforeLoading) {
       {"--width 1000000 --out " + quote(out.string()), "'1000000' is not an image side"},
       {"--height -16 --out " + quote(out.string()), "is not an image side"},
       {"--steps 2147483648 --out " + quote(out.string()), "is not a number of sampling steps: give 1 to 1000"},
-      {"--max-sequence-length 100000 --out " + quote(out.string()), "is not a number of T5 tokens"},
+      {"--max-sequence-length 100000 --out " + quote(out.string()), "is not a number of text tokens"},
       {"--guidance nan --out " + quote(out.string()), "--guidance: give a number from 0 to 100"},
       {"--lora-scale 1e300 --out " + quote(out.string()), "--lora-scale: give a number from -100 to 100"},
       {"--out " + quote((tmp / "no-such-folder" / "x.png").string()), "does not exist"},
@@ -136,6 +136,63 @@ TEST(SampleCli, OutOfRangeValuesAndABadOutputAreRefusedBeforeLoading) {
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.find("loading"), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.find("enforce fail"), std::string::npos) << c.args << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// The copies of the FLUX.2 pipeline folders inside the project.
+fs::path flux2Fixture(const std::string& variant) {
+  return strata::test::sourceDir() / "tests" / "fixtures" / "reference" / ("flux2_pipeline_" + variant + "_a");
+}
+
+// FLUX.2-dev (Mistral-3, guidance embedding) and [klein] base (Qwen3, true CFG
+// against the negative prompt) from their diffusers folders: model_index.json
+// says the family; the PNG carries what was asked.
+TEST(SampleCli, DrawsFlux2ImagesFromTheirDiffusersFolders) {
+  strata::test::TempDir tmp;
+  for (const std::string variant : {"dev", "klein"}) {
+    SCOPED_TRACE(variant);
+    const auto out = tmp / (variant + ".png");
+    std::string args = "sample " + quote((flux2Fixture(variant) / "model").string()) +
+                       " --steps 2 --seed 3 --width 32 --height 48 --max-sequence-length 40 --prompt 'a red hat' "
+                       "--out " +
+                       quote(out.string());
+    if (variant == "klein") args += " --negative-prompt blurry";
+    const auto r = run(args);
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("step 2/2"), std::string::npos) << r.output;
+    const auto img = strata::io::readImage(out);
+    EXPECT_EQ(img.pixels.sizes().vec(), (std::vector<int64_t>{48, 32, 3}));
+    EXPECT_EQ(img.text.at("prompt"), "a red hat");
+    EXPECT_EQ(img.text.at("seed"), "3");
+    EXPECT_EQ(img.text.at("guidance"), std::to_string(4.0));  // Flux2Pipeline's default
+    if (variant == "klein") EXPECT_EQ(img.text.at("negative_prompt"), "blurry");
+  }
+}
+
+// Options of the other family are refused by name before anything loads.
+TEST(SampleCli, RefusesTheOtherFamilysOptions) {
+  strata::test::TempDir tmp;
+  const auto out = tmp / "x.png";
+  struct Case {
+    std::string model, args, says;
+  };
+  const std::string flux2 = quote((flux2Fixture("klein") / "model").string());
+  const std::string flux1 = quote((fixture() / "model").string());
+  const Case cases[] = {
+      {flux2, "--clip " + quote((tmp / "clip.safetensors").string()), "--clip: FLUX.1's file"},
+      {flux2, "--text-encoder " + quote(tmp.path().string()), "is a diffusers folder"},
+      {flux2, "--distilled", "model_index.json says whether it is"},
+      {flux1, "--text-encoder " + quote(tmp.path().string()), "--text-encoder: FLUX.2's text encoder"},
+      {flux1, "--negative-prompt blurry", "--negative-prompt: FLUX.1 samples without a negative pass"},
+      {quote((flux2Fixture("klein") / "singles" / "flux2.safetensors").string()),
+       "--text-encoder " + quote(tmp.path().string()), "--vae: a single FLUX.2 transformer file needs"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run("sample " + c.model + " --prompt p --out " + quote(out.string()) + " " + c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("loading"), std::string::npos) << c.args << "\n" << r.output;
   }
   EXPECT_FALSE(fs::exists(out));
 }

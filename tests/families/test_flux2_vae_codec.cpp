@@ -40,28 +40,32 @@ std::shared_ptr<vae::AutoencoderKL> tinyVae(const vae::VaeConfig& cfg, uint64_t 
 
 }  // namespace
 
-TEST(Flux2VaeCodec, EncodesToNormalisedPatchifiedLatentsAndDecodesToUnitRange) {
+TEST(Flux2VaeCodec, EncodesToNormalisedLatentsAndDecodesToUnitRange) {
   const auto cfg = tinyFlux2();
   auto model = tinyVae(cfg, 1);
   families::Flux2VaeCodec codec(model, "tiny");
-  EXPECT_EQ(codec.latentChannels(), 16);  // 4 latent channels x 2 x 2
-  EXPECT_EQ(codec.downscaleFactor(), 4);  // 2 (one downsample) x 2 (the patch)
+  EXPECT_EQ(codec.latentChannels(), 4);   // the VAE's: the transformer's side patchifies
+  EXPECT_EQ(codec.downscaleFactor(), 2);  // one downsample
   const auto pixels = at::rand({2, 3, 16, 24}) * 2 - 1;
   const auto latents = codec.encode(pixels);
-  ASSERT_EQ(latents.sizes().vec(), (std::vector<int64_t>{2, 16, 4, 6}));
+  ASSERT_EQ(latents.sizes().vec(), (std::vector<int64_t>{2, 4, 8, 12}));
   EXPECT_EQ(latents.scalar_type(), at::kFloat);
   at::NoGradGuard noGrad;
   const auto mode = model->encode(pixels).mean;
   const auto mean = model->bn->runningMean.view({1, -1, 1, 1});
   const auto deviation = at::sqrt(model->bn->runningVar.view({1, -1, 1, 1}) + cfg.batchNormEps);
-  EXPECT_TRUE(test::allClose(latents, (dit::patchifyLatents(mode) - mean) / deviation, 1e-6, 1e-5));
+  // The pipeline's normalisation on the 2x2 patches, handed back unpatchified.
+  const auto normalised = (dit::patchifyLatents(mode) - mean) / deviation;  // [2, 16, 4, 6]
+  EXPECT_TRUE(test::allClose(dit::patchifyLatents(latents), normalised, 1e-6, 1e-5));
+  EXPECT_FALSE(test::allClose(latents, mode, 1e-3, 1e-3));  // the statistics did something
   EXPECT_TRUE(test::allClose(codec.normalize(mode), latents, 1e-6, 1e-5));
   EXPECT_TRUE(test::allClose(codec.denormalize(latents), mode, 1e-5, 1e-5));
   const auto rgb = codec.decode(latents);
   ASSERT_EQ(rgb.sizes().vec(), (std::vector<int64_t>{2, 3, 16, 24}));
   EXPECT_GE(rgb.min().item<float>(), 0.0f);
   EXPECT_LE(rgb.max().item<float>(), 1.0f);
-  const auto expected = (model->decode(dit::unpatchifyLatents(latents * deviation + mean)) / 2 + 0.5).clamp(0, 1);
+  const auto expected =
+      (model->decode(dit::unpatchifyLatents(dit::patchifyLatents(latents) * deviation + mean)) / 2 + 0.5).clamp(0, 1);
   EXPECT_TRUE(test::allClose(rgb, expected, 1e-5, 1e-5));
   codec.release();
   EXPECT_THROW(codec.encode(pixels), Error);

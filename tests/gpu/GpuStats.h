@@ -27,6 +27,17 @@ inline double medianMs(std::vector<double> v) {
 
 inline void synchronize() { torch::cuda::synchronize(); }
 
+// cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa): 9e-4 off
+// the reference, ten times the fixtures' tolerance. Parity is float32: off while
+// this lives, restored after.
+struct NoTf32 {
+  NoTf32() : was(at::globalContext().allowTF32CuDNN()) { at::globalContext().setAllowTF32CuDNN(false); }
+  ~NoTf32() { at::globalContext().setAllowTF32CuDNN(was); }
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+  bool was;
+};
+
 #ifdef STRATA_HAS_CUDA
 // The caching allocator of a device exists only after its first allocation; its
 // counters throw "Invalid device argument" before that.

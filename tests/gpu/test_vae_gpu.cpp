@@ -47,16 +47,6 @@ double timeMs(const std::function<void()>& fn, int warmup, int runs) {
   return medianMs(ms);
 }
 
-// cuDNN runs float32 convolutions in TF32 by default (10-bit mantissa): 9e-4 off
-// the reference, ten times the fixture's tolerance. Parity is float32: off while
-// this lives, restored after.
-struct NoTf32 {
-  NoTf32() : was(at::globalContext().allowTF32CuDNN()) { at::globalContext().setAllowTF32CuDNN(false); }
-  ~NoTf32() { at::globalContext().setAllowTF32CuDNN(was); }
-  NoTf32(const NoTf32&) = delete;
-  NoTf32& operator=(const NoTf32&) = delete;
-  bool was;
-};
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/TestSupport.h"
+#include "dit/LatentPatch.h"
 #include "families/flux2/Flux2VaeCodec.h"
 #include "models/flux2/Flux2Sampling.h"
 #include "models/vae/AutoencoderKL.h"
@@ -77,27 +78,30 @@ inline void expectFlux2PipelineVaeMatches(vae::AutoencoderKL& model, const Flux2
 }
 
 // The same numbers through the image path's codec (families/flux2): encode gives
-// the training latents, decode the pipeline's image.
+// the training latents unpatchified (the fixture's are patchified), decode the
+// pipeline's image.
 inline void expectFlux2CodecMatches(const std::shared_ptr<vae::AutoencoderKL>& model, const Flux2PipelineFixture& f,
                                     const std::string& weights) {
   families::Flux2VaeCodec codec(model, weights);
   const auto& cfg = model->config();
-  EXPECT_EQ(codec.latentChannels(), f.outputs.at("train_latents").size(1));
-  EXPECT_EQ(codec.downscaleFactor() * f.outputs.at("train_latents").size(2), f.inputs.at("image").size(2));
+  const auto& train = f.outputs.at("train_latents");  // [n, 4C, H/2f, W/2f]
+  const int64_t ph = cfg.patchSize[0], pw = cfg.patchSize[1];
+  EXPECT_EQ(codec.latentChannels() * ph * pw, train.size(1));
+  EXPECT_EQ(codec.downscaleFactor() * ph * train.size(2), f.inputs.at("image").size(2));
+  const auto patched = [&](const at::Tensor& x) { return dit::patchifyLatents(x, ph, pw); };
   const auto t = f.toleranceFor("train_latents");
-  EXPECT_TRUE(test::allClose(codec.encode(f.inputs.at("image")), f.outputs.at("train_latents"), t.atol, t.rtol))
-      << "codec encode";
+  EXPECT_TRUE(test::allClose(patched(codec.encode(f.inputs.at("image"))), train, t.atol, t.rtol)) << "codec encode";
   const auto mode = f.outputs.at("vae_latent_mode");
-  EXPECT_TRUE(test::allClose(codec.normalize(mode), f.outputs.at("train_latents"), t.atol, t.rtol))
-      << "codec normalize";
+  EXPECT_TRUE(test::allClose(patched(codec.normalize(mode)), train, t.atol, t.rtol)) << "codec normalize";
   EXPECT_TRUE(test::allClose(codec.denormalize(codec.normalize(mode)), mode, 1e-5, 1e-5)) << "codec denormalize";
   const auto [h, w] = flux2PatchifiedHw(f, cfg);
   const auto unpacked = flux2::unpackLatentsWithIds(f.outputs.at("latents_final"), flux2::latentIds(h, w));
   const auto ti = f.toleranceFor("image");
-  EXPECT_TRUE(test::allClose(codec.decode(unpacked), f.outputs.at("image"), ti.atol, ti.rtol)) << "codec decode";
+  EXPECT_TRUE(
+      test::allClose(codec.decode(dit::unpatchifyLatents(unpacked, ph, pw)), f.outputs.at("image"), ti.atol, ti.rtol))
+      << "codec decode";
   codec.release();
-  EXPECT_TRUE(test::allClose(codec.normalize(mode), f.outputs.at("train_latents"), t.atol, t.rtol))
-      << "codec normalize after release";
+  EXPECT_TRUE(test::allClose(patched(codec.normalize(mode)), train, t.atol, t.rtol)) << "codec normalize after release";
 }
 
 }  // namespace strata::parity

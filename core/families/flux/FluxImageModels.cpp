@@ -24,7 +24,6 @@ namespace strata::families {
 
 namespace {
 
-
 std::string dtypeName(at::ScalarType t) { return c10::toString(t); }
 
 vae::VaeConfig randomVaeConfig(int64_t latentChannels) {
@@ -65,8 +64,10 @@ struct RunModelsOptions {
 // The text encoders' and tokenizers' content hashes.
 std::string textFilesStamp(const RunModelsOptions& o) {
   std::string s;
-  if (!o.randomWeights) s = "t5 " + io::weightsStamp(o.files.text.t5) + " clip " + io::weightsStamp(o.files.text.clip) + " ";
-  return s + "tokenizers " + io::weightsStamp(o.files.text.t5Tokenizer) + " " + io::weightsStamp(o.files.text.clipTokenizer);
+  if (!o.randomWeights)
+    s = "t5 " + io::weightsStamp(o.files.text.t5) + " clip " + io::weightsStamp(o.files.text.clip) + " ";
+  return s + "tokenizers " + io::weightsStamp(o.files.text.t5Tokenizer) + " " +
+         io::weightsStamp(o.files.text.clipTokenizer);
 }
 
 std::unique_ptr<FluxVaeCodec> makeVaeCodec(const RunModelsOptions& o) {

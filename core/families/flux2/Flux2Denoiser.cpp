@@ -27,7 +27,7 @@ diffusion::Denoiser flux2Denoiser(flux2::Flux2Transformer& model, const at::Devi
     const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
     const auto ids = flux2::latentIds(h, w, longs);              // [h*w, 4]
     const auto packed = flux2::packLatents(patches).to(device);  // [B, h*w, 4C]
-    const auto txt = text.tokens.to(device, m->dtype());       // [B, L, joint_attention_dim]
+    const auto txt = text.tokens.to(device, m->dtype());         // [B, L, joint_attention_dim]
     const auto txtIds = flux2::textIds(txt.size(1), longs).unsqueeze(0).expand({batch, txt.size(1), 4});
     const auto sigmas = flux2::samplingSigmas(r.steps, h * w);
     const auto onStep = [&r](int64_t done, const at::Tensor&) {

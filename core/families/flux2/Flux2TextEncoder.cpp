@@ -48,7 +48,6 @@ std::string settingsOf(Flux2TextEncoderKind kind, const std::vector<int64_t>& la
   return s.str();
 }
 
-
 }  // namespace
 
 Flux2TextEncoderFiles Flux2TextEncoderFiles::fromDiffusersFolder(const fs::path& root) {
@@ -238,8 +237,8 @@ void Flux2TextEncoder::release() {
 std::string flux2TextEncoderIdentity(const Flux2TextEncoderFiles& files, Flux2TextEncoderKind kind,
                                      const Flux2TextEncoderOptions& options) {
   const auto cfg = llama::LlamaConfig::fromFile(files.encoder);
-  return settingsOf(kind, resolveOutLayers(options, kind, cfg), options) + "; encoder " + io::weightsStamp(files.encoder) +
-         "; tokenizer " + io::weightsStamp(files.tokenizer);
+  return settingsOf(kind, resolveOutLayers(options, kind, cfg), options) + "; encoder " +
+         io::weightsStamp(files.encoder) + "; tokenizer " + io::weightsStamp(files.tokenizer);
 }
 
 }  // namespace strata::families

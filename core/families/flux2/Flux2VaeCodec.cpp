@@ -37,8 +37,8 @@ Flux2VaeCodec::Flux2VaeCodec(std::shared_ptr<vae::AutoencoderKL> vae, const std:
     throw Error("Flux2VaeCodec: " + weights + " has a " + std::to_string(c.patchSize[0]) + "x" +
                 std::to_string(c.patchSize[1]) + " patch; the image path needs a square one");
   for (auto& p : vae_->parameters()) p.set_requires_grad(false);
-  channels_ = c.trainingChannels();
-  downscale_ = c.trainingDownscale()[0];
+  channels_ = c.latentChannels;  // unpatchified: the transformer's side takes 2x2 patches
+  downscale_ = c.downscaleFactor();
   patch_ = c.patchSize;
   stats_ = std::make_shared<vae::VaeBatchNormImpl>(c.batchNormChannels(), c.batchNormEps, at::Device(at::kCPU));
   {
@@ -57,29 +57,34 @@ Flux2VaeCodec::Flux2VaeCodec(std::shared_ptr<vae::AutoencoderKL> vae, const std:
 
 Flux2VaeCodec::~Flux2VaeCodec() = default;
 
+at::Tensor Flux2VaeCodec::patchify(const at::Tensor& x) const { return dit::patchifyLatents(x, patch_[0], patch_[1]); }
+at::Tensor Flux2VaeCodec::unpatchify(const at::Tensor& x) const {
+  return dit::unpatchifyLatents(x, patch_[0], patch_[1]);
+}
+
 at::Tensor Flux2VaeCodec::encode(const at::Tensor& pixels) {
   if (!vae_) throw Error("image encoding: the VAE was released");
   at::NoGradGuard noGrad;
-  const auto dist = vae_->encode(pixels);                              // mean (the mode) [B, C, H/f, W/f]
-  return vae_->toTrainingLatents(dist.mean).to(at::kCPU, at::kFloat);  // [B, 4C, H/2f, W/2f]
+  const auto dist = vae_->encode(pixels);                                          // mean (the mode) [B, C, H/f, W/f]
+  return unpatchify(vae_->toTrainingLatents(dist.mean)).to(at::kCPU, at::kFloat);  // [B, C, H/f, W/f]
 }
 
 at::Tensor Flux2VaeCodec::decode(const at::Tensor& latents) {
   if (!vae_) throw Error("decoding: the VAE was released");
   at::NoGradGuard noGrad;
-  const auto raw = vae_->fromTrainingLatents(latents.to(vae_->device(), at::kFloat));  // [B, C, 2h, 2w]
-  const auto img = vae_->decode(raw);                                                  // [B, 3, H, W] in [-1, 1]
+  const auto raw = vae_->fromTrainingLatents(patchify(latents.to(vae_->device(), at::kFloat)));  // [B, C, h, w]
+  const auto img = vae_->decode(raw);  // [B, 3, H, W] in [-1, 1]
   return (img.to(at::kFloat) / 2 + 0.5).clamp(0, 1).cpu();
 }
 
 // The VAE's own steps (AutoencoderKL::toTrainingLatents / fromTrainingLatents)
 // with the copy of its batch norm kept here.
 at::Tensor Flux2VaeCodec::normalize(const at::Tensor& raw) const {
-  return stats_->normalize(dit::patchifyLatents(raw, patch_[0], patch_[1]));  // [B, 4C, H/2, W/2]
+  return unpatchify(stats_->normalize(patchify(raw)));  // [B, C, H, W]
 }
 
 at::Tensor Flux2VaeCodec::denormalize(const at::Tensor& latents) const {
-  return dit::unpatchifyLatents(stats_->unnormalize(latents), patch_[0], patch_[1]);  // [B, C, 2h, 2w]
+  return unpatchify(stats_->unnormalize(patchify(latents)));  // [B, C, h, w]
 }
 
 }  // namespace strata::families

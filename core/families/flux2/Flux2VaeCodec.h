@@ -1,9 +1,12 @@
 #pragma once
 // FLUX.2's VAE (models/vae's AutoencoderKL built as AutoencoderKLFlux2) as the
-// image path's latent codec. Its training latents are Flux2Pipeline's: the
-// posterior's mode, patchified 2x2 into channels, normalised by the batch norm's
-// running statistics, (patchify(mode) - mean) / sqrt(var + eps): [B, 4 x 32,
-// H / 16, W / 16] for the real VAE. decode() is the inverse, then the VAE's
+// image path's latent codec. Its normalisation is Flux2Pipeline's: the posterior's
+// mode patchified 2x2 into channels, normalised by the batch norm's running
+// statistics, (patchify(mode) - mean) / sqrt(var + eps). The codec hands the
+// result back unpatchified, [B, C, H / f, W / f] (32 x H/8 x W/8 for the real VAE),
+// as FLUX.1's codec does: the transformer's side cuts 2x2 patches into tokens
+// itself (the training step, Flux2Denoiser), and the patchify is a permutation,
+// so the numbers are the pipeline's. decode() is the inverse, then the VAE's
 // decoder, then the pipeline's (x / 2 + 0.5).clamp(0, 1).
 #include <ATen/ATen.h>
 
@@ -32,15 +35,18 @@ class Flux2VaeCodec final : public diffusion::LatentCodec {
 
   at::Tensor encode(const at::Tensor& pixels) override;
   at::Tensor decode(const at::Tensor& latents) override;
-  // raw: the VAE's latents [B, C, H, W] (encode's mode) <-> training latents [B, 4C, H/2, W/2].
+  // raw: the VAE's latents [B, C, H, W] (encode's mode) <-> training latents [B, C, H, W] (H, W even).
   at::Tensor normalize(const at::Tensor& raw) const override;
   at::Tensor denormalize(const at::Tensor& latents) const override;
   const std::string& identity() const override { return identity_; }
-  int64_t latentChannels() const override { return channels_; }  // after the patchify (128 for FLUX.2)
+  int64_t latentChannels() const override { return channels_; }  // the VAE's (32 for FLUX.2)
   int64_t downscaleFactor() const override { return downscale_; }
   void release() override { vae_.reset(); }
 
  private:
+  at::Tensor patchify(const at::Tensor& x) const;
+  at::Tensor unpatchify(const at::Tensor& x) const;
+
   std::shared_ptr<vae::AutoencoderKL> vae_;
   std::string identity_;
   int64_t channels_ = 0;
