@@ -30,29 +30,13 @@
 #include <algorithm>
 #include <limits>
 
-#include "common/Error.h"
-#include "config/ConfigSchema.h"
-#include "config/RunConfig.h"
-#include "config/RunConfigYaml.h"
-#include "config/Validator.h"
-#include "ui/backend/ConfigBackend.h"
 #include "ui/backend/ConfigDocument.h"
-#include "ui/backend/FamilyBackend.h"
+#include "ui/backend/ConfigViews.h"
 #include "ui/widgets/ListEditors.h"
 
 namespace strata::ui {
 
-using config::KeySpec;
-using config::KeyType;
-
 namespace {
-
-// A dataset key pattern "datasets[].x" made concrete for entry i.
-QString concreteKey(const KeySpec& spec, int datasetIndex) {
-  QString p = QString::fromStdString(spec.path);
-  if (spec.isDatasetKey()) p.replace("datasets[]", QString("datasets[%1]").arg(datasetIndex));
-  return p;
-}
 
 QString slug(const QString& group) {
   QString s = group.toLower();
@@ -63,34 +47,27 @@ QString slug(const QString& group) {
 
 // The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX
 // checkpoint), and for the dataset kinds and LoRA forms the family's choices and default, as the
-// editor offers them (backend::switchFamily picks the first).
-QString toolTipOf(const KeySpec& spec, const std::string& arch) {
-  QString tip = "<b>" + QString::fromStdString(spec.path).toHtmlEscaped() + "</b>";
-  const std::string& doc = spec.docFor(arch);
-  if (!doc.empty()) tip += "<br>" + QString::fromStdString(doc).toHtmlEscaped();
-  tip += "<br><i>" + QString::fromStdString(config::keyTypeName(spec.type));
-  if (!spec.unit.empty()) tip += ", " + QString::fromStdString(spec.unit);
-  std::string range = spec.rangeText();
-  std::string def = config::formatValue(spec.defaultValue);
-  std::vector<std::string> offered;
-  if (spec.path == "datasets[].type")
-    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered.push_back(config::enumName(t));
-  if (spec.path == "save.export_formats")
-    for (config::ExportFormat f : backend::exportFormatsOf(arch)) offered.push_back(config::enumName(f));
-  if (!offered.empty()) {
+// editor offers them (a family switch picks the first).
+QString toolTipOf(const KeyView& spec, const QString& arch) {
+  QString tip = "<b>" + spec.key.toHtmlEscaped() + "</b>";
+  const QString doc = spec.docFor(arch);
+  if (!doc.isEmpty()) tip += "<br>" + doc.toHtmlEscaped();
+  tip += "<br><i>" + spec.typeName;
+  if (!spec.unit.isEmpty()) tip += ", " + spec.unit;
+  QString range = spec.rangeText;
+  QString def = spec.defaultText;
+  QStringList offered;
+  if (spec.key == "datasets[].type") offered = familyView(arch).datasetTypes;
+  if (spec.key == "save.export_formats") offered = familyView(arch).exportFormats;
+  if (!offered.isEmpty()) {
     range = "one of:";
-    for (const std::string& c : offered) range += " " + c;
-    auto offers = [&offered](const std::string& c) {
-      return std::find(offered.begin(), offered.end(), c) != offered.end();
-    };
+    for (const QString& c : offered) range += " " + c;
     bool offersDefault = true;
-    if (auto* s = std::get_if<std::string>(&spec.defaultValue)) offersDefault = offers(*s);
-    if (auto* l = std::get_if<std::vector<std::string>>(&spec.defaultValue))
-      for (const std::string& c : *l) offersDefault = offersDefault && offers(c);
-    if (!offersDefault) def = spec.type == KeyType::ChoiceList ? "[" + offered.front() + "]" : offered.front();
+    for (const QString& c : spec.defaultItems) offersDefault = offersDefault && offered.contains(c);
+    if (!offersDefault) def = spec.type == KeyKind::ChoiceList ? "[" + offered.front() + "]" : offered.front();
   }
-  if (!range.empty()) tip += ", " + QString::fromStdString(range).toHtmlEscaped();
-  tip += ", default: " + (def.empty() ? QString("unset") : QString::fromStdString(def).toHtmlEscaped());
+  if (!range.isEmpty()) tip += ", " + range.toHtmlEscaped();
+  tip += ", default: " + (def.isEmpty() ? QString("unset") : def.toHtmlEscaped());
   tip += "</i>";
   return tip;
 }
@@ -120,17 +97,6 @@ void guardWheel(QWidget* root, QObject* guard) {
       w->setFocusPolicy(Qt::StrongFocus);  // a wheel does not give focus either
       w->installEventFilter(guard);
     }
-}
-
-QStringList listItems(const config::Value& v) {
-  QStringList out;
-  if (auto* l = std::get_if<std::vector<int64_t>>(&v))
-    for (int64_t x : *l) out << QString::number(x);
-  else if (auto* l = std::get_if<std::vector<double>>(&v))
-    for (double x : *l) out << QString::fromStdString(config::formatNumber(x));
-  else if (auto* l = std::get_if<std::vector<std::string>>(&v))
-    for (const std::string& x : *l) out << QString::fromStdString(x);
-  return out;
 }
 
 // A string list is edited one item per line. A line break inside an item (a chat
@@ -184,8 +150,7 @@ void repolish(QWidget* w) {
 
 }  // namespace
 
-ConfigEditor::ConfigEditor(QWidget* parent)
-    : QWidget(parent), doc_(new ConfigDocument(this)), config_(&doc_->config()) {
+ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), doc_(new ConfigDocument(this)), keys_(formKeys()) {
   setObjectName("configEditor");
   connect(doc_, &ConfigDocument::filePathChanged, this, &ConfigEditor::filePathChanged);
   connect(doc_, &ConfigDocument::modifiedChanged, this, &ConfigEditor::modifiedChanged);
@@ -201,13 +166,13 @@ ConfigEditor::ConfigEditor(QWidget* parent)
     page->setObjectName(name + "Page");
     auto* layout = new QVBoxLayout(page);
     // One group box per schema group, in the schema's order; empty ones stay hidden.
-    for (const std::string& g : config::keyGroups()) {
-      auto* box = new QGroupBox(tr(g.c_str()), page);
-      box->setObjectName(name + "_" + slug(QString::fromStdString(g)));
+    for (const QString& g : formGroups()) {
+      auto* box = new QGroupBox(tr(g.toUtf8().constData()), page);
+      box->setObjectName(name + "_" + slug(g));
       new QFormLayout(box);
       box->setVisible(false);
       layout->addWidget(box);
-      groups_[name + "/" + QString::fromStdString(g)] = box;
+      groups_[name + "/" + g] = box;
     }
     layout->addStretch(1);
     scroll->setWidget(page);
@@ -272,15 +237,14 @@ ConfigEditor::ConfigEditor(QWidget* parent)
   // The family first: it decides which keys the form shows.
   family_ = new QComboBox(this);
   family_->setObjectName("familyChoice");
-  for (const std::string& arch : backend::modelFamilies())
-    family_->addItem(backend::familyTitle(arch), QString::fromStdString(arch));
+  for (const FamilyView& f : familyViews()) family_->addItem(f.title, f.id);
   family_->setToolTip(
       tr("<b>model.arch</b><br>What the run trains: the form shows the settings this family "
          "reads."));
   connect(family_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    const std::string name = family_->itemData(index).toString().toStdString();
-    for (const std::string& arch : backend::modelFamilies())
-      if (arch == name) chooseFamily(arch);
+    const QString name = family_->itemData(index).toString();
+    for (const FamilyView& f : familyViews())
+      if (f.id == name) chooseFamily(f.id.toStdString());
   });
   auto* familyLabel = new QLabel(tr("Model family:"), this);
   familyLabel->setObjectName("label_model.arch");
@@ -353,9 +317,9 @@ QGroupBox* ConfigEditor::groupFor(bool basic, const QString& group) {
   return groups_.value((basic ? "basic/" : "advanced/") + group);
 }
 
-QFormLayout* ConfigEditor::formFor(const KeySpec& spec) {
+QFormLayout* ConfigEditor::formFor(const KeyView& spec) {
   if (spec.modelShape) return static_cast<QFormLayout*>(shapeFields_->layout());
-  QGroupBox* box = groupFor(spec.basic, QString::fromStdString(spec.group));
+  QGroupBox* box = groupFor(spec.basic, spec.group);
   box->setVisible(true);
   return static_cast<QFormLayout*>(box->layout());
 }
@@ -379,10 +343,10 @@ void ConfigEditor::buildForm() {
   shapeFields_->setVisible(false);
   connect(customShape_, &QCheckBox::clicked, this, &ConfigEditor::onCustomShapeToggled);
 
-  for (const KeySpec& spec : config::schema()) {
-    if (spec.isDatasetKey() || spec.path == "model.arch") continue;  // the family chooser edits model.arch
+  for (const KeyView& spec : keys_) {
+    if (spec.datasetKey || spec.key == "model.arch") continue;  // the family chooser edits model.arch
     QFormLayout* form = formFor(spec);
-    addField(form, spec, QString::fromStdString(spec.path), form->parentWidget());
+    addField(form, spec, spec.key, -1, form->parentWidget());
   }
   // Datasets: one group per entry on each page, rebuilt when the count changes.
   QGroupBox* box = groupFor(true, "Dataset");
@@ -400,11 +364,10 @@ void ConfigEditor::buildForm() {
   buttons->addStretch(1);
   datasetButtonsForm_->addRow(buttons);
   auto changeDatasets = [this](bool grow) {
-    if (!grow && config_->datasets.empty()) return;
     if (grow)
-      config_->datasets.emplace_back();
-    else
-      config_->datasets.pop_back();
+      doc_->addDataset();
+    else if (!doc_->removeLastDataset())
+      return;
     setModified(true);
     buildDatasetGroups();
     refreshYaml();
@@ -416,7 +379,7 @@ void ConfigEditor::buildForm() {
 }
 
 void ConfigEditor::buildDatasetGroups() {
-  if (int(config_->datasets.size()) * 2 == datasetGroups_.size()) return;
+  if (doc_->datasetCount() * 2 == datasetGroups_.size()) return;
   for (auto it = fields_.begin(); it != fields_.end();) {
     if (it->key.startsWith("datasets["))
       it = fields_.erase(it);
@@ -429,16 +392,16 @@ void ConfigEditor::buildDatasetGroups() {
   }
   datasetGroups_.clear();
   QGroupBox* advancedBox = groupFor(false, "Dataset");
-  advancedBox->setVisible(!config_->datasets.empty());
-  for (size_t i = 0; i < config_->datasets.size(); ++i) {
+  advancedBox->setVisible(doc_->datasetCount() > 0);
+  for (int i = 0; i < doc_->datasetCount(); ++i) {
     for (bool basic : {true, false}) {
       QGroupBox* parentBox = groupFor(basic, "Dataset");
       auto* box = new QGroupBox(tr("Dataset %1").arg(i + 1), parentBox);
       box->setObjectName(QString("%1_dataset_%2").arg(basic ? "basic" : "advanced").arg(i));
       auto* form = new QFormLayout(box);
-      for (const KeySpec& spec : config::schema())
-        if (spec.isDatasetKey() && spec.basic == basic) addField(form, spec, concreteKey(spec, int(i)), box);
-      static_cast<QFormLayout*>(parentBox->layout())->insertRow(int(i), box);
+      for (const KeyView& spec : keys_)
+        if (spec.datasetKey && spec.basic == basic) addField(form, spec, spec.concreteKey(i), i, box);
+      static_cast<QFormLayout*>(parentBox->layout())->insertRow(i, box);
       datasetGroups_ << box;
     }
   }
@@ -451,15 +414,15 @@ void ConfigEditor::buildDatasetGroups() {
 }
 
 // The editor for one key, chosen by the key's type (and for a path, its kind).
-QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidget* parent) {
+QWidget* ConfigEditor::makeEditor(const KeyView& spec, const QString& key, QWidget* parent) {
   auto edited = [this, key] { onFieldEdited(key); };
   switch (spec.type) {
-    case KeyType::Bool: {
+    case KeyKind::Bool: {
       auto* check = new QCheckBox(parent);
       connect(check, &QCheckBox::clicked, this, edited);
       return check;
     }
-    case KeyType::Int: {
+    case KeyKind::Int: {
       // A spin box holds an int: a seed above 2^31 - 1 would show (and be saved) as
       // another number. Such keys are typed as text and read back exactly.
       const bool fitsSpin = spec.max && *spec.max <= std::numeric_limits<int>::max();
@@ -480,21 +443,20 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
       connect(spin, qOverload<int>(&QSpinBox::valueChanged), this, edited);
       return spin;
     }
-    case KeyType::Float:
-    case KeyType::String: {
+    case KeyKind::Float:
+    case KeyKind::String: {
       auto* line = new QLineEdit(parent);
       if (spec.nullable) line->setPlaceholderText(tr("(unset)"));
       connect(line, &QLineEdit::textEdited, this, edited);
       return line;
     }
-    case KeyType::Choice: {
+    case KeyKind::Choice: {
       auto* combo = new QComboBox(parent);
-      for (const std::string& c : spec.choices)
-        combo->addItem(c.empty() ? tr("(auto)") : QString::fromStdString(c), QString::fromStdString(c));
+      for (const QString& c : spec.choices) combo->addItem(c.isEmpty() ? tr("(auto)") : c, c);
       connect(combo, qOverload<int>(&QComboBox::currentIndexChanged), this, edited);
       return combo;
     }
-    case KeyType::StringList: {
+    case KeyKind::StringList: {
       auto* text = new QPlainTextEdit(parent);
       text->setPlaceholderText(tr("one per line (\\n for a line break inside one)"));
       text->setTabChangesFocus(true);
@@ -502,20 +464,18 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
       connect(text, &QPlainTextEdit::textChanged, this, edited);
       return text;
     }
-    case KeyType::IntList:
-    case KeyType::FloatList: {
-      auto* list = new NumberListEdit(spec.type == KeyType::IntList, spec.listSize ? int(*spec.listSize) : 0, parent);
+    case KeyKind::IntList:
+    case KeyKind::FloatList: {
+      auto* list = new NumberListEdit(spec.type == KeyKind::IntList, spec.listSize, parent);
       connect(list, &NumberListEdit::edited, this, edited);
       return list;
     }
-    case KeyType::ChoiceList: {
-      QStringList choices;
-      for (const std::string& c : spec.choices) choices << QString::fromStdString(c);
-      auto* list = new ChoiceListEdit(choices, parent);
+    case KeyKind::ChoiceList: {
+      auto* list = new ChoiceListEdit(spec.choices, parent);
       connect(list, &ChoiceListEdit::edited, this, edited);
       return list;
     }
-    case KeyType::Path: {
+    case KeyKind::Path: {
       auto* holder = new QWidget(parent);
       auto* row = new QHBoxLayout(holder);
       row->setContentsMargins(0, 0, 0, 0);
@@ -523,12 +483,12 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
       line->setObjectName("pathText");
       connect(line, &QLineEdit::textEdited, this, edited);
       row->addWidget(line, 1);
-      const QString title = QString::fromStdString(spec.label);
+      const QString title = spec.label;
       // A jsonl dataset's file: the chooser lists JSON lines files first.
       const QString filter =
-          spec.path == "datasets[].file_path" ? tr("JSON lines (*.jsonl *.json);;All files (*)") : QString();
+          spec.key == "datasets[].file_path" ? tr("JSON lines (*.jsonl *.json);;All files (*)") : QString();
       // One chooser per kind the key's spec names (a FLUX model is a folder or one file).
-      auto addBrowse = [&](const QString& name, const QString& text, const QString& tip, config::PathKind kind) {
+      auto addBrowse = [&](const QString& name, const QString& text, const QString& tip, KeyPathKind kind) {
         auto* browse = new QToolButton(holder);
         browse->setObjectName(name);
         browse->setText(text);
@@ -536,10 +496,10 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
         connect(browse, &QToolButton::clicked, this, [this, line, title, kind, filter, edited] {
           QString chosen;
           switch (kind) {
-            case config::PathKind::Folder:
+            case KeyPathKind::Folder:
               chosen = QFileDialog::getExistingDirectory(this, title, line->text());
               break;
-            case config::PathKind::SaveFile:
+            case KeyPathKind::SaveFile:
               chosen = QFileDialog::getSaveFileName(this, title, line->text());
               break;
             default:
@@ -553,19 +513,19 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
         row->addWidget(browse);
       };
       switch (spec.pathKind) {
-        case config::PathKind::Folder:
-          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), config::PathKind::Folder);
+        case KeyPathKind::Folder:
+          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), KeyPathKind::Folder);
           break;
-        case config::PathKind::FileOrFolder:
-          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), config::PathKind::Folder);
-          addBrowse("browseFile", tr("File..."), tr("Choose a file"), config::PathKind::File);
+        case KeyPathKind::FileOrFolder:
+          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), KeyPathKind::Folder);
+          addBrowse("browseFile", tr("File..."), tr("Choose a file"), KeyPathKind::File);
           break;
-        case config::PathKind::SaveFile:
-          addBrowse("browseFile", tr("File..."), tr("Choose where to write"), config::PathKind::SaveFile);
+        case KeyPathKind::SaveFile:
+          addBrowse("browseFile", tr("File..."), tr("Choose where to write"), KeyPathKind::SaveFile);
           break;
-        case config::PathKind::File:
-        case config::PathKind::None:
-          addBrowse("browseFile", tr("File..."), tr("Choose a file"), config::PathKind::File);
+        case KeyPathKind::File:
+        case KeyPathKind::None:
+          addBrowse("browseFile", tr("File..."), tr("Choose a file"), KeyPathKind::File);
           break;
       }
       return holder;
@@ -574,35 +534,37 @@ QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidg
   return new QWidget(parent);
 }
 
-void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QString& key, QWidget* parent) {
+void ConfigEditor::addField(QFormLayout* form, const KeyView& spec, const QString& key, int datasetIndex,
+                            QWidget* parent) {
   Field field;
   field.spec = &spec;
   field.key = key;
+  field.datasetIndex = datasetIndex;
   QWidget* editor = makeEditor(spec, key, parent);
   editor->setObjectName("cfg_" + key);
   guardWheel(editor, wheelGuard_);
   field.editor = editor;
-  const QString labelText = spec.label.empty() ? key : tr(spec.label.c_str());
+  const QString labelText = spec.label.isEmpty() ? key : tr(spec.label.toUtf8().constData());
   field.label = new QLabel(labelText, parent);
   field.label->setObjectName("label_" + key);
   field.label->setBuddy(editor);
   field.form = form;
   field.row = editor;
-  if (spec.unit.empty()) {
+  if (spec.unit.isEmpty()) {
     form->addRow(field.label, editor);
   } else {
     auto* holder = new QWidget(parent);
     auto* row = new QHBoxLayout(holder);
     row->setContentsMargins(0, 0, 0, 0);
     row->addWidget(editor, 1);
-    auto* unit = new QLabel(QString::fromStdString(spec.unit), holder);
+    auto* unit = new QLabel(spec.unit, holder);
     unit->setMinimumWidth(44);
     row->addWidget(unit);
     form->addRow(field.label, holder);
     field.row = holder;
   }
   fields_[key] = field;
-  const QString tip = toolTipOf(spec, config_->model.arch);
+  const QString tip = toolTipOf(spec, doc_->family());
   editor->setToolTip(tip);
   field.label->setToolTip(tip);
 }
@@ -611,22 +573,13 @@ void ConfigEditor::onCustomShapeToggled(bool on) {
   shapeFields_->setVisible(on);
   if (on) return;
   // Off: the model takes its preset's shape again. An explicit edit, so it is marked and shown in the YAML.
-  config::RunConfig next = *config_;
-  bool changed = false;
-  for (const KeySpec& spec : config::schema())
-    if (spec.modelShape && !(spec.get(next, 0) == spec.defaultValue)) {
-      spec.set(next, 0, spec.defaultValue);
-      changed = true;
-    }
-  if (!changed) return;
-  setConfig(next);
+  if (!doc_->clearShapeOverrides()) return;
+  configReplaced();
   setModified(true);
 }
 
 void ConfigEditor::updateCustomShape() {
-  bool custom = false;
-  for (const KeySpec& spec : config::schema())
-    if (spec.modelShape && !(spec.get(*config_, 0) == spec.defaultValue)) custom = true;
+  const bool custom = doc_->hasShapeOverrides();
   // A config with overrides always shows them; without, the user's switch stays as it is.
   if (custom && !customShape_->isChecked()) customShape_->setChecked(true);
   shapeFields_->setVisible(customShape_->isChecked());
@@ -634,7 +587,7 @@ void ConfigEditor::updateCustomShape() {
 
 // ---- model family ----------------------------------------------------------
 
-std::string ConfigEditor::family() const { return config_->model.arch; }
+std::string ConfigEditor::family() const { return doc_->family().toStdString(); }
 
 bool ConfigEditor::isFieldShown(const QString& key) const {
   auto it = fields_.find(key);
@@ -643,10 +596,10 @@ bool ConfigEditor::isFieldShown(const QString& key) const {
 
 // Rows, groups and choices for the config's family; the chooser shows it.
 void ConfigEditor::applyFamily() {
-  const std::string arch = config_->model.arch;
+  const QString arch = doc_->family();
   const bool wasUpdating = updating_;
   updating_ = true;
-  const int at = family_->findData(QString::fromStdString(arch));
+  const int at = family_->findData(arch);
   if (at >= 0 && at != family_->currentIndex()) {
     const QSignalBlocker block(family_);
     family_->setCurrentIndex(at);
@@ -680,27 +633,22 @@ void ConfigEditor::applyFamily() {
 // settings, a jsonl file's fields), and for any other type while it is set away from
 // its default, so that the validator's error about it can be fixed in the form.
 bool ConfigEditor::datasetKeyShown(const Field& f) const {
-  if (!f.spec->isDatasetKey() || f.spec->datasetTypes.empty()) return true;
-  const auto [pattern, index] = config::splitDatasetPath(f.key.toStdString());
-  if (index >= config_->datasets.size()) return true;
-  if (f.spec->appliesToDataset(config_->datasets[index].type)) return true;
-  return !(f.spec->get(*config_, index) == f.spec->defaultValue);
+  if (!f.spec->datasetKey || f.spec->datasetTypes.isEmpty()) return true;
+  if (f.datasetIndex >= doc_->datasetCount()) return true;
+  if (f.spec->appliesToDataset(doc_->datasetType(f.datasetIndex))) return true;
+  return !doc_->isDefault(f.key);
 }
 
 // The dataset types and export formats the config's family takes; a value it
 // refuses stays selectable while it is the value (so it is shown, not swapped).
 void ConfigEditor::updateChoiceItems(const Field& f) {
-  const std::string arch = config_->model.arch;
-  if (f.spec->path == "datasets[].type") {
+  const FamilyView family = familyView(doc_->family());
+  if (f.spec->key == "datasets[].type") {
     auto* combo = static_cast<QComboBox*>(f.editor);
-    QString current;
-    try {
-      current = QString::fromStdString(config::getValueText(*config_, f.key.toStdString()));
-    } catch (const std::exception&) {
-      return;
-    }
-    QStringList offered;
-    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered << QString::fromStdString(config::enumName(t));
+    const KeyValueView value = doc_->value(f.key);
+    if (!value.exists) return;
+    const QString current = value.text;
+    const QStringList& offered = family.datasetTypes;
     QStringList items = offered;
     if (!current.isEmpty() && !offered.contains(current)) items << current;
     QStringList have;
@@ -709,53 +657,54 @@ void ConfigEditor::updateChoiceItems(const Field& f) {
     const QSignalBlocker block(combo);
     combo->clear();
     for (const QString& t : items)
-      combo->addItem(offered.contains(t) ? t : tr("%1 (not for %2)").arg(t, backend::familyName(arch)), t);
-  } else if (f.spec->path == "save.export_formats") {
-    QStringList offered;
-    for (config::ExportFormat e : backend::exportFormatsOf(arch))
-      offered << QString::fromStdString(config::enumName(e));
-    static_cast<ChoiceListEdit*>(f.editor)->setOffered(offered);
+      combo->addItem(offered.contains(t) ? t : tr("%1 (not for %2)").arg(t, family.name), t);
+  } else if (f.spec->key == "save.export_formats") {
+    static_cast<ChoiceListEdit*>(f.editor)->setOffered(family.exportFormats);
   }
 }
 
 QStringList ConfigEditor::unusedKeys() const {
   QStringList keys;
-  for (const backend::UnusedKey& u : backend::unusedKeys(*config_, config_->model.arch)) keys << u.key;
+  for (const UnusedKeyView& u : doc_->unusedKeys(doc_->family())) keys << u.key;
   return keys;
 }
 
 // The keys the family does not read, with the validator's words about each.
 void ConfigEditor::refreshUnused() {
-  const std::string arch = config_->model.arch;
-  const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
+  const QString arch = doc_->family();
+  const QString name = familyView(arch).name;
+  const QVector<UnusedKeyView> unused = doc_->unusedKeys(arch);
   unusedList_->clear();
-  for (const backend::UnusedKey& u : unused) {
-    QString why = tr("not used by %1").arg(backend::familyName(arch));
+  for (const UnusedKeyView& u : unused) {
+    QString why = tr("not used by %1").arg(name);
     for (const ProblemView& p : problems_)
       if (p.key == u.key) why += ": " + p.message;
     auto* item = new QTreeWidgetItem(unusedList_, {u.key, u.value, why});
     item->setToolTip(2, why);
   }
-  unusedBox_->setTitle(tr("Set in this config but not used by %1 (kept in the file; the trainer ignores them)")
-                           .arg(backend::familyName(arch)));
+  unusedBox_->setTitle(
+      tr("Set in this config but not used by %1 (kept in the file; the trainer ignores them)").arg(name));
   unusedBox_->setVisible(!unused.isEmpty());
 }
 
 void ConfigEditor::dropUnused() {
-  setConfig(backend::dropUnusedKeys(*config_, config_->model.arch));
+  doc_->dropUnusedKeys();
+  configReplaced();
   setModified(true);
 }
 
-bool ConfigEditor::chooseFamily(const std::string& arch) {
-  if (arch == config_->model.arch) return true;
-  const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
-  const QVector<backend::FamilyChange> changes = backend::familyChanges(*config_, arch);
+bool ConfigEditor::chooseFamily(const std::string& id) {
+  const QString arch = QString::fromStdString(id);
+  if (arch == doc_->family()) return true;
+  const QVector<UnusedKeyView> unused = doc_->unusedKeys(arch);
+  const QVector<FamilyChangeView> changes = doc_->familyChanges(arch);
   bool drop = false;
   if (!unused.isEmpty() || !changes.isEmpty()) {
-    const QString name = backend::familyName(arch);
+    const FamilyView family = familyView(arch);
+    const QString name = family.name;
     QStringList lines;
-    for (const backend::UnusedKey& u : unused) lines << tr("  %1: %2 (not used by %3)").arg(u.key, u.value, name);
-    for (const backend::FamilyChange& c : changes)
+    for (const UnusedKeyView& u : unused) lines << tr("  %1: %2 (not used by %3)").arg(u.key, u.value, name);
+    for (const FamilyChangeView& c : changes)
       lines << tr("  %1: %2 becomes %3 (%4 does not take %2)").arg(c.key, c.from, c.to, name);
     // The count says what the list below holds: the unused keys and the changed values.
     QString head;
@@ -766,8 +715,7 @@ bool ConfigEditor::chooseFamily(const std::string& arch) {
     else
       head = tr("%1 does not read %2 of this config, and %3 change:")
                  .arg(name, tr("%n setting(s)", "", int(unused.size())), tr("%n value(s)", "", int(changes.size())));
-    QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(backend::familyTitle(arch)), head,
-                    QMessageBox::NoButton, this);
+    QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(family.title), head, QMessageBox::NoButton, this);
     box.setObjectName("familySwitchQuestion");
     box.setInformativeText(lines.join('\n'));
     QPushButton* dropButton = nullptr;
@@ -791,7 +739,8 @@ bool ConfigEditor::chooseFamily(const std::string& arch) {
     }
     drop = box.clickedButton() == dropButton;
   }
-  setConfig(backend::switchFamily(*config_, arch, drop));
+  doc_->switchFamily(arch, drop);
+  configReplaced();
   setModified(true);
   return true;
 }
@@ -812,58 +761,53 @@ QWidget* ConfigEditor::fieldFor(const QString& key) const {
 }
 
 void ConfigEditor::refreshField(const Field& f) {
-  config::Value v;
-  try {
-    v = config::getValue(*config_, f.key.toStdString());
-  } catch (const std::exception&) {
-    return;  // a dataset entry that no longer exists
-  }
-  const QString text = QString::fromStdString(config::formatValue(v));
-  auto* str = std::get_if<std::string>(&v);
+  const KeyValueView v = doc_->value(f.key);
+  if (!v.exists) return;  // a dataset entry that no longer exists
+  const QString& text = v.text;
   switch (f.spec->type) {
-    case KeyType::Bool:
+    case KeyKind::Bool:
       static_cast<QCheckBox*>(f.editor)->setChecked(text == "true");
       break;
-    case KeyType::Int:
+    case KeyKind::Int:
       if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
         spin->setValue(text.toInt());
       else if (auto* line = static_cast<QLineEdit*>(f.editor); line->text() != text)
         line->setText(text);
       break;
-    case KeyType::Float: {
+    case KeyKind::Float: {
       auto* line = static_cast<QLineEdit*>(f.editor);
       if (line->text() != text) line->setText(text);
       break;
     }
-    case KeyType::String:
-    case KeyType::Path: {
+    case KeyKind::String:
+    case KeyKind::Path: {
       // Strings show their value, not its YAML spelling ("" for empty, quotes).
-      auto* line = f.spec->type == KeyType::Path ? f.editor->findChild<QLineEdit*>("pathText")
+      auto* line = f.spec->type == KeyKind::Path ? f.editor->findChild<QLineEdit*>("pathText")
                                                  : static_cast<QLineEdit*>(f.editor);
-      const QString value = str ? QString::fromStdString(*str) : QString();
+      const QString value = v.isString ? v.string : QString();
       if (line->text() != value) line->setText(value);
       break;
     }
-    case KeyType::Choice: {
+    case KeyKind::Choice: {
       auto* combo = static_cast<QComboBox*>(f.editor);
-      const int i = combo->findData(str ? QString::fromStdString(*str) : text);
+      const int i = combo->findData(v.isString ? v.string : text);
       combo->setCurrentIndex(i >= 0 ? i : 0);
       break;
     }
-    case KeyType::StringList: {
+    case KeyKind::StringList: {
       auto* plain = static_cast<QPlainTextEdit*>(f.editor);
       QStringList lines;
-      for (const QString& item : listItems(v)) lines << itemLine(item);
+      for (const QString& item : v.items) lines << itemLine(item);
       const QString joined = lines.join('\n');
       if (plain->toPlainText() != joined) plain->setPlainText(joined);
       break;
     }
-    case KeyType::IntList:
-    case KeyType::FloatList:
-      static_cast<NumberListEdit*>(f.editor)->setValues(listItems(v));
+    case KeyKind::IntList:
+    case KeyKind::FloatList:
+      static_cast<NumberListEdit*>(f.editor)->setValues(v.items);
       break;
-    case KeyType::ChoiceList:
-      static_cast<ChoiceListEdit*>(f.editor)->setChosen(listItems(v));
+    case KeyKind::ChoiceList:
+      static_cast<ChoiceListEdit*>(f.editor)->setChosen(v.items);
       break;
   }
 }
@@ -881,52 +825,50 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   if (updating_) return;
   const Field f = fields_.value(key);
   if (!f.editor) return;
-  config::RunConfig next = *config_;
-  const std::string k = key.toStdString();
-  try {
-    switch (f.spec->type) {
-      case KeyType::Bool:
-        config::setValue(next, k, config::Value(static_cast<QCheckBox*>(f.editor)->isChecked()));
-        break;
-      case KeyType::Int:
-        if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
-          config::setValue(next, k, config::Value(int64_t(spin->value())));
-        else
-          config::setValueText(next, k, static_cast<QLineEdit*>(f.editor)->text().toStdString());
-        break;
-      case KeyType::Float:
-        config::setValueText(next, k, static_cast<QLineEdit*>(f.editor)->text().toStdString());
-        break;
-      case KeyType::String:
-        config::setValue(next, k, config::Value(static_cast<QLineEdit*>(f.editor)->text().toStdString()));
-        break;
-      case KeyType::Path:
-        config::setValue(next, k, config::Value(f.editor->findChild<QLineEdit*>("pathText")->text().toStdString()));
-        break;
-      case KeyType::Choice:
-        config::setValue(next, k,
-                         config::Value(static_cast<QComboBox*>(f.editor)->currentData().toString().toStdString()));
-        break;
-      case KeyType::StringList: {
-        // A prompt is kept as typed (its spaces count for a causal LM); module patterns are trimmed.
-        const bool asTyped = f.spec->path == "sample.prompts";
-        std::vector<std::string> items;
-        for (const QString& l : static_cast<QPlainTextEdit*>(f.editor)->toPlainText().split('\n'))
-          if (!l.trimmed().isEmpty()) items.push_back(lineItem(asTyped ? l : l.trimmed()).toStdString());
-        config::setValue(next, k, config::Value(items));
-        break;
-      }
-      case KeyType::IntList:
-      case KeyType::FloatList:
-        config::setValueText(next, k, static_cast<NumberListEdit*>(f.editor)->yamlText().toStdString());
-        break;
-      case KeyType::ChoiceList:
-        config::setValueText(next, k, static_cast<ChoiceListEdit*>(f.editor)->yamlText().toStdString());
-        break;
+  QString error;
+  bool set = false;
+  switch (f.spec->type) {
+    case KeyKind::Bool:
+      set = doc_->setBool(key, static_cast<QCheckBox*>(f.editor)->isChecked(), &error);
+      break;
+    case KeyKind::Int:
+      if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
+        set = doc_->setInt(key, spin->value(), &error);
+      else
+        set = doc_->setValueText(key, static_cast<QLineEdit*>(f.editor)->text(), &error);
+      break;
+    case KeyKind::Float:
+      set = doc_->setValueText(key, static_cast<QLineEdit*>(f.editor)->text(), &error);
+      break;
+    case KeyKind::String:
+      set = doc_->setString(key, static_cast<QLineEdit*>(f.editor)->text(), &error);
+      break;
+    case KeyKind::Path:
+      set = doc_->setString(key, f.editor->findChild<QLineEdit*>("pathText")->text(), &error);
+      break;
+    case KeyKind::Choice:
+      set = doc_->setString(key, static_cast<QComboBox*>(f.editor)->currentData().toString(), &error);
+      break;
+    case KeyKind::StringList: {
+      // A prompt is kept as typed (its spaces count for a causal LM); module patterns are trimmed.
+      const bool asTyped = f.spec->key == "sample.prompts";
+      QStringList items;
+      for (const QString& l : static_cast<QPlainTextEdit*>(f.editor)->toPlainText().split('\n'))
+        if (!l.trimmed().isEmpty()) items << lineItem(asTyped ? l : l.trimmed());
+      set = doc_->setStringList(key, items, &error);
+      break;
     }
-  } catch (const std::exception& e) {
-    // Not a value of this key's type: keep the last good config, show why.
-    doc_->setFieldError(key, QString::fromUtf8(e.what()));
+    case KeyKind::IntList:
+    case KeyKind::FloatList:
+      set = doc_->setValueText(key, static_cast<NumberListEdit*>(f.editor)->yamlText(), &error);
+      break;
+    case KeyKind::ChoiceList:
+      set = doc_->setValueText(key, static_cast<ChoiceListEdit*>(f.editor)->yamlText(), &error);
+      break;
+  }
+  if (!set) {
+    // Not a value of this key's type: the last good config is kept, and the form says why.
+    doc_->setFieldError(key, error);
     validate();
     return;
   }
@@ -941,19 +883,17 @@ void ConfigEditor::onFieldEdited(const QString& key) {
   // A model path that holds weights turns random_weights off, and the form says so:
   // the run trains on what the user chose, never on random values by surprise. The
   // rule is the validator's (config::holdsWeights), the same for every family.
-  if (key == "model.name_or_path" && next.model.randomWeights && config::holdsWeights(next.model.nameOrPath)) {
-    next.model.randomWeights = false;
-    setFormNote(tr("Random weights turned off: %1 holds model weights, and the run now trains on them. For a "
-                   "random model, clear the model path and tick \"%2\" again.")
-                    .arg(QString::fromStdString(next.model.nameOrPath),
-                         fields_.value("model.random_weights").label
-                             ? fields_.value("model.random_weights").label->text()
-                             : QString("random_weights")));
+  if (key == "model.name_or_path" && doc_->randomWeightsOffForModelWeights()) {
+    setFormNote(
+        tr("Random weights turned off: %1 holds model weights, and the run now trains on them. For a "
+           "random model, clear the model path and tick \"%2\" again.")
+            .arg(doc_->stringValue("model.name_or_path"), fields_.value("model.random_weights").label
+                                                              ? fields_.value("model.random_weights").label->text()
+                                                              : QString("random_weights")));
   } else if (key == "model.random_weights" && unknown.isEmpty()) {
     setFormNote(QString());
   }
-  const bool typeChanged = f.spec->path == "datasets[].type";
-  *config_ = std::move(next);
+  const bool typeChanged = f.spec->key == "datasets[].type";
   setModified(true);
   if (auto it = fields_.find("model.random_weights"); it != fields_.end() && key == "model.name_or_path") {
     updating_ = true;
@@ -990,18 +930,16 @@ void ConfigEditor::onYamlEdited() {
 void ConfigEditor::parseYamlNow() {
   yamlTimer_->stop();
   const QString text = yaml_->toPlainText();
-  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), doc_->filePath().toStdString());
+  QVector<ProblemView> problems;
+  // A text that reads becomes the config and its source; one that does not changes neither.
+  const bool ok = doc_->readYaml(text, doc_->filePath(), &problems, false);
   doc_->clearFieldError();
-  if (!parsed.ok) {
-    QVector<ProblemView> problems;
-    for (const auto& p : parsed.problems) problems << p;
+  if (!ok) {
     setFormLocked(true);  // a form edit now would rewrite the text being fixed
     setProblems(problems);
     return;
   }
   setFormLocked(false);
-  *config_ = parsed.config;
-  doc_->setYamlSource(text);
   refreshForm();
   validate();
   emit configChanged();
@@ -1028,10 +966,8 @@ bool ConfigEditor::setValueText(const QString& key, const QString& text, QString
 
 QString ConfigEditor::valueText(const QString& key) const { return doc_->valueText(key); }
 
-const config::RunConfig& ConfigEditor::config() const { return *config_; }
-
-void ConfigEditor::setConfig(const config::RunConfig& cfg) {
-  *config_ = cfg;
+// The document's config was replaced as a whole: the form, the YAML and the problems follow.
+void ConfigEditor::configReplaced() {
   doc_->clearFieldError();
   refreshForm();
   refreshYaml();
@@ -1046,28 +982,28 @@ void ConfigEditor::newConfig() {
   setFormNote(QString());
   setFormLocked(false);
   setFilePath(QString());
-  setConfig(backend::defaultConfig());
+  doc_->resetToDefaults();
+  configReplaced();
   setModified(false);
 }
 
 bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QString* error) {
   (void)error;  // nothing refuses a text: its problems are listed instead
-  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), sourceName.toStdString());
+  // What could be read (defaults where a key could not be, or for a syntax error) is the
+  // config, and the text its source; the text stays as written, and the form takes no
+  // edits until it reads cleanly.
+  const bool ok = doc_->readYaml(text, sourceName, nullptr, true);
   doc_->setImportNotes({});
   setFormNote(QString());
-  // What could be read (defaults where a key could not be, or for a syntax error);
-  // the text stays as written, and the form takes no edits until it reads cleanly.
-  *config_ = parsed.config;
   updating_ = true;
   yaml_->setPlainText(text);
   updating_ = false;
-  doc_->setYamlSource(text);
   doc_->clearFieldError();
-  setFormLocked(!parsed.ok);
+  setFormLocked(!ok);
   refreshForm();
   validate();              // the text's reading problems, then the rules where it could be read
   setFilePath(QString());  // untitled: loadFile names it; a template must never keep the last file's name
-  if (!parsed.ok) {
+  if (!ok) {
     tabs_->setCurrentWidget(yaml_);  // where it is fixed, at the first problem's line
     if (!problems_.isEmpty()) goToProblem(0);
   }
@@ -1077,45 +1013,28 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
 }
 
 bool ConfigEditor::loadFile(const QString& path, QString* error) {
-  std::string text;
-  try {
-    text = backend::readText(path.toStdString());
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
-  if (!loadText(QString::fromStdString(text), path, error)) return false;
+  QString text;
+  if (!readTextFile(path, &text, error)) return false;
+  if (!loadText(text, path, error)) return false;
   setFilePath(path);
   return true;
 }
 
 bool ConfigEditor::saveFile(const QString& path, QString* error) {
   if (yamlTimer_->isActive()) parseYamlNow();
-  try {
-    backend::writeText(path.toStdString(), yaml_->toPlainText().toStdString());
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
+  if (!writeTextFile(path, yaml_->toPlainText(), error)) return false;
   setFilePath(path);
   setModified(false);
   return true;
 }
 
 bool ConfigEditor::importAiToolkit(const QString& path, QString* error) {
-  config::RunConfig cfg;
-  QVector<ProblemView> notes;
-  try {
-    cfg = backend::importAiToolkit(path.toStdString(), &notes);
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
-  doc_->setImportNotes(notes);  // validate() lists them with the config's own problems
+  // The import notes are listed by validate() with the config's own problems.
+  if (!doc_->importAiToolkit(path, error)) return false;
   setFormNote(QString());
   setFormLocked(false);
   setFilePath(QString());  // an import is a new Strata config until saved
-  setConfig(cfg);
+  configReplaced();
   setModified(true);
   return true;
 }
@@ -1206,7 +1125,7 @@ void ConfigEditor::markFields() {
       repolish(f.editor);
       repolish(f.label);
     }
-    const QString base = toolTipOf(*f.spec, config_->model.arch);
+    const QString base = toolTipOf(*f.spec, doc_->family());
     f.editor->setToolTip(base + tip);
     f.label->setToolTip(base + tip);
   }
