@@ -7,6 +7,7 @@
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 #include "ui/backend/ConfigBackend.h"
+#include "ui/backend/DatasetBackend.h"
 #include "ui/backend/FamilyBackend.h"
 #include "ui/backend/TrainerRunner.h"
 
@@ -250,15 +251,7 @@ QString ConfigDocument::datasetType(int index) const {
 
 QVector<DatasetEntryView> ConfigDocument::datasets() const {
   QVector<DatasetEntryView> out;
-  for (const config::DatasetConfig& d : config_->datasets) {
-    DatasetEntryView v;
-    v.type = qs(config::enumName(d.type));
-    v.jsonl = d.type == config::DatasetType::Jsonl;
-    v.previewable = v.jsonl || d.type == config::DatasetType::Images;
-    v.path = qs(v.jsonl ? d.filePath : d.folderPath);
-    v.entry = std::make_shared<const config::DatasetConfig>(d);
-    out << v;
-  }
+  for (const config::DatasetConfig& d : config_->datasets) out << datasetEntryView(d);
   return out;
 }
 

@@ -111,6 +111,16 @@ DatasetScanView previewJsonl(const config::DatasetConfig& cfg, int maxRows, cons
   return v;
 }
 
+DatasetEntryView datasetEntryView(const config::DatasetConfig& d) {
+  DatasetEntryView v;
+  v.type = qs(config::enumName(d.type));
+  v.jsonl = d.type == config::DatasetType::Jsonl;
+  v.previewable = v.jsonl || d.type == config::DatasetType::Images;
+  v.path = qs(v.jsonl ? d.filePath : d.folderPath);
+  v.entry = std::make_shared<const config::DatasetConfig>(d);
+  return v;
+}
+
 DatasetScanView scanDataset(const DatasetEntryView& dataset, int maxThumbs, int thumbSide, int maxRows,
                             const std::atomic<bool>* cancel) {
   if (!dataset.entry) return DatasetScanView{};

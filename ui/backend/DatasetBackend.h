@@ -24,6 +24,9 @@ DatasetScanView scanDatasetFolder(const config::DatasetConfig& cfg, int maxThumb
 // needs the tokenizer (cuts to max_seq_len) is checked when the run starts.
 DatasetScanView previewJsonl(const config::DatasetConfig& cfg, int maxRows, const std::atomic<bool>* cancel = nullptr);
 
+// A dataset entry as the pages hold it (ConfigDocument::datasets makes one per entry).
+DatasetEntryView datasetEntryView(const config::DatasetConfig& cfg);
+
 // The same for a dataset of the config as the pages hold it (ConfigDocument::datasets):
 // its folder scanned, or its jsonl file previewed, by its type.
 DatasetScanView scanDataset(const DatasetEntryView& dataset, int maxThumbs, int thumbSide, int maxRows,
