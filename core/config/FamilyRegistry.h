@@ -3,7 +3,8 @@
 // placement/ and train/ read instead of switching on a family: its id (model.arch's
 // spelling), its names, the config keys it contributes (one row each, KeyRow), the
 // shared keys it reads in its own words, its cross-key rules (the validator calls
-// them), the dataset types and LoRA forms it takes, and what the trainer asks of it.
+// them), the dataset types and LoRA forms it takes, the GPU map's words for its
+// parts, and what the trainer asks of it.
 //
 // config/ links no family: strata::families::registerAll() (core/families/
 // Registration.h) fills this registry, next to train::registerModelFamily.
@@ -68,6 +69,16 @@ struct FamilyHints {
   std::string foreignFormatHint;
 };
 
+// How the GPU map names one part of the family's model: the stem, the head or one
+// of its block kinds (nn::BlockSlot::kind), in the family's words. The map draws
+// these and guesses nothing.
+struct MapPart {
+  std::string kind;    // "stem", "head", or a block kind the family's plan uses ("double", "layer")
+  std::string row;     // a row's name: a block's is this and its index ("double 3"), the stem's and head's this alone
+  std::string tip;     // what the block's tooltip calls it: "double", "decoder layer", "stem: embedding"
+  std::string legend;  // its line in the map's legend: "double block", "decoder layer", "head: norm + lm_head"
+};
+
 struct FamilyDescription {
   std::string id;                              // "flux": model.arch's spelling
   std::string displayName;                     // "FLUX.1"
@@ -82,6 +93,8 @@ struct FamilyDescription {
   // diffusers: the same peft folder); the app does not offer them.
   std::vector<ExportFormat> acceptedFormats;
   FamilyHints hints;
+  // The GPU map's words for the stem, the head and each block kind, in the legend's order.
+  std::vector<MapPart> mapParts;
   FamilyRules rules;
   // Capabilities the trainer and the validator ask about.
   bool cudnnAttention = true;                // may use cuDNN's fused attention (model.attention_backend: cudnn)

@@ -70,6 +70,30 @@ TEST(FamilyRegistry, AFamilysKeyRowsAreInTheSchemaAfterTheKeyTheyName) {
   EXPECT_EQ(indexOf("model.arch"), indexOf("model.is_flux") + 1);
 }
 
+// The GPU map draws what the family calls its parts: the stem, the head and each block kind.
+TEST(FamilyRegistry, EveryFamilyNamesItsPartsForTheGpuMap) {
+  for (const FamilyDescription* f : families()) {
+    std::vector<std::string> kinds;
+    for (const MapPart& p : f->mapParts) {
+      EXPECT_FALSE(p.row.empty() || p.tip.empty() || p.legend.empty()) << f->id << ": " << p.kind;
+      EXPECT_EQ(std::count(kinds.begin(), kinds.end(), p.kind), 0) << f->id << ": " << p.kind << " twice";
+      kinds.push_back(p.kind);
+    }
+    ASSERT_GE(kinds.size(), 3u) << f->id;
+    EXPECT_EQ(kinds.front(), "stem") << f->id;
+    EXPECT_EQ(kinds.back(), "head") << f->id;
+  }
+  auto legend = [](const std::string& id) {
+    std::vector<std::string> out;
+    for (const MapPart& p : family(id).mapParts) out.push_back(p.legend);
+    return out;
+  };
+  // The words the map said before the families brought them (tests/gui checks them on the map).
+  EXPECT_EQ(legend("flux"), (std::vector<std::string>{"stem", "double block", "single block", "head"}));
+  EXPECT_EQ(legend("flux2"), (std::vector<std::string>{"stem", "double block", "single block", "head"}));
+  EXPECT_EQ(legend("llama"), (std::vector<std::string>{"stem: embedding", "decoder layer", "head: norm + lm_head"}));
+}
+
 TEST(FamilyRegistry, AFamilyThatIsNotRegisteredIsReportedByName) {
   RunConfig cfg;
   cfg.datasets.emplace_back();

@@ -106,6 +106,32 @@ TEST(ValidatorFlux2, Flux2DevPresetNeedsArchFlux2) {
       << test::dump(problems);
 }
 
+// The hints of the shared rules are FLUX.2's own (they were a causal LM's: a jsonl dataset, peft, config.json).
+TEST(ValidatorFlux2, TheSharedRulesHintsSpeakOfFlux2) {
+  const auto problems = check(
+      "model:\n"
+      "  arch: flux2\n"
+      "  preset: tiny\n"
+      "  name_or_path: /nonexistent/flux2\n"  // 4
+      "  device: cpu\n"
+      "train: {lr: 0.05}\n"  // 6
+      "sample: {sample_every: 0}\n"
+      "save: {export_formats: []}\n");  // 8
+  auto hintOf = [&problems](const std::string& key) {
+    for (const auto& p : problems)
+      if (p.key == key) return p.hint;
+    return std::string("(no problem at " + key + ")");
+  };
+  EXPECT_EQ(hintOf("model.name_or_path"), "give a FLUX.2 transformer: a diffusers folder or a BFL .safetensors file")
+      << test::dump(problems);
+  EXPECT_EQ(hintOf("train.lr"), "1e-4 is the usual FLUX LoRA rate") << test::dump(problems);
+  EXPECT_NE(hintOf("datasets").find("type: synthetic"), std::string::npos) << test::dump(problems);
+  EXPECT_EQ(hintOf("save.export_formats"), "add diffusers, kohya or comfy") << test::dump(problems);
+  for (const auto& p : problems)
+    for (const char* word : {"causal", "jsonl", "peft", "config.json"})
+      EXPECT_EQ(p.hint.find(word), std::string::npos) << word << " in " << test::dump(problems);
+}
+
 TEST(ValidatorFlux2, TheSchemaSaysWhichKeysFlux2Reads) {
   for (const auto& k : schema()) {
     if (k.path == "model.num_layers" || k.path == "model.preset" || k.path == "train.guidance" ||

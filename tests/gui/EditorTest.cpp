@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "GuiTestSupport.h"
+#include "ui/backend/DatasetBackend.h"
 #include "config/RunConfig.h"
 #include "ui/setup/ConfigEditor.h"
 #include "ui/setup/DatasetView.h"
@@ -491,7 +492,7 @@ void EditorTest::theDatasetTabDropsJsonlHeadersForAShapesDataset() {
   strata::config::DatasetConfig d;
   d.type = strata::config::DatasetType::Jsonl;
   d.filePath = jsonl.toStdString();
-  view.setDatasets({d});
+  view.setDatasets({datasetEntryView(d)});
   view.rescan();
   auto* rows = child<QTreeWidget>(&view, "datasetJsonlPreview");
   auto* skipped = child<QTreeWidget>(&view, "datasetSkipped");
@@ -500,7 +501,7 @@ void EditorTest::theDatasetTabDropsJsonlHeadersForAShapesDataset() {
   QVERIFY2(view.summaryText().contains("Fields read: prompt/response (1)"), qPrintable(view.summaryText()));
   strata::config::DatasetConfig shapes;
   shapes.type = strata::config::DatasetType::Shapes;
-  view.setDatasets({shapes});
+  view.setDatasets({datasetEntryView(shapes)});
   QVERIFY(!rows->isVisible());
   QVERIFY(!skipped->isVisible() || skipped->headerItem()->text(0) != "Skipped line");
   QVERIFY2(view.summaryText().contains("shapes"), qPrintable(view.summaryText()));
@@ -519,7 +520,7 @@ void EditorTest::theDatasetTabSaysWhichLayoutItRead() {
   d.type = strata::config::DatasetType::Jsonl;
   d.filePath = jsonl.toStdString();
   QSignalSpy done(&view, &DatasetView::scanFinished);
-  view.setDatasets({d});
+  view.setDatasets({datasetEntryView(d)});
   QTRY_VERIFY_WITH_TIMEOUT(done.count() == 1, 10000);
   auto* rows = child<QTreeWidget>(&view, "datasetJsonlPreview");
   QCOMPARE(rows->topLevelItemCount(), 2);

@@ -25,6 +25,7 @@
 
 #include "../families/LmTestSupport.h"
 #include "GuiTestSupport.h"
+#include "ui/backend/DatasetBackend.h"
 #include "config/ConfigSchema.h"
 #include "config/RunConfig.h"
 #include "ui/backend/ConfigBackend.h"
@@ -339,7 +340,7 @@ void FamilyTest::jsonlPreviewSplitsLinesAsTheTrainer() {
   d.responseField = "a";
   DatasetView view;
   QSignalSpy done(&view, &DatasetView::scanFinished);
-  view.setDatasets({d});
+  view.setDatasets({datasetEntryView(d)});
   QTRY_VERIFY_WITH_TIMEOUT(done.count() == 1, 10000);
   const DatasetScanView& scan = view.lastScan();
   QVERIFY(scan.ok && scan.jsonl);
@@ -368,7 +369,7 @@ void FamilyTest::jsonlPreviewSplitsLinesAsTheTrainer() {
             "{\"text\": \"no marker here\"}\n");
   d.textField = "text";
   d.responseMarker = "### OUTPUT:";
-  view.setDatasets({d});
+  view.setDatasets({datasetEntryView(d)});
   QTRY_VERIFY_WITH_TIMEOUT(done.count() == 2, 10000);
   QCOMPARE(treeColumn(rows, 1), QStringList({"Translate: hello ### OUTPUT:"}));
   QCOMPARE(treeColumn(rows, 2), QStringList({" bonjour"}));
@@ -377,7 +378,7 @@ void FamilyTest::jsonlPreviewSplitsLinesAsTheTrainer() {
 
   // A missing file says so, naming it.
   d.filePath = tmp_.filePath("missing.jsonl").toStdString();
-  view.setDatasets({d});
+  view.setDatasets({datasetEntryView(d)});
   QTRY_VERIFY_WITH_TIMEOUT(done.count() == 3, 10000);
   QVERIFY2(view.summaryText().contains("missing.jsonl"), qPrintable(view.summaryText()));
 }

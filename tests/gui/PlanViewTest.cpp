@@ -14,6 +14,7 @@
 #include "config/RunConfig.h"
 #include "device/DeviceSelection.h"
 #include "train/RunPlanning.h"
+#include "ui/backend/ConfigDocument.h"
 #include "ui/setup/ConfigEditor.h"
 #include "ui/widgets/GpuMapView.h"
 #include "ui/app/MainWindow.h"
@@ -70,7 +71,7 @@ void PlanViewTest::demoPlanIsInTheCoresWords() {
   QVERIFY(w.openConfig(demoConfig()));
   const QString text = planText(w, "4x16GB");
   QVERIFY2(w.plannedMap()->placement().error.isEmpty(), qPrintable(w.plannedMap()->placement().error));
-  QCOMPARE(text, coreWords(w.configEditor()->config(), "4x16GB"));
+  QCOMPARE(text, coreWords(w.configEditor()->document()->config(), "4x16GB"));
   // The demo runs on the cpu whatever the list says, and says so.
   QVERIFY2(text.contains("The run uses the cpu: model.device is cpu (the 4 GPU(s) of the device list are not used)."),
            qPrintable(text));
@@ -87,12 +88,12 @@ void PlanViewTest::aSplitOverFourCardsLeavesNoneUnexplained() {
   ConfigEditor* e = w.configEditor();
   QVERIFY(e->setValueText("model.device", "auto"));
   QString text = planText(w, "4x16GB");
-  QCOMPARE(text, coreWords(e->config(), "4x16GB"));
+  QCOMPARE(text, coreWords(e->document()->config(), "4x16GB"));
   QVERIFY2(text.contains("split_model_over_gpus is off: the model goes on cuda:0 alone"), qPrintable(text));
 
   QVERIFY(e->setValueText("model.split_model_over_gpus", "true"));
   text = planText(w, "4x16GB");
-  QCOMPARE(text, coreWords(e->config(), "4x16GB"));
+  QCOMPARE(text, coreWords(e->document()->config(), "4x16GB"));
   const PlacementView& v = w.plannedMap()->placement();
   QCOMPARE(v.devices.size(), 4);
   // The old plan sent every block to cuda:3 and left cuda:1 and cuda:2 empty, unexplained.
@@ -121,7 +122,7 @@ void PlanViewTest::fluxImagesPlanNamesTheEncodersAndTheCaching() {
   QVERIFY2(e->setValueText("datasets[0].folder_path", "/data/photos", &error), qPrintable(error));
   const QString text = planText(w, "4x16GB");
   QVERIFY2(w.plannedMap()->placement().error.isEmpty(), qPrintable(w.plannedMap()->placement().error));
-  QCOMPARE(text, coreWords(e->config(), "4x16GB"));
+  QCOMPARE(text, coreWords(e->document()->config(), "4x16GB"));
   QVERIFY2(text.contains("T5 (preset t5-xxl, bf16, 9.5 GB) and CLIP (preset clip-l, bf16, 246.1 MB)"),
            qPrintable(text));
   QVERIFY2(text.contains("are freed before step 1"), qPrintable(text));

@@ -383,18 +383,18 @@ void RunViewTest::modelLoadAndCacheShowWhatAndHowFar() {
   // Connected after the window's own slot: sees what the window shows for each event.
   QVector<LoadSeen> seen;
   QStringList order;  // "cache latents", "load T5", ... as they came
-  connect(w.bridge(), &TrainerBridge::loadProgress, &w, [&](const QString& what, qint64 done, qint64 total) {
-    seen << LoadSeen{what, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(), w.preparingText()};
-    order << "load " + what;
+  connect(w.bridge(), &TrainerBridge::loadProgress, &w, [&](const LoadProgressView& p) {
+    seen << LoadSeen{p.what,           p.done, p.total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
+                     w.preparingText()};
+    order << "load " + p.what;
   });
   // The cache fills before and around T5's load (T5 is read for the first caption it encodes).
   QVector<LoadSeen> cached;
-  connect(w.bridge(), &TrainerBridge::cacheProgress, &w,
-          [&](const QString& stage, qint64 done, qint64 total, qint64, double) {
-            cached << LoadSeen{
-                stage, done, total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(), w.preparingText()};
-            order << "cache " + stage;
-          });
+  connect(w.bridge(), &TrainerBridge::cacheProgress, &w, [&](const CacheProgressView& p) {
+    cached << LoadSeen{p.stage,          p.done, p.total, w.runHeader(), bar->text(), w.statusBar()->currentMessage(),
+                       w.preparingText()};
+    order << "cache " + p.stage;
+  });
   QSignalSpy started(w.bridge(), &TrainerBridge::started);
   QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
   child<QPushButton>(&w, "startButton")->click();

@@ -25,6 +25,7 @@
 
 #include "GuiTestSupport.h"
 #include "config/RunConfig.h"
+#include "ui/backend/ConfigDocument.h"
 #include "ui/setup/ConfigEditor.h"
 #include "ui/widgets/GpuMapView.h"
 #include "ui/widgets/ListEditors.h"
@@ -332,7 +333,7 @@ void SetupTest::pathKeysOfferTheirKindOfChooser() {
   auto* line = model->findChild<QLineEdit*>("pathText");
   line->setText("/models/FLUX.1-dev");
   emit line->textEdited(line->text());
-  QCOMPARE(e->config().model.nameOrPath, std::string("/models/FLUX.1-dev"));
+  QCOMPARE(e->document()->config().model.nameOrPath, std::string("/models/FLUX.1-dev"));
 }
 
 void SetupTest::modelShapeOnlyForACustomModel() {
@@ -741,15 +742,15 @@ void SetupTest::aMultiLinePromptSurvivesAnEditOfThePromptList() {
   QCOMPARE(box->toPlainText(), QString("### INPUT: sky?\\n### OUTPUT:\n It is\na \\\\ b"));
   box->setPlainText(box->toPlainText() + "\na red circle");  // the user adds a prompt
   const std::vector<std::string> want = {"### INPUT: sky?\n### OUTPUT:", " It is", "a \\ b", "a red circle"};
-  QCOMPARE(e.config().sample.prompts, want);
+  QCOMPARE(e.document()->config().sample.prompts, want);
   // Typed as the box shows it: \n is a line break inside the prompt.
   box->setPlainText("first\\nsecond line");
-  QCOMPARE(e.config().sample.prompts, std::vector<std::string>({"first\nsecond line"}));
+  QCOMPARE(e.document()->config().sample.prompts, std::vector<std::string>({"first\nsecond line"}));
   // Module patterns are still trimmed, one per line.
   auto* targets = qobject_cast<QPlainTextEdit*>(e.fieldFor("network.target_modules"));
   QVERIFY(targets);
   targets->setPlainText("  *attn*  \n\n*ff*");
-  QCOMPARE(e.config().network.targetModules, std::vector<std::string>({"*attn*", "*ff*"}));
+  QCOMPARE(e.document()->config().network.targetModules, std::vector<std::string>({"*attn*", "*ff*"}));
 }
 
 STRATA_GUI_TEST_MAIN(SetupTest)

@@ -34,6 +34,7 @@ class WidgetsTest : public QObject {
   void sampleBrowserReadsRunFolder();
   void gpuMapTooltipsAndMismatches();
   void gpuMapShowsTheRunsMeasuredBlockFigures();
+  void gpuMapDrawsTheWordsItIsGiven();
   void plannedPlacementOnSimulatedDevices();
   void plannedPlacementReportsBadSpec();
   void gpuMapFitsOrScrolls();
@@ -247,6 +248,49 @@ void WidgetsTest::gpuMapShowsTheRunsMeasuredBlockFigures() {
   QVERIFY2(tip.contains("quantization scales: 3.0 MB") && tip.contains("kept fp8 transposes: 226.0 MB") &&
                tip.contains("measured in the run") && tip.contains("LoRA adapters: 14"),
            qPrintable(tip));
+}
+
+// The map names the parts in the words the placement carries (the family's, from its
+// description) and guesses none: without them a block goes by its id and its kind.
+void WidgetsTest::gpuMapDrawsTheWordsItIsGiven() {
+  PlacementView v;
+  DeviceView d;
+  d.label = "cpu";
+  d.blocks = {BlockView{"stem", BlockKind::Stem, 1000}, BlockView{"model.layers.0", BlockKind::Layer, 1000},
+              BlockView{"head", BlockKind::Head, 1000}};
+  v.devices << d;
+  GpuMapView map;
+  map.resize(800, 600);
+  map.setPlacement(v);
+  auto tipOf = [&map](const QString& id) { return map.toolTipAt(map.blockRect(id).center()); };
+  QVERIFY2(tipOf("model.layers.0").contains("(layer)"), qPrintable(tipOf("model.layers.0")));
+  QVERIFY2(!tipOf("model.layers.0").contains("decoder"), qPrintable(tipOf("model.layers.0")));
+  QVERIFY2(tipOf("stem").contains("(stem)") && !tipOf("stem").contains("embedding"), qPrintable(tipOf("stem")));
+  // A family's own words, whatever its block kinds.
+  v.parts = {{BlockKind::Stem, "stem: patchify", "stem: patchify", "stem: patchify"},
+             {BlockKind::Layer, "block", "encoder block", "encoder block"},
+             {BlockKind::Head, "head", "head: unpatchify", "head: unpatchify"}};
+  map.setPlacement(v);
+  QVERIFY2(tipOf("model.layers.0").contains("(encoder block)"), qPrintable(tipOf("model.layers.0")));
+  QVERIFY2(tipOf("stem").contains("(stem: patchify)"), qPrintable(tipOf("stem")));
+  QVERIFY2(tipOf("head").contains("(head: unpatchify)"), qPrintable(tipOf("head")));
+
+  // A planned config carries its family's words (FamilyDescription::mapParts), planned or not.
+  auto legend = [](const PlacementView& p) {
+    QStringList out;
+    for (const MapPartView& part : p.parts) out << part.legend;
+    return out;
+  };
+  strata::config::RunConfig cfg;
+  cfg.model.arch = "flux";
+  QCOMPARE(legend(planPlacementView(cfg, "1x16GB")), QStringList({"stem", "double block", "single block", "head"}));
+  cfg.model.arch = "flux2";
+  QCOMPARE(legend(planPlacementView(cfg, "1x16GB")), QStringList({"stem", "double block", "single block", "head"}));
+  cfg.model.arch = "llama";
+  QCOMPARE(legend(planPlacementView(cfg, "1x16GB")),
+           QStringList({"stem: embedding", "decoder layer", "head: norm + lm_head"}));
+  cfg.model.arch = "not-a-family";
+  QVERIFY(planPlacementView(cfg, "1x16GB").parts.isEmpty());
 }
 
 // Four cards in the plan panel of a 1400 px and of a 1000 px window: the columns

@@ -40,10 +40,8 @@
 #include <QVBoxLayout>
 #include <algorithm>
 
-#include "config/RunConfig.h"
-#include "events/Events.h"
 #include "ui/app/MainWindowParts.h"
-#include "ui/backend/ConfigBackend.h"
+#include "ui/backend/ConfigDocument.h"
 #include "ui/backend/PlanBackend.h"
 #include "ui/backend/RunQueue.h"
 #include "ui/backend/TrainerRunner.h"
@@ -115,7 +113,7 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
   connect(editor_, &ConfigEditor::problemsChanged, this, &MainWindow::updateRunControls);
   connect(editor_, &ConfigEditor::configChanged, this, [this] {
     replanTimer_->start();
-    datasetView_->setDatasets(editor_->config().datasets);
+    datasetView_->setDatasets(editor_->document()->datasets());
   });
   connect(queue_, &RunQueue::saveFailed, this, [this](const QString& m) {
     statusBar()->showMessage(tr("The run queue could not be saved: %1").arg(m), 15000);
@@ -133,7 +131,7 @@ MainWindow::MainWindow(const QString& settingsPath, QWidget* parent)
   updateRunControls();
   updateTitle();
   replan();
-  datasetView_->setDatasets(editor_->config().datasets);
+  datasetView_->setDatasets(editor_->document()->datasets());
 }
 
 MainWindow::~MainWindow() = default;

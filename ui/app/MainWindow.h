@@ -27,10 +27,6 @@ class QSystemTrayIcon;
 class QTabWidget;
 class QTimer;
 
-namespace strata::config {
-struct RunConfig;
-}
-
 namespace strata::ui {
 
 class ConfigEditor;
@@ -147,7 +143,8 @@ class MainWindow : public QMainWindow {
   bool askTemplateInputs(const ConfigTemplate& t, QString* dataPath, QString* modelPath);
   void buildWelcome(QWidget* parent);
   void updateRunFolder();
-  QString trainingFolderFor(const config::RunConfig& cfg, const QString& configPath) const;
+  // job.training_folder (`trainingFolder`) resolved against the folder of the config at `configPath`.
+  QString trainingFolderFor(const QString& trainingFolder, const QString& configPath) const;
   QString suggestedSavePath() const;
   void exportWith(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step);
   // Unsaved edits: asks Save / Discard / Cancel; true when it is fine to go on.
@@ -158,8 +155,8 @@ class MainWindow : public QMainWindow {
   void updateRunHeader();
   void setRunHeader(const QString& text);
   void showPreparing(const QString& line, const QString& header, const QString& barFormat, qint64 done, qint64 total);
-  void showLoadProgress(const QString& what, qint64 done, qint64 total);
-  void showCacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded, double itemsPerSecond);
+  void showLoadProgress(const LoadProgressView& progress);
+  void showCacheProgress(const CacheProgressView& progress);
   void endPreparing();  // training started (or the run ended): the bar counts steps again
   void queueRequest(const QString& what);
   void startNextQueued();

@@ -1,7 +1,8 @@
 #pragma once
-// The config editor's calls into core/config, in one place: YAML text in and
-// out, validation, ai-toolkit import, file I/O. Internal to strata_ui; plain
-// std and Qt value types only (no LibTorch).
+// The config document's calls into core/config, in one place: YAML text in and
+// out, validation, ai-toolkit import, file I/O. Internal to strata_ui_backend (it
+// names core types: the pages use ConfigDocument.h and ConfigViews.h); plain std
+// and Qt value types only (no LibTorch).
 #include <QStringList>
 #include <QVector>
 #include <string>

@@ -111,4 +111,34 @@ DatasetScanView previewJsonl(const config::DatasetConfig& cfg, int maxRows, cons
   return v;
 }
 
+DatasetEntryView datasetEntryView(const config::DatasetConfig& d) {
+  DatasetEntryView v;
+  v.type = qs(config::enumName(d.type));
+  v.jsonl = d.type == config::DatasetType::Jsonl;
+  v.previewable = v.jsonl || d.type == config::DatasetType::Images;
+  v.path = qs(v.jsonl ? d.filePath : d.folderPath);
+  v.entry = std::make_shared<const config::DatasetConfig>(d);
+  return v;
+}
+
+DatasetScanView scanDataset(const DatasetEntryView& dataset, int maxThumbs, int thumbSide, int maxRows,
+                            const std::atomic<bool>* cancel) {
+  if (!dataset.entry) return DatasetScanView{};
+  return dataset.entry->type == config::DatasetType::Jsonl
+             ? previewJsonl(*dataset.entry, maxRows, cancel)
+             : scanDatasetFolder(*dataset.entry, maxThumbs, thumbSide, cancel);
+}
+
+bool sameScan(const DatasetEntryView& x, const DatasetEntryView& y) {
+  if (!x.entry || !y.entry) return x.entry == y.entry;
+  const config::DatasetConfig& a = *x.entry;
+  const config::DatasetConfig& b = *y.entry;
+  if (a.type != b.type) return false;
+  if (a.type == config::DatasetType::Jsonl)
+    return a.filePath == b.filePath && a.promptField == b.promptField && a.responseField == b.responseField &&
+           a.textField == b.textField && a.responseMarker == b.responseMarker;
+  return a.folderPath == b.folderPath && a.resolution == b.resolution && a.captionExt == b.captionExt &&
+         a.defaultCaption == b.defaultCaption && a.triggerWord == b.triggerWord && a.flipX == b.flipX;
+}
+
 }  // namespace strata::ui

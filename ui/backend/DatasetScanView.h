@@ -8,8 +8,23 @@
 #include <QString>
 #include <QStringList>
 #include <QVector>
+#include <memory>
+
+namespace strata::config {
+struct DatasetConfig;
+}
 
 namespace strata::ui {
+
+// One dataset of the config (ConfigDocument::datasets), as the dataset view lists it.
+struct DatasetEntryView {
+  QString type;              // "images", "jsonl", "shapes", ...
+  bool previewable = false;  // an image folder or a jsonl file: its data can be shown (the others the trainer draws)
+  bool jsonl = false;
+  QString path;  // what a scan reads: the image folder (folder_path) or the jsonl file (file_path)
+  // The entry itself, for the backend's scan (DatasetBackend.h); opaque to the pages.
+  std::shared_ptr<const config::DatasetConfig> entry;
+};
 
 struct DatasetThumb {
   QString path;

@@ -56,15 +56,15 @@ std::vector<config::ExportFormat> exportFormatsOf(const std::string& arch) {
   return f ? f->exportFormats : std::vector<config::ExportFormat>{};
 }
 
-QVector<UnusedKey> unusedKeys(const config::RunConfig& cfg, const std::string& arch) {
-  QVector<UnusedKey> out;
+QVector<UnusedKeyView> unusedKeys(const config::RunConfig& cfg, const std::string& arch) {
+  QVector<UnusedKeyView> out;
   for (const config::UnreadKey& k : config::keysNotRead(cfg, arch))
     out.push_back({qs(k.key), qs(config::formatValue(k.value))});
   return out;
 }
 
-QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, const std::string& arch) {
-  QVector<FamilyChange> out;
+QVector<FamilyChangeView> familyChanges(const config::RunConfig& cfg, const std::string& arch) {
+  QVector<FamilyChangeView> out;
   const std::vector<config::DatasetType> types = datasetTypesOf(arch);
   for (size_t i = 0; i < cfg.datasets.size(); ++i)
     if (!types.empty() && !contains(types, cfg.datasets[i].type))
@@ -86,7 +86,7 @@ QVector<FamilyChange> familyChanges(const config::RunConfig& cfg, const std::str
 
 config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, const std::string& arch) {
   config::RunConfig next = cfg;
-  for (const UnusedKey& u : unusedKeys(cfg, arch)) {
+  for (const UnusedKeyView& u : unusedKeys(cfg, arch)) {
     const auto [pattern, index] = config::splitDatasetPath(u.key.toStdString());
     if (const config::KeySpec* spec = config::findKey(pattern)) spec->set(next, index, spec->get(defaults(), 0));
   }
@@ -95,10 +95,18 @@ config::RunConfig dropUnusedKeys(const config::RunConfig& cfg, const std::string
 
 config::RunConfig switchFamily(const config::RunConfig& cfg, const std::string& arch, bool dropUnused) {
   config::RunConfig next = dropUnused ? dropUnusedKeys(cfg, arch) : cfg;
-  for (const FamilyChange& c : familyChanges(cfg, arch))
+  for (const FamilyChangeView& c : familyChanges(cfg, arch))
     config::setValueText(next, c.key.toStdString(), c.to.toStdString());
   next.model.arch = arch;
   return next;
+}
+
+QVector<MapPartView> mapPartsOf(const std::string& arch) {
+  QVector<MapPartView> out;
+  if (const config::FamilyDescription* f = config::findFamily(arch))
+    for (const config::MapPart& p : f->mapParts)
+      out.push_back({blockKindFromString(qs(p.kind)), qs(p.row), qs(p.tip), qs(p.legend)});
+  return out;
 }
 
 }  // namespace strata::ui::backend

@@ -12,6 +12,8 @@
 #include "device/DeviceSelection.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
+#include "ui/backend/ConfigDocument.h"
+#include "ui/backend/FamilyBackend.h"
 
 namespace strata::ui {
 
@@ -36,6 +38,7 @@ BlockView blockViewOf(const placement::BlockCost& c, int adapters) {
 PlacementView planPlacementView(const config::RunConfig& cfg, const QString& deviceSpec) {
   PlacementView view;
   view.planned = true;
+  view.parts = backend::mapPartsOf(cfg.model.arch);  // the family's words, with or without a plan
   try {
     const QString spec = deviceSpec.trimmed();
     const device::Inventory inventory =
@@ -96,6 +99,14 @@ QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg) {
   for (const DeviceView& d : v.devices)
     for (const BlockView& b : d.blocks) out[b.id] = b;
   return out;
+}
+
+PlacementView planPlacementView(const ConfigDocument& config, const QString& deviceSpec) {
+  return planPlacementView(config.config(), deviceSpec);
+}
+
+QMap<QString, BlockView> blockSizes(const ConfigDocument& config, const RunOverrides& overrides) {
+  return blockSizes(config.runConfig(overrides));
 }
 
 void applyBlockSizes(PlacementView& live, const QMap<QString, BlockView>& sizes) {

@@ -11,6 +11,8 @@
 
 #include "config/RunConfig.h"
 #include "events/EventBus.h"
+#include "ui/backend/ConfigDocument.h"
+#include "ui/backend/FamilyBackend.h"
 #include "ui/backend/TrainerRunner.h"
 
 namespace strata::ui {
@@ -23,6 +25,22 @@ QVector<MemoryView> memoryOf(const std::vector<events::DeviceMemory>& memory) {
   QVector<MemoryView> out;
   for (const auto& m : memory) out << MemoryView{qs(m.device), m.allocatedBytes, m.reservedBytes, m.capBytes};
   return out;
+}
+
+// A component a run streams in (events::LoadProgressEvent::what), in user words.
+QString loadTitle(const std::string& what) {
+  if (what == events::kLoadTransformer) return QObject::tr("the transformer");
+  if (what == events::kLoadT5) return QObject::tr("the T5 text encoder");
+  if (what == events::kLoadLanguageModel) return QObject::tr("the language model");
+  return qs(what);
+}
+
+// A stage of an images run's cache (events::CacheProgressEvent::stage), in user words.
+QString cacheTitle(const std::string& stage) {
+  if (stage == "latents") return QObject::tr("the image latents");
+  if (stage == "text") return QObject::tr("the caption embeddings");
+  if (stage == "sample prompts") return QObject::tr("the sample prompts' embeddings");
+  return qs(stage);
 }
 
 // Lets a stage's first and last cache progress through, and between them one per
@@ -121,6 +139,8 @@ TrainerBridge::TrainerBridge(QObject* parent) : QObject(parent), shared_(std::ma
   qRegisterMetaType<QVector<strata::ui::MemoryView>>();
   qRegisterMetaType<strata::ui::PlacementView>();
   qRegisterMetaType<strata::ui::SampleInfo>();
+  qRegisterMetaType<strata::ui::LoadProgressView>();
+  qRegisterMetaType<strata::ui::CacheProgressView>();
   drainTimer_ = new QTimer(this);
   drainTimer_->setInterval(kDrainIntervalMs);
   connect(drainTimer_, &QTimer::timeout, this, &TrainerBridge::drain);
@@ -173,11 +193,14 @@ struct BridgeAccess {
             emit b->setupDescribed(qs(e.setup));
             emit b->started(qs(e.runDir), e.startStep, e.totalSteps, e.resumed);
           } else if constexpr (std::is_same_v<T, events::LoadProgressEvent>) {
-            emit b->loadProgress(qs(e.what), e.done, e.total);
+            emit b->loadProgress(LoadProgressView{qs(e.what), loadTitle(e.what), e.done, e.total});
           } else if constexpr (std::is_same_v<T, events::CacheProgressEvent>) {
-            emit b->cacheProgress(qs(e.stage), e.done, e.total, e.encoded, e.itemsPerSecond);
+            emit b->cacheProgress(
+                CacheProgressView{qs(e.stage), cacheTitle(e.stage), e.done, e.total, e.encoded, e.itemsPerSecond});
           } else if constexpr (std::is_same_v<T, events::PlacementEvent>) {
-            emit b->placementChanged(placementViewOf(e));
+            PlacementView v = placementViewOf(e);
+            v.parts = b->mapParts_;  // the run's family names its parts
+            emit b->placementChanged(v);
           } else if constexpr (std::is_same_v<T, events::SampleEvent>) {
             SampleInfo info;
             info.path = qs(e.path);
@@ -220,7 +243,7 @@ struct BridgeAccess {
 };
 
 bool TrainerBridge::launchRun(bool resume, std::shared_ptr<const config::RunConfig> cfg, const QString& runDir,
-                              QString* error) {
+                              const QVector<MapPartView>& parts, QString* error) {
   {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     shared_->pending.clear();
@@ -269,12 +292,14 @@ bool TrainerBridge::launchRun(bool resume, std::shared_ptr<const config::RunConf
   };
   if (!launch(body, error)) return false;
   runDir_ = runDir;
+  mapParts_ = parts;
   setState(State::Running);
   return true;
 }
 
-bool TrainerBridge::start(const config::RunConfig& cfg, QString* error) {
-  return launchRun(false, std::make_shared<const config::RunConfig>(cfg), QString(), error);
+bool TrainerBridge::start(const ConfigDocument& config, const RunOverrides& overrides, QString* error) {
+  return launchRun(false, std::make_shared<const config::RunConfig>(config.runConfig(overrides)), QString(),
+                   backend::mapPartsOf(config.config().model.arch), error);
 }
 
 bool TrainerBridge::resume(const QString& runDir, QString* error) {
@@ -282,7 +307,11 @@ bool TrainerBridge::resume(const QString& runDir, QString* error) {
     if (error) *error = tr("%1 is not a folder.").arg(runDir);
     return false;
   }
-  return launchRun(true, nullptr, runDir, error);
+  // The family the run folder's config names (none when it cannot be read: the map names blocks by id).
+  ConfigDocument run;
+  const QVector<MapPartView> parts =
+      run.readRunFolderConfig(runDir) ? backend::mapPartsOf(run.config().model.arch) : QVector<MapPartView>{};
+  return launchRun(true, nullptr, runDir, parts, error);
 }
 
 bool TrainerBridge::exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step,

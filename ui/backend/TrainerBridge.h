@@ -26,6 +26,9 @@ struct PlacementEvent;
 
 namespace strata::ui {
 
+class ConfigDocument;
+struct RunOverrides;
+
 // The trainer's placement report as the GPU map's view: blocks grouped by device
 // in the order devices first appear, each with the figures the run measured.
 PlacementView placementViewOf(const events::PlacementEvent& e);
@@ -43,9 +46,10 @@ class TrainerBridge : public QObject {
   explicit TrainerBridge(QObject* parent = nullptr);
   ~TrainerBridge() override;  // requests a stop and waits for the thread
 
-  // Starts a new run of `cfg` (copied). False with `error` when a run is active.
-  bool start(const config::RunConfig& cfg, QString* error = nullptr);
-  // Resumes the run in `runDir` from its last checkpoint.
+  // Starts a new run of `config`'s config (copied, with `overrides`). False with
+  // `error` when a run is active. The live map's placements carry the words of its family.
+  bool start(const ConfigDocument& config, const RunOverrides& overrides, QString* error = nullptr);
+  // Resumes the run in `runDir` from its last checkpoint (its family read from the run's config.yaml).
   bool resume(const QString& runDir, QString* error = nullptr);
   // What an export does with a file of the same name that is there.
   enum class ExistingExport { Refuse, Overwrite, NewName };
@@ -70,10 +74,10 @@ class TrainerBridge : public QObject {
   void stateChanged(strata::ui::TrainerBridge::State state);
   // Before `started`: a component streamed in block by block ("transformer", "T5"),
   // `done` of `total` units (blocks, then the rest of it). One per block: a few dozen a run.
-  void loadProgress(const QString& what, qint64 done, qint64 total);
+  void loadProgress(const strata::ui::LoadProgressView& progress);
   // Before `started`: an images run's cache fills ("latents", "text", "sample prompts"):
   // `done` of `total` items ready, `encoded` of them encoded now (0: all from the cache).
-  void cacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded, double itemsPerSecond);
+  void cacheProgress(const strata::ui::CacheProgressView& progress);
   // Right before `started`: how the base is held and the step runs, in one line
   // ("base bf16, quantized int8; LoRA float32; attention: flash; eager steps; ...").
   void setupDescribed(const QString& setup);
@@ -97,7 +101,8 @@ class TrainerBridge : public QObject {
  private:
   struct Shared;  // state shared with the training thread (buffer, trainer handle)
   friend struct BridgeAccess;
-  bool launchRun(bool resume, std::shared_ptr<const config::RunConfig> cfg, const QString& runDir, QString* error);
+  bool launchRun(bool resume, std::shared_ptr<const config::RunConfig> cfg, const QString& runDir,
+                 const QVector<MapPartView>& parts, QString* error);
   bool launch(std::function<void()> body, QString* error);
   void drain();
   void setState(State s);
@@ -108,6 +113,7 @@ class TrainerBridge : public QObject {
   QTimer* drainTimer_ = nullptr;
   State state_ = State::Idle;
   QString runDir_;
+  QVector<MapPartView> mapParts_;  // the running family's words for the map
 };
 
 }  // namespace strata::ui

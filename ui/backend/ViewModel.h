@@ -1,6 +1,6 @@
 #pragma once
-// Plain data the widgets draw. ConfigBackend, PlanBackend and TrainerBridge fill these from
-// the core's plain structs, so no widget header sees LibTorch or the core.
+// Plain data the widgets and pages draw. ConfigBackend, PlanBackend and TrainerBridge fill
+// these from the core's plain structs, so no widget or page header sees LibTorch or the core.
 #include <QMetaType>
 #include <QString>
 #include <QStringList>
@@ -8,7 +8,10 @@
 
 namespace strata::ui {
 
-// Double / Single: FLUX.1's blocks; Layer: a causal LM's decoder layer.
+// The kind of a placement unit (nn::BlockSlot::kind): the stem, the head, or a
+// block kind of a family's plan ("double", "single", "layer"); Other for a kind
+// the map has no colour for. The map colours by kind only: what a kind is called
+// comes from the run's family (MapPartView).
 enum class BlockKind { Stem, Double, Single, Layer, Head, Other };
 
 BlockKind blockKindFromString(const QString& kind);
@@ -55,6 +58,15 @@ struct DeviceView {
   QVector<MismatchView> mismatches;
 };
 
+// What the map calls one part of the model (the stem, the head, a block kind), in
+// the words of the run's family (config::FamilyDescription::mapParts).
+struct MapPartView {
+  BlockKind kind = BlockKind::Other;
+  QString row;     // a block's row: this and its index ("double 3"); the stem's and the head's: this alone
+  QString tip;     // what the block's tooltip calls it ("decoder layer")
+  QString legend;  // its line in the legend ("double block")
+};
+
 struct PlacementView {
   bool planned = true;  // planner estimate (no weights) vs. live placement
   QString reason;
@@ -65,6 +77,9 @@ struct PlacementView {
   QString refusal;
   QStringList wayOut;
   QVector<DeviceView> devices;
+  // The family's words for its parts, in the legend's order; none (a family that is
+  // not registered): the map names the blocks by their ids.
+  QVector<MapPartView> parts;
 };
 
 // Live memory of one device (from a step event).
@@ -73,6 +88,24 @@ struct MemoryView {
   qint64 allocatedBytes = 0;
   qint64 reservedBytes = 0;
   qint64 capBytes = 0;
+};
+
+// Before a run's first step: a component streamed in block by block.
+struct LoadProgressView {
+  QString what;   // the trainer's name for it: "transformer", "T5", "language model"
+  QString title;  // in the user's words: "the transformer", "the T5 text encoder"
+  qint64 done = 0;
+  qint64 total = 0;  // units: blocks, then the rest of the component
+};
+
+// Before a run's first step: an images run's cache filling.
+struct CacheProgressView {
+  QString stage;  // the trainer's name for it: "latents", "text", "sample prompts"
+  QString title;  // in the user's words: "the image latents", "the caption embeddings"
+  qint64 done = 0;
+  qint64 total = 0;
+  qint64 encoded = 0;  // of `done`, encoded now (0: all from the cache)
+  double itemsPerSecond = 0.0;
 };
 
 // One optimizer step for the loss plot.
@@ -115,3 +148,5 @@ QString formatBytes(qint64 bytes);
 Q_DECLARE_METATYPE(strata::ui::PlacementView)
 Q_DECLARE_METATYPE(strata::ui::MetricPoint)
 Q_DECLARE_METATYPE(strata::ui::SampleInfo)
+Q_DECLARE_METATYPE(strata::ui::LoadProgressView)
+Q_DECLARE_METATYPE(strata::ui::CacheProgressView)

@@ -12,31 +12,22 @@
 #include <QPushButton>
 #include <QToolButton>
 #include <QVBoxLayout>
-#include <vector>
 
-#include "config/RunConfig.h"
-#include "ui/backend/FamilyBackend.h"
+#include "ui/backend/ConfigViews.h"
 
 namespace strata::ui {
 
 QStringList ExportDialog::formatNames(const std::string& family) {
-  QStringList names;
-  for (config::ExportFormat f : backend::exportFormatsOf(family)) names << QString::fromStdString(config::enumName(f));
-  return names;
+  return familyView(QString::fromStdString(family)).exportFormats;
 }
 
-QString ExportDialog::formatLabel(config::ExportFormat format) {
-  switch (format) {
-    case config::ExportFormat::Diffusers:
-      return tr("diffusers / peft names, one file (diffusers, sd.cpp)");
-    case config::ExportFormat::Kohya:
-      return tr("kohya (ComfyUI, A1111, Forge)");
-    case config::ExportFormat::Comfy:
-      return tr("ComfyUI (diffusion_model.* BFL names)");
-    case config::ExportFormat::Peft:
-      return tr("peft adapter folder (adapter_config.json + adapter_model.safetensors; transformers + peft)");
-  }
-  return QString::fromStdString(config::enumName(format));
+QString ExportDialog::formatLabel(const QString& format) {
+  if (format == "diffusers") return tr("diffusers / peft names, one file (diffusers, sd.cpp)");
+  if (format == "kohya") return tr("kohya (ComfyUI, A1111, Forge)");
+  if (format == "comfy") return tr("ComfyUI (diffusion_model.* BFL names)");
+  if (format == "peft")
+    return tr("peft adapter folder (adapter_config.json + adapter_model.safetensors; transformers + peft)");
+  return format;
 }
 
 ExportDialog::ExportDialog(const QString& runDir, const std::string& family, const QStringList& formats,
@@ -45,8 +36,9 @@ ExportDialog::ExportDialog(const QString& runDir, const std::string& family, con
   setObjectName("exportDialog");
   setWindowTitle(tr("Export LoRA"));
   auto* layout = new QVBoxLayout(this);
-  auto* from =
-      new QLabel(tr("The LoRA of <b>%1</b> (a %2 run)").arg(runDir.toHtmlEscaped(), backend::familyName(family)), this);
+  auto* from = new QLabel(tr("The LoRA of <b>%1</b> (a %2 run)")
+                              .arg(runDir.toHtmlEscaped(), familyView(QString::fromStdString(family)).name),
+                          this);
   from->setWordWrap(true);
   layout->addWidget(from);
   // Every checkpoint the run holds, the newest first: compare steps, as ai-toolkit users do.
@@ -65,10 +57,9 @@ ExportDialog::ExportDialog(const QString& runDir, const std::string& family, con
   layout->addLayout(pick);
   auto* box = new QGroupBox(tr("Formats"), this);
   auto* fl = new QVBoxLayout(box);
-  const std::vector<config::ExportFormat> offered = backend::exportFormatsOf(family);
-  for (config::ExportFormat f : offered) {
-    const QString name = QString::fromStdString(config::enumName(f));
-    auto* check = new QCheckBox(formatLabel(f), box);
+  const QStringList offered = formatNames(family);
+  for (const QString& name : offered) {
+    auto* check = new QCheckBox(formatLabel(name), box);
     check->setObjectName("exportFormat_" + name);
     // One form only: it is what an export of this family writes.
     check->setChecked(formats.contains(name) || offered.size() == 1);

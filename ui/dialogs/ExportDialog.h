@@ -3,8 +3,8 @@
 // folder holds), which formats, into which folder. The files are named with the
 // checkpoint's step. The dialog only asks; the window checks for files in the way
 // (it asks before replacing one) and starts the export on the bridge.
-// It offers the forms the run's model family writes: FLUX.1's LoRA files
-// (diffusers, kohya, ComfyUI) or a causal LM's peft adapter folder.
+// It offers the forms the run's model family writes (FamilyView::exportFormats):
+// LoRA files (diffusers, kohya, ComfyUI) or a peft adapter folder.
 #include <QDialog>
 #include <QStringList>
 #include <QVector>
@@ -14,11 +14,6 @@ class QCheckBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
-
-namespace strata::config {
-// config/RunConfig.h (core headers are not public to the app)
-enum class ExportFormat;
-}  // namespace strata::config
 
 namespace strata::ui {
 
@@ -47,8 +42,8 @@ class ExportDialog : public QDialog {
 
   // The formats offered for `family` ("diffusers", "kohya", "comfy" / "peft").
   static QStringList formatNames(const std::string& family);
-  // What a format is for, in the dialog's words.
-  static QString formatLabel(config::ExportFormat format);
+  // What a format ("diffusers", "peft") is for, in the dialog's words.
+  static QString formatLabel(const QString& format);
 
  public slots:
   void accept() override;  // stays open, with the reason, when no format is ticked

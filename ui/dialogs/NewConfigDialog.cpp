@@ -8,24 +8,10 @@
 #include <QPushButton>
 #include <QVBoxLayout>
 
-#include "config/RunConfig.h"
-#include "train/ConfigTemplates.h"
-#include "ui/backend/FamilyBackend.h"
-
 namespace strata::ui {
 
 const QVector<ConfigTemplate>& configTemplates() {
-  static const QVector<ConfigTemplate> kTemplates = [] {
-    QVector<ConfigTemplate> out;
-    for (const std::string& arch : backend::modelFamilies())
-      for (const train::ConfigTemplate& t : train::configTemplates(arch))
-        out.push_back({QString::fromStdString(t.id), QString::fromStdString(t.title), QString::fromStdString(t.summary),
-                       ":/strata/templates/" + QString::fromStdString(t.file), arch, QString::fromStdString(t.dataKey),
-                       t.dataIsFolder, QString::fromStdString(t.dataQuestion), QString::fromStdString(t.modelQuestion),
-                       QString::fromStdString(t.modelKey), QString::fromStdString(t.firstLaunch),
-                       QString::fromStdString(t.firstLaunchTip)});
-    return out;
-  }();
+  static const QVector<ConfigTemplate> kTemplates = familyTemplates();
   return kTemplates;
 }
 
@@ -42,8 +28,8 @@ NewConfigDialog::NewConfigDialog(QWidget* parent) : QDialog(parent) {
   layout->addWidget(new QLabel(tr("What to train:"), this));
   familyChoice_ = new QComboBox(this);
   familyChoice_->setObjectName("newConfigFamily");
-  for (const std::string& arch : backend::modelFamilies())
-    familyChoice_->addItem(backend::familyTitle(arch), QString::fromStdString(arch));
+  const QVector<FamilyView> families = familyViews();
+  for (const FamilyView& f : families) familyChoice_->addItem(f.title, f.id);
   layout->addWidget(familyChoice_);
   layout->addWidget(new QLabel(tr("Start from:"), this));
   list_ = new QListWidget(this);
@@ -67,8 +53,7 @@ NewConfigDialog::NewConfigDialog(QWidget* parent) : QDialog(parent) {
   });
   connect(familyChoice_, qOverload<int>(&QComboBox::activated), this,
           [this](int index) { chooseFamily(familyChoice_->itemData(index).toString().toStdString()); });
-  const std::vector<std::string> families = backend::modelFamilies();
-  chooseFamily(families.empty() ? std::string() : families.front());  // the first registered (FLUX.1)
+  chooseFamily(families.isEmpty() ? std::string() : families.front().id.toStdString());  // the first registered
   resize(560, 360);
 }
 

@@ -10,29 +10,16 @@
 #include <QVector>
 #include <string>
 
+#include "ui/backend/ConfigViews.h"
+
 class QComboBox;
 class QLabel;
 class QListWidget;
 
 namespace strata::ui {
 
-struct ConfigTemplate {
-  QString id;          // "demo"
-  QString title;       // "CPU demo (tiny model, no download)"
-  QString summary;     // two lines on what it is for
-  QString resource;    // ":/strata/templates/demo.yaml"
-  std::string family;  // the template's model.arch
-  // A template of the user's own data: the key it goes into, folder or file, and the question.
-  QString dataKey;
-  bool dataIsFolder = true;
-  QString dataQuestion;
-  QString modelQuestion;  // the user's base model, asked for after the data (empty: not asked)
-  QString modelKey;
-  QString firstLaunch;  // the first-launch button's words; empty: not offered there
-  QString firstLaunchTip;
-};
-
-// Every registered family's templates, the families in backend::modelFamilies() order.
+// Every registered family's templates (ConfigTemplate: ui/backend/ConfigViews.h), the
+// families in the chooser's order.
 const QVector<ConfigTemplate>& configTemplates();
 // The template's YAML text; empty when the resource is missing.
 QString templateText(const ConfigTemplate& t);

@@ -38,12 +38,9 @@
 #include <QUrl>
 #include <QVBoxLayout>
 #include <algorithm>
-#include <optional>
 
-#include "config/RunConfig.h"
-#include "events/Events.h"
 #include "ui/app/MainWindowParts.h"
-#include "ui/backend/ConfigBackend.h"
+#include "ui/backend/ConfigDocument.h"
 #include "ui/backend/PlanBackend.h"
 #include "ui/backend/RunQueue.h"
 #include "ui/backend/TrainerRunner.h"
@@ -86,19 +83,6 @@ QString formatEta(double seconds) {
   if (s >= 60) return QString("%1 min %2 s").arg(s / 60).arg(s % 60);
   return QString("%1 s").arg(s);
 }
-// A run folder's config.yaml as the run used it; none when it cannot be read (not a
-// regular file, over the config cap, errors). Read through the core's reader, which
-// refuses a FIFO or a device there instead of blocking the window.
-std::optional<config::RunConfig> readRunConfig(const QString& runDir) {
-  try {
-    const std::string path = runner::runFolderFiles(runDir.toStdString()).config;
-    const backend::ParseResult parsed = backend::parseYaml(backend::readText(path), path);
-    if (parsed.ok) return parsed.config;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
 QString runFile(const QString& runDir, std::string runner::RunFolderFiles::*member) {
   return QString::fromStdString(runner::runFolderFiles(runDir.toStdString()).*member);
 }
@@ -106,26 +90,11 @@ QString runFile(const QString& runDir, std::string runner::RunFolderFiles::*memb
 // Weight of the newest progress tick in the time-left estimate (ticks come every 150 ms).
 constexpr double kEtaSmoothing = 0.1;
 
-// A component a run streams in (events::LoadProgressEvent::what), in user words.
-QString loadTitle(const QString& what) {
-  if (what == QLatin1String(events::kLoadTransformer)) return QObject::tr("the transformer");
-  if (what == QLatin1String(events::kLoadT5)) return QObject::tr("the T5 text encoder");
-  if (what == QLatin1String(events::kLoadLanguageModel)) return QObject::tr("the language model");
-  return what;
-}
-
 // The header from Start until the first load or cache figure.
 QString startingHeader() {
   return QObject::tr("Starting: checking the config and the devices, then loading the model.");
 }
 
-// A stage of an images run's cache (events::CacheProgressEvent::stage), in user words.
-QString cacheTitle(const QString& stage) {
-  if (stage == QLatin1String("latents")) return QObject::tr("the image latents");
-  if (stage == QLatin1String("text")) return QObject::tr("the caption embeddings");
-  if (stage == QLatin1String("sample prompts")) return QObject::tr("the sample prompts' embeddings");
-  return stage;
-}
 }  // namespace
 
 void MainWindow::buildRunTab() {
@@ -236,9 +205,7 @@ void MainWindow::connectBridge() {
               lossPlot_->loadMetricsFile(runFile(lastRunDir_, &runner::RunFolderFiles::metrics));
             else
               lossPlot_->clear();
-            QStringList prompts;
-            for (const std::string& p : editor_->config().sample.prompts) prompts << QString::fromStdString(p);
-            samples_->setPrompts(prompts);
+            samples_->setPrompts(editor_->document()->samplePrompts());
             samples_->setRunDir(lastRunDir_);
             latestStrip_->setSamples(samples_->latestSamples());
             step_ = startStep;
@@ -369,23 +336,22 @@ void MainWindow::showPreparing(const QString& line, const QString& header, const
   statusBar()->showMessage(line);
 }
 
-void MainWindow::showLoadProgress(const QString& what, qint64 done, qint64 total) {
-  const QString line = tr("Loading %1: %2 of %3").arg(loadTitle(what)).arg(done).arg(total);
+void MainWindow::showLoadProgress(const LoadProgressView& p) {
+  const QString line = tr("Loading %1: %2 of %3").arg(p.title).arg(p.done).arg(p.total);
   showPreparing(line, tr("%1 (block by block; training starts once the model is in).").arg(line),
-                tr("loading %1: %v / %m").arg(what), done, total);
+                tr("loading %1: %v / %m").arg(p.what), p.done, p.total);
 }
 
-void MainWindow::showCacheProgress(const QString& stage, qint64 done, qint64 total, qint64 encoded,
-                                   double itemsPerSecond) {
-  if (total <= 0) return;  // nothing to encode (no sample prompts)
-  const QString line = tr("Caching %1: %2 of %3").arg(cacheTitle(stage)).arg(done).arg(total);
+void MainWindow::showCacheProgress(const CacheProgressView& p) {
+  if (p.total <= 0) return;  // nothing to encode (no sample prompts)
+  const QString line = tr("Caching %1: %2 of %3").arg(p.title).arg(p.done).arg(p.total);
   QString how;
-  if (done == total && encoded == 0)
+  if (p.done == p.total && p.encoded == 0)
     how = tr("all from the cache");
-  else if (encoded > 0 && itemsPerSecond > 0)
-    how = tr("%1 per second").arg(itemsPerSecond, 0, 'f', 1);
-  showPreparing(line, how.isEmpty() ? line + "." : tr("%1 (%2).").arg(line, how), tr("caching %1: %v / %m").arg(stage),
-                done, total);
+  else if (p.encoded > 0 && p.itemsPerSecond > 0)
+    how = tr("%1 per second").arg(p.itemsPerSecond, 0, 'f', 1);
+  showPreparing(line, how.isEmpty() ? line + "." : tr("%1 (%2).").arg(line, how),
+                tr("caching %1: %v / %m").arg(p.stage), p.done, p.total);
 }
 
 void MainWindow::endPreparing() {
@@ -456,14 +422,12 @@ bool MainWindow::openRunFolder(const QString& runDir) {
   lossPlot_->loadMetricsFile(runFile(lastRunDir_, &runner::RunFolderFiles::metrics));
   // Where it got to: the last logged step of the steps its config asked for.
   qint64 total = 0;
-  if (const auto parsed = readRunConfig(lastRunDir_)) {
-    {
-      total = parsed->train.steps;
-      // The map shows the run's own config planned on this machine (the trainer reports the live
-      // placement only while it runs).
-      runBlockSizes_ = blockSizes(*parsed);
-      liveMap_->setPlacement(planPlacementView(*parsed, QString()));
-    }
+  if (ConfigDocument run; run.readRunFolderConfig(lastRunDir_)) {
+    total = run.trainSteps();
+    // The map shows the run's own config planned on this machine (the trainer reports the live
+    // placement only while it runs).
+    runBlockSizes_ = blockSizes(run, RunOverrides{});
+    liveMap_->setPlacement(planPlacementView(run, QString()));
   }
   const qint64 last = lossPlot_->lastStep();
   step_ = last;
@@ -491,13 +455,14 @@ void MainWindow::startRun() {
     showError(tr("Cannot start"), why);
     return;
   }
-  config::RunConfig cfg = editor_->config();
-  if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+  const ConfigDocument& doc = *editor_->document();
+  RunOverrides run;
+  run.steps = stepLimit_;
   // A relative output folder is the config's folder's, not the one the app was started in.
-  cfg.job.trainingFolder = trainingFolderFor(cfg, editor_->filePath()).toStdString();
-  runBlockSizes_ = blockSizes(cfg);
+  run.trainingFolder = trainingFolderFor(doc.stringValue("job.training_folder"), editor_->filePath());
+  runBlockSizes_ = blockSizes(doc, run);
   QString error;
-  if (!bridge_->start(cfg, &error))
+  if (!bridge_->start(doc, run, &error))
     showError(tr("Cannot start"), error);
   else
     setRunHeader(startingHeader());
@@ -517,7 +482,7 @@ void MainWindow::resumeRunFolder(const QString& dir) {
   const QString runDir = absolute(dir);
   // Block sizes for the live map from the run's own config.
   runBlockSizes_.clear();
-  if (const auto parsed = readRunConfig(runDir)) runBlockSizes_ = blockSizes(*parsed);
+  if (ConfigDocument run; run.readRunFolderConfig(runDir)) runBlockSizes_ = blockSizes(run, RunOverrides{});
   QString error;
   if (!bridge_->resume(runDir, &error)) {
     showError(tr("Cannot resume"), error);
@@ -537,13 +502,13 @@ void MainWindow::showExportDialog() {
     runDir = lastRunDir_;
   }
   // The run's own config says its family and formats; the editor's config when it cannot be read.
-  const config::RunConfig runCfg = readRunConfig(runDir).value_or(editor_->config());
-  QStringList chosen;
-  for (auto f : runCfg.save.exportFormats) chosen << QString::fromStdString(config::enumName(f));
+  ConfigDocument run;
+  const ConfigDocument& runCfg = run.readRunFolderConfig(runDir) ? run : *editor_->document();
+  const QStringList chosen = runCfg.exportFormats();
   QVector<ExportCheckpoint> checkpoints;
   for (const auto& c : runner::listCheckpoints(runDir.toStdString())) checkpoints.push_back({c.step, c.manual});
   // The folder the trainer writes its own exports to: one exports folder per run.
-  auto* dialog = new ExportDialog(runDir, runCfg.model.arch, chosen,
+  auto* dialog = new ExportDialog(runDir, runCfg.family().toStdString(), chosen,
                                   runFile(runDir, &runner::RunFolderFiles::exportsDir), checkpoints, this);
   dialog->setAttribute(Qt::WA_DeleteOnClose);
   connect(dialog, &QDialog::accepted, this,
@@ -665,7 +630,7 @@ bool MainWindow::addToQueue() {
     showError(tr("Cannot queue this config"), why);
     return false;
   }
-  const QString name = QString::fromStdString(editor_->config().job.name);
+  const QString name = editor_->document()->stringValue("job.name");
   const QString source = editor_->filePath().isEmpty() ? tr("untitled") : absolute(editor_->filePath());
   queue_->add(name, source, editor_->yamlText());
   statusBar()->showMessage(tr("%1 added to the run queue (%2 entries); press Run queue in the Run tab to train them.")
@@ -686,22 +651,23 @@ void MainWindow::startNextQueued() {
   if (!queueRunning_ || bridge_->isActive() || !queuedRunId_.isEmpty()) return;
   for (int i = queue_->nextWaiting(); i >= 0; i = queue_->nextWaiting()) {
     const RunQueue::Entry e = queue_->entries()[i];
-    const backend::ParseResult parsed = backend::parseYaml(e.yaml.toStdString(), e.source.toStdString());
-    if (!parsed.ok) {
+    ConfigDocument queued;
+    QVector<ProblemView> readProblems;
+    if (!queued.readYaml(e.yaml, e.source, &readProblems, false)) {
       QStringList problems;
-      for (const ProblemView& p : parsed.problems)
+      for (const ProblemView& p : readProblems)
         if (p.error) problems << (p.key.isEmpty() ? p.message : p.key + ": " + p.message);
       queue_->setState(e.id, RunQueue::State::Failed, tr("the config does not read: %1").arg(problems.join("; ")));
       continue;
     }
-    config::RunConfig cfg = parsed.config;
-    if (stepLimit_ > 0) cfg.train.steps = stepLimit_;
+    RunOverrides run;
+    run.steps = stepLimit_;
     // Relative to the queued config's folder, as a Start of it would be.
-    cfg.job.trainingFolder =
-        trainingFolderFor(cfg, QFileInfo(e.source).isAbsolute() ? e.source : QString()).toStdString();
-    runBlockSizes_ = blockSizes(cfg);
+    run.trainingFolder = trainingFolderFor(queued.stringValue("job.training_folder"),
+                                           QFileInfo(e.source).isAbsolute() ? e.source : QString());
+    runBlockSizes_ = blockSizes(queued, run);
     QString error;
-    if (!bridge_->start(cfg, &error)) {
+    if (!bridge_->start(queued, run, &error)) {
       queue_->setState(e.id, RunQueue::State::Failed, error);
       continue;
     }

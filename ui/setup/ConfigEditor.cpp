@@ -1,159 +1,42 @@
+// The config editor's shell: its pages and the family chooser, the YAML tab, files,
+// and the problem list. The schema form (its rows, editors and the family's rows) is
+// ConfigEditorForm.cpp.
 #include "ui/setup/ConfigEditor.h"
 
-#include <QAbstractSpinBox>
 #include <QCheckBox>
 #include <QComboBox>
-#include <QEvent>
-#include <QFileDialog>
-#include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
-#include <QLineEdit>
-#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QScrollBar>
 #include <QPushButton>
 #include <QScrollArea>
-#include <QSpinBox>
 #include <QSplitter>
 #include <QStyle>
 #include <QStyledItemDelegate>
 #include <QTabWidget>
 #include <QTextBlock>
 #include <QTimer>
-#include <QToolButton>
 #include <QTreeWidget>
 #include <QVBoxLayout>
 #include <algorithm>
-#include <limits>
 
-#include "common/Error.h"
-#include "config/ConfigSchema.h"
-#include "config/RunConfig.h"
-#include "config/RunConfigYaml.h"
-#include "config/Validator.h"
-#include "ui/backend/ConfigBackend.h"
 #include "ui/backend/ConfigDocument.h"
-#include "ui/backend/FamilyBackend.h"
-#include "ui/widgets/ListEditors.h"
+#include "ui/backend/ConfigViews.h"
+#include "ui/setup/ConfigEditorParts.h"
 
 namespace strata::ui {
 
-using config::KeySpec;
-using config::KeyType;
-
 namespace {
-
-// A dataset key pattern "datasets[].x" made concrete for entry i.
-QString concreteKey(const KeySpec& spec, int datasetIndex) {
-  QString p = QString::fromStdString(spec.path);
-  if (spec.isDatasetKey()) p.replace("datasets[]", QString("datasets[%1]").arg(datasetIndex));
-  return p;
-}
 
 QString slug(const QString& group) {
   QString s = group.toLower();
   for (QChar& c : s)
     if (!c.isLetterOrNumber()) c = '_';
   return s;
-}
-
-// The key's doc in the words of the config's family (a Llama's model.name_or_path is not a FLUX
-// checkpoint), and for the dataset kinds and LoRA forms the family's choices and default, as the
-// editor offers them (backend::switchFamily picks the first).
-QString toolTipOf(const KeySpec& spec, const std::string& arch) {
-  QString tip = "<b>" + QString::fromStdString(spec.path).toHtmlEscaped() + "</b>";
-  const std::string& doc = spec.docFor(arch);
-  if (!doc.empty()) tip += "<br>" + QString::fromStdString(doc).toHtmlEscaped();
-  tip += "<br><i>" + QString::fromStdString(config::keyTypeName(spec.type));
-  if (!spec.unit.empty()) tip += ", " + QString::fromStdString(spec.unit);
-  std::string range = spec.rangeText();
-  std::string def = config::formatValue(spec.defaultValue);
-  std::vector<std::string> offered;
-  if (spec.path == "datasets[].type")
-    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered.push_back(config::enumName(t));
-  if (spec.path == "save.export_formats")
-    for (config::ExportFormat f : backend::exportFormatsOf(arch)) offered.push_back(config::enumName(f));
-  if (!offered.empty()) {
-    range = "one of:";
-    for (const std::string& c : offered) range += " " + c;
-    auto offers = [&offered](const std::string& c) {
-      return std::find(offered.begin(), offered.end(), c) != offered.end();
-    };
-    bool offersDefault = true;
-    if (auto* s = std::get_if<std::string>(&spec.defaultValue)) offersDefault = offers(*s);
-    if (auto* l = std::get_if<std::vector<std::string>>(&spec.defaultValue))
-      for (const std::string& c : *l) offersDefault = offersDefault && offers(c);
-    if (!offersDefault) def = spec.type == KeyType::ChoiceList ? "[" + offered.front() + "]" : offered.front();
-  }
-  if (!range.empty()) tip += ", " + QString::fromStdString(range).toHtmlEscaped();
-  tip += ", default: " + (def.empty() ? QString("unset") : QString::fromStdString(def).toHtmlEscaped());
-  tip += "</i>";
-  return tip;
-}
-
-// A wheel over a spin box or combo box that does not have focus scrolls the form
-// instead of changing the value (one notch flipped a setting while scrolling).
-class WheelGuard : public QObject {
- public:
-  using QObject::QObject;
-  bool eventFilter(QObject* watched, QEvent* event) override {
-    if (event->type() == QEvent::Wheel) {
-      auto* w = qobject_cast<QWidget*>(watched);
-      if (w && !w->hasFocus()) {
-        event->ignore();  // ignored and filtered: Qt hands the wheel to the parents (the scroll area)
-        return true;
-      }
-    }
-    return false;
-  }
-};
-
-void guardWheel(QWidget* root, QObject* guard) {
-  QList<QWidget*> widgets = root->findChildren<QWidget*>();
-  widgets << root;
-  for (QWidget* w : widgets)
-    if (qobject_cast<QAbstractSpinBox*>(w) || qobject_cast<QComboBox*>(w)) {
-      w->setFocusPolicy(Qt::StrongFocus);  // a wheel does not give focus either
-      w->installEventFilter(guard);
-    }
-}
-
-QStringList listItems(const config::Value& v) {
-  QStringList out;
-  if (auto* l = std::get_if<std::vector<int64_t>>(&v))
-    for (int64_t x : *l) out << QString::number(x);
-  else if (auto* l = std::get_if<std::vector<double>>(&v))
-    for (double x : *l) out << QString::fromStdString(config::formatNumber(x));
-  else if (auto* l = std::get_if<std::vector<std::string>>(&v))
-    for (const std::string& x : *l) out << QString::fromStdString(x);
-  return out;
-}
-
-// A string list is edited one item per line. A line break inside an item (a chat
-// template's prompt) is shown as \n and a backslash as \\, so editing the list
-// keeps such an item whole instead of splitting it in two.
-QString itemLine(const QString& item) {
-  QString s = item;
-  s.replace('\\', "\\\\");
-  s.replace('\n', "\\n");
-  return s;
-}
-
-QString lineItem(const QString& line) {
-  QString out;
-  for (int i = 0; i < line.size(); ++i) {
-    if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\')) {
-      out += line[i + 1] == 'n' ? QChar('\n') : QChar('\\');
-      ++i;
-    } else {
-      out += line[i];
-    }
-  }
-  return out;
 }
 
 // A tree view asks a row's height with a rect of no width or height, which Qt's style
@@ -184,15 +67,14 @@ void repolish(QWidget* w) {
 
 }  // namespace
 
-ConfigEditor::ConfigEditor(QWidget* parent)
-    : QWidget(parent), doc_(new ConfigDocument(this)), config_(&doc_->config()) {
+ConfigEditor::ConfigEditor(QWidget* parent) : QWidget(parent), doc_(new ConfigDocument(this)), keys_(formKeys()) {
   setObjectName("configEditor");
   connect(doc_, &ConfigDocument::filePathChanged, this, &ConfigEditor::filePathChanged);
   connect(doc_, &ConfigDocument::modifiedChanged, this, &ConfigEditor::modifiedChanged);
   tabs_ = new QTabWidget(this);
   tabs_->setObjectName("configTabs");
 
-  wheelGuard_ = new WheelGuard(this);
+  wheelGuard_ = editor::newWheelGuard(this);
   auto makePage = [this](const QString& name, const QString& title) {
     auto* scroll = new QScrollArea(this);
     scroll->setObjectName(name + "Scroll");
@@ -201,13 +83,13 @@ ConfigEditor::ConfigEditor(QWidget* parent)
     page->setObjectName(name + "Page");
     auto* layout = new QVBoxLayout(page);
     // One group box per schema group, in the schema's order; empty ones stay hidden.
-    for (const std::string& g : config::keyGroups()) {
-      auto* box = new QGroupBox(tr(g.c_str()), page);
-      box->setObjectName(name + "_" + slug(QString::fromStdString(g)));
+    for (const QString& g : formGroups()) {
+      auto* box = new QGroupBox(tr(g.toUtf8().constData()), page);
+      box->setObjectName(name + "_" + slug(g));
       new QFormLayout(box);
       box->setVisible(false);
       layout->addWidget(box);
-      groups_[name + "/" + QString::fromStdString(g)] = box;
+      groups_[name + "/" + g] = box;
     }
     layout->addStretch(1);
     scroll->setWidget(page);
@@ -272,15 +154,14 @@ ConfigEditor::ConfigEditor(QWidget* parent)
   // The family first: it decides which keys the form shows.
   family_ = new QComboBox(this);
   family_->setObjectName("familyChoice");
-  for (const std::string& arch : backend::modelFamilies())
-    family_->addItem(backend::familyTitle(arch), QString::fromStdString(arch));
+  for (const FamilyView& f : familyViews()) family_->addItem(f.title, f.id);
   family_->setToolTip(
       tr("<b>model.arch</b><br>What the run trains: the form shows the settings this family "
          "reads."));
   connect(family_, qOverload<int>(&QComboBox::activated), this, [this](int index) {
-    const std::string name = family_->itemData(index).toString().toStdString();
-    for (const std::string& arch : backend::modelFamilies())
-      if (arch == name) chooseFamily(arch);
+    const QString name = family_->itemData(index).toString();
+    for (const FamilyView& f : familyViews())
+      if (f.id == name) chooseFamily(f.id.toStdString());
   });
   auto* familyLabel = new QLabel(tr("Model family:"), this);
   familyLabel->setObjectName("label_model.arch");
@@ -347,454 +228,7 @@ ConfigEditor::ConfigEditor(QWidget* parent)
 
 ConfigEditor::~ConfigEditor() = default;
 
-// ---- form ------------------------------------------------------------------
-
-QGroupBox* ConfigEditor::groupFor(bool basic, const QString& group) {
-  return groups_.value((basic ? "basic/" : "advanced/") + group);
-}
-
-QFormLayout* ConfigEditor::formFor(const KeySpec& spec) {
-  if (spec.modelShape) return static_cast<QFormLayout*>(shapeFields_->layout());
-  QGroupBox* box = groupFor(spec.basic, QString::fromStdString(spec.group));
-  box->setVisible(true);
-  return static_cast<QFormLayout*>(box->layout());
-}
-
-void ConfigEditor::buildForm() {
-  // Model shape: the architecture overrides, behind one switch (only a custom model needs them).
-  QGroupBox* shapeBox = groupFor(false, "Model shape");
-  shapeBox->setVisible(true);
-  auto* shapeForm = static_cast<QFormLayout*>(shapeBox->layout());
-  customShape_ = new QCheckBox(tr("Custom model shape (override the architecture)"), shapeBox);
-  customShape_->setObjectName("customModelShape");
-  customShape_->setToolTip(
-      tr("Only for a model whose shape differs from its preset. Turning this off sets "
-         "every override back to the preset's value."));
-  shapeForm->addRow(customShape_);
-  shapeFields_ = new QWidget(shapeBox);
-  shapeFields_->setObjectName("modelShapeFields");
-  auto* inner = new QFormLayout(shapeFields_);
-  inner->setContentsMargins(0, 0, 0, 0);
-  shapeForm->addRow(shapeFields_);
-  shapeFields_->setVisible(false);
-  connect(customShape_, &QCheckBox::clicked, this, &ConfigEditor::onCustomShapeToggled);
-
-  for (const KeySpec& spec : config::schema()) {
-    if (spec.isDatasetKey() || spec.path == "model.arch") continue;  // the family chooser edits model.arch
-    QFormLayout* form = formFor(spec);
-    addField(form, spec, QString::fromStdString(spec.path), form->parentWidget());
-  }
-  // Datasets: one group per entry on each page, rebuilt when the count changes.
-  QGroupBox* box = groupFor(true, "Dataset");
-  box->setVisible(true);
-  box->setTitle(tr("Datasets"));
-  groupFor(false, "Dataset")->setTitle(tr("Datasets"));
-  datasetButtonsForm_ = static_cast<QFormLayout*>(box->layout());
-  auto* buttons = new QHBoxLayout;
-  auto* add = new QPushButton(tr("Add dataset"), box);
-  add->setObjectName("addDataset");
-  auto* remove = new QPushButton(tr("Remove last dataset"), box);
-  remove->setObjectName("removeDataset");
-  buttons->addWidget(add);
-  buttons->addWidget(remove);
-  buttons->addStretch(1);
-  datasetButtonsForm_->addRow(buttons);
-  auto changeDatasets = [this](bool grow) {
-    if (!grow && config_->datasets.empty()) return;
-    if (grow)
-      config_->datasets.emplace_back();
-    else
-      config_->datasets.pop_back();
-    setModified(true);
-    buildDatasetGroups();
-    refreshYaml();
-    validate();
-    emit configChanged();
-  };
-  connect(add, &QPushButton::clicked, this, [changeDatasets] { changeDatasets(true); });
-  connect(remove, &QPushButton::clicked, this, [changeDatasets] { changeDatasets(false); });
-}
-
-void ConfigEditor::buildDatasetGroups() {
-  if (int(config_->datasets.size()) * 2 == datasetGroups_.size()) return;
-  for (auto it = fields_.begin(); it != fields_.end();) {
-    if (it->key.startsWith("datasets["))
-      it = fields_.erase(it);
-    else
-      ++it;
-  }
-  for (QGroupBox* g : datasetGroups_) {
-    g->hide();
-    g->deleteLater();
-  }
-  datasetGroups_.clear();
-  QGroupBox* advancedBox = groupFor(false, "Dataset");
-  advancedBox->setVisible(!config_->datasets.empty());
-  for (size_t i = 0; i < config_->datasets.size(); ++i) {
-    for (bool basic : {true, false}) {
-      QGroupBox* parentBox = groupFor(basic, "Dataset");
-      auto* box = new QGroupBox(tr("Dataset %1").arg(i + 1), parentBox);
-      box->setObjectName(QString("%1_dataset_%2").arg(basic ? "basic" : "advanced").arg(i));
-      auto* form = new QFormLayout(box);
-      for (const KeySpec& spec : config::schema())
-        if (spec.isDatasetKey() && spec.basic == basic) addField(form, spec, concreteKey(spec, int(i)), box);
-      static_cast<QFormLayout*>(parentBox->layout())->insertRow(int(i), box);
-      datasetGroups_ << box;
-    }
-  }
-  const bool wasUpdating = updating_;
-  updating_ = true;  // filling the new fields is not an edit
-  applyFamily();     // the new rows show only the family's keys
-  for (const Field& f : fields_)
-    if (f.key.startsWith("datasets[")) refreshField(f);
-  updating_ = wasUpdating;
-}
-
-// The editor for one key, chosen by the key's type (and for a path, its kind).
-QWidget* ConfigEditor::makeEditor(const KeySpec& spec, const QString& key, QWidget* parent) {
-  auto edited = [this, key] { onFieldEdited(key); };
-  switch (spec.type) {
-    case KeyType::Bool: {
-      auto* check = new QCheckBox(parent);
-      connect(check, &QCheckBox::clicked, this, edited);
-      return check;
-    }
-    case KeyType::Int: {
-      // A spin box holds an int: a seed above 2^31 - 1 would show (and be saved) as
-      // another number. Such keys are typed as text and read back exactly.
-      const bool fitsSpin = spec.max && *spec.max <= std::numeric_limits<int>::max();
-      if (spec.nullable || !fitsSpin) {
-        auto* line = new QLineEdit(parent);
-        if (spec.nullable) line->setPlaceholderText(tr("(from the preset)"));
-        connect(line, &QLineEdit::textEdited, this, edited);
-        return line;
-      }
-      auto* spin = new QSpinBox(parent);
-      const int lo =
-          spec.min ? int(std::max<double>(*spec.min + (spec.minExclusive ? 1 : 0), std::numeric_limits<int>::min()))
-                   : std::numeric_limits<int>::min();
-      const int hi = spec.max ? int(std::min<double>(*spec.max, std::numeric_limits<int>::max()))
-                              : std::numeric_limits<int>::max();
-      spin->setRange(lo, hi);
-      spin->setKeyboardTracking(true);
-      connect(spin, qOverload<int>(&QSpinBox::valueChanged), this, edited);
-      return spin;
-    }
-    case KeyType::Float:
-    case KeyType::String: {
-      auto* line = new QLineEdit(parent);
-      if (spec.nullable) line->setPlaceholderText(tr("(unset)"));
-      connect(line, &QLineEdit::textEdited, this, edited);
-      return line;
-    }
-    case KeyType::Choice: {
-      auto* combo = new QComboBox(parent);
-      for (const std::string& c : spec.choices)
-        combo->addItem(c.empty() ? tr("(auto)") : QString::fromStdString(c), QString::fromStdString(c));
-      connect(combo, qOverload<int>(&QComboBox::currentIndexChanged), this, edited);
-      return combo;
-    }
-    case KeyType::StringList: {
-      auto* text = new QPlainTextEdit(parent);
-      text->setPlaceholderText(tr("one per line (\\n for a line break inside one)"));
-      text->setTabChangesFocus(true);
-      text->setMaximumHeight(90);
-      connect(text, &QPlainTextEdit::textChanged, this, edited);
-      return text;
-    }
-    case KeyType::IntList:
-    case KeyType::FloatList: {
-      auto* list = new NumberListEdit(spec.type == KeyType::IntList, spec.listSize ? int(*spec.listSize) : 0, parent);
-      connect(list, &NumberListEdit::edited, this, edited);
-      return list;
-    }
-    case KeyType::ChoiceList: {
-      QStringList choices;
-      for (const std::string& c : spec.choices) choices << QString::fromStdString(c);
-      auto* list = new ChoiceListEdit(choices, parent);
-      connect(list, &ChoiceListEdit::edited, this, edited);
-      return list;
-    }
-    case KeyType::Path: {
-      auto* holder = new QWidget(parent);
-      auto* row = new QHBoxLayout(holder);
-      row->setContentsMargins(0, 0, 0, 0);
-      auto* line = new QLineEdit(holder);
-      line->setObjectName("pathText");
-      connect(line, &QLineEdit::textEdited, this, edited);
-      row->addWidget(line, 1);
-      const QString title = QString::fromStdString(spec.label);
-      // A jsonl dataset's file: the chooser lists JSON lines files first.
-      const QString filter =
-          spec.path == "datasets[].file_path" ? tr("JSON lines (*.jsonl *.json);;All files (*)") : QString();
-      // One chooser per kind the key's spec names (a FLUX model is a folder or one file).
-      auto addBrowse = [&](const QString& name, const QString& text, const QString& tip, config::PathKind kind) {
-        auto* browse = new QToolButton(holder);
-        browse->setObjectName(name);
-        browse->setText(text);
-        browse->setToolTip(tip);
-        connect(browse, &QToolButton::clicked, this, [this, line, title, kind, filter, edited] {
-          QString chosen;
-          switch (kind) {
-            case config::PathKind::Folder:
-              chosen = QFileDialog::getExistingDirectory(this, title, line->text());
-              break;
-            case config::PathKind::SaveFile:
-              chosen = QFileDialog::getSaveFileName(this, title, line->text());
-              break;
-            default:
-              chosen = QFileDialog::getOpenFileName(this, title, line->text(), filter);
-              break;
-          }
-          if (chosen.isEmpty()) return;
-          line->setText(chosen);
-          edited();
-        });
-        row->addWidget(browse);
-      };
-      switch (spec.pathKind) {
-        case config::PathKind::Folder:
-          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), config::PathKind::Folder);
-          break;
-        case config::PathKind::FileOrFolder:
-          addBrowse("browseFolder", tr("Folder..."), tr("Choose a folder"), config::PathKind::Folder);
-          addBrowse("browseFile", tr("File..."), tr("Choose a file"), config::PathKind::File);
-          break;
-        case config::PathKind::SaveFile:
-          addBrowse("browseFile", tr("File..."), tr("Choose where to write"), config::PathKind::SaveFile);
-          break;
-        case config::PathKind::File:
-        case config::PathKind::None:
-          addBrowse("browseFile", tr("File..."), tr("Choose a file"), config::PathKind::File);
-          break;
-      }
-      return holder;
-    }
-  }
-  return new QWidget(parent);
-}
-
-void ConfigEditor::addField(QFormLayout* form, const KeySpec& spec, const QString& key, QWidget* parent) {
-  Field field;
-  field.spec = &spec;
-  field.key = key;
-  QWidget* editor = makeEditor(spec, key, parent);
-  editor->setObjectName("cfg_" + key);
-  guardWheel(editor, wheelGuard_);
-  field.editor = editor;
-  const QString labelText = spec.label.empty() ? key : tr(spec.label.c_str());
-  field.label = new QLabel(labelText, parent);
-  field.label->setObjectName("label_" + key);
-  field.label->setBuddy(editor);
-  field.form = form;
-  field.row = editor;
-  if (spec.unit.empty()) {
-    form->addRow(field.label, editor);
-  } else {
-    auto* holder = new QWidget(parent);
-    auto* row = new QHBoxLayout(holder);
-    row->setContentsMargins(0, 0, 0, 0);
-    row->addWidget(editor, 1);
-    auto* unit = new QLabel(QString::fromStdString(spec.unit), holder);
-    unit->setMinimumWidth(44);
-    row->addWidget(unit);
-    form->addRow(field.label, holder);
-    field.row = holder;
-  }
-  fields_[key] = field;
-  const QString tip = toolTipOf(spec, config_->model.arch);
-  editor->setToolTip(tip);
-  field.label->setToolTip(tip);
-}
-
-void ConfigEditor::onCustomShapeToggled(bool on) {
-  shapeFields_->setVisible(on);
-  if (on) return;
-  // Off: the model takes its preset's shape again. An explicit edit, so it is marked and shown in the YAML.
-  config::RunConfig next = *config_;
-  bool changed = false;
-  for (const KeySpec& spec : config::schema())
-    if (spec.modelShape && !(spec.get(next, 0) == spec.defaultValue)) {
-      spec.set(next, 0, spec.defaultValue);
-      changed = true;
-    }
-  if (!changed) return;
-  setConfig(next);
-  setModified(true);
-}
-
-void ConfigEditor::updateCustomShape() {
-  bool custom = false;
-  for (const KeySpec& spec : config::schema())
-    if (spec.modelShape && !(spec.get(*config_, 0) == spec.defaultValue)) custom = true;
-  // A config with overrides always shows them; without, the user's switch stays as it is.
-  if (custom && !customShape_->isChecked()) customShape_->setChecked(true);
-  shapeFields_->setVisible(customShape_->isChecked());
-}
-
-// ---- model family ----------------------------------------------------------
-
-std::string ConfigEditor::family() const { return config_->model.arch; }
-
-bool ConfigEditor::isFieldShown(const QString& key) const {
-  auto it = fields_.find(key);
-  return it != fields_.end() && it->shown;
-}
-
-// Rows, groups and choices for the config's family; the chooser shows it.
-void ConfigEditor::applyFamily() {
-  const std::string arch = config_->model.arch;
-  const bool wasUpdating = updating_;
-  updating_ = true;
-  const int at = family_->findData(QString::fromStdString(arch));
-  if (at >= 0 && at != family_->currentIndex()) {
-    const QSignalBlocker block(family_);
-    family_->setCurrentIndex(at);
-  }
-  QMap<QWidget*, int> shownIn;  // the form's owner (a group box, the shape fields) -> rows shown
-  for (Field& f : fields_) {
-    f.shown = f.spec->appliesTo(arch) && datasetKeyShown(f);
-    f.form->setRowVisible(f.row, f.shown);
-    shownIn[f.form->parentWidget()] += f.shown ? 1 : 0;
-    updateChoiceItems(f);
-  }
-  // A group without a row for this family is hidden (the basic Dataset group keeps its buttons).
-  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
-    if (it.key().endsWith("/Dataset")) continue;
-    if (it.key() == "advanced/Model shape")
-      it.value()->setVisible(shownIn.value(shapeFields_) > 0);
-    else
-      it.value()->setVisible(shownIn.value(it.value()) > 0);
-  }
-  bool anyAdvancedDataset = false;
-  for (QGroupBox* box : datasetGroups_) {
-    const bool any = shownIn.value(box) > 0;
-    box->setVisible(any);
-    if (any && box->objectName().startsWith("advanced")) anyAdvancedDataset = true;
-  }
-  groupFor(false, "Dataset")->setVisible(anyAdvancedDataset);
-  updating_ = wasUpdating;
-}
-
-// A dataset key shows for the dataset types that read it (an images dataset's caption
-// settings, a jsonl file's fields), and for any other type while it is set away from
-// its default, so that the validator's error about it can be fixed in the form.
-bool ConfigEditor::datasetKeyShown(const Field& f) const {
-  if (!f.spec->isDatasetKey() || f.spec->datasetTypes.empty()) return true;
-  const auto [pattern, index] = config::splitDatasetPath(f.key.toStdString());
-  if (index >= config_->datasets.size()) return true;
-  if (f.spec->appliesToDataset(config_->datasets[index].type)) return true;
-  return !(f.spec->get(*config_, index) == f.spec->defaultValue);
-}
-
-// The dataset types and export formats the config's family takes; a value it
-// refuses stays selectable while it is the value (so it is shown, not swapped).
-void ConfigEditor::updateChoiceItems(const Field& f) {
-  const std::string arch = config_->model.arch;
-  if (f.spec->path == "datasets[].type") {
-    auto* combo = static_cast<QComboBox*>(f.editor);
-    QString current;
-    try {
-      current = QString::fromStdString(config::getValueText(*config_, f.key.toStdString()));
-    } catch (const std::exception&) {
-      return;
-    }
-    QStringList offered;
-    for (config::DatasetType t : backend::datasetTypesOf(arch)) offered << QString::fromStdString(config::enumName(t));
-    QStringList items = offered;
-    if (!current.isEmpty() && !offered.contains(current)) items << current;
-    QStringList have;
-    for (int i = 0; i < combo->count(); ++i) have << combo->itemData(i).toString();
-    if (have == items) return;
-    const QSignalBlocker block(combo);
-    combo->clear();
-    for (const QString& t : items)
-      combo->addItem(offered.contains(t) ? t : tr("%1 (not for %2)").arg(t, backend::familyName(arch)), t);
-  } else if (f.spec->path == "save.export_formats") {
-    QStringList offered;
-    for (config::ExportFormat e : backend::exportFormatsOf(arch))
-      offered << QString::fromStdString(config::enumName(e));
-    static_cast<ChoiceListEdit*>(f.editor)->setOffered(offered);
-  }
-}
-
-QStringList ConfigEditor::unusedKeys() const {
-  QStringList keys;
-  for (const backend::UnusedKey& u : backend::unusedKeys(*config_, config_->model.arch)) keys << u.key;
-  return keys;
-}
-
-// The keys the family does not read, with the validator's words about each.
-void ConfigEditor::refreshUnused() {
-  const std::string arch = config_->model.arch;
-  const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
-  unusedList_->clear();
-  for (const backend::UnusedKey& u : unused) {
-    QString why = tr("not used by %1").arg(backend::familyName(arch));
-    for (const ProblemView& p : problems_)
-      if (p.key == u.key) why += ": " + p.message;
-    auto* item = new QTreeWidgetItem(unusedList_, {u.key, u.value, why});
-    item->setToolTip(2, why);
-  }
-  unusedBox_->setTitle(tr("Set in this config but not used by %1 (kept in the file; the trainer ignores them)")
-                           .arg(backend::familyName(arch)));
-  unusedBox_->setVisible(!unused.isEmpty());
-}
-
-void ConfigEditor::dropUnused() {
-  setConfig(backend::dropUnusedKeys(*config_, config_->model.arch));
-  setModified(true);
-}
-
-bool ConfigEditor::chooseFamily(const std::string& arch) {
-  if (arch == config_->model.arch) return true;
-  const QVector<backend::UnusedKey> unused = backend::unusedKeys(*config_, arch);
-  const QVector<backend::FamilyChange> changes = backend::familyChanges(*config_, arch);
-  bool drop = false;
-  if (!unused.isEmpty() || !changes.isEmpty()) {
-    const QString name = backend::familyName(arch);
-    QStringList lines;
-    for (const backend::UnusedKey& u : unused) lines << tr("  %1: %2 (not used by %3)").arg(u.key, u.value, name);
-    for (const backend::FamilyChange& c : changes)
-      lines << tr("  %1: %2 becomes %3 (%4 does not take %2)").arg(c.key, c.from, c.to, name);
-    // The count says what the list below holds: the unused keys and the changed values.
-    QString head;
-    if (unused.isEmpty())
-      head = tr("Switching to %1 changes %n setting(s):", "", int(changes.size())).arg(name);
-    else if (changes.isEmpty())
-      head = tr("%1 does not read %n setting(s) of this config:", "", int(unused.size())).arg(name);
-    else
-      head = tr("%1 does not read %2 of this config, and %3 change:")
-                 .arg(name, tr("%n setting(s)", "", int(unused.size())), tr("%n value(s)", "", int(changes.size())));
-    QMessageBox box(QMessageBox::Question, tr("Switch to %1?").arg(backend::familyTitle(arch)), head,
-                    QMessageBox::NoButton, this);
-    box.setObjectName("familySwitchQuestion");
-    box.setInformativeText(lines.join('\n'));
-    QPushButton* dropButton = nullptr;
-    QPushButton* keepButton = nullptr;
-    if (!unused.isEmpty()) {
-      dropButton = box.addButton(tr("Drop them and switch"), QMessageBox::AcceptRole);
-      dropButton->setObjectName("familyDropAndSwitch");
-      keepButton = box.addButton(tr("Keep them (unused) and switch"), QMessageBox::AcceptRole);
-      keepButton->setObjectName("familyKeepAndSwitch");
-    } else {
-      keepButton = box.addButton(tr("Switch"), QMessageBox::AcceptRole);
-      keepButton->setObjectName("familySwitch");
-    }
-    QPushButton* cancel = box.addButton(QMessageBox::Cancel);
-    cancel->setObjectName("familySwitchCancel");
-    box.setDefaultButton(cancel);
-    box.exec();
-    if (box.clickedButton() != dropButton && box.clickedButton() != keepButton) {
-      applyFamily();  // the chooser shows the family the config still has
-      return false;
-    }
-    drop = box.clickedButton() == dropButton;
-  }
-  setConfig(backend::switchFamily(*config_, arch, drop));
-  setModified(true);
-  return true;
-}
+void ConfigEditor::setModified(bool modified) { doc_->setModified(modified); }
 
 void ConfigEditor::showPage(const QString& name) {
   if (name == "basic")
@@ -810,163 +244,6 @@ QWidget* ConfigEditor::fieldFor(const QString& key) const {
   auto it = fields_.find(key);
   return it == fields_.end() ? nullptr : it->editor;
 }
-
-void ConfigEditor::refreshField(const Field& f) {
-  config::Value v;
-  try {
-    v = config::getValue(*config_, f.key.toStdString());
-  } catch (const std::exception&) {
-    return;  // a dataset entry that no longer exists
-  }
-  const QString text = QString::fromStdString(config::formatValue(v));
-  auto* str = std::get_if<std::string>(&v);
-  switch (f.spec->type) {
-    case KeyType::Bool:
-      static_cast<QCheckBox*>(f.editor)->setChecked(text == "true");
-      break;
-    case KeyType::Int:
-      if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
-        spin->setValue(text.toInt());
-      else if (auto* line = static_cast<QLineEdit*>(f.editor); line->text() != text)
-        line->setText(text);
-      break;
-    case KeyType::Float: {
-      auto* line = static_cast<QLineEdit*>(f.editor);
-      if (line->text() != text) line->setText(text);
-      break;
-    }
-    case KeyType::String:
-    case KeyType::Path: {
-      // Strings show their value, not its YAML spelling ("" for empty, quotes).
-      auto* line = f.spec->type == KeyType::Path ? f.editor->findChild<QLineEdit*>("pathText")
-                                                 : static_cast<QLineEdit*>(f.editor);
-      const QString value = str ? QString::fromStdString(*str) : QString();
-      if (line->text() != value) line->setText(value);
-      break;
-    }
-    case KeyType::Choice: {
-      auto* combo = static_cast<QComboBox*>(f.editor);
-      const int i = combo->findData(str ? QString::fromStdString(*str) : text);
-      combo->setCurrentIndex(i >= 0 ? i : 0);
-      break;
-    }
-    case KeyType::StringList: {
-      auto* plain = static_cast<QPlainTextEdit*>(f.editor);
-      QStringList lines;
-      for (const QString& item : listItems(v)) lines << itemLine(item);
-      const QString joined = lines.join('\n');
-      if (plain->toPlainText() != joined) plain->setPlainText(joined);
-      break;
-    }
-    case KeyType::IntList:
-    case KeyType::FloatList:
-      static_cast<NumberListEdit*>(f.editor)->setValues(listItems(v));
-      break;
-    case KeyType::ChoiceList:
-      static_cast<ChoiceListEdit*>(f.editor)->setChosen(listItems(v));
-      break;
-  }
-}
-
-void ConfigEditor::refreshForm() {
-  updating_ = true;
-  buildDatasetGroups();
-  applyFamily();
-  for (const Field& f : fields_) refreshField(f);
-  updateCustomShape();
-  updating_ = false;
-}
-
-void ConfigEditor::onFieldEdited(const QString& key) {
-  if (updating_) return;
-  const Field f = fields_.value(key);
-  if (!f.editor) return;
-  config::RunConfig next = *config_;
-  const std::string k = key.toStdString();
-  try {
-    switch (f.spec->type) {
-      case KeyType::Bool:
-        config::setValue(next, k, config::Value(static_cast<QCheckBox*>(f.editor)->isChecked()));
-        break;
-      case KeyType::Int:
-        if (auto* spin = qobject_cast<QSpinBox*>(f.editor))
-          config::setValue(next, k, config::Value(int64_t(spin->value())));
-        else
-          config::setValueText(next, k, static_cast<QLineEdit*>(f.editor)->text().toStdString());
-        break;
-      case KeyType::Float:
-        config::setValueText(next, k, static_cast<QLineEdit*>(f.editor)->text().toStdString());
-        break;
-      case KeyType::String:
-        config::setValue(next, k, config::Value(static_cast<QLineEdit*>(f.editor)->text().toStdString()));
-        break;
-      case KeyType::Path:
-        config::setValue(next, k, config::Value(f.editor->findChild<QLineEdit*>("pathText")->text().toStdString()));
-        break;
-      case KeyType::Choice:
-        config::setValue(next, k,
-                         config::Value(static_cast<QComboBox*>(f.editor)->currentData().toString().toStdString()));
-        break;
-      case KeyType::StringList: {
-        // A prompt is kept as typed (its spaces count for a causal LM); module patterns are trimmed.
-        const bool asTyped = f.spec->path == "sample.prompts";
-        std::vector<std::string> items;
-        for (const QString& l : static_cast<QPlainTextEdit*>(f.editor)->toPlainText().split('\n'))
-          if (!l.trimmed().isEmpty()) items.push_back(lineItem(asTyped ? l : l.trimmed()).toStdString());
-        config::setValue(next, k, config::Value(items));
-        break;
-      }
-      case KeyType::IntList:
-      case KeyType::FloatList:
-        config::setValueText(next, k, static_cast<NumberListEdit*>(f.editor)->yamlText().toStdString());
-        break;
-      case KeyType::ChoiceList:
-        config::setValueText(next, k, static_cast<ChoiceListEdit*>(f.editor)->yamlText().toStdString());
-        break;
-    }
-  } catch (const std::exception& e) {
-    // Not a value of this key's type: keep the last good config, show why.
-    doc_->setFieldError(key, QString::fromUtf8(e.what()));
-    validate();
-    return;
-  }
-  doc_->clearFieldError();
-  // The YAML is written anew from the form: keys it could not read leave it. Said, not silent.
-  QStringList unknown;
-  for (const ProblemView& p : problems_)
-    if (!p.error && p.message.startsWith("unknown key") && !p.key.isEmpty()) unknown << p.key;
-  if (!unknown.isEmpty())
-    setFormNote(tr("The form wrote the YAML anew: the unknown key(s) %1 left it (the trainer ignored them).")
-                    .arg(unknown.join(", ")));
-  // A model path that holds weights turns random_weights off, and the form says so:
-  // the run trains on what the user chose, never on random values by surprise. The
-  // rule is the validator's (config::holdsWeights), the same for every family.
-  if (key == "model.name_or_path" && next.model.randomWeights && config::holdsWeights(next.model.nameOrPath)) {
-    next.model.randomWeights = false;
-    setFormNote(tr("Random weights turned off: %1 holds model weights, and the run now trains on them. For a "
-                   "random model, clear the model path and tick \"%2\" again.")
-                    .arg(QString::fromStdString(next.model.nameOrPath),
-                         fields_.value("model.random_weights").label
-                             ? fields_.value("model.random_weights").label->text()
-                             : QString("random_weights")));
-  } else if (key == "model.random_weights" && unknown.isEmpty()) {
-    setFormNote(QString());
-  }
-  const bool typeChanged = f.spec->path == "datasets[].type";
-  *config_ = std::move(next);
-  setModified(true);
-  if (auto it = fields_.find("model.random_weights"); it != fields_.end() && key == "model.name_or_path") {
-    updating_ = true;
-    refreshField(*it);
-    updating_ = false;
-  }
-  if (typeChanged) applyFamily();  // the new type's keys show, the old type's hide
-  refreshYaml();
-  validate();
-  emit configChanged();
-}
-
-void ConfigEditor::setModified(bool modified) { doc_->setModified(modified); }
 
 // ---- YAML ------------------------------------------------------------------
 
@@ -990,18 +267,16 @@ void ConfigEditor::onYamlEdited() {
 void ConfigEditor::parseYamlNow() {
   yamlTimer_->stop();
   const QString text = yaml_->toPlainText();
-  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), doc_->filePath().toStdString());
+  QVector<ProblemView> problems;
+  // A text that reads becomes the config and its source; one that does not changes neither.
+  const bool ok = doc_->readYaml(text, doc_->filePath(), &problems, false);
   doc_->clearFieldError();
-  if (!parsed.ok) {
-    QVector<ProblemView> problems;
-    for (const auto& p : parsed.problems) problems << p;
+  if (!ok) {
     setFormLocked(true);  // a form edit now would rewrite the text being fixed
     setProblems(problems);
     return;
   }
   setFormLocked(false);
-  *config_ = parsed.config;
-  doc_->setYamlSource(text);
   refreshForm();
   validate();
   emit configChanged();
@@ -1028,10 +303,8 @@ bool ConfigEditor::setValueText(const QString& key, const QString& text, QString
 
 QString ConfigEditor::valueText(const QString& key) const { return doc_->valueText(key); }
 
-const config::RunConfig& ConfigEditor::config() const { return *config_; }
-
-void ConfigEditor::setConfig(const config::RunConfig& cfg) {
-  *config_ = cfg;
+// The document's config was replaced as a whole: the form, the YAML and the problems follow.
+void ConfigEditor::configReplaced() {
   doc_->clearFieldError();
   refreshForm();
   refreshYaml();
@@ -1046,28 +319,28 @@ void ConfigEditor::newConfig() {
   setFormNote(QString());
   setFormLocked(false);
   setFilePath(QString());
-  setConfig(backend::defaultConfig());
+  doc_->resetToDefaults();
+  configReplaced();
   setModified(false);
 }
 
 bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QString* error) {
   (void)error;  // nothing refuses a text: its problems are listed instead
-  backend::ParseResult parsed = backend::parseYaml(text.toStdString(), sourceName.toStdString());
+  // What could be read (defaults where a key could not be, or for a syntax error) is the
+  // config, and the text its source; the text stays as written, and the form takes no
+  // edits until it reads cleanly.
+  const bool ok = doc_->readYaml(text, sourceName, nullptr, true);
   doc_->setImportNotes({});
   setFormNote(QString());
-  // What could be read (defaults where a key could not be, or for a syntax error);
-  // the text stays as written, and the form takes no edits until it reads cleanly.
-  *config_ = parsed.config;
   updating_ = true;
   yaml_->setPlainText(text);
   updating_ = false;
-  doc_->setYamlSource(text);
   doc_->clearFieldError();
-  setFormLocked(!parsed.ok);
+  setFormLocked(!ok);
   refreshForm();
   validate();              // the text's reading problems, then the rules where it could be read
   setFilePath(QString());  // untitled: loadFile names it; a template must never keep the last file's name
-  if (!parsed.ok) {
+  if (!ok) {
     tabs_->setCurrentWidget(yaml_);  // where it is fixed, at the first problem's line
     if (!problems_.isEmpty()) goToProblem(0);
   }
@@ -1077,45 +350,28 @@ bool ConfigEditor::loadText(const QString& text, const QString& sourceName, QStr
 }
 
 bool ConfigEditor::loadFile(const QString& path, QString* error) {
-  std::string text;
-  try {
-    text = backend::readText(path.toStdString());
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
-  if (!loadText(QString::fromStdString(text), path, error)) return false;
+  QString text;
+  if (!readTextFile(path, &text, error)) return false;
+  if (!loadText(text, path, error)) return false;
   setFilePath(path);
   return true;
 }
 
 bool ConfigEditor::saveFile(const QString& path, QString* error) {
   if (yamlTimer_->isActive()) parseYamlNow();
-  try {
-    backend::writeText(path.toStdString(), yaml_->toPlainText().toStdString());
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
+  if (!writeTextFile(path, yaml_->toPlainText(), error)) return false;
   setFilePath(path);
   setModified(false);
   return true;
 }
 
 bool ConfigEditor::importAiToolkit(const QString& path, QString* error) {
-  config::RunConfig cfg;
-  QVector<ProblemView> notes;
-  try {
-    cfg = backend::importAiToolkit(path.toStdString(), &notes);
-  } catch (const std::exception& e) {
-    if (error) *error = QString::fromUtf8(e.what());
-    return false;
-  }
-  doc_->setImportNotes(notes);  // validate() lists them with the config's own problems
+  // The import notes are listed by validate() with the config's own problems.
+  if (!doc_->importAiToolkit(path, error)) return false;
   setFormNote(QString());
   setFormLocked(false);
   setFilePath(QString());  // an import is a new Strata config until saved
-  setConfig(cfg);
+  configReplaced();
   setModified(true);
   return true;
 }
@@ -1206,7 +462,7 @@ void ConfigEditor::markFields() {
       repolish(f.editor);
       repolish(f.label);
     }
-    const QString base = toolTipOf(*f.spec, config_->model.arch);
+    const QString base = editor::keyToolTip(*f.spec, doc_->family());
     f.editor->setToolTip(base + tip);
     f.label->setToolTip(base + tip);
   }

@@ -11,7 +11,8 @@
 // only the keys that family reads; a key set in the config that it does not read
 // is listed under the chooser (with the validator's words), never dropped unasked.
 // The config, its file, unsaved state and problems are a ConfigDocument
-// (ui/backend/ConfigDocument.h): this widget is the schema form over it.
+// (ui/backend/ConfigDocument.h): this widget is the schema form over it, built
+// from the schema's keys as plain Qt values (ui/backend/ConfigViews.h).
 #include <QMap>
 #include <QString>
 #include <QVector>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "ui/backend/ConfigViews.h"
 #include "ui/backend/ViewModel.h"
 
 class QCheckBox;
@@ -32,11 +34,6 @@ class QTreeWidget;
 class QVBoxLayout;
 class QGroupBox;
 class QFormLayout;
-
-namespace strata::config {
-struct RunConfig;
-struct KeySpec;
-}  // namespace strata::config
 
 namespace strata::ui {
 
@@ -83,9 +80,6 @@ class ConfigEditor : public QWidget {
   bool setValueText(const QString& key, const QString& text, QString* error = nullptr);
   QString valueText(const QString& key) const;
 
-  const config::RunConfig& config() const;
-  void setConfig(const config::RunConfig& cfg);
-
   QVector<ProblemView> problems() const { return problems_; }
   bool hasErrors() const;
   QString filePath() const;
@@ -111,7 +105,8 @@ class ConfigEditor : public QWidget {
   QStringList unusedKeys() const;
   // Whether a key's row is shown in the form (it exists and its family reads it).
   bool isFieldShown(const QString& key) const;
-  // What the form edits: the config and its file, unsaved state and problems.
+  // What the form edits: the config and its file, unsaved state and problems
+  // (the config itself: document()->config(), for the backend and the tests).
   ConfigDocument* document() const { return doc_; }
 
  signals:
@@ -123,8 +118,9 @@ class ConfigEditor : public QWidget {
 
  private:
   struct Field {
-    const config::KeySpec* spec = nullptr;
-    QString key;  // concrete path
+    const KeyView* spec = nullptr;  // in keys_
+    QString key;                    // concrete path
+    int datasetIndex = -1;          // a dataset key's entry
     QWidget* editor = nullptr;
     QLabel* label = nullptr;
     QWidget* row = nullptr;  // what the form holds: the editor, or the editor with its unit
@@ -135,9 +131,9 @@ class ConfigEditor : public QWidget {
   void buildForm();
   void buildDatasetGroups();
   QGroupBox* groupFor(bool basic, const QString& group);
-  QFormLayout* formFor(const config::KeySpec& spec);
-  void addField(QFormLayout* form, const config::KeySpec& spec, const QString& key, QWidget* parent);
-  QWidget* makeEditor(const config::KeySpec& spec, const QString& key, QWidget* parent);
+  QFormLayout* formFor(const KeyView& spec);
+  void addField(QFormLayout* form, const KeyView& spec, const QString& key, int datasetIndex, QWidget* parent);
+  QWidget* makeEditor(const KeyView& spec, const QString& key, QWidget* parent);
   void onCustomShapeToggled(bool on);
   void updateCustomShape();
   void refreshForm();
@@ -147,6 +143,7 @@ class ConfigEditor : public QWidget {
   void dropUnused();
   void refreshField(const Field& field);
   void refreshYaml();
+  void configReplaced();
   void onFieldEdited(const QString& key);
   void onYamlEdited();
   void parseYamlNow();
@@ -161,9 +158,9 @@ class ConfigEditor : public QWidget {
 
   // The config, its source text, file, unsaved state, import notes and field error.
   ConfigDocument* doc_ = nullptr;
-  config::RunConfig* config_ = nullptr;  // the document's
-  QVector<ProblemView> problems_;        // as shown
-  bool updating_ = false;                // set while the editor writes into its own widgets
+  const QVector<KeyView> keys_;    // the schema's keys, as the form was built from them
+  QVector<ProblemView> problems_;  // as shown
+  bool updating_ = false;          // set while the editor writes into its own widgets
   bool lastOk_ = true;
   bool formLocked_ = false;
   bool relayoutQueued_ = false;  // the problem list's rows, after a column resize

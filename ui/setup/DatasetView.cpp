@@ -15,27 +15,11 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
-#include "config/RunConfig.h"
 #include "ui/backend/DatasetBackend.h"
 
 namespace strata::ui {
 
 namespace {
-
-// The keys whose change changes what the view shows (num_repeats only multiplies).
-bool sameScan(const config::DatasetConfig& a, const config::DatasetConfig& b) {
-  if (a.type != b.type) return false;
-  if (a.type == config::DatasetType::Jsonl)
-    return a.filePath == b.filePath && a.promptField == b.promptField && a.responseField == b.responseField &&
-           a.textField == b.textField && a.responseMarker == b.responseMarker;
-  return a.folderPath == b.folderPath && a.resolution == b.resolution && a.captionExt == b.captionExt &&
-         a.defaultCaption == b.defaultCaption && a.triggerWord == b.triggerWord && a.flipX == b.flipX;
-}
-
-// A dataset the view can show: an image folder or a jsonl file (the others are drawn by the trainer).
-bool previewable(const config::DatasetConfig& d) {
-  return d.type == config::DatasetType::Images || d.type == config::DatasetType::Jsonl;
-}
 
 QTreeWidget* makeTable(QWidget* parent, const QString& name, const QStringList& headers) {
   auto* t = new QTreeWidget(parent);
@@ -130,24 +114,22 @@ DatasetView::~DatasetView() {
   pool_->waitForDone();
 }
 
-void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets) {
+void DatasetView::setDatasets(const QVector<DatasetEntryView>& datasets) {
   datasets_ = datasets;
   const QSignalBlocker block(chooser_);
   chooser_->clear();
-  for (size_t i = 0; i < datasets_.size(); ++i)
-    chooser_->addItem(
-        tr("Dataset %1 (%2)").arg(i + 1).arg(QString::fromStdString(config::enumName(datasets_[i].type))));
-  if (chosen_ >= int(datasets_.size())) chosen_ = 0;
+  for (int i = 0; i < datasets_.size(); ++i) chooser_->addItem(tr("Dataset %1 (%2)").arg(i + 1).arg(datasets_[i].type));
+  if (chosen_ >= datasets_.size()) chosen_ = 0;
   // The first dataset with something to show, unless the user chose one.
-  if (chosen_ < int(datasets_.size()) && !previewable(datasets_[chosen_]))
-    for (size_t i = 0; i < datasets_.size(); ++i)
-      if (previewable(datasets_[i])) {
-        chosen_ = int(i);
+  if (chosen_ < datasets_.size() && !datasets_[chosen_].previewable)
+    for (int i = 0; i < datasets_.size(); ++i)
+      if (datasets_[i].previewable) {
+        chosen_ = i;
         break;
       }
   chooser_->setCurrentIndex(chosen_);
   chooser_->setVisible(datasets_.size() > 1);
-  if (datasets_.empty() || !previewable(datasets_[chosen_])) {
+  if (datasets_.isEmpty() || !datasets_[chosen_].previewable) {
     settle_->stop();
     shown_.reset();
     showNotImages();
@@ -159,19 +141,19 @@ void DatasetView::setDatasets(const std::vector<config::DatasetConfig>& datasets
 }
 
 void DatasetView::chooseDataset(int index) {
-  if (index < 0 || index >= int(datasets_.size())) return;
+  if (index < 0 || index >= datasets_.size()) return;
   chosen_ = index;
   shown_.reset();
-  setDatasets(std::vector<config::DatasetConfig>(datasets_));
+  setDatasets(QVector<DatasetEntryView>(datasets_));
 }
 
 void DatasetView::rescan() {
   settle_->stop();
-  if (chosen_ >= int(datasets_.size()) || !previewable(datasets_[chosen_])) return;
-  const config::DatasetConfig cfg = datasets_[chosen_];
-  shown_ = std::make_unique<config::DatasetConfig>(cfg);
-  const bool jsonl = cfg.type == config::DatasetType::Jsonl;
-  if (jsonl ? cfg.filePath.empty() : cfg.folderPath.empty()) {
+  if (chosen_ >= datasets_.size() || !datasets_[chosen_].previewable) return;
+  const DatasetEntryView dataset = datasets_[chosen_];
+  shown_ = std::make_unique<DatasetEntryView>(dataset);
+  const bool jsonl = dataset.jsonl;
+  if (dataset.path.isEmpty()) {
     DatasetScanView v;
     v.jsonl = jsonl;
     v.error = jsonl ? tr("No jsonl file set (datasets[%1].file_path).").arg(chosen_)
@@ -183,14 +165,12 @@ void DatasetView::rescan() {
   cancel_ = std::make_shared<std::atomic<bool>>(false);
   const int generation = ++generation_;
   scanning_ = true;
-  state_->setText(tr("Scanning %1...").arg(QString::fromStdString(jsonl ? cfg.filePath : cfg.folderPath)));
+  state_->setText(tr("Scanning %1...").arg(dataset.path));
   QPointer<DatasetView> self(this);
   std::shared_ptr<std::atomic<bool>> cancel = cancel_;
-  pool_->start([self, cfg, cancel, generation] {
+  pool_->start([self, dataset, cancel, generation] {
     if (cancel->load()) return;
-    DatasetScanView v = cfg.type == config::DatasetType::Jsonl
-                            ? previewJsonl(cfg, kMaxJsonlRows, cancel.get())
-                            : scanDatasetFolder(cfg, kMaxThumbs, kThumbSide, cancel.get());
+    DatasetScanView v = scanDataset(dataset, kMaxThumbs, kThumbSide, kMaxJsonlRows, cancel.get());
     if (cancel->load()) return;
     QMetaObject::invokeMethod(
         self.data(),
@@ -299,7 +279,7 @@ void DatasetView::showNotImages() {
                          "Set its type to images and a folder_path (or, for a language model, jsonl and a "
                          "file_path) to see its data here.")
                           .arg(chosen_ + 1)
-                          .arg(QString::fromStdString(config::enumName(datasets_[chosen_].type))));
+                          .arg(datasets_[chosen_].type));
 }
 
 QString DatasetView::summaryText() const { return summary_->text(); }

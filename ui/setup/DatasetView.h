@@ -7,11 +7,11 @@
 // resolutions, the caption extension, the default caption, the trigger word or
 // flip_x change, or on Rescan. For a `jsonl` dataset (a causal LM's): its first
 // samples split into prompt and response as the trainer splits them, and every
-// line it skips with its number and reason (the core's LmDataset reader).
+// line it skips with its number and reason (the core's reader). The entries are the
+// config document's (ConfigDocument::datasets); the scans are the backend's.
 #include <QWidget>
 #include <atomic>
 #include <memory>
-#include <vector>
 
 #include "ui/backend/DatasetScanView.h"
 
@@ -22,10 +22,6 @@ class QPushButton;
 class QThreadPool;
 class QTimer;
 class QTreeWidget;
-
-namespace strata::config {
-struct DatasetConfig;
-}
 
 namespace strata::ui {
 
@@ -41,7 +37,7 @@ class DatasetView : public QWidget {
   ~DatasetView() override;  // waits for a scan in flight
 
   // The config's datasets; scans the chosen one again when what it shows changed.
-  void setDatasets(const std::vector<config::DatasetConfig>& datasets);
+  void setDatasets(const QVector<DatasetEntryView>& datasets);
   void chooseDataset(int index);
   int chosenDataset() const { return chosen_; }
   bool isScanning() const { return scanning_; }
@@ -59,8 +55,8 @@ class DatasetView : public QWidget {
   void showScan(const DatasetScanView& scan, int generation);
   void showNotImages();
 
-  std::vector<config::DatasetConfig> datasets_;
-  std::unique_ptr<config::DatasetConfig> shown_;  // what the last scan was of; null = none yet
+  QVector<DatasetEntryView> datasets_;
+  std::unique_ptr<DatasetEntryView> shown_;  // what the last scan was of; null = none yet
   int chosen_ = 0;
   bool scanning_ = false;
   int scans_ = 0;

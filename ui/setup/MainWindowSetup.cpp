@@ -38,10 +38,8 @@
 #include <QUrl>
 #include <QVBoxLayout>
 
-#include "config/RunConfig.h"
-#include "events/Events.h"
 #include "ui/app/MainWindowParts.h"
-#include "ui/backend/ConfigBackend.h"
+#include "ui/backend/ConfigDocument.h"
 #include "ui/backend/PlanBackend.h"
 #include "ui/backend/RunQueue.h"
 #include "ui/backend/TrainerRunner.h"
@@ -324,8 +322,8 @@ bool MainWindow::loadTemplate(const ConfigTemplate& t, const QString& dataPath, 
   return true;
 }
 
-QString MainWindow::trainingFolderFor(const config::RunConfig& cfg, const QString& configPath) const {
-  QString folder = QString::fromStdString(cfg.job.trainingFolder).trimmed();
+QString MainWindow::trainingFolderFor(const QString& trainingFolder, const QString& configPath) const {
+  QString folder = trainingFolder.trimmed();
   if (QDir::isAbsolutePath(folder)) return QDir::cleanPath(folder);
   QString base = defaultRunsBase();
   if (!configPath.isEmpty()) {
@@ -336,12 +334,13 @@ QString MainWindow::trainingFolderFor(const config::RunConfig& cfg, const QStrin
 }
 
 QString MainWindow::runFolder() const {
-  const config::RunConfig& cfg = editor_->config();
-  return QDir(trainingFolderFor(cfg, editor_->filePath())).filePath(QString::fromStdString(cfg.job.name));
+  const ConfigDocument& doc = *editor_->document();
+  return QDir(trainingFolderFor(doc.stringValue("job.training_folder"), editor_->filePath()))
+      .filePath(doc.stringValue("job.name"));
 }
 
 void MainWindow::updateRunFolder() {
-  const QString folder = QString::fromStdString(editor_->config().job.trainingFolder).trimmed();
+  const QString folder = editor_->document()->stringValue("job.training_folder").trimmed();
   const bool relative = !QDir::isAbsolutePath(folder) && !folder.startsWith("~");
   const QString path = editor_->filePath();
   QString note;
@@ -360,7 +359,7 @@ void MainWindow::updateRunFolder() {
 }
 
 QString MainWindow::suggestedSavePath() const {
-  QString name = QString::fromStdString(editor_->config().job.name).trimmed();
+  QString name = editor_->document()->stringValue("job.name").trimmed();
   name.replace(QRegularExpression("[^A-Za-z0-9_.-]+"), "_");
   if (name.isEmpty()) name = "run";
   QString dir = QDir::homePath();
@@ -374,12 +373,12 @@ QString MainWindow::suggestedSavePath() const {
 
 void MainWindow::replan() {
   replanTimer_->stop();
-  const PlacementView planned = planPlacementView(editor_->config(), deviceSpec_->text());
+  const PlacementView planned = planPlacementView(*editor_->document(), deviceSpec_->text());
   plannedMap_->setPlacement(planned);
   // Start is checked against the devices that would train (this machine), whatever the map previews.
   machinePlan_ = deviceSpec_->text().trimmed() == machineSpec_.trimmed()
                      ? planned
-                     : planPlacementView(editor_->config(), machineSpec_);
+                     : planPlacementView(*editor_->document(), machineSpec_);
   updateRunControls();
 }
 

@@ -53,30 +53,22 @@ const QColor kOverColor(0xd0, 0x3a, 0x3a);
 const QColor kCapColor(0xe0, 0x8a, 0x1e);
 const QColor kMismatchColor(0xc6, 0x28, 0x28);
 
-// A causal LM's placement: decoder layers between the embedding (stem) and the
-// final norm + lm_head (head).
-bool isCausalLm(const PlacementView& placement) {
-  for (const DeviceView& d : placement.devices)
-    for (const BlockView& b : d.blocks)
-      if (b.kind == BlockKind::Layer) return true;
-  return false;
+// The family's words for a block's kind (PlacementView::parts); null when it gave none.
+const MapPartView* partOf(const QVector<MapPartView>& parts, BlockKind kind) {
+  for (const MapPartView& p : parts)
+    if (p.kind == kind) return &p;
+  return nullptr;
 }
 
-// What the stem and head hold, in the family's module names.
-QString partNote(const BlockView& b, bool causalLm) {
-  if (!causalLm) return QString();
-  if (b.kind == BlockKind::Stem) return "embedding";
-  if (b.kind == BlockKind::Head) return "norm + lm_head";
-  return QString();
-}
-
-QString shortId(const BlockView& b, bool causalLm) {
-  // "transformer_blocks.3" -> "double 3", "single_transformer_blocks.12" -> "single 12", "model.layers.5" -> "layer 5".
+// A row's name: a block's kind word and its index ("transformer_blocks.3" -> "double 3",
+// "model.layers.5" -> "layer 5"), the stem's and the head's name; the id where the
+// family names no such part.
+QString shortId(const BlockView& b, const QVector<MapPartView>& parts) {
+  const MapPartView* part = partOf(parts, b.kind);
+  if (!part) return b.id;
+  if (b.kind == BlockKind::Stem || b.kind == BlockKind::Head) return part->row;
   const int dot = b.id.lastIndexOf('.');
-  if ((b.kind == BlockKind::Double || b.kind == BlockKind::Single || b.kind == BlockKind::Layer) && dot >= 0)
-    return blockKindName(b.kind) + " " + b.id.mid(dot + 1);
-  const QString note = partNote(b, causalLm);
-  return note.isEmpty() ? b.id : b.id + ": " + note;
+  return dot >= 0 ? part->row + " " + b.id.mid(dot + 1) : b.id;
 }
 
 qint64 blockBytes(const BlockView& b) {
@@ -84,11 +76,9 @@ qint64 blockBytes(const BlockView& b) {
          b.otherAttachmentBytes;
 }
 
-QString blockTip(const BlockView& b, const QString& device, bool causalLm) {
-  const QString note = partNote(b, causalLm);
-  const QString kind = b.kind == BlockKind::Layer ? QString("decoder layer")
-                       : note.isEmpty()           ? blockKindName(b.kind)
-                                                  : blockKindName(b.kind) + ": " + note;
+QString blockTip(const BlockView& b, const QString& device, const QVector<MapPartView>& parts) {
+  const MapPartView* part = partOf(parts, b.kind);
+  const QString kind = part ? part->tip : blockKindName(b.kind);
   QString tip = QString("<b>%1</b> (%2) on %3<br>weights: %4").arg(b.id, kind, device, formatBytes(b.weightBytes));
   tip += QString("<br>LoRA adapters: %1 (%2)").arg(b.adapterCount).arg(formatBytes(b.adapterBytes));
   tip += QString("<br>EMA shadows: %1").arg(b.emaBytes ? formatBytes(b.emaBytes) : QString("none"));
@@ -158,7 +148,7 @@ class GpuMapCanvas : public QWidget {
           {QRect(x, top + kHeaderHeight, columnWidth(), kBarHeight + kBarTextHeight), memoryTip(d), QString()});
       int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
       for (const BlockView& b : d.blocks) {
-        hits.push_back({QRect(x, y, columnWidth(), kRowHeight), blockTip(b, d.label, isCausalLm(placement)), b.id});
+        hits.push_back({QRect(x, y, columnWidth(), kRowHeight), blockTip(b, d.label, placement.parts), b.id});
         y += kRowHeight + kRowGap;
       }
       if (!d.mismatches.isEmpty()) {
@@ -252,18 +242,9 @@ class GpuMapCanvas : public QWidget {
     QString text;
   };
   QVector<LegendItem> legendItems() const {
-    // The parts of the model shown: a causal LM has decoder layers, FLUX double and single blocks.
+    // The parts of the model, in the words of its family.
     QVector<LegendItem> items;
-    if (isCausalLm(placement)) {
-      items = {{kindColor(BlockKind::Stem), tr("stem: embedding")},
-               {kindColor(BlockKind::Layer), tr("decoder layer")},
-               {kindColor(BlockKind::Head), tr("head: norm + lm_head")}};
-    } else {
-      items = {{kindColor(BlockKind::Stem), tr("stem")},
-               {kindColor(BlockKind::Double), tr("double block")},
-               {kindColor(BlockKind::Single), tr("single block")},
-               {kindColor(BlockKind::Head), tr("head")}};
-    }
+    for (const MapPartView& part : placement.parts) items.push_back({kindColor(part.kind), part.legend});
     if (placement.planned) {
       items.push_back({kPlannedColor, tr("planned bytes")});
     } else {
@@ -390,7 +371,6 @@ class GpuMapCanvas : public QWidget {
     p.drawText(QRect(x, bar.bottom() + 17, columnWidth(), 16), Qt::AlignVCenter | Qt::AlignLeft, limits);
 
     // Blocks.
-    const bool causalLm = isCausalLm(placement);
     int y = top + kHeaderHeight + kBarHeight + kBarTextHeight;
     for (const BlockView& b : d.blocks) {
       const QRect row(x, y, columnWidth(), kRowHeight);
@@ -400,7 +380,7 @@ class GpuMapCanvas : public QWidget {
       p.drawRoundedRect(row, 3, 3);
       p.setFont(small);
       p.setPen(Qt::white);
-      p.drawText(row.adjusted(6, 0, -6, 0), Qt::AlignVCenter | Qt::AlignLeft, shortId(b, causalLm));
+      p.drawText(row.adjusted(6, 0, -6, 0), Qt::AlignVCenter | Qt::AlignLeft, shortId(b, placement.parts));
       // Badges for what hangs off the block, right to left, then its size.
       int bx = row.right() - 4;
       auto badge = [&](const QString& t, bool on) {
@@ -420,7 +400,7 @@ class GpuMapCanvas : public QWidget {
             b.adapterBytes > 0 || b.adapterCount > 0);
       // The size where a narrow column has room for it beside the name (the tooltip always has it).
       const QString size = formatBytes(b.weightBytes);
-      if (p.fontMetrics().horizontalAdvance(shortId(b, causalLm) + "  " + size) + 10 <= bx - row.left()) {
+      if (p.fontMetrics().horizontalAdvance(shortId(b, placement.parts) + "  " + size) + 10 <= bx - row.left()) {
         p.setPen(QColor(255, 255, 255, 220));
         p.drawText(QRect(row.left(), row.top(), bx - row.left() - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
                    size);

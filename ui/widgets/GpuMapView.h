@@ -1,7 +1,8 @@
 #pragma once
 // The GPU map: a column per device (each cuda:N and cpu) with its memory bar
 // (allocated, reserved, cap, total, or the planned bytes against the budget),
-// its blocks in forward order styled by kind, what hangs off each block (LoRA
+// its blocks in forward order coloured by kind and named in the words of the
+// run's family (PlacementView::parts: it guesses none), what hangs off each block (LoRA
 // adapters, EMA shadows, optimizer state), and audit mismatches in red. Hover
 // shows sizes. Before a run it draws the planner's placement; during a run the
 // trainer's, with memory updated live. The columns share the visible width (the

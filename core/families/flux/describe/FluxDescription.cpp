@@ -222,6 +222,11 @@ config::FamilyDescription describeFlux() {
   d.hints.noExport = "add diffusers, kohya or comfy";
   d.hints.foreignFormat = "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is one file";
   d.hints.foreignFormatHint = "use diffusers (the same tensor names, in one .safetensors file)";
+  // The double and single blocks by kind; the stem and the head by their slots' names.
+  d.mapParts = {{"stem", "stem", "stem", "stem"},
+                {"double", "double", "double", "double block"},
+                {"single", "single", "single", "single block"},
+                {"head", "head", "head", "head"}};
   d.rules.arch = arch;
   d.rules.model = model;
   d.rules.paths = paths;

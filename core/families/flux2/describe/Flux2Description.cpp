@@ -65,13 +65,18 @@ config::FamilyDescription describeFlux2() {
   d.hints.modelFolder =
       "point it at a local FLUX.2 transformer (a diffusers folder or a BFL .safetensors file), or set "
       "random_weights: true";
-  // The words below are the causal LM's, as the validator said them for FLUX.2 before families described themselves.
-  d.hints.modelNotFound = "give the model folder (config.json and its .safetensors)";
-  d.hints.lr = "1e-4 to 3e-4 is the usual rate for a LoRA on a causal LM";
-  d.hints.noDataset = "add one, e.g. datasets: [{type: jsonl, file_path: /data/train.jsonl}]";
-  d.hints.noExport = "add peft";
-  d.hints.foreignFormat = "peft (an adapter folder) is the causal-LM form; a FLUX LoRA is one file";
+  d.hints.modelNotFound = "give a FLUX.2 transformer: a diffusers folder or a BFL .safetensors file";
+  d.hints.lr = "1e-4 is the usual FLUX LoRA rate";
+  d.hints.noDataset =
+      "add one, e.g. datasets: [{type: synthetic, resolution: [512]}] (a flux2 run trains on synthetic data only)";
+  d.hints.noExport = "add diffusers, kohya or comfy";
+  d.hints.foreignFormat = "peft (an adapter folder) is the causal-LM form; a FLUX.2 LoRA is one file";
   d.hints.foreignFormatHint = "use diffusers (the same tensor names, in one .safetensors file)";
+  // FLUX.2's double blocks (image and text streams apart), then its single blocks (one joint stream).
+  d.mapParts = {{"stem", "stem", "stem", "stem"},
+                {"double", "double", "double", "double block"},
+                {"single", "single", "single", "single block"},
+                {"head", "head", "head", "head"}};
   d.rules.model = model;
   d.rules.dataset = dataset;
   d.rules.sampling = sampling;

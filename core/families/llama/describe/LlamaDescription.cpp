@@ -140,6 +140,10 @@ config::FamilyDescription describeLlama() {
   d.hints.noExport = "add peft";
   d.hints.foreignFormat = "{format} is a FLUX file form; a llama model's LoRA is written as a peft adapter folder";
   d.hints.foreignFormatHint = "use export_formats: [peft]";
+  // Decoder layers between the embedding (the stem) and the final norm + lm_head (the head).
+  d.mapParts = {{"stem", "stem: embedding", "stem: embedding", "stem: embedding"},
+                {"layer", "layer", "decoder layer", "decoder layer"},
+                {"head", "head: norm + lm_head", "head: norm + lm_head", "head: norm + lm_head"}};
   d.rules.modelPath = modelPath;
   d.rules.dataset = dataset;
   d.cudnnAttention = false;  // cuDNN's attention is FLUX's; a causal LM's masked attention runs on flash / math
