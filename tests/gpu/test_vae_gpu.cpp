@@ -47,7 +47,6 @@ double timeMs(const std::function<void()>& fn, int warmup, int runs) {
   return medianMs(ms);
 }
 
-
 }  // namespace
 
 TEST(VaeGpu, ReferenceParityOnCudaFloat32AndBf16) {
