@@ -152,6 +152,20 @@ std::string familyIdList() {
   return out.empty() ? "none" : out;
 }
 
+std::vector<std::string> presetNames() {
+  std::vector<std::string> out;
+  for (const FamilyDescription* f : families())
+    for (const std::string& p : f->presets)
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  return out;
+}
+
+const FamilyDescription* familyOfPreset(const std::string& preset) {
+  for (const FamilyDescription* f : families())
+    if (std::find(f->presets.begin(), f->presets.end(), preset) != f->presets.end()) return f;
+  return nullptr;
+}
+
 const FamilyDescription& family(const std::string& id) {
   if (const FamilyDescription* f = findFamily(id)) return *f;
   throw ConfigError("model.arch: '" + id + "' is not a model family of this program (it has: " + familyIdList() + ")");

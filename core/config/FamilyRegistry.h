@@ -80,11 +80,14 @@ struct MapPart {
 };
 
 struct FamilyDescription {
-  std::string id;                              // "flux": model.arch's spelling
-  std::string displayName;                     // "FLUX.1"
-  std::string title;                           // what a run trains, for the chooser: "FLUX.1 image LoRA"
-  std::vector<KeyRow> keys;                    // the keys the family contributes
-  std::vector<std::string> alsoReads;          // other families' keys it reads too ("model.num_layers")
+  std::string id;                      // "flux": model.arch's spelling
+  std::string displayName;             // "FLUX.1"
+  std::string title;                   // what a run trains, for the chooser: "FLUX.1 image LoRA"
+  std::vector<KeyRow> keys;            // the keys the family contributes
+  std::vector<std::string> alsoReads;  // other families' keys it reads too ("model.num_layers")
+  // model.preset's names for this family's shapes; the first is what random
+  // weights build when none is set. Empty: the family reads no model.preset.
+  std::vector<std::string> presets;
   std::map<std::string, std::string> keyDocs;  // a shared key's doc in the family's words
   // The dataset types and LoRA forms it takes, the first being the one a switch to it sets.
   std::vector<DatasetType> datasetTypes;
@@ -119,6 +122,11 @@ std::vector<std::string> familyIds();
 std::vector<const FamilyDescription*> families();
 // "flux, llama, flux2" (for messages), or "none".
 std::string familyIdList();
+// Every registered family's model.preset names, each once, in registration order:
+// model.preset's choices (beside "", from the weights).
+std::vector<std::string> presetNames();
+// The family whose presets hold `preset`, or null.
+const FamilyDescription* familyOfPreset(const std::string& preset);
 
 // A key set away from its default that `family` does not read: the concrete key
 // ("datasets[0].folder_path"), its row and its value. The validator says each is

@@ -190,6 +190,7 @@ struct Opt {
   std::vector<DatasetType> datasetTypes_;
   bool quietElsewhere_ = false;
   bool familyId_ = false;
+  bool presetName_ = false;
 
   Opt& look(std::string label, std::string group, bool basic = false) {
     label_ = std::move(label);
@@ -209,6 +210,13 @@ struct Opt {
   // A string key whose value is a registered family's id (model.arch): a Choice of familyIds().
   Opt& familyId() {
     familyId_ = true;
+    return *this;
+  }
+
+  // A string key naming a registered family's preset (model.preset): a Choice of
+  // "" and presetNames(); "auto" reads as "".
+  Opt& presetName() {
+    presetName_ = true;
     return *this;
   }
 
@@ -305,6 +313,24 @@ KeySpec rowOf(std::string path, std::string doc, Opt opt, std::function<Value(co
   k.get = std::move(get);
   k.set = std::move(set);
   if constexpr (std::is_same_v<T, std::string>) {
+    if (opt.presetName_) {
+      // The presets of the families registered when the schema is built; which
+      // family's a preset must be is the validator's (model.arch).
+      k.type = KeyType::Choice;
+      k.choices = presetNames();
+      k.choices.insert(k.choices.begin(), "");
+      const std::vector<std::string> names = k.choices;
+      k.set = [set = k.set, names](RunConfig& c, size_t i, const Value& v) {
+        std::string s = Conv<std::string>::from(v);
+        if (s == "auto") s.clear();  // ai-toolkit's and older Strata files' spelling of ""
+        if (names.size() > 1 && std::find(names.begin(), names.end(), s) == names.end()) {
+          std::string msg = "expected \"\" (from the weights) or one of:";
+          for (size_t n = 1; n < names.size(); ++n) msg += " " + names[n];
+          throw ConfigError(msg);
+        }
+        set(c, i, Value{s});
+      };
+    }
     if (opt.familyId_) {
       // The choices are the families registered when the schema is built; a value
       // that names none is refused as an enum's unknown spelling is.

@@ -29,7 +29,6 @@ using FamilyValues = std::map<std::string, Value>;
 
 // ---- choices ---------------------------------------------------------------
 
-enum class ModelPreset { Auto, FluxDev, Tiny, Flux2Dev };              // "" | flux-dev | tiny | flux2-dev
 enum class ComputeDevice { Auto, Cpu, Cuda };                          // auto | cpu | cuda
 enum class PlacementMode { ParamCount, Memory };                       // param_count | memory
 enum class NetworkType { Lora };                                       // lora
@@ -61,9 +60,6 @@ struct EnumTraits;  // specialised below: static constexpr std::array<EnumName<E
     static constexpr std::array<EnumName<E>, N> kNames{{__VA_ARGS__}}; \
   }
 
-STRATA_ENUM_NAMES(ModelPreset, 5, {ModelPreset::Auto, "", false}, {ModelPreset::FluxDev, "flux-dev", false},
-                  {ModelPreset::Tiny, "tiny", false}, {ModelPreset::Flux2Dev, "flux2-dev", false},
-                  {ModelPreset::Auto, "auto", true});
 STRATA_ENUM_NAMES(ComputeDevice, 3, {ComputeDevice::Auto, "auto", false}, {ComputeDevice::Cpu, "cpu", false},
                   {ComputeDevice::Cuda, "cuda", false});
 STRATA_ENUM_NAMES(PlacementMode, 2, {PlacementMode::ParamCount, "param_count", false},
@@ -137,7 +133,9 @@ struct ModelConfig {
   bool isFlux = true;                            // model.is_flux (false with arch flux is refused: set model.arch)
   // model.arch: the id a model family registers under (config/FamilyRegistry.h), as YAML spells it.
   std::string arch = "flux";
-  ModelPreset preset = ModelPreset::Auto;  // model.preset: "" = detect from the weights (flux-dev when random)
+  // model.preset: a shape the family names (FamilyDescription::presets: flux-dev, flux2-klein-9b, tiny);
+  // "" = from the weights, or with random weights the family's first preset.
+  std::string preset;
   // Architecture overrides on top of the preset (model.num_layers, ...); unset = preset's value.
   std::optional<int64_t> numLayers;        // double blocks
   std::optional<int64_t> numSingleLayers;  // single blocks

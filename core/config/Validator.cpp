@@ -139,8 +139,24 @@ class Checker : public RuleContext {
       error("model.arch", "'" + cfg_.model.arch + "' is not a model family of this program",
             "use one of: " + familyIdList());
     if (fam_.rules.arch) fam_.rules.arch(*this);
+    preset();
     familyKeys();
     if (fam_.rules.model) fam_.rules.model(*this);
+  }
+
+  // model.preset names one of the chosen family's shapes.
+  void preset() {
+    const std::string& p = cfg_.model.preset;
+    if (p.empty() || !known_ || fam_.presets.empty()) return;  // a family without presets: keysNotRead says it
+    if (std::find(fam_.presets.begin(), fam_.presets.end(), p) != fam_.presets.end()) return;
+    std::string mine;
+    for (const auto& n : fam_.presets) mine += (mine.empty() ? "" : ", ") + n;
+    const FamilyDescription* other = familyOfPreset(p);
+    if (other)
+      error("model.preset", p + " is a " + other->displayName + " shape, and model.arch is " + cfg_.model.arch,
+            "set model.arch: " + other->id + ", or use " + mine);
+    else
+      error("model.preset", "'" + p + "' is not a " + fam_.displayName + " shape", "use " + mine);
   }
 
   // A key set away from its default that the chosen family does not read: said,

@@ -64,7 +64,7 @@ inline config::RunConfig tinyCpuRun(const std::string& name, const std::filesyst
   config::RunConfig c;
   c.job.name = name;
   c.job.trainingFolder = folder.string();
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cpu;
   c.network.linear = 4;

@@ -128,7 +128,7 @@ RunConfig unusualConfig() {
   c.job.name = "name: with colon";
   c.job.trainingFolder = "/tmp/out dir";
   c.model.nameOrPath = "";
-  c.model.preset = ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.numLayers = 3;
   c.model.guidanceEmbeds = false;
   c.model.axesDimsRope = {8, 12, 12};

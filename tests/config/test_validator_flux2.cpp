@@ -82,7 +82,7 @@ TEST(ValidatorFlux2, PeftAndFlux1OnlyKeysAreRefusedOrSaidQuantizeIsAccepted) {
       "datasets: [{type: synthetic, resolution: [64]}]\n"
       "sample: {sample_every: 0}\n"
       "save: {export_formats: [peft]}\n");  // 11
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 3, "FLUX.1's shape")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 3, "is a FLUX.1 shape")) << test::dump(problems);
   // FLUX.2 is streamed and quantized on load as FLUX.1 is (dit/DitCheckpoint.h): model.quantize is accepted.
   EXPECT_FALSE(std::any_of(problems.begin(), problems.end(), [](const auto& p) { return p.key == "model.quantize"; }))
       << test::dump(problems);
@@ -104,6 +104,29 @@ TEST(ValidatorFlux2, Flux2DevPresetNeedsArchFlux2) {
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 2, "set model.arch: flux2") ||
               hasProblem(problems, Severity::Error, "model.preset", 2, "FLUX.2 shape"))
       << test::dump(problems);
+}
+
+// model.preset names one of the family's shapes (FamilyDescription::presets): the
+// [klein] presets are FLUX.2's; a name of no family is refused with the family's list.
+TEST(ValidatorFlux2, KleinPresetsAreFlux2sAndUnknownNamesAreRefused) {
+  for (const char* preset : {"flux2-klein-9b", "flux2-klein-4b", "flux2-dev", "tiny"}) {
+    const auto problems = check(std::string("model:\n  arch: flux2\n  preset: ") + preset +
+                                "\n  random_weights: true\n  device: cpu\n"
+                                "datasets: [{type: synthetic, resolution: [64]}]\nsample: {sample_every: 0}\n");
+    EXPECT_FALSE(std::any_of(problems.begin(), problems.end(), [](const auto& p) { return p.key == "model.preset"; }))
+        << preset << "\n"
+        << test::dump(problems);
+  }
+  auto problems = check(
+      "model:\n  arch: flux\n  preset: flux2-klein-9b\n  random_weights: true\n  device: cpu\n"  // 3
+      "datasets: [{type: synthetic, resolution: [64]}]\nsample: {sample_every: 0}\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 3, "is a FLUX.2 shape, and model.arch is flux"))
+      << test::dump(problems);
+  // A name no family has is refused where the file is read, with every preset listed.
+  problems = check(
+      "model:\n  arch: flux2\n  preset: flux3-huge\n  random_weights: true\n  device: cpu\n"  // 3
+      "datasets: [{type: synthetic, resolution: [64]}]\nsample: {sample_every: 0}\n");
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "model.preset", 3, "flux2-klein-4b")) << test::dump(problems);
 }
 
 // The hints of the shared rules are FLUX.2's own (they were a causal LM's: a jsonl dataset, peft, config.json).

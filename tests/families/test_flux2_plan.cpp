@@ -7,6 +7,7 @@
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "config/FamilyRegistry.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceSelection.h"
 #include "families/flux2/Flux2Family.h"
@@ -24,7 +25,7 @@ config::RunConfig flux2Dev() {
   config::RunConfig c;
   c.job.name = "flux2";
   c.model.arch = std::string("flux2");
-  c.model.preset = config::ModelPreset::Flux2Dev;
+  c.model.preset = "flux2-dev";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;
   c.model.splitModelOverGpus = true;
@@ -105,7 +106,7 @@ TEST(Flux2Plan, PresetsGiveTheirShapesAndOverridesApply) {
   std::string source;
   EXPECT_EQ(families::planFlux2Config(m, &source), flux2::Flux2Config::flux2Dev());
   EXPECT_EQ(source, "preset flux2-dev");
-  m.preset = config::ModelPreset::Tiny;
+  m.preset = "tiny";
   m.numSingleLayers = 1;
   const auto c = families::planFlux2Config(m, &source);
   EXPECT_EQ(c.numSingleLayers, 1);
@@ -113,4 +114,27 @@ TEST(Flux2Plan, PresetsGiveTheirShapesAndOverridesApply) {
   EXPECT_EQ(source, "preset tiny");
   m.axesDimsRope = {8, 8, 8, 6};  // sums to 30, the head is 32 wide
   EXPECT_THROW(families::planFlux2Config(m), ConfigError);
+}
+
+// model.preset's FLUX.2 names are the ones the model layer builds, and a [klein]
+// preset plans its own shape: FLUX.2 [klein] 9B in bf16 (about 18 GB of weights)
+// on one 24 GB card, without a guidance embedding.
+TEST(Flux2Plan, KleinPresetsPlanTheirOwnShapes) {
+  const auto& described = config::family("flux2").presets;
+  EXPECT_EQ(described, flux2::Flux2Config::presetNames());
+  auto cfg = flux2Dev();
+  cfg.model.preset = "flux2-klein-9b";
+  cfg.model.splitModelOverGpus = false;
+  train::PrepareOptions po;
+  po.preview = true;
+  const auto run = train::prepareRun(cfg, device::simulatedInventory("1x24GB"), po);
+  ASSERT_TRUE(run.ok()) << problemsOf(run);
+  EXPECT_NE(run.modelSource.find("flux2-klein-9b"), std::string::npos) << run.modelSource;
+  const auto k9 = flux2::Flux2Config::klein9b();
+  EXPECT_EQ(run.plan.blockDevice.size(), static_cast<size_t>(k9.numLayers + k9.numSingleLayers));
+  // Its bf16 weights, not FLUX.2-dev's: 2 bytes a parameter of the [klein] 9B layout.
+  int64_t weightBytes = 0;
+  for (const auto& d : run.plan.devices) weightBytes += d.weightBytes;
+  const double expected = 2.0 * static_cast<double>(flux2::flux2ParamPlan(k9).totalParams());
+  EXPECT_NEAR(static_cast<double>(weightBytes) / expected, 1.0, 0.01) << placement::formatPlan(run.plan);
 }

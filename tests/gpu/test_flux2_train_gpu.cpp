@@ -25,7 +25,7 @@ config::RunConfig flux2Tiny(const std::filesystem::path& folder) {
   c.job.name = "flux2_gpu";
   c.job.trainingFolder = folder.string();
   c.model.arch = std::string("flux2");
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;
   c.model.gpuIds = {0};

@@ -42,7 +42,7 @@ config::RunConfig devConfig(const fs::path& images, const fs::path& out) {
   config::RunConfig c;
   c.job.name = "images_gpu";
   c.job.trainingFolder = out.string();
-  c.model.preset = config::ModelPreset::FluxDev;
+  c.model.preset = "flux-dev";
   c.model.randomWeights = true;
   c.model.tokenizerPath =
       (test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a" / "model").string();

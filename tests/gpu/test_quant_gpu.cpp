@@ -117,7 +117,7 @@ TEST(QuantGpu, FluxDevQuantizedCheckpointedRunAt1024UnderA16GbCap) {
     config::RunConfig c;
     c.job.name = "quant_16gb_" + qtype;
     c.job.trainingFolder = tmp.path().string();
-    c.model.preset = config::ModelPreset::FluxDev;
+    c.model.preset = "flux-dev";
     c.model.randomWeights = true;
     c.model.quantize = true;
     c.model.qtype = qtype;

@@ -29,7 +29,7 @@ config::RunConfig fluxTiny(const fs::path& folder, bool graph) {
   config::RunConfig c;
   c.job.name = graph ? "graph" : "eager";
   c.job.trainingFolder = folder.string();
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;
   c.model.gpuIds = {0};

@@ -26,7 +26,7 @@ config::RunConfig gpuTiny(const std::filesystem::path& folder) {
   config::RunConfig c;
   c.job.name = "gpu_tiny";
   c.job.trainingFolder = folder.string();
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;
   c.model.gpuIds = {0};

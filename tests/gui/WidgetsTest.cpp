@@ -298,7 +298,7 @@ void WidgetsTest::gpuMapDrawsTheWordsItIsGiven() {
 // the map scrolls sideways, and a scroll reaches the last card.
 void WidgetsTest::gpuMapFitsOrScrolls() {
   strata::config::RunConfig cfg;
-  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.preset = "flux-dev";
   cfg.model.splitModelOverGpus = true;
   GpuMapView map;
   map.setPlacement(planPlacementView(cfg, "4x16GB"));
@@ -324,7 +324,7 @@ void WidgetsTest::gpuMapFitsOrScrolls() {
 
 void WidgetsTest::plannedPlacementOnSimulatedDevices() {
   strata::config::RunConfig cfg;
-  cfg.model.preset = strata::config::ModelPreset::FluxDev;
+  cfg.model.preset = "flux-dev";
   cfg.model.splitModelOverGpus = true;
   const PlacementView v = planPlacementView(cfg, "4x16GB");
   QVERIFY2(v.error.isEmpty(), qPrintable(v.error));

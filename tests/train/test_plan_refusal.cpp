@@ -29,7 +29,7 @@ config::RunConfig devOnCard(const fs::path& folder) {
   config::RunConfig c;
   c.job.name = "refused";
   c.job.trainingFolder = folder.string();
-  c.model.preset = config::ModelPreset::FluxDev;
+  c.model.preset = "flux-dev";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;
   c.train.dtype = config::DType::BF16;
@@ -116,7 +116,7 @@ TEST(PlanRefusal, ACachingPhaseThatDoesNotFitOneCardIsRefused) {
   io::writePng(tmp / "photos" / "a.png", at::rand({3, 64, 64}));
   // The tiny transformer fits an 8 GB card; T5-XXL (9.5 GB in bf16) does not, while it caches the captions.
   config::RunConfig c = devOnCard(tmp.path());
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.tokenizerPath =
       (test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a" / "model").string();
   config::DatasetConfig d;
@@ -148,7 +148,7 @@ TEST(PlanRefusal, ACachingPhaseThatDoesNotFitOneCardIsRefused) {
 TEST(PlanRefusal, APlanThatFitsSimulatedCardsStopsBeforeAnythingIsLoaded) {
   test::TempDir tmp;
   config::RunConfig c = devOnCard(tmp.path());
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   const Preflight r = runOn(c, "1x16GB");
   EXPECT_EQ(r.outcome, RunOutcome::PreflightFailed);
   ASSERT_EQ(r.problems.size(), 1u) << joined(r.problems);

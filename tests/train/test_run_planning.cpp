@@ -26,7 +26,7 @@ constexpr int64_t kGB = 1000000000LL;
 // A tiny random model: shapes only, nothing to read.
 config::RunConfig tinyConfig() {
   config::RunConfig c;
-  c.model.preset = config::ModelPreset::Tiny;
+  c.model.preset = "tiny";
   c.model.randomWeights = true;
   c.train.dtype = config::DType::FP32;
   config::DatasetConfig d;
@@ -206,7 +206,7 @@ TEST(PrepareRun, AGpuIdTheInventoryLacksIsRefusedWithTheKeyAndLine) {
 // FLUX.1-dev with random weights on an images dataset: the encoders are FLUX.1's presets.
 config::RunConfig fluxImagesConfig() {
   config::RunConfig c;
-  c.model.preset = config::ModelPreset::FluxDev;
+  c.model.preset = "flux-dev";
   c.model.randomWeights = true;
   c.model.device = config::ComputeDevice::Cuda;
   c.model.splitModelOverGpus = true;
@@ -431,7 +431,7 @@ TEST(PrepareRun, SizesComeFromThePipelinesOwnFiles) {
     SCOPED_TRACE(dir.string());
     config::RunConfig c = fluxImagesConfig();
     c.model.randomWeights = false;
-    c.model.preset = config::ModelPreset::Auto;
+    c.model.preset = "";
     c.model.nameOrPath = (dir / "model").string();
     c.model.splitModelOverGpus = false;
     const PreparedRun r = preview(c, "1x16GB");

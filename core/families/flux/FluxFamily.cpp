@@ -41,7 +41,7 @@ class FluxFamily : public train::ModelFamily {
   std::string checkpointPrefix() const override { return "transformer."; }
   config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
     config::RunConfig c = train::tinyRunSettings("flux", folder);
-    c.model.preset = config::ModelPreset::Tiny;
+    c.model.preset = "tiny";
     config::DatasetConfig d;
     d.type = config::DatasetType::Synthetic;
     d.resolution = {32};  // 4x4 latents: 4 image tokens

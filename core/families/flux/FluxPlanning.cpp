@@ -38,8 +38,7 @@ flux::FluxConfig withShapeOverrides(flux::FluxConfig c, const config::ModelConfi
 }
 
 flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* source) {
-  const bool tiny = m.preset == config::ModelPreset::Tiny;
-  const std::string preset = tiny ? "preset tiny" : "preset flux-dev";
+  const std::string preset = m.preset.empty() ? "flux-dev" : m.preset;  // the validator checked the name
   std::string from;
   flux::FluxConfig c;
   std::error_code ec;
@@ -47,8 +46,8 @@ flux::FluxConfig planFluxConfig(const config::ModelConfig& m, std::string* sourc
     c = flux::FluxConfig::fromCheckpoint(m.nameOrPath, m.axesDimsRope);
     from = "shapes of " + m.nameOrPath + " (headers only)";
   } else {
-    c = tiny ? flux::FluxConfig::tiny() : flux::FluxConfig::fluxDev();
-    from = preset;
+    c = flux::FluxConfig::preset(preset);
+    from = "preset " + preset;
     if (!m.randomWeights && !m.nameOrPath.empty()) from += " (" + m.nameOrPath + " not found here)";
   }
   if (source) *source = from;

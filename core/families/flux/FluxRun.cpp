@@ -191,7 +191,8 @@ lora::LoraExportOptions fluxExportOptions(const config::RunConfig& cfg, config::
                                           const std::string& softwareVersion) {
   return diffusion::loraExportOptions(
       cfg, format, steps, alpha, runYaml, softwareVersion,
-      cfg.model.nameOrPath.empty() ? "random FLUX-architecture model (" + config::enumName(cfg.model.preset) + ")"
+      cfg.model.nameOrPath.empty() ? "random FLUX-architecture model (" +
+                                         (cfg.model.preset.empty() ? std::string("flux-dev") : cfg.model.preset) + ")"
                                    : cfg.model.nameOrPath);
 }
 

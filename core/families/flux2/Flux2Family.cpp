@@ -63,8 +63,8 @@ int64_t largestResolution(const config::RunConfig& cfg) {
 }  // namespace
 
 flux2::Flux2Config planFlux2Config(const config::ModelConfig& m, std::string* source) {
-  const bool tiny = m.preset == config::ModelPreset::Tiny;
-  const flux2::Flux2Config preset = tiny ? flux2::Flux2Config::tiny() : flux2::Flux2Config::flux2Dev();
+  const std::string presetName = m.preset.empty() ? "flux2-dev" : m.preset;  // the validator checked the name
+  const flux2::Flux2Config preset = flux2::Flux2Config::preset(presetName);
   std::string from;
   flux2::Flux2Config c;
   std::error_code ec;
@@ -73,7 +73,7 @@ flux2::Flux2Config planFlux2Config(const config::ModelConfig& m, std::string* so
     from = "shapes of " + m.nameOrPath + " (headers only)";
   } else {
     c = preset;
-    from = tiny ? "preset tiny" : "preset flux2-dev";
+    from = "preset " + presetName;
     if (!m.randomWeights && !m.nameOrPath.empty()) from += " (" + m.nameOrPath + " not found here)";
   }
   if (source) *source = from;
@@ -103,7 +103,7 @@ lora::LoraExportOptions flux2ExportOptions(const config::RunConfig& cfg, config:
       cfg, format, steps, alpha, runYaml, softwareVersion,
       cfg.model.nameOrPath.empty() || cfg.model.randomWeights
           ? "random FLUX.2-architecture model (" +
-                std::string(cfg.model.preset == config::ModelPreset::Tiny ? "tiny" : "flux2-dev") + ")"
+                (cfg.model.preset.empty() ? std::string("flux2-dev") : cfg.model.preset) + ")"
           : cfg.model.nameOrPath);
 }
 
@@ -280,7 +280,7 @@ class Flux2Family : public train::ModelFamily {
   std::string checkpointPrefix() const override { return "transformer."; }
   config::RunConfig tinyRun(const std::filesystem::path& folder) const override {
     config::RunConfig c = train::tinyRunSettings("flux2", folder);
-    c.model.preset = config::ModelPreset::Tiny;
+    c.model.preset = "tiny";
     config::DatasetConfig d;
     d.type = config::DatasetType::Synthetic;
     d.resolution = {64};  // 8x8 latents -> 4x4 patches: 16 image tokens

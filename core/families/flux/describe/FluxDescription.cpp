@@ -45,9 +45,10 @@ std::vector<config::KeyRow> fluxKeys() {
        "model.clip_num_attention_heads"},
       {rows::keyRow(
            "model.preset", STRATA_KEY_MEMBER(model.preset),
-           "Architecture: \"\" = detect from the weights (flux-dev, or flux2-dev for arch flux2, with random_weights), "
-           "flux-dev, flux2-dev, tiny",
-           rows::Opt().look("Architecture", "Model")),
+           "Architecture: \"\" = detect from the weights (with random_weights: the family's first preset, flux-dev "
+           "or flux2-dev), or a preset of model.arch's family: flux-dev, tiny; flux2-dev, flux2-klein-9b, "
+           "flux2-klein-4b, tiny",
+           rows::Opt().look("Architecture", "Model").presetName()),
        "model.arch"},
       {rows::keyRow("model.num_layers", STRATA_KEY_MEMBER(model.numLayers), "Override: number of double (joint) blocks",
                     rows::Opt().min(1).max(1000).look("Double blocks", "Model shape")),
@@ -170,8 +171,6 @@ void arch(config::RuleContext& ctx) {
 
 void model(config::RuleContext& ctx) {
   const config::ModelConfig& m = ctx.config().model;
-  if (m.preset == config::ModelPreset::Flux2Dev)
-    ctx.error("model.preset", "flux2-dev is a FLUX.2 shape, and model.arch is flux", "set model.arch: flux2");
   config::checkTransformerShape(ctx);
   // What single files do not hold: read only with a single-file component.
   if (m.vaeNormNumGroups && (m.randomWeights || m.vaePath.empty()))
@@ -209,6 +208,7 @@ void sampling(config::RuleContext& ctx) {
 config::FamilyDescription describeFlux() {
   config::FamilyDescription d;
   d.id = "flux";
+  d.presets = {"flux-dev", "tiny"};  // flux/FluxPlanning.cpp builds them
   d.displayName = "FLUX.1";
   d.title = "FLUX.1 image LoRA";
   d.keys = fluxKeys();

@@ -12,8 +12,6 @@ namespace {
 // FLUX.2 trains its transformer only: Strata has no FLUX.2 VAE or text encoder yet.
 void model(config::RuleContext& ctx) {
   const config::ModelConfig& m = ctx.config().model;
-  if (m.preset == config::ModelPreset::FluxDev)
-    ctx.error("model.preset", "flux-dev is FLUX.1's shape, and model.arch is flux2", "use preset flux2-dev or tiny");
   if (m.pooledProjectionDim)
     ctx.error("model.pooled_projection_dim", "FLUX.2 has no pooled text embedding", "remove the key");
   config::checkTransformerShape(ctx);
@@ -44,6 +42,8 @@ void sampling(config::RuleContext& ctx) {
 config::FamilyDescription describeFlux2() {
   config::FamilyDescription d;
   d.id = "flux2";
+  // flux2::Flux2Config::presetNames() (tests/families checks the two agree).
+  d.presets = {"flux2-dev", "flux2-klein-9b", "flux2-klein-4b", "tiny"};
   d.displayName = "FLUX.2";
   d.title = "FLUX.2 image LoRA (synthetic data only)";
   // FLUX.1's shape keys and flow-matching keys (synthetic data, no VAE or text encoders yet).
