@@ -25,7 +25,7 @@
 #include "families/flux2/Flux2Pipeline.h"
 #include "io/Image.h"
 #include "train/Datasets.h"
-#include "train/ImageFolder.h"
+#include "train/ImageDataset.h"
 #include "train/Trainer.h"
 
 using namespace strata;
