@@ -58,8 +58,6 @@ flux2::Flux2Config withShapeOverrides(flux2::Flux2Config c, const config::ModelC
   return c;
 }
 
-bool hasImagesDatasetIn(const config::RunConfig& cfg) { return diffusion::hasImagesDataset(cfg); }
-
 int64_t largestResolution(const config::RunConfig& cfg) {
   int64_t px = 0;
   for (const auto& d : cfg.datasets)
@@ -339,7 +337,7 @@ class Flux2Family : public train::ModelFamily {
                                                    std::string* note) const override {
     (void)device;
     if (note)
-      *note = hasImagesDatasetIn(cfg)
+      *note = diffusion::hasImagesDataset(cfg)
                   ? "An images run loads FLUX.2's VAE and text encoder on the first device for the caching phase "
                     "(freed before step 1, the VAE kept for samples); the plan does not count them yet."
                   : "No text encoder or VAE: a synthetic FLUX.2 run trains on random latents and text embeddings.";
