@@ -335,13 +335,7 @@ class Flux2Family : public train::ModelFamily {
   }
   std::vector<placement::OtherModule> otherModules(const config::RunConfig& cfg, const std::string& device,
                                                    std::string* note) const override {
-    (void)device;
-    if (note)
-      *note = diffusion::hasImagesDataset(cfg)
-                  ? "An images run loads FLUX.2's VAE and text encoder on the first device for the caching phase "
-                    "(freed before step 1, the VAE kept for samples); the plan does not count them yet."
-                  : "No text encoder or VAE: a synthetic FLUX.2 run trains on random latents and text embeddings.";
-    return {};
+    return flux2OtherModules(cfg, device, note);
   }
   double trainStepFlops(const config::RunConfig& cfg) const override {
     return flux2TrainStepFlops(cfg, planFlux2Config(cfg.model));

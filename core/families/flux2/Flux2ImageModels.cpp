@@ -1,14 +1,20 @@
 #include "families/flux2/Flux2ImageModels.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/Text.h"
 #include "events/EventBus.h"
+#include "families/flux2/Flux2Family.h"
 #include "families/flux2/Flux2VaeCodec.h"
 #include "io/ContentHash.h"
 #include "io/DiffusersFolder.h"
+#include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaConfig.h"
+#include "models/vae/VaeConfig.h"
+#include "train/EncodeCache.h"
 #include "models/vae/AutoencoderKL.h"
 #include "models/vae/VaeCheckpoint.h"
 #include "nn/Quantize.h"
@@ -194,7 +200,7 @@ std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunCo
   std::unique_ptr<Flux2TextEncoder> encoder;
   if (m.randomWeights) {
     // The transformer's guidance embedding says dev or [klein] where no text encoder config does.
-    const auto rt = flux2RandomRunText(m, m.guidanceEmbeds.value_or(true));
+    const auto rt = flux2RandomRunText(m, planFlux2Config(m).guidanceEmbeds);
     const auto lc = flux2RandomTextConfig(rt.kind, ctx.textDim);
     const std::string stamp = io::weightsStamp(rt.tokenizer);
     std::ostringstream id;
@@ -233,6 +239,93 @@ std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunCo
     encoder = std::make_unique<Flux2TextEncoder>(std::move(load), identity, text.maxSequenceLength);
   }
   return std::make_unique<diffusion::ImageModels>(std::move(codec), std::move(encoder));
+}
+
+std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& cfg, const std::string& device,
+                                                      std::string* note) {
+  int64_t px = 0;
+  for (const auto& d : cfg.datasets)
+    if (d.type == config::DatasetType::Images)
+      for (int64_t r : d.resolution) px = std::max(px, r);
+  if (px == 0) {
+    if (note) *note = "No text encoder or VAE: a synthetic FLUX.2 run trains on random latents and text embeddings.";
+    return {};
+  }
+  const auto& m = cfg.model;
+  // The shapes from the config files where they are here, else FLUX.2's (the released VAE, the random encoder's).
+  vae::VaeConfig vc = vae::VaeConfig::flux2();
+  std::string vaeSource = "FLUX.2's VAE shape";
+  fs::path encoder;
+  if (!m.randomWeights && isFolder(m.nameOrPath) &&
+      fs::is_regular_file(fs::path(m.nameOrPath) / "vae" / "config.json")) {
+    vc = vae::VaeConfig::fromDiffusersJsonFile(fs::path(m.nameOrPath) / "vae" / "config.json");
+    vaeSource = "vae/config.json";
+    if (fs::is_regular_file(fs::path(m.nameOrPath) / "text_encoder" / "config.json"))
+      encoder = fs::path(m.nameOrPath) / "text_encoder";
+  }
+  if (!m.textEncoderPath.empty() && fs::is_regular_file(fs::path(m.textEncoderPath) / "config.json"))
+    encoder = m.textEncoderPath;
+  const flux2::Flux2Config fc = planFlux2Config(m);  // the transformer's width and guidance embedding
+  llama::LlamaConfig lc;
+  Flux2TextEncoderKind kind = fc.guidanceEmbeds ? Flux2TextEncoderKind::kMistral3 : Flux2TextEncoderKind::kQwen3;
+  std::string textSource;
+  if (!encoder.empty()) {
+    kind = flux2TextEncoderKindOf(encoder);
+    lc = llama::LlamaConfig::fromFile(encoder);
+    textSource = (encoder / "config.json").string();
+  } else {
+    lc = flux2RandomTextConfig(kind, fc.jointAttentionDim);
+                                         ? jointAttentionDim
+                                         : kTappedLayers * (kind == Flux2TextEncoderKind::kMistral3 ? 5120 : 4096));
+                                         textSource = std::string(toString(kind)) + " shape";
+  }
+  const auto tapped = flux2DefaultOutLayers(kind);
+  const int64_t layers = std::min<int64_t>(lc.numHiddenLayers, *std::max_element(tapped.begin(), tapped.end()));
+  const auto run = llama::llamaTextModelConfig(lc, std::max<int64_t>(1, layers));
+
+  const bool onCpu = device == "cpu";
+  const int64_t textBytes = onCpu ? 4 : 2;  // bf16 on a GPU
+  int64_t vaeBytes = 4;
+  if (!onCpu && cfg.train.dtype != config::DType::FP32)
+    vaeBytes = cfg.train.dtype == config::DType::FP16 && vc.forceUpcast ? 4 : 2;
+  const int64_t batch = train::kCacheBatchSize;
+  const int64_t tokens = Flux2TextEncoderOptions{}.maxSequenceLength;
+  const bool sampling = cfg.sample.sampleEvery > 0 && !cfg.sample.prompts.empty();
+
+  std::vector<placement::OtherModule> out(2);
+  placement::OtherModule& te = out[0];
+  te.name = "text encoder";
+  te.dtype = onCpu ? "fp32" : "bf16";
+  te.paramCount = llama::llamaParamPlan(run).totalParams();
+  te.weightBytes = te.paramCount * textBytes;
+  if (m.quantizeTe) {
+    // The decoder layers' Linears in 1 byte (scales ignored): most of the weights.
+    te.dtype += " + " + m.qtype + " Linears";
+    te.weightBytes = te.paramCount * 1 + lc.vocabSize * lc.hiddenSize * (textBytes - 1);
+  }
+  // One layer's activations for a cache batch: the MLP's two wide tensors, q/k/v/o, the scores.
+  te.cachingPeakBytes =
+      batch * tokens * (3 * run.intermediateSize + 2 * run.qDim() + 2 * run.kvDim() + 4 * run.hiddenSize) * textBytes +
+      batch * run.numAttentionHeads * tokens * tokens * textBytes;
+  te.freedBeforeTraining = true;
+  te.cachingStage = 1;  // after the VAE has encoded the images
+  placement::OtherModule& v = out[1];
+  v.name = "VAE";
+  v.dtype = vaeBytes == 4 ? "fp32" : config::enumName(cfg.train.dtype);
+  v.paramCount = vae::vaeParamCount(vc);
+  v.weightBytes = v.paramCount * vaeBytes;
+  v.cachingPeakBytes = vae::vaeEncodePeakBytes(vc, batch, px, px, vaeBytes);
+  v.trainingPeakBytes = sampling ? vae::vaeDecodePeakBytes(vc, 1, cfg.sample.height, cfg.sample.width, vaeBytes) : 0;
+  if (note) {
+    std::ostringstream os;
+    os << "The images dataset needs FLUX.2's text encoder and VAE on " << device << ": the " << toString(kind)
+       << " text encoder (" << textSource << ", " << layers << " layers read, " << te.dtype << ", "
+       << formatBytes(te.weightBytes) << ") encodes the captions and the sample prompts once the VAE (" << vaeSource
+       << ", " << v.dtype << ", " << formatBytes(v.weightBytes)
+       << ") has encoded the images, and is freed before step 1; the VAE stays for the run";
+    *note = os.str();
+  }
+  return out;
 }
 
 }  // namespace strata::families

@@ -8,6 +8,7 @@
 #include "config/RunConfig.h"
 #include "diffusion/ImageModels.h"
 #include "families/flux2/Flux2Pipeline.h"
+#include "placement/Planner.h"
 #include "train/Datasets.h"
 
 namespace strata::families {
@@ -51,5 +52,14 @@ llama::LlamaConfig flux2RandomTextConfig(Flux2TextEncoderKind kind, int64_t join
 std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunConfig& cfg,
                                                              const train::DatasetContext& ctx,
                                                              const c10::Device& device);
+
+// What an images run holds beside the transformer on its first device, for the
+// planner: the text encoder (loaded for the caption cache, freed before step 1)
+// and the VAE (kept for the samples), with their sizes from the config files only
+// (no weights read): a diffusers folder's vae/config.json and text encoder
+// config.json, model.text_encoder_path's, else FLUX.2's VAE and the random text
+// encoder's shape. None without an images dataset; `note` says which.
+std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& cfg, const std::string& device,
+                                                      std::string* note);
 
 }  // namespace strata::families
