@@ -346,3 +346,23 @@ TEST(Flux2ImagesRun, RandomTextEncoderIsTheRealModelsShapeAtTheTransformersWidth
   EXPECT_TRUE(klein.qkNorm);
   EXPECT_THROW(families::flux2RandomTextConfig(families::Flux2TextEncoderKind::kQwen3, 100), ConfigError);
 }
+
+// The planner sees an images run's text encoder and VAE, sized from the folder's config files.
+TEST(Flux2ImagesRun, ThePlanCountsTheTextEncoderAndTheVae) {
+  if (!fs::exists(fixture("klein") / "model" / "model_index.json")) GTEST_SKIP() << "no klein fixture";
+  ImageSet images;
+  test::TempDir out;
+  const auto cfg = runConfig(images, out.path(), "klein", "plan");
+  std::string note;
+  const auto modules = families::flux2OtherModules(cfg, "cpu", &note);
+  ASSERT_EQ(modules.size(), 2u) << note;
+  EXPECT_EQ(modules[0].name, "text encoder");
+  EXPECT_TRUE(modules[0].freedBeforeTraining);
+  EXPECT_GT(modules[0].paramCount, 0);
+  EXPECT_EQ(modules[1].name, "VAE");
+  EXPECT_GT(modules[1].trainingPeakBytes, 0) << "the samples are decoded during training";
+  EXPECT_NE(note.find("qwen3 text encoder"), std::string::npos) << note;
+  auto synthetic = cfg;
+  synthetic.datasets.front().type = config::DatasetType::Synthetic;
+  EXPECT_TRUE(families::flux2OtherModules(synthetic, "cpu", &note).empty());
+}
