@@ -73,25 +73,29 @@ std::unique_ptr<Flux2VaeCodec> makeVaeCodec(const config::RunConfig& cfg, const 
 
 Flux2PipelineFiles flux2RunFiles(const config::ModelConfig& m) {
   if (m.nameOrPath.empty()) throw ConfigError("model.name_or_path: no FLUX.2 model given");
-  if (isFolder(m.nameOrPath)) {
+  if (isFolder(m.nameOrPath) && fs::is_regular_file(fs::path(m.nameOrPath) / "model_index.json")) {
     if (!isFlux2PipelineFolder(m.nameOrPath))
       throw ConfigError("model.name_or_path: " + m.nameOrPath +
-                        " is not a diffusers FLUX.2 folder (model_index.json naming Flux2Pipeline or "
-                        "Flux2KleinPipeline); an images run needs its VAE and text encoder");
+                        "/model_index.json names no FLUX.2 pipeline (Flux2Pipeline or Flux2KleinPipeline)");
     auto f = Flux2PipelineFiles::fromDiffusersFolder(m.nameOrPath);
     f.axesDimsRope = m.axesDimsRope;
     return f;
   }
+  // A transformer alone (a BFL file, or a diffusers transformer/ folder): the rest as single files.
   if (m.vaePath.empty())
     throw ConfigError(
-        "model.vae_path: a single FLUX.2 transformer file (model.name_or_path) needs the VAE file "
+        "model.vae_path: a FLUX.2 transformer alone (model.name_or_path) needs the VAE file "
         "(flux2-vae.safetensors) for an images run");
   if (m.textEncoderPath.empty())
     throw ConfigError(
-        "model.text_encoder_path: a single FLUX.2 transformer file (model.name_or_path) needs the text "
+        "model.text_encoder_path: a FLUX.2 transformer alone (model.name_or_path) needs the text "
         "encoder's folder (config.json, weights and tokenizer) for an images run");
-  auto f = Flux2PipelineFiles::fromSingleFiles(m.nameOrPath, m.vaePath,
-                                               Flux2TextEncoderFiles::fromTransformersFolder(m.textEncoderPath));
+  std::error_code ec;
+  if (!fs::is_regular_file(m.vaePath, ec)) throw IoError(m.vaePath + ": no such file (model.vae_path)");
+  Flux2PipelineFiles f;
+  f.transformer = m.nameOrPath;  // the trainer loads it
+  f.vae = m.vaePath;
+  f.text = Flux2TextEncoderFiles::fromTransformersFolder(m.textEncoderPath);
   f.distilled = m.distilled;
   f.axesDimsRope = m.axesDimsRope;
   return f;

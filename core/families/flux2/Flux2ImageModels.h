@@ -16,8 +16,9 @@ namespace strata::families {
 // The pipeline files model.* names (the transformer is the trainer's):
 //   model.name_or_path a diffusers FLUX.2 folder: its vae/, text_encoder/, tokenizer/
 //     and model_index.json's is_distilled;
-//   a single transformer file: model.vae_path (flux2-vae.safetensors) and
-//     model.text_encoder_path (a transformers folder with its tokenizer), model.distilled.
+//   a transformer alone (a single file, or a folder without model_index.json):
+//     model.vae_path (flux2-vae.safetensors) and model.text_encoder_path (a
+//     transformers folder with its tokenizer), model.distilled.
 // Throws ConfigError naming the key that is missing, IoError naming a missing file.
 Flux2PipelineFiles flux2RunFiles(const config::ModelConfig& m);
 
