@@ -267,8 +267,8 @@ TEST(Flux2ImagesRun, ValidatorTakesImagesAndNamesTheSingleFileKeys) {
   auto single = cfg;
   single.model.nameOrPath = (fixture("klein") / "singles" / "flux2.safetensors").string();
   const std::string s = problems(single);
-  EXPECT_NE(s.find("model.vae_path: an images run from a single transformer file"), std::string::npos) << s;
-  EXPECT_NE(s.find("model.text_encoder_path: an images run from a single transformer file"), std::string::npos) << s;
+  EXPECT_NE(s.find("model.vae_path: an images run from a transformer alone"), std::string::npos) << s;
+  EXPECT_NE(s.find("model.text_encoder_path: an images run from a transformer alone"), std::string::npos) << s;
   single.model.vaePath = (out / "missing.safetensors").string();
   single.model.textEncoderPath = (fixture("klein") / "model" / "text_encoder").string();
   const std::string s2 = problems(single);

@@ -68,7 +68,9 @@ void paths(config::RuleContext& ctx) {
       !isFile((fs::path(m.textEncoderPath) / "config.json").string()))
     ctx.error("model.text_encoder_path", m.textEncoderPath + " holds no config.json",
               "give the text encoder's folder as transformers saves it (config.json, weights, tokenizer.json)");
-  const bool folder = !m.randomWeights && isFolder(m.nameOrPath);
+  // A diffusers pipeline folder holds the VAE and the text encoder; a transformer alone does not.
+  const bool folder =
+      !m.randomWeights && isFolder(m.nameOrPath) && isFile((fs::path(m.nameOrPath) / "model_index.json").string());
   if (folder) {
     if (m.distilled)
       ctx.error("model.distilled", m.nameOrPath + " is a diffusers folder: its model_index.json says (is_distilled)",
@@ -90,21 +92,13 @@ void paths(config::RuleContext& ctx) {
                 "(model.text_encoder_path)");
     return;
   }
-  if (folder) {
-    if (!isFile((fs::path(m.nameOrPath) / "model_index.json").string()))
-      ctx.error("model.name_or_path",
-                m.nameOrPath +
-                    " holds no model_index.json: an images run reads the VAE and the text encoder from a "
-                    "diffusers FLUX.2 folder",
-                "give the diffusers folder, or a transformer file with model.vae_path and model.text_encoder_path");
-    return;
-  }
-  if (m.nameOrPath.empty()) return;  // the validator says it
+  if (folder || m.nameOrPath.empty()) return;  // the validator says an empty one
   if (m.vaePath.empty())
-    ctx.error("model.vae_path", "an images run from a single transformer file needs the VAE file",
-              "give flux2-vae.safetensors");
+    ctx.error("model.vae_path", "an images run from a transformer alone (no model_index.json) needs the VAE file",
+              "give flux2-vae.safetensors, or a diffusers FLUX.2 folder as model.name_or_path");
   if (m.textEncoderPath.empty())
-    ctx.error("model.text_encoder_path", "an images run from a single transformer file needs the text encoder",
+    ctx.error("model.text_encoder_path",
+              "an images run from a transformer alone (no model_index.json) needs the text encoder",
               "give its folder as transformers saves it (config.json, weights, tokenizer.json)");
 }
 
