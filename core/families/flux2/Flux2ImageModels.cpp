@@ -279,9 +279,7 @@ std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& c
     textSource = (encoder / "config.json").string();
   } else {
     lc = flux2RandomTextConfig(kind, fc.jointAttentionDim);
-                                         ? jointAttentionDim
-                                         : kTappedLayers * (kind == Flux2TextEncoderKind::kMistral3 ? 5120 : 4096));
-                                         textSource = std::string(toString(kind)) + " shape";
+    textSource = std::string(toString(kind)) + " shape";
   }
   const auto tapped = flux2DefaultOutLayers(kind);
   const int64_t layers = std::min<int64_t>(lc.numHiddenLayers, *std::max_element(tapped.begin(), tapped.end()));
