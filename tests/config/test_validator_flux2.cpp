@@ -128,10 +128,10 @@ TEST(ValidatorFlux2, TheSharedRulesHintsSpeakOfFlux2) {
       if (p.key == key) return p.hint;
     return std::string("(no problem at " + key + ")");
   };
-  EXPECT_EQ(hintOf("model.name_or_path"), "give a FLUX.2 transformer: a diffusers folder or a BFL .safetensors file")
+  EXPECT_EQ(hintOf("model.name_or_path"), "give a FLUX.2 model: a diffusers folder or a BFL .safetensors file")
       << test::dump(problems);
   EXPECT_EQ(hintOf("train.lr"), "1e-4 is the usual FLUX LoRA rate") << test::dump(problems);
-  EXPECT_NE(hintOf("datasets").find("type: synthetic"), std::string::npos) << test::dump(problems);
+  EXPECT_NE(hintOf("datasets").find("type: images"), std::string::npos) << test::dump(problems);
   EXPECT_EQ(hintOf("save.export_formats"), "add diffusers, kohya or comfy") << test::dump(problems);
   for (const auto& p : problems)
     for (const char* word : {"causal", "jsonl", "peft", "config.json"})
@@ -141,11 +141,13 @@ TEST(ValidatorFlux2, TheSharedRulesHintsSpeakOfFlux2) {
 TEST(ValidatorFlux2, TheSchemaSaysWhichKeysFlux2Reads) {
   for (const auto& k : schema()) {
     if (k.path == "model.num_layers" || k.path == "model.preset" || k.path == "train.guidance" ||
-        k.path == "datasets[].resolution")
+        k.path == "datasets[].resolution" || k.path == "datasets[].folder_path" || k.path == "model.vae_path" ||
+        k.path == "model.text_encoder_path" || k.path == "model.distilled" || k.path == "sample.guidance_scale")
       EXPECT_TRUE(k.appliesTo(std::string("flux2"))) << k.path;
-    if (k.path == "model.t5_path" || k.path == "model.pooled_projection_dim" || k.path == "datasets[].folder_path" ||
-        k.path == "datasets[].file_path")
+    if (k.path == "model.t5_path" || k.path == "model.pooled_projection_dim" || k.path == "datasets[].file_path")
       EXPECT_FALSE(k.appliesTo(std::string("flux2"))) << k.path;
+    if (k.path == "model.text_encoder_path" || k.path == "model.distilled")
+      EXPECT_FALSE(k.appliesTo(std::string("flux"))) << k.path;
   }
 }
 
