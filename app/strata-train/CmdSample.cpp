@@ -152,12 +152,17 @@ families::PipelineFiles fluxFilesOf(const SampleArgs& a) {
   return families::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);
 }
 
-families::Flux2PipelineFiles flux2FilesOf(const SampleArgs& a) {
+families::Flux2PipelineFiles flux2FilesOf(const SampleArgs& given) {
+  SampleArgs a = given;
   fs::path model = a.model;
   if (isRunConfig(model)) {
     const auto m = runConfigOf(model).model;
     if (m.nameOrPath.empty()) throw ConfigError(model.string() + ": model.name_or_path: no FLUX.2 model given");
     model = m.nameOrPath;
+    // The run's single files (model.vae_path, model.text_encoder_path, model.distilled); the command line wins.
+    if (a.vae.empty()) a.vae = m.vaePath;
+    if (a.textEncoder.empty()) a.textEncoder = m.textEncoderPath;
+    a.distilled = a.distilled || m.distilled;
   }
   std::error_code ec;
   if (fs::is_directory(model, ec)) {
