@@ -1,9 +1,10 @@
 // A FLUX.2 images run end to end on the CPU, from the flux2_pipeline fixtures as
 // users hold them (the diffusers folders of [klein] base and dev): a folder of PNGs
 // (several sizes and aspects, a corrupt file, one without a caption) is cached by
-// the fixture's VAE and text encoder, a few steps train with finite losses, samples
+// the fixture's VAE and text encoder, 20 steps train with finite losses, samples
 // decoded by the VAE at the configured size are written (true CFG for [klein] base,
-// the guidance embedding for dev), and a second run encodes nothing. Caption
+// the guidance embedding for dev), the exported LoRA changes what the pipeline
+// draws, and a second run encodes nothing. Caption
 // dropout drops to the empty prompt's embedding as the pipeline encodes "".
 #include <gtest/gtest.h>
 
@@ -19,11 +20,15 @@
 #include "common/TestSupport.h"
 #include "config/RunConfig.h"
 #include "config/Validator.h"
+#include "diffusion/GenerateImages.h"
 #include "diffusion/ImagesRun.h"
 #include "events/EventBus.h"
 #include "families/flux2/Flux2ImageModels.h"
 #include "families/flux2/Flux2Pipeline.h"
 #include "io/Image.h"
+#include "lora/LoraFormats.h"
+#include "models/flux2/Flux2LoraRules.h"
+#include "models/flux2/Flux2Transformer.h"
 #include "train/Datasets.h"
 #include "train/ImageDataset.h"
 #include "train/Trainer.h"
@@ -78,7 +83,7 @@ config::RunConfig runConfig(const ImageSet& images, const fs::path& out, const s
   c.model.device = config::ComputeDevice::Cpu;
   c.network.linear = 2;
   c.network.linearAlpha = 2;
-  c.train.steps = 4;
+  c.train.steps = 20;
   c.train.lr = 2e-3;
   c.train.dtype = config::DType::FP32;
   c.train.gradientCheckpointing = false;
@@ -92,7 +97,7 @@ config::RunConfig runConfig(const ImageSet& images, const fs::path& out, const s
   d.flipX = true;
   c.datasets = {d};
   c.sample.prompts = {"[trigger] on a table"};
-  c.sample.sampleEvery = 2;
+  c.sample.sampleEvery = 10;
   c.sample.sampleSteps = 2;
   c.sample.guidanceScale = 4.0;
   c.sample.width = kSampleWidth;
@@ -157,6 +162,26 @@ void expectSamples(const fs::path& runDir, const std::vector<int64_t>& steps) {
   }
 }
 
+// The exported LoRA reads back with FLUX.2's rules and changes what the pipeline draws.
+void expectLoraAppliesInThePipeline(const fs::path& model, const fs::path& lora) {
+  ASSERT_TRUE(fs::is_regular_file(lora)) << lora;
+  auto pipe = families::Flux2Pipeline::load(families::Flux2PipelineFiles::fromDiffusersFolder(model));
+  const auto content = lora::readLoraFile(lora, flux2::Flux2LoraRules(pipe->transformer().config()));
+  EXPECT_FALSE(content.modules.empty());
+  diffusion::ImageRequest r;
+  r.prompts = {"sks on a table"};
+  r.steps = 2;
+  r.guidance = 4.0;
+  r.width = kSampleWidth;
+  r.height = kSampleHeight;
+  r.seed = 3;
+  const auto base = diffusion::generateImages(pipe->textEncoder(), pipe->codec(), pipe->denoiser(), r).images;
+  r.lora = lora;
+  const auto with = diffusion::generateImages(pipe->textEncoder(), pipe->codec(), pipe->denoiser(), r).images;
+  EXPECT_EQ(with.sizes().vec(), (std::vector<int64_t>{1, 3, kSampleHeight, kSampleWidth}));
+  EXPECT_GT((with - base).abs().max().item<double>(), 1e-6) << "the trained LoRA does not change the image";
+}
+
 void trainsThenReusesTheCache(const std::string& variant) {
   if (!fs::exists(fixture(variant) / "model" / "model_index.json"))
     GTEST_SKIP() << "no " << variant << " fixture at " << fixture(variant);
@@ -176,10 +201,10 @@ void trainsThenReusesTheCache(const std::string& variant) {
     const fs::path cache = images.dir.path() / kCacheFolderName;
     EXPECT_EQ(filesIn(cache / "latents"), views);
     EXPECT_EQ(filesIn(cache / "text"), ImageSet::kUsable + 2);  // + "sks on a table"
-    ASSERT_EQ(rec.losses.size(), 4u);
+    ASSERT_EQ(rec.losses.size(), 20u);
     for (double l : rec.losses) EXPECT_TRUE(std::isfinite(l)) << l;
-    expectSamples(runDir, {0, 2, 4});
-    EXPECT_TRUE(fs::is_regular_file(runDir / "exports" / "f2_diffusers.safetensors"));
+    expectSamples(runDir, {0, 10, 20});
+    expectLoraAppliesInThePipeline(fixture(variant) / "model", runDir / "exports" / "f2_diffusers.safetensors");
   }
   {
     // The same folder again: everything from the cache, no encoder call.
@@ -190,7 +215,7 @@ void trainsThenReusesTheCache(const std::string& variant) {
       EXPECT_EQ(rec.lastProgress.at(stage).done, rec.lastProgress.at(stage).total) << stage;
     }
     for (double l : rec.losses) EXPECT_TRUE(std::isfinite(l)) << l;
-    expectSamples(runDir, {4});
+    expectSamples(runDir, {20});
   }
 }
 
@@ -296,6 +321,7 @@ TEST(Flux2ImagesRun, TrainsFromTheSingleFiles) {
   cfg.model.axesDimsRope = {4, 4, 4, 4};
   cfg.model.vaeNormNumGroups = 4;
   cfg.train.steps = 2;
+  cfg.sample.sampleEvery = 2;
   fs::path runDir;
   const Recorded rec = runToEnd(cfg, &runDir);
   ASSERT_EQ(rec.losses.size(), 2u);
