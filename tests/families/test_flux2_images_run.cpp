@@ -8,6 +8,7 @@
 // dropout drops to the empty prompt's embedding as the pipeline encodes "".
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -355,7 +356,11 @@ TEST(Flux2ImagesRun, TrainsWithRandomWeightsAndATokenizerFolder) {
   }
   cfg.model.tokenizerPath = tok.string();
   fs::path runDir;
+  const auto t0 = std::chrono::steady_clock::now();
   const Recorded rec = runToEnd(cfg, &runDir);
+  std::printf("[flux2 random] %.1f s; latents %.1f/s text %.1f/s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              rec.lastProgress.at("latents").itemsPerSecond, rec.lastProgress.at("text").itemsPerSecond);
   ASSERT_EQ(rec.losses.size(), 2u);
   for (double l : rec.losses) EXPECT_TRUE(std::isfinite(l)) << l;
   expectSamples(runDir, {0, 2});
@@ -368,6 +373,11 @@ TEST(Flux2ImagesRun, RandomTextEncoderIsTheRealModelsShapeAtTheTransformersWidth
   EXPECT_EQ(dev.numHiddenLayers, 40);
   const auto klein = families::flux2RandomTextConfig(families::Flux2TextEncoderKind::kQwen3, 96);
   EXPECT_EQ(klein.hiddenSize, 32);
+  EXPECT_EQ(klein.numAttentionHeads * klein.headDim, 32);  // a test width: 4 heads over it
+  const auto klein4b = families::flux2RandomTextConfig(families::Flux2TextEncoderKind::kQwen3, 7680);
+  EXPECT_EQ(klein4b.hiddenSize, 2560);  // Qwen3-4B
+  EXPECT_EQ(klein4b.intermediateSize, 9728);
+  EXPECT_EQ(klein4b.headDim, 128);
   EXPECT_EQ(klein.modelType, "qwen3");
   EXPECT_TRUE(klein.qkNorm);
   EXPECT_THROW(families::flux2RandomTextConfig(families::Flux2TextEncoderKind::kQwen3, 100), ConfigError);

@@ -163,10 +163,19 @@ llama::LlamaConfig flux2RandomTextConfig(Flux2TextEncoderKind kind, int64_t join
   c.numKeyValueHeads = 8;
   c.headDim = 128;
   const int64_t width = jointAttentionDim / kTappedLayers;
-  if (width != c.hiddenSize) {
-    c.intermediateSize = c.intermediateSize * width / c.hiddenSize;  // the real model's ratio
-    if (c.intermediateSize < 1) c.intermediateSize = 1;
+  if (kind == Flux2TextEncoderKind::kQwen3 && width == 2560) {
+    c.intermediateSize = 9728;  // Qwen3-4B (FLUX.2 [klein] 4B)
     c.hiddenSize = width;
+    c.tieWordEmbeddings = true;
+  } else if (width != c.hiddenSize) {
+    c.intermediateSize = std::max<int64_t>(1, c.intermediateSize * width / c.hiddenSize);  // the real model's ratio
+    c.hiddenSize = width;
+    if (width < 1024) {
+      // A test-sized width: 4 heads over it (2 for keys and values), not 32 heads of 128.
+      c.numAttentionHeads = 4;
+      c.numKeyValueHeads = 2;
+      c.headDim = std::max<int64_t>(8, (width / 4) / 2 * 2);  // even: the rotation takes pairs
+    }
   }
   return c;
 }

@@ -39,8 +39,10 @@ struct Flux2RandomText {
 Flux2RandomText flux2RandomRunText(const config::ModelConfig& m, bool guidanceEmbeds);
 
 // The language model a random text encoder of `kind` is built with: the real
-// model's (Mistral-Small-3.1, Qwen3) with the hidden size joint_attention_dim / 3
-// (three tapped layers side by side). ConfigError when it does not divide.
+// model's (Mistral-Small-3.1; Qwen3-8B, or Qwen3-4B at its width) with the hidden
+// size joint_attention_dim / 3 (three tapped layers side by side); below 1024 wide
+// (test sizes) 4 heads over the width instead of 32 x 128. ConfigError when it
+// does not divide.
 llama::LlamaConfig flux2RandomTextConfig(Flux2TextEncoderKind kind, int64_t jointAttentionDim);
 
 // FLUX.2's VAE and text encoder from model.* (flux2RunFiles), or random weights at
