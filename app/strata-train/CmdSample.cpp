@@ -152,12 +152,18 @@ families::PipelineFiles fluxFilesOf(const SampleArgs& a) {
   return families::PipelineFiles::fromModelPaths(model, a.vae, a.clip, a.t5, a.tokenizer);
 }
 
-families::Flux2PipelineFiles flux2FilesOf(const SampleArgs& a) {
+families::Flux2PipelineFiles flux2FilesOf(const SampleArgs& given) {
+  SampleArgs a = given;
   fs::path model = a.model;
+  config::ModelConfig m;  // a run config's model section (what single files do not hold)
   if (isRunConfig(model)) {
-    const auto m = runConfigOf(model).model;
+    m = runConfigOf(model).model;
     if (m.nameOrPath.empty()) throw ConfigError(model.string() + ": model.name_or_path: no FLUX.2 model given");
     model = m.nameOrPath;
+    // The run's single files (model.vae_path, model.text_encoder_path, model.distilled); the command line wins.
+    if (a.vae.empty()) a.vae = m.vaePath;
+    if (a.textEncoder.empty()) a.textEncoder = m.textEncoderPath;
+    a.distilled = a.distilled || m.distilled;
   }
   std::error_code ec;
   if (fs::is_directory(model, ec)) {
@@ -174,6 +180,8 @@ families::Flux2PipelineFiles flux2FilesOf(const SampleArgs& a) {
   auto f = families::Flux2PipelineFiles::fromSingleFiles(
       model, a.vae, families::Flux2TextEncoderFiles::fromTransformersFolder(a.textEncoder));
   f.distilled = a.distilled;
+  if (!m.axesDimsRope.empty()) f.axesDimsRope = m.axesDimsRope;
+  if (m.vaeNormNumGroups) f.vaeHints.normNumGroups = *m.vaeNormNumGroups;
   return f;
 }
 

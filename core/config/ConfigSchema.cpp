@@ -62,7 +62,7 @@ std::vector<KeySpec> buildSchema() {
            Opt().folder().look("Tokenizer folder (single files)", "Model"))
       .add("model.arch", M(model.arch),
            "Model family: flux (a FLUX.1 transformer), llama (a Llama, Mistral or Qwen2 causal LM folder) or flux2 "
-           "(a FLUX.2 transformer, synthetic data only: docs/flux2.md)",
+           "(a FLUX.2 transformer: docs/flux2.md)",
            Opt().look("Model family", "Model", true).familyId())
       .add("model.random_weights", M(model.randomWeights),
            "Start from random weights instead of a checkpoint (demos and benchmarks)",

@@ -127,6 +127,10 @@ struct ModelConfig {
   std::string clipPath;       // model.clip_path: clip_l.safetensors
   std::string t5Path;         // model.t5_path: t5xxl_fp16.safetensors
   std::string tokenizerPath;  // model.tokenizer_path: folder with tokenizer/ and tokenizer_2/
+  // FLUX.2 with a single transformer file: the text encoder's folder (config.json, weights,
+  // tokenizer), and whether it is a step-distilled [klein] (a diffusers folder says so itself).
+  std::string textEncoderPath;  // model.text_encoder_path
+  bool distilled = false;       // model.distilled
   // What single files do not hold (docs/pipeline.md); unset = FLUX.1's.
   std::optional<int64_t> vaeNormNumGroups;       // model.vae_norm_num_groups: with vae_path
   std::optional<int64_t> clipNumAttentionHeads;  // model.clip_num_attention_heads: with clip_path

@@ -155,10 +155,12 @@ struct CacheProgressEvent {
 inline constexpr const char* kLoadTransformer = "transformer";
 inline constexpr const char* kLoadT5 = "T5";  // FLUX.1's T5 text encoder (an images run caching its captions)
 inline constexpr const char* kLoadLanguageModel = "language model";  // a Llama-family model, layer by layer
+// FLUX.2's text encoder (Mistral-3 or Qwen3: an images run caching its captions)
+inline constexpr const char* kLoadFlux2TextEncoder = "FLUX.2 text encoder";
 
 // Progress of a long model load: one component read block by block.
 struct LoadProgressEvent {
-  std::string what;  // kLoadTransformer, kLoadT5, kLoadLanguageModel
+  std::string what;  // kLoadTransformer, kLoadT5, kLoadLanguageModel, kLoadFlux2TextEncoder
   int64_t done = 0;  // units loaded (blocks, then the rest of the model as one)
   int64_t total = 0;
 };

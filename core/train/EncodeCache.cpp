@@ -63,7 +63,7 @@ std::string reasonOf(const std::exception& e, const fs::path& file) {
 EncodeCache::EncodeCache(fs::path folder, Encoders encoders, const events::EventBus* bus)
     : folder_(std::move(folder)), enc_(std::move(encoders)), bus_(bus) {
   if (!enc_.image || !enc_.text) throw Error("EncodeCache: an image and a text encoder are needed");
-  if (enc_.latentChannels < 1 || enc_.downscaleFactor < 1 || enc_.textDim < 1 || enc_.pooledDim < 1 ||
+  if (enc_.latentChannels < 1 || enc_.downscaleFactor < 1 || enc_.textDim < 1 || enc_.pooledDim < 0 ||
       enc_.maxSequenceLength < 1)
     throw Error("EncodeCache: the expected latent channels, downscale factor and text widths are needed");
 }
@@ -91,6 +91,8 @@ EncodeCache::Shapes EncodeCache::latentsShapes(const ImageEntry& e) const {
 }
 
 EncodeCache::Shapes EncodeCache::textShapes() const {
+  // A model without a pooled vector (pooledDim 0: FLUX.2) stores the tokens alone.
+  if (enc_.pooledDim == 0) return {{"txt", {enc_.maxSequenceLength, enc_.textDim}}};
   return {{"txt", {enc_.maxSequenceLength, enc_.textDim}}, {"pooled", {enc_.pooledDim}}};
 }
 
@@ -313,16 +315,21 @@ CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const 
     if (emb.size() != part.size()) throw Error("EncodeCache: the text encoder returned a wrong number of embeddings");
     for (size_t j = 0; j < part.size(); ++j) {
       const at::Tensor txt = emb[j].txt.defined() ? emb[j].txt.to(at::kCPU, at::kFloat) : at::Tensor();
-      const at::Tensor pooled = emb[j].pooled.defined() ? emb[j].pooled.to(at::kCPU, at::kFloat) : at::Tensor();
+      at::Tensor pooled = emb[j].pooled.defined() ? emb[j].pooled.to(at::kCPU, at::kFloat) : at::Tensor();
+      if (enc_.pooledDim == 0 && !pooled.defined()) pooled = at::zeros({0}, at::kFloat);
+      const std::vector<int64_t> pooledShape{enc_.pooledDim};
       if (!txt.defined() || !pooled.defined() || txt.sizes().vec() != shapes.at("txt") ||
-          pooled.sizes().vec() != shapes.at("pooled"))
+          pooled.sizes().vec() != pooledShape)
         throw Error("EncodeCache: the text encoder returned txt " + (txt.defined() ? shapeText(txt.sizes()) : "none") +
                     " and pooled " + (pooled.defined() ? shapeText(pooled.sizes()) : "none") + ", " +
-                    shapeText(shapes.at("txt")) + " and " + shapeText(shapes.at("pooled")) + " expected");
+                    shapeText(shapes.at("txt")) + " and " + shapeText(pooledShape) + " expected");
       if (!at::isfinite(txt).all().item<bool>() || !at::isfinite(pooled).all().item<bool>())
         throw Error("EncodeCache: the text encoder gave NaN or infinite values (for the caption of cache file " +
                     textFile(part[j]).filename().string() + "); in fp16 T5 overflows: use bf16 or float32");
-      store(textFile(part[j]), textKey(part[j]), {{"txt", txt}, {"pooled", pooled}});
+      if (enc_.pooledDim == 0)
+        store(textFile(part[j]), textKey(part[j]), {{"txt", txt}});
+      else
+        store(textFile(part[j]), textKey(part[j]), {{"txt", txt}, {"pooled", pooled}});
     }
     stats.textsEncoded += static_cast<int64_t>(part.size());
     textDone += static_cast<int64_t>(part.size());
@@ -381,10 +388,11 @@ TextEmbedding EncodeCache::text(const std::string& caption) {
   auto t = readOrRebuild(textFile(caption), textKey(caption), textShapes(), [&] {
     const std::vector<TextEmbedding> emb = enc_.text({caption});
     if (emb.size() != 1) throw Error("the text encoder returned a wrong number of embeddings");
-    return std::vector<std::pair<std::string, at::Tensor>>{{"txt", emb[0].txt.to(at::kCPU, at::kFloat).contiguous()},
-                                                           {"pooled", emb[0].pooled.to(at::kCPU, at::kFloat)}};
+    std::vector<std::pair<std::string, at::Tensor>> out{{"txt", emb[0].txt.to(at::kCPU, at::kFloat).contiguous()}};
+    if (enc_.pooledDim > 0) out.emplace_back("pooled", emb[0].pooled.to(at::kCPU, at::kFloat));
+    return out;
   });
-  return {t.at("txt"), t.at("pooled")};
+  return {t.at("txt"), enc_.pooledDim > 0 ? t.at("pooled") : at::zeros({0}, at::kFloat)};
 }
 
 }  // namespace strata::train

@@ -42,7 +42,7 @@ struct Encoders {
   int64_t latentChannels = 0;   // C
   int64_t downscaleFactor = 0;  // f: image pixels per latent pixel
   int64_t textDim = 0;          // D
-  int64_t pooledDim = 0;        // P
+  int64_t pooledDim = 0;        // P; 0: the model takes no pooled vector (FLUX.2), none is stored
   // Polled between batches while the cache is built: true stops the build with
   // Interrupted (what is written so far stays, and the next run reuses it).
   std::function<bool()> stopRequested;

@@ -41,15 +41,17 @@ TEST_F(Flux2Cli, Flux2DevPlansOverFour24GbCards) {
   EXPECT_NE(out.find("FLUX.2 preset flux2-dev"), std::string::npos) << out;
 }
 
-TEST_F(Flux2Cli, AnImagesDatasetIsRefusedWithTheReason) {
+// The template's random weights with an images dataset: the tokenizer is still read, and the key named.
+TEST_F(Flux2Cli, AnImagesDatasetWithRandomWeightsNeedsATokenizer) {
   std::string out;
   EXPECT_NE(runStrataTrain({"validate", config(), "--set", "datasets[0].type=images", "--set",
                             "datasets[0].folder_path=" + tmp.path().string()},
                            log("validate"), &out),
             0)
       << out;
-  EXPECT_NE(out.find("no FLUX.2 VAE or Mistral text encoder"), std::string::npos) << out;
-  EXPECT_NE(out.find("type: synthetic"), std::string::npos) << out;
+  EXPECT_NE(out.find("model.tokenizer_path"), std::string::npos) << out;
+  EXPECT_NE(out.find("needs FLUX.2's tokenizer"), std::string::npos) << out;
+  EXPECT_EQ(out.find("datasets[0].type"), std::string::npos) << out;
 }
 
 TEST_F(Flux2Cli, BenchRunsTheTinyPresetOnTheCpu) {

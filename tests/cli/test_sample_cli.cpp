@@ -197,6 +197,35 @@ TEST(SampleCli, RefusesTheOtherFamilysOptions) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A FLUX.2 run config with single files: the transformer, model.vae_path and
+// model.text_encoder_path, with what the files do not hold (rotary axes, the VAE's
+// group count) as the config gives it.
+TEST(SampleCli, DrawsFlux2FromARunConfigsSingleFiles) {
+  const fs::path dir = flux2Fixture("klein");
+  if (!fs::exists(dir / "singles" / "flux2.safetensors")) GTEST_SKIP() << "no klein fixture";
+  strata::test::TempDir tmp;
+  const fs::path te = tmp / "text_encoder";
+  fs::create_directories(te);
+  for (const char* sub : {"text_encoder", "tokenizer"})
+    for (const auto& e : fs::directory_iterator(dir / "model" / sub)) fs::copy_file(e.path(), te / e.path().filename());
+  const fs::path yaml = tmp / "run.yaml";
+  FILE* f = std::fopen(yaml.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f,
+               "model:\n  arch: flux2\n  name_or_path: %s\n  vae_path: %s\n  text_encoder_path: %s\n"
+               "  axes_dims_rope: [4, 4, 4, 4]\n  vae_norm_num_groups: 4\n  device: cpu\n"
+               "datasets: [{type: synthetic, resolution: [32]}]\nsample: {sample_every: 0}\n",
+               (dir / "singles" / "flux2.safetensors").c_str(), (dir / "singles" / "flux2-vae.safetensors").c_str(),
+               te.c_str());
+  std::fclose(f);
+  const auto out = tmp / "x.png";
+  const auto r = run("sample " + quote(yaml.string()) + " --prompt p --steps 2 --width 32 --height 32 --out " +
+                     quote(out.string()));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto img = strata::io::readImage(out, strata::io::ImageChannels::Rgb);
+  EXPECT_EQ(img.pixels.sizes().vec(), (std::vector<int64_t>{32, 32, 3}));
+}
+
 // Ctrl-C stops a sample after the current step, writes no image, exits 130.
 TEST(SampleCli, CtrlCStopsAfterTheCurrentStepAndWritesNothing) {
   strata::test::TempDir tmp;

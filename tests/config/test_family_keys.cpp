@@ -52,7 +52,9 @@ std::string llamaBase(const std::filesystem::path& dir) {
 TEST(FamilySchema, EveryKeyNamesTheFamiliesThatReadIt) {
   int fluxOnly = 0, llamaOnly = 0;
   for (const auto& k : schema()) {
-    EXPECT_TRUE(k.appliesTo(std::string("flux")) || k.appliesTo(std::string("llama"))) << k.path;
+    EXPECT_TRUE(k.appliesTo(std::string("flux")) || k.appliesTo(std::string("llama")) ||
+                k.appliesTo(std::string("flux2")))
+        << k.path;
     fluxOnly += k.appliesTo(std::string("flux")) && !k.appliesTo(std::string("llama"));
     llamaOnly += k.appliesTo(std::string("llama")) && !k.appliesTo(std::string("flux"));
   }

@@ -60,7 +60,9 @@ TEST(FamilyRegistry, AFamilysKeyRowsAreInTheSchemaAfterTheKeyTheyName) {
   EXPECT_GT(rows, 30u);
   // Every row is either shared (every family reads it) or a family's.
   EXPECT_EQ(schema().size(), sharedKeyRows().size() + rows);
-  EXPECT_EQ(findKey("model.vae_path")->families, (std::vector<std::string>{"flux"}));
+  // FLUX.2 reads FLUX.1's single-file VAE key too; its text encoder folder is its own row.
+  EXPECT_EQ(findKey("model.vae_path")->families, (std::vector<std::string>{"flux", "flux2"}));
+  EXPECT_EQ(findKey("model.text_encoder_path")->families, (std::vector<std::string>{"flux2"}));
   EXPECT_EQ(findKey("datasets[].file_path")->families, (std::vector<std::string>{"llama"}));
   // FLUX.2 reads FLUX.1's shape keys (FamilyDescription::alsoReads).
   EXPECT_EQ(findKey("model.num_layers")->families, (std::vector<std::string>{"flux", "flux2"}));

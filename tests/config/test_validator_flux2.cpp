@@ -1,5 +1,6 @@
-// model.arch: flux2 in the validator: what a FLUX.2 run can train now (synthetic
-// data, no samples, diffusers / kohya / comfy files) and the refusals that say why.
+// model.arch: flux2 in the validator: what a FLUX.2 run can train (images or
+// synthetic data, samples from an images run, diffusers / kohya / comfy files) and
+// the refusals that say why.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,37 +37,42 @@ TEST(ValidatorFlux2, SyntheticTinyIsClean) {
   EXPECT_TRUE(problems.empty()) << test::dump(problems);
 }
 
-TEST(ValidatorFlux2, AnImagesDatasetIsRefusedWithWhyAndWhatWorks) {
+TEST(ValidatorFlux2, AnImagesDatasetIsTakenAndARandomRunsTokenizerIsNamed) {
   const auto problems = check(kHead +
                               "datasets:\n"
                               "  - type: images\n"  // 7
                               "    folder_path: /nonexistent\n"
                               "sample: {sample_every: 0}\n");
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 7, "no FLUX.2 VAE or Mistral text encoder"))
+  EXPECT_FALSE(std::any_of(problems.begin(), problems.end(), [](const auto& p) { return p.key == "datasets[0].type"; }))
       << test::dump(problems);
+  // random_weights still reads the tokenizer: refused before anything loads, with the keys that give it.
   bool says = false;
   for (const auto& p : problems)
-    says |= p.key == "datasets[0].type" && p.hint.find("type: synthetic") != std::string::npos;
+    says |= p.severity == Severity::Error && p.key == "model.tokenizer_path" &&
+            p.message.find("needs FLUX.2's tokenizer") != std::string::npos &&
+            p.hint.find("model.text_encoder_path") != std::string::npos;
   EXPECT_TRUE(says) << test::dump(problems);
 }
 
-TEST(ValidatorFlux2, LatentsShapesAndJsonlAreRefusedToo) {
-  for (const char* type : {"latents", "shapes", "jsonl"}) {
+TEST(ValidatorFlux2, LatentsShapesAndJsonlAreRefusedWithTheirReasons) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"latents", "FLUX.1's tensors"}, {"shapes", "pixel code"}, {"jsonl", "images or synthetic data"}};
+  for (const auto& [type, why] : cases) {
     const auto problems =
         check(kHead + "datasets: [{type: " + type + ", resolution: [64]}]\nsample: {sample_every: 0}\n");
-    EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 6, "synthetic dataset only"))
-        << type << "\n"
-        << test::dump(problems);
+    EXPECT_TRUE(hasProblem(problems, Severity::Error, "datasets[0].type", 6, why)) << type << "\n"
+                                                                                   << test::dump(problems);
   }
 }
 
-TEST(ValidatorFlux2, SamplingIsRefusedWithoutAVae) {
+TEST(ValidatorFlux2, SamplingOnSyntheticDataIsRefusedWithTheReason) {
   const auto problems = check(kHead +
                               "datasets: [{type: synthetic, resolution: [64]}]\n"
                               "sample:\n"
                               "  sample_every: 10\n"  // 8
                               "  prompts: [a cat]\n");
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "sample.sample_every", 8, "no FLUX.2 VAE")) << test::dump(problems);
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "sample.sample_every", 8, "samples only with an images dataset"))
+      << test::dump(problems);
 }
 
 TEST(ValidatorFlux2, PeftAndFlux1OnlyKeysAreRefusedOrSaidQuantizeIsAccepted) {
@@ -145,10 +151,10 @@ TEST(ValidatorFlux2, TheSharedRulesHintsSpeakOfFlux2) {
       if (p.key == key) return p.hint;
     return std::string("(no problem at " + key + ")");
   };
-  EXPECT_EQ(hintOf("model.name_or_path"), "give a FLUX.2 transformer: a diffusers folder or a BFL .safetensors file")
+  EXPECT_EQ(hintOf("model.name_or_path"), "give a FLUX.2 model: a diffusers folder or a BFL .safetensors file")
       << test::dump(problems);
   EXPECT_EQ(hintOf("train.lr"), "1e-4 is the usual FLUX LoRA rate") << test::dump(problems);
-  EXPECT_NE(hintOf("datasets").find("type: synthetic"), std::string::npos) << test::dump(problems);
+  EXPECT_NE(hintOf("datasets").find("type: images"), std::string::npos) << test::dump(problems);
   EXPECT_EQ(hintOf("save.export_formats"), "add diffusers, kohya or comfy") << test::dump(problems);
   for (const auto& p : problems)
     for (const char* word : {"causal", "jsonl", "peft", "config.json"})
@@ -158,11 +164,13 @@ TEST(ValidatorFlux2, TheSharedRulesHintsSpeakOfFlux2) {
 TEST(ValidatorFlux2, TheSchemaSaysWhichKeysFlux2Reads) {
   for (const auto& k : schema()) {
     if (k.path == "model.num_layers" || k.path == "model.preset" || k.path == "train.guidance" ||
-        k.path == "datasets[].resolution")
+        k.path == "datasets[].resolution" || k.path == "datasets[].folder_path" || k.path == "model.vae_path" ||
+        k.path == "model.text_encoder_path" || k.path == "model.distilled" || k.path == "sample.guidance_scale")
       EXPECT_TRUE(k.appliesTo(std::string("flux2"))) << k.path;
-    if (k.path == "model.t5_path" || k.path == "model.pooled_projection_dim" || k.path == "datasets[].folder_path" ||
-        k.path == "datasets[].file_path")
+    if (k.path == "model.t5_path" || k.path == "model.pooled_projection_dim" || k.path == "datasets[].file_path")
       EXPECT_FALSE(k.appliesTo(std::string("flux2"))) << k.path;
+    if (k.path == "model.text_encoder_path" || k.path == "model.distilled")
+      EXPECT_FALSE(k.appliesTo(std::string("flux"))) << k.path;
   }
 }
 

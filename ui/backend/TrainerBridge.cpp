@@ -32,6 +32,7 @@ QString loadTitle(const std::string& what) {
   if (what == events::kLoadTransformer) return QObject::tr("the transformer");
   if (what == events::kLoadT5) return QObject::tr("the T5 text encoder");
   if (what == events::kLoadLanguageModel) return QObject::tr("the language model");
+  if (what == events::kLoadFlux2TextEncoder) return QObject::tr("the FLUX.2 text encoder");
   return qs(what);
 }
 

@@ -9,7 +9,9 @@
 #include "config/RunConfigYaml.h"
 #include "dit/ParamPlan.h"
 #include "diffusion/DiffusionPlanning.h"
+#include "diffusion/ImagesRun.h"
 #include "diffusion/TrainBatch.h"
+#include "families/flux2/Flux2ImageModels.h"
 #include "lora/LoraFormats.h"
 #include "lora/LoraTargets.h"
 #include "models/flux2/Flux2Checkpoint.h"
@@ -24,6 +26,7 @@
 #include "train/FlowMatching.h"
 #include "train/HostToDevice.h"
 #include "train/PhaseTimer.h"
+#include "train/RngState.h"
 #include "train/TrainerSupport.h"
 
 namespace strata::families {
@@ -35,6 +38,8 @@ namespace {
 // The step count the training shift mu is fitted for (computeEmpiricalMu): the
 // Flux2Pipeline's default num_inference_steps, so training sees the sampler's shift.
 constexpr int64_t kMuSteps = 50;
+// Text tokens per prompt of an images run: both pipelines' max_sequence_length.
+constexpr int64_t kFlux2MaxSequenceLength = 512;
 
 flux2::Flux2Config withShapeOverrides(flux2::Flux2Config c, const config::ModelConfig& m) {
   if (m.numLayers) c.numLayers = *m.numLayers;
@@ -116,17 +121,36 @@ class Flux2Run : public train::FamilyRun {
     const config::RunConfig& cfg = run.config();
     config_ = planFlux2Config(cfg.model);  // the shape prepareRun planned with
     for (size_t i = 0; i < cfg.datasets.size(); ++i)
-      if (cfg.datasets[i].type != config::DatasetType::Synthetic)  // the validator refuses it first
-        throw ConfigError("datasets[" + std::to_string(i) +
-                          "].type: a flux2 model trains on a synthetic dataset only (no FLUX.2 VAE or text encoder)");
+      if (cfg.datasets[i].type != config::DatasetType::Synthetic &&
+          cfg.datasets[i].type != config::DatasetType::Images)  // the validator refuses it first
+        throw ConfigError("datasets[" + std::to_string(i) + "].type: a flux2 model trains on images or synthetic data");
     train::DatasetContext ctx;
     ctx.latentChannels = config_.latentChannels();  // before the 2x2 patchify
     ctx.textTokens = flux2TextTokens(config_);
     ctx.textDim = config_.jointAttentionDim;
     ctx.pooledDim = 0;  // FLUX.2 has no pooled text embedding
     ctx.seed = cfg.train.seed;
+    // An images run: the VAE and the text encoder fill the caches on the first device (diffusion/ImagesRun.h).
+    if (diffusion::hasImagesDataset(cfg)) {
+      guidance_ = flux2::guidanceModeOf(config_, flux2RunDistilled(cfg.model));
+      ctx.textTokens = kFlux2MaxSequenceLength;  // the pipelines' max_sequence_length
+      train::prepareDevices(cfg, run.prepared());
+      ctx.bus = &run.bus();  // the text encoder's load progress, then the datasets' summaries and cache progress
+      ctx.stopRequested = run.stopRequested();  // polled between cache batches
+      images_ = std::make_unique<diffusion::ImagesRun>(
+          makeFlux2ImageModels(cfg, ctx, train::firstDevice(run.prepared())), cfg, ctx, run.bus());
+      ctx.encoders = &images_->encoders();
+      run.stopPoint("loading the VAE and the text encoder");
+    }
+    textTokens_ = ctx.textTokens;
     dataset_ = train::makeDatasets(cfg.datasets, ctx);
+    // An images dataset's: the empty caption through the text encoder, as the pipeline encodes "".
     emptyPrompt_ = dataset_->emptyPrompt();
+    if (images_) {
+      run.stopPoint("caching (the image cache is complete and kept)");
+      images_->finishCaching();  // sample prompts encoded once; the text encoder freed before step 1
+      train::releaseDeviceCaches();
+    }
   }
 
   train::PlacedModel buildAndPlace(train::RunContext& run) override {
@@ -181,7 +205,7 @@ class Flux2Run : public train::FamilyRun {
     const config::RunConfig& cfg = run.config();
     // The draw, caption dropout, noise and timesteps: as every flow-matching image family's
     // (FLUX.2 has no pooled vector); the noise in the patchified shape.
-    const int64_t tokens = flux2TextTokens(config_);
+    const int64_t tokens = textTokens_;
     diffusion::DrawOptions draw;
     draw.tokens = tokens;
     draw.pooled = false;
@@ -218,10 +242,48 @@ class Flux2Run : public train::FamilyRun {
     return train::flowMatchingLoss(prediction, batch.at(kTarget));
   }
 
-  // The validator refuses sampling for flux2; a config that got past it is told why.
-  std::string samplesProblem() const override { return "Strata has no FLUX.2 VAE to decode them yet"; }
-  train::Sample sample(train::RunContext& /*run*/, int64_t /*step*/, size_t /*promptIndex*/) override {
-    throw Error(samplesProblem());
+  // An images run samples through its VAE with the model's guidance (the validator
+  // refuses sampling on synthetic data; a config that got past it is told why).
+  std::string samplesProblem() const override {
+    return images_ ? "" : "a flux2 run samples only with an images dataset (synthetic data has no VAE to decode)";
+  }
+  train::Sample sample(train::RunContext& run, int64_t /*step*/, size_t promptIndex) override {
+    if (!images_) throw Error(samplesProblem());
+    const config::RunConfig& cfg = run.config();
+    const size_t i = promptIndex;
+    train::Sample out;
+    out.prompt = images_->promptText(i);  // with the trigger word
+    out.seed = cfg.sample.seed + (cfg.sample.walkSeed ? static_cast<int64_t>(i) : 0);
+    // Training latents [1, C, h, w], h and w even: 2x2 patches, one token each.
+    const int64_t f = images_->downscaleFactor();
+    auto even = [](int64_t v) { return std::max<int64_t>(2, v - v % 2); };
+    const int64_t h = even(cfg.sample.height / f), w = even(cfg.sample.width / f);
+    auto g = train::makeCpuGenerator(static_cast<uint64_t>(out.seed));
+    const auto noise = at::randn({1, config_.latentChannels(), h, w}, g, at::kFloat);
+    const auto patches = flux2::patchifyLatents(noise);  // [1, 4C, h/2, w/2]
+    const int64_t ph = patches.size(2), pw = patches.size(3);
+    const auto dev = run.placement().stemDevice();
+    const auto longs = at::TensorOptions().dtype(at::kLong).device(dev);
+    const auto ids = flux2::latentIds(ph, pw, longs);                                        // [hw, 4]
+    const auto txt = images_->promptEmbedding(i).txt.unsqueeze(0).to(dev, model_->dtype());  // [1, L, D]
+    const auto txtIds = flux2::textIds(txt.size(1), longs).unsqueeze(0);                     // [1, L, 4]
+    const auto sigmas = flux2::samplingSigmas(cfg.sample.sampleSteps, ph * pw);
+    const double scale = cfg.sample.guidanceScale;
+    at::Tensor packed;  // [1, hw, 4C]
+    if (flux2::runsNegativePass(guidance_, scale)) {
+      // [klein] base: true CFG against the empty prompt, as Flux2KleinPipeline's default.
+      const auto neg = emptyPrompt_.txt.unsqueeze(0).to(dev, model_->dtype());
+      const auto negIds = flux2::textIds(neg.size(1), longs).unsqueeze(0);
+      packed = flux2::samplePackedTrueCfg(*model_, flux2::packLatents(patches).to(dev), ids, txt, txtIds, neg, negIds,
+                                          scale, sigmas, &run.placement());
+    } else {
+      // dev: the scale through the guidance embedding; distilled [klein]: one pass, the scale unused.
+      packed = flux2::samplePacked(*model_, flux2::packLatents(patches).to(dev), ids, txt, txtIds, scale, sigmas,
+                                   &run.placement());
+    }
+    const auto latents = flux2::unpatchifyLatents(flux2::unpackLatentsWithIds(packed, ids));  // [1, C, h, w]
+    out.image = images_->decode(latents)[0];                                                  // [3, h f, w f]
+    return out;
   }
 
   void exportLora(train::RunContext& run, config::ExportFormat format, const fs::path& path, int64_t step,
@@ -232,6 +294,7 @@ class Flux2Run : public train::FamilyRun {
   }
 
   void release() override {
+    images_.reset();
     model_.reset();
     rules_.reset();
     dataset_.reset();
@@ -240,7 +303,10 @@ class Flux2Run : public train::FamilyRun {
  private:
   flux2::Flux2Config config_;
   std::shared_ptr<train::Dataset> dataset_;
-  train::TextEmbedding emptyPrompt_;
+  train::TextEmbedding emptyPrompt_;              // caption dropout; the negative of true CFG
+  int64_t textTokens_ = 0;                        // text rows per sample
+  std::unique_ptr<diffusion::ImagesRun> images_;  // an images run: its encoders, sample prompts and decoder
+  flux2::Flux2GuidanceMode guidance_ = flux2::Flux2GuidanceMode::Embedded;
   std::shared_ptr<flux2::Flux2Transformer> model_;
   std::unique_ptr<flux2::Flux2LoraRules> rules_;
 };
@@ -269,10 +335,7 @@ class Flux2Family : public train::ModelFamily {
   }
   std::vector<placement::OtherModule> otherModules(const config::RunConfig& cfg, const std::string& device,
                                                    std::string* note) const override {
-    (void)cfg;
-    (void)device;
-    if (note) *note = "No text encoders or VAE: a FLUX.2 run trains on synthetic latents and text embeddings.";
-    return {};
+    return flux2OtherModules(cfg, device, note);
   }
   double trainStepFlops(const config::RunConfig& cfg) const override {
     return flux2TrainStepFlops(cfg, planFlux2Config(cfg.model));
@@ -292,8 +355,9 @@ class Flux2Family : public train::ModelFamily {
   std::vector<train::ConfigTemplate> templates() const override {
     return {{"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
              "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "
-             "embeddings of FLUX.2's shapes (no FLUX.2 VAE or text encoder yet, so no images or samples). "
-             "Starts from random weights: set the base model to train the real transformer.",
+             "embeddings of FLUX.2's shapes (no images or samples; an images dataset needs the VAE and text "
+             "encoder too: docs/flux2.md). Starts from random weights: set the base model to train the real "
+             "transformer.",
              "", true, ""}};
   }
   std::string formatProblem(config::ExportFormat format) const override {

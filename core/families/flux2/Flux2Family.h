@@ -1,8 +1,9 @@
 #pragma once
-// FLUX.2 (models/flux2) as a train::ModelFamily. Strata has no FLUX.2 VAE or
-// Mistral text encoder yet, so a run trains the transformer's LoRA on synthetic
-// latents and text embeddings of the model's shapes (the validator refuses the
-// other dataset types and sampling). The rest is shared with FLUX.1 through
+// FLUX.2 (models/flux2) as a train::ModelFamily. A run trains the transformer's
+// LoRA on a folder of images (its VAE and text encoder fill the shared image
+// cache: families/flux2/Flux2ImageModels.h, diffusion/ImagesRun.h; samples are
+// decoded by the VAE with the model's guidance) or on synthetic latents and text
+// embeddings of the model's shapes. The rest is shared with FLUX.1 through
 // core/diffusion (TrainBatch: the draw, caption dropout, noise and timesteps;
 // DiffusionPlanning: the planner's per-block input, the LoRA files' options),
 // not through FLUX.1's family: blocks on their plan devices, the flow-matching
