@@ -340,7 +340,7 @@ TEST(Flux2ImagesRun, TrainsWithRandomWeightsAndATokenizerFolder) {
   auto cfg = runConfig(images, out.path(), "klein", "random");
   cfg.model.nameOrPath.clear();
   cfg.model.randomWeights = true;
-  cfg.model.preset = config::ModelPreset::Tiny;
+  cfg.model.preset = "tiny";
   cfg.model.guidanceEmbeds = false;  // [klein]-like: the Qwen3 template, true CFG
   cfg.train.steps = 2;
   cfg.sample.sampleEvery = 2;
