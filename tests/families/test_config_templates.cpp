@@ -52,7 +52,8 @@ TEST(ConfigTemplates, EachFamilysTemplatesAreShippedFilesOfThatFamily) {
 // The own-images templates fit the cards their titles name (planned from shapes alone).
 TEST(ConfigTemplates, OwnImageTemplatesFitTheCardsTheyName) {
   for (const auto& [file, devices] : {std::pair<std::string, std::string>{"flux-my-images-1gpu.yaml", "1x24GB"},
-                                      {"flux-my-images-4x16gb.yaml", "4x16GB"}}) {
+                                      {"flux-my-images-4x16gb.yaml", "4x16GB"},
+                                      {"flux2-klein-9b-my-images-16gb.yaml", "1x16GB"}}) {
     const auto loaded = config::loadRunConfig(test::sourceDir() / "configs" / file);
     train::PrepareOptions preview;
     preview.preview = true;

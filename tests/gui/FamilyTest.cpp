@@ -108,7 +108,7 @@ void FamilyTest::newConfigDialogAsksForTheFamilyFirst() {
   QCOMPARE(family->count(), int(backend::modelFamilies().size()));
   QVERIFY(family->itemText(0).contains("FLUX.1") && family->itemText(0).contains("image"));
   QVERIFY(family->itemText(1).contains("Llama") && family->itemText(1).contains("language-model"));
-  QVERIFY(family->itemText(2).contains("FLUX.2") && family->itemText(2).contains("synthetic"));
+  QVERIFY(family->itemText(2).contains("FLUX.2") && family->itemText(2).contains("[klein]"));
   // FLUX first: only FLUX templates, the demo on top.
   QCOMPARE(dialog.chosen().id, QString("demo"));
   for (int i = 0; i < list->count(); ++i) QVERIFY(!list->item(i)->text().contains("Llama"));
@@ -125,12 +125,12 @@ void FamilyTest::newConfigDialogAsksForTheFamilyFirst() {
     QCOMPARE(parsed.config.model.arch, std::string("llama"));
   }
   QVERIFY(!child<QLabel>(&dialog, "templateSummary")->text().isEmpty());
-  // FLUX.2: its template, a flux2 config that opens valid.
+  // FLUX.2: its templates ([klein] 9B on my images, FLUX.2-dev synthetic), flux2 configs that open valid.
   emit family->activated(2);
   QCOMPARE(dialog.family(), std::string("flux2"));
-  QCOMPARE(list->count(), 1);
-  list->setCurrentRow(0);
-  {
+  QCOMPARE(list->count(), 2);
+  for (int i = 0; i < list->count(); ++i) {
+    list->setCurrentRow(i);
     const ConfigTemplate& t = dialog.chosen();
     QCOMPARE(t.family, std::string("flux2"));
     const backend::ParseResult parsed = backend::parseYaml(templateText(t).toStdString(), t.id.toStdString());

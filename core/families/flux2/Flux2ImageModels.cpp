@@ -334,6 +334,9 @@ std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& c
        << formatBytes(te.weightBytes) << ") encodes the captions and the sample prompts once the VAE (" << vaeSource
        << ", " << v.dtype << ", " << formatBytes(v.weightBytes)
        << ") has encoded the images, and is freed before step 1; the VAE stays for the run";
+    if (sampling)
+      os << " to decode the samples (" << cfg.sample.width << "x" << cfg.sample.height << ", one at a time)";
+    os << ".";
     *note = os.str();
   }
   return out;

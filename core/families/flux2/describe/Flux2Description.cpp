@@ -147,7 +147,7 @@ config::FamilyDescription describeFlux2() {
   // flux2::Flux2Config::presetNames() (tests/families checks the two agree).
   d.presets = {"flux2-dev", "flux2-klein-9b", "flux2-klein-4b", "tiny"};
   d.displayName = "FLUX.2";
-  d.title = "FLUX.2 image LoRA";
+  d.title = "FLUX.2-dev and FLUX.2 [klein] image LoRA";
   d.keys = flux2Keys();
   // FLUX.1's keys that FLUX.2 reads too: the shape, the single-file VAE, the text
   // encoder's quantization, flow-matching training, the image datasets and samples.
