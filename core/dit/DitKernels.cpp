@@ -29,17 +29,28 @@ void check(const char* error, const char* what) {
 
 void* streamOf(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 
+// Elements from one token's heads to the next: x [B, N, H, Dh] with each token's heads
+// side by side (contiguous, or a narrow of a wider projection such as FLUX.2's fused
+// qkv + MLP), tokens evenly spaced over the batch too. 0 when x is laid out otherwise.
+int64_t tokenStrideOf(const at::Tensor& x) {
+  const int64_t dim = x.size(3);
+  if (x.stride(3) != 1 || x.stride(2) != dim) return 0;
+  if (x.size(0) > 1 && x.stride(0) != x.size(1) * x.stride(1)) return 0;
+  const int64_t stride = x.size(1) > 1 ? x.stride(1) : x.size(2) * dim;
+  return stride >= x.size(2) * dim && stride % 2 == 0 ? stride : 0;  // bf16 pairs: even
+}
+
 struct NormRope : torch::autograd::Function<NormRope> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& cos, const at::Tensor& sin, double eps) {
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t dim = x.size(-1);
     const int64_t rows = x.numel() / dim;
-    auto out = at::empty_like(x);
+    auto out = at::empty(x.sizes(), x.options());                  // contiguous
     auto rstd = at::empty({rows}, x.options().dtype(at::kFloat));  // [B*N*H]
     check(cuda::normRopeForward(x.data_ptr(), weight.data_ptr(), cos.data_ptr<float>(), sin.data_ptr<float>(),
-                                out.data_ptr(), rstd.data_ptr<float>(), rows, x.size(2), x.size(1), dim, eps,
-                                streamOf(x)),
+                                out.data_ptr(), rstd.data_ptr<float>(), rows, x.size(2), x.size(1), dim,
+                                tokenStrideOf(x), eps, streamOf(x)),
           "normRopeForward");
     ctx->save_for_backward({x, rstd, weight, cos, sin});
     return out;
@@ -51,11 +62,11 @@ struct NormRope : torch::autograd::Function<NormRope> {
     const auto& x = saved[0];
     const c10::cuda::CUDAGuard guard(x.device());
     const auto g = gradOut[0].to(x.scalar_type()).contiguous();  // [B, N, H, Dh]
-    auto gx = at::empty_like(x);
+    auto gx = at::empty(x.sizes(), x.options());                 // contiguous
     const int64_t dim = x.size(-1);
     check(cuda::normRopeBackward(g.data_ptr(), x.data_ptr(), saved[1].data_ptr<float>(), saved[2].data_ptr(),
                                  saved[3].data_ptr<float>(), saved[4].data_ptr<float>(), gx.data_ptr(), x.numel() / dim,
-                                 x.size(2), x.size(1), dim, streamOf(x)),
+                                 x.size(2), x.size(1), dim, tokenStrideOf(x), streamOf(x)),
           "normRopeBackward");
     return {gx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -64,7 +75,7 @@ struct NormRope : torch::autograd::Function<NormRope> {
 }  // namespace
 
 bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin) {
-  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 4 || !x.is_contiguous() || !aligned4(x))
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 4 || tokenStrideOf(x) == 0 || !aligned4(x))
     return false;
   const int64_t dim = x.size(-1);
   if (dim % 2 != 0 || dim > cuda::maxNormRopeDim()) return false;

@@ -10,7 +10,9 @@ namespace strata::dit {
 // Whether this build has the CUDA kernels.
 bool ditCudaKernelsBuilt();
 
-// Whether normRope can take these: x [B, N, H, Dh] bf16 CUDA and contiguous, a frozen
+// Whether normRope can take these: x [B, N, H, Dh] bf16 CUDA with each token's heads
+// side by side and tokens evenly spaced (contiguous, or a narrow of a wider
+// projection's last dim, as FLUX.2's single blocks split q and k off), a frozen
 // bf16 weight [Dh] and float32 cos/sin [N, Dh] on x's device, Dh even and small enough.
 bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin);
 

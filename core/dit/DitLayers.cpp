@@ -69,6 +69,78 @@ std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& 
 
 namespace {
 
+std::vector<at::Tensor> narrowParts(const at::Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
+  std::vector<at::Tensor> parts;
+  int64_t offset = 0;
+  for (const int64_t n : sizes) {
+    parts.push_back(x.narrow(dim, offset, n));
+    offset += n;
+  }
+  return parts;
+}
+
+at::Tensor swigluValue(const at::Tensor& x) {
+  const int64_t m = x.size(-1) / 2;
+  return at::silu(x.narrow(-1, 0, m)) * x.narrow(-1, m, m);
+}
+
+struct SplitAlong : torch::autograd::Function<SplitAlong> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim,
+                                                std::vector<int64_t> sizes) {
+    ctx->saved_data["dim"] = dim;
+    ctx->saved_data["shape"] = x.sizes().vec();
+    ctx->saved_data["sizes"] = sizes;
+    return narrowParts(x, dim, sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    const auto shape = ctx->saved_data["shape"].toIntVector();
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    at::TensorOptions options;
+    for (const auto& g : grads)
+      if (g.defined()) options = g.options();
+    std::vector<at::Tensor> parts;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined()) {
+        parts.push_back(grads[i]);
+      } else {
+        auto partShape = shape;
+        partShape[dim] = sizes[i];
+        parts.push_back(at::zeros(partShape, options));  // a part nothing used
+      }
+    }
+    return {at::cat(parts, dim), at::Tensor(), at::Tensor()};
+  }
+};
+
+// d loss / d x of silu(gate) * up written into gx (x's shape; any strides) from g = d loss / d out.
+void swigluBackwardInto(at::Tensor gx, const at::Tensor& g, const at::Tensor& x) {
+  const int64_t m = x.size(-1) / 2;
+  const auto gate = x.narrow(-1, 0, m);
+  const auto up = x.narrow(-1, m, m);
+  auto gxGate = gx.narrow(-1, 0, m);
+  auto gxUp = gx.narrow(-1, m, m);
+  at::mul_out(gxUp, g, at::silu(gate));                 // d up = g * silu(gate)
+  at::silu_backward_out(gxGate, at::mul(g, up), gate);  // d gate = silu'(gate) * g * up
+}
+
+struct SwiGlu : torch::autograd::Function<SwiGlu> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    return swigluValue(x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradOut) {
+    const auto x = ctx->get_saved_variables()[0];
+    auto gx = at::empty(x.sizes(), x.options());
+    swigluBackwardInto(gx, gradOut[0], x);
+    return {gx};
+  }
+};
+
 // Whether view `v` hands its gradient to `base` (its narrow's node leads to base's
 // gradient edge): not so for views a custom Function returned (a checkpoint's outputs),
 // whose base autograd never reaches through them.
@@ -97,6 +169,24 @@ at::Tensor joinedTokens(const at::Tensor& txt, const at::Tensor& img) {
       return base;
   }
   return at::cat({txt, img}, 1);
+}
+
+std::vector<at::Tensor> splitAlong(const at::Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
+  int64_t total = 0;
+  for (const int64_t n : sizes) total += n;
+  if (dim < 0) dim += x.dim();
+  if (dim < 0 || dim >= x.dim() || total != x.size(dim))
+    throw Error("splitAlong: parts of " + std::to_string(total) + " along dim " + std::to_string(dim) + " of a " +
+                std::to_string(x.dim()) + "-d tensor");
+  if (!at::GradMode::is_enabled() || !x.requires_grad()) return narrowParts(x, dim, sizes);
+  return SplitAlong::apply(x, dim, sizes);
+}
+
+at::Tensor swiglu(const at::Tensor& x) {
+  if (x.size(-1) % 2 != 0)
+    throw Error("swiglu: the last dim (" + std::to_string(x.size(-1)) + ") is not a (gate, up) pair");
+  if (at::GradMode::is_enabled() && x.requires_grad()) return SwiGlu::apply(x);
+  return swigluValue(x);
 }
 
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -142,9 +232,10 @@ std::pair<at::Tensor, at::Tensor> DoubleAttention::forward(const at::Tensor& img
                             normThenRotary(*normK, splitHeads(k, heads), cos, sin, nTxt)},
                            1);
   const auto value = at::cat({splitHeads(tv, heads), splitHeads(v, heads)}, 1);
-  const auto attn = jointAttention(query, key, value);  // [B, Nt+Ni, D]
-  const auto txtAttn = toAddOut->forward(attn.narrow(1, 0, nTxt));
-  const auto imgAttn = toOut->forward(attn.narrow(1, nTxt, attn.size(1) - nTxt));
+  const auto attn = jointAttention(query, key, value);                    // [B, Nt+Ni, D]
+  const auto streams = splitAlong(attn, 1, {nTxt, attn.size(1) - nTxt});  // text, image
+  const auto txtAttn = toAddOut->forward(streams[0]);
+  const auto imgAttn = toOut->forward(streams[1]);
   return {imgAttn, txtAttn};
 }
 

@@ -57,6 +57,18 @@ struct QkvProjections {
 };
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x);
 
+// x cut along `dim` into consecutive parts of `sizes` (summing to x.size(dim)): the
+// parts are views of x, as narrow gives them, but their gradients meet in one
+// concatenation instead of autograd's zero-filled full-size tensor per part, summed:
+// FLUX.2's fused qkv + MLP projection is 36864 wide, and four narrows of it cost four
+// fills and three full-size sums per block in the backward.
+std::vector<at::Tensor> splitAlong(const at::Tensor& x, int64_t dim, const std::vector<int64_t>& sizes);
+
+// SwiGLU over a fused (gate, up) projection (FLUX.2's MLPs): x [..., 2M] ->
+// silu(gate) * up [..., M]. The same values and gradients as the two ATen ops; the
+// backward writes both halves' gradients into one tensor and keeps only x.
+at::Tensor swiglu(const at::Tensor& x);
+
 // Rotary embedding applied to q or k: x [B, N, H, Dh], cos/sin [N, Dh] (interleaved pairs).
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

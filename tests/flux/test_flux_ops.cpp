@@ -10,6 +10,8 @@
 #include <torch/autograd.h>
 
 #include "common/TestSupport.h"
+#include "common/Error.h"
+#include "dit/DitLayers.h"
 #include "dit/DitOps.h"
 #include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
@@ -122,4 +124,64 @@ TEST(FluxOps, ASingleBlocksOutputIsTheNextOnesInputWhole) {
   at::NoGradGuard noGrad;  // the checkpointed forward's first pass
   const auto mid = first->forward(io);
   EXPECT_TRUE(dit::joinedTokens(mid.txt, mid.img).is_same(at::Tensor(mid.txt._base())));
+}
+
+// splitAlong's parts are narrows of x; their gradients reach x as plain narrows' do
+// (a part nothing used gets zeros), in one concatenation.
+TEST(FluxOps, SplitAlongGivesTheNarrowsAndTheirGradients) {
+  at::manual_seed(5);
+  for (const int64_t dim : {int64_t{-1}, int64_t{1}}) {
+    const auto x = at::randn({2, 13, 13});
+    const std::vector<int64_t> sizes = {3, 4, 6};
+    const auto xs = x.clone().requires_grad_(true);
+    const auto parts = dit::splitAlong(xs, dim, sizes);
+    ASSERT_EQ(parts.size(), 3u);
+    const auto xr = x.clone().requires_grad_(true);
+    std::vector<at::Tensor> ref;
+    int64_t offset = 0;
+    for (const int64_t n : sizes) {
+      ref.push_back(xr.narrow(dim, offset, n));
+      offset += n;
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      EXPECT_TRUE(parts[i].equal(ref[i]));
+      EXPECT_EQ(parts[i].data_ptr(), xs.narrow(dim, i == 0 ? 0 : i == 1 ? 3 : 7, sizes[i]).data_ptr());  // views
+    }
+    // The middle part unused; the others weighted differently.
+    const auto g0 = at::randn(parts[0].sizes());
+    const auto g2 = at::randn(parts[2].sizes());
+    ((parts[0] * g0).sum() + (parts[2] * parts[2] * g2).sum()).backward();
+    ((ref[0] * g0).sum() + (ref[2] * ref[2] * g2).sum()).backward();
+    EXPECT_TRUE(xs.grad().equal(xr.grad()));
+    EXPECT_TRUE(xs.grad().narrow(dim, 3, 4).eq(0).all().item<bool>());
+  }
+  EXPECT_THROW(dit::splitAlong(at::randn({2, 5}), -1, {2, 2}), Error);  // parts of 4 along a dim of 5
+  at::NoGradGuard noGrad;
+  const auto y = at::randn({4, 6}).requires_grad_(true);
+  const auto plain = dit::splitAlong(y, 0, {1, 3});
+  EXPECT_TRUE(plain[1].equal(y.narrow(0, 1, 3)));
+}
+
+// swiglu is silu(gate) * up over x = [gate | up], with the same gradient as those two
+// ATen ops, bit for bit, in float32 and bf16, for a contiguous x and a narrow of a wider one.
+TEST(FluxOps, SwigluIsSiluOfTheGateTimesUpWithTheSameGradient) {
+  at::manual_seed(6);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (const bool narrowed : {false, true}) {
+      const auto wide = (at::randn({3, 7, narrowed ? 30 : 10}) * 3).to(dtype);
+      auto xOf = [&](const at::Tensor& w) { return narrowed ? w.narrow(-1, 11, 10) : w; };
+      const auto ws = wide.clone().requires_grad_(true);
+      const auto out = dit::swiglu(xOf(ws));
+      const auto wr = wide.clone().requires_grad_(true);
+      const auto halves = xOf(wr).chunk(2, -1);
+      const auto ref = at::silu(halves[0]) * halves[1];
+      ASSERT_EQ(out.sizes(), ref.sizes());
+      EXPECT_TRUE(out.equal(ref));
+      const auto g = at::randn(out.sizes()).to(dtype);
+      out.backward(g);
+      ref.backward(g);
+      EXPECT_TRUE(ws.grad().equal(wr.grad())) << c10::toString(dtype) << (narrowed ? ", narrowed" : "");
+    }
+  }
+  EXPECT_THROW(dit::swiglu(at::randn({2, 5}).requires_grad_(true)), Error);  // no (gate, up) pair
 }

@@ -1,7 +1,8 @@
 // The DiT CUDA kernels (dit/DitKernels.h) against the ATen ops they
 // replace, on fresh random inputs of several shapes (FLUX.1-dev's q at 1024 px among
-// them): the fused RMSNorm + rotary forward equals FluxRmsNorm then applyRotary, and
-// its input gradient is at least as close to a float64 reference as theirs.
+// them, contiguous and as a narrow of a wider projection, as FLUX.2's single blocks
+// take q and k): the fused RMSNorm + rotary forward equals FluxRmsNorm then
+// applyRotary, and its input gradient is at least as close to a float64 reference as theirs.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -54,41 +55,55 @@ TEST(FluxKernelsGpu, FusedNormRopeEqualsTheAtenOpsForwardAndBackward) {
       norm->weight.copy_(1 + 0.2 * at::randn({dim}, at::TensorOptions().device(cuda)));
     }
     norm->weight.requires_grad_(false);
-    const auto x = (at::randn(shape, at::TensorOptions().device(cuda)) * 3).to(at::kBFloat16);
-    ASSERT_TRUE(normRopeFits(x, norm->weight, cos, sin));
+    for (const bool narrowed : {false, true}) {
+      // narrowed: x is the middle third of a [B, N, 3 H Dh + 2] projection (tokens 3 H Dh + 2 apart).
+      const int64_t width = shape[2] * dim;
+      const int64_t wide = narrowed ? 3 * width + 2 : width;
+      const auto base = (at::randn({shape[0], n, wide}, at::TensorOptions().device(cuda)) * 3).to(at::kBFloat16);
+      auto viewOf = [&](const at::Tensor& b) {
+        return b.narrow(-1, narrowed ? width : 0, width).unflatten(-1, {shape[2], dim});  // [B, N, H, Dh]
+      };
+      const auto x = viewOf(base);
+      ASSERT_EQ(x.is_contiguous(), !narrowed);
+      ASSERT_TRUE(normRopeFits(x, norm->weight, cos, sin));
 
-    const auto xr = x.clone().requires_grad_(true);
-    const auto ref = applyRotary(norm->forward(xr), cos, sin);
-    const auto xk = x.clone().requires_grad_(true);
-    const auto out = normRope(xk, norm->weight, cos, sin, FluxConfig::kNormEps);
-    const auto g = at::randn(shape, at::TensorOptions().device(cuda)).to(at::kBFloat16);
-    ref.backward(g);
-    out.backward(g);
+      const auto br = base.clone().requires_grad_(true);
+      const auto ref = applyRotary(norm->forward(viewOf(br)), cos, sin);
+      const auto bk = base.clone().requires_grad_(true);
+      const auto out = normRope(viewOf(bk), norm->weight, cos, sin, FluxConfig::kNormEps);
+      const auto g = at::randn(shape, at::TensorOptions().device(cuda)).to(at::kBFloat16);
+      ref.backward(g);
+      out.backward(g);
 
-    const auto x64 = x.to(at::kDouble).requires_grad_(true);
-    const auto o64 = reference64(x64, norm->weight.to(at::kDouble), cos.to(at::kDouble), sin.to(at::kDouble));
-    o64.backward(g.to(at::kDouble));
+      const auto b64 = base.to(at::kDouble).requires_grad_(true);
+      const auto o64 = reference64(viewOf(b64), norm->weight.to(at::kDouble), cos.to(at::kDouble), sin.to(at::kDouble));
+      o64.backward(g.to(at::kDouble));
 
-    const double bitEqual = out.eq(ref).to(at::kDouble).mean().item<double>();
-    const double outErr = relL2(out, ref);
-    const double gradVsAten = relL2(xk.grad(), xr.grad());
-    const double gradErrKernel = relL2(xk.grad(), x64.grad());
-    const double gradErrAten = relL2(xr.grad(), x64.grad());
-    std::cout << "[flux kernels gpu] " << at::IntArrayRef(shape) << ": out bit-equal " << 100 * bitEqual << "%, rel L2 "
-              << outErr << "; grad x vs ATen " << gradVsAten << ", vs float64: kernel " << gradErrKernel << ", ATen "
-              << gradErrAten << std::endl;
-    EXPECT_FALSE(out.isnan().any().item<bool>());
-    EXPECT_FALSE(xk.grad().isnan().any().item<bool>());
-    // Same roundings as the ATen ops: equal but for the odd rstd ulp.
-    EXPECT_GT(bitEqual, 0.999);
-    EXPECT_LT(outErr, 1e-3);
-    // The gradient differs only by rounding (bf16 has 8 mantissa bits).
-    EXPECT_LT(gradVsAten, 2e-2);
-    EXPECT_LT(gradErrKernel, 1.2 * gradErrAten + 1e-4);
+      const double bitEqual = out.eq(ref).to(at::kDouble).mean().item<double>();
+      const double outErr = relL2(out, ref);
+      const double gradVsAten = relL2(bk.grad(), br.grad());
+      const double gradErrKernel = relL2(bk.grad(), b64.grad());
+      const double gradErrAten = relL2(br.grad(), b64.grad());
+      std::cout << "[flux kernels gpu] " << at::IntArrayRef(shape) << (narrowed ? " (narrowed)" : "")
+                << ": out bit-equal " << 100 * bitEqual << "%, rel L2 " << outErr << "; grad x vs ATen " << gradVsAten
+                << ", vs float64: kernel " << gradErrKernel << ", ATen " << gradErrAten << std::endl;
+      EXPECT_FALSE(out.isnan().any().item<bool>());
+      EXPECT_FALSE(bk.grad().isnan().any().item<bool>());
+      // Same roundings as the ATen ops: equal but for the odd rstd ulp.
+      EXPECT_GT(bitEqual, 0.999);
+      EXPECT_LT(outErr, 1e-3);
+      // The gradient differs only by rounding (bf16 has 8 mantissa bits); nothing outside x's part.
+      EXPECT_LT(gradVsAten, 2e-2);
+      EXPECT_LT(gradErrKernel, 1.2 * gradErrAten + 1e-4);
+      if (narrowed) {
+        EXPECT_TRUE(bk.grad().narrow(-1, 0, width).eq(0).all().item<bool>());
+        EXPECT_TRUE(bk.grad().narrow(-1, 2 * width, wide - 2 * width).eq(0).all().item<bool>());
+      }
+    }
   }
 }
 
-TEST(FluxKernelsGpu, OnlyBf16ContiguousFrozenInputsTakeTheKernel) {
+TEST(FluxKernelsGpu, OnlyBf16FrozenInputsWithHeadsSideBySideTakeTheKernel) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   if (!ditCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
   const auto opt = at::TensorOptions().device(at::Device(at::kCUDA, 0));
@@ -96,9 +111,15 @@ TEST(FluxKernelsGpu, OnlyBf16ContiguousFrozenInputsTakeTheKernel) {
   const auto w = at::ones({16}, opt).to(at::kBFloat16);
   const auto cs = at::ones({8, 16}, opt);
   EXPECT_TRUE(normRopeFits(x, w, cs, cs));
-  EXPECT_FALSE(normRopeFits(x.to(at::kFloat), w, cs, cs));                   // float32 model
-  EXPECT_FALSE(normRopeFits(x.transpose(1, 2), w, cs, cs));                  // strided
-  EXPECT_FALSE(normRopeFits(x, w.clone().requires_grad_(true), cs, cs));     // trainable norm weight
-  EXPECT_FALSE(normRopeFits(x, w, cs.narrow(0, 0, 4), cs.narrow(0, 0, 4)));  // tables of other tokens
+  EXPECT_FALSE(normRopeFits(x.to(at::kFloat), w, cs, cs));   // float32 model
+  EXPECT_FALSE(normRopeFits(x.transpose(1, 2), w, cs, cs));  // heads apart
+  const auto wide = at::randn({2, 9, 3 * 32 + 2}, opt).to(at::kBFloat16);
+  // Two samples whose tokens are not evenly spaced (a 9-token buffer's first 8), then one sample's.
+  EXPECT_FALSE(normRopeFits(wide.narrow(1, 0, 8).narrow(-1, 32, 32).unflatten(-1, {2, 16}), w, cs, cs));
+  EXPECT_TRUE(normRopeFits(wide.narrow(0, 0, 1).narrow(1, 0, 8).narrow(-1, 32, 32).unflatten(-1, {2, 16}), w, cs, cs));
+  const auto odd = at::randn({1, 8, 3 * 32 + 1}, opt).to(at::kBFloat16);
+  EXPECT_FALSE(normRopeFits(odd.narrow(-1, 32, 32).unflatten(-1, {2, 16}), w, cs, cs));  // tokens an odd count apart
+  EXPECT_FALSE(normRopeFits(x, w.clone().requires_grad_(true), cs, cs));                 // trainable norm weight
+  EXPECT_FALSE(normRopeFits(x, w, cs.narrow(0, 0, 4), cs.narrow(0, 0, 4)));              // tables of other tokens
   EXPECT_FALSE(normRopeFits(x.cpu(), w.cpu(), cs.cpu(), cs.cpu()));
 }

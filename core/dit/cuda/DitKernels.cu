@@ -19,6 +19,13 @@ constexpr int kMaxPairsPerLane = 4;  // head dims up to 256
 
 __device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+// Where row (token, head) of x starts, in pairs: a token's heads lie side by side
+// (contiguous), tokens `tokenPairs` apart (heads * pairs when x is contiguous; more
+// when x is a narrow of a wider projection, FLUX.2's fused qkv + MLP).
+__device__ __forceinline__ int64_t rowOffset(int64_t row, int64_t heads, int pairs, int64_t tokenPairs) {
+  return (row / heads) * tokenPairs + (row % heads) * pairs;
+}
+
 __device__ __forceinline__ float warpSum(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -31,12 +38,12 @@ __device__ __forceinline__ float warpSum(float v) {
 __global__ void normRopeForwardKernel(const __nv_bfloat162* __restrict__ x, const __nv_bfloat162* __restrict__ w,
                                       const float2* __restrict__ cosTab, const float2* __restrict__ sinTab,
                                       __nv_bfloat162* __restrict__ out, float* __restrict__ rstdOut, int64_t rows,
-                                      int64_t heads, int64_t tokens, int pairs, float eps) {
+                                      int64_t heads, int64_t tokens, int pairs, int64_t tokenPairs, float eps) {
   const int lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;  // the whole warp shares the row
   const int64_t token = (row / heads) % tokens;
-  const __nv_bfloat162* xr = x + row * pairs;
+  const __nv_bfloat162* xr = x + rowOffset(row, heads, pairs, tokenPairs);
   float2 v[kMaxPairsPerLane];
   float ss = 0.f;
 #pragma unroll
@@ -72,11 +79,12 @@ __global__ void normRopeBackwardKernel(const __nv_bfloat162* __restrict__ g, con
                                        const float* __restrict__ rstdIn, const __nv_bfloat162* __restrict__ w,
                                        const float2* __restrict__ cosTab, const float2* __restrict__ sinTab,
                                        __nv_bfloat162* __restrict__ gx, int64_t rows, int64_t heads, int64_t tokens,
-                                       int pairs) {
+                                       int pairs, int64_t tokenPairs) {
   const int lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;
   const int64_t token = (row / heads) % tokens;
+  const __nv_bfloat162* xr = x + rowOffset(row, heads, pairs, tokenPairs);
   const float rstd = rstdIn[row];
   const float2* c = cosTab + token * pairs;
   const float2* s = sinTab + token * pairs;
@@ -92,7 +100,7 @@ __global__ void normRopeBackwardKernel(const __nv_bfloat162* __restrict__ g, con
       const float gy0 = roundBf16(gp.x * cp.x + gp.y * sp.y);
       const float gy1 = roundBf16(gp.y * cp.y - gp.x * sp.x);
       const float2 wp = __bfloat1622float2(w[p]);
-      const float2 xp = __bfloat1622float2(x[row * pairs + p]);
+      const float2 xp = __bfloat1622float2(xr[p]);
       gn[i] = make_float2(gy0 * wp.x, gy1 * wp.y);
       n[i] = make_float2(xp.x * rstd, xp.y * rstd);
     } else {
@@ -122,25 +130,26 @@ unsigned gridFor(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBl
 int maxNormRopeDim() { return 2 * kWarp * kMaxPairsPerLane; }
 
 const char* normRopeForward(const void* x, const void* weight, const float* cosTab, const float* sinTab, void* out,
-                            float* rstd, int64_t rows, int64_t heads, int64_t tokens, int64_t dim, double eps,
-                            void* stream) {
+                            float* rstd, int64_t rows, int64_t heads, int64_t tokens, int64_t dim, int64_t tokenStride,
+                            double eps, void* stream) {
   if (rows == 0) return nullptr;
   normRopeForwardKernel<<<gridFor(rows), kRowsPerBlock * kWarp, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const __nv_bfloat162*>(x), static_cast<const __nv_bfloat162*>(weight),
       reinterpret_cast<const float2*>(cosTab), reinterpret_cast<const float2*>(sinTab),
-      static_cast<__nv_bfloat162*>(out), rstd, rows, heads, tokens, static_cast<int>(dim / 2), static_cast<float>(eps));
+      static_cast<__nv_bfloat162*>(out), rstd, rows, heads, tokens, static_cast<int>(dim / 2), tokenStride / 2,
+      static_cast<float>(eps));
   return lastError();
 }
 
 const char* normRopeBackward(const void* gradOut, const void* x, const float* rstd, const void* weight,
                              const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
-                             int64_t tokens, int64_t dim, void* stream) {
+                             int64_t tokens, int64_t dim, int64_t tokenStride, void* stream) {
   if (rows == 0) return nullptr;
   normRopeBackwardKernel<<<gridFor(rows), kRowsPerBlock * kWarp, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const __nv_bfloat162*>(gradOut), static_cast<const __nv_bfloat162*>(x), rstd,
       static_cast<const __nv_bfloat162*>(weight), reinterpret_cast<const float2*>(cosTab),
       reinterpret_cast<const float2*>(sinTab), static_cast<__nv_bfloat162*>(gradX), rows, heads, tokens,
-      static_cast<int>(dim / 2));
+      static_cast<int>(dim / 2), tokenStride / 2);
   return lastError();
 }
 

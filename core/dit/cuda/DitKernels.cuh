@@ -9,16 +9,19 @@ namespace strata::dit::cuda {
 // The largest head dim the RMSNorm + rotary kernels take (dims must be even).
 int maxNormRopeDim();
 
-// q or k [rows = B*N*H, dim] bf16 (contiguous, token = (row / heads) % tokens), its
-// bf16 RMSNorm weight [dim], the rotary cos/sin [tokens, dim] float32 (interleaved
-// pairs) -> out [rows, dim] bf16 and rstd [rows] float32 (kept for the backward).
+// q or k: rows = B*N*H of `dim` bf16 (row = (token, head); a token's heads side by
+// side, tokens `tokenStride` elements apart, even: heads * dim when contiguous),
+// token = (row / heads) % tokens; its bf16 RMSNorm weight [dim], the rotary cos/sin
+// [tokens, dim] float32 (interleaved pairs) -> out [rows, dim] bf16 (contiguous) and
+// rstd [rows] float32 (kept for the backward).
 const char* normRopeForward(const void* x, const void* weight, const float* cosTab, const float* sinTab, void* out,
-                            float* rstd, int64_t rows, int64_t heads, int64_t tokens, int64_t dim, double eps,
-                            void* stream);
+                            float* rstd, int64_t rows, int64_t heads, int64_t tokens, int64_t dim, int64_t tokenStride,
+                            double eps, void* stream);
 
-// gradX [rows, dim] bf16 from gradOut [rows, dim] bf16 and the forward's x, rstd, weight, cos, sin.
+// gradX [rows, dim] bf16 (contiguous) from gradOut [rows, dim] bf16 (contiguous) and
+// the forward's x (laid out as there), rstd, weight, cos, sin.
 const char* normRopeBackward(const void* gradOut, const void* x, const float* rstd, const void* weight,
                              const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
-                             int64_t tokens, int64_t dim, void* stream);
+                             int64_t tokens, int64_t dim, int64_t tokenStride, void* stream);
 
 }  // namespace strata::dit::cuda

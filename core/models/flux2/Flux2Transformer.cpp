@@ -20,13 +20,8 @@ using dit::layerNorm;
 using dit::modulate;
 using dit::normThenRotary;
 using dit::splitHeads;
+using dit::swiglu;
 using dit::UnitBuilder;
-
-// SwiGLU over the fused (gate, up) projection: [..., 2M] -> [..., M].
-at::Tensor swiglu(const at::Tensor& x) {
-  const auto parts = x.chunk(2, -1);
-  return at::silu(parts[0]) * parts[1];
-}
 
 // The `count` (shift, scale, gate) modulations of one slice of BlockIO::temb:
 // temb [B, 16 D] -> 3 * count tensors [B, D].
@@ -90,10 +85,11 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const auto xNorm = modulate(layerNorm(x, eps_), mod[0], mod[1]);
 
   const auto h = toQkvMlp->forward(xNorm);  // [B, N, 3 D + 2 M]
-  const auto q = h.narrow(-1, 0, hidden_);
-  const auto k = h.narrow(-1, hidden_, hidden_);
-  const auto v = h.narrow(-1, 2 * hidden_, hidden_);
-  const auto mlp = swiglu(h.narrow(-1, 3 * hidden_, 2 * mlpHidden_));  // [B, N, M]
+  const auto parts = dit::splitAlong(h, -1, {hidden_, hidden_, hidden_, 2 * mlpHidden_});
+  const auto& q = parts[0];  // [B, N, D] each, views of h
+  const auto& k = parts[1];
+  const auto& v = parts[2];
+  const auto mlp = swiglu(parts[3]);  // [B, N, M]
   const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
   const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
   const auto attn = dit::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
