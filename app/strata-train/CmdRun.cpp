@@ -134,13 +134,15 @@ class ProgressPrinter {
     line(s);  // each skipped file follows as a warning
   }
   void on(const events::CacheProgressEvent& e) {
-    char stats[120];
+    char buffer[120];
     if (e.done == e.total && e.encoded == 0)
-      std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  (all from the cache)", e.stage.c_str(),
+      std::snprintf(buffer, sizeof buffer, "caching %s %lld/%lld  (all from the cache)", e.stage.c_str(),
                     static_cast<long long>(e.done), static_cast<long long>(e.total));
     else
-      std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(),
+      std::snprintf(buffer, sizeof buffer, "caching %s %lld/%lld  %.2f/s", e.stage.c_str(),
                     static_cast<long long>(e.done), static_cast<long long>(e.total), e.itemsPerSecond);
+    std::string stats = buffer;
+    for (const auto& [card, bytes] : e.devicePeakBytes) stats += ", peak " + card + " " + formatBytes(bytes);
     if (tty_) {
       const int width = 24;
       const int filled = e.total > 0 ? static_cast<int>(width * e.done / e.total) : width;

@@ -4,6 +4,7 @@
 // them into queued Qt signals as they are.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -148,7 +149,10 @@ struct CacheProgressEvent {
   int64_t done = 0;   // items ready (reused or encoded)
   int64_t total = 0;
   int64_t encoded = 0;          // of `done`, run through the encoder by this run (0: all came from the cache)
-  double itemsPerSecond = 0.0;  // encoded items per second
+  double itemsPerSecond = 0.0;  // encoded items per second (the encoder's load, on the first batch, included)
+  // On a stage's last event, when this run encoded something: the most memory held on
+  // each CUDA card during the stage ("cuda:0", bytes; the encoders' weights included).
+  std::vector<std::pair<std::string, int64_t>> devicePeakBytes;
 };
 
 // The components a run streams in block by block (LoadProgressEvent::what).

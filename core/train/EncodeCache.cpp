@@ -8,6 +8,7 @@
 
 #include "common/Error.h"
 #include "common/Interrupted.h"
+#include "device/DeviceInventory.h"
 #include "events/EventBus.h"
 #include "io/ContentHash.h"
 #include "io/FileBytes.h"
@@ -18,6 +19,21 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kKeyField = "strata_cache_key";
 constexpr const char* kChecksumField = "strata_cache_checksum";
+
+// The CUDA cards of this process (none on a machine without CUDA), listed once.
+const std::vector<int>& cudaCards() {
+  static const std::vector<int> cards = [] {
+    std::vector<int> v;
+    for (const auto& d : device::listDevices()) v.push_back(d.index);
+    return v;
+  }();
+  return cards;
+}
+
+// A stage starts: the cards' peak figures afresh, so its last event gives the stage's own.
+void startStagePeaks() {
+  for (const int i : cudaCards()) device::resetPeakMemory(i);
+}
 
 // `encoded`: items run through the encoder so far; the rate counts only those.
 void progress(const events::EventBus* bus, const std::string& stage, int64_t done, int64_t total, int64_t encoded,
@@ -30,6 +46,11 @@ void progress(const events::EventBus* bus, const std::string& stage, int64_t don
   e.total = total;
   e.encoded = encoded;
   e.itemsPerSecond = now > t0 ? static_cast<double>(encoded) / (now - t0) : 0.0;
+  if (done == total && encoded > 0)
+    for (const int i : cudaCards()) {
+      const int64_t peak = device::memoryFigures(i).peakAllocatedBytes;
+      if (peak > 0) e.devicePeakBytes.emplace_back("cuda:" + std::to_string(i), peak);
+    }
   bus->publish(e);
 }
 
@@ -219,6 +240,7 @@ CacheStats EncodeCache::build(const std::vector<ImageEntry>& entries, int64_t ba
   auto skip = [&](const ImageEntry& e, const std::string& why) {
     if (skippedImages.insert(e.image).second) stats.skipped.push_back({e.image, why});
   };
+  startStagePeaks();
   const double t0 = nowSeconds();
   int64_t done = stats.reused;
   progress(bus_, "latents", done, total, 0, t0);
@@ -303,6 +325,7 @@ CacheStats EncodeCache::buildTexts(const std::vector<std::string>& texts, const 
     }
     captions.push_back(caption);
   }
+  startStagePeaks();
   const double t1 = nowSeconds();
   int64_t textDone = textTotal - static_cast<int64_t>(captions.size());
   progress(bus_, stage, textDone, textTotal, 0, t1);
