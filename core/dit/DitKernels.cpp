@@ -94,6 +94,48 @@ at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Ten
   return NormRope::apply(x, weight, cos, sin, eps);
 }
 
+namespace {
+
+// Elements from one row of x [..., W] to the next when its leading dims are rows
+// evenly spaced and its last dim contiguous; 0 otherwise.
+int64_t rowStrideOf(const at::Tensor& x) {
+  const int64_t d = x.dim();
+  if (d < 1 || x.stride(d - 1) != 1) return 0;
+  if (d == 1) return x.size(0);
+  for (int64_t i = 0; i + 2 < d; ++i)
+    if (x.size(i) > 1 && x.stride(i) != x.size(i + 1) * x.stride(i + 1)) return 0;
+  return x.stride(d - 2) >= x.size(d - 1) ? x.stride(d - 2) : 0;
+}
+
+}  // namespace
+
+bool swigluFits(const at::Tensor& x) {
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() < 1 || !aligned4(x)) return false;
+  const int64_t width = x.size(-1);
+  const int64_t stride = rowStrideOf(x);
+  return width % 4 == 0 && stride > 0 && stride % 2 == 0;  // M even: whole bf16 pairs in each half
+}
+
+at::Tensor swigluForwardCuda(const at::Tensor& x) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t m = x.size(-1) / 2;
+  auto shape = x.sizes().vec();
+  shape.back() = m;
+  auto out = at::empty(shape, x.options());
+  check(cuda::swigluForward(x.data_ptr(), out.data_ptr(), x.numel() / x.size(-1), m, rowStrideOf(x), streamOf(x)),
+        "swigluForward");
+  return out;
+}
+
+void swigluBackwardCudaInto(at::Tensor& gx, const at::Tensor& g, const at::Tensor& x) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t m = x.size(-1) / 2;
+  const auto gc = g.to(x.scalar_type()).contiguous();
+  check(cuda::swigluBackward(gc.data_ptr(), x.data_ptr(), gx.data_ptr(), x.numel() / x.size(-1), m, rowStrideOf(x),
+                             2 * m, streamOf(x)),
+        "swigluBackward");
+}
+
 #else  // no CUDA kernels in this build
 
 bool ditCudaKernelsBuilt() { return false; }
@@ -102,6 +144,14 @@ bool normRopeFits(const at::Tensor&, const at::Tensor&, const at::Tensor&, const
 
 at::Tensor normRope(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
   throw Error("DiT layers: this build has no CUDA kernels (normRope)");
+}
+
+bool swigluFits(const at::Tensor&) { return false; }
+
+at::Tensor swigluForwardCuda(const at::Tensor&) { throw Error("DiT layers: this build has no CUDA kernels (swiglu)"); }
+
+void swigluBackwardCudaInto(at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  throw Error("DiT layers: this build has no CUDA kernels (swiglu)");
 }
 
 #endif

@@ -23,4 +23,17 @@ bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin,
                     double eps);
 
+// Whether the SwiGLU kernels can take x [..., 2M]: bf16 CUDA, M even, the last dim
+// contiguous and rows evenly spaced (contiguous, or a narrow of a wider projection's
+// last dim, as FLUX.2's single blocks take the MLP part of their fused projection).
+bool swigluFits(const at::Tensor& x);
+
+// silu(gate) * up over x = [gate | up] -> [..., M] contiguous, in one pass, with the
+// ATen ops' roundings. No autograd: dit::swiglu wraps it. Call only where swigluFits.
+at::Tensor swigluForwardCuda(const at::Tensor& x);
+
+// The gradient of x for `g` [..., M] written into gx (x's shape, contiguous) in one
+// pass, with ATen's roundings (mul, then silu_backward). Call only where swigluFits(x).
+void swigluBackwardCudaInto(at::Tensor& gx, const at::Tensor& g, const at::Tensor& x);
+
 }  // namespace strata::dit

@@ -80,6 +80,7 @@ std::vector<at::Tensor> narrowParts(const at::Tensor& x, int64_t dim, const std:
 }
 
 at::Tensor swigluValue(const at::Tensor& x) {
+  if (nn::fusedPaths() && swigluFits(x)) return swigluForwardCuda(x);
   const int64_t m = x.size(-1) / 2;
   return at::silu(x.narrow(-1, 0, m)) * x.narrow(-1, m, m);
 }
@@ -135,8 +136,11 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list gradOut) {
     const auto x = ctx->get_saved_variables()[0];
-    auto gx = at::empty(x.sizes(), x.options());
-    swigluBackwardInto(gx, gradOut[0], x);
+    auto gx = at::empty(x.sizes(), x.options());  // contiguous
+    if (nn::fusedPaths() && swigluFits(x))
+      swigluBackwardCudaInto(gx, gradOut[0], x);
+    else
+      swigluBackwardInto(gx, gradOut[0], x);
     return {gx};
   }
 };

@@ -11,6 +11,7 @@
 #include "common/TestSupport.h"
 #include "models/flux/FluxConfig.h"
 #include "dit/DitKernels.h"
+#include "dit/DitLayers.h"
 #include "models/flux/FluxTransformer.h"
 
 using namespace strata;
@@ -122,4 +123,50 @@ TEST(FluxKernelsGpu, OnlyBf16FrozenInputsWithHeadsSideBySideTakeTheKernel) {
   EXPECT_FALSE(normRopeFits(x, w.clone().requires_grad_(true), cs, cs));                 // trainable norm weight
   EXPECT_FALSE(normRopeFits(x, w, cs.narrow(0, 0, 4), cs.narrow(0, 0, 4)));              // tables of other tokens
   EXPECT_FALSE(normRopeFits(x.cpu(), w.cpu(), cs.cpu(), cs.cpu()));
+}
+
+// dit::swiglu on CUDA bf16 runs the SwiGLU kernels: values and the input gradient as
+// the ATen ops (silu then mul; their autograd) give them, for FLUX.2-sized MLPs,
+// contiguous and as the MLP part of a single block's fused projection.
+TEST(FluxKernelsGpu, SwigluKernelsEqualTheAtenOps) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  if (!ditCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
+  const auto opt = at::TensorOptions().device(at::Device(at::kCUDA, 0));
+  struct Case {
+    std::vector<int64_t> shape;  // of the projection x is cut from
+    int64_t offset, width;       // x = projection[..., offset : offset + width]
+  };
+  // FLUX.2 [klein] 9B at 1024 px: a double block's MLP input, a single block's fused projection.
+  const std::vector<Case> cases = {{{1, 4096, 24576}, 0, 24576},
+                                   {{1, 4608, 3 * 4096 + 24576}, 3 * 4096, 24576},
+                                   {{2, 7, 8}, 0, 8},
+                                   {{3, 5, 22}, 6, 12}};
+  for (const auto& c : cases) {
+    const auto base = (at::randn(c.shape, opt) * 4).to(at::kBFloat16);
+    auto xOf = [&](const at::Tensor& b) { return b.narrow(-1, c.offset, c.width); };
+    ASSERT_TRUE(swigluFits(xOf(base)));
+    const auto bk = base.clone().requires_grad_(true);
+    const auto out = dit::swiglu(xOf(bk));
+    const auto br = base.clone().requires_grad_(true);
+    const auto halves = xOf(br).chunk(2, -1);
+    const auto ref = at::silu(halves[0]) * halves[1];
+    const auto g = at::randn(ref.sizes(), opt).to(at::kBFloat16);
+    out.backward(g);
+    ref.backward(g);
+    const double outEqual = out.eq(ref).to(at::kDouble).mean().item<double>();
+    const double gradEqual = bk.grad().eq(br.grad()).to(at::kDouble).mean().item<double>();
+    std::cout << "[flux kernels gpu] swiglu " << at::IntArrayRef(c.shape) << " [" << c.offset << ":+" << c.width
+              << "]: out bit-equal " << 100 * outEqual << "%, grad bit-equal " << 100 * gradEqual << "%, grad rel L2 "
+              << relL2(bk.grad(), br.grad()) << std::endl;
+    EXPECT_TRUE(out.is_contiguous());
+    EXPECT_GT(outEqual, 0.999);
+    EXPECT_GT(gradEqual, 0.999);
+    EXPECT_LT(relL2(bk.grad(), br.grad()), 1e-3);
+  }
+  const auto x = at::randn({2, 8}, opt).to(at::kBFloat16);
+  EXPECT_TRUE(swigluFits(x));
+  EXPECT_FALSE(swigluFits(x.to(at::kFloat)));                              // float32
+  EXPECT_FALSE(swigluFits(at::randn({2, 6}, opt).to(at::kBFloat16)));      // halves of odd width
+  EXPECT_FALSE(swigluFits(at::randn({8, 2}, opt).to(at::kBFloat16).t()));  // last dim strided
+  EXPECT_FALSE(swigluFits(at::randn({2, 9, 8}, opt).to(at::kBFloat16).narrow(1, 0, 8).transpose(0, 1)));  // uneven rows
 }

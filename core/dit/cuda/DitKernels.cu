@@ -118,12 +118,53 @@ __global__ void normRopeBackwardKernel(const __nv_bfloat162* __restrict__ g, con
   }
 }
 
+// silu in float as ATen's kernel computes it (x / (1 + exp(-x))).
+__device__ __forceinline__ float siluOf(float x) { return x / (1.f + expf(-x)); }
+
+// One thread per pair of columns (bf16x2) of one row.
+__global__ void swigluForwardKernel(const __nv_bfloat162* __restrict__ x, __nv_bfloat162* __restrict__ out,
+                                    int64_t rows, int64_t halfPairs, int64_t rowPairs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * halfPairs) return;
+  const int64_t row = i / halfPairs, p = i % halfPairs;
+  const float2 a = __bfloat1622float2(x[row * rowPairs + p]);
+  const float2 b = __bfloat1622float2(x[row * rowPairs + halfPairs + p]);
+  const float s0 = roundBf16(siluOf(a.x)), s1 = roundBf16(siluOf(a.y));
+  out[i] = __floats2bfloat162_rn(__fmul_rn(s0, b.x), __fmul_rn(s1, b.y));
+}
+
+__device__ __forceinline__ float siluGrad(float dy, float x) {
+  const float s = 1.f / (1.f + expf(-x));
+  return dy * s * (1.f + x * (1.f - s));
+}
+
+__global__ void swigluBackwardKernel(const __nv_bfloat162* __restrict__ g, const __nv_bfloat162* __restrict__ x,
+                                     __nv_bfloat162* __restrict__ gx, int64_t rows, int64_t halfPairs, int64_t rowPairs,
+                                     int64_t gxRowPairs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * halfPairs) return;
+  const int64_t row = i / halfPairs, p = i % halfPairs;
+  const float2 gp = __bfloat1622float2(g[i]);
+  const float2 a = __bfloat1622float2(x[row * rowPairs + p]);
+  const float2 b = __bfloat1622float2(x[row * rowPairs + halfPairs + p]);
+  const float gb0 = roundBf16(__fmul_rn(gp.x, b.x)), gb1 = roundBf16(__fmul_rn(gp.y, b.y));  // bf16(g * up)
+  gx[row * gxRowPairs + p] = __floats2bfloat162_rn(siluGrad(gb0, a.x), siluGrad(gb1, a.y));
+  const float s0 = roundBf16(siluOf(a.x)), s1 = roundBf16(siluOf(a.y));
+  gx[row * gxRowPairs + halfPairs + p] = __floats2bfloat162_rn(__fmul_rn(gp.x, s0), __fmul_rn(gp.y, s1));
+}
+
 const char* lastError() {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 
 unsigned gridFor(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+constexpr int kElementwiseThreads = 256;
+
+unsigned elementwiseGrid(int64_t n) {
+  return static_cast<unsigned>((n + kElementwiseThreads - 1) / kElementwiseThreads);
+}
 
 }  // namespace
 
@@ -150,6 +191,24 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
       static_cast<const __nv_bfloat162*>(weight), reinterpret_cast<const float2*>(cosTab),
       reinterpret_cast<const float2*>(sinTab), static_cast<__nv_bfloat162*>(gradX), rows, heads, tokens,
       static_cast<int>(dim / 2), tokenStride / 2);
+  return lastError();
+}
+
+const char* swigluForward(const void* x, void* out, int64_t rows, int64_t m, int64_t rowStride, void* stream) {
+  const int64_t n = rows * (m / 2);
+  if (n == 0) return nullptr;
+  swigluForwardKernel<<<elementwiseGrid(n), kElementwiseThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const __nv_bfloat162*>(x), static_cast<__nv_bfloat162*>(out), rows, m / 2, rowStride / 2);
+  return lastError();
+}
+
+const char* swigluBackward(const void* g, const void* x, void* gx, int64_t rows, int64_t m, int64_t rowStride,
+                           int64_t gxStride, void* stream) {
+  const int64_t n = rows * (m / 2);
+  if (n == 0) return nullptr;
+  swigluBackwardKernel<<<elementwiseGrid(n), kElementwiseThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const __nv_bfloat162*>(g), static_cast<const __nv_bfloat162*>(x), static_cast<__nv_bfloat162*>(gx),
+      rows, m / 2, rowStride / 2, gxStride / 2);
   return lastError();
 }
 

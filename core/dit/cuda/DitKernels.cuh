@@ -24,4 +24,15 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
                              const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
                              int64_t tokens, int64_t dim, int64_t tokenStride, void* stream);
 
+// SwiGLU over rows of x = [gate | up] (each `m` wide; rows `rowStride` elements
+// apart, even, >= 2m) -> out [rows, m] bf16 contiguous: silu(gate) * up with the
+// roundings of the ATen ops (silu rounded to bf16, then the product).
+const char* swigluForward(const void* x, void* out, int64_t rows, int64_t m, int64_t rowStride, void* stream);
+
+// gx [rows, 2m] (rows `gxStride` apart) from g [rows, m] contiguous and the forward's
+// x: d gate = silu'(gate) * bf16(g * up), d up = g * bf16(silu(gate)), as ATen's
+// mul and silu_backward round them.
+const char* swigluBackward(const void* g, const void* x, void* gx, int64_t rows, int64_t m, int64_t rowStride,
+                           int64_t gxStride, void* stream);
+
 }  // namespace strata::dit::cuda
