@@ -31,6 +31,41 @@ double durationMs(const E& e) {
     return static_cast<double>(e.durationUs()) * 1e-3;
 }
 
+template <class E, class = void>
+struct HasStartNs : std::false_type {};
+template <class E>
+struct HasStartNs<E, std::void_t<decltype(std::declval<const E&>().startNs())>> : std::true_type {};
+
+template <class E>
+double startMs(const E& e) {
+  if constexpr (HasStartNs<E>::value)
+    return static_cast<double>(e.startNs()) * 1e-6;
+  else
+    return static_cast<double>(e.startUs()) * 1e-3;
+}
+
+// Strata's own ranges (record_function "strata::data_and_forward", ...): the profiler
+// mirrors them on the device's timeline, but they are spans of the step, not kernels.
+bool isStrataRange(const std::string& name) { return name.rfind("strata::", 0) == 0; }
+
+// The length of the union of [start, end) intervals.
+double unionMs(std::vector<std::pair<double, double>> spans) {
+  std::sort(spans.begin(), spans.end());
+  double total = 0.0, start = 0.0, end = 0.0;
+  bool open = false;
+  for (const auto& [s, e] : spans) {
+    if (open && s <= end) {
+      end = std::max(end, e);
+      continue;
+    }
+    if (open) total += end - start;
+    start = s;
+    end = e;
+    open = true;
+  }
+  return open ? total + (end - start) : total;
+}
+
 prof::ProfilerConfig config() { return prof::ProfilerConfig(prof::ProfilerState::KINETO); }
 
 std::set<impl::ActivityType> activities() { return {impl::ActivityType::CPU, impl::ActivityType::CUDA}; }
@@ -60,12 +95,24 @@ std::vector<KernelTotal> BenchProfile::stop(const std::string& tracePath) {
   auto result = prof::disableProfiler();
   if (!result) throw std::runtime_error("the profiler returned no result");
   std::map<std::string, KernelTotal> byName;
+  std::vector<std::pair<double, double>> spans;  // [start, end) of each kernel, ms
   for (const auto& e : result->events()) {
-    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    if (e.deviceType() != c10::DeviceType::CUDA || isStrataRange(e.name())) continue;
     auto& t = byName[e.name()];
     t.name = e.name();
     t.count += 1;
     t.totalMs += durationMs(e);
+    spans.emplace_back(startMs(e), startMs(e) + durationMs(e));
+  }
+  busyMs_ = unionMs(spans);
+  spanMs_ = 0.0;
+  if (!spans.empty()) {
+    double first = spans.front().first, last = spans.front().second;
+    for (const auto& [s, e] : spans) {
+      first = std::min(first, s);
+      last = std::max(last, e);
+    }
+    spanMs_ = last - first;
   }
   if (!tracePath.empty()) {
     // save() says nothing when it writes nothing (a LibTorch built without kineto,

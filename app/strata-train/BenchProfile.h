@@ -20,9 +20,15 @@ class BenchProfile {
  public:
   void start();
   // Stops, writes the trace to `tracePath` (when not empty) and returns the device
-  // kernels summed by name, largest total first.
+  // kernels summed by name, largest total first (Strata's own "strata::" ranges,
+  // which the profiler also puts on the device's timeline, left out).
   std::vector<KernelTotal> stop(const std::string& tracePath);
   bool running() const { return running_; }
+  // After stop(): the time some kernel ran (overlaps counted once) and the time from
+  // the first kernel's start to the last one's end; the difference is the device idle,
+  // waiting for the host.
+  double busyMs() const { return busyMs_; }
+  double spanMs() const { return spanMs_; }
   // Before the bench: a trace of nothing saved to `tracePath` and removed, so a
   // LibTorch that cannot save one (no kineto) or a path that cannot be written
   // fails in seconds rather than after the measured steps. Throws with the reason.
@@ -30,6 +36,8 @@ class BenchProfile {
 
  private:
   bool running_ = false;
+  double busyMs_ = 0.0;
+  double spanMs_ = 0.0;
 };
 
 // A kernel name's group for the summary: "gemm", "attention", "norm", "elementwise",

@@ -340,6 +340,8 @@ int runBench(const BenchArgs& args) {
     pj["trace"] = args.profilePath;
     pj["steps"] = profileSteps;
     pj["kernel_ms_per_step"] = total;
+    pj["busy_ms_per_step"] = profile.busyMs() / static_cast<double>(profileSteps);
+    pj["span_ms_per_step"] = profile.spanMs() / static_cast<double>(profileSteps);
     pj["groups"] = nlohmann::json::object();
     for (const auto& [name, g] : groups)
       pj["groups"][name] = {{"launches_per_step", g.first / profileSteps}, {"ms_per_step", g.second}};
@@ -398,6 +400,10 @@ int runBench(const BenchArgs& args) {
     const auto& pj = j["profile"];
     std::cout << "  device kernels per profiled step: " << pj["kernel_ms_per_step"].get<double>() << " ms (trace "
               << pj["trace"].get<std::string>() << ")\n";
+    const double span = pj["span_ms_per_step"].get<double>();
+    const double busy = pj["busy_ms_per_step"].get<double>();
+    std::cout << "  device busy " << busy << " ms of " << span << " ms from the first kernel to the last (idle "
+              << span - busy << " ms, waiting for the host)\n";
     for (const auto& [name, g] : pj["groups"].items())
       std::cout << "    " << std::left << std::setw(12) << name << std::right << std::setw(10)
                 << g["ms_per_step"].get<double>() << " ms  " << g["launches_per_step"].get<int64_t>() << " launches\n";
