@@ -20,7 +20,9 @@ train::TrainItem nextReadableItem(train::RunContext& run, const train::Dataset& 
   for (size_t attempt = 0; attempt <= n; ++attempt) {
     const size_t index = run.nextDrawIndex(n);
     try {
-      return data.item(index);
+      train::TrainItem item = data.item(index);
+      data.readAhead(run.peekDrawIndex(n));  // read while the card runs this step
+      return item;
     } catch (const std::exception& e) {
       int64_t& skipped = run.cursor().skippedItems;
       ++skipped;

@@ -81,13 +81,18 @@ class Dataset {
   virtual size_t size() const = 0;
   // Throws IoError when the item cannot be read.
   virtual TrainItem item(size_t index) const = 0;
+  // A hint: item(index) comes next. A dataset that can reads it now on another
+  // thread, while the card runs the step, so the next step's data is ready when the
+  // host asks (makeDatasets' datasets do). item() gives the same bytes either way.
+  virtual void readAhead(size_t index) const { (void)index; }
   // The caption-dropout embedding.
   virtual TextEmbedding emptyPrompt() const = 0;
   // "shapes: 64 items, 32 px"
   virtual std::string describe() const = 0;
 };
 
-// One dataset from its config; several are concatenated. Throws ConfigError
+// One dataset from its config; several are concatenated. makeDatasets' dataset reads
+// one item ahead (Dataset::readAhead). Throws ConfigError
 // (naming datasets[i].key) for an unusable config, IoError for a missing folder.
 std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const DatasetContext& ctx, size_t index);
 std::shared_ptr<Dataset> makeDatasets(const std::vector<config::DatasetConfig>& cfgs, const DatasetContext& ctx);

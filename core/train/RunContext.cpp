@@ -22,6 +22,15 @@ size_t nextDrawIndex(DataCursor& cursor, const config::RunConfig& cfg, size_t n)
   return static_cast<size_t>(cursor.perm[static_cast<size_t>(pos)]);
 }
 
+size_t peekDrawIndex(const DataCursor& cursor, const config::RunConfig& cfg, size_t n) {
+  if (n == 0) throw Error("the run's data is empty: nothing to draw");
+  const auto count = static_cast<int64_t>(n);
+  if (cursor.drawn / count == cursor.permEpoch)
+    return static_cast<size_t>(cursor.perm[static_cast<size_t>(cursor.drawn % count)]);
+  DataCursor next = cursor;  // a new epoch's first draw makes its permutation
+  return nextDrawIndex(next, cfg, n);
+}
+
 RunContext::RunContext(Trainer::State& st, const config::RunConfig& cfg, events::EventBus& bus)
     : st_(st), cfg_(cfg), bus_(bus) {}
 
@@ -29,6 +38,7 @@ const PreparedRun& RunContext::prepared() const { return st_.prepared; }
 at::Generator& RunContext::generator() const { return st_.gen; }
 DataCursor& RunContext::cursor() const { return st_.cursor; }
 size_t RunContext::nextDrawIndex(size_t n) const { return train::nextDrawIndex(st_.cursor, cfg_, n); }
+size_t RunContext::peekDrawIndex(size_t n) const { return train::peekDrawIndex(st_.cursor, cfg_, n); }
 const std::function<bool()>& RunContext::stopRequested() const { return st_.stopRequested; }
 void RunContext::stopPoint(const std::string& where) const { train::stopPoint(st_, where); }
 PhaseTimer* RunContext::phases() const { return st_.phases; }

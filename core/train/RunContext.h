@@ -37,6 +37,8 @@ struct DataCursor {
 // from train.seed and the epoch alone, so a resumed run needs only the cursor
 // (advanced by one) to draw the same items. Every family draws so.
 size_t nextDrawIndex(DataCursor& cursor, const config::RunConfig& cfg, size_t n);
+// The index nextDrawIndex would give next, the cursor unchanged.
+size_t peekDrawIndex(const DataCursor& cursor, const config::RunConfig& cfg, size_t n);
 
 // What a family's buildAndPlace gives the trainer: its model's blocks placed and
 // applied (every block on its device), and why there.
@@ -59,6 +61,8 @@ class RunContext {
   DataCursor& cursor() const;
   // Draws the next index of the data order over `n` items (nextDrawIndex).
   size_t nextDrawIndex(size_t n) const;
+  // The index the next nextDrawIndex(n) gives (for Dataset::readAhead).
+  size_t peekDrawIndex(size_t n) const;
   // The trainer's stop request, for the stages before the first step.
   const std::function<bool()>& stopRequested() const;
   // Throws Interrupted("<where>") when the run was asked to stop (train::stopPoint).

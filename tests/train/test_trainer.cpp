@@ -15,6 +15,7 @@
 #include "models/flux/FluxLoraRules.h"
 #include "common/TestSupport.h"
 #include "common/TrainTestSupport.h"
+#include "train/Datasets.h"
 #include "train/RunFolder.h"
 #include "io/Image.h"
 #include "train/Trainer.h"
@@ -266,6 +267,51 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   for (const auto& w : rec.of<events::WarningEvent>())
     warned |= w.message.find("broken.safetensors") != std::string::npos;
   EXPECT_TRUE(warned);
+}
+
+// makeDatasets' datasets read the hinted next item on another thread: the items are the
+// ones a plain read gives, whatever was hinted; a hinted item that cannot be read throws
+// from item() as the read would; a pending read is waited for on destruction.
+TEST(Trainer, DatasetsReadAheadGiveTheItemsAPlainReadGives) {
+  test::TempDir tmp;
+  const auto data = tmp / "latents";
+  fs::create_directories(data);
+  for (int i = 0; i < 4; ++i)
+    io::writeSafetensors(
+        data / ("item" + std::to_string(i) + ".safetensors"),
+        {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+  config::DatasetConfig d;
+  d.type = config::DatasetType::Latents;
+  d.folderPath = data.string();
+  DatasetContext ctx;
+  ctx.textTokens = 3;
+  ctx.textDim = 64;
+  ctx.pooledDim = 32;
+  const auto plain = makeDataset(d, ctx, 0);
+  const auto ahead = makeDatasets({d}, ctx);
+  ASSERT_EQ(ahead->size(), 4u);
+  auto same = [&](size_t i) {
+    const TrainItem a = ahead->item(i), p = plain->item(i);
+    return a.latents.equal(p.latents) && a.txt.equal(p.txt) && a.pooled.equal(p.pooled) && a.caption == p.caption;
+  };
+  ahead->readAhead(2);
+  EXPECT_TRUE(same(2));  // the hinted item
+  ahead->readAhead(1);
+  EXPECT_TRUE(same(3));  // another than hinted
+  ahead->readAhead(0);
+  ahead->readAhead(0);  // hinted twice
+  EXPECT_TRUE(same(0));
+  EXPECT_TRUE(same(1));  // nothing hinted
+  // An item that breaks after the scan: hinted, it throws from item() naming the file.
+  std::ofstream(data / "item3.safetensors", std::ios::trunc) << "garbage";
+  ahead->readAhead(3);
+  try {
+    ahead->item(3);
+    ADD_FAILURE() << "a broken hinted item was read";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("item3.safetensors"), std::string::npos) << e.what();
+  }
+  ahead->readAhead(1);  // left pending: the destructor waits for it
 }
 
 TEST(Trainer, PreflightListsEveryProblem) {
