@@ -138,9 +138,10 @@ class ProgressPrinter {
     if (e.done == e.total && e.encoded == 0)
       std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  (all from the cache)", e.stage.c_str(),
                     static_cast<long long>(e.done), static_cast<long long>(e.total));
-    else
-      std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %.1f/s", e.stage.c_str(),
-                    static_cast<long long>(e.done), static_cast<long long>(e.total), e.itemsPerSecond);
+    else  // how many this run encoded (the rest came from the cache), and how fast
+      std::snprintf(stats, sizeof stats, "caching %s %lld/%lld  %lld encoded, %.1f/s", e.stage.c_str(),
+                    static_cast<long long>(e.done), static_cast<long long>(e.total), static_cast<long long>(e.encoded),
+                    e.itemsPerSecond);
     if (tty_) {
       const int width = 24;
       const int filled = e.total > 0 ? static_cast<int>(width * e.done / e.total) : width;
