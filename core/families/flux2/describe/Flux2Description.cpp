@@ -180,7 +180,8 @@ config::FamilyDescription describeFlux2() {
                  "sample.guidance_scale"};
   d.keyDocs = {{"model.tokenizer_path",
                 "FLUX.2 with random_weights: a folder holding tokenizer.json (or tokenizer/), for an images run"}};
-  d.datasetTypes = {DatasetType::Synthetic, DatasetType::Images};
+  // Images first: the editor offers them first and a switch to FLUX.2 sets them (synthetic data is for benchmarks).
+  d.datasetTypes = {DatasetType::Images, DatasetType::Synthetic};
   d.exportFormats = {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
   d.hints.modelFolder =
       "point it at a local FLUX.2 diffusers folder (or a BFL transformer .safetensors file with model.vae_path and "
