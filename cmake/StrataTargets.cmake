@@ -42,8 +42,11 @@ function(strata_add_core_lib name)
   endif()
 endfunction()
 
+# strata_add_test(NAME SOURCES ... LIBS ... LABELS ... [TEST_PREFIX p] [PROPERTIES k v ...]):
+# one GoogleTest executable, its tests discovered at test time; TEST_PREFIX goes in
+# front of every test name, PROPERTIES are further ctest properties of each test.
 function(strata_add_test name)
-  cmake_parse_arguments(A "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "TEST_PREFIX" "SOURCES;LIBS;LABELS;PROPERTIES" ${ARGN})
   add_executable(${name} ${A_SOURCES})
   # A test of the whole core starts like the programs do: families registered in main().
   if("strata_core" IN_LIST A_LIBS)
@@ -58,21 +61,31 @@ function(strata_add_test name)
   if(TARGET strata_pch)
     target_precompile_headers(${name} REUSE_FROM strata_pch)
   endif()
+  set(_prefix)
+  if(A_TEST_PREFIX)
+    set(_prefix TEST_PREFIX ${A_TEST_PREFIX})
+  endif()
   gtest_discover_tests(${name}
+    ${_prefix}
     DISCOVERY_MODE PRE_TEST
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${A_LABELS}"
                SKIP_REGULAR_EXPRESSION "  SKIPPED "
                # The content-hash memo (io/ContentHash) goes to the build folder, not ~/.cache.
-               ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR};XDG_CACHE_HOME=${CMAKE_BINARY_DIR}/test-cache")
+               # One variable per property: gtest_discover_tests flattens a list value
+               # (ENVIRONMENT "A;B" would set A and turn B into a property name).
+               ENVIRONMENT "STRATA_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+               ENVIRONMENT_MODIFICATION "XDG_CACHE_HOME=set:${CMAKE_BINARY_DIR}/test-cache"
+               ${A_PROPERTIES})
 endfunction()
 
 # strata_add_test_dir(AREA LIBS ... LABELS ...): one test executable
 # strata_tests_<area> from every .cpp in tests/<area>/ (skipped while empty).
 function(strata_add_test_dir area)
-  cmake_parse_arguments(A "" "" "LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "TEST_PREFIX" "LIBS;LABELS;PROPERTIES" ${ARGN})
   file(GLOB _srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${area}/*.cpp)
   if(_srcs)
-    strata_add_test(strata_tests_${area} SOURCES ${_srcs} LIBS ${A_LIBS} LABELS ${A_LABELS})
+    strata_add_test(strata_tests_${area} SOURCES ${_srcs} LIBS ${A_LIBS} LABELS ${A_LABELS}
+                    TEST_PREFIX "${A_TEST_PREFIX}" PROPERTIES ${A_PROPERTIES})
   endif()
 endfunction()

@@ -138,9 +138,10 @@ class ProgressPrinter {
     if (e.done == e.total && e.encoded == 0)
       std::snprintf(buffer, sizeof buffer, "caching %s %lld/%lld  (all from the cache)", e.stage.c_str(),
                     static_cast<long long>(e.done), static_cast<long long>(e.total));
-    else
-      std::snprintf(buffer, sizeof buffer, "caching %s %lld/%lld  %.2f/s", e.stage.c_str(),
-                    static_cast<long long>(e.done), static_cast<long long>(e.total), e.itemsPerSecond);
+    else  // how many this run encoded (the rest came from the cache), and how fast
+      std::snprintf(buffer, sizeof buffer, "caching %s %lld/%lld  %lld encoded, %.2f/s", e.stage.c_str(),
+                    static_cast<long long>(e.done), static_cast<long long>(e.total), static_cast<long long>(e.encoded),
+                    e.itemsPerSecond);
     std::string stats = buffer;
     for (const auto& [card, bytes] : e.devicePeakBytes) stats += ", peak " + card + " " + formatBytes(bytes);
     if (tty_) {

@@ -81,10 +81,12 @@ std::vector<KeySpec> buildWithFamilies(const std::vector<std::shared_ptr<const F
     for (const std::string& path : f->alsoReads)
       for (KeySpec& k : keys)
         if (k.path == path && !k.families.empty() && !k.appliesTo(f->id)) k.families.push_back(f->id);
-    // A shared key in the family's own words.
+    // A shared key, or another family's key that this one reads too, in the family's own words
+    // (its own keys got theirs in addFamily).
     for (const auto& [path, doc] : f->keyDocs)
       for (KeySpec& k : keys)
-        if (k.path == path && k.families.empty()) k.familyDocs.emplace_back(f->id, doc);
+        if (k.path == path && (k.families.empty() || (k.appliesTo(f->id) && k.families.front() != f->id)))
+          k.familyDocs.emplace_back(f->id, doc);
   }
   return keys;
 }

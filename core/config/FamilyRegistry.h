@@ -88,7 +88,9 @@ struct FamilyDescription {
   // model.preset's names for this family's shapes; the first is what random
   // weights build when none is set. Empty: the family reads no model.preset.
   std::vector<std::string> presets;
-  std::map<std::string, std::string> keyDocs;  // a shared key's doc in the family's words
+  // A key's doc in the family's words: a shared key's, or one of alsoReads' where the other
+  // family's words do not hold for this one (FLUX.1's T5 width is FLUX.2's stacked text layers).
+  std::map<std::string, std::string> keyDocs;
   // The dataset types and LoRA forms it takes, the first being the one a switch to it sets.
   std::vector<DatasetType> datasetTypes;
   std::vector<ExportFormat> exportFormats;

@@ -1,5 +1,5 @@
 #pragma once
-// Starts the built strata-train as a child process (fork + exec, no shell), so
+// Starts the built strata-train (or another program) as a child process (fork + exec, no shell), so
 // a test can signal it, kill it at a chosen moment, or give it a file-size
 // limit (RLIMIT_FSIZE with SIGXFSZ ignored: writes past it fail with EFBIG, as
 // a full disk fails with ENOSPC).
@@ -35,11 +35,15 @@ inline std::string readAll(const std::filesystem::path& p) {
 
 class Child {
  public:
-  // Runs strata-train with `args`; stdout and stderr go to `logFile`.
+  // Runs the built strata-train with `args`; stdout and stderr go to `logFile`.
   // `fileSizeLimit` > 0 sets RLIMIT_FSIZE in the child.
   Child(const std::vector<std::string>& args, const std::filesystem::path& logFile, rlim_t fileSizeLimit = 0)
+      : Child(strataTrainPath(), args, logFile, fileSizeLimit) {}
+  // The same with another program (an installed strata-train).
+  Child(const std::filesystem::path& program, const std::vector<std::string>& args,
+        const std::filesystem::path& logFile, rlim_t fileSizeLimit = 0)
       : log_(logFile) {
-    const std::string exe = strataTrainPath().string();
+    const std::string exe = program.string();
     std::vector<std::string> all = {exe};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -125,6 +129,15 @@ class Child {
   int code_ = -1;
   int signaled_ = 0;
 };
+
+// Runs `program` to the end; returns the exit code, `output` gets stdout + stderr.
+inline int runProgram(const std::filesystem::path& program, const std::vector<std::string>& args,
+                      const std::filesystem::path& logFile, std::string* output = nullptr) {
+  Child c(program, args, logFile);
+  const int code = c.wait();
+  if (output) *output = c.output();
+  return code;
+}
 
 // Runs to the end; returns the exit code, `output` gets stdout + stderr.
 inline int runStrataTrain(const std::vector<std::string>& args, const std::filesystem::path& logFile,

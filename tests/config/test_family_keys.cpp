@@ -8,6 +8,7 @@
 #include "ConfigTestSupport.h"
 #include "common/TestSupport.h"
 #include "config/ConfigSchema.h"
+#include "config/FamilyRegistry.h"
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 
@@ -224,6 +225,29 @@ TEST(FamilySchema, ASharedKeysDocNamesTheFamilyItIsFor) {
   EXPECT_NE(findKey("model.name_or_path")->docFor(std::string("flux")).find("FLUX"), std::string::npos);
   EXPECT_NE(findKey("datasets[].type")->docFor(std::string("llama")).find("jsonl"), std::string::npos);
   EXPECT_EQ(findKey("train.lr")->docFor(std::string("llama")), findKey("train.lr")->doc);
+}
+
+// A family's own words for a key reach the key: a shared key's, and one of another
+// family's keys that it reads too (FLUX.2's words for FLUX.1's VAE file and widths).
+TEST(FamilySchema, EveryFamilysKeyDocsReachTheKeysItReads) {
+  for (const FamilyDescription* f : families())
+    for (const auto& [path, doc] : f->keyDocs) {
+      const KeySpec* k = findKey(path);
+      ASSERT_NE(k, nullptr) << f->id << ": words for " << path << ", which is no key";
+      EXPECT_TRUE(k->appliesTo(f->id)) << f->id << ": words for " << path << ", which it does not read";
+      EXPECT_EQ(k->docFor(f->id), doc) << f->id << ": " << path;
+    }
+  // What FLUX.2's form shows for the keys it shares with FLUX.1 speaks of FLUX.2's parts,
+  // not FLUX.1's T5, CLIP or ae.safetensors; FLUX.1's words stay FLUX.1's.
+  const std::string flux2 = "flux2", flux = "flux";
+  for (const auto& k : schema()) {
+    if (!k.appliesTo(flux2) || !k.appliesTo(flux)) continue;
+    for (const char* word : {"T5", "CLIP", " ae.safetensors"})
+      EXPECT_EQ(k.docFor(flux2).find(word), std::string::npos) << k.path << ": " << k.docFor(flux2);
+  }
+  EXPECT_NE(findKey("model.vae_path")->docFor(flux2).find("flux2-vae.safetensors"), std::string::npos);
+  EXPECT_NE(findKey("model.vae_path")->docFor(flux).find("ae.safetensors"), std::string::npos);
+  EXPECT_NE(findKey("model.joint_attention_dim")->docFor(flux).find("T5"), std::string::npos);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/Error.h"
+#include "common/ImagesRunSupport.h"
 #include "common/TestSupport.h"
 #include "config/RunConfig.h"
 #include "config/Validator.h"
@@ -47,29 +48,17 @@ fs::path fixture(const std::string& variant) {
   return test::sourceDir() / "tests" / "fixtures" / "reference" / ("flux2_pipeline_" + variant + "_a");
 }
 
-// uint8 [H, W, 3]: a gradient with a bright block whose place depends on `seed`.
-at::Tensor picture(int64_t h, int64_t w, int seed) {
-  auto x = at::arange(w, at::kFloat).div(std::max<int64_t>(w - 1, 1)).mul(255).view({1, w, 1}).expand({h, w, 1});
-  auto y = at::arange(h, at::kFloat).div(std::max<int64_t>(h - 1, 1)).mul(255).view({h, 1, 1}).expand({h, w, 1});
-  auto img = at::cat({x, y, at::full({h, w, 1}, 40.0 * seed)}, 2).round().to(at::kByte).contiguous();
-  const int64_t r = (seed * 7) % (h / 2), c = (seed * 11) % (w / 2);
-  img.slice(0, r, r + h / 3).slice(1, c, c + w / 3).fill_(230);
-  return img;
-}
-
-void writeText(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
-
 // Three usable PNGs of other sizes and aspects (one without a caption), a corrupt one.
 struct ImageSet {
   test::TempDir dir;
   ImageSet() {
-    io::writePng(dir / "a_wide.png", picture(48, 80, 1));
-    writeText(dir / "a_wide.txt", "a [trigger] red block on a gradient");
-    io::writePng(dir / "b_tall.png", picture(72, 40, 2));
-    writeText(dir / "b_tall.txt", "a tall picture");
-    io::writePng(dir / "c_nocaption.png", picture(56, 56, 3));  // default_caption
-    writeText(dir / "broken.png", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(64, 'x'));
-    writeText(dir / "broken.txt", "never used");
+    io::writePng(dir / "a_wide.png", test::blockPicture(48, 80, 1));
+    test::writeBytes(dir / "a_wide.txt", "a [trigger] red block on a gradient");
+    io::writePng(dir / "b_tall.png", test::blockPicture(72, 40, 2));
+    test::writeBytes(dir / "b_tall.txt", "a tall picture");
+    io::writePng(dir / "c_nocaption.png", test::blockPicture(56, 56, 3));  // default_caption
+    test::writeBytes(dir / "broken.png", test::corruptPngBytes());
+    test::writeBytes(dir / "broken.txt", "never used");
   }
   static constexpr int64_t kUsable = 3;
 };
@@ -149,18 +138,9 @@ int64_t filesIn(const fs::path& dir) {
   return n;
 }
 
-// Every sample PNG: decoded at the configured size, not one flat colour, the prompt with the trigger word.
+// Every sample PNG of the run (common/ImagesRunSupport.h).
 void expectSamples(const fs::path& runDir, const std::vector<int64_t>& steps) {
-  for (int64_t step : steps) {
-    char name[64];
-    std::snprintf(name, sizeof name, "step_%08lld_p00.png", static_cast<long long>(step));
-    const fs::path p = runDir / "samples" / name;
-    ASSERT_TRUE(fs::is_regular_file(p)) << p;
-    const auto img = io::readImage(p, io::ImageChannels::Rgb);
-    EXPECT_EQ(img.pixels.sizes().vec(), (std::vector<int64_t>{kSampleHeight, kSampleWidth, 3})) << p;
-    EXPECT_EQ(img.text.at("prompt"), "sks on a table") << p;
-    EXPECT_GT(img.pixels.to(at::kFloat).std().item<double>(), 0.0) << p << " is one flat colour";
-  }
+  test::expectSamplePngs(runDir, steps, {kSampleWidth, kSampleHeight, "sks on a table"});
 }
 
 // The exported LoRA reads back with FLUX.2's rules and changes what the pipeline draws.

@@ -6,6 +6,8 @@
 // GPU map names decoder layers, the export dialog offers the family's forms, and
 // a real Llama run (the causal_lm_a fixture, on the CPU) feeds the loss plot,
 // the live map and the sample browser.
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDir>
@@ -84,6 +86,7 @@ class FamilyTest : public QObject {
   void familySwitchAsksAndNamesWhatItDrops();
   void formShowsOnlyTheFamilysKeys();
   void familyChoicesAgreeWithTheValidator();
+  void imageFamiliesOfferImagesFirst();
   void jsonlPreviewSplitsLinesAsTheTrainer();
   void textSamplesShowAsText();
   void gpuMapNamesDecoderLayers();
@@ -322,6 +325,56 @@ void FamilyTest::familyChoicesAgreeWithTheValidator() {
       QCOMPARE(hasErrorAt(backend::validate(c, ""), "save.export_formats"), !offered);
     }
   }
+}
+
+// A family that trains on pictures offers an images dataset first: the user trains
+// on their own images; synthetic data is for benchmarks. FLUX.2 on the real widgets:
+// a switch to it sets images, the dataset kind's choices and its default put them first.
+void FamilyTest::imageFamiliesOfferImagesFirst() {
+  for (const std::string& arch : backend::modelFamilies()) {
+    const auto types = backend::datasetTypesOf(arch);
+    if (std::find(types.begin(), types.end(), config::DatasetType::Images) == types.end()) continue;
+    QVERIFY2(types.front() == config::DatasetType::Images,
+             qPrintable(QString::fromStdString(arch + " offers " + config::enumName(types.front()) + " first")));
+  }
+
+  ConfigEditor e;
+  QVERIFY(e.loadFile(demoConfig()));  // FLUX.1 on shapes, which FLUX.2 does not take
+  QCOMPARE(e.valueText("datasets[0].type"), QString("shapes"));
+  // "Keep them (unused) and switch", or "Switch" where nothing goes unused.
+  const QStringList keepAndSwitch = {"familyKeepAndSwitch", "familySwitch"};
+  auto answer = answerNext("familySwitchQuestion", keepAndSwitch);
+  QVERIFY(e.chooseFamily(std::string("flux2")));
+  QVERIFY(answer->answered);
+  QVERIFY2(answer->text.contains("datasets[0].type: shapes becomes images"), qPrintable(answer->text));
+  QCOMPARE(e.family(), std::string("flux2"));
+  QCOMPARE(e.valueText("datasets[0].type"), QString("images"));
+  auto* type = qobject_cast<QComboBox*>(e.fieldFor("datasets[0].type"));
+  QVERIFY(type);
+  QVERIFY(type->count() >= 2);
+  QCOMPARE(type->itemData(0).toString(), QString("images"));
+  QCOMPARE(type->currentData().toString(), QString("images"));
+  QStringList offered;
+  for (int i = 0; i < type->count(); ++i) offered << type->itemData(i).toString();
+  QVERIFY2(offered.contains("synthetic"), qPrintable(offered.join(' ')));  // still there, for benchmarks
+  const QString tip = type->toolTip();
+  QVERIFY2(tip.contains("one of: images synthetic, default: images"), qPrintable(tip));
+  // The images dataset's own rows show: the folder to train on.
+  QVERIFY(rowShown(&e, "datasets[0].folder_path"));
+
+  // Add dataset gives the family's first kind; from a Llama config's jsonl dataset, a switch sets images too.
+  child<QPushButton>(&e, "addDataset")->click();
+  QCOMPARE(e.valueText("datasets[1].type"), QString("images"));
+  ConfigEditor lm;
+  lm.newConfig();
+  answerNext("familySwitchQuestion", keepAndSwitch);
+  QVERIFY(lm.chooseFamily(std::string("llama")));
+  child<QPushButton>(&lm, "addDataset")->click();
+  QCOMPARE(lm.valueText("datasets[0].type"), QString("jsonl"));
+  answer = answerNext("familySwitchQuestion", keepAndSwitch);
+  QVERIFY(lm.chooseFamily(std::string("flux2")));
+  QVERIFY(answer->answered);
+  QCOMPARE(lm.valueText("datasets[0].type"), QString("images"));
 }
 
 void FamilyTest::jsonlPreviewSplitsLinesAsTheTrainer() {

@@ -45,9 +45,9 @@ struct Answer {
   QString text;
 };
 
-// Clicks the button `buttonName` of the modal dialog `dialogName` as soon as it
-// is up (polling for 5 s). The returned Answer says whether it came.
-inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QString& buttonName) {
+// Clicks the first of `buttonNames` that the modal dialog `dialogName` has, as
+// soon as it is up (polling for 5 s). The returned Answer says whether it came.
+inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QStringList& buttonNames) {
   auto answer = std::make_shared<Answer>();
   auto* timer = new QTimer;
   timer->setInterval(20);
@@ -56,9 +56,12 @@ inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QStri
     QWidget* modal = QApplication::activeModalWidget();
     if (modal && modal->objectName() == dialogName) {
       if (auto* box = qobject_cast<QMessageBox*>(modal)) answer->text = box->text() + "\n" + box->informativeText();
-      if (auto* b = modal->findChild<QAbstractButton*>(buttonName)) {
-        answer->answered = true;
-        b->click();
+      for (const QString& name : buttonNames) {
+        if (auto* b = modal->findChild<QAbstractButton*>(name)) {
+          answer->answered = true;
+          b->click();
+          break;
+        }
       }
       timer->stop();
       timer->deleteLater();
@@ -69,6 +72,10 @@ inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QStri
   });
   timer->start();
   return answer;
+}
+
+inline std::shared_ptr<Answer> answerNext(const QString& dialogName, const QString& buttonName) {
+  return answerNext(dialogName, QStringList{buttonName});
 }
 
 }  // namespace strata::ui::test

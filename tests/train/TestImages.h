@@ -1,10 +1,10 @@
 #pragma once
-// Pictures the images-dataset tests write: a gradient whose columns differ (so a
-// mirror shows), and JPEG / WebP encodings of it (the project reads those
-// formats but writes only PNG).
+// JPEG / WebP encodings of the pictures the images-dataset tests write (the
+// project reads those formats but writes only PNG); the pictures themselves
+// (test::gradient, whose columns differ so a mirror shows) are in
+// common/ImagesRunSupport.h.
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,14 +15,9 @@
 #include <webp/encode.h>
 #endif
 
-namespace strata::test {
+#include "common/ImagesRunSupport.h"
 
-// uint8 [H, W, 3]: red follows x, green follows y, blue is `blue`.
-inline at::Tensor gradient(int64_t h, int64_t w, double blue = 128.0) {
-  at::Tensor x = at::arange(w, at::kFloat).div(std::max<int64_t>(w - 1, 1)).mul(255).view({1, w, 1});
-  at::Tensor y = at::arange(h, at::kFloat).div(std::max<int64_t>(h - 1, 1)).mul(255).view({h, 1, 1});
-  return at::cat({x.expand({h, w, 1}), y.expand({h, w, 1}), at::full({h, w, 1}, blue)}, 2).round().to(at::kByte);
-}
+namespace strata::test {
 
 inline std::string encodeJpeg(const at::Tensor& hwc) {
   jpeg_compress_struct c;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/Error.h"
+#include "common/ImagesRunSupport.h"
 #include "common/TestSupport.h"
 #include "config/RunConfig.h"
 #include "families/flux/FluxImageModels.h"
@@ -43,40 +44,30 @@ constexpr int64_t kSampleHeight = 32;
 
 fs::path fixture() { return test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a"; }
 
-void writeBytes(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
-
-// A picture with some structure: the gradient with a bright block whose place depends on `seed`.
-at::Tensor picture(int64_t h, int64_t w, int seed) {
-  at::Tensor img = test::gradient(h, w, 40.0 * seed).clone();
-  const int64_t y = (seed * 7) % (h / 2), x = (seed * 11) % (w / 2);
-  img.slice(0, y, y + h / 3).slice(1, x, x + w / 3).fill_(230);
-  return img;
-}
+using test::blockPicture;
+using test::writeBytes;
 
 // The dataset folder: 4 or 5 usable pictures, a corrupt one, one too small.
 struct ImageSet {
   test::TempDir dir;
   bool webp = false;
   ImageSet() {
-    io::writePng(dir / "a_wide.png", picture(64, 96, 1));
+    io::writePng(dir / "a_wide.png", blockPicture(64, 96, 1));
     writeBytes(dir / "a_wide.txt", "a [trigger] red block on a gradient\n");
-    writeBytes(dir / "b_tall.jpg", test::encodeJpeg(picture(96, 64, 2)));
+    writeBytes(dir / "b_tall.jpg", test::encodeJpeg(blockPicture(96, 64, 2)));
     writeBytes(dir / "b_tall.txt", "a tall picture of [trigger]");
-    io::writePng(dir / "c_square.png", picture(80, 80, 3));
+    io::writePng(dir / "c_square.png", blockPicture(80, 80, 3));
     writeBytes(dir / "c_square.txt", "a square picture");
-    io::writePng(dir / "d_nocaption.png", picture(72, 128, 4));  // no caption file: default_caption
-    const std::string w = test::encodeWebp(picture(64, 64, 5));
+    io::writePng(dir / "d_nocaption.png", blockPicture(72, 128, 4));  // no caption file: default_caption
+    const std::string w = test::encodeWebp(blockPicture(64, 64, 5));
     if (!w.empty() && io::webpSupported()) {
       writeBytes(dir / "e_photo.webp", w);
       writeBytes(dir / "e_photo.txt", "a webp picture");
       webp = true;
     }
-    writeBytes(dir / "broken.png", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(64, 'x'));
+    writeBytes(dir / "broken.png", test::corruptPngBytes());
     writeBytes(dir / "broken.txt", "never used");
-    io::writePng(dir / "tiny.png", picture(20, 20, 6));  // smaller than every bucket
+    io::writePng(dir / "tiny.png", blockPicture(20, 20, 6));  // smaller than every bucket
   }
   int64_t usable() const { return webp ? 5 : 4; }
 };
@@ -157,20 +148,9 @@ RunOutcome runTrainer(Trainer& t, Recorded& rec, events::EventBus& bus) {
   return t.run();
 }
 
-// Every sample PNG of the run: decoded at the configured size, the prompt (with
-// the trigger word) in its text chunks.
+// Every sample PNG of the run (common/ImagesRunSupport.h).
 void expectSamples(const fs::path& runDir, const std::vector<int64_t>& steps) {
-  for (int64_t step : steps) {
-    char name[64];
-    std::snprintf(name, sizeof name, "step_%08lld_p00.png", static_cast<long long>(step));
-    const fs::path p = runDir / "samples" / name;
-    ASSERT_TRUE(fs::is_regular_file(p)) << p;
-    const auto img = io::readImage(p, io::ImageChannels::Rgb);
-    EXPECT_EQ(img.pixels.sizes().vec(), (std::vector<int64_t>{kSampleHeight, kSampleWidth, 3})) << p;
-    EXPECT_EQ(img.text.at("prompt"), "ohwx on a table") << p;
-    EXPECT_EQ(img.text.at("step"), std::to_string(step)) << p;
-    EXPECT_GT(img.pixels.to(at::kFloat).std().item<double>(), 0.0) << p << " is one flat colour";
-  }
+  test::expectSamplePngs(runDir, steps, {kSampleWidth, kSampleHeight, "ohwx on a table"});
 }
 
 // The exported LoRA reads back and changes what the pipeline generates.
@@ -301,7 +281,7 @@ TEST(ImagesRun, SingleFilesEncodeLikeTheDiffusersFolder) {
   auto a = families::makeFluxImageModels(folderCfg, ctx, at::kCPU);
   auto b = families::makeFluxImageModels(singleCfg, ctx, at::kCPU);
   EXPECT_NE(a->imageModelId(), b->imageModelId());  // other files: other cache keys
-  const auto pixels = io::imageToFloatChw(picture(64, 96, 1)).unsqueeze(0).mul(2).sub(1);  // [1, 3, 64, 96]
+  const auto pixels = io::imageToFloatChw(blockPicture(64, 96, 1)).unsqueeze(0).mul(2).sub(1);  // [1, 3, 64, 96]
   const auto la = a->encodeImages(pixels), lb = b->encodeImages(pixels);
   EXPECT_EQ(la.sizes().vec(), (std::vector<int64_t>{1, ctx.latentChannels, 8, 12}));
   EXPECT_TRUE(test::allClose(lb, la, 1e-5, 1e-4));

@@ -255,7 +255,12 @@ QVector<DatasetEntryView> ConfigDocument::datasets() const {
   return out;
 }
 
-void ConfigDocument::addDataset() { config_->datasets.emplace_back(); }
+void ConfigDocument::addDataset() {
+  config_->datasets.emplace_back();
+  // Of the kind the family offers first (FLUX: images, Llama: jsonl), as a family switch sets it.
+  const std::vector<config::DatasetType> types = backend::datasetTypesOf(config_->model.arch);
+  if (!types.empty()) config_->datasets.back().type = types.front();
+}
 
 bool ConfigDocument::removeLastDataset() {
   if (config_->datasets.empty()) return false;

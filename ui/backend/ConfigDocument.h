@@ -115,7 +115,7 @@ class ConfigDocument : public QObject {
   int datasetCount() const;
   QString datasetType(int index) const;  // "images", "jsonl"; "" when there is no such entry
   QVector<DatasetEntryView> datasets() const;
-  void addDataset();         // a default entry at the end
+  void addDataset();         // a default entry at the end, of the family's first dataset kind
   bool removeLastDataset();  // false when there is none
 
   // ---- the model family ----

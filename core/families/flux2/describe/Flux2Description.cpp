@@ -178,9 +178,27 @@ config::FamilyDescription describeFlux2() {
                  "sample.height",
                  "sample.sample_steps",
                  "sample.guidance_scale"};
-  d.keyDocs = {{"model.tokenizer_path",
-                "FLUX.2 with random_weights: a folder holding tokenizer.json (or tokenizer/), for an images run"}};
-  d.datasetTypes = {DatasetType::Synthetic, DatasetType::Images};
+  // FLUX.1's words where they do not hold for FLUX.2 (its VAE file, text encoder, latent and text widths, guidance).
+  d.keyDocs = {
+      {"model.tokenizer_path",
+       "FLUX.2 with random_weights: a folder holding tokenizer.json (or tokenizer/), for an images run"},
+      {"model.vae_path",
+       "With a single-file transformer: the VAE file (BFL's flux2-vae.safetensors); empty = the diffusers folder's "
+       "vae/"},
+      {"model.quantize_te",
+       "Quantize the text encoder's Linear weights (FLUX.2-dev: Mistral-3, [klein]: Qwen3) with model.qtype while "
+       "the captions are encoded; it is freed before the first step"},
+      {"model.in_channels", "Override: packed latent channels (FLUX.2: 128 = 32 x 2 x 2)"},
+      {"model.joint_attention_dim",
+       "Override: text embedding width, three of the text encoder's layers stacked (flux2-dev: 15360 = 3 x 5120)"},
+      {"model.axes_dims_rope",
+       "Override: rotary dims per position axis, four for FLUX.2 (empty = preset's, flux2-dev: [32, 32, 32, 32])"},
+      {"model.guidance_embeds", "Override: the model takes a guidance input (FLUX.2-dev; [klein] does not)"},
+      {"sample.guidance_scale",
+       "FLUX.2-dev: its guidance input (4 typical); [klein] base: the CFG scale against the empty prompt (above 1: "
+       "two passes per step); a step-distilled [klein] ignores it"}};
+  // Images first: the editor offers them first and a switch to FLUX.2 sets them (synthetic data is for benchmarks).
+  d.datasetTypes = {DatasetType::Images, DatasetType::Synthetic};
   d.exportFormats = {ExportFormat::Diffusers, ExportFormat::Kohya, ExportFormat::Comfy};
   d.hints.modelFolder =
       "point it at a local FLUX.2 diffusers folder (or a BFL transformer .safetensors file with model.vae_path and "
