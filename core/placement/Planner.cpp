@@ -264,15 +264,19 @@ void planCaching(const PlannerInput& in, Plan& plan) {
   }
   c.device = in.devices.front().device;
   c.fits = true;
+  const std::vector<int64_t> part =
+      split == kWhole ? std::vector<int64_t>(n, 0) : splitPartBytes(in.otherModules[split], layout, n);
   for (size_t d = 0; d < n; ++d) {
     CachingDevice cd;
     cd.device = in.devices[d].device;
     cd.budgetBytes = in.devices[d].budgetBytes;
+    cd.weightBytes = part[d];
     if (d == 0)
       for (size_t i = 0; i < in.otherModules.size(); ++i)
-        if (i != split) cd.modules.push_back(in.otherModules[i].name);
-    cd.weightBytes = loads[d].weightBytes;
-    cd.peakBytes = loads[d].peakBytes;
+        if (i != split) {
+          cd.modules.push_back(in.otherModules[i].name);
+          cd.weightBytes += in.otherModules[i].weightBytes;
+        }
     cd.totalBytes = loads[d].totalBytes;
     cd.missingBytes = cd.budgetBytes > 0 && cd.totalBytes > cd.budgetBytes ? cd.totalBytes - cd.budgetBytes : 0;
     c.missingBytes += cd.missingBytes;
@@ -293,7 +297,7 @@ void planCaching(const PlannerInput& in, Plan& plan) {
     c.devices[layout.headDevice].hasSplitHead = true;
   }
   // The first device's stages and fullest stage.
-  const int64_t firstPart = split == kWhole ? 0 : splitPartBytes(in.otherModules[split], layout, n)[0];
+  const int64_t firstPart = part[0];
   for (int stage : stages) {
     CachingStage st;
     st.stage = stage;
@@ -392,8 +396,12 @@ std::string cachingText(const PlannerInput& in, const Plan& plan) {
   if (!c.needed) return "";
   std::ostringstream os;
   if (!c.splitModule.empty()) {
-    os << " Caching, before the transformer is placed: " << c.splitModule << " and the rest do not fit " << c.device
-       << " alone, so " << c.splitModule << "'s " << c.layerDevice.size() << " layers are split over the devices ("
+    std::vector<const OtherModule*> whole;
+    for (const auto& m : in.otherModules)
+      if (m.name != c.splitModule) whole.push_back(&m);
+    os << " Caching, before the transformer is placed: the " << c.splitModule << " does not fit " << c.device
+       << (whole.empty() ? "" : " beside the " + namesOf(whole)) << ", so its " << c.layerDevice.size()
+       << " layers are split over the devices ("
        << (plan.mode == PlanMode::Memory ? "each filled to the same share of its budget" : "an even count per device")
        << ", the hidden states passed on from card to card): ";
     bool firstPart = true;
@@ -413,8 +421,11 @@ std::string cachingText(const PlannerInput& in, const Plan& plan) {
       os << " in all " << formatBytes(c.missingBytes) << " missing.";
     }
     const auto freed = otherModulesWhere(in, true);
-    if (!freed.empty())
-      os << " " << namesOf(freed) << (freed.size() == 1 ? " is" : " are") << " freed from every card before step 1.";
+    if (!freed.empty()) {
+      int64_t bytes = 0;
+      for (const auto* m : freed) bytes += m->weightBytes;
+      os << " Freed from every card before step 1: " << namesOf(freed) << " (" << formatBytes(bytes) << ").";
+    }
     return os.str();
   }
   os << " Caching, before the transformer is placed, on " << c.device << ":";
@@ -892,8 +903,8 @@ std::string formatPlanTable(const Plan& plan) {
     } else {
       for (const auto& cd : c.devices) {
         os << "  " << cd.device << std::string(cd.device.size() < 12 ? 12 - cd.device.size() : 1, ' ')
-           << cachingPartText(c, cd) << ": " << formatBytes(cd.weightBytes) << " + " << formatBytes(cd.peakBytes)
-           << " encoding = " << formatBytes(cd.totalBytes) << " / budget " << budgetOf(cd.budgetBytes);
+           << cachingPartText(c, cd) << ": " << formatBytes(cd.weightBytes) << " of weights, at most "
+           << formatBytes(cd.totalBytes) << " while encoding / budget " << budgetOf(cd.budgetBytes);
         if (cd.missingBytes > 0) os << "  OVER by " << formatBytes(cd.missingBytes);
         os << "\n";
       }
@@ -953,13 +964,9 @@ nlohmann::json planToJson(const Plan& plan) {
                       {"total_bytes", st.totalBytes}});
   auto cachingDevices = nlohmann::json::array();
   for (const auto& cd : c.devices) {
-    nlohmann::json d = {{"device", cd.device},
-                        {"budget_bytes", cd.budgetBytes},
-                        {"modules", cd.modules},
-                        {"weight_bytes", cd.weightBytes},
-                        {"peak_bytes", cd.peakBytes},
-                        {"total_bytes", cd.totalBytes},
-                        {"missing_bytes", cd.missingBytes},
+    nlohmann::json d = {{"device", cd.device},          {"budget_bytes", cd.budgetBytes},
+                        {"modules", cd.modules},        {"weight_bytes", cd.weightBytes},
+                        {"total_bytes", cd.totalBytes}, {"missing_bytes", cd.missingBytes},
                         {"fits", cd.missingBytes == 0}};
     if (!c.splitModule.empty()) {
       d["split_stem"] = cd.hasSplitStem;

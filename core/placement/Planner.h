@@ -143,9 +143,8 @@ struct CachingDevice {
   bool hasSplitHead = false;
   size_t firstLayer = 0;  // the split module's layers [firstLayer, endLayer); none when equal
   size_t endLayer = 0;
-  int64_t weightBytes = 0;  // of its fullest stage
-  int64_t peakBytes = 0;
-  int64_t totalBytes = 0;
+  int64_t weightBytes = 0;   // of everything it holds
+  int64_t totalBytes = 0;    // its fullest stage: the weights loaded by then and that stage's peak
   int64_t missingBytes = 0;  // totalBytes - budgetBytes when over a known budget, else 0
   bool holdsSomething() const { return !modules.empty() || hasSplitStem || hasSplitHead || endLayer > firstLayer; }
 };
