@@ -90,12 +90,14 @@ int64_t flux2ImageTokens(const config::RunConfig& cfg) {
   return patches * patches;
 }
 
-int64_t flux2TextTokens(const flux2::Flux2Config& fc) { return train::defaultTextTokens(fc.jointAttentionDim); }
+int64_t flux2TextTokens(const config::RunConfig& cfg, const flux2::Flux2Config& fc) {
+  return diffusion::hasImagesDataset(cfg) ? kFlux2MaxSequenceLength : train::defaultTextTokens(fc.jointAttentionDim);
+}
 
 double flux2TrainStepFlops(const config::RunConfig& cfg, const flux2::Flux2Config& fc) {
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux2::Flux2LoraRules(fc).defaultTargets()
                                                                     : cfg.network.targetModules);
-  return flux2::flux2TrainStepFlops(fc, cfg.train.batchSize, flux2ImageTokens(cfg), flux2TextTokens(fc),
+  return flux2::flux2TrainStepFlops(fc, cfg.train.batchSize, flux2ImageTokens(cfg), flux2TextTokens(cfg, fc),
                                     cfg.network.linear, [&](const std::string& path) { return targets.matches(path); });
 }
 
@@ -125,20 +127,22 @@ class Flux2Run : public train::FamilyRun {
           cfg.datasets[i].type != config::DatasetType::Images)  // the validator refuses it first
         throw ConfigError("datasets[" + std::to_string(i) + "].type: a flux2 model trains on images or synthetic data");
     train::DatasetContext ctx;
-    ctx.latentChannels = config_.latentChannels();  // before the 2x2 patchify
-    ctx.textTokens = flux2TextTokens(config_);
+    ctx.latentChannels = config_.latentChannels();   // before the 2x2 patchify
+    ctx.textTokens = flux2TextTokens(cfg, config_);  // the plan's count: 512 for an images run
     ctx.textDim = config_.jointAttentionDim;
     ctx.pooledDim = 0;  // FLUX.2 has no pooled text embedding
     ctx.seed = cfg.train.seed;
     // An images run: the VAE and the text encoder fill the caches on the first device (diffusion/ImagesRun.h).
     if (diffusion::hasImagesDataset(cfg)) {
       guidance_ = flux2::guidanceModeOf(config_, flux2RunDistilled(cfg.model));
-      ctx.textTokens = kFlux2MaxSequenceLength;  // the pipelines' max_sequence_length
       train::prepareDevices(cfg, run.prepared());
       ctx.bus = &run.bus();  // the text encoder's load progress, then the datasets' summaries and cache progress
       ctx.stopRequested = run.stopRequested();  // polled between cache batches
+      // The text encoder where the run's plan puts it for caching: whole on the first
+      // device, or its layers split over the run's cards.
       images_ = std::make_unique<diffusion::ImagesRun>(
-          makeFlux2ImageModels(cfg, ctx, train::firstDevice(run.prepared())), cfg, ctx, run.bus());
+          makeFlux2ImageModels(cfg, ctx, train::firstDevice(run.prepared()), &run.prepared().plan.caching), cfg, ctx,
+          run.bus());
       ctx.encoders = &images_->encoders();
       run.stopPoint("loading the VAE and the text encoder");
     }
@@ -319,7 +323,7 @@ class Flux2Family : public train::ModelFamily {
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {
     train::FamilyPlan out;
     const auto fc = planFlux2Config(cfg.model, &out.source);
-    out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(fc);
+    out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(cfg, fc);
     const auto params = flux2::flux2ParamPlan(fc);
     // FLUX.2's blocks are not on FLUX.1's fused paths: PyTorch's figure.
     out.input =
