@@ -357,19 +357,27 @@ class Flux2Family : public train::ModelFamily {
     return c;
   }
   std::vector<train::ConfigTemplate> templates() const override {
-    return {{"flux2-klein-9b-my-images-16gb", "flux2-klein-9b-my-images-16gb.yaml",
-             "FLUX.2 [klein] 9B on my images, one 16 GB GPU",
-             "A LoRA of your own pictures on FLUX.2 [klein] base 9B. You pick the image folder and the model "
-             "folder (diffusers layout). The transformer and, while the captions are encoded, the Qwen3-8B text "
-             "encoder are held in 8 bits so the run fits a 16 GB card; a LoRA file every 250 steps.",
-             "datasets[0].folder_path", true, "The folder of your images (each with a .txt caption of the same name)",
-             "The FLUX.2 [klein] base 9B folder (diffusers layout, as downloaded; cancel to set it later)"},
-            {"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
-             "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "
-             "embeddings of FLUX.2's shapes (no images or samples; an images dataset needs the VAE and text "
-             "encoder too: docs/flux2.md). Starts from random weights: set the base model to train the real "
-             "transformer.",
-             "", true, ""}};
+    return {
+        {"flux2-klein-9b-my-images-16gb", "flux2-klein-9b-my-images-16gb.yaml",
+         "FLUX.2 [klein] 9B on my images, one 16 GB GPU",
+         "A LoRA of your own pictures on FLUX.2 [klein] base 9B. You pick the image folder and the model "
+         "folder (diffusers layout). The transformer and, while the captions are encoded, the Qwen3-8B text "
+         "encoder are held in 8 bits so the run fits a 16 GB card; a LoRA file every 250 steps.",
+         "datasets[0].folder_path", true, "The folder of your images (each with a .txt caption of the same name)",
+         "The FLUX.2 [klein] base 9B folder (diffusers layout, as downloaded; cancel to set it later)"},
+        {"flux2-dev-my-images-4x16gb", "flux2-dev-my-images-4x16gb.yaml", "FLUX.2-dev from your images over 4 x 16 GB",
+         "A LoRA of your own pictures on FLUX.2-dev, over four cards capped at 16 GB each. You pick the image "
+         "folder and the model folder (diffusers layout). The transformer is held in 8 bits and its blocks "
+         "shared out over the cards; while the captions are encoded, the 24 B Mistral text encoder is split "
+         "over the same cards by layers, then freed. A LoRA file every 250 steps.",
+         "datasets[0].folder_path", true, "The folder of your images (each with a .txt caption of the same name)",
+         "The FLUX.2-dev folder (diffusers layout, as downloaded; cancel to set it later)"},
+        {"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
+         "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "
+         "embeddings of FLUX.2's shapes (no images or samples; an images dataset needs the VAE and text "
+         "encoder too: docs/flux2.md). Starts from random weights: set the base model to train the real "
+         "transformer.",
+         "", true, ""}};
   }
   std::string formatProblem(config::ExportFormat format) const override {
     return format == config::ExportFormat::Peft
