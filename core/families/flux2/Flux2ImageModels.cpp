@@ -368,8 +368,8 @@ std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& c
   if (note) {
     std::ostringstream os;
     os << "The images dataset needs FLUX.2's text encoder and VAE on " << device
-       << " (the text encoder's layers over the run's cards where the caching plan splits them): the "
-       << toString(kind) << " text encoder (" << textSource << ", " << layers << " layers read, " << te.dtype << ", "
+       << " (the text encoder's layers over the run's cards where the caching plan splits them): the " << toString(kind)
+       << " text encoder (" << textSource << ", " << layers << " layers read, " << te.dtype << ", "
        << formatBytes(te.weightBytes) << ") encodes the captions and the sample prompts once the VAE (" << vaeSource
        << ", " << v.dtype << ", " << formatBytes(v.weightBytes)
        << ") has encoded the images, and is freed before step 1; the VAE stays for the run";
