@@ -1,5 +1,7 @@
 #include "diffusion/ImagesRun.h"
 
+#include <algorithm>
+
 #include "common/Error.h"
 #include "events/EventBus.h"
 #include "train/ImageDataset.h"
@@ -10,6 +12,14 @@ bool hasImagesDataset(const config::RunConfig& cfg) {
   for (const auto& d : cfg.datasets)
     if (d.type == config::DatasetType::Images) return true;
   return false;
+}
+
+int64_t largestImagesResolution(const config::RunConfig& cfg) {
+  int64_t px = 0;
+  for (const auto& d : cfg.datasets)
+    if (d.type == config::DatasetType::Images)
+      for (int64_t r : d.resolution) px = std::max(px, r);
+  return px;
 }
 
 std::string samplePromptText(const std::string& prompt, const std::string& triggerWord) {

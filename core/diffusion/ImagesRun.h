@@ -29,6 +29,9 @@ namespace strata::diffusion {
 
 // Whether any of the run's datasets is an images folder.
 bool hasImagesDataset(const config::RunConfig& cfg);
+// The largest resolution over the run's images datasets (what the VAE encodes at
+// most, for the plan); 0 without one.
+int64_t largestImagesResolution(const config::RunConfig& cfg);
 // A sample prompt as sampled: every [trigger] replaced by the trigger word (empty:
 // removed); unlike a caption, nothing is put in front (ai-toolkit's rule).
 std::string samplePromptText(const std::string& prompt, const std::string& triggerWord);

@@ -37,6 +37,20 @@ c10::Device parseDevice(const std::string& text) {
   }
 }
 
+LayerDevices cachingLayerDevices(const CachingPlan& plan, const std::string& module, size_t layers) {
+  LayerDevices out;
+  if (!plan.device.empty()) out.stem = out.head = parseDevice(plan.device);
+  if (plan.splitModule != module || module.empty()) return out;
+  if (plan.layerDevice.size() != layers)
+    throw PlacementError("caching plan: " + module + " is split into " + std::to_string(plan.layerDevice.size()) +
+                         " layers, the model built has " + std::to_string(layers) +
+                         " (its config changed since the plan was made?)");
+  out.stem = parseDevice(plan.splitStemDevice);
+  for (const auto& d : plan.layerDevice) out.layers.push_back(parseDevice(d));
+  out.head = parseDevice(plan.splitHeadDevice);
+  return out;
+}
+
 std::string formatAudit(const std::vector<AuditIssue>& issues) {
   std::ostringstream os;
   for (const auto& i : issues) {

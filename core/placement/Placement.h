@@ -75,6 +75,19 @@ std::string formatAudit(const std::vector<AuditIssue>& issues);
 // "cuda:0" -> c10::Device; throws PlacementError naming the text.
 c10::Device parseDevice(const std::string& text);
 
+// Where the caching phase runs a module that is a stem, layers and a head
+// (placement::OtherModule::layerBytes): from a plan that splits `module`, its stem,
+// each of its layers and its head on their devices, for the explicit-devices
+// Placement below; empty `layers` when the plan keeps it whole (on plan.device).
+// Throws PlacementError when the plan splits it into another number of layers.
+struct LayerDevices {
+  c10::Device stem{c10::kCPU};
+  std::vector<c10::Device> layers;
+  c10::Device head{c10::kCPU};
+  bool split() const { return !layers.empty(); }
+};
+LayerDevices cachingLayerDevices(const CachingPlan& plan, const std::string& module, size_t layers);
+
 class Placement final : public nn::BlockRunner {
  public:
   // `blocks` from BlockModel::blockList(); `plan` from planPlacement over the same

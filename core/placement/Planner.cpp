@@ -69,6 +69,255 @@ std::vector<const OtherModule*> otherModulesWhere(const PlannerInput& in, bool f
   return out;
 }
 
+// ---- the caching phase -------------------------------------------------------
+
+constexpr size_t kWhole = static_cast<size_t>(-1);
+
+// The caching stages there are, in order.
+std::vector<int> cachingStages(const PlannerInput& in) {
+  std::vector<int> stages;
+  for (const auto& m : in.otherModules) stages.push_back(m.cachingStage);
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  return stages;
+}
+
+// What a device holds in its fullest caching stage: the whole modules (first
+// device only) and `partBytes` of the split module `split` (kWhole: none), whose
+// per-layer peak counts where `holdsPart`.
+struct CachingLoad {
+  int64_t weightBytes = 0;
+  int64_t peakBytes = 0;
+  int64_t totalBytes = 0;
+};
+CachingLoad cachingLoad(const PlannerInput& in, const std::vector<int>& stages, size_t split, bool first,
+                        int64_t partBytes, bool holdsPart) {
+  CachingLoad worst;
+  for (int stage : stages) {
+    CachingLoad st;
+    for (size_t i = 0; i < in.otherModules.size(); ++i) {
+      const OtherModule& m = in.otherModules[i];
+      if (m.cachingStage > stage) continue;
+      const bool runs = m.cachingStage == stage;
+      if (i == split) {
+        st.weightBytes += partBytes;
+        if (runs && holdsPart) st.peakBytes = std::max(st.peakBytes, m.cachingPeakBytes);
+      } else if (first) {
+        st.weightBytes += m.weightBytes;
+        if (runs) st.peakBytes = std::max(st.peakBytes, m.cachingPeakBytes);
+      }
+    }
+    st.totalBytes = st.weightBytes + st.peakBytes;
+    if (st.totalBytes > worst.totalBytes) worst = st;
+  }
+  return worst;
+}
+
+// Where the split module's parts go: its stem on the first device, layer i on
+// device layerDevice[i], its head on headDevice.
+struct CachingSplit {
+  std::vector<size_t> layerDevice;
+  size_t headDevice = 0;
+};
+
+// Bytes of the split module per device under `split`.
+std::vector<int64_t> splitPartBytes(const OtherModule& m, const CachingSplit& split, size_t devices) {
+  std::vector<int64_t> part(devices, 0);
+  part[0] += m.stemBytes;
+  for (size_t i = 0; i < m.layerBytes.size(); ++i) part[split.layerDevice[i]] += m.layerBytes[i];
+  part[split.headDevice] += m.headBytes;
+  return part;
+}
+
+// Contiguous greedy fill of the split module's layers, then its head, from the
+// first device on, where device d may hold capacity[d] bytes. False when
+// something does not fit; `out` then has the rest on the last device.
+bool splitFill(const PlannerInput& in, const std::vector<int>& stages, size_t split,
+               const std::vector<double>& capacity, CachingSplit& out) {
+  const OtherModule& m = in.otherModules[split];
+  const size_t n = in.devices.size();
+  out.layerDevice.assign(m.layerBytes.size(), n - 1);
+  out.headDevice = n - 1;
+  auto fitsOn = [&](size_t d, int64_t bytes) {
+    return static_cast<double>(cachingLoad(in, stages, split, d == 0, bytes, true).totalBytes) <= capacity[d];
+  };
+  size_t d = 0;
+  int64_t used = m.stemBytes;  // the stem stays on the first device
+  bool ok = fitsOn(0, used);
+  if (!ok && n > 1) {
+    d = 1;  // not even the stem fits: the layers from the next device on
+    used = 0;
+  }
+  auto place = [&](int64_t bytes) -> bool {
+    for (;;) {
+      if (fitsOn(d, used + bytes)) {
+        used += bytes;
+        return true;
+      }
+      if (d + 1 >= n) return false;
+      ++d;
+      used = 0;
+    }
+  };
+  for (size_t i = 0; i < m.layerBytes.size(); ++i) {
+    if (!place(m.layerBytes[i])) return false;
+    out.layerDevice[i] = d;
+  }
+  if (!place(m.headBytes)) return false;
+  out.headDevice = d;
+  return ok;
+}
+
+// Smallest factor in [lo, hi] for which fill(factor) succeeds (fill(hi) must).
+template <class Fill>
+double smallestFactor(double lo, double hi, Fill&& fill) {
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (fill(mid))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+// Capacities: accelerators at `gpuFraction` of their budget, the cpu at `cpuFraction`.
+std::vector<double> capacities(const PlannerInput& in, double gpuFraction, double cpuFraction) {
+  std::vector<double> cap;
+  for (const auto& d : in.devices) {
+    const double f = d.device == "cpu" ? cpuFraction : gpuFraction;
+    cap.push_back(f * static_cast<double>(d.budgetBytes));
+  }
+  return cap;
+}
+
+// memory: every device filled to the same, smallest share of its budget, the cpu
+// only for what the accelerators cannot hold; when even full budgets are not
+// enough, the same share above 1 on every device, so each says what it misses.
+CachingSplit splitByMemory(const PlannerInput& in, const std::vector<int>& stages, size_t split) {
+  CachingSplit out, tmp;
+  bool hasCpu = false, hasGpu = false;
+  for (const auto& d : in.devices) (d.device == "cpu" ? hasCpu : hasGpu) = true;
+  auto fill = [&](double gpu, double cpu, CachingSplit& into) {
+    return splitFill(in, stages, split, capacities(in, gpu, cpu), into);
+  };
+  if (hasGpu && fill(1.0, 0.0, tmp)) {
+    fill(smallestFactor(0.0, 1.0, [&](double f) { return fill(f, 0.0, tmp); }), 0.0, out);
+  } else if (fill(1.0, 1.0, tmp)) {
+    const double gpu = hasGpu ? 1.0 : 0.0;
+    fill(gpu, smallestFactor(0.0, 1.0, [&](double f) { return fill(gpu, f, tmp); }), out);
+  } else {
+    double hi = 2.0;
+    while (hi < 1e6 && !fill(hi, hi, tmp)) hi *= 2.0;
+    const double f = smallestFactor(1.0, hi, [&](double x) { return fill(x, x, tmp); });
+    fill(f, f, out);
+  }
+  return out;
+}
+
+// param_count: the layers shared evenly by count, in order; the head with the last.
+CachingSplit splitEvenly(const PlannerInput& in, size_t split) {
+  const size_t layers = in.otherModules[split].layerBytes.size();
+  const size_t n = in.devices.size();
+  CachingSplit out;
+  for (size_t i = 0; i < layers; ++i) out.layerDevice.push_back(i * n / layers);
+  out.headDevice = out.layerDevice.back();
+  return out;
+}
+
+// Fills plan.caching: every module whole on the first device, or, when that does
+// not fit and there are several devices, the largest splittable module's layers
+// over the devices.
+void planCaching(const PlannerInput& in, Plan& plan) {
+  CachingPlan& c = plan.caching;
+  c.needed = !in.otherModules.empty();
+  if (!c.needed) return;
+  const size_t n = in.devices.size();
+  const std::vector<int> stages = cachingStages(in);
+  auto loadOf = [&](size_t split, const CachingSplit* layout) {
+    std::vector<CachingLoad> loads;
+    const std::vector<int64_t> part =
+        split == kWhole ? std::vector<int64_t>(n, 0) : splitPartBytes(in.otherModules[split], *layout, n);
+    for (size_t d = 0; d < n; ++d) {
+      const bool holds = split != kWhole && (d == 0 || part[d] > 0);
+      loads.push_back(cachingLoad(in, stages, split, d == 0, part[d], holds));
+    }
+    return loads;
+  };
+  auto over = [&](const std::vector<CachingLoad>& loads) {
+    for (size_t d = 0; d < n; ++d)
+      if (in.devices[d].budgetBytes > 0 && loads[d].totalBytes > in.devices[d].budgetBytes) return true;
+    return false;
+  };
+  size_t split = kWhole;
+  CachingSplit layout;
+  std::vector<CachingLoad> loads = loadOf(kWhole, nullptr);
+  if (over(loads) && n > 1) {
+    for (size_t i = 0; i < in.otherModules.size(); ++i) {
+      const OtherModule& m = in.otherModules[i];
+      if (m.splittable() && (split == kWhole || m.weightBytes > in.otherModules[split].weightBytes)) split = i;
+    }
+    if (split != kWhole) {
+      layout = in.mode == PlanMode::Memory ? splitByMemory(in, stages, split) : splitEvenly(in, split);
+      loads = loadOf(split, &layout);
+    }
+  }
+  c.device = in.devices.front().device;
+  c.fits = true;
+  const std::vector<int64_t> part =
+      split == kWhole ? std::vector<int64_t>(n, 0) : splitPartBytes(in.otherModules[split], layout, n);
+  for (size_t d = 0; d < n; ++d) {
+    CachingDevice cd;
+    cd.device = in.devices[d].device;
+    cd.budgetBytes = in.devices[d].budgetBytes;
+    cd.weightBytes = part[d];
+    if (d == 0)
+      for (size_t i = 0; i < in.otherModules.size(); ++i)
+        if (i != split) {
+          cd.modules.push_back(in.otherModules[i].name);
+          cd.weightBytes += in.otherModules[i].weightBytes;
+        }
+    cd.totalBytes = loads[d].totalBytes;
+    cd.missingBytes = cd.budgetBytes > 0 && cd.totalBytes > cd.budgetBytes ? cd.totalBytes - cd.budgetBytes : 0;
+    c.missingBytes += cd.missingBytes;
+    if (cd.missingBytes > 0) c.fits = false;
+    c.devices.push_back(cd);
+  }
+  if (split != kWhole) {
+    c.splitModule = in.otherModules[split].name;
+    c.splitStemDevice = c.device;
+    c.devices.front().hasSplitStem = true;
+    for (size_t i = 0; i < layout.layerDevice.size(); ++i) {
+      CachingDevice& cd = c.devices[layout.layerDevice[i]];
+      if (cd.endLayer == cd.firstLayer) cd.firstLayer = i;
+      cd.endLayer = i + 1;
+      c.layerDevice.push_back(in.devices[layout.layerDevice[i]].device);
+    }
+    c.splitHeadDevice = in.devices[layout.headDevice].device;
+    c.devices[layout.headDevice].hasSplitHead = true;
+  }
+  // The first device's stages and fullest stage.
+  const int64_t firstPart = part[0];
+  for (int stage : stages) {
+    CachingStage st;
+    st.stage = stage;
+    for (size_t i = 0; i < in.otherModules.size(); ++i) {
+      const OtherModule& m = in.otherModules[i];
+      if (m.cachingStage > stage) continue;
+      st.weightBytes += i == split ? firstPart : m.weightBytes;
+      if (m.cachingStage != stage) continue;
+      st.modules.push_back(m.name);
+      st.peakBytes = std::max(st.peakBytes, m.cachingPeakBytes);
+    }
+    st.totalBytes = st.weightBytes + st.peakBytes;
+    c.stages.push_back(st);
+  }
+  c.weightBytes = loads[0].weightBytes;
+  c.peakBytes = loads[0].peakBytes;
+  c.totalBytes = loads[0].totalBytes;
+  c.budgetBytes = in.devices.front().budgetBytes;
+}
+
 // Fills the per-device sums of a finished assignment.
 void summarise(const PlannerInput& in, Plan& plan) {
   const auto& first = in.devices.front().device;
@@ -117,38 +366,28 @@ void summarise(const PlannerInput& in, Plan& plan) {
     dp.missingBytes = dp.budgetBytes > 0 && dp.totalBytes > dp.budgetBytes ? dp.totalBytes - dp.budgetBytes : 0;
     if (dp.missingBytes > 0) plan.fits = false;
   }
-  // Caching: the other modules alone on the first device, before any block is placed.
-  CachingPlan& c = plan.caching;
-  c.needed = !in.otherModules.empty();
-  if (c.needed) {
-    c.device = first;
-    std::vector<int> stages;
-    for (const auto& m : in.otherModules) stages.push_back(m.cachingStage);
-    std::sort(stages.begin(), stages.end());
-    stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
-    for (int stage : stages) {
-      CachingStage st;
-      st.stage = stage;
-      for (const auto& m : in.otherModules) {
-        if (m.cachingStage > stage) continue;
-        st.weightBytes += m.weightBytes;
-        if (m.cachingStage != stage) continue;
-        st.modules.push_back(m.name);
-        st.peakBytes = std::max(st.peakBytes, m.cachingPeakBytes);
-      }
-      st.totalBytes = st.weightBytes + st.peakBytes;
-      if (st.totalBytes > c.totalBytes) {
-        c.weightBytes = st.weightBytes;
-        c.peakBytes = st.peakBytes;
-        c.totalBytes = st.totalBytes;
-      }
-      c.stages.push_back(st);
+  planCaching(in, plan);
+  if (!plan.caching.fits) plan.fits = false;
+}
+
+// What a device holds while caching: "VAE, text encoder stem + layers 0-6", "text encoder layers 7-14 + head".
+std::string cachingPartText(const CachingPlan& c, const CachingDevice& cd) {
+  std::string out;
+  for (const auto& name : cd.modules) out += (out.empty() ? "" : ", ") + name;
+  const bool layers = cd.endLayer > cd.firstLayer;
+  if (cd.hasSplitStem || layers || cd.hasSplitHead) {
+    out += (out.empty() ? "" : ", ") + c.splitModule;
+    std::string parts;
+    if (cd.hasSplitStem) parts = "stem";
+    if (layers) {
+      parts += std::string(parts.empty() ? "" : " + ") + (cd.endLayer - cd.firstLayer == 1 ? "layer " : "layers ") +
+               std::to_string(cd.firstLayer);
+      if (cd.endLayer - cd.firstLayer > 1) parts += "-" + std::to_string(cd.endLayer - 1);
     }
-    c.budgetBytes = in.devices.front().budgetBytes;
-    c.missingBytes = c.budgetBytes > 0 && c.totalBytes > c.budgetBytes ? c.totalBytes - c.budgetBytes : 0;
-    c.fits = c.missingBytes == 0;
-    if (!c.fits) plan.fits = false;
+    if (cd.hasSplitHead) parts += std::string(parts.empty() ? "" : " + ") + "head";
+    out += " " + parts;
   }
+  return out.empty() ? "nothing" : out;
 }
 
 // The caching phase in words (empty without other modules).
@@ -156,6 +395,39 @@ std::string cachingText(const PlannerInput& in, const Plan& plan) {
   const CachingPlan& c = plan.caching;
   if (!c.needed) return "";
   std::ostringstream os;
+  if (!c.splitModule.empty()) {
+    std::vector<const OtherModule*> whole;
+    for (const auto& m : in.otherModules)
+      if (m.name != c.splitModule) whole.push_back(&m);
+    os << " Caching, before the transformer is placed: the " << c.splitModule << " does not fit " << c.device
+       << (whole.empty() ? "" : " beside the " + namesOf(whole)) << ", so its " << c.layerDevice.size()
+       << " layers are split over the devices ("
+       << (plan.mode == PlanMode::Memory ? "each filled to the same share of its budget" : "an even count per device")
+       << ", the hidden states passed on from card to card): ";
+    bool firstPart = true;
+    for (const auto& cd : c.devices) {
+      if (!cd.holdsSomething()) continue;
+      os << (firstPart ? "" : "; ") << cd.device << " " << cachingPartText(c, cd) << " (" << formatBytes(cd.totalBytes);
+      if (cd.budgetBytes > 0) os << " of " << formatBytes(cd.budgetBytes);
+      os << ")";
+      firstPart = false;
+    }
+    if (c.fits) {
+      os << "; fits.";
+    } else {
+      os << "; does not fit:";
+      for (const auto& cd : c.devices)
+        if (cd.missingBytes > 0) os << " " << cd.device << " " << formatBytes(cd.missingBytes) << " missing;";
+      os << " in all " << formatBytes(c.missingBytes) << " missing.";
+    }
+    const auto freed = otherModulesWhere(in, true);
+    if (!freed.empty()) {
+      int64_t bytes = 0;
+      for (const auto* m : freed) bytes += m->weightBytes;
+      os << " Freed from every card before step 1: " << namesOf(freed) << " (" << formatBytes(bytes) << ").";
+    }
+    return os.str();
+  }
   os << " Caching, before the transformer is placed, on " << c.device << ":";
   for (size_t i = 0; i < c.stages.size(); ++i) {
     const CachingStage& st = c.stages[i];
@@ -277,30 +549,6 @@ bool greedyFill(const PlannerInput& in, const std::vector<double>& capacity, std
   return ok;
 }
 
-// Capacities: accelerators at `gpuFraction` of their budget, the cpu at `cpuFraction`.
-std::vector<double> capacities(const PlannerInput& in, double gpuFraction, double cpuFraction) {
-  std::vector<double> cap;
-  for (const auto& d : in.devices) {
-    const double f = d.device == "cpu" ? cpuFraction : gpuFraction;
-    cap.push_back(f * static_cast<double>(d.budgetBytes));
-  }
-  return cap;
-}
-
-// Smallest fraction in [0, 1] for which fill(fraction) succeeds (fill(1) must).
-template <class Fill>
-double smallestFraction(Fill&& fill) {
-  double lo = 0.0, hi = 1.0;
-  for (int it = 0; it < 60; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    if (fill(mid))
-      hi = mid;
-    else
-      lo = mid;
-  }
-  return hi;
-}
-
 Plan planMemory(const PlannerInput& in) {
   Plan plan;
   plan.mode = PlanMode::Memory;
@@ -310,12 +558,13 @@ Plan planMemory(const PlannerInput& in) {
   // The cpu is the last resort (offload): first try the accelerators alone,
   // each filled to the same, smallest share of its budget.
   if (hasGpu && greedyFill(in, capacities(in, 1.0, 0.0), assign)) {
-    const double u = smallestFraction([&](double f) { return greedyFill(in, capacities(in, f, 0.0), tmp); });
+    const double u = smallestFactor(0.0, 1.0, [&](double f) { return greedyFill(in, capacities(in, f, 0.0), tmp); });
     greedyFill(in, capacities(in, u, 0.0), assign);
   } else if (greedyFill(in, capacities(in, 1.0, 1.0), assign)) {
     // Accelerators full, the cpu takes as little as it can.
     const double gpuFraction = hasGpu ? 1.0 : 0.0;
-    const double v = smallestFraction([&](double f) { return greedyFill(in, capacities(in, gpuFraction, f), tmp); });
+    const double v =
+        smallestFactor(0.0, 1.0, [&](double f) { return greedyFill(in, capacities(in, gpuFraction, f), tmp); });
     greedyFill(in, capacities(in, gpuFraction, v), assign);
   } else {
     greedyFill(in, capacities(in, 1.0, 1.0), assign);
@@ -436,6 +685,14 @@ const std::string& Plan::deviceOf(const std::string& blockId) const {
   throw PlacementError("plan: no block '" + blockId + "'");
 }
 
+const std::string& CachingPlan::deviceOfLayer(size_t layer) const {
+  if (splitModule.empty()) throw PlacementError("caching plan: no module is split over devices");
+  if (layer >= layerDevice.size())
+    throw PlacementError("caching plan: " + splitModule + " has " + std::to_string(layerDevice.size()) +
+                         " layers, no layer " + std::to_string(layer));
+  return layerDevice[layer];
+}
+
 Plan planPlacement(const PlannerInput& input) {
   if (input.devices.empty()) throw PlacementError("planner: no devices to place the model on");
   for (const auto& d : input.devices) {
@@ -447,8 +704,18 @@ Plan planPlacement(const PlannerInput& input) {
     }
   }
   for (const auto& m : input.otherModules) {
-    if (m.paramCount < 0 || m.weightBytes < 0 || m.cachingPeakBytes < 0 || m.trainingPeakBytes < 0)
+    if (m.paramCount < 0 || m.weightBytes < 0 || m.cachingPeakBytes < 0 || m.trainingPeakBytes < 0 || m.stemBytes < 0 ||
+        m.headBytes < 0)
       throw PlacementError("planner: negative size for the other module " + m.name);
+    if (!m.splittable()) continue;
+    int64_t parts = m.stemBytes + m.headBytes;
+    for (const int64_t b : m.layerBytes) {
+      if (b < 0) throw PlacementError("planner: negative layer size for the other module " + m.name);
+      parts += b;
+    }
+    if (parts != m.weightBytes)
+      throw PlacementError("planner: the other module " + m.name + "'s stem, layers and head come to " +
+                           std::to_string(parts) + " bytes, its weights to " + std::to_string(m.weightBytes));
   }
   for (size_t i = 0; i < input.devices.size(); ++i) {
     for (size_t j = i + 1; j < input.devices.size(); ++j) {
@@ -616,18 +883,32 @@ std::string formatPlanTable(const Plan& plan) {
   }
   if (plan.caching.needed) {
     const CachingPlan& c = plan.caching;
-    os << "\ncaching (before the transformer is placed) on " << c.device << ": " << (c.fits ? "fits" : "DOES NOT FIT")
-       << "\n";
+    os << "\ncaching (before the transformer is placed) ";
+    if (c.splitModule.empty())
+      os << "on " << c.device;
+    else
+      os << "over " << c.devices.size() << " devices, " << c.splitModule << " split by layers";
+    os << ": " << (c.fits ? "fits" : "DOES NOT FIT") << "\n";
     for (const auto& m : plan.otherModules) {
       os << "  " << m.name << std::string(m.name.size() < 12 ? 12 - m.name.size() : 1, ' ')
          << formatBytes(m.weightBytes) << "  (" << m.dtype << ", " << formatParams(m.paramCount) << " params) + "
          << formatBytes(m.cachingPeakBytes) << " encoding a batch" << (m.cachingStage > 0 ? ", loaded second" : "")
          << (m.freedBeforeTraining ? "; freed before step 1" : "; kept for the run") << "\n";
     }
-    os << "  total       " << formatBytes(c.totalBytes) << " / budget "
-       << (c.budgetBytes > 0 ? formatBytes(c.budgetBytes) : std::string("unknown"));
-    if (c.missingBytes > 0) os << "  OVER by " << formatBytes(c.missingBytes);
-    os << "\n";
+    auto budgetOf = [](int64_t budget) { return budget > 0 ? formatBytes(budget) : std::string("unknown"); };
+    if (c.splitModule.empty()) {
+      os << "  total       " << formatBytes(c.totalBytes) << " / budget " << budgetOf(c.budgetBytes);
+      if (c.missingBytes > 0) os << "  OVER by " << formatBytes(c.missingBytes);
+      os << "\n";
+    } else {
+      for (const auto& cd : c.devices) {
+        os << "  " << cd.device << std::string(cd.device.size() < 12 ? 12 - cd.device.size() : 1, ' ')
+           << cachingPartText(c, cd) << ": " << formatBytes(cd.weightBytes) << " of weights, at most "
+           << formatBytes(cd.totalBytes) << " while encoding / budget " << budgetOf(cd.budgetBytes);
+        if (cd.missingBytes > 0) os << "  OVER by " << formatBytes(cd.missingBytes);
+        os << "\n";
+      }
+    }
   }
   return os.str();
 }
@@ -670,7 +951,8 @@ nlohmann::json planToJson(const Plan& plan) {
                       {"weight_bytes", m.weightBytes},
                       {"caching_peak_bytes", m.cachingPeakBytes},
                       {"training_peak_bytes", m.trainingPeakBytes},
-                      {"freed_before_training", m.freedBeforeTraining}});
+                      {"freed_before_training", m.freedBeforeTraining},
+                      {"layers", m.layerBytes.size()}});
   }
   const CachingPlan& c = plan.caching;
   auto stages = nlohmann::json::array();
@@ -680,7 +962,26 @@ nlohmann::json planToJson(const Plan& plan) {
                       {"weight_bytes", st.weightBytes},
                       {"peak_bytes", st.peakBytes},
                       {"total_bytes", st.totalBytes}});
+  auto cachingDevices = nlohmann::json::array();
+  for (const auto& cd : c.devices) {
+    nlohmann::json d = {{"device", cd.device},          {"budget_bytes", cd.budgetBytes},
+                        {"modules", cd.modules},        {"weight_bytes", cd.weightBytes},
+                        {"total_bytes", cd.totalBytes}, {"missing_bytes", cd.missingBytes},
+                        {"fits", cd.missingBytes == 0}};
+    if (!c.splitModule.empty()) {
+      d["split_stem"] = cd.hasSplitStem;
+      d["split_head"] = cd.hasSplitHead;
+      d["split_layers"] =
+          cd.endLayer > cd.firstLayer ? nlohmann::json::array({cd.firstLayer, cd.endLayer}) : nlohmann::json::array();
+    }
+    cachingDevices.push_back(d);
+  }
   j["caching"] = {{"needed", c.needed},
+                  {"devices", cachingDevices},
+                  {"split_module", c.splitModule},
+                  {"split_stem_device", c.splitStemDevice},
+                  {"layer_device", c.layerDevice},
+                  {"split_head_device", c.splitHeadDevice},
                   {"stages", stages},
                   {"device", c.device},
                   {"weight_bytes", c.weightBytes},

@@ -30,11 +30,16 @@
 //                takes only what the accelerators cannot hold. When the model cannot
 //                fit, the plan says how much is missing on which device.
 // In both modes the stem, the head and the other modules sit on the first device.
-// A plan has two phases there: caching (the other modules alone, before the
+// A plan has two phases: caching (the other modules alone, before the
 // transformer is placed: encoders load, encode the dataset and the sample
 // prompts; those marked freedBeforeTraining are then freed) and training (what
-// stays, next to the blocks). Both must fit. A device left without blocks while a
-// later one has some is explained in the reason.
+// stays, next to the blocks). Both must fit. Caching is on the first device; when
+// it does not fit there and the run has several devices, the largest other module
+// that runs as layers (OtherModule::layerBytes: a text encoder that is a block
+// model) has its layers split over the devices in contiguous ranges, planned like
+// the blocks (memory: each device filled to the same share of its budget;
+// param_count: an even count per device); the rest stays on the first device. A
+// device left without blocks while a later one has some is explained in the reason.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,6 +98,15 @@ struct OtherModule {
   // encode the captions next to it). A stage holds the weights of its own and
   // every earlier stage's modules, and the activations of its own.
   int cachingStage = 0;
+  // A module that runs as a stem, layers and a head (a block model, run through a
+  // placement while it caches) may have its layers split over the devices for the
+  // caching phase: its stem's, each layer's and its head's bytes, which add up to
+  // weightBytes. cachingPeakBytes is then what one layer needs while it encodes a
+  // batch, on every device that runs a part of it. Empty layerBytes: it stays whole.
+  int64_t stemBytes = 0;
+  std::vector<int64_t> layerBytes;
+  int64_t headBytes = 0;
+  bool splittable() const { return !layerBytes.empty(); }
 };
 
 struct PlannerInput {
@@ -120,16 +134,41 @@ struct CachingStage {
   int64_t totalBytes = 0;
 };
 
-struct CachingPlan {
-  bool needed = false;  // any other module
+// What one device holds during the caching phase.
+struct CachingDevice {
   std::string device;
-  std::vector<CachingStage> stages;
-  int64_t weightBytes = 0;  // of the fullest stage
+  int64_t budgetBytes = 0;           // 0 = unknown
+  std::vector<std::string> modules;  // whole modules on it (the first device), input order
+  bool hasSplitStem = false;         // the split module's stem / head (CachingPlan::splitModule)
+  bool hasSplitHead = false;
+  size_t firstLayer = 0;  // the split module's layers [firstLayer, endLayer); none when equal
+  size_t endLayer = 0;
+  int64_t weightBytes = 0;   // of everything it holds
+  int64_t totalBytes = 0;    // its fullest stage: the weights loaded by then and that stage's peak
+  int64_t missingBytes = 0;  // totalBytes - budgetBytes when over a known budget, else 0
+  bool holdsSomething() const { return !modules.empty() || hasSplitStem || hasSplitHead || endLayer > firstLayer; }
+};
+
+struct CachingPlan {
+  bool needed = false;               // any other module
+  std::string device;                // the first device: every whole module, the split module's stem
+  std::vector<CachingStage> stages;  // on the first device
+  int64_t weightBytes = 0;           // the first device's fullest stage
   int64_t peakBytes = 0;
   int64_t totalBytes = 0;
-  int64_t budgetBytes = 0;  // 0 = unknown
-  int64_t missingBytes = 0;
-  bool fits = true;
+  int64_t budgetBytes = 0;   // the first device's; 0 = unknown
+  int64_t missingBytes = 0;  // over all devices
+  bool fits = true;          // every device within its known budget
+  // The module whose layers are split over the devices ("" when every module is
+  // whole on `device`), where its stem, each layer and its head go.
+  std::string splitModule;
+  std::string splitStemDevice;
+  std::vector<std::string> layerDevice;
+  std::string splitHeadDevice;
+  std::vector<CachingDevice> devices;  // one per input device, input order
+  // Device of layer i of the split module; throws PlacementError when there is no
+  // split or no such layer.
+  const std::string& deviceOfLayer(size_t layer) const;
 };
 
 // One device in a plan.

@@ -63,7 +63,7 @@ double fixedLoss(flux2::Flux2Transformer& model, const config::RunConfig& cfg) {
   const auto fc = model.config();
   DatasetContext ctx;
   ctx.latentChannels = fc.latentChannels();
-  ctx.textTokens = families::flux2TextTokens(fc);
+  ctx.textTokens = families::flux2TextTokens(cfg, fc);
   ctx.textDim = fc.jointAttentionDim;
   ctx.pooledDim = 0;
   ctx.seed = cfg.train.seed;

@@ -50,6 +50,17 @@ inline void initAllocator() {
 }
 #endif
 
+// Bytes allocated now on CUDA device `index` (its allocator made ready first); 0 without CUDA.
+inline int64_t currentAllocatedBytesOn(int index) {
+#ifdef STRATA_HAS_CUDA
+  (void)at::empty({1}, at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(index)));
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0].current;
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
 inline int64_t currentAllocatedBytes() {
 #ifdef STRATA_HAS_CUDA
   initAllocator();

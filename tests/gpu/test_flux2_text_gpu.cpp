@@ -3,6 +3,9 @@
 // embeddings in float32 on the card, against the reference; then the klein-9B
 // text encoder's shape (Qwen3-8B up to layer 27) with random bf16 weights encoding
 // 512-token prompts, printing prompts/s and the peak memory. No timing assertion.
+// With two cards: the encoder split by layers over cuda:0 and cuda:1 (as a caching
+// plan splits it) gives the one-card embeddings, back on cuda:0, and its release
+// gives both cards back their memory.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -12,10 +15,12 @@
 
 #include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
+#include "families/flux2/Flux2ImageModels.h"
 #include "families/flux2/Flux2TextEncoder.h"
 #include "gpu/GpuStats.h"
 #include "models/llama/LlamaForCausalLM.h"
 #include "parity/Flux2PipelineFixture.h"
+#include "placement/Placement.h"
 
 using namespace strata;
 using namespace strata::families;
@@ -101,4 +106,89 @@ TEST(Flux2TextGpu, Qwen3EightBShapeBf16UpToLayer27) {
     std::cout << "[flux2 text gpu] batch " << batch << ": " << batch / s << " prompts/s, peak "
               << gib(peakAllocatedBytes()) << " GiB" << std::endl;
   }
+}
+
+namespace {
+
+// Layers [0, n/2) on cuda:0, the rest and the final norm on cuda:1, as a caching plan splits them.
+void splitInTwo(Flux2TextEncoderOptions& o, size_t layers) {
+  o.layerDevices.clear();
+  for (size_t i = 0; i < layers; ++i) o.layerDevices.emplace_back(at::kCUDA, i < layers / 2 ? 0 : 1);
+  o.headDevice = at::Device(at::kCUDA, 1);
+}
+
+}  // namespace
+
+TEST(Flux2TextGpu, SplitOverTwoCardsGivesTheOneCardEmbeddings) {
+  STRATA_REQUIRE_CUDA_DEVICES(2);
+  const auto fixtures = test::fixturesOfKind("flux2_pipeline");
+  if (fixtures.empty()) GTEST_SKIP() << "no flux2_pipeline fixture under " << test::referenceDir();
+  const at::Device cuda0(at::kCUDA, 0);
+  for (const auto& [dir, manifest] : fixtures) {
+    SCOPED_TRACE(dir.string());
+    parity::Flux2PipelineFixture f(dir, manifest);
+    const auto files = Flux2TextEncoderFiles::fromDiffusersFolder(f.modelDir());
+    const auto prompts = manifest.at("prompts").get<std::vector<std::string>>();
+    for (const bool quantize : {false, true}) {
+      Flux2TextEncoderOptions o;
+      o.device = cuda0;
+      o.maxSequenceLength = manifest.at("max_sequence_length").get<int64_t>();
+      if (quantize) o.quantize = nn::QuantType::Int8;
+      const auto whole = Flux2PromptEncoder::load(files, o);
+      const auto expected = whole->encode(prompts);
+      const size_t layers = whole->model()->layerCount();
+      const int64_t before1 = currentAllocatedBytesOn(1);
+      splitInTwo(o, layers);
+      auto split = Flux2PromptEncoder::load(files, o);
+      ASSERT_NE(split->placement(), nullptr);
+      EXPECT_TRUE(split->placement()->audit().empty());
+      EXPECT_EQ(split->model()->layer(0)->qProj->weight.device(), cuda0);
+      EXPECT_EQ(split->model()->layer(layers - 1)->qProj->weight.device(), at::Device(at::kCUDA, 1));
+      EXPECT_GT(currentAllocatedBytesOn(1), before1) << "the second half of the layers is on cuda:1";
+      const auto e = split->encode(prompts);
+      EXPECT_EQ(e.device(), cuda0) << "the embeddings come back on the first card";
+      EXPECT_TRUE(test::allClose(e.cpu(), expected.cpu(), 1e-6, 1e-6)) << (quantize ? "int8" : "float32");
+      split->release();
+      split.reset();
+      torch::cuda::synchronize();
+      EXPECT_EQ(currentAllocatedBytesOn(1), before1) << "released from cuda:1";
+    }
+  }
+}
+
+TEST(Flux2TextGpu, Qwen3EightBShapeSplitOverTwoCards) {
+  STRATA_REQUIRE_CUDA_DEVICES(2);
+  std::filesystem::path tokenizer;
+  for (const auto& [dir, manifest] : test::fixturesOfKind("flux2_pipeline"))
+    if (manifest.value("variant", "") == "klein") tokenizer = dir / "model" / "tokenizer";
+  if (tokenizer.empty())
+    GTEST_SKIP() << "no klein flux2_pipeline fixture (its tokenizer) under " << test::referenceDir();
+  const auto c = flux2RandomTextConfig(Flux2TextEncoderKind::kQwen3, 12288);  // Qwen3-8B, up to layer 27
+  Flux2TextEncoderOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  o.dtype = at::kBFloat16;
+  o.quantize = nn::QuantType::Int8;  // model.quantize_te
+  const std::vector<std::string> prompts(4, "a photo of sks person wearing a red hat");
+  at::manual_seed(11);
+  auto whole = Flux2PromptEncoder::random(tokenizer, Flux2TextEncoderKind::kQwen3, c, o);
+  const auto expected = whole->encode(prompts);
+  const size_t layers = whole->model()->layerCount();
+  whole.reset();
+  torch::cuda::synchronize();
+  const int64_t base0 = currentAllocatedBytesOn(0), base1 = currentAllocatedBytesOn(1);
+  splitInTwo(o, layers);
+  at::manual_seed(11);
+  auto split = Flux2PromptEncoder::random(tokenizer, Flux2TextEncoderKind::kQwen3, c, o);
+  const int64_t on0 = currentAllocatedBytesOn(0) - base0, on1 = currentAllocatedBytesOn(1) - base1;
+  std::cout << "[flux2 text gpu] Qwen3-8B int8 split: cuda:0 " << gib(on0) << " GiB (embeddings + " << layers / 2
+            << " layers), cuda:1 " << gib(on1) << " GiB (" << layers - layers / 2 << " layers)" << std::endl;
+  EXPECT_GT(on1, 0);
+  const auto e = split->encode(prompts);
+  EXPECT_EQ(e.device(), o.device);
+  // The same weights and kernels: the same embeddings, up to what a bf16 kernel may vary.
+  EXPECT_LT(relL2(e, expected), 1e-3) << "exactly equal: " << at::equal(e, expected);
+  split->release();
+  split.reset();
+  torch::cuda::synchronize();
+  EXPECT_EQ(currentAllocatedBytesOn(1), base1);
 }

@@ -128,10 +128,11 @@ void FamilyTest::newConfigDialogAsksForTheFamilyFirst() {
     QCOMPARE(parsed.config.model.arch, std::string("llama"));
   }
   QVERIFY(!child<QLabel>(&dialog, "templateSummary")->text().isEmpty());
-  // FLUX.2: its templates ([klein] 9B on my images, FLUX.2-dev synthetic), flux2 configs that open valid.
+  // FLUX.2: its templates ([klein] 9B and FLUX.2-dev on my images, FLUX.2-dev synthetic), flux2 configs
+  // that open valid.
   emit family->activated(2);
   QCOMPARE(dialog.family(), std::string("flux2"));
-  QCOMPARE(list->count(), 2);
+  QCOMPARE(list->count(), 3);
   for (int i = 0; i < list->count(); ++i) {
     list->setCurrentRow(i);
     const ConfigTemplate& t = dialog.chosen();

@@ -204,6 +204,231 @@ TEST(Planner, CachingIsItsOwnPhaseOnTheFirstDevice) {
   EXPECT_THROW(requireFits(plan), PlacementError);
 }
 
+namespace {
+
+// A text encoder that runs as a stem, `layers` equal layers and a head (a block
+// model), freed before step 1, and loaded once the VAE has encoded the images.
+OtherModule splittableEncoder(const std::string& name, size_t layers, int64_t layerBytes, int64_t stemBytes,
+                              int64_t headBytes, int64_t peak) {
+  OtherModule m = other(name, 0, 0, peak, 0, true, 1);
+  m.stemBytes = stemBytes;
+  m.headBytes = headBytes;
+  m.layerBytes.assign(layers, layerBytes);
+  m.weightBytes = stemBytes + headBytes + layerBytes * static_cast<int64_t>(layers);
+  m.paramCount = m.weightBytes / 2;
+  return m;
+}
+
+// The caching split's invariants, whatever the shapes: the stem on the first device,
+// each device's layers one contiguous range in device order, the head with the last
+// layer, every device's bytes the sum of what it holds (its fullest stage), the plan's
+// missing bytes the devices' sum.
+void expectCachingSplitConsistent(const Plan& plan, const PlannerInput& in, size_t split) {
+  const CachingPlan& c = plan.caching;
+  const OtherModule& m = in.otherModules[split];
+  ASSERT_EQ(c.splitModule, m.name);
+  ASSERT_EQ(c.layerDevice.size(), m.layerBytes.size());
+  ASSERT_EQ(c.devices.size(), in.devices.size());
+  EXPECT_EQ(c.splitStemDevice, in.devices.front().device);
+  EXPECT_TRUE(c.devices.front().hasSplitStem);
+  EXPECT_EQ(c.splitHeadDevice, c.layerDevice.back());
+  size_t next = 0, lastDevice = 0;
+  int64_t missing = 0;
+  for (size_t d = 0; d < c.devices.size(); ++d) {
+    const CachingDevice& cd = c.devices[d];
+    EXPECT_EQ(cd.device, in.devices[d].device);
+    if (cd.endLayer > cd.firstLayer) {
+      EXPECT_EQ(cd.firstLayer, next) << cd.device << ": the layers are not contiguous in device order";
+      next = cd.endLayer;
+      lastDevice = d;
+      for (size_t i = cd.firstLayer; i < cd.endLayer; ++i) EXPECT_EQ(c.deviceOfLayer(i), cd.device);
+    }
+    int64_t part = 0;
+    if (cd.hasSplitStem) part += m.stemBytes;
+    for (size_t i = cd.firstLayer; i < cd.endLayer; ++i) part += m.layerBytes[i];
+    if (cd.hasSplitHead) part += m.headBytes;
+    // The split module's stage: its part and its peak, beside every whole module loaded by then (first device).
+    int64_t whole = 0, peak = part > 0 ? m.cachingPeakBytes : 0;
+    if (d == 0)
+      for (size_t i = 0; i < in.otherModules.size(); ++i) {
+        if (i == split || in.otherModules[i].cachingStage > m.cachingStage) continue;
+        whole += in.otherModules[i].weightBytes;
+        if (in.otherModules[i].cachingStage == m.cachingStage)
+          peak = std::max(peak, in.otherModules[i].cachingPeakBytes);
+      }
+    EXPECT_GE(cd.totalBytes, part + whole + peak) << cd.device;
+    int64_t held = part;  // by the end of caching: its part, and every whole module on the first device
+    if (d == 0)
+      for (size_t i = 0; i < in.otherModules.size(); ++i) held += i == split ? 0 : in.otherModules[i].weightBytes;
+    EXPECT_EQ(cd.weightBytes, held) << cd.device;
+    int64_t largestPeak = 0;  // no stage holds more than every weight and the largest peak
+    for (const auto& o : in.otherModules) largestPeak = std::max(largestPeak, o.cachingPeakBytes);
+    EXPECT_LE(cd.totalBytes, held + largestPeak) << cd.device;
+    EXPECT_EQ(cd.missingBytes, cd.budgetBytes > 0 ? std::max<int64_t>(0, cd.totalBytes - cd.budgetBytes) : 0);
+    missing += cd.missingBytes;
+  }
+  EXPECT_EQ(next, m.layerBytes.size()) << "every layer placed";
+  EXPECT_TRUE(c.devices[lastDevice].hasSplitHead);
+  EXPECT_EQ(c.missingBytes, missing);
+  EXPECT_EQ(c.fits, missing == 0);
+  if (!c.fits) EXPECT_FALSE(plan.fits);
+}
+
+}  // namespace
+
+TEST(Planner, ASplittableTextEncoderThatFitsTheFirstDeviceStaysWhole) {
+  PlannerInput in = uniformInput(8, 100, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.otherModules = {splittableEncoder("text encoder", 12, 500000000, 300000000, 10000, 400000000),
+                     other("VAE", 1, 200000000, 3 * kGB, 0, false, 0)};
+  in.devices = gpus({15 * kGB, 15 * kGB, 15 * kGB});
+  const Plan plan = planPlacement(in);
+  ASSERT_TRUE(plan.fits) << plan.reason;
+  const CachingPlan& c = plan.caching;
+  EXPECT_TRUE(c.splitModule.empty());
+  EXPECT_TRUE(c.layerDevice.empty());
+  ASSERT_EQ(c.devices.size(), 3u);
+  EXPECT_EQ(c.devices[0].modules, (std::vector<std::string>{"text encoder", "VAE"}));
+  EXPECT_EQ(c.devices[0].totalBytes, c.totalBytes);
+  for (size_t d = 1; d < c.devices.size(); ++d) {
+    EXPECT_FALSE(c.devices[d].holdsSomething()) << c.devices[d].device;
+    EXPECT_EQ(c.devices[d].totalBytes, 0);
+  }
+  EXPECT_THROW(c.deviceOfLayer(0), PlacementError);
+  EXPECT_NE(plan.reason.find("Caching, before the transformer is placed, on cuda:0:"), std::string::npos)
+      << plan.reason;
+  EXPECT_NE(formatPlan(plan).find("caching (before the transformer is placed) on cuda:0: fits"), std::string::npos);
+}
+
+TEST(Planner, ATextEncoderTooLargeForOneCardIsSplitByLayersOverTheCards) {
+  // A Mistral-like encoder (a large embedding table, equal layers) beside the VAE over
+  // n 16 GB cards: too large for one, split by layers, each card at the same share.
+  struct Case {
+    size_t layers;
+    int64_t layerBytes, stemBytes, peak;
+    size_t cards;
+  };
+  for (const Case& k : {Case{30, 1112000000LL, 1342000000LL, 900000000LL, 4},
+                        Case{36, 390000000LL, 1245000000LL, 600000000LL, 2}, Case{7, 2300000000LL, 0, 0, 3}}) {
+    PlannerInput in = uniformInput(8, 100, 1 * kGB);
+    in.mode = PlanMode::Memory;
+    const int64_t vae = 170000000, vaePeak = 4 * kGB;
+    in.otherModules = {splittableEncoder("text encoder", k.layers, k.layerBytes, k.stemBytes, 10240, k.peak),
+                       other("VAE", 84000000, vae, vaePeak, 0, false, 0)};
+    in.devices = gpus(std::vector<int64_t>(k.cards, 15 * kGB));
+    const OtherModule& te = in.otherModules[0];
+    ASSERT_GT(te.weightBytes + vae + k.peak, 15 * kGB) << "the case must not fit one card";
+    const Plan plan = planPlacement(in);
+    SCOPED_TRACE(plan.reason);
+    ASSERT_TRUE(plan.caching.fits);
+    EXPECT_TRUE(plan.fits);
+    expectCachingSplitConsistent(plan, in, 0);
+    const CachingPlan& c = plan.caching;
+    // The first device holds the VAE whole, the encoder's stem, and the VAE's own stage still fits there.
+    EXPECT_EQ(c.devices[0].modules, std::vector<std::string>{"VAE"});
+    EXPECT_EQ(c.stages.front().totalBytes, vae + vaePeak);
+    // Memory mode levels the cards: no card is more than one layer (and the peak of a
+    // card that had none) fuller than another that holds layers.
+    int64_t most = 0, least = 15 * kGB;
+    for (const auto& cd : c.devices) {
+      if (cd.endLayer == cd.firstLayer) continue;
+      most = std::max(most, cd.totalBytes);
+      least = std::min(least, cd.totalBytes);
+    }
+    EXPECT_LE(most - least, k.layerBytes + k.peak + k.stemBytes + vae);
+    // Shown per device: the table names each card's layer range, the JSON the same.
+    const std::string table = formatPlanTable(plan);
+    EXPECT_NE(table.find("over " + std::to_string(k.cards) + " devices, text encoder split by layers: fits"),
+              std::string::npos)
+        << table;
+    for (const auto& cd : c.devices) {
+      if (cd.endLayer - cd.firstLayer < 2) continue;
+      const std::string range = "layers " + std::to_string(cd.firstLayer) + "-" + std::to_string(cd.endLayer - 1);
+      EXPECT_NE(table.find(cd.device), std::string::npos) << table;
+      EXPECT_NE(table.find(range), std::string::npos) << table;
+      EXPECT_NE(plan.reason.find(cd.device + " "), std::string::npos);
+      EXPECT_NE(plan.reason.find(range), std::string::npos);
+    }
+    EXPECT_NE(plan.reason.find("the text encoder does not fit cuda:0 beside the VAE, so its " +
+                               std::to_string(k.layers) + " layers are split over the devices"),
+              std::string::npos);
+    const auto j = planToJson(plan);
+    EXPECT_EQ(j["caching"]["split_module"], "text encoder");
+    ASSERT_EQ(j["caching"]["layer_device"].size(), k.layers);
+    ASSERT_EQ(j["caching"]["devices"].size(), k.cards);
+    for (size_t d = 0; d < k.cards; ++d) {
+      const auto& jd = j["caching"]["devices"][d];
+      EXPECT_EQ(jd["device"], c.devices[d].device);
+      EXPECT_EQ(jd["total_bytes"].get<int64_t>(), c.devices[d].totalBytes);
+      if (c.devices[d].endLayer > c.devices[d].firstLayer) {
+        EXPECT_EQ(jd["split_layers"][0].get<size_t>(), c.devices[d].firstLayer);
+        EXPECT_EQ(jd["split_layers"][1].get<size_t>(), c.devices[d].endLayer);
+      } else {
+        EXPECT_TRUE(jd["split_layers"].empty());
+      }
+    }
+    // The training phase is planned as before: the encoder is freed, only the VAE stays.
+    EXPECT_EQ(plan.devices[0].otherBytes, vae);
+  }
+}
+
+TEST(Planner, AnEncoderTooLargeForAllTheCardsNamesWhatEachMisses) {
+  PlannerInput in = uniformInput(4, 100, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  for (const size_t cards : {2u, 4u}) {
+    // Each card 8 GB; the encoder alone is ten cards' worth.
+    const int64_t budget = 8 * kGB;
+    in.otherModules = {splittableEncoder("text encoder", 40, budget * 10 / 40, 500000000, 0, 300000000),
+                       other("VAE", 1, 100000000, 1 * kGB, 0, false, 0)};
+    in.devices = gpus(std::vector<int64_t>(cards, budget));
+    const Plan plan = planPlacement(in);
+    SCOPED_TRACE(plan.reason);
+    EXPECT_FALSE(plan.caching.fits);
+    EXPECT_FALSE(plan.fits);
+    expectCachingSplitConsistent(plan, in, 0);
+    // Shared at the same share over budget: every card misses something, and says how much.
+    for (const auto& cd : plan.caching.devices) {
+      EXPECT_GT(cd.missingBytes, 0) << cd.device;
+      EXPECT_NE(plan.reason.find(cd.device + " " + formatBytes(cd.missingBytes) + " missing"), std::string::npos);
+    }
+    EXPECT_NE(plan.reason.find("in all " + formatBytes(plan.caching.missingBytes) + " missing."), std::string::npos);
+    EXPECT_NE(formatPlanTable(plan).find("DOES NOT FIT"), std::string::npos);
+    EXPECT_THROW(requireFits(plan), PlacementError);
+  }
+}
+
+TEST(Planner, ParamCountSplitsTheEncoderEvenlyByLayers) {
+  PlannerInput in = uniformInput(8, 100, 0);
+  in.otherModules = {splittableEncoder("text encoder", 10, 2 * kGB, 1 * kGB, 0, 1 * kGB)};
+  for (const size_t cards : {2u, 3u, 4u}) {
+    in.devices = gpus(std::vector<int64_t>(cards, 15 * kGB));
+    const Plan plan = planPlacement(in);
+    SCOPED_TRACE(plan.reason);
+    expectCachingSplitConsistent(plan, in, 0);
+    for (const auto& cd : plan.caching.devices)
+      EXPECT_NEAR(static_cast<double>(cd.endLayer - cd.firstLayer), 10.0 / static_cast<double>(cards), 1.0)
+          << cd.device;
+    EXPECT_NE(plan.reason.find("an even count per device"), std::string::npos);
+  }
+}
+
+TEST(Planner, ACachingSplitNeedsSeveralDevicesAndPartsThatAddUp) {
+  PlannerInput in = uniformInput(4, 100, 1 * kGB);
+  in.mode = PlanMode::Memory;
+  in.otherModules = {splittableEncoder("text encoder", 10, 2 * kGB, 1 * kGB, 0, 1 * kGB)};
+  in.devices = gpus({15 * kGB});
+  Plan plan = planPlacement(in);
+  EXPECT_TRUE(plan.caching.splitModule.empty()) << "one device: nothing to split over";
+  EXPECT_FALSE(plan.caching.fits);
+  EXPECT_EQ(plan.caching.missingBytes, plan.caching.totalBytes - 15 * kGB);
+  in.otherModules[0].weightBytes += 1;
+  in.devices = gpus({15 * kGB, 15 * kGB});
+  EXPECT_THROW(planPlacement(in), PlacementError);
+  in.otherModules[0].weightBytes -= 1;
+  in.otherModules[0].layerBytes[3] = -1;
+  EXPECT_THROW(planPlacement(in), PlacementError);
+}
+
 TEST(Planner, TheVaeDecodePeakCanBeWhatFillsTheFirstDevice) {
   // Blocks without activations: the decode peak is the first device's transient.
   PlannerInput in = uniformInput(4, 100, 1 * kGB);

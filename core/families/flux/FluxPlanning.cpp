@@ -10,6 +10,7 @@
 #include "lora/LoraTargets.h"
 #include "models/flux/FluxLoraRules.h"
 #include "diffusion/DiffusionPlanning.h"
+#include "diffusion/ImagesRun.h"
 #include "families/flux/FluxTextEncoders.h"
 #include "families/flux/PipelineShapes.h"
 #include "train/AdamW8bit.h"
@@ -139,10 +140,7 @@ std::string whyNoEncoders(const config::RunConfig& cfg) {
 
 std::vector<placement::OtherModule> fluxOtherModules(const config::RunConfig& cfg, const std::string& device,
                                                      std::string* note) {
-  int64_t px = 0;
-  for (const auto& d : cfg.datasets)
-    if (d.type == config::DatasetType::Images)
-      for (int64_t r : d.resolution) px = std::max(px, r);
+  const int64_t px = diffusion::largestImagesResolution(cfg);
   if (px == 0) {
     if (note) *note = "No text encoders or VAE: " + whyNoEncoders(cfg) + ".";
     return {};

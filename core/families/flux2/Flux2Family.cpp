@@ -90,12 +90,14 @@ int64_t flux2ImageTokens(const config::RunConfig& cfg) {
   return patches * patches;
 }
 
-int64_t flux2TextTokens(const flux2::Flux2Config& fc) { return train::defaultTextTokens(fc.jointAttentionDim); }
+int64_t flux2TextTokens(const config::RunConfig& cfg, const flux2::Flux2Config& fc) {
+  return diffusion::hasImagesDataset(cfg) ? kFlux2MaxSequenceLength : train::defaultTextTokens(fc.jointAttentionDim);
+}
 
 double flux2TrainStepFlops(const config::RunConfig& cfg, const flux2::Flux2Config& fc) {
   const lora::LoraTargets targets(cfg.network.targetModules.empty() ? flux2::Flux2LoraRules(fc).defaultTargets()
                                                                     : cfg.network.targetModules);
-  return flux2::flux2TrainStepFlops(fc, cfg.train.batchSize, flux2ImageTokens(cfg), flux2TextTokens(fc),
+  return flux2::flux2TrainStepFlops(fc, cfg.train.batchSize, flux2ImageTokens(cfg), flux2TextTokens(cfg, fc),
                                     cfg.network.linear, [&](const std::string& path) { return targets.matches(path); });
 }
 
@@ -125,20 +127,22 @@ class Flux2Run : public train::FamilyRun {
           cfg.datasets[i].type != config::DatasetType::Images)  // the validator refuses it first
         throw ConfigError("datasets[" + std::to_string(i) + "].type: a flux2 model trains on images or synthetic data");
     train::DatasetContext ctx;
-    ctx.latentChannels = config_.latentChannels();  // before the 2x2 patchify
-    ctx.textTokens = flux2TextTokens(config_);
+    ctx.latentChannels = config_.latentChannels();   // before the 2x2 patchify
+    ctx.textTokens = flux2TextTokens(cfg, config_);  // the plan's count: 512 for an images run
     ctx.textDim = config_.jointAttentionDim;
     ctx.pooledDim = 0;  // FLUX.2 has no pooled text embedding
     ctx.seed = cfg.train.seed;
     // An images run: the VAE and the text encoder fill the caches on the first device (diffusion/ImagesRun.h).
     if (diffusion::hasImagesDataset(cfg)) {
       guidance_ = flux2::guidanceModeOf(config_, flux2RunDistilled(cfg.model));
-      ctx.textTokens = kFlux2MaxSequenceLength;  // the pipelines' max_sequence_length
       train::prepareDevices(cfg, run.prepared());
       ctx.bus = &run.bus();  // the text encoder's load progress, then the datasets' summaries and cache progress
       ctx.stopRequested = run.stopRequested();  // polled between cache batches
+      // The text encoder where the run's plan puts it for caching: whole on the first
+      // device, or its layers split over the run's cards.
       images_ = std::make_unique<diffusion::ImagesRun>(
-          makeFlux2ImageModels(cfg, ctx, train::firstDevice(run.prepared())), cfg, ctx, run.bus());
+          makeFlux2ImageModels(cfg, ctx, train::firstDevice(run.prepared()), &run.prepared().plan.caching), cfg, ctx,
+          run.bus());
       ctx.encoders = &images_->encoders();
       run.stopPoint("loading the VAE and the text encoder");
     }
@@ -319,7 +323,7 @@ class Flux2Family : public train::ModelFamily {
   train::FamilyPlan plan(const config::RunConfig& cfg) const override {
     train::FamilyPlan out;
     const auto fc = planFlux2Config(cfg.model, &out.source);
-    out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(fc);
+    out.tokens = flux2ImageTokens(cfg) + flux2TextTokens(cfg, fc);
     const auto params = flux2::flux2ParamPlan(fc);
     // FLUX.2's blocks are not on FLUX.1's fused paths: PyTorch's figure.
     out.input =
@@ -353,19 +357,27 @@ class Flux2Family : public train::ModelFamily {
     return c;
   }
   std::vector<train::ConfigTemplate> templates() const override {
-    return {{"flux2-klein-9b-my-images-16gb", "flux2-klein-9b-my-images-16gb.yaml",
-             "FLUX.2 [klein] 9B on my images, one 16 GB GPU",
-             "A LoRA of your own pictures on FLUX.2 [klein] base 9B. You pick the image folder and the model "
-             "folder (diffusers layout). The transformer and, while the captions are encoded, the Qwen3-8B text "
-             "encoder are held in 8 bits so the run fits a 16 GB card; a LoRA file every 250 steps.",
-             "datasets[0].folder_path", true, "The folder of your images (each with a .txt caption of the same name)",
-             "The FLUX.2 [klein] base 9B folder (diffusers layout, as downloaded; cancel to set it later)"},
-            {"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
-             "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "
-             "embeddings of FLUX.2's shapes (no images or samples; an images dataset needs the VAE and text "
-             "encoder too: docs/flux2.md). Starts from random weights: set the base model to train the real "
-             "transformer.",
-             "", true, ""}};
+    return {
+        {"flux2-klein-9b-my-images-16gb", "flux2-klein-9b-my-images-16gb.yaml",
+         "FLUX.2 [klein] 9B on my images, one 16 GB GPU",
+         "A LoRA of your own pictures on FLUX.2 [klein] base 9B. You pick the image folder and the model "
+         "folder (diffusers layout). The transformer and, while the captions are encoded, the Qwen3-8B text "
+         "encoder are held in 8 bits so the run fits a 16 GB card; a LoRA file every 250 steps.",
+         "datasets[0].folder_path", true, "The folder of your images (each with a .txt caption of the same name)",
+         "The FLUX.2 [klein] base 9B folder (diffusers layout, as downloaded; cancel to set it later)"},
+        {"flux2-dev-my-images-4x16gb", "flux2-dev-my-images-4x16gb.yaml", "FLUX.2-dev from your images over 4 x 16 GB",
+         "A LoRA of your own pictures on FLUX.2-dev, over four cards capped at 16 GB each. You pick the image "
+         "folder and the model folder (diffusers layout). The transformer is held in 8 bits and its blocks "
+         "shared out over the cards; while the captions are encoded, the 24 B Mistral text encoder is split "
+         "over the same cards by layers, then freed. A LoRA file every 250 steps.",
+         "datasets[0].folder_path", true, "The folder of your images (each with a .txt caption of the same name)",
+         "The FLUX.2-dev folder (diffusers layout, as downloaded; cancel to set it later)"},
+        {"flux2-dev-4x24gb", "flux2-dev-4x24gb.yaml", "FLUX.2-dev split over four 24 GB GPUs (synthetic data)",
+         "The 32 B FLUX.2-dev transformer over four cards capped at 24 GB, on random latents and text "
+         "embeddings of FLUX.2's shapes (no images or samples; an images dataset needs the VAE and text "
+         "encoder too: docs/flux2.md). Starts from random weights: set the base model to train the real "
+         "transformer.",
+         "", true, ""}};
   }
   std::string formatProblem(config::ExportFormat format) const override {
     return format == config::ExportFormat::Peft

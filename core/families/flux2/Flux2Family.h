@@ -28,9 +28,11 @@ std::shared_ptr<const train::ModelFamily> makeFlux2Family();
 flux2::Flux2Config planFlux2Config(const config::ModelConfig& m, std::string* source = nullptr);
 
 // Image tokens of one sample at the largest dataset resolution (the VAE's 8x,
-// then the 2x2 patchify) and its text tokens (train::defaultTextTokens).
+// then the 2x2 patchify) and the text tokens the run gives the transformer: the
+// pipelines' max_sequence_length (512) for an images run, whose text encoder pads
+// every prompt to it, else the synthetic embeddings' (train::defaultTextTokens).
 int64_t flux2ImageTokens(const config::RunConfig& cfg);
-int64_t flux2TextTokens(const flux2::Flux2Config& fc);
+int64_t flux2TextTokens(const config::RunConfig& cfg, const flux2::Flux2Config& fc);
 
 // FLOPs of one LoRA training step (frozen base; FLUX.1's rules, flux::fluxTrainStepFlops):
 // a Linear 4 x tokens x in x out, a LoRA 6 x tokens x r x (in + out), attention

@@ -14,14 +14,18 @@
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaConfig.h"
 #include "models/vae/VaeConfig.h"
+#include "diffusion/ImagesRun.h"
 #include "train/EncodeCache.h"
 #include "models/vae/AutoencoderKL.h"
 #include "models/vae/VaeCheckpoint.h"
 #include "nn/Quantize.h"
+#include "placement/Placement.h"
 
 namespace fs = std::filesystem;
 
 namespace strata::families {
+
+const char* const kFlux2TextEncoderModule = "text encoder";
 
 namespace {
 
@@ -31,6 +35,13 @@ constexpr int64_t kTappedLayers = 3;
 bool isFolder(const std::string& path) {
   std::error_code ec;
   return !path.empty() && fs::is_directory(path, ec);
+}
+
+// The decoder layers a text encoder of `kind` reads: up to its last tapped hidden state
+// (flux2DefaultOutLayers), as Flux2PromptEncoder builds it.
+int64_t flux2TextLayersRead(Flux2TextEncoderKind kind, const llama::LlamaConfig& lc) {
+  const auto tapped = flux2DefaultOutLayers(kind);
+  return std::max<int64_t>(1, std::min<int64_t>(lc.numHiddenLayers, *std::max_element(tapped.begin(), tapped.end())));
 }
 
 // A tokenizer folder as model.tokenizer_path may give it: tokenizer.json in it, or in its tokenizer/.
@@ -182,7 +193,8 @@ llama::LlamaConfig flux2RandomTextConfig(Flux2TextEncoderKind kind, int64_t join
 
 std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunConfig& cfg,
                                                              const train::DatasetContext& ctx,
-                                                             const c10::Device& device) {
+                                                             const c10::Device& device,
+                                                             const placement::CachingPlan* caching) {
   const auto& m = cfg.model;
   const uint64_t seed = static_cast<uint64_t>(cfg.train.seed) + 2;  // the same random models on every run of this seed
   // Float32 on the CPU; on a GPU the text encoder in bf16, the VAE in train.dtype
@@ -197,6 +209,16 @@ std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunCo
   text.dtype = gpu ? at::kBFloat16 : at::kFloat;
   text.maxSequenceLength = ctx.textTokens;
   if (m.quantizeTe) text.quantize = nn::quantTypeFromName(m.qtype);  // model.quantize_te, with model.qtype
+  // The caching plan's split of the text encoder's layers over the run's cards, for the
+  // layers the encoder reads (checked against the plan once the encoder knows them).
+  auto placeText = [caching](Flux2TextEncoderOptions& o, int64_t layers) {
+    if (!caching) return;
+    const auto split = placement::cachingLayerDevices(*caching, kFlux2TextEncoderModule, static_cast<size_t>(layers));
+    if (!split.split()) return;
+    o.device = split.stem;
+    o.layerDevices = split.layers;
+    o.headDevice = split.head;
+  };
   if (ctx.bus)
     text.onProgress = [bus = ctx.bus](int64_t done, int64_t total) {
       bus->publish(events::LoadProgressEvent{events::kLoadFlux2TextEncoder, done, total});
@@ -215,6 +237,7 @@ std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunCo
     // The transformer's guidance embedding says dev or [klein] where no text encoder config does.
     const auto rt = flux2RandomRunText(m, planFlux2Config(m).guidanceEmbeds);
     const auto lc = flux2RandomTextConfig(rt.kind, ctx.textDim);
+    placeText(text, flux2TextLayersRead(rt.kind, lc));
     const std::string stamp = io::weightsStamp(rt.tokenizer);
     std::ostringstream id;
     id << "random flux2 " << toString(rt.kind) << " text encoder, hidden " << lc.hiddenSize << ", "
@@ -232,6 +255,7 @@ std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunCo
   } else {
     const auto tf = files.text;
     const auto kind = flux2TextEncoderKindOf(tf.encoder);
+    placeText(text, flux2TextLayersRead(kind, llama::LlamaConfig::fromFile(tf.encoder)));
     // The key is made now, with the files' hashes as they are when the run starts.
     const std::string identity = flux2TextEncoderIdentity(tf, kind, text);
     const int64_t width = ctx.textDim;
@@ -256,10 +280,7 @@ std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunCo
 
 std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& cfg, const std::string& device,
                                                       std::string* note) {
-  int64_t px = 0;
-  for (const auto& d : cfg.datasets)
-    if (d.type == config::DatasetType::Images)
-      for (int64_t r : d.resolution) px = std::max(px, r);
+  const int64_t px = diffusion::largestImagesResolution(cfg);
   if (px == 0) {
     if (note) *note = "No text encoder or VAE: a synthetic FLUX.2 run trains on random latents and text embeddings.";
     return {};
@@ -290,9 +311,8 @@ std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& c
     lc = flux2RandomTextConfig(kind, fc.jointAttentionDim);
     textSource = std::string(toString(kind)) + " shape";
   }
-  const auto tapped = flux2DefaultOutLayers(kind);
-  const int64_t layers = std::min<int64_t>(lc.numHiddenLayers, *std::max_element(tapped.begin(), tapped.end()));
-  const auto run = llama::llamaTextModelConfig(lc, std::max<int64_t>(1, layers));
+  const int64_t layers = flux2TextLayersRead(kind, lc);
+  const auto run = llama::llamaTextModelConfig(lc, layers);
 
   const bool onCpu = device == "cpu";
   const int64_t textBytes = onCpu ? 4 : 2;  // bf16 on a GPU
@@ -305,19 +325,37 @@ std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& c
 
   std::vector<placement::OtherModule> out(2);
   placement::OtherModule& te = out[0];
-  te.name = "text encoder";
+  te.name = kFlux2TextEncoderModule;
   te.dtype = onCpu ? "fp32" : "bf16";
-  te.paramCount = llama::llamaParamPlan(run).totalParams();
-  te.weightBytes = te.paramCount * textBytes;
-  if (m.quantizeTe) {
-    // The decoder layers' Linears in 1 byte (scales ignored): most of the weights.
-    te.dtype += " + " + m.qtype + " Linears";
-    te.weightBytes = te.paramCount * 1 + lc.vocabSize * lc.hiddenSize * (textBytes - 1);
-  }
-  // One layer's activations for a cache batch: the MLP's two wide tensors, q/k/v/o, the scores.
+  const llama::LlamaParamPlan params = llama::llamaParamPlan(run);
+  te.paramCount = params.totalParams();
+  // As stem (the embeddings), decoder layers and head (the final norm): a plan may split
+  // the layers over the run's cards. model.quantize_te: a layer's Linears in 1 byte plus
+  // their float32 scales (a row each, or one a Linear); embeddings and norms in textBytes.
+  const auto qtype = m.quantizeTe ? nn::quantTypeFromName(m.qtype) : nn::QuantType::None;
+  int64_t largestLinear = 0;
+  auto bytesOf = [&](const nn::UnitPlan& u, bool quantized) {
+    int64_t bytes = u.paramCount * textBytes;
+    if (!quantized) return bytes;
+    for (const auto& l : u.linears) {
+      const int64_t w = l.inFeatures * l.outFeatures;
+      bytes -= w * (textBytes - 1);
+      bytes += (nn::perRowScale(qtype) ? l.outFeatures : 1) * 4;
+      largestLinear = std::max(largestLinear, w);
+    }
+    return bytes;
+  };
+  te.stemBytes = bytesOf(params.stem, false);
+  for (const auto& layer : params.blocks) te.layerBytes.push_back(bytesOf(layer, qtype != nn::QuantType::None));
+  te.headBytes = bytesOf(params.head, false);
+  te.weightBytes = te.stemBytes + te.headBytes;
+  for (const int64_t b : te.layerBytes) te.weightBytes += b;
+  if (qtype != nn::QuantType::None) te.dtype += " + " + m.qtype + " Linears";
+  // One layer's activations for a cache batch: the MLP's two wide tensors, q/k/v/o, the
+  // scores; a quantized Linear's weight converted back for as long as its matmul runs.
   te.cachingPeakBytes =
       batch * tokens * (3 * run.intermediateSize + 2 * run.qDim() + 2 * run.kvDim() + 4 * run.hiddenSize) * textBytes +
-      batch * run.numAttentionHeads * tokens * tokens * textBytes;
+      batch * run.numAttentionHeads * tokens * tokens * textBytes + largestLinear * textBytes;
   te.freedBeforeTraining = true;
   te.cachingStage = 1;  // after the VAE has encoded the images
   placement::OtherModule& v = out[1];
@@ -329,7 +367,8 @@ std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& c
   v.trainingPeakBytes = sampling ? vae::vaeDecodePeakBytes(vc, 1, cfg.sample.height, cfg.sample.width, vaeBytes) : 0;
   if (note) {
     std::ostringstream os;
-    os << "The images dataset needs FLUX.2's text encoder and VAE on " << device << ": the " << toString(kind)
+    os << "The images dataset needs FLUX.2's text encoder and VAE on " << device
+       << " (the text encoder's layers over the run's cards where the caching plan splits them): the " << toString(kind)
        << " text encoder (" << textSource << ", " << layers << " layers read, " << te.dtype << ", "
        << formatBytes(te.weightBytes) << ") encodes the captions and the sample prompts once the VAE (" << vaeSource
        << ", " << v.dtype << ", " << formatBytes(v.weightBytes)

@@ -45,6 +45,10 @@ Flux2RandomText flux2RandomRunText(const config::ModelConfig& m, bool guidanceEm
 // does not divide.
 llama::LlamaConfig flux2RandomTextConfig(Flux2TextEncoderKind kind, int64_t jointAttentionDim);
 
+// The name the plan gives FLUX.2's text encoder (placement::OtherModule::name): a
+// caching plan that splits it names it so (CachingPlan::splitModule).
+extern const char* const kFlux2TextEncoderModule;
+
 // FLUX.2's VAE and text encoder from model.* (flux2RunFiles), or random weights at
 // the transformer's shapes (ctx: latent channels, joint_attention_dim) and the real
 // models' otherwise, on `device`. The VAE is loaded at once (it decodes the
@@ -52,16 +56,23 @@ llama::LlamaConfig flux2RandomTextConfig(Flux2TextEncoderKind kind, int64_t join
 // reads it), refused then when its files changed since the run started. Its layers
 // streamed in say how far they are on ctx.bus (events::LoadProgressEvent "text
 // encoder"). model.quantize_te quantizes its decoder layers with model.qtype.
+// `caching`: the run's caching plan (train::PreparedRun::plan); where it splits the
+// text encoder, each decoder layer is read (and quantized) on its plan device and the
+// layers run through a placement over them (Flux2TextEncoderOptions::layerDevices).
+// Null or no split: the text encoder whole on `device`.
 std::unique_ptr<diffusion::ImageModels> makeFlux2ImageModels(const config::RunConfig& cfg,
                                                              const train::DatasetContext& ctx,
-                                                             const c10::Device& device);
+                                                             const c10::Device& device,
+                                                             const placement::CachingPlan* caching = nullptr);
 
 // What an images run holds beside the transformer on its first device, for the
 // planner: the text encoder (loaded for the caption cache, freed before step 1)
 // and the VAE (kept for the samples), with their sizes from the config files only
 // (no weights read): a diffusers folder's vae/config.json and text encoder
 // config.json, model.text_encoder_path's, else FLUX.2's VAE and the random text
-// encoder's shape. None without an images dataset; `note` says which.
+// encoder's shape. The text encoder comes with its stem's, layers' and head's bytes,
+// so a plan may split its layers over the run's cards while it caches. None without
+// an images dataset; `note` says which.
 std::vector<placement::OtherModule> flux2OtherModules(const config::RunConfig& cfg, const std::string& device,
                                                       std::string* note);
 

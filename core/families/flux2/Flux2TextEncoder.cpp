@@ -12,6 +12,8 @@
 #include "models/llama/LlamaCheckpoint.h"
 #include "models/llama/LlamaForCausalLM.h"
 #include "nn/Block.h"
+#include "placement/Placement.h"
+#include "placement/QuantScaleAttachment.h"
 
 namespace fs = std::filesystem;
 
@@ -105,7 +107,25 @@ std::shared_ptr<Flux2PromptEncoder> Flux2PromptEncoder::open(const fs::path& tok
   if (enc->tokenizer_.vocabSize() > cfg.vocabSize)
     throw ConfigError(tokenizerFolder.string() + ": the tokenizer has " + std::to_string(enc->tokenizer_.vocabSize()) +
                       " tokens, more than the text encoder's vocab_size " + std::to_string(cfg.vocabSize));
+  const auto split = static_cast<int64_t>(options.layerDevices.size());
+  if (split > 0 && split != enc->layersRead())
+    throw PlacementError("text encoder: the caching plan puts " + std::to_string(split) + " layers on devices, the " +
+                         cfg.modelType + " encoder reads " + std::to_string(enc->layersRead()) +
+                         " (up to hidden state " + std::to_string(enc->layersRead()) + ")");
   return enc;
+}
+
+int64_t Flux2PromptEncoder::layersRead() const {
+  return std::max<int64_t>(1, *std::max_element(outLayers_.begin(), outLayers_.end()));
+}
+
+void Flux2PromptEncoder::placeLayers() {
+  const auto& o = options_;
+  if (o.layerDevices.empty()) return;
+  placement_ = std::make_shared<placement::Placement>(model_->blockList(), o.layerDevices, o.device, o.headDevice);
+  if (o.quantize != nn::QuantType::None) placement_->attachAll(placement::QuantScaleAttachment::forModel(*model_));
+  placement_->apply();  // the layers are already there (built on their devices); the final norm moves
+  placement_->auditOrThrow("before the text encoder runs");
 }
 
 std::shared_ptr<Flux2PromptEncoder> Flux2PromptEncoder::load(const Flux2TextEncoderFiles& files,
@@ -114,12 +134,16 @@ std::shared_ptr<Flux2PromptEncoder> Flux2PromptEncoder::load(const Flux2TextEnco
   const auto cfg = llama::LlamaConfig::fromFile(files.encoder);
   auto enc = open(files.tokenizer, kind, cfg, options);
   const auto weights = llama::openLlamaWeights(files.encoder);
-  const int64_t layers = std::max<int64_t>(1, *std::max_element(enc->outLayers_.begin(), enc->outLayers_.end()));
   llama::LlamaStreamOptions stream;
   stream.quantize = options.quantize;
   stream.onProgress = options.onProgress;
-  enc->model_ = llama::streamLlamaTextModel(weights, cfg, layers, {options.device, options.dtype}, stream);
+  llama::LlamaBuildOptions build{options.device, options.dtype};
+  // Each layer read (and quantized) on its plan device: no card holds more than its share.
+  if (!options.layerDevices.empty())
+    build.layerDevice = [devices = options.layerDevices](size_t i) { return devices.at(i); };
+  enc->model_ = llama::streamLlamaTextModel(weights, cfg, enc->layersRead(), build, stream);
   for (auto& p : enc->model_->parameters()) p.set_requires_grad(false);
+  enc->placeLayers();
   return enc;
 }
 
@@ -127,12 +151,17 @@ std::shared_ptr<Flux2PromptEncoder> Flux2PromptEncoder::random(const fs::path& t
                                                                Flux2TextEncoderKind kind, const llama::LlamaConfig& cfg,
                                                                const Flux2TextEncoderOptions& options) {
   auto enc = open(tokenizerFolder, kind, cfg, options);
-  const int64_t layers = std::max<int64_t>(1, *std::max_element(enc->outLayers_.begin(), enc->outLayers_.end()));
   llama::LlamaBuildOptions build{options.device, options.dtype};
-  if (options.quantize != nn::QuantType::None)
-    build.onLayerBuilt = [q = options.quantize](size_t, torch::nn::Module& layer) { nn::quantizeLinears(layer, q); };
-  enc->model_ = std::make_shared<llama::LlamaForCausalLM>(llama::llamaTextModelConfig(cfg, layers), build);
+  // Each layer drawn from `device`'s generator (the same weights split or not), quantized,
+  // then moved to its plan device before the next one exists.
+  if (options.quantize != nn::QuantType::None || !options.layerDevices.empty())
+    build.onLayerBuilt = [q = options.quantize, devices = options.layerDevices](size_t i, torch::nn::Module& layer) {
+      if (q != nn::QuantType::None) nn::quantizeLinears(layer, q);
+      if (!devices.empty()) layer.to(devices.at(i));
+    };
+  enc->model_ = std::make_shared<llama::LlamaForCausalLM>(llama::llamaTextModelConfig(cfg, enc->layersRead()), build);
   for (auto& p : enc->model_->parameters()) p.set_requires_grad(false);
+  enc->placeLayers();
   return enc;
 }
 
@@ -145,7 +174,7 @@ std::vector<at::Tensor> Flux2PromptEncoder::hiddenStates(const at::Tensor& ids, 
   if (released()) throw Error("prompt encoding: the FLUX.2 text encoder was released");
   at::NoGradGuard noGrad;
   nn::LocalRunner local;
-  if (!runner) runner = &local;
+  if (!runner) runner = placement_ ? static_cast<nn::BlockRunner*>(placement_.get()) : &local;
   llama::LlamaInputs in;
   in.inputIds = ids;
   in.attentionMask = mask;  // positions: 0..L-1 per row, padding counted (no position ids, as the pipelines)
@@ -168,6 +197,8 @@ std::vector<at::Tensor> Flux2PromptEncoder::hiddenStates(const at::Tensor& ids, 
       keep(k, io.img);
     }
   }
+  // Split over devices: the tapped states come back to the embeddings' device.
+  for (auto& h : out) h = h.to(options_.device);
   return out;
 }
 
@@ -195,7 +226,10 @@ at::Tensor Flux2PromptEncoder::encode(const std::vector<std::string>& prompts) c
 
 std::string Flux2PromptEncoder::settingsText() const { return settingsOf(kind(), outLayers_, options_); }
 
-void Flux2PromptEncoder::release() { model_.reset(); }
+void Flux2PromptEncoder::release() {
+  placement_.reset();  // it holds the layers too
+  model_.reset();
+}
 
 at::Tensor flux2TextIds(int64_t batch, int64_t length) {
   if (batch < 0 || length < 0) throw Error("flux2TextIds: negative size");

@@ -33,6 +33,9 @@ class LlamaForCausalLM;
 namespace strata::nn {
 class BlockRunner;
 }
+namespace strata::placement {
+class Placement;
+}
 
 namespace strata::families {
 
@@ -62,6 +65,13 @@ struct Flux2TextEncoderOptions {
   nn::QuantType quantize = nn::QuantType::None;
   // While loading: decoder layers done and in all (+ 1 for the embeddings and norm).
   std::function<void(int64_t done, int64_t total)> onProgress;
+  // A split over devices (the caching plan's, placement::cachingLayerDevices): decoder
+  // layer i is built on layerDevices[i] (one per layer read), the embeddings on
+  // `device`, the final norm on headDevice, and the layers run through a
+  // placement::Placement that passes the hidden states from card to card; the
+  // embeddings come back on `device`. Empty: every layer on `device`.
+  std::vector<at::Device> layerDevices;
+  at::Device headDevice = at::kCPU;
 };
 
 struct Flux2PromptEncoding {
@@ -85,8 +95,9 @@ class Flux2PromptEncoder {
                                                     const Flux2TextEncoderOptions& options = {});
 
   Flux2PromptIds tokenize(const std::vector<std::string>& prompts) const;
-  // hidden_states[k] for every k of outLayers, from ids / mask [B, L] (Flux2PromptIds).
-  // `runner` runs the decoder layers (null: in place, one device).
+  // hidden_states[k] for every k of outLayers, from ids / mask [B, L] (Flux2PromptIds),
+  // on the embeddings' device. `runner` runs the decoder layers (null: the encoder's
+  // placement when it is split over devices, else in place on one device).
   std::vector<at::Tensor> hiddenStates(const at::Tensor& ids, const at::Tensor& mask,
                                        nn::BlockRunner* runner = nullptr) const;
   // The stack of hidden states [B, L, K*d] as the pipelines lay it out.
@@ -103,10 +114,14 @@ class Flux2PromptEncoder {
   const Flux2PromptTokenizer& tokenizer() const { return tokenizer_; }
   // The built model (the layers up to the last tapped one); null after release().
   std::shared_ptr<llama::LlamaForCausalLM> model() const { return model_; }
+  // The owner of its layers' devices when it is split (options.layerDevices); null
+  // on one device and after release().
+  const placement::Placement* placement() const { return placement_.get(); }
   // What the cache key names besides the files' content: kind, template, layers,
   // max length, dtype, quantization.
   std::string settingsText() const;
 
+  // Frees the weights on every device they are on.
   void release();
   bool released() const { return !model_; }
 
@@ -116,12 +131,17 @@ class Flux2PromptEncoder {
   static std::shared_ptr<Flux2PromptEncoder> open(const std::filesystem::path& tokenizerFolder,
                                                   Flux2TextEncoderKind kind, const llama::LlamaConfig& cfg,
                                                   const Flux2TextEncoderOptions& options);
+  // The decoder layers read (up to the last tapped one).
+  int64_t layersRead() const;
+  // With options.layerDevices: the placement over the built model, applied and audited.
+  void placeLayers();
 
   Flux2PromptTokenizer tokenizer_;
   llama::LlamaConfig cfg_;
   Flux2TextEncoderOptions options_;
   std::vector<int64_t> outLayers_;
   std::shared_ptr<llama::LlamaForCausalLM> model_;
+  std::shared_ptr<placement::Placement> placement_;
 };
 
 // FLUX.2's text ids [B, L, 4] int64: (0, 0, 0, l) for token l (Flux2Pipeline._prepare_text_ids).
