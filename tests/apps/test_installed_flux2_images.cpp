@@ -44,6 +44,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::filesIn;
+
 constexpr int64_t kSteps = 20;
 constexpr int64_t kSampleEvery = 10;
 constexpr int64_t kSampleWidth = 48;  // the run's samples
@@ -181,13 +183,6 @@ bool hasLineWith(const std::string& output, const std::string& start, const std:
   for (const auto& l : linesOf(output))
     if (l.rfind(start, 0) == 0 && l.find(part) != std::string::npos) return true;
   return false;
-}
-
-int64_t filesIn(const fs::path& dir) {
-  std::error_code ec;
-  int64_t n = 0;
-  for (const auto& e : fs::directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 // Every file under the cache folder with its size and time of last write.

@@ -1,6 +1,7 @@
 #pragma once
 // What the images-run tests share (tests/train, tests/families, tests/apps): the
-// pictures they put in a dataset folder and the check of a run's sample PNGs.
+// pictures they put in a dataset folder, the count of a cache's files and the check
+// of a run's sample PNGs.
 // Header-only; the including test links strata_io (io::writePng, io::readImage).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -40,6 +41,14 @@ inline void writeBytes(const std::filesystem::path& p, const std::string& bytes)
 
 // A PNG signature followed by a chunk that declares far more bytes than the file holds.
 inline std::string corruptPngBytes() { return std::string("\x89PNG\r\n\x1a\n", 8) + std::string(64, 'x'); }
+
+// Regular files directly in `dir` (a cache's latents/ or text/); 0 when it cannot be listed.
+inline int64_t filesIn(const std::filesystem::path& dir) {
+  std::error_code ec;
+  int64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
 
 // What every sample PNG of a run must be.
 struct SamplePngs {

@@ -41,6 +41,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::filesIn;
+
 constexpr int64_t kSampleWidth = 48;
 constexpr int64_t kSampleHeight = 32;
 
@@ -129,13 +131,6 @@ Recorded runToEnd(const config::RunConfig& cfg, fs::path* runDir = nullptr) {
   EXPECT_EQ(t.run(), RunOutcome::Finished) << rec.failure;
   if (runDir) *runDir = t.runDir();
   return rec;
-}
-
-int64_t filesIn(const fs::path& dir) {
-  std::error_code ec;
-  int64_t n = 0;
-  for (const auto& e : fs::directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 // Every sample PNG of the run (common/ImagesRunSupport.h).

@@ -45,6 +45,7 @@ constexpr int64_t kSampleHeight = 32;
 fs::path fixture() { return test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a"; }
 
 using test::blockPicture;
+using test::filesIn;
 using test::writeBytes;
 
 // The dataset folder: 4 or 5 usable pictures, a corrupt one, one too small.
@@ -172,13 +173,6 @@ void expectLoraAppliesInThePipeline(const families::PipelineFiles& files, const 
   const auto with = families::generateImages(*pipe, r).images;
   EXPECT_EQ(with.sizes().vec(), (std::vector<int64_t>{1, 3, kSampleHeight, kSampleWidth}));
   EXPECT_GT((with - base).abs().max().item<double>(), 1e-6) << "the trained LoRA does not change the image";
-}
-
-int64_t filesIn(const fs::path& dir) {
-  std::error_code ec;
-  int64_t n = 0;
-  for (const auto& e : fs::directory_iterator(dir, ec)) n += e.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 }  // namespace

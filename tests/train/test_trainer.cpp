@@ -41,6 +41,16 @@ std::map<std::string, at::Tensor> loraOf(const fs::path& ckpt) {
   return io::loadSafetensors(ckpt / "lora.safetensors");
 }
 
+// `count` latents items (16 channels, 4x4; 3 text tokens of 64, pooled 32): item0.safetensors ...
+fs::path writeLatentsFolder(const fs::path& folder, int count) {
+  fs::create_directories(folder);
+  for (int i = 0; i < count; ++i)
+    io::writeSafetensors(
+        folder / ("item" + std::to_string(i) + ".safetensors"),
+        {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+  return folder;
+}
+
 }  // namespace
 
 TEST(Trainer, ResumeContinuesTheSameCurve) {
@@ -243,12 +253,7 @@ TEST(Trainer, RunSetupSaysHowTheBaseIsHeld) {
 
 TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
   test::TempDir tmp;
-  const auto data = tmp / "latents";
-  fs::create_directories(data);
-  for (int i = 0; i < 3; ++i)
-    io::writeSafetensors(
-        data / ("item" + std::to_string(i) + ".safetensors"),
-        {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+  const auto data = writeLatentsFolder(tmp / "latents", 3);
   std::ofstream(data / "broken.safetensors") << "garbage";
   auto cfg = tinyConfig(tmp.path(), 6);
   cfg.datasets[0].type = config::DatasetType::Latents;
@@ -274,12 +279,7 @@ TEST(Trainer, UnreadableItemsAreSkippedCountedAndReported) {
 // from item() as the read would; a pending read is waited for on destruction.
 TEST(Trainer, DatasetsReadAheadGiveTheItemsAPlainReadGives) {
   test::TempDir tmp;
-  const auto data = tmp / "latents";
-  fs::create_directories(data);
-  for (int i = 0; i < 4; ++i)
-    io::writeSafetensors(
-        data / ("item" + std::to_string(i) + ".safetensors"),
-        {{"latents", at::randn({16, 4, 4})}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+  const auto data = writeLatentsFolder(tmp / "latents", 4);
   config::DatasetConfig d;
   d.type = config::DatasetType::Latents;
   d.folderPath = data.string();
