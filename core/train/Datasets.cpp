@@ -399,12 +399,12 @@ std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const Dat
   throw ConfigError(key(index, "type") + ": unknown dataset type");
 }
 
-// Reads the hinted next item on a thread of its own: a step's host work then no longer
-// includes reading the cache (or making a synthetic item: FLUX.2's 512 x 12288 text
-// embedding takes ~20 ms), which left the card idle after every step's sync. One read
-// at a time: the inner datasets are read by one thread only (their caches are not
-// meant for two readers), and an index that was not hinted is read after the pending
-// read is done. A failed read ahead throws from item(), as the read would have.
+// Reads the hinted next item on a thread of its own, while the card runs the step, so
+// a slow read (a cache file not in the page cache, a disk that is busy) is not waited
+// for after the step's sync with the card idle. (On the bench's synthetic data it
+// changed nothing measurable: docs/speed.md, s34.) One read at a time: the inner datasets are read by one thread only
+// (their caches are not meant for two readers), and an index that was not hinted is read after the pending read is
+// done. A failed read ahead throws from item(), as the read would have.
 class ReadAheadDataset final : public Dataset {
  public:
   explicit ReadAheadDataset(std::shared_ptr<Dataset> inner) : inner_(std::move(inner)) {}
