@@ -40,6 +40,7 @@
 #include "train/RunPlanning.h"
 #include "train/StopSignals.h"
 #include "train/Trainer.h"
+#include "train/TrainerSupport.h"
 
 namespace fs = std::filesystem;
 
@@ -309,6 +310,9 @@ int runBench(const BenchArgs& args) {
   const config::FamilyDescription* family = config::findFamily(cfg.model.arch);
   if (onCuda)
     j["attention_backend"] = family && !family->cudnnAttention ? "flash" : config::enumName(cfg.model.attentionBackend);
+  // Which paths the steps ran (quantization, fp8 matmuls, attention, graph, checkpointing,
+  // offloads): the run's own summary line, so a figure is never read without them.
+  j["paths"] = train::describeRunSetup(cfg, onCuda, graphSteps > 0);
   if (to.phaseTimer) {
     // Medians over the measured steps (the warm-up steps are skipped), in step order.
     nlohmann::json pj = nlohmann::json::array();
@@ -371,6 +375,7 @@ int runBench(const BenchArgs& args) {
                                                  : ", attention_backend " + j["attention_backend"].get<std::string>())
             << "\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
+  std::cout << "  paths       " << j["paths"].get<std::string>() << "\n";
   if (cfg.train.cudaGraph)
     std::cout << "  cuda graph  " << graphSteps << " of " << stepMs.size()
               << " measured steps replayed the recorded graph (its memory pool stays reserved between steps: "

@@ -249,6 +249,11 @@ TEST_F(Cli, BenchDemoConfigJson) {
   EXPECT_EQ(j["devices"][0]["device"].get<std::string>(), "cpu");
   EXPECT_TRUE(j["share_of_peak"].is_null());      // no peak figure for a CPU
   EXPECT_TRUE(j["attention_backend"].is_null());  // a CUDA setting
+  // The paths the steps ran, as the run's summary says them.
+  const std::string paths = j["paths"].get<std::string>();
+  EXPECT_NE(paths.find("on the CPU"), std::string::npos) << paths;
+  EXPECT_NE(paths.find("eager steps"), std::string::npos) << paths;
+  EXPECT_NE(paths.find("checkpointing"), std::string::npos) << paths;
   EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --steps 0").exitCode, 2);
 }
 
