@@ -17,28 +17,24 @@ namespace {
 namespace prof = torch::autograd::profiler;
 namespace impl = torch::profiler::impl;
 
-// KinetoEvent reports microseconds in 1.13 and nanoseconds from 2.x on.
+// KinetoEvent reports microseconds in 1.13 and nanoseconds from 2.x on (startNs and
+// durationNs came together).
 template <class E, class = void>
-struct HasDurationNs : std::false_type {};
+struct ReportsNs : std::false_type {};
 template <class E>
-struct HasDurationNs<E, std::void_t<decltype(std::declval<const E&>().durationNs())>> : std::true_type {};
+struct ReportsNs<E, std::void_t<decltype(std::declval<const E&>().durationNs())>> : std::true_type {};
 
 template <class E>
 double durationMs(const E& e) {
-  if constexpr (HasDurationNs<E>::value)
+  if constexpr (ReportsNs<E>::value)
     return static_cast<double>(e.durationNs()) * 1e-6;
   else
     return static_cast<double>(e.durationUs()) * 1e-3;
 }
 
-template <class E, class = void>
-struct HasStartNs : std::false_type {};
-template <class E>
-struct HasStartNs<E, std::void_t<decltype(std::declval<const E&>().startNs())>> : std::true_type {};
-
 template <class E>
 double startMs(const E& e) {
-  if constexpr (HasStartNs<E>::value)
+  if constexpr (ReportsNs<E>::value)
     return static_cast<double>(e.startNs()) * 1e-6;
   else
     return static_cast<double>(e.startUs()) * 1e-3;

@@ -29,15 +29,25 @@ void check(const char* error, const char* what) {
 
 void* streamOf(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
 
+// Elements from one row of x [..., W] to the next when its leading dims are rows
+// evenly spaced and its last dim contiguous; 0 otherwise.
+int64_t rowStrideOf(const at::Tensor& x) {
+  const int64_t d = x.dim();
+  if (d < 1 || x.stride(d - 1) != 1) return 0;
+  if (d == 1) return x.size(0);
+  for (int64_t i = 0; i + 2 < d; ++i)
+    if (x.size(i) > 1 && x.stride(i) != x.size(i + 1) * x.stride(i + 1)) return 0;
+  return x.stride(d - 2) >= x.size(d - 1) ? x.stride(d - 2) : 0;
+}
+
 // Elements from one token's heads to the next: x [B, N, H, Dh] with each token's heads
 // side by side (contiguous, or a narrow of a wider projection such as FLUX.2's fused
-// qkv + MLP), tokens evenly spaced over the batch too. 0 when x is laid out otherwise.
+// qkv + MLP), tokens evenly spaced over the batch too: the row stride of x's tokens
+// [B, N, H * Dh]. 0 when x is laid out otherwise or tokens are an odd count apart.
 int64_t tokenStrideOf(const at::Tensor& x) {
-  const int64_t dim = x.size(3);
-  if (x.stride(3) != 1 || x.stride(2) != dim) return 0;
-  if (x.size(0) > 1 && x.stride(0) != x.size(1) * x.stride(1)) return 0;
-  const int64_t stride = x.size(1) > 1 ? x.stride(1) : x.size(2) * dim;
-  return stride >= x.size(2) * dim && stride % 2 == 0 ? stride : 0;  // bf16 pairs: even
+  if (x.stride(3) != 1 || x.stride(2) != x.size(3)) return 0;
+  const int64_t stride = rowStrideOf(x.flatten(2));  // a view: the heads are side by side
+  return stride % 2 == 0 ? stride : 0;               // bf16 pairs
 }
 
 struct NormRope : torch::autograd::Function<NormRope> {
@@ -93,21 +103,6 @@ at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Ten
                     double eps) {
   return NormRope::apply(x, weight, cos, sin, eps);
 }
-
-namespace {
-
-// Elements from one row of x [..., W] to the next when its leading dims are rows
-// evenly spaced and its last dim contiguous; 0 otherwise.
-int64_t rowStrideOf(const at::Tensor& x) {
-  const int64_t d = x.dim();
-  if (d < 1 || x.stride(d - 1) != 1) return 0;
-  if (d == 1) return x.size(0);
-  for (int64_t i = 0; i + 2 < d; ++i)
-    if (x.size(i) > 1 && x.stride(i) != x.size(i + 1) * x.stride(i + 1)) return 0;
-  return x.stride(d - 2) >= x.size(d - 1) ? x.stride(d - 2) : 0;
-}
-
-}  // namespace
 
 bool swigluFits(const at::Tensor& x) {
   if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() < 1 || !aligned4(x)) return false;
