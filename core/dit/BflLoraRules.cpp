@@ -1,5 +1,7 @@
 #include "dit/BflLoraRules.h"
 
+#include <algorithm>
+
 #include "common/Text.h"
 
 namespace strata::dit {
@@ -94,6 +96,11 @@ std::optional<nn::LoraStemMatch> BflLoraRules::matchStem(const std::string& stem
     m.modules.emplace_back(path, s);
   }
   return m;
+}
+
+bool BflLoraRules::foldsAlphaInto(nn::LoraFileFormat format) const {
+  return nn::LoraNameRules::foldsAlphaInto(format) ||
+         std::find(spec_.alphaFoldedForms.begin(), spec_.alphaFoldedForms.end(), format) != spec_.alphaFoldedForms.end();
 }
 
 }  // namespace strata::dit

@@ -25,6 +25,9 @@ struct BflLoraSpec {
   // Whether BFL names resolve only to the model's Linears (FLUX.2), or to every
   // module of the name rows (FLUX.1: an RMSNorm's or another block's slot too).
   bool onlyModelLinears = false;
+  // The forms besides diffusers written with alpha/r folded into lora_B and no
+  // ".alpha" (nn::LoraNameRules::foldsAlphaInto).
+  std::vector<nn::LoraFileFormat> alphaFoldedForms;
 };
 
 class BflLoraRules : public nn::LoraNameRules {
@@ -40,6 +43,7 @@ class BflLoraRules : public nn::LoraNameRules {
   std::optional<nn::LoraStemMatch> matchStem(const std::string& stem) const override;
   std::string peftMetadataPrefix() const override { return kDiffusersLoraPrefix; }
   std::map<std::string, std::string> exportMetadata() const override { return spec_.metadata; }
+  bool foldsAlphaInto(nn::LoraFileFormat format) const override;
 
  private:
   const nn::LoraLinear* findLinear(const std::string& path) const;

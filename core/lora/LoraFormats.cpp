@@ -401,13 +401,14 @@ std::vector<std::pair<std::string, at::Tensor>> loraTensorsForExport(const std::
     auto parts = groups.at(stem);
     std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.second.part < b.second.part; });
     const FusedLora f = fuseForStem(parts);
-    if (format == LoraFileFormat::Diffusers) {
+    const bool kohya = format == LoraFileFormat::Kohya;
+    if (rules.foldsAlphaInto(format)) {
       const double scale = f.alpha / static_cast<double>(f.down.size(0));
-      out.emplace_back(stem + ".lora_A.weight", cast(f.down));
-      out.emplace_back(stem + ".lora_B.weight", cast(f.up.to(at::kFloat) * scale));  // alpha/r folded in
+      out.emplace_back(stem + (kohya ? ".lora_down.weight" : ".lora_A.weight"), cast(f.down));
+      out.emplace_back(stem + (kohya ? ".lora_up.weight" : ".lora_B.weight"),
+                       cast(f.up.to(at::kFloat) * scale));  // alpha/r folded in
       continue;
     }
-    const bool kohya = format == LoraFileFormat::Kohya;
     out.emplace_back(stem + (kohya ? ".lora_down.weight" : ".lora_A.weight"), cast(f.down));
     out.emplace_back(stem + (kohya ? ".lora_up.weight" : ".lora_B.weight"), cast(f.up));
     // float32 whatever `dtype`: loaders read it as a number, and bf16 would round 2.1 to 2.09375.

@@ -14,6 +14,8 @@
 //    alpha / rank of the tensor).
 //  - ComfyUI: "<stem>.lora_A.weight" / ".lora_B.weight" / ".alpha" (lora_down /
 //    lora_up read too).
+// A family may write a form besides diffusers with alpha/r folded into lora_B and
+// no ".alpha" (nn::LoraNameRules::foldsAlphaInto: FLUX.2's ComfyUI form).
 // ".alpha" tensors are written in float32 whatever the export dtype (bf16 would
 // round an alpha of 2.1 to 2.09375).
 //

@@ -94,6 +94,11 @@ class LoraNameRules {
   virtual std::string peftMetadataPrefix() const { return ""; }
   // The family's own header entries of an exported file (modelspec.architecture, ss_base_model_version, ...).
   virtual std::map<std::string, std::string> exportMetadata() const { return {}; }
+  // Whether an export in `format` folds alpha/r into lora_B and writes no ".alpha":
+  // the diffusers form always (peft reads no alpha tensor); another form where a
+  // loader its users need refuses ".alpha" keys (diffusers' converter of FLUX.2's
+  // ComfyUI form). A loader that finds no alpha scales by 1, so the result is the same.
+  virtual bool foldsAlphaInto(LoraFileFormat format) const { return format == LoraFileFormat::Diffusers; }
 };
 
 }  // namespace strata::nn

@@ -76,11 +76,17 @@ void checkExports(const fs::path& dir, const nlohmann::json& manifest) {
     net->detach();
   }
   expectDiffusersFormMatchesTheReference(tmp / "diffusers.safetensors", f);
-  // The ComfyUI form names BFL's modules: fused q/k/v and linear1 under "diffusion_model.".
+  // The ComfyUI form names BFL's modules: fused q/k/v and linear1 under "diffusion_model.",
+  // and only lora_A / lora_B with alpha/r folded in: diffusers' FLUX.2 converter of this
+  // form refuses any other key (".alpha" included), and ComfyUI scales by 1 without one.
   const auto comfy = io::SafetensorsFile::open(tmp / "comfy.safetensors").names();
   bool fusedQkv = false;
+  const auto endsWith = [](const std::string& k, const std::string& tail) {
+    return k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0;
+  };
   for (const auto& k : comfy) {
     EXPECT_EQ(k.rfind("diffusion_model.", 0), 0u) << k;
+    EXPECT_TRUE(endsWith(k, ".lora_A.weight") || endsWith(k, ".lora_B.weight")) << k;
     fusedQkv = fusedQkv || k.find(".img_attn.qkv.") != std::string::npos;
   }
   EXPECT_TRUE(fusedQkv) << "the ComfyUI form fuses q/k/v as BFL's checkpoint does";

@@ -11,6 +11,9 @@ Flux2LoraRules::Flux2LoraRules(const Flux2Config& cfg)
                          {{"ss_base_model_version", "flux2"},
                           {"modelspec.architecture", "flux-2-dev/lora"},
                           {"modelspec.implementation", "https://github.com/black-forest-labs/flux2"}},
-                         /*onlyModelLinears=*/true}) {}
+                         /*onlyModelLinears=*/true,
+                         // diffusers' reader of FLUX.2's ComfyUI form refuses ".alpha" keys;
+                         // ComfyUI and stable-diffusion.cpp scale by 1 without them.
+                         /*alphaFoldedForms=*/{nn::LoraFileFormat::Comfy}}) {}
 
 }  // namespace strata::flux2
