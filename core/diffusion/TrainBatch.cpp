@@ -6,6 +6,7 @@
 #include "common/Error.h"
 #include "events/EventBus.h"
 #include "train/FlowMatching.h"
+#include "train/HostToDevice.h"
 
 namespace strata::diffusion {
 
@@ -49,21 +50,26 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
     txt.push_back(fitTokens(it.txt, tokens));
     if (options.pooled) pooled.push_back(it.pooled);
   }
-  DrawnBatch out;
-  out.latents = at::stack(lat);                        // [B, C, H, W]
-  out.text = at::stack(txt);                           // [B, N_txt, D]
-  if (options.pooled) out.pooled = at::stack(pooled);  // [B, D_pooled]
   const double p = cfg.train.captionDropoutRate;
+  std::vector<bool> dropped(static_cast<size_t>(batch), false);
   if (p > 0) {
-    auto drop = at::rand({batch}, run.generator()) < p;  // [B] bool
-    const auto emptyTxt = fitTokens(emptyPrompt.txt, tokens);
-    for (int64_t b = 0; b < batch; ++b) {
-      if (drop[b].item<bool>()) {
-        out.text[b].copy_(emptyTxt);
-        if (options.pooled) out.pooled[b].copy_(emptyPrompt.pooled);
-      }
-    }
+    const auto drop = at::rand({batch}, run.generator()) < p;  // [B] bool
+    for (int64_t b = 0; b < batch; ++b) dropped[static_cast<size_t>(b)] = drop[b].item<bool>();
   }
+  for (int64_t b = 0; b < batch; ++b) {
+    if (!dropped[static_cast<size_t>(b)]) continue;
+    txt[static_cast<size_t>(b)] = fitTokens(emptyPrompt.txt, tokens);
+    if (options.pooled) pooled[static_cast<size_t>(b)] = emptyPrompt.pooled;
+  }
+  // One sample is a view of its item (no copy: the item may be in pinned memory, read
+  // ahead for the copy to the card); the batch is only read from here on.
+  auto batched = [batch](const std::vector<at::Tensor>& parts) {
+    return batch == 1 ? parts.front().unsqueeze(0) : at::stack(parts);
+  };
+  DrawnBatch out;
+  out.latents = batched(lat);                        // [B, C, H, W]
+  out.text = batched(txt);                           // [B, N_txt, D]
+  if (options.pooled) out.pooled = batched(pooled);  // [B, D_pooled]
   return out;
 }
 
@@ -71,7 +77,11 @@ NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double
   at::Generator& gen = run.generator();
   auto noise = at::randn(latents.sizes(), gen, at::kFloat);
   auto sigmas = train::sampleSigmas(run.config().train.timestepType, latents.size(0), mu, gen);
-  auto noised = train::addNoise(latents, noise, sigmas);
+  // Mixed where the latents are: on a card that is a few microseconds, on the host it
+  // was milliseconds of the step with the card waiting. The same float32 operations
+  // either way.
+  const auto dev = latents.device();
+  auto noised = train::addNoise(latents, train::toDeviceAsync(noise, dev), train::toDeviceAsync(sigmas, dev));
   return {noised.noisy, noised.target, sigmas};
 }
 

@@ -35,7 +35,7 @@ struct DrawOptions {
   bool pooled = true;  // stack the items' pooled vectors (and drop them with the caption)
 };
 
-// `batch` items stacked, latents of one size (else strata::Error naming the two
+// `batch` items stacked (one item: a view of it), latents of one size (else strata::Error naming the two
 // captions), each caption dropped (replaced by `emptyPrompt`) with probability
 // train.caption_dropout_rate.
 DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const train::TextEmbedding& emptyPrompt,
@@ -47,7 +47,9 @@ struct NoisedBatch {
   at::Tensor sigmas;  // [B]: the timesteps
 };
 
-// Noise like `latents` and timesteps by train.timestep_type, shifted by `mu`.
+// Noise like `latents` and timesteps by train.timestep_type, shifted by `mu`. The
+// numbers are drawn on the host (the same wherever the run trains); `noisy` and
+// `target` are computed on the latents' device, `sigmas` stay on the host.
 NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu);
 
 }  // namespace strata::diffusion

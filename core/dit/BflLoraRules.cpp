@@ -100,7 +100,8 @@ std::optional<nn::LoraStemMatch> BflLoraRules::matchStem(const std::string& stem
 
 bool BflLoraRules::foldsAlphaInto(nn::LoraFileFormat format) const {
   return nn::LoraNameRules::foldsAlphaInto(format) ||
-         std::find(spec_.alphaFoldedForms.begin(), spec_.alphaFoldedForms.end(), format) != spec_.alphaFoldedForms.end();
+         std::find(spec_.alphaFoldedForms.begin(), spec_.alphaFoldedForms.end(), format) !=
+             spec_.alphaFoldedForms.end();
 }
 
 }  // namespace strata::dit

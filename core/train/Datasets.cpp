@@ -401,13 +401,14 @@ std::shared_ptr<Dataset> makeDataset(const config::DatasetConfig& cfg, const Dat
 
 // Reads the hinted next item on a thread of its own, while the card runs the step, so
 // a slow read (a cache file not in the page cache, a disk that is busy) is not waited
-// for after the step's sync with the card idle. (On the bench's synthetic data it
-// changed nothing measurable: docs/speed.md, s34.) One read at a time: the inner datasets are read by one thread only
+// for after the step's sync with the card idle; for a run on a GPU the item comes in
+// pinned memory (DatasetContext::pinReadAhead), so its copy to the card is queued
+// without a copy on the host first. One read at a time: the inner datasets are read by one thread only
 // (their caches are not meant for two readers), and an index that was not hinted is read after the pending read is
 // done. A failed read ahead throws from item(), as the read would have.
 class ReadAheadDataset final : public Dataset {
  public:
-  explicit ReadAheadDataset(std::shared_ptr<Dataset> inner) : inner_(std::move(inner)) {}
+  ReadAheadDataset(std::shared_ptr<Dataset> inner, bool pin) : inner_(std::move(inner)), pin_(pin) {}
   ~ReadAheadDataset() override { settle(); }
 
   size_t size() const override { return inner_->size(); }
@@ -428,7 +429,11 @@ class ReadAheadDataset final : public Dataset {
       pending_.wait();
     }
     pendingIndex_ = index;
-    pending_ = std::async(std::launch::async, [inner = inner_, index] { return inner->item(index); });
+    pending_ = std::async(std::launch::async, [inner = inner_, index, pin = pin_] {
+      TrainItem item = inner->item(index);
+      if (pin) pinItem(item);
+      return item;
+    });
   }
   TextEmbedding emptyPrompt() const override { return inner_->emptyPrompt(); }
   std::string describe() const override { return inner_->describe(); }
@@ -439,7 +444,15 @@ class ReadAheadDataset final : public Dataset {
     if (pending_.valid()) pending_.wait();
   }
 
+  // Copies of the item's tensors in page-locked memory (the dataset's own stay as
+  // they are: a cached item is shared).
+  static void pinItem(TrainItem& item) {
+    for (at::Tensor* t : {&item.latents, &item.txt, &item.pooled})
+      if (t->defined() && t->device().is_cpu()) *t = t->pin_memory();
+  }
+
   std::shared_ptr<Dataset> inner_;
+  bool pin_ = false;
   mutable std::mutex mutex_;
   mutable std::future<TrainItem> pending_;
   mutable size_t pendingIndex_ = 0;
@@ -449,8 +462,9 @@ std::shared_ptr<Dataset> makeDatasets(const std::vector<config::DatasetConfig>& 
   if (cfgs.empty()) throw ConfigError("datasets: at least one dataset is needed");
   std::vector<std::shared_ptr<Dataset>> parts;
   for (size_t i = 0; i < cfgs.size(); ++i) parts.push_back(makeDataset(cfgs[i], ctx, i));
-  if (parts.size() == 1) return std::make_shared<ReadAheadDataset>(parts.front());
-  return std::make_shared<ReadAheadDataset>(std::make_shared<ConcatDataset>(std::move(parts)));
+  const bool pin = ctx.pinReadAhead && at::hasCUDA();
+  if (parts.size() == 1) return std::make_shared<ReadAheadDataset>(parts.front(), pin);
+  return std::make_shared<ReadAheadDataset>(std::make_shared<ConcatDataset>(std::move(parts)), pin);
 }
 
 }  // namespace strata::train

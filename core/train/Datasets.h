@@ -73,6 +73,10 @@ struct DatasetContext {
   const events::EventBus* bus = nullptr;
   // The trainer's stop request, polled between cache batches (Encoders::stopRequested).
   std::function<bool()> stopRequested;
+  // Items read ahead (Dataset::readAhead) come in page-locked host memory: the copy to
+  // the card is then queued at once, instead of a copy into pinned memory on the host
+  // while the card waits for the step's data. For runs whose model is on a GPU.
+  bool pinReadAhead = false;
 };
 
 class Dataset {

@@ -34,6 +34,7 @@ void FluxRun::prepareData(train::RunContext& run) {
   ctx.textDim = config_.jointAttentionDim;
   ctx.pooledDim = config_.pooledProjectionDim;
   ctx.seed = cfg.train.seed;
+  ctx.pinReadAhead = train::firstDevice(run.prepared()).is_cuda();  // the model's card
   promptEmbedder_ = std::make_unique<train::WordEmbedder>(ctx.textTokens, ctx.textDim, ctx.pooledDim);
   // An images run: the VAE and text encoders fill the caches on the first device (diffusion/ImagesRun.h).
   if (diffusion::hasImagesDataset(cfg)) {
@@ -112,23 +113,24 @@ std::vector<at::Tensor> FluxRun::microBatch(train::RunContext& run, int64_t batc
   const config::RunConfig& cfg = run.config();
   // The draw, caption dropout, noise and timesteps: as every flow-matching image family's.
   const auto drawn = diffusion::drawBatch(run, *dataset_, emptyPrompt_, batch, {}, step);
-  const auto& latents = drawn.latents;  // [B, C, H, W]
   const int64_t tokens = drawn.text.size(1);
+  const auto dev = run.placement().stemDevice();
+  // Queued copies (toDeviceAsync), then the noise and packing on the card: the CPU goes
+  // on to launch the forward.
+  const auto latents = train::toDeviceAsync(drawn.latents, dev);  // [B, C, H, W]
   const int64_t h = latents.size(2), w = latents.size(3);
   const auto noised = diffusion::noiseBatch(run, latents, flux::shiftMu((h / 2) * (w / 2)));
   const auto& sigmas = noised.sigmas;
 
-  const auto dev = run.placement().stemDevice();
-  // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
   std::vector<at::Tensor> out(kSlots);
-  out[kImg] = train::toDeviceAsync(flux::packLatents(noised.noisy), dev);  // [B, HW/4, 4C]
+  out[kImg] = flux::packLatents(noised.noisy);  // [B, HW/4, 4C]
   out[kTxt] = train::toDeviceAsync(drawn.text, dev);
   out[kPooled] = train::toDeviceAsync(drawn.pooled, dev);
   out[kTimestep] = train::toDeviceAsync(sigmas, dev);
   out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
   out[kImgIds] = train::toDeviceAsync(flux::imageIds(h, w), dev);
   out[kTxtIds] = train::toDeviceAsync(flux::textIds(tokens), dev);
-  out[kTarget] = train::toDeviceAsync(flux::packLatents(noised.target), run.placement().headDevice());
+  out[kTarget] = flux::packLatents(noised.target).to(run.placement().headDevice());
   if (run.phases()) run.phases()->mark("data");
   return out;
 }

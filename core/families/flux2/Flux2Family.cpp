@@ -132,6 +132,7 @@ class Flux2Run : public train::FamilyRun {
     ctx.textDim = config_.jointAttentionDim;
     ctx.pooledDim = 0;  // FLUX.2 has no pooled text embedding
     ctx.seed = cfg.train.seed;
+    ctx.pinReadAhead = train::firstDevice(run.prepared()).is_cuda();  // the model's card
     // An images run: the VAE and the text encoder fill the caches on the first device (diffusion/ImagesRun.h).
     if (diffusion::hasImagesDataset(cfg)) {
       guidance_ = flux2::guidanceModeOf(config_, flux2RunDistilled(cfg.model));
@@ -214,22 +215,20 @@ class Flux2Run : public train::FamilyRun {
     draw.tokens = tokens;
     draw.pooled = false;
     const auto drawn = diffusion::drawBatch(run, *dataset_, emptyPrompt_, batch, draw, step);
-    auto latents = flux2::patchifyLatents(drawn.latents);  // [B, C, H, W] -> [B, 4C, H/2, W/2]
+    const auto dev = run.placement().stemDevice();
+    // Queued copies (toDeviceAsync), then the patchify, noise and packing on the card:
+    // the CPU goes on to launch the forward.
+    const auto latents = flux2::patchifyLatents(train::toDeviceAsync(drawn.latents, dev));  // [B, 4C, H/2, W/2]
     const int64_t h = latents.size(2), w = latents.size(3);
     const auto noised = diffusion::noiseBatch(run, latents, flux2::computeEmpiricalMu(h * w, kMuSteps));
-    const auto& text = drawn.text;  // [B, N_txt, D]
-    const auto& sigmas = noised.sigmas;
-
-    const auto dev = run.placement().stemDevice();
-    // Queued copies (toDeviceAsync): the CPU goes on to launch the forward.
     std::vector<at::Tensor> out(kSlots);
-    out[kImg] = train::toDeviceAsync(flux2::packLatents(noised.noisy), dev);  // [B, hw, 4C]
-    out[kTxt] = train::toDeviceAsync(text, dev);
-    out[kTimestep] = train::toDeviceAsync(sigmas, dev);
+    out[kImg] = flux2::packLatents(noised.noisy);       // [B, hw, 4C]
+    out[kTxt] = train::toDeviceAsync(drawn.text, dev);  // [B, N_txt, D]
+    out[kTimestep] = train::toDeviceAsync(noised.sigmas, dev);
     out[kGuidance] = train::toDeviceAsync(at::full({batch}, cfg.train.guidance, at::kFloat), dev);
     out[kImgIds] = train::toDeviceAsync(flux2::latentIds(h, w), dev);
     out[kTxtIds] = train::toDeviceAsync(flux2::textIds(tokens), dev);
-    out[kTarget] = train::toDeviceAsync(flux2::packLatents(noised.target), run.placement().headDevice());
+    out[kTarget] = flux2::packLatents(noised.target).to(run.placement().headDevice());
     if (run.phases()) run.phases()->mark("data");
     return out;
   }
