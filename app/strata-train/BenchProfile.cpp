@@ -42,7 +42,11 @@ double startMs(const E& e) {
 
 // Strata's own ranges (record_function "strata::data_and_forward", ...): the profiler
 // mirrors them on the device's timeline, but they are spans of the step, not kernels.
-bool isStrataRange(const std::string& name) { return name.rfind("strata::", 0) == 0; }
+// Strata's own kernels are named "strata::dit::cuda::...Kernel(args)": a kernel's name
+// has its parameter list, a range's has none.
+bool isStrataRange(const std::string& name) {
+  return name.rfind("strata::", 0) == 0 && name.find('(') == std::string::npos;
+}
 
 // The length of the union of [start, end) intervals.
 double unionMs(std::vector<std::pair<double, double>> spans) {
