@@ -2,7 +2,8 @@
 // process"), on the real window, offscreen, with the demo on the CPU: a run's
 // steps, samples and finish arrive from the child; a child killed mid-run
 // (SIGKILL) is a failed run that names the signal and quotes the child's stderr,
-// and the window trains again afterwards; Stop keeps a checkpoint and the child
+// and the window resumes it and trains again afterwards; a child that refuses its
+// input is a failure quoting its stderr; Stop keeps a checkpoint and the child
 // ends; a strata-train that cannot be found is a clear error.
 #include <QCoreApplication>
 #include <QFileInfo>
@@ -29,6 +30,7 @@ class TrainerChildTest : public QObject {
   void initTestCase();
   void trainsInAChildProcess();
   void aKilledChildFailsTheRunAndTheWindowTrainsAgain();
+  void aChildThatRefusesItsInputIsAFailureQuotingItsStderr();
   void stopKeepsACheckpointAndEndsTheChild();
   void aMissingTrainerIsAClearError();
 
@@ -105,9 +107,12 @@ void TrainerChildTest::aKilledChildFailsTheRunAndTheWindowTrainsAgain() {
   MainWindow w(settings_);
   w.show();
   QVERIFY(openDemo(w, "runs-kill", 1000));
+  QVERIFY(w.configEditor()->setValueText("save.save_every", "1"));  // a checkpoint to resume from
   QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  QSignalSpy saved(w.bridge(), &TrainerBridge::checkpointSaved);
   startAndWaitForAStep(w, 2000);
   if (QTest::currentTestFailed()) return;
+  QTRY_VERIFY_WITH_TIMEOUT(!saved.isEmpty(), 60000);
   const qint64 pid = w.bridge()->childProcessId();
   QVERIFY(pid > 0);
   QCOMPARE(::kill(pid_t(pid), SIGKILL), 0);  // as a CUDA fault or the OOM killer would
@@ -121,14 +126,26 @@ void TrainerChildTest::aKilledChildFailsTheRunAndTheWindowTrainsAgain() {
   const QString message = failed.front().at(0).toString();
   QVERIFY2(message.contains("was ended by signal 9"), qPrintable(message));
   QVERIFY2(message.contains("the app is unaffected"), qPrintable(message));
-  QVERIFY(failed.front().at(1).toLongLong() >= 1);  // the last step it reported
+  QVERIFY(failed.front().at(1).toLongLong() >= 1);      // the last step it reported
+  QVERIFY(!failed.front().at(2).toString().isEmpty());  // and its last checkpoint
   QVERIFY2(w.runHeader().startsWith("The run failed"), qPrintable(w.runHeader()));
   auto* box = w.findChild<QMessageBox*>("errorDialog");
   QVERIFY(box);
   QVERIFY2(box->text().contains("signal 9"), qPrintable(box->text()));
   box->close();
 
-  // The window is fine: the next run trains to its end in a new child.
+  // The killed run resumes from its last checkpoint in a new child.
+  auto* resume = child<QPushButton>(&w, "resumeRunButton");
+  QTRY_VERIFY(resume->isEnabled());
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  resume->click();
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 1, 60000);
+  QVERIFY(started.front().at(3).toBool());           // resumed
+  QVERIFY(started.front().at(1).toLongLong() >= 1);  // from the step of a checkpoint
+  child<QPushButton>(&w, "stopButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!w.bridge()->isActive(), 60000);
+
+  // And a new run trains to its end.
   QVERIFY(openDemo(w, "runs-after-kill", 1000));
   w.setStepLimit(2);
   QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
@@ -136,6 +153,22 @@ void TrainerChildTest::aKilledChildFailsTheRunAndTheWindowTrainsAgain() {
   QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
   QTRY_VERIFY(!w.bridge()->isActive());
   QCOMPARE(failed.count(), 1);
+}
+
+void TrainerChildTest::aChildThatRefusesItsInputIsAFailureQuotingItsStderr() {
+  // `strata-train resume` of a folder that is no run: exit 2 with one stderr line, no event.
+  QTemporaryDir notARun;
+  QVERIFY(notARun.isValid());
+  TrainerBridge bridge;
+  QSignalSpy failed(&bridge, &TrainerBridge::failed);
+  QString error;
+  QVERIFY2(bridge.resume(notARun.path(), &error), qPrintable(error));
+  QTRY_VERIFY_WITH_TIMEOUT(failed.count() == 1, 30000);
+  QTRY_VERIFY(!bridge.isActive());
+  const QString message = failed.front().at(0).toString();
+  QVERIFY2(message.contains("exited with code 2"), qPrintable(message));
+  QVERIFY2(message.contains("Its last messages:\nstrata-train resume: "), qPrintable(message));
+  QVERIFY2(message.contains(notARun.path()), qPrintable(message));
 }
 
 void TrainerChildTest::stopKeepsACheckpointAndEndsTheChild() {
