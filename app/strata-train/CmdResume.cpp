@@ -8,21 +8,24 @@
 #include <memory>
 
 #include "CliChecks.h"
+#include "EventStream.h"
 #include "events/EventBus.h"
 #include "train/Trainer.h"
 
 namespace strata::cli {
 
-int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus);  // CmdRun.cpp
+int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus, EventOutput* output);  // CmdRun.cpp
 
 namespace {
 
 struct ResumeArgs {
   std::string runDir;
   int64_t stopAfter = 0;
+  StreamOptions stream;  // --events, --control-stdin (EventStream.h)
 };
 
 int runResume(const ResumeArgs& args) {
+  EventOutput output(args.stream);  // before anything prints
   events::EventBus bus;
   std::unique_ptr<train::Trainer> trainer;
   try {
@@ -33,7 +36,7 @@ int runResume(const ResumeArgs& args) {
     std::cerr << "strata-train resume: " << e.what() << std::endl;
     return train::kExitBadInput;
   }
-  return runTrainerWithProgress(*trainer, bus);
+  return runTrainerWithProgress(*trainer, bus, &output);
 }
 
 }  // namespace
@@ -43,6 +46,7 @@ void addResumeCommand(CLI::App& app, int& exitCode) {
   CLI::App* cmd = app.add_subcommand("resume", "Continue a run from its latest checkpoint");
   cmd->add_option("run_dir", args->runDir, "Run folder")->required();
   cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step")->check(stopAfterCheck());
+  addStreamOptions(cmd, args->stream);
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runResume(*args); });
 }

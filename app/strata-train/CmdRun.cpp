@@ -1,8 +1,10 @@
-// `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N] [--devices SPEC]`:
+// `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N] [--devices SPEC]
+// [--events jsonl] [--control-stdin]`:
 // trains a LoRA from a run config, printing a progress bar (step/total, loss,
 // s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C, SIGTERM and SIGHUP
 // save a checkpoint and stop (a second one ends the process at once). --devices
 // runs the preflight alone on simulated devices (is the run refused there?).
+// --events / --control-stdin: the app's child process (EventStream.h).
 //
 // Exit codes: 0 finished; 1 failed during training (NaN/Inf loss, I/O, out of
 // memory; the last good checkpoint is kept); 2 bad command line, config or
@@ -27,6 +29,7 @@
 #include "events/EventBus.h"
 #include "CliChecks.h"
 #include "Commands.h"
+#include "EventStream.h"
 #include "train/StopSignals.h"
 #include "train/Trainer.h"
 
@@ -200,14 +203,17 @@ struct RunArgs {
   std::vector<std::string> sets;
   std::string runDir;
   int64_t stopAfter = 0;
-  std::string devices;  // simulated devices: preflight only
+  std::string devices;   // simulated devices: preflight only
+  StreamOptions stream;  // --events, --control-stdin (EventStream.h)
 };
 
 }  // namespace
 
-// Runs `trainer` on this thread with the progress printer and the stop
-// signals (core/train/StopSignals); returns the exit code. Shared with `resume` (CmdResume.cpp).
-int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus) {
+// Runs `trainer` on this thread with the progress printer (or the event stream
+// of `output`) and the stop signals (core/train/StopSignals); returns the exit
+// code. Shared with `resume` (CmdResume.cpp).
+int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus, EventOutput* output) {
+  if (output && output->streaming()) return output->run(trainer, bus);
   ProgressPrinter printer;
   auto sub = bus.subscribe([&printer](const events::Event& e) { printer(e); });
   const train::StopOnSignals signals(trainer, "strata-train");  // Ctrl-C, SIGTERM, SIGHUP: checkpoint and stop
@@ -217,6 +223,7 @@ int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus) {
 namespace {
 
 int runRun(const RunArgs& args) {
+  EventOutput output(args.stream);  // before anything prints
   config::LoadedConfig loaded;
   try {
     loaded = config::loadRunConfig(args.configPath);
@@ -250,7 +257,7 @@ int runRun(const RunArgs& args) {
   opts.reportConfigWarnings = false;  // printed above, with their lines
   opts.devices = simulated;
   train::Trainer trainer(loaded.config, bus, opts);
-  return runTrainerWithProgress(trainer, bus);
+  return runTrainerWithProgress(trainer, bus, &output);
 }
 
 }  // namespace
@@ -269,6 +276,7 @@ void addRunCommand(CLI::App& app, int& exitCode) {
                   "Preflight only, on simulated devices (1x16GB, 4x16GB): is the run refused there? Nothing is "
                   "trained; exit 2 either way, with the reason")
       ->check(nonEmptyCheck("a device list such as 4x16GB"));
+  addStreamOptions(cmd, args->stream);
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runRun(*args); });
 }

@@ -31,9 +31,11 @@ ScriptedRun::ScriptedRun(ui::MainWindow* window, bool configOpened, QStringList 
       exportFormats_(std::move(exportFormats)),
       quitWhenDone_(quitWhenDone) {
   ui::TrainerBridge* bridge = window_->bridge();
-  connect(bridge, &ui::TrainerBridge::started, this, [](const QString& runDir, qint64 startStep, qint64 total, bool) {
-    say(QString("started: run folder %1, steps %2 to %3").arg(runDir).arg(startStep).arg(total));
-  });
+  connect(bridge, &ui::TrainerBridge::started, this,
+          [bridge](const QString& runDir, qint64 startStep, qint64 total, bool) {
+            say(QString("started: run folder %1, steps %2 to %3").arg(runDir).arg(startStep).arg(total));
+            say("trained by " + bridge->trainerProgram());  // the child process's program
+          });
   connect(bridge, &ui::TrainerBridge::setupDescribed, this, [](const QString& setup) { say("setup: " + setup); });
   connect(bridge, &ui::TrainerBridge::checkpointSaved, this,
           [](const QString& path, qint64 step) { say(QString("checkpoint at step %1: %2").arg(step).arg(path)); });

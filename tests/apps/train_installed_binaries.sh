@@ -55,7 +55,7 @@ fi
 echo "== strata (the app, offscreen): Start, $STEPS steps, File > Export LoRA"
 mkdir "$WORK/app"
 cp "$CONFIGS/demo.yaml" "$WORK/app/demo.yaml"
-(cd "$WORK/app" && QT_QPA_PLATFORM=offscreen "$BIN/strata" --settings "$WORK/app/settings.ini" --steps $STEPS \
+(cd "$WORK/app" && env -u STRATA_TRAIN_BIN QT_QPA_PLATFORM=offscreen "$BIN/strata" --settings "$WORK/app/settings.ini" --steps $STEPS \
    --start --export-when-done kohya --quit-when-done demo.yaml) > "$WORK/app.log" 2>&1 ||
   { rc=$?; cat "$WORK/app.log"; fail "strata exited with $rc"; }
 cat "$WORK/app.log"
@@ -63,6 +63,9 @@ RUN="$(sed -n 's/^strata: started: run folder \(.*\), steps .*$/\1/p' "$WORK/app
 [ -n "$RUN" ] || fail "strata did not start a run"
 case "$RUN" in /*) ;; *) RUN="$WORK/app/$RUN" ;; esac
 grep -q "^strata: setup: base " "$WORK/app.log" || fail "strata did not say how the base is held"
+# The app trains in a child process: the strata-train installed beside it, not another one.
+TRAINER="$(sed -n 's/^strata: trained by \(.*\)$/\1/p' "$WORK/app.log" | head -1)"
+[ "$TRAINER" -ef "$BIN/strata-train" ] || fail "strata trained through '$TRAINER', not $BIN/strata-train"
 grep -q "^strata: finished at step $STEPS" "$WORK/app.log" || fail "strata's run did not finish at step $STEPS"
 grep -q "^strata: exported: " "$WORK/app.log" || fail "strata's File > Export LoRA wrote nothing"
 expect_run_outputs "strata" "$RUN"

@@ -1,16 +1,26 @@
 #include "ui/backend/TrainerBridge.h"
 
+#include <QCoreApplication>
 #include <QDir>
+#include <QFileInfo>
 #include <QMetaObject>
 #include <QPointer>
+#include <QProcess>
+#include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QThread>
 #include <QTimer>
 #include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
 #include <mutex>
 #include <string>
 
 #include "config/RunConfig.h"
+#include "config/RunConfigYaml.h"
 #include "events/EventBus.h"
+#include "events/EventJson.h"
 #include "ui/backend/ConfigDocument.h"
 #include "ui/backend/FamilyBackend.h"
 #include "ui/backend/TrainerRunner.h"
@@ -120,8 +130,7 @@ PlacementView placementViewOf(const events::PlacementEvent& e) {
   return v;
 }
 
-// What the training thread and the GUI thread share. Held by shared_ptr so a
-// late event after the bridge is gone touches nothing freed.
+// The steps read from the child, drained into the views on the GUI's timer.
 struct TrainerBridge::Shared {
   std::mutex mutex;
   QVector<MetricPoint> pending;  // steps not yet drained
@@ -130,10 +139,30 @@ struct TrainerBridge::Shared {
   qint64 step = 0, totalSteps = 0;
   double stepTimeMs = 0, etaSeconds = 0;
   bool progressDirty = false;
-  runner::Control* control = nullptr;  // valid while the trainer runs (guarded by mutex)
+};
+
+// What the bridge reads from the running child.
+struct TrainerBridge::ChildRun {
+  events::LineSplitter events{events::kMaxEventLineBytes};
+  events::LineSplitter errors{kMaxStderrLineBytes};
+  QStringList stderrTail;  // the last kStderrTailLines
+  CacheThrottle cacheThrottle;
+  bool ended = false;  // it said how the run ended (finished, stopped, failed, preflight)
+  bool killedAfterStop = false;
+  qint64 lastStep = 0;
+  QString lastCheckpoint;
+  static constexpr size_t kMaxStderrLineBytes = 4096;
 };
 
 TrainerBridge::TrainerBridge(QObject* parent) : QObject(parent), shared_(std::make_shared<Shared>()) {
+  stopDeadline_ = new QTimer(this);
+  stopDeadline_->setSingleShot(true);
+  stopDeadline_->setInterval(kStopWaitMs);
+  connect(stopDeadline_, &QTimer::timeout, this, [this] {
+    if (!child_) return;
+    run_->killedAfterStop = true;
+    child_->kill();
+  });
   qRegisterMetaType<strata::ui::MetricPoint>();
   qRegisterMetaType<QVector<strata::ui::MetricPoint>>();
   qRegisterMetaType<strata::ui::MemoryView>();
@@ -148,11 +177,45 @@ TrainerBridge::TrainerBridge(QObject* parent) : QObject(parent), shared_(std::ma
 }
 
 TrainerBridge::~TrainerBridge() {
+  if (child_) {
+    // Nothing may reach the views any more; the child keeps its checkpoint.
+    child_->disconnect(this);
+    if (child_->state() != QProcess::NotRunning) {
+      if (!sendControl(events::controlToJson(events::ControlCommand::Stop))) child_->terminate();
+      if (!child_->waitForFinished(kStopWaitMs)) {
+        child_->kill();
+        child_->waitForFinished(5000);
+      }
+    }
+  }
   if (thread_) {
-    stop();
-    thread_->wait();  // the trainer saves its checkpoint and returns
+    thread_->wait();  // an export finishes its file
     delete thread_;
   }
+}
+
+QString TrainerBridge::findTrainer(QString* error) {
+  const QString fromEnv = qEnvironmentVariable("STRATA_TRAIN_BIN");
+  if (!fromEnv.isEmpty()) {
+    const QFileInfo info(fromEnv);
+    if (info.isFile() && info.isExecutable()) return info.absoluteFilePath();
+    if (error) *error = tr("STRATA_TRAIN_BIN names %1, which is not an executable file.").arg(fromEnv);
+    return QString();
+  }
+  const QString appDir = QCoreApplication::applicationDirPath();
+  const QFileInfo beside(QDir(appDir).filePath("strata-train"));
+  if (beside.isFile() && beside.isExecutable()) return beside.absoluteFilePath();
+  const QString onPath = QStandardPaths::findExecutable("strata-train");
+  if (!onPath.isEmpty()) return onPath;
+  if (error)
+    *error = tr("strata-train, which trains the runs, is neither beside the app (%1) nor on PATH. Install it "
+                "with the app, or set STRATA_TRAIN_BIN to its path.")
+                 .arg(appDir);
+  return QString();
+}
+
+qint64 TrainerBridge::childProcessId() const {
+  return child_ && child_->state() == QProcess::Running ? child_->processId() : 0;
 }
 
 void TrainerBridge::setState(State s) {
@@ -162,12 +225,12 @@ void TrainerBridge::setState(State s) {
 }
 
 bool TrainerBridge::launch(std::function<void()> body, QString* error) {
-  if (thread_) {
+  if (thread_ || child_) {
     if (error) *error = tr("A run or an export is already active.");
     return false;
   }
   thread_ = QThread::create(std::move(body));
-  thread_->setObjectName("strata-trainer");
+  thread_->setObjectName("strata-export");
   connect(thread_, &QThread::finished, this, &TrainerBridge::onThreadDone);
   thread_->start();
   drainTimer_->start();
@@ -182,7 +245,7 @@ void TrainerBridge::onThreadDone() {
   setState(State::Idle);
 }
 
-// Turns one queued core event into the bridge's signals (GUI thread).
+// Turns one event decoded from the child into the bridge's signals (GUI thread).
 struct BridgeAccess {
   static void dispatch(TrainerBridge* b, const events::Event& event) {
     using State = TrainerBridge::State;
@@ -243,55 +306,35 @@ struct BridgeAccess {
   }
 };
 
-bool TrainerBridge::launchRun(bool resume, std::shared_ptr<const config::RunConfig> cfg, const QString& runDir,
-                              const QVector<MapPartView>& parts, QString* error) {
+bool TrainerBridge::launchChild(const QStringList& arguments, const QString& runDir, const QVector<MapPartView>& parts,
+                                QString* error) {
+  if (thread_ || child_) {
+    if (error) *error = tr("A run or an export is already active.");
+    return false;
+  }
+  const QString program = findTrainer(error);
+  if (program.isEmpty()) return false;
   {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     shared_->pending.clear();
     shared_->memoryDirty = shared_->progressDirty = false;
   }
-  QPointer<TrainerBridge> self(this);
-  std::shared_ptr<Shared> shared = shared_;
-  const std::string dir = runDir.toStdString();
-  auto body = [self, shared, cfg, dir, resume] {
-    events::EventBus bus;
-    CacheThrottle cacheThrottle;  // the training thread's own
-    // Runs on the training thread. Steps go to the buffer the GUI drains on its
-    // timer; cache progress is thinned out (CacheThrottle); every other event is
-    // queued to the GUI thread as one call, in order.
-    events::Subscription sub = bus.subscribe([self, shared, &cacheThrottle](const events::Event& e) {
-      if (const auto* c = std::get_if<events::CacheProgressEvent>(&e); c && !cacheThrottle.pass(*c)) return;
-      if (const auto* s = std::get_if<events::StepEvent>(&e)) {
-        std::lock_guard<std::mutex> lock(shared->mutex);
-        shared->pending << MetricPoint{s->step, s->loss, s->lossSmoothed, s->lr};
-        shared->step = s->step;
-        shared->totalSteps = s->totalSteps;
-        shared->stepTimeMs = s->stepTimeMs;
-        shared->etaSeconds = s->etaSeconds;
-        shared->progressDirty = true;
-        if (!s->memory.empty()) {
-          shared->memory = memoryOf(s->memory);
-          shared->memoryDirty = true;
-        }
-        return;
-      }
-      QMetaObject::invokeMethod(
-          self.data(),
-          [self, e] {
-            if (self) BridgeAccess::dispatch(self.data(), e);
-          },
-          Qt::QueuedConnection);
-    });
-    const runner::ControlSink sink = [shared](runner::Control* c) {
-      std::lock_guard<std::mutex> lock(shared->mutex);
-      shared->control = c;
-    };
-    if (resume)
-      runner::runResume(dir, bus, sink);
-    else
-      runner::runNew(*cfg, bus, sink);
-  };
-  if (!launch(body, error)) return false;
+  run_ = std::make_unique<ChildRun>();
+  trainerProgram_ = program;
+  child_ = new QProcess(this);
+  child_->setProgram(program);
+  child_->setArguments(arguments);
+  child_->setProcessChannelMode(QProcess::SeparateChannels);
+  connect(child_, &QProcess::readyReadStandardOutput, this, &TrainerBridge::readChildOutput);
+  connect(child_, &QProcess::readyReadStandardError, this, &TrainerBridge::readChildErrors);
+  connect(child_, &QProcess::finished, this, [this](int exitCode, QProcess::ExitStatus status) {
+    onChildFinished(exitCode, status == QProcess::CrashExit);
+  });
+  connect(child_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+    if (e == QProcess::FailedToStart) onChildFailedToStart();
+  });
+  child_->start();
+  drainTimer_->start();
   runDir_ = runDir;
   mapParts_ = parts;
   setState(State::Running);
@@ -299,8 +342,28 @@ bool TrainerBridge::launchRun(bool resume, std::shared_ptr<const config::RunConf
 }
 
 bool TrainerBridge::start(const ConfigDocument& config, const RunOverrides& overrides, QString* error) {
-  return launchRun(false, std::make_shared<const config::RunConfig>(config.runConfig(overrides)), QString(),
-                   backend::mapPartsOf(config.config().model.arch), error);
+  if (isActive()) {
+    if (error) *error = tr("A run or an export is already active.");
+    return false;
+  }
+  // The child reads the run's config from a file of its own, written aside and renamed into place.
+  auto dir = std::make_unique<QTemporaryDir>(QDir(QDir::tempPath()).filePath("strata-run-XXXXXX"));
+  if (!dir->isValid()) {
+    if (error) *error = tr("Cannot make a folder for the run's config: %1").arg(dir->errorString());
+    return false;
+  }
+  const QString configPath = dir->filePath("config.yaml");
+  try {
+    config::saveRunConfig(config.runConfig(overrides), configPath.toStdString());
+  } catch (const std::exception& e) {
+    if (error) *error = tr("Cannot write the run's config: %1").arg(QString::fromUtf8(e.what()));
+    return false;
+  }
+  if (!launchChild({"run", configPath, "--events", "jsonl", "--control-stdin"}, QString(),
+                   backend::mapPartsOf(config.config().model.arch), error))
+    return false;
+  configDir_ = std::move(dir);  // removed when the child has ended
+  return true;
 }
 
 bool TrainerBridge::resume(const QString& runDir, QString* error) {
@@ -312,7 +375,101 @@ bool TrainerBridge::resume(const QString& runDir, QString* error) {
   ConfigDocument run;
   const QVector<MapPartView> parts =
       run.readRunFolderConfig(runDir) ? backend::mapPartsOf(run.config().model.arch) : QVector<MapPartView>{};
-  return launchRun(true, nullptr, runDir, parts, error);
+  return launchChild({"resume", runDir, "--events", "jsonl", "--control-stdin"}, runDir, parts, error);
+}
+
+void TrainerBridge::readChildOutput() {
+  if (!child_) return;
+  const QByteArray bytes = child_->readAllStandardOutput();
+  for (const auto& line : run_->events.feed(std::string_view(bytes.constData(), size_t(bytes.size())))) {
+    const QString where = tr("strata-train's events, line %1").arg(line.number);
+    if (line.tooLong) {
+      emit warning(tr("%1: longer than %2 bytes, ignored").arg(where).arg(qulonglong(events::kMaxEventLineBytes)));
+      continue;
+    }
+    if (line.text.empty()) continue;
+    events::Event event;
+    try {
+      event = events::fromJson(line.text, where.toStdString());
+    } catch (const std::exception& e) {
+      emit warning(QString::fromUtf8(e.what()));
+      continue;
+    }
+    if (const auto* c = std::get_if<events::CacheProgressEvent>(&event); c && !run_->cacheThrottle.pass(*c)) continue;
+    if (const auto* s = std::get_if<events::StepEvent>(&event)) {
+      run_->lastStep = s->step;
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->pending << MetricPoint{s->step, s->loss, s->lossSmoothed, s->lr};
+      shared_->step = s->step;
+      shared_->totalSteps = s->totalSteps;
+      shared_->stepTimeMs = s->stepTimeMs;
+      shared_->etaSeconds = s->etaSeconds;
+      shared_->progressDirty = true;
+      if (!s->memory.empty()) {
+        shared_->memory = memoryOf(s->memory);
+        shared_->memoryDirty = true;
+      }
+      continue;
+    }
+    if (const auto* c = std::get_if<events::CheckpointEvent>(&event)) run_->lastCheckpoint = qs(c->path);
+    run_->ended = run_->ended || std::holds_alternative<events::FinishedEvent>(event) ||
+                  std::holds_alternative<events::StoppedEvent>(event) ||
+                  std::holds_alternative<events::FailedEvent>(event) ||
+                  std::holds_alternative<events::PreflightFailedEvent>(event);
+    BridgeAccess::dispatch(this, event);
+    if (!child_) return;  // a view's slot ended the run meanwhile
+  }
+}
+
+void TrainerBridge::readChildErrors() {
+  if (!child_) return;
+  const QByteArray bytes = child_->readAllStandardError();
+  std::cerr.write(bytes.constData(), bytes.size());  // the app's log keeps the child's
+  for (const auto& line : run_->errors.feed(std::string_view(bytes.constData(), size_t(bytes.size())))) {
+    run_->stderrTail << (line.tooLong ? tr("(a line longer than %1 bytes)").arg(ChildRun::kMaxStderrLineBytes)
+                                      : QString::fromUtf8(line.text.data(), int(line.text.size())));
+    while (run_->stderrTail.size() > kStderrTailLines) run_->stderrTail.removeFirst();
+  }
+}
+
+void TrainerBridge::onChildFinished(int exitCode, bool crashed) {
+  readChildOutput();
+  readChildErrors();
+  for (const auto& line : run_->errors.finish())
+    run_->stderrTail << QString::fromUtf8(line.text.data(), int(line.text.size()));
+  while (run_->stderrTail.size() > kStderrTailLines) run_->stderrTail.removeFirst();
+  if (!run_->ended) {
+    // The child ended without a word on how: killed, crashed, or refused the config before training.
+    QString how;
+    if (run_->killedAfterStop)
+      how = tr("did not stop within %1 s of the stop request and was killed").arg(kStopWaitMs / 1000);
+    else if (crashed)  // Qt gives the signal's number as the exit code of a crash
+      how = tr("was ended by signal %1 (%2)").arg(exitCode).arg(QString::fromLocal8Bit(strsignal(exitCode)));
+    else
+      how = tr("exited with code %1").arg(exitCode);
+    QString message = tr("The training process (%1) %2; the app is unaffected.").arg(trainerProgram_, how);
+    if (!run_->stderrTail.isEmpty()) message += tr("\nIts last messages:\n") + run_->stderrTail.join('\n');
+    drain();
+    emit failed(message, run_->lastStep, run_->lastCheckpoint);
+  }
+  endChild();
+}
+
+void TrainerBridge::onChildFailedToStart() {
+  emit failed(tr("Cannot start %1: %2").arg(trainerProgram_, child_->errorString()), 0, QString());
+  endChild();
+}
+
+void TrainerBridge::endChild() {
+  stopDeadline_->stop();
+  drain();
+  drainTimer_->stop();
+  child_->disconnect(this);
+  child_->deleteLater();
+  child_ = nullptr;
+  run_.reset();
+  configDir_.reset();
+  setState(State::Idle);
 }
 
 bool TrainerBridge::exportLora(const QString& runDir, const QString& outDir, const QStringList& formats, qint64 step,
@@ -372,35 +529,27 @@ void TrainerBridge::drain() {
   if (memoryDirty) emit memoryUpdated(memory);
 }
 
+// One control line to the child (EventJson.h); false when it cannot be written.
+bool TrainerBridge::sendControl(const std::string& line) {
+  if (!child_ || child_->state() != QProcess::Running) return false;
+  const QByteArray bytes = QByteArray::fromStdString(line + "\n");
+  return child_->write(bytes) == bytes.size();
+}
+
 void TrainerBridge::stop() {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
-  if (!shared_->control) return;
-  shared_->control->stop();
-  if (state_ == State::Running || state_ == State::Paused) {
-    state_ = State::Stopping;
-    QMetaObject::invokeMethod(
-        this, [this] { emit stateChanged(state_); }, Qt::QueuedConnection);
-  }
+  if (!child_ || !(state_ == State::Running || state_ == State::Paused)) return;
+  // The stop line; SIGTERM does the same (train/StopSignals.h) where stdin is not writable.
+  if (!sendControl(events::controlToJson(events::ControlCommand::Stop))) child_->terminate();
+  stopDeadline_->start();
+  setState(State::Stopping);
 }
 
-void TrainerBridge::pause() {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
-  if (shared_->control) shared_->control->pause(true);
-}
+void TrainerBridge::pause() { sendControl(events::controlToJson(events::ControlCommand::Pause)); }
 
-void TrainerBridge::resumeRun() {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
-  if (shared_->control) shared_->control->pause(false);
-}
+void TrainerBridge::resumeRun() { sendControl(events::controlToJson(events::ControlCommand::Resume)); }
 
-void TrainerBridge::sampleNow() {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
-  if (shared_->control) shared_->control->sampleNow();
-}
+void TrainerBridge::sampleNow() { sendControl(events::controlToJson(events::ControlCommand::SampleNow)); }
 
-void TrainerBridge::saveNow() {
-  std::lock_guard<std::mutex> lock(shared_->mutex);
-  if (shared_->control) shared_->control->saveNow();
-}
+void TrainerBridge::saveNow() { sendControl(events::controlToJson(events::ControlCommand::SaveNow)); }
 
 }  // namespace strata::ui

@@ -1,19 +1,26 @@
 #pragma once
-// The one bridge between the core trainer and the GUI thread (docs/design.md §1,
-// STYLE: OBS's queued invocations). The trainer runs on a QThread the bridge
-// owns; its events arrive on that thread and are copied into plain view values:
-// steps go into a buffer the bridge drains on a GUI-thread timer (one batch per
-// tick), every other event is queued to the GUI thread as one signal. Stop and
-// pause go through the trainer's atomics; nothing here blocks the GUI thread on
+// The one bridge between the trainer and the GUI thread (docs/design.md §1,
+// docs/app.md "The training process"). Every run is a `strata-train run|resume
+// --events jsonl --control-stdin` child process, so a CUDA fault or a crash ends
+// the child, not the window, and each run starts with a clean CUDA state. The
+// child's JSON-lines events are decoded (core/events/EventJson.h) into plain view
+// values: steps go into a buffer the bridge drains on a GUI-thread timer (one
+// batch per tick), every other event becomes one signal. Stop, pause, sample and
+// save are control lines on the child's stdin. A child that ends without saying
+// how (killed, crashed) is reported as a failed run with its last stderr lines.
+// Exports run in-process on a QThread. Nothing here blocks the GUI thread on
 // training work. No LibTorch type crosses this header.
 #include <QObject>
 #include <QStringList>
 #include <QVector>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "ui/backend/ViewModel.h"
 
+class QProcess;
+class QTemporaryDir;
 class QThread;
 class QTimer;
 
@@ -42,9 +49,18 @@ class TrainerBridge : public QObject {
   // Cache progress comes once per encoded batch: at most one per this interval
   // reaches the GUI per stage, and always the first and the last.
   static constexpr int kCacheProgressIntervalMs = 150;
+  // How long a stopping child may take to write its checkpoint before it is killed
+  // (the close of the window waits this long at most).
+  static constexpr int kStopWaitMs = 120000;
+  // The child's last stderr lines a failure report quotes.
+  static constexpr int kStderrTailLines = 12;
 
   explicit TrainerBridge(QObject* parent = nullptr);
-  ~TrainerBridge() override;  // requests a stop and waits for the thread
+  ~TrainerBridge() override;  // stops a running child (checkpoint, bounded wait) and waits for an export
+
+  // The strata-train a run starts: $STRATA_TRAIN_BIN when set, else the one beside
+  // the app's binary, else the first on PATH. Empty with `error` when none is found.
+  static QString findTrainer(QString* error = nullptr);
 
   // Starts a new run of `config`'s config (copied, with `overrides`). False with
   // `error` when a run is active. The live map's placements carry the words of its family.
@@ -62,6 +78,9 @@ class TrainerBridge : public QObject {
   State state() const { return state_; }
   bool isActive() const { return state_ != State::Idle; }
   QString runDir() const { return runDir_; }
+  // The strata-train the current (or last) run started, and its process id (0 when none runs).
+  QString trainerProgram() const { return trainerProgram_; }
+  qint64 childProcessId() const;
 
  public slots:
   void stop();  // checkpoint kept; `stopped` follows
@@ -99,17 +118,29 @@ class TrainerBridge : public QObject {
   void exportFinished(bool ok, const QString& message, const QStringList& files);
 
  private:
-  struct Shared;  // state shared with the training thread (buffer, trainer handle)
+  struct Shared;    // the step buffer the drain timer empties
+  struct ChildRun;  // the running child's decoder state
   friend struct BridgeAccess;
-  bool launchRun(bool resume, std::shared_ptr<const config::RunConfig> cfg, const QString& runDir,
-                 const QVector<MapPartView>& parts, QString* error);
+  bool launchChild(const QStringList& arguments, const QString& runDir, const QVector<MapPartView>& parts,
+                   QString* error);
   bool launch(std::function<void()> body, QString* error);
   void drain();
   void setState(State s);
   void onThreadDone();
+  bool sendControl(const std::string& line);
+  void readChildOutput();
+  void readChildErrors();
+  void onChildFinished(int exitCode, bool crashed);
+  void onChildFailedToStart();
+  void endChild();
 
   std::shared_ptr<Shared> shared_;
-  QThread* thread_ = nullptr;
+  QThread* thread_ = nullptr;  // an export
+  QProcess* child_ = nullptr;  // a run
+  std::unique_ptr<ChildRun> run_;
+  std::unique_ptr<QTemporaryDir> configDir_;  // the config file the child reads
+  QTimer* stopDeadline_ = nullptr;
+  QString trainerProgram_;
   QTimer* drainTimer_ = nullptr;
   State state_ = State::Idle;
   QString runDir_;

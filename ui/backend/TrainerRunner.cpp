@@ -5,66 +5,16 @@
 #include <memory>
 
 #include "common/Error.h"
-#include "events/EventBus.h"
 #include "config/RunConfig.h"
-#include "train/StopSignals.h"
 #include "train/RunFolder.h"
 #include "train/Trainer.h"
 
 namespace strata::ui::runner {
 
-void Control::stop() { trainer_.requestStop(); }
-void Control::pause(bool paused) { trainer_.setPaused(paused); }
-void Control::sampleNow() { trainer_.requestSample(); }
-void Control::saveNow() { trainer_.requestSave(); }
-
 RunFolderFiles runFolderFiles(const std::string& runDir) {
   const train::RunFolder folder(runDir);
   return {folder.configPath().string(), folder.metricsPath().string(), folder.samplesDir().string(),
           folder.samplesIndexPath().string(), folder.exportsDir().string()};
-}
-
-namespace {
-
-bool runTrainer(train::Trainer& trainer, const ControlSink& sink) {
-  Control control(trainer);
-  sink(&control);
-  const train::StopOnSignals signals(trainer, "strata");  // SIGINT/SIGTERM/SIGHUP: checkpoint and stop
-  const train::RunOutcome outcome = trainer.run();        // never throws
-  sink(nullptr);
-  return outcome == train::RunOutcome::Finished || outcome == train::RunOutcome::Stopped;
-}
-
-void reportFailure(events::EventBus& bus, const std::string& message) {
-  events::FailedEvent failed;
-  failed.message = message;
-  bus.publish(failed);
-}
-
-}  // namespace
-
-bool runNew(const config::RunConfig& cfg, events::EventBus& bus, const ControlSink& control) {
-  try {
-    train::Trainer trainer(cfg, bus);
-    return runTrainer(trainer, control);
-  } catch (const std::exception& e) {
-    reportFailure(bus, e.what());
-  } catch (...) {
-    reportFailure(bus, "unknown error");
-  }
-  return false;
-}
-
-bool runResume(const std::string& runDir, events::EventBus& bus, const ControlSink& control) {
-  try {
-    std::unique_ptr<train::Trainer> trainer = train::Trainer::resumeFrom(runDir, bus);
-    return runTrainer(*trainer, control);
-  } catch (const std::exception& e) {
-    reportFailure(bus, std::string("cannot resume ") + runDir + ": " + e.what());
-  } catch (...) {
-    reportFailure(bus, "cannot resume " + runDir + ": unknown error");
-  }
-  return false;
 }
 
 std::vector<CheckpointInfo> listCheckpoints(const std::string& runDir) {

@@ -1,45 +1,14 @@
 #pragma once
-// The bridge's calls into core/train, in one place (internal to strata_ui).
-// Everything here runs on the bridge's worker thread; nothing throws out of it.
+// The bridge's calls into core/train, in one place (internal to strata_ui): the
+// run folder's checkpoints and exports. Training itself runs in a strata-train
+// child process (TrainerBridge.h). Everything here runs on the bridge's worker thread.
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "ui/backend/RunFolderFiles.h"
 
-namespace strata::config {
-struct RunConfig;
-}
-namespace strata::train {
-class Trainer;
-}
-namespace strata::events {
-class EventBus;
-}
-
 namespace strata::ui::runner {
-
-// The running trainer's controls; thread-safe (the trainer's atomics).
-class Control {
- public:
-  explicit Control(train::Trainer& trainer) : trainer_(trainer) {}
-  void stop();
-  void pause(bool paused);
-  void sampleNow();
-  void saveNow();
-
- private:
-  train::Trainer& trainer_;
-};
-
-using ControlSink = std::function<void(Control*)>;  // called with the control, then with nullptr at the end
-
-// Trains `cfg` (or resumes `runDir`) on the calling thread until it finishes,
-// stops or fails, reporting through `bus`. A core exception becomes a
-// FailedEvent on the bus; the return value is false then.
-bool runNew(const config::RunConfig& cfg, events::EventBus& bus, const ControlSink& control);
-bool runResume(const std::string& runDir, events::EventBus& bus, const ControlSink& control);
 
 // A run folder's complete checkpoints, oldest first (none for a folder that is not a run).
 struct CheckpointInfo {

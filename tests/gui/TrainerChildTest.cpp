@@ -1,0 +1,214 @@
+// The app trains in a strata-train child process (docs/app.md "The training
+// process"), on the real window, offscreen, with the demo on the CPU: a run's
+// steps, samples and finish arrive from the child; a child killed mid-run
+// (SIGKILL) is a failed run that names the signal and quotes the child's stderr,
+// and the window resumes it and trains again afterwards; a child that refuses its
+// input is a failure quoting its stderr; Stop keeps a checkpoint and the child
+// ends; a strata-train that cannot be found is a clear error.
+#include <QCoreApplication>
+#include <QFileInfo>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <cerrno>
+#include <csignal>
+
+#include "GuiTestSupport.h"
+#include "ui/app/MainWindow.h"
+#include "ui/backend/TrainerBridge.h"
+#include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/LossPlot.h"
+
+using namespace strata::ui;
+using namespace strata::ui::test;
+
+class TrainerChildTest : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase();
+  void trainsInAChildProcess();
+  void aKilledChildFailsTheRunAndTheWindowTrainsAgain();
+  void aChildThatRefusesItsInputIsAFailureQuotingItsStderr();
+  void stopKeepsACheckpointAndEndsTheChild();
+  void aMissingTrainerIsAClearError();
+
+ private:
+  bool openDemo(MainWindow& w, const QString& runs, int sampleEvery);
+  // Starts the demo for `steps` steps and waits for its first trained step (QTest fails when it does not come).
+  void startAndWaitForAStep(MainWindow& w, qint64 steps);
+  QTemporaryDir tmp_;
+  QString settings_;
+};
+
+void TrainerChildTest::initTestCase() {
+  QVERIFY(tmp_.isValid());
+  settings_ = tmp_.filePath("child-test.ini");
+  QVERIFY(QDir(tmp_.path()).mkpath("cwd"));
+  QVERIFY(QDir::setCurrent(tmp_.filePath("cwd")));
+  QString error;
+  QVERIFY2(!TrainerBridge::findTrainer(&error).isEmpty(), qPrintable(error));
+}
+
+bool TrainerChildTest::openDemo(MainWindow& w, const QString& runs, int sampleEvery) {
+  const QString copy = tmp_.filePath("demo.yaml");
+  if (!QFileInfo::exists(copy) && !QFile::copy(demoConfig(), copy)) return false;
+  QFile(copy).setPermissions(QFile(copy).permissions() | QFileDevice::WriteOwner);
+  if (w.configEditor()->isModified()) answerNext("saveChangesDialog", "saveChangesDiscard");
+  if (!w.openConfig(copy)) return false;
+  ConfigEditor* e = w.configEditor();
+  return e->setValueText("job.training_folder", runs) &&
+         e->setValueText("sample.sample_every", QString::number(sampleEvery)) &&
+         e->setValueText("save.save_every", "0") && e->setValueText("train.lr_warmup_steps", "0") &&
+         e->setValueText("sample.prompts", "[a red circle on a dark background]") &&
+         e->setValueText("sample.sample_steps", "4") && !e->hasErrors();
+}
+
+void TrainerChildTest::startAndWaitForAStep(MainWindow& w, qint64 steps) {
+  w.setStepLimit(steps);
+  QSignalSpy progressed(w.bridge(), &TrainerBridge::progress);
+  child<QPushButton>(&w, "startButton")->click();
+  QVERIFY(w.bridge()->isActive());
+  QTRY_VERIFY_WITH_TIMEOUT(!progressed.isEmpty() && progressed.back().at(0).toLongLong() >= 1, 90000);
+}
+
+void TrainerChildTest::trainsInAChildProcess() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-child", 3));
+  w.setStepLimit(6);
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  QSignalSpy samples(w.bridge(), &TrainerBridge::sampleReady);
+  QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
+  QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  child<QPushButton>(&w, "startButton")->click();
+  QVERIFY(w.bridge()->isActive());
+  // The run is another process: the strata-train the bridge found.
+  QTRY_VERIFY(w.bridge()->childProcessId() > 0);
+  QVERIFY(w.bridge()->childProcessId() != QCoreApplication::applicationPid());
+  QCOMPARE(QFileInfo(w.bridge()->trainerProgram()).fileName(), QString("strata-train"));
+  QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 180000);
+  QTRY_VERIFY(!w.bridge()->isActive());
+  QCOMPARE(w.bridge()->childProcessId(), 0);
+  QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().at(0).toString()));
+  QCOMPARE(started.count(), 1);
+  QCOMPARE(started.front().at(2).toLongLong(), 6);  // total steps, decoded from the child's line
+  QCOMPARE(finished.front().at(0).toLongLong(), 6);
+  // Steps 0, 3 and 6 sample; each is a file the child wrote.
+  QVERIFY2(samples.count() >= 2, qPrintable(QString::number(samples.count())));
+  for (const auto& s : samples) QVERIFY(QFileInfo::exists(s.at(0).value<SampleInfo>().path));
+  // The views got every step through the same signals as before.
+  QTRY_COMPARE_WITH_TIMEOUT(w.lossPlot()->lastStep(), 6, 10000);
+  QVERIFY(w.lossPlot()->plottedPointCount() >= 6);
+}
+
+void TrainerChildTest::aKilledChildFailsTheRunAndTheWindowTrainsAgain() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-kill", 1000));
+  QVERIFY(w.configEditor()->setValueText("save.save_every", "1"));  // a checkpoint to resume from
+  QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  QSignalSpy saved(w.bridge(), &TrainerBridge::checkpointSaved);
+  startAndWaitForAStep(w, 2000);
+  if (QTest::currentTestFailed()) return;
+  QTRY_VERIFY_WITH_TIMEOUT(!saved.isEmpty(), 60000);
+  const qint64 pid = w.bridge()->childProcessId();
+  QVERIFY(pid > 0);
+  QCOMPARE(::kill(pid_t(pid), SIGKILL), 0);  // as a CUDA fault or the OOM killer would
+  // Control lines written to the dead child before the app has noticed it is gone
+  // meet a closed pipe: no SIGPIPE may take the window down with it.
+  QTest::qSleep(300);
+  w.bridge()->pause();
+  w.bridge()->sampleNow();
+  QTRY_VERIFY_WITH_TIMEOUT(failed.count() == 1, 30000);
+  QTRY_VERIFY(!w.bridge()->isActive());
+  const QString message = failed.front().at(0).toString();
+  QVERIFY2(message.contains("was ended by signal 9"), qPrintable(message));
+  QVERIFY2(message.contains("the app is unaffected"), qPrintable(message));
+  QVERIFY(failed.front().at(1).toLongLong() >= 1);      // the last step it reported
+  QVERIFY(!failed.front().at(2).toString().isEmpty());  // and its last checkpoint
+  QVERIFY2(w.runHeader().startsWith("The run failed"), qPrintable(w.runHeader()));
+  auto* box = w.findChild<QMessageBox*>("errorDialog");
+  QVERIFY(box);
+  QVERIFY2(box->text().contains("signal 9"), qPrintable(box->text()));
+  box->close();
+
+  // The killed run resumes from its last checkpoint in a new child.
+  auto* resume = child<QPushButton>(&w, "resumeRunButton");
+  QTRY_VERIFY(resume->isEnabled());
+  QSignalSpy started(w.bridge(), &TrainerBridge::started);
+  resume->click();
+  QTRY_VERIFY_WITH_TIMEOUT(started.count() == 1, 60000);
+  QVERIFY(started.front().at(3).toBool());           // resumed
+  QVERIFY(started.front().at(1).toLongLong() >= 1);  // from the step of a checkpoint
+  child<QPushButton>(&w, "stopButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(!w.bridge()->isActive(), 60000);
+
+  // And a new run trains to its end.
+  QVERIFY(openDemo(w, "runs-after-kill", 1000));
+  w.setStepLimit(2);
+  QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
+  child<QPushButton>(&w, "startButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+  QTRY_VERIFY(!w.bridge()->isActive());
+  QCOMPARE(failed.count(), 1);
+}
+
+void TrainerChildTest::aChildThatRefusesItsInputIsAFailureQuotingItsStderr() {
+  // `strata-train resume` of a folder that is no run: exit 2 with one stderr line, no event.
+  QTemporaryDir notARun;
+  QVERIFY(notARun.isValid());
+  TrainerBridge bridge;
+  QSignalSpy failed(&bridge, &TrainerBridge::failed);
+  QString error;
+  QVERIFY2(bridge.resume(notARun.path(), &error), qPrintable(error));
+  QTRY_VERIFY_WITH_TIMEOUT(failed.count() == 1, 30000);
+  QTRY_VERIFY(!bridge.isActive());
+  const QString message = failed.front().at(0).toString();
+  QVERIFY2(message.contains("exited with code 2"), qPrintable(message));
+  QVERIFY2(message.contains("Its last messages:\nstrata-train resume: "), qPrintable(message));
+  QVERIFY2(message.contains(notARun.path()), qPrintable(message));
+}
+
+void TrainerChildTest::stopKeepsACheckpointAndEndsTheChild() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-stop", 1000));
+  QSignalSpy stopped(w.bridge(), &TrainerBridge::stopped);
+  QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  startAndWaitForAStep(w, 2000);
+  if (QTest::currentTestFailed()) return;
+  const qint64 pid = w.bridge()->childProcessId();
+  QVERIFY(pid > 0);
+  child<QPushButton>(&w, "stopButton")->click();  // a stop line on the child's stdin
+  QCOMPARE(w.bridge()->state(), TrainerBridge::State::Stopping);
+  QTRY_VERIFY_WITH_TIMEOUT(stopped.count() == 1, 60000);
+  const QString checkpoint = stopped.front().at(1).toString();
+  QVERIFY(!checkpoint.isEmpty());
+  QVERIFY2(QFileInfo(checkpoint).isDir(), qPrintable(checkpoint));
+  QTRY_VERIFY_WITH_TIMEOUT(!w.bridge()->isActive(), 30000);
+  QVERIFY(failed.isEmpty());  // exit code 130 after a stop is no failure
+  errno = 0;
+  QCOMPARE(::kill(pid_t(pid), 0), -1);  // the child is gone (and reaped)
+  QCOMPARE(errno, ESRCH);
+}
+
+void TrainerChildTest::aMissingTrainerIsAClearError() {
+  const QByteArray saved = qgetenv("STRATA_TRAIN_BIN");
+  qputenv("STRATA_TRAIN_BIN", tmp_.filePath("no-such-strata-train").toLocal8Bit());
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-missing", 1000));
+  w.setStepLimit(2);
+  child<QPushButton>(&w, "startButton")->click();
+  qputenv("STRATA_TRAIN_BIN", saved);
+  QVERIFY(!w.bridge()->isActive());
+  auto* box = w.findChild<QMessageBox*>("errorDialog");
+  QVERIFY(box);
+  const QString text = box->text() + "\n" + box->informativeText() + "\n" + box->detailedText();
+  QVERIFY2(text.contains("STRATA_TRAIN_BIN names") && text.contains("no-such-strata-train"), qPrintable(text));
+}
+
+STRATA_GUI_TEST_MAIN(TrainerChildTest)
+#include "TrainerChildTest.moc"
