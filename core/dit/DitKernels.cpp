@@ -127,7 +127,7 @@ void swigluBackwardCudaInto(at::Tensor& gx, const at::Tensor& g, const at::Tenso
   const int64_t m = x.size(-1) / 2;
   const auto gc = g.to(x.scalar_type()).contiguous();
   check(cuda::swigluBackward(gc.data_ptr(), x.data_ptr(), gx.data_ptr(), x.numel() / x.size(-1), m, rowStrideOf(x),
-                             rowStrideOf(gx), streamOf(x)),
+                             2 * m, streamOf(x)),
         "swigluBackward");
 }
 

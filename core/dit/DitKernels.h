@@ -32,9 +32,8 @@ bool swigluFits(const at::Tensor& x);
 // ATen ops' roundings. No autograd: dit::swiglu wraps it. Call only where swigluFits.
 at::Tensor swigluForwardCuda(const at::Tensor& x);
 
-// The gradient of x for `g` [..., M] written into gx (x's shape; contiguous, or a narrow
-// of a wider tensor) in one pass, with ATen's roundings (mul, then silu_backward). Call
-// only where swigluFits(x) and swigluFits(gx).
+// The gradient of x for `g` [..., M] written into gx (x's shape, contiguous) in one
+// pass, with ATen's roundings (mul, then silu_backward). Call only where swigluFits(x).
 void swigluBackwardCudaInto(at::Tensor& gx, const at::Tensor& g, const at::Tensor& x);
 
 }  // namespace strata::dit

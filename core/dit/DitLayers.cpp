@@ -145,45 +145,6 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
   }
 };
 
-struct SplitSwiglu : torch::autograd::Function<SplitSwiglu> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                                std::vector<int64_t> sizes) {
-    ctx->save_for_backward({x});
-    ctx->saved_data["sizes"] = sizes;
-    int64_t lead = 0;
-    for (const int64_t n : sizes) lead += n;
-    auto out = narrowParts(x, -1, sizes);
-    out.push_back(swigluValue(x.narrow(-1, lead, x.size(-1) - lead)));
-    return out;
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto x = ctx->get_saved_variables()[0];
-    const auto sizes = ctx->saved_data["sizes"].toIntVector();
-    auto gx = at::empty(x.sizes(), x.options());  // contiguous
-    int64_t offset = 0;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      auto part = gx.narrow(-1, offset, sizes[i]);
-      if (grads[i].defined())
-        part.copy_(grads[i]);
-      else
-        part.zero_();  // a part nothing used
-      offset += sizes[i];
-    }
-    auto gMlp = gx.narrow(-1, offset, x.size(-1) - offset);
-    const auto xMlp = x.narrow(-1, offset, x.size(-1) - offset);
-    const auto& g = grads[sizes.size()];
-    if (!g.defined())
-      gMlp.zero_();
-    else if (nn::fusedPaths() && swigluFits(xMlp) && swigluFits(gMlp))
-      swigluBackwardCudaInto(gMlp, g, xMlp);
-    else
-      swigluBackwardInto(gMlp, g, xMlp);
-    return {gx, at::Tensor()};
-  }
-};
-
 // Whether view `v` hands its gradient to `base` (its narrow's node leads to base's
 // gradient edge): not so for views a custom Function returned (a checkpoint's outputs),
 // whose base autograd never reaches through them.
@@ -223,38 +184,6 @@ std::vector<at::Tensor> splitAlong(const at::Tensor& x, int64_t dim, const std::
                 std::to_string(x.dim()) + "-d tensor");
   if (!at::GradMode::is_enabled() || !x.requires_grad()) return narrowParts(x, dim, sizes);
   return SplitAlong::apply(x, dim, sizes);
-}
-
-// The width of splitSwiglu's leading parts; throws unless a (gate, up) pair follows.
-static int64_t splitSwigluLead(const at::Tensor& x, const std::vector<int64_t>& sizes) {
-  int64_t lead = 0;
-  for (const int64_t n : sizes) {
-    if (n < 0) throw Error("splitSwiglu: a part of negative width");
-    lead += n;
-  }
-  const int64_t width = x.dim() > 0 ? x.size(-1) : 0;
-  if (width - lead <= 0 || (width - lead) % 2 != 0)
-    throw Error("splitSwiglu: after parts of " + std::to_string(lead) + " the last dim (" + std::to_string(width) +
-                ") leaves no (gate, up) pair");
-  return lead;
-}
-
-std::vector<at::Tensor> splitSwiglu(const at::Tensor& x, const std::vector<int64_t>& sizes) {
-  const int64_t lead = splitSwigluLead(x, sizes);
-  if (!nn::fusedPaths()) {
-    // The two functions it fuses, for the fused paths' equality tests.
-    auto withRest = sizes;
-    withRest.push_back(x.size(-1) - lead);
-    auto parts = splitAlong(x, -1, withRest);
-    parts.back() = swiglu(parts.back());
-    return parts;
-  }
-  if (!at::GradMode::is_enabled() || !x.requires_grad()) {
-    auto parts = narrowParts(x, -1, sizes);
-    parts.push_back(swigluValue(x.narrow(-1, lead, x.size(-1) - lead)));
-    return parts;
-  }
-  return SplitSwiglu::apply(x, sizes);
 }
 
 at::Tensor swiglu(const at::Tensor& x) {

@@ -69,14 +69,6 @@ std::vector<at::Tensor> splitAlong(const at::Tensor& x, int64_t dim, const std::
 // backward writes both halves' gradients into one tensor and keeps only x.
 at::Tensor swiglu(const at::Tensor& x);
 
-// splitAlong and swiglu in one over the last dim: x [..., sum(sizes) + 2M] -> the views
-// of `sizes` (as splitAlong) and swiglu of the rest [..., M]. The backward writes the
-// SwiGLU's gradient straight into x's one gradient instead of into a tensor of its own
-// that the concatenation then copies: in FLUX.2's single blocks (q, k, v and the MLP of
-// one 36864-wide projection) that copy was 226 MB a block, and the tensor was the peak
-// of a checkpointed step's backward.
-std::vector<at::Tensor> splitSwiglu(const at::Tensor& x, const std::vector<int64_t>& sizes);
-
 // Rotary embedding applied to q or k: x [B, N, H, Dh], cos/sin [N, Dh] (interleaved pairs).
 at::Tensor applyRotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

@@ -3,7 +3,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
@@ -446,19 +445,10 @@ class ReadAheadDataset final : public Dataset {
   }
 
   // Copies of the item's tensors in page-locked memory (the dataset's own stay as
-  // they are: a cached item is shared). A plain memcpy on this thread: ATen's copy
-  // would run an OpenMP team beside the training thread's, and the two teams on one
-  // set of cores slowed the step's own host work several times over (s35 profile).
+  // they are: a cached item is shared).
   static void pinItem(TrainItem& item) {
-    for (at::Tensor* t : {&item.latents, &item.txt, &item.pooled}) {
-      if (!t->defined() || !t->device().is_cpu()) continue;
-      at::Tensor pinned = at::empty(t->sizes(), t->options().pinned_memory(true));
-      if (t->is_contiguous())
-        std::memcpy(pinned.data_ptr(), t->data_ptr(), t->nbytes());
-      else
-        pinned.copy_(*t);
-      *t = pinned;
-    }
+    for (at::Tensor* t : {&item.latents, &item.txt, &item.pooled})
+      if (t->defined() && t->device().is_cpu()) *t = t->pin_memory();
   }
 
   std::shared_ptr<Dataset> inner_;

@@ -187,37 +187,3 @@ TEST(FluxOps, SwigluIsSiluOfTheGateTimesUpWithTheSameGradient) {
   }
   EXPECT_THROW(dit::swiglu(at::randn({2, 5}).requires_grad_(true)), Error);  // no (gate, up) pair
 }
-
-// splitSwiglu is splitAlong then swiglu: the same views and values, and the same gradient
-// as the plain narrows and ATen ops, bit for bit (float32 and bf16), whichever outputs are
-// used; widths that leave no (gate, up) pair are refused.
-TEST(FluxOps, SplitSwigluIsSplitAlongThenSwigluWithTheSameGradient) {
-  at::manual_seed(8);
-  const std::vector<int64_t> sizes = {3, 3, 5};
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    for (const int used : {0, 1, 2}) {  // all outputs; the MLP unused; a view unused
-      const auto x = (at::randn({2, 7, 11 + 8}) * 3).to(dtype);
-      const auto xs = x.clone().requires_grad_(true);
-      const auto parts = dit::splitSwiglu(xs, sizes);
-      ASSERT_EQ(parts.size(), 4u);
-      const auto xr = x.clone().requires_grad_(true);
-      const auto q = xr.narrow(-1, 0, 3), k = xr.narrow(-1, 3, 3), v = xr.narrow(-1, 6, 5);
-      const auto mlp = at::silu(xr.narrow(-1, 11, 4)) * xr.narrow(-1, 15, 4);
-      const std::vector<at::Tensor> ref = {q, k, v, mlp};
-      for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(parts[i].equal(ref[i])) << i;
-      EXPECT_EQ(parts[1].data_ptr(), xs.narrow(-1, 3, 3).data_ptr());  // a view
-      at::Tensor ls, lr;
-      for (size_t i = 0; i < 4; ++i) {
-        if ((used == 1 && i == 3) || (used == 2 && i == 1)) continue;
-        const auto w = at::randn(ref[i].sizes()).to(dtype);
-        ls = ls.defined() ? ls + (parts[i] * parts[i] * w).sum() : (parts[i] * parts[i] * w).sum();
-        lr = lr.defined() ? lr + (ref[i] * ref[i] * w).sum() : (ref[i] * ref[i] * w).sum();
-      }
-      ls.backward();
-      lr.backward();
-      EXPECT_TRUE(xs.grad().equal(xr.grad())) << c10::toString(dtype) << ", case " << used;
-    }
-  }
-  EXPECT_THROW(dit::splitSwiglu(at::randn({2, 9}), {3, 3}), Error);  // 3 left: no pair
-  EXPECT_THROW(dit::splitSwiglu(at::randn({2, 6}), {3, 3}), Error);  // nothing left
-}

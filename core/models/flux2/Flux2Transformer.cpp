@@ -85,11 +85,11 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const auto xNorm = modulate(layerNorm(x, eps_), mod[0], mod[1]);
 
   const auto h = toQkvMlp->forward(xNorm);  // [B, N, 3 D + 2 M]
-  const auto parts = dit::splitSwiglu(h, {hidden_, hidden_, hidden_});
+  const auto parts = dit::splitAlong(h, -1, {hidden_, hidden_, hidden_, 2 * mlpHidden_});
   const auto& q = parts[0];  // [B, N, D] each, views of h
   const auto& k = parts[1];
   const auto& v = parts[2];
-  const auto& mlp = parts[3];  // [B, N, M]: swiglu of h's last 2 M
+  const auto mlp = swiglu(parts[3]);  // [B, N, M]
   const auto query = normThenRotary(*normQ, splitHeads(q, heads_), io.ropeCos, io.ropeSin, 0);
   const auto key = normThenRotary(*normK, splitHeads(k, heads_), io.ropeCos, io.ropeSin, 0);
   const auto attn = dit::jointAttention(query, key, splitHeads(v, heads_));  // [B, N, D]
