@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "CliChecks.h"
+#include "DataParallel.h"
+#include "config/RunConfigYaml.h"
 #include "events/EventBus.h"
 #include "train/Trainer.h"
 
@@ -29,6 +31,15 @@ int runResume(const ResumeArgs& args) {
     train::TrainerOptions opts;
     opts.stopAfterStep = args.stopAfter;
     trainer = train::Trainer::resumeFrom(args.runDir, bus, opts);
+    // A rank of a data-parallel run (torchrun's variables): the run's config, this rank's replica of its devices.
+    config::RunConfig cfg = trainer->config();
+    const std::string yaml = config::toYaml(cfg);
+    if (const auto failed = joinDataParallel(cfg, yaml, opts, "strata-train resume")) return *failed;
+    if (opts.collective) {
+      opts.runDir = args.runDir;
+      opts.resume = true;
+      trainer = std::make_unique<train::Trainer>(cfg, bus, opts);
+    }
   } catch (const std::exception& e) {
     std::cerr << "strata-train resume: " << e.what() << std::endl;
     return train::kExitBadInput;

@@ -55,10 +55,11 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
   if (options.pooled) out.pooled = at::stack(pooled);  // [B, D_pooled]
   const double p = cfg.train.captionDropoutRate;
   if (p > 0) {
-    auto drop = at::rand({batch}, run.generator()) < p;  // [B] bool
     const auto emptyTxt = fitTokens(emptyPrompt.txt, tokens);
     for (int64_t b = 0; b < batch; ++b) {
-      if (drop[b].item<bool>()) {
+      // Each sample's own draw (RunContext::sampleGenerator): the same whichever rank or batch holds it.
+      auto gen = run.sampleGenerator(b, train::SampleStream::CaptionDropout);
+      if (at::rand({1}, gen).item<double>() < p) {
         out.text[b].copy_(emptyTxt);
         if (options.pooled) out.pooled[b].copy_(emptyPrompt.pooled);
       }
@@ -68,11 +69,16 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
 }
 
 NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu) {
-  at::Generator& gen = run.generator();
-  auto noise = at::randn(latents.sizes(), gen, at::kFloat);
-  auto sigmas = train::sampleSigmas(run.config().train.timestepType, latents.size(0), mu, gen);
-  auto noised = train::addNoise(latents, noise, sigmas);
-  return {noised.noisy, noised.target, sigmas};
+  // Each sample's noise and noise level from its own generator (RunContext::sampleGenerator).
+  std::vector<at::Tensor> noise, sigmas;
+  for (int64_t b = 0; b < latents.size(0); ++b) {
+    auto gen = run.sampleGenerator(b, train::SampleStream::Noise);
+    noise.push_back(at::randn(latents.sizes().slice(1), gen, at::kFloat));
+    sigmas.push_back(train::sampleSigmas(run.config().train.timestepType, 1, mu, gen));
+  }
+  const auto sigma = at::cat(sigmas);
+  auto noised = train::addNoise(latents, at::stack(noise), sigma);
+  return {noised.noisy, noised.target, sigma};
 }
 
 }  // namespace strata::diffusion

@@ -37,7 +37,8 @@ struct DrawOptions {
 
 // `batch` items stacked, latents of one size (else strata::Error naming the two
 // captions), each caption dropped (replaced by `emptyPrompt`) with probability
-// train.caption_dropout_rate.
+// train.caption_dropout_rate, drawn from sample b's own generator
+// (RunContext::sampleGenerator): a batch is the micro-batch being drawn.
 DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const train::TextEmbedding& emptyPrompt,
                      int64_t batch, const DrawOptions& options, int64_t step);
 
@@ -47,7 +48,9 @@ struct NoisedBatch {
   at::Tensor sigmas;  // [B]: the timesteps
 };
 
-// Noise like `latents` and timesteps by train.timestep_type, shifted by `mu`.
+// Noise like `latents` and timesteps by train.timestep_type, shifted by `mu`;
+// latents[b]'s from sample b's own generator (RunContext::sampleGenerator), so a
+// sample's noise does not depend on the batch or the rank that holds it.
 NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu);
 
 }  // namespace strata::diffusion

@@ -1,0 +1,177 @@
+// Issue 35 through the real strata-train: data-parallel runs on Gloo (2 local
+// ranks, `run --nproc 2`) take the steps one process takes on the whole global
+// batch: the same losses and the same LoRA as `--set train.batch_size=2`, with
+// gradient accumulation too; rank 0 alone writes the run folder.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "CliProcess.h"
+#include "common/TestSupport.h"
+#include "config/RunConfigYaml.h"
+#include "families/LmTestSupport.h"
+#include "models/llama/LlamaConfig.h"
+#include "io/Safetensors.h"
+#include "train/RunFolder.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using strata::test::cli::Child;
+using strata::test::cli::runStrataTrain;
+using strata::test::cli::strataTrainPath;
+
+class CliDataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(strataTrainPath())) GTEST_FAIL() << "strata-train not built at " << strataTrainPath();
+  }
+  strata::test::TempDir tmp;
+
+  // The demo config (configs/demo.yaml), a few steps, no samples; `extra` --set overrides after these.
+  std::vector<std::string> demoRun(const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"run",       (strata::test::sourceDir() / "configs" / "demo.yaml").string(),
+                                     "--run-dir", (tmp / name).string(),
+                                     "--set",     "train.steps=4",
+                                     "--set",     "sample.sample_every=0",
+                                     "--set",     "save.save_every=0"};
+    for (const auto& e : extra) args.insert(args.end(), {"--set", e});
+    return args;
+  }
+  int run(const std::vector<std::string>& args, const std::string& name, std::string& out) {
+    return runStrataTrain(args, tmp / (name + ".log"), &out);
+  }
+};
+
+std::vector<double> losses(const fs::path& runDir) {
+  std::vector<double> out;
+  for (const auto& line : strata::train::RunFolder(runDir).readMetrics()) out.push_back(line["loss"].get<double>());
+  return out;
+}
+
+std::vector<fs::path> exportsOf(const fs::path& runDir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(runDir / "exports", ec))
+    if (e.is_regular_file()) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Each export of `a` has the same tensors as `b`'s of the same name, within `tol`.
+void expectSameExports(const fs::path& a, const fs::path& b, double tol) {
+  const auto ea = exportsOf(a), eb = exportsOf(b);
+  ASSERT_FALSE(ea.empty()) << a;
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) {
+    ASSERT_EQ(fs::relative(ea[i], a), fs::relative(eb[i], b));
+    if (ea[i].extension() != ".safetensors") continue;
+    const auto ta = strata::io::loadSafetensors(ea[i]), tb = strata::io::loadSafetensors(eb[i]);
+    ASSERT_EQ(ta.size(), tb.size()) << ea[i];
+    for (const auto& [name, t] : ta) {
+      ASSERT_TRUE(tb.count(name)) << name;
+      const double diff = (t.to(at::kDouble) - tb.at(name).to(at::kDouble)).abs().max().item<double>();
+      EXPECT_LE(diff, tol) << ea[i].filename() << " " << name;
+    }
+  }
+}
+
+void expectSameLosses(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << "step " << i + 1;
+}
+
+TEST_F(CliDataParallel, TwoRanksOfBatchOneTrainAsOneProcessOfBatchTwo) {
+  std::string out1, out2;
+  ASSERT_EQ(run(demoRun("one", {"train.batch_size=2"}), "one", out1), 0) << out1;
+  auto args = demoRun("two", {"train.batch_size=1"});
+  args.insert(args.end(), {"--nproc", "2"});
+  ASSERT_EQ(run(args, "two", out2), 0) << out2;
+  const auto l1 = losses(tmp / "one"), l2 = losses(tmp / "two");
+  ASSERT_EQ(l1.size(), 4u);
+  expectSameLosses(l1, l2, 1e-4);
+  expectSameExports(tmp / "one", tmp / "two", 1e-4);
+  // One writer: one metrics line per step, and rank 1 wrote no folder of its own.
+  EXPECT_EQ(strata::train::RunFolder(tmp / "two").readMetrics().size(), 4u);
+  EXPECT_NE(out2.find("finished"), std::string::npos) << out2;
+}
+
+TEST_F(CliDataParallel, WithGradientAccumulationToo) {
+  std::string out1, out2;
+  ASSERT_EQ(run(demoRun("one", {"train.batch_size=2", "train.gradient_accumulation_steps=2"}), "one", out1), 0) << out1;
+  auto args = demoRun("two", {"train.batch_size=1", "train.gradient_accumulation_steps=2"});
+  args.insert(args.end(), {"--nproc", "2"});
+  ASSERT_EQ(run(args, "two", out2), 0) << out2;
+  expectSameLosses(losses(tmp / "one"), losses(tmp / "two"), 1e-4);
+  expectSameExports(tmp / "one", tmp / "two", 1e-4);
+}
+
+// The numbers are not those of a rank alone: its batch of 1 gives other losses
+// (the comparison above can fail).
+TEST_F(CliDataParallel, ARankAloneDiffers) {
+  std::string out1, out2;
+  ASSERT_EQ(run(demoRun("two", {"train.batch_size=2"}), "two", out1), 0) << out1;
+  ASSERT_EQ(run(demoRun("one", {"train.batch_size=1"}), "one", out2), 0) << out2;
+  const auto a = losses(tmp / "two"), b = losses(tmp / "one");
+  ASSERT_EQ(a.size(), b.size());
+  double maxDiff = 0;
+  for (size_t i = 0; i < a.size(); ++i) maxDiff = std::max(maxDiff, std::abs(a[i] - b[i]));
+  EXPECT_GT(maxDiff, 1e-3);
+}
+
+// The tiny Llama (tests/fixtures/reference/causal_lm_a) on a jsonl of question ->
+// answer pairs: the causal-LM family's batches split over the ranks the same way.
+// Its loss is a mean over response tokens, so the answers have one length here
+// (docs/data-parallel.md: with lengths that differ the ranks' means are not the
+// global token mean).
+TEST_F(CliDataParallel, TheTinyLlamaTrainsAsOneProcessOfTheGlobalBatch) {
+  const fs::path model = strata::test::referenceDir() / "causal_lm_a" / "model";
+  if (!fs::exists(model / "config.json")) GTEST_SKIP() << "no causal_lm_a fixture at " << model;
+  strata::test::writeCharTokenizer(tmp / "tok",
+                                   static_cast<int>(strata::llama::LlamaConfig::fromFile(model).vocabSize));
+  std::string jsonl;
+  for (const char* q : {"sky", "grass", "snow", "coal", "sun", "rose", "sea", "night"})
+    jsonl += std::string("{\"question\": \"Colour of the ") + q + "?\", \"answer\": \" It is so.\"}\n";
+  strata::test::writeText(tmp / "data.jsonl", jsonl);
+  strata::config::RunConfig c;
+  c.job.name = "lm";
+  c.job.trainingFolder = tmp.path().string();
+  c.model.arch = std::string("llama");
+  c.model.nameOrPath = model.string();
+  c.model.tokenizerPath = (tmp / "tok").string();
+  c.model.device = strata::config::ComputeDevice::Cpu;
+  c.network.linear = 4;
+  c.network.linearAlpha = 16;
+  c.train.steps = 3;
+  c.train.lr = 1e-2;
+  c.train.dtype = strata::config::DType::FP32;
+  c.train.seed = 3;
+  strata::config::DatasetConfig d;
+  d.type = strata::config::DatasetType::Jsonl;
+  d.filePath = (tmp / "data.jsonl").string();
+  d.promptField = "question";
+  d.responseField = "answer";
+  d.maxSeqLen = 48;
+  c.datasets = {d};
+  c.sample.sampleEvery = 0;
+  c.save.saveEvery = 0;
+  c.save.dtype = strata::config::DType::FP32;
+  c.save.exportFormats = {strata::config::ExportFormat::Peft};
+  strata::test::writeText(tmp / "lm.yaml", strata::config::toYaml(c));
+  std::string out1, out2;
+  ASSERT_EQ(run({"run", (tmp / "lm.yaml").string(), "--run-dir", (tmp / "one").string(), "--set", "train.batch_size=2"},
+                "one", out1),
+            0)
+      << out1;
+  ASSERT_EQ(run({"run", (tmp / "lm.yaml").string(), "--run-dir", (tmp / "two").string(), "--set", "train.batch_size=1",
+                 "--nproc", "2"},
+                "two", out2),
+            0)
+      << out2;
+  expectSameLosses(losses(tmp / "one"), losses(tmp / "two"), 1e-4);
+  expectSameExports(tmp / "one", tmp / "two", 1e-4);
+}
+
+}  // namespace
