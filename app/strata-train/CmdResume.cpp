@@ -1,7 +1,7 @@
 // `strata-train resume RUN_DIR`: continues a run from its latest checkpoint with
 // the config it was started with; the loss curve, the LR schedule, the data
 // order and the random draws continue as if it had never stopped. Exit codes
-// as `run`.
+// as `run`. --nproc N and torchrun's variables as for `run` (DataParallel.h).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -22,9 +22,15 @@ namespace {
 struct ResumeArgs {
   std::string runDir;
   int64_t stopAfter = 0;
+  int nproc = 1;  // local data-parallel ranks
 };
 
 int runResume(const ResumeArgs& args) {
+  if (args.nproc > 1) {
+    std::vector<std::string> rank = {"resume", args.runDir};
+    if (args.stopAfter > 0) rank.insert(rank.end(), {"--stop-after", std::to_string(args.stopAfter)});
+    return launchLocalRanks(args.nproc, rank);
+  }
   events::EventBus bus;
   std::unique_ptr<train::Trainer> trainer;
   try {
@@ -54,6 +60,8 @@ void addResumeCommand(CLI::App& app, int& exitCode) {
   CLI::App* cmd = app.add_subcommand("resume", "Continue a run from its latest checkpoint");
   cmd->add_option("run_dir", args->runDir, "Run folder")->required();
   cmd->add_option("--stop-after", args->stopAfter, "Checkpoint and stop after this step")->check(stopAfterCheck());
+  cmd->add_option("--nproc", args->nproc, "Continue data-parallel on N local ranks (any number: docs/data-parallel.md)")
+      ->check(CLI::Range(1, 1024));
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runResume(*args); });
 }

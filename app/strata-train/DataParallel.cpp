@@ -152,7 +152,7 @@ struct Rank {
 
 int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
   if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::string(ws) != "1") {
-    std::cerr << "strata-train run: --nproc starts its own ranks; WORLD_SIZE=" << ws
+    std::cerr << "strata-train: --nproc starts its own ranks; WORLD_SIZE=" << ws
               << " is set (torchrun's launch): leave out --nproc there" << std::endl;
     return train::kExitBadInput;
   }
@@ -160,7 +160,7 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
   try {
     port = freeLocalPort();
   } catch (const std::exception& e) {
-    std::cerr << "strata-train run: " << e.what() << std::endl;
+    std::cerr << "strata-train: " << e.what() << std::endl;
     return train::kExitFailed;
   }
   const std::string exe = "/proc/self/exe";
@@ -201,7 +201,7 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
     envp.push_back(nullptr);
     int errPipe[2] = {-1, -1};
     if (r > 0 && ::pipe(errPipe) != 0) {
-      std::cerr << "strata-train run: pipe: " << std::strerror(errno) << std::endl;
+      std::cerr << "strata-train: pipe: " << std::strerror(errno) << std::endl;
       return train::kExitFailed;
     }
     const pid_t pid = ::fork();
@@ -230,7 +230,7 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
         ::close(errPipe[0]);
     }
     if (pid < 0) {
-      std::cerr << "strata-train run: starting rank " << r << ": " << std::strerror(errno) << std::endl;
+      std::cerr << "strata-train: starting rank " << r << ": " << std::strerror(errno) << std::endl;
       for (auto& k : ranks)
         if (k.pid > 0) ::kill(k.pid, SIGKILL);
       for (auto& k : ranks)
@@ -270,7 +270,7 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
         if (failed && firstFailed < 0) {
           firstFailed = static_cast<int>(r);
           failedAt = std::chrono::steady_clock::now();
-          std::cerr << "strata-train run: rank " << r
+          std::cerr << "strata-train: rank " << r
                     << (k.signal
                             ? " was killed by signal " + std::to_string(k.signal) + " (" + strsignal(k.signal) + ")"
                             : " exited with code " + std::to_string(k.code))
@@ -300,7 +300,7 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
 
   if (firstFailed >= 0) {
     const Rank& k = ranks[static_cast<size_t>(firstFailed)];
-    std::cerr << "strata-train run: failed: rank " << firstFailed << " of " << nproc << " ended with code " << k.code
+    std::cerr << "strata-train: failed: rank " << firstFailed << " of " << nproc << " ended with code " << k.code
               << std::endl;
     return k.code == train::kExitBadInput ? train::kExitBadInput : train::kExitFailed;
   }

@@ -1,11 +1,20 @@
 // Issue 35 through the real strata-train: data-parallel runs on Gloo (2 local
 // ranks, `run --nproc 2`) take the steps one process takes on the whole global
 // batch: the same losses and the same LoRA as `--set train.batch_size=2`, with
-// gradient accumulation too; rank 0 alone writes the run folder.
+// gradient accumulation too; rank 0 alone writes the run folder. And the faults:
+// a rank killed, SIGTERM to the job, resume on another world size, a bad variable.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/types.h>
+
+#include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CliProcess.h"
@@ -175,3 +184,98 @@ TEST_F(CliDataParallel, TheTinyLlamaTrainsAsOneProcessOfTheGlobalBatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// The launcher's child whose environment has RANK=`rank`, or -1.
+pid_t rankPid(pid_t launcher, int rank) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  pid_t pid = 0;
+  while (children >> pid) {
+    std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var == "RANK=" + std::to_string(rank)) return pid;
+  }
+  return -1;
+}
+
+// Waits until `path` has at least `lines` lines (or the child ended).
+bool waitForLines(Child& c, const fs::path& path, size_t lines) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < end) {
+    if (strata::test::cli::lineCount(path) >= lines) return true;
+    if (c.poll()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+// Item 7: a rank killed with SIGKILL stops the others within a bounded time, and
+// the launcher names it.
+TEST_F(CliDataParallel, ARankKilledStopsTheOthersNamingIt) {
+  auto args = demoRun("two", {"train.batch_size=1", "train.steps=100000"});
+  args.insert(args.end(), {"--nproc", "2"});
+  Child job(args, tmp / "killed.log");
+  ASSERT_TRUE(waitForLines(job, tmp / "two" / "metrics.jsonl", 2)) << job.output();
+  const pid_t rank1 = rankPid(job.pid(), 1);
+  ASSERT_GT(rank1, 0) << "rank 1 not found among the launcher's children";
+  ::kill(rank1, SIGKILL);
+  if (!job.waitFor(std::chrono::seconds(120))) {
+    job.signal(SIGKILL);
+    job.wait();
+    FAIL() << "the job did not end within 120 s of rank 1's death:\n" << job.output();
+  }
+  EXPECT_EQ(job.exitCode(), 1) << job.output();
+  EXPECT_NE(job.output().find("rank 1 was killed by signal 9"), std::string::npos) << job.output();
+}
+
+// Item 7: SIGTERM to the job: every rank stops at the same step and rank 0 writes
+// one checkpoint of it; exit 130. Resumed on 2 ranks the curve goes on as if
+// never stopped; on 1 rank (another world size) the run finishes from there.
+TEST_F(CliDataParallel, SigtermSavesOneCheckpointAndResumeTakesAnyWorldSize) {
+  auto args = demoRun("two", {"train.batch_size=1", "train.steps=100000"});
+  args.insert(args.end(), {"--nproc", "2"});
+  Child job(args, tmp / "term.log");
+  ASSERT_TRUE(waitForLines(job, tmp / "two" / "metrics.jsonl", 2)) << job.output();
+  job.signal(SIGTERM);
+  ASSERT_TRUE(job.waitFor(std::chrono::seconds(120))) << job.output();
+  EXPECT_EQ(job.exitCode(), 130) << job.output();
+  const auto checkpoints = strata::train::RunFolder(tmp / "two").checkpoints();
+  ASSERT_EQ(checkpoints.size(), 1u) << job.output();
+
+  // Stop after 2 and resume on 2 ranks: the same losses as 4 steps straight.
+  std::string out;
+  auto straight = demoRun("straight", {"train.batch_size=1"});
+  straight.insert(straight.end(), {"--nproc", "2"});
+  ASSERT_EQ(run(straight, "straight", out), 0) << out;
+  auto stopped = demoRun("stopped", {"train.batch_size=1"});
+  stopped.insert(stopped.end(), {"--nproc", "2", "--stop-after", "2"});
+  ASSERT_EQ(run(stopped, "stopped", out), 130) << out;
+  ASSERT_EQ(run({"resume", (tmp / "stopped").string(), "--nproc", "2"}, "resumed", out), 0) << out;
+  expectSameLosses(losses(tmp / "straight"), losses(tmp / "stopped"), 1e-4);
+  expectSameExports(tmp / "straight", tmp / "stopped", 1e-4);
+
+  // Another world size: one process goes on from the checkpoint's place in the data order.
+  auto stopped2 = demoRun("stopped2", {"train.batch_size=1"});
+  stopped2.insert(stopped2.end(), {"--nproc", "2", "--stop-after", "2"});
+  ASSERT_EQ(run(stopped2, "stopped2", out), 130) << out;
+  ASSERT_EQ(run({"resume", (tmp / "stopped2").string()}, "resumed1", out), 0) << out;
+  EXPECT_EQ(losses(tmp / "stopped2").size(), 4u);
+}
+
+// Item 7: a launch variable that is wrong is named, and nothing is trained.
+TEST_F(CliDataParallel, ABadLaunchVariableIsNamed) {
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "5", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29999", 1);
+  std::string out;
+  const int code = run(demoRun("bad", {}), "bad", out);
+  for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("RANK=5 is outside 0..1"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp / "bad" / "metrics.jsonl"));
+}
