@@ -284,8 +284,13 @@ RunOutcome Trainer::runImpl() {
   st->sink->truncateLogsAfter(st->resumeData ? st->startStep : -1);
   step_ = st->startStep;
   startStepGraph(*st);  // before the header: it says whether the step is graphed
-  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume,
-                                    describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr)});
+  std::string setup = describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr);
+  if (st->collective)
+    setup += (setup.empty() ? "" : "; ") + std::string("data-parallel over ") + std::to_string(worldOf(*st)) +
+             " ranks (a global batch of " + std::to_string(worldOf(*st) * std::max<int64_t>(cfg_.train.batchSize, 1)) +
+             " per micro-batch)";
+  bus_.publish(
+      events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume, setup});
   const RunOutcome outcome = loop(*st);
   return outcome == RunOutcome::Finished ? finish(*st) : outcome;
 }

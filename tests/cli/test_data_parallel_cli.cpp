@@ -20,6 +20,7 @@
 #include "CliProcess.h"
 #include "common/TestSupport.h"
 #include "config/RunConfigYaml.h"
+#include "common/ImagesRunSupport.h"
 #include "families/LmTestSupport.h"
 #include "models/llama/LlamaConfig.h"
 #include "io/Safetensors.h"
@@ -102,9 +103,14 @@ TEST_F(CliDataParallel, TwoRanksOfBatchOneTrainAsOneProcessOfBatchTwo) {
   ASSERT_EQ(l1.size(), 4u);
   expectSameLosses(l1, l2, 1e-4);
   expectSameExports(tmp / "one", tmp / "two", 1e-4);
-  // One writer: one metrics line per step, and rank 1 wrote no folder of its own.
+  // One writer: one metrics line per step (two ranks writing would double them).
   EXPECT_EQ(strata::train::RunFolder(tmp / "two").readMetrics().size(), 4u);
   EXPECT_NE(out2.find("finished"), std::string::npos) << out2;
+  // Rank 0 refuses a folder that has checkpoints; rank 1, waiting for its verdict, stops too.
+  std::string again;
+  EXPECT_EQ(run(args, "again", again), 2) << again;
+  EXPECT_NE(again.find("already has checkpoints"), std::string::npos) << again;
+  EXPECT_NE(again.find("[rank 1] "), std::string::npos) << again;
 }
 
 TEST_F(CliDataParallel, WithGradientAccumulationToo) {
@@ -184,6 +190,61 @@ TEST_F(CliDataParallel, TheTinyLlamaTrainsAsOneProcessOfTheGlobalBatch) {
 }
 
 }  // namespace
+
+// The tiny FLUX.1 pipeline (tests/fixtures/reference/flux_pipeline_a) on a folder of
+// pictures: rank 0 builds the encode cache (VAE latents, T5 + CLIP embeddings)
+// while rank 1 waits, then both train on it.
+TEST_F(CliDataParallel, TheTinyFluxImagesRunTrainsAsOneProcessOfTheGlobalBatch) {
+  const fs::path fixture = strata::test::sourceDir() / "tests" / "fixtures" / "reference" / "flux_pipeline_a";
+  if (!fs::exists(fixture / "model")) GTEST_SKIP() << "no flux_pipeline_a fixture at " << fixture;
+  const fs::path images = tmp / "images";
+  fs::create_directories(images);
+  // One size: a batch of 2 in one process needs latents of one size.
+  for (int i = 0; i < 4; ++i) {
+    strata::io::writePng(images / ("p" + std::to_string(i) + ".png"), strata::test::blockPicture(64, 64, i + 1));
+    strata::test::writeBytes(images / ("p" + std::to_string(i) + ".txt"),
+                             "a [trigger] block number " + std::to_string(i));
+  }
+  strata::config::RunConfig c;
+  c.job.name = "img";
+  c.job.trainingFolder = tmp.path().string();
+  c.model.nameOrPath = (fixture / "model").string();
+  c.model.device = strata::config::ComputeDevice::Cpu;
+  c.network.linear = 4;
+  c.network.linearAlpha = 4;
+  c.train.steps = 3;
+  c.train.lr = 2e-3;
+  c.train.dtype = strata::config::DType::FP32;
+  c.train.gradientCheckpointing = false;
+  c.train.captionDropoutRate = 0.3;
+  strata::config::DatasetConfig d;
+  d.type = strata::config::DatasetType::Images;
+  d.folderPath = images.string();
+  d.triggerWord = "ohwx";
+  d.resolution = {32};
+  c.datasets = {d};
+  c.sample.sampleEvery = 0;
+  c.save.saveEvery = 0;
+  c.save.exportFormats = {strata::config::ExportFormat::Kohya};
+  strata::test::writeText(tmp / "img.yaml", strata::config::toYaml(c));
+  std::string out1, out2;
+  ASSERT_EQ(
+      run({"run", (tmp / "img.yaml").string(), "--run-dir", (tmp / "one").string(), "--set", "train.batch_size=2"},
+          "one", out1),
+      0)
+      << out1;
+  // Its own cache: the second run must build one, with rank 1 waiting for it.
+  ASSERT_TRUE(fs::exists(images / "_strata_cache"));
+  fs::remove_all(images / "_strata_cache");
+  ASSERT_EQ(run({"run", (tmp / "img.yaml").string(), "--run-dir", (tmp / "two").string(), "--set", "train.batch_size=1",
+                 "--nproc", "2"},
+                "two", out2),
+            0)
+      << out2;
+  EXPECT_TRUE(fs::exists(images / "_strata_cache"));
+  expectSameLosses(losses(tmp / "one"), losses(tmp / "two"), 1e-4);
+  expectSameExports(tmp / "one", tmp / "two", 1e-4);
+}
 
 namespace {
 
