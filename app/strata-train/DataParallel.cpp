@@ -267,14 +267,16 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
           k.code = 128 + k.signal;
         }
         const bool failed = k.code != train::kExitOk && k.code != train::kExitInterrupted;
-        if (failed && firstFailed < 0) {
+        if (!failed) continue;
+        // Each failure said: the first one reaped need not be the cause (a rank
+        // whose collective failed can end before the one that was killed is reaped).
+        std::cerr << "strata-train: rank " << r
+                  << (k.signal ? " was killed by signal " + std::to_string(k.signal) + " (" + strsignal(k.signal) + ")"
+                               : " exited with code " + std::to_string(k.code))
+                  << (firstFailed < 0 ? "; the other ranks stop" : "") << std::endl;
+        if (firstFailed < 0) {
           firstFailed = static_cast<int>(r);
           failedAt = std::chrono::steady_clock::now();
-          std::cerr << "strata-train: rank " << r
-                    << (k.signal
-                            ? " was killed by signal " + std::to_string(k.signal) + " (" + strsignal(k.signal) + ")"
-                            : " exited with code " + std::to_string(k.code))
-                    << "; the other ranks stop" << std::endl;
         }
       }
       continue;
