@@ -25,6 +25,7 @@
 #include "dist/AveragingReducer.h"
 #include "dist/C10dCollective.h"
 #include "dist/LaunchEnv.h"
+#include "dist/ParallelDims.h"
 
 extern char** environ;
 
@@ -70,24 +71,12 @@ std::optional<int> joinDataParallel(config::RunConfig& cfg, const std::string& r
     // The config as every rank runs it, and this build: what must match.
     co.fingerprint = fingerprintOf(runYaml + "\n" + kVersion + "\n" + TORCH_VERSION);
     // The replica: the config's device set, shifted to this local rank's group of cards.
-    std::vector<int> gpus;
+    std::vector<int> nodeCards;
     for (const auto& d : device::listDevices())
-      if (!d.isCpu()) gpus.push_back(d.index);
-    const bool cpu = cfg.model.device == config::ComputeDevice::Cpu || gpus.empty();
-    if (!cpu) {
-      const size_t perReplica = !cfg.model.gpuIds.empty()
-                                    ? cfg.model.gpuIds.size()
-                                    : (cfg.model.splitModelOverGpus ? gpus.size() / env->localWorldSize : 1);
-      const size_t first = static_cast<size_t>(env->localRank) * perReplica;
-      if (perReplica == 0 || first + perReplica > gpus.size())
-        throw ConfigError("LOCAL_RANK " + std::to_string(env->localRank) + " of " +
-                          std::to_string(env->localWorldSize) + " needs cards " + std::to_string(first) + ".." +
-                          std::to_string(first + perReplica - 1) + ", and this node has " +
-                          std::to_string(gpus.size()) + " (a replica takes " + std::to_string(perReplica) + ")");
-      cfg.model.gpuIds.assign(gpus.begin() + static_cast<long>(first),
-                              gpus.begin() + static_cast<long>(first + perReplica));
-      co.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cfg.model.gpuIds.front()));
-    }
+      if (!d.isCpu()) nodeCards.push_back(d.index);
+    const dist::ParallelDims dims = dist::parallelDimsOf(cfg, *env, nodeCards);
+    if (!dims.cards.empty()) cfg.model.gpuIds = dims.cards;
+    co.device = dims.device();
     auto collective = dist::connect(*env, co);
     opts.collective = collective;
     opts.reducer = std::make_shared<dist::AveragingReducer>(collective);

@@ -17,6 +17,7 @@
 #include "dist/AveragingReducer.h"
 #include "dist/C10dCollective.h"
 #include "dist/LaunchEnv.h"
+#include "dist/ParallelDims.h"
 
 namespace {
 
@@ -86,6 +87,62 @@ TEST(LaunchEnv, EachBadVariableIsNamed) {
   EXPECT_NE(with("MASTER_ADDR", "").find("MASTER_ADDR is not set"), std::string::npos);
   EXPECT_NE(with("MASTER_PORT", "70000").find("MASTER_PORT=70000 is outside 1..65535"), std::string::npos);
   EXPECT_NE(with("LOCAL_RANK", "3").find("LOCAL_RANK=3"), std::string::npos);
+}
+
+LaunchEnv localRank(int rank, int ranks) {
+  LaunchEnv e;
+  e.rank = rank;
+  e.worldSize = ranks;
+  e.localRank = rank;
+  e.localWorldSize = ranks;
+  return e;
+}
+
+std::vector<int> cardsOf(const strata::config::RunConfig& cfg, int rank, int ranks, const std::vector<int>& node) {
+  return parallelDimsOf(cfg, localRank(rank, ranks), node).cards;
+}
+
+TEST(ParallelDims, EachLocalRankTakesItsGroupOfTheNodesCards) {
+  using V = std::vector<int>;
+  strata::config::RunConfig one;  // model.device auto, one card
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cardsOf(one, r, 4, {0, 1, 2, 3}), V{r});
+  EXPECT_EQ(parallelDimsOf(one, localRank(3, 4), {0, 1, 2, 3}).device(), c10::Device(c10::kCUDA, 3));
+  // Without a split a replica is one card, the first the config names.
+  one.model.gpuIds = {1, 2};
+  EXPECT_EQ(cardsOf(one, 1, 2, {0, 1, 2, 3}), V{2});
+  one.model.gpuIds.clear();
+  // A 2-card split on [0, 1]: rank 1 on [2, 3].
+  strata::config::RunConfig split;
+  split.model.splitModelOverGpus = true;
+  split.model.gpuIds = {0, 1};
+  EXPECT_EQ(cardsOf(split, 0, 2, {0, 1, 2, 3}), (V{0, 1}));
+  EXPECT_EQ(cardsOf(split, 1, 2, {0, 1, 2, 3}), (V{2, 3}));
+  // Cards the config names are the first group; the next ranks follow them.
+  split.model.gpuIds = {2, 3};
+  EXPECT_EQ(cardsOf(split, 0, 1, {0, 1, 2, 3}), (V{2, 3}));
+  // A split without cards named shares the node's cards out.
+  split.model.gpuIds.clear();
+  EXPECT_EQ(cardsOf(split, 1, 2, {0, 1, 2, 3}), (V{2, 3}));
+  // The CPU, or a node without CUDA: every rank on the CPU.
+  strata::config::RunConfig cpu;
+  cpu.model.device = strata::config::ComputeDevice::Cpu;
+  EXPECT_TRUE(cardsOf(cpu, 1, 2, {0, 1}).empty());
+  EXPECT_TRUE(cardsOf(one, 1, 2, {}).empty());
+  EXPECT_EQ(parallelDimsOf(cpu, localRank(1, 2), {0, 1}).device(), c10::Device(c10::kCPU));
+}
+
+TEST(ParallelDims, TooFewCardsAreSaidNamingTheLocalRank) {
+  strata::config::RunConfig split;
+  split.model.splitModelOverGpus = true;
+  split.model.gpuIds = {0, 1};
+  std::string error;
+  try {
+    parallelDimsOf(split, localRank(2, 3), {0, 1, 2, 3});
+  } catch (const strata::ConfigError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("LOCAL_RANK 2 of 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("[0, 1, 2, 3]"), std::string::npos) << error;
 }
 
 int freePort() {
