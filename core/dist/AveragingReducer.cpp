@@ -19,7 +19,10 @@ void AveragingReducer::reduce(train::StepGradients& step) {
   at::Tensor losses;
   if (!step.losses.empty()) {
     std::vector<at::Tensor> flat;
-    for (const auto& l : step.losses) flat.push_back(l.detach().to(at::kCPU, at::kDouble).reshape({1}));
+    // Kept on their device: reading them on the host here would wait for the step's
+    // work, which the trainer's queued optimizer step avoids.
+    const c10::Device device = step.losses.front().device();
+    for (const auto& l : step.losses) flat.push_back(l.detach().to(device, at::kDouble).reshape({1}));
     losses = at::cat(flat);
     tensors.push_back(losses);
   }
