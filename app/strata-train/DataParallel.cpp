@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/version.h>
@@ -193,8 +194,12 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
       std::cerr << "strata-train: pipe: " << std::strerror(errno) << std::endl;
       return train::kExitFailed;
     }
+    const pid_t launcher = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
+      // A launcher that dies (SIGKILL) takes its ranks along: SIGTERM, a checkpoint and stop.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(train::kExitFailed);
       // Only async-signal-safe calls until exec. A process group of its own: the
       // terminal's Ctrl-C reaches the launcher, which forwards it once.
       ::setpgid(0, 0);
