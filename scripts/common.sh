@@ -9,7 +9,7 @@ STRATA_JOBS="${STRATA_JOBS:-$(nproc)}"
 # Debian 12 packages Strata builds and tests with (DESIGN.md §4).
 STRATA_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev libopenblas0-pthread libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+  libtorch-dev libgloo-dev libopenblas0-pthread libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   libpng-dev libjpeg-dev libwebp-dev libsentencepiece-dev
   libpcre2-dev                               # tests only: the regex engine compared with PCRE2
   qt6-base-dev libqcustomplot-dev libgl-dev xvfb xauth

@@ -1,9 +1,11 @@
 // `strata-train run CONFIG [--set key=value ...] [--run-dir DIR] [--stop-after N] [--devices SPEC]
-// [--events jsonl] [--control-stdin]`:
+// [--nproc N] [--events jsonl] [--control-stdin]`:
 // trains a LoRA from a run config, printing a progress bar (step/total, loss,
 // s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C, SIGTERM and SIGHUP
 // save a checkpoint and stop (a second one ends the process at once). --devices
 // runs the preflight alone on simulated devices (is the run refused there?).
+// --nproc N trains data-parallel on N local ranks (DataParallel.h); a process
+// that torchrun started (WORLD_SIZE above 1) joins its run as one rank.
 // --events / --control-stdin: the app's child process (EventStream.h).
 //
 // Exit codes: 0 finished; 1 failed during training (NaN/Inf loss, I/O, out of
@@ -29,6 +31,7 @@
 #include "events/EventBus.h"
 #include "CliChecks.h"
 #include "Commands.h"
+#include "DataParallel.h"
 #include "EventStream.h"
 #include "train/StopSignals.h"
 #include "train/Trainer.h"
@@ -204,8 +207,18 @@ struct RunArgs {
   std::string runDir;
   int64_t stopAfter = 0;
   std::string devices;   // simulated devices: preflight only
+  int nproc = 1;         // local data-parallel ranks
   StreamOptions stream;  // --events, --control-stdin (EventStream.h)
 };
+
+// The command line a rank of --nproc runs: this one without --nproc.
+std::vector<std::string> rankArgs(const RunArgs& args) {
+  std::vector<std::string> out = {"run", args.configPath};
+  for (const auto& s : args.sets) out.insert(out.end(), {"--set", s});
+  if (!args.runDir.empty()) out.insert(out.end(), {"--run-dir", args.runDir});
+  if (args.stopAfter > 0) out.insert(out.end(), {"--stop-after", std::to_string(args.stopAfter)});
+  return out;
+}
 
 }  // namespace
 
@@ -223,6 +236,20 @@ int runTrainerWithProgress(train::Trainer& trainer, events::EventBus& bus, Event
 namespace {
 
 int runRun(const RunArgs& args) {
+  if (args.nproc > 1) {
+    if (!args.devices.empty()) {
+      std::cerr << "strata-train run: --devices (a preflight on simulated devices) takes no --nproc" << std::endl;
+      return train::kExitBadInput;
+    }
+    if (!args.stream.events.empty() || args.stream.controlStdin) {
+      // The ranks are processes of their own; the stream would be the launcher's, which trains nothing.
+      std::cerr << "strata-train run: --events and --control-stdin take no --nproc (run the ranks with torchrun "
+                   "and read rank 0's output)"
+                << std::endl;
+      return train::kExitBadInput;
+    }
+    return launchLocalRanks(args.nproc, rankArgs(args));
+  }
   EventOutput output(args.stream);  // before anything prints
   config::LoadedConfig loaded;
   try {
@@ -256,6 +283,8 @@ int runRun(const RunArgs& args) {
   opts.configYaml = config::toYaml(loaded.config);
   opts.reportConfigWarnings = false;  // printed above, with their lines
   opts.devices = simulated;
+  if (!simulated)
+    if (const auto failed = joinDataParallel(loaded.config, opts.configYaml, opts, "strata-train run")) return *failed;
   train::Trainer trainer(loaded.config, bus, opts);
   return runTrainerWithProgress(trainer, bus, &output);
 }
@@ -276,6 +305,10 @@ void addRunCommand(CLI::App& app, int& exitCode) {
                   "Preflight only, on simulated devices (1x16GB, 4x16GB): is the run refused there? Nothing is "
                   "trained; exit 2 either way, with the reason")
       ->check(nonEmptyCheck("a device list such as 4x16GB"));
+  cmd->add_option("--nproc", args->nproc,
+                  "Train data-parallel on N local ranks (processes), each a replica of the config's devices "
+                  "(docs/data-parallel.md); torchrun's launch needs no flag")
+      ->check(CLI::Range(1, 1024));
   addStreamOptions(cmd, args->stream);
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");
   cmd->callback([args, &exitCode] { exitCode = runRun(*args); });

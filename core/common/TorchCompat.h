@@ -12,6 +12,11 @@
 #define STRATA_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+// c10d (dist/): from 2.0 a process group's collectives live on its c10d::Backend
+// (ProcessGroupGloo and ProcessGroupNCCL derive from it); 1.13's derive from
+// c10d::ProcessGroup. The calls (allreduce, broadcast, Work::wait) are the same.
+#define STRATA_TORCH_C10D_BACKENDS STRATA_TORCH_AT_LEAST(2, 0)
+
 namespace strata::compat {
 
 // softmax(q k^T / sqrt(d)) v for q, k, v: [B, H, N, D]. On 2.x this is the fused

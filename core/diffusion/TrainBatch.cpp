@@ -53,8 +53,11 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
   const double p = cfg.train.captionDropoutRate;
   std::vector<bool> dropped(static_cast<size_t>(batch), false);
   if (p > 0) {
-    const auto drop = at::rand({batch}, run.generator()) < p;  // [B] bool
-    for (int64_t b = 0; b < batch; ++b) dropped[static_cast<size_t>(b)] = drop[b].item<bool>();
+    for (int64_t b = 0; b < batch; ++b) {
+      // Each sample's own draw (RunContext::sampleGenerator): the same whichever rank or batch holds it.
+      auto gen = run.sampleGenerator(b, train::SampleStream::CaptionDropout);
+      dropped[static_cast<size_t>(b)] = at::rand({1}, gen).item<double>() < p;
+    }
   }
   for (int64_t b = 0; b < batch; ++b) {
     if (!dropped[static_cast<size_t>(b)]) continue;
@@ -74,15 +77,22 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
 }
 
 NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu) {
-  at::Generator& gen = run.generator();
-  auto noise = at::randn(latents.sizes(), gen, at::kFloat);
-  auto sigmas = train::sampleSigmas(run.config().train.timestepType, latents.size(0), mu, gen);
+  // Each sample's noise and noise level from its own generator (RunContext::sampleGenerator),
+  // drawn on the host: the same numbers wherever the run trains.
+  std::vector<at::Tensor> noise, sigmas;
+  for (int64_t b = 0; b < latents.size(0); ++b) {
+    auto gen = run.sampleGenerator(b, train::SampleStream::Noise);
+    noise.push_back(at::randn(latents.sizes().slice(1), gen, at::kFloat));
+    sigmas.push_back(train::sampleSigmas(run.config().train.timestepType, 1, mu, gen));
+  }
+  const auto sigma = at::cat(sigmas);
   // Mixed where the latents are: on a card that is a few microseconds, on the host it
   // was milliseconds of the step with the card waiting. The same float32 operations
   // either way.
   const auto dev = latents.device();
-  auto noised = train::addNoise(latents, train::toDeviceAsync(noise, dev), train::toDeviceAsync(sigmas, dev));
-  return {noised.noisy, noised.target, sigmas};
+  const auto batchNoise = noise.size() == 1 ? noise.front().unsqueeze(0) : at::stack(noise);
+  auto noised = train::addNoise(latents, train::toDeviceAsync(batchNoise, dev), train::toDeviceAsync(sigma, dev));
+  return {noised.noisy, noised.target, sigma};
 }
 
 }  // namespace strata::diffusion

@@ -37,7 +37,8 @@ struct DrawOptions {
 
 // `batch` items stacked (one item: a view of it), latents of one size (else strata::Error naming the two
 // captions), each caption dropped (replaced by `emptyPrompt`) with probability
-// train.caption_dropout_rate.
+// train.caption_dropout_rate, drawn from sample b's own generator
+// (RunContext::sampleGenerator): a batch is the micro-batch being drawn.
 DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const train::TextEmbedding& emptyPrompt,
                      int64_t batch, const DrawOptions& options, int64_t step);
 
@@ -47,9 +48,11 @@ struct NoisedBatch {
   at::Tensor sigmas;  // [B]: the timesteps
 };
 
-// Noise like `latents` and timesteps by train.timestep_type, shifted by `mu`. The
-// numbers are drawn on the host (the same wherever the run trains); `noisy` and
-// `target` are computed on the latents' device, `sigmas` stay on the host.
+// Noise like `latents` and timesteps by train.timestep_type, shifted by `mu`;
+// latents[b]'s from sample b's own generator (RunContext::sampleGenerator), so a
+// sample's noise does not depend on the batch or the rank that holds it. The numbers
+// are drawn on the host; `noisy` and `target` are computed on the latents' device,
+// `sigmas` stay on the host.
 NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu);
 
 }  // namespace strata::diffusion

@@ -33,12 +33,34 @@ struct DataCursor {
   std::vector<int64_t> perm;
 };
 
+// A data-parallel rank's share of the run's one data order. Each micro-batch of
+// the run is a global batch of world x batch samples; rank r takes the contiguous
+// slice [r x batch, (r + 1) x batch) of it, so its j-th sample is the global
+// batch's sample r x batch + j, the same sample (same item, same noise) as in
+// one process drawing the whole global batch. One process: rank 0 of 1.
+struct DrawShard {
+  int64_t rank = 0;
+  int64_t world = 1;
+  int64_t batch = 1;  // train.batch_size: samples per rank and micro-batch
+};
+// The position in the run's data order of this rank's draw number `localDrawn`.
+int64_t globalDrawPosition(int64_t localDrawn, const DrawShard& shard);
+
 // The next index of the run's data order over `n` items: a permutation per epoch
 // from train.seed and the epoch alone, so a resumed run needs only the cursor
-// (advanced by one) to draw the same items. Every family draws so.
-size_t nextDrawIndex(DataCursor& cursor, const config::RunConfig& cfg, size_t n);
+// (advanced by one) to draw the same items. Every family draws so. The cursor
+// counts this rank's draws; `shard` places them in the order.
+size_t nextDrawIndex(DataCursor& cursor, const config::RunConfig& cfg, size_t n, const DrawShard& shard = {});
 // The index nextDrawIndex would give next, the cursor unchanged.
-size_t peekDrawIndex(const DataCursor& cursor, const config::RunConfig& cfg, size_t n);
+size_t peekDrawIndex(const DataCursor& cursor, const config::RunConfig& cfg, size_t n, const DrawShard& shard = {});
+
+// What a sample's random draws are for: each has its own stream.
+enum class SampleStream : uint64_t { Noise = 1, CaptionDropout = 2 };
+// The seed of one training sample's random draws: from train.seed, the optimizer
+// step (1-based), the sample's index in the step's global batch (over its
+// micro-batches and ranks) and the stream. How many ranks share a step, or how
+// its samples are batched, changes none of them.
+uint64_t sampleSeed(int64_t seed, int64_t step, int64_t globalSample, SampleStream stream);
 
 // What a family's buildAndPlace gives the trainer: its model's blocks placed and
 // applied (every block on its device), and why there.
@@ -55,9 +77,16 @@ class RunContext {
   events::EventBus& bus() const { return bus_; }
   // Preflight's plan: the run's devices, its plan for a split.
   const PreparedRun& prepared() const;
-  // The run's CPU generator (noise, noise levels, caption dropout): seeded or
-  // restored before the first micro-batch, checkpointed with the run.
+  // The run's CPU generator: seeded or restored before the first micro-batch,
+  // checkpointed with the run. A training sample's noise, noise level and caption
+  // dropout come from sampleGenerator instead.
   at::Generator& generator() const;
+  // A CPU generator for sample `sampleInBatch` of the micro-batch being drawn
+  // (FamilyRun::microBatch), seeded by sampleSeed: its global index counts the
+  // step's earlier micro-batches and the ranks before this one.
+  at::Generator sampleGenerator(int64_t sampleInBatch, SampleStream stream) const;
+  // This rank's place in a data-parallel run (rank 0 of 1 in one process).
+  DrawShard shard() const;
   DataCursor& cursor() const;
   // Draws the next index of the data order over `n` items (nextDrawIndex).
   size_t nextDrawIndex(size_t n) const;

@@ -45,6 +45,9 @@ class RunSink {
 
   // The folder's paths and what it holds, for reading.
   const RunFolder& folder() const { return folder_; }
+  // False for a sink that writes nothing (SilentSink): the trainer then skips the
+  // work whose only result is a write (gathering a checkpoint, making samples).
+  virtual bool writes() const { return true; }
 
   // The folders (RunFolder::create) and the config as run.
   virtual void create(bool withSaves);
@@ -73,6 +76,25 @@ class RunSink {
  private:
   RunFolder folder_;
   events::EventBus& bus_;
+};
+
+// The sink of a data-parallel replica other than rank 0: it reads the folder (a
+// resume's checkpoint) and writes nothing there; rank 0 writes for the run.
+class SilentSink final : public RunSink {
+ public:
+  using RunSink::RunSink;
+  bool writes() const override { return false; }
+  void create(bool /*withSaves*/) override {}
+  void writeConfig(const std::string& /*yaml*/) override {}
+  void truncateLogsAfter(int64_t /*step*/) override {}
+  std::filesystem::path setAsideDamagedCheckpoint(const CheckpointRef& ref) override { return ref.path; }
+  void appendMetrics(const nlohmann::json& /*line*/) override {}
+  void writeCheckpoint(const CheckpointData& /*data*/, int64_t /*keep*/, std::string& /*path*/) override {}
+  std::filesystem::path writeSample(int64_t /*step*/, int64_t /*promptIndex*/, const Sample& /*sample*/) override {
+    return {};
+  }
+  void writeExport(const std::filesystem::path& /*path*/, const std::string& /*format*/, int64_t /*step*/,
+                   const std::function<void(const std::filesystem::path&)>& /*write*/) override {}
 };
 
 }  // namespace strata::train

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
@@ -23,6 +25,7 @@
 #include "placement/Placement.h"
 #include "train/AdamW8bit.h"
 #include "train/CheckpointedRunner.h"
+#include "train/Collective.h"
 #include "train/Ema.h"
 #include "train/FusedAdamW.h"
 #include "train/GradClip.h"
@@ -72,6 +75,27 @@ int exitCodeOf(RunOutcome outcome) {
 }
 
 namespace {
+
+// The ranks of a data-parallel run: one process is rank 0 of 1.
+int rankOf(const Trainer::State& st) { return st.collective ? st.collective->rank() : 0; }
+int worldOf(const Trainer::State& st) { return st.collective ? st.collective->worldSize() : 1; }
+
+// Every rank's `ok`, and-ed: each rank's verdict through one all-reduce.
+bool allRanksOk(Collective& collective, bool ok) {
+  std::vector<at::Tensor> failed{at::full({1}, ok ? 0.0 : 1.0, at::kFloat)};
+  collective.allReduceSum(failed);
+  return failed[0].item<double>() == 0.0;
+}
+
+// The LoRA weights (and EMA shadows) of every rank made rank 0's.
+void broadcastWeights(Collective& collective, lora::LoraNetwork& network, Ema* ema) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : network.parameters()) tensors.push_back(p.detach());
+  if (ema)
+    for (size_t i = 0; i < ema->size(); ++i) tensors.push_back(ema->shadow(i));
+  at::NoGradGuard noGrad;
+  collective.broadcastFromRankZero(tensors);
+}
 
 bool onCuda(const std::vector<c10::Device>& devices) {
   return std::any_of(devices.begin(), devices.end(), [](const c10::Device& d) { return d.is_cuda(); });
@@ -211,6 +235,7 @@ RunOutcome Trainer::runImpl() {
   st->stopRequested = [this] { return stopRequested_.load(); };
   st->context = std::make_unique<RunContext>(*st, cfg_, bus_);
   st->reducer = options_.reducer ? options_.reducer : std::make_shared<LocalGradients>();
+  st->collective = options_.collective;
   std::vector<std::string> problems;
   // A stop before the first step (Ctrl-C while caching or loading) ends the run
   // where it is: no checkpoint (nothing was trained), the cache files written so
@@ -239,6 +264,17 @@ RunOutcome Trainer::runImpl() {
       problems.push_back(e.what());
     }
   }
+  if (st->collective) {
+    // Every rank ready, or none trains (a rank that failed alone would leave the
+    // others waiting at the first step's all-reduce); then one LoRA initialisation.
+    try {
+      if (!allRanksOk(*st->collective, problems.empty()) && problems.empty())
+        problems.push_back("another rank of this data-parallel run could not start (its output says why)");
+      if (problems.empty()) broadcastWeights(*st->collective, *st->network, st->ema.get());
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("data-parallel start: ") + e.what());
+    }
+  }
   if (!problems.empty()) {
     if (!options_.resume) st->lock.releaseAndRemoveIfEmpty();
     bus_.publish(events::PreflightFailedEvent{problems});
@@ -248,13 +284,35 @@ RunOutcome Trainer::runImpl() {
   st->sink->truncateLogsAfter(st->resumeData ? st->startStep : -1);
   step_ = st->startStep;
   startStepGraph(*st);  // before the header: it says whether the step is graphed
-  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume,
-                                    describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr)});
+  std::string setup = describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr);
+  if (st->collective)
+    setup += (setup.empty() ? "" : "; ") + std::string("data-parallel over ") + std::to_string(worldOf(*st)) +
+             " ranks (a global batch of " + std::to_string(worldOf(*st) * std::max<int64_t>(cfg_.train.batchSize, 1)) +
+             " per micro-batch)";
+  bus_.publish(
+      events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume, setup});
   const RunOutcome outcome = loop(*st);
   return outcome == RunOutcome::Finished ? finish(*st) : outcome;
 }
 
 void Trainer::preflight(State& st, std::vector<std::string>& problems) {
+  // A data-parallel run's ranks other than 0 neither lock nor write the folder (a
+  // SilentSink); they read a resumed run's checkpoint from it.
+  const bool writer = rankOf(st) == 0;
+  // Rank 0 tells the others whether it got through (below, the data it prepares),
+  // on every way out of here.
+  struct RankZeroVerdict {
+    Trainer::State& st;
+    const std::vector<std::string>& problems;
+    ~RankZeroVerdict() {
+      if (!st.collective || st.collective->rank() != 0) return;
+      try {
+        st.collective->shareFromRankZero("strata/preflight",
+                                         problems.empty() && std::uncaught_exceptions() == 0 ? "ok" : "failed");
+      } catch (...) {  // the others then time out, or fail at the start's agreement
+      }
+    }
+  } verdict{st, problems};
   // The config's rules and the plan, on this machine's devices (or the simulated ones of the options).
   const device::Inventory inventory = options_.devices ? *options_.devices : device::thisMachine();
   st.prepared = prepareRun(cfg_, inventory);
@@ -287,17 +345,21 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   // The run folder, locked for this process (a derived one that holds an earlier
   // run or is in use gets the next free name), cleaned of what a killed run left.
   try {
-    auto opened = lockRunFolder(runDir_, !options_.resume && options_.runDir.empty());
-    runDir_ = opened.dir;
-    st.lock = std::move(opened.lock);
-    for (const auto& n : opened.notes) bus_.publish(events::WarningEvent{n, 0});
-    st.sink = options_.makeSink ? options_.makeSink(runDir_, bus_) : std::make_shared<RunSink>(runDir_, bus_);
+    if (writer) {
+      auto opened = lockRunFolder(runDir_, !options_.resume && options_.runDir.empty());
+      runDir_ = opened.dir;
+      st.lock = std::move(opened.lock);
+      for (const auto& n : opened.notes) bus_.publish(events::WarningEvent{n, 0});
+      st.sink = options_.makeSink ? options_.makeSink(runDir_, bus_) : std::make_shared<RunSink>(runDir_, bus_);
+    } else {
+      st.sink = std::make_shared<SilentSink>(runDir_, bus_);
+    }
   } catch (const std::exception& e) {
     problems.push_back(e.what());
     return;
   }
   const RunFolder& folder = st.sink->folder();
-  if (!options_.resume && !folder.checkpoints().empty()) {
+  if (writer && !options_.resume && !folder.checkpoints().empty()) {
     problems.push_back("run folder " + runDir_.string() +
                        " already has checkpoints: resume it (strata-train resume) or choose another folder");
   }
@@ -324,6 +386,16 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
     }
   }
   if (!problems.empty()) return;
+  if (!writer) {
+    // Rank 0 builds the encode cache; the others read it once it is whole.
+    try {
+      if (st.collective->shareFromRankZero("strata/preflight", "") != "ok")
+        problems.push_back("rank 0 could not prepare the run (its output says why)");
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("waiting for rank 0 to prepare the data: ") + e.what());
+    }
+    if (!problems.empty()) return;
+  }
   try {
     st.family->prepareData(*st.context);
   } catch (const Interrupted&) {
@@ -458,7 +530,15 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   st.startStep = st.resumeData->step;
   restoreRngStates(st.gen, st.resumeData->rng);
   const auto& s = st.resumeData->state;
-  st.cursor.drawn = s.value("draw_cursor", int64_t{0});
+  // The checkpoint counts the draws of all ranks; each rank draws its share (RunContext::shard).
+  const int64_t drawnByAll = s.value("draw_cursor", int64_t{0});
+  st.cursor.drawn = drawnByAll / worldOf(st);
+  if (drawnByAll % worldOf(st) != 0)
+    bus_.publish(events::WarningEvent{"resume: the checkpoint's " + std::to_string(drawnByAll) +
+                                          " drawn items do not split over " + std::to_string(worldOf(st)) +
+                                          " ranks; the data order goes on from item " +
+                                          std::to_string(st.cursor.drawn * worldOf(st)),
+                                      0});
   st.cursor.skippedItems = s.value("skipped_items", int64_t{0});
   st.lossEmaRaw = s.value("loss_ema_raw", 0.0);
   st.lossCount = s.value("loss_count", int64_t{0});
@@ -470,6 +550,10 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
 
 bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
   const auto& tc = cfg_.train;
+  if (!st.sink->writes()) {  // a data-parallel rank other than 0: rank 0 writes the run's
+    st.lastCheckpointStep = step;
+    return true;
+  }
   CheckpointData d;
   d.step = step;
   d.manual = manual;  // "save now": kept apart from the rolling keep-N checkpoints
@@ -478,7 +562,7 @@ bool Trainer::checkpoint(State& st, int64_t step, bool manual) {
   if (st.ema)
     for (size_t i = 0; i < st.ema->size(); ++i) d.ema.emplace_back(st.ema->path(i), st.ema->shadow(i));
   d.rng = captureRngStates(st.gen, st.devices);
-  d.state = {{"draw_cursor", st.cursor.drawn},
+  d.state = {{"draw_cursor", st.cursor.drawn * worldOf(st)},  // every rank's draws
              {"skipped_items", st.cursor.skippedItems},
              {"loss_ema_raw", st.lossEmaRaw},
              {"loss_count", st.lossCount},
@@ -630,6 +714,8 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
     std::vector<at::Tensor> mb;
     {
       RECORD_USER_SCOPE("strata::data_and_forward");
+      st.drawStep = step + 1;  // places the samples in the step's global batch (RunContext::sampleGenerator)
+      st.drawMicroBatch = m;
       mb = st.family->microBatch(*st.context, batch, step + 1);
       if (st.graph) {
         RECORD_USER_SCOPE("strata::cuda_graph");
@@ -741,7 +827,7 @@ bool Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, Mi
 
 void Trainer::samples(State& st, int64_t step) {
   st.lastSampleStep = step;
-  if (cfg_.sample.prompts.empty()) return;
+  if (cfg_.sample.prompts.empty() || !st.sink->writes()) return;
   if (const auto why = st.family->samplesProblem(); !why.empty()) {
     bus_.publish(events::WarningEvent{"samples at step " + std::to_string(step) + " skipped: " + why, step});
     return;
@@ -762,7 +848,8 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
                          double ms) {
   const auto& tc = cfg_.train;
   const int64_t step = step_.load();
-  const int64_t images = std::max<int64_t>(tc.batchSize, 1) * std::max<int64_t>(tc.gradientAccumulationSteps, 1);
+  const int64_t images =
+      std::max<int64_t>(tc.batchSize, 1) * std::max<int64_t>(tc.gradientAccumulationSteps, 1) * worldOf(st);
   st.lastLoss = loss;
   st.lossEmaRaw = 0.9 * st.lossEmaRaw + 0.1 * loss;
   ++st.lossCount;
@@ -801,7 +888,11 @@ RunOutcome Trainer::loop(State& st) {
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {
-      if (paused_.load()) {
+      // A data-parallel run's decisions: the same on every rank.
+      StepDecisions shared;
+      if (st.collective) {
+        shared = agreeOnDecisions(st, step);
+      } else if (paused_.load()) {
         bus_.publish(events::PausedEvent{step});
         waitWhilePaused();
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
@@ -845,11 +936,10 @@ RunOutcome Trainer::loop(State& st) {
       }
 
       const bool last = step == tc.steps;
-      if (sampleRequested_.exchange(false) ||
-          (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last)))
-        doSamples(step);
-      const bool manualSave = saveRequested_.exchange(false);
-      const bool manualExport = exportRequested_.exchange(false);
+      const bool sampleNow = st.collective ? shared.sample : sampleRequested_.exchange(false);
+      if (sampleNow || (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last))) doSamples(step);
+      const bool manualSave = st.collective ? shared.save : saveRequested_.exchange(false);
+      const bool manualExport = st.collective ? shared.exportNow : exportRequested_.exchange(false);
       if (options_.skipSaves) continue;
       if (manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
         checkpoint(st, step, manualSave);
@@ -874,6 +964,40 @@ RunOutcome Trainer::loop(State& st) {
     return RunOutcome::Failed;
   }
   return RunOutcome::Finished;
+}
+
+Trainer::StepDecisions Trainer::agreeOnDecisions(State& st, int64_t step) {
+  // One all-reduce of flags: a stop asked of any rank (a signal reaches each
+  // process), rank 0's pause and requests (the app and the terminal talk to rank
+  // 0). While rank 0 is paused every rank holds here, asking again each 200 ms, so
+  // no rank waits on a collective past its timeout.
+  enum Flag : int64_t { kStop, kPause, kSample, kSave, kExport, kFlags };
+  const bool zero = rankOf(st) == 0;
+  StepDecisions out;
+  bool announcedPause = false;
+  for (;;) {
+    std::vector<at::Tensor> flags{at::zeros({kFlags}, at::kFloat)};
+    auto f = flags[0].accessor<float, 1>();
+    f[kStop] = stopRequested_.load() ? 1.f : 0.f;
+    if (zero) {
+      f[kPause] = paused_.load() ? 1.f : 0.f;
+      f[kSample] = sampleRequested_.exchange(false) ? 1.f : 0.f;
+      f[kSave] = saveRequested_.exchange(false) ? 1.f : 0.f;
+      f[kExport] = exportRequested_.exchange(false) ? 1.f : 0.f;
+    }
+    st.collective->allReduceSum(flags);
+    auto g = flags[0].accessor<float, 1>();
+    out.sample = out.sample || g[kSample] > 0;  // requests made during a pause are kept
+    out.save = out.save || g[kSave] > 0;
+    out.exportNow = out.exportNow || g[kExport] > 0;
+    if (g[kStop] > 0) stopRequested_.store(true);
+    if (g[kPause] == 0 || g[kStop] > 0) break;
+    if (!announcedPause) bus_.publish(events::PausedEvent{step});
+    announcedPause = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (announcedPause && !stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
+  return out;
 }
 
 RunOutcome Trainer::finish(State& st) {

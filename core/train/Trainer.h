@@ -35,6 +35,7 @@ namespace strata::train {
 class PhaseTimer;       // train/PhaseTimer.h
 class RunSink;          // train/RunSink.h
 class GradientReducer;  // train/GradientReducer.h
+class Collective;       // train/Collective.h
 
 enum class RunOutcome { Finished, Stopped, Failed, PreflightFailed };
 const char* toString(RunOutcome outcome);
@@ -80,6 +81,12 @@ struct TrainerOptions {
   // The reduce point of every optimizer step; null = the empty collective of one
   // process (LocalGradients).
   std::shared_ptr<GradientReducer> reducer;
+  // The ranks of a data-parallel run (dist/, docs/data-parallel.md); null = one
+  // process, whose path is untouched by it. With it, `reducer` averages over the
+  // ranks, rank 0 alone writes the run folder (the others get a SilentSink) and
+  // decides stop, pause, samples and saves, and each rank draws its own share of
+  // every global batch.
+  std::shared_ptr<Collective> collective;
 };
 
 class Trainer {
@@ -144,6 +151,14 @@ class Trainer {
   bool checkpoint(State& st, int64_t step, bool manual = false);
   std::vector<std::string> exportLora(State& st, int64_t step, bool final);
   void waitWhilePaused();
+  // A data-parallel run's stop, pause, sample, save and export of the step after
+  // `step`, agreed by all ranks (holds while rank 0 is paused).
+  struct StepDecisions {
+    bool sample = false;
+    bool save = false;
+    bool exportNow = false;
+  };
+  StepDecisions agreeOnDecisions(State& st, int64_t step);
 
   config::RunConfig cfg_;
   events::EventBus& bus_;

@@ -25,6 +25,7 @@
 #include "nn/Quantize.h"
 #include "placement/Placement.h"
 #include "train/CheckpointedRunner.h"
+#include "train/Collective.h"
 #include "train/Ema.h"
 #include "train/LrSchedule.h"
 #include "train/LoraOptimizer.h"
@@ -86,6 +87,12 @@ struct Trainer::State {
   std::unique_ptr<RunContext> context;
   std::shared_ptr<RunSink> sink;
   std::shared_ptr<GradientReducer> reducer;
+  // TrainerOptions::collective (null: one process). The micro-batch being drawn
+  // (its step and index in the step) places each drawn sample in the step's global
+  // batch (RunContext::sampleGenerator).
+  std::shared_ptr<Collective> collective;
+  int64_t drawStep = 0;
+  int64_t drawMicroBatch = 0;
 
   std::string lastCheckpoint;
   int64_t lastCheckpointStep = -1;

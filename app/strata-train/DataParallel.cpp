@@ -1,0 +1,308 @@
+#include "DataParallel.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "common/Error.h"
+#include "common/Version.h"
+#include "device/DeviceInventory.h"
+#include "dist/AveragingReducer.h"
+#include "dist/C10dCollective.h"
+#include "dist/LaunchEnv.h"
+#include "dist/ParallelDims.h"
+
+extern char** environ;
+
+namespace strata::cli {
+
+namespace {
+
+// FNV-1a, 64 bits: the same text gives the same value on every host and build.
+std::string fingerprintOf(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// A timeout in seconds from the environment; `fallback` where unset. Throws ConfigError naming it.
+std::chrono::milliseconds secondsFromEnv(const char* name, long fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::chrono::seconds(fallback);
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 1 || v > 7 * 24 * 3600)
+    throw ConfigError(std::string(name) + "='" + text + "' is not a number of seconds in 1..604800");
+  return std::chrono::seconds(v);
+}
+
+}  // namespace
+
+std::optional<int> joinDataParallel(config::RunConfig& cfg, const std::string& runYaml, train::TrainerOptions& opts,
+                                    const std::string& command) {
+  try {
+    const auto env = dist::launchEnvFrom();
+    if (!env) return std::nullopt;
+    dist::ConnectOptions co;
+    co.connectTimeout = secondsFromEnv("STRATA_DIST_CONNECT_TIMEOUT_S", 300);
+    co.storeTimeout = secondsFromEnv("STRATA_DIST_TIMEOUT_S", 1800);
+    co.collectiveTimeout = co.storeTimeout;
+    // The config as every rank runs it, and this build: what must match.
+    co.fingerprint = fingerprintOf(runYaml + "\n" + kVersion + "\n" + TORCH_VERSION);
+    // The replica: the config's device set, shifted to this local rank's group of cards.
+    std::vector<int> nodeCards;
+    for (const auto& d : device::listDevices())
+      if (!d.isCpu()) nodeCards.push_back(d.index);
+    const dist::ParallelDims dims = dist::parallelDimsOf(cfg, *env, nodeCards);
+    if (!dims.cards.empty()) cfg.model.gpuIds = dims.cards;
+    co.device = dims.device();
+    auto collective = dist::connect(*env, co);
+    opts.collective = collective;
+    opts.reducer = std::make_shared<dist::AveragingReducer>(collective);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    std::cerr << command << ": data-parallel: " << e.what() << std::endl;
+    return train::kExitBadInput;
+  }
+}
+
+namespace {
+
+std::atomic<int> pendingSignal{0};
+void onSignal(int sig) { pendingSignal.store(sig); }
+
+// A port nobody listens on now (the kernel's pick), for rank 0's store.
+int freeLocalPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw IoError(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw IoError(std::string("finding a free port on 127.0.0.1: ") + std::strerror(err));
+  return ntohs(a.sin_port);
+}
+
+// Copies `fd`'s lines to stderr with `prefix`, until it closes.
+std::thread prefixLines(int fd, std::string prefix) {
+  return std::thread([fd, prefix = std::move(prefix)] {
+    std::string pending;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        std::cerr << prefix << pending.substr(0, nl + 1) << std::flush;
+        pending.erase(0, nl + 1);
+      }
+    }
+    if (!pending.empty()) std::cerr << prefix << pending << std::endl;
+    ::close(fd);
+  });
+}
+
+struct Rank {
+  pid_t pid = -1;
+  bool done = false;
+  int code = 0;    // exit code, or 128 + signal
+  int signal = 0;  // the signal that ended it
+};
+
+}  // namespace
+
+int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
+  if (const char* ws = std::getenv("WORLD_SIZE"); ws && std::string(ws) != "1") {
+    std::cerr << "strata-train: --nproc starts its own ranks; WORLD_SIZE=" << ws
+              << " is set (torchrun's launch): leave out --nproc there" << std::endl;
+    return train::kExitBadInput;
+  }
+  int port = 0;
+  try {
+    port = freeLocalPort();
+  } catch (const std::exception& e) {
+    std::cerr << "strata-train: " << e.what() << std::endl;
+    return train::kExitFailed;
+  }
+  const std::string exe = "/proc/self/exe";
+  std::vector<std::string> argvText = {"strata-train"};
+  argvText.insert(argvText.end(), args.begin(), args.end());
+
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction oldInt {
+  }, oldTerm{}, oldHup{};
+  ::sigaction(SIGINT, &sa, &oldInt);
+  ::sigaction(SIGTERM, &sa, &oldTerm);
+  ::sigaction(SIGHUP, &sa, &oldHup);
+
+  std::vector<Rank> ranks(static_cast<size_t>(nproc));
+  std::vector<std::thread> readers;
+  for (int r = 0; r < nproc; ++r) {
+    // The environment: ours without the launch variables, then this rank's.
+    std::vector<std::string> envText;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      bool launchVar = false;
+      for (const char* name : dist::kLaunchVariables)
+        launchVar = launchVar || kv.rfind(std::string(name) + "=", 0) == 0;
+      if (!launchVar) envText.push_back(kv);
+    }
+    envText.push_back("RANK=" + std::to_string(r));
+    envText.push_back("WORLD_SIZE=" + std::to_string(nproc));
+    envText.push_back("LOCAL_RANK=" + std::to_string(r));
+    envText.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
+    envText.push_back("MASTER_ADDR=127.0.0.1");
+    envText.push_back("MASTER_PORT=" + std::to_string(port));
+    std::vector<char*> argv, envp;
+    for (auto& a : argvText) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : envText) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int errPipe[2] = {-1, -1};
+    if (r > 0 && ::pipe(errPipe) != 0) {
+      std::cerr << "strata-train: pipe: " << std::strerror(errno) << std::endl;
+      return train::kExitFailed;
+    }
+    const pid_t launcher = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // A launcher that dies (SIGKILL) takes its ranks along: SIGTERM, a checkpoint and stop.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(train::kExitFailed);
+      // Only async-signal-safe calls until exec. A process group of its own: the
+      // terminal's Ctrl-C reaches the launcher, which forwards it once.
+      ::setpgid(0, 0);
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGHUP, SIG_DFL);
+      if (r > 0) {
+        const int null = ::open("/dev/null", O_WRONLY);
+        if (null >= 0) ::dup2(null, STDOUT_FILENO);
+        ::dup2(errPipe[1], STDERR_FILENO);
+        ::close(errPipe[0]);
+        ::close(errPipe[1]);
+      }
+      ::execve(exe.c_str(), argv.data(), envp.data());
+      ::_exit(127);
+    }
+    if (r > 0) {
+      ::close(errPipe[1]);
+      if (pid > 0)
+        readers.push_back(prefixLines(errPipe[0], "[rank " + std::to_string(r) + "] "));
+      else
+        ::close(errPipe[0]);
+    }
+    if (pid < 0) {
+      std::cerr << "strata-train: starting rank " << r << ": " << std::strerror(errno) << std::endl;
+      for (auto& k : ranks)
+        if (k.pid > 0) ::kill(k.pid, SIGKILL);
+      for (auto& k : ranks)
+        if (k.pid > 0) ::waitpid(k.pid, nullptr, 0);
+      for (auto& t : readers) t.join();
+      return train::kExitFailed;
+    }
+    ranks[static_cast<size_t>(r)].pid = pid;
+  }
+
+  // Once a rank failed the others get this long to end on their own (their next
+  // collective fails), then SIGTERM (a checkpoint), then SIGKILL.
+  constexpr auto kGraceAfterFailure = std::chrono::seconds(60);
+  constexpr auto kGraceAfterTerm = std::chrono::seconds(30);
+  int firstFailed = -1;
+  std::chrono::steady_clock::time_point failedAt{}, termAt{};
+  bool termSent = false, killSent = false;
+  int running = nproc;
+  while (running > 0) {
+    if (const int sig = pendingSignal.exchange(0); sig != 0)
+      for (auto& k : ranks)
+        if (!k.done) ::kill(k.pid, sig);
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        Rank& k = ranks[r];
+        if (k.pid != pid) continue;
+        k.done = true;
+        --running;
+        if (WIFEXITED(status)) k.code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) {
+          k.signal = WTERMSIG(status);
+          k.code = 128 + k.signal;
+        }
+        const bool failed = k.code != train::kExitOk && k.code != train::kExitInterrupted;
+        if (!failed) continue;
+        // Each failure said: the first one reaped need not be the cause (a rank
+        // whose collective failed can end before the one that was killed is reaped).
+        std::cerr << "strata-train: rank " << r
+                  << (k.signal ? " was killed by signal " + std::to_string(k.signal) + " (" + strsignal(k.signal) + ")"
+                               : " exited with code " + std::to_string(k.code))
+                  << (firstFailed < 0 ? "; the other ranks stop" : "") << std::endl;
+        if (firstFailed < 0) {
+          firstFailed = static_cast<int>(r);
+          failedAt = std::chrono::steady_clock::now();
+        }
+      }
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (firstFailed >= 0 && !termSent && now - failedAt > kGraceAfterFailure) {
+      for (auto& k : ranks)
+        if (!k.done) ::kill(k.pid, SIGTERM);
+      termSent = true;
+      termAt = now;
+    }
+    if (termSent && !killSent && now - termAt > kGraceAfterTerm) {
+      for (auto& k : ranks)
+        if (!k.done) ::kill(k.pid, SIGKILL);
+      killSent = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& t : readers) t.join();
+  ::sigaction(SIGINT, &oldInt, nullptr);
+  ::sigaction(SIGTERM, &oldTerm, nullptr);
+  ::sigaction(SIGHUP, &oldHup, nullptr);
+
+  if (firstFailed >= 0) {
+    const Rank& k = ranks[static_cast<size_t>(firstFailed)];
+    std::cerr << "strata-train: failed: rank " << firstFailed << " of " << nproc << " ended with code " << k.code
+              << std::endl;
+    return k.code == train::kExitBadInput ? train::kExitBadInput : train::kExitFailed;
+  }
+  for (const auto& k : ranks)
+    if (k.code == train::kExitInterrupted) return train::kExitInterrupted;
+  return train::kExitOk;
+}
+
+}  // namespace strata::cli

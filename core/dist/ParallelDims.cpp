@@ -1,0 +1,50 @@
+#include "dist/ParallelDims.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/Error.h"
+
+namespace strata::dist {
+
+c10::Device ParallelDims::device() const {
+  if (cards.empty()) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cards.front()));
+}
+
+ParallelDims parallelDimsOf(const config::RunConfig& cfg, const LaunchEnv& env, const std::vector<int>& nodeCards) {
+  ParallelDims dims;
+  dims.replicas = env.worldSize;
+  dims.rank = env.rank;
+  dims.localRank = env.localRank;
+  dims.localReplicas = env.localWorldSize;
+  if (cfg.model.device == config::ComputeDevice::Cpu || nodeCards.empty()) return dims;
+  // The first replica's cards: the config's, else every card's share for a split, else the first card.
+  std::vector<int> first = cfg.model.gpuIds;
+  if (!cfg.model.splitModelOverGpus && first.size() > 1) first.resize(1);  // one card, as device selection takes
+  if (first.empty()) {
+    const size_t perReplica =
+        cfg.model.splitModelOverGpus ? nodeCards.size() / static_cast<size_t>(std::max(env.localWorldSize, 1)) : 1;
+    first.assign(nodeCards.begin(), nodeCards.begin() + static_cast<long>(std::min(perReplica, nodeCards.size())));
+  }
+  if (first.empty())
+    throw ConfigError("a split over the node's " + std::to_string(nodeCards.size()) + " card(s) for " +
+                      std::to_string(env.localWorldSize) + " local ranks leaves none for each (LOCAL_WORLD_SIZE)");
+  // Local rank r: each of those cards moved r groups on in the node's card list.
+  const auto step = static_cast<long>(first.size()) * env.localRank;
+  for (int card : first) {
+    const auto at = std::find(nodeCards.begin(), nodeCards.end(), card);
+    const long index = at == nodeCards.end() ? -1 : static_cast<long>(at - nodeCards.begin()) + step;
+    if (at == nodeCards.end() || index >= static_cast<long>(nodeCards.size())) {
+      std::string have;
+      for (int c : nodeCards) have += (have.empty() ? "" : ", ") + std::to_string(c);
+      throw ConfigError("LOCAL_RANK " + std::to_string(env.localRank) + " of " + std::to_string(env.localWorldSize) +
+                        " takes group " + std::to_string(env.localRank) + " of " + std::to_string(first.size()) +
+                        "-card replicas, past this node's cards [" + have + "]");
+    }
+    dims.cards.push_back(nodeCards[static_cast<size_t>(index)]);
+  }
+  return dims;
+}
+
+}  // namespace strata::dist

@@ -1,0 +1,31 @@
+#pragma once
+// The ranks of a data-parallel run as the trainer sees them, without a c10d header
+// (dist/ implements it on c10d's TCPStore and process groups). A run in one
+// process has none (TrainerOptions::collective null) and takes none of its paths.
+//
+// Every call is collective: each rank makes the same calls in the same order, and
+// each returns or throws (a rank gone, a timeout) within the implementation's
+// bounded timeout, never hangs.
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+namespace strata::train {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+  // Each tensor summed over the ranks, in place (one flat buffer per device is the caller's choice).
+  virtual void allReduceSum(std::vector<at::Tensor>& tensors) = 0;
+  // Rank 0's tensors copied into every rank's, in place.
+  virtual void broadcastFromRankZero(std::vector<at::Tensor>& tensors) = 0;
+  // Rank 0 publishes `value` under `key`; every other rank waits for it (a slow
+  // step on rank 0, such as building the encode cache, is waited for within the
+  // store's timeout) and gets it. Rank 0 gets its own value back.
+  virtual std::string shareFromRankZero(const std::string& key, const std::string& value) = 0;
+};
+
+}  // namespace strata::train

@@ -1,0 +1,296 @@
+// core/dist: torchrun's variables read and checked, and the c10d collective of two
+// ranks (two threads of this process on Gloo over loopback): all-reduce,
+// broadcast, rank 0's verdicts, the reducer's average, and the clear errors of a
+// port in use, an unreachable master and configs that differ.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "common/Error.h"
+#include "dist/AveragingReducer.h"
+#include "dist/C10dCollective.h"
+#include "dist/LaunchEnv.h"
+#include "dist/ParallelDims.h"
+
+namespace {
+
+using namespace strata::dist;
+
+std::function<const char*(const char*)> envOf(std::map<std::string, std::string> vars) {
+  auto held = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [held](const char* name) -> const char* {
+    auto it = held->find(name);
+    return it == held->end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::string errorOf(const std::map<std::string, std::string>& vars) {
+  try {
+    launchEnvFrom(envOf(vars));
+  } catch (const strata::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LaunchEnv, OneProcessWithoutTheVariablesOrWithWorldSizeOne) {
+  EXPECT_FALSE(launchEnvFrom(envOf({})).has_value());
+  EXPECT_FALSE(launchEnvFrom(envOf({{"WORLD_SIZE", "1"}, {"RANK", "0"}})).has_value());
+}
+
+TEST(LaunchEnv, ReadsTorchrunsVariables) {
+  const auto env = launchEnvFrom(envOf({{"RANK", "5"},
+                                        {"WORLD_SIZE", "8"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"LOCAL_WORLD_SIZE", "4"},
+                                        {"MASTER_ADDR", "node0"},
+                                        {"MASTER_PORT", "29500"}}));
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_EQ(env->worldSize, 8);
+  EXPECT_EQ(env->localRank, 1);
+  EXPECT_EQ(env->localWorldSize, 4);
+  EXPECT_EQ(env->masterAddr, "node0");
+  EXPECT_EQ(env->masterPort, 29500);
+  // One node: the local variables default to the global ones.
+  const auto one =
+      launchEnvFrom(envOf({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}}));
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->localRank, 1);
+  EXPECT_EQ(one->localWorldSize, 2);
+}
+
+TEST(LaunchEnv, EachBadVariableIsNamed) {
+  const std::map<std::string, std::string> good = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}};
+  auto with = [&](const std::string& key, const std::string& value) {
+    auto v = good;
+    if (value.empty())
+      v.erase(key);
+    else
+      v[key] = value;
+    return errorOf(v);
+  };
+  EXPECT_EQ(errorOf(good), "");
+  EXPECT_NE(with("RANK", "").find("RANK is not set"), std::string::npos);
+  EXPECT_NE(with("RANK", "2").find("RANK=2 is outside 0..1"), std::string::npos);
+  EXPECT_NE(with("RANK", "one").find("RANK='one' is not a whole number"), std::string::npos);
+  EXPECT_NE(with("WORLD_SIZE", "0").find("WORLD_SIZE=0"), std::string::npos);
+  EXPECT_NE(with("WORLD_SIZE", "99999999").find("WORLD_SIZE"), std::string::npos);
+  EXPECT_NE(with("MASTER_ADDR", "").find("MASTER_ADDR is not set"), std::string::npos);
+  EXPECT_NE(with("MASTER_PORT", "70000").find("MASTER_PORT=70000 is outside 1..65535"), std::string::npos);
+  EXPECT_NE(with("LOCAL_RANK", "3").find("LOCAL_RANK=3"), std::string::npos);
+}
+
+LaunchEnv localRank(int rank, int ranks) {
+  LaunchEnv e;
+  e.rank = rank;
+  e.worldSize = ranks;
+  e.localRank = rank;
+  e.localWorldSize = ranks;
+  return e;
+}
+
+std::vector<int> cardsOf(const strata::config::RunConfig& cfg, int rank, int ranks, const std::vector<int>& node) {
+  return parallelDimsOf(cfg, localRank(rank, ranks), node).cards;
+}
+
+TEST(ParallelDims, EachLocalRankTakesItsGroupOfTheNodesCards) {
+  using V = std::vector<int>;
+  strata::config::RunConfig one;  // model.device auto, one card
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(cardsOf(one, r, 4, {0, 1, 2, 3}), V{r});
+  EXPECT_EQ(parallelDimsOf(one, localRank(3, 4), {0, 1, 2, 3}).device(), c10::Device(c10::kCUDA, 3));
+  // Without a split a replica is one card, the first the config names.
+  one.model.gpuIds = {1, 2};
+  EXPECT_EQ(cardsOf(one, 1, 2, {0, 1, 2, 3}), V{2});
+  one.model.gpuIds.clear();
+  // A 2-card split on [0, 1]: rank 1 on [2, 3].
+  strata::config::RunConfig split;
+  split.model.splitModelOverGpus = true;
+  split.model.gpuIds = {0, 1};
+  EXPECT_EQ(cardsOf(split, 0, 2, {0, 1, 2, 3}), (V{0, 1}));
+  EXPECT_EQ(cardsOf(split, 1, 2, {0, 1, 2, 3}), (V{2, 3}));
+  // Cards the config names are the first group; the next ranks follow them.
+  split.model.gpuIds = {2, 3};
+  EXPECT_EQ(cardsOf(split, 0, 1, {0, 1, 2, 3}), (V{2, 3}));
+  // A split without cards named shares the node's cards out.
+  split.model.gpuIds.clear();
+  EXPECT_EQ(cardsOf(split, 1, 2, {0, 1, 2, 3}), (V{2, 3}));
+  // The CPU, or a node without CUDA: every rank on the CPU.
+  strata::config::RunConfig cpu;
+  cpu.model.device = strata::config::ComputeDevice::Cpu;
+  EXPECT_TRUE(cardsOf(cpu, 1, 2, {0, 1}).empty());
+  EXPECT_TRUE(cardsOf(one, 1, 2, {}).empty());
+  EXPECT_EQ(parallelDimsOf(cpu, localRank(1, 2), {0, 1}).device(), c10::Device(c10::kCPU));
+}
+
+TEST(ParallelDims, TooFewCardsAreSaidNamingTheLocalRank) {
+  strata::config::RunConfig split;
+  split.model.splitModelOverGpus = true;
+  split.model.gpuIds = {0, 1};
+  std::string error;
+  try {
+    parallelDimsOf(split, localRank(2, 3), {0, 1, 2, 3});
+  } catch (const strata::ConfigError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("LOCAL_RANK 2 of 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("[0, 1, 2, 3]"), std::string::npos) << error;
+}
+
+int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+LaunchEnv rankOf(int rank, int world, int port) {
+  LaunchEnv e;
+  e.rank = rank;
+  e.worldSize = world;
+  e.localRank = rank;
+  e.localWorldSize = world;
+  e.masterAddr = "127.0.0.1";
+  e.masterPort = port;
+  return e;
+}
+
+ConnectOptions quick(const std::string& fingerprint = "same") {
+  ConnectOptions o;
+  o.connectTimeout = std::chrono::seconds(5);
+  o.storeTimeout = std::chrono::seconds(20);
+  o.collectiveTimeout = std::chrono::seconds(20);
+  o.fingerprint = fingerprint;
+  return o;
+}
+
+// `body` on two ranks at once; each one's result or error text.
+template <typename Body>
+std::vector<std::string> onTwoRanks(Body body, const std::vector<std::string>& fingerprints = {"same", "same"}) {
+  const int port = freePort();
+  std::vector<std::future<std::string>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      try {
+        auto c = connect(rankOf(r, 2, port), quick(fingerprints[static_cast<size_t>(r)]));
+        return body(*c, c);
+      } catch (const std::exception& e) {
+        return std::string("error: ") + e.what();
+      }
+    }));
+  std::vector<std::string> out;
+  for (auto& f : ranks) out.push_back(f.get());
+  return out;
+}
+
+TEST(C10dCollective, AllReduceBroadcastAndShareOnGloo) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  const auto results = onTwoRanks([](C10dCollective& c, const std::shared_ptr<C10dCollective>&) {
+    const double r = c.rank();
+    // Two dtypes and shapes: packed into one buffer per dtype, unpacked in place.
+    std::vector<at::Tensor> t{at::full({2, 3}, r + 1, at::kFloat), at::full({4}, 10 * (r + 1), at::kDouble),
+                              at::full({1}, r, at::kFloat)};
+    c.allReduceSum(t);
+    std::vector<at::Tensor> b{at::full({3}, r + 7, at::kFloat)};
+    c.broadcastFromRankZero(b);
+    const std::string shared = c.shareFromRankZero("verdict", c.rank() == 0 ? "ok" : "");
+    return std::to_string(t[0].sum().item<double>()) + " " + std::to_string(t[1].sum().item<double>()) + " " +
+           std::to_string(t[2].item<double>()) + " " + std::to_string(b[0].sum().item<double>()) + " " + shared;
+  });
+  // 6 x (1 + 2), 4 x (10 + 20), 0 + 1, rank 0's 3 x 7.
+  for (const auto& r : results) EXPECT_EQ(r, "18.000000 120.000000 1.000000 21.000000 ok") << r;
+}
+
+TEST(C10dCollective, TheReducerAveragesGradientsAndLosses) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  const auto results = onTwoRanks([](C10dCollective& c, const std::shared_ptr<C10dCollective>& shared) {
+    const double r = c.rank();
+    auto p = at::zeros({2}, at::kFloat).requires_grad_(true);
+    p.mutable_grad() = at::full({2}, 2 * (r + 1), at::kFloat);  // 2 and 4: average 3
+    auto q = at::zeros({1}, at::kFloat).requires_grad_(true);   // no gradient on either rank
+    std::vector<at::Tensor> params{p, q};
+    std::vector<at::Tensor> losses{at::full({}, r, at::kFloat), at::full({}, 4 * r, at::kFloat)};
+    strata::train::StepGradients step{params, losses};
+    AveragingReducer(shared).reduce(step);
+    return std::to_string(p.grad()[0].item<double>()) + " " + std::to_string(q.grad()[0].item<double>()) + " " +
+           std::to_string(losses[0].item<double>()) + " " + std::to_string(losses[1].item<double>());
+  });
+  for (const auto& r : results) EXPECT_EQ(r, "3.000000 0.000000 0.500000 2.000000") << r;
+}
+
+TEST(C10dCollective, ConfigsThatDifferAreRefusedByRank) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  const auto results = onTwoRanks([](C10dCollective&, const std::shared_ptr<C10dCollective>&) { return "joined"; },
+                                  {"config-a", "config-b"});
+  EXPECT_NE(results[0].find("rank(s) 1 differs"), std::string::npos) << results[0];
+  EXPECT_NE(results[1].find("rank(s) 0 differs"), std::string::npos) << results[1];
+}
+
+TEST(C10dCollective, APortInUseIsSaid) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  // A listener on the port, as another job's store would be.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  std::string error;
+  try {
+    connect(rankOf(0, 2, port), quick());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::close(fd);
+  EXPECT_NE(error.find("MASTER_PORT " + std::to_string(port) + " is in use"), std::string::npos) << error;
+}
+
+TEST(C10dCollective, AnUnreachableMasterIsSaidWithinTheTimeout) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  const int port = freePort();  // nobody serves it
+  auto o = quick();
+  o.connectTimeout = std::chrono::seconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    connect(rankOf(1, 2, port), o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_NE(error.find("could not reach rank 0 at MASTER_ADDR:MASTER_PORT 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << error;
+}
+
+TEST(C10dCollective, AWrongWorldSizeIsSaidWithinTheTimeout) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  // WORLD_SIZE=2 but rank 1 never starts.
+  auto o = quick();
+  o.connectTimeout = std::chrono::seconds(2);
+  std::string error;
+  try {
+    connect(rankOf(0, 2, freePort()), o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("not all WORLD_SIZE=2 ranks joined"), std::string::npos) << error;
+}
+
+}  // namespace
