@@ -23,7 +23,7 @@ namespace {
 struct ResumeArgs {
   std::string runDir;
   int64_t stopAfter = 0;
-  int nproc = 1;          // local data-parallel ranks
+  int nproc = 1;         // local data-parallel ranks
   StreamOptions stream;  // --events, --control-stdin (EventStream.h)
 };
 

@@ -78,6 +78,9 @@ std::optional<int> joinDataParallel(config::RunConfig& cfg, const std::string& r
     const dist::ParallelDims dims = dist::parallelDimsOf(cfg, *env, nodeCards);
     if (!dims.cards.empty()) cfg.model.gpuIds = dims.cards;
     co.device = dims.device();
+    if (env->backend == "gloo") co.device = c10::Device(c10::kCPU);  // Gloo on the host, whatever the cards
+    if (env->backend == "nccl" && !co.device.is_cuda())
+      throw ConfigError("STRATA_DIST_BACKEND=nccl: this rank trains on the CPU (NCCL reduces CUDA tensors)");
     auto collective = dist::connect(*env, co);
     opts.collective = collective;
     opts.reducer = std::make_shared<dist::AveragingReducer>(collective);

@@ -39,7 +39,19 @@ std::optional<LaunchEnv> launchEnvFrom(const std::function<const char*(const cha
   constexpr long kMaxWorld = 1 << 16;
   LaunchEnv env;
   env.worldSize = intVariable(getenv, "WORLD_SIZE", 1, kMaxWorld, 1);
-  if (env.worldSize == 1) return std::nullopt;
+  const auto flag = [&getenv](const char* name) {
+    const char* text = getenv(name);
+    if (text == nullptr || *text == '\0' || std::string(text) == "0") return false;
+    if (std::string(text) == "1") return true;
+    throw ConfigError(std::string(name) + "='" + text + "' is not 0 or 1");
+  };
+  if (env.worldSize == 1 && !flag("STRATA_DIST_GROUP_OF_ONE")) return std::nullopt;
+  if (const char* backend = getenv("STRATA_DIST_BACKEND"); backend != nullptr && *backend != '\0') {
+    env.backend = backend;
+    if (env.backend != "gloo" && env.backend != "nccl")
+      throw ConfigError("STRATA_DIST_BACKEND='" + env.backend + "' is not gloo or nccl");
+  }
+  env.shareCards = flag("STRATA_DIST_SHARE_CARDS");
   env.rank = intVariable(getenv, "RANK", 0, env.worldSize - 1, std::nullopt);
   env.localWorldSize = intVariable(getenv, "LOCAL_WORLD_SIZE", 1, env.worldSize, env.worldSize);
   env.localRank = intVariable(getenv, "LOCAL_RANK", 0, env.localWorldSize - 1, env.rank);

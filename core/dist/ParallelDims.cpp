@@ -31,7 +31,7 @@ ParallelDims parallelDimsOf(const config::RunConfig& cfg, const LaunchEnv& env, 
     throw ConfigError("a split over the node's " + std::to_string(nodeCards.size()) + " card(s) for " +
                       std::to_string(env.localWorldSize) + " local ranks leaves none for each (LOCAL_WORLD_SIZE)");
   // Local rank r: each of those cards moved r groups on in the node's card list.
-  const auto step = static_cast<long>(first.size()) * env.localRank;
+  const auto step = env.shareCards ? 0L : static_cast<long>(first.size()) * env.localRank;
   for (int card : first) {
     const auto at = std::find(nodeCards.begin(), nodeCards.end(), card);
     const long index = at == nodeCards.end() ? -1 : static_cast<long>(at - nodeCards.begin()) + step;

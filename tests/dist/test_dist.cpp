@@ -89,6 +89,40 @@ TEST(LaunchEnv, EachBadVariableIsNamed) {
   EXPECT_NE(with("LOCAL_RANK", "3").find("LOCAL_RANK=3"), std::string::npos);
 }
 
+// The measuring switches (docs/data-parallel.md, "The reduce's cost"): a group of one,
+// Gloo on the host, ranks sharing the config's cards; anything else is refused by name.
+TEST(LaunchEnv, MeasuringSwitches) {
+  const std::map<std::string, std::string> one = {
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}};
+  auto with = [&one](std::map<std::string, std::string> extra) {
+    auto v = one;
+    for (auto& [k, val] : extra) v[k] = val;
+    return v;
+  };
+  EXPECT_FALSE(launchEnvFrom(envOf(with({{"STRATA_DIST_GROUP_OF_ONE", "0"}}))).has_value());
+  const auto group = launchEnvFrom(envOf(with({{"STRATA_DIST_GROUP_OF_ONE", "1"}})));
+  ASSERT_TRUE(group.has_value());
+  EXPECT_EQ(group->worldSize, 1);
+  EXPECT_EQ(group->backend, "");
+  EXPECT_FALSE(group->shareCards);
+  const auto gloo = launchEnvFrom(
+      envOf(with({{"WORLD_SIZE", "2"}, {"STRATA_DIST_BACKEND", "gloo"}, {"STRATA_DIST_SHARE_CARDS", "1"}})));
+  ASSERT_TRUE(gloo.has_value());
+  EXPECT_EQ(gloo->backend, "gloo");
+  EXPECT_TRUE(gloo->shareCards);
+  strata::config::RunConfig cfg;  // one card
+  for (int r = 0; r < 2; ++r) {
+    LaunchEnv e = *gloo;
+    e.rank = e.localRank = r;
+    EXPECT_EQ(parallelDimsOf(cfg, e, {0}).cards, std::vector<int>{0}) << "rank " << r << " shares card 0";
+  }
+  EXPECT_NE(errorOf(with({{"STRATA_DIST_GROUP_OF_ONE", "yes"}})).find("STRATA_DIST_GROUP_OF_ONE='yes'"),
+            std::string::npos);
+  EXPECT_NE(errorOf(with({{"STRATA_DIST_GROUP_OF_ONE", "1"}, {"STRATA_DIST_BACKEND", "mpi"}}))
+                .find("STRATA_DIST_BACKEND='mpi' is not gloo or nccl"),
+            std::string::npos);
+}
+
 LaunchEnv localRank(int rank, int ranks) {
   LaunchEnv e;
   e.rank = rank;
