@@ -193,12 +193,12 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
     for (auto& e : envText) envp.push_back(e.data());
     envp.push_back(nullptr);
     int errPipe[2] = {-1, -1};
-    if (r > 0 && ::pipe(errPipe) != 0) {
-      std::cerr << "strata-train: pipe: " << std::strerror(errno) << std::endl;
-      return train::kExitFailed;
-    }
+    // O_CLOEXEC: a rank's pipe stays out of the ranks started after it.
+    const bool piped = r == 0 || ::pipe2(errPipe, O_CLOEXEC) == 0;
+    const int pipeErrno = errno;
     const pid_t launcher = ::getpid();
-    const pid_t pid = ::fork();
+    const pid_t pid = piped ? ::fork() : -1;
+    const int startErrno = piped ? errno : pipeErrno;  // why the rank could not start (pid < 0)
     if (pid == 0) {
       // A launcher that dies (SIGKILL) takes its ranks along: SIGTERM, a checkpoint and stop.
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -219,7 +219,7 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
       ::execve(exe.c_str(), argv.data(), envp.data());
       ::_exit(127);
     }
-    if (r > 0) {
+    if (r > 0 && piped) {
       ::close(errPipe[1]);
       if (pid > 0)
         readers.push_back(prefixLines(errPipe[0], "[rank " + std::to_string(r) + "] "));
@@ -227,23 +227,28 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
         ::close(errPipe[0]);
     }
     if (pid < 0) {
-      std::cerr << "strata-train: starting rank " << r << ": " << std::strerror(errno) << std::endl;
+      std::cerr << "strata-train: starting rank " << r << ": " << (piped ? "fork: " : "pipe: ")
+                << std::strerror(startErrno) << std::endl;
       for (auto& k : ranks)
         if (k.pid > 0) ::kill(k.pid, SIGKILL);
       for (auto& k : ranks)
         if (k.pid > 0) ::waitpid(k.pid, nullptr, 0);
       for (auto& t : readers) t.join();
+      ::sigaction(SIGINT, &oldInt, nullptr);
+      ::sigaction(SIGTERM, &oldTerm, nullptr);
+      ::sigaction(SIGHUP, &oldHup, nullptr);
       return train::kExitFailed;
     }
     ranks[static_cast<size_t>(r)].pid = pid;
   }
 
-  // Once a rank failed the others get this long to end on their own (their next
-  // collective fails), then SIGTERM (a checkpoint), then SIGKILL.
+  // Once a rank ended (failed, or stopped on its own: a stop seen before the first
+  // step by one rank only) the others get this long to end too (their next
+  // collective fails, or they finish), then SIGTERM (a checkpoint), then SIGKILL.
   constexpr auto kGraceAfterFailure = std::chrono::seconds(60);
   constexpr auto kGraceAfterTerm = std::chrono::seconds(30);
-  int firstFailed = -1;
-  std::chrono::steady_clock::time_point failedAt{}, termAt{};
+  int firstFailed = -1, firstEnded = -1;
+  std::chrono::steady_clock::time_point endedAt{}, termAt{};
   bool termSent = false, killSent = false;
   int running = nproc;
   while (running > 0) {
@@ -258,6 +263,10 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
         if (k.pid != pid) continue;
         k.done = true;
         --running;
+        if (firstEnded < 0) {
+          firstEnded = static_cast<int>(r);
+          endedAt = std::chrono::steady_clock::now();
+        }
         if (WIFEXITED(status)) k.code = WEXITSTATUS(status);
         if (WIFSIGNALED(status)) {
           k.signal = WTERMSIG(status);
@@ -271,15 +280,15 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args) {
                   << (k.signal ? " was killed by signal " + std::to_string(k.signal) + " (" + strsignal(k.signal) + ")"
                                : " exited with code " + std::to_string(k.code))
                   << (firstFailed < 0 ? "; the other ranks stop" : "") << std::endl;
-        if (firstFailed < 0) {
-          firstFailed = static_cast<int>(r);
-          failedAt = std::chrono::steady_clock::now();
-        }
+        if (firstFailed < 0) firstFailed = static_cast<int>(r);
       }
       continue;
     }
     const auto now = std::chrono::steady_clock::now();
-    if (firstFailed >= 0 && !termSent && now - failedAt > kGraceAfterFailure) {
+    if (firstEnded >= 0 && !termSent && now - endedAt > kGraceAfterFailure) {
+      if (firstFailed < 0)
+        std::cerr << "strata-train: rank " << firstEnded << " ended " << kGraceAfterFailure.count() << " s ago and "
+                  << running << " rank(s) still run; stopping them" << std::endl;
       for (auto& k : ranks)
         if (!k.done) ::kill(k.pid, SIGTERM);
       termSent = true;

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <utility>
@@ -90,9 +91,16 @@ struct C10dCollective::Impl {
   template <typename Run>
   void packed(std::vector<at::Tensor>& tensors, Run run) {
     at::NoGradGuard noGrad;
-    std::map<std::pair<std::string, int>, std::vector<size_t>> groups;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      groups[{tensors[i].device().str(), static_cast<int>(tensors[i].scalar_type())}].push_back(i);
+    // Buffers in the order their first tensor comes: the same on every rank, whatever
+    // its cards are called (a map by device name would put "cuda:10" before "cuda:9"
+    // on one replica and not on another, and pair up different parameters).
+    std::vector<std::pair<std::pair<std::string, int>, std::vector<size_t>>> groups;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::pair<std::string, int> key{tensors[i].device().str(), static_cast<int>(tensors[i].scalar_type())};
+      auto at = std::find_if(groups.begin(), groups.end(), [&key](const auto& g) { return g.first == key; });
+      if (at == groups.end()) at = groups.insert(groups.end(), {key, {}});
+      at->second.push_back(i);
+    }
     for (const auto& [key, members] : groups) {
       std::vector<at::Tensor> flat;
       for (size_t i : members) flat.push_back(tensors[i].reshape({-1}));

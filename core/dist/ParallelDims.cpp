@@ -44,6 +44,30 @@ ParallelDims parallelDimsOf(const config::RunConfig& cfg, const LaunchEnv& env, 
     }
     dims.cards.push_back(nodeCards[static_cast<size_t>(index)]);
   }
+  // Named cards with gaps ([0, 2]) shifted by the group's size would overlap a
+  // neighbour's ([2, 4]): two replicas on one card. Refused, naming the card.
+  if (!env.shareCards) {
+    auto groupOf = [&](long rank) {  // the cards local rank `rank` takes, those past the node's left out
+      std::vector<int> cards;
+      for (int card : first) {
+        const long index = static_cast<long>(std::find(nodeCards.begin(), nodeCards.end(), card) - nodeCards.begin()) +
+                           static_cast<long>(first.size()) * rank;
+        if (index >= 0 && index < static_cast<long>(nodeCards.size()))
+          cards.push_back(nodeCards[static_cast<size_t>(index)]);
+      }
+      return cards;
+    };
+    for (const long other : {static_cast<long>(env.localRank) - 1, static_cast<long>(env.localRank) + 1}) {
+      if (other < 0 || other >= env.localWorldSize) continue;
+      for (int card : groupOf(other))
+        if (std::find(dims.cards.begin(), dims.cards.end(), card) != dims.cards.end())
+          throw ConfigError("model.gpu_ids: local ranks " + std::to_string(std::min<long>(env.localRank, other)) +
+                            " and " + std::to_string(std::max<long>(env.localRank, other)) + " would share card " +
+                            std::to_string(card) +
+                            " (each local rank takes the configured cards shifted by their count: name consecutive "
+                            "cards)");
+    }
+  }
   return dims;
 }
 

@@ -301,7 +301,13 @@ std::string dumpLine(const J& j) {
 json parseObject(std::string_view line, const std::string& where) {
   json j;
   try {
-    j = json::parse(line.begin(), line.end());
+    // No event nests deeper than a few levels; a deeper line (hostile, or not ours)
+    // is refused before printing or destroying it could recurse that deep.
+    constexpr int kMaxDepth = 16;
+    j = json::parse(line.begin(), line.end(), [&where](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw IoError(where + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      return true;
+    });
   } catch (const json::parse_error& e) {
     throw IoError(where + ": not JSON (" + e.what() + ")");
   }

@@ -531,14 +531,20 @@ void Trainer::restore(State& st, std::vector<std::string>& problems) {
   restoreRngStates(st.gen, st.resumeData->rng);
   const auto& s = st.resumeData->state;
   // The checkpoint counts the draws of all ranks; each rank draws its share (RunContext::shard).
+  // Rank r draws the r-th batch of every global batch (RunContext::shard): the
+  // position goes on from the last whole global batch of this world size.
   const int64_t drawnByAll = s.value("draw_cursor", int64_t{0});
-  st.cursor.drawn = drawnByAll / worldOf(st);
-  if (drawnByAll % worldOf(st) != 0)
-    bus_.publish(events::WarningEvent{"resume: the checkpoint's " + std::to_string(drawnByAll) +
-                                          " drawn items do not split over " + std::to_string(worldOf(st)) +
-                                          " ranks; the data order goes on from item " +
-                                          std::to_string(st.cursor.drawn * worldOf(st)),
-                                      0});
+  const int64_t world = worldOf(st);
+  const int64_t perGlobalBatch = world * std::max<int64_t>(cfg_.train.batchSize, 1);
+  st.cursor.drawn = world == 1 ? drawnByAll : (drawnByAll / perGlobalBatch) * (perGlobalBatch / world);
+  if (world > 1 && drawnByAll % perGlobalBatch != 0)
+    bus_.publish(
+        events::WarningEvent{"resume: the checkpoint's " + std::to_string(drawnByAll) +
+                                 " drawn items are not whole global batches of " + std::to_string(perGlobalBatch) +
+                                 " (" + std::to_string(world) + " ranks); the data order goes on from item " +
+                                 std::to_string((drawnByAll / perGlobalBatch) * perGlobalBatch) + " (the last " +
+                                 std::to_string(drawnByAll % perGlobalBatch) + " are drawn again)",
+                             0});
   st.cursor.skippedItems = s.value("skipped_items", int64_t{0});
   st.lossEmaRaw = s.value("loss_ema_raw", 0.0);
   st.lossCount = s.value("loss_count", int64_t{0});
@@ -897,7 +903,8 @@ RunOutcome Trainer::loop(State& st) {
         waitWhilePaused();
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
       }
-      if (stopRequested_.load() || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
+      const bool stopNow = st.collective ? shared.stop : stopRequested_.load();
+      if (stopNow || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
         // Step 0 of a new run (a stop during the step-0 samples) has nothing trained to keep.
         if (!options_.skipSaves && step > 0 && st.lastCheckpointStep != step && !checkpoint(st, step)) {
           // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
@@ -990,13 +997,14 @@ Trainer::StepDecisions Trainer::agreeOnDecisions(State& st, int64_t step) {
     out.sample = out.sample || g[kSample] > 0;  // requests made during a pause are kept
     out.save = out.save || g[kSave] > 0;
     out.exportNow = out.exportNow || g[kExport] > 0;
-    if (g[kStop] > 0) stopRequested_.store(true);
-    if (g[kPause] == 0 || g[kStop] > 0) break;
+    out.stop = g[kStop] > 0;
+    if (out.stop) stopRequested_.store(true);
+    if (g[kPause] == 0 || out.stop) break;
     if (!announcedPause) bus_.publish(events::PausedEvent{step});
     announcedPause = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  if (announcedPause && !stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
+  if (announcedPause && !out.stop) bus_.publish(events::ResumedEvent{step});
   return out;
 }
 

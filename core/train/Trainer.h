@@ -154,6 +154,9 @@ class Trainer {
   // A data-parallel run's stop, pause, sample, save and export of the step after
   // `step`, agreed by all ranks (holds while rank 0 is paused).
   struct StepDecisions {
+    // The agreed stop: a data-parallel rank acts on this, never on its own flag read
+    // after the agreement (a signal landing in between would stop that rank alone).
+    bool stop = false;
     bool sample = false;
     bool save = false;
     bool exportNow = false;

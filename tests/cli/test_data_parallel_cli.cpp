@@ -325,6 +325,18 @@ TEST_F(CliDataParallel, SigtermSavesOneCheckpointAndResumeTakesAnyWorldSize) {
   ASSERT_EQ(run(stopped2, "stopped2", out), 130) << out;
   ASSERT_EQ(run({"resume", (tmp / "stopped2").string()}, "resumed1", out), 0) << out;
   EXPECT_EQ(losses(tmp / "stopped2").size(), 4u);
+
+  // One process of batch 2 stopped after 3 steps (6 items) resumed on 2 ranks of batch 2:
+  // global batches of 4, so the data order goes on from item 4, and the run says so.
+  auto stopped3 = demoRun("stopped3", {"train.batch_size=2"});
+  stopped3.insert(stopped3.end(), {"--stop-after", "3"});
+  ASSERT_EQ(run(stopped3, "stopped3", out), 130) << out;
+  ASSERT_EQ(run({"resume", (tmp / "stopped3").string(), "--nproc", "2"}, "resumed3", out), 0) << out;
+  EXPECT_NE(out.find("the checkpoint's 6 drawn items are not whole global batches of 4 (2 ranks); the data order "
+                     "goes on from item 4 (the last 2 are drawn again)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(losses(tmp / "stopped3").size(), 4u);
 }
 
 // Item 7: a launch variable that is wrong is named, and nothing is trained.

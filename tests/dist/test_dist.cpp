@@ -165,6 +165,23 @@ TEST(ParallelDims, EachLocalRankTakesItsGroupOfTheNodesCards) {
   EXPECT_EQ(parallelDimsOf(cpu, localRank(1, 2), {0, 1}).device(), c10::Device(c10::kCPU));
 }
 
+// Named cards with a gap, shifted per local rank, would overlap: refused on both ranks.
+TEST(ParallelDims, CardsThatWouldBeSharedAreRefused) {
+  strata::config::RunConfig split;
+  split.model.splitModelOverGpus = true;
+  split.model.gpuIds = {0, 2};
+  for (int r = 0; r < 2; ++r) {
+    try {
+      parallelDimsOf(split, localRank(r, 2), {0, 1, 2, 3, 4});
+      ADD_FAILURE() << "rank " << r << " was not refused";
+    } catch (const strata::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("local ranks 0 and 1 would share card 2"), std::string::npos) << e.what();
+    }
+  }
+  split.model.gpuIds = {0, 1};  // consecutive: [0, 1] and [2, 3]
+  EXPECT_EQ(parallelDimsOf(split, localRank(1, 2), {0, 1, 2, 3, 4}).cards, (std::vector<int>{2, 3}));
+}
+
 TEST(ParallelDims, TooFewCardsAreSaidNamingTheLocalRank) {
   strata::config::RunConfig split;
   split.model.splitModelOverGpus = true;

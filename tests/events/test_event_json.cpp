@@ -174,6 +174,10 @@ TEST(EventJson, BadLinesAreRefusedNamingTheLine) {
   EXPECT_EQ(errorOf(R"([1,2])"), where + "expected a JSON object, got [1,2]");
   EXPECT_EQ(errorOf("step 4 loss 0.3").rfind(where + "not JSON (", 0), 0u) << errorOf("step 4 loss 0.3");
   EXPECT_EQ(errorOf("").rfind(where + "not JSON (", 0), 0u);
+  // Deep nesting (100000 levels in 200 KB) refused while parsing, before anything recurses over it.
+  const std::string deep =
+      R"({"v":1,"type":"step","loss":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(errorOf(deep), where + "nested deeper than 16 levels");
 }
 
 TEST(EventJson, ControlCommandsRoundTrip) {

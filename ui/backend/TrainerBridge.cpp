@@ -333,11 +333,11 @@ bool TrainerBridge::launchChild(const QStringList& arguments, const QString& run
   connect(child_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
     if (e == QProcess::FailedToStart) onChildFailedToStart();
   });
-  child_->start();
-  drainTimer_->start();
   runDir_ = runDir;
   mapParts_ = parts;
-  setState(State::Running);
+  setState(State::Running);  // before start(): a start that fails at once ends the run from inside it
+  drainTimer_->start();
+  child_->start();
   return true;
 }
 
@@ -362,7 +362,7 @@ bool TrainerBridge::start(const ConfigDocument& config, const RunOverrides& over
   if (!launchChild({"run", configPath, "--events", "jsonl", "--control-stdin"}, QString(),
                    backend::mapPartsOf(config.config().model.arch), error))
     return false;
-  configDir_ = std::move(dir);  // removed when the child has ended
+  if (child_) configDir_ = std::move(dir);  // removed when the child has ended (at once if it could not start)
   return true;
 }
 
@@ -388,6 +388,9 @@ void TrainerBridge::readChildOutput() {
       continue;
     }
     if (line.text.empty()) continue;
+    // After a stop request the child has kStopWaitMs of silence, not in all: it may
+    // finish a step's samples (several FLUX prompts) before it sees the stop.
+    if (stopDeadline_->isActive()) stopDeadline_->start();
     events::Event event;
     try {
       event = events::fromJson(line.text, where.toStdString());

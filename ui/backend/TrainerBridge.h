@@ -49,8 +49,8 @@ class TrainerBridge : public QObject {
   // Cache progress comes once per encoded batch: at most one per this interval
   // reaches the GUI per stage, and always the first and the last.
   static constexpr int kCacheProgressIntervalMs = 150;
-  // How long a stopping child may take to write its checkpoint before it is killed
-  // (the close of the window waits this long at most).
+  // How long a stopping child may stay silent (no event line) before it is killed; each
+  // event it sends restarts the wait (the close of the window waits this long at most).
   static constexpr int kStopWaitMs = 120000;
   // The child's last stderr lines a failure report quotes.
   static constexpr int kStderrTailLines = 12;
