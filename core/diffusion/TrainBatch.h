@@ -2,9 +2,9 @@
 // What the flow-matching image families' runs share in a micro-step before their
 // model's own packing: the draw (the run's data order, an unreadable item skipped
 // with a warning), the stacking, caption dropout, then the noise and timesteps.
-// The random numbers come from the run's generator in this order: caption dropout, noise,
-// timesteps; so a family that packs its latents first (FLUX.2's 2x2 patchify)
-// draws the noise in its packed shape.
+// Each sample's random numbers come from generators of its own (RunContext::sampleGenerator:
+// caption dropout, then noise and timestep), so a family that packs its latents first
+// (FLUX.2's 2x2 patchify) draws the noise in its packed shape.
 #include <ATen/ATen.h>
 
 #include <cstdint>
