@@ -1,7 +1,10 @@
-// `strata-train plan CONFIG [--devices 4x16GB | 24GB,16GB | cpu,2x80GB] [--json]`:
+// `strata-train plan CONFIG [--devices 4x16GB | 24GB,16GB | cpu,2x80GB] [--nproc N] [--json]`:
 // the placement the planner would make, per device, from the config and the
 // model's shapes alone (no weights are read; a checkpoint's headers at most), on
 // real devices or on simulated ones, so it works on a machine without a GPU.
+// --nproc N: a data-parallel run of N local ranks (docs/data-parallel.md), each a
+// replica of the config's devices on its own group of the node's cards: every
+// replica's plan.
 // train::prepareRun does the work, as it does for the trainer and the app.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -18,6 +21,7 @@
 #include "common/Error.h"
 #include "config/RunConfigYaml.h"
 #include "device/DeviceSelection.h"
+#include "dist/ParallelDims.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
 
@@ -31,7 +35,79 @@ struct PlanArgs {
   bool json = false;
   std::vector<std::string> sets;
   double otherGb = 0.0;  // more GB kept on the first device, beyond the parts the plan counts
+  int nproc = 1;         // local data-parallel ranks: one plan per replica
 };
+
+// The configs of a data-parallel run's local replicas on `inventory`: each rank's
+// group of the node's cards as its model.gpu_ids (dist::parallelDimsOf, as the ranks
+// take them). Throws ConfigError when the node has too few cards.
+std::vector<config::RunConfig> replicaConfigs(const config::RunConfig& cfg, const device::Inventory& inventory,
+                                              int nproc) {
+  std::vector<int> nodeCards;
+  for (const auto& d : inventory.devices)
+    if (!d.isCpu()) nodeCards.push_back(d.index);
+  std::vector<config::RunConfig> out;
+  for (int r = 0; r < nproc; ++r) {
+    dist::LaunchEnv env;
+    env.rank = env.localRank = r;
+    env.worldSize = env.localWorldSize = nproc;
+    config::RunConfig replica = cfg;
+    const auto dims = dist::parallelDimsOf(cfg, env, nodeCards);
+    if (!dims.cards.empty()) replica.model.gpuIds = dims.cards;
+    out.push_back(std::move(replica));
+  }
+  return out;
+}
+
+std::string cardsText(const config::RunConfig& replica) {
+  if (replica.model.device == config::ComputeDevice::Cpu || replica.model.gpuIds.empty()) return "the CPU";
+  std::string text;
+  for (int c : replica.model.gpuIds) text += (text.empty() ? "cuda:" : ", cuda:") + std::to_string(c);
+  return text;
+}
+
+// Every local replica's plan; exit 0 when all fit.
+int planReplicas(const PlanArgs& args, const config::RunConfig& cfg, const device::Inventory& inventory,
+                 const train::PrepareOptions& po) {
+  const auto replicas = replicaConfigs(cfg, inventory, args.nproc);
+  bool allFit = true;
+  nlohmann::json all = nlohmann::json::array();
+  const size_t cards = replicas.front().model.gpuIds.size();
+  if (!args.json)
+    std::cout << "config   " << args.configPath << "\n"
+              << "data parallel: " << args.nproc << " replicas x "
+              << (cards == 0 ? std::string("the CPU") : std::to_string(cards) + (cards == 1 ? " card" : " cards"))
+              << " (a global batch of " << args.nproc * std::max<int64_t>(cfg.train.batchSize, 1)
+              << " per micro-batch), on " << inventory.source << "\n";
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    const train::PreparedRun run = train::prepareRun(replicas[r], inventory, po);
+    if (!run.ok()) {
+      for (const auto& p : run.problems)
+        if (p.isError()) std::cerr << "replica " << r << ": " << p.format() << "\n";
+      return kExitBadInput;
+    }
+    allFit = allFit && run.plan.fits;
+    if (args.json) {
+      nlohmann::json j = placement::planToJson(run.plan);
+      j["rank"] = r;
+      j["cards"] = replicas[r].model.gpuIds;
+      j["description"] = train::describePlan(run);
+      all.push_back(j);
+    } else {
+      std::cout << "\nreplica " << r << " (local rank " << r << ") on " << cardsText(replicas[r]) << "\n"
+                << placement::formatPlanTable(run.plan) << "\n"
+                << train::describePlan(run) << "\n";
+    }
+  }
+  if (args.json) {
+    nlohmann::json j;
+    j["config"] = args.configPath;
+    j["replicas"] = all;
+    j["fits"] = allFit;
+    std::cout << j.dump(2) << "\n";
+  }
+  return allFit ? kExitOk : kExitFailed;
+}
 
 int runPlan(const PlanArgs& args) {
   config::LoadedConfig loaded = config::loadRunConfig(args.configPath);
@@ -48,6 +124,7 @@ int runPlan(const PlanArgs& args) {
   po.where = &loaded.where;
   po.preview = true;
   po.extraFirstDeviceBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
+  if (args.nproc > 1) return planReplicas(args, cfg, inventory, po);
   const train::PreparedRun run = train::prepareRun(cfg, inventory, po);
   if (!run.ok()) {
     for (const auto& p : run.problems)
@@ -100,6 +177,10 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
                   "Simulate devices: 4x16GB, 24GB,16GB or cpu,2x80GB (default: this machine's GPUs)")
       ->check(nonEmptyCheck("a device list such as 4x16GB"));
   cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->add_option("--nproc", args->nproc,
+                  "A data-parallel run of N local ranks: each replica's plan on its group of the node's cards "
+                  "(docs/data-parallel.md)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--set", args->sets, "Override a key: model.placement=memory");
   cmd->add_option("--other-gb", args->otherGb,
                   "More GB kept on the first device for the run, beyond the text encoders and VAE the plan counts")

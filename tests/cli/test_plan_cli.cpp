@@ -94,3 +94,27 @@ TEST_F(PlanCli, AnUnknownQtypeIsRefused) {
   EXPECT_NE(out.find("model.qtype"), std::string::npos) << out;
   EXPECT_NE(out.find("'int4' is not supported"), std::string::npos) << out;
 }
+
+// Issue 35: a data-parallel run's plan, replicas x cards, each replica on its own group of
+// the node's cards with its per-card figures; a node with too few cards is refused.
+TEST_F(PlanCli, DataParallelShowsEachReplicaOnItsCards) {
+  const std::string config = (strata::test::sourceDir() / "configs" / "flux-dev-split-4x16gb.yaml").string();
+  std::string out;
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "8x16GB", "--nproc", "2"}, log("dp"), &out), 0) << out;
+  EXPECT_NE(out.find("data parallel: 2 replicas x 4 cards (a global batch of 2 per micro-batch)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("replica 0 (local rank 0) on cuda:0, cuda:1, cuda:2, cuda:3"), std::string::npos) << out;
+  EXPECT_NE(out.find("replica 1 (local rank 1) on cuda:4, cuda:5, cuda:6, cuda:7"), std::string::npos) << out;
+  EXPECT_NE(out.find("cuda:7  simulated 16.0 GB"), std::string::npos) << out;  // replica 1's own table
+
+  std::string js;
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "8x16GB", "--nproc", "2", "--json"}, log("dpjson"), &js), 0)
+      << js;
+  const auto j = nlohmann::json::parse(js);
+  EXPECT_TRUE(j.at("fits").get<bool>());
+  ASSERT_EQ(j.at("replicas").size(), 2u);
+  EXPECT_EQ(j.at("replicas")[1].at("cards"), nlohmann::json::array({4, 5, 6, 7}));
+
+  EXPECT_EQ(runStrataTrain({"plan", config, "--devices", "4x16GB", "--nproc", "2"}, log("dpsmall"), &out), 2) << out;
+  EXPECT_NE(out.find("past this node's cards [0, 1, 2, 3]"), std::string::npos) << out;
+}
