@@ -26,6 +26,7 @@
 #include <QtTest>
 #include <algorithm>
 
+#include "DemoRunSupport.h"
 #include "GuiTestSupport.h"
 #include "ui/setup/ConfigEditor.h"
 #include "ui/dialogs/ExportDialog.h"
@@ -66,18 +67,7 @@ void RunViewTest::initTestCase() {
 }
 
 bool RunViewTest::openDemo(MainWindow& w, const QString& runs, int sampleEvery) {
-  const QString copy = tmp_.filePath("demo.yaml");
-  if (!QFileInfo::exists(copy) && !QFile::copy(demoConfig(), copy)) return false;
-  QFile(copy).setPermissions(QFile(copy).permissions() | QFileDevice::WriteOwner);
-  if (w.configEditor()->isModified()) answerNext("saveChangesDialog", "saveChangesDiscard");
-  if (!w.openConfig(copy)) return false;
-  ConfigEditor* e = w.configEditor();
-  return e->setValueText("job.training_folder", runs) &&
-         e->setValueText("sample.sample_every", QString::number(sampleEvery)) &&
-         e->setValueText("save.save_every", "0") && e->setValueText("train.lr_warmup_steps", "0") &&
-         // One prompt, few denoising steps: samples are quick, the test is about the window.
-         e->setValueText("sample.prompts", "[a red circle on a dark background]") &&
-         e->setValueText("sample.sample_steps", "4") && !e->hasErrors();
+  return openDemoForRun(w, tmp_.filePath("demo.yaml"), runs, sampleEvery);
 }
 
 void RunViewTest::tabsAndRunControlsHaveShortcuts() {

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <csignal>
 
+#include "DemoRunSupport.h"
 #include "GuiTestSupport.h"
 #include "ui/app/MainWindow.h"
 #include "ui/backend/TrainerBridge.h"
@@ -52,17 +53,7 @@ void TrainerChildTest::initTestCase() {
 }
 
 bool TrainerChildTest::openDemo(MainWindow& w, const QString& runs, int sampleEvery) {
-  const QString copy = tmp_.filePath("demo.yaml");
-  if (!QFileInfo::exists(copy) && !QFile::copy(demoConfig(), copy)) return false;
-  QFile(copy).setPermissions(QFile(copy).permissions() | QFileDevice::WriteOwner);
-  if (w.configEditor()->isModified()) answerNext("saveChangesDialog", "saveChangesDiscard");
-  if (!w.openConfig(copy)) return false;
-  ConfigEditor* e = w.configEditor();
-  return e->setValueText("job.training_folder", runs) &&
-         e->setValueText("sample.sample_every", QString::number(sampleEvery)) &&
-         e->setValueText("save.save_every", "0") && e->setValueText("train.lr_warmup_steps", "0") &&
-         e->setValueText("sample.prompts", "[a red circle on a dark background]") &&
-         e->setValueText("sample.sample_steps", "4") && !e->hasErrors();
+  return openDemoForRun(w, tmp_.filePath("demo.yaml"), runs, sampleEvery);
 }
 
 void TrainerChildTest::startAndWaitForAStep(MainWindow& w, qint64 steps) {
