@@ -1,5 +1,8 @@
 #include "dist/AveragingReducer.h"
 
+#include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::dist {
@@ -7,13 +10,27 @@ namespace strata::dist {
 void AveragingReducer::reduce(train::StepGradients& step) {
   const double world = static_cast<double>(collective_->worldSize());
   at::NoGradGuard noGrad;
-  std::vector<at::Tensor> tensors;
-  tensors.reserve(step.params.size() + 1);
-  for (const auto& p : step.params) {
+  // The gradients packed into one flat buffer per device and dtype (a split model
+  // has its LoRA on several cards), in the parameters' order: the same buffers on
+  // every rank. After the sum each gradient becomes a view of its buffer, so the
+  // reduce costs one concatenation, the collective and one division per buffer
+  // instead of a copy and a division per parameter (FLUX.1 has ~800).
+  std::vector<std::pair<std::pair<std::string, int>, std::vector<size_t>>> groups;
+  for (size_t i = 0; i < step.params.size(); ++i) {
+    const at::Tensor& p = step.params[i];
     // A parameter without a gradient on this rank takes part as zeros, so every
     // rank packs the same buffers.
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    tensors.push_back(p.grad());
+    const std::pair<std::string, int> key{p.device().str(), static_cast<int>(p.scalar_type())};
+    auto at = std::find_if(groups.begin(), groups.end(), [&key](const auto& g) { return g.first == key; });
+    if (at == groups.end()) at = groups.insert(groups.end(), {key, {}});
+    at->second.push_back(i);
+  }
+  std::vector<at::Tensor> buffers;
+  for (const auto& group : groups) {
+    std::vector<at::Tensor> flat;
+    for (size_t i : group.second) flat.push_back(step.params[i].grad().reshape({-1}));
+    buffers.push_back(at::cat(flat));
   }
   // The losses in one tensor of their own; each micro-batch's loss is replaced by its average.
   at::Tensor losses;
@@ -24,10 +41,20 @@ void AveragingReducer::reduce(train::StepGradients& step) {
     const c10::Device device = step.losses.front().device();
     for (const auto& l : step.losses) flat.push_back(l.detach().to(device, at::kDouble).reshape({1}));
     losses = at::cat(flat);
-    tensors.push_back(losses);
+    buffers.push_back(losses);
   }
-  collective_->allReduceSum(tensors);
-  for (size_t i = 0; i < step.params.size(); ++i) tensors[i].div_(world);
+  collective_->allReduceSum(buffers);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    at::Tensor& buffer = buffers[g];
+    buffer.div_(world);
+    int64_t offset = 0;
+    for (size_t i : groups[g].second) {
+      const at::Tensor& p = step.params[i];
+      const int64_t n = p.numel();
+      p.mutable_grad() = buffer.narrow(0, offset, n).view(p.sizes());
+      offset += n;
+    }
+  }
   if (losses.defined()) {
     losses.div_(world);
     for (size_t m = 0; m < step.losses.size(); ++m) {

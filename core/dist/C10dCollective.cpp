@@ -76,8 +76,16 @@ struct C10dCollective::Impl {
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
     try {
-      if (!work->wait(options.collectiveTimeout))
+      // NCCL: the caller's stream waits for the collective and the host goes on
+      // queueing (a wait with a timeout would block the host until the card is done,
+      // leaving it idle while the optimizer step is launched); the group's watchdog
+      // bounds it with the same timeout, and a host read of the result waits in order.
+      // Gloo works on the host: its wait is the bound.
+      if (options.device.is_cuda()) {
+        work->wait();
+      } else if (!work->wait(options.collectiveTimeout)) {
         throw Error(std::string(what) + " did not finish within " + seconds(options.collectiveTimeout));
+      }
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

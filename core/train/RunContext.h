@@ -55,7 +55,7 @@ size_t nextDrawIndex(DataCursor& cursor, const config::RunConfig& cfg, size_t n,
 size_t peekDrawIndex(const DataCursor& cursor, const config::RunConfig& cfg, size_t n, const DrawShard& shard = {});
 
 // What a sample's random draws are for: each has its own stream.
-enum class SampleStream : uint64_t { Noise = 1, CaptionDropout = 2 };
+enum class SampleStream : uint64_t { Noise = 1, CaptionDropout = 2, LoraDropout = 3 };
 // The seed of one training sample's random draws: from train.seed, the optimizer
 // step (1-based), the sample's index in the step's global batch (over its
 // micro-batches and ranks) and the stream. How many ranks share a step, or how

@@ -36,6 +36,7 @@
 #include "train/PhaseTimer.h"
 #include "train/RngState.h"
 #include "train/RunFolder.h"
+#include "train/RunContext.h"
 #include "train/RunFolderLock.h"
 #include "train/RunSink.h"
 #include "train/SamplingWeights.h"
@@ -95,6 +96,31 @@ void broadcastWeights(Collective& collective, lora::LoraNetwork& network, Ema* e
     for (size_t i = 0; i < ema->size(); ++i) tensors.push_back(ema->shadow(i));
   at::NoGradGuard noGrad;
   collective.broadcastFromRankZero(tensors);
+}
+
+// Every rank goes on from rank 0's step: each reads the run folder's latest intact
+// checkpoint by itself, and a rank that read another one would train other moments.
+void agreeOnStart(Collective& collective, int64_t startStep, std::vector<std::string>& problems) {
+  std::vector<at::Tensor> rankZeroStep{at::full({1}, static_cast<double>(startStep), at::kDouble)};
+  collective.broadcastFromRankZero(rankZeroStep);
+  const auto zeroStep = static_cast<int64_t>(rankZeroStep[0].item<double>());
+  const bool same = zeroStep == startStep;
+  if (!allRanksOk(collective, same))
+    problems.push_back(same
+                           ? "another rank of this data-parallel run read another checkpoint than rank 0 (its "
+                             "output says which)"
+                           : "this rank would go on from step " + std::to_string(startStep) + " and rank 0 from step " +
+                                 std::to_string(zeroStep) + ": the ranks read different checkpoints");
+}
+
+// LoRA dropout draws its masks from the default generators, seeded alike on every
+// rank for the one LoRA initialisation: ranks > 0 get streams of their own, or each
+// rank would drop the same features of different samples. Rank 0 keeps its state,
+// so a run of one rank is unchanged. (The masks are per rank, not per sample: with
+// network.dropout > 0 a run's numbers depend on how many ranks share it.)
+void seedRankDropout(int64_t seed, int64_t startStep, int rank) {
+  if (rank == 0) return;
+  at::manual_seed(sampleSeed(seed, startStep, -1 - static_cast<int64_t>(rank), SampleStream::LoraDropout));
 }
 
 bool onCuda(const std::vector<c10::Device>& devices) {
@@ -270,7 +296,11 @@ RunOutcome Trainer::runImpl() {
     try {
       if (!allRanksOk(*st->collective, problems.empty()) && problems.empty())
         problems.push_back("another rank of this data-parallel run could not start (its output says why)");
-      if (problems.empty()) broadcastWeights(*st->collective, *st->network, st->ema.get());
+      if (problems.empty()) agreeOnStart(*st->collective, st->startStep, problems);
+      if (problems.empty()) {
+        broadcastWeights(*st->collective, *st->network, st->ema.get());
+        seedRankDropout(cfg_.train.seed, st->startStep, rankOf(*st));
+      }
     } catch (const std::exception& e) {
       problems.push_back(std::string("data-parallel start: ") + e.what());
     }
@@ -896,8 +926,11 @@ RunOutcome Trainer::loop(State& st) {
     while (step < tc.steps) {
       // A data-parallel run's decisions: the same on every rank.
       StepDecisions shared;
+      double agreementMs = 0.0;  // a data-parallel step's cost includes agreeing on it
       if (st.collective) {
+        const auto agreeStart = Clock::now();
         shared = agreeOnDecisions(st, step);
+        if (!shared.paused) agreementMs = std::chrono::duration<double, std::milli>(Clock::now() - agreeStart).count();
       } else if (paused_.load()) {
         bus_.publish(events::PausedEvent{step});
         waitWhilePaused();
@@ -931,7 +964,7 @@ RunOutcome Trainer::loop(State& st) {
       if (st.ema && finiteGrads) st.ema->update(step);
       if (st.phases) st.phases->mark("ema");
       reportStep(st, loss, lr, gradNorm, scaleUsed, finiteGrads,
-                 std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+                 agreementMs + std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       // The first step that ran the optimizer (fp16 may skip step 1's) has made what it makes.
       if (!st.auditedAfterFirstStep && finiteGrads) {
         st.auditedAfterFirstStep = true;
@@ -1002,6 +1035,7 @@ Trainer::StepDecisions Trainer::agreeOnDecisions(State& st, int64_t step) {
     if (g[kPause] == 0 || out.stop) break;
     if (!announcedPause) bus_.publish(events::PausedEvent{step});
     announcedPause = true;
+    out.paused = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (announcedPause && !out.stop) bus_.publish(events::ResumedEvent{step});

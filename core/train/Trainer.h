@@ -160,6 +160,7 @@ class Trainer {
     bool sample = false;
     bool save = false;
     bool exportNow = false;
+    bool paused = false;  // rank 0 was paused: the agreement's time is not the step's
   };
   StepDecisions agreeOnDecisions(State& st, int64_t step);
 

@@ -31,6 +31,7 @@
 
 #include "cli/CliProcess.h"
 #include "common/ImagesRunSupport.h"
+#include "common/ReferenceFixtures.h"
 #include "common/TestSupport.h"
 #include "io/Image.h"
 #include "lora/LoraFormats.h"
@@ -63,8 +64,13 @@ fs::path installedStrataTrain() {
   return fs::path(env && *env ? env : STRATA_INSTALLED_BIN_DIR) / "strata-train";
 }
 
-fs::path pipelineFolder(const std::string& variant) {
-  return test::referenceDir() / ("flux2_pipeline_" + variant + "_a") / "model";
+// Every flux2_pipeline fixture of the variant ("dev", "klein"; base and distilled):
+// the run holds for each folder of the kind, not only for the one this project has.
+std::vector<fs::path> pipelineFolders(const std::string& variant) {
+  std::vector<fs::path> out;
+  for (const auto& [dir, manifest] : test::fixturesOfKind("flux2_pipeline"))
+    if (manifest.value("variant", "") == variant) out.push_back(dir / "model");
+  return out;
 }
 
 // The dataset folder. Every usable picture covers every bucket of kResolutions,
@@ -336,12 +342,9 @@ double expectSampleWithTheLora(const fs::path& model, const fs::path& lora, cons
   return diff;
 }
 
-void trainsFromAnImageFolder(const std::string& variant) {
-  const fs::path program = installedStrataTrain();
-  ASSERT_TRUE(fs::is_regular_file(program)) << program << " is not there: ctest runs apps.install first";
-  const fs::path model = pipelineFolder(variant);
-  ASSERT_TRUE(fs::is_regular_file(model / "model_index.json"))
-      << "no FLUX.2 " << variant << " fixture at " << model << " (STRATA_REFERENCE_DIR)";
+void trainsFromAnImageFolderWith(const std::string& variant, const fs::path& model) {
+  SCOPED_TRACE(model.string());
+  ASSERT_TRUE(fs::is_regular_file(model / "model_index.json")) << model << " has no model_index.json";
   ImageFolder images;
   test::TempDir work;
   const fs::path trainingFolder = work / "output";
@@ -401,12 +404,21 @@ void trainsFromAnImageFolder(const std::string& variant) {
 
   std::printf(
       "[installed strata-train, FLUX.2 %s] first run %.1f s, second run %.1f s; the LoRA moves a sample "
-      "value by up to %.0f of 255\n",
-      variant.c_str(), first.seconds, second.seconds, loraChange);
+      "value by up to %.0f of 255 (%s)\n",
+      variant.c_str(), first.seconds, second.seconds, loraChange, model.parent_path().filename().c_str());
+}
+
+void trainsFromEveryImageFolder(const std::string& variant) {
+  const fs::path program = installedStrataTrain();
+  ASSERT_TRUE(fs::is_regular_file(program)) << program << " is not there: ctest runs apps.install first";
+  const auto folders = pipelineFolders(variant);
+  ASSERT_FALSE(folders.empty()) << "no FLUX.2 " << variant << " fixture under " << test::referenceDir()
+                                << " (STRATA_REFERENCE_DIR)";
+  for (const auto& model : folders) trainsFromAnImageFolderWith(variant, model);
 }
 
 }  // namespace
 
-TEST(InstalledFlux2Images, KleinBaseFolderTrainsSamplesAndExports) { trainsFromAnImageFolder("klein"); }
+TEST(InstalledFlux2Images, KleinFoldersTrainSampleAndExport) { trainsFromEveryImageFolder("klein"); }
 
-TEST(InstalledFlux2Images, DevFolderTrainsSamplesAndExports) { trainsFromAnImageFolder("dev"); }
+TEST(InstalledFlux2Images, DevFoldersTrainSampleAndExport) { trainsFromEveryImageFolder("dev"); }
