@@ -82,6 +82,11 @@ int runValidate(const ValidateArgs& args) {
       ++warnings;
     if (p.isError() || !args.quiet) std::cerr << p.format() << "\n";
   }
+  // Data parallel: how many processes `run` starts (plan shows each replica's cards).
+  if (!args.quiet && loaded.readable && loaded.config.model.replicas > 1)
+    std::cerr << "note: model.replicas: " << loaded.config.model.replicas
+              << " local ranks, each a replica of the devices above (data parallel; `strata-train plan` shows each "
+                 "replica's cards)\n";
   // The note matters only for a readable config that would train on a GPU.
   if (!deviceNote.empty() && !args.quiet && loaded.readable && loaded.config.model.device != config::ComputeDevice::Cpu)
     std::cerr << deviceNote << "\n";
