@@ -105,6 +105,14 @@ class TrainerBridge : public QObject {
   void progress(qint64 step, qint64 totalSteps, double stepTimeMs, double etaSeconds);
   void memoryUpdated(const QVector<strata::ui::MemoryView>& memory);
   void placementChanged(const strata::ui::PlacementView& placement);
+  // With each progress: images per second over all ranks (rank 0's figure counts the
+  // world), and how many replicas sent events so far (1 for a run of one process).
+  void throughputUpdated(double imagesPerSec, int replicas);
+  // A data-parallel run (model.replicas, docs/data-parallel.md): rank `rank` (1 and
+  // up) placed its replica, and its cards' memory (at most once a second). Rank 0's
+  // come as placementChanged and memoryUpdated.
+  void replicaPlacementChanged(int rank, const strata::ui::PlacementView& placement);
+  void replicaMemoryUpdated(int rank, const QVector<strata::ui::MemoryView>& memory);
   void sampleReady(const strata::ui::SampleInfo& sample);
   void checkpointSaved(const QString& path, qint64 step);
   void loraExported(const QString& path, const QString& format);
