@@ -191,6 +191,9 @@ class EventRelay {
     if (!heldFailure_.empty()) write(heldFailure_);
   }
 
+  // A write to stdout failed: the reader (the app) went away.
+  bool readerGone() const { return readerGone_.load(); }
+
  private:
   void take(int rank, const events::LineSplitter::Line& line) {
     if (line.tooLong) {
@@ -246,6 +249,7 @@ class EventRelay {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         broken_ = true;
+        readerGone_ = true;
         return;
       }
       p += n;
@@ -253,6 +257,7 @@ class EventRelay {
     }
   }
 
+  std::atomic<bool> readerGone_{false};
   std::mutex stateMutex_;  // held by one reader at a time: the order of lines per rank is kept
   std::mutex writeMutex_;
   bool broken_ = false;
@@ -416,13 +421,21 @@ int launchLocalRanks(int nproc, const std::vector<std::string>& args, const Stre
   constexpr auto kGraceAfterTerm = std::chrono::seconds(30);
   int firstFailed = -1, firstEnded = -1;
   std::chrono::steady_clock::time_point endedAt{}, termAt{};
-  bool termSent = false, killSent = false;
+  bool termSent = false, killSent = false, readerGoneSeen = false;
   int running = nproc;
   std::vector<std::string> deaths(static_cast<size_t>(nproc));  // each failed rank's end, in words
   while (running > 0) {
     if (const int sig = pendingSignal.exchange(0); sig != 0)
       for (auto& k : ranks)
         if (!k.done) ::kill(k.pid, sig);
+    // As one process does when its stream's reader goes away: keep what was trained.
+    if (relay && relay->readerGone() && !readerGoneSeen) {
+      readerGoneSeen = true;
+      std::cerr << "strata-train: the event stream's reader went away: the ranks write a checkpoint and stop"
+                << std::endl;
+      for (auto& k : ranks)
+        if (!k.done) ::kill(k.pid, SIGTERM);
+    }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
