@@ -39,6 +39,7 @@ class TrainerChildTest : public QObject {
   void stopKeepsACheckpointAndEndsTheChild();
   void aMissingTrainerIsAClearError();
   void trainsAsTwoCpuReplicasWithAMapEach();
+  void theFirstReplicaFailureIsTheRunsAndLaterOnesAreWarnings();
 
  private:
   bool openDemo(MainWindow& w, const QString& runs, int sampleEvery);
@@ -262,6 +263,47 @@ void TrainerChildTest::trainsAsTwoCpuReplicasWithAMapEach() {
   QTRY_VERIFY_WITH_TIMEOUT(finishedOne.count() == 1, 120000);
   QCOMPARE(w.replicaMaps().size(), 1);
   QCOMPARE(w.liveMapTabs()->count(), 1);
+}
+
+// A scripted strata-train's stream of a data-parallel run that fails: the first failure
+// (the rank that died, as the launcher sends it first) is the run's, the next (rank 0's
+// broken collective) a warning; a rank past what the app shows is a warning too.
+void TrainerChildTest::theFirstReplicaFailureIsTheRunsAndLaterOnesAreWarnings() {
+  const QString script = tmp_.filePath("scripted-strata-train");
+  {
+    QFile f(script);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"sh(#!/bin/sh
+cat <<'EOF'
+{"v":1,"type":"started","rank":0,"runDir":"scripted","jobName":"x","startStep":0,"totalSteps":5}
+{"v":1,"type":"placement","rank":5000,"reason":"r","blocks":[]}
+{"v":1,"type":"failed","rank":1,"message":"rank 1 was killed by signal 9 (Killed)","step":3}
+{"v":1,"type":"failed","rank":0,"message":"the collective broke","step":3}
+EOF
+exit 1
+)sh");
+    f.setPermissions(f.permissions() | QFileDevice::ExeOwner);
+  }
+  const QByteArray saved = qgetenv("STRATA_TRAIN_BIN");
+  qputenv("STRATA_TRAIN_BIN", script.toLocal8Bit());
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-scripted", 1000));
+  QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  QSignalSpy warned(w.bridge(), &TrainerBridge::warning);
+  QSignalSpy replicaPlaced(w.bridge(), &TrainerBridge::replicaPlacementChanged);
+  child<QPushButton>(&w, "startButton")->click();
+  qputenv("STRATA_TRAIN_BIN", saved);
+  QTRY_VERIFY_WITH_TIMEOUT(!w.bridge()->isActive(), 30000);
+  QCOMPARE(failed.count(), 1);
+  QCOMPARE(failed.front().at(0).toString(), QString("rank 1 was killed by signal 9 (Killed)"));
+  QStringList warnings;
+  for (const auto& wv : warned) warnings << wv.at(0).toString();
+  QVERIFY2(warnings.contains("the collective broke"), qPrintable(warnings.join('\n')));
+  QVERIFY2(warnings.filter("rank 5000 is past the 1024 replicas the app shows").size() == 1,
+           qPrintable(warnings.join('\n')));
+  QVERIFY(replicaPlaced.isEmpty());
+  QCOMPARE(w.replicaMaps().size(), 1);
 }
 
 STRATA_GUI_TEST_MAIN(TrainerChildTest)

@@ -414,6 +414,11 @@ void TrainerBridge::readChildOutput() {
       emit warning(QString::fromUtf8(e.what()));
       continue;
     }
+    if (rank >= kMaxReplicas) {
+      emit warning(
+          tr("%1: rank %2 is past the %3 replicas the app shows; ignored").arg(where).arg(rank).arg(kMaxReplicas));
+      continue;
+    }
     if (rank > 0) {
       {
         std::lock_guard<std::mutex> lock(shared_->mutex);

@@ -52,6 +52,9 @@ class TrainerBridge : public QObject {
   // How long a stopping child may stay silent (no event line) before it is killed; each
   // event it sends restarts the wait (the close of the window waits this long at most).
   static constexpr int kStopWaitMs = 120000;
+  // The most replicas a run's maps show (strata-train --nproc takes up to 1024); a
+  // line of a higher rank is a warning.
+  static constexpr int kMaxReplicas = 1024;
   // The child's last stderr lines a failure report quotes.
   static constexpr int kStderrTailLines = 12;
 
