@@ -21,6 +21,7 @@
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
+#include "dist/ParallelDims.h"
 
 namespace strata::cli {
 namespace {
@@ -72,6 +73,21 @@ int runValidate(const ValidateArgs& args) {
   if (loaded.readable && !args.noPathCheck) {
     std::vector<config::Problem> data = train::dataProblems(loaded.config, &loaded.where);
     problems.insert(problems.end(), data.begin(), data.end());
+  }
+  // model.replicas on known cards: each rank's group of them, refused as the ranks would refuse it.
+  if (loaded.readable && devices && loaded.config.model.replicas > 1 &&
+      loaded.config.model.device != config::ComputeDevice::Cpu) {
+    std::vector<int> cards;
+    for (const auto& d : *devices)
+      if (!d.isCpu()) cards.push_back(d.index);
+    if (!cards.empty()) {
+      try {
+        dist::replicaConfigs(loaded.config, cards, static_cast<int>(loaded.config.model.replicas));
+      } catch (const Error& e) {
+        problems.push_back(config::problemAt(config::Severity::Error, "model.replicas", e.what(),
+                                             "fewer replicas, or fewer cards a replica", &loaded.where));
+      }
+    }
   }
   size_t errors = 0;
   size_t warnings = 0;

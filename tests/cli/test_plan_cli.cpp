@@ -133,4 +133,11 @@ TEST_F(PlanCli, DataParallelShowsEachReplicaOnItsCards) {
             0)
       << out;
   EXPECT_NE(out.find("note: model.replicas: 2 local ranks"), std::string::npos) << out;
+  // ... and refuses replicas the cards cannot hold, as the ranks would.
+  EXPECT_EQ(runStrataTrain({"validate", config, "--no-path-check", "--devices", "4x16GB", "--set", "model.replicas=2"},
+                           log("dpvalidatesmall"), &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("error: model.replicas: "), std::string::npos) << out;
+  EXPECT_NE(out.find("past this node's cards [0, 1, 2, 3]"), std::string::npos) << out;
 }
