@@ -35,7 +35,7 @@ struct PlanArgs {
   bool json = false;
   std::vector<std::string> sets;
   double otherGb = 0.0;  // more GB kept on the first device, beyond the parts the plan counts
-  int nproc = 1;         // local data-parallel ranks: one plan per replica
+  int nproc = 0;         // local data-parallel ranks: one plan per replica; 0 = the config's model.replicas
 };
 
 // The configs of a data-parallel run's local replicas on `inventory`: each rank's
@@ -46,17 +46,7 @@ std::vector<config::RunConfig> replicaConfigs(const config::RunConfig& cfg, cons
   std::vector<int> nodeCards;
   for (const auto& d : inventory.devices)
     if (!d.isCpu()) nodeCards.push_back(d.index);
-  std::vector<config::RunConfig> out;
-  for (int r = 0; r < nproc; ++r) {
-    dist::LaunchEnv env;
-    env.rank = env.localRank = r;
-    env.worldSize = env.localWorldSize = nproc;
-    config::RunConfig replica = cfg;
-    const auto dims = dist::parallelDimsOf(cfg, env, nodeCards);
-    if (!dims.cards.empty()) replica.model.gpuIds = dims.cards;
-    out.push_back(std::move(replica));
-  }
-  return out;
+  return dist::replicaConfigs(cfg, nodeCards, nproc);
 }
 
 std::string cardsText(const config::RunConfig& replica) {
@@ -67,18 +57,18 @@ std::string cardsText(const config::RunConfig& replica) {
 }
 
 // Every local replica's plan; exit 0 when all fit.
-int planReplicas(const PlanArgs& args, const config::RunConfig& cfg, const device::Inventory& inventory,
+int planReplicas(const PlanArgs& args, int nproc, const config::RunConfig& cfg, const device::Inventory& inventory,
                  const train::PrepareOptions& po) {
-  const auto replicas = replicaConfigs(cfg, inventory, args.nproc);
+  const auto replicas = replicaConfigs(cfg, inventory, nproc);
   bool allFit = true;
   nlohmann::json all = nlohmann::json::array();
   const size_t cards = replicas.front().model.gpuIds.size();
   if (!args.json)
     std::cout << "config   " << args.configPath << "\n"
-              << "data parallel: " << args.nproc << " replicas x "
+              << "data parallel: " << nproc << " replicas x "
               << (cards == 0 ? std::string("the CPU") : std::to_string(cards) + (cards == 1 ? " card" : " cards"))
-              << " (a global batch of " << args.nproc * std::max<int64_t>(cfg.train.batchSize, 1)
-              << " per micro-batch), on " << inventory.source << "\n";
+              << " (a global batch of " << nproc * std::max<int64_t>(cfg.train.batchSize, 1) << " per micro-batch), on "
+              << inventory.source << "\n";
   for (size_t r = 0; r < replicas.size(); ++r) {
     const train::PreparedRun run = train::prepareRun(replicas[r], inventory, po);
     if (!run.ok()) {
@@ -124,7 +114,9 @@ int runPlan(const PlanArgs& args) {
   po.where = &loaded.where;
   po.preview = true;
   po.extraFirstDeviceBytes = static_cast<int64_t>(std::llround(args.otherGb * 1e9));
-  if (args.nproc > 1) return planReplicas(args, cfg, inventory, po);
+  // --nproc, else the config's model.replicas: the ranks `run` would start.
+  const int nproc = args.nproc > 0 ? args.nproc : static_cast<int>(std::max<int64_t>(cfg.model.replicas, 1));
+  if (nproc > 1) return planReplicas(args, nproc, cfg, inventory, po);
   const train::PreparedRun run = train::prepareRun(cfg, inventory, po);
   if (!run.ok()) {
     for (const auto& p : run.problems)
@@ -179,7 +171,7 @@ void addPlanCommand(CLI::App& app, int& exitCode) {
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--nproc", args->nproc,
                   "A data-parallel run of N local ranks: each replica's plan on its group of the node's cards "
-                  "(docs/data-parallel.md)")
+                  "(docs/data-parallel.md; default: the config's model.replicas)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--set", args->sets, "Override a key: model.placement=memory");
   cmd->add_option("--other-gb", args->otherGb,

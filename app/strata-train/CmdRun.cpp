@@ -4,8 +4,9 @@
 // s/it, ETA) on a terminal and plain lines otherwise. Ctrl-C, SIGTERM and SIGHUP
 // save a checkpoint and stop (a second one ends the process at once). --devices
 // runs the preflight alone on simulated devices (is the run refused there?).
-// --nproc N trains data-parallel on N local ranks (DataParallel.h); a process
-// that torchrun started (WORLD_SIZE above 1) joins its run as one rank.
+// --nproc N trains data-parallel on N local ranks (DataParallel.h; without it,
+// the config's model.replicas); a process that torchrun started (WORLD_SIZE
+// above 1) joins its run as one rank.
 // --events / --control-stdin: the app's child process (EventStream.h).
 //
 // Exit codes: 0 finished; 1 failed during training (NaN/Inf loss, I/O, out of
@@ -207,7 +208,7 @@ struct RunArgs {
   std::string runDir;
   int64_t stopAfter = 0;
   std::string devices;   // simulated devices: preflight only
-  int nproc = 1;         // local data-parallel ranks
+  int nproc = 0;         // local data-parallel ranks; 0 = the config's model.replicas
   StreamOptions stream;  // --events, --control-stdin (EventStream.h)
 };
 
@@ -241,16 +242,8 @@ int runRun(const RunArgs& args) {
       std::cerr << "strata-train run: --devices (a preflight on simulated devices) takes no --nproc" << std::endl;
       return train::kExitBadInput;
     }
-    if (!args.stream.events.empty() || args.stream.controlStdin) {
-      // The ranks are processes of their own; the stream would be the launcher's, which trains nothing.
-      std::cerr << "strata-train run: --events and --control-stdin take no --nproc (run the ranks with torchrun "
-                   "and read rank 0's output)"
-                << std::endl;
-      return train::kExitBadInput;
-    }
-    return launchLocalRanks(args.nproc, rankArgs(args));
+    return launchLocalRanks(args.nproc, rankArgs(args), args.stream);
   }
-  EventOutput output(args.stream);  // before anything prints
   config::LoadedConfig loaded;
   try {
     loaded = config::loadRunConfig(args.configPath);
@@ -259,6 +252,12 @@ int runRun(const RunArgs& args) {
     return train::kExitBadInput;
   }
   if (!args.sets.empty()) config::applyOverrides(loaded, args.sets);
+  // model.replicas: the ranks --nproc would start (a --devices preflight is one replica's).
+  if (args.devices.empty() && loaded.readable) {
+    const int ranks = localRanksToStart(args.nproc, loaded.config);
+    if (ranks > 1) return launchLocalRanks(ranks, rankArgs(args), args.stream);
+  }
+  EventOutput output(args.stream);  // before anything prints
   // --devices: the preflight of this run on simulated devices (nothing is trained).
   std::optional<device::Inventory> simulated;
   if (!args.devices.empty()) {
@@ -307,7 +306,7 @@ void addRunCommand(CLI::App& app, int& exitCode) {
       ->check(nonEmptyCheck("a device list such as 4x16GB"));
   cmd->add_option("--nproc", args->nproc,
                   "Train data-parallel on N local ranks (processes), each a replica of the config's devices "
-                  "(docs/data-parallel.md); torchrun's launch needs no flag")
+                  "(docs/data-parallel.md; default: the config's model.replicas); torchrun's launch needs no flag")
       ->check(CLI::Range(1, 1024));
   addStreamOptions(cmd, args->stream);
   cmd->footer("Exit codes: 0 finished, 1 failed during training, 2 bad input or preflight, 130 interrupted.");

@@ -21,6 +21,7 @@
 #include "config/RunConfigYaml.h"
 #include "config/Validator.h"
 #include "device/DeviceInventory.h"
+#include "dist/ParallelDims.h"
 
 namespace strata::cli {
 namespace {
@@ -73,6 +74,21 @@ int runValidate(const ValidateArgs& args) {
     std::vector<config::Problem> data = train::dataProblems(loaded.config, &loaded.where);
     problems.insert(problems.end(), data.begin(), data.end());
   }
+  // model.replicas on known cards: each rank's group of them, refused as the ranks would refuse it.
+  if (loaded.readable && devices && loaded.config.model.replicas > 1 &&
+      loaded.config.model.device != config::ComputeDevice::Cpu) {
+    std::vector<int> cards;
+    for (const auto& d : *devices)
+      if (!d.isCpu()) cards.push_back(d.index);
+    if (!cards.empty()) {
+      try {
+        dist::replicaConfigs(loaded.config, cards, static_cast<int>(loaded.config.model.replicas));
+      } catch (const Error& e) {
+        problems.push_back(config::problemAt(config::Severity::Error, "model.replicas", e.what(),
+                                             "fewer replicas, or fewer cards a replica", &loaded.where));
+      }
+    }
+  }
   size_t errors = 0;
   size_t warnings = 0;
   for (const auto& p : problems) {
@@ -82,6 +98,11 @@ int runValidate(const ValidateArgs& args) {
       ++warnings;
     if (p.isError() || !args.quiet) std::cerr << p.format() << "\n";
   }
+  // Data parallel: how many processes `run` starts (plan shows each replica's cards).
+  if (!args.quiet && loaded.readable && loaded.config.model.replicas > 1)
+    std::cerr << "note: model.replicas: " << loaded.config.model.replicas
+              << " local ranks, each a replica of the devices above (data parallel; `strata-train plan` shows each "
+                 "replica's cards)\n";
   // The note matters only for a readable config that would train on a GPU.
   if (!deviceNote.empty() && !args.quiet && loaded.readable && loaded.config.model.device != config::ComputeDevice::Cpu)
     std::cerr << deviceNote << "\n";

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "EventStream.h"
 #include "config/RunConfig.h"
 #include "train/Trainer.h"
 
@@ -18,6 +19,8 @@ namespace strata::cli {
 // rank that cannot join (the reason printed with `command`), none otherwise.
 // Timeouts: STRATA_DIST_CONNECT_TIMEOUT_S (joining, default 300) and
 // STRATA_DIST_TIMEOUT_S (each collective and wait on rank 0, default 1800).
+// A config's model.replicas above 1 that differs from LOCAL_WORLD_SIZE is refused
+// unless --nproc's own launcher started this rank (its count wins).
 std::optional<int> joinDataParallel(config::RunConfig& cfg, const std::string& runYaml, train::TrainerOptions& opts,
                                     const std::string& command);
 
@@ -28,6 +31,18 @@ std::optional<int> joinDataParallel(config::RunConfig& cfg, const std::string& r
 // all, and returns 0 when all finished, 130 when they stopped, else the first
 // failing rank's code, naming it; the others are ended within a bounded time
 // once one has failed.
-int launchLocalRanks(int nproc, const std::vector<std::string>& args);
+//
+// `stream` with --events jsonl (the app's child process): every rank streams its
+// events to the launcher, which writes whole lines on its stdout: all of rank 0's,
+// and of the other ranks what the app's GPU maps need (placements; a step's memory
+// at most once a second) and their failures. Each line carries its rank
+// (EventJson.h). --control-stdin goes to rank 0 alone, which reads the launcher's
+// stdin (the ranks agree on its stop, pause, sample and save each step). A rank
+// that dies without saying why is a failed event naming it.
+int launchLocalRanks(int nproc, const std::vector<std::string>& args, const StreamOptions& stream = {});
+
+// The config's replicas when the command line gave no --nproc (0) and this
+// process is not already a rank (WORLD_SIZE unset or 1); else `nproc`.
+int localRanksToStart(int nproc, const config::RunConfig& cfg);
 
 }  // namespace strata::cli

@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "dist/LaunchEnv.h"
 #include "events/EventBus.h"
 #include "events/EventJson.h"
 #include "train/StopSignals.h"
@@ -152,10 +154,17 @@ EventOutput::~EventOutput() {
 
 int EventOutput::run(train::Trainer& trainer, events::EventBus& bus) {
   LineWriter writer(fd_);
+  // A rank of a data-parallel run tags its lines (the launcher and the app tell the ranks apart).
+  std::optional<int> rank;
+  try {
+    if (const auto env = dist::launchEnvFrom()) rank = env->rank;
+  } catch (const std::exception&) {
+    // Refused by the join already (joinDataParallel names the variable).
+  }
   std::atomic<bool> stopAsked{false};  // events come from the training and the control thread
   auto sub = bus.subscribe([&](const events::Event& e) {
     // A reader that went away cannot see the run any more: keep what was trained.
-    if (!writer.write(events::toJson(e)) && !stopAsked.exchange(true)) trainer.requestStop();
+    if (!writer.write(events::toJson(e, rank)) && !stopAsked.exchange(true)) trainer.requestStop();
   });
   const train::StopOnSignals signals(trainer, "strata-train");  // SIGTERM from the app: checkpoint and stop
   std::unique_ptr<StdinControl> control;

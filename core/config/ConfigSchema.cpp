@@ -100,6 +100,10 @@ std::vector<KeySpec> buildSchema() {
            Opt().look("Split the model over the GPUs", "GPUs", true))
       .add("model.gpu_ids", M(model.gpuIds), "CUDA devices to use: \"0,1,2,3\" or [0, 1, 2, 3]; empty = all",
            Opt().min(0).max(1023).scalarAsList(true).commaString(true).look("GPUs to use", "GPUs", true))
+      .add("model.replicas", M(model.replicas),
+           "Data parallel on this machine: this many replicas of the device set above, one process each on its own "
+           "group of cards (`run` starts them as --nproc would; --nproc on the command line wins); 1 = one process",
+           Opt().min(1).max(1024).look("Replicas (data parallel)", "GPUs"))
       .add("model.placement", M(model.placement),
            "How blocks are assigned to GPUs: param_count (ai-toolkit) or memory (per-device budgets)",
            Opt().look("How to split", "GPUs"))

@@ -16,14 +16,14 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
                   clipNumAttentionHeads, isFlux, preset, numLayers, numSingleLayers, numAttentionHeads,
                   attentionHeadDim, inChannels, jointAttentionDim, pooledProjectionDim, axesDimsRope, guidanceEmbeds,
                   randomWeights, quantize, quantizeTe, qtype, fp8Matmul, fp8Backward, fp8KeepTranspose, lowVram, device,
-                  splitModelOverGpus, splitModelOtherModuleParamCountScale, gpuIds, placement, gpuMemoryLimitGb,
-                  memoryReserveGb, attentionBackend) ==
+                  splitModelOverGpus, splitModelOtherModuleParamCountScale, gpuIds, replicas, placement,
+                  gpuMemoryLimitGb, memoryReserveGb, attentionBackend) ==
              std::tie(o.nameOrPath, o.vaePath, o.clipPath, o.t5Path, o.tokenizerPath, o.textEncoderPath, o.distilled,
                       o.vaeNormNumGroups, o.clipNumAttentionHeads, o.isFlux, o.preset, o.numLayers, o.numSingleLayers,
                       o.numAttentionHeads, o.attentionHeadDim, o.inChannels, o.jointAttentionDim, o.pooledProjectionDim,
                       o.axesDimsRope, o.guidanceEmbeds, o.randomWeights, o.quantize, o.quantizeTe, o.qtype, o.fp8Matmul,
                       o.fp8Backward, o.fp8KeepTranspose, o.lowVram, o.device, o.splitModelOverGpus,
-                      o.splitModelOtherModuleParamCountScale, o.gpuIds, o.placement, o.gpuMemoryLimitGb,
+                      o.splitModelOtherModuleParamCountScale, o.gpuIds, o.replicas, o.placement, o.gpuMemoryLimitGb,
                       o.memoryReserveGb, o.attentionBackend) &&
          arch == o.arch;
 }

@@ -150,18 +150,21 @@ struct ModelConfig {
   std::optional<int64_t> pooledProjectionDim;
   std::vector<int64_t> axesDimsRope;  // model.axes_dims_rope; empty = preset's
   std::optional<bool> guidanceEmbeds;
-  bool randomWeights = false;                           // model.random_weights: random init, no checkpoint read
-  bool quantize = false;                                // model.quantize: base transformer weights
-  bool quantizeTe = false;                              // model.quantize_te: text encoders
-  std::string qtype = "qfloat8";                        // model.qtype
-  bool fp8Matmul = false;                               // model.fp8_matmul: fp8 tensor-core matmuls (sm_89+)
-  bool fp8Backward = false;                             // model.fp8_backward: the input gradients in fp8 too
-  bool fp8KeepTranspose = false;                        // model.fp8_keep_transpose: transposed fp8 weights kept
-  bool lowVram = false;                                 // model.low_vram
-  ComputeDevice device = ComputeDevice::Auto;           // model.device
-  bool splitModelOverGpus = false;                      // model.split_model_over_gpus
-  double splitModelOtherModuleParamCountScale = 0.3;    // model.split_model_other_module_param_count_scale
-  std::vector<int> gpuIds;                              // model.gpu_ids: "0,1,2,3" or [0, 1, 2, 3]; empty = all visible
+  bool randomWeights = false;                         // model.random_weights: random init, no checkpoint read
+  bool quantize = false;                              // model.quantize: base transformer weights
+  bool quantizeTe = false;                            // model.quantize_te: text encoders
+  std::string qtype = "qfloat8";                      // model.qtype
+  bool fp8Matmul = false;                             // model.fp8_matmul: fp8 tensor-core matmuls (sm_89+)
+  bool fp8Backward = false;                           // model.fp8_backward: the input gradients in fp8 too
+  bool fp8KeepTranspose = false;                      // model.fp8_keep_transpose: transposed fp8 weights kept
+  bool lowVram = false;                               // model.low_vram
+  ComputeDevice device = ComputeDevice::Auto;         // model.device
+  bool splitModelOverGpus = false;                    // model.split_model_over_gpus
+  double splitModelOtherModuleParamCountScale = 0.3;  // model.split_model_other_module_param_count_scale
+  std::vector<int> gpuIds;                            // model.gpu_ids: "0,1,2,3" or [0, 1, 2, 3]; empty = all visible
+  // model.replicas: data-parallel ranks on this machine, each a replica of the device set above
+  // (`run` starts them as --nproc would; docs/data-parallel.md). 1 = one process.
+  int64_t replicas = 1;
   PlacementMode placement = PlacementMode::ParamCount;  // model.placement
   std::vector<double> gpuMemoryLimitGb;  // model.gpu_memory_limit_gb: one value = every device; empty = no cap
   double memoryReserveGb = 1.0;          // model.memory_reserve_gb: kept free per device (context, workspace)

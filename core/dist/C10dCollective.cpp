@@ -210,6 +210,18 @@ std::shared_ptr<C10dCollective> connect(const LaunchEnv& env, const ConnectOptio
       if (stringOf(impl->store->get(key)) != options.fingerprint)
         differ += (differ.empty() ? "" : ", ") + std::to_string(r);
     }
+    impl->store->set("strata/fingerprint-read/" + std::to_string(env.rank), bytesOf("1"));
+    if (!differ.empty() && env.rank == 0) {
+      // Rank 0 serves the store: it stays up until every rank has read the others'
+      // fingerprints (each then says which differ), bounded, instead of resetting them mid-read.
+      std::vector<std::string> read;
+      for (int r = 1; r < env.worldSize; ++r) read.push_back("strata/fingerprint-read/" + std::to_string(r));
+      try {
+        impl->store->wait(read, std::min<std::chrono::milliseconds>(options.connectTimeout, std::chrono::seconds(10)));
+      } catch (const std::exception&) {
+        // A rank that is gone by now learns nothing more; the refusal below stands.
+      }
+    }
     if (!differ.empty())
       throw ConfigError(rankName + ": the config or the strata-train build of rank(s) " + differ +
                         " differs from this rank's; start every rank with the same config, --set overrides and "

@@ -71,4 +71,19 @@ ParallelDims parallelDimsOf(const config::RunConfig& cfg, const LaunchEnv& env, 
   return dims;
 }
 
+std::vector<config::RunConfig> replicaConfigs(const config::RunConfig& cfg, const std::vector<int>& nodeCards,
+                                              int nproc) {
+  std::vector<config::RunConfig> out;
+  for (int r = 0; r < nproc; ++r) {
+    LaunchEnv env;
+    env.rank = env.localRank = r;
+    env.worldSize = env.localWorldSize = nproc;
+    config::RunConfig replica = cfg;
+    const ParallelDims dims = parallelDimsOf(cfg, env, nodeCards);
+    if (!dims.cards.empty()) replica.model.gpuIds = dims.cards;
+    out.push_back(std::move(replica));
+  }
+  return out;
+}
+
 }  // namespace strata::dist

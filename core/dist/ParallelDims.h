@@ -29,4 +29,10 @@ struct ParallelDims {
 // the cards when the node has too few for its group.
 ParallelDims parallelDimsOf(const config::RunConfig& cfg, const LaunchEnv& env, const std::vector<int>& nodeCards);
 
+// The configs of `nproc` local replicas on a node of `nodeCards`: each rank's group
+// of cards as its model.gpu_ids, as the ranks take them (`strata-train plan`, the
+// app's plan). Throws as parallelDimsOf when the node has too few cards.
+std::vector<config::RunConfig> replicaConfigs(const config::RunConfig& cfg, const std::vector<int>& nodeCards,
+                                              int nproc);
+
 }  // namespace strata::dist

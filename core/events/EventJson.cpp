@@ -347,10 +347,11 @@ constexpr ControlName kControlNames[] = {{ControlCommand::Stop, "stop"},
 
 }  // namespace
 
-std::string toJson(const Event& event) {
+std::string toJson(const Event& event, std::optional<int> rank) {
   ojson j = ojson::object();
   j["v"] = kEventStreamVersion;
   j["type"] = eventName(event);
+  if (rank) j["rank"] = *rank;
   std::visit(
       [&j](const auto& e) {
         Writer w(j);
@@ -360,11 +361,29 @@ std::string toJson(const Event& event) {
   return dumpLine(j);
 }
 
-Event fromJson(std::string_view line, const std::string& where) {
-  const json j = parseObject(line, where);
+namespace {
+
+Event eventOf(const json& j, const std::string& where) {
   const auto type = j.find("type");
   if (type == j.end() || !type->is_string()) throw IoError(where + ": no event type (key 'type')");
   return decode(type->get<std::string>(), j, where);
+}
+
+}  // namespace
+
+Event fromJson(std::string_view line, const std::string& where) { return eventOf(parseObject(line, where), where); }
+
+RankedEvent rankedFromJson(std::string_view line, const std::string& where) {
+  const json j = parseObject(line, where);
+  RankedEvent out{eventOf(j, where), std::nullopt};
+  const auto rank = j.find("rank");
+  if (rank != j.end() && !rank->is_null()) {
+    if (!rank->is_number_integer() || rank->get<int64_t>() < 0 || rank->get<int64_t>() > kMaxRank)
+      throw IoError(where + ": key 'rank': expected an integer in 0.." + std::to_string(kMaxRank) + ", got " +
+                    rank->dump());
+    out.rank = static_cast<int>(rank->get<int64_t>());
+  }
+  return out;
 }
 
 std::string controlToJson(ControlCommand command) {

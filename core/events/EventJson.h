@@ -7,8 +7,13 @@
 // ignored and a missing one keeps the struct's default, so a newer writer's extra
 // fields do not break an older reader. A different "v", an unknown "type", a key of
 // the wrong type or a line that is not JSON is refused with a message naming the line.
+//
+// A data-parallel run's lines carry "rank" (after "type"): the rank that sent the
+// event (docs/data-parallel.md). It is optional and additive, so version 1 stays:
+// a reader that does not know it ignores it and sees rank 0's stream as one run's.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,10 +33,20 @@ inline constexpr size_t kMaxControlLineBytes = 4096;
 // One line of JSON, without the newline. Non-finite numbers (a diverged loss)
 // are written as the strings "nan", "inf", "-inf"; text that is not UTF-8 has
 // its bad bytes replaced (a JSON line must be UTF-8).
-std::string toJson(const Event& event);
+// `rank`: the data-parallel rank that sent it ("rank" key); none for a run of one process.
+std::string toJson(const Event& event, std::optional<int> rank = std::nullopt);
 // The event of one line; strata::Error "<where>: ..." when it cannot be read
 // (`where` names the stream and line: "strata-train events, line 12").
 Event fromJson(std::string_view line, const std::string& where);
+
+// An event and the rank that sent it (none: a line without "rank").
+struct RankedEvent {
+  Event event;
+  std::optional<int> rank;
+};
+// As fromJson, with the line's "rank" (an integer in 0..kMaxRank, else refused naming it).
+RankedEvent rankedFromJson(std::string_view line, const std::string& where);
+inline constexpr int kMaxRank = 1 << 20;
 
 // What the app asks of a running trainer (train::Trainer's request* calls).
 enum class ControlCommand { Stop, Pause, Resume, SampleNow, SaveNow };

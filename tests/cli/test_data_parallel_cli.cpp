@@ -352,3 +352,18 @@ TEST_F(CliDataParallel, ABadLaunchVariableIsNamed) {
   EXPECT_NE(out.find("RANK=5 is outside 0..1"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(tmp / "bad" / "metrics.jsonl"));
 }
+
+// model.replicas under a launch of another size is refused, naming both.
+TEST_F(CliDataParallel, ReplicasThatDifferFromTheLaunchAreRefused) {
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "0", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29998", 1);
+  std::string out;
+  const int code = run(demoRun("conflict", {"model.replicas=3"}), "conflict", out);
+  for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(v);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("model.replicas is 3, but this launch starts LOCAL_WORLD_SIZE=2 rank(s)"), std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(tmp / "conflict" / "metrics.jsonl"));
+}

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "common/TestSupport.h"
 #include "events/EventBus.h"
 #include "events/EventJson.h"
+#include "train/RunFolder.h"
 
 using namespace strata;
 using namespace strata::test::cli;
@@ -101,6 +103,22 @@ class StreamedRun {
     }
     return out;
   }
+  // Every complete stdout line with its rank (a data-parallel run's lines carry one).
+  std::vector<events::RankedEvent> rankedEvents() const {
+    std::vector<events::RankedEvent> out;
+    std::istringstream lines(readAll(out_));
+    std::string line;
+    for (int n = 1; std::getline(lines, line); ++n) {
+      if (lines.eof()) break;  // the line being written
+      try {
+        out.push_back(events::rankedFromJson(line, "stdout line " + std::to_string(n)));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what() << ": " << line;
+      }
+    }
+    return out;
+  }
+  pid_t pid() const { return pid_; }
   // Waits (up to 2 minutes) for the first step event.
   bool waitForAStep() const {
     const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(2);
@@ -135,6 +153,27 @@ int countOf(const std::vector<events::Event>& events) {
   int n = 0;
   for (const auto& e : events) n += std::holds_alternative<T>(e);
   return n;
+}
+
+// How many of `events` are a T from `rank` (-1: those without a rank).
+template <class T>
+int countOf(const std::vector<events::RankedEvent>& events, int rank) {
+  int n = 0;
+  for (const auto& e : events) n += std::holds_alternative<T>(e.event) && e.rank.value_or(-1) == rank;
+  return n;
+}
+
+// The launcher's child whose environment has RANK=`rank`, or -1.
+pid_t rankPid(pid_t launcher, int rank) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  pid_t pid = 0;
+  while (children >> pid) {
+    std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var == "RANK=" + std::to_string(rank)) return pid;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -193,4 +232,97 @@ TEST(EventStreamCli, TheEndOfStdinStopsWithACheckpoint) {
   ASSERT_FALSE(events.empty());
   ASSERT_TRUE(std::holds_alternative<events::StoppedEvent>(events.back())) << events::eventName(events.back());
   EXPECT_FALSE(std::get<events::StoppedEvent>(events.back()).checkpoint.empty());
+}
+
+// Issue 35 point 8: the app's child process on 2 data-parallel ranks (CPU, Gloo).
+// Every line is tagged with its rank; rank 0's stream is a whole run's, rank 1
+// sends what the GPU map needs (its placement) and nothing of how the run goes;
+// one stop line (to rank 0) stops both ranks with one checkpoint.
+TEST(EventStreamCli, TwoRanksStreamRankTaggedEventsAndOneStopStopsBoth) {
+  test::TempDir tmp;
+  std::vector<std::string> args = demoArgs(tmp / "runs", 2000);
+  args.insert(args.end(), {"--set", "train.batch_size=1", "--nproc", "2", "--control-stdin"});
+  StreamedRun run(args, tmp.path());
+  ASSERT_TRUE(run.waitForAStep()) << run.stderrText();
+  run.send(events::controlToJson(events::ControlCommand::Stop));
+  EXPECT_EQ(run.wait(), 130) << run.stderrText();
+  const auto events = run.rankedEvents();
+  ASSERT_FALSE(events.empty()) << run.stderrText();
+  for (const auto& e : events) ASSERT_TRUE(e.rank.has_value()) << events::toJson(e.event);
+  EXPECT_EQ(countOf<events::StartedEvent>(events, 0), 1);
+  EXPECT_GE(countOf<events::PlacementEvent>(events, 0), 1);
+  EXPECT_GE(countOf<events::PlacementEvent>(events, 1), 1);  // the replica's map
+  EXPECT_GE(countOf<events::StepEvent>(events, 0), 1);
+  // Rank 0's throughput counts the world: 2 ranks x batch 1 images a step.
+  for (const auto& e : events)
+    if (const auto* s = std::get_if<events::StepEvent>(&e.event); s && e.rank == 0)
+      EXPECT_NEAR(s->imagesPerSec * s->stepTimeMs / 1000.0, 2.0, 1e-9) << "step " << s->step;
+  // Of rank 1, nothing that says how the run goes: rank 0 alone writes the folder and ends the stream.
+  for (const auto& e : events)
+    if (e.rank == 1)
+      EXPECT_TRUE(std::holds_alternative<events::PlacementEvent>(e.event) ||
+                  std::holds_alternative<events::StepEvent>(e.event))
+          << events::toJson(e.event, e.rank);
+  ASSERT_TRUE(std::holds_alternative<events::StoppedEvent>(events.back().event))
+      << events::eventName(events.back().event);
+  EXPECT_EQ(events.back().rank, 0);
+  const auto& stopped = std::get<events::StoppedEvent>(events.back().event);
+  EXPECT_TRUE(fs::is_directory(stopped.checkpoint)) << stopped.checkpoint;
+  EXPECT_EQ(countOf<events::CheckpointEvent>(events, 0), 1);
+  // One run folder, with one checkpoint.
+  size_t folders = 0;
+  for (const auto& d : fs::directory_iterator(tmp / "runs")) {
+    ++folders;
+    EXPECT_EQ(train::RunFolder(d.path()).checkpoints().size(), 1u) << d.path();
+  }
+  EXPECT_EQ(folders, 1u);
+}
+
+// A rank that dies without a word is a failed event naming it, before rank 0's own failure.
+TEST(EventStreamCli, ARankKilledIsAFailedEventNamingIt) {
+  test::TempDir tmp;
+  std::vector<std::string> args = demoArgs(tmp / "runs", 100000);
+  args.insert(args.end(), {"--set", "train.batch_size=1", "--nproc", "2", "--control-stdin"});
+  StreamedRun run(args, tmp.path());
+  ASSERT_TRUE(run.waitForAStep()) << run.stderrText();
+  const pid_t rank1 = rankPid(run.pid(), 1);
+  ASSERT_GT(rank1, 0) << "rank 1 not found among the launcher's children";
+  ::kill(rank1, SIGKILL);
+  EXPECT_EQ(run.wait(), 1) << run.stderrText();
+  const auto events = run.rankedEvents();
+  const events::RankedEvent* firstFailure = nullptr;
+  for (const auto& e : events)
+    if (std::holds_alternative<events::FailedEvent>(e.event)) {
+      firstFailure = &e;
+      break;
+    }
+  ASSERT_NE(firstFailure, nullptr) << run.stdoutText().substr(0, 4000);
+  EXPECT_EQ(firstFailure->rank, 1);
+  EXPECT_NE(std::get<events::FailedEvent>(firstFailure->event).message.find("rank 1 was killed by signal 9"),
+            std::string::npos)
+      << std::get<events::FailedEvent>(firstFailure->event).message;
+}
+
+// model.replicas starts the ranks as --nproc would; --nproc 1 on the command line wins.
+TEST(EventStreamCli, TheConfigsReplicasStartTheRanksAndNprocOverridesThem) {
+  test::TempDir tmp;
+  std::vector<std::string> args = demoArgs(tmp / "runs", 2);
+  args.insert(args.end(), {"--set", "train.batch_size=1", "--set", "model.replicas=2"});
+  fs::create_directories(tmp / "a");
+  fs::create_directories(tmp / "b");
+  {
+    StreamedRun run(args, tmp / "a");
+    run.closeStdin();
+    ASSERT_EQ(run.wait(), 0) << run.stderrText();
+    const auto events = run.rankedEvents();
+    EXPECT_GE(countOf<events::PlacementEvent>(events, 1), 1) << run.stdoutText().substr(0, 2000);
+    EXPECT_EQ(countOf<events::FinishedEvent>(events, 0), 1);
+  }
+  args.insert(args.end(), {"--set", "job.training_folder=" + (tmp / "runs1").string(), "--nproc", "1"});
+  StreamedRun one(args, tmp / "b");
+  one.closeStdin();
+  ASSERT_EQ(one.wait(), 0) << one.stderrText();
+  const auto events = one.rankedEvents();
+  EXPECT_EQ(countOf<events::FinishedEvent>(events, -1), 1);  // one process: no rank on its lines
+  EXPECT_EQ(countOf<events::PlacementEvent>(events, 1), 0);
 }

@@ -117,4 +117,27 @@ TEST_F(PlanCli, DataParallelShowsEachReplicaOnItsCards) {
 
   EXPECT_EQ(runStrataTrain({"plan", config, "--devices", "4x16GB", "--nproc", "2"}, log("dpsmall"), &out), 2) << out;
   EXPECT_NE(out.find("past this node's cards [0, 1, 2, 3]"), std::string::npos) << out;
+
+  // The config's model.replicas: the plan of the ranks `run` would start; --nproc 1 wins over it.
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "8x16GB", "--set", "model.replicas=2"}, log("dpkey"), &out), 0)
+      << out;
+  EXPECT_NE(out.find("data parallel: 2 replicas x 4 cards"), std::string::npos) << out;
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "8x16GB", "--set", "model.replicas=2", "--nproc", "1"},
+                           log("dpkey1"), &out),
+            0)
+      << out;
+  EXPECT_EQ(out.find("data parallel"), std::string::npos) << out;
+  // validate says how many processes run starts.
+  ASSERT_EQ(runStrataTrain({"validate", config, "--no-path-check", "--devices", "8x16GB", "--set", "model.replicas=2"},
+                           log("dpvalidate"), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("note: model.replicas: 2 local ranks"), std::string::npos) << out;
+  // ... and refuses replicas the cards cannot hold, as the ranks would.
+  EXPECT_EQ(runStrataTrain({"validate", config, "--no-path-check", "--devices", "4x16GB", "--set", "model.replicas=2"},
+                           log("dpvalidatesmall"), &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("error: model.replicas: "), std::string::npos) << out;
+  EXPECT_NE(out.find("past this node's cards [0, 1, 2, 3]"), std::string::npos) << out;
 }

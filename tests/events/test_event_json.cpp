@@ -150,6 +150,31 @@ TEST(EventJson, UnknownKeysAreIgnoredAndMissingOnesKeepTheDefault) {
   EXPECT_TRUE(e.memory.empty());
 }
 
+// A data-parallel run's "rank": written after the type, read back, refused when not
+// a rank, and a line with one still reads as version 1 (an older reader ignores it).
+TEST(EventJson, TheRankTravelsAndOlderReadersIgnoreIt) {
+  StepEvent step;
+  step.step = 3;
+  const std::string line = toJson(step, 1);
+  EXPECT_EQ(line.rfind(R"({"v":1,"type":"step","rank":1,"step":3,)", 0), 0u) << line;
+  const RankedEvent back = rankedFromJson(line, "x");
+  EXPECT_EQ(back.rank, 1);
+  EXPECT_EQ(std::get<StepEvent>(back.event).step, 3);
+  EXPECT_EQ(std::get<StepEvent>(fromJson(line, "x")).step, 3);
+  EXPECT_FALSE(rankedFromJson(toJson(step), "x").rank.has_value());
+  EXPECT_EQ(toJson(step).find("rank"), std::string::npos);
+  for (const char* bad :
+       {R"({"v":1,"type":"step","rank":-1})", R"({"v":1,"type":"step","rank":"one"})",
+        R"({"v":1,"type":"step","rank":1.5})", R"({"v":1,"type":"step","rank":18446744073709551615})"}) {
+    try {
+      rankedFromJson(bad, "line 4");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const strata::IoError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("line 4: key 'rank': expected an integer in 0..", 0), 0u) << e.what();
+    }
+  }
+}
+
 namespace {
 std::string errorOf(const std::string& line) {
   try {

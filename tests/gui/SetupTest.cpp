@@ -5,6 +5,7 @@
 // shape overrides only for a custom model, and templates that are valid as they open.
 #include <QCheckBox>
 #include <QComboBox>
+#include <QStandardItemModel>
 #include <QFile>
 #include <QDesktopServices>
 #include <QFileDialog>
@@ -83,6 +84,7 @@ class SetupTest : public QObject {
   void planFitsAt1400AndScrollsAt1000();
   void aSeedAboveTheIntRangeIsShownAndKeptAsWritten();
   void aMultiLinePromptSurvivesAnEditOfThePromptList();
+  void replicasChoiceSharesTheCardsOut();
 
  private:
   QTemporaryDir tmp_;
@@ -751,6 +753,67 @@ void SetupTest::aMultiLinePromptSurvivesAnEditOfThePromptList() {
   QVERIFY(targets);
   targets->setPlainText("  *attn*  \n\n*ff*");
   QCOMPARE(e.document()->config().network.targetModules, std::vector<std::string>({"*attn*", "*ff*"}));
+}
+
+// Issue 35 point 8: on a machine of several cards (simulated: the plan's device list),
+// Setup offers "N cards as R replicas of C cards" for each divisor R of N, greys the
+// ones whose replica does not fit its cards (with the planner's reason), and the one
+// picked sets the config so the plan shows replicas x cards. Off on one card or the CPU.
+void SetupTest::replicasChoiceSharesTheCardsOut() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(w.openConfig(demoCopy_));
+  ConfigEditor* e = w.configEditor();
+  // FLUX.1-dev's shape in bf16 (23.8 GB of weights): not on one 16 GB card, split over two it fits.
+  QVERIFY(e->setValueText("model.preset", "flux-dev"));
+  QVERIFY(e->setValueText("model.device", "auto"));
+  QVERIFY(e->setValueText("train.dtype", "bf16"));
+  QVERIFY(e->setValueText("datasets[0].resolution", "[256]"));
+  QVERIFY(e->setValueText("train.batch_size", "1"));
+  QVERIFY(e->setValueText("train.gradient_checkpointing", "true"));
+  child<QLineEdit>(&w, "deviceSpec")->setText("4x16GB");
+  w.replan();
+  QComboBox* choice = w.replicasChoice();
+  QVERIFY(choice->isEnabled());
+  QStringList texts;
+  for (int i = 0; i < choice->count(); ++i) texts << choice->itemText(i);
+  QCOMPARE(texts, QStringList({"As the config sets them (one process)", "4 cards as 1 replica of 4 cards",
+                               "4 cards as 2 replicas of 2 cards", "4 cards as 4 replicas of 1 card (does not fit)"}));
+  auto* model = qobject_cast<QStandardItemModel*>(choice->model());
+  QVERIFY(model->item(1)->isEnabled());
+  QVERIFY(model->item(2)->isEnabled());
+  QVERIFY(!model->item(3)->isEnabled());
+  QVERIFY2(choice->itemData(3, Qt::ToolTipRole).toString().contains("does not fit"),
+           qPrintable(choice->itemData(3, Qt::ToolTipRole).toString()));
+  QCOMPARE(choice->currentIndex(), 0);
+
+  // Picked: 2 replicas of 2 cards; the plan shows both replicas on their own cards.
+  QVERIFY(QMetaObject::invokeMethod(choice, "activated", Q_ARG(int, 2)));
+  QCOMPARE(e->valueText("model.replicas"), QString("2"));
+  QCOMPARE(e->valueText("model.split_model_over_gpus"), QString("true"));
+  const PlacementView& v = w.plannedMap()->placement();
+  QVERIFY2(v.error.isEmpty(), qPrintable(v.error));
+  QVERIFY2(v.reason.startsWith("Data parallel: 2 replicas x 2 cards. Each replica: "), qPrintable(v.reason));
+  QCOMPARE(v.devices.size(), 4);
+  QStringList labels;
+  for (const DeviceView& d : v.devices) labels << d.label;
+  QCOMPARE(labels, QStringList({"cuda:0", "cuda:1", "cuda:2", "cuda:3"}));
+  QVERIFY2(v.devices[0].name.startsWith("replica 0: ") && v.devices[2].name.startsWith("replica 1: "),
+           qPrintable(v.devices[2].name));
+  QCOMPARE(w.replicasChoice()->currentIndex(), 2);  // the config is that choice now
+
+  // One card: nothing to share out, said why.
+  child<QLineEdit>(&w, "deviceSpec")->setText("1x80GB");
+  w.replan();
+  QVERIFY(!w.replicasChoice()->isEnabled());
+  auto* note = child<QLabel>(&w, "replicasNote");
+  QVERIFY2(note->isVisible() && note->text().startsWith("One card: nothing to share out"), qPrintable(note->text()));
+  // The CPU: the same.
+  child<QLineEdit>(&w, "deviceSpec")->setText("4x16GB");
+  QVERIFY(e->setValueText("model.device", "cpu"));
+  w.replan();
+  QVERIFY(!w.replicasChoice()->isEnabled());
+  QVERIFY2(note->text().startsWith("The run trains on the CPU"), qPrintable(note->text()));
 }
 
 STRATA_GUI_TEST_MAIN(SetupTest)

@@ -9,10 +9,13 @@
 #include <QFileInfo>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QTabWidget>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 
 #include "DemoRunSupport.h"
@@ -20,6 +23,7 @@
 #include "ui/app/MainWindow.h"
 #include "ui/backend/TrainerBridge.h"
 #include "ui/setup/ConfigEditor.h"
+#include "ui/widgets/GpuMapView.h"
 #include "ui/widgets/LossPlot.h"
 
 using namespace strata::ui;
@@ -34,6 +38,8 @@ class TrainerChildTest : public QObject {
   void aChildThatRefusesItsInputIsAFailureQuotingItsStderr();
   void stopKeepsACheckpointAndEndsTheChild();
   void aMissingTrainerIsAClearError();
+  void trainsAsTwoCpuReplicasWithAMapEach();
+  void theFirstReplicaFailureIsTheRunsAndLaterOnesAreWarnings();
 
  private:
   bool openDemo(MainWindow& w, const QString& runs, int sampleEvery);
@@ -199,6 +205,105 @@ void TrainerChildTest::aMissingTrainerIsAClearError() {
   QVERIFY(box);
   const QString text = box->text() + "\n" + box->informativeText() + "\n" + box->detailedText();
   QVERIFY2(text.contains("STRATA_TRAIN_BIN names") && text.contains("no-such-strata-train"), qPrintable(text));
+}
+
+// Issue 35 point 8: the demo as 2 CPU replicas (model.replicas: 2) through the installed
+// strata-train: one GPU map per replica, each labelled with its rank and device; the
+// loss curve and the steps are rank 0's alone; the header's throughput counts both.
+void TrainerChildTest::trainsAsTwoCpuReplicasWithAMapEach() {
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-replicas", 1000));
+  ConfigEditor* e = w.configEditor();
+  QVERIFY(e->setValueText("model.replicas", "2"));
+  QVERIFY(e->setValueText("train.batch_size", "1"));
+  QVERIFY(e->setValueText("train.gradient_accumulation_steps", "1"));
+  w.setStepLimit(12);
+  QSignalSpy finished(w.bridge(), &TrainerBridge::finished);
+  QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  QSignalSpy points(w.bridge(), &TrainerBridge::metricsReady);
+  QSignalSpy replicaPlaced(w.bridge(), &TrainerBridge::replicaPlacementChanged);
+  QSignalSpy throughput(w.bridge(), &TrainerBridge::throughputUpdated);
+  QSignalSpy progressed(w.bridge(), &TrainerBridge::progress);
+  QStringList headers;  // the header after each progress (the window's slot runs first)
+  connect(w.bridge(), &TrainerBridge::progress, &w, [&] { headers << w.runHeader(); });
+  child<QPushButton>(&w, "startButton")->click();
+  QVERIFY(w.bridge()->isActive());
+  QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 180000);
+  QTRY_VERIFY(!w.bridge()->isActive());
+  QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().at(0).toString()));
+  QCOMPARE(finished.front().at(0).toLongLong(), 12);
+  // Rank 1 placed its replica: a second map, both labelled.
+  QVERIFY(!replicaPlaced.isEmpty());
+  QCOMPARE(replicaPlaced.front().at(0).toInt(), 1);
+  QCOMPARE(w.replicaMaps().size(), 2);
+  QCOMPARE(w.liveMapTabs()->count(), 2);
+  QCOMPARE(w.liveMapTabs()->tabText(0), QString("Replica 0: cpu"));
+  QCOMPARE(w.liveMapTabs()->tabText(1), QString("Replica 1: cpu"));
+  QVERIFY(!w.replicaMaps()[1]->placement().devices.isEmpty());
+  QCOMPARE(w.replicaMaps()[1]->placement().devices.front().label, QString("cpu"));
+  // The curve is rank 0's: one point per step, not one per rank.
+  int n = 0;
+  for (const auto& batch : points) n += batch.at(0).value<QVector<MetricPoint>>().size();
+  QCOMPARE(n, 12);
+  // Throughput over both replicas: rank 0's images per second count the world (2 ranks x batch 1).
+  QVERIFY(!throughput.isEmpty() && !progressed.isEmpty());
+  QCOMPARE(throughput.back().at(1).toInt(), 2);
+  const double imagesPerStep = throughput.back().at(0).toDouble() * progressed.back().at(2).toDouble() / 1000.0;
+  QVERIFY2(std::abs(imagesPerStep - 2.0) < 1e-6, qPrintable(QString::number(imagesPerStep)));
+  bool shown = false;
+  for (const QString& h : headers) shown = shown || h.contains(QRegularExpression("[0-9.]+ images/s over 2 replicas"));
+  QVERIFY2(shown, qPrintable(headers.join('\n')));
+  // Another start goes back to one map.
+  QVERIFY(e->setValueText("model.replicas", "1"));
+  QVERIFY(e->setValueText("job.training_folder", tmp_.filePath("runs-one")));
+  w.setStepLimit(2);
+  QSignalSpy finishedOne(w.bridge(), &TrainerBridge::finished);
+  child<QPushButton>(&w, "startButton")->click();
+  QTRY_VERIFY_WITH_TIMEOUT(finishedOne.count() == 1, 120000);
+  QCOMPARE(w.replicaMaps().size(), 1);
+  QCOMPARE(w.liveMapTabs()->count(), 1);
+}
+
+// A scripted strata-train's stream of a data-parallel run that fails: the first failure
+// (the rank that died, as the launcher sends it first) is the run's, the next (rank 0's
+// broken collective) a warning; a rank past what the app shows is a warning too.
+void TrainerChildTest::theFirstReplicaFailureIsTheRunsAndLaterOnesAreWarnings() {
+  const QString script = tmp_.filePath("scripted-strata-train");
+  {
+    QFile f(script);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"sh(#!/bin/sh
+cat <<'EOF'
+{"v":1,"type":"started","rank":0,"runDir":"scripted","jobName":"x","startStep":0,"totalSteps":5}
+{"v":1,"type":"placement","rank":5000,"reason":"r","blocks":[]}
+{"v":1,"type":"failed","rank":1,"message":"rank 1 was killed by signal 9 (Killed)","step":3}
+{"v":1,"type":"failed","rank":0,"message":"the collective broke","step":3}
+EOF
+exit 1
+)sh");
+    f.setPermissions(f.permissions() | QFileDevice::ExeOwner);
+  }
+  const QByteArray saved = qgetenv("STRATA_TRAIN_BIN");
+  qputenv("STRATA_TRAIN_BIN", script.toLocal8Bit());
+  MainWindow w(settings_);
+  w.show();
+  QVERIFY(openDemo(w, "runs-scripted", 1000));
+  QSignalSpy failed(w.bridge(), &TrainerBridge::failed);
+  QSignalSpy warned(w.bridge(), &TrainerBridge::warning);
+  QSignalSpy replicaPlaced(w.bridge(), &TrainerBridge::replicaPlacementChanged);
+  child<QPushButton>(&w, "startButton")->click();
+  qputenv("STRATA_TRAIN_BIN", saved);
+  QTRY_VERIFY_WITH_TIMEOUT(!w.bridge()->isActive(), 30000);
+  QCOMPARE(failed.count(), 1);
+  QCOMPARE(failed.front().at(0).toString(), QString("rank 1 was killed by signal 9 (Killed)"));
+  QStringList warnings;
+  for (const auto& wv : warned) warnings << wv.at(0).toString();
+  QVERIFY2(warnings.contains("the collective broke"), qPrintable(warnings.join('\n')));
+  QVERIFY2(warnings.filter("rank 5000 is past the 1024 replicas the app shows").size() == 1,
+           qPrintable(warnings.join('\n')));
+  QVERIFY(replicaPlaced.isEmpty());
+  QCOMPARE(w.replicaMaps().size(), 1);
 }
 
 STRATA_GUI_TEST_MAIN(TrainerChildTest)

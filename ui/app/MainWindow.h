@@ -17,6 +17,7 @@
 #include "ui/backend/ViewModel.h"
 
 class QAction;
+class QComboBox;
 class QLabel;
 class QLineEdit;
 class QMenu;
@@ -66,6 +67,12 @@ class MainWindow : public QMainWindow {
   ConfigEditor* configEditor() const { return editor_; }
   GpuMapView* plannedMap() const { return plannedMap_; }
   GpuMapView* liveMap() const { return liveMap_; }
+  // A data-parallel run's maps, one per replica (rank 0's is liveMap), each a tab of
+  // liveMapTabs labelled with its rank and cards; one map for a run of one process.
+  QVector<GpuMapView*> replicaMaps() const { return replicaMaps_; }
+  QTabWidget* liveMapTabs() const { return liveMapTabs_; }
+  // Setup's "N cards as R replicas of C cards" (its entries' data: R).
+  QComboBox* replicasChoice() const { return replicasChoice_; }
   LossPlot* lossPlot() const { return lossPlot_; }
   SampleBrowser* sampleBrowser() const { return samples_; }
   TrainerBridge* bridge() const { return bridge_; }
@@ -161,12 +168,21 @@ class MainWindow : public QMainWindow {
   void queueRequest(const QString& what);
   void startNextQueued();
   void finishQueuedRun(RunQueue::State state, const QString& message);
+  // The live map of rank `rank` (made on its first event), and back to one map.
+  GpuMapView* replicaMap(int rank);
+  void resetReplicaMaps();
+  void placeLive(GpuMapView* map, const PlacementView& placement);
+  void fillReplicasChoice();
 
   std::unique_ptr<QSettings> settings_;
   TrainerBridge* bridge_ = nullptr;
   ConfigEditor* editor_ = nullptr;
   GpuMapView* plannedMap_ = nullptr;
   GpuMapView* liveMap_ = nullptr;
+  QTabWidget* liveMapTabs_ = nullptr;
+  QVector<GpuMapView*> replicaMaps_;  // by rank; [0] is liveMap_
+  QComboBox* replicasChoice_ = nullptr;
+  QLabel* replicasNote_ = nullptr;  // why the choice is off (one card, the CPU)
   LossPlot* lossPlot_ = nullptr;
   SampleBrowser* samples_ = nullptr;
   SampleStrip* latestStrip_ = nullptr;
@@ -209,6 +225,8 @@ class MainWindow : public QMainWindow {
   // The run header's figures (from the last progress tick).
   qint64 step_ = 0, totalSteps_ = 0;
   double stepTimeMs_ = 0, etaSmoothed_ = 0;
+  double imagesPerSec_ = 0;  // over all replicas
+  int replicas_ = 1;
   QString preparing_;   // the load or cache line shown before step 1
   QStringList queued_;  // requests not done yet (sample, checkpoint): done after the next step
   qint64 queuedAtStep_ = 0;

@@ -10,6 +10,7 @@
 #include "config/RunConfig.h"
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
+#include "dist/ParallelDims.h"
 #include "placement/Planner.h"
 #include "train/RunPlanning.h"
 #include "ui/backend/ConfigDocument.h"
@@ -35,6 +36,62 @@ BlockView blockViewOf(const placement::BlockCost& c, int adapters) {
 
 }  // namespace
 
+namespace {
+
+std::vector<int> cardsOf(const device::Inventory& inventory) {
+  std::vector<int> cards;
+  for (const auto& d : inventory.devices)
+    if (!d.isCpu()) cards.push_back(d.index);
+  return cards;
+}
+
+// One replica's plan appended to `view`: its devices (named with `replica` when
+// set), its fit and refusal. Throws the plan's first error.
+train::PreparedRun appendPlan(PlacementView& view, const config::RunConfig& cfg, const device::Inventory& inventory,
+                              const QString& replica) {
+  train::PrepareOptions po;
+  po.preview = true;  // the model and data may live elsewhere
+  train::PreparedRun run = train::prepareRun(cfg, inventory, po);
+  for (const config::Problem& p : run.problems)
+    if (p.isError()) throw Error(p.key.empty() ? p.message : p.key + ": " + p.message);
+  const placement::PlannerInput& input = run.input.input;
+  const std::map<std::string, int>& adapterCount = run.input.adapters;
+  const placement::Plan& plan = run.plan;
+  view.fits = view.fits && plan.fits;
+  if (view.refusal.isEmpty()) {
+    // The words `strata-train run` refuses it with, and the same ways out.
+    view.refusal = QString::fromStdString(train::planRefusal(run));
+    if (!view.refusal.isEmpty())
+      for (const std::string& way : train::planWayOut(cfg, inventory, run, po))
+        view.wayOut << QString::fromStdString(way);
+  }
+  for (size_t i = 0; i < plan.devices.size(); ++i) {
+    const placement::DevicePlan& dp = plan.devices[i];
+    const device::DeviceInfo& info = run.devices[i];
+    DeviceView d;
+    d.label = QString::fromStdString(dp.device);
+    d.name = QString::fromStdString(info.name);
+    if (!replica.isEmpty()) d.name = QObject::tr("%1: %2").arg(replica, d.name);
+    d.simulated = info.simulated;
+    d.totalBytes = info.totalBytes;
+    d.capBytes = run.capBytes[i];
+    d.plannedBytes = dp.totalBytes;
+    d.budgetBytes = dp.budgetBytes;
+    d.missingBytes = dp.missingBytes;
+    d.hostBytes = dp.device == "cpu" ? 0 : dp.hostBytes;  // a cpu device's total counts it already
+    if (dp.hasStem) d.blocks << blockViewOf(input.stem, adapterCount.at(input.stem.id));
+    for (size_t b = dp.firstBlock; b < dp.endBlock; ++b)
+      d.blocks << blockViewOf(input.blocks[b], adapterCount.at(input.blocks[b].id));
+    if (dp.hasHead) d.blocks << blockViewOf(input.head, adapterCount.at(input.head.id));
+    view.devices << d;
+  }
+  return run;
+}
+
+QString cardsText(int n) { return n == 1 ? QObject::tr("1 card") : QObject::tr("%1 cards").arg(n); }
+
+}  // namespace
+
 PlacementView planPlacementView(const config::RunConfig& cfg, const QString& deviceSpec) {
   PlacementView view;
   view.planned = true;
@@ -43,46 +100,95 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
     const QString spec = deviceSpec.trimmed();
     const device::Inventory inventory =
         spec.isEmpty() ? device::thisMachine() : device::simulatedInventory(spec.toStdString());
-    train::PrepareOptions po;
-    po.preview = true;  // the model and data may live elsewhere
-    const train::PreparedRun run = train::prepareRun(cfg, inventory, po);
-    for (const config::Problem& p : run.problems)
-      if (p.isError()) throw Error(p.key.empty() ? p.message : p.key + ": " + p.message);
-    const placement::PlannerInput& input = run.input.input;
-    const std::map<std::string, int>& adapterCount = run.input.adapters;
-    const placement::Plan& plan = run.plan;
-
-    view.reason = QString::fromStdString(train::describePlan(run));  // the words `strata-train plan` prints
-    view.fits = plan.fits;
-    // The words `strata-train run` refuses it with, and the same ways out.
-    view.refusal = QString::fromStdString(train::planRefusal(run));
-    if (!view.refusal.isEmpty())
-      for (const std::string& way : train::planWayOut(cfg, inventory, run, po))
-        view.wayOut << QString::fromStdString(way);
-    for (size_t i = 0; i < plan.devices.size(); ++i) {
-      const placement::DevicePlan& dp = plan.devices[i];
-      const device::DeviceInfo& info = run.devices[i];
-      DeviceView d;
-      d.label = QString::fromStdString(dp.device);
-      d.name = QString::fromStdString(info.name);
-      d.simulated = info.simulated;
-      d.totalBytes = info.totalBytes;
-      d.capBytes = run.capBytes[i];
-      d.plannedBytes = dp.totalBytes;
-      d.budgetBytes = dp.budgetBytes;
-      d.missingBytes = dp.missingBytes;
-      d.hostBytes = dp.device == "cpu" ? 0 : dp.hostBytes;  // a cpu device's total counts it already
-      if (dp.hasStem) d.blocks << blockViewOf(input.stem, adapterCount.at(input.stem.id));
-      for (size_t b = dp.firstBlock; b < dp.endBlock; ++b)
-        d.blocks << blockViewOf(input.blocks[b], adapterCount.at(input.blocks[b].id));
-      if (dp.hasHead) d.blocks << blockViewOf(input.head, adapterCount.at(input.head.id));
-      view.devices << d;
+    const int replicas = static_cast<int>(std::max<int64_t>(cfg.model.replicas, 1));
+    if (replicas == 1) {
+      const train::PreparedRun run = appendPlan(view, cfg, inventory, QString());
+      view.reason = QString::fromStdString(train::describePlan(run));  // the words `strata-train plan` prints
+    } else {
+      // Each rank's replica on its own group of cards, as the ranks take them.
+      const auto configs = dist::replicaConfigs(cfg, cardsOf(inventory), replicas);
+      const bool onCards = !configs.front().model.gpuIds.empty() && cfg.model.device != config::ComputeDevice::Cpu;
+      QString first;
+      for (int r = 0; r < (onCards ? replicas : 1); ++r) {
+        const train::PreparedRun run =
+            appendPlan(view, configs[size_t(r)], inventory, onCards ? QObject::tr("replica %1").arg(r) : QString());
+        if (r == 0) first = QString::fromStdString(train::describePlan(run));
+      }
+      view.reason = (onCards ? QObject::tr("Data parallel: %1 replicas x %2. Each replica: %3")
+                                   .arg(replicas)
+                                   .arg(cardsText(int(configs.front().model.gpuIds.size())))
+                             : QObject::tr("Data parallel: %1 replicas on the CPU. Each replica: %3").arg(replicas))
+                        .arg(first);
     }
   } catch (const std::exception& e) {
     view.error = QObject::tr("No plan: %1").arg(QString::fromUtf8(e.what()));
     view.devices.clear();
   }
   return view;
+}
+
+ReplicaChoices replicaChoices(const config::RunConfig& cfg, const QString& deviceSpec) {
+  ReplicaChoices out;
+  device::Inventory inventory;
+  try {
+    const QString spec = deviceSpec.trimmed();
+    inventory = spec.isEmpty() ? device::thisMachine() : device::simulatedInventory(spec.toStdString());
+  } catch (const std::exception& e) {
+    out.offReason = QObject::tr("No devices to share out: %1").arg(QString::fromUtf8(e.what()));
+    return out;
+  }
+  const std::vector<int> cards = cardsOf(inventory);
+  out.cards = int(cards.size());
+  if (cfg.model.device == config::ComputeDevice::Cpu) {
+    out.offReason = QObject::tr("The run trains on the CPU (model.device: cpu): replicas share out CUDA cards.");
+    return out;
+  }
+  if (cards.empty()) {
+    out.offReason = QObject::tr(
+        "No CUDA card: replicas share out a machine's cards (a CPU run starts CPU ranks with "
+        "strata-train run --nproc N).");
+    return out;
+  }
+  if (cards.size() == 1) {
+    out.offReason = QObject::tr("One card: nothing to share out (replicas need several cards).");
+    return out;
+  }
+  const int n = out.cards;
+  for (int r = 1; r <= n; ++r) {
+    if (n % r != 0) continue;
+    ReplicaChoice c;
+    c.replicas = r;
+    c.cardsPerReplica = n / r;
+    c.text = QObject::tr("%1 as %2 of %3")
+                 .arg(cardsText(n), r == 1 ? QObject::tr("1 replica") : QObject::tr("%1 replicas").arg(r),
+                      cardsText(c.cardsPerReplica));
+    // The replica's device set: one card, or a split the ranks share out evenly (no named cards).
+    c.settings = {{"model.replicas", QString::number(r)},
+                  {"model.split_model_over_gpus", c.cardsPerReplica > 1 ? "true" : "false"},
+                  {"model.gpu_ids", "[]"}};
+    config::RunConfig candidate = cfg;
+    candidate.model.replicas = r;
+    candidate.model.splitModelOverGpus = c.cardsPerReplica > 1;
+    candidate.model.gpuIds.clear();
+    // Replica 0's plan stands for each: the same shape on its own group of cards.
+    PlacementView one;
+    try {
+      const auto configs = dist::replicaConfigs(candidate, cards, r);
+      appendPlan(one, configs.front(), inventory, QString());
+      if (!one.fits)
+        c.reason = one.refusal.isEmpty()
+                       ? QObject::tr("a replica does not fit its %1").arg(cardsText(c.cardsPerReplica))
+                       : one.refusal;
+    } catch (const std::exception& e) {
+      c.reason = QString::fromUtf8(e.what());
+    }
+    c.enabled = c.reason.isEmpty();
+    const bool split = cfg.model.splitModelOverGpus && (c.cardsPerReplica > 1);
+    const bool single = !cfg.model.splitModelOverGpus && c.cardsPerReplica == 1;
+    if (cfg.model.replicas == r && cfg.model.gpuIds.empty() && (split || single)) out.current = out.choices.size();
+    out.choices << c;
+  }
+  return out;
 }
 
 QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg) {
@@ -103,6 +209,10 @@ QMap<QString, BlockView> blockSizes(const config::RunConfig& cfg) {
 
 PlacementView planPlacementView(const ConfigDocument& config, const QString& deviceSpec) {
   return planPlacementView(config.config(), deviceSpec);
+}
+
+ReplicaChoices replicaChoices(const ConfigDocument& config, const QString& deviceSpec) {
+  return replicaChoices(config.config(), deviceSpec);
 }
 
 QMap<QString, BlockView> blockSizes(const ConfigDocument& config, const RunOverrides& overrides) {

@@ -138,6 +138,8 @@ struct TrainerBridge::Shared {
   bool memoryDirty = false;
   qint64 step = 0, totalSteps = 0;
   double stepTimeMs = 0, etaSeconds = 0;
+  double imagesPerSec = 0;
+  int replicas = 1;  // ranks seen (highest rank + 1)
   bool progressDirty = false;
 };
 
@@ -147,7 +149,8 @@ struct TrainerBridge::ChildRun {
   events::LineSplitter errors{kMaxStderrLineBytes};
   QStringList stderrTail;  // the last kStderrTailLines
   CacheThrottle cacheThrottle;
-  bool ended = false;  // it said how the run ended (finished, stopped, failed, preflight)
+  bool ended = false;        // it said how the run ended (finished, stopped, failed, preflight)
+  bool failureSaid = false;  // a failure was reported: later ones (other ranks') are warnings
   bool killedAfterStop = false;
   qint64 lastStep = 0;
   QString lastCheckpoint;
@@ -281,6 +284,7 @@ struct BridgeAccess {
           } else if constexpr (std::is_same_v<T, events::PreflightFailedEvent>) {
             QStringList problems;
             for (const auto& p : e.problems) problems << qs(p);
+            b->run_->failureSaid = true;
             emit b->failed(QObject::tr("The run did not start:\n%1").arg(problems.join('\n')), 0, QString());
           } else if constexpr (std::is_same_v<T, events::PausedEvent>) {
             b->setState(State::Paused);
@@ -298,7 +302,14 @@ struct BridgeAccess {
             emit b->finished(e.step, e.finalLoss, exports);
           } else if constexpr (std::is_same_v<T, events::FailedEvent>) {
             b->drain();
-            emit b->failed(qs(e.message), e.step, qs(e.lastGoodCheckpoint));
+            // A data-parallel run's first failure is its cause (the launcher sends the rank
+            // that died first); the others' that follow (a broken collective) are warnings.
+            if (b->run_->failureSaid) {
+              emit b->warning(qs(e.message));
+            } else {
+              b->run_->failureSaid = true;
+              emit b->failed(qs(e.message), e.step, qs(e.lastGoodCheckpoint));
+            }
           }
           // StepEvent never comes here: it goes through the buffer.
         },
@@ -318,6 +329,8 @@ bool TrainerBridge::launchChild(const QStringList& arguments, const QString& run
     std::lock_guard<std::mutex> lock(shared_->mutex);
     shared_->pending.clear();
     shared_->memoryDirty = shared_->progressDirty = false;
+    shared_->replicas = 1;
+    shared_->imagesPerSec = 0;
   }
   run_ = std::make_unique<ChildRun>();
   trainerProgram_ = program;
@@ -392,10 +405,37 @@ void TrainerBridge::readChildOutput() {
     // finish a step's samples (several FLUX prompts) before it sees the stop.
     if (stopDeadline_->isActive()) stopDeadline_->start();
     events::Event event;
+    int rank = 0;  // a line without one: a run of one process
     try {
-      event = events::fromJson(line.text, where.toStdString());
+      events::RankedEvent ranked = events::rankedFromJson(line.text, where.toStdString());
+      event = std::move(ranked.event);
+      rank = ranked.rank.value_or(0);
     } catch (const std::exception& e) {
       emit warning(QString::fromUtf8(e.what()));
+      continue;
+    }
+    if (rank >= kMaxReplicas) {
+      emit warning(
+          tr("%1: rank %2 is past the %3 replicas the app shows; ignored").arg(where).arg(rank).arg(kMaxReplicas));
+      continue;
+    }
+    if (rank > 0) {
+      {
+        std::lock_guard<std::mutex> lock(shared_->mutex);
+        shared_->replicas = std::max(shared_->replicas, rank + 1);
+      }
+      // Another replica: its map (placement and memory) and its failure; the run's course is rank 0's.
+      if (const auto* p = std::get_if<events::PlacementEvent>(&event)) {
+        PlacementView v = placementViewOf(*p);
+        v.parts = mapParts_;
+        emit replicaPlacementChanged(rank, v);
+      } else if (const auto* s = std::get_if<events::StepEvent>(&event); s && !s->memory.empty()) {
+        emit replicaMemoryUpdated(rank, memoryOf(s->memory));
+      } else if (std::holds_alternative<events::FailedEvent>(event)) {
+        run_->ended = true;
+        BridgeAccess::dispatch(this, event);
+      }
+      if (!child_) return;
       continue;
     }
     if (const auto* c = std::get_if<events::CacheProgressEvent>(&event); c && !run_->cacheThrottle.pass(*c)) continue;
@@ -407,6 +447,7 @@ void TrainerBridge::readChildOutput() {
       shared_->totalSteps = s->totalSteps;
       shared_->stepTimeMs = s->stepTimeMs;
       shared_->etaSeconds = s->etaSeconds;
+      shared_->imagesPerSec = s->imagesPerSec;
       shared_->progressDirty = true;
       if (!s->memory.empty()) {
         shared_->memory = memoryOf(s->memory);
@@ -514,7 +555,8 @@ void TrainerBridge::drain() {
   QVector<MemoryView> memory;
   bool memoryDirty = false, progressDirty = false;
   qint64 step = 0, total = 0;
-  double stepMs = 0, eta = 0;
+  double stepMs = 0, eta = 0, imagesPerSec = 0;
+  int replicas = 1;
   {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     points.swap(shared_->pending);
@@ -526,8 +568,11 @@ void TrainerBridge::drain() {
     total = shared_->totalSteps;
     stepMs = shared_->stepTimeMs;
     eta = shared_->etaSeconds;
+    imagesPerSec = shared_->imagesPerSec;
+    replicas = shared_->replicas;
   }
   if (!points.isEmpty()) emit metricsReady(points);
+  if (progressDirty) emit throughputUpdated(imagesPerSec, replicas);  // before progress: the header shows both
   if (progressDirty) emit progress(step, total, stepMs, eta);
   if (memoryDirty) emit memoryUpdated(memory);
 }

@@ -52,6 +52,9 @@ class TrainerBridge : public QObject {
   // How long a stopping child may stay silent (no event line) before it is killed; each
   // event it sends restarts the wait (the close of the window waits this long at most).
   static constexpr int kStopWaitMs = 120000;
+  // The most replicas a run's maps show (strata-train --nproc takes up to 1024); a
+  // line of a higher rank is a warning.
+  static constexpr int kMaxReplicas = 1024;
   // The child's last stderr lines a failure report quotes.
   static constexpr int kStderrTailLines = 12;
 
@@ -105,6 +108,14 @@ class TrainerBridge : public QObject {
   void progress(qint64 step, qint64 totalSteps, double stepTimeMs, double etaSeconds);
   void memoryUpdated(const QVector<strata::ui::MemoryView>& memory);
   void placementChanged(const strata::ui::PlacementView& placement);
+  // With each progress: images per second over all ranks (rank 0's figure counts the
+  // world), and how many replicas sent events so far (1 for a run of one process).
+  void throughputUpdated(double imagesPerSec, int replicas);
+  // A data-parallel run (model.replicas, docs/data-parallel.md): rank `rank` (1 and
+  // up) placed its replica, and its cards' memory (at most once a second). Rank 0's
+  // come as placementChanged and memoryUpdated.
+  void replicaPlacementChanged(int rank, const strata::ui::PlacementView& placement);
+  void replicaMemoryUpdated(int rank, const QVector<strata::ui::MemoryView>& memory);
   void sampleReady(const strata::ui::SampleInfo& sample);
   void checkpointSaved(const QString& path, qint64 step);
   void loraExported(const QString& path, const QString& format);

@@ -156,11 +156,18 @@ void MainWindow::buildRunTab() {
   queuePanel_ = new RunQueuePanel(queue_, page);
   liveMap_ = new GpuMapView(page);
   liveMap_->setObjectName("liveMap");
+  // One map per replica of a data-parallel run, a tab each; the tabs show only then.
+  liveMapTabs_ = new QTabWidget(page);
+  liveMapTabs_->setObjectName("liveMapTabs");
+  liveMapTabs_->setDocumentMode(true);
+  liveMapTabs_->setTabBarAutoHide(true);
+  liveMapTabs_->addTab(liveMap_, tr("GPU map"));
+  replicaMaps_ = {liveMap_};
   latestStrip_ = new SampleStrip(page, 128);
   latestStrip_->setObjectName("runLatestSamples");
   runBottomSplit_ = new QSplitter(Qt::Horizontal, page);
   runBottomSplit_->setObjectName("runBottomSplitter");
-  runBottomSplit_->addWidget(liveMap_);
+  runBottomSplit_->addWidget(liveMapTabs_);
   runBottomSplit_->addWidget(latestStrip_);
   runBottomSplit_->addWidget(queuePanel_);
   runBottomSplit_->setStretchFactor(0, 2);
@@ -238,17 +245,15 @@ void MainWindow::connectBridge() {
             updateRunHeader();
           });
   connect(bridge_, &TrainerBridge::memoryUpdated, liveMap_, &GpuMapView::updateMemory);
-  connect(bridge_, &TrainerBridge::placementChanged, this, [this](const PlacementView& placement) {
-    PlacementView v = placement;
-    applyBlockSizes(v, runBlockSizes_);
-    // Names and sizes of this machine's devices, from the plan of the same machine.
-    for (DeviceView& d : v.devices)
-      for (const DeviceView& p : plannedMap_->placement().devices)
-        if (p.label == d.label && !p.simulated) {
-          if (d.name.isEmpty() || d.label == "cpu") d.name = p.name;
-          if (!d.totalBytes) d.totalBytes = p.totalBytes;
-        }
-    liveMap_->setPlacement(v);
+  connect(bridge_, &TrainerBridge::placementChanged, this,
+          [this](const PlacementView& placement) { placeLive(liveMap_, placement); });
+  connect(bridge_, &TrainerBridge::replicaPlacementChanged, this,
+          [this](int rank, const PlacementView& placement) { placeLive(replicaMap(rank), placement); });
+  connect(bridge_, &TrainerBridge::replicaMemoryUpdated, this,
+          [this](int rank, const QVector<MemoryView>& memory) { replicaMap(rank)->updateMemory(memory); });
+  connect(bridge_, &TrainerBridge::throughputUpdated, this, [this](double imagesPerSec, int replicas) {
+    imagesPerSec_ = imagesPerSec;
+    replicas_ = replicas;
   });
   connect(bridge_, &TrainerBridge::sampleReady, this, [this](const SampleInfo& s) {
     if (queued_.removeAll(tr("a sample"))) updateRunHeader();
@@ -374,6 +379,48 @@ void MainWindow::setRunHeader(const QString& text) { runStatus_->setText(text); 
 
 QString MainWindow::runHeader() const { return runStatus_->text(); }
 
+GpuMapView* MainWindow::replicaMap(int rank) {
+  while (replicaMaps_.size() <= rank) {
+    const int r = replicaMaps_.size();
+    auto* map = new GpuMapView(liveMapTabs_);
+    map->setObjectName(QString("replicaMap%1").arg(r));
+    liveMapTabs_->addTab(map, tr("Replica %1").arg(r));
+    replicaMaps_ << map;
+  }
+  if (liveMapTabs_->tabText(0) == tr("GPU map")) liveMapTabs_->setTabText(0, tr("Replica 0"));
+  return replicaMaps_[rank];
+}
+
+void MainWindow::resetReplicaMaps() {
+  while (replicaMaps_.size() > 1) {
+    GpuMapView* map = replicaMaps_.takeLast();
+    liveMapTabs_->removeTab(liveMapTabs_->indexOf(map));
+    map->deleteLater();
+  }
+  liveMapTabs_->setTabText(0, tr("GPU map"));
+  imagesPerSec_ = 0;
+  replicas_ = 1;
+}
+
+void MainWindow::placeLive(GpuMapView* map, const PlacementView& placement) {
+  PlacementView v = placement;
+  applyBlockSizes(v, runBlockSizes_);
+  // Names and sizes of this machine's devices, from the plan of the same machine.
+  for (DeviceView& d : v.devices)
+    for (const DeviceView& p : plannedMap_->placement().devices)
+      if (p.label == d.label && !p.simulated) {
+        if (d.name.isEmpty() || d.label == "cpu") d.name = p.name;
+        if (!d.totalBytes) d.totalBytes = p.totalBytes;
+      }
+  map->setPlacement(v);
+  // A replica's tab names its rank and its cards.
+  const int rank = replicaMaps_.indexOf(map);
+  if (rank < 0 || replicaMaps_.size() < 2) return;
+  QStringList cards;
+  for (const DeviceView& d : v.devices) cards << d.label;
+  liveMapTabs_->setTabText(liveMapTabs_->indexOf(map), tr("Replica %1: %2").arg(rank).arg(cards.join(", ")));
+}
+
 void MainWindow::updateRunHeader() {
   const auto s = bridge_->state();
   const QString where = QFileInfo(lastRunDir_).fileName().isEmpty() ? lastRunDir_ : QFileInfo(lastRunDir_).fileName();
@@ -392,6 +439,10 @@ void MainWindow::updateRunHeader() {
                .arg(step_)
                .arg(totalSteps_)
                .arg(shownStepMs(), 0, 'f', 0);
+    // A data-parallel run's throughput: rank 0's figure counts every replica's images.
+    if (replicas_ > 1 && imagesPerSec_ > 0)
+      text +=
+          tr(", %1 images/s over %2 replicas").arg(imagesPerSec_, 0, 'f', imagesPerSec_ < 10 ? 2 : 1).arg(replicas_);
     if (etaSmoothed_ > 0) text += tr(", about %1 left").arg(formatEta(etaSmoothed_));
   } else {
     return;
@@ -427,6 +478,7 @@ bool MainWindow::openRunFolder(const QString& runDir) {
     // The map shows the run's own config planned on this machine (the trainer reports the live
     // placement only while it runs).
     runBlockSizes_ = blockSizes(run, RunOverrides{});
+    if (!bridge_->isActive()) resetReplicaMaps();
     liveMap_->setPlacement(planPlacementView(run, QString()));
   }
   const qint64 last = lossPlot_->lastStep();
@@ -461,6 +513,7 @@ void MainWindow::startRun() {
   // A relative output folder is the config's folder's, not the one the app was started in.
   run.trainingFolder = trainingFolderFor(doc.stringValue("job.training_folder"), editor_->filePath());
   runBlockSizes_ = blockSizes(doc, run);
+  resetReplicaMaps();
   QString error;
   if (!bridge_->start(doc, run, &error))
     showError(tr("Cannot start"), error);
@@ -483,6 +536,7 @@ void MainWindow::resumeRunFolder(const QString& dir) {
   // Block sizes for the live map from the run's own config.
   runBlockSizes_.clear();
   if (ConfigDocument run; run.readRunFolderConfig(runDir)) runBlockSizes_ = blockSizes(run, RunOverrides{});
+  resetReplicaMaps();
   QString error;
   if (!bridge_->resume(runDir, &error)) {
     showError(tr("Cannot resume"), error);
@@ -666,6 +720,7 @@ void MainWindow::startNextQueued() {
     run.trainingFolder = trainingFolderFor(queued.stringValue("job.training_folder"),
                                            QFileInfo(e.source).isAbsolute() ? e.source : QString());
     runBlockSizes_ = blockSizes(queued, run);
+    resetReplicaMaps();
     QString error;
     if (!bridge_->start(queued, run, &error)) {
       queue_->setState(e.id, RunQueue::State::Failed, error);

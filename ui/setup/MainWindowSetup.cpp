@@ -6,6 +6,7 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDialog>
 #include <QDesktopServices>
 #include <QDialogButtonBox>
@@ -25,6 +26,8 @@
 #include <QProgressBar>
 #include <QRegularExpression>
 #include <QScreen>
+#include <QSignalBlocker>
+#include <QStandardItemModel>
 #include <QPushButton>
 #include <QSplitter>
 #include <QStandardPaths>
@@ -88,6 +91,32 @@ void MainWindow::buildSetupTab() {
   specRow->addWidget(specLabel);
   specRow->addWidget(deviceSpec_, 1);
   rl->addLayout(specRow);
+  // Data parallel on a machine of several cards: how its cards are shared out (model.replicas).
+  auto* replicasRow = new QHBoxLayout;
+  replicasChoice_ = new QComboBox(right);
+  replicasChoice_->setObjectName("replicasChoice");
+  replicasChoice_->setToolTip(
+      tr("Train data-parallel: each replica is one process on its own group of the cards, taking its share of "
+         "every batch (docs/data-parallel.md). Sets model.replicas and each replica's device set."));
+  connect(replicasChoice_, QOverload<int>::of(&QComboBox::activated), this, [this](int index) {
+    const QStringList settings = replicasChoice_->itemData(index, Qt::UserRole + 1).toStringList();
+    for (int i = 0; i + 1 < settings.size(); i += 2) {
+      QString error;
+      if (!editor_->setValueText(settings[i], settings[i + 1], &error)) {
+        showError(tr("Cannot share the cards out"), tr("%1: %2").arg(settings[i], error));
+        break;
+      }
+    }
+    replan();
+  });
+  replicasRow->addWidget(new QLabel(tr("Cards:"), right));
+  replicasRow->addWidget(replicasChoice_, 1);
+  rl->addLayout(replicasRow);
+  replicasNote_ = new QLabel(right);
+  replicasNote_->setObjectName("replicasNote");
+  replicasNote_->setWordWrap(true);
+  replicasNote_->hide();
+  rl->addWidget(replicasNote_);
   plannedMap_ = new GpuMapView(right);
   plannedMap_->setObjectName("plannedMap");
   rl->addWidget(plannedMap_, 1);
@@ -375,11 +404,38 @@ void MainWindow::replan() {
   replanTimer_->stop();
   const PlacementView planned = planPlacementView(*editor_->document(), deviceSpec_->text());
   plannedMap_->setPlacement(planned);
+  fillReplicasChoice();
   // Start is checked against the devices that would train (this machine), whatever the map previews.
   machinePlan_ = deviceSpec_->text().trimmed() == machineSpec_.trimmed()
                      ? planned
                      : planPlacementView(*editor_->document(), machineSpec_);
   updateRunControls();
+}
+
+void MainWindow::fillReplicasChoice() {
+  const ReplicaChoices choices = replicaChoices(*editor_->document(), deviceSpec_->text());
+  const QSignalBlocker block(replicasChoice_);
+  replicasChoice_->clear();
+  const qint64 replicas = editor_->document()->valueText("model.replicas").toLongLong();
+  replicasChoice_->addItem(replicas > 1 ? tr("As the config sets them (%1 replicas)").arg(replicas)
+                                        : tr("As the config sets them (one process)"),
+                           int(std::max<qint64>(replicas, 1)));
+  auto* model = qobject_cast<QStandardItemModel*>(replicasChoice_->model());
+  for (const ReplicaChoice& c : choices.choices) {
+    QStringList settings;
+    for (const auto& [key, value] : c.settings) settings << key << value;
+    replicasChoice_->addItem(c.enabled ? c.text : tr("%1 (does not fit)").arg(c.text), c.replicas);
+    const int row = replicasChoice_->count() - 1;
+    replicasChoice_->setItemData(row, settings, Qt::UserRole + 1);
+    if (!c.enabled) {
+      replicasChoice_->setItemData(row, c.reason, Qt::ToolTipRole);
+      if (model) model->item(row)->setEnabled(false);
+    }
+  }
+  replicasChoice_->setCurrentIndex(choices.current >= 0 ? choices.current + 1 : 0);
+  replicasChoice_->setEnabled(!choices.choices.isEmpty());
+  replicasNote_->setText(choices.offReason);
+  replicasNote_->setVisible(!choices.offReason.isEmpty());
 }
 
 void MainWindow::setMachineDevices(const QString& spec) {
