@@ -175,4 +175,18 @@ inline std::string tinyRunYaml(const std::string& trainingFolder, int64_t steps,
   return y.str();
 }
 
+// A data-parallel launcher's child whose environment has RANK=`rank` (strata-train
+// --nproc's ranks), or -1.
+inline pid_t rankPid(pid_t launcher, int rank) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  pid_t pid = 0;
+  while (children >> pid) {
+    std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env, var, '\0'))
+      if (var == "RANK=" + std::to_string(rank)) return pid;
+  }
+  return -1;
+}
+
 }  // namespace strata::test::cli

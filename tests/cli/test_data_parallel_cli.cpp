@@ -30,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using strata::test::cli::Child;
+using strata::test::cli::rankPid;
 using strata::test::cli::runStrataTrain;
 using strata::test::cli::strataTrainPath;
 
@@ -247,19 +248,6 @@ TEST_F(CliDataParallel, TheTinyFluxImagesRunTrainsAsOneProcessOfTheGlobalBatch) 
 }
 
 namespace {
-
-// The launcher's child whose environment has RANK=`rank`, or -1.
-pid_t rankPid(pid_t launcher, int rank) {
-  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-  pid_t pid = 0;
-  while (children >> pid) {
-    std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-    std::string var;
-    while (std::getline(env, var, '\0'))
-      if (var == "RANK=" + std::to_string(rank)) return pid;
-  }
-  return -1;
-}
 
 // Waits until `path` has at least `lines` lines (or the child ended).
 bool waitForLines(Child& c, const fs::path& path, size_t lines) {

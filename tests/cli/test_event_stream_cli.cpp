@@ -163,19 +163,6 @@ int countOf(const std::vector<events::RankedEvent>& events, int rank) {
   return n;
 }
 
-// The launcher's child whose environment has RANK=`rank`, or -1.
-pid_t rankPid(pid_t launcher, int rank) {
-  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-  pid_t pid = 0;
-  while (children >> pid) {
-    std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-    std::string var;
-    while (std::getline(env, var, '\0'))
-      if (var == "RANK=" + std::to_string(rank)) return pid;
-  }
-  return -1;
-}
-
 }  // namespace
 
 TEST(EventStreamCli, StdoutHoldsOneDecodableEventPerLine) {

@@ -51,6 +51,13 @@ bool hasWarningAbout(const ConfigEditor* e, const QString& what) {
   return false;
 }
 
+// The demo config made FLUX.1-dev's shape in bf16 at 256 px with checkpointing, on any device.
+bool setFluxDevShape(ConfigEditor* e) {
+  return e->setValueText("model.preset", "flux-dev") && e->setValueText("model.device", "auto") &&
+         e->setValueText("train.dtype", "bf16") && e->setValueText("datasets[0].resolution", "[256]") &&
+         e->setValueText("train.batch_size", "1") && e->setValueText("train.gradient_checkpointing", "true");
+}
+
 }  // namespace
 
 // Takes the URLs QDesktopServices would open (the test cannot look at a file manager).
@@ -605,12 +612,7 @@ void SetupTest::aPlanThatDoesNotFitBlocksStartWithTheWayOut() {
   QVERIFY(w.openConfig(demoCopy_));
   ConfigEditor* e = w.configEditor();
   // FLUX.1-dev's shape in bf16 (23.8 GB of weights), on whatever device there is.
-  QVERIFY(e->setValueText("model.preset", "flux-dev"));
-  QVERIFY(e->setValueText("model.device", "auto"));
-  QVERIFY(e->setValueText("train.dtype", "bf16"));
-  QVERIFY(e->setValueText("datasets[0].resolution", "[256]"));
-  QVERIFY(e->setValueText("train.batch_size", "1"));
-  QVERIFY(e->setValueText("train.gradient_checkpointing", "true"));
+  QVERIFY(setFluxDevShape(e));
   QVERIFY2(!e->hasErrors(), qPrintable(e->problems().isEmpty() ? QString() : e->problems().front().message));
   // The machine is one 20 GB card (as strata-train run --devices 1x20GB).
   w.setMachineDevices("1x20GB");
@@ -765,12 +767,7 @@ void SetupTest::replicasChoiceSharesTheCardsOut() {
   QVERIFY(w.openConfig(demoCopy_));
   ConfigEditor* e = w.configEditor();
   // FLUX.1-dev's shape in bf16 (23.8 GB of weights): not on one 16 GB card, split over two it fits.
-  QVERIFY(e->setValueText("model.preset", "flux-dev"));
-  QVERIFY(e->setValueText("model.device", "auto"));
-  QVERIFY(e->setValueText("train.dtype", "bf16"));
-  QVERIFY(e->setValueText("datasets[0].resolution", "[256]"));
-  QVERIFY(e->setValueText("train.batch_size", "1"));
-  QVERIFY(e->setValueText("train.gradient_checkpointing", "true"));
+  QVERIFY(setFluxDevShape(e));
   child<QLineEdit>(&w, "deviceSpec")->setText("4x16GB");
   w.replan();
   QComboBox* choice = w.replicasChoice();
