@@ -113,16 +113,6 @@ void agreeOnStart(Collective& collective, int64_t startStep, std::vector<std::st
                                  std::to_string(zeroStep) + ": the ranks read different checkpoints");
 }
 
-// LoRA dropout draws its masks from the default generators, seeded alike on every
-// rank for the one LoRA initialisation: ranks > 0 get streams of their own, or each
-// rank would drop the same features of different samples. Rank 0 keeps its state,
-// so a run of one rank is unchanged. (The masks are per rank, not per sample: with
-// network.dropout > 0 a run's numbers depend on how many ranks share it.)
-void seedRankDropout(int64_t seed, int64_t startStep, int rank) {
-  if (rank == 0) return;
-  at::manual_seed(sampleSeed(seed, startStep, -1 - static_cast<int64_t>(rank), SampleStream::LoraDropout));
-}
-
 bool onCuda(const std::vector<c10::Device>& devices) {
   return std::any_of(devices.begin(), devices.end(), [](const c10::Device& d) { return d.is_cuda(); });
 }

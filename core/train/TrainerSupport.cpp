@@ -17,6 +17,7 @@
 #include "placement/OptimizerStateAttachment.h"
 #include "train/ModelFamily.h"
 #include "train/RngState.h"
+#include "train/RunContext.h"
 
 namespace strata::train {
 
@@ -272,6 +273,11 @@ void releaseDeviceCaches() {
 #endif
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
+}
+
+void seedRankDropout(int64_t seed, int64_t startStep, int rank) {
+  if (rank == 0) return;
+  at::manual_seed(sampleSeed(seed, startStep, -1 - static_cast<int64_t>(rank), SampleStream::LoraDropout));
 }
 
 }  // namespace strata::train

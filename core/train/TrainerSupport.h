@@ -159,6 +159,14 @@ bool cudnnAttentionAllowed(const config::RunConfig& cfg);
 // the step graph was set up (Trainer::startStepGraph); `onCuda`: the run's devices.
 std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed);
 
+// LoRA dropout draws its masks from the default generators, seeded alike on every
+// data-parallel rank for the one LoRA initialisation: ranks > 0 get streams of their
+// own (from the seed, the step the run starts at and the rank), or each rank would
+// drop the same features of different samples. Rank 0 keeps its state, so a run of
+// one rank is unchanged. (The masks are per rank, not per sample: with
+// network.dropout > 0 a run's numbers depend on how many ranks share it.)
+void seedRankDropout(int64_t seed, int64_t startStep, int rank);
+
 // Where the stem goes (the first device of the run): the images run's VAE and
 // text encoders are loaded there.
 c10::Device firstDevice(const PreparedRun& run);

@@ -606,3 +606,26 @@ TEST(Trainer, ExportRunWritesEveryFormatWithTheEmaWeights) {
     EXPECT_FALSE(content.modules.empty()) << files[i];
   }
 }
+
+// Data-parallel ranks seeded alike for the LoRA initialisation: ranks > 0 draw their
+// LoRA-dropout masks from streams of their own (not rank 0's, not each other's, the
+// same again for the same rank), and rank 0's default generator is left as it was.
+TEST(Trainer, EachDataParallelRankDrawsDropoutMasksOfItsOwn) {
+  const at::Tensor ones = at::ones({4096});
+  auto maskAfter = [&](int rank) {
+    at::manual_seed(43);  // what every rank's LoRA initialisation leaves
+    train::seedRankDropout(42, 0, rank);
+    return at::dropout(ones, 0.5, true).ne(0);
+  };
+  const at::Tensor rank0 = maskAfter(0), rank1 = maskAfter(1), rank2 = maskAfter(2);
+  at::manual_seed(43);
+  EXPECT_TRUE(at::equal(rank0, at::dropout(ones, 0.5, true).ne(0))) << "rank 0's generator was reseeded";
+  EXPECT_FALSE(at::equal(rank1, rank0));
+  EXPECT_FALSE(at::equal(rank2, rank0));
+  EXPECT_FALSE(at::equal(rank2, rank1));
+  EXPECT_TRUE(at::equal(rank1, maskAfter(1)))
+      << "a rank's stream depends on the seed, the start step and the rank only";
+  at::manual_seed(43);
+  train::seedRankDropout(42, 100, 1);  // a resumed run's rank 1: another stream than at step 0
+  EXPECT_FALSE(at::equal(rank1, at::dropout(ones, 0.5, true).ne(0)));
+}
