@@ -110,6 +110,14 @@ struct C10dCollective::Impl {
       at->second.push_back(i);
     }
     for (const auto& [key, members] : groups) {
+      const at::Tensor& only = tensors[members.front()];
+      if (members.size() == 1 && only.is_contiguous() && only.device() == options.device) {
+        // Already one flat buffer where the group works (the reducer packs its own):
+        // reduced in place, without a copy there and back.
+        std::vector<at::Tensor> buffer{only.view({-1})};
+        run(buffer);
+        continue;
+      }
       std::vector<at::Tensor> flat;
       for (size_t i : members) flat.push_back(tensors[i].reshape({-1}));
       std::vector<at::Tensor> buffer{at::cat(flat).to(options.device).contiguous()};

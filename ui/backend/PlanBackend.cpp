@@ -38,6 +38,12 @@ BlockView blockViewOf(const placement::BlockCost& c, int adapters) {
 
 namespace {
 
+// The devices a plan is made for: a simulated machine ("4x16GB"), or this one.
+device::Inventory inventoryFor(const QString& deviceSpec) {
+  const QString spec = deviceSpec.trimmed();
+  return spec.isEmpty() ? device::thisMachine() : device::simulatedInventory(spec.toStdString());
+}
+
 std::vector<int> cardsOf(const device::Inventory& inventory) {
   std::vector<int> cards;
   for (const auto& d : inventory.devices)
@@ -97,9 +103,7 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
   view.planned = true;
   view.parts = backend::mapPartsOf(cfg.model.arch);  // the family's words, with or without a plan
   try {
-    const QString spec = deviceSpec.trimmed();
-    const device::Inventory inventory =
-        spec.isEmpty() ? device::thisMachine() : device::simulatedInventory(spec.toStdString());
+    const device::Inventory inventory = inventoryFor(deviceSpec);
     const int replicas = static_cast<int>(std::max<int64_t>(cfg.model.replicas, 1));
     if (replicas == 1) {
       const train::PreparedRun run = appendPlan(view, cfg, inventory, QString());
@@ -131,8 +135,7 @@ ReplicaChoices replicaChoices(const config::RunConfig& cfg, const QString& devic
   ReplicaChoices out;
   device::Inventory inventory;
   try {
-    const QString spec = deviceSpec.trimmed();
-    inventory = spec.isEmpty() ? device::thisMachine() : device::simulatedInventory(spec.toStdString());
+    inventory = inventoryFor(deviceSpec);
   } catch (const std::exception& e) {
     out.offReason = QObject::tr("No devices to share out: %1").arg(QString::fromUtf8(e.what()));
     return out;
