@@ -35,6 +35,7 @@
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
 #include "events/EventBus.h"
+#include "nn/Attention.h"
 #include "train/ModelFamily.h"
 #include "train/PhaseTimer.h"
 #include "train/RunPlanning.h"
@@ -313,6 +314,9 @@ int runBench(const BenchArgs& args) {
   // Which paths the steps ran (quantization, fp8 matmuls, attention, graph, checkpointing,
   // offloads): the run's own summary line, so a figure is never read without them.
   j["paths"] = train::describeRunSetup(cfg, onCuda, graphSteps > 0);
+  // model.attention_backend: auto's choice for each attention shape the steps met, timed.
+  j["attention_choices"] = nlohmann::json::array();
+  for (const auto& d : nn::attentionDecisions()) j["attention_choices"].push_back(d.text());
   if (to.phaseTimer) {
     // Medians over the measured steps (the warm-up steps are skipped), in step order.
     nlohmann::json pj = nlohmann::json::array();
@@ -376,6 +380,7 @@ int runBench(const BenchArgs& args) {
             << "\n";
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  paths       " << j["paths"].get<std::string>() << "\n";
+  for (const auto& c : j["attention_choices"]) std::cout << "  attention   " << c.get<std::string>() << "\n";
   if (cfg.train.cudaGraph)
     std::cout << "  cuda graph  " << graphSteps << " of " << stepMs.size()
               << " measured steps replayed the recorded graph (its memory pool stays reserved between steps: "

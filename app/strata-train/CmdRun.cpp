@@ -176,6 +176,7 @@ class ProgressPrinter {
     }
   }
   void on(const events::WarningEvent& e) { line("warning: " + e.message, true); }
+  void on(const events::NoteEvent& e) { line("note: " + e.message); }
   void on(const events::PreflightFailedEvent& e) {
     std::string s = "preflight failed, nothing was trained:";
     for (const auto& p : e.problems) s += "\n  " + p;

@@ -130,6 +130,40 @@ inline bool setCudnnAttention(bool enabled) {
 }
 inline bool disableCudnnAttention() { return setCudnnAttention(false); }
 
+// Which scaled-dot-product kernels LibTorch may pick (process-wide switches, 2.4+):
+// nn/Attention.cpp narrows them for one call or one timing and puts them back.
+struct SdpKernels {
+  bool cudnn = true;
+  bool flash = true;
+  bool memEfficient = true;
+  bool math = true;
+};
+inline SdpKernels sdpKernels() {
+  SdpKernels k;
+#if STRATA_TORCH_AT_LEAST(2, 4)
+  auto& c = at::globalContext();
+  k.cudnn = c.userEnabledCuDNNSDP();
+  k.flash = c.userEnabledFlashSDP();
+  k.memEfficient = c.userEnabledMemEfficientSDP();
+  k.math = c.userEnabledMathSDP();
+#endif
+  return k;
+}
+// Returns false where this LibTorch has no such switches (nothing changed).
+inline bool setSdpKernels(const SdpKernels& k) {
+#if STRATA_TORCH_AT_LEAST(2, 4)
+  auto& c = at::globalContext();
+  c.setSDPUseCuDNN(k.cudnn);
+  c.setSDPUseFlash(k.flash);
+  c.setSDPUseMemEfficient(k.memEfficient);
+  c.setSDPUseMath(k.math);
+  return true;
+#else
+  (void)k;
+  return false;
+#endif
+}
+
 // Whether the flash backend of scaled-dot-product attention is enabled (2.x).
 inline bool flashAttentionEnabled() {
 #if STRATA_TORCH_AT_LEAST(2, 0)

@@ -91,9 +91,10 @@ std::vector<KeySpec> buildSchema() {
       .add("model.device", M(model.device), "Where to train: auto (CUDA when present), cpu, cuda",
            Opt().look("Train on", "GPUs", true))
       .add("model.attention_backend", M(model.attentionBackend),
-           "FLUX's CUDA attention kernel: cudnn (the default: cuDNN's fused attention where LibTorch prefers it, "
-           "Hopper and newer; flash attention elsewhere) or flash (cuDNN's off: flash attention, for a run that "
-           "fails in cuDNN's); Llama never uses cuDNN's attention",
+           "FLUX's CUDA attention kernel: auto (the default: for each attention shape, cuDNN's fused attention "
+           "and flash are timed once on the card and the faster one whose numbers match flash's is kept; the "
+           "choice is printed), cudnn (cuDNN where LibTorch prefers it, Hopper and newer; flash elsewhere) or "
+           "flash (cuDNN off); Llama never uses cuDNN's attention",
            Opt().look("Attention kernel (CUDA)", "GPUs"))
       .add("model.split_model_over_gpus", M(model.splitModelOverGpus),
            "Split the transformer's blocks over the GPUs in gpu_ids",

@@ -39,7 +39,7 @@ enum class TimestepType { Sigmoid, Uniform, Shift };                   // sigmoi
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };             // diffusers | kohya | comfy | peft (a folder)
 enum class PaddingSide { Right, Left };                                // right | left
-enum class AttentionBackend { Cudnn, Flash };                          // cudnn | flash
+enum class AttentionBackend { Auto, Cudnn, Flash };                    // auto | cudnn | flash
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -82,8 +82,8 @@ STRATA_ENUM_NAMES(DatasetType, 5, {DatasetType::Images, "images", false}, {Datas
 STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
                   {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
-STRATA_ENUM_NAMES(AttentionBackend, 2, {AttentionBackend::Cudnn, "cudnn", false},
-                  {AttentionBackend::Flash, "flash", false});
+STRATA_ENUM_NAMES(AttentionBackend, 3, {AttentionBackend::Auto, "auto", false},
+                  {AttentionBackend::Cudnn, "cudnn", false}, {AttentionBackend::Flash, "flash", false});
 
 #undef STRATA_ENUM_NAMES
 
@@ -169,7 +169,8 @@ struct ModelConfig {
   std::vector<double> gpuMemoryLimitGb;  // model.gpu_memory_limit_gb: one value = every device; empty = no cap
   double memoryReserveGb = 1.0;          // model.memory_reserve_gb: kept free per device (context, workspace)
   // model.attention_backend: the CUDA scaled-dot-product attention kernel (docs/speed.md).
-  AttentionBackend attentionBackend = AttentionBackend::Cudnn;  // cuDNN where LibTorch prefers it (docs/training.md)
+  AttentionBackend attentionBackend =
+      AttentionBackend::Auto;  // per shape, the faster correct kernel (docs/training.md)
   bool operator==(const ModelConfig& o) const;
 };
 

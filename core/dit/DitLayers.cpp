@@ -7,7 +7,7 @@
 #include "common/Error.h"
 #include "common/TorchCompat.h"
 #include "dit/DitKernels.h"
-#include "nn/GradLayout.h"
+#include "nn/Attention.h"
 
 namespace strata::dit {
 
@@ -213,14 +213,11 @@ at::Tensor normThenRotary(RmsNormImpl& norm, const at::Tensor& x, const at::Tens
 }
 
 at::Tensor jointAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  // The backend (cuDNN or flash on CUDA) is the process's choice: model.attention_backend.
+  // The kernel (cuDNN or flash on CUDA) is model.attention_backend's (nn/Attention.h),
+  // which also hands its backward the output's gradient in the output's layout.
   // [B, N, H, Dh] -> [B, H, N, Dh] for the fused kernel, and back.
-  // The gradient reaching the attention's backward gets the output's strides: cuDNN's
-  // SDPA backward has required dO laid out as O (flash does not care), and dO may come
-  // back as a strided narrow (a quantized proj_out over cat(attn, mlp) gave one).
-  const auto out = nn::gradInLayoutOf(
-      compat::scaledDotProductAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)));  // [B, H, N, Dh]
-  return out.transpose(1, 2).flatten(2);                                                            // [B, N, H*Dh]
+  const auto out = nn::attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, H, N, Dh]
+  return out.transpose(1, 2).flatten(2);                                                    // [B, N, H*Dh]
 }
 
 std::pair<at::Tensor, at::Tensor> DoubleAttention::forward(const at::Tensor& imgNorm, const at::Tensor& txtNorm,

@@ -95,6 +95,7 @@ struct NameOf {
   const char* operator()(const CheckpointEvent&) const { return "checkpoint"; }
   const char* operator()(const ExportEvent&) const { return "export"; }
   const char* operator()(const WarningEvent&) const { return "warning"; }
+  const char* operator()(const NoteEvent&) const { return "note"; }
   const char* operator()(const PreflightFailedEvent&) const { return "preflight_failed"; }
   const char* operator()(const PausedEvent&) const { return "paused"; }
   const char* operator()(const ResumedEvent&) const { return "resumed"; }

@@ -108,6 +108,11 @@ void describe(V& v, WarningEvent& e) {
   v("step", e.step);
 }
 template <class V>
+void describe(V& v, NoteEvent& e) {
+  v("message", e.message);
+  v("step", e.step);
+}
+template <class V>
 void describe(V& v, PreflightFailedEvent& e) {
   v("problems", e.problems);
 }

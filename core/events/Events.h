@@ -106,6 +106,13 @@ struct WarningEvent {
   int64_t step = 0;
 };
 
+// What the run chose once it could see the work (the attention kernel per shape under
+// model.attention_backend: auto), said once: not a problem, unlike a warning.
+struct NoteEvent {
+  std::string message;
+  int64_t step = 0;
+};
+
 // Preflight found problems: the run does not start. Each entry is one problem.
 struct PreflightFailedEvent {
   std::vector<std::string> problems;
@@ -177,7 +184,7 @@ struct FailedEvent {
 
 using Event = std::variant<StartedEvent, StepEvent, PlacementEvent, SampleEvent, CheckpointEvent, ExportEvent,
                            WarningEvent, PreflightFailedEvent, PausedEvent, ResumedEvent, StoppedEvent, FinishedEvent,
-                           FailedEvent, DatasetEvent, CacheProgressEvent, LoadProgressEvent>;
+                           FailedEvent, DatasetEvent, CacheProgressEvent, LoadProgressEvent, NoteEvent>;
 
 // "step", "placement", ... (for logs and tests).
 const char* eventName(const Event& event);

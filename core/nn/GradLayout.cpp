@@ -2,8 +2,6 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "nn/Linear.h"
-
 namespace strata::nn {
 
 namespace {
@@ -29,7 +27,9 @@ struct GradInLayout : torch::autograd::Function<GradInLayout> {
 }  // namespace
 
 at::Tensor gradInLayoutOf(const at::Tensor& x) {
-  if (!fusedPaths() || !x.requires_grad() || !at::GradMode::is_enabled()) return x;
+  // Not one of the fused paths that STRATA_FUSED_PATHS=0 turns off: cuDNN's attention
+  // backward gives wrong gradients without it (nn/Attention.h).
+  if (!x.requires_grad() || !at::GradMode::is_enabled()) return x;
   if (!x.unsafeGetTensorImpl()->is_non_overlapping_and_dense()) return x;
   return GradInLayout::apply(x);
 }

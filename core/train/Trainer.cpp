@@ -21,6 +21,7 @@
 #include "device/DeviceSelection.h"
 #include "io/FileBytes.h"
 #include "lora/LoraNetwork.h"
+#include "nn/Attention.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "placement/Placement.h"
 #include "train/AdamW8bit.h"
@@ -904,6 +905,10 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
   if (!finiteGrads) line["skipped"] = true;
   if (se.graphReplayed) line["cuda_graph"] = true;
   st.sink->appendMetrics(line);
+  // The attention kernel auto chose for each shape the step met first, once (nn/Attention.h).
+  const auto chosen = nn::attentionDecisions();
+  for (; st.attentionNotesSaid < chosen.size(); ++st.attentionNotesSaid)
+    bus_.publish(events::NoteEvent{chosen[st.attentionNotesSaid].text(), step});
   bus_.publish(se);
 }
 

@@ -13,6 +13,7 @@
 #include "config/RunConfigYaml.h"
 #include "device/DeviceInventory.h"
 #include "io/FileBytes.h"
+#include "nn/Attention.h"
 #include "nn/Quantize.h"
 #include "placement/OptimizerStateAttachment.h"
 #include "train/ModelFamily.h"
@@ -115,14 +116,21 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run) {
   for (size_t i = 0; i < run.devices.size(); ++i)
     if (!run.devices[i].isCpu())
       device::setMemoryCap(run.devices[i].index, i < run.capBytes.size() ? run.capBytes[i] : 0);
-  // model.attention_backend: cuDNN attention where LibTorch prefers it, or off; a
-  // family that never uses it says so (FamilyDescription::cudnnAttention).
-  compat::setCudnnAttention(cudnnAttentionAllowed(cfg));
+  // model.attention_backend: auto times cuDNN against flash per shape (nn/Attention.h;
+  // other attention, the VAE's, runs flash); cudnn lets LibTorch prefer cuDNN; flash
+  // turns it off. A family that never uses it says so (FamilyDescription::cudnnAttention).
+  const bool autoChoice = attentionChosenPerShape(cfg);
+  nn::setAttentionAuto(autoChoice);
+  compat::setCudnnAttention(cudnnAttentionAllowed(cfg) && !autoChoice);
 }
 
 bool cudnnAttentionAllowed(const config::RunConfig& cfg) {
   const config::FamilyDescription* family = config::findFamily(cfg.model.arch);
-  return (!family || family->cudnnAttention) && cfg.model.attentionBackend == config::AttentionBackend::Cudnn;
+  return (!family || family->cudnnAttention) && cfg.model.attentionBackend != config::AttentionBackend::Flash;
+}
+
+bool attentionChosenPerShape(const config::RunConfig& cfg) {
+  return cudnnAttentionAllowed(cfg) && cfg.model.attentionBackend == config::AttentionBackend::Auto;
 }
 
 std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed) {
@@ -140,7 +148,10 @@ std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool gra
     s += "; on the CPU (attention: PyTorch's CPU kernel)";
   else
     s += std::string("; attention: ") +
-         (cudnnAttentionAllowed(cfg) ? "cuDNN where LibTorch picks it, else flash" : "flash (cuDNN off)");
+         (attentionChosenPerShape(cfg) ? "per shape, the faster of cuDNN and flash that is correct here (timed at "
+                                         "its first call)"
+          : cudnnAttentionAllowed(cfg) ? "cuDNN where LibTorch picks it, else flash"
+                                       : "flash (cuDNN off)");
   s += graphed ? "; the step as a CUDA graph (recorded after two eager steps)" : "; eager steps";
   s += tc.gradientCheckpointing ? "; gradient checkpointing" : "; no gradient checkpointing";
   if (tc.gradientCheckpointing && tc.offloadCheckpoints) s += " (block inputs in host memory)";
@@ -153,12 +164,15 @@ std::string attentionBackendHint(const std::string& what, const config::RunConfi
   const std::string lower = toLowerAscii(what);
   auto has = [&](const char* s) { return lower.find(s) != std::string::npos; };
   // cuDNN's attention graph names itself; other cuDNN errors (convolutions) may not be it.
+  const std::string setting = "model.attention_backend: " + config::enumName(cfg.model.attentionBackend);
   if (has("mha_graph") || (has("cudnn") && (has("attention") || has("sdpa") || has("fmha"))))
-    return "; cuDNN's attention failed (model.attention_backend: cudnn, the default): set attention_backend: "
-           "flash and resume from the last checkpoint (docs/training.md)";
+    return "; cuDNN's attention failed (" + setting +
+           "): set attention_backend: flash and resume from the last "
+           "checkpoint (docs/training.md)";
   if (has("illegal memory access") || has("cudnn"))
-    return "; this may be cuDNN's attention (model.attention_backend: cudnn, the default): if it happens again, "
-           "set attention_backend: flash and resume (docs/training.md)";
+    return "; this may be cuDNN's attention (" + setting +
+           "): if it happens again, set attention_backend: flash "
+           "and resume (docs/training.md)";
   // The trainer's own words for non-finite values (NonFiniteLoss).
   if (has("not finite") || has("loss is nan") || has("loss is inf"))
     return "; if the learning rate and the data are not the cause, try model.attention_backend: flash: cuDNN's "

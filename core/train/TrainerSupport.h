@@ -75,6 +75,8 @@ struct Trainer::State {
   std::unique_ptr<StepGraph> graph;
   int64_t stepsBeforeGraph = 0;
   bool lastStepReplayed = false;
+  // model.attention_backend: auto's choices (nn::attentionDecisions) said so far.
+  size_t attentionNotesSaid = 0;
 
   // Data cursor and counters (checkpointed).
   DataCursor cursor;
@@ -150,9 +152,11 @@ void prepareDevices(const config::RunConfig& cfg, const PreparedRun& run);
 // way out. Definite for cuDNN's attention message, hedged for the others; "" where
 // the message points elsewhere or the setting does not apply.
 std::string attentionBackendHint(const std::string& what, const config::RunConfig& cfg, bool onCuda);
-// Whether the run lets LibTorch pick cuDNN's attention (model.attention_backend: cudnn
-// on a family whose layers use it); prepareDevices sets the switch from this.
+// Whether the run may use cuDNN's attention (model.attention_backend auto or cudnn, on a
+// family whose layers use it); prepareDevices sets the switches from this and the next.
 bool cudnnAttentionAllowed(const config::RunConfig& cfg);
+// Whether the kernel is chosen per shape by timing (model.attention_backend: auto).
+bool attentionChosenPerShape(const config::RunConfig& cfg);
 // How the run holds its base and runs its step, said once in the run header of the
 // CLI and the app: the base's dtype and quantization, the attention kernel, whether
 // the step is a CUDA graph, checkpointing and what lives in host memory. `graphed`:

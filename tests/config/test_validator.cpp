@@ -820,7 +820,8 @@ TEST(Validator, CudnnAttentionIsAllowedOnAQuantizedBase) {
            model + "datasets: [{type: synthetic}]\ntrain: {dtype: bf16}\nsample: {sample_every: 0}\n";
   };
   const std::vector<device::DeviceInfo> h200{gpu(0, 9)};
-  for (const auto& backend : {"", "  attention_backend: flash\n", "  attention_backend: cudnn\n"})
+  for (const auto& backend :
+       {"", "  attention_backend: auto\n", "  attention_backend: flash\n", "  attention_backend: cudnn\n"})
     for (const auto& qtype : {"  qtype: int8\n", "  qtype: qfloat8\n"}) {
       const auto ps = check(yamlFor(std::string(backend) + qtype), h200);
       for (const auto& p : ps) EXPECT_NE(p.key, "model.attention_backend") << test::dump(ps);

@@ -55,6 +55,9 @@ bool operator==(const ExportEvent& a, const ExportEvent& b) {
 bool operator==(const WarningEvent& a, const WarningEvent& b) {
   return std::tie(a.message, a.step) == std::tie(b.message, b.step);
 }
+bool operator==(const NoteEvent& a, const NoteEvent& b) {
+  return std::tie(a.message, a.step) == std::tie(b.message, b.step);
+}
 bool operator==(const PreflightFailedEvent& a, const PreflightFailedEvent& b) { return a.problems == b.problems; }
 bool operator==(const PausedEvent& a, const PausedEvent& b) { return a.step == b.step; }
 bool operator==(const ResumedEvent& a, const ResumedEvent& b) { return a.step == b.step; }
@@ -108,6 +111,7 @@ std::vector<Event> everyEventType() {
       DatasetEvent{1, 20, 40, {"768x1280: 3"}, {"x.png: unreadable"}, 2},
       CacheProgressEvent{"latents", 5, 9, 4, 2.5, {{"cuda:0", int64_t{1} << 53}, {"cuda:1", 7}}},
       LoadProgressEvent{kLoadTransformer, 3, 58},
+      NoteEvent{"attention at 4608 tokens: cuDNN", 1},
   };
 }
 

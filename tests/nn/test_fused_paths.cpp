@@ -51,24 +51,27 @@ std::vector<at::Tensor> GradProbe::grads;
 // probe (where SDPA's backward would be) sees the narrow's strides; with it, O's.
 TEST(GradLayout, GradientReachesTheProducerInItsOutputLayout) {
   const auto x = at::randn({2, 5, 3, 4}).requires_grad_(true);  // [B, N, H, Dh]
+  // With the fused paths off too: the identity is a correctness guard, not a speed path.
   for (const bool fused : {true, false}) {
     setFusedPaths(fused);
-    GradProbe::grads.clear();
-    const auto o = GradProbe::apply(x).transpose(1, 2);  // [B, H, N, Dh], strides of [B, N, H, Dh]
-    const auto laid = gradInLayoutOf(o);
-    const auto flat = laid.transpose(1, 2).flatten(2);            // [B, N, 12]
-    const auto wide = at::cat({flat, at::randn({2, 5, 7})}, -1);  // [B, N, 19]
-    const auto g = at::randn({2, 5, 19});
-    (wide * g).sum().backward();
-    // the probe sits before the transpose: O's strides there are [B, N, H, Dh]'s contiguous ones
-    const std::vector<int64_t> contiguous{60, 12, 4, 1};
-    ASSERT_EQ(GradProbe::grads.size(), 1u);
-    if (fused)
-      EXPECT_EQ(GradProbe::grads[0].strides().vec(), contiguous);
-    else
-      EXPECT_NE(GradProbe::grads[0].strides().vec(), contiguous);  // the narrow's row stride of 19 comes through
-    EXPECT_TRUE(allClose(x.grad(), g.narrow(-1, 0, 12).reshape({2, 5, 3, 4}), 0, 0));
-    x.mutable_grad() = at::Tensor();
+    for (const bool laidOut : {true, false}) {
+      GradProbe::grads.clear();
+      const auto o = GradProbe::apply(x).transpose(1, 2);  // [B, H, N, Dh], strides of [B, N, H, Dh]
+      const auto laid = laidOut ? gradInLayoutOf(o) : o;
+      const auto flat = laid.transpose(1, 2).flatten(2);            // [B, N, 12]
+      const auto wide = at::cat({flat, at::randn({2, 5, 7})}, -1);  // [B, N, 19]
+      const auto g = at::randn({2, 5, 19});
+      (wide * g).sum().backward();
+      // the probe sits before the transpose: O's strides there are [B, N, H, Dh]'s contiguous ones
+      const std::vector<int64_t> contiguous{60, 12, 4, 1};
+      ASSERT_EQ(GradProbe::grads.size(), 1u);
+      if (laidOut)
+        EXPECT_EQ(GradProbe::grads[0].strides().vec(), contiguous);
+      else
+        EXPECT_NE(GradProbe::grads[0].strides().vec(), contiguous);  // the narrow's row stride of 19 comes through
+      EXPECT_TRUE(allClose(x.grad(), g.narrow(-1, 0, 12).reshape({2, 5, 3, 4}), 0, 0));
+      x.mutable_grad() = at::Tensor();
+    }
   }
   setFusedPaths(true);
   // Already in O's layout: the incoming gradient is handed on, not copied.

@@ -186,14 +186,19 @@ TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
   }
 }
 
-// A failed CUDA run with cuDNN attention allowed (the default) is told to try flash
+// A failed CUDA run with cuDNN attention allowed (auto, the default, or cudnn) is told to try flash
 // when its message points at cuDNN, a fault or non-finite values; not otherwise, not
 // on the CPU, not with flash and not for Llama (which runs flash).
 TEST(Trainer, FailureMessagesPointAtFlashWhenCudnnMayBeTheCause) {
   config::RunConfig cfg;
-  ASSERT_EQ(cfg.model.attentionBackend, config::AttentionBackend::Cudnn);
+  ASSERT_EQ(cfg.model.attentionBackend, config::AttentionBackend::Auto);
+  auto cudnn = cfg;
+  cudnn.model.attentionBackend = config::AttentionBackend::Cudnn;
   const std::string cudnnError = "Expected mha_graph.execute(handle, variant_pack, workspace_ptr).is_good() to be true";
-  EXPECT_NE(attentionBackendHint(cudnnError, cfg, true).find("cuDNN's attention failed"), std::string::npos);
+  EXPECT_NE(
+      attentionBackendHint(cudnnError, cfg, true).find("cuDNN's attention failed (model.attention_backend: auto)"),
+      std::string::npos);
+  EXPECT_NE(attentionBackendHint(cudnnError, cudnn, true).find("(model.attention_backend: cudnn)"), std::string::npos);
   // Hedged where the message could have another cause.
   for (const std::string what : {"CUDA error: an illegal memory access was encountered",
                                  "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED (convolution)"})
@@ -220,7 +225,10 @@ TEST(Trainer, RunSetupSaysHowTheBaseIsHeld) {
   cfg.train.gradientCheckpointing = true;
   const std::string plain = describeRunSetup(cfg, true, false);
   EXPECT_EQ(plain.rfind("base bf16; LoRA float32", 0), 0u) << plain;
-  EXPECT_NE(plain.find("attention: cuDNN"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("attention: per shape, the faster of cuDNN and flash"), std::string::npos) << plain;
+  auto cudnn = cfg;
+  cudnn.model.attentionBackend = config::AttentionBackend::Cudnn;
+  EXPECT_NE(describeRunSetup(cudnn, true, false).find("attention: cuDNN where LibTorch picks it"), std::string::npos);
   EXPECT_NE(plain.find("eager steps"), std::string::npos) << plain;
   EXPECT_NE(plain.find("; gradient checkpointing"), std::string::npos) << plain;
   EXPECT_EQ(plain.find("quantized"), std::string::npos) << plain;

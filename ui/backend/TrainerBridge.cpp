@@ -281,6 +281,8 @@ struct BridgeAccess {
             emit b->loraExported(qs(e.path), qs(e.format));
           } else if constexpr (std::is_same_v<T, events::WarningEvent>) {
             emit b->warning(qs(e.message));
+          } else if constexpr (std::is_same_v<T, events::NoteEvent>) {
+            emit b->note(qs(e.message));
           } else if constexpr (std::is_same_v<T, events::PreflightFailedEvent>) {
             QStringList problems;
             for (const auto& p : e.problems) problems << qs(p);

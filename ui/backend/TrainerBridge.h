@@ -120,6 +120,8 @@ class TrainerBridge : public QObject {
   void checkpointSaved(const QString& path, qint64 step);
   void loraExported(const QString& path, const QString& format);
   void warning(const QString& message);
+  // What the run chose once (events::NoteEvent), for the status bar.
+  void note(const QString& message);
   void paused(qint64 step);
   void resumed(qint64 step);
   void stopped(qint64 step, const QString& checkpoint);

@@ -269,6 +269,7 @@ void MainWindow::connectBridge() {
   });
   connect(bridge_, &TrainerBridge::warning, this,
           [this](const QString& m) { statusBar()->showMessage(tr("Warning: %1").arg(m), 10000); });
+  connect(bridge_, &TrainerBridge::note, this, [this](const QString& m) { statusBar()->showMessage(m, 10000); });
   connect(bridge_, &TrainerBridge::paused, this, [this](qint64 step) {
     step_ = step;
     updateRunHeader();
