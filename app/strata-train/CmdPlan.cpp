@@ -134,6 +134,8 @@ int runPlan(const PlanArgs& args) {
     j["tokens"] = run.tokens;
     j["lora_rank"] = cfg.network.linear;
     j["ema"] = cfg.train.ema.useEma;
+    j["gradient_checkpointing"] = run.gradientCheckpointing;  // train.gradient_checkpointing: auto resolved
+    if (!run.checkpointingNote.empty()) j["gradient_checkpointing_note"] = run.checkpointingNote;
     j["description"] = train::describePlan(run);  // the words of the text output and the app
     std::cout << j.dump(2) << "\n";
   } else {
@@ -141,7 +143,14 @@ int runPlan(const PlanArgs& args) {
               << "model    " << run.modelSummary << "\n";  // the family's words
     std::cout << "training LoRA rank " << cfg.network.linear << ", EMA " << (cfg.train.ema.useEma ? "on" : "off")
               << ", " << run.tokens << " tokens x batch " << cfg.train.batchSize << ", checkpointing "
-              << (cfg.train.gradientCheckpointing ? "on" : "off") << "\n"
+              << (run.gradientCheckpointing ? "on" : "off")
+              << (cfg.train.gradientCheckpointingAuto
+                      ? " (auto: " +
+                            std::string(run.gradientCheckpointing ? "without it the plan does not fit"
+                                                                  : "the plan fits without it") +
+                            ")"
+                      : std::string())
+              << "\n"
               << "devices  " << run.devicesSource << "\n";
     // The table, then the plan in the words the app's plan view shows too.
     std::cout << "\n" << placement::formatPlanTable(plan) << "\n" << train::describePlan(run) << "\n";

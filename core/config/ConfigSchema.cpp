@@ -29,6 +29,10 @@ class Builder {
     keys_.push_back(rows::keyRow(std::move(path), ref, std::move(doc), std::move(opt)));
     return *this;
   }
+  Builder& addKey(KeySpec k) {
+    keys_.push_back(std::move(k));
+    return *this;
+  }
   std::vector<KeySpec> take() { return std::move(keys_); }
 
  private:
@@ -152,9 +156,24 @@ std::vector<KeySpec> buildSchema() {
            Opt().min(0).max(1e6).look("Gradient clipping", "Optimizer"))
       .add("train.dtype", M(train.dtype), "Base weights and activations (bf16 needs compute capability 8.0+)",
            Opt().look("Precision", "Training"))
-      .add("train.gradient_checkpointing", M(train.gradientCheckpointing),
-           "Recompute block activations in the backward pass (less memory, ~30% slower)",
-           Opt().look("Save memory (recompute activations)", "Training"))
+      .addKey(rows::rowOf<Checkpointing>(
+          "train.gradient_checkpointing",
+          "Recompute block activations in the backward pass (less memory, ~30% slower): true, false, or auto "
+          "(off where the plan fits the cards without it, on elsewhere; the run says which)",
+          Opt().look("Save memory (recompute activations)", "Training"),
+          [](const RunConfig& c, size_t) {
+            return rows::Conv<Checkpointing>::to(c.train.gradientCheckpointingAuto ? Checkpointing::Auto
+                                                 : c.train.gradientCheckpointing   ? Checkpointing::On
+                                                                                   : Checkpointing::Off);
+          },
+          [](RunConfig& c, size_t, const Value& v) {
+            // A YAML boolean arrives as its text; a Value built in code may be a bool.
+            const Checkpointing mode = std::holds_alternative<bool>(v)
+                                           ? (std::get<bool>(v) ? Checkpointing::On : Checkpointing::Off)
+                                           : rows::Conv<Checkpointing>::from(v);
+            c.train.gradientCheckpointingAuto = mode == Checkpointing::Auto;
+            c.train.gradientCheckpointing = mode != Checkpointing::Off;
+          }))
       .add("train.offload_checkpoints", M(train.offloadCheckpoints),
            "With gradient checkpointing: keep each block's saved input in pinned host memory, not on the GPU "
            "(FLUX.1-dev at 1024 px: 1.5 GB less on the card, ~0.5 ms of copying per block each way)",

@@ -39,12 +39,12 @@ bool EmaConfig::operator==(const EmaConfig& o) const {
 
 bool TrainConfig::operator==(const TrainConfig& o) const {
   return std::tie(steps, batchSize, gradientAccumulationSteps, lr, lrScheduler, lrWarmupSteps, optimizer, weightDecay,
-                  betas, eps, maxGradNorm, dtype, gradientCheckpointing, offloadCheckpoints, offloadOptimizerState,
-                  cudaGraph, timestepType, guidance, captionDropoutRate, seed,
-                  ema) == std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler,
-                                   o.lrWarmupSteps, o.optimizer, o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype,
-                                   o.gradientCheckpointing, o.offloadCheckpoints, o.offloadOptimizerState, o.cudaGraph,
-                                   o.timestepType, o.guidance, o.captionDropoutRate, o.seed, o.ema);
+                  betas, eps, maxGradNorm, dtype, gradientCheckpointing, gradientCheckpointingAuto, offloadCheckpoints,
+                  offloadOptimizerState, cudaGraph, timestepType, guidance, captionDropoutRate, seed, ema) ==
+         std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler, o.lrWarmupSteps, o.optimizer,
+                  o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype, o.gradientCheckpointing,
+                  o.gradientCheckpointingAuto, o.offloadCheckpoints, o.offloadOptimizerState, o.cudaGraph,
+                  o.timestepType, o.guidance, o.captionDropoutRate, o.seed, o.ema);
 }
 
 bool DatasetConfig::operator==(const DatasetConfig& o) const {

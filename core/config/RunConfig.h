@@ -39,7 +39,9 @@ enum class TimestepType { Sigmoid, Uniform, Shift };                   // sigmoi
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };             // diffusers | kohya | comfy | peft (a folder)
 enum class PaddingSide { Right, Left };                                // right | left
-enum class AttentionBackend { Auto, Cudnn, Flash };                    // auto | cudnn | flash
+enum class AttentionBackend { Auto, Cudnn, Flash };
+// train.gradient_checkpointing as written: auto lets the plan decide (TrainConfig).
+enum class Checkpointing { Auto, On, Off };  // auto | cudnn | flash
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -82,6 +84,10 @@ STRATA_ENUM_NAMES(DatasetType, 5, {DatasetType::Images, "images", false}, {Datas
 STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
                   {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
+STRATA_ENUM_NAMES(Checkpointing, 7, {Checkpointing::Auto, "auto", false}, {Checkpointing::On, "true", false},
+                  {Checkpointing::Off, "false", false}, {Checkpointing::On, "on", true},
+                  {Checkpointing::Off, "off", true}, {Checkpointing::On, "yes", true},
+                  {Checkpointing::Off, "no", true});
 STRATA_ENUM_NAMES(AttentionBackend, 3, {AttentionBackend::Auto, "auto", false},
                   {AttentionBackend::Cudnn, "cudnn", false}, {AttentionBackend::Flash, "flash", false});
 
@@ -191,19 +197,23 @@ struct EmaConfig {
 };
 
 struct TrainConfig {
-  int64_t steps = 2000;                               // train.steps
-  int64_t batchSize = 1;                              // train.batch_size
-  int64_t gradientAccumulationSteps = 1;              // train.gradient_accumulation_steps
-  double lr = 1e-4;                                   // train.lr
-  LrScheduler lrScheduler = LrScheduler::Constant;    // train.lr_scheduler
-  int64_t lrWarmupSteps = 0;                          // train.lr_warmup_steps
-  OptimizerType optimizer = OptimizerType::AdamW;     // train.optimizer
-  double weightDecay = 1e-4;                          // train.weight_decay
-  std::vector<double> betas{0.9, 0.999};              // train.betas
-  double eps = 1e-8;                                  // train.eps
-  double maxGradNorm = 1.0;                           // train.max_grad_norm; 0 = no clipping
-  DType dtype = DType::BF16;                          // train.dtype: base weights and activations (LoRA stays fp32)
-  bool gradientCheckpointing = true;                  // train.gradient_checkpointing
+  int64_t steps = 2000;                             // train.steps
+  int64_t batchSize = 1;                            // train.batch_size
+  int64_t gradientAccumulationSteps = 1;            // train.gradient_accumulation_steps
+  double lr = 1e-4;                                 // train.lr
+  LrScheduler lrScheduler = LrScheduler::Constant;  // train.lr_scheduler
+  int64_t lrWarmupSteps = 0;                        // train.lr_warmup_steps
+  OptimizerType optimizer = OptimizerType::AdamW;   // train.optimizer
+  double weightDecay = 1e-4;                        // train.weight_decay
+  std::vector<double> betas{0.9, 0.999};            // train.betas
+  double eps = 1e-8;                                // train.eps
+  double maxGradNorm = 1.0;                         // train.max_grad_norm; 0 = no clipping
+  DType dtype = DType::BF16;                        // train.dtype: base weights and activations (LoRA stays fp32)
+  // train.gradient_checkpointing: whether the run recomputes block activations. With
+  // `auto` (gradientCheckpointingAuto) prepareRun decides: off where the plan fits the
+  // cards without it, on elsewhere; until then it reads true.
+  bool gradientCheckpointing = true;
+  bool gradientCheckpointingAuto = false;
   bool offloadCheckpoints = false;                    // train.offload_checkpoints: block inputs in host memory
   bool offloadOptimizerState = false;                 // train.offload_optimizer_state: AdamW moments in host memory
   bool cudaGraph = false;                             // train.cuda_graph: the step's forward and backward replayed

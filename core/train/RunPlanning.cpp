@@ -10,7 +10,29 @@ namespace strata::train {
 
 PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
                        const PrepareOptions& options) {
+  if (cfg.train.gradientCheckpointingAuto) {
+    // train.gradient_checkpointing: auto. Without checkpointing where the plan fits
+    // the cards (caps and reserve included: the trainer refuses a plan that does
+    // not), so the step runs at full speed where the memory allows it.
+    config::RunConfig off = cfg;
+    off.train.gradientCheckpointingAuto = false;
+    off.train.gradientCheckpointing = false;
+    PreparedRun run = prepareRun(off, inventory, options);
+    if (run.ok() && planRefusal(run).empty()) {
+      run.checkpointingNote =
+          "gradient checkpointing off (train.gradient_checkpointing: auto): the plan fits without it";
+      return run;
+    }
+    config::RunConfig on = off;
+    on.train.gradientCheckpointing = true;
+    PreparedRun with = prepareRun(on, inventory, options);
+    if (with.ok() && run.ok())
+      with.checkpointingNote =
+          "gradient checkpointing on (train.gradient_checkpointing: auto): without it " + planRefusal(run);
+    return with;
+  }
   PreparedRun run;
+  run.gradientCheckpointing = cfg.train.gradientCheckpointing;
   run.devicesSource = inventory.source;
   config::ValidateOptions vo;
   vo.where = options.where;

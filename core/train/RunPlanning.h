@@ -56,6 +56,10 @@ struct PreparedRun {
   // which modules run beside the model (ModelFamily::otherModules' note).
   std::string devicesNote;
   std::string otherModulesNote;
+  // Whether the run recomputes activations: the config's train.gradient_checkpointing,
+  // or what `auto` chose, and then why in one sentence (checkpointingNote, else empty).
+  bool gradientCheckpointing = true;
+  std::string checkpointingNote;
 };
 
 // The plan in words, one paragraph: the devices note, the tokens note, the other

@@ -306,6 +306,7 @@ RunOutcome Trainer::runImpl() {
   step_ = st->startStep;
   startStepGraph(*st);  // before the header: it says whether the step is graphed
   std::string setup = describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr);
+  if (!st->prepared.checkpointingNote.empty()) setup += " (" + st->prepared.checkpointingNote + ")";
   if (st->collective)
     setup += (setup.empty() ? "" : "; ") + std::string("data-parallel over ") + std::to_string(worldOf(*st)) +
              " ranks (a global batch of " + std::to_string(worldOf(*st) * std::max<int64_t>(cfg_.train.batchSize, 1)) +
@@ -337,6 +338,8 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   // The config's rules and the plan, on this machine's devices (or the simulated ones of the options).
   const device::Inventory inventory = options_.devices ? *options_.devices : device::thisMachine();
   st.prepared = prepareRun(cfg_, inventory);
+  // train.gradient_checkpointing: auto, as the plan decided it (the key still reads auto).
+  cfg_.train.gradientCheckpointing = st.prepared.gradientCheckpointing;
   for (const auto& p : st.prepared.problems) {
     if (p.isError())
       problems.push_back(p.format());

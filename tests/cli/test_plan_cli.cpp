@@ -95,6 +95,38 @@ TEST_F(PlanCli, AnUnknownQtypeIsRefused) {
   EXPECT_NE(out.find("'int4' is not supported"), std::string::npos) << out;
 }
 
+// Issue 37: train.gradient_checkpointing: auto is off where the step fits the card without
+// it (the fast path), on where it does not; the plan says which and why, as text and JSON.
+TEST_F(PlanCli, AutoCheckpointingIsOffWhereTheStepFitsAndOnWhereItDoesNot) {
+  const std::string config = (strata::test::sourceDir() / "configs" / "flux-dev-1gpu.yaml").string();
+  std::string out;
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "1x80GB", "--set", "train.gradient_checkpointing=auto"},
+                           log("auto80"), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("checkpointing off (auto: the plan fits without it)"), std::string::npos) << out;
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "1x40GB", "--set", "train.gradient_checkpointing=auto"},
+                           log("auto40"), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("checkpointing on (auto: without it the plan does not fit)"), std::string::npos) << out;
+  EXPECT_NE(out.find("fits"), std::string::npos) << out;  // with checkpointing it does
+  std::string js;
+  ASSERT_EQ(
+      runStrataTrain({"plan", config, "--devices", "1x40GB", "--set", "train.gradient_checkpointing=auto", "--json"},
+                     log("auto40json"), &js),
+      0)
+      << js;
+  EXPECT_NE(js.find("\"gradient_checkpointing\": true"), std::string::npos) << js;
+  EXPECT_NE(js.find("without it the model does not fit"), std::string::npos) << js;
+  // Said outright, the setting is kept: off on 24 GB is refused as before, not switched on.
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "1x80GB", "--set", "train.gradient_checkpointing=true"},
+                           log("on80"), &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("checkpointing on\n"), std::string::npos) << out;
+}
+
 // Issue 35: a data-parallel run's plan, replicas x cards, each replica on its own group of
 // the node's cards with its per-card figures; a node with too few cards is refused.
 TEST_F(PlanCli, DataParallelShowsEachReplicaOnItsCards) {

@@ -348,16 +348,18 @@ TEST(Validator, Fp16OnTheCpuFollowsWhatThisLibTorchCanDo) {
 
 TEST(Validator, WrongTypesAreErrorsWithTheirLine) {
   const std::string yaml = std::string(kBase) +
-                           "train:\n"                           // 10
-                           "  steps: many\n"                    // 11
-                           "  lr: [1]\n"                        // 12
-                           "  gradient_checkpointing: maybe\n"  // 13
-                           "  dtype: bf17\n";                   // 14
+                           "train:\n"                            // 10
+                           "  steps: many\n"                     // 11
+                           "  lr: [1]\n"                         // 12
+                           "  offload_checkpoints: maybe\n"      // 13
+                           "  dtype: bf17\n"                     // 14
+                           "  gradient_checkpointing: maybe\n";  // 15
   const auto problems = check(yaml);
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.steps", 11, "expected an integer"));
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.lr", 12, "expected a number"));
-  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.gradient_checkpointing", 13, "true or false"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.offload_checkpoints", 13, "true or false"));
   EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.dtype", 14, "did you mean 'bf16'"));
+  EXPECT_TRUE(hasProblem(problems, Severity::Error, "train.gradient_checkpointing", 15, "auto true false"));
 }
 
 TEST(Validator, OutOfRangeNumbersAreErrors) {
