@@ -40,6 +40,7 @@ enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };             // diffusers | kohya | comfy | peft (a folder)
 enum class PaddingSide { Right, Left };                                // right | left
 enum class AttentionBackend { Cudnn, Flash };                          // cudnn | flash
+enum class CudaGraphMode { Auto, On, Off };                            // auto | true | false
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -84,6 +85,15 @@ STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
 STRATA_ENUM_NAMES(AttentionBackend, 2, {AttentionBackend::Cudnn, "cudnn", false},
                   {AttentionBackend::Flash, "flash", false});
+// train.cuda_graph was a bool: the YAML 1.1 spellings of true and false read as before.
+STRATA_ENUM_NAMES(CudaGraphMode, 19, {CudaGraphMode::Auto, "auto", false}, {CudaGraphMode::On, "true", false},
+                  {CudaGraphMode::Off, "false", false}, {CudaGraphMode::On, "True", true},
+                  {CudaGraphMode::On, "TRUE", true}, {CudaGraphMode::On, "yes", true}, {CudaGraphMode::On, "Yes", true},
+                  {CudaGraphMode::On, "YES", true}, {CudaGraphMode::On, "on", true}, {CudaGraphMode::On, "On", true},
+                  {CudaGraphMode::On, "ON", true}, {CudaGraphMode::Off, "False", true},
+                  {CudaGraphMode::Off, "FALSE", true}, {CudaGraphMode::Off, "no", true},
+                  {CudaGraphMode::Off, "No", true}, {CudaGraphMode::Off, "NO", true}, {CudaGraphMode::Off, "off", true},
+                  {CudaGraphMode::Off, "Off", true}, {CudaGraphMode::Off, "OFF", true});
 
 #undef STRATA_ENUM_NAMES
 
@@ -205,7 +215,7 @@ struct TrainConfig {
   bool gradientCheckpointing = true;                  // train.gradient_checkpointing
   bool offloadCheckpoints = false;                    // train.offload_checkpoints: block inputs in host memory
   bool offloadOptimizerState = false;                 // train.offload_optimizer_state: AdamW moments in host memory
-  bool cudaGraph = false;                             // train.cuda_graph: the step's forward and backward replayed
+  CudaGraphMode cudaGraph = CudaGraphMode::Auto;      // train.cuda_graph: the step's forward and backward replayed
   TimestepType timestepType = TimestepType::Sigmoid;  // train.timestep_type
   double guidance = 1.0;                              // train.guidance: guidance input while training (dev)
   double captionDropoutRate = 0.05;                   // train.caption_dropout_rate
