@@ -136,8 +136,9 @@ std::optional<BenchSetup> setUpBench(const BenchArgs& args, const fs::path& runF
     cfg.datasets = {d};
   }
   cfg.train.steps = args.warmup + args.steps;  // both bounded by the command line's ranges
-  if (cfg.train.cudaGraph && args.warmup < 3)
-    std::cerr << "strata-train bench: note: train.cuda_graph records the graph at step 3, so with --warmup "
+  if (cfg.train.cudaGraph != config::CudaGraphMode::Off && args.warmup < 3)
+    std::cerr << "strata-train bench: note: train.cuda_graph (where it applies) records the graph at step 3, so "
+                 "with --warmup "
               << args.warmup << " that slower step is among the measured ones (--warmup 3 leaves it out)\n";
   cfg.sample.sampleEvery = 0;
   cfg.sample.prompts.clear();
@@ -200,6 +201,7 @@ int runBench(const BenchArgs& args) {
   std::vector<KernelTotal> kernels;
   std::vector<double> stepMs;
   int64_t graphSteps = 0;  // measured steps that replayed the recorded CUDA graph (train.cuda_graph)
+  std::string graphOff;    // why the trainer left the graph off (its run's setup line says it too)
   std::vector<std::string> failures;
   std::vector<std::string> runDevices;
   std::string profileError;  // why --profile wrote no trace
@@ -223,6 +225,7 @@ int runBench(const BenchArgs& args) {
       if (runDevices.empty())
         for (const auto& m : s->memory) runDevices.push_back(m.device);
     }
+    if (auto* started = std::get_if<events::StartedEvent>(&e)) graphOff = started->graphOff;
     if (auto* f = std::get_if<events::FailedEvent>(&e)) failures.push_back(f->message);
     // A refused config (the validator, a plan that does not fit) never starts: name why.
     if (auto* p = std::get_if<events::PreflightFailedEvent>(&e))
@@ -314,7 +317,7 @@ int runBench(const BenchArgs& args) {
     j["attention_backend"] = family && !family->cudnnAttention ? "flash" : config::enumName(cfg.model.attentionBackend);
   // Which paths the steps ran (quantization, fp8 matmuls, attention, graph, checkpointing,
   // offloads): the run's own summary line, so a figure is never read without them.
-  j["paths"] = train::describeRunSetup(cfg, onCuda, graphSteps > 0);
+  j["paths"] = train::describeRunSetup(cfg, onCuda, graphSteps > 0, graphOff);
   if (!prepared.checkpointingNote.empty())
     j["paths"] = j["paths"].get<std::string>() + " (" + prepared.checkpointingNote + ")";
   // model.attention_backend: auto's choice for each attention shape the steps met, timed.
@@ -384,7 +387,7 @@ int runBench(const BenchArgs& args) {
   std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
   std::cout << "  paths       " << j["paths"].get<std::string>() << "\n";
   for (const auto& c : j["attention_choices"]) std::cout << "  attention   " << c.get<std::string>() << "\n";
-  if (cfg.train.cudaGraph)
+  if (cfg.train.cudaGraph != config::CudaGraphMode::Off && onCuda)
     std::cout << "  cuda graph  " << graphSteps << " of " << stepMs.size()
               << " measured steps replayed the recorded graph (its memory pool stays reserved between steps: "
                  "peak reserved is what the card holds)\n";

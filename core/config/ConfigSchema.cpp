@@ -184,9 +184,11 @@ std::vector<KeySpec> buildSchema() {
            "card, ~1 GB over PCIe per step)",
            Opt().look("Keep optimizer state in host memory", "Optimizer"))
       .add("train.cuda_graph", M(train.cudaGraph),
-           "One CUDA card, no gradient checkpointing: record the step's forward and backward once (step 3) and "
-           "replay it, so the CPU no longer launches every kernel (short steps are bound by those launches); "
-           "keeps the step's activation memory reserved between steps",
+           "Record the step's forward and backward once (step 3) and replay it, so the CPU no longer launches "
+           "every kernel (short steps are bound by those launches); keeps the step's activation memory reserved "
+           "between steps. auto: where it applies (one CUDA card per rank, micro-batches of one shape, not fp16, "
+           "no LoRA dropout with checkpointing, no offload_checkpoints), else eager with the reason said once; "
+           "true: always (the validator refuses what cannot work); false: never",
            Opt().look("Replay the step as a CUDA graph", "Training"))
       .add("train.seed", M(train.seed), "Random seed (noise, timesteps, LoRA init, data order)",
            Opt().min(0).max(9.2e18).look("Seed", "Training"))

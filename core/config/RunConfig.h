@@ -39,9 +39,10 @@ enum class TimestepType { Sigmoid, Uniform, Shift };                   // sigmoi
 enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images | latents | synthetic | shapes | jsonl
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };             // diffusers | kohya | comfy | peft (a folder)
 enum class PaddingSide { Right, Left };                                // right | left
-enum class AttentionBackend { Auto, Cudnn, Flash };
+enum class AttentionBackend { Auto, Cudnn, Flash };                    // auto | cudnn | flash
+enum class CudaGraphMode { Auto, On, Off };                            // auto | true | false
 // train.gradient_checkpointing as written: auto lets the plan decide (TrainConfig).
-enum class Checkpointing { Auto, On, Off };  // auto | cudnn | flash
+enum class Checkpointing { Auto, On, Off };  // auto | true | false
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -84,12 +85,26 @@ STRATA_ENUM_NAMES(DatasetType, 5, {DatasetType::Images, "images", false}, {Datas
 STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}, {ExportFormat::Kohya, "kohya", false},
                   {ExportFormat::Comfy, "comfy", false}, {ExportFormat::Peft, "peft", false});
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
-STRATA_ENUM_NAMES(Checkpointing, 7, {Checkpointing::Auto, "auto", false}, {Checkpointing::On, "true", false},
-                  {Checkpointing::Off, "false", false}, {Checkpointing::On, "on", true},
-                  {Checkpointing::Off, "off", true}, {Checkpointing::On, "yes", true},
-                  {Checkpointing::Off, "no", true});
 STRATA_ENUM_NAMES(AttentionBackend, 3, {AttentionBackend::Auto, "auto", false},
                   {AttentionBackend::Cudnn, "cudnn", false}, {AttentionBackend::Flash, "flash", false});
+// train.cuda_graph was a bool: the YAML 1.1 spellings of true and false read as before.
+STRATA_ENUM_NAMES(CudaGraphMode, 19, {CudaGraphMode::Auto, "auto", false}, {CudaGraphMode::On, "true", false},
+                  {CudaGraphMode::Off, "false", false}, {CudaGraphMode::On, "True", true},
+                  {CudaGraphMode::On, "TRUE", true}, {CudaGraphMode::On, "yes", true}, {CudaGraphMode::On, "Yes", true},
+                  {CudaGraphMode::On, "YES", true}, {CudaGraphMode::On, "on", true}, {CudaGraphMode::On, "On", true},
+                  {CudaGraphMode::On, "ON", true}, {CudaGraphMode::Off, "False", true},
+                  {CudaGraphMode::Off, "FALSE", true}, {CudaGraphMode::Off, "no", true},
+                  {CudaGraphMode::Off, "No", true}, {CudaGraphMode::Off, "NO", true}, {CudaGraphMode::Off, "off", true},
+                  {CudaGraphMode::Off, "Off", true}, {CudaGraphMode::Off, "OFF", true});
+// train.gradient_checkpointing was a bool too: the same spellings.
+STRATA_ENUM_NAMES(Checkpointing, 19, {Checkpointing::Auto, "auto", false}, {Checkpointing::On, "true", false},
+                  {Checkpointing::Off, "false", false}, {Checkpointing::On, "True", true},
+                  {Checkpointing::On, "TRUE", true}, {Checkpointing::On, "yes", true}, {Checkpointing::On, "Yes", true},
+                  {Checkpointing::On, "YES", true}, {Checkpointing::On, "on", true}, {Checkpointing::On, "On", true},
+                  {Checkpointing::On, "ON", true}, {Checkpointing::Off, "False", true},
+                  {Checkpointing::Off, "FALSE", true}, {Checkpointing::Off, "no", true},
+                  {Checkpointing::Off, "No", true}, {Checkpointing::Off, "NO", true}, {Checkpointing::Off, "off", true},
+                  {Checkpointing::Off, "Off", true}, {Checkpointing::Off, "OFF", true});
 
 #undef STRATA_ENUM_NAMES
 
@@ -216,7 +231,7 @@ struct TrainConfig {
   bool gradientCheckpointingAuto = false;
   bool offloadCheckpoints = false;                    // train.offload_checkpoints: block inputs in host memory
   bool offloadOptimizerState = false;                 // train.offload_optimizer_state: AdamW moments in host memory
-  bool cudaGraph = false;                             // train.cuda_graph: the step's forward and backward replayed
+  CudaGraphMode cudaGraph = CudaGraphMode::Auto;      // train.cuda_graph: the step's forward and backward replayed
   TimestepType timestepType = TimestepType::Sigmoid;  // train.timestep_type
   double guidance = 1.0;                              // train.guidance: guidance input while training (dev)
   double captionDropoutRate = 0.05;                   // train.caption_dropout_rate

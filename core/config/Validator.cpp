@@ -437,35 +437,20 @@ class Checker : public RuleContext {
                   lineOf("train.gradient_checkpointing"),
               "set gradient_checkpointing: true, or offload_checkpoints: false");
     if (t.offloadOptimizerState) offloadOptimizerState();
-    if (t.cudaGraph) cudaGraph();
+    if (t.cudaGraph == CudaGraphMode::On) cudaGraph();
   }
 
-  // train.cuda_graph records one micro-batch's forward and backward and replays it:
-  // what changes between steps must be a tensor the graph reads, not a value the
-  // host decided while recording.
+  // train.cuda_graph: true records one micro-batch's forward and backward and replays
+  // it: what changes between steps must be a tensor the graph reads, not a value the
+  // host decided while recording (cudaGraphConflicts). auto needs no rule: the
+  // trainer runs eager where it cannot apply and says why.
   void cudaGraph() {
     const std::string key = "train.cuda_graph";
-    const TrainConfig& t = cfg_.train;
-    if (t.gradientCheckpointing)
-      error(key,
-            "needs gradient_checkpointing: false" + lineOf("train.gradient_checkpointing") +
-                ": a checkpointed block saves and restores the random state on the host for its recompute, "
-                "which a replayed graph cannot",
-            "set gradient_checkpointing: false (more activation memory; `strata-train plan` says whether it fits), "
-            "or cuda_graph: false");
-    if (t.gradientAccumulationSteps > 1)
-      error(key,
-            "needs gradient_accumulation_steps: 1" + lineOf("train.gradient_accumulation_steps") +
-                ": the graph is one micro-batch whose backward sets the gradients instead of adding to them",
-            "set gradient_accumulation_steps: 1 (a larger batch_size does the same work in one pass), or "
-            "cuda_graph: false");
-    if (t.dtype == DType::FP16)
-      error(key,
-            "does not work with dtype fp16" + lineOf("train.dtype") +
-                ": its loss scale changes between steps, and the graph would keep the first one",
-            "set dtype: bf16, or cuda_graph: false");
+    for (const auto& c : cudaGraphConflicts(cfg_))
+      error(key, "does not work with " + c.setting + lineOf(c.key) + ": " + c.why,
+            c.hint + ", or cuda_graph: auto (the graph where it applies) or false");
     if (cfg_.model.device == ComputeDevice::Cpu)
-      warning(key, "has no effect: the run is on the CPU" + lineOf("model.device"), "set cuda_graph: false");
+      warning(key, "has no effect: the run is on the CPU" + lineOf("model.device"), "set cuda_graph: auto or false");
   }
 
   // train.offload_optimizer_state stages adamw's float moments to the card each
@@ -577,6 +562,30 @@ bool holdsWeights(const std::string& path) {
       if (isWeights(it->path()) && it->is_regular_file(ec)) return true;
   }
   return false;
+}
+
+std::vector<CudaGraphConflict> cudaGraphConflicts(const RunConfig& cfg) {
+  const TrainConfig& t = cfg.train;
+  std::vector<CudaGraphConflict> out;
+  // A checkpointed block saves the random state and restores it for its recompute
+  // (CheckpointedRunner) only where something in it draws: LoRA dropout.
+  if (t.gradientCheckpointing && cfg.network.dropout > 0)
+    out.push_back({"network.dropout",
+                   "network.dropout " + formatNumber(cfg.network.dropout) + " and gradient_checkpointing",
+                   "a checkpointed block sets the random state on the host before its recompute, so that it draws "
+                   "the forward's dropout masks again, and a replayed graph cannot",
+                   "set network.dropout: 0, or gradient_checkpointing: false (more activation memory; "
+                   "`strata-train plan` says whether it fits)"});
+  if (t.gradientCheckpointing && t.offloadCheckpoints)
+    out.push_back({"train.offload_checkpoints", "offload_checkpoints",
+                   "each step copies the block inputs into pinned host memory allocated in that step and freed after "
+                   "its backward; a replay would copy into host memory given out again (a graph keeps its card "
+                   "memory, not pinned host memory)",
+                   "set offload_checkpoints: false"});
+  if (t.dtype == DType::FP16)
+    out.push_back({"train.dtype", "dtype fp16",
+                   "its loss scale changes between steps, and the graph would keep the first one", "set dtype: bf16"});
+  return out;
 }
 
 bool looksLikeHubId(const std::string& path) {

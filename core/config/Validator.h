@@ -47,6 +47,18 @@ device::DeviceRequest deviceRequestOf(const ModelConfig& m);
 // be read. The editor turns random_weights off when the user sets such a path.
 bool holdsWeights(const std::string& path);
 
+// What in the config keeps train.cuda_graph from recording the step (the validator
+// refuses each with cuda_graph: true; auto runs eager and says the first): the key
+// that conflicts, why, and what to change. Independent of the machine: the devices,
+// the build and the data are the trainer's to judge (train::stepGraphObstacle).
+struct CudaGraphConflict {
+  std::string key;      // "train.dtype"
+  std::string setting;  // "dtype fp16"
+  std::string why;      // "its loss scale changes between steps, and the graph would keep the first one"
+  std::string hint;     // "set dtype: bf16"
+};
+std::vector<CudaGraphConflict> cudaGraphConflicts(const RunConfig& cfg);
+
 // "black-forest-labs/FLUX.1-dev": owner/name, no leading '/', '.' or '~'.
 bool looksLikeHubId(const std::string& path);
 // How to get a hub repository's folder (huggingface-cli download ... --local-dir ...).

@@ -76,6 +76,12 @@ DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const t
   return out;
 }
 
+std::string itemShapeChange(const train::Dataset& data) {
+  if (!data.oneItemShape().empty()) return "";
+  return "the datasets' items may differ in shape (more than one resolution or aspect-ratio bucket, or a latents "
+         "folder, whose files are not all read beforehand)";
+}
+
 NoisedBatch noiseBatch(train::RunContext& run, const at::Tensor& latents, double mu) {
   // Each sample's noise and noise level from its own generator (RunContext::sampleGenerator),
   // drawn on the host: the same numbers wherever the run trains.

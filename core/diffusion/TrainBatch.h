@@ -42,6 +42,11 @@ struct DrawOptions {
 DrawnBatch drawBatch(train::RunContext& run, const train::Dataset& data, const train::TextEmbedding& emptyPrompt,
                      int64_t batch, const DrawOptions& options, int64_t step);
 
+// FamilyRun::microBatchShapeChange of an image family whose micro-batch shapes follow
+// its items' (the noise, timesteps and ids follow the latents): "" where `data`'s items
+// keep one shape (Dataset::oneItemShape), else why they may not.
+std::string itemShapeChange(const train::Dataset& data);
+
 struct NoisedBatch {
   at::Tensor noisy;   // x_t, like the latents
   at::Tensor target;  // noise - latents, like the latents

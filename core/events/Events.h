@@ -26,6 +26,9 @@ struct StartedEvent {
   bool resumed = false;
   // How the base is held and the step runs (train::describeRunSetup), said once.
   std::string setup;
+  // train.cuda_graph: why the step is not a CUDA graph, where `setup` says so ("" where
+  // it is one, or the config or a CPU run leaves it off without a word).
+  std::string graphOff;
 };
 
 struct StepEvent {

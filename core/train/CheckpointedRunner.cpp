@@ -107,8 +107,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<CallState> state, at::Tensor anchor,
                                at::TensorList inputs) {
     std::vector<at::Tensor> given(inputs.begin(), inputs.end());
-    state->cpuRngState = rngState(c10::Device(c10::kCPU));
-    for (const auto& d : cudaDevicesOf(*state->block, given)) state->cudaRngStates.emplace_back(d, rngState(d));
+    if (state->runner->blocksDrawRandom_) {
+      state->cpuRngState = rngState(c10::Device(c10::kCPU));
+      for (const auto& d : cudaDevicesOf(*state->block, given)) state->cudaRngStates.emplace_back(d, rngState(d));
+    }
     std::vector<at::Tensor> fields;
     size_t k = 0;
     for (bool def : state->defined) fields.push_back(def ? given[k++] : at::Tensor());
@@ -155,19 +157,26 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     size_t k = 0;
     for (bool def : state->defined) fields.push_back(def ? inputs[k++] : at::Tensor());
 
-    // Recompute with the RNG states of the forward, then put the current ones back.
-    const auto cpuNow = rngState(c10::Device(c10::kCPU));
+    // Recompute with the RNG states of the forward (where the forward saved them), then
+    // put the current ones back.
+    const bool restore = state->cpuRngState.defined();
+    at::Tensor cpuNow;
     std::vector<std::pair<c10::Device, at::Tensor>> cudaNow;
-    for (const auto& [d, s] : state->cudaRngStates) cudaNow.emplace_back(d, rngState(d));
-    setRngState(c10::Device(c10::kCPU), state->cpuRngState);
-    for (const auto& [d, s] : state->cudaRngStates) setRngState(d, s);
+    if (restore) {
+      cpuNow = rngState(c10::Device(c10::kCPU));
+      for (const auto& [d, s] : state->cudaRngStates) cudaNow.emplace_back(d, rngState(d));
+      setRngState(c10::Device(c10::kCPU), state->cpuRngState);
+      for (const auto& [d, s] : state->cudaRngStates) setRngState(d, s);
+    }
     nn::BlockIO out;
     {
       at::AutoGradMode enable(true);
       out = state->inner->run(state->blockIndex, *state->block, nn::BlockIO::fromFields(fields));
     }
-    setRngState(c10::Device(c10::kCPU), cpuNow);
-    for (const auto& [d, s] : cudaNow) setRngState(d, s);
+    if (restore) {
+      setRngState(c10::Device(c10::kCPU), cpuNow);
+      for (const auto& [d, s] : cudaNow) setRngState(d, s);
+    }
     ++state->runner->recomputes_;
 
     std::vector<at::Tensor> outs, grads;
@@ -190,8 +199,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 };
 
-CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs)
-    : inner_(inner), anchor_(at::zeros({}, at::kFloat).requires_grad_(true)), offloadInputs_(offloadInputs) {}
+CheckpointedRunner::CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs, bool blocksDrawRandom)
+    : inner_(inner),
+      anchor_(at::zeros({}, at::kFloat).requires_grad_(true)),
+      offloadInputs_(offloadInputs),
+      blocksDrawRandom_(blocksDrawRandom) {}
 
 nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) {
   if (!at::GradMode::is_enabled()) return inner_.run(blockIndex, block, in);

@@ -6,8 +6,11 @@
 // backward runs the block again with grad enabled and backpropagates through it
 // re-entrantly, which accumulates the gradients of every trainable tensor the
 // block used (LoRA adapters are not children of the block and need no listing)
-// and returns the gradients of the inputs. RNG states (CPU and the block's CUDA
-// device) are restored for the recompute, so dropout draws the same masks.
+// and returns the gradients of the inputs. Where the blocks draw random numbers
+// (LoRA dropout), the RNG states (CPU and the block's CUDA devices) are saved in the
+// forward and restored for the recompute, so dropout draws the same masks; where
+// nothing draws they are left alone, which lets a CUDA graph record the step
+// (train.cuda_graph: a generator's state cannot be set while a stream records).
 #include "nn/Block.h"
 
 namespace strata::train {
@@ -19,7 +22,9 @@ class CheckpointedRunner final : public nn::BlockRunner {
   // block saves for its recompute are copied to pinned host memory and brought
   // back in the backward, so only the block being recomputed holds them on the
   // GPU. CPU tensors are kept as they are.
-  explicit CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs = false);
+  // `blocksDrawRandom`: something in the blocks draws random numbers while training
+  // (LoRA dropout above 0), so the recompute needs the forward's RNG states.
+  explicit CheckpointedRunner(nn::BlockRunner& inner, bool offloadInputs = false, bool blocksDrawRandom = true);
 
   // Without grad mode (sampling) the block simply runs through `inner`.
   nn::BlockIO run(size_t blockIndex, nn::Block& block, const nn::BlockIO& in) override;
@@ -37,6 +42,7 @@ class CheckpointedRunner final : public nn::BlockRunner {
   at::Tensor anchor_;
   int64_t recomputes_ = 0;
   bool offloadInputs_ = false;
+  bool blocksDrawRandom_ = true;
   int64_t offloads_ = 0;
   friend struct CheckpointFunction;
 };

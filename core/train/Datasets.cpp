@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 #include "io/FileBytes.h"
 #include "io/Safetensors.h"
 #include "train/ImageDataset.h"
@@ -91,6 +92,12 @@ int64_t defaultTextTokens(int64_t jointAttentionDim) { return jointAttentionDim 
 
 namespace {
 
+// Dataset::oneItemShape's text: the latents' shape and the text embedding's.
+std::string itemShapeText(const std::vector<int64_t>& latents, const TextEmbedding& text) {
+  return "latents " + shapeText(latents) + ", txt " + shapeText(text.txt.sizes()) + ", pooled " +
+         (text.pooled.defined() ? shapeText(text.pooled.sizes()) : std::string("none"));
+}
+
 std::string key(size_t index, const std::string& k) { return "datasets[" + std::to_string(index) + "]." + k; }
 
 int64_t firstResolution(const config::DatasetConfig& cfg, size_t index) {
@@ -125,6 +132,10 @@ class ShapesDataset final : public Dataset {
   TextEmbedding emptyPrompt() const override { return embedder_.embed(""); }
   std::string describe() const override {
     return "shapes: " + std::to_string(count_) + " items, " + std::to_string(size_) + " px";
+  }
+  std::string oneItemShape() const override {
+    const int64_t side = size_ / kPixelCodeScale;
+    return itemShapeText({kPixelCodeChannels, side, side}, embedder_.embed(""));
   }
 
  private:
@@ -169,6 +180,9 @@ class SyntheticDataset final : public Dataset {
   std::string describe() const override {
     return "synthetic: " + std::to_string(count_) + " items, latents " + std::to_string(latentSize_) + "x" +
            std::to_string(latentSize_);
+  }
+  std::string oneItemShape() const override {
+    return itemShapeText({ctx_.latentChannels, latentSize_, latentSize_}, emptyPrompt());
   }
 
  private:
@@ -330,6 +344,12 @@ class ConcatDataset final : public Dataset {
     for (const auto& p : parts_) s += (s.empty() ? "" : "; ") + p->describe();
     return s;
   }
+  std::string oneItemShape() const override {
+    const std::string first = parts_.front()->oneItemShape();
+    for (const auto& p : parts_)
+      if (p->oneItemShape() != first) return "";
+    return first;
+  }
 
  private:
   std::vector<std::shared_ptr<Dataset>> parts_;
@@ -437,6 +457,7 @@ class ReadAheadDataset final : public Dataset {
   }
   TextEmbedding emptyPrompt() const override { return inner_->emptyPrompt(); }
   std::string describe() const override { return inner_->describe(); }
+  std::string oneItemShape() const override { return inner_->oneItemShape(); }
 
  private:
   void settle() {

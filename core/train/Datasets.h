@@ -91,6 +91,11 @@ class Dataset {
   virtual void readAhead(size_t index) const { (void)index; }
   // The caption-dropout embedding.
   virtual TextEmbedding emptyPrompt() const = 0;
+  // The shape every item has, as text that two datasets of one run give alike only
+  // where their items stack ("latents [16, 64, 64], txt [512, 4096]"), known without
+  // reading the items; "" where the items differ or the dataset cannot tell. A run
+  // whose items keep one shape draws micro-batches of one shape (train.cuda_graph: auto).
+  virtual std::string oneItemShape() const { return ""; }
   // "shapes: 64 items, 32 px"
   virtual std::string describe() const = 0;
 };

@@ -105,4 +105,10 @@ std::string ImageDataset::describe() const {
          " buckets, " + std::to_string(scan_.skipped.size()) + " skipped";
 }
 
+std::string ImageDataset::oneItemShape() const {
+  if (scan_.bucketCounts.size() != 1) return "";
+  const Bucket& b = scan_.bucketCounts.begin()->first;
+  return "images of " + std::to_string(b.width) + "x" + std::to_string(b.height) + " px";
+}
+
 }  // namespace strata::train

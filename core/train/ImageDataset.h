@@ -21,6 +21,10 @@ class ImageDataset final : public Dataset {
   TrainItem item(size_t index) const override;
   TextEmbedding emptyPrompt() const override { return empty_; }
   std::string describe() const override;
+  // One aspect-ratio bucket (one resolution whose images all fall in one bucket): the
+  // bucket's size. The run's text encoder gives every caption one length (padded to
+  // its max_sequence_length), and its VAE every image of a bucket one latent shape.
+  std::string oneItemShape() const override;
 
   const ImageFolderScan& scan() const { return scan_; }
   const CacheStats& cacheStats() const { return stats_; }

@@ -70,6 +70,15 @@ class FamilyRun {
   // with each step's micro-batch copied into the recorded one.
   virtual at::Tensor microLoss(RunContext& run, const std::vector<at::Tensor>& batch) = 0;
 
+  // Why this run's micro-batches may change shape from one step to the next, after
+  // prepareData ("" where every micro-batch has one shape: one resolution bucket, rows
+  // of one length). train.cuda_graph: auto records the step only where they keep one
+  // (a graph replays one shape, and a micro-batch of other shapes drops it). Unknown
+  // by default, which leaves auto's graph off.
+  virtual std::string microBatchShapeChange() const {
+    return "the model family does not say that its micro-batches keep one shape";
+  }
+
   // Why this run makes no samples ("" when it does): the trainer says so once per
   // sampling step instead of asking for them.
   virtual std::string samplesProblem() const { return ""; }

@@ -2,6 +2,7 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "config/Validator.h"
 
 #ifdef STRATA_HAS_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -17,10 +18,38 @@ struct StepGraph::Impl {
 #ifdef STRATA_HAS_CUDA
   std::unique_ptr<at::cuda::CUDAGraph> graph;
 #endif
-  std::vector<at::Tensor> inputs;  // the recorded micro-batch: each step's is copied in
-  at::Tensor loss;                 // the recorded loss (float32, 0-dim)
-  std::vector<at::Tensor> grads;   // per parameter, the recorded gradient (undefined: none)
+  std::vector<at::Tensor> inputs;   // the recorded micro-batch: each step's is copied in
+  at::Tensor loss;                  // the recorded loss (float32, 0-dim)
+  std::vector<at::Tensor> grads;    // per parameter, the gradient the graph adds into (undefined: not reached)
+  std::vector<at::Tensor> reached;  // the defined ones of `grads`: zeroed at each step's start
 };
+
+StepGraphDecision decideStepGraph(const config::RunConfig& cfg, const StepGraphSituation& situation) {
+  using Say = StepGraphDecision::Say;
+  StepGraphDecision d;
+  const auto mode = cfg.train.cudaGraph;
+  if (mode == config::CudaGraphMode::Off) return d;
+  const bool asked = mode == config::CudaGraphMode::On;
+  const auto& devices = situation.devices;
+  auto off = [&](std::string why, Say say) {
+    d.why = std::move(why);
+    d.say = asked ? Say::Warning : say;
+    return d;
+  };
+  if (!situation.cudaBuild) return off("this build's LibTorch has no CUDA", Say::Nothing);
+  if (devices.empty() || !devices.front().is_cuda()) return off("the run is not on a CUDA card", Say::Nothing);
+  if (devices.size() > 1)
+    return off("the model is split over " + std::to_string(devices.size()) +
+                   " devices, and a graph records the work of one card (one graph per card is not built)",
+               Say::SetupLine);
+  const auto conflicts = config::cudaGraphConflicts(cfg);
+  if (!conflicts.empty())
+    return off("not with " + conflicts.front().setting + ": " + conflicts.front().why, Say::SetupLine);
+  if (!asked && !situation.shapeChange.empty())
+    return off(situation.shapeChange + " (a graph replays one shape)", Say::SetupLine);
+  d.record = true;
+  return d;
+}
 
 StepGraph::StepGraph() : impl_(std::make_unique<Impl>()) {}
 StepGraph::~StepGraph() = default;
@@ -54,13 +83,10 @@ std::string StepGraph::shapesOf(const std::vector<at::Tensor>& batch) {
 
 std::string StepGraph::shapes() const { return shapesOf(impl_->inputs); }
 
-void StepGraph::reset(const std::vector<at::Tensor>& params) {
-  for (size_t i = 0; i < params.size() && i < impl_->grads.size(); ++i) {
-    auto& g = params[i].mutable_grad();
-    if (g.defined() && impl_->grads[i].defined() && g.is_same(impl_->grads[i])) g.reset();
-  }
+void StepGraph::reset() {
   const bool had = recorded();
   impl_->grads.clear();
+  impl_->reached.clear();
   impl_->loss.reset();
   impl_->inputs.clear();
 #ifdef STRATA_HAS_CUDA
@@ -71,12 +97,27 @@ void StepGraph::reset(const std::vector<at::Tensor>& params) {
 #endif
 }
 
+void StepGraph::startStep(const std::vector<at::Tensor>& params) {
+  if (!recorded()) throw Error("StepGraph::startStep: no graph is recorded");
+  if (params.size() != impl_->grads.size())
+    throw Error("StepGraph::startStep: " + std::to_string(params.size()) + " trained tensors, the graph recorded " +
+                std::to_string(impl_->grads.size()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (impl_->grads[i].defined())
+      params[i].mutable_grad() = impl_->grads[i];
+    else
+      params[i].mutable_grad().reset();
+  }
+  if (!impl_->reached.empty()) at::_foreach_zero_(impl_->reached);
+}
+
 #ifdef STRATA_HAS_CUDA
 
 void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossFn,
-                       const std::vector<at::Tensor>& params) {
-  reset(params);
+                       const std::vector<at::Tensor>& params, double lossDivisor) {
+  reset();
   if (batch.empty()) throw Error("no micro-batch to record");
+  if (!(lossDivisor > 0)) throw Error("the loss divisor must be positive, got " + std::to_string(lossDivisor));
   const c10::Device device = batch.front().device();
   for (const auto& t : batch)
     if (!t.defined() || !t.device().is_cuda() || t.device() != device)
@@ -86,8 +127,26 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
     if (p.grad().defined()) throw Error("a trained tensor already has a gradient; the graph would add to it");
 
   const c10::cuda::CUDAGuard onDevice(device);
-  // The recorded inputs: regular allocations, outside the graph's pool.
+  // The recorded inputs, and the gradients the recorded backward adds into: regular
+  // allocations, outside the graph's pool.
   for (const auto& t : batch) impl_->inputs.push_back(t.clone());
+  std::vector<at::Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& p : params) {
+    grads.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+    p.mutable_grad() = grads.back();
+  }
+  // Which trained tensors the backward reaches (host-side hooks, run while it records):
+  // the others keep no gradient, as after an eager backward.
+  std::vector<char> reached(params.size(), 0);
+  std::vector<unsigned> hooks;
+  hooks.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    hooks.push_back(params[i].register_hook([&reached, i](const at::Tensor&) { reached[i] = 1; }));
+  auto removeHooks = [&] {
+    for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
+    hooks.clear();
+  };
   // Recording starts from a quiet card, and with the eager steps' cached memory
   // returned: the graph's pool does not then sit beside it.
   c10::cuda::device_synchronize();
@@ -106,7 +165,8 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
       capturing = true;
       at::Tensor loss = lossFn(impl_->inputs);
       if (!loss.defined() || loss.numel() != 1) throw Error("the micro-batch's loss is not one value");
-      loss.backward();
+      // As the eager step: the backward of loss / micro-batches, added into the gradients.
+      (loss / lossDivisor).backward();
       impl_->loss = loss.detach();
       capturing = false;
       graph->capture_end();
@@ -118,6 +178,7 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
         } catch (...) {
         }
       (void)cudaGetLastError();  // a capture error is not sticky; clear it for the next launch
+      removeHooks();
       for (const auto& p : params) p.mutable_grad().reset();
       impl_->loss.reset();
       impl_->inputs.clear();
@@ -126,28 +187,31 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
       throw Error("recording the step as a CUDA graph failed: " + why);
     }
   }
+  removeHooks();
   impl_->graph = std::move(graph);
-  impl_->grads.reserve(params.size());
-  for (const auto& p : params) impl_->grads.push_back(p.grad());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!reached[i]) grads[i].reset();
+    if (grads[i].defined()) impl_->reached.push_back(grads[i]);
+  }
+  impl_->grads = std::move(grads);
+  startStep(params);  // the recording ran nothing: the gradients are still zeros, attached
 }
 
-at::Tensor StepGraph::replay(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params) {
+at::Tensor StepGraph::replay(const std::vector<at::Tensor>& batch) {
   if (!fits(batch)) throw Error("the micro-batch does not fit the recorded one (" + shapes() + ")");
   const c10::cuda::CUDAGuard onDevice(impl_->inputs.front().device());
   for (size_t i = 0; i < batch.size(); ++i) impl_->inputs[i].copy_(batch[i], /*non_blocking=*/true);
   impl_->graph->replay();
-  for (size_t i = 0; i < params.size() && i < impl_->grads.size(); ++i)
-    if (impl_->grads[i].defined()) params[i].mutable_grad() = impl_->grads[i];
-  return impl_->loss;
+  return impl_->loss.clone();
 }
 
 #else
 
-void StepGraph::record(const std::vector<at::Tensor>&, const LossFn&, const std::vector<at::Tensor>&) {
+void StepGraph::record(const std::vector<at::Tensor>&, const LossFn&, const std::vector<at::Tensor>&, double) {
   throw Error("this build's LibTorch has no CUDA, so it cannot record CUDA graphs");
 }
 
-at::Tensor StepGraph::replay(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {
+at::Tensor StepGraph::replay(const std::vector<at::Tensor>&) {
   throw Error("this build's LibTorch has no CUDA, so it cannot replay CUDA graphs");
 }
 

@@ -10,10 +10,19 @@
 //
 // What the graph holds fixed: the shapes of the micro-batch, the kernels and the
 // values the host passed them while recording (a multiplier, a loss scale). The
-// validator refuses what changes those between steps (gradient checkpointing's
-// host-side random state, fp16's loss scale, accumulation); the trainer drops the
-// graph when a micro-batch of other shapes comes. Random draws on the card (LoRA
-// dropout) advance on every replay, as they do without the graph.
+// validator refuses with cuda_graph: true what changes those between steps (fp16's
+// loss scale, a checkpointed block's host-side random state where LoRA dropout
+// draws, checkpoint offload's per-step host buffers), and auto leaves the graph off
+// there; the trainer drops the graph when a micro-batch of other shapes comes.
+// Random draws on the card (LoRA dropout) advance on every replay, as they do
+// without the graph.
+//
+// Gradients: the graph records its backward with each trained tensor's gradient
+// already there (zeros, allocated outside the graph's pool), so the recorded
+// backward adds into it in place as autograd's AccumulateGrad does; each step
+// zeroes them once (startStep) and replays once per micro-batch, so accumulation
+// (train.gradient_accumulation_steps) sums as the eager steps do. A trained tensor
+// the recorded backward does not reach keeps no gradient, as in an eager step.
 //
 // Memory: the recorded step's activations live in the graph's own pool, reserved
 // from the recording until reset(); the caching allocator's other cached memory
@@ -25,7 +34,31 @@
 #include <string>
 #include <vector>
 
+#include "config/RunConfig.h"
+
 namespace strata::train {
+
+// What train.cuda_graph meets on a run beside its config (Trainer::startStepGraph).
+struct StepGraphSituation {
+  bool cudaBuild = false;            // StepGraph::available()
+  std::vector<c10::Device> devices;  // the model's (a data-parallel rank's: its one card)
+  // FamilyRun::microBatchShapeChange(): "" where every micro-batch has one shape.
+  std::string shapeChange;
+};
+
+struct StepGraphDecision {
+  bool record = false;  // the trainer records the step and replays it
+  std::string why;      // why it does not ("" where it does, or with cuda_graph: false)
+  // How `why` is said, once: cuda_graph: true that cannot apply warns; auto puts it in
+  // the run's setup line, and says nothing on a CPU run or a build without CUDA.
+  enum class Say { Nothing, SetupLine, Warning } say = Say::Nothing;
+};
+
+// auto: the graph where it applies (one CUDA card, no config conflict
+// (config::cudaGraphConflicts), micro-batches of one shape), else eager with the
+// reason. true: the graph wherever the machine allows it (shapes are not judged
+// beforehand: a micro-batch of other shapes drops it). false: never.
+StepGraphDecision decideStepGraph(const config::RunConfig& cfg, const StepGraphSituation& situation);
 
 class StepGraph {
  public:
@@ -47,22 +80,30 @@ class StepGraph {
   // The same text for any micro-batch.
   static std::string shapesOf(const std::vector<at::Tensor>& batch);
 
-  // Records lossFn(copies of batch) and its backward on a side stream of the batch's
-  // card; nothing runs until replay(). The batch's tensors must all be on one CUDA
-  // device. `params` (the trained tensors) must have no gradient; after it their
-  // gradients are the graph's tensors. Throws strata::Error with the cause where
-  // recording fails (an op that waits for the device, a CPU tensor); the graph is
-  // then empty, `params` have no gradient, and the card goes on as before.
-  void record(const std::vector<at::Tensor>& batch, const LossFn& lossFn, const std::vector<at::Tensor>& params);
+  // Records lossFn(copies of batch) and the backward of its loss / lossDivisor (the
+  // accumulation's micro-batch count, as the eager step divides) on a side stream of
+  // the batch's card; nothing runs until replay(). The batch's tensors must all be on
+  // one CUDA device. `params` (the trained tensors) must have no gradient; after it
+  // those the backward reaches have the graph's gradients, zeroed (startStep). Throws
+  // strata::Error with the cause where recording fails (an op that waits for the
+  // device, a CPU tensor); the graph is then empty, `params` have no gradient, and
+  // the card goes on as before.
+  void record(const std::vector<at::Tensor>& batch, const LossFn& lossFn, const std::vector<at::Tensor>& params,
+              double lossDivisor);
 
-  // Copies `batch` (fits() holds) into the recorded inputs, replays on the current
-  // stream and gives `params` the graph's gradients again. Returns the loss: the
-  // graph's tensor, overwritten by the next replay.
-  at::Tensor replay(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params);
+  // Before a step's first replay: gives `params` the graph's gradients again (the
+  // reducer may have pointed them elsewhere) and zeroes them, in one op.
+  void startStep(const std::vector<at::Tensor>& params);
 
-  // Drops the graph and returns its memory; a gradient of `params` that is the
-  // graph's is unset.
-  void reset(const std::vector<at::Tensor>& params);
+  // Copies `batch` (fits() holds) into the recorded inputs and replays on the current
+  // stream: the recorded gradients grow by this micro-batch's. Returns a copy of its
+  // loss (the graph's own tensor is overwritten by the next replay).
+  at::Tensor replay(const std::vector<at::Tensor>& batch);
+
+  // Drops the graph and returns its memory. The trained tensors keep their
+  // gradients (allocated outside the graph's pool): a step that drops the graph
+  // part-way adds its remaining micro-batches to them eagerly.
+  void reset();
 
  private:
   struct Impl;

@@ -305,14 +305,14 @@ RunOutcome Trainer::runImpl() {
   st->sink->truncateLogsAfter(st->resumeData ? st->startStep : -1);
   step_ = st->startStep;
   startStepGraph(*st);  // before the header: it says whether the step is graphed
-  std::string setup = describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr);
+  std::string setup = describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr, st->graphOff);
   if (!st->prepared.checkpointingNote.empty()) setup += " (" + st->prepared.checkpointingNote + ")";
   if (st->collective)
     setup += (setup.empty() ? "" : "; ") + std::string("data-parallel over ") + std::to_string(worldOf(*st)) +
              " ranks (a global batch of " + std::to_string(worldOf(*st) * std::max<int64_t>(cfg_.train.batchSize, 1)) +
              " per micro-batch)";
-  bus_.publish(
-      events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume, setup});
+  bus_.publish(events::StartedEvent{runDir_.string(), cfg_.job.name, st->startStep, cfg_.train.steps, options_.resume,
+                                    setup, st->graphOff});
   const RunOutcome outcome = loop(*st);
   return outcome == RunOutcome::Finished ? finish(*st) : outcome;
 }
@@ -487,7 +487,12 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     st.schedule = std::make_unique<LrSchedule>(tc.lrScheduler, tc.lr, tc.steps, tc.lrWarmupSteps);
     if (tc.dtype == config::DType::FP16) st.scaler = LossScaler(LossScalerOptions{});
     if (tc.gradientCheckpointing) {
-      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement, tc.offloadCheckpoints);
+      // LoRA dropout is what draws random numbers in a block while training: only then
+      // does the recompute need the forward's random state (which a CUDA graph cannot set).
+      const auto& adapters = st.network->adapters();
+      const bool blocksDrawRandom =
+          std::any_of(adapters.begin(), adapters.end(), [](const auto& a) { return a->dropout() > 0.0; });
+      st.checkpointed = std::make_unique<CheckpointedRunner>(*st.placement, tc.offloadCheckpoints, blocksDrawRandom);
       st.runner = st.checkpointed.get();
     } else {
       st.runner = st.placement.get();
@@ -644,62 +649,59 @@ std::vector<std::string> Trainer::exportLora(State& st, int64_t step, bool final
 }
 
 void Trainer::startStepGraph(State& st) {
-  const auto& tc = cfg_.train;
-  if (!tc.cudaGraph) return;
-  std::string why;
-  if (!StepGraph::available())
-    why = "this build's LibTorch has no CUDA";
-  else if (st.devices.size() != 1 || !st.devices.front().is_cuda())
-    why = st.devices.size() > 1 ? "the model is split over " + std::to_string(st.devices.size()) +
-                                      " devices, and a graph records the work of one card"
-                                : "the run is not on a CUDA card";
-  else if (tc.gradientCheckpointing)
-    why = "gradient checkpointing is on";
-  else if (tc.gradientAccumulationSteps > 1)
-    why = "gradient_accumulation_steps is above 1";
-  else if (st.scaler.enabled())
-    why = "fp16's loss scale changes between steps";
-  if (!why.empty()) {
-    bus_.publish(events::WarningEvent{"train.cuda_graph: " + why + "; the steps run without a CUDA graph", 0});
-    return;
-  }
+  StepGraphSituation situation;
+  situation.cudaBuild = StepGraph::available();
+  situation.devices = st.devices;
+  situation.shapeChange = st.family->microBatchShapeChange();
+  const StepGraphDecision d = decideStepGraph(cfg_, situation);
+  // Said once: not again where the config's warnings (reported above) said it already.
+  const bool warned = options_.reportConfigWarnings &&
+                      std::any_of(st.prepared.problems.begin(), st.prepared.problems.end(),
+                                  [](const config::Problem& p) { return p.key == "train.cuda_graph"; });
+  if (d.say == StepGraphDecision::Say::Warning && !warned)
+    bus_.publish(events::WarningEvent{"train.cuda_graph: " + d.why + "; the steps run without a CUDA graph", 0});
+  if (d.say == StepGraphDecision::Say::SetupLine) st.graphOff = d.why;
+  if (!d.record) return;
   st.graph = std::make_unique<StepGraph>();
   st.stepsBeforeGraph = 0;
 }
 
 at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& batch,
-                                     const std::vector<at::Tensor>& params, int64_t step) {
+                                     const std::vector<at::Tensor>& params, int64_t step, int64_t microBatch) {
   // Steps before recording: the first makes what a graph must not make while it
   // records (the optimizer state, kept fp8 transposes, cuDNN's plans, cuBLAS's
   // workspaces); the second runs with all of it there.
   constexpr int64_t kEagerStepsBeforeGraph = 2;
   StepGraph& graph = *st.graph;
   if (graph.recorded()) {
-    if (graph.fits(batch)) return graph.replay(batch, params);
+    if (graph.fits(batch)) return graph.replay(batch);
     bus_.publish(events::WarningEvent{
         "train.cuda_graph: step " + std::to_string(step) + "'s micro-batch has other shapes (" +
             StepGraph::shapesOf(batch) + ") than the recorded one (" + graph.shapes() +
             "); the graph is dropped and the run goes on without it (one resolution and one batch size keep it)",
         step});
-    graph.reset(params);
+    // The gradients stay: this step's earlier micro-batches are in them.
+    graph.reset();
     st.graph.reset();
     return {};
   }
+  // Recorded at a step's first micro-batch, with no gradient there yet.
+  if (microBatch != 0) return {};
   if (st.stepsBeforeGraph < kEagerStepsBeforeGraph) {
     ++st.stepsBeforeGraph;
     return {};
   }
   try {
     graph.record(
-        batch, [&](const std::vector<at::Tensor>& inputs) { return st.family->microLoss(*st.context, inputs); },
-        params);
+        batch, [&](const std::vector<at::Tensor>& inputs) { return st.family->microLoss(*st.context, inputs); }, params,
+        static_cast<double>(std::max<int64_t>(cfg_.train.gradientAccumulationSteps, 1)));
   } catch (const Error& e) {
     bus_.publish(events::WarningEvent{
         "train.cuda_graph: step " + std::to_string(step) + ": " + e.what() + "; the run goes on without it", step});
     st.graph.reset();
     return {};
   }
-  return graph.replay(batch, params);
+  return graph.replay(batch);
 }
 
 // What forwardBackward leaves for the reduce point and the optimizer step.
@@ -729,9 +731,13 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
   const int64_t batch = std::max<int64_t>(tc.batchSize, 1);
   {
     // What the optimizer's zero_grad does on 2.x (gradients set to none), without
-    // its detach_ per tensor: ~1 ms a step for FLUX's ~800 LoRA tensors.
+    // its detach_ per tensor: ~1 ms a step for FLUX's ~800 LoRA tensors. A recorded
+    // step graph adds into gradients of its own: they are zeroed instead.
     RECORD_USER_SCOPE("strata::zero_grad");
-    for (const auto& p : params) p.mutable_grad().reset();
+    if (st.graph && st.graph->recorded())
+      st.graph->startStep(params);
+    else
+      for (const auto& p : params) p.mutable_grad().reset();
   }
   if (st.phases) st.phases->mark("zero_grad");
   MicroBatches done;
@@ -749,10 +755,10 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
       mb = st.family->microBatch(*st.context, batch, step + 1);
       if (st.graph) {
         RECORD_USER_SCOPE("strata::cuda_graph");
-        l = graphedMicroStep(st, mb, params, step + 1);
+        l = graphedMicroStep(st, mb, params, step + 1, m);
       }
       if (l.defined()) {
-        // Forward and backward were the graph's; its loss is overwritten by the next replay.
+        // Forward and backward were the graph's (l: a copy of its loss).
         st.lastStepReplayed = true;
         if (st.phases) st.phases->mark("graph");
         done.losses.push_back(l);

@@ -142,11 +142,13 @@ class Trainer {
   bool optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step, double& loss,
                      double& gradNorm, double& scaleUsed);
   void samples(State& st, int64_t step);  // every sample.prompts entry, through st.sink
-  void startStepGraph(State& st);         // train.cuda_graph: st.graph where this run can use one, else a warning
-  // The micro-batch's loss with its gradients set by the step's CUDA graph (recorded
-  // on the first call after the eager steps it needs), or undefined: run it eagerly.
+  // train.cuda_graph: st.graph where this run uses one, else why not (decideStepGraph).
+  void startStepGraph(State& st);
+  // A copy of the micro-batch's loss with its gradients added by the step's CUDA graph
+  // (recorded at a step's first micro-batch after the eager steps it needs), or
+  // undefined: run it eagerly.
   at::Tensor graphedMicroStep(State& st, const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params,
-                              int64_t step);
+                              int64_t step, int64_t microBatch);
   void reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads, double ms);
   bool checkpoint(State& st, int64_t step, bool manual = false);
   std::vector<std::string> exportLora(State& st, int64_t step, bool final);

@@ -133,7 +133,7 @@ bool attentionChosenPerShape(const config::RunConfig& cfg) {
   return cudnnAttentionAllowed(cfg) && cfg.model.attentionBackend == config::AttentionBackend::Auto;
 }
 
-std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed) {
+std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed, const std::string& graphOff) {
   const auto& m = cfg.model;
   const auto& tc = cfg.train;
   std::string s = "base " + config::enumName(tc.dtype);
@@ -152,7 +152,9 @@ std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool gra
                                          "its first call)"
           : cudnnAttentionAllowed(cfg) ? "cuDNN where LibTorch picks it, else flash"
                                        : "flash (cuDNN off)");
-  s += graphed ? "; the step as a CUDA graph (recorded after two eager steps)" : "; eager steps";
+  s += graphed            ? "; the step as a CUDA graph (recorded after two eager steps)"
+       : graphOff.empty() ? "; eager steps"
+                          : "; eager steps (no CUDA graph: " + graphOff + ")";
   s += tc.gradientCheckpointing ? "; gradient checkpointing" : "; no gradient checkpointing";
   if (tc.gradientCheckpointing && tc.offloadCheckpoints) s += " (block inputs in host memory)";
   if (tc.offloadOptimizerState) s += "; AdamW moments in host memory";

@@ -73,6 +73,7 @@ struct Trainer::State {
   // use one (off, not possible here, or dropped); the steps this process ran before
   // recording it.
   std::unique_ptr<StepGraph> graph;
+  std::string graphOff;  // why the graph is off where the run's setup line says so (decideStepGraph)
   int64_t stepsBeforeGraph = 0;
   bool lastStepReplayed = false;
   // model.attention_backend: auto's choices (nn::attentionDecisions) said so far.
@@ -160,8 +161,9 @@ bool attentionChosenPerShape(const config::RunConfig& cfg);
 // How the run holds its base and runs its step, said once in the run header of the
 // CLI and the app: the base's dtype and quantization, the attention kernel, whether
 // the step is a CUDA graph, checkpointing and what lives in host memory. `graphed`:
-// the step graph was set up (Trainer::startStepGraph); `onCuda`: the run's devices.
-std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed);
+// the step graph was set up (Trainer::startStepGraph); `graphOff`: else why not, where
+// that is said here (train.cuda_graph: auto); `onCuda`: the run's devices.
+std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool graphed, const std::string& graphOff = "");
 
 // LoRA dropout draws its masks from the default generators, seeded alike on every
 // data-parallel rank for the one LoRA initialisation: ranks > 0 get streams of their

@@ -147,7 +147,7 @@ RunConfig unusualConfig() {
   c.train.ema.useEma = true;
   c.train.ema.emaDecay = 0.995;
   c.train.offloadOptimizerState = true;
-  c.train.cudaGraph = true;
+  c.train.cudaGraph = config::CudaGraphMode::On;
   c.datasets.resize(2);
   c.datasets[0].folderPath = "/data/imgs";
   c.datasets[0].resolution = {512, 768, 1024};
@@ -170,6 +170,35 @@ TEST(Yaml, RoundTrips) {
   RunConfig changed = unusualConfig();
   changed.sample.prompts.pop_back();
   EXPECT_FALSE(parseRunConfig(toYaml(unusualConfig())).config == changed);
+}
+
+// train.cuda_graph was a bool: true and false (and YAML 1.1's other spellings) read as
+// before; auto is the default; each mode writes and reads back as itself.
+TEST(Yaml, CudaGraphReadsAutoTrueAndFalse) {
+  EXPECT_EQ(RunConfig{}.train.cudaGraph, CudaGraphMode::Auto);
+  const std::vector<std::pair<std::string, CudaGraphMode>> spellings = {
+      {"auto", CudaGraphMode::Auto},   {"true", CudaGraphMode::On},    {"false", CudaGraphMode::Off},
+      {"yes", CudaGraphMode::On},      {"off", CudaGraphMode::Off},    {"True", CudaGraphMode::On},
+      {"\"true\"", CudaGraphMode::On}, {"'auto'", CudaGraphMode::Auto}};
+  for (const auto& [text, mode] : spellings) {
+    const LoadedConfig loaded = parseRunConfig("train:\n  cuda_graph: " + text + "\n", "graph.yaml");
+    EXPECT_TRUE(loaded.problems.empty()) << text << "\n" << test::dump(loaded.problems);
+    EXPECT_EQ(loaded.config.train.cudaGraph, mode) << text;
+    const LoadedConfig back = parseRunConfig(toYaml(loaded.config));
+    EXPECT_EQ(back.config.train.cudaGraph, mode) << text << "\n" << toYaml(loaded.config);
+  }
+  const LoadedConfig bad = parseRunConfig("train:\n  cuda_graph: sometimes\n", "graph.yaml");
+  ASSERT_FALSE(bad.problems.empty());
+  EXPECT_EQ(bad.problems.front().key, "train.cuda_graph") << test::dump(bad.problems);
+  EXPECT_NE(bad.problems.front().message.find("auto"), std::string::npos) << test::dump(bad.problems);
+  // --set on the command line: the same spellings.
+  RunConfig set;
+  setValueText(set, "train.cuda_graph", "false");
+  EXPECT_EQ(set.train.cudaGraph, CudaGraphMode::Off);
+  setValueText(set, "train.cuda_graph", "true");
+  EXPECT_EQ(set.train.cudaGraph, CudaGraphMode::On);
+  setValueText(set, "train.cuda_graph", "auto");
+  EXPECT_EQ(set.train.cudaGraph, CudaGraphMode::Auto);
 }
 
 TEST(Yaml, ShippedConfigsRoundTrip) {

@@ -776,38 +776,58 @@ TEST(Validator, Fp8KeepTransposeNeedsTheFp8Backward) {
   EXPECT_FALSE(hasKey(withBackward, "model.fp8_backward")) << test::dump(withBackward);
 }
 
-// train.cuda_graph replays one recorded micro-batch: what changes between steps on the
-// host (checkpointing's random state, accumulation, fp16's loss scale) is refused, naming
-// the line of the setting that conflicts; on the CPU it is a warning.
+// train.cuda_graph: true replays one recorded micro-batch: what changes between steps on
+// the host (a checkpointed block's random state where LoRA dropout draws, checkpoint
+// offload's per-step host buffers, fp16's loss scale) is refused, naming the line of the
+// setting that conflicts; checkpointing without dropout and accumulation are allowed; on
+// the CPU it is a warning. auto never gets a problem: the trainer decides.
 TEST(Validator, CudaGraphRefusesWhatChangesBetweenSteps) {
   const std::string head = "model: {random_weights: true}\ndatasets: [{type: synthetic}]\nsample: {sample_every: 0}\n";
-  const auto checkpointed = check(head +
-                                      "train:\n"
-                                      "  cuda_graph: true\n"               // 5
-                                      "  gradient_checkpointing: true\n",  // 6
-                                  std::vector<device::DeviceInfo>{gpu(0, 9)});
-  EXPECT_TRUE(hasProblem(checkpointed, Severity::Error, "train.cuda_graph", 5, "line 6")) << test::dump(checkpointed);
-  const auto accumulated = check(head +
-                                     "train:\n"
-                                     "  cuda_graph: true\n"
-                                     "  gradient_checkpointing: false\n"
-                                     "  gradient_accumulation_steps: 4\n",  // 7
-                                 std::vector<device::DeviceInfo>{gpu(0, 9)});
-  EXPECT_TRUE(hasProblem(accumulated, Severity::Error, "train.cuda_graph", 5, "line 7")) << test::dump(accumulated);
-  const auto fp16 = check(head + "train: {cuda_graph: true, gradient_checkpointing: false, dtype: fp16}\n",
-                          std::vector<device::DeviceInfo>{gpu(0, 9)});
+  const std::vector<device::DeviceInfo> card{gpu(0, 9)};
+  auto graphErrors = [](const std::vector<Problem>& ps) {
+    return std::count_if(ps.begin(), ps.end(),
+                         [](const Problem& p) { return p.key == "train.cuda_graph" && p.severity == Severity::Error; });
+  };
+  const auto dropout = check(head +
+                                 "network: {dropout: 0.1}\n"  // 4
+                                 "train:\n"
+                                 "  cuda_graph: true\n"               // 6
+                                 "  gradient_checkpointing: true\n",  // 7
+                             card);
+  EXPECT_TRUE(hasProblem(dropout, Severity::Error, "train.cuda_graph", 6, "line 4")) << test::dump(dropout);
+  EXPECT_TRUE(hasProblem(dropout, Severity::Error, "train.cuda_graph", 6, "random state")) << test::dump(dropout);
+  const auto offload = check(head +
+                                 "train:\n"
+                                 "  cuda_graph: true\n"  // 5
+                                 "  gradient_checkpointing: true\n"
+                                 "  offload_checkpoints: true\n",  // 7
+                             card);
+  EXPECT_TRUE(hasProblem(offload, Severity::Error, "train.cuda_graph", 5, "line 7")) << test::dump(offload);
+  EXPECT_TRUE(hasProblem(offload, Severity::Error, "train.cuda_graph", 5, "pinned host memory")) << test::dump(offload);
+  const auto fp16 = check(head + "train: {cuda_graph: true, gradient_checkpointing: false, dtype: fp16}\n", card);
   EXPECT_TRUE(hasProblem(fp16, Severity::Error, "train.cuda_graph", 4, "fp16")) << test::dump(fp16);
-  const auto fine = check(head + "train: {cuda_graph: true, gradient_checkpointing: false}\n",
-                          std::vector<device::DeviceInfo>{gpu(0, 9)});
-  EXPECT_FALSE(hasKey(fine, "train.cuda_graph")) << test::dump(fine);
+  // Checkpointing without dropout, and accumulation: the graph records them.
+  const auto checkpointed = check(head + "train: {cuda_graph: true, gradient_checkpointing: true}\n", card);
+  EXPECT_EQ(graphErrors(checkpointed), 0) << test::dump(checkpointed);
+  const auto accumulated = check(head +
+                                     "network: {dropout: 0.1}\n"
+                                     "train: {cuda_graph: true, gradient_checkpointing: false, "
+                                     "gradient_accumulation_steps: 4}\n",
+                                 card);
+  EXPECT_FALSE(hasKey(accumulated, "train.cuda_graph")) << test::dump(accumulated);
+  // auto (the default, and written out) and false: no problem whatever the rest.
+  for (const std::string mode : {"", "cuda_graph: auto, ", "cuda_graph: false, "}) {
+    const auto quiet = check(head + "network: {dropout: 0.1}\ntrain: {" + mode +
+                                 "gradient_checkpointing: true, offload_checkpoints: true, dtype: fp16}\n",
+                             card);
+    EXPECT_FALSE(hasKey(quiet, "train.cuda_graph")) << mode << test::dump(quiet);
+  }
   const auto cpu = check(
       "model: {random_weights: true, device: cpu}\ndatasets: [{type: synthetic}]\n"
       "sample: {sample_every: 0}\ntrain: {cuda_graph: true, gradient_checkpointing: false}\n",
-      std::vector<device::DeviceInfo>{gpu(0, 9)});
+      card);
   EXPECT_TRUE(hasProblem(cpu, Severity::Warning, "train.cuda_graph", 4, "on the CPU")) << test::dump(cpu);
-  EXPECT_FALSE(std::any_of(cpu.begin(), cpu.end(), [](const Problem& p) {
-    return p.key == "train.cuda_graph" && p.severity == Severity::Error;
-  })) << test::dump(cpu);
+  EXPECT_EQ(graphErrors(cpu), 0) << test::dump(cpu);
 }
 
 // cuDNN attention on a quantized base failed on the H200 in s20 (non-finite gradients,

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -211,6 +212,46 @@ TEST_P(FamilyConformance, LoraNamesRoundTripInEveryFileForm) {
 }
 
 // A run stopped halfway and resumed ends with the LoRA of a straight run.
+// FamilyRun::microBatchShapeChange (train.cuda_graph: auto graphs only where it is ""):
+// where the family says its micro-batches keep one shape, the micro-batches it draws do;
+// the tiny run (one dataset of one size) says so; a second dataset of another size
+// (twice the resolution and the row length) makes it say why not, except where the
+// family makes the shapes one itself (Llama pads every batch with cuda_graph: true).
+TEST_P(FamilyConformance, MicroBatchesKeepTheShapeTheFamilySaysTheyKeep) {
+  auto shapesOf = [](const std::vector<at::Tensor>& batch) {
+    std::vector<std::vector<int64_t>> out;
+    for (const auto& t : batch) out.push_back(t.sizes().vec());
+    return out;
+  };
+  auto check = [&](const config::RunConfig& cfg, const std::string& what) {
+    auto b = buildRun(family(), cfg);
+    const std::string change = b->run().microBatchShapeChange();
+    std::set<std::vector<std::vector<int64_t>>> seen;
+    for (int64_t step = 1; step <= 6; ++step) {
+      b->st->drawStep = step;
+      seen.insert(shapesOf(b->run().microBatch(*b->context, std::max<int64_t>(cfg.train.batchSize, 1), step)));
+    }
+    if (change.empty()) EXPECT_EQ(seen.size(), 1u) << what << ": the family said one shape";
+    return std::make_pair(change, seen.size());
+  };
+  const auto tiny = tinyRun();
+  const auto [tinyChange, tinyShapes] = check(tiny, "the tiny run");
+  EXPECT_EQ(tinyChange, "") << "the tiny run has one dataset of one size";
+  auto two = tinyRun();
+  auto other = two.datasets.front();
+  for (auto& r : other.resolution) r *= 2;
+  other.maxSeqLen *= 2;
+  two.datasets.push_back(other);
+  two.train.cudaGraph = config::CudaGraphMode::Auto;
+  const auto [twoChange, twoShapes] = check(two, "two datasets of two sizes");
+  EXPECT_NE(twoChange, "") << "two sizes, " << twoShapes << " shapes drawn";
+  EXPECT_GT(twoShapes, 1u);
+  two.train.cudaGraph = config::CudaGraphMode::On;
+  const auto [padded, paddedShapes] = check(two, "two sizes with cuda_graph: true");
+  std::cout << "[" << GetParam() << "] two sizes: auto: " << twoChange
+            << "; true: " << (padded.empty() ? "one shape" : padded) << " (" << paddedShapes << " shapes drawn)\n";
+}
+
 TEST_P(FamilyConformance, StopAndResumeEndWhereAStraightRunEnds) {
   const auto cfg = tinyRun();
   ASSERT_GE(cfg.train.steps, 2);

@@ -149,6 +149,44 @@ TEST(CheckpointedRunner, DropoutMasksAreReplayedInBackward) {
     EXPECT_TRUE(test::allClose(actual[i], expected[i], 1e-6, 1e-5)) << "param " << i;
 }
 
+// Where nothing in the blocks draws (no LoRA dropout), the runner neither saves nor
+// restores the random state (a CUDA graph could not record that): the gradients are
+// the plain run's. Told so while a block does draw, the recompute draws masks of its
+// own: the gradients differ, and the generator moves on by the recompute's draws.
+TEST(CheckpointedRunner, LeavesTheRandomStateAloneWhereNothingDraws) {
+  at::manual_seed(0);
+  auto quiet = makeToy(3, 8, 0.0);
+  auto in = toyInput(8, false);
+  CountingRunner plain;
+  const auto expected = gradsOf(quiet, plain, in, 5);
+  CountingRunner inner;
+  train::CheckpointedRunner ckpt(inner, /*offloadInputs=*/false, /*blocksDrawRandom=*/false);
+  const auto actual = gradsOf(quiet, ckpt, in, 5);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(actual[i].equal(expected[i])) << "param " << i;
+  EXPECT_EQ(ckpt.recomputeCount(), 3);
+
+  auto drawing = makeToy(3, 8, 0.3);
+  auto stateAfter = [&](nn::BlockRunner& runner, std::vector<at::Tensor>& grads) {
+    grads = gradsOf(drawing, runner, in, 7);
+    return at::rand({4});  // the generator's next numbers after forward and backward
+  };
+  std::vector<at::Tensor> plainGrads, restoredGrads, freshGrads;
+  CountingRunner a, b, c;
+  const auto afterPlain = stateAfter(a, plainGrads);
+  train::CheckpointedRunner restoring(b);
+  const auto afterRestored = stateAfter(restoring, restoredGrads);
+  train::CheckpointedRunner notRestoring(c, false, /*blocksDrawRandom=*/false);
+  const auto afterFresh = stateAfter(notRestoring, freshGrads);
+  EXPECT_TRUE(afterRestored.equal(afterPlain)) << "the recompute's draws are put back";
+  EXPECT_FALSE(afterFresh.equal(afterPlain)) << "the recompute drew on from the forward's state";
+  bool differ = false;
+  for (size_t i = 0; i < plainGrads.size(); ++i) {
+    EXPECT_TRUE(test::allClose(restoredGrads[i], plainGrads[i], 1e-6, 1e-5)) << "param " << i;
+    differ = differ || !test::allClose(freshGrads[i], plainGrads[i], 1e-6, 1e-5);
+  }
+  EXPECT_TRUE(differ) << "other dropout masks in the recompute";
+}
+
 TEST(CheckpointedRunner, NoGradRunsPlainly) {
   at::manual_seed(0);
   auto toy = makeToy(2, 4, 0.0);

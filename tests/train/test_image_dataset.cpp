@@ -14,6 +14,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "common/Error.h"
 #include "common/Interrupted.h"
@@ -334,6 +335,38 @@ TEST(ImageDataset, RepeatsEventsAndItems) {
   }
   EXPECT_EQ(datasetEvents, 1);
   EXPECT_GE(finalProgress, 2);
+}
+
+// Dataset::oneItemShape (train.cuda_graph: auto): images of several aspect-ratio buckets
+// give items of several shapes and say ""; square images of one bucket give items of one
+// shape and say which.
+TEST(ImageDataset, SaysWhetherItsItemsKeepOneShape) {
+  Folder mixed("mixed");
+  config::DatasetConfig cfg = mixed.config();
+  cfg.cacheLatentsToDisk = false;
+  CountingEncoders enc;
+  ImageDataset several(cfg, 0, enc.make());
+  std::set<std::vector<int64_t>> shapes;
+  for (size_t i = 0; i < several.size(); ++i) shapes.insert(several.item(i).latents.sizes().vec());
+  EXPECT_GT(shapes.size(), 1u);
+  EXPECT_EQ(several.oneItemShape(), "");
+
+  const fs::path squares = fs::temp_directory_path() / "strata_images_squares";
+  fs::remove_all(squares);
+  fs::create_directories(squares);
+  io::writePng(squares / "a.png", gradient(320, 320));
+  io::writePng(squares / "b.png", gradient(300, 300));
+  config::DatasetConfig one = cfg;
+  one.folderPath = squares.string();
+  ImageDataset single(one, 0, enc.make());
+  shapes.clear();
+  for (size_t i = 0; i < single.size(); ++i) shapes.insert(single.item(i).latents.sizes().vec());
+  EXPECT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(single.oneItemShape(), "images of 256x256 px");
+  // Two resolutions: two buckets.
+  one.resolution = {256, 128};
+  EXPECT_EQ(ImageDataset(one, 0, enc.make()).oneItemShape(), "");
+  fs::remove_all(squares);
 }
 
 // ---------------------------------------------------------------- hostile input (issue 32)

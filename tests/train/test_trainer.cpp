@@ -366,39 +366,158 @@ TEST(Trainer, StopFromAnotherThreadKeepsACheckpoint) {
   EXPECT_FALSE(t.running());
 }
 
-// skipSaves (strata-train bench): a finished run and a stopped one write no
-// checkpoint and no export, and make no checkpoints/ or exports/ folder.
-// train.cuda_graph where no graph can be recorded (a CPU run): the run says so once and
-// trains exactly as without the setting.
-TEST(Trainer, CudaGraphOnTheCpuSaysSoAndTrainsAsWithout) {
+// train.cuda_graph where no graph can be recorded (a CPU run): true says so once, auto
+// (the default) says nothing, and both train exactly as false does.
+TEST(Trainer, CudaGraphOnTheCpuSaysSoOnceAndTrainsAsWithout) {
   test::TempDir tmp;
-  auto lossesOf = [&](bool graph, std::vector<std::string>& warnings) {
-    auto cfg = tinyConfig(tmp / (graph ? "graph" : "eager"), 4);
-    cfg.train.gradientCheckpointing = false;
-    cfg.train.cudaGraph = graph;
+  struct Seen {
+    std::vector<double> losses;
+    std::vector<std::string> warnings;
+    std::vector<events::StartedEvent> started;
+  };
+  auto runWith = [&](config::CudaGraphMode mode) {
+    const std::string name = config::enumName(mode);
+    auto cfg = tinyConfig(tmp / name, 4);
+    cfg.train.gradientCheckpointing = true;
+    cfg.train.cudaGraph = mode;
     events::EventBus bus;
     test::EventRecorder rec;
     auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
     Trainer t(cfg, bus);
     EXPECT_EQ(t.run(), RunOutcome::Finished) << rec.text();
-    std::vector<double> losses;
+    Seen seen;
     for (const auto& s : rec.of<events::StepEvent>()) {
       EXPECT_FALSE(s.graphReplayed);
-      losses.push_back(s.loss);
+      seen.losses.push_back(s.loss);
     }
     for (const auto& w : rec.of<events::WarningEvent>())
-      if (w.message.find("train.cuda_graph") != std::string::npos) warnings.push_back(w.message);
-    return losses;
+      if (w.message.find("cuda_graph") != std::string::npos) seen.warnings.push_back(w.message);
+    seen.started = rec.of<events::StartedEvent>();
+    return seen;
   };
-  std::vector<std::string> eagerWarnings, graphWarnings;
-  const auto eager = lossesOf(false, eagerWarnings);
-  const auto graph = lossesOf(true, graphWarnings);
-  EXPECT_TRUE(eagerWarnings.empty());
-  ASSERT_FALSE(graphWarnings.empty());
-  EXPECT_NE(graphWarnings.back().find("the steps run without a CUDA graph"), std::string::npos) << graphWarnings.back();
-  EXPECT_EQ(graph, eager);
+  const Seen off = runWith(config::CudaGraphMode::Off);
+  const Seen on = runWith(config::CudaGraphMode::On);
+  const Seen automatic = runWith(config::CudaGraphMode::Auto);
+  EXPECT_TRUE(off.warnings.empty());
+  ASSERT_EQ(on.warnings.size(), 1u) << "said once";
+  // The validator's words (model.device: cpu), or the trainer's where the validator did not say it.
+  EXPECT_TRUE(on.warnings.front().find("on the CPU") != std::string::npos ||
+              on.warnings.front().find("not on a CUDA card") != std::string::npos)
+      << on.warnings.front();
+  EXPECT_TRUE(automatic.warnings.empty()) << automatic.warnings.front();
+  for (const Seen* s : {&off, &on, &automatic}) {
+    ASSERT_EQ(s->started.size(), 1u);
+    EXPECT_EQ(s->started.front().graphOff, "");
+    EXPECT_NE(s->started.front().setup.find("; eager steps"), std::string::npos) << s->started.front().setup;
+  }
+  EXPECT_EQ(on.losses, off.losses);
+  EXPECT_EQ(automatic.losses, off.losses);
 }
 
+namespace {
+
+config::RunConfig graphConfig(config::CudaGraphMode mode) {
+  config::RunConfig c;
+  c.train.cudaGraph = mode;
+  c.train.gradientCheckpointing = true;
+  return c;
+}
+
+StepGraphSituation oneCard() {
+  StepGraphSituation s;
+  s.cudaBuild = true;
+  s.devices = {c10::Device(c10::kCUDA, 0)};
+  return s;
+}
+
+}  // namespace
+
+// decideStepGraph, case by case: auto records where the graph applies and says why not
+// where it does not (in the run's setup line; nothing on a CPU run), true warns where it
+// cannot apply, false never records.
+TEST(StepGraphDecision, AutoGraphsWhereItAppliesAndSaysWhyNotElsewhere) {
+  using Mode = config::CudaGraphMode;
+  using Say = StepGraphDecision::Say;
+  auto decide = [](const config::RunConfig& c, const StepGraphSituation& s) { return decideStepGraph(c, s); };
+  // Checkpointing without dropout, accumulation: recorded.
+  auto ckpt = graphConfig(Mode::Auto);
+  EXPECT_TRUE(decide(ckpt, oneCard()).record);
+  EXPECT_EQ(decide(ckpt, oneCard()).say, Say::Nothing);
+  auto accumulated = graphConfig(Mode::Auto);
+  accumulated.train.gradientAccumulationSteps = 4;
+  EXPECT_TRUE(decide(accumulated, oneCard()).record);
+  // Checkpointing with dropout: off, with the reason in the setup line; true warns.
+  auto dropout = graphConfig(Mode::Auto);
+  dropout.network.dropout = 0.1;
+  auto d = decide(dropout, oneCard());
+  EXPECT_FALSE(d.record);
+  EXPECT_EQ(d.say, Say::SetupLine);
+  EXPECT_NE(d.why.find("network.dropout 0.1"), std::string::npos) << d.why;
+  dropout.train.cudaGraph = Mode::On;
+  EXPECT_EQ(decide(dropout, oneCard()).say, Say::Warning);
+  dropout.train.gradientCheckpointing = false;  // dropout alone draws on the card: replayed
+  EXPECT_TRUE(decide(dropout, oneCard()).record);
+  // Checkpoint offload: off.
+  auto offload = graphConfig(Mode::Auto);
+  offload.train.offloadCheckpoints = true;
+  d = decide(offload, oneCard());
+  EXPECT_FALSE(d.record);
+  EXPECT_NE(d.why.find("offload_checkpoints"), std::string::npos) << d.why;
+  offload.train.gradientCheckpointing = false;  // offload does nothing without checkpointing
+  EXPECT_TRUE(decide(offload, oneCard()).record);
+  // fp16: off.
+  auto fp16 = graphConfig(Mode::Auto);
+  fp16.train.dtype = config::DType::FP16;
+  d = decide(fp16, oneCard());
+  EXPECT_FALSE(d.record);
+  EXPECT_NE(d.why.find("fp16"), std::string::npos) << d.why;
+  // A split over two cards: off, said; a data-parallel rank has one card.
+  auto split = oneCard();
+  split.devices.push_back(c10::Device(c10::kCUDA, 1));
+  d = decide(ckpt, split);
+  EXPECT_FALSE(d.record);
+  EXPECT_EQ(d.say, Say::SetupLine);
+  EXPECT_NE(d.why.find("split over 2 devices"), std::string::npos) << d.why;
+  // The CPU, a build without CUDA: off without a word; true warns.
+  StepGraphSituation cpu;
+  cpu.cudaBuild = true;
+  cpu.devices = {c10::Device(c10::kCPU)};
+  d = decide(ckpt, cpu);
+  EXPECT_FALSE(d.record);
+  EXPECT_EQ(d.say, Say::Nothing);
+  auto noCuda = oneCard();
+  noCuda.cudaBuild = false;
+  EXPECT_EQ(decide(ckpt, noCuda).say, Say::Nothing);
+  EXPECT_FALSE(decide(ckpt, noCuda).record);
+  EXPECT_EQ(decide(graphConfig(Mode::On), cpu).say, Say::Warning);
+  // Micro-batches that change shape: auto stays off; true records (and drops the graph
+  // at the first other shape).
+  auto buckets = oneCard();
+  buckets.shapeChange = "the datasets' items may differ in shape";
+  d = decide(ckpt, buckets);
+  EXPECT_FALSE(d.record);
+  EXPECT_NE(d.why.find("may differ in shape"), std::string::npos) << d.why;
+  EXPECT_TRUE(decide(graphConfig(Mode::On), buckets).record);
+  // false: never, and silent.
+  d = decide(graphConfig(Mode::Off), oneCard());
+  EXPECT_FALSE(d.record);
+  EXPECT_EQ(d.say, Say::Nothing);
+  EXPECT_EQ(d.why, "");
+}
+
+// The run's setup line names why auto left the graph off, once.
+TEST(StepGraphDecision, TheSetupLineSaysWhyTheGraphIsOff) {
+  config::RunConfig c;
+  const std::string why = "the datasets' items may differ in shape";
+  const std::string line = describeRunSetup(c, true, false, why);
+  EXPECT_NE(line.find("eager steps (no CUDA graph: " + why + ")"), std::string::npos) << line;
+  EXPECT_EQ(line.find(why), line.rfind(why));
+  EXPECT_EQ(describeRunSetup(c, true, false).find("no CUDA graph"), std::string::npos);
+  EXPECT_NE(describeRunSetup(c, true, true).find("the step as a CUDA graph"), std::string::npos);
+}
+
+// skipSaves (strata-train bench): a finished run and a stopped one write no
+// checkpoint and no export, and make no checkpoints/ or exports/ folder.
 TEST(Trainer, SkipSavesWritesNoCheckpointOrExport) {
   test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 3);

@@ -149,6 +149,8 @@ at::Tensor FluxRun::microLoss(train::RunContext& run, const std::vector<at::Tens
   return train::flowMatchingLoss(prediction, batch.at(kTarget));
 }
 
+std::string FluxRun::microBatchShapeChange() const { return diffusion::itemShapeChange(*dataset_); }
+
 train::Sample FluxRun::sample(train::RunContext& run, int64_t step, size_t promptIndex) {
   (void)step;
   const config::RunConfig& cfg = run.config();

@@ -31,6 +31,7 @@ class FluxRun : public train::FamilyRun {
   // [img (noised, packed), txt, pooled, timestep, guidance, imgIds, txtIds, target (packed)]
   std::vector<at::Tensor> microBatch(train::RunContext& run, int64_t batch, int64_t step) override;
   at::Tensor microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) override;
+  std::string microBatchShapeChange() const override;
   train::Sample sample(train::RunContext& run, int64_t step, size_t promptIndex) override;
   void exportLora(train::RunContext& run, config::ExportFormat format, const std::filesystem::path& path, int64_t step,
                   const std::string& runYaml, const std::string& softwareVersion) override;

@@ -244,6 +244,7 @@ class Flux2Run : public train::FamilyRun {
     auto prediction = model_->forward(in, run.runner());  // [B, hw, 4C]
     return train::flowMatchingLoss(prediction, batch.at(kTarget));
   }
+  std::string microBatchShapeChange() const override { return diffusion::itemShapeChange(*dataset_); }
 
   // An images run samples through its VAE with the model's guidance (the validator
   // refuses sampling on synthetic data; a config that got past it is told why).

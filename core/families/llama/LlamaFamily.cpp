@@ -146,11 +146,16 @@ class LlamaRun : public train::FamilyRun {
     if (padId_ < 0 || padId_ >= config_.vocabSize)
       throw ConfigError("model.tokenizer_path: the tokenizer's padding id " + std::to_string(padId_) +
                         " is outside the model's vocab_size " + std::to_string(config_.vocabSize));
-    // train.cuda_graph replays one shape: every batch is padded to the longest row.
+    // train.cuda_graph: true replays one shape: every batch is padded to the longest row.
+    // auto graphs only rows of one length already (microBatchShapeChange): padding
+    // costs compute the graph may not win back.
     padTo_ = 0;
-    if (cfg.train.cudaGraph)
-      for (size_t i = 0; i < data_.size(); ++i)
-        padTo_ = std::max<int64_t>(padTo_, static_cast<int64_t>(data_.row(i).ids.size()));
+    rowLengths_.clear();
+    for (size_t i = 0; i < data_.size(); ++i) {
+      const auto n = static_cast<int64_t>(data_.row(i).ids.size());
+      rowLengths_.insert(n);
+      if (cfg.train.cudaGraph == config::CudaGraphMode::On) padTo_ = std::max(padTo_, n);
+    }
     paddingSide_ = cfg.datasets.empty() ? config::PaddingSide::Right : cfg.datasets.front().paddingSide;
   }
 
@@ -210,6 +215,13 @@ class LlamaRun : public train::FamilyRun {
             train::toDeviceAsync(b.labels, run.placement().headDevice())};
   }
 
+  std::string microBatchShapeChange() const override {
+    if (padTo_ > 0 || rowLengths_.size() <= 1) return "";
+    return "the dataset's rows have " + std::to_string(rowLengths_.size()) + " different lengths (" +
+           std::to_string(*rowLengths_.begin()) + " to " + std::to_string(*rowLengths_.rbegin()) +
+           " tokens; cuda_graph: true pads every batch to the longest)";
+  }
+
   at::Tensor microLoss(train::RunContext& run, const std::vector<at::Tensor>& batch) override {
     llama::LlamaInputs in;
     in.inputIds = batch.at(0);
@@ -265,7 +277,8 @@ class LlamaRun : public train::FamilyRun {
   std::unique_ptr<LlamaLoraRules> rules_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
   int64_t padId_ = 0;
-  int64_t padTo_ = 0;  // the length every batch is padded to at least (train.cuda_graph)
+  int64_t padTo_ = 0;             // the length every batch is padded to at least (train.cuda_graph: true)
+  std::set<int64_t> rowLengths_;  // the dataset's row lengths (train.cuda_graph: auto)
   std::optional<int> eos_;
   config::PaddingSide paddingSide_ = config::PaddingSide::Right;
   LmDataset data_;
