@@ -127,67 +127,62 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
     if (p.grad().defined()) throw Error("a trained tensor already has a gradient; the graph would add to it");
 
   const c10::cuda::CUDAGuard onDevice(device);
-  // The recorded inputs, and the gradients the recorded backward adds into: regular
-  // allocations, outside the graph's pool.
+  // The recorded inputs: regular allocations, outside the graph's pool.
   for (const auto& t : batch) impl_->inputs.push_back(t.clone());
-  std::vector<at::Tensor> grads;
-  grads.reserve(params.size());
-  for (const auto& p : params) {
-    grads.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
-    p.mutable_grad() = grads.back();
-  }
-  // Which trained tensors the backward reaches (host-side hooks, run while it records):
-  // the others keep no gradient, as after an eager backward.
-  std::vector<char> reached(params.size(), 0);
-  std::vector<unsigned> hooks;
-  hooks.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    hooks.push_back(params[i].register_hook([&reached, i](const at::Tensor&) { reached[i] = 1; }));
-  auto removeHooks = [&] {
-    for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
-    hooks.clear();
-  };
-  // Recording starts from a quiet card, and with the eager steps' cached memory
-  // returned: the graph's pool does not then sit beside it.
-  c10::cuda::device_synchronize();
-  c10::cuda::CUDACachingAllocator::emptyCache();
-
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  {
+  std::vector<at::Tensor> grads;
+  std::vector<char> reached(params.size(), 0);
+  std::vector<unsigned> hooks;
+  bool capturing = false;
+  try {
+    // The gradients the recorded backward adds into: regular allocations too, on the
+    // stream the replays run on.
+    grads.reserve(params.size());
+    for (const auto& p : params) {
+      grads.push_back(at::zeros_like(p));  // the layout of p, as the eager backward gives it
+      p.mutable_grad() = grads.back();
+    }
+    // Which trained tensors the backward reaches (host-side hooks, run while it records):
+    // the others keep no gradient, as after an eager backward.
+    hooks.reserve(params.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      hooks.push_back(params[i].register_hook([&reached, i](const at::Tensor&) { reached[i] = 1; }));
+    // Recording starts from a quiet card, and with the eager steps' cached memory
+    // returned: the graph's pool does not then sit beside it.
+    c10::cuda::device_synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
     // The capture begins and ends on the side stream (the default stream cannot record).
     const c10::cuda::CUDAStreamGuard onSide(side);
-    bool capturing = false;
-    try {
-      // Thread-local: another thread's CUDA calls (the app's memory readout) do not
-      // spoil the recording; the backward's own thread records onto the same stream.
-      graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-      capturing = true;
-      at::Tensor loss = lossFn(impl_->inputs);
-      if (!loss.defined() || loss.numel() != 1) throw Error("the micro-batch's loss is not one value");
-      // As the eager step: the backward of loss / micro-batches, added into the gradients.
-      (loss / lossDivisor).backward();
-      impl_->loss = loss.detach();
-      capturing = false;
-      graph->capture_end();
-    } catch (const std::exception& e) {
-      std::string why = e.what();
-      why = why.substr(0, why.find('\n'));
-      if (capturing) try {
-          graph->capture_end();  // ends the capture (an invalidated one reports its error again)
-        } catch (...) {
-        }
-      (void)cudaGetLastError();  // a capture error is not sticky; clear it for the next launch
-      removeHooks();
-      for (const auto& p : params) p.mutable_grad().reset();
-      impl_->loss.reset();
-      impl_->inputs.clear();
-      graph.reset();
-      c10::cuda::CUDACachingAllocator::emptyCache();
-      throw Error("recording the step as a CUDA graph failed: " + why);
-    }
+    // Thread-local: another thread's CUDA calls (the app's memory readout) do not
+    // spoil the recording; the backward's own thread records onto the same stream.
+    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    capturing = true;
+    at::Tensor loss = lossFn(impl_->inputs);
+    if (!loss.defined() || loss.numel() != 1) throw Error("the micro-batch's loss is not one value");
+    // As the eager step: the backward of loss / micro-batches, added into the gradients.
+    (loss / lossDivisor).backward();
+    impl_->loss = loss.detach();
+    capturing = false;
+    graph->capture_end();
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    if (capturing) try {
+        const c10::cuda::CUDAStreamGuard onSide(side);  // a capture ends on the stream it began on
+        graph->capture_end();                           // ends the capture (an invalidated one reports its error again)
+      } catch (...) {
+      }
+    (void)cudaGetLastError();  // a capture error is not sticky; clear it for the next launch
+    for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
+    for (const auto& p : params) p.mutable_grad().reset();
+    impl_->loss.reset();
+    impl_->inputs.clear();
+    graph.reset();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    throw Error("recording the step as a CUDA graph failed: " + why);
   }
-  removeHooks();
+  for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
   impl_->graph = std::move(graph);
   for (size_t i = 0; i < params.size(); ++i) {
     if (!reached[i]) grads[i].reset();
