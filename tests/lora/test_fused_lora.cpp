@@ -17,6 +17,7 @@
 #include "common/FusedPaths.h"
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
+#include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
 #include "LoraTestSupport.h"
 #include "models/flux/FluxCheckpoint.h"
@@ -438,5 +439,66 @@ TEST(FusedLora, EveryFluxFixtureTrainsTheSameWithTheFusedPaths) {
                                    flux::FluxLoraRules(cfg));
     randomizeUps(*net);
     expectSameTraining(model, in, *net, 2e-5, dir.filename().string());
+  }
+}
+
+// The tiny FLUX with each double block's q, k, v weights in one tensor per stream (as
+// FluxRun does once the model is placed: nn::shareSiblingWeightRows): the base projections
+// run as one GEMM each way (a SharedRowsMatmul per stream and block), and the loss and
+// every LoRA gradient equal those of the separate weights and of the fused paths off
+// (float32, 2e-5); the exported LoRA file has the same keys and tensors.
+TEST(FusedLora, TinyFluxWithSharedQkvRowsTrainsTheSame) {
+  TinyFlux f;
+  auto net = adaptedTinyFlux(f, false, config(4, 4, {}));
+  at::manual_seed(13);
+  const auto target = at::randn({2, 4, f.cfg.outChannels});
+  strata::test::TempDir dir;
+  auto exported = [&](const std::string& name) {
+    LoraExportOptions o;
+    o.format = LoraFileFormat::Diffusers;
+    writeLoraFile(dir / name, *net, f.rules, o);
+    return io::loadSafetensors(dir / name);
+  };
+  const auto separate = lossAndGrads(*f.model, f.inputs, target, *net);
+  const auto fileBefore = exported("before.safetensors");
+  EXPECT_EQ(nn::shareSiblingWeightRows(f.model->blockList()), 2 * f.cfg.numLayers);
+  auto* block = dynamic_cast<flux::FluxDoubleBlock*>(f.model->block(0).get());
+  ASSERT_NE(block, nullptr);
+  EXPECT_TRUE(nn::sharesWeightRows(block->attn.imgQkv.linears()));
+  EXPECT_TRUE(nn::sharesWeightRows(block->attn.txtQkv.linears()));
+  {
+    const auto out = f.model->forward(f.inputs);
+    EXPECT_EQ(strata::test::countGraphNodes(out, "SharedRowsMatmul"), 2 * f.cfg.numLayers);
+  }
+  {
+    // The LoRA ups add into the GEMM's parts in place (one sibling node): still one result.
+    const auto x = at::randn({2, 5, f.cfg.hiddenSize()}).requires_grad_(true);
+    const auto out = nn::forwardSiblings(block->attn.imgQkv.linears(), x);
+    for (const auto& o : out) EXPECT_EQ(o.storage().unsafeGetStorageImpl(), out[0].storage().unsafeGetStorageImpl());
+    EXPECT_EQ(strata::test::countGraphNodes(out[0], "LoraSiblingsAdd"), 1);
+  }
+  const auto shared = lossAndGrads(*f.model, f.inputs, target, *net);
+  std::pair<double, std::vector<at::Tensor>> off;
+  {
+    FusedPathsAs fusedOff(false);
+    off = lossAndGrads(*f.model, f.inputs, target, *net);
+  }
+  double worst = 0;
+  for (const auto* other : std::vector<const std::pair<double, std::vector<at::Tensor>>*>{&separate, &off}) {
+    EXPECT_LE(std::abs(shared.first - other->first) / other->first, 2e-5);
+    ASSERT_EQ(shared.second.size(), other->second.size());
+    for (size_t i = 0; i < shared.second.size(); ++i) {
+      worst = std::max(worst, relL2(shared.second[i], other->second[i]));
+      EXPECT_LE(relL2(shared.second[i], other->second[i]), 2e-5)
+          << net->adapters()[i / 2]->hostPath() << (i % 2 ? " up" : " down");
+    }
+  }
+  std::printf("[fused lora] shared q/k/v rows: loss %.8g shared / %.8g separate, worst LoRA gradient rel L2 %.3g\n",
+              shared.first, separate.first, worst);
+  const auto fileAfter = exported("after.safetensors");
+  ASSERT_EQ(fileAfter.size(), fileBefore.size());
+  for (const auto& [key, t] : fileBefore) {
+    ASSERT_TRUE(fileAfter.count(key)) << key;
+    EXPECT_TRUE(allClose(fileAfter.at(key), t, 0, 0)) << key;
   }
 }

@@ -229,3 +229,191 @@ TEST(FusedPaths, ForwardSiblingsWithoutFusionIsEachForward) {
   EXPECT_THROW(forwardSiblings({q.get(), k.get()}, at::randn({2, 15})), Error);
   EXPECT_THROW(forwardSiblings({q.get(), nullptr}, x), Error);
 }
+
+namespace {
+
+// q, k, v of widths 8, 8, 4 over 16 inputs (biases or not), frozen, each with a TinyAdapter.
+struct Siblings {
+  Linear q, k, v;
+  std::vector<std::shared_ptr<TinyAdapter>> adapters;
+  explicit Siblings(bool bias) : q(16, 8, bias), k(16, 8, bias), v(16, 4, bias) {
+    for (auto* l : linears()) {
+      for (auto& p : l->parameters()) p.requires_grad_(false);
+      adapters.push_back(std::make_shared<TinyAdapter>(16, l->outFeatures(), 2));
+      l->addAdapter(adapters.back());
+    }
+  }
+  std::vector<LinearImpl*> linears() { return {q.get(), k.get(), v.get()}; }
+};
+
+// forwardSiblings with fixed output gradients, backward: {outputs..., x's gradient, each
+// adapter's down and up gradients}. `node`: whether the one-GEMM node is in q's graph.
+std::vector<at::Tensor> siblingsStep(Siblings& s, const at::Tensor& x0, bool* node = nullptr) {
+  const auto x = x0.clone().requires_grad_(true);
+  const auto out = forwardSiblings(s.linears(), x);
+  if (node) *node = strata::test::countGraphNodes(out[0], "SharedRowsMatmul") == 1;
+  at::manual_seed(17);
+  at::Tensor loss = at::zeros({});
+  for (const auto& o : out) loss = loss + (o * at::randn(o.sizes())).sum();
+  loss.backward();
+  std::vector<at::Tensor> r;
+  for (const auto& o : out) r.push_back(o.detach());
+  r.push_back(x.grad());
+  for (const auto& a : s.adapters) {
+    r.push_back(a->down.grad().clone());
+    r.push_back(a->up.grad().clone());
+    a->down.mutable_grad() = at::Tensor();
+    a->up.mutable_grad() = at::Tensor();
+  }
+  return r;
+}
+
+}  // namespace
+
+// shareWeightRows puts q, k, v's weights and biases in one tensor: the same parameter
+// objects, values and names, each a block of its rows in order; the old storages freed.
+// forwardSiblings then multiplies x once (one node, the outputs aliasing one result) and
+// gives each Linear's output, x's gradient and every adapter's gradients as three GEMMs
+// do (float32, 1e-6), with and without biases.
+TEST(SharedWeightRows, OneGemmEachWayEqualsThreeLinears) {
+  for (const bool bias : {true, false}) {
+    at::manual_seed(3);
+    Siblings s(bias);
+    const auto x = at::randn({2, 3, 16});
+    bool node = true;
+    const auto ref = siblingsStep(s, x, &node);
+    EXPECT_FALSE(node);
+    std::vector<at::Tensor> before;
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> oldStorages;
+    std::vector<const c10::TensorImpl*> impls;
+    for (auto* l : s.linears())
+      for (const auto& p : l->named_parameters()) {
+        before.push_back(p.value().clone());
+        oldStorages.push_back(weakStorage(p.value()));
+        impls.push_back(p.value().unsafeGetTensorImpl());
+      }
+    EXPECT_FALSE(sharesWeightRows(s.linears()));
+    ASSERT_TRUE(shareWeightRows(s.linears()));
+    EXPECT_TRUE(sharesWeightRows(s.linears()));
+    EXPECT_TRUE(shareWeightRows(s.linears()));  // already shared: nothing to do
+    size_t i = 0;
+    for (auto* l : s.linears()) {
+      EXPECT_EQ(l->named_parameters().keys(),
+                (bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"}));
+      for (const auto& p : l->named_parameters()) {
+        EXPECT_EQ(p.value().unsafeGetTensorImpl(), impls[i]) << p.key();
+        EXPECT_TRUE(allClose(p.value(), before[i], 0, 0)) << p.key();
+        EXPECT_TRUE(oldStorages[i].expired()) << p.key() << ": its old storage is still held";
+        EXPECT_FALSE(p.value().is_view());
+        ++i;
+      }
+    }
+    EXPECT_EQ(s.k->weight.storage_offset(), 8 * 16);
+    EXPECT_EQ(s.v->weight.storage_offset(), 16 * 16);
+    const auto got = siblingsStep(s, x, &node);
+    EXPECT_TRUE(node) << "q, k, v were not one GEMM";
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t j = 0; j < got.size(); ++j)
+      EXPECT_LE(strata::test::relL2(got[j], ref[j]), 1e-6) << (bias ? "bias " : "") << "result " << j;
+    // Without autograd (inference) and without adapters: the same values, the outputs parts
+    // of one result.
+    at::NoGradGuard noGrad;
+    for (auto* l : s.linears()) l->removeAdapter(l->adapters().at(0).get());
+    const auto plain = forwardSiblings(s.linears(), x);
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(plain[j].storage().unsafeGetStorageImpl(), plain[0].storage().unsafeGetStorageImpl()) << j;
+      EXPECT_LE(strata::test::relL2(plain[j], s.linears()[j]->forwardBase(x)), 1e-6) << j;
+    }
+  }
+}
+
+// A gradient that reaches only some of the outputs (v unused) still gives x's.
+TEST(SharedWeightRows, AnUnusedOutputGetsNoGradientAndXsIsRight) {
+  at::manual_seed(4);
+  Siblings s(true);
+  const auto x0 = at::randn({3, 16});
+  at::Tensor gx[2];
+  for (const bool shared : {false, true}) {
+    if (shared) ASSERT_TRUE(shareWeightRows(s.linears()));
+    const auto x = x0.clone().requires_grad_(true);
+    const auto out = forwardSiblings(s.linears(), x);
+    (out[0].sum() + 2 * out[1].sum()).backward();
+    gx[shared] = x.grad();
+  }
+  EXPECT_LE(strata::test::relL2(gx[1], gx[0]), 1e-6);
+}
+
+// Fallbacks: the fused paths off, a Linear quantized or moved to another dtype after the
+// sharing (it has its own storage again; the others still share), or Linears that cannot share (a weight that trains,
+// another input width, a quantized one) give each Linear's own forward, and shareWeightRows
+// refuses the last ones without changing anything.
+TEST(SharedWeightRows, FallsBackWhereTheRowsAreNotShared) {
+  at::manual_seed(6);
+  const auto x = at::randn({2, 3, 16});
+  auto expectEachForward = [&](Siblings& s, const std::string& what, bool qkShared = false) {
+    bool node = !qkShared;
+    const auto got = siblingsStep(s, x, &node);
+    EXPECT_EQ(node, qkShared) << what;
+    auto ls = s.linears();
+    for (size_t j = 0; j < 3; ++j) EXPECT_LE(strata::test::relL2(got[j], ls[j]->forward(x)), 1e-6) << what << " " << j;
+  };
+  {
+    Siblings s(true);
+    ASSERT_TRUE(shareWeightRows(s.linears()));
+    FusedPathsAs off(false);
+    expectEachForward(s, "fused paths off");
+  }
+  {
+    Siblings s(true);
+    ASSERT_TRUE(shareWeightRows(s.linears()));
+    s.k->quantize(QuantType::Int8);
+    EXPECT_FALSE(sharesWeightRows(s.linears()));
+    expectEachForward(s, "k quantized");
+  }
+  {
+    Siblings s(false);
+    ASSERT_TRUE(shareWeightRows(s.linears()));
+    s.v->to(at::kDouble);
+    s.v->to(at::kFloat);
+    EXPECT_FALSE(sharesWeightRows(s.linears()));
+    EXPECT_TRUE(sharesWeightRows({s.q.get(), s.k.get()}));
+    expectEachForward(s, "v moved and back (q, k still one GEMM)", true);
+  }
+  {
+    Siblings s(true);
+    s.q->weight.requires_grad_(true);
+    const auto storage = s.q->weight.storage().unsafeGetStorageImpl();
+    EXPECT_FALSE(shareWeightRows(s.linears()));
+    EXPECT_EQ(s.q->weight.storage().unsafeGetStorageImpl(), storage);
+  }
+  {
+    Siblings s(true);
+    Linear wide(17, 8);
+    for (auto& p : wide->parameters()) p.requires_grad_(false);
+    EXPECT_FALSE(shareWeightRows({s.q.get(), wide.get()}));
+    s.v->quantize(QuantType::Int8);
+    EXPECT_FALSE(shareWeightRows(s.linears()));
+    EXPECT_TRUE(shareWeightRows({s.q.get(), s.k.get()}));  // the two float ones may
+    EXPECT_FALSE(shareWeightRows({s.q.get()}));
+  }
+}
+
+// A load writes a shared weight in place (DitCheckpoint's copy_): the one GEMM reads the
+// new values, as each Linear's own forward does.
+TEST(SharedWeightRows, ALoadsCopyLandsInTheSharedTensor) {
+  at::manual_seed(8);
+  Siblings s(true);
+  ASSERT_TRUE(shareWeightRows(s.linears()));
+  {
+    at::NoGradGuard noGrad;
+    s.k->weight.copy_(at::randn({8, 16}));
+    s.v->bias.copy_(at::randn({4}));
+  }
+  EXPECT_TRUE(sharesWeightRows(s.linears()));
+  const auto x = at::randn({2, 3, 16});
+  bool node = false;
+  const auto got = siblingsStep(s, x, &node);
+  EXPECT_TRUE(node);
+  auto ls = s.linears();
+  for (size_t j = 0; j < 3; ++j) EXPECT_LE(strata::test::relL2(got[j], ls[j]->forward(x)), 1e-6) << j;
+}

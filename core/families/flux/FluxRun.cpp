@@ -14,6 +14,7 @@
 #include "families/flux/FluxPlanning.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
+#include "nn/Linear.h"
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "train/FlowMatching.h"
@@ -97,6 +98,9 @@ train::PlacedModel FluxRun::buildAndPlace(train::RunContext& run) {
   if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
   if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
   placed.placement->apply();
+  // Every weight is where it stays: each double block's q, k, v weights into one tensor, so
+  // their projections are one GEMM each way (nn::shareWeightRows; a quantized base keeps its own).
+  if (qtype == nn::QuantType::None) nn::shareSiblingWeightRows(model_->blockList());
   if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
   rules_ = std::make_unique<flux::FluxLoraRules>(config_);
   return placed;

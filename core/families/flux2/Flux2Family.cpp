@@ -19,6 +19,7 @@
 #include "models/flux2/Flux2LoraRules.h"
 #include "models/flux2/Flux2Sampling.h"
 #include "models/flux2/Flux2Transformer.h"
+#include "nn/Linear.h"
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "placement/Planner.h"
@@ -197,6 +198,9 @@ class Flux2Run : public train::FamilyRun {
     if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
     if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
     placed.placement->apply();
+    // Every weight is where it stays: each double block's q, k, v weights into one tensor, so
+    // their projections are one GEMM each way (nn::shareWeightRows; a quantized base keeps its own).
+    if (qtype == nn::QuantType::None) nn::shareSiblingWeightRows(model_->blockList());
     if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
     rules_ = std::make_unique<flux2::Flux2LoraRules>(config_);
     return placed;
