@@ -868,6 +868,13 @@ void Trainer::samples(State& st, int64_t step) {
     bus_.publish(events::WarningEvent{"samples at step " + std::to_string(step) + " skipped: " + why, step});
     return;
   }
+  // A recorded step graph keeps the step's activations reserved; the plan counts the
+  // sampler's memory beside the model, not beside them. So the graph is given back
+  // first and the step recorded again after two eager steps (StepGraph::reset).
+  if (st.graph && st.graph->recorded()) {
+    st.graph->reset();
+    st.stepsBeforeGraph = 0;
+  }
   at::NoGradGuard noGrad;
   const SamplingWeights sampling(*st.network, st.ema.get());
   for (size_t i = 0; i < cfg_.sample.prompts.size(); ++i) {
