@@ -461,7 +461,9 @@ TEST(FusedLora, TinyFluxWithSharedQkvRowsTrainsTheSame) {
   };
   const auto separate = lossAndGrads(*f.model, f.inputs, target, *net);
   const auto fileBefore = exported("before.safetensors");
+  const auto sampledBefore = f.forward();  // without autograd, as samples are drawn
   EXPECT_EQ(nn::shareSiblingWeightRows(f.model->blockList()), 2 * f.cfg.numLayers);
+  EXPECT_LE(relL2(f.forward(), sampledBefore), 2e-5) << "without autograd";
   auto* block = dynamic_cast<flux::FluxDoubleBlock*>(f.model->block(0).get());
   ASSERT_NE(block, nullptr);
   EXPECT_TRUE(nn::sharesWeightRows(block->attn.imgQkv.linears()));
@@ -501,4 +503,44 @@ TEST(FusedLora, TinyFluxWithSharedQkvRowsTrainsTheSame) {
     ASSERT_TRUE(fileAfter.count(key)) << key;
     EXPECT_TRUE(allClose(fileAfter.at(key), t, 0, 0)) << key;
   }
+}
+
+// Many steps: two tiny FLUX models from one seed, one with shared q/k/v rows, the same
+// LoRA trained by plain SGD towards one target; the losses fall and stay together, and so
+// do the adapters (float32: the sums' order differs, nothing else).
+TEST(FusedLora, TinyFluxWithSharedQkvRowsStaysOnTheSameTrajectory) {
+  TinyFlux a, b;
+  auto netA = adaptedTinyFlux(a, false, config(4, 4, {}));
+  auto netB = adaptedTinyFlux(b, false, config(4, 4, {}));
+  {
+    at::NoGradGuard g;
+    for (size_t i = 0; i < netA->adapters().size(); ++i) {
+      netB->adapters()[i]->down.copy_(netA->adapters()[i]->down);
+      netB->adapters()[i]->up.copy_(netA->adapters()[i]->up);
+    }
+  }
+  EXPECT_EQ(nn::shareSiblingWeightRows(b.model->blockList()), 2 * b.cfg.numLayers);
+  at::manual_seed(31);
+  const auto target = at::randn({2, 4, a.cfg.outChannels});
+  double first = 0, lossA = 0, lossB = 0;
+  for (int step = 0; step < 20; ++step) {
+    for (auto* side : {&a, &b}) {
+      auto& net = side == &a ? *netA : *netB;
+      const auto loss = (side->model->forward(side->inputs) - target).pow(2).mean();
+      loss.backward();
+      (side == &a ? lossA : lossB) = loss.item<double>();
+      at::NoGradGuard g;
+      for (const auto& ad : net.adapters()) {
+        ad->down.sub_(ad->down.grad() * 5.0);
+        ad->up.sub_(ad->up.grad() * 5.0);
+      }
+      clearGrads(net);
+    }
+    if (step == 0) first = lossA;
+  }
+  std::printf("[fused lora] 20 SGD steps: loss %.8g -> %.8g separate / %.8g shared\n", first, lossA, lossB);
+  EXPECT_LT(lossA, 0.9 * first) << "the LoRA did not learn: the comparison says little";
+  EXPECT_LE(std::abs(lossA - lossB) / lossA, 1e-4);
+  for (size_t i = 0; i < netA->adapters().size(); ++i)
+    EXPECT_LE(relL2(netB->adapters()[i]->up, netA->adapters()[i]->up), 1e-4) << netA->adapters()[i]->hostPath();
 }
