@@ -66,6 +66,7 @@ struct Pass {
   std::vector<double> stepMs;  // forward + backward of the block, per round
   at::Tensor out;              // the block's image and text outputs, flattened, float32
   at::Tensor grads;            // the block inputs' and every LoRA gradient, flattened, float32
+  size_t gradCount = 0;        // how many tensors went into grads
 };
 
 // One forward + backward of the double block on `in` (its img and txt made leaves that need
@@ -95,9 +96,11 @@ void step(Side& s, const nn::BlockIO& in0, const at::Tensor& gImg, const at::Ten
   p.out = at::cat({out.img.detach().flatten(), out.txt.detach().flatten()}).to(at::kFloat);
   std::vector<at::Tensor> g{in.img.grad().flatten().to(at::kFloat), in.txt.grad().flatten().to(at::kFloat)};
   for (const auto& a : s.net->adapters()) {
+    if (!a->down.grad().defined()) continue;  // the single block's adapters: only block 0 runs
     g.push_back(a->down.grad().flatten().to(at::kFloat));
     g.push_back(a->up.grad().flatten().to(at::kFloat));
   }
+  p.gradCount = g.size();
   p.grads = at::cat(g);
 }
 
@@ -157,6 +160,8 @@ TEST(SharedRowsGpu, FluxDevDoubleBlockQkvAsOneGemmAt1024) {
   EXPECT_LT(relL2(b.out, a.out), 1e-2);
   EXPECT_LT(relGrads, 3e-2);  // bf16 rounding of one GEMM against three and their sum
   EXPECT_GT(a.grads.abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(a.gradCount, b.gradCount);
+  EXPECT_EQ(a.gradCount, 2u + 2u * 10u);  // the two inputs, then down and up of the double block's 10 adapters
   separate = {};
   shared = {};
   train::releaseDeviceCaches();

@@ -188,7 +188,10 @@ TEST(StepGraphGpu, ReplayedFluxStepsTrainAsTheEagerOnes) {
   ASSERT_EQ(eager.outcome, RunOutcome::Finished) << joined(eager.failures);
   ASSERT_EQ(graph.outcome, RunOutcome::Finished) << joined(graph.failures) << joined(graph.warnings);
   ASSERT_EQ(graph.steps.size(), 8u);
-  for (const auto& s : graph.steps) EXPECT_EQ(s.graphReplayed, s.step >= 3) << "step " << s.step;
+  // Steps 1-2 eager, 3 recorded, 4 replayed; the samples after step 4 take the graph's memory
+  // back (Trainer::samples), so 5-6 are eager again, 7 is recorded anew and 8 replayed.
+  for (const auto& s : graph.steps)
+    EXPECT_EQ(s.graphReplayed, s.step >= 3 && s.step != 5 && s.step != 6) << "step " << s.step;
   for (const auto& s : eager.steps) EXPECT_FALSE(s.graphReplayed);
   for (const auto& w : graph.warnings) EXPECT_EQ(w.find("cuda_graph"), std::string::npos) << w;
   const double diff = largestDifference(eager, graph);
