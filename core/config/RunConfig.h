@@ -40,9 +40,10 @@ enum class DatasetType { Images, Latents, Synthetic, Shapes, Jsonl };  // images
 enum class ExportFormat { Diffusers, Kohya, Comfy, Peft };             // diffusers | kohya | comfy | peft (a folder)
 enum class PaddingSide { Right, Left };                                // right | left
 enum class AttentionBackend { Auto, Cudnn, Flash };                    // auto | cudnn | flash
-enum class CudaGraphMode { Auto, On, Off };                            // auto | true | false
-// train.gradient_checkpointing as written: auto lets the plan decide (TrainConfig).
-enum class Checkpointing { Auto, On, Off };  // auto | true | false
+// A switch that was a bool and may now be left to the run: auto | true | false.
+enum class AutoSwitch { Auto, On, Off };
+using CudaGraphMode = AutoSwitch;  // train.cuda_graph
+using Checkpointing = AutoSwitch;  // train.gradient_checkpointing as written (auto: the plan decides)
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -87,24 +88,15 @@ STRATA_ENUM_NAMES(ExportFormat, 4, {ExportFormat::Diffusers, "diffusers", false}
 STRATA_ENUM_NAMES(PaddingSide, 2, {PaddingSide::Right, "right", false}, {PaddingSide::Left, "left", false});
 STRATA_ENUM_NAMES(AttentionBackend, 3, {AttentionBackend::Auto, "auto", false},
                   {AttentionBackend::Cudnn, "cudnn", false}, {AttentionBackend::Flash, "flash", false});
-// train.cuda_graph was a bool: the YAML 1.1 spellings of true and false read as before.
-STRATA_ENUM_NAMES(CudaGraphMode, 19, {CudaGraphMode::Auto, "auto", false}, {CudaGraphMode::On, "true", false},
-                  {CudaGraphMode::Off, "false", false}, {CudaGraphMode::On, "True", true},
-                  {CudaGraphMode::On, "TRUE", true}, {CudaGraphMode::On, "yes", true}, {CudaGraphMode::On, "Yes", true},
-                  {CudaGraphMode::On, "YES", true}, {CudaGraphMode::On, "on", true}, {CudaGraphMode::On, "On", true},
-                  {CudaGraphMode::On, "ON", true}, {CudaGraphMode::Off, "False", true},
-                  {CudaGraphMode::Off, "FALSE", true}, {CudaGraphMode::Off, "no", true},
-                  {CudaGraphMode::Off, "No", true}, {CudaGraphMode::Off, "NO", true}, {CudaGraphMode::Off, "off", true},
-                  {CudaGraphMode::Off, "Off", true}, {CudaGraphMode::Off, "OFF", true});
-// train.gradient_checkpointing was a bool too: the same spellings.
-STRATA_ENUM_NAMES(Checkpointing, 19, {Checkpointing::Auto, "auto", false}, {Checkpointing::On, "true", false},
-                  {Checkpointing::Off, "false", false}, {Checkpointing::On, "True", true},
-                  {Checkpointing::On, "TRUE", true}, {Checkpointing::On, "yes", true}, {Checkpointing::On, "Yes", true},
-                  {Checkpointing::On, "YES", true}, {Checkpointing::On, "on", true}, {Checkpointing::On, "On", true},
-                  {Checkpointing::On, "ON", true}, {Checkpointing::Off, "False", true},
-                  {Checkpointing::Off, "FALSE", true}, {Checkpointing::Off, "no", true},
-                  {Checkpointing::Off, "No", true}, {Checkpointing::Off, "NO", true}, {Checkpointing::Off, "off", true},
-                  {Checkpointing::Off, "Off", true}, {Checkpointing::Off, "OFF", true});
+// train.cuda_graph and train.gradient_checkpointing were bools: the YAML 1.1 spellings
+// of true and false read as before.
+STRATA_ENUM_NAMES(AutoSwitch, 19, {AutoSwitch::Auto, "auto", false}, {AutoSwitch::On, "true", false},
+                  {AutoSwitch::Off, "false", false}, {AutoSwitch::On, "True", true}, {AutoSwitch::On, "TRUE", true},
+                  {AutoSwitch::On, "yes", true}, {AutoSwitch::On, "Yes", true}, {AutoSwitch::On, "YES", true},
+                  {AutoSwitch::On, "on", true}, {AutoSwitch::On, "On", true}, {AutoSwitch::On, "ON", true},
+                  {AutoSwitch::Off, "False", true}, {AutoSwitch::Off, "FALSE", true}, {AutoSwitch::Off, "no", true},
+                  {AutoSwitch::Off, "No", true}, {AutoSwitch::Off, "NO", true}, {AutoSwitch::Off, "off", true},
+                  {AutoSwitch::Off, "Off", true}, {AutoSwitch::Off, "OFF", true});
 
 #undef STRATA_ENUM_NAMES
 

@@ -146,8 +146,8 @@ std::map<std::string, at::Tensor> stateOf(torch::nn::Module& model) {
 
 }  // namespace
 
-// Each double block's image and text q, k, v weights put in one tensor (as Flux2Family does
-// once the model is placed: nn::shareSiblingWeightRows): the base projections run as one
+// Each double block's image and text q, k, v weights put in one tensor
+// (nn::shareSiblingWeightRows; runs do not use it, docs/speed.md s37): the base projections run as one
 // GEMM each way (one SharedRowsMatmul per stream and block; none with the fused paths off),
 // the LoRA siblings still fuse, and the loss and every LoRA gradient equal those of the
 // separate weights (float32, kFusedRelTol). The state dict keeps its keys and values. An

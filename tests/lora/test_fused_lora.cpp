@@ -442,8 +442,8 @@ TEST(FusedLora, EveryFluxFixtureTrainsTheSameWithTheFusedPaths) {
   }
 }
 
-// The tiny FLUX with each double block's q, k, v weights in one tensor per stream (as
-// FluxRun does once the model is placed: nn::shareSiblingWeightRows): the base projections
+// The tiny FLUX with each double block's q, k, v weights in one tensor per stream
+// (nn::shareSiblingWeightRows; runs do not use it, docs/speed.md s37): the base projections
 // run as one GEMM each way (a SharedRowsMatmul per stream and block), and the loss and
 // every LoRA gradient equal those of the separate weights and of the fused paths off
 // (float32, 2e-5); the exported LoRA file has the same keys and tensors.
