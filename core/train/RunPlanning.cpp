@@ -19,16 +19,14 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     off.train.gradientCheckpointing = false;
     PreparedRun run = prepareRun(off, inventory, options);
     if (run.ok() && planRefusal(run).empty()) {
-      run.checkpointingNote =
-          "gradient checkpointing off (train.gradient_checkpointing: auto): the plan fits without it";
+      run.checkpointingNote = "train.gradient_checkpointing: auto, off: the plan fits without it";
       return run;
     }
     config::RunConfig on = off;
     on.train.gradientCheckpointing = true;
     PreparedRun with = prepareRun(on, inventory, options);
     if (with.ok() && run.ok())
-      with.checkpointingNote =
-          "gradient checkpointing on (train.gradient_checkpointing: auto): without it " + planRefusal(run);
+      with.checkpointingNote = "train.gradient_checkpointing: auto, on: without it " + planRefusal(run);
     return with;
   }
   PreparedRun run;
