@@ -236,8 +236,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       AttentionDecision made = probeAttention(q, k, v);
       cudnn = made.cudnn;
       lock.lock();
-      d.cudnnByShape.emplace(key, cudnn);
-      d.made.push_back(std::move(made));
+      // Another thread may have timed the same shape meanwhile: one decision, said once.
+      if (d.cudnnByShape.emplace(key, cudnn).second) d.made.push_back(std::move(made));
     }
   }
   const SdpKernelsFor chosen(withCudnn(cudnn));
