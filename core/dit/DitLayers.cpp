@@ -62,9 +62,8 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
 }
 
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x) {
-  // One input: the LoRA downs of q, k and v run as one matmul, and the base projections
-  // too where their weights share one tensor (nn::forwardSiblings).
-  const auto out = nn::forwardSiblings(p.linears(), x);
+  // One input: the LoRA downs of q, k and v run as one matmul (nn::forwardSiblings).
+  const auto out = nn::forwardSiblings({p.q.ptr().get(), p.k.ptr().get(), p.v.ptr().get()}, x);
   return {out[0], out[1], out[2]};
 }
 

@@ -48,15 +48,12 @@ class RmsNormImpl : public torch::nn::Module {
 TORCH_MODULE(RmsNorm);
 
 // The three projections of one attention stream. `projectQkv` is the one place
-// q, k and v are computed: nn::forwardSiblings, so their LoRA downs are one matmul, and
-// once their weights share one tensor (nn::shareWeightRows, through the block's
-// siblingLinearGroups) their base projections are one GEMM each way.
+// q, k and v are computed, so fusing the base weights into one matmul later
+// (LoRA deltas still added per projection) changes only that function.
 struct QkvProjections {
   nn::Linear q{nullptr};
   nn::Linear k{nullptr};
   nn::Linear v{nullptr};
-  // {q, k, v}: the order projectQkv multiplies them in.
-  std::vector<nn::LinearImpl*> linears() const { return {q.ptr().get(), k.ptr().get(), v.ptr().get()}; }
 };
 std::array<at::Tensor, 3> projectQkv(const QkvProjections& p, const at::Tensor& x);
 
@@ -94,9 +91,6 @@ struct DoubleAttention {
   nn::Linear toOut{nullptr};     // attn.to_out.0
   nn::Linear toAddOut{nullptr};  // attn.to_add_out
   int64_t heads = 0;
-
-  // The image and the text stream's q, k, v: a double block's siblingLinearGroups.
-  std::vector<std::vector<nn::LinearImpl*>> qkvGroups() const { return {imgQkv.linears(), txtQkv.linears()}; }
 
   // The joint attention from the streams' modulated norms imgNorm [B, Ni, D] and
   // txtNorm [B, Nt, D]: q, k, v of each stream (projectQkv), RMSNorm + rotary of q and

@@ -15,17 +15,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Whether t [..., n] is evenly spaced rows of n contiguous elements: view({-1, n}) gives
-// them as one [M, n] matrix (row stride >= n) that a matmul can write into.
-bool flatRows(const at::Tensor& t) {
-  const int64_t d = t.dim();
-  if (t.is_contiguous()) return true;
-  if (t.stride(d - 1) != 1) return false;
-  for (int64_t i = 0; i + 2 < d; ++i)
-    if (t.size(i) > 1 && t.stride(i) != t.size(i + 1) * t.stride(i + 1)) return false;
-  return d < 2 || t.stride(d - 2) >= t.size(d - 1);
-}
-
 // Whether an adapter may add its delta into the host's output itself (the caller hands the
 // output over: nn::LinearAdapter): a plain contiguous result, no view (autograd forbids
 // in-place on some and would re-route gradients through others) and no leaf that trains.
@@ -34,12 +23,9 @@ bool flatRows(const at::Tensor& t) {
 // of their [M, out] result, which has its own version counter), so no check would catch a
 // node that kept that result: none does (addmm, mm, the quantized matmuls and the bias
 // add keep inputs and weights only), and a new base must not either.
-// The output may also be rows spaced wider than they are long: a part of one GEMM over
-// several Linears' shared weight rows (nn::forwardSiblings), an alias of its result that
-// is not a view either.
 // Off with the fused paths (nn::setFusedPaths), for debugging.
 bool addsInPlace(const at::Tensor& output) {
-  return nn::fusedPaths() && output.defined() && output.dim() >= 1 && flatRows(output) && !output.is_view() &&
+  return nn::fusedPaths() && output.defined() && output.dim() >= 1 && output.is_contiguous() && !output.is_view() &&
          !(output.is_leaf() && output.requires_grad());
 }
 

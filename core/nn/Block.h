@@ -12,16 +12,10 @@
 
 namespace strata::nn {
 
-class LinearImpl;
-
 // A transformer block: BlockIO in, BlockIO out.
 class Block : public torch::nn::Module {
  public:
   virtual BlockIO forward(const BlockIO& io) = 0;
-  // Groups of the block's Linears that read one input (q, k, v), each in the order the
-  // block hands them to nn::forwardSiblings: nn::shareSiblingWeightRows may put a group's
-  // weights in one tensor, which forwardSiblings then multiplies as one GEMM. None here.
-  virtual std::vector<std::vector<LinearImpl*>> siblingLinearGroups() { return {}; }
 };
 
 // A module of the model and its path in the model's state dict ("x_embedder").

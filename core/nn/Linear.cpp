@@ -5,7 +5,6 @@
 
 #include "common/Error.h"
 #include "common/TorchCompat.h"
-#include "nn/Block.h"
 #include "nn/QuantKernels.h"
 
 #include <algorithm>
@@ -231,101 +230,6 @@ bool fp8Applies(bool fp8Matmul, const at::Tensor& x) {
   return fp8Matmul && x.is_cuda() && x.scalar_type() == at::kBFloat16;
 }
 
-// A Linear whose weight (and bias) may be a block of a shared tensor's rows: unquantized,
-// frozen, dense and contiguous, the bias of the weight's dtype and device.
-bool rowsMayShare(const LinearImpl& l) {
-  const auto& w = l.weight;
-  const auto& b = l.bias;
-  return l.quantType() == QuantType::None && w.defined() && w.layout() == at::kStrided && w.dim() == 2 &&
-         !w.requires_grad() && w.is_contiguous() &&
-         (!b.defined() || (b.layout() == at::kStrided && !b.requires_grad() && b.is_contiguous() &&
-                           b.scalar_type() == w.scalar_type() && b.device() == w.device()));
-}
-
-// Whether tensor b starts in a's storage where a ends (same dtype and device).
-bool follows(const at::Tensor& a, const at::Tensor& b) {
-  return a.scalar_type() == b.scalar_type() && a.device() == b.device() &&
-         a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl() &&
-         b.storage_offset() == a.storage_offset() + a.numel();
-}
-
-// Whether b's weight rows (and bias) come right after a's in one tensor.
-bool adjacentRows(const LinearImpl& a, const LinearImpl& b) {
-  if (!rowsMayShare(a) || !rowsMayShare(b) || a.inFeatures() != b.inFeatures() || a.bias.defined() != b.bias.defined())
-    return false;
-  return follows(a.weight, b.weight) && (!a.bias.defined() || follows(a.bias, b.bias));
-}
-
-// x [..., in] times the shared rows weight [N, in]^T (+ bias [N]) as one GEMM, cut into
-// parts [..., n_i] (sum n_i = N). Each part aliases the [M, N] result without being a view
-// of it: an adapter may add into it in place, as into forwardBase's result (no node keeps
-// the result: addmm and mm keep their inputs).
-std::vector<at::Tensor> sharedRowsForward(const at::Tensor& x, const at::Tensor& weight,
-                                          const c10::optional<at::Tensor>& bias, const std::vector<int64_t>& widths) {
-  const auto x2 = x.reshape({-1, x.size(-1)});                                      // [M, in]
-  const auto y = bias ? at::addmm(*bias, x2, weight.t()) : at::mm(x2, weight.t());  // [M, N]
-  auto shape = x.sizes().vec();
-  std::vector<at::Tensor> parts;
-  int64_t offset = 0;
-  for (const int64_t n : widths) {
-    shape.back() = n;
-    parts.push_back(at::_unsafe_view(y.narrow(1, offset, n), shape));  // [..., n], rows of stride N
-    offset += n;
-  }
-  return parts;
-}
-
-// sharedRowsForward with x's gradient as one GEMM too: the parts' gradients meet in one
-// [M, N] tensor (a narrow per part under plain autograd would each fill a zero [M, N]
-// gradient and sum them) times the weight. The base is frozen: x's gradient only.
-struct SharedRowsMatmul : torch::autograd::Function<SharedRowsMatmul> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                                const at::Tensor& weight, c10::optional<at::Tensor> bias,
-                                                std::vector<int64_t> widths) {
-    ctx->save_for_backward({weight});
-    ctx->saved_data["widths"] = widths;
-    ctx->saved_data["shape"] = x.sizes().vec();
-    ctx->saved_data["rows"] = x.size(-1) > 0 ? x.numel() / x.size(-1) : int64_t{0};
-    return sharedRowsForward(x, weight, bias, widths);
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto weight = ctx->get_saved_variables()[0];  // [N, in]
-    const auto widths = ctx->saved_data["widths"].toIntVector();
-    const auto shape = ctx->saved_data["shape"].toIntVector();
-    const int64_t rows = ctx->saved_data["rows"].toInt();  // M
-    at::Tensor gx;
-    if (ctx->needs_input_grad(0)) {
-      std::vector<at::Tensor> parts;  // [M, n_i]
-      for (size_t i = 0; i < widths.size(); ++i)
-        parts.push_back(grads[i].defined() ? grads[i].reshape({rows, widths[i]})
-                                           : at::zeros({rows, widths[i]}, weight.options()));  // a part nobody used
-      gx = at::mm(at::cat(parts, 1), weight).view(shape);  // [M, N] x [N, in] -> [..., in]
-    }
-    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// The base outputs of Linears [first, first + count) of `linears`, whose rows are adjacent
-// in one tensor (adjacentRows), as one GEMM: [..., out_i] each.
-std::vector<at::Tensor> sharedRowsBase(const std::vector<LinearImpl*>& linears, size_t first, size_t count,
-                                       const at::Tensor& x) {
-  const auto& head = *linears[first];
-  std::vector<int64_t> widths;
-  int64_t total = 0;
-  for (size_t i = first; i < first + count; ++i) {
-    widths.push_back(linears[i]->outFeatures());
-    total += widths.back();
-  }
-  const int64_t in = head.inFeatures();
-  const auto weight = head.weight.as_strided({total, in}, {in, 1});  // [N, in], the shared rows
-  const c10::optional<at::Tensor> bias =
-      head.bias.defined() ? c10::optional<at::Tensor>(head.bias.as_strided({total}, {1})) : c10::nullopt;
-  if (at::GradMode::is_enabled() && x.requires_grad()) return SharedRowsMatmul::apply(x, weight, bias, widths);
-  return sharedRowsForward(x, weight, bias, widths);
-}
-
 }  // namespace
 
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
@@ -479,20 +383,7 @@ std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears,
     if (x.dim() < 1 || x.size(-1) != linears[i]->inFeatures())
       throw Error("nn::forwardSiblings: an input of width " + std::to_string(x.dim() < 1 ? 0 : x.size(-1)) +
                   " for Linear " + std::to_string(i) + " of " + std::to_string(linears[i]->inFeatures()) + " inputs");
-  }
-  for (size_t i = 0; i < linears.size();) {
-    // The run of Linears from i whose weights are adjacent rows of one tensor: one GEMM.
-    size_t end = i + 1;
-    if (fusedPaths())
-      while (end < linears.size() && adjacentRows(*linears[end - 1], *linears[end])) ++end;
-    const auto& w = linears[i]->weight;
-    if (end - i >= 2 && x.scalar_type() == w.scalar_type() && x.device() == w.device()) {
-      const auto parts = sharedRowsBase(linears, i, end - i, x);
-      for (size_t k = i; k < end; ++k) out[k] = parts[k - i];  // [..., out_k]
-    } else {
-      for (size_t k = i; k < end; ++k) out[k] = linears[k]->forwardBase(x);  // [..., out_k]
-    }
-    i = end;
+    out[i] = linears[i]->forwardBase(x);  // [..., out_i]
   }
   // The Linears with exactly one adapter that fuses, of the first such adapter's kind.
   std::vector<size_t> group;
@@ -524,59 +415,6 @@ std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears,
     if (!done[i])
       for (const auto& adapter : linears[i]->adapters()) out[i] = adapter->addTo(x, out[i]);
   return out;
-}
-
-bool sharesWeightRows(const std::vector<LinearImpl*>& linears) {
-  if (linears.size() < 2) return false;
-  for (size_t i = 0; i + 1 < linears.size(); ++i)
-    if (!linears[i] || !linears[i + 1] || !adjacentRows(*linears[i], *linears[i + 1])) return false;
-  return true;
-}
-
-bool shareWeightRows(const std::vector<LinearImpl*>& linears) {
-  if (linears.size() < 2) return false;
-  for (const auto* l : linears)
-    if (!l) return false;
-  if (sharesWeightRows(linears)) return true;
-  const LinearImpl& head = *linears[0];
-  int64_t rows = 0;
-  for (const auto* l : linears) {
-    if (!rowsMayShare(*l) || l->inFeatures() != head.inFeatures() ||
-        l->weight.scalar_type() != head.weight.scalar_type() || l->weight.device() != head.weight.device() ||
-        l->bias.defined() != head.bias.defined())
-      return false;
-    rows += l->outFeatures();
-  }
-  at::NoGradGuard noGrad;
-  // Filled one Linear at a time, each old storage freed as its rows are taken over: at most
-  // the new tensor and the old weights at once, never a second copy of the new one.
-  const auto weight = at::empty({rows, head.inFeatures()}, head.weight.options());  // [N, in]
-  const auto bias = head.bias.defined() ? at::empty({rows}, head.bias.options()) : at::Tensor();
-  int64_t offset = 0;
-  for (auto* l : linears) {
-    const int64_t n = l->outFeatures();
-    auto w = weight.narrow(0, offset, n);  // [n, in]
-    w.copy_(l->weight);
-    // set_data keeps the parameter's tensor object: the module's "weight" entry follows.
-    l->weight.set_data(w);
-    if (bias.defined()) {
-      auto b = bias.narrow(0, offset, n);
-      b.copy_(l->bias);
-      l->bias.set_data(b);
-    }
-    offset += n;
-  }
-  return true;
-}
-
-int64_t shareSiblingWeightRows(const BlockList& blocks) {
-  int64_t shared = 0;
-  for (const auto& slot : blocks.blocks) {
-    if (!slot.block) continue;
-    for (const auto& group : slot.block->siblingLinearGroups())
-      if (shareWeightRows(group)) ++shared;
-  }
-  return shared;
 }
 
 }  // namespace strata::nn

@@ -15,7 +15,6 @@
 namespace strata::nn {
 
 class LinearAdapter;
-struct BlockList;
 
 // outputs[i] += adapters[i]'s delta(x), for one adapter on each of Linears that read the
 // same x, as one computation; false, with outputs untouched, when the group cannot be
@@ -120,31 +119,10 @@ class LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
-// The outputs of Linears that read the same x ({q, k, v}): the base projections, and when
-// every Linear of a subset has exactly one adapter with the same siblingAdd, their deltas
-// as one computation (LoRA: one down matmul over the concatenated downs). Anything else
-// goes through each Linear's forward. -> [..., out_i] per Linear.
-// Consecutive Linears whose weights share one tensor's rows (shareWeightRows), with the
-// fused paths on, multiply x as one GEMM over that tensor, and their input gradient is one
-// GEMM too; their outputs then alias that GEMM's [M, sum out_i] result (rows of stride
-// sum out_i), so it lives while any of them is kept.
+// The outputs of Linears that read the same x ({q, k, v}): each base projection as it is,
+// and when every Linear of a subset has exactly one adapter with the same siblingAdd,
+// their deltas as one computation (LoRA: one down matmul over the concatenated downs).
+// Anything else goes through each Linear's forward. -> [..., out_i] per Linear.
 std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears, const at::Tensor& x);
-
-// Re-homes the weights (and biases) of Linears that read one input into one [sum out_i, in]
-// tensor (and one [sum out_i] bias), each Linear's weight (bias) becoming its block of rows,
-// in order; the old storages are freed, nothing is copied twice. Each parameter stays the
-// same tensor object (named_parameters, the state dict and adapters see no change), and
-// writes into it (a load's copy_) land in the shared tensor. A move that copies a weight
-// (Module::to to another device, quantize) gives it its own storage again: forwardSiblings
-// then multiplies per Linear. Only frozen, unquantized, contiguous weights of one dtype,
-// device and input width are re-homed; false, and nothing changes, for others (fewer than
-// two, or already shared: true).
-bool shareWeightRows(const std::vector<LinearImpl*>& linears);
-// Whether the Linears' weights (and biases) are adjacent row blocks of one tensor, in
-// order, frozen and unquantized: what forwardSiblings multiplies as one GEMM.
-bool sharesWeightRows(const std::vector<LinearImpl*>& linears);
-// shareWeightRows over every block's siblingLinearGroups (nn::Block): once the blocks are
-// where they stay and no longer change dtype or quantization. -> the groups that share.
-int64_t shareSiblingWeightRows(const BlockList& blocks);
 
 }  // namespace strata::nn

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -133,77 +132,4 @@ TEST(Flux2FusedPaths, EveryFixtureTrainsTheSameWithTheFusedPaths) {
     expectFusedEqualsUnfused(model, parity::flux2InputsOf(io::loadSafetensors(dir / "inputs.safetensors")), *net,
                              dir.filename().string());
   }
-}
-
-namespace {
-
-// Every parameter of `model` by name, copied.
-std::map<std::string, at::Tensor> stateOf(torch::nn::Module& model) {
-  std::map<std::string, at::Tensor> s;
-  for (const auto& p : model.named_parameters()) s[p.key()] = p.value().detach().clone();
-  return s;
-}
-
-}  // namespace
-
-// Each double block's image and text q, k, v weights put in one tensor
-// (nn::shareSiblingWeightRows; runs do not use it, docs/speed.md s37): the base projections run as one
-// GEMM each way (one SharedRowsMatmul per stream and block; none with the fused paths off),
-// the LoRA siblings still fuse, and the loss and every LoRA gradient equal those of the
-// separate weights (float32, kFusedRelTol). The state dict keeps its keys and values. An
-// int8 base keeps its own weights.
-TEST(Flux2FusedPaths, SharedQkvWeightRowsTrainTheSame) {
-  for (const auto& cfg : {Flux2Config::tiny(), flux2::test::otherConfig()}) {
-    at::manual_seed(7);
-    flux2::Flux2Transformer model(cfg);
-    const auto net = loraOnEveryLinear(model, cfg);
-    const auto in = flux2::test::randomInputs(cfg, 2, 2, 3, 5);
-    at::manual_seed(13);
-    const at::Tensor target = [&] {
-      at::NoGradGuard g;
-      return at::randn_like(model.forward(in).to(at::kFloat));
-    }();
-    auto step = [&](int* sharedNodes) {
-      const auto loss = (model.forward(in).to(at::kFloat) - target).pow(2).mean();
-      *sharedNodes = strata::test::countGraphNodes(loss, "SharedRowsMatmul");
-      return backwardThrough(loss, *net);
-    };
-    int nodes = -1;
-    const auto separate = step(&nodes);
-    EXPECT_EQ(nodes, 0);
-    const auto before = stateOf(model);
-    EXPECT_EQ(nn::shareSiblingWeightRows(model.blockList()), 2 * cfg.numLayers);
-    const auto after = stateOf(model);
-    ASSERT_EQ(after.size(), before.size());
-    for (const auto& [name, t] : before) {
-      ASSERT_TRUE(after.count(name)) << name;
-      EXPECT_TRUE(strata::test::allClose(after.at(name), t, 0, 0)) << name;
-    }
-    const auto shared = step(&nodes);
-    EXPECT_EQ(nodes, 2 * cfg.numLayers) << "one GEMM per double-block stream";
-    EXPECT_EQ(shared.fusedNodes, separate.fusedNodes) << "the LoRA siblings no longer fuse";
-    int offNodes = -1;
-    LoraTraining off;
-    {
-      FusedPathsAs fusedOff(false);
-      off = step(&offNodes);
-    }
-    EXPECT_EQ(offNodes, 0);
-    double worst = 0;
-    for (const LoraTraining* other : std::vector<const LoraTraining*>{&off, &separate}) {
-      EXPECT_LE(std::abs(shared.loss - other->loss) / other->loss, kFusedRelTol);
-      ASSERT_EQ(shared.grads.size(), other->grads.size());
-      for (size_t i = 0; i < shared.grads.size(); ++i) {
-        const double err = relL2(shared.grads[i], other->grads[i]);
-        worst = std::max(worst, err);
-        EXPECT_LE(err, kFusedRelTol) << net->adapters()[i / 2]->hostPath() << (i % 2 ? " up" : " down");
-      }
-    }
-    std::printf("[flux2 fused] shared q/k/v rows: loss %.8g shared / %.8g separate, worst LoRA gradient rel L2 %.3g\n",
-                shared.loss, separate.loss, worst);
-  }
-  at::manual_seed(7);
-  flux2::Flux2Transformer quantized(Flux2Config::tiny());
-  for (auto& slot : quantized.blockList().blocks) nn::quantizeLinears(*slot.block, nn::QuantType::Int8);
-  EXPECT_EQ(nn::shareSiblingWeightRows(quantized.blockList()), 0);
 }

@@ -17,7 +17,6 @@
 #include "common/FusedPaths.h"
 #include "common/TestSupport.h"
 #include "io/Safetensors.h"
-#include "lora/LoraFormats.h"
 #include "lora/LoraNetwork.h"
 #include "LoraTestSupport.h"
 #include "models/flux/FluxCheckpoint.h"
@@ -440,107 +439,4 @@ TEST(FusedLora, EveryFluxFixtureTrainsTheSameWithTheFusedPaths) {
     randomizeUps(*net);
     expectSameTraining(model, in, *net, 2e-5, dir.filename().string());
   }
-}
-
-// The tiny FLUX with each double block's q, k, v weights in one tensor per stream
-// (nn::shareSiblingWeightRows; runs do not use it, docs/speed.md s37): the base projections
-// run as one GEMM each way (a SharedRowsMatmul per stream and block), and the loss and
-// every LoRA gradient equal those of the separate weights and of the fused paths off
-// (float32, 2e-5); the exported LoRA file has the same keys and tensors.
-TEST(FusedLora, TinyFluxWithSharedQkvRowsTrainsTheSame) {
-  TinyFlux f;
-  auto net = adaptedTinyFlux(f, false, config(4, 4, {}));
-  at::manual_seed(13);
-  const auto target = at::randn({2, 4, f.cfg.outChannels});
-  strata::test::TempDir dir;
-  auto exported = [&](const std::string& name) {
-    LoraExportOptions o;
-    o.format = LoraFileFormat::Diffusers;
-    writeLoraFile(dir / name, *net, f.rules, o);
-    return io::loadSafetensors(dir / name);
-  };
-  const auto separate = lossAndGrads(*f.model, f.inputs, target, *net);
-  const auto fileBefore = exported("before.safetensors");
-  const auto sampledBefore = f.forward();  // without autograd, as samples are drawn
-  EXPECT_EQ(nn::shareSiblingWeightRows(f.model->blockList()), 2 * f.cfg.numLayers);
-  EXPECT_LE(relL2(f.forward(), sampledBefore), 2e-5) << "without autograd";
-  auto* block = dynamic_cast<flux::FluxDoubleBlock*>(f.model->block(0).get());
-  ASSERT_NE(block, nullptr);
-  EXPECT_TRUE(nn::sharesWeightRows(block->attn.imgQkv.linears()));
-  EXPECT_TRUE(nn::sharesWeightRows(block->attn.txtQkv.linears()));
-  {
-    const auto out = f.model->forward(f.inputs);
-    EXPECT_EQ(strata::test::countGraphNodes(out, "SharedRowsMatmul"), 2 * f.cfg.numLayers);
-  }
-  {
-    // The LoRA ups add into the GEMM's parts in place (one sibling node): still one result.
-    const auto x = at::randn({2, 5, f.cfg.hiddenSize()}).requires_grad_(true);
-    const auto out = nn::forwardSiblings(block->attn.imgQkv.linears(), x);
-    for (const auto& o : out) EXPECT_EQ(o.storage().unsafeGetStorageImpl(), out[0].storage().unsafeGetStorageImpl());
-    EXPECT_EQ(strata::test::countGraphNodes(out[0], "LoraSiblingsAdd"), 1);
-  }
-  const auto shared = lossAndGrads(*f.model, f.inputs, target, *net);
-  std::pair<double, std::vector<at::Tensor>> off;
-  {
-    FusedPathsAs fusedOff(false);
-    off = lossAndGrads(*f.model, f.inputs, target, *net);
-  }
-  double worst = 0;
-  for (const auto* other : std::vector<const std::pair<double, std::vector<at::Tensor>>*>{&separate, &off}) {
-    EXPECT_LE(std::abs(shared.first - other->first) / other->first, 2e-5);
-    ASSERT_EQ(shared.second.size(), other->second.size());
-    for (size_t i = 0; i < shared.second.size(); ++i) {
-      worst = std::max(worst, relL2(shared.second[i], other->second[i]));
-      EXPECT_LE(relL2(shared.second[i], other->second[i]), 2e-5)
-          << net->adapters()[i / 2]->hostPath() << (i % 2 ? " up" : " down");
-    }
-  }
-  std::printf("[fused lora] shared q/k/v rows: loss %.8g shared / %.8g separate, worst LoRA gradient rel L2 %.3g\n",
-              shared.first, separate.first, worst);
-  const auto fileAfter = exported("after.safetensors");
-  ASSERT_EQ(fileAfter.size(), fileBefore.size());
-  for (const auto& [key, t] : fileBefore) {
-    ASSERT_TRUE(fileAfter.count(key)) << key;
-    EXPECT_TRUE(allClose(fileAfter.at(key), t, 0, 0)) << key;
-  }
-}
-
-// Many steps: two tiny FLUX models from one seed, one with shared q/k/v rows, the same
-// LoRA trained by plain SGD towards one target; the losses fall and stay together, and so
-// do the adapters (float32: the sums' order differs, nothing else).
-TEST(FusedLora, TinyFluxWithSharedQkvRowsStaysOnTheSameTrajectory) {
-  TinyFlux a, b;
-  auto netA = adaptedTinyFlux(a, false, config(4, 4, {}));
-  auto netB = adaptedTinyFlux(b, false, config(4, 4, {}));
-  {
-    at::NoGradGuard g;
-    for (size_t i = 0; i < netA->adapters().size(); ++i) {
-      netB->adapters()[i]->down.copy_(netA->adapters()[i]->down);
-      netB->adapters()[i]->up.copy_(netA->adapters()[i]->up);
-    }
-  }
-  EXPECT_EQ(nn::shareSiblingWeightRows(b.model->blockList()), 2 * b.cfg.numLayers);
-  at::manual_seed(31);
-  const auto target = at::randn({2, 4, a.cfg.outChannels});
-  double first = 0, lossA = 0, lossB = 0;
-  for (int step = 0; step < 20; ++step) {
-    for (auto* side : {&a, &b}) {
-      auto& net = side == &a ? *netA : *netB;
-      const auto loss = (side->model->forward(side->inputs) - target).pow(2).mean();
-      loss.backward();
-      (side == &a ? lossA : lossB) = loss.item<double>();
-      at::NoGradGuard g;
-      for (const auto& ad : net.adapters()) {
-        ad->down.sub_(ad->down.grad() * 5.0);
-        ad->up.sub_(ad->up.grad() * 5.0);
-      }
-      clearGrads(net);
-    }
-    if (step == 0) first = lossA;
-  }
-  std::printf("[fused lora] 20 SGD steps: loss %.8g -> %.8g separate / %.8g shared\n", first, lossA, lossB);
-  EXPECT_LT(lossA, 0.9 * first) << "the LoRA did not learn: the comparison says little";
-  EXPECT_LE(std::abs(lossA - lossB) / lossA, 1e-4);
-  for (size_t i = 0; i < netA->adapters().size(); ++i)
-    EXPECT_LE(relL2(netB->adapters()[i]->up, netA->adapters()[i]->up), 1e-4) << netA->adapters()[i]->hostPath();
 }

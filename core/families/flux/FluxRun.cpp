@@ -14,7 +14,6 @@
 #include "families/flux/FluxPlanning.h"
 #include "models/flux/FluxCheckpoint.h"
 #include "models/flux/FluxSampling.h"
-#include "nn/Linear.h"
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "train/FlowMatching.h"
@@ -98,8 +97,6 @@ train::PlacedModel FluxRun::buildAndPlace(train::RunContext& run) {
   if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
   if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
   placed.placement->apply();
-  // q, k, v as one GEMM (nn::shareSiblingWeightRows) is not used: one FLUX.1-dev double block
-  // measured 9.44 against 9.43 ms a forward and backward, for 29 MB more kept (docs/speed.md, s37).
   if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
   rules_ = std::make_unique<flux::FluxLoraRules>(config_);
   return placed;

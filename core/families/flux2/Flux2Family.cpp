@@ -19,7 +19,6 @@
 #include "models/flux2/Flux2LoraRules.h"
 #include "models/flux2/Flux2Sampling.h"
 #include "models/flux2/Flux2Transformer.h"
-#include "nn/Linear.h"
 #include "nn/Quantize.h"
 #include "placement/QuantScaleAttachment.h"
 #include "placement/Planner.h"
@@ -198,8 +197,6 @@ class Flux2Run : public train::FamilyRun {
     if (fp8Matmul) placed.reason += "; " + nn::fp8MatmulSummary(fp8);
     if (qtype != nn::QuantType::None) placed.placement->attachAll(placement::QuantScaleAttachment::forModel(*model_));
     placed.placement->apply();
-    // q, k, v as one GEMM (nn::shareSiblingWeightRows) is not used: one FLUX.1-dev double block
-    // measured 9.44 against 9.43 ms a forward and backward, for 29 MB more kept (docs/speed.md, s37).
     if (fp8Matmul) train::checkFp8MatmulRuns(model_->blockList(), bo.dtype);
     rules_ = std::make_unique<flux2::Flux2LoraRules>(config_);
     return placed;

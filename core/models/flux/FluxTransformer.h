@@ -36,7 +36,6 @@ class FluxDoubleBlock : public nn::Block {
  public:
   FluxDoubleBlock(const FluxConfig& cfg, const FluxBuildOptions& options);
   nn::BlockIO forward(const nn::BlockIO& io) override;
-  std::vector<std::vector<nn::LinearImpl*>> siblingLinearGroups() override { return attn.qkvGroups(); }
 
   nn::Linear norm1Linear{nullptr};         // norm1.linear: 6 modulations of the image stream
   nn::Linear norm1ContextLinear{nullptr};  // norm1_context.linear

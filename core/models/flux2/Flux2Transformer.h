@@ -44,7 +44,6 @@ class Flux2DoubleBlock : public nn::Block {
  public:
   Flux2DoubleBlock(const Flux2Config& cfg, const Flux2BuildOptions& options);
   nn::BlockIO forward(const nn::BlockIO& io) override;
-  std::vector<std::vector<nn::LinearImpl*>> siblingLinearGroups() override { return attn.qkvGroups(); }
 
   dit::DoubleAttention attn;  // attn.*
   dit::StreamMlps mlp;        // ff / ff_context: linear_in (SwiGLU's gate, up), linear_out
