@@ -27,8 +27,8 @@ std::atomic<bool>& autoFlag() {
   return on;
 }
 
-// One decision per shape: sizes and strides of q, k, v, dtype and device.
-using ShapeKey = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, int, std::string>;
+// One decision per shape: the sizes of q, k, v, the dtype and the device.
+using ShapeKey = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, int, int>;
 
 struct Decisions {
   std::mutex mutex;
@@ -42,7 +42,7 @@ Decisions& decisions() {
 }
 
 ShapeKey keyOf(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return {q.sizes().vec(), k.sizes().vec(), v.sizes().vec(), static_cast<int>(q.scalar_type()), q.device().str()};
+  return {q.sizes().vec(), k.sizes().vec(), v.sizes().vec(), static_cast<int>(q.scalar_type()), q.device().index()};
 }
 
 std::string shapeText(const at::Tensor& q) {
@@ -190,10 +190,11 @@ std::string AttentionDecision::text() const {
   return s + ")";
 }
 
-std::vector<AttentionDecision> attentionDecisions() {
+std::vector<AttentionDecision> attentionDecisions(size_t from) {
   auto& d = decisions();
   const std::lock_guard<std::mutex> lock(d.mutex);
-  return d.made;
+  if (from >= d.made.size()) return {};
+  return {d.made.begin() + static_cast<std::ptrdiff_t>(from), d.made.end()};
 }
 
 AttentionDecision probeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -55,8 +55,9 @@ struct AttentionDecision {
   std::string text() const;
 };
 
-// auto's decisions in this process, in the order they were made (one per shape).
-std::vector<AttentionDecision> attentionDecisions();
+// auto's decisions in this process, in the order they were made (one per shape), from the
+// `from`-th on: a caller that said the first n asks for those after them (none: no copy).
+std::vector<AttentionDecision> attentionDecisions(size_t from = 0);
 
 // Times cuDNN and flash at q's shape (forward and backward, each output-gradient
 // layout a block can give) and decides; what auto runs on a shape's first call.

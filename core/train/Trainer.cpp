@@ -922,9 +922,10 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
   if (se.graphReplayed) line["cuda_graph"] = true;
   st.sink->appendMetrics(line);
   // The attention kernel auto chose for each shape the step met first, once (nn/Attention.h).
-  const auto chosen = nn::attentionDecisions();
-  for (; st.attentionNotesSaid < chosen.size(); ++st.attentionNotesSaid)
-    bus_.publish(events::NoteEvent{chosen[st.attentionNotesSaid].text(), step});
+  for (const auto& d : nn::attentionDecisions(st.attentionNotesSaid)) {
+    bus_.publish(events::NoteEvent{d.text(), step});
+    ++st.attentionNotesSaid;
+  }
   bus_.publish(se);
 }
 

@@ -169,12 +169,10 @@ std::string attentionBackendHint(const std::string& what, const config::RunConfi
   const std::string setting = "model.attention_backend: " + config::enumName(cfg.model.attentionBackend);
   if (has("mha_graph") || (has("cudnn") && (has("attention") || has("sdpa") || has("fmha"))))
     return "; cuDNN's attention failed (" + setting +
-           "): set attention_backend: flash and resume from the last "
-           "checkpoint (docs/training.md)";
+           "): set attention_backend: flash and resume from the last checkpoint (docs/training.md)";
   if (has("illegal memory access") || has("cudnn"))
     return "; this may be cuDNN's attention (" + setting +
-           "): if it happens again, set attention_backend: flash "
-           "and resume (docs/training.md)";
+           "): if it happens again, set attention_backend: flash and resume (docs/training.md)";
   // The trainer's own words for non-finite values (NonFiniteLoss).
   if (has("not finite") || has("loss is nan") || has("loss is inf"))
     return "; if the learning rate and the data are not the cause, try model.attention_backend: flash: cuDNN's "
