@@ -101,7 +101,7 @@ std::optional<int> joinDataParallel(config::RunConfig& cfg, const std::string& r
       throw ConfigError("STRATA_DIST_BACKEND=nccl: this rank trains on the CPU (NCCL reduces CUDA tensors)");
     auto collective = dist::connect(*env, co);
     opts.collective = collective;
-    opts.reducer = std::make_shared<dist::AveragingReducer>(collective);
+    opts.reducer = std::make_shared<dist::AveragingReducer>(collective, env->overlap);
     return std::nullopt;
   } catch (const std::exception& e) {
     std::cerr << command << ": data-parallel: " << e.what() << std::endl;

@@ -147,6 +147,42 @@ void C10dCollective::allReduceSum(std::vector<at::Tensor>& tensors) {
   });
 }
 
+bool C10dCollective::startsSumsOn(const c10::Device& device) const {
+  const c10::Device& own = impl_->options.device;
+  return device == own || (own.is_cpu() && device.is_cuda());
+}
+
+namespace {
+
+class C10dPendingSum final : public train::PendingSum {
+ public:
+  C10dPendingSum(C10dCollective::Impl* impl, c10::intrusive_ptr<c10d::Work> work)
+      : impl_(impl), work_(std::move(work)) {}
+  void wait() override { impl_->wait(work_, "an all-reduce"); }
+
+ private:
+  C10dCollective::Impl* impl_;
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+}  // namespace
+
+std::unique_ptr<train::PendingSum> C10dCollective::startAllReduceSum(const at::Tensor& buffer) {
+  if (!startsSumsOn(buffer.device()) || !buffer.is_contiguous() || buffer.dim() != 1)
+    throw Error("an all-reduce started on a " + buffer.device().str() + " buffer of shape " +
+                std::to_string(buffer.dim()) + "-d, which the group on " + impl_->options.device.str() +
+                " does not take");
+  std::vector<at::Tensor> one{buffer};
+  c10d::AllreduceOptions o;
+  o.timeout = impl_->options.collectiveTimeout;
+  try {
+    return std::make_unique<C10dPendingSum>(impl_.get(), impl_->group->allreduce(one, o));
+  } catch (const std::exception& e) {
+    throw Error("an all-reduce over " + std::to_string(impl_->env.worldSize) + " ranks failed to start on rank " +
+                std::to_string(impl_->env.rank) + " (did another rank stop?): " + firstLine(e.what()));
+  }
+}
+
 void C10dCollective::broadcastFromRankZero(std::vector<at::Tensor>& tensors) {
   impl_->packed(tensors, [&](std::vector<at::Tensor>& buffer) {
     c10d::BroadcastOptions o;

@@ -49,6 +49,10 @@ class C10dCollective final : public train::Collective {
   // Tensors are packed into one flat buffer per device and dtype, each reduced
   // (or broadcast) in one call, and unpacked in place.
   void allReduceSum(std::vector<at::Tensor>& tensors) override;
+  // The group's device; Gloo also takes CUDA buffers (it stages them through the
+  // host on a stream of its own).
+  bool startsSumsOn(const c10::Device& device) const override;
+  std::unique_ptr<train::PendingSum> startAllReduceSum(const at::Tensor& buffer) override;
   void broadcastFromRankZero(std::vector<at::Tensor>& tensors) override;
   std::string shareFromRankZero(const std::string& key, const std::string& value) override;
 

@@ -52,6 +52,8 @@ std::optional<LaunchEnv> launchEnvFrom(const std::function<const char*(const cha
       throw ConfigError("STRATA_DIST_BACKEND='" + env.backend + "' is not gloo or nccl");
   }
   env.shareCards = flag("STRATA_DIST_SHARE_CARDS");
+  if (const char* overlap = getenv("STRATA_DIST_OVERLAP"); overlap != nullptr && *overlap != '\0')
+    env.overlap = flag("STRATA_DIST_OVERLAP");
   env.rank = intVariable(getenv, "RANK", 0, env.worldSize - 1, std::nullopt);
   env.localWorldSize = intVariable(getenv, "LOCAL_WORLD_SIZE", 1, env.worldSize, env.worldSize);
   env.localRank = intVariable(getenv, "LOCAL_RANK", 0, env.localWorldSize - 1, env.rank);

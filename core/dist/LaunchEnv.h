@@ -22,6 +22,9 @@ struct LaunchEnv {
   // puts every local rank on the config's own cards instead of its own group of them.
   std::string backend;
   bool shareCards = false;
+  // STRATA_DIST_OVERLAP=0 sums the gradients after the backward instead of during it
+  // (dist/AveragingReducer.h), to measure what the overlap gains.
+  bool overlap = true;
 };
 
 // The names of the variables, in the order above.

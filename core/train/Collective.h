@@ -8,10 +8,20 @@
 // bounded timeout, never hangs.
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace strata::train {
+
+// A sum Collective::startAllReduceSum started, waited for once.
+class PendingSum {
+ public:
+  virtual ~PendingSum() = default;
+  // Returns when what this thread queues next sees the sum in the buffer (on a CUDA
+  // card the caller's stream waits and the host goes on); throws as allReduceSum does.
+  virtual void wait() = 0;
+};
 
 class Collective {
  public:
@@ -20,6 +30,22 @@ class Collective {
   virtual int worldSize() const = 0;
   // Each tensor summed over the ranks, in place (one flat buffer per device is the caller's choice).
   virtual void allReduceSum(std::vector<at::Tensor>& tensors) = 0;
+  // Whether startAllReduceSum takes buffers on `device`; the same answer on every
+  // rank whose buffers are on the same kind of device.
+  virtual bool startsSumsOn(const c10::Device& /*device*/) const { return false; }
+  // Starts summing one flat contiguous `buffer` over the ranks in place and returns
+  // without waiting, so that a backward goes on while it runs; nothing may write
+  // `buffer` before wait(). Collective as allReduceSum: every rank starts the same
+  // buffers in the same order. Only for buffers on a device startsSumsOn takes.
+  // This one sums at once and leaves nothing to wait for.
+  virtual std::unique_ptr<PendingSum> startAllReduceSum(const at::Tensor& buffer) {
+    struct Done final : PendingSum {
+      void wait() override {}
+    };
+    std::vector<at::Tensor> one{buffer};
+    allReduceSum(one);
+    return std::make_unique<Done>();
+  }
   // Rank 0's tensors copied into every rank's, in place.
   virtual void broadcastFromRankZero(std::vector<at::Tensor>& tensors) = 0;
   // Rank 0 publishes `value` under `key`; every other rank waits for it (a slow

@@ -27,6 +27,10 @@ class GradientReducer {
   // read what leaves here, so replicas that reduce gradients and losses here take
   // the same non-finite decision (skip, stop or step).
   virtual void reduce(StepGradients& step) = 0;
+  // Called before the backward of a step's last micro-batch where it runs eagerly
+  // (a replayed step graph runs none): a reducer that overlaps its collective with
+  // the backward gets ready for the gradients as they arrive. reduce() follows.
+  virtual void beforeLastBackward(const std::vector<at::Tensor>& /*params*/) {}
 };
 
 // The empty collective of a run in one process: the gradients and losses are the step's already.

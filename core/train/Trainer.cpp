@@ -770,6 +770,7 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
     if (st.phases) st.phases->mark("forward");
     {
       RECORD_USER_SCOPE("strata::backward");
+      if (m == microBatches - 1) st.reducer->beforeLastBackward(params);
       st.scaler.scaled(l / static_cast<double>(microBatches)).backward();
     }
     if (st.phases) st.phases->mark("backward");

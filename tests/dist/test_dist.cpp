@@ -110,6 +110,10 @@ TEST(LaunchEnv, MeasuringSwitches) {
   ASSERT_TRUE(gloo.has_value());
   EXPECT_EQ(gloo->backend, "gloo");
   EXPECT_TRUE(gloo->shareCards);
+  EXPECT_TRUE(gloo->overlap) << "the gradients' sums overlap the backward unless told not to";
+  const auto after = launchEnvFrom(envOf(with({{"STRATA_DIST_GROUP_OF_ONE", "1"}, {"STRATA_DIST_OVERLAP", "0"}})));
+  ASSERT_TRUE(after.has_value());
+  EXPECT_FALSE(after->overlap);
   strata::config::RunConfig cfg;  // one card
   for (int r = 0; r < 2; ++r) {
     LaunchEnv e = *gloo;
@@ -117,6 +121,9 @@ TEST(LaunchEnv, MeasuringSwitches) {
     EXPECT_EQ(parallelDimsOf(cfg, e, {0}).cards, std::vector<int>{0}) << "rank " << r << " shares card 0";
   }
   EXPECT_NE(errorOf(with({{"STRATA_DIST_GROUP_OF_ONE", "yes"}})).find("STRATA_DIST_GROUP_OF_ONE='yes'"),
+            std::string::npos);
+  EXPECT_NE(errorOf(with({{"STRATA_DIST_GROUP_OF_ONE", "1"}, {"STRATA_DIST_OVERLAP", "no"}}))
+                .find("STRATA_DIST_OVERLAP='no' is not 0 or 1"),
             std::string::npos);
   EXPECT_NE(errorOf(with({{"STRATA_DIST_GROUP_OF_ONE", "1"}, {"STRATA_DIST_BACKEND", "mpi"}}))
                 .find("STRATA_DIST_BACKEND='mpi' is not gloo or nccl"),
@@ -280,6 +287,85 @@ TEST(C10dCollective, TheReducerAveragesGradientsAndLosses) {
            std::to_string(losses[0].item<double>()) + " " + std::to_string(losses[1].item<double>());
   });
   for (const auto& r : results) EXPECT_EQ(r, "3.000000 0.000000 0.500000 2.000000") << r;
+}
+
+// One optimizer step of a chain of four layers, y = tanh(... tanh(x W0^T) ... W3^T),
+// on this rank's inputs: `micro` micro-batches accumulate, the reducer's hook before
+// the last backward, then its reduce. params[4] is used by no layer. The averaged
+// gradients go to `grads`; returns the losses and "| started of buckets".
+std::string chainStep(AveragingReducer& reducer, const std::vector<at::Tensor>& params, int rank, int micro, int step,
+                      std::vector<at::Tensor>& grads) {
+  for (const auto& p : params) p.mutable_grad().reset();
+  std::vector<at::Tensor> losses;
+  for (int m = 0; m < micro; ++m) {
+    // A generator of its own: both ranks are threads of this process.
+    const auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + 10 * rank + m + 1000 * step));
+    at::Tensor y = at::randn({8, 64}, gen, at::kFloat);
+    for (size_t k = 0; k < 4; ++k) y = at::tanh(at::matmul(y, params[k].t()));
+    const at::Tensor loss = y.pow(2).mean();
+    if (m == micro - 1) reducer.beforeLastBackward(params);
+    (loss / micro).backward();
+    losses.push_back(loss.detach());
+  }
+  strata::train::StepGradients sg{params, losses};
+  reducer.reduce(sg);
+  std::string out;
+  grads.clear();
+  for (const auto& p : params) grads.push_back(p.grad().clone());
+  for (const auto& l : losses) out += std::to_string(l.item<double>()) + " ";
+  return out + "| " + std::to_string(reducer.startedDuringBackward()) + " of " + std::to_string(reducer.buckets());
+}
+
+std::vector<at::Tensor> chainParams() {
+  const auto gen = at::detail::createCPUGenerator(7);  // the same weights on both ranks
+  std::vector<at::Tensor> params;
+  for (int k = 0; k < 4; ++k) params.push_back((at::randn({64, 64}, gen, at::kFloat) * 0.2).requires_grad_(true));
+  params.push_back(at::zeros({3}, at::kFloat).requires_grad_(true));
+  return params;
+}
+
+TEST(C10dCollective, TheGradientsSumsStartDuringTheBackwardAndGiveTheSameStep) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  for (const int micro : {1, 3}) {
+    const auto results = onTwoRanks([micro](C10dCollective& c, const std::shared_ptr<C10dCollective>& shared) {
+      // 64 x 64 floats are 16 KiB: one layer to a bucket of 20 KiB.
+      const auto a = chainParams(), b = chainParams();
+      AveragingReducer overlapped(shared, true, 20 << 10), after(shared, false, 20 << 10);
+      std::string out;
+      for (int step = 0; step < 2; ++step) {
+        std::vector<at::Tensor> ga, gb;
+        const std::string x = chainStep(overlapped, a, c.rank(), micro, step, ga);
+        const std::string y = chainStep(after, b, c.rank(), micro, step, gb);
+        double diff = 0.0, sum = 0.0;
+        for (size_t i = 0; i < ga.size(); ++i) {
+          diff = std::max(diff, (ga[i] - gb[i]).abs().max().item<double>());
+          sum += ga[i].abs().sum().item<double>();
+        }
+        out += "step " + std::to_string(step) + ": " + x + " / " + y + " difference " + std::to_string(diff) + " sum " +
+               std::to_string(sum) + " unused " + std::to_string(ga[4].abs().sum().item<double>()) + "\n";
+      }
+      return out;
+    });
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[0], results[1]) << "both ranks hold the same averaged step";
+    const std::string& r = results[0];
+    SCOPED_TRACE(r);
+    EXPECT_EQ(r.find("difference 0.000000 sum 0.000000"), std::string::npos) << "the gradients are not all zero";
+    EXPECT_NE(r.find("step 0: "), std::string::npos);
+    for (const char* step : {"step 0: ", "step 1: "}) {
+      const std::string line = r.substr(r.find(step), r.find('\n', r.find(step)) - r.find(step));
+      EXPECT_NE(line.find("difference 0.000000"), std::string::npos)
+          << "overlapped and after-the-backward sums give the same gradients: " << line;
+      EXPECT_NE(line.find("unused 0.000000"), std::string::npos) << line;
+      EXPECT_NE(line.find("| 0 of 0 difference"), std::string::npos)
+          << "the reducer told not to overlap makes no buckets";
+    }
+    // Step 0: the unused parameter shares the first bucket with the last layer, which
+    // never completes, and holds back every sum until reduce(). Step 1: it waits in a
+    // bucket of its own at the end, and the four layers' sums start during the backward.
+    EXPECT_NE(r.find("| 0 of 4 /"), std::string::npos);
+    EXPECT_NE(r.find("| 4 of 5 /"), std::string::npos);
+  }
 }
 
 TEST(C10dCollective, ConfigsThatDifferAreRefusedByRank) {
