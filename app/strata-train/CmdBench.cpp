@@ -155,7 +155,9 @@ std::optional<BenchSetup> setUpBench(const BenchArgs& args, const fs::path& runF
       if (p.isError()) std::cerr << p.format() << "\n";
     return std::nullopt;
   }
-  cfg.train.gradientCheckpointing = b.prepared.gradientCheckpointing;  // what `auto` chose: the paths line says it
+  // What `auto` chose: the paths line says it.
+  cfg.train.gradientCheckpointing = b.prepared.gradientCheckpointing;
+  cfg.train.offloadOptimizerState = b.prepared.offloadOptimizerState;
   // trainStepFlops counts one micro-batch; the timed step runs all of them.
   b.flops = train::modelFamily(cfg.model.arch).trainStepFlops(cfg) *
             static_cast<double>(std::max<int64_t>(cfg.train.gradientAccumulationSteps, 1));
@@ -318,8 +320,8 @@ int runBench(const BenchArgs& args) {
   // Which paths the steps ran (quantization, fp8 matmuls, attention, graph, checkpointing,
   // offloads): the run's own summary line, so a figure is never read without them.
   j["paths"] = train::describeRunSetup(cfg, onCuda, graphSteps > 0, graphOff);
-  if (!prepared.checkpointingNote.empty())
-    j["paths"] = j["paths"].get<std::string>() + " (" + prepared.checkpointingNote + ")";
+  if (const std::string notes = train::autoChoiceNotes(prepared); !notes.empty())
+    j["paths"] = j["paths"].get<std::string>() + " (" + notes + ")";
   // model.attention_backend: auto's choice for each attention shape the steps met, timed.
   j["attention_choices"] = nlohmann::json::array();
   for (const auto& d : nn::attentionDecisions()) j["attention_choices"].push_back(d.text());

@@ -136,6 +136,8 @@ int runPlan(const PlanArgs& args) {
     j["ema"] = cfg.train.ema.useEma;
     j["gradient_checkpointing"] = run.gradientCheckpointing;  // train.gradient_checkpointing: auto resolved
     if (!run.checkpointingNote.empty()) j["gradient_checkpointing_note"] = run.checkpointingNote;
+    j["offload_optimizer_state"] = run.offloadOptimizerState;  // train.offload_optimizer_state: auto resolved
+    if (!run.offloadNote.empty()) j["offload_optimizer_state_note"] = run.offloadNote;
     j["description"] = train::describePlan(run);  // the words of the text output and the app
     std::cout << j.dump(2) << "\n";
   } else {
@@ -148,6 +150,22 @@ int runPlan(const PlanArgs& args) {
                       ? " (auto: " +
                             std::string(run.gradientCheckpointing ? "without it the plan does not fit"
                                                                   : "the plan fits without it") +
+                            ")"
+                      : std::string())
+              << "\n";
+    // Where the optimizer's moments wait between steps (train.offload_optimizer_state, auto resolved).
+    const bool cpuAlone = run.devices.size() == 1 && run.devices.front().isCpu();
+    std::cout << "optimizer " << config::enumName(cfg.train.optimizer) << ", moments "
+              << (run.offloadOptimizerState ? "in host memory"
+                  : cpuAlone                ? "in host memory (the run is on the cpu)"
+                  : run.devices.size() > 1  ? "on the cards"
+                                            : "on the card")
+              << (cfg.train.offloadOptimizerStateAuto && !cpuAlone
+                      ? " (auto: " +
+                            std::string(run.offloadOptimizerState ? "on the card the plan does not fit"
+                                        : cfg.train.optimizer == config::OptimizerType::AdamW
+                                            ? "the plan fits with them there"
+                                            : "only adamw's are staged") +
                             ")"
                       : std::string())
               << "\n"

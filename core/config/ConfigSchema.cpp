@@ -178,11 +178,27 @@ std::vector<KeySpec> buildSchema() {
            "With gradient checkpointing: keep each block's saved input in pinned host memory, not on the GPU "
            "(FLUX.1-dev at 1024 px: 1.5 GB less on the card, ~0.5 ms of copying per block each way)",
            Opt().look("Keep checkpoints in host memory", "Training"))
-      .add("train.offload_optimizer_state", M(train.offloadOptimizerState),
-           "adamw: keep the optimizer's moments in pinned host memory between steps, not on the GPU; each step "
-           "copies them to the card in 64 MiB pieces and back (FLUX.1-dev LoRA rank 16: 0.49 GiB less on the "
-           "card, ~1 GB over PCIe per step)",
-           Opt().look("Keep optimizer state in host memory", "Optimizer"))
+      .addKey(rows::rowOf<OptimizerStateOffload>(
+          "train.offload_optimizer_state",
+          "adamw: keep the optimizer's moments in pinned host memory between steps, not on the GPU; each step "
+          "copies them to the card in 64 MiB pieces and back (FLUX.1-dev LoRA rank 16: 0.49 GiB less on the "
+          "card, ~1 GB over PCIe per step): true, false, or auto (on the card where the plan fits with them "
+          "there, in host memory elsewhere; the run says which)",
+          Opt().look("Keep optimizer state in host memory", "Optimizer"),
+          [](const RunConfig& c, size_t) {
+            return rows::Conv<OptimizerStateOffload>::to(c.train.offloadOptimizerStateAuto ? OptimizerStateOffload::Auto
+                                                         : c.train.offloadOptimizerState   ? OptimizerStateOffload::On
+                                                                                         : OptimizerStateOffload::Off);
+          },
+          [](RunConfig& c, size_t, const Value& v) {
+            // A YAML boolean arrives as its text; a Value built in code may be a bool.
+            const OptimizerStateOffload mode =
+                std::holds_alternative<bool>(v)
+                    ? (std::get<bool>(v) ? OptimizerStateOffload::On : OptimizerStateOffload::Off)
+                    : rows::Conv<OptimizerStateOffload>::from(v);
+            c.train.offloadOptimizerStateAuto = mode == OptimizerStateOffload::Auto;
+            c.train.offloadOptimizerState = mode == OptimizerStateOffload::On;
+          }))
       .add("train.cuda_graph", M(train.cudaGraph),
            "Record the step's forward and backward once (step 3) and replay it, so the CPU no longer launches "
            "every kernel (short steps are bound by those launches); keeps the step's activation memory reserved "

@@ -40,11 +40,13 @@ bool EmaConfig::operator==(const EmaConfig& o) const {
 bool TrainConfig::operator==(const TrainConfig& o) const {
   return std::tie(steps, batchSize, gradientAccumulationSteps, lr, lrScheduler, lrWarmupSteps, optimizer, weightDecay,
                   betas, eps, maxGradNorm, dtype, gradientCheckpointing, gradientCheckpointingAuto, offloadCheckpoints,
-                  offloadOptimizerState, cudaGraph, timestepType, guidance, captionDropoutRate, seed, ema) ==
-         std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler, o.lrWarmupSteps, o.optimizer,
-                  o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype, o.gradientCheckpointing,
-                  o.gradientCheckpointingAuto, o.offloadCheckpoints, o.offloadOptimizerState, o.cudaGraph,
-                  o.timestepType, o.guidance, o.captionDropoutRate, o.seed, o.ema);
+                  offloadOptimizerState, offloadOptimizerStateAuto, cudaGraph, timestepType, guidance,
+                  captionDropoutRate, seed,
+                  ema) == std::tie(o.steps, o.batchSize, o.gradientAccumulationSteps, o.lr, o.lrScheduler,
+                                   o.lrWarmupSteps, o.optimizer, o.weightDecay, o.betas, o.eps, o.maxGradNorm, o.dtype,
+                                   o.gradientCheckpointing, o.gradientCheckpointingAuto, o.offloadCheckpoints,
+                                   o.offloadOptimizerState, o.offloadOptimizerStateAuto, o.cudaGraph, o.timestepType,
+                                   o.guidance, o.captionDropoutRate, o.seed, o.ema);
 }
 
 bool DatasetConfig::operator==(const DatasetConfig& o) const {

@@ -42,8 +42,9 @@ enum class PaddingSide { Right, Left };                                // right 
 enum class AttentionBackend { Auto, Cudnn, Flash };                    // auto | cudnn | flash
 // A switch that was a bool and may now be left to the run: auto | true | false.
 enum class AutoSwitch { Auto, On, Off };
-using CudaGraphMode = AutoSwitch;  // train.cuda_graph
-using Checkpointing = AutoSwitch;  // train.gradient_checkpointing as written (auto: the plan decides)
+using CudaGraphMode = AutoSwitch;          // train.cuda_graph
+using Checkpointing = AutoSwitch;          // train.gradient_checkpointing as written (auto: the plan decides)
+using OptimizerStateOffload = AutoSwitch;  // train.offload_optimizer_state as written (auto: the plan decides)
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
@@ -221,8 +222,13 @@ struct TrainConfig {
   // cards without it, on elsewhere; until then it reads true.
   bool gradientCheckpointing = true;
   bool gradientCheckpointingAuto = false;
-  bool offloadCheckpoints = false;                    // train.offload_checkpoints: block inputs in host memory
-  bool offloadOptimizerState = false;                 // train.offload_optimizer_state: AdamW moments in host memory
+  bool offloadCheckpoints = false;  // train.offload_checkpoints: block inputs in host memory
+  // train.offload_optimizer_state: AdamW's moments in pinned host memory, staged to the
+  // card each step. With `auto` (offloadOptimizerStateAuto) prepareRun decides: on the
+  // card where the plan fits with them there, in host memory elsewhere; until then it
+  // reads false (so no rule of the key's `true` applies to auto).
+  bool offloadOptimizerState = false;
+  bool offloadOptimizerStateAuto = false;
   CudaGraphMode cudaGraph = CudaGraphMode::Auto;      // train.cuda_graph: the step's forward and backward replayed
   TimestepType timestepType = TimestepType::Sigmoid;  // train.timestep_type
   double guidance = 1.0;                              // train.guidance: guidance input while training (dev)

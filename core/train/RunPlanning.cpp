@@ -1,5 +1,6 @@
 #include "train/RunPlanning.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "config/Validator.h"
@@ -8,29 +9,98 @@
 
 namespace strata::train {
 
+namespace {
+
+// One config with no `auto` left among the keys prepareRun resolves: validated, sized, planned.
+PreparedRun prepareResolved(const config::RunConfig& cfg, const device::Inventory& inventory,
+                            const PrepareOptions& options);
+
+// Whether AdamW's moments could wait in host memory: only adamw's float moments are
+// staged (adamw8bit's are a quarter of the size already), and a run on the cpu alone has
+// them in host memory anyway.
+bool momentsCanLeaveTheCards(const config::RunConfig& cfg, const device::Inventory& inventory) {
+  if (cfg.train.optimizer != config::OptimizerType::AdamW) return false;
+  if (cfg.model.device == config::ComputeDevice::Cpu) return false;
+  const device::DeviceSelection selection =
+      device::selectDevices(config::deviceRequestOf(cfg.model), inventory.devices);
+  return !(selection.ok() && !selection.devices.empty() &&
+           std::all_of(selection.devices.begin(), selection.devices.end(),
+                       [](const device::DeviceInfo& d) { return d.isCpu(); }));
+}
+
+}  // namespace
+
 PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& inventory,
                        const PrepareOptions& options) {
-  if (cfg.train.gradientCheckpointingAuto) {
-    // train.gradient_checkpointing: auto. Without checkpointing where the plan fits
-    // the cards (caps and reserve included: the trainer refuses a plan that does
-    // not), so the step runs at full speed where the memory allows it.
-    config::RunConfig off = cfg;
-    off.train.gradientCheckpointingAuto = false;
-    off.train.gradientCheckpointing = false;
-    PreparedRun run = prepareRun(off, inventory, options);
-    if (run.ok() && planRefusal(run).empty()) {
-      run.checkpointingNote = "train.gradient_checkpointing: auto, off: the plan fits without it";
-      return run;
+  const config::TrainConfig& t = cfg.train;
+  if (!t.gradientCheckpointingAuto && !t.offloadOptimizerStateAuto) return prepareResolved(cfg, inventory, options);
+  // train.gradient_checkpointing and train.offload_optimizer_state: auto, resolved together,
+  // fastest first: recomputing activations costs ~30-40% of a step, staging the moments
+  // ~3-5%. A key said outright keeps its value. The first that fits the cards (caps and
+  // reserve included: the trainer refuses a plan that does not) wins; where none does,
+  // the last, which saves the most, so its refusal and way out are the ones shown.
+  std::vector<bool> ckptChoices{t.gradientCheckpointing};
+  if (t.gradientCheckpointingAuto) ckptChoices = {false, true};
+  std::vector<bool> offloadChoices{t.offloadOptimizerState};
+  if (t.offloadOptimizerStateAuto)
+    offloadChoices =
+        momentsCanLeaveTheCards(cfg, inventory) ? std::vector<bool>{false, true} : std::vector<bool>{false};
+
+  struct Tried {
+    bool ckpt, offload;
+    PreparedRun run;
+  };
+  std::vector<Tried> tried;
+  for (const bool ckpt : ckptChoices) {
+    for (const bool offload : offloadChoices) {
+      config::RunConfig c = cfg;
+      c.train.gradientCheckpointingAuto = false;
+      c.train.gradientCheckpointing = ckpt;
+      c.train.offloadOptimizerStateAuto = false;
+      c.train.offloadOptimizerState = offload;
+      tried.push_back({ckpt, offload, prepareResolved(c, inventory, options)});
+      if (tried.back().run.ok() && planRefusal(tried.back().run).empty()) break;
     }
-    config::RunConfig on = off;
-    on.train.gradientCheckpointing = true;
-    PreparedRun with = prepareRun(on, inventory, options);
-    if (with.ok() && run.ok())
-      with.checkpointingNote = "train.gradient_checkpointing: auto, on: without it " + planRefusal(run);
-    return with;
+    if (tried.back().run.ok() && planRefusal(tried.back().run).empty()) break;
   }
+  PreparedRun chosen = std::move(tried.back().run);
+  const bool ckpt = tried.back().ckpt, offload = tried.back().offload;
+  tried.pop_back();
+  // Why not a faster one, from the candidates tried before it.
+  if (t.gradientCheckpointingAuto && chosen.ok()) {
+    if (!ckpt) {
+      chosen.checkpointingNote = "train.gradient_checkpointing: auto, off: the plan fits without it";
+    } else {
+      std::string why;
+      for (auto it = tried.rbegin(); it != tried.rend() && why.empty(); ++it)
+        if (!it->ckpt && it->run.ok()) why = planRefusal(it->run);
+      if (!why.empty()) chosen.checkpointingNote = "train.gradient_checkpointing: auto, on: without it " + why;
+    }
+  }
+  if (t.offloadOptimizerStateAuto && chosen.ok()) {
+    if (offloadChoices.size() == 1) {
+      if (cfg.train.optimizer != config::OptimizerType::AdamW)
+        chosen.offloadNote = "train.offload_optimizer_state: auto, on the card: it stages adamw's moments only";
+    } else if (!offload) {
+      chosen.offloadNote = "train.offload_optimizer_state: auto, on the card: the plan fits with the moments there";
+    } else {
+      std::string why;
+      for (const auto& other : tried)
+        if (other.ckpt == ckpt && !other.offload && other.run.ok()) why = planRefusal(other.run);
+      if (!why.empty())
+        chosen.offloadNote = "train.offload_optimizer_state: auto, in host memory: with the moments on the card " + why;
+    }
+  }
+  return chosen;
+}
+
+namespace {
+
+PreparedRun prepareResolved(const config::RunConfig& cfg, const device::Inventory& inventory,
+                            const PrepareOptions& options) {
   PreparedRun run;
   run.gradientCheckpointing = cfg.train.gradientCheckpointing;
+  run.offloadOptimizerState = cfg.train.offloadOptimizerState;
   run.devicesSource = inventory.source;
   config::ValidateOptions vo;
   vo.where = options.where;
@@ -104,6 +174,8 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
   }
   return run;
 }
+
+}  // namespace
 
 std::string planRefusal(const PreparedRun& run) {
   if (!run.ok() || run.plan.fits || run.plan.devices.empty()) return "";
@@ -179,6 +251,11 @@ std::vector<std::string> planWayOut(const config::RunConfig& cfg, const device::
     ckpt.train.gradientCheckpointing = true;
     add("recompute activations: train.gradient_checkpointing: true", verdict(ckpt));
   }
+  if (!run.offloadOptimizerState && !cfg.train.offloadOptimizerStateAuto && momentsCanLeaveTheCards(cfg, inventory)) {
+    config::RunConfig host = cfg;
+    host.train.offloadOptimizerState = true;
+    add("keep AdamW's moments in host memory: train.offload_optimizer_state: true", verdict(host));
+  }
   return out;
 }
 
@@ -189,6 +266,12 @@ std::string describePlan(const PreparedRun& run) {
     if (!out.empty()) out += " ";
     out += *part;
   }
+  return out;
+}
+
+std::string autoChoiceNotes(const PreparedRun& run) {
+  std::string out = run.checkpointingNote;
+  if (!run.offloadNote.empty()) out += (out.empty() ? "" : "; ") + run.offloadNote;
   return out;
 }
 

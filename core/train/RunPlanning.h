@@ -60,12 +60,20 @@ struct PreparedRun {
   // or what `auto` chose, and then why in one sentence (checkpointingNote, else empty).
   bool gradientCheckpointing = true;
   std::string checkpointingNote;
+  // Whether AdamW's moments wait in host memory: the config's train.offload_optimizer_state,
+  // or what `auto` chose, and then why in one sentence (offloadNote, else empty).
+  bool offloadOptimizerState = false;
+  std::string offloadNote;
 };
 
 // The plan in words, one paragraph: the devices note, the tokens note, the other
 // modules' note and the planner's reason. `strata-train plan` prints it under the table and the
 // app's plan view shows it: one text for both.
 std::string describePlan(const PreparedRun& run);
+
+// What the `auto` keys chose and why (checkpointingNote, offloadNote), joined by "; "
+// ("" when no key was auto): the run's header and `strata-train bench`'s paths line.
+std::string autoChoiceNotes(const PreparedRun& run);
 
 // Validates `cfg` against `inventory` (every rule, or a preview's), then, without
 // errors, sizes the model and plans it over the devices the config means. Never throws for a bad config or device:

@@ -306,7 +306,7 @@ RunOutcome Trainer::runImpl() {
   step_ = st->startStep;
   startStepGraph(*st);  // before the header: it says whether the step is graphed
   std::string setup = describeRunSetup(cfg_, onCuda(st->devices), st->graph != nullptr, st->graphOff);
-  if (!st->prepared.checkpointingNote.empty()) setup += " (" + st->prepared.checkpointingNote + ")";
+  if (const std::string notes = autoChoiceNotes(st->prepared); !notes.empty()) setup += " (" + notes + ")";
   if (st->collective)
     setup += (setup.empty() ? "" : "; ") + std::string("data-parallel over ") + std::to_string(worldOf(*st)) +
              " ranks (a global batch of " + std::to_string(worldOf(*st) * std::max<int64_t>(cfg_.train.batchSize, 1)) +
@@ -338,8 +338,10 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   // The config's rules and the plan, on this machine's devices (or the simulated ones of the options).
   const device::Inventory inventory = options_.devices ? *options_.devices : device::thisMachine();
   st.prepared = prepareRun(cfg_, inventory);
-  // train.gradient_checkpointing: auto, as the plan decided it (the key still reads auto).
+  // train.gradient_checkpointing and train.offload_optimizer_state: auto, as the plan
+  // decided them (the keys still read auto), before the optimizer is built.
   cfg_.train.gradientCheckpointing = st.prepared.gradientCheckpointing;
+  cfg_.train.offloadOptimizerState = st.prepared.offloadOptimizerState;
   for (const auto& p : st.prepared.problems) {
     if (p.isError())
       problems.push_back(p.format());

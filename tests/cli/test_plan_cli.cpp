@@ -127,6 +127,36 @@ TEST_F(PlanCli, AutoCheckpointingIsOffWhereTheStepFitsAndOnWhereItDoesNot) {
   EXPECT_NE(out.find("checkpointing on\n"), std::string::npos) << out;
 }
 
+// Issue 37: train.offload_optimizer_state: auto, as configs/flux-dev-1gpu.yaml ships it: the
+// moments stay on a card with room for them (no copies each step), go to host memory where only
+// that fits; the plan says which and why, as text and JSON.
+TEST_F(PlanCli, AutoMomentsStayOnTheCardWhereTheyFit) {
+  const std::string config = (strata::test::sourceDir() / "configs" / "flux-dev-1gpu.yaml").string();
+  std::string out;
+  ASSERT_EQ(runStrataTrain({"plan", config, "--devices", "1x80GB"}, log("moments80"), &out), 0) << out;
+  EXPECT_NE(out.find("optimizer adamw, moments on the card (auto: the plan fits with them there)"), std::string::npos)
+      << out;
+  const std::vector<std::string> small = {"plan", config, "--devices", "1x16GB", "--set", "model.quantize=true"};
+  ASSERT_EQ(runStrataTrain(small, log("moments16"), &out), 0) << out;
+  EXPECT_NE(out.find("optimizer adamw, moments in host memory (auto: on the card the plan does not fit)"),
+            std::string::npos)
+      << out;
+  std::vector<std::string> json = small;
+  json.push_back("--json");
+  std::string js;
+  ASSERT_EQ(runStrataTrain(json, log("moments16json"), &js), 0) << js;
+  const auto j = nlohmann::json::parse(js);
+  EXPECT_TRUE(j.at("offload_optimizer_state").get<bool>()) << js;
+  EXPECT_EQ(
+      j.at("offload_optimizer_state_note")
+          .get<std::string>()
+          .rfind("train.offload_optimizer_state: auto, in host memory: with the moments on the card the model does "
+                 "not fit",
+                 0),
+      0u)
+      << js;
+}
+
 // Issue 35: a data-parallel run's plan, replicas x cards, each replica on its own group of
 // the node's cards with its per-card figures; a node with too few cards is refused.
 TEST_F(PlanCli, DataParallelShowsEachReplicaOnItsCards) {

@@ -201,6 +201,45 @@ TEST(Yaml, CudaGraphReadsAutoTrueAndFalse) {
   EXPECT_EQ(set.train.cudaGraph, CudaGraphMode::Auto);
 }
 
+// train.offload_optimizer_state was a bool: true and false (and YAML 1.1's other spellings)
+// read as before, false stays the default, auto (the plan decides) writes and reads back as itself.
+TEST(Yaml, OffloadOptimizerStateReadsAutoTrueAndFalse) {
+  EXPECT_FALSE(RunConfig{}.train.offloadOptimizerState);
+  EXPECT_FALSE(RunConfig{}.train.offloadOptimizerStateAuto);
+  struct Spelling {
+    std::string text;
+    bool on, isAuto;
+  };
+  const std::vector<Spelling> spellings = {{"auto", false, true}, {"true", true, false}, {"false", false, false},
+                                           {"yes", true, false},  {"off", false, false}, {"'auto'", false, true}};
+  for (const auto& s : spellings) {
+    const LoadedConfig loaded = parseRunConfig("train:\n  offload_optimizer_state: " + s.text + "\n", "opt.yaml");
+    EXPECT_TRUE(loaded.problems.empty()) << s.text << "\n" << test::dump(loaded.problems);
+    EXPECT_EQ(loaded.config.train.offloadOptimizerState, s.on) << s.text;
+    EXPECT_EQ(loaded.config.train.offloadOptimizerStateAuto, s.isAuto) << s.text;
+    const std::string saved = toYaml(loaded.config);
+    EXPECT_NE(saved.find(std::string("offload_optimizer_state: ") + (s.isAuto ? "auto"
+                                                                     : s.on   ? "true"
+                                                                              : "false")),
+              std::string::npos)
+        << saved;
+    EXPECT_TRUE(parseRunConfig(saved).config == loaded.config) << s.text << "\n" << saved;
+  }
+  const LoadedConfig bad = parseRunConfig("train:\n  offload_optimizer_state: sometimes\n", "opt.yaml");
+  ASSERT_FALSE(bad.problems.empty());
+  EXPECT_EQ(bad.problems.front().key, "train.offload_optimizer_state") << test::dump(bad.problems);
+  // auto and on differ as configs (operator==), and the editor's choices offer all three.
+  RunConfig a, b;
+  setValueText(a, "train.offload_optimizer_state", "auto");
+  EXPECT_FALSE(a == b);
+  setValueText(a, "train.offload_optimizer_state", "false");
+  EXPECT_TRUE(a == b);
+  const auto row = std::find_if(schema().begin(), schema().end(),
+                                [](const KeySpec& k) { return k.path == "train.offload_optimizer_state"; });
+  ASSERT_NE(row, schema().end());
+  EXPECT_EQ(row->choices, (std::vector<std::string>{"auto", "true", "false"}));
+}
+
 TEST(Yaml, ShippedConfigsRoundTrip) {
   for (const char* name : {"demo.yaml", "flux-dev-split-4x16gb.yaml", "flux-dev-1gpu.yaml"}) {
     const auto loaded = loadRunConfig(strata::test::sourceDir() / "configs" / name);

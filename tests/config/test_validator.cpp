@@ -143,6 +143,14 @@ TEST(Validator, OffloadingOptimizerStateWantsAdamwAndACard) {
   // adamw8bit: refused, naming the optimizer's line.
   const auto eight = check(yaml("cuda", "adamw8bit"), std::vector{gpu(0, 9)});
   EXPECT_TRUE(hasProblem(eight, Severity::Error, key, 6, "adamw8bit (line 7)")) << test::dump(eight);
+  // auto: the plan decides (train::prepareRun), so neither the error nor the warning applies.
+  const auto asAuto = [&](std::string text) {
+    text.replace(text.find("offload_optimizer_state: true"), 29, "offload_optimizer_state: auto");
+    return text;
+  };
+  for (const auto& [device, optimizer] : {std::pair{"cuda", "adamw8bit"}, {"cpu", "adamw"}, {"cuda", "adamw"}})
+    for (const auto& p : check(asAuto(yaml(device, optimizer)), std::vector{gpu(0, 9)}))
+      EXPECT_NE(p.key, key) << device << " " << optimizer << ": " << p.format();
 }
 
 TEST(Validator, ImagesDatasetsAreAcceptedAndEveryKeyIsRead) {

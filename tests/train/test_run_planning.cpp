@@ -366,6 +366,153 @@ TEST(PrepareRun, OffloadedOptimizerStatePlansLessOnTheCard) {
   EXPECT_NE(placement::formatPlan(off.plan).find("in host memory"), std::string::npos);
 }
 
+// Issue 37: train.gradient_checkpointing and train.offload_optimizer_state: auto, chosen
+// together, fastest first. FLUX.1-dev's shapes as configs/flux-dev-1gpu.yaml ships them, on one
+// simulated card capped between the totals of the four plans (the reserve on top).
+config::RunConfig shippedFluxDev() {
+  const config::LoadedConfig loaded = config::loadRunConfig(test::sourceDir() / "configs" / "flux-dev-1gpu.yaml");
+  for (const auto& p : loaded.problems) ADD_FAILURE() << p.format();
+  return loaded.config;
+}
+
+config::RunConfig resolved(config::RunConfig c, bool ckpt, bool offload) {
+  c.train.gradientCheckpointingAuto = false;
+  c.train.gradientCheckpointing = ckpt;
+  c.train.offloadOptimizerStateAuto = false;
+  c.train.offloadOptimizerState = offload;
+  return c;
+}
+
+int64_t plannedBytes(const config::RunConfig& c) {
+  const PreparedRun r = preview(c, "1x80GB");
+  EXPECT_TRUE(r.ok()) << errors(r);
+  return r.ok() ? r.plan.devices.at(0).totalBytes : 0;
+}
+
+// A cap halfway between two plans' totals, so the larger does not fit and the smaller does.
+std::vector<double> capBetween(const config::RunConfig& c, int64_t smaller, int64_t larger) {
+  return {static_cast<double>(smaller + larger) / 2.0 / 1e9 + c.model.memoryReserveGb};
+}
+
+TEST(PrepareRun, AutoCheckpointingAndMomentsPickTheFastestPlanThatFits) {
+  const config::RunConfig shipped = shippedFluxDev();
+  ASSERT_TRUE(shipped.train.gradientCheckpointingAuto && shipped.train.offloadOptimizerStateAuto);
+  const int64_t offCard = plannedBytes(resolved(shipped, false, false));
+  const int64_t offHost = plannedBytes(resolved(shipped, false, true));
+  const int64_t onCard = plannedBytes(resolved(shipped, true, false));
+  const int64_t onHost = plannedBytes(resolved(shipped, true, true));
+  ASSERT_GT(offCard, offHost);
+  ASSERT_GT(offHost, onCard);
+  ASSERT_GT(onCard, onHost);
+  ASSERT_GT(onHost, 0);
+  struct Case {
+    std::string what;
+    std::vector<double> cap;
+    bool ckpt, offload, fits;
+    std::string offloadNote;
+  };
+  const std::string host =
+      "train.offload_optimizer_state: auto, in host memory: with the moments on the card "
+      "the model does not fit";
+  const std::vector<Case> cases = {
+      {"room for all",
+       {},
+       false,
+       false,
+       true,
+       "train.offload_optimizer_state: auto, on the card: the plan fits with the moments there"},
+      {"only the moments in host memory", capBetween(shipped, offHost, offCard), false, true, true, host},
+      {"only checkpointing", capBetween(shipped, onCard, offHost), true, false, true,
+       "train.offload_optimizer_state: auto, on the card: the plan fits with the moments there"},
+      {"only both", capBetween(shipped, onHost, onCard), true, true, true, host},
+      {"nothing: the plan that saves the most", capBetween(shipped, 0, onHost), true, true, false, host},
+  };
+  for (const Case& k : cases) {
+    config::RunConfig c = shipped;
+    c.model.gpuMemoryLimitGb = k.cap;
+    const PreparedRun r = preview(c, "1x80GB");
+    ASSERT_TRUE(r.ok()) << k.what << "\n" << errors(r);
+    EXPECT_EQ(r.gradientCheckpointing, k.ckpt) << k.what;
+    EXPECT_EQ(r.offloadOptimizerState, k.offload) << k.what;
+    EXPECT_EQ(r.plan.fits, k.fits) << k.what;
+    EXPECT_EQ(r.plan.devices.at(0).optimizerBytes == 0, k.offload) << k.what;  // the plan is the chosen one's
+    EXPECT_EQ(r.offloadNote.rfind(k.offloadNote, 0), 0u) << k.what << ": " << r.offloadNote;
+    EXPECT_EQ(r.checkpointingNote.rfind(k.ckpt ? "train.gradient_checkpointing: auto, on: without it the model "
+                                                 "does not fit"
+                                               : "train.gradient_checkpointing: auto, off: the plan fits without it",
+                                        0),
+              0u)
+        << k.what << ": " << r.checkpointingNote;
+    EXPECT_NE(autoChoiceNotes(r).find(r.offloadNote), std::string::npos) << autoChoiceNotes(r);
+  }
+}
+
+// A key said outright keeps its value: only the auto one varies.
+TEST(PrepareRun, AFixedKeyKeepsItsValueWhileTheAutoOneVaries) {
+  const config::RunConfig shipped = shippedFluxDev();
+  const int64_t offCard = plannedBytes(resolved(shipped, false, false));
+  const int64_t offHost = plannedBytes(resolved(shipped, false, true));
+  const int64_t onCard = plannedBytes(resolved(shipped, true, false));
+  config::RunConfig noCkpt = shipped;
+  noCkpt.train.gradientCheckpointingAuto = false;
+  noCkpt.train.gradientCheckpointing = false;
+  noCkpt.model.gpuMemoryLimitGb = capBetween(shipped, offHost, offCard);
+  PreparedRun r = preview(noCkpt, "1x80GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_FALSE(r.gradientCheckpointing);
+  EXPECT_TRUE(r.offloadOptimizerState);
+  EXPECT_TRUE(r.checkpointingNote.empty()) << r.checkpointingNote;
+  noCkpt.model.gpuMemoryLimitGb = capBetween(shipped, onCard, offHost);  // refused, not switched on
+  r = preview(noCkpt, "1x80GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_FALSE(r.gradientCheckpointing);
+  EXPECT_TRUE(r.offloadOptimizerState);
+  EXPECT_FALSE(r.plan.fits);
+  // Moments said to be on the card: checkpointing goes on where they do not fit there.
+  config::RunConfig onCardAlways = shipped;
+  onCardAlways.train.offloadOptimizerStateAuto = false;
+  onCardAlways.model.gpuMemoryLimitGb = capBetween(shipped, offHost, offCard);
+  r = preview(onCardAlways, "1x80GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_TRUE(r.gradientCheckpointing);
+  EXPECT_FALSE(r.offloadOptimizerState);
+  EXPECT_TRUE(r.offloadNote.empty()) << r.offloadNote;
+  // Moments said to be in host memory stay there on a card with room.
+  config::RunConfig hostAlways = shipped;
+  hostAlways.train.offloadOptimizerStateAuto = false;
+  hostAlways.train.offloadOptimizerState = true;
+  r = preview(hostAlways, "1x80GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  EXPECT_FALSE(r.gradientCheckpointing);
+  EXPECT_TRUE(r.offloadOptimizerState);
+}
+
+// auto never stages what cannot be staged: adamw8bit's moments, a run on the cpu. No error,
+// no warning (true gets one of each), the moments where the optimizer keeps them.
+TEST(PrepareRun, AutoMomentsWithAdamw8bitOrOnTheCpuStayPut) {
+  config::RunConfig eight = shippedFluxDev();
+  eight.train.optimizer = config::OptimizerType::AdamW8bit;
+  for (const std::vector<double>& cap : {std::vector<double>{}, std::vector<double>{12.0}}) {
+    eight.model.gpuMemoryLimitGb = cap;
+    const PreparedRun r = preview(eight, "1x80GB");
+    ASSERT_TRUE(r.ok()) << errors(r);
+    for (const auto& p : r.problems) EXPECT_NE(p.key, "train.offload_optimizer_state") << p.format();
+    EXPECT_FALSE(r.offloadOptimizerState);
+    EXPECT_EQ(r.offloadNote, "train.offload_optimizer_state: auto, on the card: it stages adamw's moments only");
+    EXPECT_EQ(r.gradientCheckpointing, !cap.empty());
+  }
+  config::RunConfig cpu = tinyConfig();
+  cpu.model.device = config::ComputeDevice::Cpu;
+  cpu.train.offloadOptimizerStateAuto = true;
+  cpu.train.gradientCheckpointingAuto = true;
+  const PreparedRun r = preview(cpu, "1x16GB");
+  ASSERT_TRUE(r.ok()) << errors(r);
+  for (const auto& p : r.problems) EXPECT_NE(p.key, "train.offload_optimizer_state") << p.format();
+  EXPECT_FALSE(r.offloadOptimizerState);
+  EXPECT_TRUE(r.offloadNote.empty()) << r.offloadNote;
+  EXPECT_FALSE(r.gradientCheckpointing);
+}
+
 TEST(PrepareRun, ATextEncoderTooLargeForCachingSaysSo) {
   // T5-XXL in bf16 (9.5 GB) on 10 GB cards: the blocks split, the caching phase does not fit.
   config::RunConfig c = fluxImagesConfig();

@@ -122,7 +122,8 @@ config::FamilyDescription describeLlama() {
        "With gradient checkpointing: keep each decoder layer's saved input in pinned host memory, not on the GPU"},
       {"train.offload_optimizer_state",
        "adamw: keep the optimizer's moments in pinned host memory between steps, not on the GPU; each step copies "
-       "them to the card in 64 MiB pieces and back (8 bytes per LoRA parameter less on the card)"},
+       "them to the card in 64 MiB pieces and back (8 bytes per LoRA parameter less on the card): true, false, or "
+       "auto (on the card where the plan fits with them there, in host memory elsewhere)"},
       {"datasets[].type", "jsonl (one JSON object per line) or synthetic (random tokens)"},
       {"sample.sample_every", "Generate text for sample.prompts every N steps; 0 = never"},
       {"sample.prompts", "Prompts the model continues at each sample"},
