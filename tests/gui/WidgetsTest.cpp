@@ -291,6 +291,14 @@ void WidgetsTest::gpuMapDrawsTheWordsItIsGiven() {
            QStringList({"stem: embedding", "decoder layer", "head: norm + lm_head"}));
   cfg.model.arch = "not-a-family";
   QVERIFY(planPlacementView(cfg, "1x16GB").parts.isEmpty());
+
+  // What `auto` chose, and why, is in the plan's sentence as `strata-train plan` says it.
+  cfg.model.arch = "flux";
+  cfg.train.gradientCheckpointingAuto = true;
+  cfg.train.offloadOptimizerStateAuto = true;
+  const QString reason = planPlacementView(cfg, "1x80GB").reason;
+  QVERIFY2(reason.contains("train.gradient_checkpointing: auto, off"), qPrintable(reason));
+  QVERIFY2(reason.contains("train.offload_optimizer_state: auto, on the card"), qPrintable(reason));
 }
 
 // Four cards in the plan panel of a 1400 px and of a 1000 px window: the columns
