@@ -18,9 +18,10 @@ namespace {
 
 using torch::autograd::variable_list;
 
-// The first bucket to start is the one the backward fills first: small, so that
-// the first sum goes out early.
-constexpr int64_t kFirstBucketBytes = int64_t(1) << 20;
+// The first bucket to start is the one the backward fills first, and the last the
+// one it fills last: both small, so that the first sum goes out early and the one
+// left to run after the backward is short.
+constexpr int64_t kEdgeBucketBytes = int64_t(1) << 20;
 
 }  // namespace
 
@@ -161,12 +162,18 @@ void AveragingReducer::beforeLastBackward(const std::vector<at::Tensor>& params)
     for (size_t k = params.size(); k-- > 0;)
       if (late_[k]) order.push_back(k);
     const int64_t elementBytes = static_cast<int64_t>(first.element_size());
-    int64_t limit = std::min(kFirstBucketBytes, bucketBytes_);
+    const int64_t edge = std::min(kEdgeBucketBytes, bucketBytes_);
+    auto bytesOf = [&](size_t n) { return params[order[n]].numel() * elementBytes; };
+    // The last on-time bucket: the last parameters up to `edge` bytes (one at least).
+    size_t tail = onTime > 1 ? onTime - 1 : onTime;
+    for (int64_t tailBytes = tail < onTime ? bytesOf(tail) : 0; tail > 1 && tailBytes + bytesOf(tail - 1) <= edge;)
+      tailBytes += bytesOf(--tail);
+    int64_t limit = edge;
     int64_t filled = 0;
     for (size_t n = 0; n < order.size(); ++n) {
       const size_t k = order[n];
-      const int64_t bytes = params[k].numel() * elementBytes;
-      if (o->buckets.empty() || (filled > 0 && filled + bytes > limit) || n == onTime) {
+      const int64_t bytes = bytesOf(n);
+      if (o->buckets.empty() || (filled > 0 && filled + bytes > limit) || n == tail || n == onTime) {
         if (!o->buckets.empty()) limit = bucketBytes_;
         o->buckets.emplace_back();
         filled = 0;

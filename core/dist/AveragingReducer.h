@@ -23,7 +23,8 @@ namespace strata::dist {
 
 class AveragingReducer final : public train::GradientReducer {
  public:
-  // 25 MiB buckets as DDP's (the first one small, so that the first sum starts early).
+  // 25 MiB buckets as DDP's (the first and the last small: the first sum starts
+  // early, and the one left after the backward is short).
   static constexpr int64_t kBucketBytes = int64_t(25) << 20;
   AveragingReducer(std::shared_ptr<train::Collective> collective, bool overlap = true,
                    int64_t bucketBytes = kBucketBytes);
