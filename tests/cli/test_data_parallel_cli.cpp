@@ -327,6 +327,58 @@ TEST_F(CliDataParallel, SigtermSavesOneCheckpointAndResumeTakesAnyWorldSize) {
   EXPECT_EQ(losses(tmp / "stopped3").size(), 4u);
 }
 
+// Item 7, resume: every rank reads the run folder's latest intact checkpoint by
+// itself; ranks that read different ones (here rank 1 resumes a copy of the folder
+// without its latest checkpoint) are refused before a step, each saying why.
+TEST_F(CliDataParallel, RanksThatResumeFromDifferentCheckpointsAreRefused) {
+  std::string out;
+  auto first = demoRun("a", {"train.batch_size=1", "save.save_every=1"});
+  first.insert(first.end(), {"--stop-after", "2"});
+  ASSERT_EQ(run(first, "a", out), 130) << out;
+  const auto checkpoints = strata::train::RunFolder(tmp / "a").checkpoints();
+  ASSERT_GE(checkpoints.size(), 2u) << out;
+  fs::copy(tmp / "a", tmp / "b", fs::copy_options::recursive);
+  int64_t latest = 0;
+  for (const auto& c : checkpoints) latest = std::max(latest, c.step);
+  for (const auto& c : strata::train::RunFolder(tmp / "b").checkpoints())
+    if (c.step == latest) fs::remove_all(c.path);
+  int64_t older = 0;
+  for (const auto& c : strata::train::RunFolder(tmp / "b").checkpoints()) older = std::max(older, c.step);
+  ASSERT_LT(older, latest);
+
+  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("STRATA_DIST_CONNECT_TIMEOUT_S", "60", 1);
+  ::setenv("STRATA_DIST_TIMEOUT_S", "60", 1);
+  ::setenv("RANK", "0", 1);
+  Child rank0({"resume", (tmp / "a").string()}, tmp / "rank0.log");
+  ::setenv("RANK", "1", 1);
+  Child rank1({"resume", (tmp / "b").string()}, tmp / "rank1.log");
+  for (const char* v :
+       {"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "STRATA_DIST_CONNECT_TIMEOUT_S", "STRATA_DIST_TIMEOUT_S", "RANK"})
+    ::unsetenv(v);
+  for (Child* c : {&rank0, &rank1})
+    if (!c->waitFor(std::chrono::seconds(120))) {
+      rank0.signal(SIGKILL);
+      rank1.signal(SIGKILL);
+      rank0.wait();
+      rank1.wait();
+      FAIL() << "the ranks did not end within 120 s:\n" << rank0.output() << "\n" << rank1.output();
+    }
+  EXPECT_NE(rank0.exitCode(), 0) << rank0.output();
+  EXPECT_NE(rank1.exitCode(), 0) << rank1.output();
+  EXPECT_NE(rank1.output().find("this rank would go on from step " + std::to_string(older) + " and rank 0 from step " +
+                                std::to_string(latest) + ": the ranks read different checkpoints"),
+            std::string::npos)
+      << rank1.output();
+  EXPECT_NE(rank0.output().find("another rank of this data-parallel run read another checkpoint than rank 0"),
+            std::string::npos)
+      << rank0.output();
+  EXPECT_EQ(losses(tmp / "a").size(), 2u) << "nothing trained past the checkpoint";
+}
+
 // Item 7: a launch variable that is wrong is named, and nothing is trained.
 TEST_F(CliDataParallel, ABadLaunchVariableIsNamed) {
   ::setenv("WORLD_SIZE", "2", 1);
