@@ -5,10 +5,7 @@
 // a rank killed, SIGTERM to the job, resume on another world size, a bad variable.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -91,19 +88,6 @@ void expectSameExports(const fs::path& a, const fs::path& b, double tol) {
       EXPECT_LE(diff, tol) << ea[i].filename() << " " << name;
     }
   }
-}
-
-// A port nothing listens on now (the kernel's pick for a socket bound to port 0).
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 void expectSameLosses(const std::vector<double>& a, const std::vector<double>& b, double tol) {
@@ -363,7 +347,7 @@ TEST_F(CliDataParallel, RanksThatResumeFromDifferentCheckpointsAreRefused) {
   for (const auto& c : strata::train::RunFolder(tmp / "b").checkpoints()) older = std::max(older, c.step);
   ASSERT_LT(older, latest);
 
-  const int port = freePort();
+  const int port = strata::test::freeLoopbackPort();
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);

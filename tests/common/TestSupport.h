@@ -28,6 +28,10 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A loopback TCP port nothing listens on now (the kernel's pick for a socket bound
+// to port 0): for tests that start a rendezvous.
+int freeLoopbackPort();
+
 // Number of CUDA devices LibTorch sees (0 on a CPU build).
 int cudaDeviceCount();
 

@@ -3,9 +3,9 @@
 // broadcast, rank 0's verdicts, the reducer's average, and the clear errors of a
 // port in use, an unreachable master and configs that differ.
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <future>
@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/Error.h"
+#include "common/TestSupport.h"
 #include "dist/AveragingReducer.h"
 #include "dist/C10dCollective.h"
 #include "dist/LaunchEnv.h"
@@ -203,18 +204,6 @@ TEST(ParallelDims, TooFewCardsAreSaidNamingTheLocalRank) {
   EXPECT_NE(error.find("[0, 1, 2, 3]"), std::string::npos) << error;
 }
 
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 LaunchEnv rankOf(int rank, int world, int port) {
   LaunchEnv e;
   e.rank = rank;
@@ -238,7 +227,7 @@ ConnectOptions quick(const std::string& fingerprint = "same") {
 // `body` on two ranks at once; each one's result or error text.
 template <typename Body>
 std::vector<std::string> onTwoRanks(Body body, const std::vector<std::string>& fingerprints = {"same", "same"}) {
-  const int port = freePort();
+  const int port = strata::test::freeLoopbackPort();
   std::vector<std::future<std::string>> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
@@ -400,7 +389,7 @@ TEST(C10dCollective, APortInUseIsSaid) {
 
 TEST(C10dCollective, AnUnreachableMasterIsSaidWithinTheTimeout) {
   if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
-  const int port = freePort();  // nobody serves it
+  const int port = strata::test::freeLoopbackPort();  // nobody serves it
   auto o = quick();
   o.connectTimeout = std::chrono::seconds(2);
   const auto start = std::chrono::steady_clock::now();
@@ -423,7 +412,7 @@ TEST(C10dCollective, AWrongWorldSizeIsSaidWithinTheTimeout) {
   o.connectTimeout = std::chrono::seconds(2);
   std::string error;
   try {
-    connect(rankOf(0, 2, freePort()), o);
+    connect(rankOf(0, 2, strata::test::freeLoopbackPort()), o);
   } catch (const std::exception& e) {
     error = e.what();
   }
