@@ -39,6 +39,27 @@ class Builder {
   std::vector<KeySpec> keys_;
 };
 
+// A train key of true, false or auto (AutoSwitch), kept as two bools: its value and
+// whether auto left the choice to prepareRun; until prepareRun chooses, the value
+// reads `whileAuto`. A YAML boolean arrives as its text; a Value built in code may
+// be a bool.
+KeySpec autoSwitchRow(std::string path, std::string doc, Opt opt, bool TrainConfig::*value, bool TrainConfig::*isAuto,
+                      bool whileAuto) {
+  return rows::rowOf<AutoSwitch>(
+      std::move(path), std::move(doc), std::move(opt),
+      [value, isAuto](const RunConfig& c, size_t) {
+        return rows::Conv<AutoSwitch>::to(c.train.*isAuto  ? AutoSwitch::Auto
+                                          : c.train.*value ? AutoSwitch::On
+                                                           : AutoSwitch::Off);
+      },
+      [value, isAuto, whileAuto](RunConfig& c, size_t, const Value& v) {
+        const AutoSwitch mode = std::holds_alternative<bool>(v) ? (std::get<bool>(v) ? AutoSwitch::On : AutoSwitch::Off)
+                                                                : rows::Conv<AutoSwitch>::from(v);
+        c.train.*isAuto = mode == AutoSwitch::Auto;
+        c.train.*value = mode == AutoSwitch::Auto ? whileAuto : mode == AutoSwitch::On;
+      });
+}
+
 #define M(member) STRATA_KEY_MEMBER(member)
 #define D(member) STRATA_KEY_DATASET(member)
 
@@ -156,49 +177,26 @@ std::vector<KeySpec> buildSchema() {
            Opt().min(0).max(1e6).look("Gradient clipping", "Optimizer"))
       .add("train.dtype", M(train.dtype), "Base weights and activations (bf16 needs compute capability 8.0+)",
            Opt().look("Precision", "Training"))
-      .addKey(rows::rowOf<Checkpointing>(
+      // Auto reads true until prepareRun chooses (RunConfig.h).
+      .addKey(autoSwitchRow(
           "train.gradient_checkpointing",
           "Recompute block activations in the backward pass (less memory, ~30% slower): true, false, or auto "
           "(off where the plan fits the cards without it, on elsewhere; the run says which)",
-          Opt().look("Save memory (recompute activations)", "Training"),
-          [](const RunConfig& c, size_t) {
-            return rows::Conv<Checkpointing>::to(c.train.gradientCheckpointingAuto ? Checkpointing::Auto
-                                                 : c.train.gradientCheckpointing   ? Checkpointing::On
-                                                                                   : Checkpointing::Off);
-          },
-          [](RunConfig& c, size_t, const Value& v) {
-            // A YAML boolean arrives as its text; a Value built in code may be a bool.
-            const Checkpointing mode = std::holds_alternative<bool>(v)
-                                           ? (std::get<bool>(v) ? Checkpointing::On : Checkpointing::Off)
-                                           : rows::Conv<Checkpointing>::from(v);
-            c.train.gradientCheckpointingAuto = mode == Checkpointing::Auto;
-            c.train.gradientCheckpointing = mode != Checkpointing::Off;
-          }))
+          Opt().look("Save memory (recompute activations)", "Training"), &TrainConfig::gradientCheckpointing,
+          &TrainConfig::gradientCheckpointingAuto, /*whileAuto=*/true))
       .add("train.offload_checkpoints", M(train.offloadCheckpoints),
            "With gradient checkpointing: keep each block's saved input in pinned host memory, not on the GPU "
            "(FLUX.1-dev at 1024 px: 1.5 GB less on the card, ~0.5 ms of copying per block each way)",
            Opt().look("Keep checkpoints in host memory", "Training"))
-      .addKey(rows::rowOf<OptimizerStateOffload>(
+      // Auto reads false until prepareRun chooses: no rule for `true` fires on it.
+      .addKey(autoSwitchRow(
           "train.offload_optimizer_state",
           "adamw: keep the optimizer's moments in pinned host memory between steps, not on the GPU; each step "
           "copies them to the card in 64 MiB pieces and back (FLUX.1-dev LoRA rank 16: 0.49 GiB less on the "
           "card, ~1 GB over PCIe per step): true, false, or auto (on the card where the plan fits with them "
           "there, in host memory elsewhere; the run says which)",
-          Opt().look("Keep optimizer state in host memory", "Optimizer"),
-          [](const RunConfig& c, size_t) {
-            return rows::Conv<OptimizerStateOffload>::to(c.train.offloadOptimizerStateAuto ? OptimizerStateOffload::Auto
-                                                         : c.train.offloadOptimizerState   ? OptimizerStateOffload::On
-                                                                                         : OptimizerStateOffload::Off);
-          },
-          [](RunConfig& c, size_t, const Value& v) {
-            // A YAML boolean arrives as its text; a Value built in code may be a bool.
-            const OptimizerStateOffload mode =
-                std::holds_alternative<bool>(v)
-                    ? (std::get<bool>(v) ? OptimizerStateOffload::On : OptimizerStateOffload::Off)
-                    : rows::Conv<OptimizerStateOffload>::from(v);
-            c.train.offloadOptimizerStateAuto = mode == OptimizerStateOffload::Auto;
-            c.train.offloadOptimizerState = mode == OptimizerStateOffload::On;
-          }))
+          Opt().look("Keep optimizer state in host memory", "Optimizer"), &TrainConfig::offloadOptimizerState,
+          &TrainConfig::offloadOptimizerStateAuto, /*whileAuto=*/false))
       .add("train.cuda_graph", M(train.cudaGraph),
            "Record the step's forward and backward once (step 3) and replay it, so the CPU no longer launches "
            "every kernel (short steps are bound by those launches); keeps the step's activation memory reserved "

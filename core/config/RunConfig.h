@@ -42,9 +42,7 @@ enum class PaddingSide { Right, Left };                                // right 
 enum class AttentionBackend { Auto, Cudnn, Flash };                    // auto | cudnn | flash
 // A switch that was a bool and may now be left to the run: auto | true | false.
 enum class AutoSwitch { Auto, On, Off };
-using CudaGraphMode = AutoSwitch;          // train.cuda_graph
-using Checkpointing = AutoSwitch;          // train.gradient_checkpointing as written (auto: the plan decides)
-using OptimizerStateOffload = AutoSwitch;  // train.offload_optimizer_state as written (auto: the plan decides)
+using CudaGraphMode = AutoSwitch;  // train.cuda_graph
 
 // One spelling of an enum value. The first spelling of each value is the one
 // Strata writes; later ones (alias = true) are accepted when reading, e.g.
