@@ -169,9 +169,10 @@ class C10dPendingSum final : public train::PendingSum {
 
 std::unique_ptr<train::PendingSum> C10dCollective::startAllReduceSum(const at::Tensor& buffer) {
   if (!startsSumsOn(buffer.device()) || !buffer.is_contiguous() || buffer.dim() != 1)
-    throw Error("an all-reduce started on a " + buffer.device().str() + " buffer of shape " +
-                std::to_string(buffer.dim()) + "-d, which the group on " + impl_->options.device.str() +
-                " does not take");
+    throw Error("an all-reduce was started on a " + std::to_string(buffer.dim()) + "-d" +
+                (buffer.is_contiguous() ? "" : ", non-contiguous") + " buffer on " + buffer.device().str() +
+                "; the group on " + impl_->options.device.str() + " takes one flat contiguous buffer on " +
+                (impl_->options.device.is_cpu() ? "the CPU or a CUDA card" : impl_->options.device.str()));
   std::vector<at::Tensor> one{buffer};
   c10d::AllreduceOptions o;
   o.timeout = impl_->options.collectiveTimeout;

@@ -94,6 +94,15 @@ train::PreparedRun appendPlan(PlacementView& view, const config::RunConfig& cfg,
   return run;
 }
 
+// The plan in the words `strata-train plan` prints, then what `auto` chose for
+// checkpointing and the moments, and why, as the plan and the run header say it.
+QString planSentence(const train::PreparedRun& run) {
+  QString out = QString::fromStdString(train::describePlan(run));
+  if (const std::string notes = train::autoChoiceNotes(run); !notes.empty())
+    out += QStringLiteral(" ") + QString::fromStdString(notes) + QStringLiteral(".");
+  return out;
+}
+
 QString cardsText(int n) { return n == 1 ? QObject::tr("1 card") : QObject::tr("%1 cards").arg(n); }
 
 }  // namespace
@@ -107,10 +116,7 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
     const int replicas = static_cast<int>(std::max<int64_t>(cfg.model.replicas, 1));
     if (replicas == 1) {
       const train::PreparedRun run = appendPlan(view, cfg, inventory, QString());
-      view.reason = QString::fromStdString(train::describePlan(run));  // the words `strata-train plan` prints
-      // What `auto` chose for checkpointing and the moments, and why, as the plan and the run header say it.
-      if (const std::string notes = train::autoChoiceNotes(run); !notes.empty())
-        view.reason += QStringLiteral(" ") + QString::fromStdString(notes) + QStringLiteral(".");
+      view.reason = planSentence(run);
     } else {
       // Each rank's replica on its own group of cards, as the ranks take them.
       const auto configs = dist::replicaConfigs(cfg, cardsOf(inventory), replicas);
@@ -119,11 +125,7 @@ PlacementView planPlacementView(const config::RunConfig& cfg, const QString& dev
       for (int r = 0; r < (onCards ? replicas : 1); ++r) {
         const train::PreparedRun run =
             appendPlan(view, configs[size_t(r)], inventory, onCards ? QObject::tr("replica %1").arg(r) : QString());
-        if (r == 0) {
-          first = QString::fromStdString(train::describePlan(run));
-          if (const std::string notes = train::autoChoiceNotes(run); !notes.empty())
-            first += QStringLiteral(" ") + QString::fromStdString(notes) + QStringLiteral(".");
-        }
+        if (r == 0) first = planSentence(run);
       }
       view.reason = (onCards ? QObject::tr("Data parallel: %1 replicas x %2. Each replica: %3")
                                    .arg(replicas)
