@@ -78,6 +78,19 @@ inline at::Tensor scaledMm(const at::Tensor& a, const at::Tensor& b, const at::T
 #endif
 }
 
+// ---- float32 products of half-precision matrices (added by lora/LoraAdapter) --
+// a [M, K] @ b [K, N] in float32 for bf16 / fp16 a and b, as a float32 trained
+// tensor's gradient wants it. On CUDA from 2.9 on (at::mm's out_dtype) the GEMM writes
+// float32 itself: one kernel instead of two, and the tensor cores' float32 sums are
+// not rounded to the inputs' dtype first. Elsewhere the product is cast.
+inline at::Tensor mmToFloat(const at::Tensor& a, const at::Tensor& b) {
+#if STRATA_TORCH_AT_LEAST(2, 9)
+  const auto t = a.scalar_type();
+  if (a.is_cuda() && (t == at::kBFloat16 || t == at::kHalf) && b.scalar_type() == t) return at::mm(a, b, at::kFloat);
+#endif
+  return at::mm(a, b).to(at::kFloat);
+}
+
 // ---- fused optimizer kernel (added by train/FusedAdamW) ---------------------
 // at::_fused_adamw_ (CUDA) exists from 2.0 on; 2.1 is the first this project builds with it.
 constexpr bool kHasFusedAdamW = STRATA_TORCH_AT_LEAST(2, 1);

@@ -73,6 +73,19 @@ struct C10dCollective::Impl {
   ConnectOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<Group> group;
+#if STRATA_DIST_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // `group` where it is NCCL's
+
+  ~Impl() {
+    // The non-blocking end NCCL's destructor would give the group anyway (its
+    // communicators aborted, not waited for), without its warning that Python's
+    // destroy_process_group() was not called.
+    if (nccl) try {
+        nccl->abort();
+      } catch (...) {
+      }
+  }
+#endif
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
     try {
@@ -284,7 +297,8 @@ std::shared_ptr<C10dCollective> connect(const LaunchEnv& env, const ConnectOptio
 #if STRATA_DIST_NCCL
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = options.collectiveTimeout;
-      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(groupStore, env.rank, env.worldSize, o);
+      impl->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(groupStore, env.rank, env.worldSize, o);
+      impl->group = impl->nccl;
 #endif
     } else {
 #if STRATA_DIST_GLOO

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/Error.h"
+#include "common/TorchCompat.h"
 
 namespace strata::lora {
 
@@ -29,36 +30,50 @@ bool addsInPlace(const at::Tensor& output) {
          !(output.is_leaf() && output.requires_grad());
 }
 
+// A float32 trained tensor's gradient a @ b from activation-dtype a and b: written in
+// float32 by the GEMM where LibTorch can (compat::mmToFloat), else cast to `type`.
+at::Tensor gradientProduct(const at::Tensor& a, const at::Tensor& b, at::ScalarType type) {
+  if (type == at::kFloat) return compat::mmToFloat(a, b);
+  return at::mm(a, b).to(type);
+}
+
 // output + (x down^T)(s up)^T for x given as column parts [M, n_i] (one part: the whole
-// input), in the activations' dtype. Autograd through the plain ops would keep the
-// bf16 casts of down and up for the backward, one pair per adapter (0.12 GiB over
-// FLUX.1-dev's 418): this keeps the float32 masters (alive anyway) and h [M, r] and
-// casts again in the backward. Gradients as the plain ops give them: up's from the
-// bf16 product h^T g, times s; down's from gh^T x; the parts' from gh down.
+// input), in the activations' dtype. Autograd through the plain ops would cast down and
+// up again in the backward; this casts each once and keeps the casts (down [r, in] and
+// s up [out, r] in bf16: 0.12 GiB over FLUX.1-dev's 418 adapters without checkpointing,
+// one block's with it) and h [M, r]. Gradients as the plain ops give them, summed in
+// float32: up's from h^T g, times s; down's from gh^T x; the parts' from gh down.
 struct LoraAdd : torch::autograd::Function<LoraAdd> {
   // With geluPart >= 0 the part at that index is gelu_tanh(*pre) ([M, n] like it): pre is
   // kept instead of it and the GELU recomputed in the backward (the GELU keeps pre anyway).
   // inPlace (addsInPlace(output)): output [..., out] gets the delta added where it is and is
-  // returned; otherwise output is [M, out] and a new tensor is returned.
+  // returned; otherwise output is [M, out] and a new tensor is returned. With base (the
+  // host's frozen dense weight [out, in]) output was computed without autograd and each
+  // part's gradient is the base's and the adapter's, summed by the second GEMM.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, const at::Tensor& down,
                             const at::Tensor& up, double s, at::TensorList parts, int64_t geluPart,
-                            c10::optional<at::Tensor> pre, bool inPlace) {
+                            c10::optional<at::Tensor> pre, bool inPlace, c10::optional<at::Tensor> base) {
     const auto dtype = output.scalar_type();
-    at::Tensor h;  // [M, r]
+    const auto downCast = down.to(dtype);  // [r, in]
+    at::Tensor h;                          // [M, r]
     int64_t offset = 0;
     for (const auto& x : parts) {
       const int64_t n = x.size(1);
-      const auto d = down.narrow(1, offset, n).to(dtype);  // [r, n]
+      const auto d = downCast.narrow(1, offset, n);  // [r, n]
       h = h.defined() ? at::addmm(h, x, d.t()) : at::mm(x, d.t());
       offset += n;
     }
     const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);  // [out, r]
-    std::vector<at::Tensor> saved{down, up, h};
+    std::vector<at::Tensor> saved{downCast, upScaled, h};
     saved.insert(saved.end(), parts.begin(), parts.end());
     if (geluPart >= 0) saved[3 + geluPart] = *pre;
+    if (base) saved.push_back(*base);
     ctx->save_for_backward(saved);
+    ctx->saved_data["parts"] = static_cast<int64_t>(parts.size());
     ctx->saved_data["s"] = s;
     ctx->saved_data["geluPart"] = geluPart;
+    ctx->saved_data["downType"] = static_cast<int64_t>(down.scalar_type());
+    ctx->saved_data["upType"] = static_cast<int64_t>(up.scalar_type());
     if (inPlace) {
       output.view({-1, output.size(-1)}).addmm_(h, upScaled.t());  // [M, out]
       ctx->mark_dirty({output});
@@ -69,34 +84,45 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
 
   static variable_list backward(AutogradContext* ctx, variable_list gradOut) {
     const auto saved = ctx->get_saved_variables();
-    const auto& down = saved[0];
-    const auto& up = saved[1];
+    const auto& downCast = saved[0];
+    const auto& upScaled = saved[1];
     const auto& h = saved[2];
     const double s = ctx->saved_data["s"].toDouble();
+    const auto downType = static_cast<at::ScalarType>(ctx->saved_data["downType"].toInt());
+    const auto upType = static_cast<at::ScalarType>(ctx->saved_data["upType"].toInt());
     const auto dtype = h.scalar_type();
     const auto g = gradOut[0].reshape({-1, gradOut[0].size(-1)}).to(dtype);  // [M, out]
-    const auto upScaled = s == 1.0 ? up.to(dtype) : (up * s).to(dtype);      // [out, r]
     const auto gh = at::mm(g, upScaled);                                     // [M, r]
     const int64_t geluPart = ctx->saved_data["geluPart"].toInt();
-    variable_list grads(4 + saved.size() - 3 + 3);  // output, down, up, s (no tensor), parts, geluPart, pre, inPlace
+    const auto nParts = static_cast<size_t>(ctx->saved_data["parts"].toInt());
+    const at::Tensor base = saved.size() > 3 + nParts ? saved[3 + nParts] : at::Tensor();  // [out, in]
+    // output, down, up, s (no tensor), parts, geluPart, pre, inPlace, base
+    variable_list grads(4 + nParts + 4);
     grads[0] = ctx->needs_input_grad(0) ? gradOut[0] : at::Tensor();
     if (ctx->needs_input_grad(2)) {
-      auto gu = at::mm(g.t(), h).to(up.scalar_type());  // [out, r]
+      auto gu = gradientProduct(g.t(), h, upType);  // [out, r]
       grads[2] = s == 1.0 ? gu : gu * s;
     }
     std::vector<at::Tensor> gDown;
     int64_t offset = 0;
-    for (size_t i = 3; i < saved.size(); ++i) {
+    for (size_t i = 3; i < 3 + nParts; ++i) {
       const bool gelu = static_cast<int64_t>(i) - 3 == geluPart;
       const int64_t n = saved[i].size(1);
       if (ctx->needs_input_grad(1))  // [r, n]
-        gDown.push_back(at::mm(gh.t(), gelu ? at::gelu(saved[i], "tanh") : saved[i]));
+        gDown.push_back(gradientProduct(gh.t(), gelu ? at::gelu(saved[i], "tanh") : saved[i], downType));
       // needs_input_grad counts tensor inputs only (output, down, up, parts...): part i - 3 is edge i
-      if (ctx->needs_input_grad(i)) grads[4 + (i - 3)] = at::mm(gh, down.narrow(1, offset, n).to(dtype));
+      if (ctx->needs_input_grad(i)) {
+        const auto d = downCast.narrow(1, offset, n);  // [r, n]
+        if (base.defined()) {
+          auto gx = at::mm(g, base.narrow(1, offset, n));  // [M, n]: the base's
+          grads[4 + (i - 3)] = gx.addmm_(gh, d);          // and the adapter's, summed by the GEMM
+        } else {
+          grads[4 + (i - 3)] = at::mm(gh, d);
+        }
+      }
       offset += n;
     }
-    if (ctx->needs_input_grad(1))
-      grads[1] = (gDown.size() == 1 ? gDown[0] : at::cat(gDown, 1)).to(down.scalar_type());  // [r, in]
+    if (ctx->needs_input_grad(1)) grads[1] = gDown.size() == 1 ? gDown[0] : at::cat(gDown, 1);  // [r, in]
     return grads;
   }
 };
@@ -104,76 +130,101 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
 // outputs_i + (x down_i^T)(s_i up_i)^T for adapters that read the same x [M, in]: one
 // matmul x cat(down_i)^T -> h [M, sum r_i] in the forward and one gh cat(down_i) for
 // x's gradient (instead of one per adapter and the sum of their [M, in] results).
-// Keeps x (kept by each adapter alone too), h and the float32 masters, as LoraAdd; the
-// other gradients are LoraAdd's, per adapter.
+// Keeps x (kept by each adapter alone too), h and the casts of the concatenated downs
+// and of each s_i up_i, as LoraAdd; the other gradients are LoraAdd's, per adapter.
 struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
   // inPlace: every output [..., out_i] passes addsInPlace and gets its delta added where it
   // is; otherwise the outputs are [M, out_i] and new tensors are returned.
+  // With bases (the hosts' frozen dense weights [out_i, in]) the outputs were computed from
+  // x without autograd, and x's gradient is the bases' and the adapters' in one chain of
+  // accumulating GEMMs.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList outputs, at::TensorList downs,
-                               at::TensorList ups, std::vector<double> scales, bool inPlace) {
+                               at::TensorList ups, std::vector<double> scales, bool inPlace, at::TensorList bases) {
     const auto dtype = x.scalar_type();
     const auto downAll = at::cat(downs, 0).to(dtype);  // [R, in]
     const auto h = at::mm(x, downAll.t());             // [M, R]
     variable_list out;
+    std::vector<at::Tensor> upsScaled;  // [out_i, r_i]
+    std::vector<int64_t> types;         // the trained tensors' dtypes: downs', then ups'
     int64_t offset = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
       const int64_t r = downs[i].size(0);
       const auto& up = ups[i];
-      const auto upScaled = scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype);  // [out_i, r]
+      upsScaled.push_back(scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype));
       if (inPlace) {
-        outputs[i].view({-1, outputs[i].size(-1)}).addmm_(h.narrow(1, offset, r), upScaled.t());  // [M, out_i]
+        outputs[i].view({-1, outputs[i].size(-1)}).addmm_(h.narrow(1, offset, r), upsScaled.back().t());  // [M, out_i]
         out.push_back(outputs[i]);
       } else {
-        out.push_back(at::addmm(outputs[i], h.narrow(1, offset, r), upScaled.t()));  // [M, out_i]
+        out.push_back(at::addmm(outputs[i], h.narrow(1, offset, r), upsScaled.back().t()));  // [M, out_i]
       }
       offset += r;
     }
     if (inPlace) ctx->mark_dirty(variable_list(outputs.begin(), outputs.end()));
-    std::vector<at::Tensor> saved{x, h};
-    saved.insert(saved.end(), downs.begin(), downs.end());
-    saved.insert(saved.end(), ups.begin(), ups.end());
+    std::vector<int64_t> ranks;
+    for (const auto& d : downs) {
+      ranks.push_back(d.size(0));
+      types.push_back(static_cast<int64_t>(d.scalar_type()));
+    }
+    for (const auto& u : ups) types.push_back(static_cast<int64_t>(u.scalar_type()));
+    std::vector<at::Tensor> saved{x, h, downAll};
+    saved.insert(saved.end(), upsScaled.begin(), upsScaled.end());
+    saved.insert(saved.end(), bases.begin(), bases.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["scales"] = scales;
+    ctx->saved_data["ranks"] = ranks;
+    ctx->saved_data["types"] = types;
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list gradOut) {
     const auto saved = ctx->get_saved_variables();
     const auto scales = ctx->saved_data["scales"].toDoubleVector();
+    const auto ranks = ctx->saved_data["ranks"].toIntVector();
+    const auto types = ctx->saved_data["types"].toIntVector();
     const size_t n = scales.size();
     const auto& x = saved[0];
     const auto& h = saved[1];
+    const auto& downAll = saved[2];
     const auto dtype = h.scalar_type();
-    // Edges: x, outputs (n), downs (n), ups (n); returned: those, scales and inPlace.
-    variable_list grads(1 + 3 * n + 2);
+    const bool withBases = saved.size() == 3 + 2 * n;  // bases follow the ups
+    // Edges: x, outputs (n), downs (n), ups (n), bases; returned: those, scales and inPlace.
+    variable_list grads(1 + 3 * n + 2 + (withBases ? n : 0));
     std::vector<at::Tensor> ghs;  // [M, r_i]
-    std::vector<at::Tensor> downs;
+    std::vector<at::Tensor> gs;   // [M, out_i]
     bool anyDown = false;
     int64_t offset = 0;
     for (size_t i = 0; i < n; ++i) {
-      const auto& down = saved[2 + i];
-      const auto& up = saved[2 + n + i];
-      const int64_t r = down.size(0);
+      const auto& upScaled = saved[3 + i];  // [out_i, r]
+      const int64_t r = ranks[i];
       const auto g = gradOut[i].reshape({-1, gradOut[i].size(-1)}).to(dtype);  // [M, out_i]
       if (ctx->needs_input_grad(1 + i)) grads[1 + i] = gradOut[i];
-      const auto upScaled = scales[i] == 1.0 ? up.to(dtype) : (up * scales[i]).to(dtype);  // [out_i, r]
       ghs.push_back(at::mm(g, upScaled));
+      gs.push_back(g);
       if (ctx->needs_input_grad(1 + 2 * n + i)) {
-        auto gu = at::mm(g.t(), h.narrow(1, offset, r)).to(up.scalar_type());  // [out_i, r]
-        grads[1 + 2 * n + i] = scales[i] == 1.0 ? gu : gu * scales[i];
+        auto gu = gradientProduct(g.t(), h.narrow(1, offset, r), static_cast<at::ScalarType>(types[n + i]));
+        grads[1 + 2 * n + i] = scales[i] == 1.0 ? gu : gu * scales[i];  // [out_i, r]
       }
       anyDown = anyDown || ctx->needs_input_grad(1 + n + i);
-      downs.push_back(down);
       offset += r;
     }
-    const auto gh = at::cat(ghs, 1);                                                   // [M, R]
-    if (ctx->needs_input_grad(0)) grads[0] = at::mm(gh, at::cat(downs, 0).to(dtype));  // [M, in]
+    const auto gh = at::cat(ghs, 1);  // [M, R]
+    if (ctx->needs_input_grad(0)) {
+      if (withBases) {
+        auto gx = at::mm(gs[0], saved[3 + n]);  // [M, in]
+        for (size_t i = 1; i < n; ++i) gx.addmm_(gs[i], saved[3 + n + i]);
+        grads[0] = gx.addmm_(gh, downAll);
+      } else {
+        grads[0] = at::mm(gh, downAll);  // [M, in]
+      }
+    }
     if (anyDown) {
-      const auto gDown = at::mm(gh.t(), x);  // [R, in]
+      // One product for all downs, in the first one's dtype (LoraNetwork trains them all in one).
+      const auto gDown = gradientProduct(gh.t(), x, static_cast<at::ScalarType>(types[0]));  // [R, in]
       offset = 0;
       for (size_t i = 0; i < n; ++i) {
-        const int64_t r = downs[i].size(0);
-        if (ctx->needs_input_grad(1 + n + i)) grads[1 + n + i] = gDown.narrow(0, offset, r).to(downs[i].scalar_type());
+        const int64_t r = ranks[i];
+        if (ctx->needs_input_grad(1 + n + i))
+          grads[1 + n + i] = gDown.narrow(0, offset, r).to(static_cast<at::ScalarType>(types[i]));
         offset += r;
       }
     }
@@ -184,15 +235,18 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
 // LoraAdd into output [..., out]: in place where addsInPlace allows it, else on its
 // [M, out] view with a new [..., out] result.
 at::Tensor addUp(const at::Tensor& output, const at::Tensor& down, const at::Tensor& up, double s,
-                 const std::vector<at::Tensor>& parts, int64_t geluPart, const c10::optional<at::Tensor>& pre) {
-  if (addsInPlace(output)) return LoraAdd::apply(output, down, up, s, at::TensorList(parts), geluPart, pre, true);
-  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(parts), geluPart, pre, false)
+                 const std::vector<at::Tensor>& parts, int64_t geluPart, const c10::optional<at::Tensor>& pre,
+                 const c10::optional<at::Tensor>& base = c10::nullopt) {
+  if (addsInPlace(output))
+    return LoraAdd::apply(output, down, up, s, at::TensorList(parts), geluPart, pre, true, base);
+  return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(parts), geluPart, pre, false,
+                        base)
       .view(output.sizes());
 }
 
 // nn::SiblingAdd for LoRA adapters (LoraAdapter::siblingAdd).
 bool loraSiblingAdd(const std::vector<nn::LinearAdapter*>& adapters, const at::Tensor& x,
-                    std::vector<at::Tensor>& outputs) {
+                    std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& baseWeights) {
   if (adapters.size() != outputs.size() || adapters.size() < 2 || x.dim() < 1) return false;
   std::vector<at::Tensor> downs, ups, flatOut;
   std::vector<double> scales;
@@ -208,8 +262,9 @@ bool loraSiblingAdd(const std::vector<nn::LinearAdapter*>& adapters, const at::T
     inPlace = inPlace && addsInPlace(y);
   }
   for (const auto& y : outputs) flatOut.push_back(inPlace ? y : y.reshape({-1, y.size(-1)}));
+  if (!baseWeights.empty() && baseWeights.size() != adapters.size()) return false;
   const auto sums = LoraSiblingsAdd::apply(x.reshape({-1, x.size(-1)}), at::TensorList(flatOut), at::TensorList(downs),
-                                           at::TensorList(ups), scales, inPlace);
+                                           at::TensorList(ups), scales, inPlace, at::TensorList(baseWeights));
   for (size_t i = 0; i < outputs.size(); ++i) outputs[i] = inPlace ? sums[i] : sums[i].view(outputs[i].sizes());
   return true;
 }
@@ -325,6 +380,33 @@ at::Tensor LoraAdapter::addToGeluParts(const std::vector<at::Tensor>& parts, int
 }
 
 nn::SiblingAdd LoraAdapter::siblingAdd() const { return &loraSiblingAdd; }
+
+bool LoraAdapter::takesBaseGradient(const std::vector<at::Tensor>& parts, const at::Tensor& weight) const {
+  if (parts.empty() || !fusesWithSiblings() || !weight.defined() || weight.dim() != 2 ||
+      weight.device() != down.device() || parts[0].dim() < 1)
+    return false;
+  int64_t width = 0;
+  for (const auto& p : parts) {
+    if (p.scalar_type() != weight.scalar_type() || p.dim() != parts[0].dim() || p.device() != weight.device())
+      return false;
+    width += p.size(-1);
+  }
+  return width == weight.size(1) && width == down.size(1);
+}
+
+at::Tensor LoraAdapter::addWithBase(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
+                                    const at::Tensor& weight, const at::Tensor& output) {
+  if (!takesBaseGradient(parts, weight) || output.scalar_type() != weight.scalar_type() ||
+      output.dim() != parts[0].dim())
+    throw Error("LoRA adapter for '" + hostPath_ + "': asked to take the base's gradient for inputs it cannot");
+  std::vector<at::Tensor> flat;  // [M, n_i]
+  for (const auto& part : parts) flat.push_back(part.reshape({-1, part.size(-1)}));
+  const bool gelu = geluPart >= 0 && geluPart < static_cast<int64_t>(parts.size()) && pre.defined() &&
+                    pre.sizes() == parts[geluPart].sizes();
+  const double s = scale() * multiplier_->scalar();
+  return addUp(output, down, up, s, flat, gelu ? geluPart : -1,
+               gelu ? c10::optional<at::Tensor>(pre.reshape({-1, pre.size(-1)})) : c10::nullopt, weight);
+}
 
 bool LoraAdapter::fusesWithSiblings() const {
   return !multiplier_->isPerSample() && !(dropout_ > 0.0 && is_training());

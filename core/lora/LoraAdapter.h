@@ -65,6 +65,12 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   // one for their input gradient; per-sample multipliers, dropout in training, or
   // dtypes / devices that differ take the per-adapter path.
   nn::SiblingAdd siblingAdd() const override;
+  // The host's dense base gradient in this adapter's backward (nn::LinearAdapter): where
+  // fusesWithSiblings() holds (no per-sample multiplier, no dropout in effect: the base's
+  // gradient must reach the parts as given) and the parts are in the weight's dtype.
+  bool takesBaseGradient(const std::vector<at::Tensor>& parts, const at::Tensor& weight) const override;
+  at::Tensor addWithBase(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
+                         const at::Tensor& weight, const at::Tensor& output) override;
 
   // scale * up @ down in float32: [out, in] (without the multiplier).
   at::Tensor deltaWeight() const;

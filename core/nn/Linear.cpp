@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 namespace strata::nn {
 
@@ -30,6 +31,11 @@ std::atomic<bool>& fusedPathsFlag() {
 
 bool fusedPaths() { return fusedPathsFlag().load(std::memory_order_relaxed); }
 void setFusedPaths(bool on) { fusedPathsFlag().store(on, std::memory_order_relaxed); }
+
+at::Tensor LinearAdapter::addWithBase(const std::vector<at::Tensor>&, int64_t, const at::Tensor&, const at::Tensor&,
+                                      const at::Tensor&) {
+  throw Error("nn::LinearAdapter: addWithBase on an adapter that takes no base gradient");
+}
 
 LinearImpl::LinearImpl(int64_t inFeatures, int64_t outFeatures, bool withBias, const at::TensorOptions& options)
     : inFeatures_(inFeatures), outFeatures_(outFeatures) {
@@ -232,6 +238,14 @@ bool fp8Applies(bool fp8Matmul, const at::Tensor& x) {
 
 }  // namespace
 
+at::Tensor LinearImpl::fusableBaseWeight() const {
+  const auto t = weight.scalar_type();
+  if (!fusedPaths() || quantType_ != QuantType::None || (t != at::kBFloat16 && t != at::kHalf) ||
+      weight.requires_grad() || (bias.defined() && bias.requires_grad()) || adapters_.size() != 1)
+    return at::Tensor();
+  return weight;
+}
+
 at::Tensor LinearImpl::forwardBase(const at::Tensor& x) const {
   if (quantType_ == QuantType::None) {
     const auto b = bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt;
@@ -296,6 +310,14 @@ at::Tensor LinearImpl::denseWeight(at::ScalarType dtype) const {
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  if (const auto w = fusableBaseWeight(); w.defined() && adapters_[0]->takesBaseGradient({x}, w)) {
+    at::Tensor y;
+    {
+      at::NoGradGuard baseGradientInTheAdapter;
+      y = forwardBase(x);
+    }
+    return adapters_[0]->addWithBase({x}, -1, at::Tensor(), w, y);
+  }
   at::Tensor y = forwardBase(x);
   for (const auto& adapter : adapters_) y = adapter->addTo(x, y);
   return y;
@@ -317,7 +339,19 @@ at::Tensor LinearImpl::forwardParts(const std::vector<at::Tensor>& partsIn, int6
     pre = parts[geluPart];
     parts[geluPart] = at::gelu(pre, "tanh");
   }
+  // The dense base's input gradient given by the adapter's backward (takesBaseGradient):
+  // the base then runs without autograd.
+  const at::Tensor fusedBase = [&] {
+    const auto w = fusableBaseWeight();
+    return w.defined() && adapters_[0]->takesBaseGradient(parts, w) ? w : at::Tensor();
+  }();
+  std::optional<at::NoGradGuard> baseWithoutAutograd;
+  if (fusedBase.defined()) baseWithoutAutograd.emplace();
   auto withAdapters = [&](at::Tensor y) {
+    if (fusedBase.defined()) {
+      baseWithoutAutograd.reset();
+      return adapters_[0]->addWithBase(parts, pre.defined() ? geluPart : -1, pre, fusedBase, y);
+    }
     for (const auto& adapter : adapters_) {
       if (pre.defined() && fused)
         y = adapter->addToGeluParts(parts, geluPart, pre, y);
@@ -377,13 +411,11 @@ std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears,
     ShareInput() { sharedInput = fusedPaths() ? &entry : nullptr; }
     ~ShareInput() { sharedInput = previous; }
   } share;
-  std::vector<at::Tensor> out(linears.size());
   for (size_t i = 0; i < linears.size(); ++i) {
     if (!linears[i]) throw Error("nn::forwardSiblings: Linear " + std::to_string(i) + " is null");
     if (x.dim() < 1 || x.size(-1) != linears[i]->inFeatures())
       throw Error("nn::forwardSiblings: an input of width " + std::to_string(x.dim() < 1 ? 0 : x.size(-1)) +
                   " for Linear " + std::to_string(i) + " of " + std::to_string(linears[i]->inFeatures()) + " inputs");
-    out[i] = linears[i]->forwardBase(x);  // [..., out_i]
   }
   // The Linears with exactly one adapter that fuses, of the first such adapter's kind.
   std::vector<size_t> group;
@@ -396,19 +428,42 @@ std::vector<at::Tensor> forwardSiblings(const std::vector<LinearImpl*>& linears,
       if (a[0]->siblingAdd() == add) group.push_back(i);
     }
   }
+  if (group.size() < 2) group.clear();
+  // Where every Linear of the group hands its dense base's input gradient to its adapter
+  // (takesBaseGradient), the group's backward gives x all of it in one chain of
+  // accumulating GEMMs, and the bases run without autograd.
+  std::vector<at::Tensor> baseWeights;
+  for (size_t i : group) {
+    const auto w = linears[i]->fusableBaseWeight();
+    if (!w.defined() || !linears[i]->adapters()[0]->takesBaseGradient({x}, w)) {
+      baseWeights.clear();
+      break;
+    }
+    baseWeights.push_back(w);
+  }
+  std::vector<bool> inGroup(linears.size(), false);
+  for (size_t i : group) inGroup[i] = true;
+  std::vector<at::Tensor> out(linears.size());
+  for (size_t i = 0; i < linears.size(); ++i) {
+    std::optional<at::NoGradGuard> baseGradientInTheAdapters;
+    if (inGroup[i] && !baseWeights.empty()) baseGradientInTheAdapters.emplace();
+    out[i] = linears[i]->forwardBase(x);  // [..., out_i]
+  }
   std::vector<bool> done(linears.size(), false);
-  if (group.size() >= 2) {
+  if (!group.empty()) {
     std::vector<LinearAdapter*> adapters;
     std::vector<at::Tensor> outputs;
     for (size_t i : group) {
       adapters.push_back(linears[i]->adapters()[0].get());
       outputs.push_back(out[i]);
     }
-    if (add(adapters, x, outputs)) {
+    if (add(adapters, x, outputs, baseWeights)) {
       for (size_t k = 0; k < group.size(); ++k) {
         out[group[k]] = outputs[k];
         done[group[k]] = true;
       }
+    } else if (!baseWeights.empty()) {
+      throw Error("nn::forwardSiblings: the adapters took the bases' gradient and then refused the group");
     }
   }
   for (size_t i = 0; i < linears.size(); ++i)

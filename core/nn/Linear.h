@@ -18,9 +18,12 @@ class LinearAdapter;
 
 // outputs[i] += adapters[i]'s delta(x), for one adapter on each of Linears that read the
 // same x, as one computation; false, with outputs untouched, when the group cannot be
-// fused exactly (then each adapter adds its own). See forwardSiblings.
+// fused exactly (then each adapter adds its own). See forwardSiblings. With baseWeights
+// (one frozen dense [out_i, in] weight per Linear, else empty) the outputs were computed
+// from x without autograd and the computation's backward gives x the bases' gradient too
+// (LinearAdapter::takesBaseGradient said yes for each): it must not return false then.
 using SiblingAdd = bool (*)(const std::vector<LinearAdapter*>& adapters, const at::Tensor& x,
-                            std::vector<at::Tensor>& outputs);
+                            std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& baseWeights);
 
 // The fused paths of this file (forwardSiblings, forwardParts' GELU part, the quantized
 // column split) and the attention gradient's layout; on unless STRATA_FUSED_PATHS=0 is in
@@ -49,6 +52,20 @@ class LinearAdapter {
   }
   // Adapters returning the same non-null function may be fused by forwardSiblings.
   virtual SiblingAdd siblingAdd() const { return nullptr; }
+
+  // The base's input gradient in the adapter's backward (a fused path): whether this
+  // adapter, alone on a Linear whose frozen dense weight is `weight` [out, in], can take
+  // `parts` (addWithBase). Its backward then gives each part g W[:, cols_i] and its own
+  // gradient summed in one accumulating GEMM, where autograd would compute the two
+  // [M, n_i] gradients apart and add them (one add per Linear and step).
+  virtual bool takesBaseGradient(const std::vector<at::Tensor>& /*parts*/, const at::Tensor& /*weight*/) const {
+    return false;
+  }
+  // output (cat(parts) W^T + b, computed without autograd) + delta(cat(parts)), with the
+  // base's input gradient in the backward. Only where takesBaseGradient(parts, weight)
+  // said yes. geluPart / pre as addToGeluParts (-1 / undefined: none).
+  virtual at::Tensor addWithBase(const std::vector<at::Tensor>& parts, int64_t geluPart, const at::Tensor& pre,
+                                 const at::Tensor& weight, const at::Tensor& output);
 };
 
 class LinearImpl : public torch::nn::Module {
@@ -73,6 +90,13 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor forwardParts(const std::vector<at::Tensor>& parts, int64_t geluPart = -1);
   // forward(gelu_tanh(pre)) keeping only pre: forwardParts({pre}, 0).
   at::Tensor forwardGelu(const at::Tensor& pre) { return forwardParts({pre}, 0); }
+
+  // The weight whose input gradient the one adapter's backward may take over
+  // (LinearAdapter::takesBaseGradient): the fused paths on, a dense frozen weight and
+  // bias in bf16 or fp16, exactly one adapter. Undefined otherwise. Half precision only:
+  // there the separate add rounds the [M, in] gradient once more and costs a kernel
+  // launch on a card whose step is bound by them; a float32 sum loses nothing to it.
+  at::Tensor fusableBaseWeight() const;
 
   void addAdapter(std::shared_ptr<LinearAdapter> adapter);
   void removeAdapter(const LinearAdapter* adapter);

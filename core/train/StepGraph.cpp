@@ -20,8 +20,11 @@ struct StepGraph::Impl {
 #endif
   std::vector<at::Tensor> inputs;   // the recorded micro-batch: each step's is copied in
   at::Tensor loss;                  // the recorded loss (float32, 0-dim)
-  std::vector<at::Tensor> grads;    // per parameter, the gradient the graph adds into (undefined: not reached)
-  std::vector<at::Tensor> reached;  // the defined ones of `grads`: zeroed at each step's start
+  // Per parameter, the gradient the graph adds into or writes (undefined: not reached).
+  std::vector<at::Tensor> grads;
+  std::vector<at::Tensor> reached;  // the defined ones of `grads`: zeroed at each step's start where the graph adds
+  bool writes = false;              // one micro-batch a step: each replay writes `grads` (in the graph's pool)
+  std::vector<at::Tensor> params;   // where it writes: the recorded trained tensors, whose gradients reset() drops
 };
 
 StepGraphDecision decideStepGraph(const config::RunConfig& cfg, const StepGraphSituation& situation) {
@@ -83,8 +86,18 @@ std::string StepGraph::shapesOf(const std::vector<at::Tensor>& batch) {
 
 std::string StepGraph::shapes() const { return shapesOf(impl_->inputs); }
 
+bool StepGraph::writesGradients() const { return impl_->writes; }
+
 void StepGraph::reset() {
   const bool had = recorded();
+  // Gradients in the graph's pool would keep its memory (and stale values) after it.
+  for (size_t i = 0; i < impl_->params.size() && i < impl_->grads.size(); ++i) {
+    auto& p = impl_->params[i];
+    if (p.grad().defined() && impl_->grads[i].defined() && p.grad().is_same(impl_->grads[i]))
+      p.mutable_grad().reset();
+  }
+  impl_->params.clear();
+  impl_->writes = false;
   impl_->grads.clear();
   impl_->reached.clear();
   impl_->loss.reset();
@@ -99,8 +112,17 @@ void StepGraph::reset() {
 
 void StepGraph::startStep(const std::vector<at::Tensor>& params) {
   if (!recorded()) throw Error("StepGraph::startStep: no graph is recorded");
+  if (impl_->writes) {
+    for (const auto& p : params) p.mutable_grad().reset();
+    return;
+  }
+  attachGradients(params);
+  if (!impl_->reached.empty()) at::_foreach_zero_(impl_->reached);
+}
+
+void StepGraph::attachGradients(const std::vector<at::Tensor>& params) {
   if (params.size() != impl_->grads.size())
-    throw Error("StepGraph::startStep: " + std::to_string(params.size()) + " trained tensors, the graph recorded " +
+    throw Error("StepGraph: " + std::to_string(params.size()) + " trained tensors, the graph recorded " +
                 std::to_string(impl_->grads.size()));
   for (size_t i = 0; i < params.size(); ++i) {
     if (impl_->grads[i].defined())
@@ -108,7 +130,6 @@ void StepGraph::startStep(const std::vector<at::Tensor>& params) {
     else
       params[i].mutable_grad().reset();
   }
-  if (!impl_->reached.empty()) at::_foreach_zero_(impl_->reached);
 }
 
 #ifdef STRATA_HAS_CUDA
@@ -125,6 +146,8 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
                   " beside " + device.str() + ")");
   for (const auto& p : params)
     if (p.grad().defined()) throw Error("a trained tensor already has a gradient; the graph would add to it");
+  // One micro-batch a step: the backward's own results become the gradients.
+  const bool writes = lossDivisor == 1.0;
 
   const c10::cuda::CUDAGuard onDevice(device);
   // The recorded inputs: regular allocations, outside the graph's pool.
@@ -136,12 +159,14 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
   std::vector<unsigned> hooks;
   bool capturing = false;
   try {
-    // The gradients the recorded backward adds into: regular allocations too, on the
-    // stream the replays run on.
-    grads.reserve(params.size());
-    for (const auto& p : params) {
-      grads.push_back(at::zeros_like(p));  // the layout of p, as the eager backward gives it
-      p.mutable_grad() = grads.back();
+    // With accumulation, the gradients the recorded backward adds into: regular
+    // allocations too, on the stream the replays run on.
+    if (!writes) {
+      grads.reserve(params.size());
+      for (const auto& p : params) {
+        grads.push_back(at::zeros_like(p));  // the layout of p, as the eager backward gives it
+        p.mutable_grad() = grads.back();
+      }
     }
     // Which trained tensors the backward reaches (host-side hooks, run while it records):
     // the others keep no gradient, as after an eager backward.
@@ -184,19 +209,26 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
   }
   for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
   impl_->graph = std::move(graph);
+  if (writes) {
+    // What AccumulateGrad kept during the recording: the graph's tensors, written by each replay.
+    for (const auto& p : params) grads.push_back(p.grad());
+    impl_->params = params;
+  }
+  impl_->writes = writes;
   for (size_t i = 0; i < params.size(); ++i) {
     if (!reached[i]) grads[i].reset();
     if (grads[i].defined()) impl_->reached.push_back(grads[i]);
   }
   impl_->grads = std::move(grads);
-  startStep(params);  // the recording ran nothing: the gradients are still zeros, attached
+  startStep(params);  // the recording ran nothing: added-into gradients are still zeros, attached
 }
 
-at::Tensor StepGraph::replay(const std::vector<at::Tensor>& batch) {
+at::Tensor StepGraph::replay(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params) {
   if (!fits(batch)) throw Error("the micro-batch does not fit the recorded one (" + shapes() + ")");
   const c10::cuda::CUDAGuard onDevice(impl_->inputs.front().device());
   for (size_t i = 0; i < batch.size(); ++i) impl_->inputs[i].copy_(batch[i], /*non_blocking=*/true);
   impl_->graph->replay();
+  if (impl_->writes) attachGradients(params);
   return impl_->loss.clone();
 }
 
@@ -206,7 +238,7 @@ void StepGraph::record(const std::vector<at::Tensor>&, const LossFn&, const std:
   throw Error("this build's LibTorch has no CUDA, so it cannot record CUDA graphs");
 }
 
-at::Tensor StepGraph::replay(const std::vector<at::Tensor>&) {
+at::Tensor StepGraph::replay(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {
   throw Error("this build's LibTorch has no CUDA, so it cannot replay CUDA graphs");
 }
 

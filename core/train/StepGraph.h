@@ -17,12 +17,16 @@
 // Random draws on the card (LoRA dropout) advance on every replay, as they do
 // without the graph.
 //
-// Gradients: the graph records its backward with each trained tensor's gradient
-// already there (zeros, allocated outside the graph's pool), so the recorded
-// backward adds into it in place as autograd's AccumulateGrad does; each step
-// zeroes them once (startStep) and replays once per micro-batch, so accumulation
-// (train.gradient_accumulation_steps) sums as the eager steps do. A trained tensor
-// the recorded backward does not reach keeps no gradient, as in an eager step.
+// Gradients: with one micro-batch a step (no accumulation) the graph records its
+// backward with no gradient there, so autograd's AccumulateGrad keeps the tensor the
+// backward computed (in the graph's pool) as the gradient, and each replay writes
+// it anew: no zeroing and no add per trained tensor (about 840 kernels a FLUX.1
+// step). With accumulation (train.gradient_accumulation_steps) the graph records
+// with each gradient already there (zeros, allocated outside the graph's pool), so
+// the recorded backward adds into it in place as AccumulateGrad does; each step
+// zeroes them once (startStep) and replays once per micro-batch, so the micro-batches
+// sum as the eager steps do. A trained tensor the recorded backward does not reach
+// keeps no gradient, as in an eager step.
 //
 // Memory: the recorded step's activations live in the graph's own pool, reserved
 // from the recording until reset(); the caching allocator's other cached memory
@@ -83,29 +87,44 @@ class StepGraph {
   // Records lossFn(copies of batch) and the backward of its loss / lossDivisor (the
   // accumulation's micro-batch count, as the eager step divides) on a side stream of
   // the batch's card; nothing runs until replay(). The batch's tensors must all be on
-  // one CUDA device. `params` (the trained tensors) must have no gradient; after it
-  // those the backward reaches have the graph's gradients, zeroed (startStep). Throws
+  // one CUDA device. `params` (the trained tensors) must have no gradient. With a
+  // divisor of 1 (one micro-batch a step) each replay writes the gradients; otherwise
+  // they are added into, and after record() those the backward reaches have the
+  // graph's gradients, zeroed (startStep). Throws
   // strata::Error with the cause where recording fails (an op that waits for the
   // device, a CPU tensor); the graph is then empty, `params` have no gradient, and
   // the card goes on as before.
   void record(const std::vector<at::Tensor>& batch, const LossFn& lossFn, const std::vector<at::Tensor>& params,
               double lossDivisor);
 
-  // Before a step's first replay: gives `params` the graph's gradients again (the
-  // reducer may have pointed them elsewhere) and zeroes them, in one op.
+  // Before a step's first replay: where the graph adds into its gradients, gives
+  // `params` them again (the reducer may have pointed them elsewhere) and zeroes them,
+  // in one op; where it writes them, takes the gradients off `params`, as an eager
+  // step's zero_grad does (a step that drops the graph before its replay then runs
+  // eagerly from none).
   void startStep(const std::vector<at::Tensor>& params);
 
   // Copies `batch` (fits() holds) into the recorded inputs and replays on the current
-  // stream: the recorded gradients grow by this micro-batch's. Returns a copy of its
-  // loss (the graph's own tensor is overwritten by the next replay).
-  at::Tensor replay(const std::vector<at::Tensor>& batch);
+  // stream: the recorded gradients grow by this micro-batch's, or are written (one
+  // micro-batch a step); `params` (the recorded ones) then hold them. Returns a copy
+  // of its loss (the graph's own tensor is overwritten by the next replay).
+  at::Tensor replay(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params);
 
-  // Drops the graph and returns its memory. The trained tensors keep their
-  // gradients (allocated outside the graph's pool): a step that drops the graph
-  // part-way adds its remaining micro-batches to them eagerly.
+  // Whether each replay writes the gradients (one micro-batch a step) rather than adding into them.
+  bool writesGradients() const;
+
+  // Drops the graph and returns its memory. Where it added into gradients
+  // (allocated outside the graph's pool) the trained tensors keep them: a step that
+  // drops the graph part-way adds its remaining micro-batches to them eagerly. Where
+  // it wrote them (in its pool) they go with it: the step is whole by then (sampling
+  // drops the graph after the optimizer step; a shape change drops it before the
+  // step's only replay).
   void reset();
 
  private:
+  // Gives `params` the graph's gradients (none where the backward does not reach one).
+  void attachGradients(const std::vector<at::Tensor>& params);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

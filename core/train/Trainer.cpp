@@ -676,7 +676,7 @@ at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& b
   constexpr int64_t kEagerStepsBeforeGraph = 2;
   StepGraph& graph = *st.graph;
   if (graph.recorded()) {
-    if (graph.fits(batch)) return graph.replay(batch);
+    if (graph.fits(batch)) return graph.replay(batch, params);
     bus_.publish(events::WarningEvent{
         "train.cuda_graph: step " + std::to_string(step) + "'s micro-batch has other shapes (" +
             StepGraph::shapesOf(batch) + ") than the recorded one (" + graph.shapes() +
@@ -703,7 +703,7 @@ at::Tensor Trainer::graphedMicroStep(State& st, const std::vector<at::Tensor>& b
     st.graph.reset();
     return {};
   }
-  return graph.replay(batch);
+  return graph.replay(batch, params);
 }
 
 // What forwardBackward leaves for the reduce point and the optimizer step.
@@ -734,7 +734,7 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
   {
     // What the optimizer's zero_grad does on 2.x (gradients set to none), without
     // its detach_ per tensor: ~1 ms a step for FLUX's ~800 LoRA tensors. A recorded
-    // step graph adds into gradients of its own: they are zeroed instead.
+    // step graph that adds into gradients of its own (accumulation) zeroes them instead.
     RECORD_USER_SCOPE("strata::zero_grad");
     if (st.graph && st.graph->recorded())
       st.graph->startStep(params);

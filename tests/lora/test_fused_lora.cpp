@@ -323,6 +323,83 @@ TEST(FusedLora, ProjOutWithAGeluPartEqualsTheUnfusedParts) {
   }
 }
 
+// A dense frozen base in bf16 hands its input gradient to its adapter's node
+// (takesBaseGradient): one Linear (to_out), the siblings of a single block (q, k, v,
+// proj_mlp) and proj_out's parts with the GELU part. No base matmul node is left in the
+// graph, and the input's, every down's and up's gradients are the unfused path's to bf16
+// rounding. A float32 base and an int8 one keep their own node (and equal gradients).
+TEST(FusedLora, TheDenseBasesInputGradientComesFromTheAdaptersNode) {
+  for (const auto& [int8, dtype] : {std::make_pair(false, at::kBFloat16), std::make_pair(false, at::kFloat),
+                                    std::make_pair(true, at::kBFloat16)}) {
+    const bool bf16 = dtype == at::kBFloat16;
+    TinyFlux f;
+    if (bf16) f.model->to(dtype);
+    auto net = adaptedTinyFlux(
+        f, int8, config(3, 6, {"transformer_blocks.0.attn.to_out.0", "single_transformer_blocks.0.*"}));
+    auto adapterOf = [&](const nn::LinearImpl* host) {
+      for (const auto& a : net->adapters())
+        if (a->host().get() == host) return a;
+      throw std::runtime_error("no adapter on the host");
+    };
+    auto* toOut = dynamic_cast<flux::FluxDoubleBlock*>(f.model->block(0).get())->attn.toOut.get();
+    auto* single = dynamic_cast<flux::FluxSingleBlock*>(f.model->block(f.cfg.numLayers).get());
+    const auto siblings = singleBlockSiblings(f);
+    auto* projOut = single->projOut.get();
+    const int64_t d = f.cfg.hiddenSize();
+    const auto x0 = at::randn({2, 5, d}).to(dtype);
+    const auto mlp0 = at::randn({2, 5, projOut->inFeatures() - d}).to(dtype);
+    const std::string kind = std::string(int8 ? "int8" : "dense") + (bf16 ? " bf16" : " float32");
+    // Each forward: outputs, the input tensors (whose gradients are compared), the hosts.
+    using Forward = std::function<std::vector<at::Tensor>(std::vector<at::Tensor>&)>;
+    const std::vector<std::tuple<std::string, Forward, std::vector<const nn::LinearImpl*>>> cases{
+        {"one Linear", [&](std::vector<at::Tensor>& in) {
+           in = {x0.clone().requires_grad_(true)};
+           return std::vector<at::Tensor>{toOut->forward(in[0])};
+         }, {toOut}},
+        {"siblings", [&](std::vector<at::Tensor>& in) {
+           in = {x0.clone().requires_grad_(true)};
+           return nn::forwardSiblings(siblings, in[0]);
+         }, {siblings.begin(), siblings.end()}},
+        {"parts with a GELU part", [&](std::vector<at::Tensor>& in) {
+           in = {x0.clone().requires_grad_(true), mlp0.clone().requires_grad_(true)};
+           return std::vector<at::Tensor>{projOut->forwardParts(in, 1)};
+         }, {projOut}},
+    };
+    for (const auto& [what, forward, hosts] : cases) {
+      std::vector<at::Tensor> got, ref;
+      for (const bool fused : {true, false}) {
+        FusedPathsAs as(fused);
+        std::vector<at::Tensor> in;
+        const auto out = forward(in);
+        int baseNodes = 0;
+        for (const auto& o : out)
+          baseNodes += strata::test::countGraphNodes(o, "AddmmBackward") +
+                       strata::test::countGraphNodes(o, "MmBackward") + strata::test::countGraphNodes(o, "Quantized");
+        if (fused && !int8 && bf16)
+          EXPECT_EQ(baseNodes, 0) << what << ": a base matmul node is in the fused graph";
+        else
+          EXPECT_GT(baseNodes, 0) << what << ", " << kind << (fused ? "" : ", unfused") << ": no base node";
+        at::Tensor loss = at::zeros({}, at::kDouble);
+        at::manual_seed(7);
+        for (const auto& o : out) loss = loss + (o.to(at::kDouble) * at::randn(o.sizes(), at::kDouble)).sum();
+        loss.backward();
+        auto& r = fused ? got : ref;
+        for (const auto& o : out) r.push_back(o.detach());
+        for (const auto& t : in) r.push_back(t.grad());
+        for (const auto* h : hosts) {
+          r.push_back(adapterOf(h)->down.grad().clone());
+          r.push_back(adapterOf(h)->up.grad().clone());
+        }
+        clearGrads(*net);
+      }
+      ASSERT_EQ(got.size(), ref.size());
+      // bf16: the fused gradient rounds once less (the adapter's product joins the base's in the GEMM)
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_LE(relL2(got[i], ref[i]), bf16 ? 1e-2 : 1e-6) << what << ", " << kind << ": tensor " << i;
+    }
+  }
+}
+
 namespace {
 
 // Loss and every LoRA gradient of one forward/backward of `model` with `net`.
@@ -378,6 +455,13 @@ TEST(FusedLora, TinyFluxLossAndLoraGradientsAreUnchanged) {
     auto net = adaptedTinyFlux(f, int8, config(4, 4, {}));
     expectSameTraining(*f.model, f.inputs, *net, 2e-5, int8 ? "int8 base" : "float32");
   }
+  // configs/demo.yaml's targets: the blocks, the stem (whose inputs need no gradient) and the head
+  TinyFlux f(4);
+  auto net = adaptedTinyFlux(f, false,
+                             config(4, 4,
+                                    {"re:(transformer_blocks|single_transformer_blocks)\\..+", "x_embedder",
+                                     "context_embedder", "time_text_embed.*", "norm_out.linear", "proj_out"}));
+  expectSameTraining(*f.model, f.inputs, *net, 2e-5, "float32, stem and head adapters");
 }
 
 // bf16: the fused and unfused gradients differ by bf16 rounding of differently ordered
