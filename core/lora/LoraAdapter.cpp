@@ -115,7 +115,7 @@ struct LoraAdd : torch::autograd::Function<LoraAdd> {
         const auto d = downCast.narrow(1, offset, n);  // [r, n]
         if (base.defined()) {
           auto gx = at::mm(g, base.narrow(1, offset, n));  // [M, n]: the base's
-          grads[4 + (i - 3)] = gx.addmm_(gh, d);          // and the adapter's, summed by the GEMM
+          grads[4 + (i - 3)] = gx.addmm_(gh, d);           // and the adapter's, summed by the GEMM
         } else {
           grads[4 + (i - 3)] = at::mm(gh, d);
         }
@@ -237,8 +237,7 @@ struct LoraSiblingsAdd : torch::autograd::Function<LoraSiblingsAdd> {
 at::Tensor addUp(const at::Tensor& output, const at::Tensor& down, const at::Tensor& up, double s,
                  const std::vector<at::Tensor>& parts, int64_t geluPart, const c10::optional<at::Tensor>& pre,
                  const c10::optional<at::Tensor>& base = c10::nullopt) {
-  if (addsInPlace(output))
-    return LoraAdd::apply(output, down, up, s, at::TensorList(parts), geluPart, pre, true, base);
+  if (addsInPlace(output)) return LoraAdd::apply(output, down, up, s, at::TensorList(parts), geluPart, pre, true, base);
   return LoraAdd::apply(output.reshape({-1, output.size(-1)}), down, up, s, at::TensorList(parts), geluPart, pre, false,
                         base)
       .view(output.sizes());

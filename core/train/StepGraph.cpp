@@ -18,8 +18,8 @@ struct StepGraph::Impl {
 #ifdef STRATA_HAS_CUDA
   std::unique_ptr<at::cuda::CUDAGraph> graph;
 #endif
-  std::vector<at::Tensor> inputs;   // the recorded micro-batch: each step's is copied in
-  at::Tensor loss;                  // the recorded loss (float32, 0-dim)
+  std::vector<at::Tensor> inputs;  // the recorded micro-batch: each step's is copied in
+  at::Tensor loss;                 // the recorded loss (float32, 0-dim)
   // Per parameter, the gradient the graph adds into or writes (undefined: not reached).
   std::vector<at::Tensor> grads;
   std::vector<at::Tensor> reached;  // the defined ones of `grads`: zeroed at each step's start where the graph adds
@@ -93,8 +93,7 @@ void StepGraph::reset() {
   // Gradients in the graph's pool would keep its memory (and stale values) after it.
   for (size_t i = 0; i < impl_->params.size() && i < impl_->grads.size(); ++i) {
     auto& p = impl_->params[i];
-    if (p.grad().defined() && impl_->grads[i].defined() && p.grad().is_same(impl_->grads[i]))
-      p.mutable_grad().reset();
+    if (p.grad().defined() && impl_->grads[i].defined() && p.grad().is_same(impl_->grads[i])) p.mutable_grad().reset();
   }
   impl_->params.clear();
   impl_->writes = false;

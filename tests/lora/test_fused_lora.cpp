@@ -329,13 +329,13 @@ TEST(FusedLora, ProjOutWithAGeluPartEqualsTheUnfusedParts) {
 // graph, and the input's, every down's and up's gradients are the unfused path's to bf16
 // rounding. A float32 base and an int8 one keep their own node (and equal gradients).
 TEST(FusedLora, TheDenseBasesInputGradientComesFromTheAdaptersNode) {
-  for (const auto& [int8, dtype] : {std::make_pair(false, at::kBFloat16), std::make_pair(false, at::kFloat),
-                                    std::make_pair(true, at::kBFloat16)}) {
+  for (const auto& [int8, dtype] :
+       {std::make_pair(false, at::kBFloat16), std::make_pair(false, at::kFloat), std::make_pair(true, at::kBFloat16)}) {
     const bool bf16 = dtype == at::kBFloat16;
     TinyFlux f;
     if (bf16) f.model->to(dtype);
-    auto net = adaptedTinyFlux(
-        f, int8, config(3, 6, {"transformer_blocks.0.attn.to_out.0", "single_transformer_blocks.0.*"}));
+    auto net =
+        adaptedTinyFlux(f, int8, config(3, 6, {"transformer_blocks.0.attn.to_out.0", "single_transformer_blocks.0.*"}));
     auto adapterOf = [&](const nn::LinearImpl* host) {
       for (const auto& a : net->adapters())
         if (a->host().get() == host) return a;
@@ -352,18 +352,24 @@ TEST(FusedLora, TheDenseBasesInputGradientComesFromTheAdaptersNode) {
     // Each forward: outputs, the input tensors (whose gradients are compared), the hosts.
     using Forward = std::function<std::vector<at::Tensor>(std::vector<at::Tensor>&)>;
     const std::vector<std::tuple<std::string, Forward, std::vector<const nn::LinearImpl*>>> cases{
-        {"one Linear", [&](std::vector<at::Tensor>& in) {
+        {"one Linear",
+         [&](std::vector<at::Tensor>& in) {
            in = {x0.clone().requires_grad_(true)};
            return std::vector<at::Tensor>{toOut->forward(in[0])};
-         }, {toOut}},
-        {"siblings", [&](std::vector<at::Tensor>& in) {
+         },
+         {toOut}},
+        {"siblings",
+         [&](std::vector<at::Tensor>& in) {
            in = {x0.clone().requires_grad_(true)};
            return nn::forwardSiblings(siblings, in[0]);
-         }, {siblings.begin(), siblings.end()}},
-        {"parts with a GELU part", [&](std::vector<at::Tensor>& in) {
+         },
+         {siblings.begin(), siblings.end()}},
+        {"parts with a GELU part",
+         [&](std::vector<at::Tensor>& in) {
            in = {x0.clone().requires_grad_(true), mlp0.clone().requires_grad_(true)};
            return std::vector<at::Tensor>{projOut->forwardParts(in, 1)};
-         }, {projOut}},
+         },
+         {projOut}},
     };
     for (const auto& [what, forward, hosts] : cases) {
       std::vector<at::Tensor> got, ref;
