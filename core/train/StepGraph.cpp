@@ -86,8 +86,6 @@ std::string StepGraph::shapesOf(const std::vector<at::Tensor>& batch) {
 
 std::string StepGraph::shapes() const { return shapesOf(impl_->inputs); }
 
-bool StepGraph::writesGradients() const { return impl_->writes; }
-
 void StepGraph::reset() {
   const bool had = recorded();
   // Gradients in the graph's pool would keep its memory (and stale values) after it.

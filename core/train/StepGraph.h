@@ -110,9 +110,6 @@ class StepGraph {
   // of its loss (the graph's own tensor is overwritten by the next replay).
   at::Tensor replay(const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params);
 
-  // Whether each replay writes the gradients (one micro-batch a step) rather than adding into them.
-  bool writesGradients() const;
-
   // Drops the graph and returns its memory. Where it added into gradients
   // (allocated outside the graph's pool) the trained tensors keep them: a step that
   // drops the graph part-way adds its remaining micro-batches to them eagerly. Where
