@@ -155,9 +155,7 @@ std::optional<BenchSetup> setUpBench(const BenchArgs& args, const fs::path& runF
       if (p.isError()) std::cerr << p.format() << "\n";
     return std::nullopt;
   }
-  // What `auto` chose: the paths line says it.
-  cfg.train.gradientCheckpointing = b.prepared.gradientCheckpointing;
-  cfg.train.offloadOptimizerState = b.prepared.offloadOptimizerState;
+  train::adoptAutoChoices(cfg, b.prepared);  // what `auto` chose: the paths line says it
   // trainStepFlops counts one micro-batch; the timed step runs all of them.
   b.flops = train::modelFamily(cfg.model.arch).trainStepFlops(cfg) *
             static_cast<double>(std::max<int64_t>(cfg.train.gradientAccumulationSteps, 1));

@@ -51,6 +51,7 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
     PreparedRun run;
   };
   std::vector<Tried> tried;
+  auto lastFits = [&] { return tried.back().run.ok() && planRefusal(tried.back().run).empty(); };
   for (const bool ckpt : ckptChoices) {
     for (const bool offload : offloadChoices) {
       config::RunConfig c = cfg;
@@ -59,9 +60,9 @@ PreparedRun prepareRun(const config::RunConfig& cfg, const device::Inventory& in
       c.train.offloadOptimizerStateAuto = false;
       c.train.offloadOptimizerState = offload;
       tried.push_back({ckpt, offload, prepareResolved(c, inventory, options)});
-      if (tried.back().run.ok() && planRefusal(tried.back().run).empty()) break;
+      if (lastFits()) break;
     }
-    if (tried.back().run.ok() && planRefusal(tried.back().run).empty()) break;
+    if (lastFits()) break;
   }
   PreparedRun chosen = std::move(tried.back().run);
   const bool ckpt = tried.back().ckpt, offload = tried.back().offload;
@@ -267,6 +268,11 @@ std::string describePlan(const PreparedRun& run) {
     out += *part;
   }
   return out;
+}
+
+void adoptAutoChoices(config::RunConfig& cfg, const PreparedRun& run) {
+  cfg.train.gradientCheckpointing = run.gradientCheckpointing;
+  cfg.train.offloadOptimizerState = run.offloadOptimizerState;
 }
 
 std::string autoChoiceNotes(const PreparedRun& run) {

@@ -71,6 +71,11 @@ struct PreparedRun {
 // app's plan view shows it: one text for both.
 std::string describePlan(const PreparedRun& run);
 
+// cfg with the values `auto` resolved to in `run` (train.gradient_checkpointing and
+// train.offload_optimizer_state; the keys still read auto): what the trainer and the
+// bench build the step from.
+void adoptAutoChoices(config::RunConfig& cfg, const PreparedRun& run);
+
 // What the `auto` keys chose and why (checkpointingNote, offloadNote), joined by "; "
 // ("" when no key was auto): the run's header and `strata-train bench`'s paths line.
 std::string autoChoiceNotes(const PreparedRun& run);

@@ -340,8 +340,7 @@ void Trainer::preflight(State& st, std::vector<std::string>& problems) {
   st.prepared = prepareRun(cfg_, inventory);
   // train.gradient_checkpointing and train.offload_optimizer_state: auto, as the plan
   // decided them (the keys still read auto), before the optimizer is built.
-  cfg_.train.gradientCheckpointing = st.prepared.gradientCheckpointing;
-  cfg_.train.offloadOptimizerState = st.prepared.offloadOptimizerState;
+  adoptAutoChoices(cfg_, st.prepared);
   for (const auto& p : st.prepared.problems) {
     if (p.isError())
       problems.push_back(p.format());
