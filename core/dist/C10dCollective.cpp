@@ -9,9 +9,27 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#if STRATA_DIST_GLOO && defined(STRATA_HAS_CUDA)
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#define STRATA_GLOO_STAGES_CARDS 1
+#else
+#define STRATA_GLOO_STAGES_CARDS 0
+#endif
+
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "common/Error.h"
@@ -50,6 +68,75 @@ std::string firstLine(const std::string& what) { return what.substr(0, what.find
 std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
 std::string stringOf(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
+// One thread that issues a Gloo group's collectives in the order they were posted.
+// Gloo pairs the ranks' calls by the order they are made in; a sum of a card's
+// buffer can only be issued once its copy to the host has landed, and a call made
+// meanwhile by another thread must not overtake it.
+class IssueQueue {
+ public:
+  // `run` false: the queue is closing and the task is not to be issued.
+  using Task = std::function<void(bool run)>;
+  IssueQueue() : thread_([this] { loop(); }) {}
+  IssueQueue(const IssueQueue&) = delete;
+  IssueQueue& operator=(const IssueQueue&) = delete;
+  ~IssueQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closing_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+  void post(Task task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!closing_) {
+        tasks_.push_back(std::move(task));
+        ready_.notify_one();
+        return;
+      }
+    }
+    task(false);
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      Task task;
+      bool run = true;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return closing_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+        run = !closing_;
+      }
+      task(run);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Task> tasks_;
+  bool closing_ = false;
+  std::thread thread_;  // last: starts once the members it reads exist
+};
+
+// The first sum that failed after its wait had returned (on a card, in stream order).
+struct FailureSlot {
+  mutable std::mutex mutex;
+  std::string what;
+  void record(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (what.empty()) what = why;
+  }
+  std::string get() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return what;
+  }
+};
+
 }  // namespace
 
 std::string backendProblem(const c10::Device& device) {
@@ -68,15 +155,90 @@ std::string backendProblem(const c10::Device& device) {
 #endif
 }
 
+#if STRATA_GLOO_STAGES_CARDS
+namespace {
+
+// A sum of a card's buffer on a Gloo group: copied to pinned host memory on a side
+// stream, summed on the host once that copy has landed, and copied back on the
+// stream that waits for it. That stream holds at a host function until the host
+// sum is done, so the host goes on queueing the optimizer step and the next
+// forward (a host that waited would leave the card idle while it launched them).
+struct StagedSum {
+  at::Tensor host;             // pinned, the buffer's bytes
+  at::cuda::CUDAEvent copied;  // the copy to the host has landed
+  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<FailureSlot> failed;
+  std::string where;  // "over N ranks on rank r"
+
+  std::mutex mutex;
+  std::condition_variable settledCv;
+  bool settled = false;  // issued, or failed to be
+  c10::intrusive_ptr<c10d::Work> work;
+  std::string error;
+
+  void settle(c10::intrusive_ptr<c10d::Work> w, std::string why) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      work = std::move(w);
+      error = std::move(why);
+      settled = true;
+    }
+    settledCv.notify_all();
+  }
+
+  // On the stream's host-function thread: no CUDA call here. Waits, bounded, for the
+  // host sum; a failure leaves NaN (all bits set is NaN in every float format) for
+  // the copy back, so the step is not finite and stops with `failed`'s reason.
+  void holdUntilSummed() {
+    std::string why;
+    c10::intrusive_ptr<c10d::Work> w;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      if (settledCv.wait_for(lock, timeout, [this] { return settled; })) {
+        why = error;
+        w = work;
+      } else {
+        why = "it was not started within " + seconds(timeout);
+      }
+    }
+    if (why.empty()) try {
+        if (!w->wait(timeout)) why = "it did not finish within " + seconds(timeout);
+      } catch (const std::exception& e) {
+        why = firstLine(e.what());
+      }
+    if (why.empty()) return;
+    std::memset(host.data_ptr(), 0xFF, host.nbytes());
+    failed->record("an all-reduce of a card's buffer " + where + " failed (did another rank stop?): " + why);
+  }
+};
+
+void CUDART_CB holdStreamUntilSummed(void* sum) {
+  const std::unique_ptr<std::shared_ptr<StagedSum>> held(static_cast<std::shared_ptr<StagedSum>*>(sum));
+  (*held)->holdUntilSummed();
+}
+
+}  // namespace
+#endif
+
 struct C10dCollective::Impl {
   LaunchEnv env;
   ConnectOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<Group> group;
+  std::shared_ptr<FailureSlot> failed = std::make_shared<FailureSlot>();
+#if STRATA_GLOO_STAGES_CARDS
+  std::mutex sideMutex;
+  std::map<c10::DeviceIndex, c10::cuda::CUDAStream> sideStreams;  // per card: the copies to the host
+#endif
 #if STRATA_DIST_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // `group` where it is NCCL's
+#endif
+  // Gloo's: issues its calls in order. Last, so that it closes first, before the group goes.
+  std::unique_ptr<IssueQueue> issuer;
 
   ~Impl() {
+    issuer.reset();
+#if STRATA_DIST_NCCL
     // The non-blocking end NCCL's destructor would give the group anyway (its
     // communicators aborted, not waited for), without its warning that Python's
     // destroy_process_group() was not called.
@@ -84,8 +246,37 @@ struct C10dCollective::Impl {
         nccl->abort();
       } catch (...) {
       }
-  }
 #endif
+  }
+
+  std::string overRanks() const {
+    return "over " + std::to_string(env.worldSize) + " ranks on rank " + std::to_string(env.rank);
+  }
+
+  void throwIfFailed() const {
+    if (auto why = failed->get(); !why.empty()) throw Error(why);
+  }
+
+  // The group's call `make` (an all-reduce, a broadcast), issued in order on Gloo.
+  c10::intrusive_ptr<c10d::Work> issue(const std::function<c10::intrusive_ptr<c10d::Work>()>& make, const char* what) {
+    try {
+      if (!issuer) return make();
+      auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Work>>>();
+      auto work = made->get_future();
+      issuer->post([made, &make](bool run) {
+        try {
+          if (!run) throw Error("the group was closing");
+          made->set_value(make());
+        } catch (...) {
+          made->set_exception(std::current_exception());
+        }
+      });
+      return work.get();
+    } catch (const std::exception& e) {
+      throw Error(std::string(what) + " " + overRanks() +
+                  " failed to start (did another rank stop?): " + firstLine(e.what()));
+    }
+  }
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
     try {
@@ -102,15 +293,23 @@ struct C10dCollective::Impl {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw Error(std::string(what) + " over " + std::to_string(env.worldSize) + " ranks failed on rank " +
-                  std::to_string(env.rank) + " (did another rank stop?): " + firstLine(e.what()));
+      throw Error(std::string(what) + " " + overRanks() + " failed (did another rank stop?): " + firstLine(e.what()));
     }
   }
 
-  // `tensors` packed per device and dtype into flat buffers on the group's device;
-  // `run` gets each buffer; the results are copied back in place.
+  // Whether a sum of a buffer on `device` is staged through the host in stream order.
+  bool stagesOnHost(const c10::Device& device) const {
+    return STRATA_GLOO_STAGES_CARDS && options.device.is_cpu() && device.is_cuda();
+  }
+
+  std::unique_ptr<train::PendingSum> startSum(const at::Tensor& buffer);
+
+  // `tensors` packed per device and dtype into flat buffers on the group's device
+  // (on their own card where `onTheirCard` and the group stages cards' sums); `run`
+  // gets each buffer; the results are copied back in place.
   template <typename Run>
-  void packed(std::vector<at::Tensor>& tensors, Run run) {
+  void packed(std::vector<at::Tensor>& tensors, bool onTheirCard, Run run) {
+    throwIfFailed();
     at::NoGradGuard noGrad;
     // Buffers in the order their first tensor comes: the same on every rank, whatever
     // its cards are called (a map by device name would put "cuda:10" before "cuda:9"
@@ -124,18 +323,19 @@ struct C10dCollective::Impl {
     }
     for (const auto& [key, members] : groups) {
       const at::Tensor& only = tensors[members.front()];
-      if (members.size() == 1 && only.is_contiguous() && only.device() == options.device) {
-        // Already one flat buffer where the group works (the reducer packs its own):
+      const c10::Device target = onTheirCard && stagesOnHost(only.device()) ? only.device() : options.device;
+      if (members.size() == 1 && only.is_contiguous() && only.device() == target) {
+        // Already one flat buffer where it is summed (the reducer packs its own):
         // reduced in place, without a copy there and back.
-        std::vector<at::Tensor> buffer{only.view({-1})};
+        at::Tensor buffer = only.view({-1});
         run(buffer);
         continue;
       }
       std::vector<at::Tensor> flat;
       for (size_t i : members) flat.push_back(tensors[i].reshape({-1}));
-      std::vector<at::Tensor> buffer{at::cat(flat).to(options.device).contiguous()};
+      at::Tensor buffer = at::cat(flat).to(target).contiguous();
       run(buffer);
-      const at::Tensor result = buffer[0].to(tensors[members.front()].device());
+      const at::Tensor result = buffer.to(only.device());
       int64_t offset = 0;
       for (size_t i : members) {
         const int64_t n = tensors[i].numel();
@@ -145,25 +345,6 @@ struct C10dCollective::Impl {
     }
   }
 };
-
-C10dCollective::C10dCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-C10dCollective::~C10dCollective() = default;
-int C10dCollective::rank() const { return impl_->env.rank; }
-int C10dCollective::worldSize() const { return impl_->env.worldSize; }
-
-void C10dCollective::allReduceSum(std::vector<at::Tensor>& tensors) {
-  impl_->packed(tensors, [&](std::vector<at::Tensor>& buffer) {
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::SUM;
-    o.timeout = impl_->options.collectiveTimeout;
-    impl_->wait(impl_->group->allreduce(buffer, o), "an all-reduce");
-  });
-}
-
-bool C10dCollective::startsSumsOn(const c10::Device& device) const {
-  const c10::Device& own = impl_->options.device;
-  return device == own || (own.is_cpu() && device.is_cuda());
-}
 
 namespace {
 
@@ -178,7 +359,99 @@ class C10dPendingSum final : public train::PendingSum {
   c10::intrusive_ptr<c10d::Work> work_;
 };
 
+#if STRATA_GLOO_STAGES_CARDS
+class StagedPendingSum final : public train::PendingSum {
+ public:
+  StagedPendingSum(C10dCollective::Impl* impl, at::Tensor buffer, std::shared_ptr<StagedSum> sum)
+      : impl_(impl), buffer_(std::move(buffer)), sum_(std::move(sum)) {}
+  void wait() override {
+    impl_->throwIfFailed();
+    const c10::cuda::CUDAGuard guard(buffer_.device());
+    const auto stream = c10::cuda::getCurrentCUDAStream(buffer_.device().index());
+    auto held = std::make_unique<std::shared_ptr<StagedSum>>(sum_);
+    const cudaError_t launched = cudaLaunchHostFunc(stream.stream(), &holdStreamUntilSummed, held.get());
+    if (launched != cudaSuccess)
+      throw Error("an all-reduce " + impl_->overRanks() + ": the wait for the host's sum could not be queued on " +
+                  buffer_.device().str() + ": " + cudaGetErrorString(launched));
+    held.release();  // the host function owns it now
+    at::NoGradGuard noGrad;
+    buffer_.copy_(sum_->host, /*non_blocking=*/true);
+  }
+
+ private:
+  C10dCollective::Impl* impl_;
+  at::Tensor buffer_;
+  std::shared_ptr<StagedSum> sum_;
+};
+#endif
+
 }  // namespace
+
+std::unique_ptr<train::PendingSum> C10dCollective::Impl::startSum(const at::Tensor& buffer) {
+  throwIfFailed();
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  o.timeout = options.collectiveTimeout;
+#if STRATA_GLOO_STAGES_CARDS
+  if (stagesOnHost(buffer.device())) {
+    const c10::DeviceIndex card = buffer.device().index();
+    const c10::cuda::CUDAGuard guard(buffer.device());
+    c10::cuda::CUDAStream side = [&] {
+      std::lock_guard<std::mutex> lock(sideMutex);
+      auto found = sideStreams.find(card);
+      if (found == sideStreams.end())
+        found = sideStreams.emplace(card, c10::cuda::getStreamFromPool(/*isHighPriority=*/true, card)).first;
+      return found->second;
+    }();
+    auto sum = std::make_shared<StagedSum>();
+    sum->timeout = options.collectiveTimeout;
+    sum->failed = failed;
+    sum->where = overRanks();
+    sum->host = at::empty(buffer.sizes(), buffer.options().device(c10::kCPU).pinned_memory(true));
+    {
+      // The copy to the host after what the caller's stream has queued (the gradients).
+      at::cuda::CUDAEvent queued;
+      queued.record(c10::cuda::getCurrentCUDAStream(card));
+      queued.block(side);
+      const c10::cuda::CUDAStreamGuard onSide(side);
+      at::NoGradGuard noGrad;
+      sum->host.copy_(buffer, /*non_blocking=*/true);
+      sum->copied.record(side);
+    }
+    // A buffer the caller frees before the copy has read it is not handed out again.
+    c10::cuda::CUDACachingAllocator::recordStream(buffer.storage().data_ptr(), side);
+    Group* g = group.get();
+    issuer->post([sum, g, o](bool run) {
+      if (!run) return sum->settle({}, "the group closed before it was started");
+      try {
+        sum->copied.synchronize();
+        std::vector<at::Tensor> one{sum->host};
+        sum->settle(g->allreduce(one, o), {});
+      } catch (const std::exception& e) {
+        sum->settle({}, firstLine(e.what()));
+      }
+    });
+    return std::make_unique<StagedPendingSum>(this, buffer, std::move(sum));
+  }
+#endif
+  std::vector<at::Tensor> one{buffer};
+  return std::make_unique<C10dPendingSum>(this, issue([&] { return group->allreduce(one, o); }, "an all-reduce"));
+}
+
+C10dCollective::C10dCollective(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+C10dCollective::~C10dCollective() = default;
+int C10dCollective::rank() const { return impl_->env.rank; }
+int C10dCollective::worldSize() const { return impl_->env.worldSize; }
+
+void C10dCollective::allReduceSum(std::vector<at::Tensor>& tensors) {
+  // A card's buffer on Gloo is summed in its stream's order, as a started sum is.
+  impl_->packed(tensors, /*onTheirCard=*/true, [&](at::Tensor& buffer) { impl_->startSum(buffer)->wait(); });
+}
+
+bool C10dCollective::startsSumsOn(const c10::Device& device) const {
+  const c10::Device& own = impl_->options.device;
+  return device == own || (own.is_cpu() && device.is_cuda());
+}
 
 std::unique_ptr<train::PendingSum> C10dCollective::startAllReduceSum(const at::Tensor& buffer) {
   if (!startsSumsOn(buffer.device()) || !buffer.is_contiguous() || buffer.dim() != 1)
@@ -186,23 +459,20 @@ std::unique_ptr<train::PendingSum> C10dCollective::startAllReduceSum(const at::T
                 (buffer.is_contiguous() ? "" : ", non-contiguous") + " buffer on " + buffer.device().str() +
                 "; the group on " + impl_->options.device.str() + " takes one flat contiguous buffer on " +
                 (impl_->options.device.is_cpu() ? "the CPU or a CUDA card" : impl_->options.device.str()));
-  std::vector<at::Tensor> one{buffer};
-  c10d::AllreduceOptions o;
-  o.timeout = impl_->options.collectiveTimeout;
-  try {
-    return std::make_unique<C10dPendingSum>(impl_.get(), impl_->group->allreduce(one, o));
-  } catch (const std::exception& e) {
-    throw Error("an all-reduce over " + std::to_string(impl_->env.worldSize) + " ranks failed to start on rank " +
-                std::to_string(impl_->env.rank) + " (did another rank stop?): " + firstLine(e.what()));
-  }
+  return impl_->startSum(buffer);
 }
 
+std::string C10dCollective::failure() const { return impl_->failed->get(); }
+
 void C10dCollective::broadcastFromRankZero(std::vector<at::Tensor>& tensors) {
-  impl_->packed(tensors, [&](std::vector<at::Tensor>& buffer) {
+  // Once a run (the LoRA's start): through the group's device, the host waiting.
+  impl_->packed(tensors, /*onTheirCard=*/false, [&](at::Tensor& buffer) {
     c10d::BroadcastOptions o;
     o.rootRank = 0;
     o.timeout = impl_->options.collectiveTimeout;
-    impl_->wait(impl_->group->broadcast(buffer, o), "a broadcast from rank 0");
+    std::vector<at::Tensor> one{buffer};
+    impl_->wait(impl_->issue([&] { return impl_->group->broadcast(one, o); }, "a broadcast from rank 0"),
+                "a broadcast from rank 0");
   });
 }
 
@@ -305,6 +575,7 @@ std::shared_ptr<C10dCollective> connect(const LaunchEnv& env, const ConnectOptio
       auto o = c10d::ProcessGroupGloo::Options::create(options.collectiveTimeout);
       o->devices.push_back(glooDevice(env));
       impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(groupStore, env.rank, env.worldSize, o);
+      impl->issuer = std::make_unique<IssueQueue>();
 #endif
     }
   } catch (const std::exception& e) {

@@ -3,7 +3,9 @@
 // for the rendezvous, the start's checks and rank 0's verdicts, and a process
 // group for the tensors: NCCL on CUDA cards (where this LibTorch has it), Gloo on
 // the CPU. Every wait is bounded: the store's connect and waits, and each
-// collective, by ConnectOptions' timeouts.
+// collective, by ConnectOptions' timeouts. Gloo matches collectives across ranks
+// by the order they are issued in, so every Gloo call is issued by one thread, in
+// the order the callers asked.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -49,10 +51,12 @@ class C10dCollective final : public train::Collective {
   // Tensors are packed into one flat buffer per device and dtype, each reduced
   // (or broadcast) in one call, and unpacked in place.
   void allReduceSum(std::vector<at::Tensor>& tensors) override;
-  // The group's device; Gloo also takes CUDA buffers (it stages them through the
-  // host on a stream of its own).
+  // The group's device; Gloo also takes CUDA buffers: each is copied to pinned host
+  // memory on a stream of its own, summed on the host, and copied back in the order
+  // of the stream that waits for it (the host does not wait; see failure()).
   bool startsSumsOn(const c10::Device& device) const override;
   std::unique_ptr<train::PendingSum> startAllReduceSum(const at::Tensor& buffer) override;
+  std::string failure() const override;
   void broadcastFromRankZero(std::vector<at::Tensor>& tensors) override;
   std::string shareFromRankZero(const std::string& key, const std::string& value) override;
 

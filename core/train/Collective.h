@@ -20,6 +20,8 @@ class PendingSum {
   virtual ~PendingSum() = default;
   // Returns when what this thread queues next sees the sum in the buffer (on a CUDA
   // card the caller's stream waits and the host goes on); throws as allReduceSum does.
+  // A sum on a card that fails after wait() returned leaves NaN in the buffer and
+  // the reason in Collective::failure().
   virtual void wait() = 0;
 };
 
@@ -46,6 +48,11 @@ class Collective {
     allReduceSum(one);
     return std::make_unique<Done>();
   }
+  // Why a sum waited for in stream order (on a card) failed after its wait had
+  // returned; empty while none has. Its buffer then holds NaN, so the step's loss
+  // or gradient norm is not finite, and the trainer says this instead; every later
+  // call throws it.
+  virtual std::string failure() const { return {}; }
   // Rank 0's tensors copied into every rank's, in place.
   virtual void broadcastFromRankZero(std::vector<at::Tensor>& tensors) = 0;
   // Rank 0 publishes `value` under `key`; every other rank waits for it (a slow

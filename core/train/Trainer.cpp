@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +32,7 @@
 #include "train/FusedAdamW.h"
 #include "train/GradClip.h"
 #include "train/GradientReducer.h"
+#include "train/HostToDevice.h"
 #include "train/LrSchedule.h"
 #include "train/ModelFamily.h"
 #include "train/OptimizerState.h"
@@ -77,6 +79,20 @@ int exitCodeOf(RunOutcome outcome) {
 }
 
 namespace {
+
+// A non-finite loss or gradient norm of `step` stops the run.
+void checkLoss(double loss, int64_t step) {
+  if (!std::isfinite(loss))
+    throw NonFiniteLoss("loss is " + std::string(std::isnan(loss) ? "NaN" : "Inf") + " at step " +
+                        std::to_string(step));
+}
+void checkGradNorm(double norm, int64_t step) {
+  if (!std::isfinite(norm)) throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step));
+}
+
+double millisecondsSince(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
 
 // The ranks of a data-parallel run: one process is rank 0 of 1.
 int rankOf(const Trainer::State& st) { return st.collective ? st.collective->rank() : 0; }
@@ -713,17 +729,35 @@ struct Trainer::MicroBatches {
   at::Tensor lastGraph;
 };
 
-bool Trainer::trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed) {
-  const int64_t step = step_.load();
+// A step's report: its values, or (a step the card skips itself where it is not
+// finite) its losses and gradient norm on their way to the host, read once the next
+// step is queued.
+struct Trainer::StepReport {
+  int64_t step = 0;  // the step it reports, counted from 1
+  double lr = 0.0;
+  double scaleUsed = 1.0;
+  bool finiteGrads = true;
+  bool graphReplayed = false;
+  Clock::time_point started;  // the loop's turn for it began (before a data-parallel agreement)
+  double pausedMs = 0.0;      // of its turn, paused: not the step's time
+  QueuedScalars queued;       // the micro-batches' losses, then the norm; empty: the values below
+  double loss = 0.0;
+  double gradNorm = std::numeric_limits<double>::quiet_NaN();
+};
+
+void Trainer::trainStep(State& st, StepReport& report, const std::function<void()>& queued) {
+  const int64_t step = report.step - 1;
   const auto params = st.network->parameters();
   MicroBatches done = forwardBackward(st, params, step);
+  report.graphReplayed = st.lastStepReplayed;
   {
     // The reduce point: once per optimizer step, before any gradient or loss is read.
     RECORD_USER_SCOPE("strata::reduce");
     StepGradients grads{params, done.losses};
     st.reducer->reduce(grads);
   }
-  return optimizerStep(st, params, done, step, loss, gradNorm, scaleUsed);
+  queued();
+  optimizerStep(st, params, done, report);
 }
 
 Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::Tensor>& params, int64_t step) {
@@ -781,38 +815,32 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
   return done;
 }
 
-bool Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step,
-                            double& loss, double& gradNorm, double& scaleUsed) {
+void Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, StepReport& report) {
   const auto& tc = cfg_.train;
-  const int64_t microBatches = std::max<int64_t>(tc.gradientAccumulationSteps, 1);
+  const int64_t step = report.step - 1;
   const auto& losses = done.losses;
-  // The host waits for the device once a step, after the optimizer step is queued
-  // (an optimizer that can skips it on the device when the norm or the loss is not
-  // finite). Waiting earlier, for the loss before the backward or for the norm
-  // before the optimizer, would leave the card idle while the host walks the
-  // autograd graph and launches the next kernels. Other optimizers, and fp16's
-  // loss scaling, look at the values before stepping.
-  const bool queued = !st.scaler.enabled() && st.optimizer->canSkipOnDevice();
-  // The mean loss; a non-finite one stops the run.
-  auto readLoss = [&] {
+  // The host waits for nothing of this step (an optimizer that can skips the step on
+  // the device when the norm or a loss is not finite): the losses and the norm go to
+  // the host behind the optimizer step and are read once the next step is queued
+  // (settleReport). Waiting for them here, or for the loss before the backward, would
+  // leave the card idle while the host prepared and launched the next step. Other
+  // optimizers, and fp16's loss scaling, look at the values before stepping.
+  const bool onDevice = !st.scaler.enabled() && st.optimizer->canSkipOnDevice();
+  if (!onDevice) {
     double sum = 0.0;
     for (const auto& l : losses) {
       const double v = l.item<double>();
-      if (!std::isfinite(v))
-        throw NonFiniteLoss("loss is " + std::string(std::isnan(v) ? "NaN" : "Inf") + " at step " +
-                            std::to_string(step + 1));
+      checkLoss(v, report.step);
       sum += v;
     }
-    loss = sum / static_cast<double>(microBatches);
-  };
-  if (!queued) readLoss();
+    report.loss = sum / static_cast<double>(losses.size());
+  }
   // fp16: gradients that overflowed at this loss scale skip the step (and
   // halve the scale); everywhere else a non-finite gradient stops the run.
-  scaleUsed = st.scaler.scale();
-  const bool finiteGrads = st.scaler.unscale(params);
-  st.scaler.update(finiteGrads);
-  gradNorm = std::numeric_limits<double>::quiet_NaN();
-  if (finiteGrads && queued) {
+  report.scaleUsed = st.scaler.scale();
+  report.finiteGrads = st.scaler.unscale(params);
+  st.scaler.update(report.finiteGrads);
+  if (report.finiteGrads && onDevice) {
     at::Tensor norm;
     {
       RECORD_USER_SCOPE("strata::clip");
@@ -834,18 +862,16 @@ bool Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, Mi
     }
     if (st.phases) st.phases->mark("optimizer");
     done.lastGraph.reset();
-    readLoss();
-    gradNorm = norm.item<double>();
-    if (!std::isfinite(gradNorm))
-      throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
-  } else if (finiteGrads) {
+    std::vector<at::Tensor> values(losses.begin(), losses.end());
+    values.push_back(norm);
+    report.queued = QueuedScalars(values);
+  } else if (report.finiteGrads) {
     {
       RECORD_USER_SCOPE("strata::clip");
-      gradNorm = clipGradNorm(params, tc.maxGradNorm);
+      report.gradNorm = clipGradNorm(params, tc.maxGradNorm);
     }
     if (st.phases) st.phases->mark("clip");
-    if (!std::isfinite(gradNorm))
-      throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step + 1));
+    checkGradNorm(report.gradNorm, report.step);
     {
       RECORD_USER_SCOPE("strata::optimizer");
       st.optimizer->step();
@@ -853,14 +879,28 @@ bool Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, Mi
     if (st.phases) st.phases->mark("optimizer");
   } else if (st.scaler.exhausted()) {
     throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) + " even at fp16 loss scale " +
-                        std::to_string(scaleUsed));
+                        std::to_string(report.scaleUsed));
   } else {
-    bus_.publish(events::WarningEvent{"step " + std::to_string(step + 1) +
-                                          ": fp16 gradients overflowed at loss scale " + std::to_string(scaleUsed) +
-                                          "; step skipped, scale now " + std::to_string(st.scaler.scale()),
-                                      step + 1});
+    bus_.publish(events::WarningEvent{
+        "step " + std::to_string(step + 1) + ": fp16 gradients overflowed at loss scale " +
+            std::to_string(report.scaleUsed) + "; step skipped, scale now " + std::to_string(st.scaler.scale()),
+        step + 1});
   }
-  return finiteGrads;
+}
+
+void Trainer::settleReport(State& st, StepReport& report, double ms) {
+  if (!report.queued.empty()) {
+    const std::vector<double> values = report.queued.read();  // the losses, then the norm
+    double sum = 0.0;
+    for (size_t m = 0; m + 1 < values.size(); ++m) {
+      checkLoss(values[m], report.step);
+      sum += values[m];
+    }
+    report.loss = sum / static_cast<double>(values.size() - 1);
+    report.gradNorm = values.back();
+    checkGradNorm(report.gradNorm, report.step);
+  }
+  reportStep(st, report, ms);
 }
 
 void Trainer::samples(State& st, int64_t step) {
@@ -889,10 +929,10 @@ void Trainer::samples(State& st, int64_t step) {
   }
 }
 
-void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads,
-                         double ms) {
+void Trainer::reportStep(State& st, const StepReport& report, double ms) {
   const auto& tc = cfg_.train;
-  const int64_t step = step_.load();
+  const int64_t step = report.step;
+  const double loss = report.loss, lr = report.lr, gradNorm = report.gradNorm;
   const int64_t images =
       std::max<int64_t>(tc.batchSize, 1) * std::max<int64_t>(tc.gradientAccumulationSteps, 1) * worldOf(st);
   st.lastLoss = loss;
@@ -914,13 +954,13 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
   se.imagesPerSec = ms > 0 ? 1000.0 * static_cast<double>(images) / ms : 0.0;
   se.etaSeconds = avgMs * static_cast<double>(tc.steps - step) / 1000.0;
   se.memory = memoryOf(st.devices);
-  se.graphReplayed = st.lastStepReplayed;
+  se.graphReplayed = report.graphReplayed;
   nlohmann::json line = {{"step", step},          {"loss", loss},       {"loss_smoothed", smoothed},        {"lr", lr},
                          {"grad_norm", gradNorm}, {"step_time_ms", ms}, {"images_per_sec", se.imagesPerSec}};
   for (const auto& m : se.memory)
     if (m.allocatedBytes > 0) line["allocated_bytes"][m.device] = m.allocatedBytes;
-  if (st.scaler.enabled()) line["loss_scale"] = scaleUsed;
-  if (!finiteGrads) line["skipped"] = true;
+  if (st.scaler.enabled()) line["loss_scale"] = report.scaleUsed;
+  if (!report.finiteGrads) line["skipped"] = true;
   if (se.graphReplayed) line["cuda_graph"] = true;
   st.sink->appendMetrics(line);
   // The attention kernel auto chose for each shape the step met first, once (nn/Attention.h).
@@ -934,24 +974,41 @@ void Trainer::reportStep(State& st, double loss, double lr, double gradNorm, dou
 RunOutcome Trainer::loop(State& st) {
   const auto& tc = cfg_.train;
   int64_t step = st.startStep;
+  int64_t failedStep = 0;  // the step a failure is told at; 0: the one after `step`
+  // The last step's report, settled once the next step is queued (or before anything
+  // that reads the weights, and at the end).
+  std::optional<StepReport> pending;
+  auto settle = [&](Clock::time_point end) {
+    if (!pending) return;
+    StepReport report = std::move(*pending);
+    pending.reset();
+    failedStep = report.step;
+    settleReport(st, report, millisecondsSince(report.started, end) - report.pausedMs);
+    failedStep = 0;
+  };
   auto doSamples = [&](int64_t sampleStep) { samples(st, sampleStep); };
   try {
     if (step == 0 && cfg_.sample.sampleEvery > 0) doSamples(0);
     while (step < tc.steps) {
+      // A step's time runs from here to the next step's turn: with a data-parallel
+      // run's agreement on it, without a pause.
+      const auto started = Clock::now();
+      double pausedMs = 0.0;
       // A data-parallel run's decisions: the same on every rank.
       StepDecisions shared;
-      double agreementMs = 0.0;  // a data-parallel step's cost includes agreeing on it
+      if (paused_.load()) settle(started);  // the last step told before the pause
       if (st.collective) {
-        const auto agreeStart = Clock::now();
         shared = agreeOnDecisions(st, step);
-        if (!shared.paused) agreementMs = std::chrono::duration<double, std::milli>(Clock::now() - agreeStart).count();
+        if (shared.paused) pausedMs = millisecondsSince(started, Clock::now());
       } else if (paused_.load()) {
         bus_.publish(events::PausedEvent{step});
         waitWhilePaused();
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
+        pausedMs = millisecondsSince(started, Clock::now());
       }
       const bool stopNow = st.collective ? shared.stop : stopRequested_.load();
       if (stopNow || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
+        settle(Clock::now());
         // Step 0 of a new run (a stop during the step-0 samples) has nothing trained to keep.
         if (!options_.skipSaves && step > 0 && st.lastCheckpointStep != step && !checkpoint(st, step)) {
           // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
@@ -968,17 +1025,24 @@ RunOutcome Trainer::loop(State& st) {
       }
 
       if (st.phases) st.phases->beginStep();
-      const auto t0 = Clock::now();
-      const double lr = st.schedule->lrAt(step);
-      setLearningRate(*st.optimizer, lr);
-      double loss = 0.0, gradNorm = 0.0, scaleUsed = 1.0;
-      const bool finiteGrads = trainStep(st, loss, gradNorm, scaleUsed);
+      StepReport report;
+      report.step = step + 1;
+      report.started = started;
+      report.pausedMs = pausedMs;
+      report.lr = st.schedule->lrAt(step);
+      setLearningRate(*st.optimizer, report.lr);
+      // The last step is told once this one is queued: the card runs this one meanwhile.
+      trainStep(st, report, [&] { settle(started); });
       ++step;
       step_ = step;
-      if (st.ema && finiteGrads) st.ema->update(step);
+      if (st.ema && report.finiteGrads) st.ema->update(step);
       if (st.phases) st.phases->mark("ema");
-      reportStep(st, loss, lr, gradNorm, scaleUsed, finiteGrads,
-                 agreementMs + std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      const bool finiteGrads = report.finiteGrads;
+      if (report.queued.empty()) {
+        settleReport(st, report, millisecondsSince(started, Clock::now()) - pausedMs);
+      } else {
+        pending = std::move(report);
+      }
       // The first step that ran the optimizer (fp16 may skip step 1's) has made what it makes.
       if (!st.auditedAfterFirstStep && finiteGrads) {
         st.auditedAfterFirstStep = true;
@@ -991,30 +1055,42 @@ RunOutcome Trainer::loop(State& st) {
 
       const bool last = step == tc.steps;
       const bool sampleNow = st.collective ? shared.sample : sampleRequested_.exchange(false);
-      if (sampleNow || (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last))) doSamples(step);
+      const bool sampling = sampleNow || (cfg_.sample.sampleEvery > 0 && (step % cfg_.sample.sampleEvery == 0 || last));
       const bool manualSave = st.collective ? shared.save : saveRequested_.exchange(false);
       const bool manualExport = st.collective ? shared.exportNow : exportRequested_.exchange(false);
-      if (options_.skipSaves) continue;
-      if (manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last)
-        checkpoint(st, step, manualSave);
-      // save.export_every: LoRA files named with the step, beside the final one, to compare them.
+      const bool saving = manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last;
       const bool periodicExport = cfg_.save.exportEvery > 0 && step % cfg_.save.exportEvery == 0;
+      // What reads the weights comes after the step is told (a non-finite one stops first).
+      if (sampling || last || (!options_.skipSaves && (saving || manualExport || periodicExport))) settle(Clock::now());
+      if (sampling) doSamples(step);
+      if (options_.skipSaves) continue;
+      if (saving) checkpoint(st, step, manualSave);
+      // save.export_every: LoRA files named with the step, beside the final one, to compare them.
       if ((manualExport || periodicExport) && !last) exportLora(st, step, false);
     }
+    settle(Clock::now());
   } catch (const NonFiniteLoss& e) {
-    std::string msg = e.what();
+    // A sum that failed in stream order left NaN behind: its reason is the one to give.
+    const std::string collectiveFailure = st.collective ? st.collective->failure() : std::string();
+    std::string msg = collectiveFailure.empty() ? std::string(e.what()) : collectiveFailure;
     msg += st.lastCheckpoint.empty() ? "; no checkpoint was written before it"
                                      : "; last good checkpoint: " + st.lastCheckpoint;
-    msg += attentionBackendHint(e.what(), cfg_, onCuda(st.devices));
-    bus_.publish(events::FailedEvent{msg, step + 1, st.lastCheckpoint});
+    if (collectiveFailure.empty()) msg += attentionBackendHint(e.what(), cfg_, onCuda(st.devices));
+    bus_.publish(events::FailedEvent{msg, failedStep > 0 ? failedStep : step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   } catch (const std::exception& e) {
+    const int64_t failingStep = failedStep > 0 ? failedStep : step + 1;
+    if (failedStep == 0) try {
+        // The step before the failing one is told, where its values can still be read.
+        settle(Clock::now());
+      } catch (const std::exception&) {
+      }
     std::string msg = e.what();
     if (device::isOutOfMemory(e))
-      msg = "out of memory at step " + std::to_string(step + 1) + ": " + msg;
+      msg = "out of memory at step " + std::to_string(failingStep) + ": " + msg;
     else
       msg += attentionBackendHint(msg, cfg_, onCuda(st.devices));
-    bus_.publish(events::FailedEvent{msg, step + 1, st.lastCheckpoint});
+    bus_.publish(events::FailedEvent{msg, failingStep, st.lastCheckpoint});
     return RunOutcome::Failed;
   }
   return RunOutcome::Finished;

@@ -135,12 +135,18 @@ class Trainer {
   RunOutcome finish(State& st);                                       // the final export
 
   // Pieces of the loop. One optimizer step is forwardBackward over the micro-batches,
-  // the reduce point (st.reducer, once) and optimizerStep.
-  bool trainStep(State& st, double& loss, double& gradNorm, double& scaleUsed);  // false: fp16 step skipped
+  // the reduce point (st.reducer, once) and optimizerStep. `queued` is called once the
+  // forward and backward are queued, before the optimizer and before the host waits
+  // for any of it: the last step's report is read there, while the card runs this
+  // one, and a non-finite last step stops the run before this one changes a weight.
+  struct StepReport;
+  void trainStep(State& st, StepReport& report, const std::function<void()>& queued);
   struct MicroBatches;
   MicroBatches forwardBackward(State& st, const std::vector<at::Tensor>& params, int64_t step);
-  bool optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, int64_t step, double& loss,
-                     double& gradNorm, double& scaleUsed);
+  void optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, StepReport& report);
+  // Reads a step's queued values (waiting for their copy only), stops the run on a
+  // non-finite loss or gradient norm, and tells the step (reportStep).
+  void settleReport(State& st, StepReport& report, double ms);
   void samples(State& st, int64_t step);  // every sample.prompts entry, through st.sink
   // train.cuda_graph: st.graph where this run uses one, else why not (decideStepGraph).
   void startStepGraph(State& st);
@@ -149,7 +155,7 @@ class Trainer {
   // undefined: run it eagerly.
   at::Tensor graphedMicroStep(State& st, const std::vector<at::Tensor>& batch, const std::vector<at::Tensor>& params,
                               int64_t step, int64_t microBatch);
-  void reportStep(State& st, double loss, double lr, double gradNorm, double scaleUsed, bool finiteGrads, double ms);
+  void reportStep(State& st, const StepReport& report, double ms);
   bool checkpoint(State& st, int64_t step, bool manual = false);
   std::vector<std::string> exportLora(State& st, int64_t step, bool final);
   void waitWhilePaused();

@@ -15,6 +15,7 @@
 
 #include "common/Error.h"
 #include "common/TestSupport.h"
+#include "common/TwoRanks.h"
 #include "dist/AveragingReducer.h"
 #include "dist/C10dCollective.h"
 #include "dist/LaunchEnv.h"
@@ -204,44 +205,9 @@ TEST(ParallelDims, TooFewCardsAreSaidNamingTheLocalRank) {
   EXPECT_NE(error.find("[0, 1, 2, 3]"), std::string::npos) << error;
 }
 
-LaunchEnv rankOf(int rank, int world, int port) {
-  LaunchEnv e;
-  e.rank = rank;
-  e.worldSize = world;
-  e.localRank = rank;
-  e.localWorldSize = world;
-  e.masterAddr = "127.0.0.1";
-  e.masterPort = port;
-  return e;
-}
-
-ConnectOptions quick(const std::string& fingerprint = "same") {
-  ConnectOptions o;
-  o.connectTimeout = std::chrono::seconds(5);
-  o.storeTimeout = std::chrono::seconds(20);
-  o.collectiveTimeout = std::chrono::seconds(20);
-  o.fingerprint = fingerprint;
-  return o;
-}
-
-// `body` on two ranks at once; each one's result or error text.
-template <typename Body>
-std::vector<std::string> onTwoRanks(Body body, const std::vector<std::string>& fingerprints = {"same", "same"}) {
-  const int port = strata::test::freeLoopbackPort();
-  std::vector<std::future<std::string>> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::async(std::launch::async, [&, r]() -> std::string {
-      try {
-        auto c = connect(rankOf(r, 2, port), quick(fingerprints[static_cast<size_t>(r)]));
-        return body(*c, c);
-      } catch (const std::exception& e) {
-        return std::string("error: ") + e.what();
-      }
-    }));
-  std::vector<std::string> out;
-  for (auto& f : ranks) out.push_back(f.get());
-  return out;
-}
+using strata::test::onTwoRanks;
+using strata::test::rankOf;
+ConnectOptions quick() { return strata::test::quickOptions(); }
 
 TEST(C10dCollective, AllReduceBroadcastAndShareOnGloo) {
   if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;

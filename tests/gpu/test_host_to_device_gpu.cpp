@@ -37,3 +37,22 @@ TEST(HostToDeviceGpu, SameValuesWithoutWaitingForQueuedKernels) {
   EXPECT_TRUE(train::toDeviceAsync(got, cuda).is_same(got));
 #endif
 }
+
+TEST(HostToDeviceGpu, QueuedScalarsAreReadWithoutWaitingForLaterKernels) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+#ifdef STRATA_HAS_CUDA
+  const c10::Device cuda(at::kCUDA, 0);
+  const auto loss = at::full({}, 2.5, at::TensorOptions().device(cuda));
+  const auto norm = at::full({1}, 0.75, at::TensorOptions().device(cuda).dtype(at::kDouble));
+  const train::QueuedScalars queued({loss, loss * 2, norm});
+  // The next step's work, queued behind the copy.
+  const auto a = at::randn({8192, 8192}, at::TensorOptions().device(cuda).dtype(at::kBFloat16));
+  auto busy = a;
+  for (int i = 0; i < 40; ++i) busy = at::matmul(busy, a) * 1e-3;
+  const std::vector<double> values = queued.read();
+  const bool stillRunning = !c10::cuda::getCurrentCUDAStream(0).query();
+  c10::cuda::getCurrentCUDAStream(0).synchronize();
+  EXPECT_TRUE(stillRunning) << "read() waited for the kernels queued after the copy";
+  EXPECT_EQ(values, (std::vector<double>{2.5, 5.0, 0.75}));
+#endif
+}

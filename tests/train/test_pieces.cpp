@@ -7,6 +7,7 @@
 #include "common/GradClipReference.h"
 #include "train/FlowMatching.h"
 #include "train/GradClip.h"
+#include "train/HostToDevice.h"
 #include "train/LossScaler.h"
 #include "train/LrSchedule.h"
 #include "train/RngState.h"
@@ -227,4 +228,16 @@ TEST(RngState, CaptureAndRestoreRepeatsDraws) {
   EXPECT_EQ(restored.size(), 2u);
   EXPECT_TRUE(at::randn({8}, g).equal(first));
   EXPECT_TRUE(at::rand({8}).equal(globalFirst));
+}
+
+TEST(QueuedScalars, TheValuesInTheOrderGivenAsDoubleAndOneValueEach) {
+  EXPECT_TRUE(train::QueuedScalars().empty());
+  EXPECT_TRUE(train::QueuedScalars().read().empty());
+  const train::QueuedScalars q({at::full({}, 1.5f), at::full({1}, -2.0, at::kDouble), at::full({1, 1}, 0.25f)});
+  EXPECT_FALSE(q.empty());
+  EXPECT_EQ(q.read(), (std::vector<double>{1.5, -2.0, 0.25}));
+  EXPECT_EQ(q.read(), (std::vector<double>{1.5, -2.0, 0.25})) << "read twice, the same";
+  const train::QueuedScalars nan({at::full({}, std::nan(""))});
+  EXPECT_TRUE(std::isnan(nan.read().at(0)));
+  EXPECT_THROW(train::QueuedScalars({at::zeros({2})}), strata::Error);
 }

@@ -153,36 +153,51 @@ TEST(Trainer, OffloadedOptimizerStateResumesAcrossTheSetting) {
   }
 }
 
+// A step's loss is read once the next step is queued (Trainer::settleReport): a NaN
+// still stops the run naming its own step, before a checkpoint of it or any step after
+// it is told, whether checkpoints come every step or only at the end.
 TEST(Trainer, NanLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
-  test::TempDir tmp;
-  const auto data = tmp / "latents";
-  fs::create_directories(data);
-  for (int i = 0; i < 4; ++i) {
-    auto lat = at::randn({16, 4, 4});
-    if (i == 3) lat[0][0][0] = NAN;
-    io::writeSafetensors(data / ("item" + std::to_string(i) + ".safetensors"),
-                         {{"latents", lat}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
-  }
-  auto cfg = tinyConfig(tmp.path(), 12);
-  cfg.datasets[0].type = config::DatasetType::Latents;
-  cfg.datasets[0].folderPath = data.string();
-  cfg.datasets[0].numItems = config::DatasetConfig{}.numItems;  // a latents dataset refuses num_items
-  cfg.save.saveEvery = 1;
-  events::EventBus bus;
-  test::EventRecorder rec;
-  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
-  TrainerOptions o;
-  o.runDir = tmp / "run";
-  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Failed);
-  const auto failed = rec.of<events::FailedEvent>();
-  ASSERT_EQ(failed.size(), 1u);
-  const int64_t step = failed[0].step;
-  EXPECT_NE(failed[0].message.find("NaN at step " + std::to_string(step)), std::string::npos) << failed[0].message;
-  RunFolder f(tmp / "run");
-  if (step > 1) {
-    ASSERT_TRUE(f.latestCheckpoint());
-    EXPECT_EQ(f.latestCheckpoint()->step, step - 1);
-    EXPECT_EQ(failed[0].lastGoodCheckpoint, f.latestCheckpoint()->path.string());
+  for (const int64_t saveEvery : {1, 100}) {
+    SCOPED_TRACE("save_every " + std::to_string(saveEvery));
+    test::TempDir tmp;
+    const auto data = tmp / "latents";
+    fs::create_directories(data);
+    for (int i = 0; i < 4; ++i) {
+      auto lat = at::randn({16, 4, 4});
+      if (i == 3) lat[0][0][0] = NAN;
+      io::writeSafetensors(data / ("item" + std::to_string(i) + ".safetensors"),
+                           {{"latents", lat}, {"txt", at::randn({3, 64})}, {"pooled", at::randn({32})}});
+    }
+    auto cfg = tinyConfig(tmp.path(), 12);
+    cfg.datasets[0].type = config::DatasetType::Latents;
+    cfg.datasets[0].folderPath = data.string();
+    cfg.datasets[0].numItems = config::DatasetConfig{}.numItems;  // a latents dataset refuses num_items
+    cfg.save.saveEvery = saveEvery;
+    events::EventBus bus;
+    test::EventRecorder rec;
+    auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+    TrainerOptions o;
+    o.runDir = tmp / "run";
+    ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Failed);
+    const auto failed = rec.of<events::FailedEvent>();
+    ASSERT_EQ(failed.size(), 1u);
+    const int64_t step = failed[0].step;
+    EXPECT_NE(failed[0].message.find("NaN at step " + std::to_string(step)), std::string::npos) << failed[0].message;
+    RunFolder f(tmp / "run");
+    // Every step before it told, in order, and none from it on.
+    const auto metrics = f.readMetrics();
+    ASSERT_EQ(static_cast<int64_t>(metrics.size()), step - 1);
+    for (size_t i = 0; i < metrics.size(); ++i) EXPECT_EQ(metrics[i]["step"].get<int64_t>(), int64_t(i) + 1);
+    const auto steps = rec.of<events::StepEvent>();
+    ASSERT_EQ(static_cast<int64_t>(steps.size()), step - 1);
+    if (saveEvery == 1 && step > 1) {
+      ASSERT_TRUE(f.latestCheckpoint());
+      EXPECT_EQ(f.latestCheckpoint()->step, step - 1);
+      EXPECT_EQ(failed[0].lastGoodCheckpoint, f.latestCheckpoint()->path.string());
+    } else if (saveEvery == 100) {
+      EXPECT_FALSE(f.latestCheckpoint()) << "no checkpoint before the end";
+      EXPECT_EQ(failed[0].lastGoodCheckpoint, "");
+    }
   }
 }
 

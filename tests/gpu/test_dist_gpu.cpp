@@ -1,0 +1,102 @@
+// dist::C10dCollective on Gloo with cards' buffers (label gpu; skips without CUDA or
+// Gloo): the two ranks are threads of this process sharing card 0, each on a
+// stream of its own as two processes would be. A sum of a card's buffer is waited
+// for in the stream's order: the host goes on while the other rank has not even
+// started, what is queued after the wait sees the sum, and later calls (a CPU
+// all-reduce, cards' tensors of two dtypes) keep their order. A sum whose other
+// rank is gone leaves NaN and says why, and every later call throws it.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "common/TestSupport.h"
+#include "common/TwoRanks.h"
+#include "dist/C10dCollective.h"
+
+#ifdef STRATA_HAS_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+using namespace strata;
+
+#ifdef STRATA_HAS_CUDA
+namespace {
+
+std::string fixed(double v) { return std::to_string(v); }
+
+}  // namespace
+#endif
+
+TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+#ifdef STRATA_HAS_CUDA
+  const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
+    const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
+    const auto onCard = at::TensorOptions().device(c10::Device(c10::kCUDA, 0));
+    const double r = c.rank();
+    at::Tensor buffer = at::full({1 << 20}, r + 1, onCard.dtype(at::kFloat));
+    // Rank 1 starts late: rank 0's host must not wait for it.
+    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    const auto start = std::chrono::steady_clock::now();
+    auto sum = c.startAllReduceSum(buffer);
+    sum->wait();
+    buffer.mul_(2);  // queued after the sum: sees it
+    const double hostMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::vector<at::Tensor> flag{at::full({1}, r, at::kFloat)};
+    c.allReduceSum(flag);  // issued after the card's sum, on both ranks
+    std::vector<at::Tensor> t{at::full({3, 5}, r + 1, onCard.dtype(at::kFloat)),
+                              at::full({7}, 10 * (r + 1), onCard.dtype(at::kDouble))};
+    c.allReduceSum(t);
+    const at::Tensor got = buffer.cpu();
+    std::string out = fixed(got.min().item<double>()) + " " + fixed(got.max().item<double>()) + " " +
+                      fixed(flag[0].item<double>()) + " " + fixed(t[0].sum().item<double>()) + " " +
+                      fixed(t[1].sum().item<double>()) + " " + c.failure();
+    if (c.rank() == 0) out += hostMs < 300.0 ? " | the host went on" : " | the host waited " + fixed(hostMs) + " ms";
+    return out;
+  });
+  ASSERT_EQ(results.size(), 2u);
+  // (1 + 2) x 2 everywhere; 0 + 1; 15 x 3; 7 x 30.
+  const std::string sums = "6.000000 6.000000 1.000000 45.000000 210.000000 ";
+  EXPECT_EQ(results[0], sums + " | the host went on");
+  EXPECT_EQ(results[1], sums);
+#endif
+}
+
+TEST(DistGpu, AGlooSumOfACardsBufferWhoseOtherRankIsGoneLeavesNanAndSaysWhy) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+#ifdef STRATA_HAS_CUDA
+  const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
+    if (c.rank() == 1) return std::string("left");  // its group closes as it returns
+    const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
+    at::Tensor buffer = at::ones({4096}, at::TensorOptions().device(c10::Device(c10::kCUDA, 0)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    c.startAllReduceSum(buffer)->wait();
+    const at::Tensor got = buffer.cpu();  // waits for the stream, so for the failed sum
+    std::string out = got.isnan().all().item<bool>() ? "NaN" : "not NaN: " + fixed(got.max().item<double>());
+    out += " | " + c.failure() + " | ";
+    try {
+      std::vector<at::Tensor> flag{at::ones({1})};
+      c.allReduceSum(flag);
+      out += "the next call returned";
+    } catch (const std::exception& e) {
+      out += e.what();
+    }
+    return out;
+  });
+  ASSERT_EQ(results.size(), 2u);
+  const std::string& r = results[0];
+  EXPECT_EQ(r.rfind("NaN | an all-reduce of a card's buffer over 2 ranks on rank 0 failed (did another rank stop?)", 0),
+            0u)
+      << r;
+  const std::string failure = r.substr(6, r.find(" | ", 6) - 6);
+  EXPECT_NE(r.find(" | " + failure, 6 + failure.size()), std::string::npos)
+      << "the next call throws the same reason: " << r;
+#endif
+}
