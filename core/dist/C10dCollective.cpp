@@ -21,6 +21,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -175,6 +176,9 @@ struct StagedSum {
   bool settled = false;  // issued, or failed to be
   c10::intrusive_ptr<c10d::Work> work;
   std::string error;
+  // Set last by the host function: the sum may now be freed, off that thread (freeing
+  // its event and pinned memory calls CUDA, which a host function must not).
+  std::atomic<bool> released{false};
 
   void settle(c10::intrusive_ptr<c10d::Work> w, std::string why) {
     {
@@ -206,16 +210,15 @@ struct StagedSum {
       } catch (const std::exception& e) {
         why = firstLine(e.what());
       }
-    if (why.empty()) return;
-    std::memset(host.data_ptr(), 0xFF, host.nbytes());
-    failed->record("an all-reduce of a card's buffer " + where + " failed (did another rank stop?): " + why);
+    if (!why.empty()) {
+      std::memset(host.data_ptr(), 0xFF, host.nbytes());
+      failed->record("an all-reduce of a card's buffer " + where + " failed (did another rank stop?): " + why);
+    }
+    released = true;
   }
 };
 
-void CUDART_CB holdStreamUntilSummed(void* sum) {
-  const std::unique_ptr<std::shared_ptr<StagedSum>> held(static_cast<std::shared_ptr<StagedSum>*>(sum));
-  (*held)->holdUntilSummed();
-}
+void CUDART_CB holdStreamUntilSummed(void* sum) { static_cast<StagedSum*>(sum)->holdUntilSummed(); }
 
 }  // namespace
 #endif
@@ -229,6 +232,14 @@ struct C10dCollective::Impl {
 #if STRATA_GLOO_STAGES_CARDS
   std::mutex sideMutex;
   std::map<c10::DeviceIndex, c10::cuda::CUDAStream> sideStreams;  // per card: the copies to the host
+  // Sums whose host function is queued, kept until it has run (StagedSum::released).
+  std::vector<std::shared_ptr<StagedSum>> held;
+
+  void hold(std::shared_ptr<StagedSum> sum) {
+    std::lock_guard<std::mutex> lock(sideMutex);
+    held.erase(std::remove_if(held.begin(), held.end(), [](const auto& s) { return s->released.load(); }), held.end());
+    held.push_back(std::move(sum));
+  }
 #endif
 #if STRATA_DIST_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // `group` where it is NCCL's
@@ -238,6 +249,12 @@ struct C10dCollective::Impl {
 
   ~Impl() {
     issuer.reset();
+#if STRATA_GLOO_STAGES_CARDS
+    // A host function still queued reads its sum when its stream reaches it: those
+    // are left to the process's end rather than freed under it.
+    for (auto& s : held)
+      if (!s->released.load()) new std::shared_ptr<StagedSum>(std::move(s));
+#endif
 #if STRATA_DIST_NCCL
     // The non-blocking end NCCL's destructor would give the group anyway (its
     // communicators aborted, not waited for), without its warning that Python's
@@ -368,12 +385,13 @@ class StagedPendingSum final : public train::PendingSum {
     impl_->throwIfFailed();
     const c10::cuda::CUDAGuard guard(buffer_.device());
     const auto stream = c10::cuda::getCurrentCUDAStream(buffer_.device().index());
-    auto held = std::make_unique<std::shared_ptr<StagedSum>>(sum_);
-    const cudaError_t launched = cudaLaunchHostFunc(stream.stream(), &holdStreamUntilSummed, held.get());
-    if (launched != cudaSuccess)
+    impl_->hold(sum_);
+    const cudaError_t launched = cudaLaunchHostFunc(stream.stream(), &holdStreamUntilSummed, sum_.get());
+    if (launched != cudaSuccess) {
+      sum_->released = true;
       throw Error("an all-reduce " + impl_->overRanks() + ": the wait for the host's sum could not be queued on " +
                   buffer_.device().str() + ": " + cudaGetErrorString(launched));
-    held.release();  // the host function owns it now
+    }
     at::NoGradGuard noGrad;
     buffer_.copy_(sum_->host, /*non_blocking=*/true);
   }
