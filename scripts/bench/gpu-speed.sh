@@ -38,6 +38,11 @@
 #   fp8graph  fp8kept and fp8keptonboard with train.cuda_graph
 #   cap16   the config as shipped with model.quantize (qfloat8, then int8) under a 16 GB cap,
 #           30 steps at 1024 px with checkpointing: what `plan --devices 1x16GB` promises
+#   glooshare  issue 35's reduce cost on one card: two plain `strata-train run`s sharing the card
+#           against `run --nproc 2` with STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 (11
+#           eager checkpointed steps at 1024 px, median of steps 5-11), the moments on the card,
+#           then in host memory. Needs a build with Gloo's headers: GLOO_INCLUDE names a folder
+#           holding gloo/ (docs/data-parallel.md, "Building"); default .carry/gloo-include.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
@@ -48,8 +53,11 @@ STEPS="${STEPS:-10}"
 WARMUP="${WARMUP:-3}"
 START="$(date +%s)"
 TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
+GLOO_INCLUDE="${GLOO_INCLUDE:-$ROOT/.carry/gloo-include}"
+GLOO_ARG=()
+[ -f "$GLOO_INCLUDE/gloo/context.h" ] && GLOO_ARG=(-DSTRATA_GLOO_INCLUDE="$GLOO_INCLUDE")
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_UI=OFF \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "${GLOO_ARG[@]}" >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 cmake --build "$BUILD" -j "$(nproc)" --target strata-train strata_tests_gpu >>"$OUT/build.log" 2>&1 ||
   { grep -m5 -A5 "error" "$OUT/build.log"; exit 1; }
 CLI="$(find "$BUILD" -name strata-train -type f -perm -u+x | head -1)"
@@ -79,6 +87,38 @@ if "phases" in j:
     line += f'; sum {j["phases_sum_ms"]:.1f} ms'
 print(line)
 PY
+}
+
+# The median step of each metrics.jsonl from step 5 on.
+medians() {
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+for f in sys.argv[1:]:
+    try:
+        rows = [json.loads(l) for l in open(f) if l.strip()]
+        ms = [r["step_time_ms"] for r in rows if r["step"] >= 5]
+        print(f"{f}: median step {statistics.median(ms):.1f} ms over {len(ms)} steps from 5 "
+              f"(min {min(ms):.1f}, max {max(ms):.1f}); final loss {rows[-1]['loss']}")
+    except Exception as e:
+        print(f, "unreadable:", e)
+PY
+}
+
+# Two plain runs sharing the card against two Gloo ranks sharing it (glooshare). The
+# plain runs are waited for by pid: a bare `wait` would also wait for a caller's
+# `exec > >(tee ...)`, which never ends.
+glooshare() {  # moments: card | host
+  local off=false; [ "$1" = host ] && off=true
+  local r="$OUT/glooshare-$1"; rm -rf "$r"; mkdir -p "$r"
+  local set=(--set train.steps=11 --set train.gradient_checkpointing=true --set train.cuda_graph=false
+             --set save.save_every=100 --set "train.offload_optimizer_state=$off")
+  echo "== glooshare, moments on the $1, at $(( $(date +%s) - START )) s" | tee -a "$OUT/bench.log"
+  timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/pairA" >"$r/pairA.log" 2>&1 & local a=$!
+  timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/pairB" >"$r/pairB.log" 2>&1 & local b=$!
+  wait "$a" "$b"
+  STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/gloo" \
+    --nproc 2 >"$r/gloo.log" 2>&1 || echo "gloo ranks failed: $(tail -3 "$r/gloo.log")" | tee -a "$OUT/bench.log"
+  medians "$r/pairA/metrics.jsonl" "$r/pairB/metrics.jsonl" "$r/gloo/metrics.jsonl" | tee -a "$OUT/bench.log"
 }
 
 for part in "$@"; do
@@ -172,6 +212,7 @@ for part in "$@"; do
         bench "offload-$res-ckpt" --set train.offload_checkpoints=true --set "datasets[0].resolution=[$res]" \
           --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
       done ;;
+    glooshare) glooshare card; glooshare host ;;
     int8) bench int8-1024-ckpt --set model.quantize=true --set model.qtype=int8 --set "$PEER_TARGETS" ;;
     *) echo "unknown part $part" ;;
   esac
