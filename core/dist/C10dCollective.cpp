@@ -27,7 +27,6 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -194,13 +193,19 @@ struct StagedSum {
   // host sum; a failure leaves NaN (all bits set is NaN in every float format) for
   // the copy back, so the step is not finite and stops with `failed`'s reason.
   void holdUntilSummed() {
-    std::string why;
-    c10::intrusive_ptr<c10d::Work> w;
-    {
+    holdUntilSummedOrFailed();
+    released = true;  // last: nothing here is touched after it
+  }
+
+ private:
+  void holdUntilSummedOrFailed() {
+    std::string why = failed->get();  // an earlier sum failed: do not wait again
+    c10d::Work* w = nullptr;          // the sum keeps it (its last reference must not go here)
+    if (why.empty()) {
       std::unique_lock<std::mutex> lock(mutex);
       if (settledCv.wait_for(lock, timeout, [this] { return settled; })) {
         why = error;
-        w = work;
+        w = work.get();
       } else {
         why = "it was not started within " + seconds(timeout);
       }
@@ -210,11 +215,9 @@ struct StagedSum {
       } catch (const std::exception& e) {
         why = firstLine(e.what());
       }
-    if (!why.empty()) {
-      std::memset(host.data_ptr(), 0xFF, host.nbytes());
-      failed->record("an all-reduce of a card's buffer " + where + " failed (did another rank stop?): " + why);
-    }
-    released = true;
+    if (why.empty()) return;
+    std::memset(host.data_ptr(), 0xFF, host.nbytes());
+    failed->record("an all-reduce of a card's buffer " + where + " failed (did another rank stop?): " + why);
   }
 };
 
@@ -228,6 +231,10 @@ struct C10dCollective::Impl {
   ConnectOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<Group> group;
+  // Gloo's: a group of its own for the sums of cards' buffers, issued by `issuer` once
+  // each buffer's copy to the host has landed, so that the host's own small calls on
+  // `group` (a step's agreement) never wait behind a step's gradients.
+  c10::intrusive_ptr<Group> cardGroup;
   std::shared_ptr<FailureSlot> failed = std::make_shared<FailureSlot>();
 #if STRATA_GLOO_STAGES_CARDS
   std::mutex sideMutex;
@@ -244,7 +251,8 @@ struct C10dCollective::Impl {
 #if STRATA_DIST_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // `group` where it is NCCL's
 #endif
-  // Gloo's: issues its calls in order. Last, so that it closes first, before the group goes.
+  // Issues cardGroup's sums in the order they were started. Last, so that it closes
+  // first, before the groups go.
   std::unique_ptr<IssueQueue> issuer;
 
   ~Impl() {
@@ -274,21 +282,10 @@ struct C10dCollective::Impl {
     if (auto why = failed->get(); !why.empty()) throw Error(why);
   }
 
-  // The group's call `make` (an all-reduce, a broadcast), issued in order on Gloo.
+  // The group's call `make` (an all-reduce, a broadcast), its failure to start said.
   c10::intrusive_ptr<c10d::Work> issue(const std::function<c10::intrusive_ptr<c10d::Work>()>& make, const char* what) {
     try {
-      if (!issuer) return make();
-      auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::Work>>>();
-      auto work = made->get_future();
-      issuer->post([made, &make](bool run) {
-        try {
-          if (!run) throw Error("the group was closing");
-          made->set_value(make());
-        } catch (...) {
-          made->set_exception(std::current_exception());
-        }
-      });
-      return work.get();
+      return make();
     } catch (const std::exception& e) {
       throw Error(std::string(what) + " " + overRanks() +
                   " failed to start (did another rank stop?): " + firstLine(e.what()));
@@ -316,7 +313,7 @@ struct C10dCollective::Impl {
 
   // Whether a sum of a buffer on `device` is staged through the host in stream order.
   bool stagesOnHost(const c10::Device& device) const {
-    return STRATA_GLOO_STAGES_CARDS && options.device.is_cpu() && device.is_cuda();
+    return STRATA_GLOO_STAGES_CARDS && cardGroup && options.device.is_cpu() && device.is_cuda();
   }
 
   std::unique_ptr<train::PendingSum> startSum(const at::Tensor& buffer);
@@ -386,6 +383,9 @@ class StagedPendingSum final : public train::PendingSum {
     const c10::cuda::CUDAGuard guard(buffer_.device());
     const auto stream = c10::cuda::getCurrentCUDAStream(buffer_.device().index());
     impl_->hold(sum_);
+    // The copy to the host goes before the host function in this stream's order:
+    // a host function may only wait for work queued ahead of it.
+    sum_->copied.block(stream);
     const cudaError_t launched = cudaLaunchHostFunc(stream.stream(), &holdStreamUntilSummed, sum_.get());
     if (launched != cudaSuccess) {
       sum_->released = true;
@@ -438,7 +438,7 @@ std::unique_ptr<train::PendingSum> C10dCollective::Impl::startSum(const at::Tens
     }
     // A buffer the caller frees before the copy has read it is not handed out again.
     c10::cuda::CUDACachingAllocator::recordStream(buffer.storage().data_ptr(), side);
-    Group* g = group.get();
+    Group* g = cardGroup.get();
     issuer->post([sum, g, o](bool run) {
       if (!run) return sum->settle({}, "the group closed before it was started");
       try {
@@ -593,7 +593,13 @@ std::shared_ptr<C10dCollective> connect(const LaunchEnv& env, const ConnectOptio
       auto o = c10d::ProcessGroupGloo::Options::create(options.collectiveTimeout);
       o->devices.push_back(glooDevice(env));
       impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(groupStore, env.rank, env.worldSize, o);
+#if STRATA_GLOO_STAGES_CARDS
+      // Made by every rank of a CUDA build (the builds are the same: the fingerprint),
+      // whether or not it trains on cards.
+      auto cardStore = c10::make_intrusive<c10d::PrefixStore>("strata/cards", impl->store);
+      impl->cardGroup = c10::make_intrusive<c10d::ProcessGroupGloo>(cardStore, env.rank, env.worldSize, o);
       impl->issuer = std::make_unique<IssueQueue>();
+#endif
 #endif
     }
   } catch (const std::exception& e) {

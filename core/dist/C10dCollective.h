@@ -4,8 +4,8 @@
 // group for the tensors: NCCL on CUDA cards (where this LibTorch has it), Gloo on
 // the CPU. Every wait is bounded: the store's connect and waits, and each
 // collective, by ConnectOptions' timeouts. Gloo matches collectives across ranks
-// by the order they are issued in, so every Gloo call is issued by one thread, in
-// the order the callers asked.
+// by the order they are issued in: the sums of cards' buffers, issued once their
+// copy to the host has landed, have a Gloo group and an issuing thread of their own.
 #include <chrono>
 #include <memory>
 #include <string>

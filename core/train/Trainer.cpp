@@ -888,9 +888,13 @@ void Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, Mi
   }
 }
 
-void Trainer::settleReport(State& st, StepReport& report, double ms) {
+void Trainer::settleReport(State& st, StepReport& report, std::optional<Clock::time_point> nextStarted) {
   if (!report.queued.empty()) {
     const std::vector<double> values = report.queued.read();  // the losses, then the norm
+    // A sum that failed in stream order may have left finite values behind (a late
+    // write after its timeout): the step is not trusted either way.
+    if (st.collective)
+      if (const std::string why = st.collective->failure(); !why.empty()) throw Error(why);
     double sum = 0.0;
     for (size_t m = 0; m + 1 < values.size(); ++m) {
       checkLoss(values[m], report.step);
@@ -900,7 +904,8 @@ void Trainer::settleReport(State& st, StepReport& report, double ms) {
     report.gradNorm = values.back();
     checkGradNorm(report.gradNorm, report.step);
   }
-  reportStep(st, report, ms);
+  const Clock::time_point end = nextStarted ? *nextStarted : Clock::now();
+  reportStep(st, report, millisecondsSince(report.started, end) - report.pausedMs);
 }
 
 void Trainer::samples(State& st, int64_t step) {
@@ -978,12 +983,14 @@ RunOutcome Trainer::loop(State& st) {
   // The last step's report, settled once the next step is queued (or before anything
   // that reads the weights, and at the end).
   std::optional<StepReport> pending;
-  auto settle = [&](Clock::time_point end) {
+  // `nextStarted`: the next step's turn, where this step's time ends; none: it ends
+  // when its values have been read (the card has finished it).
+  auto settle = [&](std::optional<Clock::time_point> nextStarted) {
     if (!pending) return;
     StepReport report = std::move(*pending);
     pending.reset();
     failedStep = report.step;
-    settleReport(st, report, millisecondsSince(report.started, end) - report.pausedMs);
+    settleReport(st, report, nextStarted);
     failedStep = 0;
   };
   auto doSamples = [&](int64_t sampleStep) { samples(st, sampleStep); };
@@ -996,11 +1003,11 @@ RunOutcome Trainer::loop(State& st) {
       double pausedMs = 0.0;
       // A data-parallel run's decisions: the same on every rank.
       StepDecisions shared;
-      if (paused_.load()) settle(started);  // the last step told before the pause
       if (st.collective) {
         shared = agreeOnDecisions(st, step);
         if (shared.paused) pausedMs = millisecondsSince(started, Clock::now());
       } else if (paused_.load()) {
+        settle(started);  // the last step told before the pause
         bus_.publish(events::PausedEvent{step});
         waitWhilePaused();
         if (!stopRequested_.load()) bus_.publish(events::ResumedEvent{step});
@@ -1008,7 +1015,7 @@ RunOutcome Trainer::loop(State& st) {
       }
       const bool stopNow = st.collective ? shared.stop : stopRequested_.load();
       if (stopNow || (options_.stopAfterStep > 0 && step >= options_.stopAfterStep)) {
-        settle(Clock::now());
+        settle(std::nullopt);
         // Step 0 of a new run (a stop during the step-0 samples) has nothing trained to keep.
         if (!options_.skipSaves && step > 0 && st.lastCheckpointStep != step && !checkpoint(st, step)) {
           // Stopped without a checkpoint of this step: not the "stopped, checkpoint kept" outcome.
@@ -1039,7 +1046,7 @@ RunOutcome Trainer::loop(State& st) {
       if (st.phases) st.phases->mark("ema");
       const bool finiteGrads = report.finiteGrads;
       if (report.queued.empty()) {
-        settleReport(st, report, millisecondsSince(started, Clock::now()) - pausedMs);
+        settleReport(st, report, std::nullopt);
       } else {
         pending = std::move(report);
       }
@@ -1061,14 +1068,14 @@ RunOutcome Trainer::loop(State& st) {
       const bool saving = manualSave || (cfg_.save.saveEvery > 0 && step % cfg_.save.saveEvery == 0) || last;
       const bool periodicExport = cfg_.save.exportEvery > 0 && step % cfg_.save.exportEvery == 0;
       // What reads the weights comes after the step is told (a non-finite one stops first).
-      if (sampling || last || (!options_.skipSaves && (saving || manualExport || periodicExport))) settle(Clock::now());
+      if (sampling || last || (!options_.skipSaves && (saving || manualExport || periodicExport))) settle(std::nullopt);
       if (sampling) doSamples(step);
       if (options_.skipSaves) continue;
       if (saving) checkpoint(st, step, manualSave);
       // save.export_every: LoRA files named with the step, beside the final one, to compare them.
       if ((manualExport || periodicExport) && !last) exportLora(st, step, false);
     }
-    settle(Clock::now());
+    settle(std::nullopt);
   } catch (const NonFiniteLoss& e) {
     // A sum that failed in stream order left NaN behind: its reason is the one to give.
     const std::string collectiveFailure = st.collective ? st.collective->failure() : std::string();
@@ -1079,10 +1086,13 @@ RunOutcome Trainer::loop(State& st) {
     bus_.publish(events::FailedEvent{msg, failedStep > 0 ? failedStep : step + 1, st.lastCheckpoint});
     return RunOutcome::Failed;
   } catch (const std::exception& e) {
-    const int64_t failingStep = failedStep > 0 ? failedStep : step + 1;
-    if (failedStep == 0) try {
+    // A collective's failure in stream order surfaces at the next call, in the step
+    // after the one whose sums failed: that one is named.
+    const bool collectiveFailed = st.collective && !st.collective->failure().empty();
+    const int64_t failingStep = failedStep > 0 ? failedStep : collectiveFailed && pending ? pending->step : step + 1;
+    if (failedStep == 0 && !collectiveFailed) try {
         // The step before the failing one is told, where its values can still be read.
-        settle(Clock::now());
+        settle(std::nullopt);
       } catch (const std::exception&) {
       }
     std::string msg = e.what();

@@ -14,6 +14,7 @@
 // the full list. Then the loop (steps, samples, checkpoints) and the finish (the
 // export); at the end everything the run allocated is released (CUDA cache emptied).
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -145,8 +146,10 @@ class Trainer {
   MicroBatches forwardBackward(State& st, const std::vector<at::Tensor>& params, int64_t step);
   void optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, StepReport& report);
   // Reads a step's queued values (waiting for their copy only), stops the run on a
-  // non-finite loss or gradient norm, and tells the step (reportStep).
-  void settleReport(State& st, StepReport& report, double ms);
+  // non-finite loss or gradient norm (or a collective's failure), and tells the step
+  // (reportStep): its time ends at `nextStarted`, the next step's turn, or, without
+  // one, once its values are read.
+  void settleReport(State& st, StepReport& report, std::optional<std::chrono::steady_clock::time_point> nextStarted);
   void samples(State& st, int64_t step);  // every sample.prompts entry, through st.sink
   // train.cuda_graph: st.graph where this run uses one, else why not (decideStepGraph).
   void startStepGraph(State& st);

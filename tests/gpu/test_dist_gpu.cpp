@@ -3,7 +3,7 @@
 // stream of its own as two processes would be. A sum of a card's buffer is waited
 // for in the stream's order: the host goes on while the other rank has not even
 // started, what is queued after the wait sees the sum, and later calls (a CPU
-// all-reduce, cards' tensors of two dtypes) keep their order. A sum whose other
+// all-reduce on the other group, cards' tensors of two dtypes) give their sums. A sum whose other
 // rank is gone leaves NaN and says why, and every later call throws it.
 #include <gtest/gtest.h>
 
