@@ -68,6 +68,7 @@ std::string firstLine(const std::string& what) { return what.substr(0, what.find
 std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
 std::string stringOf(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
+#if STRATA_GLOO_STAGES_CARDS
 // One thread that issues a Gloo group's collectives in the order they were posted.
 // Gloo pairs the ranks' calls by the order they are made in; a sum of a card's
 // buffer can only be issued once its copy to the host has landed, and a call made
@@ -122,6 +123,7 @@ class IssueQueue {
   bool closing_ = false;
   std::thread thread_;  // last: starts once the members it reads exist
 };
+#endif
 
 // The first sum that failed after its wait had returned (on a card, in stream order).
 struct FailureSlot {
@@ -231,12 +233,12 @@ struct C10dCollective::Impl {
   ConnectOptions options;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<Group> group;
+  std::shared_ptr<FailureSlot> failed = std::make_shared<FailureSlot>();
+#if STRATA_GLOO_STAGES_CARDS
   // Gloo's: a group of its own for the sums of cards' buffers, issued by `issuer` once
   // each buffer's copy to the host has landed, so that the host's own small calls on
   // `group` (a step's agreement) never wait behind a step's gradients.
   c10::intrusive_ptr<Group> cardGroup;
-  std::shared_ptr<FailureSlot> failed = std::make_shared<FailureSlot>();
-#if STRATA_GLOO_STAGES_CARDS
   std::mutex sideMutex;
   std::map<c10::DeviceIndex, c10::cuda::CUDAStream> sideStreams;  // per card: the copies to the host
   // Sums whose host function is queued, kept until it has run (StagedSum::released).
@@ -251,13 +253,15 @@ struct C10dCollective::Impl {
 #if STRATA_DIST_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // `group` where it is NCCL's
 #endif
+#if STRATA_GLOO_STAGES_CARDS
   // Issues cardGroup's sums in the order they were started. Last, so that it closes
   // first, before the groups go.
   std::unique_ptr<IssueQueue> issuer;
+#endif
 
   ~Impl() {
-    issuer.reset();
 #if STRATA_GLOO_STAGES_CARDS
+    issuer.reset();
     // A host function still queued reads its sum when its stream reaches it: those
     // are left to the process's end rather than freed under it.
     for (auto& s : held)
@@ -313,7 +317,12 @@ struct C10dCollective::Impl {
 
   // Whether a sum of a buffer on `device` is staged through the host in stream order.
   bool stagesOnHost(const c10::Device& device) const {
-    return STRATA_GLOO_STAGES_CARDS && cardGroup && options.device.is_cpu() && device.is_cuda();
+#if STRATA_GLOO_STAGES_CARDS
+    return cardGroup && options.device.is_cpu() && device.is_cuda();
+#else
+    (void)device;
+    return false;
+#endif
   }
 
   std::unique_ptr<train::PendingSum> startSum(const at::Tensor& buffer);

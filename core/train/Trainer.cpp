@@ -86,6 +86,15 @@ void checkLoss(double loss, int64_t step) {
     throw NonFiniteLoss("loss is " + std::string(std::isnan(loss) ? "NaN" : "Inf") + " at step " +
                         std::to_string(step));
 }
+// The mean of a step's micro-batch losses; a non-finite one stops the run.
+double checkedMeanLoss(const std::vector<double>& losses, int64_t step) {
+  double sum = 0.0;
+  for (const double l : losses) {
+    checkLoss(l, step);
+    sum += l;
+  }
+  return sum / static_cast<double>(losses.size());
+}
 void checkGradNorm(double norm, int64_t step) {
   if (!std::isfinite(norm)) throw NonFiniteLoss("gradient norm is not finite at step " + std::to_string(step));
 }
@@ -817,7 +826,6 @@ Trainer::MicroBatches Trainer::forwardBackward(State& st, const std::vector<at::
 
 void Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, MicroBatches& done, StepReport& report) {
   const auto& tc = cfg_.train;
-  const int64_t step = report.step - 1;
   const auto& losses = done.losses;
   // The host waits for nothing of this step (an optimizer that can skips the step on
   // the device when the norm or a loss is not finite): the losses and the norm go to
@@ -827,13 +835,9 @@ void Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, Mi
   // optimizers, and fp16's loss scaling, look at the values before stepping.
   const bool onDevice = !st.scaler.enabled() && st.optimizer->canSkipOnDevice();
   if (!onDevice) {
-    double sum = 0.0;
-    for (const auto& l : losses) {
-      const double v = l.item<double>();
-      checkLoss(v, report.step);
-      sum += v;
-    }
-    report.loss = sum / static_cast<double>(losses.size());
+    std::vector<double> values;
+    for (const auto& l : losses) values.push_back(l.item<double>());
+    report.loss = checkedMeanLoss(values, report.step);
   }
   // fp16: gradients that overflowed at this loss scale skip the step (and
   // halve the scale); everywhere else a non-finite gradient stops the run.
@@ -878,30 +882,26 @@ void Trainer::optimizerStep(State& st, const std::vector<at::Tensor>& params, Mi
     }
     if (st.phases) st.phases->mark("optimizer");
   } else if (st.scaler.exhausted()) {
-    throw NonFiniteLoss("gradients are not finite at step " + std::to_string(step + 1) + " even at fp16 loss scale " +
-                        std::to_string(report.scaleUsed));
+    throw NonFiniteLoss("gradients are not finite at step " + std::to_string(report.step) +
+                        " even at fp16 loss scale " + std::to_string(report.scaleUsed));
   } else {
     bus_.publish(events::WarningEvent{
-        "step " + std::to_string(step + 1) + ": fp16 gradients overflowed at loss scale " +
+        "step " + std::to_string(report.step) + ": fp16 gradients overflowed at loss scale " +
             std::to_string(report.scaleUsed) + "; step skipped, scale now " + std::to_string(st.scaler.scale()),
-        step + 1});
+        report.step});
   }
 }
 
 void Trainer::settleReport(State& st, StepReport& report, std::optional<Clock::time_point> nextStarted) {
   if (!report.queued.empty()) {
-    const std::vector<double> values = report.queued.read();  // the losses, then the norm
+    std::vector<double> values = report.queued.read();  // the losses, then the norm
     // A sum that failed in stream order may have left finite values behind (a late
     // write after its timeout): the step is not trusted either way.
     if (st.collective)
       if (const std::string why = st.collective->failure(); !why.empty()) throw Error(why);
-    double sum = 0.0;
-    for (size_t m = 0; m + 1 < values.size(); ++m) {
-      checkLoss(values[m], report.step);
-      sum += values[m];
-    }
-    report.loss = sum / static_cast<double>(values.size() - 1);
     report.gradNorm = values.back();
+    values.pop_back();
+    report.loss = checkedMeanLoss(values, report.step);
     checkGradNorm(report.gradNorm, report.step);
   }
   const Clock::time_point end = nextStarted ? *nextStarted : Clock::now();
