@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "common/Error.h"
 #include "common/Version.h"
 #include "config/RunConfig.h"
