@@ -37,32 +37,52 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
   if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
 #ifdef STRATA_HAS_CUDA
   const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
-    const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
-    const auto onCard = at::TensorOptions().device(c10::Device(c10::kCUDA, 0));
-    const double r = c.rank();
-    at::Tensor buffer = at::full({1 << 20}, r + 1, onCard.dtype(at::kFloat));
-    // Rank 1 starts late: rank 0's host must not wait for it.
-    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    const auto start = std::chrono::steady_clock::now();
-    auto sum = c.startAllReduceSum(buffer);
-    sum->wait();
-    buffer.mul_(2);  // queued after the sum: sees it
-    const double hostMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::vector<at::Tensor> flag{at::full({1}, r, at::kFloat)};
-    c.allReduceSum(flag);  // issued after the card's sum, on both ranks
-    std::vector<at::Tensor> t{at::full({3, 5}, r + 1, onCard.dtype(at::kFloat)),
-                              at::full({7}, 10 * (r + 1), onCard.dtype(at::kDouble))};
-    c.allReduceSum(t);
-    const at::Tensor got = buffer.cpu();
-    std::string out = fixed(got.min().item<double>()) + " " + fixed(got.max().item<double>()) + " " +
-                      fixed(flag[0].item<double>()) + " " + fixed(t[0].sum().item<double>()) + " " +
-                      fixed(t[1].sum().item<double>()) + " " + c.failure();
-    if (c.rank() == 0) out += hostMs < 300.0 ? " | the host went on" : " | the host waited " + fixed(hostMs) + " ms";
-    return out;
+    // One process runs every stream's host functions on one thread, one after another
+    // (CUDA may serialize them), where two ranks in two processes have one each. Here a
+    // rank's second card sum could hold that thread while the other rank's first host
+    // function, queued behind it, is what that sum waits for; so each rank reads its card
+    // results (its stream done) before its next card sum. `stage` names the last call a
+    // rank started, with its error.
+    std::string stage = "start";
+    try {
+      const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
+      const auto onCard = at::TensorOptions().device(c10::Device(c10::kCUDA, 0));
+      const double r = c.rank();
+      at::Tensor buffer = at::full({1 << 20}, r + 1, onCard.dtype(at::kFloat));
+      // Rank 1 starts late: rank 0's host must not wait for it.
+      if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      const auto start = std::chrono::steady_clock::now();
+      stage = "the card's sum started";
+      auto sum = c.startAllReduceSum(buffer);
+      stage = "the card's sum waited for";
+      sum->wait();
+      buffer.mul_(2);  // queued after the sum: sees it
+      const double hostMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      stage = "the card's sum read";
+      const at::Tensor got = buffer.cpu();
+      std::vector<at::Tensor> flag{at::full({1}, r, at::kFloat)};
+      stage = "the CPU sum";
+      c.allReduceSum(flag);  // on the other group
+      std::string out =
+          fixed(got.min().item<double>()) + " " + fixed(got.max().item<double>()) + " " + fixed(flag[0].item<double>());
+      // Cards' tensors of two dtypes, one buffer each: one call each, read before the next.
+      for (const auto dtype : {at::kFloat, at::kDouble}) {
+        std::vector<at::Tensor> t{at::full({3, 5}, r + 1, onCard.dtype(dtype)),
+                                  at::full({7}, 10 * (r + 1), onCard.dtype(dtype))};
+        stage = std::string("the cards' ") + c10::toString(dtype) + " tensors";
+        c.allReduceSum(t);
+        out += " " + fixed(t[0].sum().item<double>() + t[1].sum().item<double>());
+      }
+      out += " " + c.failure();
+      if (c.rank() == 0) out += hostMs < 300.0 ? " | the host went on" : " | the host waited " + fixed(hostMs) + " ms";
+      return out;
+    } catch (const std::exception& e) {
+      return "error at " + stage + ": " + e.what();
+    }
   });
   ASSERT_EQ(results.size(), 2u);
-  // (1 + 2) x 2 everywhere; 0 + 1; 15 x 3; 7 x 30.
-  const std::string sums = "6.000000 6.000000 1.000000 45.000000 210.000000 ";
+  // (1 + 2) x 2 everywhere; 0 + 1; 15 x 3 + 7 x 30 in each dtype.
+  const std::string sums = "6.000000 6.000000 1.000000 255.000000 255.000000 ";
   EXPECT_EQ(results[0], sums + " | the host went on");
   EXPECT_EQ(results[1], sums);
 #endif
