@@ -42,8 +42,9 @@
 #           against `run --nproc 2` with STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 (11
 #           eager checkpointed steps at 1024 px, median of steps 5-11), the moments on the card,
 #           then in host memory; the attention kernel fixed (GLOOSHARE_ATTENTION, default cudnn:
-#           `auto` would time it on a shared card). Needs a build with Gloo's headers: GLOO_INCLUDE names a folder
-#           holding gloo/ (docs/data-parallel.md, "Building"); default .carry/gloo-include.
+#           `auto` would time it on a shared card). Needs a build with Gloo's headers:
+#           GLOO_INCLUDE names a folder holding gloo/ (docs/data-parallel.md, "Building");
+#           default .carry/gloo-include.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/strata-speed}"
