@@ -41,7 +41,8 @@
 #   glooshare  issue 35's reduce cost on one card: two plain `strata-train run`s sharing the card
 #           against `run --nproc 2` with STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 (11
 #           eager checkpointed steps at 1024 px, median of steps 5-11), the moments on the card,
-#           then in host memory; the attention kernel fixed (GLOOSHARE_ATTENTION, default cudnn:
+#           then in host memory, GLOOSHARE_ROUNDS rounds (default 1), each with its cost in %;
+#           the attention kernel fixed (GLOOSHARE_ATTENTION, default cudnn:
 #           `auto` would time it on a shared card). Needs a build with Gloo's headers:
 #           GLOO_INCLUDE names a folder holding gloo/ (docs/data-parallel.md, "Building");
 #           default .carry/gloo-include.
@@ -109,9 +110,10 @@ for f in sys.argv[1:]:
 PY
 }
 
-# Two plain runs sharing the card against two Gloo ranks sharing it (glooshare). The
-# plain runs are waited for by pid: a bare `wait` would also wait for a caller's
-# `exec > >(tee ...)`, which never ends.
+# Two plain runs sharing the card against two Gloo ranks sharing it (glooshare), in
+# GLOOSHARE_ROUNDS rounds (default 1; a second round shows the noise), then the cost: the
+# Gloo ranks' median step over the mean of the pairs' medians. The plain runs are waited for
+# by pid: a bare `wait` would also wait for a caller's `exec > >(tee ...)`, which never ends.
 glooshare() {  # moments: card | host
   local off=false; [ "$1" = host ] && off=true
   local r="$OUT/glooshare-$1"; rm -rf "$r"; mkdir -p "$r"
@@ -120,13 +122,31 @@ glooshare() {  # moments: card | host
   local set=(--set train.steps=11 --set train.gradient_checkpointing=true --set train.cuda_graph=false
              --set save.save_every=100 --set "train.offload_optimizer_state=$off"
              --set "model.attention_backend=${GLOOSHARE_ATTENTION:-cudnn}")
-  echo "== glooshare, moments on the $1, at $(( $(date +%s) - START )) s" | tee -a "$OUT/bench.log"
-  timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/pairA" >"$r/pairA.log" 2>&1 & local a=$!
-  timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/pairB" >"$r/pairB.log" 2>&1 & local b=$!
-  wait "$a" "$b"
-  STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/gloo" \
-    --nproc 2 >"$r/gloo.log" 2>&1 || echo "gloo ranks failed: $(tail -3 "$r/gloo.log")" | tee -a "$OUT/bench.log"
-  medians "$r/pairA/metrics.jsonl" "$r/pairB/metrics.jsonl" "$r/gloo/metrics.jsonl" | tee -a "$OUT/bench.log"
+  local files=()
+  for round in $(seq 1 "${GLOOSHARE_ROUNDS:-1}"); do
+    echo "== glooshare, moments on the $1, round $round, at $(( $(date +%s) - START )) s" | tee -a "$OUT/bench.log"
+    timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/pairA$round" >"$r/pairA$round.log" 2>&1 & local a=$!
+    timeout 300 "$CLI" run "$CFG" "${set[@]}" --run-dir "$r/pairB$round" >"$r/pairB$round.log" 2>&1 & local b=$!
+    wait "$a" "$b"
+    STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 timeout 300 "$CLI" run "$CFG" "${set[@]}" \
+      --run-dir "$r/gloo$round" --nproc 2 >"$r/gloo$round.log" 2>&1 ||
+      echo "gloo ranks failed: $(tail -3 "$r/gloo$round.log")" | tee -a "$OUT/bench.log"
+    files+=("$r/pairA$round/metrics.jsonl" "$r/pairB$round/metrics.jsonl" "$r/gloo$round/metrics.jsonl")
+  done
+  medians "${files[@]}" | tee -a "$OUT/bench.log"
+  python3 - "${files[@]}" <<'PY' | tee -a "$OUT/bench.log"
+import json, statistics, sys
+def median(f):
+    rows = [json.loads(l) for l in open(f) if l.strip()]
+    return statistics.median(r["step_time_ms"] for r in rows if r["step"] >= 5)
+try:
+    for i in range(0, len(sys.argv) - 1, 3):
+        a, b, g = (median(f) for f in sys.argv[1 + i:4 + i])
+        print(f"round {i // 3 + 1}: Gloo ranks {g:.1f} ms against the pair's {(a + b) / 2:.1f} ms: "
+              f"{100 * (g / ((a + b) / 2) - 1):+.1f}%")
+except Exception as e:
+    print("cost unreadable:", e)
+PY
 }
 
 for part in "$@"; do
