@@ -41,7 +41,8 @@
 #   glooshare  issue 35's reduce cost on one card: two plain `strata-train run`s sharing the card
 #           against `run --nproc 2` with STRATA_DIST_BACKEND=gloo STRATA_DIST_SHARE_CARDS=1 (11
 #           eager checkpointed steps at 1024 px, median of steps 5-11), the moments on the card,
-#           then in host memory, GLOOSHARE_ROUNDS rounds (default 1), each with its cost in %;
+#           then in host memory (GLOOSHARE_MOMENTS: "card host"), GLOOSHARE_ROUNDS rounds (default
+#           1), each with its cost in %;
 #           the attention kernel fixed (GLOOSHARE_ATTENTION, default cudnn:
 #           `auto` would time it on a shared card). Needs a build with Gloo's headers:
 #           GLOO_INCLUDE names a folder holding gloo/ (docs/data-parallel.md, "Building");
@@ -240,7 +241,7 @@ for part in "$@"; do
         bench "offload-$res-ckpt" --set train.offload_checkpoints=true --set "datasets[0].resolution=[$res]" \
           --set train.gradient_checkpointing=true --set "$PEER_TARGETS"
       done ;;
-    glooshare) glooshare card; glooshare host ;;
+    glooshare) for m in ${GLOOSHARE_MOMENTS:-card host}; do glooshare "$m"; done ;;
     int8) bench int8-1024-ckpt --set model.quantize=true --set model.qtype=int8 --set "$PEER_TARGETS" ;;
     *) echo "unknown part $part" ;;
   esac
