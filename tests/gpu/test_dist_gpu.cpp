@@ -37,12 +37,12 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
   if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
 #ifdef STRATA_HAS_CUDA
   const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
-    // One process runs every stream's host functions on one thread, one after another
-    // (CUDA may serialize them), where two ranks in two processes have one each. Here a
-    // rank's second card sum could hold that thread while the other rank's first host
-    // function, queued behind it, is what that sum waits for; so each rank reads its card
-    // results (its stream done) before its next card sum. `stage` names the last call a
-    // rank started, with its error.
+    // CUDA may run all of a process's host functions on one thread, one after another,
+    // where two ranks in two processes have one each. Here a rank's second card sum could
+    // hold that thread while the other rank's first host function, queued behind it, is
+    // what that sum waits for (the likely cause of s41's timeout); so each rank reads its
+    // card results (its stream done) before its next card sum. `stage` names the last call
+    // a rank started, with its error.
     std::string stage = "start";
     try {
       const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
