@@ -80,17 +80,13 @@ int exitCodeOf(RunOutcome outcome) {
 
 namespace {
 
-// A non-finite loss or gradient norm of `step` stops the run.
-void checkLoss(double loss, int64_t step) {
-  if (!std::isfinite(loss))
-    throw NonFiniteLoss("loss is " + std::string(std::isnan(loss) ? "NaN" : "Inf") + " at step " +
-                        std::to_string(step));
-}
-// The mean of a step's micro-batch losses; a non-finite one stops the run.
+// The mean of a step's micro-batch losses; a non-finite loss (or, below, gradient
+// norm) of `step` stops the run.
 double checkedMeanLoss(const std::vector<double>& losses, int64_t step) {
   double sum = 0.0;
   for (const double l : losses) {
-    checkLoss(l, step);
+    if (!std::isfinite(l))
+      throw NonFiniteLoss("loss is " + std::string(std::isnan(l) ? "NaN" : "Inf") + " at step " + std::to_string(step));
     sum += l;
   }
   return sum / static_cast<double>(losses.size());

@@ -96,25 +96,37 @@ print(line)
 PY
 }
 
-# The median step of each metrics.jsonl from step 5 on.
-medians() {
+# The median step of each metrics.jsonl from step 5 on, given as rounds of three (pair A,
+# pair B, the Gloo ranks); then each round's cost: the Gloo ranks' median over the mean of
+# the pair's.
+glooshare_medians() {
   python3 - "$@" <<'PY'
 import json, statistics, sys
+medians = []
 for f in sys.argv[1:]:
     try:
         rows = [json.loads(l) for l in open(f) if l.strip()]
         ms = [r["step_time_ms"] for r in rows if r["step"] >= 5]
-        print(f"{f}: median step {statistics.median(ms):.1f} ms over {len(ms)} steps from 5 "
+        medians.append(statistics.median(ms))
+        print(f"{f}: median step {medians[-1]:.1f} ms over {len(ms)} steps from 5 "
               f"(min {min(ms):.1f}, max {max(ms):.1f}); final loss {rows[-1]['loss']}")
     except Exception as e:
+        medians.append(None)
         print(f, "unreadable:", e)
+for i in range(0, len(medians) - 2, 3):
+    a, b, g = medians[i:i + 3]
+    if None in (a, b, g):
+        print(f"round {i // 3 + 1}: no cost (a run unreadable)")
+        continue
+    print(f"round {i // 3 + 1}: Gloo ranks {g:.1f} ms against the pair's {(a + b) / 2:.1f} ms: "
+          f"{100 * (g / ((a + b) / 2) - 1):+.1f}%")
 PY
 }
 
 # Two plain runs sharing the card against two Gloo ranks sharing it (glooshare), in
-# GLOOSHARE_ROUNDS rounds (default 1; a second round shows the noise), then the cost: the
-# Gloo ranks' median step over the mean of the pairs' medians. The plain runs are waited for
-# by pid: a bare `wait` would also wait for a caller's `exec > >(tee ...)`, which never ends.
+# GLOOSHARE_ROUNDS rounds (default 1; a second round shows the noise), then each round's
+# cost (glooshare_medians). The plain runs are waited for by pid: a bare `wait` would also
+# wait for a caller's `exec > >(tee ...)`, which never ends.
 glooshare() {  # moments: card | host
   local off=false; [ "$1" = host ] && off=true
   local r="$OUT/glooshare-$1"; rm -rf "$r"; mkdir -p "$r"
@@ -134,20 +146,7 @@ glooshare() {  # moments: card | host
       echo "gloo ranks failed: $(tail -3 "$r/gloo$round.log")" | tee -a "$OUT/bench.log"
     files+=("$r/pairA$round/metrics.jsonl" "$r/pairB$round/metrics.jsonl" "$r/gloo$round/metrics.jsonl")
   done
-  medians "${files[@]}" | tee -a "$OUT/bench.log"
-  python3 - "${files[@]}" <<'PY' | tee -a "$OUT/bench.log"
-import json, statistics, sys
-def median(f):
-    rows = [json.loads(l) for l in open(f) if l.strip()]
-    return statistics.median(r["step_time_ms"] for r in rows if r["step"] >= 5)
-try:
-    for i in range(0, len(sys.argv) - 1, 3):
-        a, b, g = (median(f) for f in sys.argv[1 + i:4 + i])
-        print(f"round {i // 3 + 1}: Gloo ranks {g:.1f} ms against the pair's {(a + b) / 2:.1f} ms: "
-              f"{100 * (g / ((a + b) / 2) - 1):+.1f}%")
-except Exception as e:
-    print("cost unreadable:", e)
-PY
+  glooshare_medians "${files[@]}" | tee -a "$OUT/bench.log"
 }
 
 for part in "$@"; do
