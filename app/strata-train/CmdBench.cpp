@@ -204,6 +204,26 @@ int runBench(const BenchArgs& args) {
   std::string graphOff;    // why the trainer left the graph off (its run's setup line says it too)
   std::vector<std::string> failures;
   std::vector<std::string> runDevices;
+  // Peak allocated memory between one step event and the next, the largest device's: says
+  // which step sets the run's peak (a graph's recording, a warm-up step, the steady steps).
+  // The figures are reset at each event, so the run's own peaks are kept here. Not with
+  // --phases, whose timer resets them at each phase mark itself.
+  std::vector<int64_t> stepPeakBytes;
+  std::map<int, std::pair<int64_t, int64_t>> runPeakBytes;  // CUDA index -> (allocated, reserved)
+  auto takeStepPeak = [&] {
+    int64_t largest = 0;
+    for (const auto& dev : inventory.devices) {
+      if (dev.isCpu()) continue;
+      const auto f = device::memoryFigures(dev.index);
+      if (!f.known) continue;
+      auto& run = runPeakBytes[dev.index];
+      run.first = std::max(run.first, f.peakAllocatedBytes);
+      run.second = std::max(run.second, f.peakReservedBytes);
+      largest = std::max(largest, f.peakAllocatedBytes);
+      device::resetPeakMemory(dev.index);
+    }
+    stepPeakBytes.push_back(largest);
+  };
   std::string profileError;  // why --profile wrote no trace
   bool profiled = false;
   auto stopProfile = [&] {
@@ -218,6 +238,7 @@ int runBench(const BenchArgs& args) {
     if (auto* s = std::get_if<events::StepEvent>(&e)) {
       if (s->step > args.warmup) stepMs.push_back(s->stepTimeMs);
       if (s->step > args.warmup && s->graphReplayed) ++graphSteps;
+      if (!args.phases) takeStepPeak();
       // Published on the training thread after each step: the profiled steps are
       // the first `profileSteps` measured ones (their times are in stepMs too).
       if (profiling && s->step == args.warmup) profile.start();
@@ -294,8 +315,11 @@ int runBench(const BenchArgs& args) {
       dj["name"] = info->name;
       // The phase timer starts the device's peak figures afresh at each mark: its
       // own maxima over the marks are the run's peaks then.
-      dj["peak_allocated_bytes"] = to.phaseTimer ? to.phaseTimer->peakAllocatedOn(info->index) : f.peakAllocatedBytes;
-      dj["peak_reserved_bytes"] = to.phaseTimer ? to.phaseTimer->peakReservedOn(info->index) : f.peakReservedBytes;
+      const auto kept = runPeakBytes[info->index];  // the steps' peaks; f's cover the time since the last step
+      dj["peak_allocated_bytes"] =
+          to.phaseTimer ? to.phaseTimer->peakAllocatedOn(info->index) : std::max(kept.first, f.peakAllocatedBytes);
+      dj["peak_reserved_bytes"] =
+          to.phaseTimer ? to.phaseTimer->peakReservedOn(info->index) : std::max(kept.second, f.peakReservedBytes);
       if (auto peak = device::denseBf16PeakTflops(info->name)) {
         dj["peak_tflops"] = *peak;
         // The work is spread over the run's devices: the share of their summed peak.
@@ -309,6 +333,8 @@ int runBench(const BenchArgs& args) {
     j["devices"].push_back(dj);
   }
   j["share_of_peak"] = share ? nlohmann::json(tflops / *share) : nlohmann::json(nullptr);
+  // Per step from the first warm-up step on (empty on the CPU and with --phases).
+  if (onCuda && !to.phaseTimer) j["step_peak_allocated_bytes"] = stepPeakBytes;
   // The attention setting the numbers were measured with (CUDA only; a family without
   // cuDNN's attention, Llama, runs with it off, as `flash` says, whatever its config says).
   j["attention_backend"] = nullptr;
@@ -391,6 +417,15 @@ int runBench(const BenchArgs& args) {
     std::cout << "  cuda graph  " << graphSteps << " of " << stepMs.size()
               << " measured steps replayed the recorded graph (its memory pool stays reserved between steps: "
                  "peak reserved is what the card holds)\n";
+  if (j.contains("step_peak_allocated_bytes")) {
+    // Which step set the peak: a graph's recording, a warm-up step or the measured ones.
+    std::cout << "  memory      peak allocated between one step's report and the next, GB (warm-up | measured):";
+    const auto& peaks = j["step_peak_allocated_bytes"];
+    for (size_t i = 0; i < peaks.size(); ++i)
+      std::cout << (i == static_cast<size_t>(args.warmup) ? " |" : "") << " " << std::fixed << std::setprecision(2)
+                << peaks[i].get<int64_t>() / 1e9 << std::defaultfloat << std::setprecision(6);
+    std::cout << "\n";
+  }
   std::cout << "  compute     " << flops / 1e12 << " TFLOP per step, " << tflops << " TFLOP/s";
   if (share) std::cout << ", " << 100.0 * tflops / *share << "% of the card's dense bf16 peak";
   std::cout << "\n";
