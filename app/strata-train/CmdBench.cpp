@@ -206,6 +206,8 @@ int runBench(const BenchArgs& args) {
   std::vector<std::string> runDevices;
   // Peak allocated memory between one step event and the next, the largest device's: says
   // which step sets the run's peak (a graph's recording, a warm-up step, the steady steps).
+  // A step's event comes once the next step's forward and backward are queued, so entry i
+  // holds step i+1's optimizer and step i+2's forward and backward (the trainer's loop).
   // The figures are reset at each event, so the run's own peaks are kept here. Not with
   // --phases, whose timer resets them at each phase mark itself.
   std::vector<int64_t> stepPeakBytes;
