@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "dist/C10dCollective.h"
 
 #ifdef STRATA_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -29,6 +31,22 @@ namespace {
 
 std::string fixed(double v) { return std::to_string(v); }
 
+// `t` on the host once the current stream has passed everything queued so far, found by
+// polling: a thread blocked in a CUDA call that waits for a held stream (a pageable copy
+// such as .cpu()) may keep the other rank's thread from its own CUDA calls (its pinned
+// staging, its copy to the host) in this one process, and that rank's sum is what the
+// held stream waits for. Ranks in two processes do not share a driver.
+at::Tensor readWhenDone(const at::Tensor& t) {
+  at::cuda::CUDAEvent done;
+  done.record(c10::cuda::getCurrentCUDAStream(t.device().index()));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done.query()) {
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("the stream did not finish in 60 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return t.cpu();
+}
+
 }  // namespace
 #endif
 
@@ -37,12 +55,10 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
   if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
 #ifdef STRATA_HAS_CUDA
   const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
-    // CUDA may run all of a process's host functions on one thread, one after another,
-    // where two ranks in two processes have one each. Here a rank's second card sum could
-    // hold that thread while the other rank's first host function, queued behind it, is
-    // what that sum waits for (the likely cause of s41's timeout); so each rank reads its
-    // card results (its stream done) before its next card sum. `stage` names the last call
-    // a rank started, with its error.
+    // Each rank reads its card results by polling (readWhenDone), never in a CUDA call
+    // that blocks behind its held stream: in s41 and s42, with .cpu() and .item(), the
+    // first card sum timed out on both ranks (the likely cause is in readWhenDone).
+    // `stage` names the last call a rank started, with its error.
     std::string stage = "start";
     try {
       const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
@@ -59,7 +75,7 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
       buffer.mul_(2);  // queued after the sum: sees it
       const double hostMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       stage = "the card's sum read";
-      const at::Tensor got = buffer.cpu();
+      const at::Tensor got = readWhenDone(buffer);
       std::vector<at::Tensor> flag{at::full({1}, r, at::kFloat)};
       stage = "the CPU sum";
       c.allReduceSum(flag);  // on the other group
@@ -71,7 +87,7 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
                                   at::full({7}, 10 * (r + 1), onCard.dtype(dtype))};
         stage = std::string("the cards' ") + c10::toString(dtype) + " tensors";
         c.allReduceSum(t);
-        out += " " + fixed(t[0].sum().item<double>() + t[1].sum().item<double>());
+        out += " " + fixed(readWhenDone(t[0]).sum().item<double>() + readWhenDone(t[1]).sum().item<double>());
       }
       out += " " + c.failure();
       if (c.rank() == 0) out += hostMs < 300.0 ? " | the host went on" : " | the host waited " + fixed(hostMs) + " ms";
