@@ -284,8 +284,15 @@ int runBench(const BenchArgs& args) {
     std::cerr << "strata-train bench: error: --profile " << profileError << "\n";
     return kExitFailed;
   }
-  const double medianMs = train::medianOf(stepMs);
-  const double minMs = *std::min_element(stepMs.begin(), stepMs.end());
+  // A step's time runs from its turn to the next step's, and the host reads a step's
+  // values a step late: the first measured step can come short (the card still runs the
+  // step before, after the graph's recording waited for it) and the last one long (it
+  // waits for the card to finish). Median and min over the steps between the two; the
+  // sum over all of them is the run's. All the steps where fewer than 3 were measured.
+  const std::vector<double> inner =
+      stepMs.size() >= 3 ? std::vector<double>(stepMs.begin() + 1, stepMs.end() - 1) : stepMs;
+  const double medianMs = train::medianOf(inner);
+  const double minMs = *std::min_element(inner.begin(), inner.end());
   const double tflops = flops / (medianMs * 1e-3) / 1e12;
 
   nlohmann::json j;
@@ -412,7 +419,8 @@ int runBench(const BenchArgs& args) {
             << (j["attention_backend"].is_null() ? std::string()
                                                  : ", attention_backend " + j["attention_backend"].get<std::string>())
             << "\n";
-  std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms\n";
+  std::cout << "  step time   median " << medianMs << " ms, min " << minMs << " ms"
+            << (inner.size() < stepMs.size() ? " (the first and last measured steps left out)" : "") << "\n";
   std::cout << "  paths       " << j["paths"].get<std::string>() << "\n";
   for (const auto& c : j["attention_choices"]) std::cout << "  attention   " << c.get<std::string>() << "\n";
   if (cfg.train.cudaGraph != config::CudaGraphMode::Off && onCuda)

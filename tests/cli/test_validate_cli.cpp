@@ -257,6 +257,18 @@ TEST_F(Cli, BenchDemoConfigJson) {
   EXPECT_EQ(run("bench " + quote(config("demo.yaml").string()) + " --steps 0").exitCode, 2);
 }
 
+// The step's values are read a step late, so the first and last measured steps' times
+// are the run's edges: median and min leave them out where 3 or more were measured.
+TEST_F(Cli, BenchMedianAndMinLeaveTheFirstAndLastMeasuredStepsOut) {
+  const Result r = run("bench " + quote(config("demo.yaml").string()) + " --steps 4 --warmup 1 --json");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  const auto ms = j["step_ms"].get<std::vector<double>>();
+  ASSERT_EQ(ms.size(), 4u);
+  EXPECT_DOUBLE_EQ(j["median_step_ms"].get<double>(), (ms[1] + ms[2]) / 2);
+  EXPECT_DOUBLE_EQ(j["min_step_ms"].get<double>(), std::min(ms[1], ms[2]));
+}
+
 // `bench --phases`: every phase of a step has its time and memory figures (the
 // memory ones are 0 on the CPU, whose allocator keeps no peak; the GPU test
 // PhaseTimerGpu checks them on a device).
