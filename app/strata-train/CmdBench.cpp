@@ -34,6 +34,7 @@
 #include "device/CardPeaks.h"
 #include "device/DeviceInventory.h"
 #include "device/DeviceSelection.h"
+#include "device/PeakMemoryWindows.h"
 #include "events/EventBus.h"
 #include "nn/Attention.h"
 #include "train/ModelFamily.h"
@@ -208,24 +209,14 @@ int runBench(const BenchArgs& args) {
   // which step sets the run's peak (a graph's recording, a warm-up step, the steady steps).
   // A step's event comes once the next step's forward and backward are queued, so entry i
   // holds step i+1's optimizer and step i+2's forward and backward (the trainer's loop).
-  // The figures are reset at each event, so the run's own peaks are kept here. Not with
-  // --phases, whose timer resets them at each phase mark itself.
+  // Not with --phases, whose timer takes a window per phase.
   std::vector<int64_t> stepPeakBytes;
-  std::map<int, std::pair<int64_t, int64_t>> runPeakBytes;  // CUDA index -> (allocated, reserved)
-  auto takeStepPeak = [&] {
-    int64_t largest = 0;
-    for (const auto& dev : inventory.devices) {
-      if (dev.isCpu()) continue;
-      const auto f = device::memoryFigures(dev.index);
-      if (!f.known) continue;
-      auto& run = runPeakBytes[dev.index];
-      run.first = std::max(run.first, f.peakAllocatedBytes);
-      run.second = std::max(run.second, f.peakReservedBytes);
-      largest = std::max(largest, f.peakAllocatedBytes);
-      device::resetPeakMemory(dev.index);
-    }
-    stepPeakBytes.push_back(largest);
-  };
+  device::PeakMemoryWindows stepWindows([&] {
+    std::vector<int> cuda;
+    for (const auto& dev : inventory.devices)
+      if (!dev.isCpu()) cuda.push_back(dev.index);
+    return cuda;
+  }());
   std::string profileError;  // why --profile wrote no trace
   bool profiled = false;
   auto stopProfile = [&] {
@@ -240,7 +231,7 @@ int runBench(const BenchArgs& args) {
     if (auto* s = std::get_if<events::StepEvent>(&e)) {
       if (s->step > args.warmup) stepMs.push_back(s->stepTimeMs);
       if (s->step > args.warmup && s->graphReplayed) ++graphSteps;
-      if (!args.phases) takeStepPeak();
+      if (!args.phases) stepPeakBytes.push_back(stepWindows.take());
       // Published on the training thread after each step: the profiled steps are
       // the first `profileSteps` measured ones (their times are in stepMs too).
       if (profiling && s->step == args.warmup) profile.start();
@@ -322,13 +313,14 @@ int runBench(const BenchArgs& args) {
       onCuda = true;
       const auto f = device::memoryFigures(info->index);
       dj["name"] = info->name;
-      // The phase timer starts the device's peak figures afresh at each mark: its
-      // own maxima over the marks are the run's peaks then.
-      const auto kept = runPeakBytes[info->index];  // the steps' peaks; f's cover the time since the last step
-      dj["peak_allocated_bytes"] =
-          to.phaseTimer ? to.phaseTimer->peakAllocatedOn(info->index) : std::max(kept.first, f.peakAllocatedBytes);
-      dj["peak_reserved_bytes"] =
-          to.phaseTimer ? to.phaseTimer->peakReservedOn(info->index) : std::max(kept.second, f.peakReservedBytes);
+      // Windows of memory (a step's, or with --phases a phase's) start the device's peak
+      // figures afresh: their maxima, with what came after the last window (f), are the
+      // run's peaks.
+      const int i = info->index;
+      dj["peak_allocated_bytes"] = to.phaseTimer ? to.phaseTimer->peakAllocatedOn(i)
+                                                 : std::max(stepWindows.runPeakAllocatedOn(i), f.peakAllocatedBytes);
+      dj["peak_reserved_bytes"] = to.phaseTimer ? to.phaseTimer->peakReservedOn(i)
+                                                : std::max(stepWindows.runPeakReservedOn(i), f.peakReservedBytes);
       if (auto peak = device::denseBf16PeakTflops(info->name)) {
         dj["peak_tflops"] = *peak;
         // The work is spread over the run's devices: the share of their summed peak.

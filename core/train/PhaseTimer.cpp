@@ -11,26 +11,13 @@ void PhaseTimer::sync() const {
 }
 
 void PhaseTimer::setDevices(std::vector<int> cudaIndices) {
-  cuda_ = std::move(cudaIndices);
-  peakAllocated_.assign(cuda_.size(), 0);
-  peakReserved_.assign(cuda_.size(), 0);
-}
-
-int64_t PhaseTimer::takePeak() {
-  int64_t largest = 0;
-  for (size_t k = 0; k < cuda_.size(); ++k) {
-    const auto f = device::memoryFigures(cuda_[k]);
-    peakAllocated_[k] = std::max(peakAllocated_[k], f.peakAllocatedBytes);
-    peakReserved_[k] = std::max(peakReserved_[k], f.peakReservedBytes);
-    largest = std::max(largest, f.peakAllocatedBytes);
-    device::resetPeakMemory(cuda_[k]);
-  }
-  return largest;
+  cuda_ = cudaIndices;
+  peaks_ = device::PeakMemoryWindows(std::move(cudaIndices));
 }
 
 void PhaseTimer::beginStep() {
   sync();
-  takePeak();  // what came before the step (loading, the last step's report) counts for the run only
+  peaks_.take();  // what came before the step (loading, the last step's report) counts for the run only
   current_.clear();
   currentPeak_.clear();
   last_ = std::chrono::steady_clock::now();
@@ -45,7 +32,7 @@ void PhaseTimer::mark(const std::string& name) {
   for (int i : cuda_) bytes += device::memoryFigures(i).allocatedBytes;
   allocated_[name] = bytes;
   auto& peak = currentPeak_[name];
-  peak = std::max(peak, takePeak());
+  peak = std::max(peak, peaks_.take());
   if (std::find(order_.begin(), order_.end(), name) == order_.end()) order_.push_back(name);
 }
 
@@ -77,17 +64,9 @@ int64_t PhaseTimer::peakDuring(const std::string& name, size_t skip) const {
   return *std::max_element(it->second.begin() + static_cast<std::ptrdiff_t>(skip), it->second.end());
 }
 
-int64_t PhaseTimer::peakAllocatedOn(int cudaIndex) const {
-  for (size_t k = 0; k < cuda_.size(); ++k)
-    if (cuda_[k] == cudaIndex) return peakAllocated_[k];
-  return 0;
-}
+int64_t PhaseTimer::peakAllocatedOn(int cudaIndex) const { return peaks_.runPeakAllocatedOn(cudaIndex); }
 
-int64_t PhaseTimer::peakReservedOn(int cudaIndex) const {
-  for (size_t k = 0; k < cuda_.size(); ++k)
-    if (cuda_[k] == cudaIndex) return peakReserved_[k];
-  return 0;
-}
+int64_t PhaseTimer::peakReservedOn(int cudaIndex) const { return peaks_.runPeakReservedOn(cudaIndex); }
 
 double medianOf(std::vector<double> values) {
   if (values.empty()) return 0.0;

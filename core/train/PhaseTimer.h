@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "device/PeakMemoryWindows.h"
+
 namespace strata::train {
 
 // The median of `values`: the middle one of an odd count, the mean of the two
@@ -52,11 +54,8 @@ class PhaseTimer {
 
  private:
   void sync() const;
-  // The largest device's peak allocated since the last call; starts the peaks afresh.
-  int64_t takePeak();
   std::vector<int> cuda_;
-  std::vector<int64_t> peakAllocated_;  // per cuda_ entry, over the whole run
-  std::vector<int64_t> peakReserved_;
+  device::PeakMemoryWindows peaks_;  // one window per mark
   std::map<std::string, int64_t> currentPeak_;
   std::map<std::string, std::vector<int64_t>> stepPeaks_;
   std::chrono::steady_clock::time_point last_;
