@@ -14,10 +14,10 @@ With --owners, instead: which host op launched each small kernel. Kernels are jo
 launch by the trace's correlation ids, and each launch to the ops open around it on its thread:
 the innermost ATen op, the autograd node it ran under ("AddBackward0", or "forward") and the
 innermost Strata range; device time and launches per (kernel kind, op, node), largest first, for
-the kernels whose names contain one of --match's words. An eager step's trace says where the
+the kinds of kernel --kinds names (the small ones by default). An eager step's trace says where the
 small kernels come from; a replayed graph's does not (its kernels come from one graph launch).
 
-  python3 scripts/bench/trace-summary.py TRACE.json --owners [--match add,mul,copy] [--top 40] [--steps N]
+  python3 scripts/bench/trace-summary.py TRACE.json --owners [--kinds add,mul,gelu] [--top 40] [--steps N]
 """
 import argparse
 import bisect
@@ -52,18 +52,19 @@ def busy_within(busy, starts, s, e):
 OWNED_KINDS = (("CUDAFunctorOnSelf_add", "add_ in place"), ("CUDAFunctor_add", "add"), ("MulFunctor", "mul"),
                ("addcmul", "addcmul"), ("copy_kernel", "copy/cast"), ("GeluBackward", "gelu backward"),
                ("Gelu", "gelu"), ("CatArray", "cat"), ("Memset", "memset"), ("Memcpy", "memcpy"),
-               ("layer_norm", "layer norm"), ("reduce_kernel", "reduce"), ("nvjet", "gemm"), ("gemm", "gemm"))
+               ("layer_norm", "layer norm"), ("splitKreduce", "gemm"), ("reduce_kernel", "reduce"), ("nvjet", "gemm"), ("gemm", "gemm"))
 
 
 def kernel_kind(name):
-    for key, label in OWNED_KINDS:
+    """(kind, label): the kind from OWNED_KINDS ("other" if none), the label with its dtype."""
+    for key, kind in OWNED_KINDS:
         if key in name:
             dtype = "bf16" if "BFloat16" in name else ("float" if "<float" in name else "")
-            return f"{label} {dtype}".strip()
-    return name[:60]
+            return kind, f"{kind} {dtype}".strip()
+    return "other", name[:60]
 
 
-def print_owners(xs, gpu, matches, top, steps):
+def print_owners(xs, gpu, kinds, top, steps):
     ops_by_thread = collections.defaultdict(list)  # tid -> [(start, end, name)], sorted by start
     for e in xs:
         if e.get("cat") in ("cpu_op", "user_annotation"):
@@ -77,11 +78,11 @@ def print_owners(xs, gpu, matches, top, steps):
 
     def owners(tid, t):
         # Ops nest on a thread: walking back from the last op that started before t, those
-        # still open at t enclose it, innermost first.
+        # still open at t enclose it, innermost first (a bounded walk).
         ops = ops_by_thread.get(tid, [])
         aten = node = scope = None
-        for j in range(bisect.bisect_right(starts.get(tid, []), t) - 1, max(-1, bisect.bisect_right(
-                starts.get(tid, []), t) - 4000), -1):
+        last = bisect.bisect_right(starts.get(tid, []), t) - 1
+        for j in range(last, max(-1, last - 4000), -1):
             s, e, name = ops[j]
             if e < t:
                 continue
@@ -96,19 +97,20 @@ def print_owners(xs, gpu, matches, top, steps):
     totals = collections.defaultdict(lambda: [0.0, 0])
     unlaunched = 0
     for k in gpu:
-        if not any(m.lower() in k["name"].lower() for m in matches):
+        kind, label = kernel_kind(k["name"])
+        if "all" not in kinds and kind.split()[0].split("/")[0] not in kinds:
             continue
         corr = k.get("args", {}).get("correlation")
         if corr not in launch:
             unlaunched += 1
             continue
-        key = (kernel_kind(k["name"]),) + owners(*launch[corr])
+        key = (label,) + owners(*launch[corr])
         totals[key][0] += k["dur"] / 1e3
         totals[key][1] += 1
     print(f"{'ms/step':>9} {'launches':>8}  kernel | op | autograd node | strata range")
     for (kind, aten, node, scope), (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
         print(f"{ms / steps:9.3f} {n / steps:8.1f}  {kind} | {aten} | {node} | {scope}")
-    print(f"{sum(v[0] for v in totals.values()) / steps:9.3f} ms a step in the matched kernels; {unlaunched} of them "
+    print(f"{sum(v[0] for v in totals.values()) / steps:9.3f} ms a step in these kinds of kernel; {unlaunched} of them "
           "without a host launch (a replayed graph's)")
 
 
@@ -117,8 +119,9 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--gaps", type=int, default=12, help="how many of the largest GPU idle gaps to list")
     ap.add_argument("--owners", action="store_true", help="which host op launched each small kernel (above)")
-    ap.add_argument("--match", default="add,mul,copy,Gelu,addcmul,Memset,CatArray,reduce_kernel,layer_norm",
-                    help="with --owners: the kernels whose names hold one of these words")
+    ap.add_argument("--kinds", default="add,add_,mul,addcmul,copy,gelu,cat,memset,memcpy,layer,reduce",
+                    help="with --owners: the kinds of kernel to list (first words of OWNED_KINDS' labels: "
+                         "gemm, other, or all)")
     ap.add_argument("--top", type=int, default=40, help="with --owners: how many rows")
     ap.add_argument("--steps", type=int, default=1, help="with --owners: profiled steps (figures are per step)")
     args = ap.parse_args()
@@ -133,7 +136,7 @@ def main():
     if args.owners:
         if not gpu:
             sys.exit(f"{args.trace}: no device kernels (was it a CUDA bench --profile trace?)")
-        print_owners(xs, gpu, [m for m in args.match.split(",") if m], args.top, max(args.steps, 1))
+        print_owners(xs, gpu, {k for k in args.kinds.split(",") if k}, args.top, max(args.steps, 1))
         return
     cpu_ops = sorted((e for e in xs if e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
     scopes = sorted((e for e in xs if e.get("cat") == "user_annotation" and e["name"].startswith("strata::")),
