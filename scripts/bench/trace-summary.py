@@ -52,7 +52,8 @@ def busy_within(busy, starts, s, e):
 OWNED_KINDS = (("CUDAFunctorOnSelf_add", "add_ in place"), ("CUDAFunctor_add", "add"), ("MulFunctor", "mul"),
                ("addcmul", "addcmul"), ("copy_kernel", "copy/cast"), ("GeluBackward", "gelu backward"),
                ("Gelu", "gelu"), ("CatArray", "cat"), ("Memset", "memset"), ("Memcpy", "memcpy"),
-               ("layer_norm", "layer norm"), ("splitKreduce", "gemm"), ("reduce_kernel", "reduce"), ("nvjet", "gemm"), ("gemm", "gemm"))
+               ("layer_norm", "layer norm"), ("splitKreduce", "gemm"), ("reduce_kernel", "reduce"),
+               ("nvjet", "gemm"), ("gemm", "gemm"))
 
 
 def kernel_kind(name):
