@@ -32,10 +32,7 @@ namespace {
 std::string fixed(double v) { return std::to_string(v); }
 
 // `t` on the host once the current stream has passed everything queued so far, found by
-// polling: a thread blocked in a CUDA call that waits for a held stream (a pageable copy
-// such as .cpu()) may keep the other rank's thread from its own CUDA calls (its pinned
-// staging, its copy to the host) in this one process, and that rank's sum is what the
-// held stream waits for. Ranks in two processes do not share a driver.
+// polling, so the reading thread makes no CUDA call that waits for a held stream.
 at::Tensor readWhenDone(const at::Tensor& t) {
   at::cuda::CUDAEvent done;
   done.record(c10::cuda::getCurrentCUDAStream(t.device().index()));
@@ -55,16 +52,35 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
   if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
 #ifdef STRATA_HAS_CUDA
   const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
-    // Each rank reads its card results by polling (readWhenDone), never in a CUDA call
-    // that blocks behind its held stream: in s41 and s42, with .cpu() and .item(), the
-    // first card sum timed out on both ranks (the likely cause is in readWhenDone).
-    // `stage` names the last call a rank started, with its error.
+    // A page-locked or a card allocation waits for the whole card (CUDA's implicit
+    // synchronisation). In one process, one made while the other rank's stream is held
+    // for a sum that waits on this rank never returns: in s41 and s42 a rank's first
+    // staging buffer was allocated so, and both ranks' sums timed out. So every
+    // allocation a rank makes below is made first, before either rank holds its
+    // stream, and then comes from the allocators' caches. `stage` names the last call
+    // a rank started, with its error.
     std::string stage = "start";
     try {
       const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
       const auto onCard = at::TensorOptions().device(c10::Device(c10::kCUDA, 0));
       const double r = c.rank();
       at::Tensor buffer = at::full({1 << 20}, r + 1, onCard.dtype(at::kFloat));
+      std::vector<std::vector<at::Tensor>> byDtype;
+      for (const auto dtype : {at::kFloat, at::kDouble})
+        byDtype.push_back(
+            {at::full({3, 5}, r + 1, onCard.dtype(dtype)), at::full({7}, 10 * (r + 1), onCard.dtype(dtype))});
+      {
+        std::vector<at::Tensor> warm;  // the staging buffers and the two dtypes' packed buffers
+        const auto pinned = at::TensorOptions().device(c10::kCPU).pinned_memory(true);
+        warm.push_back(at::empty({1 << 20}, pinned.dtype(at::kFloat)));
+        for (const auto dtype : {at::kFloat, at::kDouble}) {
+          warm.push_back(at::empty({22}, pinned.dtype(dtype)));
+          warm.push_back(at::empty({22}, onCard.dtype(dtype)));
+        }
+        stage = "the barrier after the allocations";
+        std::vector<at::Tensor> barrier{at::zeros({1})};
+        c.allReduceSum(barrier);  // both ranks hold theirs here, so the caches keep one of each per rank
+      }
       // Rank 1 starts late: rank 0's host must not wait for it.
       if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
       const auto start = std::chrono::steady_clock::now();
@@ -82,10 +98,8 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
       std::string out =
           fixed(got.min().item<double>()) + " " + fixed(got.max().item<double>()) + " " + fixed(flag[0].item<double>());
       // Cards' tensors of two dtypes, one buffer each: one call each, read before the next.
-      for (const auto dtype : {at::kFloat, at::kDouble}) {
-        std::vector<at::Tensor> t{at::full({3, 5}, r + 1, onCard.dtype(dtype)),
-                                  at::full({7}, 10 * (r + 1), onCard.dtype(dtype))};
-        stage = std::string("the cards' ") + c10::toString(dtype) + " tensors";
+      for (auto& t : byDtype) {
+        stage = std::string("the cards' ") + c10::toString(t[0].scalar_type()) + " tensors";
         c.allReduceSum(t);
         out += " " + fixed(readWhenDone(t[0]).sum().item<double>() + readWhenDone(t[1]).sum().item<double>());
       }
