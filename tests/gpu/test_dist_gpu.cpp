@@ -52,13 +52,13 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
   if (const auto why = dist::backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
 #ifdef STRATA_HAS_CUDA
   const auto results = test::onTwoRanks([](dist::C10dCollective& c, const std::shared_ptr<dist::C10dCollective>&) {
-    // A page-locked or a card allocation waits for the whole card (CUDA's implicit
-    // synchronisation). In one process, one made while the other rank's stream is held
-    // for a sum that waits on this rank never returns: in s41 and s42 a rank's first
-    // staging buffer was allocated so, and both ranks' sums timed out. So every
-    // allocation a rank makes below is made first, before either rank holds its
-    // stream, and then comes from the allocators' caches. `stage` names the last call
-    // a rank started, with its error.
+    // A page-locked or a card allocation, and a kernel's first launch in a process (CUDA
+    // loads kernels lazily), may wait for the whole card. In one process, such a call
+    // made while the other rank's stream is held for a sum that waits on this rank
+    // blocks both ranks until the sum times out: in s41, s42 and s43's first iteration
+    // a first sum timed out so. So every allocation and every kernel a rank uses
+    // below is made and launched first, before either rank holds its stream. `stage`
+    // names the last call a rank started, with its error.
     std::string stage = "start";
     try {
       const c10::cuda::CUDAStreamGuard own(c10::cuda::getStreamFromPool(false, 0));
@@ -70,14 +70,20 @@ TEST(DistGpu, AGlooSumOfACardsBufferIsWaitedForInTheStreamsOrder) {
         byDtype.push_back(
             {at::full({3, 5}, r + 1, onCard.dtype(dtype)), at::full({7}, 10 * (r + 1), onCard.dtype(dtype))});
       {
-        std::vector<at::Tensor> warm;  // the staging buffers and the two dtypes' packed buffers
+        std::vector<at::Tensor> warm;  // the staging buffers and the packed buffers
         const auto pinned = at::TensorOptions().device(c10::kCPU).pinned_memory(true);
         warm.push_back(at::empty({1 << 20}, pinned.dtype(at::kFloat)));
         for (const auto dtype : {at::kFloat, at::kDouble}) {
           warm.push_back(at::empty({22}, pinned.dtype(dtype)));
           warm.push_back(at::empty({22}, onCard.dtype(dtype)));
         }
-        stage = "the barrier after the allocations";
+        buffer.mul_(1);
+        for (auto& t : byDtype) {  // the packed path's kernels: cat, and the copies back
+          const at::Tensor packed = at::cat({t[0].reshape({-1}), t[1].reshape({-1})});
+          t[0].copy_(packed.slice(0, 0, 15).view({3, 5}));
+          t[1].copy_(packed.slice(0, 15, 22));
+        }
+        stage = "the barrier after the allocations and the first launches";
         std::vector<at::Tensor> barrier{at::zeros({1})};
         c.allReduceSum(barrier);  // both ranks hold theirs here, so the caches keep one of each per rank
       }
