@@ -148,7 +148,12 @@ std::vector<KeySpec> buildSchema() {
            Opt().min(0).max(1).look("Dropout", "LoRA"))
       .add("network.target_modules", M(network.targetModules),
            "Module path patterns (* and ?) to adapt; empty = every Linear in the blocks",
-           Opt().scalarAsList(true).look("Layers to adapt", "LoRA"));
+           Opt().scalarAsList(true).look("Layers to adapt", "LoRA"))
+      .add("network.dtype", M(network.dtype),
+           "The LoRA weights, their gradients and AdamW moments: fp32 (precise) or bf16 (half their memory, as peft "
+           "trains on a bf16 model; an update below a weight's bf16 step is rounded away); bf16 needs "
+           "train.dtype bf16",
+           Opt().look("LoRA precision", "LoRA"));
   // train
   b.add("train.steps", M(train.steps), "Optimizer steps to train",
         Opt().unit("steps").min(1).max(1e8).look("Steps", "Training", true))

@@ -29,8 +29,8 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
 }
 
 bool NetworkConfig::operator==(const NetworkConfig& o) const {
-  return std::tie(type, linear, linearAlpha, dropout, targetModules) ==
-         std::tie(o.type, o.linear, o.linearAlpha, o.dropout, o.targetModules);
+  return std::tie(type, linear, linearAlpha, dropout, targetModules, dtype) ==
+         std::tie(o.type, o.linear, o.linearAlpha, o.dropout, o.targetModules, o.dtype);
 }
 
 bool EmaConfig::operator==(const EmaConfig& o) const {

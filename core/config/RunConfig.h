@@ -99,6 +99,9 @@ STRATA_ENUM_NAMES(AutoSwitch, 19, {AutoSwitch::Auto, "auto", false}, {AutoSwitch
 
 #undef STRATA_ENUM_NAMES
 
+// Bytes per element of a tensor in `t`.
+inline int64_t elementBytes(DType t) { return t == DType::FP32 ? 4 : 2; }
+
 // The canonical spelling ("bf16").
 template <class E>
 std::string enumName(E value) {
@@ -192,6 +195,9 @@ struct NetworkConfig {
   double linearAlpha = 16.0;               // network.linear_alpha: scale = alpha / rank
   double dropout = 0.0;                    // network.dropout
   std::vector<std::string> targetModules;  // network.target_modules: glob patterns; empty = all block Linears
+  // network.dtype: the LoRA weights, their gradients and AdamW moments (fp32 or bf16;
+  // the EMA shadows stay fp32).
+  DType dtype = DType::FP32;
   bool operator==(const NetworkConfig& o) const;
 };
 

@@ -438,6 +438,22 @@ class Checker : public RuleContext {
               "set gradient_checkpointing: true, or offload_checkpoints: false");
     if (t.offloadOptimizerState) offloadOptimizerState();
     if (t.cudaGraph == CudaGraphMode::On) cudaGraph();
+    networkDtype();
+  }
+
+  // network.dtype: bf16 LoRA weights are computed with the activations as they are,
+  // so only beside a bf16 base; fp16 weights without float32 masters lose small
+  // updates and gradients (no loss scaler reaches them).
+  void networkDtype() {
+    const DType d = cfg_.network.dtype;
+    if (d == DType::FP16)
+      error("network.dtype", "fp16 LoRA weights are not supported: updates and gradients below fp16's range are lost",
+            "use dtype: fp32 (the default), or bf16 with train.dtype bf16");
+    else if (d == DType::BF16 && cfg_.train.dtype != DType::BF16)
+      error("network.dtype",
+            "bf16 LoRA weights need a bf16 base, and train.dtype is " + enumName(cfg_.train.dtype) +
+                lineOf("train.dtype"),
+            "set network.dtype: fp32, or train.dtype: bf16");
   }
 
   // train.cuda_graph: true records one micro-batch's forward and backward and replays

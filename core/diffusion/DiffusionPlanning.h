@@ -74,8 +74,9 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const ParamPlan& 
   co.activationElementBytes = elementBytes;
   co.loraRank = cfg.network.linear;
   co.ema = cfg.train.ema.useEma;
+  co.loraElementBytes = config::elementBytes(cfg.network.dtype);
   co.optimizerBytesPerParam =
-      train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
+      train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit, co.loraElementBytes);
   co.batchSize = cfg.train.batchSize;
   co.tokens = tokens;
   co.hiddenSize = hiddenSize;

@@ -161,8 +161,8 @@ std::string backendProblem(const c10::Device& device) {
 namespace {
 
 // A sum of a card's buffer on a Gloo group: copied to pinned host memory on a side
-// stream, summed on the host once that copy has landed, and copied back on the
-// stream that waits for it. That stream holds at a host function until the host
+// stream (in the wire dtype: float32 for bfloat16), summed on the host once that copy
+// has landed, and copied back on the stream that waits for it. That stream holds at a host function until the host
 // sum is done, so the host goes on queueing the optimizer step and the next
 // forward (a host that waited would leave the card idle while it launched them).
 struct StagedSum {
@@ -315,6 +315,13 @@ struct C10dCollective::Impl {
     }
   }
 
+  // The dtype a `t` buffer is summed or broadcast in. Gloo (LibTorch 1.13's at least)
+  // has no bfloat16: it goes as float32 there, exactly for a broadcast and more
+  // precisely for a sum. NCCL takes it as it is.
+  at::ScalarType wireType(at::ScalarType t) const {
+    return options.device.is_cpu() && t == at::kBFloat16 ? at::kFloat : t;
+  }
+
   // Whether a sum of a buffer on `device` is staged through the host in stream order.
   bool stagesOnHost(const c10::Device& device) const {
 #if STRATA_GLOO_STAGES_CARDS
@@ -347,7 +354,8 @@ struct C10dCollective::Impl {
     for (const auto& [key, members] : groups) {
       const at::Tensor& only = tensors[members.front()];
       const c10::Device target = onTheirCard && stagesOnHost(only.device()) ? only.device() : options.device;
-      if (members.size() == 1 && only.is_contiguous() && only.device() == target) {
+      const at::ScalarType wire = wireType(only.scalar_type());
+      if (members.size() == 1 && only.is_contiguous() && only.device() == target && wire == only.scalar_type()) {
         // Already one flat buffer where it is summed (the reducer packs its own):
         // reduced in place, without a copy there and back.
         at::Tensor buffer = only.view({-1});
@@ -356,7 +364,7 @@ struct C10dCollective::Impl {
       }
       std::vector<at::Tensor> flat;
       for (size_t i : members) flat.push_back(tensors[i].reshape({-1}));
-      at::Tensor buffer = at::cat(flat).to(target).contiguous();
+      at::Tensor buffer = at::cat(flat).to(target, wire).contiguous();
       run(buffer);
       const at::Tensor result = buffer.to(only.device());
       int64_t offset = 0;
@@ -371,15 +379,24 @@ struct C10dCollective::Impl {
 
 namespace {
 
+// With `wide` defined the sum ran on that copy of `buffer` in the wire dtype, copied back at the wait.
 class C10dPendingSum final : public train::PendingSum {
  public:
-  C10dPendingSum(C10dCollective::Impl* impl, c10::intrusive_ptr<c10d::Work> work)
-      : impl_(impl), work_(std::move(work)) {}
-  void wait() override { impl_->wait(work_, "an all-reduce"); }
+  C10dPendingSum(C10dCollective::Impl* impl, c10::intrusive_ptr<c10d::Work> work, at::Tensor buffer = {},
+                 at::Tensor wide = {})
+      : impl_(impl), work_(std::move(work)), buffer_(std::move(buffer)), wide_(std::move(wide)) {}
+  void wait() override {
+    impl_->wait(work_, "an all-reduce");
+    if (wide_.defined()) {
+      at::NoGradGuard noGrad;
+      buffer_.copy_(wide_);
+    }
+  }
 
  private:
   C10dCollective::Impl* impl_;
   c10::intrusive_ptr<c10d::Work> work_;
+  at::Tensor buffer_, wide_;
 };
 
 #if STRATA_GLOO_STAGES_CARDS
@@ -402,7 +419,13 @@ class StagedPendingSum final : public train::PendingSum {
                   buffer_.device().str() + ": " + cudaGetErrorString(launched));
     }
     at::NoGradGuard noGrad;
-    buffer_.copy_(sum_->host, /*non_blocking=*/true);
+    if (sum_->host.scalar_type() == buffer_.scalar_type()) {
+      buffer_.copy_(sum_->host, /*non_blocking=*/true);
+    } else {
+      // To the card in the stream's order, then converted there: a copy that converts on
+      // the host would read the host buffer now, before its sum.
+      buffer_.copy_(sum_->host.to(buffer_.device(), /*non_blocking=*/true));
+    }
   }
 
  private:
@@ -434,7 +457,8 @@ std::unique_ptr<train::PendingSum> C10dCollective::Impl::startSum(const at::Tens
     sum->timeout = options.collectiveTimeout;
     sum->failed = failed;
     sum->where = overRanks();
-    sum->host = at::empty(buffer.sizes(), buffer.options().device(c10::kCPU).pinned_memory(true));
+    sum->host = at::empty(buffer.sizes(),
+                          buffer.options().device(c10::kCPU).dtype(wireType(buffer.scalar_type())).pinned_memory(true));
     {
       // The copy to the host after what the caller's stream has queued (the gradients).
       at::cuda::CUDAEvent queued;
@@ -442,7 +466,9 @@ std::unique_ptr<train::PendingSum> C10dCollective::Impl::startSum(const at::Tens
       queued.block(side);
       const c10::cuda::CUDAStreamGuard onSide(side);
       at::NoGradGuard noGrad;
-      sum->host.copy_(buffer, /*non_blocking=*/true);
+      // Converted on the card, on this stream: a copy that converts on its way to the
+      // host would wait for the stream on the host.
+      sum->host.copy_(buffer.to(sum->host.scalar_type()), /*non_blocking=*/true);
       sum->copied.record(side);
     }
     // A buffer the caller frees before the copy has read it is not handed out again.
@@ -461,6 +487,12 @@ std::unique_ptr<train::PendingSum> C10dCollective::Impl::startSum(const at::Tens
     return std::make_unique<StagedPendingSum>(this, buffer, std::move(sum));
   }
 #endif
+  const at::ScalarType wire = wireType(buffer.scalar_type());
+  if (wire != buffer.scalar_type()) {
+    std::vector<at::Tensor> one{buffer.to(wire)};
+    auto work = issue([&] { return group->allreduce(one, o); }, "an all-reduce");
+    return std::make_unique<C10dPendingSum>(this, std::move(work), buffer, one.front());
+  }
   std::vector<at::Tensor> one{buffer};
   return std::make_unique<C10dPendingSum>(this, issue([&] { return group->allreduce(one, o); }, "an all-reduce"));
 }

@@ -307,7 +307,7 @@ at::Tensor LoraMultiplier::apply(const at::Tensor& delta) const {
 }
 
 LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha,
-                         double dropout, std::shared_ptr<const LoraMultiplier> multiplier)
+                         double dropout, std::shared_ptr<const LoraMultiplier> multiplier, at::ScalarType dtype)
     : hostPath_(std::move(hostPath)),
       host_(std::move(host)),
       rank_(rank),
@@ -325,14 +325,13 @@ LoraAdapter::LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> h
     torch::nn::init::kaiming_uniform_(downInit, std::sqrt(5.0));
   }
   const auto device = host_->weight.device();
-  down = register_parameter("lora_A", downInit.to(device));
-  up = register_parameter("lora_B",
-                          at::zeros({host_->outFeatures(), rank_}, at::TensorOptions(at::kFloat).device(device)));
+  down = register_parameter("lora_A", downInit.to(device, dtype));
+  up = register_parameter("lora_B", at::zeros({host_->outFeatures(), rank_}, at::TensorOptions(dtype).device(device)));
 }
 
 at::Tensor LoraAdapter::delta(const at::Tensor& input, const at::Tensor& /*baseOutput*/) {
   const at::Tensor x = (dropout_ > 0.0 && is_training()) ? at::dropout(input, dropout_, true) : input;
-  // Float32 master weights, computed in the activation dtype; alpha/r scales the
+  // The weights (float32 masters, or bfloat16) computed in the activation dtype; alpha/r scales the
   // small up weight [out, r] rather than the [..., out] output.
   const auto dtype = input.scalar_type();
   const at::Tensor h = at::linear(x, down.to(dtype));                                            // [..., r]
@@ -414,7 +413,7 @@ bool LoraAdapter::fusesWithSiblings() const {
 double LoraAdapter::multiplierScalar() const { return multiplier_->scalar(); }
 
 at::Tensor LoraAdapter::deltaWeight() const {
-  return at::matmul(up, down) * scale();  // [out, in]
+  return at::matmul(up.to(at::kFloat), down.to(at::kFloat)) * scale();  // [out, in]
 }
 
 void LoraAdapter::setWeights(const at::Tensor& newDown, const at::Tensor& newUp) {
@@ -425,8 +424,8 @@ void LoraAdapter::setWeights(const at::Tensor& newDown, const at::Tensor& newUp)
     throw LoadError(os.str());
   }
   torch::NoGradGuard noGrad;
-  down.copy_(newDown.to(down.device(), at::kFloat));
-  up.copy_(newUp.to(up.device(), at::kFloat));
+  down.copy_(newDown.to(down.device(), down.scalar_type()));
+  up.copy_(newUp.to(up.device(), up.scalar_type()));
 }
 
 void LoraAdapter::moveTo(const c10::Device& device) {

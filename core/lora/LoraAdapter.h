@@ -39,18 +39,18 @@ class LoraMultiplier {
 
 class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
  public:
-  // New adapter for `host`: down kaiming-uniform(a = sqrt 5) drawn on the CPU
-  // (placement-independent for a seed), up zeros, both float32 on the host
-  // weight's device (seed bug 1).
+  // New adapter for `host`: down kaiming-uniform(a = sqrt 5) drawn in float32 on the
+  // CPU (placement-independent for a seed), up zeros, both in `dtype` (float32 or
+  // bfloat16) on the host weight's device (seed bug 1).
   LoraAdapter(std::string hostPath, std::shared_ptr<nn::LinearImpl> host, int64_t rank, double alpha, double dropout,
-              std::shared_ptr<const LoraMultiplier> multiplier);
+              std::shared_ptr<const LoraMultiplier> multiplier, at::ScalarType dtype = at::kFloat);
 
   // y-delta for input x: [..., in] -> [..., out], in x's dtype. Used by the host's forward.
   at::Tensor delta(const at::Tensor& input, const at::Tensor& baseOutput) override;
   // output + delta(input): the up projection accumulates into the output in one
   // matmul (addmm), in place where the output allows it (no copy of it), with alpha/r
   // and a scalar multiplier folded into the small up weight, not applied to the
-  // [..., out] activations; the backward keeps the float32 masters, not their casts.
+  // [..., out] activations; the backward keeps the weights, not their casts.
   // A per-sample multiplier takes delta().
   at::Tensor addTo(const at::Tensor& input, const at::Tensor& output) override;
   // addTo(cat(parts, -1), output) without the concatenated input: the down projection
@@ -76,7 +76,7 @@ class LoraAdapter : public torch::nn::Module, public nn::LinearAdapter {
   at::Tensor deltaWeight() const;
 
   // Replaces down/up in place (keeps the parameter objects, so an optimizer that
-  // holds them stays valid). down: [r, in], up: [out, r]; converted to float32 on
+  // holds them stays valid). down: [r, in], up: [out, r]; converted to the weights' dtype on
   // the adapter's device. Throws strata::LoadError naming the host on a shape mismatch.
   void setWeights(const at::Tensor& down, const at::Tensor& up);
 

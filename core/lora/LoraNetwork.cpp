@@ -44,6 +44,9 @@ std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const
     throw ConfigError("network.linear: LoRA rank must be positive, got " + std::to_string(config.rank));
   if (config.dropout < 0.0 || config.dropout >= 1.0)
     throw ConfigError("network.dropout: must be in [0, 1), got " + std::to_string(config.dropout));
+  if (config.dtype != at::kFloat && config.dtype != at::kBFloat16)
+    throw ConfigError(std::string("network.dtype: LoRA weights are float32 or bfloat16, not ") +
+                      c10::toString(config.dtype));
   const LoraTargets targets(config.targetModules, config.excludeModules);
   // Training an adapter freezes the model it adapts (before the adapters exist,
   // so only the base is touched): base-weight gradients would double the memory
@@ -52,8 +55,8 @@ std::shared_ptr<LoraNetwork> LoraNetwork::create(torch::nn::Module& model, const
   std::shared_ptr<LoraNetwork> net(new LoraNetwork());
   for (const auto& [path, linear] : linearModules(model)) {
     if (!targets.matches(path)) continue;
-    net->adapters_.push_back(
-        std::make_shared<LoraAdapter>(path, linear, config.rank, config.alpha, config.dropout, net->multiplier_));
+    net->adapters_.push_back(std::make_shared<LoraAdapter>(path, linear, config.rank, config.alpha, config.dropout,
+                                                           net->multiplier_, config.dtype));
   }
   if (net->adapters_.empty()) {
     std::string patterns;

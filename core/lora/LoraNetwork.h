@@ -24,6 +24,7 @@ struct LoraConfig {
   double dropout = 0.0;                     // on the adapter input, training only
   std::vector<std::string> targetModules;   // LoraTargets patterns; empty = the family's defaultTargets()
   std::vector<std::string> excludeModules;  // LoraTargets patterns
+  at::ScalarType dtype = at::kFloat;        // the weights' (float32 or bfloat16)
 };
 
 // One adapter's weights in the model's own module naming (diffusers for FLUX):

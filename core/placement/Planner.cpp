@@ -784,7 +784,7 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
   c.adapterBytes = trainable;
   c.gradBytes = trainable;
   c.optimizerBytes = static_cast<int64_t>(static_cast<double>(loraParams) * o.optimizerBytesPerParam);
-  c.emaBytes = o.ema ? trainable : 0;
+  c.emaBytes = o.ema ? loraParams * 4 : 0;  // float32 shadows (train/Ema.cpp)
   if (o.offloadOptimizerState) {
     // In host memory between steps; the step stages at most one chunk of it.
     c.hostBytes = c.optimizerBytes;

@@ -269,8 +269,8 @@ struct CostOptions {
   int64_t quantizedElementBytes = 1;    // int8 / fp8 weights of quantized Linears
   int64_t quantScaleElementBytes = 4;   // their float32 scales
   int64_t loraRank = 0;                 // 0 = no adapters
-  int64_t loraElementBytes = 4;         // LoRA weights are float32
-  bool ema = false;                     // one shadow per trainable weight
+  int64_t loraElementBytes = 4;         // LoRA weights: float32 (network.dtype fp32) or bf16 (2)
+  bool ema = false;                     // one float32 shadow per trainable weight
   double optimizerBytesPerParam = 8.0;  // AdamW: two float32 moments; adamw8bit: ~2
   int64_t batchSize = 1;
   int64_t tokens = 4608;  // tokens through every block (FLUX 1024px: 4096 image + 512 text)
@@ -296,9 +296,9 @@ struct CostOptions {
 // their scales; a quantized Linear converts its weight to the activation dtype for as
 // long as its matmul runs, forward or backward, and keeps no copy for the backward
 // (nn/Linear.cpp), so the largest one's copy is workspace, checkpointing or not, and
-// nothing is kept activation); LoRA r(in+out) per Linear in
-// float32, its gradient the same, the optimizer state `optimizerBytesPerParam` each,
-// EMA 1x; activations: with checkpointing a block keeps its input (tokens x hidden)
+// nothing is kept activation); LoRA r(in+out) per Linear at
+// loraElementBytes, its gradient the same, the optimizer state `optimizerBytesPerParam`
+// each, EMA 4 bytes each (float32); activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,
 // without it keeps the full activations. With offloadCheckpoints the kept input is
 // on the host and counted in the workspace instead. With offloadOptimizerState the

@@ -49,7 +49,10 @@ at::Tensor dequantizeBlockwise8(const at::Tensor& codes, const at::Tensor& absma
 
 // Optimizer state bytes per trainable parameter, for the planner: two float32
 // moments, or two bytes and a float32 maximum per block of each moment.
-inline double optimizerStateBytesPerParam(bool eightBit) { return eightBit ? 2.0 + 8.0 / kBlock8 : 8.0; }
+inline double optimizerStateBytesPerParam(bool eightBit, int64_t paramElementBytes) {
+  return eightBit ? 2.0 + 8.0 / kBlock8
+                  : 2.0 * static_cast<double>(paramElementBytes);  // AdamW: two, in the params' dtype
+}
 
 // numel rounded up to whole blocks: the length of a parameter's codes.
 inline int64_t blockwise8Length(int64_t numel) { return (numel + kBlock8 - 1) / kBlock8 * kBlock8; }

@@ -53,8 +53,9 @@ Ema::Ema(std::vector<std::pair<std::string, at::Tensor>> namedParams, EmaOptions
     Entry e;
     e.path = std::move(np.first);
     e.param = np.second;
-    // clone() keeps the device: the shadow is born where its parameter lives.
-    e.shadow = np.second.detach().clone();
+    // Born where its parameter lives, in float32 whatever the parameter's dtype: a
+    // bf16 shadow would round away most of each (1 - decay) step.
+    e.shadow = np.second.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     entries_->push_back(std::move(e));
   }
 }

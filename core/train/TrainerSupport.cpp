@@ -143,7 +143,7 @@ std::string describeRunSetup(const config::RunConfig& cfg, bool onCuda, bool gra
       s += std::string(" with fp8 matmuls") + (m.fp8Backward ? " (forward and backward)" : " (forward)");
   }
   if (m.quantizeTe) s += "; text encoders quantized " + m.qtype;
-  s += "; LoRA float32";
+  s += cfg.network.dtype == config::DType::BF16 ? "; LoRA bfloat16" : "; LoRA float32";
   if (!onCuda)
     s += "; on the CPU (attention: PyTorch's CPU kernel)";
   else

@@ -153,6 +153,40 @@ TEST(Validator, OffloadingOptimizerStateWantsAdamwAndACard) {
       EXPECT_NE(p.key, key) << device << " " << optimizer << ": " << p.format();
 }
 
+TEST(Validator, BfloatLoraWeightsNeedABfloatBaseAndFp16OnesAreRefused) {
+  const auto yaml = [](const std::string& trainDtype, const std::string& networkDtype) {
+    return "model: {preset: tiny, random_weights: true, device: cpu}\n"  // 1
+           "train:\n"                                                    // 2
+           "  dtype: " +
+           trainDtype +
+           "\n"  // 3
+           "network:\n"
+           "  dtype: " +
+           networkDtype +
+           "\n"  // 5
+           "datasets: [{type: shapes, resolution: [32]}]\n"
+           "sample: {sample_every: 0}\n";
+  };
+  const std::string key = "network.dtype";
+  for (const auto& [base, lora] : {std::pair{"bf16", "bf16"}, {"bf16", "fp32"}, {"fp32", "fp32"}, {"fp16", "fp32"}}) {
+    const auto problems = check(yaml(base, lora));
+    for (const auto& p : problems) EXPECT_NE(p.key, key) << base << " " << lora << ": " << p.format();
+    EXPECT_EQ(parseRunConfig(yaml(base, lora), "x.yaml").config.network.dtype,
+              std::string(lora) == "bf16" ? DType::BF16 : DType::FP32);
+  }
+  for (const char* base : {"fp32", "fp16"}) {
+    const auto problems = check(yaml(base, "bf16"));
+    EXPECT_TRUE(hasProblem(problems, Severity::Error, key, 5, std::string("train.dtype is ") + base + " (line 3)"))
+        << test::dump(problems);
+  }
+  const auto fp16 = check(yaml("fp16", "fp16"));
+  EXPECT_TRUE(hasProblem(fp16, Severity::Error, key, 5, "fp16 LoRA weights are not supported")) << test::dump(fp16);
+  // The ai-toolkit spelling reads too, and a spelling that is no dtype is said with its line.
+  EXPECT_EQ(parseRunConfig(yaml("bf16", "bfloat16"), "x.yaml").config.network.dtype, DType::BF16);
+  const auto wrong = check(yaml("bf16", "int4"));
+  EXPECT_TRUE(hasKey(wrong, key)) << test::dump(wrong);
+}
+
 TEST(Validator, ImagesDatasetsAreAcceptedAndEveryKeyIsRead) {
   const auto problems = check(
       "model: {preset: tiny, random_weights: true, device: cpu, tokenizer_path: /models/flux}\n"

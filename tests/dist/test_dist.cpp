@@ -227,6 +227,36 @@ TEST(C10dCollective, AllReduceBroadcastAndShareOnGloo) {
   for (const auto& r : results) EXPECT_EQ(r, "18.000000 120.000000 1.000000 21.000000 ok") << r;
 }
 
+// network.dtype bf16 on Gloo, which has no bfloat16 (LibTorch 1.13's): packed tensors,
+// a broadcast, a started sum of a flat buffer and the reducer's buckets all go as
+// float32 and come back in bfloat16, in place.
+TEST(C10dCollective, BfloatTensorsAreSummedAndBroadcastOnGloo) {
+  if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
+  const auto results = onTwoRanks([](C10dCollective& c, const std::shared_ptr<C10dCollective>& shared) {
+    const double r = c.rank();
+    std::vector<at::Tensor> t{at::full({2, 3}, r + 1, at::kBFloat16), at::full({4}, 0.5 * (r + 1), at::kBFloat16)};
+    c.allReduceSum(t);
+    std::vector<at::Tensor> b{at::full({3}, r + 7, at::kBFloat16)};
+    c.broadcastFromRankZero(b);
+    at::Tensor flat = at::full({5}, 2 * (r + 1), at::kBFloat16);
+    c.startAllReduceSum(flat)->wait();
+    auto p = at::zeros({2}, at::kBFloat16).requires_grad_(true);
+    p.mutable_grad() = at::full({2}, 2 * (r + 1), at::kBFloat16);  // 2 and 4: average 3
+    std::vector<at::Tensor> params{p};
+    std::vector<at::Tensor> losses{at::full({}, r, at::kFloat)};
+    strata::train::StepGradients step{params, losses};
+    AveragingReducer(shared).reduce(step);
+    std::string out;
+    for (const auto& x : {t[0], t[1], b[0], flat, p.grad()})
+      out += std::string(c10::toString(x.scalar_type())) + " " + std::to_string(x.to(at::kFloat).sum().item<double>()) +
+             " ";
+    return out;
+  });
+  // 6 x (1 + 2), 4 x (0.5 + 1), rank 0's 3 x 7, 5 x (2 + 4), the average 2 x 3.
+  for (const auto& r : results)
+    EXPECT_EQ(r, "BFloat16 18.000000 BFloat16 6.000000 BFloat16 21.000000 BFloat16 30.000000 BFloat16 6.000000 ") << r;
+}
+
 TEST(C10dCollective, TheReducerAveragesGradientsAndLosses) {
   if (const auto why = backendProblem(c10::Device(c10::kCPU)); !why.empty()) GTEST_SKIP() << why;
   const auto results = onTwoRanks([](C10dCollective& c, const std::shared_ptr<C10dCollective>& shared) {

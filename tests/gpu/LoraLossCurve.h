@@ -20,15 +20,16 @@
 namespace strata::test::gpu {
 
 // `steps` steps on `model` (its parameters frozen by the caller); the LoRA's
-// initialisation is drawn after at::manual_seed(loraSeed). The network is detached
-// again, so the model is the caller's base as it was.
+// initialisation is drawn after at::manual_seed(loraSeed), its weights in `loraDtype`.
+// The network is detached again, so the model is the caller's base as it was.
 inline std::vector<double> loraLossCurve(flux::FluxTransformer& model, const flux::FluxConfig& cfg,
                                          const flux::FluxInputs& in, const at::Tensor& target, uint64_t loraSeed,
-                                         int steps = 30) {
+                                         int steps = 30, at::ScalarType loraDtype = at::kFloat) {
   at::manual_seed(loraSeed);
   lora::LoraConfig lc;
   lc.rank = 16;
   lc.alpha = 16;
+  lc.dtype = loraDtype;
   auto network = lora::LoraNetwork::create(model, lc, flux::FluxLoraRules(cfg));
   network->train(true);
   torch::optim::AdamW opt(network->parameters(), torch::optim::AdamWOptions(1e-3));

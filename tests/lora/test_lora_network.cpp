@@ -123,6 +123,64 @@ TEST(LoraAdapter, InitShapesDtypeAndZeroDelta) {
   EXPECT_EQ(a->down.scalar_type(), at::kFloat);
 }
 
+// network.dtype bf16: the weights, and so their gradients, are bfloat16; computed in the
+// activations' dtype they give what float32 weights holding the same values give, and
+// the gradients are those rounded to bfloat16.
+TEST(LoraNetwork, BfloatWeightsGiveTheFloatNetworksOutputAndRoundedGradients) {
+  TinyFlux f32, f16;  // the same base (seed 7)
+  auto cfg = config(4, 8);
+  at::manual_seed(3);
+  auto reference = LoraNetwork::create(*f32.model, cfg, f32.rules);
+  cfg.dtype = at::kBFloat16;
+  at::manual_seed(3);
+  auto bf16 = LoraNetwork::create(*f16.model, cfg, f16.rules);
+  randomizeUps(*bf16);
+  ASSERT_EQ(reference->adapters().size(), bf16->adapters().size());
+  for (size_t i = 0; i < bf16->adapters().size(); ++i) {
+    const auto& a = bf16->adapters()[i];
+    const auto& r = reference->adapters()[i];
+    EXPECT_EQ(a->down.scalar_type(), at::kBFloat16) << a->hostPath();
+    EXPECT_EQ(a->up.scalar_type(), at::kBFloat16) << a->hostPath();
+    EXPECT_TRUE(a->down.requires_grad());
+    // The same draw, rounded.
+    EXPECT_TRUE(strata::test::allClose(a->down, r->down.to(at::kBFloat16), 0, 0)) << a->hostPath();
+    r->setWeights(a->down, a->up);  // float32 weights holding the bf16 values
+    EXPECT_EQ(r->down.scalar_type(), at::kFloat);
+    EXPECT_EQ(a->deltaWeight().scalar_type(), at::kFloat);
+    EXPECT_TRUE(strata::test::allClose(a->deltaWeight(), r->deltaWeight(), 0, 0)) << a->hostPath();
+  }
+  for (auto* n : {reference.get(), bf16.get()}) n->train(true);
+  const auto out32 = f32.model->forward(f32.inputs);
+  const auto out16 = f16.model->forward(f16.inputs);
+  EXPECT_EQ(out16.scalar_type(), at::kFloat);
+  EXPECT_TRUE(strata::test::allClose(out16, out32, 1e-6, 1e-5));
+  out32.pow(2).mean().backward();
+  out16.pow(2).mean().backward();
+  double largest = 0;
+  for (size_t i = 0; i < bf16->adapters().size(); ++i) {
+    const auto& a = bf16->adapters()[i];
+    const auto& r = reference->adapters()[i];
+    for (const auto& [g, want] : {std::pair{a->down.grad(), r->down.grad()}, {a->up.grad(), r->up.grad()}}) {
+      ASSERT_TRUE(g.defined()) << a->hostPath();
+      EXPECT_EQ(g.scalar_type(), at::kBFloat16) << a->hostPath();
+      // bf16 keeps 8 bits of mantissa: within 2^-8 of each value, plus a little for the
+      // bf16 products the fused backward sums.
+      EXPECT_TRUE(strata::test::allClose(g.to(at::kFloat), want, 1e-6, 1e-2)) << a->hostPath();
+      largest = std::max(largest, want.abs().max().item<double>());
+    }
+  }
+  EXPECT_GT(largest, 0.0);
+  // A dtype LoRA weights are not trained in is refused by name.
+  cfg.dtype = at::kHalf;
+  TinyFlux other;
+  try {
+    LoraNetwork::create(*other.model, cfg, other.rules);
+    ADD_FAILURE() << "float16 weights were accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("network.dtype"), std::string::npos) << e.what();
+  }
+}
+
 // The base must be frozen by the network itself: a caller that forgets to freeze
 // it would otherwise get base-weight gradients (the model's size again per card).
 TEST(LoraNetwork, CreateFreezesTheBaseAndOnlyAdaptersGetGradients) {

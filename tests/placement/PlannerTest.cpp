@@ -9,6 +9,7 @@
 #include "common/Error.h"
 #include "device/DeviceInventory.h"
 #include "placement/Planner.h"
+#include "train/AdamW8bit.h"
 
 using namespace strata;
 using namespace strata::placement;
@@ -631,6 +632,28 @@ TEST(Planner, RejectsBadInput) {
   in.devices = gpus({5, 5});
   in.devices[1].device = "cuda:0";
   EXPECT_THROW(planPlacement(in), PlacementError);  // listed twice
+}
+
+// network.dtype bf16: the LoRA, its gradient and AdamW's two moments at 2 bytes each;
+// the EMA shadows stay float32.
+TEST(Planner, BfloatLoraHalvesItsWeightsGradientsAndMomentsNotItsEmaShadows) {
+  UnitShape block{"blocks.0", "layer", 10000, {{64, 128}, {128, 64}}, true};
+  CostOptions o;
+  o.loraRank = 4;
+  o.ema = true;
+  o.loraElementBytes = 2;
+  o.optimizerBytesPerParam = strata::train::optimizerStateBytesPerParam(false, 2);
+  const BlockCost c = estimateCost(block, o);
+  // 4 * (64 + 128) * 2 linears = 1536 params.
+  EXPECT_EQ(c.adapterBytes, 1536 * 2);
+  EXPECT_EQ(c.gradBytes, 1536 * 2);
+  EXPECT_EQ(c.optimizerBytes, 1536 * 4);
+  EXPECT_EQ(c.emaBytes, 1536 * 4);
+  o.loraElementBytes = 4;
+  o.optimizerBytesPerParam = strata::train::optimizerStateBytesPerParam(false, 4);
+  EXPECT_EQ(estimateCost(block, o).optimizerBytes, 1536 * 8);
+  EXPECT_DOUBLE_EQ(strata::train::optimizerStateBytesPerParam(true, 2),
+                   strata::train::optimizerStateBytesPerParam(true, 4));  // 8-bit moments either way
 }
 
 TEST(Planner, ReportCarriesEveryCostColumn) {

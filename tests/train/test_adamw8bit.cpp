@@ -181,7 +181,7 @@ TEST(AdamW8bit, StateIsAQuarterOfAdamWs) {
   const int64_t adamw = 2 * p.numel() * 4;
   EXPECT_EQ(bytes, 2 * p.numel() + 2 * (p.numel() / kBlock8) * 4);
   EXPECT_LT(bytes * 3, adamw);
-  EXPECT_DOUBLE_EQ(optimizerStateBytesPerParam(true) * static_cast<double>(p.numel()), static_cast<double>(bytes));
+  EXPECT_DOUBLE_EQ(optimizerStateBytesPerParam(true, 4) * static_cast<double>(p.numel()), static_cast<double>(bytes));
 }
 
 TEST(AdamW8bit, AmsgradIsRefused) {

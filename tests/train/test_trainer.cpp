@@ -3,6 +3,7 @@
 // stop/pause, NaN loss, unreadable items, preflight problems.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -153,6 +154,57 @@ TEST(Trainer, OffloadedOptimizerStateResumesAcrossTheSetting) {
   }
 }
 
+// network.dtype bf16 beside a bf16 base: the LoRA, its gradients and AdamW moments are
+// bfloat16 (half their memory), the EMA shadows float32; the run trains, and a run
+// stopped and resumed ends where the straight one does.
+TEST(Trainer, BfloatLoraTrainsAndResumesWithBfloatMomentsAndFloatEmaShadows) {
+  test::TempDir tmp;
+  auto cfg = tinyConfig(tmp.path(), 10);
+  cfg.train.dtype = config::DType::BF16;
+  cfg.network.dtype = config::DType::BF16;
+  cfg.train.ema.useEma = true;
+  cfg.train.ema.emaDecay = 0.9;
+  events::EventBus busA;
+  test::EventRecorder recA;
+  auto subA = busA.subscribe([&](const events::Event& e) { recA(e); });
+  TrainerOptions a;
+  a.runDir = tmp / "straight";
+  ASSERT_EQ(Trainer(cfg, busA, a).run(), RunOutcome::Finished) << recA.failures();
+  const auto started = recA.of<events::StartedEvent>();
+  ASSERT_FALSE(started.empty());
+  EXPECT_NE(started[0].setup.find("LoRA bfloat16"), std::string::npos) << started[0].setup;
+
+  events::EventBus busB;
+  TrainerOptions b;
+  b.runDir = tmp / "split";
+  b.stopAfterStep = 5;
+  ASSERT_EQ(Trainer(cfg, busB, b).run(), RunOutcome::Stopped);
+  ASSERT_EQ(Trainer::resumeFrom(tmp / "split", busB)->run(), RunOutcome::Finished);
+
+  const auto ca = RunFolder(tmp / "straight").latestCheckpoint(), cb = RunFolder(tmp / "split").latestCheckpoint();
+  ASSERT_EQ(ca->step, 10);
+  ASSERT_EQ(cb->step, 10);
+  const auto la = loraOf(ca->path), lb = loraOf(cb->path);
+  ASSERT_EQ(la.size(), lb.size());
+  double moved = 0;
+  for (const auto& [k, t] : la) {
+    EXPECT_TRUE(test::allClose(lb.at(k), t, 0, 0)) << k;
+    if (k.find("lora_B") != std::string::npos) moved += t.to(at::kFloat).abs().sum().item<double>();
+  }
+  EXPECT_GT(moved, 0.0);
+  const auto moments = io::loadSafetensors(ca->path / "optimizer.safetensors");
+  size_t bf16Moments = 0;
+  for (const auto& [k, t] : moments)
+    if (k.find(".exp_avg") != std::string::npos) {
+      EXPECT_EQ(t.scalar_type(), at::kBFloat16) << k;
+      ++bf16Moments;
+    }
+  EXPECT_EQ(bf16Moments, la.size() * 2);  // exp_avg and exp_avg_sq of each weight
+  for (const auto& [k, t] : io::loadSafetensors(ca->path / "ema.safetensors"))
+    EXPECT_EQ(t.scalar_type(), at::kFloat) << k;
+  for (const auto& m : RunFolder(tmp / "straight").readMetrics()) EXPECT_TRUE(std::isfinite(m["loss"].get<double>()));
+}
+
 // A step's loss is read once the next step is queued (Trainer::settleReport): a NaN
 // still stops the run naming its own step, before a checkpoint of it or any step after
 // it is told, whether checkpoints come every step or only at the end.
@@ -240,6 +292,9 @@ TEST(Trainer, RunSetupSaysHowTheBaseIsHeld) {
   cfg.train.gradientCheckpointing = true;
   const std::string plain = describeRunSetup(cfg, true, false);
   EXPECT_EQ(plain.rfind("base bf16; LoRA float32", 0), 0u) << plain;
+  auto bf16Lora = cfg;
+  bf16Lora.network.dtype = config::DType::BF16;
+  EXPECT_EQ(describeRunSetup(bf16Lora, true, false).rfind("base bf16; LoRA bfloat16;", 0), 0u);
   EXPECT_NE(plain.find("attention: per shape, the faster of cuDNN and flash"), std::string::npos) << plain;
   auto cudnn = cfg;
   cudnn.model.attentionBackend = config::AttentionBackend::Cudnn;

@@ -47,8 +47,9 @@ LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   o.loraRank = cfg.network.linear;
   o.loraTargets = cfg.network.targetModules;
   o.ema = cfg.train.ema.useEma;
+  o.loraElementBytes = config::elementBytes(cfg.network.dtype);
   o.optimizerBytesPerParam =
-      train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit);
+      train::optimizerStateBytesPerParam(cfg.train.optimizer == config::OptimizerType::AdamW8bit, o.loraElementBytes);
   o.offloadOptimizerState = cfg.train.offloadOptimizerState;
   o.batchSize = cfg.train.batchSize;
   o.seqLen = 0;

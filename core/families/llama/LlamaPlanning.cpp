@@ -36,6 +36,7 @@ placement::PlannerInput llamaPlannerInput(const llama::LlamaConfig& cfg, const L
   co.activationElementBytes = o.activationElementBytes;
   co.loraRank = o.loraRank;
   co.ema = o.ema;
+  co.loraElementBytes = o.loraElementBytes;
   co.optimizerBytesPerParam = o.optimizerBytesPerParam;
   co.offloadOptimizerState = o.offloadOptimizerState;
   co.batchSize = o.batchSize;

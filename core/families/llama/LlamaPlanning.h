@@ -20,6 +20,7 @@ struct LlamaPlanOptions {
   int64_t loraRank = 8;                  // 0 = no adapters
   std::vector<std::string> loraTargets;  // LoraTargets patterns; empty = peft's seven projections
   bool ema = false;
+  int64_t loraElementBytes = 4;         // network.dtype: fp32 4, bf16 2
   double optimizerBytesPerParam = 8.0;  // AdamW; adamw8bit ~2 (train/AdamW8bit.h)
   bool offloadOptimizerState = false;   // train.offload_optimizer_state: in host memory, staged for the step
   int64_t batchSize = 1;
