@@ -125,6 +125,22 @@ TEST_F(CliDataParallel, WithGradientAccumulationToo) {
   expectSameExports(tmp / "one", tmp / "two", 1e-4);
 }
 
+// network.dtype bf16 (its sums go through Gloo as float32): the same steps within
+// bfloat16's rounding.
+TEST_F(CliDataParallel, BfloatLoraTwoRanksTrainAsOneProcessOfBatchTwo) {
+  std::string out1, out2;
+  const std::vector<std::string> bf16{"train.dtype=bf16", "network.dtype=bf16"};
+  auto one = bf16, two = bf16;
+  one.push_back("train.batch_size=2");
+  two.push_back("train.batch_size=1");
+  ASSERT_EQ(run(demoRun("one", one), "one", out1), 0) << out1;
+  auto args = demoRun("two", two);
+  args.insert(args.end(), {"--nproc", "2"});
+  ASSERT_EQ(run(args, "two", out2), 0) << out2;
+  expectSameLosses(losses(tmp / "one"), losses(tmp / "two"), 2e-3);
+  expectSameExports(tmp / "one", tmp / "two", 2e-3);
+}
+
 // The numbers are not those of a rank alone: its batch of 1 gives other losses
 // (the comparison above can fail).
 TEST_F(CliDataParallel, ARankAloneDiffers) {
