@@ -2,9 +2,11 @@
 
 #include "common/Error.h"
 #include "common/ShapeText.h"
+#include "common/TorchCompat.h"
 #include "config/Validator.h"
 
 #ifdef STRATA_HAS_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -171,8 +173,14 @@ void StepGraph::record(const std::vector<at::Tensor>& batch, const LossFn& lossF
     for (size_t i = 0; i < params.size(); ++i)
       hooks.push_back(params[i].register_hook([&reached, i](const at::Tensor&) { reached[i] = 1; }));
     // Recording starts from a quiet card, and with the eager steps' cached memory
-    // returned: the graph's pool does not then sit beside it.
+    // returned: the graph's pool does not then sit beside it. cuBLAS keeps a workspace
+    // per handle and stream, so the eager steps' (the forward's thread and the
+    // backward's, on the default stream) would sit beside the recording's own on the
+    // side stream: freed here, they come back at the next eager matmul.
     c10::cuda::device_synchronize();
+#if STRATA_TORCH_AT_LEAST(2, 1)
+    at::cuda::clearCublasWorkspaces();
+#endif
     c10::cuda::CUDACachingAllocator::emptyCache();
     // The capture begins and ends on the side stream (the default stream cannot record).
     const c10::cuda::CUDAStreamGuard onSide(side);
