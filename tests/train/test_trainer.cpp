@@ -155,8 +155,9 @@ TEST(Trainer, OffloadedOptimizerStateResumesAcrossTheSetting) {
 }
 
 // network.dtype bf16 beside a bf16 base: the LoRA, its gradients and AdamW moments are
-// bfloat16 (half their memory), the EMA shadows float32; the run trains, and a run
-// stopped and resumed ends where the straight one does.
+// bfloat16 (half their memory), the EMA shadows float32; the run trains, a run
+// stopped and resumed ends where the straight one does, and one resumed with float32
+// weights reads its bf16 checkpoint into them.
 TEST(Trainer, BfloatLoraTrainsAndResumesWithBfloatMomentsAndFloatEmaShadows) {
   test::TempDir tmp;
   auto cfg = tinyConfig(tmp.path(), 10);
@@ -203,6 +204,26 @@ TEST(Trainer, BfloatLoraTrainsAndResumesWithBfloatMomentsAndFloatEmaShadows) {
   for (const auto& [k, t] : io::loadSafetensors(ca->path / "ema.safetensors"))
     EXPECT_EQ(t.scalar_type(), at::kFloat) << k;
   for (const auto& m : RunFolder(tmp / "straight").readMetrics()) EXPECT_TRUE(std::isfinite(m["loss"].get<double>()));
+
+  // The stopped run resumed with float32 weights: its bf16 checkpoint reads into them.
+  auto fp32 = cfg;
+  fp32.network.dtype = config::DType::FP32;
+  events::EventBus busC;
+  test::EventRecorder recC;
+  auto subC = busC.subscribe([&](const events::Event& e) { recC(e); });
+  TrainerOptions b2;
+  b2.runDir = tmp / "switched";
+  b2.stopAfterStep = 5;
+  ASSERT_EQ(Trainer(cfg, busC, b2).run(), RunOutcome::Stopped) << recC.failures();
+  TrainerOptions r;
+  r.runDir = tmp / "switched";
+  r.resume = true;
+  ASSERT_EQ(Trainer(fp32, busC, r).run(), RunOutcome::Finished) << recC.failures();
+  const auto switched = RunFolder(tmp / "switched").latestCheckpoint();
+  ASSERT_EQ(switched->step, 10);
+  for (const auto& [k, t] : loraOf(switched->path)) EXPECT_EQ(t.scalar_type(), at::kFloat) << k;
+  for (const auto& [k, t] : io::loadSafetensors(switched->path / "optimizer.safetensors"))
+    if (k.find(".exp_avg") != std::string::npos) EXPECT_EQ(t.scalar_type(), at::kFloat) << k;
 }
 
 // A step's loss is read once the next step is queued (Trainer::settleReport): a NaN
