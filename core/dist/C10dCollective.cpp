@@ -162,9 +162,10 @@ namespace {
 
 // A sum of a card's buffer on a Gloo group: copied to pinned host memory on a side
 // stream (in the wire dtype: float32 for bfloat16), summed on the host once that copy
-// has landed, and copied back on the stream that waits for it. That stream holds at a host function until the host
-// sum is done, so the host goes on queueing the optimizer step and the next
-// forward (a host that waited would leave the card idle while it launched them).
+// has landed, and copied back on the stream that waits for it. That stream holds at a
+// host function until the host sum is done, so the host goes on queueing the optimizer
+// step and the next forward (a host that waited would leave the card idle while it
+// launched them).
 struct StagedSum {
   at::Tensor host;             // pinned, the buffer's bytes
   at::cuda::CUDAEvent copied;  // the copy to the host has landed

@@ -47,11 +47,10 @@ Blockwise8 quantizeBlockwise8(const at::Tensor& x, bool isSigned);
 // codes and block maxima -> float32 values (codes' numel).
 at::Tensor dequantizeBlockwise8(const at::Tensor& codes, const at::Tensor& absmax, bool isSigned);
 
-// Optimizer state bytes per trainable parameter, for the planner: two float32
-// moments, or two bytes and a float32 maximum per block of each moment.
+// Optimizer state bytes per trainable parameter, for the planner: AdamW's two moments
+// in the parameters' dtype, or two bytes and a float32 maximum per block of each moment.
 inline double optimizerStateBytesPerParam(bool eightBit, int64_t paramElementBytes) {
-  return eightBit ? 2.0 + 8.0 / kBlock8
-                  : 2.0 * static_cast<double>(paramElementBytes);  // AdamW: two, in the params' dtype
+  return eightBit ? 2.0 + 8.0 / kBlock8 : 2.0 * static_cast<double>(paramElementBytes);
 }
 
 // numel rounded up to whole blocks: the length of a parameter's codes.
