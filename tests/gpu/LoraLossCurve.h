@@ -15,9 +15,37 @@
 
 #include "lora/LoraNetwork.h"
 #include "models/flux/FluxLoraRules.h"
+#include "models/flux/FluxSampling.h"
 #include "models/flux/FluxTransformer.h"
 
 namespace strata::test::gpu {
+
+// The curves' model and batch: FLUX.1-dev's width (3072, 24 heads, T5 4096) with 2 double
+// and 4 single blocks; one 512 px micro-batch in bf16 with 512 text tokens, and a float
+// target, on `device` (drawn after at::manual_seed(33)).
+struct FluxDevWidthCase {
+  flux::FluxConfig cfg;
+  flux::FluxInputs in;
+  at::Tensor target;
+};
+inline FluxDevWidthCase fluxDevWidthCase(const c10::Device& device) {
+  FluxDevWidthCase c;
+  c.cfg = flux::FluxConfig::fluxDev();
+  c.cfg.numLayers = 2;
+  c.cfg.numSingleLayers = 4;
+  const int64_t side = 32, textTokens = 512;
+  const auto bf16 = at::TensorOptions(device).dtype(at::kBFloat16);
+  at::manual_seed(33);
+  c.in.img = at::randn({1, side * side, c.cfg.inChannels}, bf16);
+  c.in.txt = at::randn({1, textTokens, c.cfg.jointAttentionDim}, bf16);
+  c.in.pooled = at::randn({1, c.cfg.pooledProjectionDim}, bf16);
+  c.in.timestep = at::full({1}, 0.5, at::TensorOptions(device));
+  c.in.guidance = at::ones({1}, at::TensorOptions(device));
+  c.in.imgIds = flux::imageIds(2 * side, 2 * side, at::TensorOptions(device));
+  c.in.txtIds = flux::textIds(textTokens, at::TensorOptions(device));
+  c.target = at::randn({1, side * side, c.cfg.outChannels}, at::TensorOptions(device));
+  return c;
+}
 
 // `steps` steps on `model` (its parameters frozen by the caller); the LoRA's
 // initialisation is drawn after at::manual_seed(loraSeed), its weights in `loraDtype`.

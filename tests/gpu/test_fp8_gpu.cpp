@@ -439,22 +439,7 @@ std::vector<double> lossCurve(const FluxConfig& cfg, nn::QuantType t, Path path,
 
 TEST(Fp8Gpu, LossCurveOnAQfloat8Fp8MatmulBaseStaysCloseToBf16) {
   STRATA_REQUIRE_FP8();
-  // FLUX.1-dev's width (3072, 24 heads, T5 4096) with 2 double and 4 single blocks, 512 px.
-  auto cfg = FluxConfig::fluxDev();
-  cfg.numLayers = 2;
-  cfg.numSingleLayers = 4;
-  const int64_t side = 32, textTokens = 512;
-  const auto bf16 = at::TensorOptions(kCuda).dtype(at::kBFloat16);
-  at::manual_seed(33);
-  FluxInputs in;
-  in.img = at::randn({1, side * side, cfg.inChannels}, bf16);
-  in.txt = at::randn({1, textTokens, cfg.jointAttentionDim}, bf16);
-  in.pooled = at::randn({1, cfg.pooledProjectionDim}, bf16);
-  in.timestep = at::full({1}, 0.5, at::TensorOptions(kCuda));
-  in.guidance = at::ones({1}, at::TensorOptions(kCuda));
-  in.imgIds = imageIds(2 * side, 2 * side, at::TensorOptions(kCuda));
-  in.txtIds = textIds(textTokens, at::TensorOptions(kCuda));
-  const auto target = at::randn({1, side * side, cfg.outChannels}, at::TensorOptions(kCuda));
+  const auto [cfg, in, target] = fluxDevWidthCase(kCuda);
   const auto ref = lossCurve(cfg, nn::QuantType::None, Path::Bf16, in, target);
   printLossCurve("fp8 gpu", "bf16", ref);
   for (const auto path : {Path::Dequantized, Path::Fp8Forward, Path::Fp8Both}) {

@@ -4,13 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
-#include <string>
-#include <vector>
 
 #include "common/TestSupport.h"
 #include "gpu/LoraLossCurve.h"
-#include "models/flux/FluxSampling.h"
-#include "models/flux/FluxTransformer.h"
 
 using namespace strata;
 using namespace strata::flux;
@@ -19,22 +15,7 @@ using namespace strata::test::gpu;
 TEST(LoraDtypeGpu, BfloatLoraFollowsTheFloatLorasLossCurveAtFluxDevWidth) {
   STRATA_REQUIRE_CUDA_DEVICES(1);
   const c10::Device cuda(c10::kCUDA, 0);
-  // FLUX.1-dev's width (3072, 24 heads, T5 4096) with 2 double and 4 single blocks, 512 px.
-  auto cfg = FluxConfig::fluxDev();
-  cfg.numLayers = 2;
-  cfg.numSingleLayers = 4;
-  const int64_t side = 32, textTokens = 512;
-  const auto bf16 = at::TensorOptions(cuda).dtype(at::kBFloat16);
-  at::manual_seed(33);
-  FluxInputs in;
-  in.img = at::randn({1, side * side, cfg.inChannels}, bf16);
-  in.txt = at::randn({1, textTokens, cfg.jointAttentionDim}, bf16);
-  in.pooled = at::randn({1, cfg.pooledProjectionDim}, bf16);
-  in.timestep = at::full({1}, 0.5, at::TensorOptions(cuda));
-  in.guidance = at::ones({1}, at::TensorOptions(cuda));
-  in.imgIds = imageIds(2 * side, 2 * side, at::TensorOptions(cuda));
-  in.txtIds = textIds(textTokens, at::TensorOptions(cuda));
-  const auto target = at::randn({1, side * side, cfg.outChannels}, at::TensorOptions(cuda));
+  const auto [cfg, in, target] = fluxDevWidthCase(cuda);
   at::manual_seed(31);
   FluxTransformer model(cfg, FluxBuildOptions{cuda, at::kBFloat16});
   for (auto& p : model.parameters()) p.requires_grad_(false);
