@@ -206,6 +206,33 @@ TEST_F(LlamaTrain, ThirtyStepsLowerTheResponseLossAndTheAdapterLoadsBack) {
   }
 }
 
+// network.dtype bf16 on a bf16 Llama (the family goes through the same adapters): the
+// LoRA and its moments are bfloat16, the response loss falls, and the peft export loads.
+TEST_F(LlamaTrain, ABfloatLoraOnABfloatBaseTrainsAndItsPeftExportLoads) {
+  auto cfg = config("lmb", 30);
+  cfg.train.dtype = config::DType::BF16;
+  cfg.network.dtype = config::DType::BF16;
+  cfg.sample.sampleEvery = 0;
+  events::EventBus bus;
+  test::EventRecorder rec;
+  auto sub = bus.subscribe([&](const events::Event& e) { rec(e); });
+  TrainerOptions o;
+  o.runDir = tmp_ / "lmb";
+  ASSERT_EQ(Trainer(cfg, bus, o).run(), RunOutcome::Finished) << rec.failures();
+  const auto steps = rec.of<events::StepEvent>();
+  ASSERT_EQ(steps.size(), 30u);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 5; ++i) first += steps[i].loss / 5, last += steps[25 + i].loss / 5;
+  EXPECT_LT(last, 0.75 * first) << "first 5 steps " << first << ", last 5 " << last;
+  const auto ckpt = RunFolder(o.runDir).latestCheckpoint();
+  ASSERT_TRUE(ckpt);
+  for (const auto& [k, t] : io::loadSafetensors(ckpt->path / "lora.safetensors"))
+    EXPECT_EQ(t.scalar_type(), at::kBFloat16) << k;
+  auto model = llama::loadLlamaForCausalLM(modelDir());
+  const auto network = lora::loadPeftAdapter(*model, o.runDir / "exports" / "lmb_peft");
+  EXPECT_EQ(static_cast<int64_t>(network->adapters().size()), adapters_);
+}
+
 TEST_F(LlamaTrain, StopAndResumeEndWhereAStraightRunEnds) {
   auto cfg = config("lmr", 16);
   cfg.sample.sampleEvery = 0;
