@@ -68,10 +68,9 @@ train::RunPlanInput runPlanInput(const config::RunConfig& cfg, const ParamPlan& 
   for (const auto& b : params.blocks) blocks.push_back(unitOf(b));
 
   // Weights and activations in train.dtype; quantized block Linears counted by unitOf.
-  const int64_t elementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
   placement::CostOptions co;
-  co.weightElementBytes = elementBytes;
-  co.activationElementBytes = elementBytes;
+  co.weightElementBytes = config::elementBytes(cfg.train.dtype);
+  co.activationElementBytes = co.weightElementBytes;
   co.loraRank = cfg.network.linear;
   co.ema = cfg.train.ema.useEma;
   co.loraElementBytes = config::elementBytes(cfg.network.dtype);

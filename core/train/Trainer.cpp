@@ -477,8 +477,7 @@ void Trainer::buildAndPlace(State& st, std::vector<std::string>& problems) {
     lc.alpha = cfg_.network.linearAlpha;
     lc.dropout = cfg_.network.dropout;
     lc.targetModules = cfg_.network.targetModules;
-    // fp32 or bf16: the validator refuses fp16.
-    lc.dtype = cfg_.network.dtype == config::DType::BF16 ? at::kBFloat16 : at::kFloat;
+    lc.dtype = scalarTypeOf(cfg_.network.dtype);          // fp32 or bf16: the validator refuses fp16
     at::manual_seed(static_cast<uint64_t>(tc.seed) + 1);  // LoRA init, the same on resume
     st.network = lora::LoraNetwork::create(st.family->module(), lc, st.family->loraRules());
     st.placement->attachAll(st.network->attachments());

@@ -42,7 +42,7 @@ llama::LlamaConfig llamaConfigOf(const config::ModelConfig& m) {
 
 LlamaPlanOptions llamaPlanOptionsOf(const config::RunConfig& cfg) {
   LlamaPlanOptions o;
-  o.weightElementBytes = cfg.train.dtype == config::DType::FP32 ? 4 : 2;
+  o.weightElementBytes = config::elementBytes(cfg.train.dtype);
   o.activationElementBytes = o.weightElementBytes;
   o.loraRank = cfg.network.linear;
   o.loraTargets = cfg.network.targetModules;
