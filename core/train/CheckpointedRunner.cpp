@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 
 #ifdef STRATA_HAS_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -61,12 +62,14 @@ void setRngState(const c10::Device& d, const at::Tensor& state) {
   g.set_state(state);
 }
 
-// A pinned host copy of the CUDA tensor `t`, made on a side stream once the work
-// queued so far on the current stream (which produced t) is done: the copy runs
-// beside the next blocks instead of between them. t's memory is not reused before
-// the side stream has read it (record_stream); state.copied gets an event for "copied".
-at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
-  auto h = at::empty(t.sizes(), t.options().device(c10::kCPU).pinned_memory(true));
+// The block input `t` copied into `slot` (pinned host memory the runner keeps), on a side
+// stream once the work queued so far on the current stream (which produced t) is done: the
+// copy runs beside the next blocks instead of between them. t stays alive, in the runner's
+// pending list, until the current stream has waited for the copy (CheckpointedRunner::
+// releaseCopied), so its card memory is reused only in stream order: no record_stream, whose
+// frees a CUDA graph's recording defers to the recording's end. Returns the event "copied",
+// which state.copied gets too.
+std::shared_ptr<at::cuda::CUDAEvent> copyToHost(const at::Tensor& t, const at::Tensor& slot, CallState& state) {
 #ifdef STRATA_HAS_CUDA
   const c10::cuda::CUDAGuard guard(t.device());
   const auto compute = c10::cuda::getCurrentCUDAStream(t.get_device());
@@ -76,17 +79,17 @@ at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
   ready.block(side);
   {
     const c10::cuda::CUDAStreamGuard onSide(side);
-    h.copy_(t, /*non_blocking=*/true);
+    slot.copy_(t, /*non_blocking=*/true);
   }
-  t.record_stream(side);
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(side);
   state.copied.push_back(done);
+  return done;
 #else
   (void)state;
-  h.copy_(t, /*non_blocking=*/true);
+  slot.copy_(t, /*non_blocking=*/true);
+  return nullptr;
 #endif
-  return h;
 }
 
 // The device copy of an offloaded field, queued on the current stream after its
@@ -121,7 +124,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (size_t i = 0; i < given.size(); ++i) {
       state->hostOf.push_back(given[i].device());
       if (state->offload[i] && given[i].is_cuda()) {
-        state->host.push_back(copyToHost(given[i], *state));
+        const auto& slot = state->runner->hostSlot(state->blockIndex, i, given[i]);
+        state->runner->pending_.push_back({given[i], copyToHost(given[i], slot, *state), state->runner->forwards_});
+        state->host.push_back(slot);
         toSave.push_back(at::Tensor());
         ++state->runner->offloads_;
       } else {
@@ -132,6 +137,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         toSave.push_back(given[i]);
       }
     }
+    // The inputs copied two blocks ago have had those blocks' time to reach host memory.
+    state->runner->releaseCopied(/*keepBlocks=*/2);
+    ++state->runner->forwards_;
     ctx->save_for_backward(toSave);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     variable_list outputs;
@@ -145,6 +153,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list gradOutputs) {
     auto state = c10::static_intrusive_pointer_cast<CallState>(ctx->saved_data["state"].toCapsule());
+    // The forward's last copies: waited for here, where a recording joins its side streams.
+    state->runner->releaseCopied(/*keepBlocks=*/0);
     const auto saved = ctx->get_saved_variables();
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved.size());
@@ -231,6 +241,31 @@ nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const n
   size_t k = 0;
   for (bool def : state->outDefined) fields.push_back(def ? outputs[k++] : at::Tensor());
   return nn::BlockIO::fromFields(fields);
+}
+
+const at::Tensor& CheckpointedRunner::hostSlot(size_t blockIndex, size_t field, const at::Tensor& like) {
+  auto& slot = hostSlots_[{blockIndex, field}];
+  if (slot.defined() && slot.sizes() == like.sizes() && slot.scalar_type() == like.scalar_type()) return slot;
+#ifdef STRATA_HAS_CUDA
+  // A recording cannot take pinned memory: its step must find every slot made by an eager step.
+  if (like.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
+    throw Error("train.offload_checkpoints: block " + std::to_string(blockIndex) + "'s input " + shapeText(like.sizes()) +
+                " has no host copy of its shape yet, and a step being recorded as a CUDA graph cannot allocate "
+                "one (pinned host memory); an eager step of this shape makes it");
+#endif
+  slot = at::empty(like.sizes(), like.options().device(c10::kCPU).pinned_memory(true));
+  return slot;
+}
+
+void CheckpointedRunner::releaseCopied(int64_t keepBlocks) {
+  while (!pending_.empty() && pending_.front().forward + keepBlocks <= forwards_) {
+#ifdef STRATA_HAS_CUDA
+    const auto& front = pending_.front();
+    const c10::cuda::CUDAGuard guard(front.onCard.device());
+    front.copied->block(c10::cuda::getCurrentCUDAStream(front.onCard.get_device()));
+#endif
+    pending_.pop_front();
+  }
 }
 
 }  // namespace strata::train
