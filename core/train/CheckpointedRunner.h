@@ -15,6 +15,8 @@
 #include <map>
 #include <memory>
 
+#include <c10/util/intrusive_ptr.h>
+
 #include "nn/Block.h"
 
 namespace at::cuda {
@@ -68,6 +70,9 @@ class CheckpointedRunner final : public nn::BlockRunner {
     int64_t forward = 0;  // which block forward copied it (forwards_ then)
   };
   int64_t forwards_ = 0;  // checkpointed block forwards so far
+  // The last block forward of the current pass (offload only): the next one links to it,
+  // so that its backward can start this one's copies back. Cleared by the pass's backward.
+  c10::intrusive_ptr<c10::intrusive_ptr_target> lastForward_;
   std::deque<Pending> pending_;  // inputs whose host copy the current stream has not waited for
   friend struct CheckpointFunction;
 };
