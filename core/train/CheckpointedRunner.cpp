@@ -76,9 +76,9 @@ void setRngState(const c10::Device& d, const at::Tensor& state) {
 // copy runs beside the next blocks instead of between them. t stays alive, in the runner's
 // pending list, until the current stream has waited for the copy (CheckpointedRunner::
 // releaseCopied), so its card memory is reused only in stream order: no record_stream, whose
-// frees a CUDA graph's recording defers to the recording's end. Returns the event "copied",
-// which state.copied gets too.
-std::shared_ptr<at::cuda::CUDAEvent> copyToHost(const at::Tensor& t, const at::Tensor& slot, CallState& state) {
+// frees a CUDA graph's recording defers to the recording's end. state.copied gets the event
+// "copied"; the returned function makes t's current stream wait for it.
+std::function<void()> copyToHost(const at::Tensor& t, const at::Tensor& slot, CallState& state) {
 #ifdef STRATA_HAS_CUDA
   const c10::cuda::CUDAGuard guard(t.device());
   const auto compute = c10::cuda::getCurrentCUDAStream(t.get_device());
@@ -93,7 +93,10 @@ std::shared_ptr<at::cuda::CUDAEvent> copyToHost(const at::Tensor& t, const at::T
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(side);
   state.copied.push_back(done);
-  return done;
+  return [done, device = t.device()] {
+    const c10::cuda::CUDAGuard onDevice(device);
+    done->block(c10::cuda::getCurrentCUDAStream(device.index()));
+  };
 #else
   (void)state;
   slot.copy_(t, /*non_blocking=*/true);
@@ -332,11 +335,7 @@ const at::Tensor& CheckpointedRunner::hostSlot(size_t blockIndex, size_t field, 
 
 void CheckpointedRunner::releaseCopied(int64_t keepBlocks) {
   while (!pending_.empty() && pending_.front().forward + keepBlocks <= forwards_) {
-#ifdef STRATA_HAS_CUDA
-    const auto& front = pending_.front();
-    const c10::cuda::CUDAGuard guard(front.onCard.device());
-    front.copied->block(c10::cuda::getCurrentCUDAStream(front.onCard.get_device()));
-#endif
+    if (pending_.front().waitForCopy) pending_.front().waitForCopy();
     pending_.pop_front();
   }
 }

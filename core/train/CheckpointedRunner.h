@@ -12,16 +12,12 @@
 // nothing draws they are left alone, which lets a CUDA graph record the step
 // (train.cuda_graph: a generator's state cannot be set while a stream records).
 #include <deque>
+#include <functional>
 #include <map>
-#include <memory>
 
 #include <c10/util/intrusive_ptr.h>
 
 #include "nn/Block.h"
-
-namespace at::cuda {
-struct CUDAEvent;
-}
 
 namespace strata::train {
 
@@ -66,8 +62,8 @@ class CheckpointedRunner final : public nn::BlockRunner {
   std::map<std::pair<size_t, size_t>, at::Tensor> hostSlots_;
   struct Pending {
     at::Tensor onCard;
-    std::shared_ptr<at::cuda::CUDAEvent> copied;
-    int64_t forward = 0;  // which block forward copied it (forwards_ then)
+    std::function<void()> waitForCopy;  // makes the current stream wait for the host copy
+    int64_t forward = 0;                // which block forward copied it (forwards_ then)
   };
   int64_t forwards_ = 0;  // checkpointed block forwards so far
   // The last block forward of the current pass (offload only): the next one links to it,
