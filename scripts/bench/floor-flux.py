@@ -26,17 +26,20 @@ bf = torch.bfloat16
 e4m3 = torch.float8_e4m3fn
 
 
-def timed(fn, reps):
-    fn()
-    torch.cuda.synchronize()
+def timed(fn, reps, setup=None):
+    """Median ms of fn over reps calls after one warm-up; setup, where given, runs before each, untimed."""
     ts = []
-    for _ in range(reps):
+    for i in range(reps + 1):
+        if setup:
+            setup()
+        torch.cuda.synchronize()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
         b.record()
         b.synchronize()
-        ts.append(a.elapsed_time(b))
+        if i:
+            ts.append(a.elapsed_time(b))
     return statistics.median(ts)
 
 
@@ -137,17 +140,7 @@ def attention_parts(tokens, backend, reps):
                 torch.autograd.grad(o, (q, k, v), g)
 
         t_fwd = timed(fwd, reps)
-        ts = []
-        for _ in range(reps + 1):
-            fwd_keep()
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            bwd()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b))
-        t_bwd = statistics.median(ts[1:])
+        t_bwd = timed(bwd, reps, setup=fwd_keep)
     flop_fwd = 4 * tokens * tokens * DH * HEADS * (DOUBLE + SINGLE)
     return t_fwd, t_bwd, flop_fwd
 
