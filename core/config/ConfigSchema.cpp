@@ -206,7 +206,7 @@ std::vector<KeySpec> buildSchema() {
            "Record the step's forward and backward once (step 3) and replay it, so the CPU no longer launches "
            "every kernel (short steps are bound by those launches); keeps the step's activation memory reserved "
            "between steps. auto: where it applies (one CUDA card per rank, micro-batches of one shape, not fp16, "
-           "no LoRA dropout with checkpointing, no offload_checkpoints), else eager with the reason said once; "
+           "no LoRA dropout with checkpointing), else eager with the reason said once; "
            "true: always (the validator refuses what cannot work); false: never",
            Opt().look("Replay the step as a CUDA graph", "Training"))
       .add("train.seed", M(train.seed), "Random seed (noise, timesteps, LoRA init, data order)",

@@ -592,12 +592,6 @@ std::vector<CudaGraphConflict> cudaGraphConflicts(const RunConfig& cfg) {
                    "the forward's dropout masks again, and a replayed graph cannot",
                    "set network.dropout: 0, or gradient_checkpointing: false (more activation memory; "
                    "`strata-train plan` says whether it fits)"});
-  if (t.gradientCheckpointing && t.offloadCheckpoints)
-    out.push_back({"train.offload_checkpoints", "offload_checkpoints",
-                   "each step copies the block inputs into pinned host memory allocated in that step and freed after "
-                   "its backward; a replay would copy into host memory given out again (a graph keeps its card "
-                   "memory, not pinned host memory)",
-                   "set offload_checkpoints: false"});
   if (t.dtype == DType::FP16)
     out.push_back({"train.dtype", "dtype fp16",
                    "its loss scale changes between steps, and the graph would keep the first one", "set dtype: bf16"});

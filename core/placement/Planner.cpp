@@ -796,7 +796,8 @@ BlockCost estimateCost(const UnitShape& unit, const CostOptions& o) {
     if (o.gradientCheckpointing) {
       const auto input = static_cast<int64_t>(perTokenState);  // the block's input
       c.activationBytes = o.offloadCheckpoints ? 0 : input;
-      c.workspaceBytes = full + convertedBytes + (o.offloadCheckpoints ? input : 0);
+      // Offloaded: the recomputed block's input, and the next one's coming back beside it.
+      c.workspaceBytes = full + convertedBytes + (o.offloadCheckpoints ? 2 * input : 0);
     } else {
       c.activationBytes = full;
       c.workspaceBytes = convertedBytes;

@@ -278,7 +278,8 @@ struct CostOptions {
   int64_t activationElementBytes = 2;
   bool gradientCheckpointing = true;
   // train.offload_checkpoints: a checkpointed block's input waits in host memory;
-  // on the device only the block being recomputed holds it (in its workspace).
+  // on the device only the block being recomputed holds it, and the block recomputed
+  // next (in its workspace: two inputs).
   bool offloadCheckpoints = false;
   // train.offload_optimizer_state: the optimizer state waits in host memory; the
   // device holds two staging slots of it during the step (workspace: two of this, or
@@ -301,7 +302,7 @@ struct CostOptions {
 // each, EMA 4 bytes each (float32); activations: with checkpointing a block keeps its input (tokens x hidden)
 // and needs one block's full activations as workspace while it is recomputed,
 // without it keeps the full activations. With offloadCheckpoints the kept input is
-// on the host and counted in the workspace instead. With offloadOptimizerState the
+// on the host, and the workspace counts two (the recomputed block's, the next one's). With offloadOptimizerState the
 // optimizer state is host memory (hostBytes) and the staging chunk is workspace.
 BlockCost estimateCost(const UnitShape& unit, const CostOptions& options);
 

@@ -1,10 +1,13 @@
 #include "train/CheckpointedRunner.h"
 
+#include <utility>
+
 #include <ATen/Context.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/Error.h"
+#include "common/ShapeText.h"
 
 #ifdef STRATA_HAS_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -34,7 +37,14 @@ struct CallState : torch::CustomClassHolder {
   std::vector<c10::Device> hostOf;  // per given field: the device it came from
 #ifdef STRATA_HAS_CUDA
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> copied;  // per given field: its host copy is done
+  // Per given field: its copy back, started by the backward of the block after it, and that
+  // copy's event (prefetch).
+  std::vector<at::Tensor> prefetched;
+  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> prefetchDone;
 #endif
+  // The checkpointed block that ran just before this one in the same forward pass: its
+  // recompute comes right after this one's, so this backward starts its copy back.
+  c10::intrusive_ptr<c10::intrusive_ptr_target> previous;
   at::Tensor cpuRngState;
   std::vector<std::pair<c10::Device, at::Tensor>> cudaRngStates;
 };
@@ -61,12 +71,14 @@ void setRngState(const c10::Device& d, const at::Tensor& state) {
   g.set_state(state);
 }
 
-// A pinned host copy of the CUDA tensor `t`, made on a side stream once the work
-// queued so far on the current stream (which produced t) is done: the copy runs
-// beside the next blocks instead of between them. t's memory is not reused before
-// the side stream has read it (record_stream); state.copied gets an event for "copied".
-at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
-  auto h = at::empty(t.sizes(), t.options().device(c10::kCPU).pinned_memory(true));
+// The block input `t` copied into `slot` (pinned host memory the runner keeps), on a side
+// stream once the work queued so far on the current stream (which produced t) is done: the
+// copy runs beside the next blocks instead of between them. t stays alive, in the runner's
+// pending list, until the current stream has waited for the copy (CheckpointedRunner::
+// releaseCopied), so its card memory is reused only in stream order: no record_stream, whose
+// frees a CUDA graph's recording defers to the recording's end. state.copied gets the event
+// "copied"; the returned function makes t's current stream wait for it.
+std::function<void()> copyToHost(const at::Tensor& t, const at::Tensor& slot, CallState& state) {
 #ifdef STRATA_HAS_CUDA
   const c10::cuda::CUDAGuard guard(t.device());
   const auto compute = c10::cuda::getCurrentCUDAStream(t.get_device());
@@ -76,17 +88,20 @@ at::Tensor copyToHost(const at::Tensor& t, CallState& state) {
   ready.block(side);
   {
     const c10::cuda::CUDAStreamGuard onSide(side);
-    h.copy_(t, /*non_blocking=*/true);
+    slot.copy_(t, /*non_blocking=*/true);
   }
-  t.record_stream(side);
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(side);
   state.copied.push_back(done);
+  return [done, device = t.device()] {
+    const c10::cuda::CUDAGuard onDevice(device);
+    done->block(c10::cuda::getCurrentCUDAStream(device.index()));
+  };
 #else
   (void)state;
-  h.copy_(t, /*non_blocking=*/true);
+  slot.copy_(t, /*non_blocking=*/true);
+  return nullptr;
 #endif
-  return h;
 }
 
 // The device copy of an offloaded field, queued on the current stream after its
@@ -100,6 +115,49 @@ at::Tensor copyBack(const CallState& state, size_t i) {
 #endif
   return state.host[i].to(state.hostOf[i], /*non_blocking=*/true);
 }
+
+#ifdef STRATA_HAS_CUDA
+// Starts the copies back of `state`'s offloaded inputs on a side stream, so that they
+// run beside the current block's recompute and backward. Each lands in memory taken on
+// the compute stream, written by the side stream only once the compute stream has
+// reached this point (everything that used that memory before is done), and read by
+// the compute stream only after waiting for the copy (takePrefetched): no record_stream.
+// Only inputs on `here` (the calling backward's card), whose compute stream this thread
+// knows; a split's block on another card copies back when it is recomputed.
+void prefetch(CallState& state, const c10::Device& here) {
+  state.prefetched.resize(state.host.size());
+  state.prefetchDone.resize(state.host.size());
+  for (size_t i = 0; i < state.host.size(); ++i) {
+    if (!state.host[i].defined() || state.hostOf[i] != here || state.prefetched[i].defined()) continue;
+    const c10::cuda::CUDAGuard guard(state.hostOf[i]);
+    const auto compute = c10::cuda::getCurrentCUDAStream(state.hostOf[i].index());
+    const auto side = c10::cuda::getStreamFromPool(false, state.hostOf[i].index());
+    auto onCard = at::empty(state.host[i].sizes(), state.host[i].options().device(state.hostOf[i]));
+    at::cuda::CUDAEvent taken;
+    taken.record(compute);
+    taken.block(side);
+    if (i < state.copied.size() && state.copied[i]) state.copied[i]->block(side);
+    {
+      const c10::cuda::CUDAStreamGuard onSide(side);
+      onCard.copy_(state.host[i], /*non_blocking=*/true);
+    }
+    auto done = std::make_shared<at::cuda::CUDAEvent>();
+    done->record(side);
+    state.prefetched[i] = std::move(onCard);
+    state.prefetchDone[i] = std::move(done);
+  }
+}
+
+// The prefetched copy of field i, once the compute stream has waited for it; undefined
+// where none was started.
+at::Tensor takePrefetched(CallState& state, size_t i) {
+  if (i >= state.prefetched.size() || !state.prefetched[i].defined()) return at::Tensor();
+  const c10::cuda::CUDAGuard guard(state.hostOf[i]);
+  state.prefetchDone[i]->block(c10::cuda::getCurrentCUDAStream(state.hostOf[i].index()));
+  state.prefetchDone[i].reset();
+  return std::exchange(state.prefetched[i], at::Tensor());
+}
+#endif
 
 }  // namespace
 
@@ -121,7 +179,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (size_t i = 0; i < given.size(); ++i) {
       state->hostOf.push_back(given[i].device());
       if (state->offload[i] && given[i].is_cuda()) {
-        state->host.push_back(copyToHost(given[i], *state));
+        const auto& slot = state->runner->hostSlot(state->blockIndex, i, given[i]);
+        state->runner->pending_.push_back({given[i], copyToHost(given[i], slot, *state), state->runner->forwards_});
+        state->host.push_back(slot);
         toSave.push_back(at::Tensor());
         ++state->runner->offloads_;
       } else {
@@ -132,6 +192,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         toSave.push_back(given[i]);
       }
     }
+    // The inputs copied two blocks ago have had those blocks' time to reach host memory.
+    state->runner->releaseCopied(/*keepBlocks=*/2);
+    ++state->runner->forwards_;
     ctx->save_for_backward(toSave);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     variable_list outputs;
@@ -145,14 +208,33 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list gradOutputs) {
     auto state = c10::static_intrusive_pointer_cast<CallState>(ctx->saved_data["state"].toCapsule());
+    // The forward's last copies: waited for here, where a recording joins its side streams.
+    state->runner->releaseCopied(/*keepBlocks=*/0);
+    state->runner->lastForward_.reset();  // the next forward pass links its blocks anew
     const auto saved = ctx->get_saved_variables();
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved.size());
     for (size_t i = 0; i < saved.size(); ++i) {
-      auto d = state->host[i].defined() ? copyBack(*state, i) : saved[i].detach();
+      at::Tensor d;
+      if (state->host[i].defined()) {
+#ifdef STRATA_HAS_CUDA
+        d = takePrefetched(*state, i);
+#endif
+        if (!d.defined()) d = copyBack(*state, i);
+      } else {
+        d = saved[i].detach();
+      }
       if (state->requiresGrad[i]) d.requires_grad_(true);
       inputs.push_back(d);
     }
+#ifdef STRATA_HAS_CUDA
+    // The block recomputed next: its inputs come back while this one is recomputed.
+    const auto here =
+        std::find_if(state->hostOf.begin(), state->hostOf.end(), [](const c10::Device& d) { return d.is_cuda(); });
+    if (state->previous && here != state->hostOf.end())
+      prefetch(*static_cast<CallState*>(state->previous.get()), *here);
+#endif
+    state->previous.reset();
     std::vector<at::Tensor> fields;
     size_t k = 0;
     for (bool def : state->defined) fields.push_back(def ? inputs[k++] : at::Tensor());
@@ -212,6 +294,9 @@ nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const n
   state->inner = &inner_;
   state->block = &block;
   state->blockIndex = blockIndex;
+  if (offloadInputs_) {
+    state->previous = std::exchange(lastForward_, state);
+  }
   std::vector<at::Tensor> given;
   const auto inFields = in.fields();
   for (size_t f = 0; f < inFields.size(); ++f) {
@@ -231,6 +316,28 @@ nn::BlockIO CheckpointedRunner::run(size_t blockIndex, nn::Block& block, const n
   size_t k = 0;
   for (bool def : state->outDefined) fields.push_back(def ? outputs[k++] : at::Tensor());
   return nn::BlockIO::fromFields(fields);
+}
+
+const at::Tensor& CheckpointedRunner::hostSlot(size_t blockIndex, size_t field, const at::Tensor& like) {
+  auto& slot = hostSlots_[{blockIndex, field}];
+  if (slot.defined() && slot.sizes() == like.sizes() && slot.scalar_type() == like.scalar_type()) return slot;
+#ifdef STRATA_HAS_CUDA
+  // A recording cannot take pinned memory: its step must find every slot made by an eager step.
+  if (like.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
+    throw Error("train.offload_checkpoints: block " + std::to_string(blockIndex) + "'s input " +
+                shapeText(like.sizes()) +
+                " has no host copy of its shape yet, and a step being recorded as a CUDA graph cannot allocate "
+                "one (pinned host memory); an eager step of this shape makes it");
+#endif
+  slot = at::empty(like.sizes(), like.options().device(c10::kCPU).pinned_memory(true));
+  return slot;
+}
+
+void CheckpointedRunner::releaseCopied(int64_t keepBlocks) {
+  while (!pending_.empty() && pending_.front().forward + keepBlocks <= forwards_) {
+    if (pending_.front().waitForCopy) pending_.front().waitForCopy();
+    pending_.pop_front();
+  }
 }
 
 }  // namespace strata::train

@@ -85,5 +85,7 @@ TEST(CheckpointOffloadGpu, SameGradientsAndLessHeldOnTheDevice) {
   EXPECT_EQ(offPlain, 0);
   EXPECT_EQ(offOn, 2 * blocks);
   EXPECT_LT(worst, 1e-6);
-  EXPECT_LT(heldOff, heldPlain - (blocks - 1) * 8'000'000);
+  // The last two blocks' inputs stay on the card until the backward waits for their host
+  // copies (CheckpointedRunner::releaseCopied); the four before them are gone.
+  EXPECT_LT(heldOff, heldPlain - (blocks - 3) * 8'000'000);
 }

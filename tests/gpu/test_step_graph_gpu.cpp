@@ -124,7 +124,9 @@ double largestWeightDifference(const RunRecord& a, const RunRecord& b) {
 
 // An eager run and a graphed one of `c` (cuda_graph false and true): the same numbers
 // step for step and the same LoRA at the end, every step from the third replayed.
-void expectGraphedRunTrainsAsEager(config::RunConfig c, const fs::path& folder, const std::string& what) {
+// `graphed`, where given, gets the graphed run.
+void expectGraphedRunTrainsAsEager(config::RunConfig c, const fs::path& folder, const std::string& what,
+                                   RunRecord* graphed = nullptr) {
   c.save.saveEvery = c.train.steps;  // a checkpoint at the end: the LoRA weights compared
   c.train.cudaGraph = config::CudaGraphMode::Off;
   c.job.trainingFolder = (folder / "eager").string();
@@ -132,6 +134,7 @@ void expectGraphedRunTrainsAsEager(config::RunConfig c, const fs::path& folder, 
   c.train.cudaGraph = config::CudaGraphMode::On;
   c.job.trainingFolder = (folder / "graph").string();
   const RunRecord graph = runOf(c);
+  if (graphed) *graphed = graph;
   ASSERT_EQ(eager.outcome, RunOutcome::Finished) << what << joined(eager.failures);
   ASSERT_EQ(graph.outcome, RunOutcome::Finished) << what << joined(graph.failures) << joined(graph.warnings);
   ASSERT_EQ(graph.steps.size(), static_cast<size_t>(c.train.steps)) << what;
@@ -267,6 +270,29 @@ TEST(StepGraphGpu, AccumulatedStepsReplayAsTheEagerOnes) {
   auto llama = llamaTiny(tmp / "llama");
   llama.train.gradientAccumulationSteps = 2;
   expectGraphedRunTrainsAsEager(llama, tmp / "llama", "Llama tiny, 2 micro-batches");
+}
+
+// train.offload_checkpoints: each block's input goes to a host slot the checkpointing
+// keeps, the same on every replay, and comes back for the recompute. Replayed steps
+// train as the eager ones, with and without accumulation (FLUX and Llama).
+TEST(StepGraphGpu, OffloadedCheckpointsReplayAsTheEagerOnes) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  test::TempDir tmp;
+  auto flux = fluxTiny(tmp / "flux", false);
+  flux.sample.sampleEvery = 0;
+  flux.train.gradientCheckpointing = true;
+  flux.train.offloadCheckpoints = true;
+  RunRecord graph;
+  expectGraphedRunTrainsAsEager(flux, tmp / "flux", "FLUX tiny, checkpoints in host memory", &graph);
+  ASSERT_FALSE(graph.started.empty());
+  EXPECT_NE(graph.started.front().setup.find("block inputs in host memory"), std::string::npos)
+      << graph.started.front().setup;
+  flux.train.gradientAccumulationSteps = 2;
+  expectGraphedRunTrainsAsEager(flux, tmp / "flux-acc", "FLUX tiny, 2 micro-batches, checkpoints in host memory");
+  auto llama = llamaTiny(tmp / "llama");
+  llama.train.gradientCheckpointing = true;
+  llama.train.offloadCheckpoints = true;
+  expectGraphedRunTrainsAsEager(llama, tmp / "llama", "Llama tiny, checkpoints in host memory");
 }
 
 // auto, the default: configs/flux-dev-1gpu.yaml's training settings (checkpointing, the
