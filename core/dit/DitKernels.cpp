@@ -82,6 +82,53 @@ struct NormRope : torch::autograd::Function<NormRope> {
   }
 };
 
+struct NormModulate : torch::autograd::Function<NormModulate> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shift,
+                            const at::Tensor& scale, double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t batch = x.size(0);
+    const int64_t tokens = x.size(1);
+    auto out = at::empty(x.sizes(), x.options());                            // contiguous
+    auto mean = at::empty({batch * tokens}, x.options().dtype(at::kFloat));  // [B*N]
+    auto rstd = at::empty({batch * tokens}, x.options().dtype(at::kFloat));
+    check(cuda::normModulateForward(x.data_ptr(), shift.data_ptr(), scale.data_ptr(), out.data_ptr(),
+                                    mean.data_ptr<float>(), rstd.data_ptr<float>(), batch, tokens, x.size(2),
+                                    x.stride(0), x.stride(1), shift.stride(0), scale.stride(0), eps, streamOf(x)),
+          "normModulateForward");
+    ctx->save_for_backward({x, scale, mean, rstd});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradOut) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& scale = saved[1];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto g = gradOut[0].to(x.scalar_type()).contiguous();  // [B, N, D]
+    const int64_t batch = x.size(0);
+    const int64_t tokens = x.size(1);
+    at::Tensor gx, gShift, gScale;
+    if (ctx->needs_input_grad(0)) {
+      gx = at::empty(x.sizes(), x.options());  // contiguous
+      check(cuda::normModulateBackward(g.data_ptr(), x.data_ptr(), scale.data_ptr(), saved[2].data_ptr<float>(),
+                                       saved[3].data_ptr<float>(), gx.data_ptr(), batch, tokens, x.size(2), x.stride(0),
+                                       x.stride(1), scale.stride(0), streamOf(x)),
+            "normModulateBackward");
+    }
+    // A trained modulation (a LoRA on norm1.linear, say): its sums over tokens by ATen,
+    // as the unfused addcmul's backward takes them, from the normalised x made again.
+    if (ctx->needs_input_grad(1)) gShift = g.sum(1);
+    if (ctx->needs_input_grad(2)) {
+      const auto normalised =
+          ((x.to(at::kFloat) - saved[2].view({batch, tokens, 1})) * saved[3].view({batch, tokens, 1}))
+              .to(x.scalar_type());
+      gScale = (g * normalised).sum(1);
+    }
+    return {gx, gShift, gScale, at::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin) {
@@ -102,6 +149,24 @@ bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin,
                     double eps) {
   return NormRope::apply(x, weight, cos, sin, eps);
+}
+
+bool normModulateFits(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 3 || !aligned4(x)) return false;
+  const int64_t batch = x.size(0);
+  const int64_t dim = x.size(2);
+  if (dim % 2 != 0 || dim > cuda::maxNormModulateDim() || x.stride(2) != 1 || x.stride(1) % 2 != 0 ||
+      (batch > 1 && x.stride(0) % 2 != 0) || batch * x.size(1) >= (int64_t{1} << 31))
+    return false;
+  for (const auto* t : {&shift, &scale})
+    if (t->scalar_type() != at::kBFloat16 || t->device() != x.device() || t->dim() != 2 || t->size(0) != batch ||
+        t->size(1) != dim || t->stride(1) != 1 || (batch > 1 && t->stride(0) % 2 != 0) || !aligned4(*t))
+      return false;
+  return true;
+}
+
+at::Tensor normModulateCuda(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  return NormModulate::apply(x, shift, scale, eps);
 }
 
 bool swigluFits(const at::Tensor& x) {
@@ -139,6 +204,12 @@ bool normRopeFits(const at::Tensor&, const at::Tensor&, const at::Tensor&, const
 
 at::Tensor normRope(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
   throw Error("DiT layers: this build has no CUDA kernels (normRope)");
+}
+
+bool normModulateFits(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+
+at::Tensor normModulateCuda(const at::Tensor&, const at::Tensor&, const at::Tensor&, double) {
+  throw Error("DiT layers: this build has no CUDA kernels (normModulate)");
 }
 
 bool swigluFits(const at::Tensor&) { return false; }

@@ -23,6 +23,19 @@ bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin,
                     double eps);
 
+// Whether normModulate can take x [B, N, D] and shift, scale [B, D]: all bf16 on one
+// CUDA device, D even and at most the kernels' width, each last dim contiguous, the
+// other strides even (x's tokens may be a narrow of a longer sequence, as FLUX's
+// double blocks take the text and image halves of one tensor), 4-byte aligned.
+bool normModulateFits(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
+
+// layerNorm(x) * (1 + scale) + shift (FLUX's norm1 / norm2 / norm_out with their
+// modulation) in one pass, and one in the backward, with the unfused path's roundings;
+// keeps x, scale and mean, rstd [B*N] for the backward, where the unfused path also
+// keeps the normalised x when scale is trained. Gradients for x, shift and scale.
+// x [B, N, D] -> [B, N, D] contiguous. Call only where normModulateFits.
+at::Tensor normModulateCuda(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+
 // Whether the SwiGLU kernels can take x [..., 2M]: bf16 CUDA, M even, the last dim
 // contiguous and rows evenly spaced (contiguous, or a narrow of a wider projection's
 // last dim, as FLUX.2's single blocks take the MLP part of their fused projection).

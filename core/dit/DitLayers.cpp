@@ -175,6 +175,11 @@ at::Tensor joinedTokens(const at::Tensor& txt, const at::Tensor& img) {
   return at::cat({txt, img}, 1);
 }
 
+at::Tensor normModulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  if (nn::fusedPaths() && normModulateFits(x, shift, scale)) return normModulateCuda(x, shift, scale, eps);
+  return modulate(layerNorm(x, eps), shift, scale);
+}
+
 std::vector<at::Tensor> splitAlong(const at::Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
   int64_t total = 0;
   for (const int64_t n : sizes) total += n;

@@ -19,6 +19,11 @@ inline at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const a
   return at::addcmul(shift.unsqueeze(1), x, 1 + scale.unsqueeze(1));
 }
 
+// modulate(layerNorm(x, eps), shift, scale): FLUX's norm1 / norm2 / norm_out with their
+// modulation, x [B, N, D]. One CUDA kernel each way where it fits (bf16 on a card; off
+// with the fused paths), the two ATen ops elsewhere.
+at::Tensor normModulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+
 // x + gate * y (gate [B, D] per sample over tokens [B, N, D]) in one pass.
 inline at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
   return at::addcmul(x, gate.unsqueeze(1), y);

@@ -12,6 +12,7 @@
 #include "models/flux/FluxConfig.h"
 #include "dit/DitKernels.h"
 #include "dit/DitLayers.h"
+#include "dit/DitOps.h"
 #include "models/flux/FluxTransformer.h"
 
 using namespace strata;
@@ -176,4 +177,100 @@ TEST(FluxKernelsGpu, SwigluKernelsEqualTheAtenOps) {
   EXPECT_FALSE(swigluFits(at::randn({2, 6}, opt).to(at::kBFloat16)));      // halves of odd width
   EXPECT_FALSE(swigluFits(at::randn({8, 2}, opt).to(at::kBFloat16).t()));  // last dim strided
   EXPECT_FALSE(swigluFits(at::randn({2, 9, 8}, opt).to(at::kBFloat16).narrow(1, 0, 8).transpose(0, 1)));  // uneven rows
+}
+
+// dit::normModulate on CUDA bf16 runs the LayerNorm + modulation kernels: values and
+// gradients as layerNorm then modulate (ATen's ops and their autograd) give them, for
+// FLUX.1's image tokens at 1024 px (a narrow of the joined sequence), two samples whose
+// tokens are a narrow of a longer buffer, FLUX.2-dev's width and the widest row, with
+// shift and scale cut from one modulation vector as the blocks cut them; a trained
+// modulation's gradients too.
+TEST(FluxKernelsGpu, NormModulateKernelsEqualTheAtenOps) {
+  STRATA_REQUIRE_CUDA_DEVICES(1);
+  if (!ditCudaKernelsBuilt()) GTEST_SKIP() << "this build has no FLUX CUDA kernels (no CUDA compiler at configure)";
+  const auto opt = at::TensorOptions().device(at::Device(at::kCUDA, 0));
+  struct Case {
+    std::vector<int64_t> buffer;  // [B, tokens in the buffer, D]
+    int64_t offset, tokens;       // x = buffer[:, offset : offset + tokens]
+    bool trainedModulation;
+  };
+  const std::vector<Case> cases = {{{1, 4608, 3072}, 512, 4096, false},
+                                   {{2, 90, 64}, 13, 77, true},
+                                   {{1, 33, 6144}, 0, 33, false},
+                                   {{1, 3, 8192}, 0, 3, false},
+                                   {{3, 5, 2}, 0, 5, true}};
+  for (const auto& c : cases) {
+    const int64_t batch = c.buffer[0];
+    const int64_t dim = c.buffer[2];
+    // A mean far from zero: the variance must not come from E[x^2] - E[x]^2.
+    const auto base = (at::randn(c.buffer, opt) * 3 + 20).to(at::kBFloat16);
+    const auto mod =
+        at::cat({at::randn({batch, dim}, opt), at::randn({batch, dim}, opt) * 0.5, at::randn({batch, 4 * dim}, opt)},
+                1)
+            .to(at::kBFloat16);  // [B, 6D]: shift, scale, the rest
+    auto run = [&](bool fused, at::Tensor& b, at::Tensor& m) {
+      b = base.clone().requires_grad_(true);
+      m = mod.clone().requires_grad_(c.trainedModulation);
+      const auto x = b.narrow(1, c.offset, c.tokens);
+      const auto parts = m.chunk(6, 1);
+      if (fused) {
+        EXPECT_TRUE(normModulateFits(x, parts[0], parts[1]));
+        return normModulateCuda(x, parts[0], parts[1], dit::kNormEps);
+      }
+      return dit::modulate(dit::layerNorm(x, dit::kNormEps), parts[0], parts[1]);
+    };
+    at::Tensor bk, mk, br, mr;
+    const auto out = run(true, bk, mk);
+    const auto ref = run(false, br, mr);
+    const auto g = at::randn(ref.sizes(), opt).to(at::kBFloat16);
+    out.backward(g);
+    ref.backward(g);
+
+    const auto b64 = base.to(at::kDouble).requires_grad_(true);
+    {
+      const auto x = b64.narrow(1, c.offset, c.tokens);
+      const auto parts = mod.to(at::kDouble).chunk(6, 1);
+      const auto o64 =
+          at::layer_norm(x, {dim}, {}, {}, dit::kNormEps) * (1 + parts[1].unsqueeze(1)) + parts[0].unsqueeze(1);
+      o64.backward(g.to(at::kDouble));
+    }
+    const double outEqual = out.eq(ref).to(at::kDouble).mean().item<double>();
+    const double gradVsAten = relL2(bk.grad(), br.grad());
+    const double gradErrKernel = relL2(bk.grad(), b64.grad());
+    const double gradErrAten = relL2(br.grad(), b64.grad());
+    std::cout << "[flux kernels gpu] normModulate " << at::IntArrayRef(c.buffer) << " [:, " << c.offset << ":+"
+              << c.tokens << "]: out bit-equal " << 100 * outEqual << "%, rel L2 " << relL2(out, ref)
+              << "; grad x vs ATen " << gradVsAten << ", vs float64: kernel " << gradErrKernel << ", ATen "
+              << gradErrAten << std::endl;
+    EXPECT_TRUE(out.is_contiguous());
+    EXPECT_FALSE(bk.grad().isnan().any().item<bool>());
+    // ATen's mean and variance are Welford's, the kernel's two passes: the odd rstd ulp
+    // moves a normalised value across a bf16 rounding now and then.
+    EXPECT_GT(outEqual, 0.995);
+    EXPECT_LT(relL2(out, ref), 2e-3);
+    EXPECT_LT(gradVsAten, 2e-2);
+    if (c.tokens * dim >= 4096)
+      EXPECT_LT(gradErrKernel, 1.2 * gradErrAten + 1e-4);
+    else
+      EXPECT_LT(gradErrKernel, 2e-2);
+    // Nothing outside x's tokens.
+    EXPECT_TRUE(bk.grad().narrow(1, 0, c.offset).eq(0).all().item<bool>());
+    if (c.trainedModulation) {
+      const double modVsAten = relL2(mk.grad(), mr.grad());
+      std::cout << "[flux kernels gpu]   trained modulation: shift and scale gradients vs ATen " << modVsAten
+                << std::endl;
+      EXPECT_LT(modVsAten, 2e-2);
+      EXPECT_TRUE(mk.grad().narrow(1, 2 * dim, 4 * dim).eq(0).all().item<bool>());
+    }
+  }
+  const auto x = at::randn({2, 8, 16}, opt).to(at::kBFloat16);
+  const auto m = at::randn({2, 32}, opt).to(at::kBFloat16).chunk(2, 1);
+  EXPECT_TRUE(normModulateFits(x, m[0], m[1]));
+  EXPECT_FALSE(normModulateFits(x.to(at::kFloat), m[0], m[1]));                                // float32 model
+  EXPECT_FALSE(normModulateFits(x.transpose(1, 2).contiguous().transpose(1, 2), m[0], m[1]));  // last dim strided
+  EXPECT_FALSE(normModulateFits(at::randn({2, 8, 15}, opt).to(at::kBFloat16), m[0], m[1]));    // odd width
+  const auto wideMod = at::randn({1, 2 * 8194}, opt).to(at::kBFloat16).chunk(2, 1);
+  EXPECT_FALSE(normModulateFits(at::randn({1, 2, 8194}, opt).to(at::kBFloat16), wideMod[0], wideMod[1]));  // too wide
+  EXPECT_FALSE(normModulateFits(x, m[0].narrow(0, 0, 1), m[1]));  // another batch
+  EXPECT_FALSE(normModulateFits(x.cpu(), m[0].cpu(), m[1].cpu()));
 }

@@ -24,6 +24,26 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
                              const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
                              int64_t tokens, int64_t dim, int64_t tokenStride, void* stream);
 
+// The widest row the LayerNorm + modulation kernels take (widths must be even).
+int maxNormModulateDim();
+
+// LayerNorm without affine parameters, then x * (1 + scale) + shift, over x [B, N, D]
+// bf16 (D even; element [b, n, d] at b * batchStride + n * tokenStride + d, strides
+// even) with shift and scale [B, D] bf16 (rows shiftStride and scaleStride apart, even)
+// -> out [B, N, D]
+// bf16 contiguous, mean and rstd [B * N] float32 (kept for the backward). The grid
+// has one block per token: B * N must stay under 2^31.
+const char* normModulateForward(const void* x, const void* shift, const void* scale, void* out, float* mean,
+                                float* rstd, int64_t batch, int64_t tokens, int64_t dim, int64_t batchStride,
+                                int64_t tokenStride, int64_t shiftStride, int64_t scaleStride, double eps,
+                                void* stream);
+
+// gradX [B, N, D] bf16 contiguous from gradOut [B, N, D] bf16 contiguous and the
+// forward's x (laid out as there), scale, mean and rstd.
+const char* normModulateBackward(const void* gradOut, const void* x, const void* scale, const float* mean,
+                                 const float* rstd, void* gradX, int64_t batch, int64_t tokens, int64_t dim,
+                                 int64_t batchStride, int64_t tokenStride, int64_t scaleStride, void* stream);
+
 // SwiGLU over rows of x = [gate | up] (each `m` wide; rows `rowStride` elements
 // apart, even, >= 2m) -> out [rows, m] bf16 contiguous: silu(gate) * up with the
 // roundings of the ATen ops (silu rounded to bf16, then the product).

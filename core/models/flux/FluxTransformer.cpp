@@ -14,8 +14,7 @@ namespace {
 using dit::clipHalf;
 using dit::gated;
 using dit::joinedTokens;
-using dit::layerNorm;
-using dit::modulate;
+using dit::normModulate;
 using dit::splitHeads;
 using dit::UnitBuilder;
 
@@ -40,19 +39,20 @@ nn::BlockIO FluxDoubleBlock::forward(const nn::BlockIO& io) {
   const auto imgMod = mods[0].chunk(6, 1);  // shift, scale, gate (attn), shift, scale, gate (mlp)
   const auto txtMod = mods[1].chunk(6, 1);
 
-  const auto imgNorm = modulate(layerNorm(io.img), imgMod[0], imgMod[1]);
-  const auto txtNorm = modulate(layerNorm(io.txt), txtMod[0], txtMod[1]);
+  const auto imgNorm = normModulate(io.img, imgMod[0], imgMod[1], FluxConfig::kNormEps);
+  const auto txtNorm = normModulate(io.txt, txtMod[0], txtMod[1], FluxConfig::kNormEps);
 
   const auto [imgAttn, txtAttn] = attn.forward(imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   nn::BlockIO out = io;
   auto img = gated(io.img, imgMod[2], imgAttn);
   // The MLPs' output Linears apply the GELU themselves, so its [B, N, 4D] output is not kept.
-  img =
-      gated(img, imgMod[5], mlp.ffOut->forwardGelu(mlp.ffIn->forward(modulate(layerNorm(img), imgMod[3], imgMod[4]))));
+  img = gated(img, imgMod[5],
+              mlp.ffOut->forwardGelu(mlp.ffIn->forward(normModulate(img, imgMod[3], imgMod[4], FluxConfig::kNormEps))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
   txt = gated(txt, txtMod[5],
-              mlp.ffContextOut->forwardGelu(mlp.ffContextIn->forward(modulate(layerNorm(txt), txtMod[3], txtMod[4]))));
+              mlp.ffContextOut->forwardGelu(
+                  mlp.ffContextIn->forward(normModulate(txt, txtMod[3], txtMod[4], FluxConfig::kNormEps))));
   out.img = img;
   out.txt = clipHalf(txt);
   return out;
@@ -75,7 +75,7 @@ nn::BlockIO FluxSingleBlock::forward(const nn::BlockIO& io) {
   const int64_t nTxt = io.txt.size(1);
   const auto x = joinedTokens(io.txt, io.img);                          // [B, Nt+Ni, D]
   const auto mod = normLinear->forward(at::silu(io.temb)).chunk(3, 1);  // shift, scale, gate
-  const auto xNorm = modulate(layerNorm(x), mod[0], mod[1]);
+  const auto xNorm = normModulate(x, mod[0], mod[1], FluxConfig::kNormEps);
 
   // q, k, v and proj_mlp read xNorm: their LoRA downs as one matmul.
   const auto proj = nn::forwardSiblings({qkv.q.get(), qkv.k.get(), qkv.v.get(), projMlp.get()}, xNorm);
@@ -140,8 +140,8 @@ nn::BlockIO FluxTransformer::stem(const FluxInputs& in) {
 }
 
 at::Tensor FluxTransformer::head(const nn::BlockIO& io) {
-  const auto mod = normOutLinear->forward(at::silu(io.temb)).chunk(2, 1);  // scale, shift
-  return projOut->forward(modulate(layerNorm(io.img), mod[1], mod[0]));    // [B, Ni, out_channels]
+  const auto mod = normOutLinear->forward(at::silu(io.temb)).chunk(2, 1);               // scale, shift
+  return projOut->forward(normModulate(io.img, mod[1], mod[0], FluxConfig::kNormEps));  // [B, Ni, out_channels]
 }
 
 }  // namespace strata::flux

@@ -16,8 +16,7 @@ using M = Flux2Modulation;
 using dit::clipHalf;
 using dit::gated;
 using dit::joinedTokens;
-using dit::layerNorm;
-using dit::modulate;
+using dit::normModulate;
 using dit::normThenRotary;
 using dit::splitHeads;
 using dit::swiglu;
@@ -50,17 +49,17 @@ nn::BlockIO Flux2DoubleBlock::forward(const nn::BlockIO& io) {
   const auto imgMod = modulationOf(io.temb, hidden, M::kDoubleImg, 2);
   const auto txtMod = modulationOf(io.temb, hidden, M::kDoubleTxt, 2);
 
-  const auto imgNorm = modulate(layerNorm(io.img, eps_), imgMod[0], imgMod[1]);
-  const auto txtNorm = modulate(layerNorm(io.txt, eps_), txtMod[0], txtMod[1]);
+  const auto imgNorm = normModulate(io.img, imgMod[0], imgMod[1], eps_);
+  const auto txtNorm = normModulate(io.txt, txtMod[0], txtMod[1], eps_);
   const auto [imgAttn, txtAttn] = attn.forward(imgNorm, txtNorm, io.ropeCos, io.ropeSin);
 
   auto img = gated(io.img, imgMod[2], imgAttn);
   img = gated(img, imgMod[5],
-              mlp.ffOut->forward(swiglu(mlp.ffIn->forward(modulate(layerNorm(img, eps_), imgMod[3], imgMod[4])))));
+              mlp.ffOut->forward(swiglu(mlp.ffIn->forward(normModulate(img, imgMod[3], imgMod[4], eps_)))));
   auto txt = gated(io.txt, txtMod[2], txtAttn);
-  txt = gated(txt, txtMod[5],
-              mlp.ffContextOut->forward(
-                  swiglu(mlp.ffContextIn->forward(modulate(layerNorm(txt, eps_), txtMod[3], txtMod[4])))));
+  txt =
+      gated(txt, txtMod[5],
+            mlp.ffContextOut->forward(swiglu(mlp.ffContextIn->forward(normModulate(txt, txtMod[3], txtMod[4], eps_)))));
   nn::BlockIO out = io;
   out.img = img;
   out.txt = clipHalf(txt);
@@ -82,7 +81,7 @@ nn::BlockIO Flux2SingleBlock::forward(const nn::BlockIO& io) {
   const int64_t nTxt = io.txt.size(1);
   const auto x = joinedTokens(io.txt, io.img);                     // [B, Nt + Ni, D]
   const auto mod = modulationOf(io.temb, hidden_, M::kSingle, 1);  // shift, scale, gate
-  const auto xNorm = modulate(layerNorm(x, eps_), mod[0], mod[1]);
+  const auto xNorm = normModulate(x, mod[0], mod[1], eps_);
 
   const auto h = toQkvMlp->forward(xNorm);  // [B, N, 3 D + 2 M]
   const auto parts = dit::splitAlong(h, -1, {hidden_, hidden_, hidden_, 2 * mlpHidden_});
@@ -160,9 +159,9 @@ nn::BlockIO Flux2Transformer::stem(const Flux2Inputs& in) {
 
 at::Tensor Flux2Transformer::head(const nn::BlockIO& io) {
   const int64_t hidden = cfg_.hiddenSize();
-  const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);              // [B, D]
-  const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);              // scale, shift
-  return projOut->forward(modulate(layerNorm(io.img, cfg_.eps), mod[1], mod[0]));  // [B, Ni, out_channels]
+  const auto emb = io.temb.narrow(1, M::kEmbedding * hidden, hidden);       // [B, D]
+  const auto mod = normOutLinear->forward(at::silu(emb)).chunk(2, 1);       // scale, shift
+  return projOut->forward(normModulate(io.img, mod[1], mod[0], cfg_.eps));  // [B, Ni, out_channels]
 }
 
 }  // namespace strata::flux2
