@@ -152,15 +152,20 @@ at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 }
 
 bool normModulateFits(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 3 || !aligned4(x)) return false;
+  // The kernels move `step` values at a time: every row start a multiple of it.
+  const int64_t step = cuda::normModulateAlignment();
+  auto aligned = [&](const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % (step * t.element_size()) == 0;
+  };
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 3 || !aligned(x)) return false;
   const int64_t batch = x.size(0);
   const int64_t dim = x.size(2);
-  if (dim % 2 != 0 || dim > cuda::maxNormModulateDim() || x.stride(2) != 1 || x.stride(1) % 2 != 0 ||
-      (batch > 1 && x.stride(0) % 2 != 0) || batch * x.size(1) >= (int64_t{1} << 31))
+  if (dim % step != 0 || dim > cuda::maxNormModulateDim() || x.stride(2) != 1 || x.stride(1) % step != 0 ||
+      (batch > 1 && x.stride(0) % step != 0) || batch * x.size(1) >= (int64_t{1} << 31))
     return false;
   for (const auto* t : {&shift, &scale})
     if (t->scalar_type() != at::kBFloat16 || t->device() != x.device() || t->dim() != 2 || t->size(0) != batch ||
-        t->size(1) != dim || t->stride(1) != 1 || (batch > 1 && t->stride(0) % 2 != 0) || !aligned4(*t))
+        t->size(1) != dim || t->stride(1) != 1 || (batch > 1 && t->stride(0) % step != 0) || !aligned(*t))
       return false;
   return true;
 }

@@ -24,9 +24,10 @@ at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Ten
                     double eps);
 
 // Whether normModulate can take x [B, N, D] and shift, scale [B, D]: all bf16 on one
-// CUDA device, D even and at most the kernels' width, each last dim contiguous, the
-// other strides even (x's tokens may be a narrow of a longer sequence, as FLUX's
-// double blocks take the text and image halves of one tensor), 4-byte aligned.
+// CUDA device, D a multiple of 8 and at most the kernels' width (8192), each last dim
+// contiguous, the other strides and each start a multiple of 8 values (x's tokens may be
+// a narrow of a longer sequence, as FLUX's double blocks take the text and image halves
+// of one tensor; shift and scale chunks of one modulation vector).
 bool normModulateFits(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
 
 // layerNorm(x) * (1 + scale) + shift (FLUX's norm1 / norm2 / norm_out with their

@@ -198,7 +198,7 @@ TEST(FluxKernelsGpu, NormModulateKernelsEqualTheAtenOps) {
                                    {{2, 90, 64}, 13, 77, true},
                                    {{1, 33, 6144}, 0, 33, false},
                                    {{1, 3, 8192}, 0, 3, false},
-                                   {{3, 5, 2}, 0, 5, true}};
+                                   {{3, 5, 8}, 0, 5, true}};
   for (const auto& c : cases) {
     const int64_t batch = c.buffer[0];
     const int64_t dim = c.buffer[2];
@@ -268,9 +268,13 @@ TEST(FluxKernelsGpu, NormModulateKernelsEqualTheAtenOps) {
   EXPECT_TRUE(normModulateFits(x, m[0], m[1]));
   EXPECT_FALSE(normModulateFits(x.to(at::kFloat), m[0], m[1]));                                // float32 model
   EXPECT_FALSE(normModulateFits(x.transpose(1, 2).contiguous().transpose(1, 2), m[0], m[1]));  // last dim strided
-  EXPECT_FALSE(normModulateFits(at::randn({2, 8, 15}, opt).to(at::kBFloat16), m[0], m[1]));    // odd width
-  const auto wideMod = at::randn({1, 2 * 8194}, opt).to(at::kBFloat16).chunk(2, 1);
-  EXPECT_FALSE(normModulateFits(at::randn({1, 2, 8194}, opt).to(at::kBFloat16), wideMod[0], wideMod[1]));  // too wide
+  const auto m12 = at::randn({2, 24}, opt).to(at::kBFloat16).chunk(2, 1);
+  EXPECT_FALSE(normModulateFits(at::randn({2, 8, 12}, opt).to(at::kBFloat16), m12[0], m12[1]));  // not whole vectors
+  // Rows 8 bytes off a 16-byte boundary.
+  EXPECT_FALSE(normModulateFits(at::randn({2, 9, 16}, opt).to(at::kBFloat16).narrow(2, 4, 8),
+                                at::randn({2, 8}, opt).to(at::kBFloat16), m[1].narrow(1, 0, 8)));
+  const auto wideMod = at::randn({1, 2 * 8200}, opt).to(at::kBFloat16).chunk(2, 1);
+  EXPECT_FALSE(normModulateFits(at::randn({1, 2, 8200}, opt).to(at::kBFloat16), wideMod[0], wideMod[1]));  // too wide
   EXPECT_FALSE(normModulateFits(x, m[0].narrow(0, 0, 1), m[1]));  // another batch
   EXPECT_FALSE(normModulateFits(x.cpu(), m[0].cpu(), m[1].cpu()));
 }

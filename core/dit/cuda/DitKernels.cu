@@ -118,8 +118,8 @@ __global__ void normRopeBackwardKernel(const __nv_bfloat162* __restrict__ g, con
   }
 }
 
-constexpr int kNormThreads = 256;       // one block per token for the LayerNorm + modulation
-constexpr int kMaxPairsPerThread = 16;  // widths up to 2 * 256 * 16 = 8192 (FLUX.2-dev: 6144)
+constexpr int kNormThreads = 128;  // one block per token for the LayerNorm + modulation
+constexpr int kVec = 8;            // bf16 values a thread loads at once (16 bytes)
 
 // The sum of v over the block, in every thread. `scratch` holds one value per warp.
 __device__ __forceinline__ float blockSum(float v, float* scratch) {
@@ -132,53 +132,83 @@ __device__ __forceinline__ float blockSum(float v, float* scratch) {
   return warpSum(lane < kNormThreads / kWarp ? scratch[lane] : 0.f);
 }
 
+__device__ __forceinline__ void loadVec(const __nv_bfloat16* p, float (&f)[kVec]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVec / 2; ++k) {
+    const float2 t = __bfloat1622float2(h[k]);
+    f[2 * k] = t.x;
+    f[2 * k + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void storeVec(__nv_bfloat16* p, const float (&f)[kVec]) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVec / 2; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
 // out = bf16(shift + bf16((x - mean) * rstd) * bf16(1 + scale)) over each token of
 // x [B, N, D] (a LayerNorm without affine parameters, then the per-sample modulation),
 // with the unfused ATen path's roundings: the normalised row rounded to bf16, 1 + scale
 // rounded to bf16, then addcmul's float product and sum. Mean and variance are taken
 // in two passes over the row held in registers (ATen: Welford), so rstd may differ in
-// its last bit.
+// its last bit. Each thread holds up to kVecs vectors of kVec values.
+template <int kVecs>
 __global__ void __launch_bounds__(kNormThreads)
-    normModulateForwardKernel(const __nv_bfloat162* __restrict__ x, const __nv_bfloat162* __restrict__ shift,
-                              const __nv_bfloat162* __restrict__ scale, __nv_bfloat162* __restrict__ out,
-                              float* __restrict__ meanOut, float* __restrict__ rstdOut, int64_t tokens, int pairs,
-                              int64_t batchPairs, int64_t tokenPairs, int64_t shiftPairs, int64_t scalePairs,
+    normModulateForwardKernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ shift,
+                              const __nv_bfloat16* __restrict__ scale, __nv_bfloat16* __restrict__ out,
+                              float* __restrict__ meanOut, float* __restrict__ rstdOut, int64_t tokens, int dim,
+                              int64_t batchStride, int64_t tokenStride, int64_t shiftStride, int64_t scaleStride,
                               float eps) {
   __shared__ float scratch[kNormThreads / kWarp];
   const int64_t row = blockIdx.x;
   const int64_t b = row / tokens;
-  const __nv_bfloat162* xr = x + b * batchPairs + (row % tokens) * tokenPairs;
-  float2 v[kMaxPairsPerThread];
+  const __nv_bfloat16* xr = x + b * batchStride + (row % tokens) * tokenStride;
+  const int vecs = dim / kVec;
+  float v[kVecs][kVec];
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMaxPairsPerThread; ++i) {
-    const int p = threadIdx.x + kNormThreads * i;
-    v[i] = p < pairs ? __bfloat1622float2(xr[p]) : make_float2(0.f, 0.f);
-    sum += v[i].x + v[i].y;
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + kNormThreads * i;
+    if (c < vecs) {
+      loadVec(xr + c * kVec, v[i]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[i][k] = 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) sum += v[i][k];
   }
-  const float n = static_cast<float>(2 * pairs);
+  const float n = static_cast<float>(dim);
   const float mean = blockSum(sum, scratch) / n;
   float squares = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMaxPairsPerThread; ++i) {
-    const int p = threadIdx.x + kNormThreads * i;
-    if (p >= pairs) break;
-    const float d0 = v[i].x - mean, d1 = v[i].y - mean;
-    squares += d0 * d0 + d1 * d1;
+  for (int i = 0; i < kVecs; ++i) {
+    if (threadIdx.x + kNormThreads * i >= vecs) break;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float d = v[i][k] - mean;
+      squares += d * d;
+    }
   }
   const float rstd = rsqrtf(blockSum(squares, scratch) / n + eps);
-  const __nv_bfloat162* sh = shift + b * shiftPairs;
-  const __nv_bfloat162* sc = scale + b * scalePairs;
+  const __nv_bfloat16* sh = shift + b * shiftStride;
+  const __nv_bfloat16* sc = scale + b * scaleStride;
 #pragma unroll
-  for (int i = 0; i < kMaxPairsPerThread; ++i) {
-    const int p = threadIdx.x + kNormThreads * i;
-    if (p >= pairs) break;
-    const float2 shp = __bfloat1622float2(sh[p]);
-    const float2 scp = __bfloat1622float2(sc[p]);
-    const float n0 = roundBf16(rstd * (v[i].x - mean)), n1 = roundBf16(rstd * (v[i].y - mean));
-    const float o0 = __fadd_rn(shp.x, __fmul_rn(n0, roundBf16(1.f + scp.x)));
-    const float o1 = __fadd_rn(shp.y, __fmul_rn(n1, roundBf16(1.f + scp.y)));
-    out[row * pairs + p] = __floats2bfloat162_rn(o0, o1);
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + kNormThreads * i;
+    if (c >= vecs) break;
+    float shv[kVec], scv[kVec], o[kVec];
+    loadVec(sh + c * kVec, shv);
+    loadVec(sc + c * kVec, scv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      o[k] = __fadd_rn(shv[k], __fmul_rn(roundBf16(rstd * (v[i][k] - mean)), roundBf16(1.f + scv[k])));
+    storeVec(out + row * dim + c * kVec, o);
   }
   if (threadIdx.x == 0) {
     meanOut[row] = mean;
@@ -189,48 +219,64 @@ __global__ void __launch_bounds__(kNormThreads)
 // gx from g = d loss / d out: gn = bf16(g * bf16(1 + scale)) (addcmul's backward, a
 // bf16 product), then the LayerNorm backward rstd * (gn - mean(gn) - xh * mean(gn * xh))
 // with xh = (x - mean) * rstd, in float32.
+template <int kVecs>
 __global__ void __launch_bounds__(kNormThreads)
-    normModulateBackwardKernel(const __nv_bfloat162* __restrict__ g, const __nv_bfloat162* __restrict__ x,
-                               const __nv_bfloat162* __restrict__ scale, const float* __restrict__ meanIn,
-                               const float* __restrict__ rstdIn, __nv_bfloat162* __restrict__ gx, int64_t tokens,
-                               int pairs, int64_t batchPairs, int64_t tokenPairs, int64_t scalePairs) {
+    normModulateBackwardKernel(const __nv_bfloat16* __restrict__ g, const __nv_bfloat16* __restrict__ x,
+                               const __nv_bfloat16* __restrict__ scale, const float* __restrict__ meanIn,
+                               const float* __restrict__ rstdIn, __nv_bfloat16* __restrict__ gx, int64_t tokens,
+                               int dim, int64_t batchStride, int64_t tokenStride, int64_t scaleStride) {
   __shared__ float scratch[kNormThreads / kWarp];
   const int64_t row = blockIdx.x;
   const int64_t b = row / tokens;
-  const __nv_bfloat162* xr = x + b * batchPairs + (row % tokens) * tokenPairs;
-  const __nv_bfloat162* sc = scale + b * scalePairs;
+  const __nv_bfloat16* xr = x + b * batchStride + (row % tokens) * tokenStride;
+  const __nv_bfloat16* sc = scale + b * scaleStride;
   const float mean = meanIn[row];
   const float rstd = rstdIn[row];
-  float2 gn[kMaxPairsPerThread];
-  float2 xh[kMaxPairsPerThread];
+  const int vecs = dim / kVec;
+  float gn[kVecs][kVec];
+  float xh[kVecs][kVec];
   float sumG = 0.f, sumGX = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMaxPairsPerThread; ++i) {
-    const int p = threadIdx.x + kNormThreads * i;
-    if (p < pairs) {
-      const float2 gp = __bfloat1622float2(g[row * pairs + p]);
-      const float2 scp = __bfloat1622float2(sc[p]);
-      const float2 xp = __bfloat1622float2(xr[p]);
-      gn[i] = make_float2(roundBf16(gp.x * roundBf16(1.f + scp.x)), roundBf16(gp.y * roundBf16(1.f + scp.y)));
-      xh[i] = make_float2((xp.x - mean) * rstd, (xp.y - mean) * rstd);
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + kNormThreads * i;
+    if (c < vecs) {
+      float scv[kVec];
+      loadVec(g + row * dim + c * kVec, gn[i]);
+      loadVec(xr + c * kVec, xh[i]);
+      loadVec(sc + c * kVec, scv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        gn[i][k] = roundBf16(gn[i][k] * roundBf16(1.f + scv[k]));
+        xh[i][k] = (xh[i][k] - mean) * rstd;
+      }
     } else {
-      gn[i] = make_float2(0.f, 0.f);
-      xh[i] = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) gn[i][k] = xh[i][k] = 0.f;
     }
-    sumG += gn[i].x + gn[i].y;
-    sumGX += gn[i].x * xh[i].x + gn[i].y * xh[i].y;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      sumG += gn[i][k];
+      sumGX += gn[i][k] * xh[i][k];
+    }
   }
-  const float n = static_cast<float>(2 * pairs);
+  const float n = static_cast<float>(dim);
   const float meanG = blockSum(sumG, scratch) / n;
   const float meanGX = blockSum(sumGX, scratch) / n;
 #pragma unroll
-  for (int i = 0; i < kMaxPairsPerThread; ++i) {
-    const int p = threadIdx.x + kNormThreads * i;
-    if (p >= pairs) break;
-    gx[row * pairs + p] =
-        __floats2bfloat162_rn(rstd * (gn[i].x - meanG - xh[i].x * meanGX), rstd * (gn[i].y - meanG - xh[i].y * meanGX));
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = threadIdx.x + kNormThreads * i;
+    if (c >= vecs) break;
+    float o[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) o[k] = rstd * (gn[i][k] - meanG - xh[i][k] * meanGX);
+    storeVec(gx + row * dim + c * kVec, o);
   }
 }
+
+// Vectors a thread holds for rows of `dim`: 4 up to 4096 wide (fewer registers, more
+// blocks resident), 8 up to 8192.
+constexpr int kNormVecsSmall = 4;
+constexpr int kNormVecsLarge = 8;
 
 // silu in float as ATen's kernel computes it (x / (1 + exp(-x))).
 __device__ __forceinline__ float siluOf(float x) { return x / (1.f + expf(-x)); }
@@ -308,7 +354,9 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
   return lastError();
 }
 
-int maxNormModulateDim() { return 2 * kNormThreads * kMaxPairsPerThread; }
+int maxNormModulateDim() { return kNormThreads * kNormVecsLarge * kVec; }
+
+int normModulateAlignment() { return kVec; }
 
 const char* normModulateForward(const void* x, const void* shift, const void* scale, void* out, float* mean,
                                 float* rstd, int64_t batch, int64_t tokens, int64_t dim, int64_t batchStride,
@@ -316,11 +364,16 @@ const char* normModulateForward(const void* x, const void* shift, const void* sc
                                 void* stream) {
   const int64_t rows = batch * tokens;
   if (rows == 0) return nullptr;
-  normModulateForwardKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const __nv_bfloat162*>(x), static_cast<const __nv_bfloat162*>(shift),
-      static_cast<const __nv_bfloat162*>(scale), static_cast<__nv_bfloat162*>(out), mean, rstd, tokens,
-      static_cast<int>(dim / 2), batchStride / 2, tokenStride / 2, shiftStride / 2, scaleStride / 2,
-      static_cast<float>(eps));
+  auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(shift),
+        static_cast<const __nv_bfloat16*>(scale), static_cast<__nv_bfloat16*>(out), mean, rstd, tokens,
+        static_cast<int>(dim), batchStride, tokenStride, shiftStride, scaleStride, static_cast<float>(eps));
+  };
+  if (dim <= kNormThreads * kNormVecsSmall * kVec)
+    launch(normModulateForwardKernel<kNormVecsSmall>);
+  else
+    launch(normModulateForwardKernel<kNormVecsLarge>);
   return lastError();
 }
 
@@ -329,10 +382,16 @@ const char* normModulateBackward(const void* gradOut, const void* x, const void*
                                  int64_t batchStride, int64_t tokenStride, int64_t scaleStride, void* stream) {
   const int64_t rows = batch * tokens;
   if (rows == 0) return nullptr;
-  normModulateBackwardKernel<<<static_cast<unsigned>(rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const __nv_bfloat162*>(gradOut), static_cast<const __nv_bfloat162*>(x),
-      static_cast<const __nv_bfloat162*>(scale), mean, rstd, static_cast<__nv_bfloat162*>(gradX), tokens,
-      static_cast<int>(dim / 2), batchStride / 2, tokenStride / 2, scaleStride / 2);
+  auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const __nv_bfloat16*>(gradOut), static_cast<const __nv_bfloat16*>(x),
+        static_cast<const __nv_bfloat16*>(scale), mean, rstd, static_cast<__nv_bfloat16*>(gradX), tokens,
+        static_cast<int>(dim), batchStride, tokenStride, scaleStride);
+  };
+  if (dim <= kNormThreads * kNormVecsSmall * kVec)
+    launch(normModulateBackwardKernel<kNormVecsSmall>);
+  else
+    launch(normModulateBackwardKernel<kNormVecsLarge>);
   return lastError();
 }
 

@@ -24,15 +24,17 @@ const char* normRopeBackward(const void* gradOut, const void* x, const float* rs
                              const float* cosTab, const float* sinTab, void* gradX, int64_t rows, int64_t heads,
                              int64_t tokens, int64_t dim, int64_t tokenStride, void* stream);
 
-// The widest row the LayerNorm + modulation kernels take (widths must be even).
+// The widest row the LayerNorm + modulation kernels take, and the count of bf16 values
+// that the width, every stride and every pointer's address (in values) must be a
+// multiple of: the kernels move 16 bytes at a time.
 int maxNormModulateDim();
+int normModulateAlignment();
 
 // LayerNorm without affine parameters, then x * (1 + scale) + shift, over x [B, N, D]
-// bf16 (D even; element [b, n, d] at b * batchStride + n * tokenStride + d, strides
-// even) with shift and scale [B, D] bf16 (rows shiftStride and scaleStride apart, even)
-// -> out [B, N, D]
-// bf16 contiguous, mean and rstd [B * N] float32 (kept for the backward). The grid
-// has one block per token: B * N must stay under 2^31.
+// bf16 (element [b, n, d] at b * batchStride + n * tokenStride + d) with shift and
+// scale [B, D] bf16 (rows shiftStride and scaleStride apart) -> out [B, N, D] bf16
+// contiguous, mean and rstd [B * N] float32 (kept for the backward). The grid has
+// one block per token: B * N must stay under 2^31.
 const char* normModulateForward(const void* x, const void* shift, const void* scale, void* out, float* mean,
                                 float* rstd, int64_t batch, int64_t tokens, int64_t dim, int64_t batchStride,
                                 int64_t tokenStride, int64_t shiftStride, int64_t scaleStride, double eps,
