@@ -1,5 +1,6 @@
 #include "train/CheckpointedRunner.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <ATen/Context.h>
