@@ -21,7 +21,10 @@ bool ditCudaKernelsBuilt() { return true; }
 
 namespace {
 
-bool aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
+// Whether t's first element starts on a multiple of `bytes`.
+bool alignedTo(const at::Tensor& t, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % static_cast<uintptr_t>(bytes) == 0;
+}
 
 void check(const char* error, const char* what) {
   if (error) throw Error(std::string("DiT layers: the CUDA kernel ") + what + " failed: " + error);
@@ -132,12 +135,12 @@ struct NormModulate : torch::autograd::Function<NormModulate> {
 }  // namespace
 
 bool normRopeFits(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos, const at::Tensor& sin) {
-  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 4 || tokenStrideOf(x) == 0 || !aligned4(x))
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 4 || tokenStrideOf(x) == 0 || !alignedTo(x, 4))
     return false;
   const int64_t dim = x.size(-1);
   if (dim % 2 != 0 || dim > cuda::maxNormRopeDim()) return false;
   if (weight.requires_grad() || weight.scalar_type() != at::kBFloat16 || weight.device() != x.device() ||
-      weight.numel() != dim || !weight.is_contiguous() || !aligned4(weight))
+      weight.numel() != dim || !weight.is_contiguous() || !alignedTo(weight, 4))
     return false;
   for (const auto* t : {&cos, &sin})
     if (t->scalar_type() != at::kFloat || t->device() != x.device() || t->dim() != 2 || t->size(0) != x.size(1) ||
@@ -154,10 +157,8 @@ at::Tensor normRope(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 bool normModulateFits(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
   // The kernels move `step` values at a time: every row start a multiple of it.
   const int64_t step = cuda::normModulateAlignment();
-  auto aligned = [&](const at::Tensor& t) {
-    return reinterpret_cast<uintptr_t>(t.data_ptr()) % (step * t.element_size()) == 0;
-  };
-  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 3 || !aligned(x)) return false;
+  const int64_t stepBytes = step * 2;  // bf16
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() != 3 || !alignedTo(x, stepBytes)) return false;
   const int64_t batch = x.size(0);
   const int64_t dim = x.size(2);
   if (dim % step != 0 || dim > cuda::maxNormModulateDim() || x.stride(2) != 1 || x.stride(1) % step != 0 ||
@@ -165,7 +166,7 @@ bool normModulateFits(const at::Tensor& x, const at::Tensor& shift, const at::Te
     return false;
   for (const auto* t : {&shift, &scale})
     if (t->scalar_type() != at::kBFloat16 || t->device() != x.device() || t->dim() != 2 || t->size(0) != batch ||
-        t->size(1) != dim || t->stride(1) != 1 || (batch > 1 && t->stride(0) % step != 0) || !aligned(*t))
+        t->size(1) != dim || t->stride(1) != 1 || (batch > 1 && t->stride(0) % step != 0) || !alignedTo(*t, stepBytes))
       return false;
   return true;
 }
@@ -175,7 +176,7 @@ at::Tensor normModulateCuda(const at::Tensor& x, const at::Tensor& shift, const 
 }
 
 bool swigluFits(const at::Tensor& x) {
-  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() < 1 || !aligned4(x)) return false;
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16 || x.dim() < 1 || !alignedTo(x, 4)) return false;
   const int64_t width = x.size(-1);
   const int64_t stride = rowStrideOf(x);
   return width % 4 == 0 && stride > 0 && stride % 2 == 0;  // M even: whole bf16 pairs in each half

@@ -277,6 +277,7 @@ __global__ void __launch_bounds__(kNormThreads)
 // blocks resident), 8 up to 8192.
 constexpr int kNormVecsSmall = 4;
 constexpr int kNormVecsLarge = 8;
+constexpr bool fewNormVecs(int64_t dim) { return dim <= kNormThreads * kNormVecsSmall * kVec; }
 
 // silu in float as ATen's kernel computes it (x / (1 + exp(-x))).
 __device__ __forceinline__ float siluOf(float x) { return x / (1.f + expf(-x)); }
@@ -370,7 +371,7 @@ const char* normModulateForward(const void* x, const void* shift, const void* sc
         static_cast<const __nv_bfloat16*>(scale), static_cast<__nv_bfloat16*>(out), mean, rstd, tokens,
         static_cast<int>(dim), batchStride, tokenStride, shiftStride, scaleStride, static_cast<float>(eps));
   };
-  if (dim <= kNormThreads * kNormVecsSmall * kVec)
+  if (fewNormVecs(dim))
     launch(normModulateForwardKernel<kNormVecsSmall>);
   else
     launch(normModulateForwardKernel<kNormVecsLarge>);
@@ -388,7 +389,7 @@ const char* normModulateBackward(const void* gradOut, const void* x, const void*
         static_cast<const __nv_bfloat16*>(scale), mean, rstd, static_cast<__nv_bfloat16*>(gradX), tokens,
         static_cast<int>(dim), batchStride, tokenStride, scaleStride);
   };
-  if (dim <= kNormThreads * kNormVecsSmall * kVec)
+  if (fewNormVecs(dim))
     launch(normModulateBackwardKernel<kNormVecsSmall>);
   else
     launch(normModulateBackwardKernel<kNormVecsLarge>);
